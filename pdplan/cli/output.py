@@ -1,0 +1,37 @@
+"""Shared rendering helpers for commands: JSON to stdout, tables through rich."""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from rich.console import Console
+
+stdout = Console(soft_wrap=True)
+stderr = Console(stderr=True, soft_wrap=True)
+
+
+def _clean(value: Any) -> Any:
+    """Make a result JSON-safe: NaN/inf become null, numpy scalars become Python numbers."""
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and not isinstance(value, (str, bytes)):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def to_json(result: Any) -> str:
+    """Stable JSON text for ``--json`` output."""
+    return json.dumps(_clean(result), indent=2, sort_keys=False)
+
+
+def print_json(result: Any) -> None:
+    """Write a result as JSON on stdout, nothing else, so ``| jq`` always works."""
+    import sys
+
+    sys.stdout.write(to_json(result) + "\n")

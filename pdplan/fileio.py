@@ -1,0 +1,89 @@
+"""Safe reading of YAML and atomic writing of output files."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from pdplan.errors import PdplanError
+
+
+def read_bytes(path: str | Path, *, what: str = "file") -> bytes:
+    """Read a whole file, turning OS errors into a one-line PdplanError."""
+    try:
+        return Path(path).read_bytes()
+    except FileNotFoundError:
+        raise PdplanError(f"{what} not found", file=path) from None
+    except IsADirectoryError:
+        raise PdplanError(f"{what} is a directory, expected a file", file=path) from None
+    except OSError as err:
+        raise PdplanError(f"cannot read {what}: {err.strerror}", file=path) from None
+
+
+def read_text(path: str | Path, *, what: str = "file") -> str:
+    """Read a UTF-8 text file; binary content is an input error, not a crash."""
+    data = read_bytes(path, what=what)
+    nul = data.find(b"\0")
+    if nul >= 0:
+        line = data[:nul].count(b"\n") + 1
+        raise PdplanError(f"{what} contains binary data (NUL byte)", file=path, line=line)
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        line = data[:err.start].count(b"\n") + 1
+        raise PdplanError(f"{what} is not UTF-8 text (byte 0x{data[err.start]:02x})",
+                          file=path, line=line) from None
+
+
+def load_yaml(path: str | Path, *, what: str = "YAML file") -> Any:
+    """Parse YAML with ``yaml.safe_load``; a python tag or a syntax error names the line."""
+    text = read_text(path, what=what)
+    try:
+        return yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        line = None if mark is None else mark.line + 1
+        problem = err.problem or err.context or "invalid YAML"
+        raise PdplanError(f"invalid YAML: {problem}", file=path, line=line) from None
+    except yaml.YAMLError as err:
+        raise PdplanError(f"invalid YAML: {err}", file=path) from None
+
+
+def sha256_file(path: str | Path) -> str:
+    """Hex sha256 of a file's bytes, for provenance records."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` via a temp file in the same folder and a rename.
+
+    A crash or an error half-way leaves either the old file or none, never a partial one.
+    """
+    target = Path(path)
+    folder = target.parent if str(target.parent) else Path(".")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+    except OSError as err:
+        raise PdplanError(f"cannot write output: {err.strerror}", file=path) from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, target)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def dump_yaml(data: Any) -> str:
+    """YAML text with keys in the order given, so outputs are byte-stable."""
+    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
