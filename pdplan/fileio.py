@@ -40,11 +40,34 @@ def read_text(path: str | Path, *, what: str = "file") -> str:
                           file=path, line=line) from None
 
 
+class LineDict(dict):
+    """A mapping read from YAML that remembers the line of each key, for error messages."""
+
+    lines: dict[Any, int]
+
+
+class _LineLoader(yaml.SafeLoader):
+    """``yaml.SafeLoader`` (no python tags, no object construction) that records key lines."""
+
+    def construct_mapping(self, node, deep=False):
+        mapping = LineDict(super().construct_mapping(node, deep=deep))
+        mapping.lines = {self.construct_object(k, deep=True): k.start_mark.line + 1
+                         for k, _ in node.value}
+        return mapping
+
+
+_LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
+                            _LineLoader.construct_mapping)
+
+
 def load_yaml(path: str | Path, *, what: str = "YAML file") -> Any:
-    """Parse YAML with ``yaml.safe_load``; a python tag or a syntax error names the line."""
+    """Parse YAML safely (a ``SafeLoader``); a python tag or a syntax error names the line.
+
+    Mappings come back as :class:`LineDict`, so later field checks can name the line too.
+    """
     text = read_text(path, what=what)
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = None if mark is None else mark.line + 1

@@ -1,0 +1,179 @@
+"""GPU, node and cluster specifications: what can be bought or is owned, at what cost and power."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import load_yaml
+from pdplan.schema import Fields
+
+GB = 10**9  # vendors state memory and bandwidth in decimal units
+
+
+@dataclass(frozen=True, kw_only=True)
+class GPU:
+    """One accelerator type, as sold or as configured (a power cap makes a distinct type)."""
+
+    name: str
+    memory_bytes: int               #: HBM capacity
+    flops_per_s: float              #: dense BF16 tensor throughput
+    hbm_bytes_per_s: float          #: HBM bandwidth
+    nvlink_bytes_per_s: float       #: NVLink bandwidth per GPU, one direction
+    network_bytes_per_s: float      #: scale-out NIC bandwidth per GPU, one direction
+    tdp_w: float                    #: power limit in watts (the cap, for a capped type)
+    usd_per_hour: float             #: reference price per GPU-hour
+    base: str | None = None         #: physical GPU this type is a setting of (power-capped types)
+    power_cap_fraction: float = 1.0  #: fraction of the base GPU's rated power allowed
+    sources: dict[str, str] = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        for name in ("memory_bytes", "flops_per_s", "hbm_bytes_per_s", "nvlink_bytes_per_s",
+                     "network_bytes_per_s", "tdp_w"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"GPU {self.name}: {name} must be > 0, got {getattr(self, name)!r}")
+        if not 0 < self.power_cap_fraction <= 1:
+            raise ValueError(f"GPU {self.name}: power_cap_fraction must be in (0, 1]")
+
+    @property
+    def physical(self) -> str:
+        """Name of the hardware this type runs on (a capped H100 is still an H100 node)."""
+        return self.base or self.name
+
+
+_GPU_FIELDS = {"memory_gb", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
+               "usd_per_hour", "base", "power_cap_fraction", "sources"}
+
+
+def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU:
+    spec.reject_unknown(_GPU_FIELDS)
+    base = spec.data.get("base")
+    if base is not None:
+        if base not in catalog or "base" in catalog[base].data:
+            raise spec.fail("base", "must name an uncapped GPU of the catalog", base)
+        # A derived type inherits every number it does not state.
+        merged = dict(catalog[base].data)
+        merged.update(spec.data)
+        spec = Fields(merged, spec.file, spec.path, line=spec.line)
+    return GPU(
+        name=name,
+        memory_bytes=int(spec.number("memory_gb", minimum=0, exclusive=True) * GB),
+        flops_per_s=spec.number("bf16_tflops", minimum=0, exclusive=True) * 1e12,
+        hbm_bytes_per_s=spec.number("hbm_tb_s", minimum=0, exclusive=True) * 1e12,
+        nvlink_bytes_per_s=spec.number("nvlink_gb_s", minimum=0, exclusive=True) * GB,
+        network_bytes_per_s=spec.number("network_gb_s", minimum=0, exclusive=True) * GB,
+        tdp_w=spec.number("tdp_w", minimum=0, exclusive=True),
+        usd_per_hour=spec.number("usd_per_hour", minimum=0),
+        base=base,
+        power_cap_fraction=spec.number("power_cap_fraction", 1.0, minimum=0, exclusive=True, maximum=1),
+        sources={str(k): str(v) for k, v in (spec.data.get("sources") or {}).items()},
+    )
+
+
+def load_gpu_catalog(path: str | Path) -> dict[str, GPU]:
+    """Read a GPU catalog YAML (``gpus: {name: {...}}``) into GPU objects, validated."""
+    top = Fields(load_yaml(path, what="GPU catalog"), path)
+    gpus = top.mapping("gpus")
+    specs = {str(name): gpus.mapping(name) for name in gpus.data}
+    return {name: _gpu_from_fields(name, spec, specs) for name, spec in specs.items()}
+
+
+@cache
+def gpu_catalog() -> dict[str, GPU]:
+    """The embedded catalog shipped inside the package."""
+    with resources.as_file(resources.files("pdplan") / "catalog" / "gpus.yaml") as path:
+        return load_gpu_catalog(path)
+
+
+def get_gpu(name: str) -> GPU:
+    """Look up an embedded GPU type by name; unknown names list the known ones."""
+    catalog = gpu_catalog()
+    if name not in catalog:
+        raise PdplanError(f"unknown GPU {name!r} (known: {', '.join(sorted(catalog))})", field="gpu")
+    return catalog[name]
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeType:
+    """A kind of server: its GPU type, how many GPUs, its links, and how many exist."""
+
+    name: str
+    gpu: GPU
+    gpus_per_node: int
+    intra_node_bytes_per_s: float   #: GPU-to-GPU inside the node (NVLink), per GPU, one direction
+    inter_node_bytes_per_s: float   #: GPU-to-GPU across nodes (RDMA NIC), per GPU, one direction
+    count: int | None               #: nodes available; None means as many as needed (cloud)
+
+    def __post_init__(self):
+        if self.gpus_per_node < 1:
+            raise ValueError(f"node {self.name}: gpus_per_node must be >= 1")
+        if self.count is not None and self.count < 0:
+            raise ValueError(f"node {self.name}: count must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Cluster:
+    """The node inventory the planner may use, with GPU prices in force for this cluster."""
+
+    nodes: tuple[NodeType, ...]
+    source: str | None = None
+
+    def node(self, name: str) -> NodeType:
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    @property
+    def gpu_types(self) -> tuple[str, ...]:
+        """GPU type names present in the inventory, sorted."""
+        return tuple(sorted({n.gpu.name for n in self.nodes}))
+
+
+_NODE_FIELDS = {"name", "gpu", "gpus_per_node", "intra_node_gb_s", "inter_node_gb_s", "count"}
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Read and validate a cluster file (see ``examples/cluster.yaml`` for the format)."""
+    top = Fields(load_yaml(path, what="cluster file"), path)
+    top.reject_unknown({"nodes", "prices"})
+    catalog = gpu_catalog()
+    prices = {}
+    if top.has("prices"):
+        price_fields = top.mapping("prices")
+        for gpu in price_fields.data:
+            if gpu not in catalog:
+                raise price_fields.fail(str(gpu), f"is not a known GPU (known: {', '.join(sorted(catalog))})",
+                                        show_value=False)
+            prices[gpu] = price_fields.number(gpu, minimum=0)
+    nodes, names = [], set()
+    for spec in top.items("nodes"):
+        spec.reject_unknown(_NODE_FIELDS)
+        name = spec.string("name")
+        if name in names:
+            raise spec.fail("name", "must be unique across nodes", name)
+        names.add(name)
+        gpu_name = spec.string("gpu", choices=sorted(catalog))
+        gpu = catalog[gpu_name]
+        if gpu_name in prices:
+            gpu = replace(gpu, usd_per_hour=prices[gpu_name])
+        count = spec.data.get("count", "unbounded")
+        if count != "unbounded":
+            count = spec.integer("count", minimum=0)
+        nodes.append(NodeType(
+            name=name,
+            gpu=gpu,
+            gpus_per_node=spec.integer("gpus_per_node", minimum=1),
+            intra_node_bytes_per_s=spec.number("intra_node_gb_s", minimum=0, exclusive=True) * GB,
+            inter_node_bytes_per_s=spec.number("inter_node_gb_s", minimum=0, exclusive=True) * GB,
+            count=None if count == "unbounded" else count,
+        ))
+    return Cluster(nodes=tuple(nodes), source=str(path))
+
+
+def default_cluster_path() -> Path:
+    """The example cluster shipped with the package (also at examples/cluster.yaml)."""
+    return Path(str(resources.files("pdplan") / "data" / "cluster.yaml"))

@@ -1,0 +1,287 @@
+"""Transformer geometry and what it implies: weight bytes, KV bytes, memory fit and phase work."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from pathlib import Path
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import load_yaml
+from pdplan.hardware import GPU
+from pdplan.schema import Fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer's geometry, as its published config states it."""
+
+    name: str
+    layers: int           #: L, transformer blocks
+    hidden: int           #: d, model width
+    q_heads: int          #: H_q, query heads
+    kv_heads: int         #: H_kv, key/value heads (H_kv < H_q is grouped-query attention)
+    head_dim: int         #: d_h
+    ffn: int              #: d_ff, MLP inner width
+    vocab: int            #: vocabulary size
+    parameters: int       #: total parameter count as published
+    dtype_bytes: int = 2  #: b, bytes per weight and per K/V scalar
+    mlp_matrices: int = 3  #: 3 for gated (SwiGLU) MLPs, 2 for plain (ReLU/GELU) MLPs
+    tied_embeddings: bool = False  #: input embedding and output head share one matrix
+    source: str = ""
+
+    def __post_init__(self):
+        for name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
+                     "parameters", "dtype_bytes"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"model {self.name}: {name} must be >= 1")
+        if self.q_heads % self.kv_heads:
+            raise ValueError(f"model {self.name}: q_heads ({self.q_heads}) must be a multiple of "
+                             f"kv_heads ({self.kv_heads})")
+        if self.mlp_matrices not in (2, 3):
+            raise ValueError(f"model {self.name}: mlp_matrices must be 2 or 3")
+
+    @property
+    def params_per_layer(self) -> int:
+        """P_layer of 0x02A: Q, K/V, output projection and the MLP matrices of one block."""
+        q_width = self.q_heads * self.head_dim
+        kv_width = self.kv_heads * self.head_dim
+        return (self.hidden * q_width + 2 * self.hidden * kv_width + q_width * self.hidden
+                + self.mlp_matrices * self.hidden * self.ffn)
+
+    @property
+    def geometric_parameters(self) -> int:
+        """Parameters implied by the geometry (blocks plus embeddings; norms ignored)."""
+        embeddings = self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+        return self.layers * self.params_per_layer + embeddings
+
+    @property
+    def weight_bytes(self) -> int:
+        """All weights at the stated dtype."""
+        return self.parameters * self.dtype_bytes
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """K and V bytes one token adds across all layers (0x06)."""
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.dtype_bytes)
+
+
+def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
+    """KV bytes per token ``L · 2 · H_kv · d_h · b`` (0x06: 32·2·8·128·2 = 131072 B)."""
+    return layers * 2 * kv_heads * head_dim * dtype_bytes
+
+
+# --- sharding over tensor (TP) and pipeline (PP) parallelism -------------------------------------
+
+def layers_on_largest_stage(model: ModelSpec, pp: int) -> int:
+    """Layers on the busiest pipeline stage: an uneven split gives the first stages one extra."""
+    return math.ceil(model.layers / pp)
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """K/V heads each TP rank stores: H_kv/tp, or one replicated head when tp > H_kv."""
+    return math.ceil(model.kv_heads / tp)
+
+
+def weight_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> int:
+    """Weight bytes on the fullest GPU of a (tp, pp) instance.
+
+    Blocks split evenly over TP ranks and by whole layers over PP stages; the embedding and the
+    output head are vocabulary-parallel over TP and sit on the first and last stage (both on one
+    stage when pp = 1, shared when tied).
+    """
+    if pp == 1:
+        edge_matrices = 1 if model.tied_embeddings else 2
+    else:
+        edge_matrices = 1
+    block_params = layers_on_largest_stage(model, pp) * model.params_per_layer
+    edge_params = edge_matrices * model.vocab * model.hidden
+    return math.ceil((block_params + edge_params) / tp) * model.dtype_bytes
+
+
+def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, pp: int) -> int:
+    """KV bytes one token occupies on the fullest GPU of a (tp, pp) instance."""
+    return kv_bytes_per_token(layers_on_largest_stage(model, pp), kv_heads_per_gpu(model, tp),
+                              model.head_dim, model.dtype_bytes)
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int,
+                       memory_utilization: float = 0.9) -> int:
+    """Tokens of KV an instance can hold: (utilised HBM − weights) / KV bytes per token, per GPU.
+
+    ``memory_utilization`` is the fraction of HBM the engine may use (vLLM's
+    ``gpu_memory_utilization``); the rest covers activations, CUDA graphs and fragmentation.
+    Returns 0 when the weights alone do not fit.
+    """
+    if not 0 < memory_utilization <= 1:
+        raise ValueError("memory_utilization must be in (0, 1]")
+    free = int(gpu.memory_bytes * memory_utilization) - weight_bytes_per_gpu(model, tp, pp)
+    return max(0, free // kv_bytes_per_token_per_gpu(model, tp, pp))
+
+
+def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int | None = None,
+                    memory_utilization: float = 0.9, kv_reserve_tokens: int = 0) -> str | None:
+    """Why (tp, pp) on ``gpu`` cannot serve ``model``, in one sentence; None when it can.
+
+    Rules: a TP group stays inside one node; TP divides the K/V heads or is a multiple of them
+    (then heads are replicated); PP is at most the layer count (uneven splits are allowed); the
+    weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
+    """
+    shape = f"TP{tp} PP{pp} {gpu.name}"
+    if tp < 1 or pp < 1:
+        return f"{shape}: TP and PP must be >= 1"
+    if gpus_per_node is not None and tp > gpus_per_node:
+        return f"{shape}: TP {tp} > {gpus_per_node} GPUs per node"
+    if model.kv_heads % tp and tp % model.kv_heads:
+        return f"{shape}: TP {tp} neither divides nor is a multiple of {model.kv_heads} KV heads"
+    if pp > model.layers:
+        return f"{shape}: PP {pp} > {model.layers} layers"
+    weights = weight_bytes_per_gpu(model, tp, pp)
+    usable = int(gpu.memory_bytes * memory_utilization)
+    if weights >= usable:
+        return (f"{shape}: weights {weights / 1e9:.1f} GB per GPU > {usable / 1e9:.1f} GB usable "
+                f"({memory_utilization:.0%} of {gpu.memory_bytes / 1e9:.0f} GB)")
+    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
+    if capacity < kv_reserve_tokens:
+        return f"{shape}: KV room for {capacity} tokens < reserve of {kv_reserve_tokens} tokens"
+    return None
+
+
+# --- phase work vectors (0x02A, 0x02B) -----------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class WorkVector:
+    """One iteration's work W = (F, B_weights, B_KV,read, B_KV,write, A, N_new) of 0x02B."""
+
+    flops: float
+    weight_bytes: float
+    kv_read_bytes: float
+    kv_write_bytes: float
+    pairs: float      #: causal query-key pairs per head, A
+    new_rows: int     #: N_new, rows (tokens) the iteration appends
+
+    @property
+    def state_bytes(self) -> float:
+        return self.weight_bytes + self.kv_read_bytes + self.kv_write_bytes
+
+
+def linear_flops(model: ModelSpec, rows: int) -> float:
+    """F_linear(N) = 2 · L · N · P_layer (0x02A; one multiply-add is two FLOPs)."""
+    return 2.0 * model.layers * rows * model.params_per_layer
+
+
+def attention_flops(model: ModelSpec, pairs: float) -> float:
+    """F_attn(A) = 4 · L · H_q · d_h · A (0x02A: QKᵀ and P·V, one dot product each)."""
+    return 4.0 * model.layers * model.q_heads * model.head_dim * pairs
+
+
+def block_weight_bytes(model: ModelSpec) -> float:
+    """Weights of the transformer blocks only, as the 0x02A toy ledger counts them."""
+    return float(model.layers * model.params_per_layer * model.dtype_bytes)
+
+
+def prefill_work(model: ModelSpec, new_rows: int, visible_before: int = 0) -> WorkVector:
+    """Prefill of N_P rows after T_0 visible rows: A_P = N_P·T_0 + N_P(N_P+1)/2 (0x02A)."""
+    pairs = new_rows * visible_before + new_rows * (new_rows + 1) / 2
+    kv = model.kv_bytes_per_token
+    return WorkVector(
+        flops=linear_flops(model, new_rows) + attention_flops(model, pairs),
+        weight_bytes=block_weight_bytes(model),
+        kv_read_bytes=float((visible_before + new_rows) * kv),
+        kv_write_bytes=float(new_rows * kv),
+        pairs=pairs,
+        new_rows=new_rows,
+    )
+
+
+def decode_work(model: ModelSpec, visible_lengths: list[int]) -> WorkVector:
+    """One decode iteration over B requests with visible lengths s_i: A_D = Σ s_i (0x02A)."""
+    batch = len(visible_lengths)
+    pairs = float(sum(visible_lengths))
+    kv = model.kv_bytes_per_token
+    return WorkVector(
+        flops=linear_flops(model, batch) + attention_flops(model, pairs),
+        weight_bytes=block_weight_bytes(model),
+        kv_read_bytes=pairs * kv,
+        kv_write_bytes=float(batch * kv),
+        pairs=pairs,
+        new_rows=batch,
+    )
+
+
+def mixed_work(prefill: WorkVector, decode: WorkVector) -> WorkVector:
+    """One colocated slot running both: work adds, but the weights are read once (0x02B)."""
+    return WorkVector(
+        flops=prefill.flops + decode.flops,
+        weight_bytes=max(prefill.weight_bytes, decode.weight_bytes),
+        kv_read_bytes=prefill.kv_read_bytes + decode.kv_read_bytes,
+        kv_write_bytes=prefill.kv_write_bytes + decode.kv_write_bytes,
+        pairs=prefill.pairs + decode.pairs,
+        new_rows=prefill.new_rows + decode.new_rows,
+    )
+
+
+def lower_bound_s(work: WorkVector, flops_per_s: float, bytes_per_s: float) -> float:
+    """Service lower bound ``max(F/C, (B_weights + B_KV,read + B_KV,write)/R)`` (0x02B)."""
+    return max(work.flops / flops_per_s, work.state_bytes / bytes_per_s)
+
+
+# --- catalog -------------------------------------------------------------------------------------
+
+_MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
+                 "parameters", "dtype_bytes", "mlp_matrices", "tied_embeddings", "source"}
+
+#: A model file's parameter count may differ from its geometry by this much (norms, biases).
+PARAMETER_TOLERANCE = 0.02
+
+
+def load_model(path: str | Path) -> ModelSpec:
+    """Read and validate one model YAML; the geometry must agree with the parameter count."""
+    spec = Fields(load_yaml(path, what="model file"), path)
+    spec.reject_unknown(_MODEL_FIELDS)
+    ints = {key: spec.integer(key, minimum=1) for key in
+            ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters")}
+    tied = spec.data.get("tied_embeddings", False)
+    if not isinstance(tied, bool):
+        raise spec.fail("tied_embeddings", "must be true or false", tied)
+    if ints["q_heads"] % ints["kv_heads"]:
+        raise spec.fail("kv_heads", f"must divide q_heads ({ints['q_heads']})", ints["kv_heads"])
+    model = ModelSpec(
+        name=spec.string("name"),
+        dtype_bytes=spec.integer("dtype_bytes", 2, minimum=1, maximum=8),
+        mlp_matrices=spec.integer("mlp_matrices", 3, minimum=2, maximum=3),
+        tied_embeddings=tied,
+        source=str(spec.data.get("source", "")),
+        **ints,
+    )
+    mismatch = model.geometric_parameters / model.parameters - 1
+    if abs(mismatch) > PARAMETER_TOLERANCE:
+        raise spec.fail("parameters", f"disagrees with the geometry ({model.geometric_parameters:,} "
+                        f"parameters, {mismatch:+.1%})", model.parameters)
+    return model
+
+
+@cache
+def model_catalog() -> dict[str, ModelSpec]:
+    """The embedded models, by name."""
+    folder = resources.files("pdplan") / "catalog" / "models"
+    models = {}
+    for entry in sorted(folder.iterdir(), key=lambda e: e.name):
+        if entry.name.endswith(".yaml"):
+            with resources.as_file(entry) as path:
+                model = load_model(path)
+            models[model.name] = model
+    return models
+
+
+def get_model(name_or_path: str) -> ModelSpec:
+    """An embedded model by name, or a user's model YAML by path."""
+    if name_or_path.endswith((".yaml", ".yml")):
+        return load_model(name_or_path)
+    catalog = model_catalog()
+    if name_or_path not in catalog:
+        raise PdplanError(f"unknown model {name_or_path!r} (known: {', '.join(sorted(catalog))}; "
+                          "or pass a model YAML path)", field="model")
+    return catalog[name_or_path]

@@ -1,0 +1,281 @@
+"""Phase latency profiles: how long a prefill batch and a decode step take on one instance shape.
+
+A profile belongs to one (model, GPU, TP, PP) shape. Each phase's latency is a
+:class:`LatencyModel`: the maximum of a few linear forms over that phase's features, chosen
+per batch-size segment. That one form covers every basis pdplan uses:
+
+* DistServe's fits — prefill ``a + b·Σl + c·Σl²``; decode ``a + b·Σctx + c·B`` with a small-
+  and a large-batch segment;
+* a latency floor plus a polynomial, ``max(floor, a + b·Σl + c·Σl²)``, for measurements that
+  flatten at small batches (Splitwise's llama2-70b prefill at TP4/TP8);
+* rooflines, ``max(compute, memory) + communication``, for shapes nobody measured.
+
+Prefill features are ``(1, Σl, Σl²)`` over the prompt lengths l of one batch; decode features
+are ``(1, B, Σctx)`` for B requests holding Σctx tokens of context. Times are seconds in code
+and milliseconds in profile files. A PP > 1 profile gives the latency of one batch through all
+stages; the simulator keeps up to PP batches in flight.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import atomic_write_text, dump_yaml, load_yaml
+from pdplan.schema import Fields
+
+PREFILL_FEATURES = ("1", "sum_prompt_tokens", "sum_prompt_tokens_sq")
+DECODE_FEATURES = ("1", "batch_size", "sum_context_tokens")
+FORMAT_VERSION = 1
+SOURCES = ("measured", "roofline")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Segment:
+    """Linear forms in force from ``min_batch`` requests upward; the latency is their maximum."""
+
+    min_batch: int
+    pieces_s: tuple[tuple[float, float, float], ...]  #: seconds per unit of each feature
+
+    def __post_init__(self):
+        if self.min_batch < 1:
+            raise ValueError("min_batch must be >= 1")
+        if not self.pieces_s or any(len(p) != 3 for p in self.pieces_s):
+            raise ValueError("a segment needs at least one piece of three coefficients")
+        if not np.all(np.isfinite(self.pieces_s)):
+            raise ValueError("coefficients must be finite")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatencyModel:
+    """``t(x) = max_k pieces_k · x`` within the segment whose ``min_batch`` is the largest ≤ B."""
+
+    segments: tuple[Segment, ...]
+
+    def __post_init__(self):
+        starts = [s.min_batch for s in self.segments]
+        if not starts or starts[0] != 1 or starts != sorted(set(starts)):
+            raise ValueError("segments must start at min_batch 1 and increase strictly")
+
+    def segment_for(self, batch: int) -> Segment:
+        chosen = self.segments[0]
+        for segment in self.segments[1:]:
+            if batch >= segment.min_batch:
+                chosen = segment
+        return chosen
+
+    def evaluate(self, features: np.ndarray, batch: np.ndarray) -> np.ndarray:
+        """Vectorised latency in seconds; ``features`` has shape (n, 3), ``batch`` shape (n,)."""
+        features = np.asarray(features, dtype=float)
+        batch = np.asarray(batch)
+        out = np.empty(len(features))
+        bounds = [s.min_batch for s in self.segments[1:]] + [np.inf]
+        for segment, upper in zip(self.segments, bounds):
+            mask = (batch >= segment.min_batch) & (batch < upper)
+            if mask.any():
+                out[mask] = (features[mask] @ np.asarray(segment.pieces_s).T).max(axis=1)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    """Where a profile's numbers come from and how well its fit holds."""
+
+    source: str                      #: "measured" (fitted from points) or "roofline" (derived)
+    method: str                      #: e.g. "nnls-relative/poly", "nnls-relative/floor+poly"
+    file: str | None = None          #: data file the points came from
+    sha256: str | None = None
+    points_prefill: int = 0
+    points_decode: int = 0
+    mape_prefill: float | None = None   #: held-out mean absolute percentage error, fraction
+    max_error_prefill: float | None = None
+    mape_decode: float | None = None
+    max_error_decode: float | None = None
+    outliers: tuple[str, ...] = ()    #: points excluded from the fit, each with the rule it broke
+    notes: str = ""
+
+    def __post_init__(self):
+        if self.source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PhaseProfile:
+    """Latency of both phases, and the memory limits, of one (model, GPU, TP, PP) instance shape."""
+
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    prefill: LatencyModel            #: seconds for one prefill batch over features (1, Σl, Σl²)
+    decode: LatencyModel             #: seconds for one decode step over features (1, B, Σctx)
+    kv_capacity_tokens: int          #: KV tokens the instance can hold
+    max_prefill_batch_tokens: int    #: largest prefill batch, in prompt tokens
+    provenance: Provenance
+
+    def __post_init__(self):
+        if self.tp < 1 or self.pp < 1:
+            raise ValueError("tp and pp must be >= 1")
+        if self.kv_capacity_tokens < 1 or self.max_prefill_batch_tokens < 1:
+            raise ValueError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        return (self.model, self.gpu, self.tp, self.pp)
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def shape(self) -> str:
+        return f"{self.model} {self.gpu} TP{self.tp} PP{self.pp}"
+
+    def prefill_time_s(self, prompt_lengths: Sequence[int]) -> float:
+        """Seconds for one prefill batch of these prompts."""
+        lengths = np.asarray(prompt_lengths, dtype=float)
+        x = np.array([[1.0, lengths.sum(), (lengths**2).sum()]])
+        return float(self.prefill.evaluate(x, np.array([len(lengths)]))[0])
+
+    def decode_step_s(self, batch_size: int, context_tokens: int) -> float:
+        """Seconds for one decode step of ``batch_size`` requests holding ``context_tokens`` in all."""
+        x = np.array([[1.0, float(batch_size), float(context_tokens)]])
+        return float(self.decode.evaluate(x, np.array([batch_size]))[0])
+
+
+# --- files ---------------------------------------------------------------------------------------
+
+def _model_to_dict(model: LatencyModel, features: tuple[str, ...]) -> dict:
+    return {
+        "features": list(features),
+        "segments": [{"min_batch": s.min_batch,
+                      "pieces_ms": [[float(c * 1e3) for c in piece] for piece in s.pieces_s]}
+                     for s in model.segments],
+    }
+
+
+def profile_to_dict(profile: PhaseProfile) -> dict:
+    """The profile file's content (milliseconds, as people read them)."""
+    prov = profile.provenance
+    return {
+        "pdplan_profile": FORMAT_VERSION,
+        "model": profile.model,
+        "gpu": profile.gpu,
+        "tp": profile.tp,
+        "pp": profile.pp,
+        "kv_capacity_tokens": profile.kv_capacity_tokens,
+        "max_prefill_batch_tokens": profile.max_prefill_batch_tokens,
+        "prefill": _model_to_dict(profile.prefill, PREFILL_FEATURES),
+        "decode": _model_to_dict(profile.decode, DECODE_FEATURES),
+        "provenance": {
+            "source": prov.source, "method": prov.method, "file": prov.file, "sha256": prov.sha256,
+            "points_prefill": prov.points_prefill, "points_decode": prov.points_decode,
+            "mape_prefill": prov.mape_prefill, "max_error_prefill": prov.max_error_prefill,
+            "mape_decode": prov.mape_decode, "max_error_decode": prov.max_error_decode,
+            "outliers": list(prov.outliers), "notes": prov.notes,
+        },
+    }
+
+
+def save_profile(profile: PhaseProfile, path: str | Path) -> None:
+    """Write a profile YAML atomically."""
+    atomic_write_text(path, dump_yaml(profile_to_dict(profile)))
+
+
+def _model_from_fields(spec: Fields, features: tuple[str, ...]) -> LatencyModel:
+    stated = spec.require("features")
+    if stated != list(features):
+        raise spec.fail("features", f"must be {list(features)}", stated)
+    segments, previous = [], 0
+    for seg in spec.items("segments"):
+        seg.reject_unknown({"min_batch", "pieces_ms"})
+        start = seg.integer("min_batch", minimum=max(1, previous + 1))
+        if not segments and start != 1:
+            raise seg.fail("min_batch", "of the first segment must be 1", start)
+        pieces = seg.require("pieces_ms")
+        if (not isinstance(pieces, list) or not pieces
+                or any(not isinstance(p, list) or len(p) != 3 for p in pieces)):
+            raise seg.fail("pieces_ms", "must be a non-empty list of [c0, c1, c2] triples", pieces)
+        for piece in pieces:
+            for c in piece:
+                if isinstance(c, bool) or not isinstance(c, (int, float)) or not np.isfinite(c):
+                    raise seg.fail("pieces_ms", "coefficients must be finite numbers", c)
+        segments.append(Segment(min_batch=start,
+                                pieces_s=tuple(tuple(float(c) / 1e3 for c in p) for p in pieces)))
+        previous = start
+    return LatencyModel(segments=tuple(segments))
+
+
+def _optional_number(spec: Fields, key: str) -> float | None:
+    return None if spec.data.get(key) is None else spec.number(key, minimum=0)
+
+
+def load_profile(path: str | Path) -> PhaseProfile:
+    """Read and validate one profile YAML."""
+    spec = Fields(load_yaml(path, what="profile"), path)
+    spec.reject_unknown({"pdplan_profile", "model", "gpu", "tp", "pp", "kv_capacity_tokens",
+                         "max_prefill_batch_tokens", "prefill", "decode", "provenance"})
+    spec.integer("pdplan_profile", minimum=FORMAT_VERSION, maximum=FORMAT_VERSION)
+    prov = spec.mapping("provenance")
+    outliers = prov.data.get("outliers") or []
+    if not isinstance(outliers, list):
+        raise prov.fail("outliers", "must be a list", outliers)
+    return PhaseProfile(
+        model=spec.string("model"),
+        gpu=spec.string("gpu"),
+        tp=spec.integer("tp", minimum=1),
+        pp=spec.integer("pp", minimum=1),
+        kv_capacity_tokens=spec.integer("kv_capacity_tokens", minimum=1),
+        max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1),
+        prefill=_model_from_fields(spec.mapping("prefill"), PREFILL_FEATURES),
+        decode=_model_from_fields(spec.mapping("decode"), DECODE_FEATURES),
+        provenance=Provenance(
+            source=prov.string("source", choices=list(SOURCES)),
+            method=prov.string("method"),
+            file=prov.data.get("file"),
+            sha256=prov.data.get("sha256"),
+            points_prefill=prov.integer("points_prefill", 0, minimum=0),
+            points_decode=prov.integer("points_decode", 0, minimum=0),
+            mape_prefill=_optional_number(prov, "mape_prefill"),
+            max_error_prefill=_optional_number(prov, "max_error_prefill"),
+            mape_decode=_optional_number(prov, "mape_decode"),
+            max_error_decode=_optional_number(prov, "max_error_decode"),
+            outliers=tuple(str(o) for o in outliers),
+            notes=str(prov.data.get("notes") or ""),
+        ),
+    )
+
+
+def load_profiles(path: str | Path) -> dict[tuple[str, str, int, int], PhaseProfile]:
+    """Every profile in a file or a folder (``*.yaml``), keyed by (model, gpu, tp, pp)."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(path.glob("*.yaml"))
+        if not files:
+            raise PdplanError("no profile files (*.yaml) in folder", file=path)
+    else:
+        files = [path]
+    profiles: dict[tuple[str, str, int, int], PhaseProfile] = {}
+    for file in files:
+        profile = load_profile(file)
+        if profile.key in profiles:
+            raise PdplanError(f"second profile for {profile.shape}", file=file, field="model")
+        profiles[profile.key] = profile
+    return profiles
+
+
+def shipped_profiles_dir() -> Path:
+    """The profiles fitted from real measurements that ship with pdplan (also at ./profiles)."""
+    return Path(str(resources.files("pdplan") / "data" / "profiles"))
+
+
+@cache
+def shipped_profiles() -> dict[tuple[str, str, int, int], PhaseProfile]:
+    """The shipped profiles, loaded once."""
+    return load_profiles(shipped_profiles_dir())
