@@ -1,0 +1,57 @@
+"""The KV handoff ledger of 0x01A: which prompt blocks prefill computes and which it must send.
+
+Prefill computes what its own cache lacks; the handoff sends what the decode destination lacks.
+The two sets differ in general, and bytes on the link follow the transfer set.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Sequence
+
+from pdplan.modelspec import ModelSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class HandoffLedger:
+    """One request's three sets (0x01A), in prompt order."""
+
+    universe: tuple[int, ...]       #: U_r, the prompt's blocks
+    compute: tuple[int, ...]        #: C_P = U_r \ R_P, blocks prefill must compute
+    transfer: tuple[int, ...]       #: X_{P→D} = U_r \ V_D, blocks that must become visible at D
+
+
+def compute_set(universe: Sequence[int], reusable_at_prefill: Iterable[int]) -> tuple[int, ...]:
+    """C_P(r) = U_r \\ R_P(r): prompt state absent from the chosen prefill worker (0x01A)."""
+    reusable = set(reusable_at_prefill)
+    return tuple(b for b in universe if b not in reusable)
+
+
+def transfer_set(universe: Sequence[int], visible_at_decode: Iterable[int]) -> tuple[int, ...]:
+    """X_{P→D}(r) = U_r \\ V_D(r): prompt state absent from the decode destination (0x01A)."""
+    visible = set(visible_at_decode)
+    return tuple(b for b in universe if b not in visible)
+
+
+def ledger(universe: Sequence[int], reusable_at_prefill: Iterable[int],
+           visible_at_decode: Iterable[int]) -> HandoffLedger:
+    """All three sets for one request."""
+    return HandoffLedger(universe=tuple(universe),
+                         compute=compute_set(universe, reusable_at_prefill),
+                         transfer=transfer_set(universe, visible_at_decode))
+
+
+def transfer_bytes(blocks: int, block_tokens: int, model: ModelSpec) -> int:
+    """Logical handoff bytes ``|X| · B_block · L · 2 · H_kv · d_h · b`` (0x01A).
+
+    Padding, descriptors, checksums and framing belong to a physical-traffic ledger, not here.
+    """
+    return blocks * block_tokens * model.kv_bytes_per_token
+
+
+def payload_floor_s(payload_bytes: float, link_bytes_per_s: float) -> float:
+    """Payload-only lower bound ``T ≥ M / B_link`` (0x06; 2 GB at 25 GB/s → 80 ms).
+
+    Setup, conversion, validation and queueing add to it; they do not overlap for free.
+    """
+    return payload_bytes / link_bytes_per_s

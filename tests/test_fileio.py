@@ -1,0 +1,52 @@
+"""Reading inputs safely and writing outputs atomically."""
+
+import pytest
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import atomic_write_text, load_yaml, read_text
+
+
+def test_atomic_write_leaves_no_temp_file(tmp_path):
+    atomic_write_text(tmp_path / "out.txt", "hello\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
+    target = tmp_path / "out.txt"
+    target.write_text("old")
+
+    def crash(*args):
+        raise OSError("disk on fire")
+
+    monkeypatch.setattr("pdplan.fileio.os.replace", crash)
+    with pytest.raises(OSError):
+        atomic_write_text(target, "new")
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
+
+
+def test_binary_file_is_an_input_error_naming_the_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_bytes(b"a,b\n1,2\n\x00\x01")
+    with pytest.raises(PdplanError, match=r"t.csv:3: file contains binary data"):
+        read_text(path)
+
+
+def test_yaml_python_tag_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("a: 1\nb: !!python/object/apply:os.system ['echo pwned']\n")
+    with pytest.raises(PdplanError, match=r"x.yaml:2: invalid YAML"):
+        load_yaml(path)
+
+
+def test_yaml_mapping_remembers_key_lines(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("a: 1\n\nb:\n  c: 2\n")
+    data = load_yaml(path)
+    assert data.lines == {"a": 1, "b": 3}
+    assert data["b"].lines == {"c": 4}
+
+
+def test_missing_file_is_named(tmp_path):
+    with pytest.raises(PdplanError, match=r"nope.yaml: YAML file not found"):
+        load_yaml(tmp_path / "nope.yaml")

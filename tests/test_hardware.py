@@ -1,0 +1,73 @@
+"""GPU catalog and cluster files."""
+
+import pytest
+
+from pdplan.errors import PdplanError
+from pdplan.hardware import default_cluster_path, get_gpu, gpu_catalog, load_cluster
+
+
+def test_catalog_has_the_four_gpu_types():
+    assert {"a100-80gb", "h100-80gb", "h100-80gb-pcap", "h200-141gb"} <= set(gpu_catalog())
+
+
+def test_every_catalog_number_names_its_source():
+    for gpu in gpu_catalog().values():
+        if gpu.base is None:
+            assert {"memory_gb", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
+                    "usd_per_hour"} <= set(gpu.sources), gpu.name
+
+
+def test_capped_h100_runs_at_70_percent_of_rated_power_on_h100_hardware():
+    capped, full = get_gpu("h100-80gb-pcap"), get_gpu("h100-80gb")
+    assert capped.tdp_w == pytest.approx(0.7 * full.tdp_w)
+    assert capped.physical == "h100-80gb"
+    assert capped.memory_bytes == full.memory_bytes
+
+
+def test_unknown_gpu_lists_known_names():
+    with pytest.raises(PdplanError, match=r"unknown GPU 'b200' \(known: a100-80gb, h100-80gb, "):
+        get_gpu("b200")
+
+
+def test_shipped_cluster_loads_with_price_overrides():
+    cluster = load_cluster(default_cluster_path())
+    assert cluster.gpu_types == ("a100-80gb", "h100-80gb")
+    assert cluster.node("a100-dgx").gpus_per_node == 8
+
+
+def test_unbounded_node_count_is_none(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450,"
+                    " inter_node_gb_s: 50, count: unbounded}\n")
+    assert load_cluster(path).nodes[0].count is None
+
+
+NODE = "  - name: a\n    gpu: a100-80gb\n    gpus_per_node: 8\n    intra_node_gb_s: 300\n    inter_node_gb_s: 25\n    count: 2\n"
+
+BAD_CLUSTERS = [
+    ("", r"c.yaml: top level must be a mapping, got NoneType"),
+    ("nodes: []\n", r"c.yaml:1: nodes must be a non-empty list"),
+    ("nodes:\n" + NODE.replace("gpus_per_node: 8", "gpus_per_node: 0"),
+     r"c.yaml:4: nodes\[0\].gpus_per_node must be >= 1, got 0"),
+    ("nodes:\n" + NODE.replace("a100-80gb", "tpu-v5"),
+     r"c.yaml:3: nodes\[0\].gpu must be one of a100-80gb, h100-80gb, h100-80gb-pcap, h200-141gb, got 'tpu-v5'"),
+    ("nodes:\n" + NODE.replace("    count: 2\n", ""), None),
+    ("nodes:\n" + NODE + NODE, r"c.yaml:8: nodes\[1\].name must be unique across nodes, got 'a'"),
+    ("nodes:\n" + NODE.replace("inter_node_gb_s: 25", "inter_node_gb_s: -1"),
+     r"c.yaml:6: nodes\[0\].inter_node_gb_s must be > 0, got -1"),
+    ("nodes:\n" + NODE + "prices:\n  a100: 3\n", r"c.yaml:\d+: prices.a100 is not a known GPU"),
+    ("!!python/object/apply:os.system ['true']\n", r"c.yaml:1: invalid YAML"),
+]
+
+
+@pytest.mark.parametrize("text,message", BAD_CLUSTERS,
+                         ids=["empty", "no-nodes", "zero-gpus", "unknown-gpu", "count-defaults",
+                              "duplicate-name", "negative-bandwidth", "unknown-price-gpu", "python-tag"])
+def test_bad_cluster_file_names_file_line_and_field(tmp_path, text, message):
+    path = tmp_path / "c.yaml"
+    path.write_text(text)
+    if message is None:  # a missing count means unbounded, which is valid
+        assert load_cluster(path).nodes[0].count is None
+        return
+    with pytest.raises(PdplanError, match=message):
+        load_cluster(path)

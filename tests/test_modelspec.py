@@ -1,0 +1,159 @@
+"""Model geometry: the article's worked numbers and the memory-fit rules."""
+
+import pytest
+
+from pdplan.errors import PdplanError
+from pdplan.hardware import get_gpu
+from pdplan.modelspec import (
+    ModelSpec,
+    decode_work,
+    get_model,
+    kv_bytes_per_token,
+    kv_capacity_tokens,
+    kv_bytes_per_token_per_gpu,
+    load_model,
+    lower_bound_s,
+    mixed_work,
+    model_catalog,
+    prefill_work,
+    shape_rejection,
+    weight_bytes_per_gpu,
+)
+
+# The 0x02A executable fixture. The article states the geometry and the three results but not the
+# rows; these rows are derived from the stated results and reproduce all three to the printed digit:
+# prefill N_P = 16 new rows after T_0 = 8 visible rows; decode B = 3 requests with Σ s_i = 147.
+TOY = ModelSpec(name="toy-0x02A", layers=4, hidden=64, q_heads=8, kv_heads=2, head_dim=8, ffn=160,
+                vocab=1, parameters=163_904, dtype_bytes=2, mlp_matrices=3)
+C_FLOPS, R_BYTES = 1e12, 1e11
+
+
+def test_kv_bytes_per_token_matches_the_article_running_configuration():
+    """0x06: L=32, H_kv=8, d_h=128, b=2 → 131072 bytes (128 KiB) per token."""
+    assert kv_bytes_per_token(32, 8, 128, 2) == 131072
+
+
+def test_llama_3_1_8b_uses_the_running_configuration():
+    assert get_model("llama-3.1-8b").kv_bytes_per_token == 131072
+
+
+def test_toy_layer_has_the_swiglu_parameter_count():
+    """P_layer = d·H_q·d_h + 2·d·H_kv·d_h + H_q·d_h·d + 3·d·d_ff = 4096+2048+4096+30720."""
+    assert TOY.params_per_layer == 40960
+
+
+def test_toy_prefill_lower_bound_is_compute_bound_5_513_us():
+    work = prefill_work(TOY, new_rows=16, visible_before=8)
+    assert work.flops / C_FLOPS > work.state_bytes / R_BYTES
+    assert lower_bound_s(work, C_FLOPS, R_BYTES) * 1e6 == pytest.approx(5.513, abs=5e-4)
+
+
+def test_toy_decode_lower_bound_is_bandwidth_bound_3_661_us():
+    work = decode_work(TOY, [48, 49, 50])
+    assert work.state_bytes / R_BYTES > work.flops / C_FLOPS
+    assert lower_bound_s(work, C_FLOPS, R_BYTES) * 1e6 == pytest.approx(3.661, abs=5e-4)
+
+
+def test_toy_mixed_slot_is_6_647_us_and_1_816_times_the_decode_slot():
+    """0x02B: one mixed iteration reads the weights once and releases decode rows at its end."""
+    prefill = prefill_work(TOY, new_rows=16, visible_before=8)
+    decode = decode_work(TOY, [48, 49, 50])
+    mixed = lower_bound_s(mixed_work(prefill, decode), C_FLOPS, R_BYTES)
+    assert mixed * 1e6 == pytest.approx(6.647, abs=5e-4)
+    assert mixed / lower_bound_s(decode, C_FLOPS, R_BYTES) == pytest.approx(1.816, abs=5e-4)
+
+
+def test_prefill_causal_pairs_count_prefix_and_triangle():
+    """A_P = N_P·T_0 + N_P(N_P+1)/2."""
+    assert prefill_work(TOY, new_rows=16, visible_before=8).pairs == 16 * 8 + 16 * 17 / 2
+
+
+def test_every_embedded_model_agrees_with_its_parameter_count():
+    for model in model_catalog().values():
+        assert model.geometric_parameters == pytest.approx(model.parameters, rel=0.01), model.name
+
+
+def test_catalog_has_the_models_the_planner_needs():
+    assert {"llama2-70b", "llama-3.1-8b", "llama-3.1-70b", "opt-13b", "opt-66b", "opt-175b",
+            "bloom-176b", "qwen3-32b"} <= set(model_catalog())
+
+
+def test_llama2_70b_does_not_fit_one_a100():
+    reason = shape_rejection(get_model("llama2-70b"), get_gpu("a100-80gb"), 1, 1)
+    assert reason.startswith("TP1 PP1 a100-80gb: weights 138.0 GB per GPU > 72.0 GB usable")
+
+
+def test_tensor_parallelism_splits_weights_and_kv_heads():
+    model = get_model("llama2-70b")
+    assert weight_bytes_per_gpu(model, 4, 1) * 4 == pytest.approx(model.weight_bytes, rel=1e-3)
+    assert kv_bytes_per_token_per_gpu(model, 4, 1) * 4 == model.kv_bytes_per_token
+
+
+def test_tp_beyond_kv_heads_replicates_one_head_per_gpu():
+    model = get_model("llama-3.1-8b")  # 8 KV heads
+    assert kv_bytes_per_token_per_gpu(model, 16, 1) == kv_bytes_per_token_per_gpu(model, 8, 1)
+
+
+def test_tp_that_neither_divides_nor_multiplies_kv_heads_is_rejected():
+    reason = shape_rejection(get_model("llama2-70b"), get_gpu("h100-80gb"), 3, 1)
+    assert "neither divides nor is a multiple of 8 KV heads" in reason
+
+
+def test_tp_group_must_fit_inside_a_node():
+    reason = shape_rejection(get_model("llama2-70b"), get_gpu("h100-80gb"), 16, 1, gpus_per_node=8)
+    assert reason.endswith("TP 16 > 8 GPUs per node")
+
+
+def test_uneven_pipeline_split_sizes_memory_by_the_largest_stage():
+    model = get_model("llama2-70b")  # 80 layers over 3 stages → 27, 27, 26
+    assert kv_bytes_per_token_per_gpu(model, 1, 3) == kv_bytes_per_token(27, 8, 128, 2)
+
+
+def test_kv_capacity_is_free_memory_over_kv_bytes_per_token():
+    model, gpu = get_model("llama2-70b"), get_gpu("h100-80gb")
+    free = int(80e9 * 0.9) - weight_bytes_per_gpu(model, 8, 1)
+    assert kv_capacity_tokens(model, gpu, 8, 1) == free // (327680 // 8)
+
+
+def test_kv_capacity_is_zero_when_weights_do_not_fit():
+    assert kv_capacity_tokens(get_model("llama2-70b"), get_gpu("a100-80gb"), 1, 1) == 0
+
+
+def test_unknown_model_lists_the_known_ones():
+    with pytest.raises(PdplanError, match=r"unknown model 'gpt-5' \(known: bloom-176b, llama-3.1-70b"):
+        get_model("gpt-5")
+
+
+def test_user_model_yaml_is_loaded_by_path(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nlayers: 4\nhidden: 64\nq_heads: 8\nkv_heads: 2\nhead_dim: 8\n"
+                    "ffn: 160\nvocab: 1000\nparameters: 291840\n")
+    assert get_model(str(path)).kv_bytes_per_token == 4 * 2 * 2 * 8 * 2
+
+
+BAD_MODELS = [
+    ("layers: 0\n", r"tiny.yaml:2: layers must be >= 1, got 0"),
+    ("layers: four\n", r"tiny.yaml:2: layers must be an integer, got 'four'"),
+    ("kv_heads: 3\n", r"tiny.yaml:5: kv_heads must divide q_heads \(8\), got 3"),
+    ("parameters: 100\n", r"tiny.yaml:9: parameters disagrees with the geometry"),
+    ("colour: red\n", r"tiny.yaml:\d+: colour is not a known field"),
+    ("!!python/object:os.system {}\n", r"tiny.yaml:1: invalid YAML"),
+]
+
+
+@pytest.mark.parametrize("override,message", BAD_MODELS,
+                         ids=["zero-layers", "text-layers", "kv-heads", "parameters", "unknown", "python-tag"])
+def test_bad_model_file_names_file_line_and_field(tmp_path, override, message):
+    fields = {"name": "tiny", "layers": "4", "hidden": "64", "q_heads": "8", "kv_heads": "2",
+              "head_dim": "8", "ffn": "160", "vocab": "1000", "parameters": "291840"}
+    key = override.split(":")[0]
+    if key in fields:
+        fields[key] = override.split(":", 1)[1].strip()
+        text = "".join(f"{k}: {v}\n" for k, v in fields.items())
+    else:
+        text = override if override.startswith("!!") else "".join(
+            f"{k}: {v}\n" for k, v in fields.items()) + override
+    path = tmp_path / "tiny.yaml"
+    path.write_text(text)
+    with pytest.raises(PdplanError, match=message):
+        load_model(path)
