@@ -1,0 +1,103 @@
+"""Service-level objectives: which latency clock, what threshold, met by what share of requests."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import load_yaml
+from pdplan.schema import Fields
+
+METRICS = ("e2e", "tpot", "ttft")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Objective:
+    """``attainment`` of requests must see ``metric`` ≤ ``threshold_s`` (e.g. p90 TTFT ≤ 250 ms)."""
+
+    metric: str
+    threshold_s: float
+    attainment: float
+
+    def __post_init__(self):
+        if self.metric not in METRICS:
+            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+        if not self.threshold_s > 0:
+            raise ValueError(f"threshold_s must be > 0, got {self.threshold_s!r}")
+        if not 0 < self.attainment <= 1:
+            raise ValueError(f"attainment must be in (0, 1], got {self.attainment!r}")
+
+    @property
+    def label(self) -> str:
+        return f"p{self.attainment * 100:g} {self.metric.upper()} <= {self.threshold_s * 1e3:g} ms"
+
+
+@dataclass(frozen=True, kw_only=True)
+class SLO:
+    """All objectives a plan must meet at once; Splitwise checks p50, p90 and p99 of each clock."""
+
+    objectives: tuple[Objective, ...]
+
+    def __post_init__(self):
+        if not self.objectives:
+            raise ValueError("an SLO needs at least one objective")
+
+    def for_metric(self, metric: str) -> tuple[Objective, ...]:
+        return tuple(o for o in self.objectives if o.metric == metric)
+
+    def threshold_s(self, metric: str) -> float | None:
+        """The tightest threshold on ``metric``, used for per-request joint attainment."""
+        found = [o.threshold_s for o in self.for_metric(metric)]
+        return min(found) if found else None
+
+    def to_dict(self) -> list[dict]:
+        return [{"metric": o.metric, "threshold_s": o.threshold_s, "attainment": o.attainment}
+                for o in self.objectives]
+
+
+def slo_from_flags(ttft_s: float | None, tpot_s: float | None, attainment: float,
+                   e2e_s: float | None = None) -> SLO:
+    """The common case: one threshold per clock, one attainment fraction for all."""
+    if not 0 < attainment <= 1:
+        raise PdplanError(f"--attainment must be in (0, 1], got {attainment!r}", field="attainment")
+    objectives = []
+    for metric, value in (("ttft", ttft_s), ("tpot", tpot_s), ("e2e", e2e_s)):
+        if value is None:
+            continue
+        if not value > 0:
+            raise PdplanError(f"--{metric} must be > 0 seconds, got {value!r}", field=metric)
+        objectives.append(Objective(metric=metric, threshold_s=value, attainment=attainment))
+    if not objectives:
+        raise PdplanError("no SLO given: pass --ttft and/or --tpot (seconds) or --slo FILE", field="slo")
+    return SLO(objectives=tuple(objectives))
+
+
+def load_slo(path: str | Path) -> SLO:
+    """Read an SLO YAML: ``objectives: [{metric: ttft, threshold_ms: 250, attainment: 0.9}, …]``."""
+    top = Fields(load_yaml(path, what="SLO file"), path)
+    top.reject_unknown({"objectives"})
+    objectives = []
+    for item in top.items("objectives"):
+        item.reject_unknown({"metric", "threshold_ms", "attainment"})
+        objectives.append(Objective(
+            metric=item.string("metric", choices=list(METRICS)),
+            threshold_s=item.number("threshold_ms", minimum=0, exclusive=True) / 1e3,
+            attainment=item.number("attainment", minimum=0, exclusive=True, maximum=1),
+        ))
+    return SLO(objectives=tuple(objectives))
+
+
+def attainment(values_s: np.ndarray, threshold_s: float) -> float:
+    """a = mean(1{metric ≤ τ}) over requests (0x08C); NaN values (no such clock) pass."""
+    values = np.asarray(values_s, dtype=float)
+    if len(values) == 0:
+        return float("nan")
+    return float(np.mean(np.isnan(values) | (values <= threshold_s)))
+
+
+def meets(slo: SLO, metrics: dict[str, np.ndarray]) -> bool:
+    """Whether every objective holds on these per-request clocks (``{"ttft": array, …}``)."""
+    return all(attainment(metrics[o.metric], o.threshold_s) >= o.attainment for o in slo.objectives)
