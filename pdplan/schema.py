@@ -77,7 +77,7 @@ class Fields:
         value = self.require(key)
         if not isinstance(value, list) or not value:
             raise self.fail(key, "must be a non-empty list", value)
-        return [Fields(item, self.file, f"{self.name(key)}[{i}]", line=self.line_of(key))
+        return [Fields(item, self.file, f"{self.name(key)}[{i}]", line=_first_line(item, self.line_of(key)))
                 for i, item in enumerate(value)]
 
     def reject_unknown(self, allowed: set[str]) -> None:
@@ -91,3 +91,9 @@ class Fields:
             raise self.fail(key, f"must be {'>' if exclusive else '>='} {minimum:g}", value)
         if maximum is not None and value > maximum:
             raise self.fail(key, f"must be <= {maximum:g}", value)
+
+
+def _first_line(item: Any, fallback: int | None) -> int | None:
+    """The line a list item starts on: its first key's line when the loader recorded it."""
+    lines = getattr(item, "lines", None)
+    return min(lines.values()) if lines else fallback
