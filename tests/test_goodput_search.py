@@ -1,0 +1,79 @@
+"""The goodput search against closed forms, and the 0x08C replica fixture."""
+
+import numpy as np
+import pytest
+
+from pdplan.goodput import (
+    Probe,
+    SearchSettings,
+    find_goodput,
+    joint_attainment,
+    per_gpu,
+    probe_from_clocks,
+    replicas_for,
+    system_goodput,
+)
+from pdplan.queueing import md1_ttft_s
+from pdplan.slo import slo_from_flags
+
+
+def threshold_probe(capacity):
+    return lambda rate: Probe(rate_rps=rate, attainment_ttft=1.0, attainment_tpot=None,
+                              attainment_joint=1.0, meets=rate <= capacity)
+
+
+def test_search_lands_within_tolerance_below_the_true_goodput():
+    search = find_goodput(threshold_probe(7.3), start_rps=1.0, settings=SearchSettings(tolerance_rel=0.01))
+    assert 7.3 * 0.99 <= search.goodput_rps <= 7.3
+
+
+def test_search_never_reports_a_rate_that_failed():
+    search = find_goodput(threshold_probe(7.3), start_rps=50.0, settings=SearchSettings())
+    assert all(p.meets for p in search.probes if p.rate_rps <= search.goodput_rps)
+    assert any(p.rate_rps == search.goodput_rps and p.meets for p in search.probes)
+
+
+def test_goodput_is_zero_when_no_rate_meets_the_slo():
+    assert find_goodput(threshold_probe(0.0), start_rps=1.0, settings=SearchSettings()).goodput_rps == 0.0
+
+
+def test_search_recovers_the_md1_mean_ttft_rate():
+    """Mean TTFT ≤ 0.25 s with D = 0.1 s: closed form R = 2w/(D² + 2wD), w = 0.15 → 7.5 rps."""
+    def probe(rate):
+        ok = md1_ttft_s(rate, 0.1) <= 0.25
+        return Probe(rate_rps=rate, attainment_ttft=float(ok), attainment_tpot=None,
+                     attainment_joint=float(ok), meets=ok)
+
+    search = find_goodput(probe, start_rps=1.0, settings=SearchSettings(tolerance_rel=0.001))
+    assert search.goodput_rps == pytest.approx(7.5, rel=1e-3)
+
+
+def test_probes_come_back_sorted_by_rate():
+    rates = [p.rate_rps for p in find_goodput(threshold_probe(5), start_rps=3, settings=SearchSettings()).probes]
+    assert rates == sorted(rates)
+
+
+def test_joint_attainment_counts_requests_meeting_both_clocks():
+    """Marginals 0.5 and 0.5 but no request meets both: joint is 0, not 0.25 or 0.5."""
+    slo = slo_from_flags(0.25, 0.1, 0.5)
+    clocks = {"ttft": np.array([0.1, 0.9]), "tpot": np.array([0.9, 0.01]), "e2e": np.array([1.0, 1.0])}
+    assert joint_attainment(slo, clocks) == 0.0
+
+
+def test_saturated_probe_never_meets():
+    slo = slo_from_flags(0.25, 0.1, 0.9)
+    clocks = {"ttft": np.array([0.1]), "tpot": np.array([0.01]), "e2e": np.array([1.0])}
+    assert not probe_from_clocks(3.0, slo, clocks, saturated=True).meets
+
+
+def test_article_fixture_two_prefill_one_decode_six_gpus():
+    """0x08C: 10 rps target, prefill 8 rps on 2 GPUs, decode 12 rps on 2 GPUs."""
+    n_p, n_d = replicas_for(10, 8), replicas_for(10, 12)
+    assert (n_p, n_d) == (2, 1)
+    system = system_goodput(8, n_p, 12, n_d)
+    assert system == 12
+    assert per_gpu(system, 2 * n_p + 2 * n_d) == 2.0
+
+
+def test_replicas_for_an_exact_multiple_is_not_rounded_up():
+    assert replicas_for(12, 4) == 3
