@@ -138,3 +138,16 @@ def replicas_for(target_rps: float, goodput_rps: float) -> int:
 def per_gpu(system_rps: float, gpus_total: int) -> float:
     """Goodput per GPU divides by all GPUs in both pools (0x0A)."""
     return system_rps / gpus_total
+
+
+def mixed_pool_goodput(prompt_machines: int, prompt_rps: float, token_machines: int, token_rps: float,
+                       borrowed: int, mixed_rps: float) -> float:
+    """Splitwise mixed pool ``min((N_P − b)g_P + b·g_M, N_T·g_T + b·g_M)`` (0x08G).
+
+    A borrowed prompt machine runs both phases of its own requests, so its mixed rate g_M counts
+    once on each side; it is not a second machine (2×6, 2×4, b = 1, g_M = 4 → 10 rps, from 8).
+    """
+    if not 0 <= borrowed <= prompt_machines:
+        raise ValueError("borrowed must be between 0 and the prompt machines")
+    return min((prompt_machines - borrowed) * prompt_rps + borrowed * mixed_rps,
+               token_machines * token_rps + borrowed * mixed_rps)

@@ -55,3 +55,16 @@ def payload_floor_s(payload_bytes: float, link_bytes_per_s: float) -> float:
     Setup, conversion, validation and queueing add to it; they do not overlap for free.
     """
     return payload_bytes / link_bytes_per_s
+
+
+def link_demand_bytes_per_s(rate_rps: float, bytes_per_request: float) -> float:
+    """Minimum KV payload demand ``B = g_system · M_KV`` (0x08D: 64 MiB at 12 rps → 768 MiB/s)."""
+    return rate_rps * bytes_per_request
+
+
+def link_fits(demand_bytes_per_s: float, capacity_bytes_per_s: float, headroom: float = 1.0) -> bool:
+    """Whether logical demand fits the path at ``headroom`` of its capacity (0x08D).
+
+    Headroom below 1 leaves room for framing, retries and contention that the logical ledger omits.
+    """
+    return demand_bytes_per_s <= headroom * capacity_bytes_per_s

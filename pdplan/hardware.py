@@ -127,6 +127,19 @@ class Cluster:
                 return node
         raise KeyError(name)
 
+    def priced_gpu(self, name: str) -> GPU:
+        """GPU type ``name`` at this cluster's price; a capped type costs what its base costs here."""
+        gpu = get_gpu(name)
+        for node in self.nodes:
+            if node.gpu.name == gpu.physical:
+                return replace(gpu, usd_per_hour=node.gpu.usd_per_hour)
+        return gpu
+
+    def nodes_for(self, gpu_name: str) -> tuple[NodeType, ...]:
+        """Node types whose hardware can run GPU type ``gpu_name`` (a capped type runs on its base)."""
+        physical = get_gpu(gpu_name).physical
+        return tuple(n for n in self.nodes if n.gpu.name == physical)
+
     @property
     def gpu_types(self) -> tuple[str, ...]:
         """GPU type names present in the inventory, sorted."""

@@ -77,3 +77,11 @@ def test_article_fixture_two_prefill_one_decode_six_gpus():
 
 def test_replicas_for_an_exact_multiple_is_not_rounded_up():
     assert replicas_for(12, 4) == 3
+
+
+def test_splitwise_mixed_pool_lifts_capacity_from_8_to_10_rps():
+    """0x08G: two prompt workers at 6 rps, two token workers at 4 rps; borrow one at 4 rps mixed."""
+    from pdplan.goodput import mixed_pool_goodput
+
+    assert mixed_pool_goodput(2, 6, 2, 4, borrowed=0, mixed_rps=4) == 8
+    assert mixed_pool_goodput(2, 6, 2, 4, borrowed=1, mixed_rps=4) == 10

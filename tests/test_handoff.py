@@ -27,3 +27,23 @@ def test_transfer_bytes_of_the_toy_manifest_are_7168():
 
 def test_payload_floor_of_2_gb_at_25_gb_per_s_is_80_ms():
     assert payload_floor_s(2e9, 25e9) == pytest.approx(0.080)
+
+
+MIB = 2**20
+
+
+def test_article_link_demand_is_768_mib_per_s():
+    """0x08D: 256 tokens × 64 layers × 2 × 8 heads × 128 × 2 B = 64 MiB per request, at 12 rps."""
+    from pdplan.handoff import link_demand_bytes_per_s
+    from pdplan.modelspec import kv_bytes_per_token
+
+    per_request = 256 * kv_bytes_per_token(64, 8, 128, 2)
+    assert per_request == 64 * MIB
+    assert link_demand_bytes_per_s(12, per_request) == 768 * MIB
+
+
+def test_768_mib_per_s_fits_a_4_gib_path_but_not_a_256_mib_path():
+    from pdplan.handoff import link_fits
+
+    assert link_fits(768 * MIB, 4 * 1024 * MIB)
+    assert not link_fits(768 * MIB, 256 * MIB)
