@@ -1,0 +1,179 @@
+"""CP-SAT placement against the article's fixtures and against exhaustive enumeration."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from pdplan.errors import InfeasibleError
+from pdplan.hardware import Cluster, NodeType, get_gpu
+from pdplan.placement import Candidate, Problem, node_patterns, solve
+
+GIB, MIB = 2**30, 2**20
+
+
+def cluster_of(*nodes):
+    return Cluster(nodes=tuple(nodes))
+
+
+def node(name="n", gpu="a100-80gb", gpus=4, count=2, inter=4 * GIB):
+    return NodeType(name=name, gpu=get_gpu(gpu), gpus_per_node=gpus, intra_node_bytes_per_s=8 * GIB,
+                    inter_node_bytes_per_s=inter, count=count)
+
+
+FIXTURE = (Candidate(phase="prefill", gpu="a100-80gb", tp=2, pp=1, goodput_rps=8),
+           Candidate(phase="decode", gpu="a100-80gb", tp=2, pp=1, goodput_rps=12))
+
+
+def test_article_fixture_places_two_prefill_and_one_decode_on_six_gpus():
+    """0x08C: 10 rps; prefill 8 rps / 2 GPUs, decode 12 rps / 2 GPUs → 2 + 1, 6 GPUs, 12 rps, 2 rps/GPU."""
+    sol = solve(Problem(candidates=FIXTURE, cluster=cluster_of(node()), mode="disaggregated",
+                        target_rps=10, objective="gpus"))
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 2, "decode": 1}
+    assert sol.gpus_total == 6
+    assert sol.goodput_rps == 12
+    assert sol.goodput_rps / sol.gpus_total == 2.0
+    assert sol.status == "OPTIMAL" and sol.gap == 0
+
+
+def with_kv(candidates, bytes_per_request):
+    return tuple(Candidate(phase=c.phase, gpu=c.gpu, tp=c.tp, pp=c.pp, goodput_rps=c.goodput_rps,
+                           kv_bytes_per_request=bytes_per_request) for c in candidates)
+
+
+def test_768_mib_per_s_handoff_fits_a_4_gib_per_s_path():
+    """0x08D: 64 MiB per request at 12 rps; each 2-GPU instance has 2 × 2 GiB/s = 4 GiB/s."""
+    sol = solve(Problem(candidates=with_kv(FIXTURE, 64 * MIB), cluster=cluster_of(node(inter=2 * GIB)),
+                        mode="disaggregated", target_rps=10, objective="gpus", link_headroom=1.0))
+    assert sol.gpus_total == 6
+
+
+def test_768_mib_per_s_handoff_is_rejected_on_a_256_mib_per_s_path():
+    with pytest.raises(InfeasibleError, match=r"decode a100-80gb TP2 PP1: KV handoff 0.81 GB/s at 12 rps > 100% of 0.3 GB/s"):
+        solve(Problem(candidates=with_kv(FIXTURE, 64 * MIB), cluster=cluster_of(node(inter=128 * MIB)),
+                      mode="disaggregated", target_rps=10, objective="gpus", link_headroom=1.0))
+
+
+def test_infeasible_inventory_is_named():
+    with pytest.raises(InfeasibleError, match="node counts cannot hold enough instances"):
+        solve(Problem(candidates=FIXTURE, cluster=cluster_of(node(count=1)), mode="disaggregated",
+                      target_rps=10, objective="gpus"))
+
+
+def test_infeasible_budget_is_named():
+    with pytest.raises(InfeasibleError, match="budget is too small"):
+        solve(Problem(candidates=FIXTURE, cluster=cluster_of(node()), mode="disaggregated",
+                      target_rps=10, objective="gpus", max_gpus=4))
+
+
+def test_fleet_that_excludes_every_shape_is_named():
+    with pytest.raises(InfeasibleError, match=r"no usable prefill/decode shape \(fleet rules them out"):
+        solve(Problem(candidates=FIXTURE, cluster=cluster_of(node()), mode="disaggregated",
+                      target_rps=10, objective="gpus", fleet="HH"))
+
+
+def test_goodput_objective_fills_the_budget():
+    sol = solve(Problem(candidates=FIXTURE, cluster=cluster_of(node(count=4)), mode="disaggregated",
+                        target_rps=None, objective="goodput", max_gpus=10))
+    assert sol.goodput_rps == 24  # 3 prefill (24) + 2 decode (24) on 10 GPUs
+
+
+def test_capped_decode_runs_on_h100_nodes():
+    cands = (Candidate(phase="prefill", gpu="h100-80gb", tp=2, pp=1, goodput_rps=8),
+             Candidate(phase="decode", gpu="h100-80gb-pcap", tp=2, pp=1, goodput_rps=12))
+    sol = solve(Problem(candidates=cands, cluster=cluster_of(node(gpu="h100-80gb")), mode="disaggregated",
+                        target_rps=10, objective="power", fleet="HHcap"))
+    assert sol.power_w == pytest.approx(4 * 700 + 2 * 490)
+
+
+def test_pipeline_stages_each_take_a_tp_group():
+    cands = (Candidate(phase="colocated", gpu="a100-80gb", tp=2, pp=2, goodput_rps=5),)
+    sol = solve(Problem(candidates=cands, cluster=cluster_of(node(gpus=2, count=2)), mode="colocated",
+                        target_rps=4, objective="gpus"))
+    (inst,) = sol.instances
+    assert inst.stage_nodes == ("n-0", "n-1")
+
+
+def test_node_patterns_are_maximal_fillings():
+    assert sorted(tuple(sorted(p.items())) for p in node_patterns(4, (1, 2))) == [
+        ((1, 0), (2, 2)), ((1, 2), (2, 1)), ((1, 4), (2, 0))]
+
+
+# --- brute force ------------------------------------------------------------------------------
+
+def packs(groups, capacities):
+    """Exhaustive: can TP groups (sizes) be assigned to nodes (free GPUs) without overflow?"""
+    groups = sorted(groups, reverse=True)
+
+    def place(i, free):
+        if i == len(groups):
+            return True
+        tried = set()  # nodes with equal free room are interchangeable
+        for k, room in enumerate(free):
+            if room >= groups[i] and room not in tried:
+                tried.add(room)
+                free[k] -= groups[i]
+                if place(i + 1, free):
+                    return True
+                free[k] += groups[i]
+        return False
+
+    return place(0, list(capacities))
+
+
+def brute_force(problem):
+    """Minimum GPUs / cents / watts over every replica vector, checking packing exhaustively."""
+    cands = [c for c in problem.candidates if c.phase in problem.phases]
+    best = None
+    bounds = [range(0, math.ceil(problem.target_rps / c.goodput_rps) + 1) for c in cands]
+    for counts in itertools.product(*bounds):
+        ok = all(sum(math.floor(c.goodput_rps * 1000 + 1e-9) * k for c, k in zip(cands, counts) if c.phase == p)
+                 >= math.ceil(problem.target_rps * 1000 - 1e-9) for p in problem.phases)
+        if not ok:
+            continue
+        by_type = {}
+        for c, k in zip(cands, counts):
+            by_type.setdefault(get_gpu(c.gpu).physical, []).extend([c.tp] * (k * c.pp))
+        if not all(packs(groups, [n.gpus_per_node for n in problem.cluster.nodes if n.gpu.name == gpu
+                                  for _ in range(n.count)]) for gpu, groups in by_type.items()):
+            continue
+        value = {"gpus": sum(c.gpus * k for c, k in zip(cands, counts)),
+                 "cost": sum(round(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * 100) * k
+                             for c, k in zip(cands, counts)),
+                 "power": sum(round(problem.cluster.priced_gpu(c.gpu).tdp_w * c.gpus) * k
+                              for c, k in zip(cands, counts))}[problem.objective]
+        best = value if best is None else min(best, value)
+    return best
+
+
+def random_problem(rng):
+    gpu_types = list(rng.choice(["a100-80gb", "h100-80gb"], size=rng.integers(1, 3), replace=False))
+    nodes, total_nodes = [], 0
+    for i, gpu in enumerate(gpu_types):
+        count = int(rng.integers(1, 3 if len(gpu_types) == 2 else 5))
+        total_nodes += count
+        nodes.append(node(name=f"t{i}", gpu=gpu, gpus=int(rng.choice([2, 4, 8])), count=count))
+    mode = "colocated" if rng.random() < 0.25 else "disaggregated"
+    phases = ("colocated",) if mode == "colocated" else ("prefill", "decode")
+    cands = []
+    for phase in phases:
+        for _ in range(int(rng.integers(1, 4))):
+            cands.append(Candidate(phase=phase, gpu=str(rng.choice(gpu_types)), tp=int(rng.choice([1, 2, 4])),
+                                   pp=int(rng.choice([1, 1, 2])), goodput_rps=round(float(rng.uniform(0.5, 6)), 3)))
+    return Problem(candidates=tuple(dict.fromkeys(cands)), cluster=cluster_of(*nodes), mode=mode,
+                   target_rps=round(float(rng.uniform(1, 9)), 2), objective=str(rng.choice(["gpus", "cost", "power"])))
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_cp_sat_matches_exhaustive_enumeration(seed):
+    problem = random_problem(np.random.default_rng(seed))
+    expected = brute_force(problem)
+    if expected is None:
+        with pytest.raises(InfeasibleError):
+            solve(problem)
+        return
+    sol = solve(problem)
+    scale = {"gpus": 1, "cost": 100, "power": 1}[problem.objective]
+    assert sol.status == "OPTIMAL"
+    assert round(sol.objective * scale) == expected
