@@ -5,8 +5,9 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import yaml
 
@@ -86,25 +87,39 @@ def sha256_file(path: str | Path) -> str:
     return digest.hexdigest()
 
 
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` via a temp file in the same folder and a rename.
+@contextmanager
+def atomic_output(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
+    """Yield a temp path beside ``path``; on success rename it over ``path``, else delete it.
 
     A crash or an error half-way leaves either the old file or none, never a partial one.
+    The file gets the permissions a plain ``open(path, "w")`` would (mkstemp's are 0600).
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=folder)
     except OSError as err:
         raise PdplanError(f"cannot write output: {err.strerror}", file=path) from None
+    os.close(fd)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
+        yield Path(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, target)
-    except BaseException:
+    finally:
         Path(tmp).unlink(missing_ok=True)
-        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (see :func:`atomic_output`)."""
+    with atomic_output(path) as tmp:
+        tmp.write_text(text, encoding="utf-8", newline="\n")
 
 
 def dump_yaml(data: Any) -> str:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -12,26 +10,17 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pdplan.errors import PdplanError  # noqa: E402
+from pdplan.fileio import atomic_output  # noqa: E402
 from pdplan.goodput import Probe  # noqa: E402
 
 
 def save_figure(fig, path: str | Path) -> None:
-    """Save a figure as PNG via a temp file and a rename, so no partial image is left behind."""
-    target = Path(path)
+    """Save a figure as PNG atomically; fixed metadata keeps the bytes identical across runs."""
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".png", dir=target.parent)
-    except OSError as err:
-        raise PdplanError(f"cannot write plot: {err.strerror}", file=path) from None
-    os.close(fd)
-    try:
-        # Fixed metadata keeps the bytes identical across runs.
-        fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
-        os.replace(tmp, target)
+        with atomic_output(path, suffix=".png") as tmp:
+            fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
 
 
 def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: float,

@@ -50,3 +50,8 @@ def test_yaml_mapping_remembers_key_lines(tmp_path):
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(PdplanError, match=r"nope.yaml: YAML file not found"):
         load_yaml(tmp_path / "nope.yaml")
+
+
+def test_atomic_write_gives_ordinary_permissions(tmp_path):
+    atomic_write_text(tmp_path / "out.txt", "x")
+    assert (tmp_path / "out.txt").stat().st_mode & 0o644 == 0o644
