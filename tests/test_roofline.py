@@ -1,0 +1,232 @@
+"""Roofline profiles: each phase is max(compute, memory) + communication + a per-layer cost."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pdplan.errors import PdplanError
+from pdplan.hardware import GPU, get_gpu
+from pdplan.modelspec import ModelSpec, decode_work, get_model, lower_bound_s, prefill_work
+from pdplan.network import network_for
+from pdplan.profiles import load_profile, save_profile
+from pdplan.roofline import (
+    CALIBRATION,
+    DEFAULT_EFFICIENCY,
+    DEFAULT_MAX_PREFILL_BATCH_TOKENS,
+    Efficiency,
+    calibrate_efficiency,
+    load_splitwise_points,
+    phase_terms,
+    pipeline_hops,
+    profile_for,
+    roofline_errors,
+    roofline_profile,
+)
+
+LLAMA70 = get_model("llama2-70b")
+H100, A100, H100CAP = get_gpu("h100-80gb"), get_gpu("a100-80gb"), get_gpu("h100-80gb-pcap")
+EC, EB, T_LAYER = DEFAULT_EFFICIENCY.compute, DEFAULT_EFFICIENCY.bandwidth, DEFAULT_EFFICIENCY.layer_overhead_s
+
+# 0x02A's toy block (see tests/test_modelspec.py) on 0x02B's synthetic machine, C = 1e12 FLOP/s
+# and R = 1e11 B/s, at full efficiency and no per-layer cost: the roofline is the lower bound.
+TOY = ModelSpec(name="toy-0x02A", layers=4, hidden=64, q_heads=8, kv_heads=2, head_dim=8, ffn=160,
+                vocab=1, parameters=163_904, dtype_bytes=2, mlp_matrices=3)
+TOY_GPU = GPU(name="toy-gpu", memory_bytes=10**9, flops_per_s=1e12, hbm_bytes_per_s=1e11,
+              nvlink_bytes_per_s=1e11, network_bytes_per_s=1e10, tdp_w=1, usd_per_hour=0)
+IDEAL = dict(compute_efficiency=1.0, bandwidth_efficiency=1.0, layer_overhead_s=0.0)
+
+
+def tp_all_reduce_s(gpu, tp, rows):
+    """Two ring all-reduces per layer of rows × hidden × 2 bytes, from the shipped constants."""
+    fit = network_for(gpu).fit_for("all_reduce", tp, intra_node=True)
+    per = fit.alpha_s + 2 * (tp - 1) / tp * rows * 8192 * 2 / fit.beta_bytes_per_s
+    return 2 * 80 * per
+
+
+def test_long_prefill_is_compute_bound_and_equals_flops_over_effective_throughput_plus_comm():
+    """One 8192-token prompt, llama2-70b H100 TP4: F/(tp·C·e_c) + 2L all-reduces + L·t_layer."""
+    profile = roofline_profile(LLAMA70, H100, 4, 1)
+    l = 8192
+    flops = 2 * 80 * l * 855_638_016 + 4 * 80 * 64 * 128 * l * (l + 1) / 2
+    compute = flops / (4 * 989e12 * EC)
+    weights = math.ceil((80 * 855_638_016 + 32000 * 8192) / 4) * 2
+    memory = (weights + l * 80 * 2 * 2 * 128 * 2) / (3.35e12 * EB)
+    assert compute > 10 * memory
+    expected = compute + tp_all_reduce_s(H100, 4, l) + 80 * T_LAYER
+    assert profile.prefill_time_s([l]) == pytest.approx(expected, rel=1e-12)
+
+
+def test_batch_one_decode_is_memory_bound_and_equals_weights_over_effective_bandwidth_plus_comm():
+    """B = 1 with 600 tokens of context, llama2-70b H100 TP4: (weights + 601 tokens of K/V)/(R·e_b)."""
+    profile = roofline_profile(LLAMA70, H100, 4, 1)
+    weights = math.ceil((80 * 855_638_016 + 32000 * 8192) / 4) * 2
+    kv_per_token = 80 * 2 * 2 * 128 * 2          # 2 of 8 KV heads on each of 4 ranks
+    memory = (weights + (600 + 1) * kv_per_token) / (3.35e12 * EB)
+    compute = (2 * 80 * 855_638_016 + 4 * 80 * 64 * 128 * 600) / (4 * 989e12 * EC)
+    assert memory > 10 * compute
+    expected = memory + tp_all_reduce_s(H100, 4, 1) + 80 * T_LAYER
+    assert profile.decode_step_s(1, 600) == pytest.approx(expected, rel=1e-12)
+
+
+def test_toy_decode_is_the_0x02B_lower_bound_3_661_us_plus_the_output_head():
+    """B = 3, Σs = 147: 3.661 µs of block weights and K/V, plus the 64 × 1 × 2-byte head it also reads."""
+    profile = roofline_profile(TOY, TOY_GPU, 1, 1, **IDEAL)
+    bound = lower_bound_s(decode_work(TOY, [48, 49, 50]), 1e12, 1e11)
+    assert bound * 1e6 == pytest.approx(3.661, abs=5e-4)
+    assert profile.decode_step_s(3, 147) == pytest.approx(bound + 64 * 1 * 2 / 1e11, rel=1e-12)
+
+
+def test_toy_fresh_prefill_is_the_0x02B_compute_bound():
+    """16 new rows, no prefix: F = 2·4·16·40960 + 4·4·8·8·136 = 5,382,144 FLOPs → 5.382 µs."""
+    profile = roofline_profile(TOY, TOY_GPU, 1, 1, **IDEAL)
+    bound = lower_bound_s(prefill_work(TOY, new_rows=16, visible_before=0), 1e12, 1e11)
+    assert bound == pytest.approx(5_382_144 / 1e12, rel=1e-12)
+    assert profile.prefill_time_s([16]) == pytest.approx(bound, rel=1e-12)
+
+
+def test_prefill_attention_is_the_causal_triangle_of_each_prompt():
+    """Two prompts of 8 cost Σ l(l+1)/2 = 72 pairs, one prompt of 16 costs 136 (toy, compute-bound)."""
+    profile = roofline_profile(TOY, TOY_GPU, 1, 1, **IDEAL)
+    linear = 2 * 4 * 16 * 40960
+    assert profile.prefill_time_s([8, 8]) == pytest.approx((linear + 4 * 4 * 64 * 72) / 1e12, rel=1e-12)
+
+
+def test_more_tensor_parallelism_halves_compute_but_adds_all_reduces():
+    llama8 = get_model("llama-3.1-8b")
+    (p1, _), (p2, _) = phase_terms(llama8, H100, 1, 1), phase_terms(llama8, H100, 2, 1)
+    assert p2.compute_s[1] == pytest.approx(p1.compute_s[1] / 2, rel=1e-12)
+    assert p1.comm_s == (0.0, 0.0, 0.0)
+    fit = network_for(H100).fit_for("all_reduce", 2, intra_node=True)
+    assert p2.comm_s[0] == pytest.approx(2 * 32 * fit.alpha_s, rel=1e-12)
+    assert p2.comm_s[1] == pytest.approx(2 * 32 * 1.0 * 4096 * 2 / fit.beta_bytes_per_s, rel=1e-12)
+
+
+def test_pipeline_adds_one_send_per_stage_boundary_to_the_sum_of_stage_times():
+    """TP4 PP2 on one 8-GPU node = TP4 PP1 + one in-node hop of N × hidden × 2 bytes."""
+    pp1 = roofline_profile(LLAMA70, H100, 4, 1)
+    pp2 = roofline_profile(LLAMA70, H100, 4, 2)
+    hop = network_for(H100).fit_for("send_recv", 2, intra_node=True)
+    for rows in (1, 4096):
+        extra = hop.alpha_s + rows * 8192 * 2 / hop.beta_bytes_per_s
+        assert pp2.prefill_time_s([rows]) - pp1.prefill_time_s([rows]) == pytest.approx(extra, rel=1e-9)
+
+
+def test_stage_boundaries_cross_nodes_where_the_packing_does():
+    assert pipeline_hops(4, 4, 8) == (2, 1)
+    assert pipeline_hops(8, 2, 8) == (0, 1)
+    assert pipeline_hops(2, 4, 8) == (3, 0)
+
+
+def test_a100_tp1_llama2_70b_is_refused_naming_the_weights():
+    with pytest.raises(PdplanError) as err:
+        roofline_profile(LLAMA70, A100, 1, 1)
+    assert str(err.value) == ("llama2-70b TP1 PP1 a100-80gb: weights 138.0 GB per GPU > 72.0 GB "
+                              "usable (90% of 80 GB)")
+
+
+def test_capped_h100_prefill_compute_is_slower_by_the_measured_1_3():
+    """Same comm and per-layer cost; the compute part of a compute-bound prefill grows 1.3×."""
+    fixed = tp_all_reduce_s(H100, 4, 8192) + 80 * T_LAYER
+    capped = roofline_profile(LLAMA70, H100CAP, 4, 1).prefill_time_s([8192])
+    uncapped = roofline_profile(LLAMA70, H100, 4, 1).prefill_time_s([8192])
+    assert capped - fixed == pytest.approx(1.3 * (uncapped - fixed), rel=1e-12)
+
+
+def test_capped_h100_memory_bound_decode_is_unchanged():
+    capped = roofline_profile(LLAMA70, H100CAP, 4, 1).decode_step_s(1, 600)
+    assert capped == roofline_profile(LLAMA70, H100, 4, 1).decode_step_s(1, 600)
+
+
+def test_profile_records_roofline_provenance_and_efficiencies():
+    prov = roofline_profile(LLAMA70, H100CAP, 4, 2).provenance
+    assert prov.source == "roofline"
+    assert prov.method == ("roofline max(compute, memory) + comm + L*overhead; compute_efficiency=0.54, "
+                           "bandwidth_efficiency=1, layer_overhead_us=250")
+    assert "h100-80gb's constants" in prov.notes and "1 in-node and 0 cross-node hops" in prov.notes
+    assert "compute throughput / 1.3" in prov.notes
+
+
+def test_prefill_batch_cap_is_the_default_or_the_kv_capacity_whichever_is_smaller():
+    roomy = roofline_profile(LLAMA70, H100, 8, 1)
+    assert roomy.max_prefill_batch_tokens == DEFAULT_MAX_PREFILL_BATCH_TOKENS
+    tight = roofline_profile(LLAMA70, A100, 2, 1, memory_utilization=0.88)
+    assert tight.max_prefill_batch_tokens == tight.kv_capacity_tokens < DEFAULT_MAX_PREFILL_BATCH_TOKENS
+
+
+def test_roofline_profile_survives_a_profile_file_round_trip(tmp_path):
+    profile = roofline_profile(LLAMA70, H100, 4, 2)
+    save_profile(profile, tmp_path / "p.yaml")
+    again = load_profile(tmp_path / "p.yaml")
+    assert again.prefill_time_s([1000, 300]) == pytest.approx(profile.prefill_time_s([1000, 300]), rel=1e-12)
+    assert again.provenance == profile.provenance
+
+
+def test_profile_for_prefers_the_measured_profile():
+    measured = roofline_profile(LLAMA70, H100, 4, 1, compute_efficiency=0.3)
+    assert profile_for(LLAMA70, H100, 4, 1, {measured.key: measured}) is measured
+
+
+def test_profile_for_falls_back_to_the_roofline():
+    got = profile_for(LLAMA70, H100, 8, 1, {})
+    assert got.provenance.source == "roofline" and got.key == ("llama2-70b", "h100-80gb", 8, 1)
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"compute_efficiency": 0.0}, "compute efficiency must be in (0, 1], got 0.0"),
+    ({"bandwidth_efficiency": 1.5}, "bandwidth efficiency must be in (0, 1], got 1.5"),
+    ({"layer_overhead_s": -1e-6}, "layer overhead must be >= 0 s, got -1e-06"),
+    ({"memory_utilization": 0.0}, "memory utilization must be in (0, 1], got 0.0"),
+    ({"max_prefill_batch_tokens": 0}, "max prefill batch tokens must be >= 1, got 0"),
+], ids=["compute", "bandwidth", "overhead", "memory", "batch-cap"])
+def test_out_of_range_options_are_refused(options, message):
+    with pytest.raises(PdplanError) as err:
+        roofline_profile(LLAMA70, H100, 4, 1, **options)
+    assert str(err.value) == message
+
+
+# --- against Splitwise's measurements (../shared/data) --------------------------------------------
+
+@pytest.fixture(scope="module")
+def splitwise(shared_data):
+    return shared_data / "profiles" / "splitwise_perf_model.csv"
+
+
+@pytest.mark.slow
+def test_defaults_predict_splitwise_llama2_70b_within_20_percent_mape(splitwise):
+    """Prefill MAPE ≤ 20 % and decode MAPE ≤ 15 % on a100/h100, TP 2/4/8 (two outliers dropped)."""
+    points = load_splitwise_points(splitwise)
+    prefill, decode = roofline_errors(points, LLAMA70, {g.name: g for g in (A100, H100)})
+    assert (len(prefill), len(decode), len(points.outliers)) == (76, 112, 2)
+    assert np.abs(prefill).mean() <= 0.20 and np.abs(decode).mean() <= 0.15
+    assert np.abs(prefill).mean() == pytest.approx(CALIBRATION["mape_prefill"], abs=5e-4)
+    assert np.abs(decode).mean() == pytest.approx(CALIBRATION["mape_decode"], abs=5e-4)
+    assert points.sha256 == CALIBRATION["sha256"]
+
+
+@pytest.mark.slow
+def test_defaults_are_the_calibration_grid_optimum(splitwise):
+    points = load_splitwise_points(splitwise)
+    assert calibrate_efficiency(points, LLAMA70, {g.name: g for g in (A100, H100)}) == DEFAULT_EFFICIENCY
+
+
+@pytest.mark.slow
+def test_held_out_bloom_176b_is_predicted_within_25_percent_mape(splitwise):
+    """bloom-176b never entered the calibration: prefill MAPE ≤ 25 %, decode ≤ 15 %."""
+    points = load_splitwise_points(splitwise, "bloom-176b", ("a100-80gb", "h100-80gb", "h100-80gb-pcap"))
+    prefill, decode = roofline_errors(points, get_model("bloom-176b"),
+                                      {g.name: g for g in (A100, H100, H100CAP)})
+    assert np.abs(prefill).mean() <= 0.25 and np.abs(decode).mean() <= 0.15
+
+
+@pytest.mark.slow
+def test_measured_power_cap_slowdown_is_1_3_on_prompts_and_1_on_tokens(splitwise):
+    import pandas as pd
+
+    raw = pd.read_csv(splitwise)
+    keys = ["model", "tensor_parallel", "prompt_size", "batch_size", "token_size"]
+    means = raw.groupby(keys + ["hardware"])[["prompt_time", "token_time"]].mean().reset_index()
+    pair = means[means.hardware == "h100-80gb"].merge(means[means.hardware == "h100-80gb-pcap"], on=keys)
+    assert len(pair) == 76
+    assert np.allclose(pair.prompt_time_y / pair.prompt_time_x, 1.3, rtol=1e-9)
+    assert np.allclose(pair.token_time_y / pair.token_time_x, 1.0, rtol=1e-9)
