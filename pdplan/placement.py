@@ -12,6 +12,7 @@ size for 8 GPUs or 4,096; the patterns are expanded into a concrete node map aft
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from dataclasses import dataclass, field, replace
@@ -76,6 +77,7 @@ class Problem:
     fleet: str = "any"
     objective: str = "cost"
     link_headroom: float = 0.8        #: share of a link's bandwidth the KV handoff may use
+    affinity: str = "high"            #: "high": handoffs cross nodes; "low": stage-local (0x08D)
     max_gpus: int | None = None
     max_usd_per_hour: float | None = None
     max_power_w: float | None = None
@@ -91,6 +93,10 @@ class Problem:
             raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
         if (self.target_rps is None) != (self.objective == "goodput"):
             raise ValueError("give target_rps exactly when the objective is not goodput")
+        if self.affinity not in ("high", "low"):
+            raise ValueError("affinity must be 'high' or 'low'")
+        if self.affinity == "low" and self.mode != "disaggregated":
+            raise ValueError("low node affinity pairs prefill and decode stages; it needs mode disaggregated")
         if not 0 < self.link_headroom <= 1:
             raise ValueError("link_headroom must be in (0, 1]")
 
@@ -117,6 +123,7 @@ class Instance:
     node_type: str
     stage_nodes: tuple[str, ...]
     stage_gpus: tuple[tuple[int, ...], ...]   #: GPU indices inside each stage's node
+    segment: int | None = None                #: low affinity: the segment shape it belongs to
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -179,7 +186,7 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
             rejections.append(Rejection(candidate=cand, family="inventory",
                                         reason=f"{cand.label}: no node type with {cand.tp}+ {cand.gpu} GPUs"))
             continue
-        if cand.phase != "colocated":
+        if cand.phase != "colocated" and problem.affinity == "high":
             demand = cand.goodput_rps * cand.kv_bytes_per_request
             fitting = [n for n in nodes
                        if link_fits(demand, instance_link_bytes_per_s(n, cand), problem.link_headroom)]
@@ -228,6 +235,8 @@ class Model:
     m: dict[tuple[Candidate, str], cp_model.IntVar]
     z: dict[tuple[str, int], cp_model.IntVar]
     patterns: dict[str, list[dict[int, int]]]
+    units: tuple           #: low affinity: the segment shapes u counts
+    u: dict[int, cp_model.IntVar]
     goodput_milli: cp_model.IntVar | None
 
 
@@ -273,46 +282,25 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
     usable, rejections = screen(screened)
     model = cp_model.CpModel()
 
-    # n[c] = instances of candidate shape c; m[c, t] = those placed on node type t.
+    # n[c] = instances of candidate shape c.
     n = {c: model.new_int_var(0, _replica_bound(problem, c, relax), f"n_{i}") for i, c in enumerate(usable)}
-    m = {}
-    for i, (cand, nodes) in enumerate(usable.items()):
-        for node in nodes:
-            m[cand, node.name] = model.new_int_var(0, _replica_bound(problem, cand, relax), f"m_{i}_{node.name}")
-        model.add(sum(m[cand, node.name] for node in nodes) == n[cand])
+    built = Model(cp=model, usable=usable, rejections=rejections, n=n, m={}, z={}, patterns={},
+                  units=(), u={}, goodput_milli=None)
+    if problem.affinity == "high":
+        capacity = _pack_instances(built, problem, relax)
+    else:
+        capacity = _pack_segments(built, screened, relax)
 
-    # Each phase serves the target: Σ milli_g[c] · n[c] ≥ milli_R (system = min of phases, 0x0A).
-    goodput_milli = None
-    capacity = {phase: sum(milli_rps(c.goodput_rps, round_up=False) * n[c] for c in usable if c.phase == phase)
-                for phase in problem.phases}
+    # Each phase serves the target: Σ milli_g · instances ≥ milli_R (system = min of phases, 0x0A).
     if problem.objective == "goodput":
         top = sum(milli_rps(c.goodput_rps, round_up=False) * _replica_bound(problem, c, relax) for c in usable)
-        goodput_milli = model.new_int_var(0, max(top, 0), "goodput_milli")
-        for phase in problem.phases:
-            model.add(goodput_milli <= capacity[phase])
+        built.goodput_milli = model.new_int_var(0, max(top, 0), "goodput_milli")
+        for phase_capacity in capacity.values():
+            model.add(built.goodput_milli <= phase_capacity)
     elif "capacity" not in relax:
         target = milli_rps(problem.target_rps, round_up=True)
-        for phase in problem.phases:
-            model.add(capacity[phase] >= target)
-
-    # z[t, p] = nodes of type t filled with pattern p; TP groups of each size fit the patterns.
-    z, patterns = {}, {}
-    for node in problem.cluster.nodes:
-        placed = [c for c in usable if (c, node.name) in m]
-        patterns[node.name] = node_patterns(node.gpus_per_node, tuple(c.tp for c in placed))
-        if not placed:
-            continue
-        if node.count is None or "inventory" in relax:
-            node_bound = sum(_replica_bound(problem, c, relax) * c.pp for c in placed)
-        else:
-            node_bound = node.count
-        for k in range(len(patterns[node.name])):
-            z[node.name, k] = model.new_int_var(0, node_bound, f"z_{node.name}_{k}")
-        model.add(sum(z[node.name, k] for k in range(len(patterns[node.name]))) <= node_bound)
-        for size in sorted({c.tp for c in placed}):
-            supply = sum(p.get(size, 0) * z[node.name, k] for k, p in enumerate(patterns[node.name]))
-            demand = sum(c.pp * m[c, node.name] for c in placed if c.tp == size)
-            model.add(supply >= demand)
+        for phase_capacity in capacity.values():
+            model.add(phase_capacity >= target)
 
     # Budgets on GPUs, money and power.
     gpus = sum(c.gpus * n[c] for c in usable)
@@ -326,15 +314,124 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
         if problem.max_power_w is not None:
             model.add(watts <= round(problem.max_power_w))
 
-    # Objective: minimise cost, GPUs or power (ties broken by GPUs, then cost), or maximise goodput.
+    # Objective: minimise cost, GPUs or power, or maximise goodput within the budgets.
     if problem.objective == "goodput":
-        model.maximize(goodput_milli)
+        model.maximize(built.goodput_milli)
     else:
-        primary = {"cost": cents, "gpus": gpus, "power": watts}[problem.objective]
-        model.minimize(primary)
-    _add_greedy_hint(model, problem, n, relax)
-    return Model(cp=model, usable=usable, rejections=rejections, n=n, m=m, z=z, patterns=patterns,
-                 goodput_milli=goodput_milli)
+        model.minimize({"cost": cents, "gpus": gpus, "power": watts}[problem.objective])
+    if problem.affinity == "high":
+        _add_greedy_hint(model, problem, n, relax)
+    return built
+
+
+def _pack_instances(built: Model, problem: Problem, relax: frozenset[str]) -> dict:
+    """High node affinity: instances go anywhere; TP groups are packed into node patterns.
+
+    Returns each phase's capacity expression in milli-rps.
+    """
+    model, usable, n = built.cp, built.usable, built.n
+    # m[c, t] = instances of c placed on node type t.
+    for i, (cand, nodes) in enumerate(usable.items()):
+        for node in nodes:
+            built.m[cand, node.name] = model.new_int_var(0, _replica_bound(problem, cand, relax),
+                                                         f"m_{i}_{node.name}")
+        model.add(sum(built.m[cand, node.name] for node in nodes) == n[cand])
+
+    # z[t, p] = nodes of type t filled with pattern p; TP groups of each size fit the patterns.
+    for node in problem.cluster.nodes:
+        placed = [c for c in usable if (c, node.name) in built.m]
+        patterns = built.patterns[node.name] = node_patterns(node.gpus_per_node, tuple(c.tp for c in placed))
+        if not placed:
+            continue
+        if node.count is None or "inventory" in relax:
+            node_bound = sum(_replica_bound(problem, c, relax) * c.pp for c in placed)
+        else:
+            node_bound = node.count
+        for k in range(len(patterns)):
+            built.z[node.name, k] = model.new_int_var(0, node_bound, f"z_{node.name}_{k}")
+        model.add(sum(built.z[node.name, k] for k in range(len(patterns))) <= node_bound)
+        for size in sorted({c.tp for c in placed}):
+            supply = sum(p.get(size, 0) * built.z[node.name, k] for k, p in enumerate(patterns))
+            demand = sum(c.pp * built.m[c, node.name] for c in placed if c.tp == size)
+            model.add(supply >= demand)
+    return {phase: sum(milli_rps(c.goodput_rps, round_up=False) * n[c] for c in usable if c.phase == phase)
+            for phase in problem.phases}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Segment:
+    """Low node affinity (DistServe's Algorithm 2, 0x08D): ``pp`` nodes of one type, node j holding
+    stage j of ``a`` prefill and ``b`` decode instances with the same PP split, so every KV handoff
+    stays inside a node. Requests routed into a segment stay in it."""
+
+    node: NodeType
+    prefill: Candidate
+    decode: Candidate
+    a: int
+    b: int
+
+    @property
+    def capacity_rps(self) -> float:
+        return min(self.a * self.prefill.goodput_rps, self.b * self.decode.goodput_rps)
+
+    @property
+    def capacity_milli(self) -> int:
+        return min(self.a * milli_rps(self.prefill.goodput_rps, round_up=False),
+                   self.b * milli_rps(self.decode.goodput_rps, round_up=False))
+
+
+def segments(problem: Problem, usable: dict[Candidate, tuple[NodeType, ...]]) -> tuple[list[Segment], list[Rejection]]:
+    """Every segment shape that fits a node and whose intra-node handoff fits NVLink.
+
+    Each stage carries 1/pp of the layers' KV; it moves GPU to GPU inside the node, in parallel
+    over the smaller side's GPUs.
+    """
+    found, rejections = [], []
+    prefills = [c for c in usable if c.phase == "prefill"]
+    decodes = [c for c in usable if c.phase == "decode"]
+    for p, d in itertools.product(prefills, decodes):
+        if p.pp != d.pp:
+            continue
+        for node in set(usable[p]) & set(usable[d]):
+            for a in range(1, node.gpus_per_node // p.tp + 1):
+                for b in range(1, (node.gpus_per_node - a * p.tp) // d.tp + 1):
+                    seg = Segment(node=node, prefill=p, decode=d, a=a, b=b)
+                    demand = seg.capacity_rps * p.kv_bytes_per_request / p.pp
+                    path = min(a * p.tp, b * d.tp) * node.intra_node_bytes_per_s
+                    if link_fits(demand, path, problem.link_headroom):
+                        found.append(seg)
+                    else:
+                        rejections.append(Rejection(candidate=p, family="link", reason=(
+                            f"{p.label} with {d.label} on {node.name}: intra-node handoff "
+                            f"{demand / 1e9:.2f} GB/s > {problem.link_headroom:.0%} of {path / 1e9:.1f} GB/s")))
+    found.sort(key=lambda s: (s.node.name, s.prefill.label, s.decode.label, s.a, s.b))
+    return found, rejections
+
+
+def _pack_segments(built: Model, problem: Problem, relax: frozenset[str]) -> dict:
+    """Low node affinity: whole segments are replicated; returns the system capacity in milli-rps."""
+    model, n = built.cp, built.n
+    found, rejections = segments(problem, built.usable)
+    built.rejections.extend(rejections)
+    built.units = tuple(found)
+    # u[k] = copies of segment k; each copy takes pp whole nodes of its type.
+    for k, seg in enumerate(found):
+        if seg.node.count is None or "inventory" in relax:
+            bound = UNBOUNDED_REPLICAS if problem.target_rps is None else (
+                math.ceil(problem.target_rps * MILLI / max(seg.capacity_milli, 1)))
+        else:
+            bound = seg.node.count // seg.prefill.pp
+        built.u[k] = model.new_int_var(0, bound, f"u_{k}")
+    for cand, var in n.items():
+        side = "a" if cand.phase == "prefill" else "b"
+        model.add(var == sum(getattr(seg, side) * built.u[k] for k, seg in enumerate(found)
+                             if cand in (seg.prefill, seg.decode)))
+    if "inventory" not in relax:
+        for node in problem.cluster.nodes:
+            if node.count is not None:
+                model.add(sum(seg.prefill.pp * built.u[k] for k, seg in enumerate(found) if seg.node is node)
+                          <= node.count)
+    return {"system": sum(seg.capacity_milli * built.u[k] for k, seg in enumerate(found))}
 
 
 def _add_greedy_hint(model: cp_model.CpModel, problem: Problem, n, relax: frozenset[str]) -> None:
@@ -416,6 +513,9 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
     replicas = {c: solver.value(v) for c, v in built.n.items() if solver.value(v) > 0}
     capacity = {phase: sum(c.goodput_rps * k for c, k in replicas.items() if c.phase == phase)
                 for phase in problem.phases}
+    system = min(capacity.values())
+    if problem.affinity == "low":  # requests stay inside their segment: sum of segment minima
+        system = sum(seg.capacity_rps * solver.value(built.u[k]) for k, seg in enumerate(built.units))
     objective, bound = solver.objective_value, solver.best_objective_bound
     scale = {"cost": 100, "gpus": 1, "power": 1, "goodput": MILLI}[problem.objective]
     gap = abs(bound - objective) / max(abs(objective), 1e-9) if objective else 0.0
@@ -425,7 +525,7 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
         gpus_total=sum(c.gpus * k for c, k in replicas.items()),
         usd_per_hour=sum(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k for c, k in replicas.items()),
         power_w=sum(problem.cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k for c, k in replicas.items()),
-        goodput_rps=min(capacity.values()),
+        goodput_rps=system,
         phase_capacity_rps=capacity,
         status="OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE",
         objective=objective / scale,
@@ -437,6 +537,32 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
 
 
 def expand(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
+    """The node map of a solution: every instance, its node per stage and its GPUs there."""
+    if problem.affinity == "low":
+        return _expand_segments(problem, built, solver)
+    return _expand_patterns(problem, built, solver)
+
+
+def _expand_segments(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
+    """Each segment copy takes pp fresh nodes; on node j, prefill groups first, then decode."""
+    instances, next_node = [], {}
+    for k, seg in enumerate(built.units):
+        for _ in range(solver.value(built.u[k])):
+            first = next_node.get(seg.node.name, 0)
+            next_node[seg.node.name] = first + seg.prefill.pp
+            nodes = tuple(f"{seg.node.name}-{first + j}" for j in range(seg.prefill.pp))
+            offset = 0
+            for cand, copies in ((seg.prefill, seg.a), (seg.decode, seg.b)):
+                for _ in range(copies):
+                    gpus = tuple(range(offset, offset + cand.tp))
+                    offset += cand.tp
+                    instances.append(Instance(
+                        id=f"{cand.phase}-{len(instances)}", candidate=cand, node_type=seg.node.name,
+                        stage_nodes=nodes, stage_gpus=(gpus,) * cand.pp, segment=k))
+    return tuple(instances)
+
+
+def _expand_patterns(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
     """Turn pattern counts into a node map: node ids, and for every stage its node and GPUs.
 
     Nodes are filled in pattern order; TP groups of one size go to slots in the order of

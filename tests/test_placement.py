@@ -177,3 +177,35 @@ def test_cp_sat_matches_exhaustive_enumeration(seed):
     scale = {"gpus": 1, "cost": 100, "power": 1}[problem.objective]
     assert sol.status == "OPTIMAL"
     assert round(sol.objective * scale) == expected
+
+
+def pp2(phase, rps, kv=0.0):
+    return Candidate(phase=phase, gpu="a100-80gb", tp=1, pp=2, goodput_rps=rps, kv_bytes_per_request=kv)
+
+
+def test_low_affinity_keeps_every_handoff_inside_a_node():
+    """0x08D: a slow NIC rules out high affinity; stage-local segments use the 8 GiB/s in-node path."""
+    cands = (pp2("prefill", 8, 64 * MIB), pp2("decode", 12, 64 * MIB))
+    cluster = cluster_of(node(gpus=4, count=2, inter=128 * MIB))
+    with pytest.raises(InfeasibleError):
+        solve(Problem(candidates=cands, cluster=cluster, mode="disaggregated", target_rps=10, objective="gpus"))
+    sol = solve(Problem(candidates=cands, cluster=cluster, mode="disaggregated", target_rps=10,
+                        objective="gpus", affinity="low"))
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 2, "decode": 1}
+    assert sol.gpus_total == 6
+    for inst in sol.instances:  # the article's layout: stage 0 on node 0, stage 1 on node 1
+        assert inst.stage_nodes == ("n-0", "n-1")
+
+
+def test_low_affinity_needs_matching_pipeline_splits():
+    cands = (pp2("prefill", 8), Candidate(phase="decode", gpu="a100-80gb", tp=2, pp=1, goodput_rps=12))
+    with pytest.raises(InfeasibleError):
+        solve(Problem(candidates=cands, cluster=cluster_of(node()), mode="disaggregated", target_rps=10,
+                      objective="gpus", affinity="low"))
+
+
+def test_low_affinity_capacity_is_the_sum_of_segment_minima():
+    cands = (pp2("prefill", 8), pp2("decode", 12))
+    sol = solve(Problem(candidates=cands, cluster=cluster_of(node(gpus=4, count=2)), mode="disaggregated",
+                        target_rps=10, objective="gpus", affinity="low"))
+    assert sol.goodput_rps == min(2 * 8, 1 * 12)
