@@ -18,8 +18,8 @@ import pandas as pd
 
 from pdplan.hardware import gpu_catalog
 from pdplan.modelspec import get_model
-from pdplan.roofline import (DEFAULT_EFFICIENCY, MEASURED_COMPUTE_SLOWDOWN, calibrate_efficiency,
-                             load_splitwise_points, roofline_errors)
+from pdplan.roofline import DEFAULT_EFFICIENCY, MEASURED_COMPUTE_SLOWDOWN
+from pdplan.roofline_calibration import calibrate_efficiency, load_splitwise_points, roofline_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 

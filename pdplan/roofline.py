@@ -24,14 +24,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Mapping
 
 import numpy as np
-import pandas as pd
 
 from pdplan.errors import PdplanError
-from pdplan.fileio import sha256_file
 from pdplan.hardware import GPU
 from pdplan.modelspec import (
     ModelSpec,
@@ -330,111 +327,3 @@ def profile_for(model: ModelSpec, gpu: GPU, tp: int, pp: int,
     if key in measured:
         return measured[key]
     return roofline_profile(model, gpu, tp, pp, **roofline_options)
-
-
-# --- calibration against measured times ----------------------------------------------------------
-
-@dataclass(frozen=True, kw_only=True)
-class CalibrationPoints:
-    """Measured phase times, as profile features, for a calibration or an error report."""
-
-    prefill: pd.DataFrame     #: columns gpu, tp, batch, f0, f1, f2, measured_s
-    decode: pd.DataFrame      #: same columns, features (1, B, Σctx)
-    outliers: tuple[str, ...]
-    sha256: str
-
-
-def load_splitwise_points(path: str | Path, model: str = "llama2-70b",
-                          gpus: tuple[str, ...] = ("a100-80gb", "h100-80gb")) -> CalibrationPoints:
-    """Splitwise's measured prompt and token times as roofline calibration points.
-
-    Repeats are averaged. A prompt time is one prefill of ``batch_size`` prompts of
-    ``prompt_size`` tokens; a token time is the mean decode step while each request's context
-    grows from ``prompt_size`` to ``prompt_size + token_size``, so ``Σctx = B·(l + token_size/2)``.
-    Prefill points are unique per (GPU, TP, prompt, batch); the token_size repeats are averaged.
-    A row whose prompt time falls when the batch grows at the same prompt and token size is an
-    outlier (more work cannot take less time) and is dropped from both phases, by name.
-    """
-    frame = pd.read_csv(path)
-    frame = frame[(frame["model"] == model) & frame["hardware"].isin(gpus)]
-    keys = ["hardware", "tensor_parallel", "prompt_size", "token_size", "batch_size"]
-    rows = frame.groupby(keys, sort=True)[["prompt_time", "token_time"]].mean().reset_index()
-    outliers, keep = [], np.ones(len(rows), dtype=bool)
-    for _, series in rows.groupby(keys[:-1], sort=True):
-        best = 0.0
-        for index, row in series.iterrows():
-            if row["prompt_time"] < best:
-                keep[index] = False
-                outliers.append(f"{row['hardware']} TP{row['tensor_parallel']} batch "
-                                f"{row['batch_size']}x{row['prompt_size']} tokens: prompt time "
-                                f"{row['prompt_time']:.0f} ms < {best:.0f} ms at a smaller batch")
-            best = max(best, row["prompt_time"])
-    rows = rows[keep]
-    b, l = rows["batch_size"].astype(float), rows["prompt_size"].astype(float)
-    decode = pd.DataFrame({"gpu": rows["hardware"], "tp": rows["tensor_parallel"], "batch": b,
-                           "f0": 1.0, "f1": b, "f2": b * (l + rows["token_size"] / 2),
-                           "measured_s": rows["token_time"] / 1e3}).reset_index(drop=True)
-    prefill = (rows.assign(f0=1.0, f1=b * l, f2=b * l * l)
-               .groupby(["hardware", "tensor_parallel", "batch_size", "f0", "f1", "f2"], sort=True)
-               ["prompt_time"].mean().reset_index()
-               .rename(columns={"hardware": "gpu", "tensor_parallel": "tp", "batch_size": "batch"}))
-    prefill["measured_s"] = prefill.pop("prompt_time") / 1e3
-    return CalibrationPoints(prefill=prefill, decode=decode, outliers=tuple(outliers),
-                             sha256=sha256_file(path))
-
-
-def _terms_for(points: CalibrationPoints, model: ModelSpec, gpus: Mapping[str, GPU]):
-    shapes = sorted(set(zip(points.prefill["gpu"], points.prefill["tp"]))
-                    | set(zip(points.decode["gpu"], points.decode["tp"])))
-    return {(g, int(tp)): phase_terms(model, gpus[g], int(tp), 1) for g, tp in shapes}
-
-
-def _components(frame: pd.DataFrame, terms, phase: int) -> np.ndarray:
-    """Per point: (compute at 100%, memory at 100%, comm, layers), shape (n, 4)."""
-    out = np.empty((len(frame), 4))
-    x = frame[["f0", "f1", "f2"]].to_numpy(dtype=float)
-    for i, (g, tp) in enumerate(zip(frame["gpu"], frame["tp"])):
-        t = terms[(g, int(tp))][phase]
-        out[i] = (x[i] @ t.compute_s, x[i] @ t.memory_s, x[i] @ t.comm_s, t.layers)
-    return out
-
-
-def roofline_errors(points: CalibrationPoints, model: ModelSpec, gpus: Mapping[str, GPU],
-                    efficiency: Efficiency = DEFAULT_EFFICIENCY) -> tuple[np.ndarray, np.ndarray]:
-    """Signed relative errors ``predicted/measured − 1`` of the roofline, (prefill, decode)."""
-    terms = _terms_for(points, model, gpus)
-    errors = []
-    for phase, frame in enumerate((points.prefill, points.decode)):
-        c = _components(frame, terms, phase)
-        predicted = (np.maximum(c[:, 0] / efficiency.compute, c[:, 1] / efficiency.bandwidth)
-                     + c[:, 2] + c[:, 3] * efficiency.layer_overhead_s)
-        errors.append(predicted / frame["measured_s"].to_numpy() - 1)
-    return errors[0], errors[1]
-
-
-def calibrate_efficiency(points: CalibrationPoints, model: ModelSpec, gpus: Mapping[str, GPU], *,
-                         step: float = 0.01, overhead_step_s: float = 10e-6,
-                         max_overhead_s: float = 500e-6) -> Efficiency:
-    """The grid point minimising the mean of the prefill and the decode MAPE.
-
-    Grid: compute and bandwidth efficiency from ``step`` to 1 in steps of ``step``; per-layer
-    cost from 0 to ``max_overhead_s`` in steps of ``overhead_step_s``. Ties go to the first
-    point in (overhead, compute, bandwidth) order, so the result is deterministic.
-    """
-    terms = _terms_for(points, model, gpus)
-    parts = [(_components(f, terms, phase), f["measured_s"].to_numpy())
-             for phase, f in enumerate((points.prefill, points.decode))]
-    factors = np.round(np.arange(1, int(round(1 / step)) + 1) * step, 10)
-    ec, eb = factors[:, None, None], factors[None, :, None]
-    best = (np.inf, None)
-    for k in range(int(round(max_overhead_s / overhead_step_s)) + 1):
-        overhead = k * overhead_step_s
-        score = 0.0
-        for c, measured in parts:
-            predicted = np.maximum(c[:, 0] / ec, c[:, 1] / eb) + c[:, 2] + c[:, 3] * overhead
-            score = score + np.abs(predicted / measured - 1).mean(axis=-1) / 2
-        i, j = np.unravel_index(np.argmin(score), score.shape)
-        if score[i, j] < best[0] - 1e-12:
-            best = (score[i, j], Efficiency(compute=float(factors[i]), bandwidth=float(factors[j]),
-                                            layer_overhead_s=round(overhead, 12)))
-    return best[1]

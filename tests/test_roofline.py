@@ -14,15 +14,12 @@ from pdplan.roofline import (
     CALIBRATION,
     DEFAULT_EFFICIENCY,
     DEFAULT_MAX_PREFILL_BATCH_TOKENS,
-    Efficiency,
-    calibrate_efficiency,
-    load_splitwise_points,
     phase_terms,
     pipeline_hops,
     profile_for,
-    roofline_errors,
     roofline_profile,
 )
+from pdplan.roofline_calibration import calibrate_efficiency, load_splitwise_points, roofline_errors
 
 LLAMA70 = get_model("llama2-70b")
 H100, A100, H100CAP = get_gpu("h100-80gb"), get_gpu("a100-80gb"), get_gpu("h100-80gb-pcap")
