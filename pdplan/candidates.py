@@ -1,0 +1,90 @@
+"""Candidate instance shapes per phase: which (GPU type, TP, PP, policy) could serve the model.
+
+A shape is kept when its TP group fits a node, TP divides the KV heads (or replicates them), PP
+is at most the layer count, and the weights plus the KV of the largest request fit memory.
+Every rejected shape comes back with its reason, for ``--explain``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pdplan.hardware import Cluster, gpu_catalog
+from pdplan.modelspec import ModelSpec, shape_rejection
+
+DEFAULT_TPS = (1, 2, 4, 8)
+DEFAULT_PPS = (1, 2, 4)
+DEFAULT_CHUNKS = (512, 2048)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Shape:
+    """One instance configuration for one phase."""
+
+    phase: str                    #: "prefill", "decode" or "colocated"
+    gpu: str
+    tp: int
+    pp: int
+    policy: str | None = None     #: colocated only: "chunked" or "prefill-first"
+    chunk_tokens: int | None = None
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def label(self) -> str:
+        extra = f" {self.policy}" + (f" {self.chunk_tokens}" if self.chunk_tokens else "") if self.policy else ""
+        return f"{self.phase} {self.gpu} TP{self.tp} PP{self.pp}{extra}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rejected:
+    shape: Shape
+    reason: str
+
+
+def gpu_types_for(cluster: Cluster, phase: str) -> tuple[str, ...]:
+    """GPU types a phase may run on in this cluster: the nodes' types, plus power-capped
+    settings of them for decode (Splitwise's HHcap token machines)."""
+    present = set(cluster.gpu_types)
+    types = set(present)
+    if phase == "decode":
+        types |= {g.name for g in gpu_catalog().values() if g.base in present}
+    return tuple(sorted(types))
+
+
+def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_tokens: int,
+                     phases: tuple[str, ...] = ("prefill", "decode", "colocated"),
+                     tps: tuple[int, ...] = DEFAULT_TPS, pps: tuple[int, ...] = DEFAULT_PPS,
+                     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS,
+                     memory_utilization: float = 0.9) -> tuple[list[Shape], list[Rejected]]:
+    """Every shape worth measuring, and every rejected one with its one-sentence reason.
+
+    ``largest_request_tokens`` (prompt + output of the trace's largest request) is the KV
+    reserve: an instance that cannot hold that request can never serve the whole trace.
+    """
+    kept, rejected = [], []
+    for phase in phases:
+        for gpu_name in gpu_types_for(cluster, phase):
+            nodes = cluster.nodes_for(gpu_name)
+            per_node = max(n.gpus_per_node for n in nodes)
+            gpu = cluster.priced_gpu(gpu_name)
+            for tp in tps:
+                for pp in pps:
+                    reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=per_node,
+                                             memory_utilization=memory_utilization,
+                                             kv_reserve_tokens=largest_request_tokens)
+                    for shape in _variants(phase, gpu_name, tp, pp, chunk_sizes):
+                        if reason is None:
+                            kept.append(shape)
+                        else:
+                            rejected.append(Rejected(shape=shape, reason=reason))
+    return kept, rejected
+
+
+def _variants(phase: str, gpu: str, tp: int, pp: int, chunk_sizes: tuple[int, ...]) -> list[Shape]:
+    """Colocated shapes come once per chunked-prefill budget; the phases once each."""
+    if phase != "colocated":
+        return [Shape(phase=phase, gpu=gpu, tp=tp, pp=pp)]
+    return [Shape(phase=phase, gpu=gpu, tp=tp, pp=pp, policy="chunked", chunk_tokens=c) for c in chunk_sizes]
