@@ -17,6 +17,7 @@ import itertools
 import json
 import math
 import re
+import warnings
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,6 +38,9 @@ PEAK_WINDOW_S = 60.0
 """Width of the sliding window behind ``TraceStats.peak_rate_rps``."""
 
 NO_ARRIVALS_HINT = "give it an arrival process with --arrivals poisson|gamma --rate R"
+
+CHUNK_ROWS = 1_000_000
+"""Rows per chunk when reading CSV: bounds memory and the rows a parse error rescans."""
 
 _HEAD_BYTES = 1 << 16
 _CHUNK_BYTES = 1 << 24
@@ -334,9 +338,9 @@ def _take_csr(values: np.ndarray, offsets: np.ndarray, index: np.ndarray) -> tup
 
 # --- CSV columns: each kind knows its pandas dtype, its rule, and how to check a value --------
 
-INT_RE = re.compile(r"[+-]?\d{1,18}")
-FLOAT_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
-HASHES_RE = r"\s*(?:-?\d{1,18}(?:\s+-?\d{1,18})*)?\s*"
+_INT_RE = re.compile(r"[+-]?\d{1,18}")
+_FLOAT_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")  # finite decimals only
+_HASHES_RE = re.compile(r"\s*(?:-?\d{1,19}(?:\s+-?\d{1,19})*)?\s*")
 
 
 @dataclass(frozen=True)
@@ -362,16 +366,16 @@ class _Column:
         return {"int": "int64", "float": "float64"}.get(self.kind, object)
 
     def value_ok(self, raw: str) -> bool:
-        """Per-value check for the line scanner; ``time`` values are checked vectorised only."""
+        """Per-value check for rows the C parser rejected; ``time`` values are checked by ``convert``."""
         raw = raw.strip()
         if self.kind == "int":
-            return INT_RE.fullmatch(raw) is not None and int(raw) >= self.minimum
+            return _INT_RE.fullmatch(raw) is not None and int(raw) >= self.minimum
         if self.kind == "float":
-            return FLOAT_RE.fullmatch(raw) is not None
+            return _FLOAT_RE.fullmatch(raw) is not None
         if self.kind == "text":
             return raw != ""
         if self.kind == "hashes":
-            return re.fullmatch(HASHES_RE, raw) is not None
+            return _HASHES_RE.fullmatch(raw) is not None
         return True
 
     def convert(self, series: pd.Series) -> tuple[np.ndarray, np.ndarray]:
@@ -389,7 +393,7 @@ class _Column:
         values = series.to_numpy(object)
         if self.kind == "text":
             return values, series.str.strip().eq("").to_numpy()
-        return values, ~series.str.fullmatch(HASHES_RE).to_numpy(bool)
+        return values, ~series.str.fullmatch(_HASHES_RE).to_numpy(bool)
 
 
 @dataclass(frozen=True)
@@ -416,63 +420,86 @@ class _CsvFile:
                                   file=self.path, line=self.header_line, field=column.name)
 
     def read(self, columns: list[_Column]) -> dict[str, np.ndarray]:
-        """Read and check ``columns``; the first value that breaks a rule raises, naming its line."""
-        commas, nul_line = _census(self.path)
+        """Read and check ``columns`` chunk by chunk; the first value that breaks a rule raises,
+        naming its line.  Only a chunk the C parser rejects is walked line by line."""
+        nul_line = _first_nul_line(self.path)
         if nul_line is not None:
             raise _binary_error(self.path, nul_line)
-        frame = self._frame(columns)
-        if commas != (len(self.names) - 1) * (len(frame) + 1):
-            self._scan(columns)  # a ragged row; quoted commas can also land here, harmlessly
-        if frame.empty:
+        parts: dict[str, list[np.ndarray]] = {c.name: [] for c in columns}
+        rows = 0
+        for frame in self._chunks(columns):
+            first_bad = None
+            for column in columns:
+                values, bad = column.convert(frame[column.name])
+                parts[column.name].append(values)
+                row = _first_true(bad)
+                if row is not None and (first_bad is None or row < first_bad[0]):
+                    first_bad = (row, column)
+            if first_bad is not None:
+                raise self.value_error(rows + first_bad[0], first_bad[1])
+            rows += len(frame)
+        if rows == 0:
             raise PdplanError("trace has a header but no requests", file=self.path, line=self.header_line)
-        arrays, first_bad = {}, None
-        for column in columns:
-            values, bad = column.convert(frame[column.name])
-            arrays[column.name] = values
-            row = _first_true(bad)
-            if row is not None and (first_bad is None or row < first_bad[0]):
-                first_bad = (row, column)
-        if first_bad is not None:
-            raise self.value_error(*first_bad)
-        return arrays
+        return {name: np.concatenate(arrays) for name, arrays in parts.items()}
 
-    def _frame(self, columns: list[_Column]) -> pd.DataFrame:
-        raw_names = {name.strip(): name for name in _split_raw(self.path, self.header_line)}
+    def _chunks(self, columns: list[_Column]) -> Iterator[pd.DataFrame]:
+        """Typed frames of ``CHUNK_ROWS`` rows from pandas' C parser (unused columns as text).
+
+        Every column is read, not only ``columns``, so that a row with extra fields is an error
+        rather than silently cut; pandas' warning for that case is raised as an error too.
+        """
+        used = {c.name: c.dtype for c in columns}
+        raw_names = _raw_header(self.path, self.header_line)
+        dtypes = {raw: used.get(raw.strip(), object) for raw in raw_names}
+        rows, reader = 0, None
         try:
-            frame = pd.read_csv(
-                self.path, engine="c", encoding="utf-8-sig", skipinitialspace=True,
-                na_filter=False, usecols=[raw_names[c.name] for c in columns],
-                dtype={raw_names[c.name]: c.dtype for c in columns})
-        except (ValueError, OverflowError) as err:  # includes ParserError and UnicodeDecodeError
-            self._scan(columns)
+            with warnings.catch_warnings():
+                warnings.simplefilter("error", pd.errors.ParserWarning)
+                reader = pd.read_csv(self.path, engine="c", encoding="utf-8-sig", skipinitialspace=True,
+                                     na_filter=False, index_col=False, dtype=dtypes, chunksize=CHUNK_ROWS)
+                for frame in reader:
+                    yield frame.rename(columns=str.strip)
+                    rows += len(frame)
+        except (ValueError, OverflowError, pd.errors.ParserWarning) as err:
+            self._scan(columns, rows)  # ValueError includes ParserError and UnicodeDecodeError
             raise PdplanError(f"cannot parse trace: {err}", file=self.path) from None
-        return frame.rename(columns=str.strip)
+        finally:
+            if reader is not None:
+                reader.close()
 
-    def _scan(self, columns: list[_Column]) -> None:
-        """Walk the lines with Python's csv module and raise at the first malformed one."""
+    def _scan(self, columns: list[_Column], from_row: int) -> None:
+        """Check rows from ``from_row`` on, one at a time, and raise at the first malformed one."""
         index = [self.names.index(c.name) for c in columns]
-        for _, line, fields in self.data_lines():
+        for line, raw in self._data_lines(from_row):
+            fields = self._fields(line, raw)
             if len(fields) != len(self.names):
                 raise PdplanError(f"row has {len(fields)} fields, the header has {len(self.names)}",
                                   file=self.path, line=line)
             for column, i in zip(columns, index):
                 if not column.value_ok(fields[i]):
-                    raise PdplanError(f"{column.name} {column.rule}, got {fields[i]!r}",
+                    raise PdplanError(f"{column.name} {column.rule}, got {fields[i].strip()!r}",
                                       file=self.path, line=line, field=column.name)
 
-    def data_lines(self) -> Iterator[tuple[int, int, list[str]]]:
-        """(row index, physical line, fields) of each non-blank line after the header."""
+    def _data_lines(self, from_row: int) -> Iterator[tuple[int, bytes]]:
+        """(physical line, raw bytes) of data rows ``from_row``, ``from_row + 1``, ...
+
+        Data rows are the non-blank lines after the header, as pandas counts them.
+        """
         with open(self.path, "rb") as handle:
-            lines = enumerate(handle, 1)
-            rows = ((n, _decode_line(self.path, n, raw)) for n, raw in lines if n > self.header_line)
-            nonblank = ((n, text) for n, text in rows if text.strip())
-            for row, (line, text) in enumerate(nonblank):
-                yield row, line, next(csv.reader([text], skipinitialspace=True))
+            row = -1
+            for line, raw in enumerate(handle, 1):
+                if line > self.header_line and raw.strip():
+                    row += 1
+                    if row >= from_row:
+                        yield line, raw
+
+    def _fields(self, line: int, raw: bytes) -> list[str]:
+        return next(csv.reader([_decode_line(self.path, line, raw)], skipinitialspace=True))
 
     def locate(self, row: int) -> tuple[int, list[str]]:
         """Physical line and fields of data row ``row`` (0-based, blank lines not counted)."""
-        _, line, fields = next(itertools.islice(self.data_lines(), row, None))
-        return line, fields
+        line, raw = next(self._data_lines(row))
+        return line, self._fields(line, raw)
 
     def raw(self, row: int, name: str) -> tuple[int, str]:
         line, fields = self.locate(row)
@@ -495,24 +522,23 @@ class _CsvFile:
                               file=self.path, line=line, field=name)
 
 
-def _split_raw(path: str | Path, header_line: int) -> list[str]:
+def _raw_header(path: str | Path, header_line: int) -> list[str]:
     """Header names as pandas will see them (leading spaces skipped, trailing ones kept)."""
     with open(path, "rb") as handle:
         raw = next(itertools.islice(handle, header_line - 1, None))
     return next(csv.reader([_decode_line(path, header_line, raw)], skipinitialspace=True))
 
 
-def _census(path: str | Path) -> tuple[int, int | None]:
-    """Count commas and find the line of the first NUL byte, reading the file in chunks."""
-    commas, newlines = 0, 0
+def _first_nul_line(path: str | Path) -> int | None:
+    """Line of the first NUL byte, reading the file in large chunks."""
+    newlines = 0
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
             nul = chunk.find(b"\0")
             if nul >= 0:
-                return commas, newlines + chunk[:nul].count(b"\n") + 1
-            commas += chunk.count(b",")
+                return newlines + chunk[:nul].count(b"\n") + 1
             newlines += chunk.count(b"\n")
-    return commas, None
+    return None
 
 
 def _load_native(table: _CsvFile, block_tokens: int, sort: bool) -> _Rows:
@@ -527,7 +553,7 @@ def _load_native(table: _CsvFile, block_tokens: int, sort: bool) -> _Rows:
         _check_unique_ids(table, arrays["request_id"])
     values = offsets = None
     if has_hashes:
-        values, offsets = _parse_hashes(arrays["prefix_hashes"])
+        values, offsets = _parse_hashes(table, arrays["prefix_hashes"])
         _check_block_counts(table, offsets, arrays["prompt_tokens"], block_tokens)
     return _Rows(arrival_s=arrays["arrival_s"], prompt_tokens=arrays["prompt_tokens"],
                  output_tokens=arrays["output_tokens"],
@@ -545,12 +571,18 @@ def _check_unique_ids(table: _CsvFile, ids: np.ndarray) -> None:
                           file=table.path, line=line, field="request_id")
 
 
-def _parse_hashes(texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Space-separated integer strings to CSR (values, offsets)."""
+def _parse_hashes(table: _CsvFile, texts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Space-separated integer strings to CSR (values, offsets); each value must fit int64."""
     split = [text.split() for text in texts]
     offsets = np.zeros(len(split) + 1, dtype=np.int64)
     np.cumsum([len(blocks) for blocks in split], out=offsets[1:])
-    values = np.array(list(itertools.chain.from_iterable(split)), dtype=np.int64)
+    try:
+        values = np.array(list(itertools.chain.from_iterable(split)), dtype=np.int64)
+    except OverflowError:
+        row = next(i for i, blocks in enumerate(split) if not all(_is_int64(int(b)) for b in blocks))
+        line, raw = table.raw(row, "prefix_hashes")
+        raise PdplanError(f"prefix_hashes values must lie in [-2**63, 2**63), got {raw!r}",
+                          file=table.path, line=line, field="prefix_hashes") from None
     return values, offsets
 
 
@@ -621,8 +653,8 @@ def _load_mooncake(path: str | Path, block_tokens: int, sort: bool) -> _Rows:
     arrival_s = np.array(times, dtype=np.float64) / 1000.0
     row = None if sort else _first_decrease(arrival_s)
     if row is not None:
-        raise PdplanError(f"timestamp must be non-decreasing, got {times[row]!r} after "
-                          f"{times[row - 1]!r} on line {lines[row - 1]}; pass --sort to sort stably",
+        raise PdplanError(f"timestamp must be non-decreasing, got {json.dumps(times[row])} after "
+                          f"{json.dumps(times[row - 1])} on line {lines[row - 1]}; pass --sort to sort stably",
                           file=path, line=lines[row], field="timestamp")
     offsets = np.zeros(len(hashes) + 1, dtype=np.int64)
     np.cumsum([len(h) for h in hashes], out=offsets[1:])
@@ -649,21 +681,21 @@ def _json_field(path: str | Path, line: int, record: dict, key: str) -> object:
     return record[key]
 
 
-def _json_number(path: str | Path, line: int, record: dict, key: str) -> float:
+def _json_number(path: str | Path, line: int, record: dict, key: str) -> int | float:
     value = _json_field(path, line, record, key)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise PdplanError(f"{key} must be a finite number, got {json.dumps(value)}",
                           file=path, line=line, field=key)
-    return float(value)
+    return value
 
 
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+def _is_int64(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
 
 
 def _json_int(path: str | Path, line: int, record: dict, key: str) -> int:
     value = _json_field(path, line, record, key)
-    if not _is_int(value) or value < 1:
+    if not _is_int64(value) or value < 1:
         raise PdplanError(f"{key} must be an integer >= 1, got {json.dumps(value)}",
                           file=path, line=line, field=key)
     return value
@@ -671,7 +703,7 @@ def _json_int(path: str | Path, line: int, record: dict, key: str) -> int:
 
 def _json_hashes(path: str | Path, line: int, record: dict, prompt: int, block_tokens: int) -> list[int]:
     value = _json_field(path, line, record, "hash_ids")
-    if not isinstance(value, list) or not all(_is_int(v) and abs(v) < 2**63 for v in value):
+    if not isinstance(value, list) or not all(_is_int64(v) for v in value):
         raise PdplanError(f"hash_ids must be a list of integers, got {json.dumps(value)[:40]}",
                           file=path, line=line, field="hash_ids")
     limit = -(-prompt // block_tokens)

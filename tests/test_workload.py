@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
 from pdplan.workload import (
@@ -148,6 +150,17 @@ def test_sort_orders_arrivals_stably_and_moves_ids_and_hashes(trace_file):
     assert w.hash_offsets.tolist() == [0, 1, 2, 2, 3]
 
 
+def test_reading_in_chunks_keeps_every_row_and_physical_line_numbers(trace_file, monkeypatch):
+    monkeypatch.setattr("pdplan.workload.CHUNK_ROWS", 2)
+    rows = "".join(f"{t},{t + 1},1\n" for t in range(7))
+    assert load_trace(trace_file(NATIVE + rows)).prompt_tokens.tolist() == list(range(1, 8))
+    # header on line 1, rows on lines 2-8, a blank line 9, the bad row on line 10 (in chunk 4)
+    with pytest.raises(PdplanError, match=r"t.csv:10: prompt_tokens must be an integer >= 1, got 'x'"):
+        load_trace(trace_file(NATIVE + rows + "\n7,x,1\n"))
+    with pytest.raises(PdplanError, match=r"t.csv:8: prompt_tokens must be an integer >= 1, got '0'"):
+        load_trace(trace_file(NATIVE + rows.replace("6,7,1", "6,0,1")))
+
+
 def test_digest_depends_on_content_not_on_file_or_format(trace_file):
     a = load_trace(trace_file(NATIVE + "0,5,1\n1,6,2\n"))
     b = load_trace(trace_file(NATIVE + "0.0,5,1\n1.0,6,2\n", name="other.csv"))
@@ -163,6 +176,28 @@ def test_native_csv_round_trips_to_the_same_digest(trace_file):
                         hash_offsets=np.array([0, 1, 3, 3], dtype=np.int64))
     again = load_trace(trace_file(native_csv(original)))
     assert again.digest() == original.digest()
+
+
+@st.composite
+def workloads(draw):
+    """Small workloads with any finite arrivals, ids holding commas and quotes, int64 prefix blocks."""
+    n = draw(st.integers(1, 20))
+    arrival_s = sorted(draw(st.lists(st.floats(-1e9, 1e9, allow_nan=False), min_size=n, max_size=n)))
+    prompt = draw(st.lists(st.integers(1, 5000), min_size=n, max_size=n))
+    output = draw(st.lists(st.integers(1, 99), min_size=n, max_size=n))
+    ids = draw(st.lists(st.text('ab,"x', min_size=1, max_size=6), min_size=n, max_size=n, unique=True))
+    blocks = [draw(st.lists(st.integers(-(2**63), 2**63 - 1), max_size=-(-p // 512))) for p in prompt]
+    return workload(arrival_s, prompt, output, request_id=np.array(ids, dtype=object),
+                    hash_values=np.array([h for b in blocks for h in b], dtype=np.int64),
+                    hash_offsets=np.cumsum([0] + [len(b) for b in blocks], dtype=np.int64))
+
+
+@settings(max_examples=60, deadline=None)
+@given(original=workloads())
+def test_any_workload_round_trips_through_native_csv(tmp_path_factory, original):
+    path = tmp_path_factory.mktemp("roundtrip") / "w.csv"
+    path.write_text(native_csv(original))
+    assert load_trace(path).digest() == original.digest()
 
 
 def test_native_csv_of_a_lengths_only_workload_asks_for_an_arrival_process():

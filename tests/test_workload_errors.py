@@ -43,6 +43,8 @@ CASES = [
      "pass --sort to sort stably"),
     ("extra-field", "t.csv", NATIVE + "0.0,1,1\n1.0,1,1,9\n", None, None,
      "t.csv:3: row has 4 fields, the header has 3"),
+    ("extra-field-in-first-row", "t.csv", NATIVE + "0.0,1,1,9\n1.0,1,1\n", None, None,
+     "t.csv:2: row has 4 fields, the header has 3"),
     ("missing-field", "t.csv", NATIVE + "0.0,1,1\n1.0,1\n", None, None,
      "t.csv:3: row has 2 fields, the header has 3"),
     ("blank-lines-keep-physical-line-numbers", "t.csv", NATIVE + "0.0,1,1\n\n   \n1.0,x,1\n", None,
@@ -68,6 +70,9 @@ CASES = [
     ("bad-prefix-hashes", "t.csv", "arrival_s,prompt_tokens,output_tokens,prefix_hashes\n"
      "0.0,600,1,1 2\n1.0,600,1,1 x\n", None, "prefix_hashes",
      "t.csv:3: prefix_hashes must be space-separated integers, got '1 x'"),
+    ("prefix-hash-beyond-int64", "t.csv", "arrival_s,prompt_tokens,output_tokens,prefix_hashes\n"
+     "0.0,600,1,9223372036854775807 9223372036854775808\n", None, "prefix_hashes",
+     "t.csv:2: prefix_hashes values must lie in [-2**63, 2**63), got '9223372036854775807 9223372036854775808'"),
     ("too-many-prefix-blocks", "t.csv", "arrival_s,prompt_tokens,output_tokens,prefix_hashes\n"
      "0.0,600,1,1 2 3\n", None, "prefix_hashes",
      "t.csv:2: prefix_hashes has 3 blocks, but prompt_tokens 600 fills at most 2 blocks of 512 tokens"),
@@ -95,12 +100,15 @@ CASES = [
     ("jsonl-fractional-length", "t.jsonl", MOON + '{"timestamp": 1, "input_length": 10.5, '
      '"output_length": 5, "hash_ids": []}\n', None, "input_length",
      "t.jsonl:2: input_length must be an integer >= 1, got 10.5"),
+    ("jsonl-length-beyond-int64", "t.jsonl", '{"timestamp": 0, "input_length": 100000000000000000000, '
+     '"output_length": 5, "hash_ids": []}\n', None, "input_length",
+     "t.jsonl:1: input_length must be an integer >= 1, got 100000000000000000000"),
     ("jsonl-nan-timestamp", "t.jsonl", MOON + '{"timestamp": NaN, "input_length": 10, '
      '"output_length": 5, "hash_ids": []}\n', None, "timestamp",
      "t.jsonl:2: timestamp must be a finite number, got NaN"),
     ("jsonl-unsorted", "t.jsonl", '{"timestamp": 9, "input_length": 10, "output_length": 5, "hash_ids": []}\n'
      "\n" + MOON, None, "timestamp",
-     "t.jsonl:3: timestamp must be non-decreasing, got 0.0 after 9.0 on line 1; pass --sort to sort stably"),
+     "t.jsonl:3: timestamp must be non-decreasing, got 0 after 9 on line 1; pass --sort to sort stably"),
     ("jsonl-too-many-blocks", "t.jsonl", '{"timestamp": 0, "input_length": 10, "output_length": 5, '
      '"hash_ids": [1, 2]}\n', None, "hash_ids",
      "t.jsonl:1: hash_ids has 2 blocks, but input_length 10 fills at most 1 blocks of 512 tokens"),

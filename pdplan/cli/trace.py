@@ -70,7 +70,11 @@ def transform(
     sort: SortOpt = False,
     json: JsonOpt = False,
 ) -> None:
-    """Window a trace, rescale its rate or give it new arrivals; write native CSV."""
+    """Window a trace, rescale its rate or give it new arrivals; write native CSV.
+
+    Order: window (--start/--duration, seconds after the first arrival, then shifted to start at 0), then arrivals.
+    With no options it converts any supported format to native CSV.
+    """
     cv = _check_arrival_flags(arrivals, rate, cv)
     if requests is not None and arrivals == "trace":
         raise PdplanError("--requests applies only to --arrivals poisson|gamma")
