@@ -25,9 +25,10 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
+import yaml
 
 from pdplan.errors import PdplanError
-from pdplan.fileio import atomic_write_text, dump_yaml, load_yaml
+from pdplan.fileio import atomic_write_text, load_yaml
 from pdplan.schema import Fields
 
 PREFILL_FEATURES = ("1", "sum_prompt_tokens", "sum_prompt_tokens_sq")
@@ -183,9 +184,41 @@ def profile_to_dict(profile: PhaseProfile) -> dict:
     }
 
 
+class _FlowList(list):
+    """A list YAML writes on one line, ``[a, b, c]``: coefficient triples and feature names."""
+
+
+class _ProfileDumper(yaml.SafeDumper):
+    """``yaml.SafeDumper`` that writes :class:`_FlowList` in flow style."""
+
+
+_ProfileDumper.add_representer(
+    _FlowList, lambda dumper, data: dumper.represent_sequence("tag:yaml.org,2002:seq", data,
+                                                              flow_style=True))
+
+
+def _flow_leaves(value):
+    """Mark lists of numbers (and of short names) for flow style; recurse into the rest."""
+    if isinstance(value, dict):
+        return {k: _flow_leaves(v) for k, v in value.items()}
+    if isinstance(value, list):
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        names = all(isinstance(v, str) and len(v) <= 32 for v in value)
+        if value and (numbers or names):
+            return _FlowList(value)
+        return [_flow_leaves(v) for v in value]
+    return value
+
+
+def profile_yaml(profile: PhaseProfile) -> str:
+    """The profile file's text: :func:`profile_to_dict` with each coefficient triple on one line."""
+    return yaml.dump(_flow_leaves(profile_to_dict(profile)), Dumper=_ProfileDumper,
+                     sort_keys=False, default_flow_style=False, allow_unicode=True, width=100)
+
+
 def save_profile(profile: PhaseProfile, path: str | Path) -> None:
     """Write a profile YAML atomically."""
-    atomic_write_text(path, dump_yaml(profile_to_dict(profile)))
+    atomic_write_text(path, profile_yaml(profile))
 
 
 def _model_from_fields(spec: Fields, features: tuple[str, ...]) -> LatencyModel:
@@ -252,17 +285,26 @@ def load_profile(path: str | Path) -> PhaseProfile:
     )
 
 
-def load_profiles(path: str | Path) -> dict[tuple[str, str, int, int], PhaseProfile]:
-    """Every profile in a file or a folder (``*.yaml``), keyed by (model, gpu, tp, pp)."""
+def profile_files(path: str | Path) -> list[Path]:
+    """The profile files at ``path``: the file itself, or a folder's ``*.yaml`` sorted by name."""
     path = Path(path)
     if path.is_dir():
         files = sorted(path.glob("*.yaml"))
         if not files:
             raise PdplanError("no profile files (*.yaml) in folder", file=path)
-    else:
-        files = [path]
+        return files
+    return [path]
+
+
+def profile_file_name(profile: PhaseProfile) -> str:
+    """The conventional file name of a profile: ``{model}_{gpu}_tp{T}_pp{P}.yaml``."""
+    return f"{profile.model}_{profile.gpu}_tp{profile.tp}_pp{profile.pp}.yaml"
+
+
+def load_profiles(path: str | Path) -> dict[tuple[str, str, int, int], PhaseProfile]:
+    """Every profile in a file or a folder (``*.yaml``), keyed by (model, gpu, tp, pp)."""
     profiles: dict[tuple[str, str, int, int], PhaseProfile] = {}
-    for file in files:
+    for file in profile_files(path):
         profile = load_profile(file)
         if profile.key in profiles:
             raise PdplanError(f"second profile for {profile.shape}", file=file, field="model")
