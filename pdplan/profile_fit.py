@@ -20,9 +20,13 @@ and the phase's features — ``(1, Σl, Σl²)`` for prefill, ``(1, B, Σctx)`` 
    * ``floor+poly`` — ``max(floor, a + b·x₁ + c·x₂)``: a latency floor at small batches (weights
      must be read however small the batch) and a polynomial above it. b, c ≥ 0 keep it monotone;
      the intercept a may be negative, since below the knee the floor holds the latency up;
-   * ``floor+poly|B>=T`` — DistServe's small/large-batch split applied to floor+poly: batches
+   * ``floor+poly[B>=T]`` — DistServe's small/large-batch split applied to floor+poly: batches
      below T and from T up get their own ``a`` and ``b``, and share the floor and ``c`` (the
-     attention cost per Σl², the KV-read cost per context token).
+     attention cost per Σl², the KV-read cost per context token). From T up the small-batch
+     polynomial still applies — the latency is the max of both — so adding a request never
+     makes a batch faster across the threshold. (Splitwise's A100 prompt batches run 10–40%
+     slower than one prompt of the same total length: a per-prompt cost the features
+     ``(1, Σl, Σl²)`` cannot express without segments.)
 
    Each is fitted by non-negative least squares on relative error — ``scipy.optimize.nnls`` on the
    design rows scaled by ``1/y`` against a vector of ones (columns scaled to unit maximum for
@@ -36,7 +40,8 @@ and the phase's features — ``(1, Σl, Σl²)`` for prefill, ``(1, B, Σctx)`` 
    that some fold cannot determine is not a candidate.
 5. **Selection.** Bases come in three levels of complexity (poly; floor+poly; segmented). The
    lowest held-out MAPE of each level wins it, and a more complex level replaces the simpler
-   choice only if it cuts the held-out MAPE below :data:`SIMPLER_MARGIN` (90%) of it. The chosen
+   choice only if it cuts the held-out MAPE below :data:`SIMPLER_MARGIN` (90%) of it, and by at
+   least :data:`SIMPLER_MARGIN_ABS` (half a percentage point). The chosen
    basis is refitted on all kept grid points. Its held-out error is the one reported; choosing
    among bases on the same folds makes it slightly optimistic, and
    :func:`selection_heldout_errors` measures the selection itself held out.
@@ -128,8 +133,9 @@ class ShapePoints:
     tp: int
     pp: int
     points: tuple[MeasuredPoint, ...]
-    source: str                              #: the source file, as it should be recorded
+    source: str                              #: the source file, as provenance records it
     sha256: str | None = None
+    file: str | None = None                  #: the source file as read, for error messages
     kv_capacity_tokens: int | None = None    #: when the source states the KV capacity
     notes: str = ""                          #: how the importer read the source
 
@@ -157,7 +163,7 @@ class Basis:
 
     @property
     def name(self) -> str:
-        segment = "" if self.threshold is None else f"|B>={self.threshold}"
+        segment = "" if self.threshold is None else f"[B>={self.threshold}]"
         return ("floor+" if self.floor else "") + "poly" + segment
 
     @property
@@ -446,7 +452,7 @@ def _refuse(message: str, file: str | None, what: str, phase: str) -> PdplanErro
 
 
 def _prepared(points: Sequence[MeasuredPoint], phase: str, file: str | None,
-              what: str) -> tuple[_Grid, list[str], int]:
+              what: str) -> tuple[_Grid, list[str]]:
     mine = [p for p in points if p.phase == phase]
     rejected: dict[tuple, list[str]] = {}
     for p in mine:
@@ -469,7 +475,7 @@ def _prepared(points: Sequence[MeasuredPoint], phase: str, file: str | None,
                       f"{'the batch size and the prompt length' if phase == PREFILL else 'the batch size and the context'})",
                       file, what, phase)
     grid, outlier_reports = _remove_outliers(grid, phase)
-    return grid, reports + repeat_reports + outlier_reports, sum(1 for _ in usable)
+    return grid, reports + repeat_reports + outlier_reports
 
 
 def fit_phase(points: Sequence[MeasuredPoint], phase: str, *, file: str | None = None,
@@ -481,7 +487,7 @@ def fit_phase(points: Sequence[MeasuredPoint], phase: str, *, file: str | None =
     """
     if phase not in PHASES:
         raise ValueError(f"phase must be one of {', '.join(PHASES)}")
-    grid, reports, measurements = _prepared(points, phase, file, what)
+    grid, reports = _prepared(points, phase, file, what)
     candidates = tuple(bases) if bases is not None else candidate_bases(grid.batch)
     scored = [(b, _heldout(b, grid.features, grid.batch, grid.latency)) for b in candidates]
     chosen = _select(scored)
@@ -515,7 +521,7 @@ def selection_heldout_errors(points: Sequence[MeasuredPoint], phase: str, *,
     only, fitted there, and asked to predict the held-out points. Slower than :func:`fit_phase`;
     used by ``benchmarks/fit_quality.py`` to show how much choosing the basis flatters its error.
     """
-    grid, _, _ = _prepared(points, phase, file, what)
+    grid, _ = _prepared(points, phase, file, what)
     errors = np.full(len(grid), np.nan)
     for test in _folds(len(grid)):
         train = np.ones(len(grid), dtype=bool)
@@ -544,8 +550,9 @@ def fit_profile(shape: ShapePoints, *, kv_capacity_tokens: int,
     prefill points (the model is not trusted beyond what was measured), capped at the KV
     capacity (a prefill batch must fit its KV).
     """
-    prefill = fit_phase(shape.points, PREFILL, file=shape.source, what=shape.shape)
-    decode = fit_phase(shape.points, DECODE, file=shape.source, what=shape.shape)
+    file = shape.file if shape.file is not None else shape.source
+    prefill = fit_phase(shape.points, PREFILL, file=file, what=shape.shape)
+    decode = fit_phase(shape.points, DECODE, file=file, what=shape.shape)
     if max_prefill_batch_tokens is None:
         max_prefill_batch_tokens = min(int(prefill.max_sum_tokens), kv_capacity_tokens)
     notes = "; ".join(n for n in (shape.notes, RULES_NOTE) if n)

@@ -146,7 +146,7 @@ def test_a_rank_deficient_design_is_refused():
 
 def test_bases_name_themselves_by_their_parts():
     assert [POLY.name, FLOOR_POLY.name, Basis(floor=True, threshold=8).name] == [
-        "poly", "floor+poly", "floor+poly|B>=8"]
+        "poly", "floor+poly", "floor+poly[B>=8]"]
 
 
 def test_fit_profile_records_fit_quality_and_provenance():
@@ -165,3 +165,17 @@ def test_fit_profile_records_fit_quality_and_provenance():
     assert prov.notes.startswith("test points; ")
     assert profile.max_prefill_batch_tokens == 20000   # largest Σl 4·8192, capped at the KV capacity
     assert profile.decode_step_s(8, 8 * 1024) == pytest.approx((30 + 1.6 + 0.8192) / 1e3)
+
+
+@pytest.mark.slow
+def test_heldout_error_within_ten_percent_for_every_llama2_shape_of_splitwise(shared_data):
+    """Acceptance: leave-one-out MAPE ≤ 10% for prefill and decode on every llama2-70b shape."""
+    from pdplan.profile_import import read_splitwise
+
+    shapes = [s for s in read_splitwise(shared_data / "profiles" / "splitwise_perf_model.csv")
+              if s.model == "llama2-70b"]
+    assert len(shapes) == 9
+    for shape in shapes:
+        for phase in (PREFILL, DECODE):
+            fit = fit_phase(shape.points, phase, what=shape.shape)
+            assert fit.heldout_mape <= 0.10, (shape.shape, phase, fit.basis, fit.heldout_mape)
