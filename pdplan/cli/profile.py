@@ -2,6 +2,188 @@
 
 from __future__ import annotations
 
+import os
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
 import typer
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from pdplan.cli.output import print_json, stderr, stdout
+from pdplan.errors import PdplanError
+from pdplan.profile_import import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
+from pdplan.profiles import (PhaseProfile, load_profile, profile_file_name, profile_files,
+                             save_profile, shipped_profiles_dir)
 
 app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_is_help=True)
+
+
+# --- shared rendering ----------------------------------------------------------------------------
+
+#: What `profile show` and `profile fit` report per profile. JSON keys, in order:
+#: model, gpu, tp, pp — the shape; prefill_ms_512, prefill_ms_2048 — one prompt of 512 / 2048
+#: tokens; decode_ms_b1, decode_ms_b32 — one decode step of 1 / 32 requests with 1024 tokens of
+#: context each (Σctx = B·1024); kv_capacity_tokens, max_prefill_batch_tokens; source
+#: ("measured" or "roofline"), method; points_prefill, points_decode (distinct grid points
+#: fitted); mape_prefill, max_error_prefill, mape_decode, max_error_decode (held-out, fractions;
+#: null when the profile was not fitted by pdplan); outliers (how many points were left out);
+#: file, sha256 (the source data); profile (the profile file's path). Times are milliseconds
+#: rounded to the microsecond.
+SHOW_PROMPTS = (512, 2048)
+SHOW_BATCHES = (1, 32)
+SHOW_CONTEXT_EACH = 1024
+
+
+def profile_summary(profile: PhaseProfile, path: Path) -> dict:
+    """One row of `profile show`: the same dict feeds the table and ``--json``."""
+    prov = profile.provenance
+    row: dict = {"model": profile.model, "gpu": profile.gpu, "tp": profile.tp, "pp": profile.pp}
+    for prompt in SHOW_PROMPTS:
+        row[f"prefill_ms_{prompt}"] = round(profile.prefill_time_s([prompt]) * 1e3, 3)
+    for batch in SHOW_BATCHES:
+        row[f"decode_ms_b{batch}"] = round(
+            profile.decode_step_s(batch, batch * SHOW_CONTEXT_EACH) * 1e3, 3)
+    row.update({
+        "kv_capacity_tokens": profile.kv_capacity_tokens,
+        "max_prefill_batch_tokens": profile.max_prefill_batch_tokens,
+        "source": prov.source, "method": prov.method,
+        "points_prefill": prov.points_prefill, "points_decode": prov.points_decode,
+        "mape_prefill": prov.mape_prefill, "max_error_prefill": prov.max_error_prefill,
+        "mape_decode": prov.mape_decode, "max_error_decode": prov.max_error_decode,
+        "outliers": len(prov.outliers),
+        "file": prov.file, "sha256": prov.sha256,
+        "profile": path.as_posix(),
+    })
+    return row
+
+
+def _percent(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def _render(rows: list[dict], title: str) -> None:
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("shape", no_wrap=True)
+    for name in ("prefill\n512", "prefill\n2048", "decode\nB1", "decode\nB32", "KV\ntokens",
+                 "max prefill\ntokens", "source", "MAPE\nprefill", "MAPE\ndecode", "outliers"):
+        table.add_column(name, justify="left" if name == "source" else "right")
+    for row in rows:
+        table.add_row(
+            f"{row['model']} {row['gpu']} TP{row['tp']} PP{row['pp']}",
+            f"{row['prefill_ms_512']:.1f}", f"{row['prefill_ms_2048']:.1f}",
+            f"{row['decode_ms_b1']:.1f}", f"{row['decode_ms_b32']:.1f}",
+            f"{row['kv_capacity_tokens']:,}", f"{row['max_prefill_batch_tokens']:,}",
+            row["source"], _percent(row["mape_prefill"]), _percent(row["mape_decode"]),
+            str(row["outliers"]),
+        )
+    # A terminal wraps the table to fit; pipes and files get it whole.
+    console = stdout if stdout.is_terminal else Console(width=140, soft_wrap=True)
+    console.print(table)
+    console.print(f"Times in ms: one prompt of {' / '.join(map(str, SHOW_PROMPTS))} tokens; one "
+                  f"decode step of B requests with {SHOW_CONTEXT_EACH} context tokens each. MAPE: "
+                  "held out (leave-one-out over distinct grid points); — where pdplan did not fit "
+                  "the profile. --json adds method, source file and sha256.")
+
+
+# --- fit -----------------------------------------------------------------------------------------
+
+class SourceFormat(str, Enum):
+    splitwise = "splitwise"
+    distserve = "distserve"
+    dynamo = "dynamo"
+    points = "points"
+
+
+def _portable(path: Path) -> str:
+    """A path as provenance records it: relative to the working directory, with ``/``."""
+    try:
+        return Path(os.path.relpath(path)).as_posix()
+    except ValueError:  # another drive on Windows
+        return path.as_posix()
+
+
+@app.command("fit")
+def fit(
+    src: Annotated[Path, typer.Argument(
+        help="Measured data: Splitwise perf_model.csv, DistServe profiler JSON, Dynamo raw_data.npz "
+             "(or the profiler's results folder), or a pdplan points CSV.", show_default=False)],
+    fmt: Annotated[SourceFormat, typer.Option("--format", help="Format of SRC.",
+                                              show_default=False)],
+    output: Annotated[Path, typer.Option(
+        "-o", "--output", show_default=False,
+        help="A .yaml file for exactly one shape, or a folder: every selected shape is written "
+             "there as {model}_{gpu}_tp{T}_pp{P}.yaml.")],
+    model: Annotated[Optional[str], typer.Option(help="Model (catalog name or model YAML); "
+                                                      "selects shapes, required for points/dynamo.")] = None,
+    gpu: Annotated[Optional[str], typer.Option(help="GPU type; selects shapes, required for "
+                                                    "points/dynamo/distserve.")] = None,
+    tp: Annotated[Optional[int], typer.Option(min=1, help="Tensor-parallel size; selects shapes, "
+                                                          "required for dynamo.")] = None,
+    pp: Annotated[Optional[int], typer.Option(min=1, help="Pipeline-parallel size; selects shapes "
+                                                          "(dynamo: default 1).")] = None,
+    max_num_tokens: Annotated[Optional[Path], typer.Option(
+        help="DistServe's max_num_tokens.csv (KV capacity); default: next to SRC.")] = None,
+    memory_utilization: Annotated[float, typer.Option(
+        min=0.01, max=1.0, help="HBM fraction for KV capacity from geometry (splitwise, points).")
+    ] = DEFAULT_MEMORY_UTILIZATION,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the written profiles as JSON.")] = False,
+) -> None:
+    """Fit (or import) phase profiles from measured data and write them atomically.
+
+    The shipped profiles are made with this command; pdplan/data/profiles/README.md has the
+    exact invocations.
+    """
+    single = output.suffix in (".yaml", ".yml")
+    table = None
+    if fmt is SourceFormat.distserve:
+        table = max_num_tokens if max_num_tokens is not None else src.parent / "max_num_tokens.csv"
+    result = profiles_from_source(
+        src, fmt.value, model=model, gpu=gpu, tp=tp, pp=pp, label=_portable(src),
+        max_num_tokens=table, max_num_tokens_label=None if table is None else _portable(table),
+        memory_utilization=memory_utilization)
+    if single and len(result.profiles) != 1:
+        shapes = ", ".join(p.shape for p in result.profiles)
+        raise PdplanError(f"{len(result.profiles)} shapes selected ({shapes}) but -o names one "
+                          "file; select one with --model/--gpu/--tp/--pp, or give a folder as -o",
+                          file=src, field="output")
+    targets = [(profile, output if single else output / profile_file_name(profile))
+               for profile in result.profiles]
+    for profile, path in targets:
+        save_profile(profile, path)
+    for note in result.skipped:
+        stderr.print(f"skipped {note}", markup=False, highlight=False)
+    rows = [profile_summary(profile, path) for profile, path in targets]
+    if as_json:
+        print_json(rows)
+    else:
+        _render(rows, f"Wrote {len(rows)} profile{'s' if len(rows) != 1 else ''} "
+                      f"from {_portable(src)}")
+
+
+# --- show ----------------------------------------------------------------------------------------
+
+@app.command("show")
+def show(
+    path: Annotated[Optional[Path], typer.Argument(
+        help="A profile YAML or a folder of them; default: the shipped profiles.",
+        show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print a JSON list, one object per "
+                                                         "profile.")] = False,
+) -> None:
+    """Show each profile's shape, sample latencies, KV capacity, source and fit quality."""
+    folder = shipped_profiles_dir() if path is None else path
+    rows, seen = [], {}
+    for file in profile_files(folder):
+        profile = load_profile(file)
+        if profile.key in seen:
+            raise PdplanError(f"second profile for {profile.shape} (first: {seen[profile.key]})",
+                              file=file, field="model")
+        seen[profile.key] = file.name
+        rows.append(profile_summary(profile, file))
+    if as_json:
+        print_json(rows)
+    else:
+        _render(rows, f"Profiles in {folder}")
