@@ -13,6 +13,7 @@ from pdplan.modelspec import get_model, kv_capacity_tokens
 from pdplan.profile_fit import DECODE, PREFILL
 from pdplan.profile_import import (profiles_from_source, read_distserve, read_dynamo,
                                    read_points_csv, read_splitwise)
+from pdplan.profiles import load_profile, profile_file_name, profile_to_dict, shipped_profiles_dir
 
 SPLITWISE_HEADER = ("model,hardware,prompt_size,batch_size,token_size,peak_power,average_power,"
                     "prompt_time,token_time,e2e_time,tensor_parallel\n")
@@ -290,3 +291,15 @@ def test_real_splitwise_file_holds_twelve_shapes_and_rejects_only_the_tp2_batch6
     assert rejected == {("a100-80gb", 2, 64), ("h100-80gb", 2, 64), ("h100-80gb-pcap", 2, 64)}
     assert all(p.phase == DECODE for s in shapes for p in s.points if p.rejected)
 
+
+def test_real_distserve_import_matches_the_shipped_opt_profiles(shared_data):
+    """The shipped OPT profiles are exactly what the importer makes of DistServe's files."""
+    folder = shared_data / "profiles"
+    result = read_distserve(folder / "profiler-a100-80g.distserve.json", folder / "max_num_tokens.csv",
+                            gpu="a100-80gb",
+                            label="../shared/data/profiles/profiler-a100-80g.distserve.json",
+                            max_num_tokens_label="../shared/data/profiles/max_num_tokens.csv")
+    assert len(result.profiles) == 7 and result.skipped == ()
+    for profile in result.profiles:
+        shipped = load_profile(shipped_profiles_dir() / profile_file_name(profile))
+        assert profile_to_dict(profile) == profile_to_dict(shipped)
