@@ -1,5 +1,6 @@
 """Roofline profiles: each phase is max(compute, memory) + communication + a per-layer cost."""
 
+import json
 import math
 
 import numpy as np
@@ -227,3 +228,36 @@ def test_measured_power_cap_slowdown_is_1_3_on_prompts_and_1_on_tokens(splitwise
     assert len(pair) == 76
     assert np.allclose(pair.prompt_time_y / pair.prompt_time_x, 1.3, rtol=1e-9)
     assert np.allclose(pair.token_time_y / pair.token_time_x, 1.0, rtol=1e-9)
+
+
+# --- `pdplan profile roofline` ---------------------------------------------------------------------
+
+def test_profile_roofline_json_has_the_profile_show_keys_plus_notes(run_cli):
+    code, out, err = run_cli("profile", "roofline", "--model", "llama2-70b", "--gpu", "h100-80gb",
+                             "--tp", "4", "--pp", "1", "--json")
+    assert (code, err) == (0, "")
+    result = json.loads(out)
+    assert list(result) == [
+        "model", "gpu", "tp", "pp", "prefill_ms_512", "prefill_ms_2048", "decode_ms_b1",
+        "decode_ms_b32", "kv_capacity_tokens", "max_prefill_batch_tokens", "source", "method",
+        "points_prefill", "points_decode", "mape_prefill", "max_error_prefill", "mape_decode",
+        "max_error_decode", "outliers", "file", "sha256", "profile", "notes"]
+    assert (result["source"], result["profile"]) == ("roofline", None)
+    expected = roofline_profile(LLAMA70, H100, 4, 1).prefill_time_s([2048]) * 1e3
+    assert result["prefill_ms_2048"] == pytest.approx(expected, abs=5e-4)
+
+
+def test_profile_roofline_writes_a_loadable_profile_with_the_given_efficiency(run_cli, tmp_path):
+    path = tmp_path / "roofline.yaml"
+    code, _, err = run_cli("profile", "roofline", "--model", "llama2-70b", "--gpu", "h100-80gb-pcap",
+                           "--tp", "8", "--pp", "1", "--compute-efficiency", "0.5", "-o", path, "--json")
+    assert (code, err) == (0, "")
+    assert "compute_efficiency=0.5," in load_profile(path).provenance.method
+
+
+def test_profile_roofline_refuses_a_shape_that_cannot_hold_the_weights(run_cli):
+    code, out, err = run_cli("profile", "roofline", "--model", "llama2-70b", "--gpu", "a100-80gb",
+                             "--tp", "1", "--pp", "1")
+    assert (code, out) == (2, "")
+    assert err == ("Error: llama2-70b TP1 PP1 a100-80gb: weights 138.0 GB per GPU > 72.0 GB usable "
+                   "(90% of 80 GB)\n")

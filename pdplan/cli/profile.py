@@ -15,8 +15,11 @@ from rich.table import Table
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.profile_import import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
+from pdplan.hardware import get_gpu
+from pdplan.modelspec import get_model
 from pdplan.profiles import (PhaseProfile, load_profile, profile_file_name, profile_files,
                              save_profile, shipped_profiles_dir)
+from pdplan.roofline import DEFAULT_EFFICIENCY, roofline_profile
 
 app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_is_help=True)
 
@@ -187,3 +190,48 @@ def show(
         print_json(rows)
     else:
         _render(rows, f"Profiles in {folder}")
+
+
+# --- roofline ------------------------------------------------------------------------------------
+
+@app.command("roofline")
+def roofline(
+    model: Annotated[str, typer.Option(help="Model (catalog name or model YAML).", show_default=False)],
+    gpu: Annotated[str, typer.Option(help="GPU type from the catalog.", show_default=False)],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs per stage, one node).",
+                                    show_default=False)],
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.", show_default=False)],
+    compute_efficiency: Annotated[float, typer.Option(
+        help="Fraction of peak BF16 FLOP/s reached; default calibrated on Splitwise.")
+    ] = DEFAULT_EFFICIENCY.compute,
+    bandwidth_efficiency: Annotated[float, typer.Option(
+        help="Fraction of peak HBM bandwidth reached; default calibrated on Splitwise.")
+    ] = DEFAULT_EFFICIENCY.bandwidth,
+    layer_overhead_us: Annotated[float, typer.Option(
+        help="Fixed cost per layer per iteration in µs; default calibrated on Splitwise, 0 gives "
+             "the pure two-factor roofline.")] = DEFAULT_EFFICIENCY.layer_overhead_s * 1e6,
+    output: Annotated[Optional[Path], typer.Option(
+        "-o", "--output", help="Profile YAML to write (atomically).", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the profile summary as one JSON "
+                                                         "object.")] = False,
+) -> None:
+    """Derive a roofline profile for a shape nobody measured: max(compute, memory) + communication.
+
+    JSON keys are `profile show`'s (profile is null without -o) plus notes, the assumptions.
+    """
+    if layer_overhead_us < 0:
+        raise PdplanError(f"--layer-overhead-us must be >= 0, got {layer_overhead_us:g}")
+    profile = roofline_profile(get_model(model), get_gpu(gpu), tp, pp,
+                               compute_efficiency=compute_efficiency,
+                               bandwidth_efficiency=bandwidth_efficiency,
+                               layer_overhead_s=layer_overhead_us / 1e6)
+    if output is not None:
+        save_profile(profile, output)
+    row = profile_summary(profile, output if output is not None else Path())
+    row["profile"] = None if output is None else row["profile"]
+    row["notes"] = profile.provenance.notes
+    if as_json:
+        print_json(row)
+        return
+    _render([row], f"Roofline {profile.shape}" + ("" if output is None else f", wrote {output}"))
+    stdout.print(f"{row['method']}. {row['notes']}", markup=False, highlight=False)
