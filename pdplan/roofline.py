@@ -65,7 +65,7 @@ class Efficiency:
 #: measurements (``benchmarks/roofline_fit.py`` reruns the search; :data:`CALIBRATION` records it).
 #: The bandwidth factor sits on its bound: measured decode times fall far less than 1/TP with
 #: TP, and the fixed per-layer cost carries the rest.
-DEFAULT_EFFICIENCY = Efficiency(compute=0.54, bandwidth=1.0, layer_overhead_s=250e-6)
+DEFAULT_EFFICIENCY = Efficiency(compute=0.54, bandwidth=1.0, layer_overhead_s=260e-6)
 
 #: Where :data:`DEFAULT_EFFICIENCY` comes from and how well it holds on the points it was fitted to.
 CALIBRATION = {
@@ -75,10 +75,10 @@ CALIBRATION = {
     "shapes": "llama2-70b on a100-80gb and h100-80gb, TP 2/4/8, PP 1",
     "points_prefill": 76,
     "points_decode": 112,
-    "mape_prefill": 0.181,
-    "mape_decode": 0.128,
+    "mape_prefill": 0.180,
+    "mape_decode": 0.129,
     "max_error_prefill": 0.507,
-    "max_error_decode": 0.467,
+    "max_error_decode": 0.456,
     "pure_roofline": ("with the per-layer cost fixed at 0 the best factors are compute 0.49, "
                       "bandwidth 0.46: MAPE prefill 21.8%, decode 28.9%"),
 }
@@ -125,11 +125,12 @@ def prefill_flops_coefficients(model: ModelSpec) -> tuple[float, float]:
 def decode_flops_coefficients(model: ModelSpec) -> tuple[float, float]:
     """FLOPs of one decode step per request B and per context token Σctx (0x02A).
 
-    ``F = 2·L·P_layer·B + 4·L·H_q·d_h·Σctx`` with Σctx the visible lengths after each new row is
-    appended (0x02A's ``A_D = Σ s_i``).
+    Σctx is the context the B requests hold before the step (pdplan's decode feature); each
+    request sees its context plus its new row, so 0x02A's ``A_D = Σ s_i = Σctx + B`` and
+    ``F = 2·L·P_layer·B + 4·L·H_q·d_h·(Σctx + B)``.
     """
-    return (2.0 * model.layers * model.params_per_layer,
-            4.0 * model.layers * model.q_heads * model.head_dim)
+    attention = 4.0 * model.layers * model.q_heads * model.head_dim
+    return 2.0 * model.layers * model.params_per_layer + attention, attention
 
 
 def streamed_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
@@ -227,9 +228,9 @@ def phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
 
     Prefill features (1, Σl, Σl²): compute from :func:`prefill_flops_coefficients`; memory the
     streamed weights plus the K/V the prompts write. Decode features (1, B, Σctx): compute from
-    :func:`decode_flops_coefficients`; memory the weights plus ``(Σctx + B)`` tokens of K/V
-    (read the context, write the new rows). Both carry TP all-reduces and PP hops over N rows
-    (N = Σl or B).
+    :func:`decode_flops_coefficients`; memory the weights plus 0x02A's K/V ledger, reading the
+    ``Σ s_i = Σctx + B`` visible tokens and writing the B new ones, ``(Σctx + 2B)`` tokens. Both
+    carry TP all-reduces and PP hops over N rows (N = Σl or B).
     """
     slowdown, _ = compute_slowdown(gpu)
     flops = tp * gpu.flops_per_s / slowdown
@@ -242,7 +243,7 @@ def phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
     d1, d2 = decode_flops_coefficients(model)
     prefill = PhaseTerms(compute_s=(0.0, p1 / flops, p2 / flops), memory_s=(weights, kv, 0.0),
                          comm_s=comm, layers=model.layers)
-    decode = PhaseTerms(compute_s=(0.0, d1 / flops, d2 / flops), memory_s=(weights, kv, kv),
+    decode = PhaseTerms(compute_s=(0.0, d1 / flops, d2 / flops), memory_s=(weights, 2 * kv, kv),
                         comm_s=comm, layers=model.layers)
     return prefill, decode
 
@@ -300,8 +301,8 @@ def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
         f"GPUs are extrapolation."
         if efficiency == DEFAULT_EFFICIENCY else
         "Efficiencies set by the caller, not the calibrated defaults.",
-        f"Decode context Σctx counts each request's visible tokens including the new one; "
-        f"KV capacity at {memory_utilization:.0%} of HBM.",
+        f"Decode context Σctx is the tokens the batch holds before the step (each request also "
+        f"attends to its new token); KV capacity at {memory_utilization:.0%} of HBM.",
     ]
     if tp > 1 or pp > 1:
         net = network_for(gpu)

@@ -14,17 +14,17 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from pdplan.errors import PdplanError
 from pdplan.fileio import sha256_file
 from pdplan.hardware import GPU
 from pdplan.modelspec import ModelSpec
+from pdplan.profile_import import read_splitwise
 from pdplan.roofline import DEFAULT_EFFICIENCY, Efficiency, phase_terms
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationPoints:
     """Measured phase times, as profile features, for a calibration or an error report."""
 
-    prefill: pd.DataFrame     #: columns gpu, tp, batch, f0, f1, f2, measured_s
+    prefill: pd.DataFrame     #: columns gpu, tp, batch, f0, f1, f2 (1, Σl, Σl²), measured_s
     decode: pd.DataFrame      #: same columns, features (1, B, Σctx)
     outliers: tuple[str, ...]
     sha256: str
@@ -34,42 +34,39 @@ def load_splitwise_points(path: str | Path, model: str = "llama2-70b",
                           gpus: tuple[str, ...] = ("a100-80gb", "h100-80gb")) -> CalibrationPoints:
     """Splitwise's measured prompt and token times as roofline calibration points.
 
-    Repeats are averaged. A prompt time is one prefill of ``batch_size`` prompts of
-    ``prompt_size`` tokens; a token time is the mean decode step while each request's context
-    grows from ``prompt_size`` to ``prompt_size + token_size``, so ``Σctx = B·(l + token_size/2)``.
-    Prefill points are unique per (GPU, TP, prompt, batch); the token_size repeats are averaged.
-    A row whose prompt time falls when the batch grows at the same prompt and token size is an
-    outlier (more work cannot take less time) and is dropped from both phases, by name.
+    The points are the ones :func:`pdplan.profile_import.read_splitwise` reads for the measured
+    profiles (same features, same rejected decode runs), with repeats of one grid point averaged.
+    One more rule for prefill: a point whose prompt time is below that of a smaller batch at the
+    same prompt length is an outlier (more work cannot take less time) and is dropped, by name.
     """
-    frame = pd.read_csv(path)
-    for column in ("model", "hardware", "tensor_parallel", "prompt_size", "token_size",
-                   "batch_size", "prompt_time", "token_time"):
-        if column not in frame.columns:
-            raise PdplanError(f"missing column {column!r}", file=path, field=column)
-    frame = frame[(frame["model"] == model) & frame["hardware"].isin(gpus)]
-    keys = ["hardware", "tensor_parallel", "prompt_size", "token_size", "batch_size"]
-    rows = frame.groupby(keys, sort=True)[["prompt_time", "token_time"]].mean().reset_index()
-    outliers, keep = [], np.ones(len(rows), dtype=bool)
-    for _, series in rows.groupby(keys[:-1], sort=True):
-        best = 0.0
-        for index, row in series.iterrows():
-            if row["prompt_time"] < best:
-                keep[index] = False
-                outliers.append(f"{row['hardware']} TP{row['tensor_parallel']} batch "
-                                f"{row['batch_size']}x{row['prompt_size']} tokens: prompt time "
-                                f"{row['prompt_time']:.0f} ms < {best:.0f} ms at a smaller batch")
-            best = max(best, row["prompt_time"])
-    rows = rows[keep]
-    b, l = rows["batch_size"].astype(float), rows["prompt_size"].astype(float)
-    decode = pd.DataFrame({"gpu": rows["hardware"], "tp": rows["tensor_parallel"], "batch": b,
-                           "f0": 1.0, "f1": b, "f2": b * (l + rows["token_size"] / 2),
-                           "measured_s": rows["token_time"] / 1e3}).reset_index(drop=True)
-    prefill = (rows.assign(f0=1.0, f1=b * l, f2=b * l * l)
-               .groupby(["hardware", "tensor_parallel", "batch_size", "f0", "f1", "f2"], sort=True)
-               ["prompt_time"].mean().reset_index()
-               .rename(columns={"hardware": "gpu", "tensor_parallel": "tp", "batch_size": "batch"}))
-    prefill["measured_s"] = prefill.pop("prompt_time") / 1e3
-    return CalibrationPoints(prefill=prefill, decode=decode, outliers=tuple(outliers),
+    rows, outliers = [], set()
+    for shape in read_splitwise(path):
+        if shape.model != model or shape.gpu not in gpus:
+            continue
+        for point in shape.points:
+            if point.rejected:
+                outliers.add(f"{shape.shape} {point.phase} B={point.batch_size}: {point.rejected}")
+                continue
+            rows.append((point.phase, shape.gpu, shape.tp, point.batch_size, *point.features,
+                         point.latency_s))
+    frame = pd.DataFrame(rows, columns=["phase", "gpu", "tp", "batch", "f0", "f1", "f2", "measured_s"])
+    frame = frame.groupby(["phase", "gpu", "tp", "batch", "f0", "f1", "f2"], sort=True,
+                          as_index=False)["measured_s"].mean()
+    prefill = frame[frame["phase"] == "prefill"].drop(columns="phase")
+    keep = np.ones(len(prefill), dtype=bool)
+    prompt = prefill["f1"] / prefill["batch"]
+    for _, series in prefill.groupby([prefill["gpu"], prefill["tp"], prompt], sort=True):
+        slowest = 0.0
+        for index, row in series.sort_values("batch").iterrows():
+            if row["measured_s"] < slowest:
+                keep[prefill.index.get_loc(index)] = False
+                outliers.add(f"{row['gpu']} TP{row['tp']} prefill B={row['batch']}x"
+                             f"{row['f1'] / row['batch']:.0f}: {row['measured_s'] * 1e3:.0f} ms < "
+                             f"{slowest * 1e3:.0f} ms at a smaller batch")
+            slowest = max(slowest, row["measured_s"])
+    decode = frame[frame["phase"] == "decode"].drop(columns="phase")
+    return CalibrationPoints(prefill=prefill[keep].reset_index(drop=True),
+                             decode=decode.reset_index(drop=True), outliers=tuple(sorted(outliers)),
                              sha256=sha256_file(path))
 
 
