@@ -1,0 +1,38 @@
+"""Discrete-event simulation of P/D-disaggregated and colocated LLM serving.
+
+API (stable; used by goodput search and the ``pdplan simulate`` / ``pdplan goodput`` commands)::
+
+    load_plan(path) -> Plan
+    simulate(workload, plan, profiles, *, model=None, seed=0, rate_rps=None) -> SimResult
+    simulate_prefill_instance(workload, profile, *, seed=0, rate_rps=None) -> SimResult
+    simulate_decode_instance(workload, profile, *, seed=0, rate_rps=None) -> SimResult
+    simulate_colocated_instance(workload, profile, *, policy="prefill-first", chunk_tokens=None,
+                                seed=0, rate_rps=None) -> SimResult
+    SimResult.requests                  # pandas DataFrame, one row per request (results.COLUMNS)
+    SimResult.columns                   # the same as a dict of numpy arrays
+    SimResult.summary(ttft_s, tpot_s)   # dict; see SimResult.summary
+    SimResult.attainment_masks(ttft_s, tpot_s)   # per-request pass/fail per clock and joint
+    layer_visibility(ready_s, transfer_s), request_completion(ready_s, transfer_s)   # 0x08I
+
+Modules: :mod:`.plan` (the plan file), :mod:`.engine` (flattening a plan and running it; the
+modelling choices are listed there), :mod:`.fast` (the compiled event loop),
+:mod:`.reference` with :mod:`.core` (the slow token-by-token oracle the tests compare against),
+:mod:`.transfer` (transfer-schedule recurrences) and :mod:`.results` (records and summary).
+"""
+
+from pdplan.sim.engine import (
+    as_requests,
+    simulate,
+    simulate_colocated_instance,
+    simulate_decode_instance,
+    simulate_prefill_instance,
+)
+from pdplan.sim.plan import Link, Plan, Pool, load_plan, resolve_pools
+from pdplan.sim.results import COLUMNS, SimResult
+from pdplan.sim.transfer import layer_visibility, request_completion
+
+__all__ = [
+    "COLUMNS", "Link", "Plan", "Pool", "SimResult", "as_requests", "layer_visibility",
+    "load_plan", "request_completion", "resolve_pools", "simulate", "simulate_colocated_instance",
+    "simulate_decode_instance", "simulate_prefill_instance",
+]

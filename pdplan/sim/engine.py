@@ -1,0 +1,450 @@
+"""Running a plan: flatten its pools into instances, feed requests to an engine, collect records.
+
+Public entry points (re-exported by :mod:`pdplan.sim`):
+
+* :func:`simulate` — a whole plan, disaggregated or colocated;
+* :func:`simulate_prefill_instance`, :func:`simulate_decode_instance`,
+  :func:`simulate_colocated_instance` — one instance judged alone, for per-phase goodput.
+
+Every function is a pure function of its inputs: no randomness is drawn and no wall clock is
+read, so the same inputs give the same records, bit for bit. ``seed`` is accepted and recorded
+so that callers can thread one seed through a pipeline; the engine itself has no random choices
+(ties go to the lowest instance index).
+
+Modelling choices, stated once:
+
+* **Prefill batching** — FCFS under ``max_prefill_batch_tokens`` (the pool's, default the
+  profile's) without reordering; a prompt longer than the cap runs alone. With PP = k, a batch passes k stages of latency/k each, one
+  batch per stage at a time: up to k batches in flight and the first stage frees after
+  latency/k.
+* **KV links** — each decode instance has one ingress; transfers into it run one at a time in
+  booking order (FIFO), at the bandwidth and setup of the (prefill pool, decode pool) link.
+  The request schedule books at prefill end; the layer schedule books when the prefill batch
+  starts and streams layers as they are produced (0x08I recurrence, setup paid before the
+  first layer). A transfer in flight keeps its ingress until its last layer lands.
+* **Prefix reuse** — with prefix hashes, prompt blocks cached at the destination decode
+  instance (an LRU of ``prefix_cache_blocks`` blocks, default its KV capacity in blocks) are
+  not sent. The cache affects bytes only; KV reservations count the whole prompt.
+* **Decode memory** — admission reserves prompt + output tokens of KV and stalls (head of line,
+  FIFO) when they do not fit; nothing is ever preempted, so ``preemptions`` is always 0 and the
+  closed-form fast path is exact. The KV waiting for admission is held outside the KV capacity
+  (in the sender's memory or a staging buffer).
+* **Rejection** — a request whose prompt + output exceeds the KV capacity of every instance
+  that could serve it is rejected at arrival: no times, fails every clock, counted.
+* **Colocated** — prefill-first or chunked (see :mod:`pdplan.sim.fast`); one iteration at a
+  time (PP profiles are used as whole-instance latencies, without pipelining).
+* **Routing** — prefill: fewest pending prompt tokens (Splitwise JSQ); decode: smallest
+  (routed, unfinished KV tokens) / capacity; colocated: fewest outstanding tokens (prompt +
+  output of routed, unfinished requests); ties → lowest index. No Splitwise mixed pool.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from pdplan.errors import PdplanError
+from pdplan.modelspec import ModelSpec
+from pdplan.profiles import LatencyModel, PhaseProfile
+from pdplan.sim import fast
+from pdplan.sim.plan import Plan, resolve_pools
+from pdplan.sim.results import SimResult, derive_columns
+
+
+# --- requests ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Requests:
+    """The per-request arrays an engine reads."""
+
+    arrival_s: np.ndarray       #: float64, non-decreasing
+    prompt_tokens: np.ndarray   #: int64 >= 1
+    output_tokens: np.ndarray   #: int64 >= 1
+    hash_values: np.ndarray | None = None   #: int64 CSR values (prefix-block ids)
+    hash_offsets: np.ndarray | None = None  #: int64 CSR offsets, n + 1
+    block_tokens: int | None = None         #: tokens per prefix block
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.size)
+
+    @property
+    def has_hashes(self) -> bool:
+        return self.hash_values is not None and self.hash_values.size > 0
+
+
+def as_requests(workload: Any, *, rate_rps: float | None = None) -> Requests:
+    """Requests from a :class:`pdplan.workload.Workload` or a mapping of arrays with the same names.
+
+    ``rate_rps`` rescales every inter-arrival gap by one factor so that the mean rate
+    (n / (last − first arrival)) becomes ``rate_rps``, keeping burst shape
+    (``pdplan.workload.rescale_rate``).
+    """
+    def get(name, default=None):
+        if isinstance(workload, Mapping):
+            return workload.get(name, default)
+        return getattr(workload, name, default)
+
+    arrival = get("arrival_s")
+    if arrival is None:
+        raise ValueError("the workload has no arrival times; give it an arrival process first")
+    arrival = np.ascontiguousarray(arrival, dtype=np.float64)
+    prompt = np.ascontiguousarray(get("prompt_tokens"), dtype=np.int64)
+    output = np.ascontiguousarray(get("output_tokens"), dtype=np.int64)
+    n = arrival.size
+    if arrival.ndim != 1 or prompt.shape != (n,) or output.shape != (n,):
+        raise ValueError("arrival_s, prompt_tokens and output_tokens must be 1-D of one length")
+    if n and (not np.all(np.isfinite(arrival)) or np.any(np.diff(arrival) < 0)):
+        raise ValueError("arrival_s must be finite and non-decreasing")
+    if np.any(prompt < 1) or np.any(output < 1):
+        raise ValueError("prompt_tokens and output_tokens must be >= 1")
+    values, offsets = get("hash_values"), get("hash_offsets")
+    block = get("block_tokens")
+    if values is not None and offsets is not None and len(values):
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if offsets.shape != (n + 1,) or offsets[0] != 0 or offsets[-1] != values.size:
+            raise ValueError("hash_offsets must have n + 1 entries rising from 0 to len(hash_values)")
+        if block is None:
+            raise ValueError("prefix hashes need block_tokens")
+    else:
+        values = offsets = None
+    if rate_rps is not None:
+        if not rate_rps > 0:
+            raise ValueError("rate_rps must be > 0")
+        duration = float(arrival[-1] - arrival[0]) if n else 0.0
+        if duration <= 0:
+            raise ValueError("cannot rescale the rate of arrivals that all fall at one instant")
+        arrival = arrival[0] + (arrival - arrival[0]) * (n / (rate_rps * duration))
+    return Requests(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
+                    hash_values=values, hash_offsets=offsets,
+                    block_tokens=None if block is None else int(block))
+
+
+# --- instances -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Layout:
+    """A plan flattened into integer-indexed instances (global ids in plan order)."""
+
+    mode: str                               #: "disaggregated", "colocated", "prefill", "decode"
+    labels: tuple[str, ...]                 #: "<pool>/<replica>" per instance
+    phases: tuple[str, ...]
+    profiles: tuple[PhaseProfile, ...]
+    pool_slot: tuple[int, ...]              #: index of the instance's pool among its phase's pools
+    policy: tuple[str | None, ...]          #: colocated policy per instance
+    chunk_tokens: tuple[int, ...]           #: chunked budget per instance (0 if none)
+    cache_blocks: tuple[int | None, ...]    #: prefix LRU capacity per decode instance (None: derive)
+    batch_tokens: tuple[int, ...]           #: FCFS prefill batch cap per instance
+    link_bandwidth: np.ndarray              #: bytes/s [prefill pool slot, decode pool slot]
+    link_setup: np.ndarray                  #: seconds [prefill pool slot, decode pool slot]
+    schedule: str = "request"
+    layers: int = 1
+    kv_bytes_per_token: int = 0
+    block_tokens: int | None = None         #: the plan's stated block size, if any
+
+    def ids(self, phase: str) -> np.ndarray:
+        return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
+
+
+def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
+    """Resolve each pool's profile and list its replicas as instances."""
+    resolved = resolve_pools(plan, profiles)
+    labels, phases, profs, slots, policies, chunks, caches, caps = [], [], [], [], [], [], [], []
+    slot_of = {"prefill": 0, "decode": 0, "colocated": 0}
+    for pool, profile in zip(plan.pools, resolved):
+        slot = slot_of[pool.phase]
+        slot_of[pool.phase] += 1
+        for replica in range(pool.replicas):
+            labels.append(f"{pool.name}/{replica}")
+            phases.append(pool.phase)
+            profs.append(profile)
+            slots.append(slot)
+            policies.append(pool.policy)
+            chunks.append(pool.chunk_tokens or 0)
+            caches.append(pool.prefix_cache_blocks)
+            caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
+    pre, dec = plan.pools_of("prefill"), plan.pools_of("decode")
+    bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
+    setup = np.zeros_like(bandwidth)
+    for i, src in enumerate(pre):
+        for j, dst in enumerate(dec):
+            link = plan.link(src.name, dst.name)
+            bandwidth[i, j] = link.bandwidth_bytes_per_s
+            setup[i, j] = link.setup_s
+    if not plan.colocated and model is None:
+        raise ValueError("a disaggregated plan needs the model (KV bytes per token, layers)")
+    if model is not None:
+        for i, pool in enumerate(plan.pools):
+            if pool.model != model.name:
+                raise PdplanError(f"pool {pool.name!r} serves model {pool.model!r} but the simulation "
+                                  f"was given {model.name!r}", file=plan.source, field=f"pools[{i}].model")
+    return Layout(mode="colocated" if plan.colocated else "disaggregated", labels=tuple(labels),
+                  phases=tuple(phases), profiles=tuple(profs), pool_slot=tuple(slots),
+                  policy=tuple(policies), chunk_tokens=tuple(chunks), cache_blocks=tuple(caches),
+                  batch_tokens=tuple(caps), link_bandwidth=bandwidth, link_setup=setup, schedule=plan.transfer_schedule,
+                  layers=model.layers if model is not None else 1,
+                  kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0,
+                  block_tokens=plan.block_tokens)
+
+
+def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
+                  chunk_tokens: int | None = None, max_prefill_batch_tokens: int | None = None) -> Layout:
+    """One instance of ``phase`` alone ("prefill", "decode" or "colocated")."""
+    cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
+    if not 1 <= cap <= profile.max_prefill_batch_tokens:
+        raise ValueError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}]")
+    return Layout(mode="colocated" if phase == "colocated" else phase, labels=(f"{phase}/0",),
+                  phases=(phase,), profiles=(profile,), pool_slot=(0,), policy=(policy,),
+                  chunk_tokens=(chunk_tokens or 0,), cache_blocks=(0,),
+                  batch_tokens=(cap,),
+                  link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)))
+
+
+def rejected_mask(layout: Layout, requests: Requests) -> np.ndarray:
+    """Requests whose prompt + output exceed the KV capacity of every instance that holds KV."""
+    if layout.mode == "prefill":
+        return np.zeros(len(requests), dtype=bool)
+    holder = "colocated" if layout.mode == "colocated" else "decode"
+    capacity = max(p.kv_capacity_tokens for p, ph in zip(layout.profiles, layout.phases) if ph == holder)
+    return (requests.prompt_tokens + requests.output_tokens) > capacity
+
+
+# --- the compiled engine -------------------------------------------------------------------------
+
+class _LatencyTable:
+    """LatencyModels flattened for the kernels; ``index(model)`` gives a model's number."""
+
+    def __init__(self):
+        self.models: list[LatencyModel] = []
+
+    def index(self, model: LatencyModel) -> int:
+        for i, known in enumerate(self.models):
+            if known is model:
+                return i
+        self.models.append(model)
+        return len(self.models) - 1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tab_i, pieces): rows seg_ptr, seg_min, piece_ptr of tab_i; pieces (n, 3) in seconds."""
+        seg_ptr, seg_min, piece_ptr, pieces = [0], [], [0], []
+        for model in self.models:
+            for segment in model.segments:
+                seg_min.append(segment.min_batch)
+                pieces.extend(segment.pieces_s)
+                piece_ptr.append(len(pieces))
+            seg_ptr.append(len(seg_min))
+        width = max(len(seg_ptr), len(piece_ptr))
+        tab_i = np.zeros((3, width), np.int64)
+        for row, values in enumerate((seg_ptr, seg_min, piece_ptr)):
+            tab_i[row, :len(values)] = values
+        return tab_i, np.array(pieces, np.float64).reshape(-1, 3)
+
+
+def _block_tokens(layout: Layout, requests: Requests) -> int:
+    if layout.block_tokens is not None and requests.block_tokens is not None \
+            and layout.block_tokens != requests.block_tokens:
+        raise PdplanError(f"the plan's block_tokens ({layout.block_tokens}) differs from the "
+                          f"workload's prefix-hash block size ({requests.block_tokens})",
+                          field="transfer.block_tokens")
+    return requests.block_tokens or layout.block_tokens or 0
+
+
+def cache_capacities(layout: Layout, requests: Requests) -> list[int]:
+    """Prefix-LRU capacity (blocks) of each decode instance, in decode order."""
+    block = _block_tokens(layout, requests)
+    caps = []
+    for i in layout.ids("decode"):
+        stated = layout.cache_blocks[i]
+        if stated is not None:
+            caps.append(stated)
+        else:
+            caps.append(layout.profiles[i].kv_capacity_tokens // block if block else 0)
+    return caps
+
+
+def _heap_capacity(n: int, layout: Layout) -> int:
+    # live events: ≤ n KV-visible + one planned boundary per instance + PP batches per prefill
+    # instance; stale boundaries: ≤ one per request (a cut happens only when a request arrives)
+    stages = sum(p.pp for p in layout.profiles)
+    return 2 * n + 4 * (len(layout.labels) + stages) + 64
+
+
+def _request_state(requests: Requests) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request state for the kernels: integer rows ``rq`` and time rows ``rt``."""
+    n = len(requests)
+    rq = np.full((fast.RQ_FIELDS, n), -1, np.int64)
+    rq[fast.R_PROMPT] = requests.prompt_tokens
+    rq[fast.R_OUTPUT] = requests.output_tokens
+    rq[[fast.R_FIN_STEP, fast.R_XBYTES, fast.R_PF_DONE, fast.R_CHUNK]] = 0
+    rt = np.full((fast.RT_FIELDS, n), np.nan)
+    rt[fast.T_ARRIVAL] = requests.arrival_s
+    return rq, rt
+
+
+def _instance_state(profiles: list[PhaseProfile], table: _LatencyTable) -> tuple[np.ndarray, np.ndarray]:
+    """Decode / colocated instance state ``di`` (integer rows) and ``df`` (float rows)."""
+    di = np.zeros((fast.DI_FIELDS, len(profiles)), np.int64)
+    for row in (fast.D_ROOT, fast.D_W_HEAD, fast.D_W_TAIL, fast.D_PF_HEAD, fast.D_PF_TAIL,
+                fast.D_IT_FIRST, fast.D_LRU_HEAD, fast.D_LRU_TAIL):
+        di[row] = -1
+    di[fast.D_CAP] = [p.kv_capacity_tokens for p in profiles]
+    di[fast.D_MODEL] = [table.index(p.decode) for p in profiles]
+    di[fast.D_M_PREFILL] = [table.index(p.prefill) for p in profiles]
+    return di, np.zeros((fast.DF_FIELDS, len(profiles)))
+
+
+def run_fast(layout: Layout, requests: Requests) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int]:
+    """Run the compiled engine; returns raw per-request arrays, busy seconds per instance,
+    busy seconds per ingress link and the event count."""
+    n = len(requests)
+    rejected = np.ascontiguousarray(rejected_mask(layout, requests), dtype=np.bool_)
+    rq, rt = _request_state(requests)
+    table = _LatencyTable()
+    busy = np.zeros(len(layout.labels))
+    links: dict[str, float] = {}
+    heap = _heap_capacity(n, layout)
+
+    if layout.mode == "colocated":
+        ids = layout.ids("colocated")
+        di, df = _instance_state([layout.profiles[i] for i in ids], table)
+        di[fast.D_POLICY] = [fast.POLICY_CHUNKED if layout.policy[i] == "chunked"
+                             else fast.POLICY_PREFILL_FIRST for i in ids]
+        di[fast.D_CHUNK] = [layout.chunk_tokens[i] for i in ids]
+        di[fast.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in ids]
+        tab_i, pieces = table.arrays()
+        events = fast.run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap)
+        inst = rq[fast.R_P_INST]
+        glob = np.where(inst >= 0, ids[np.maximum(inst, 0)], -1)
+        busy[ids] = df[fast.F_BUSY]
+        return _raw(requests, rejected, rq, rt, glob, glob.copy()), busy, links, int(events)
+
+    pids, dids = layout.ids("prefill"), layout.ids("decode")
+    pprofs = [layout.profiles[i] for i in pids]
+    pi = np.zeros((fast.PI_FIELDS, len(pids)), np.int64)
+    pi[[fast.P_Q_HEAD, fast.P_Q_TAIL]] = -1
+    pi[fast.P_MODEL] = [table.index(p.prefill) for p in pprofs]
+    pi[fast.P_PP] = [p.pp for p in pprofs]
+    pi[fast.P_CAP] = [layout.batch_tokens[i] for i in pids]
+    pi[fast.P_POOL] = [layout.pool_slot[i] for i in pids]
+    pf = np.zeros((len(pids), 1 + max([p.pp for p in pprofs], default=1)))
+    di, df = _instance_state([layout.profiles[i] for i in dids], table)
+    di[fast.D_POOL] = [layout.pool_slot[i] for i in dids]
+
+    block = _block_tokens(layout, requests) if len(dids) else 0
+    n_hash = 0
+    hash_vals, hash_ptr = np.zeros(1, np.int64), np.zeros(n + 1, np.int64)
+    if requests.has_hashes and len(dids) and len(pids):
+        caps = cache_capacities(layout, requests)
+        if any(caps):
+            unique, dense = np.unique(requests.hash_values, return_inverse=True)
+            hash_vals = np.ascontiguousarray(dense.ravel(), dtype=np.int64)
+            hash_ptr = np.ascontiguousarray(requests.hash_offsets, dtype=np.int64)
+            n_hash = int(unique.size)
+            di[fast.D_LRU_CAP] = caps
+    lru = np.full((3, max(1, len(dids) * n_hash)), -1, np.int32)
+    lru[2] = 0
+    link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
+    tab_i, pieces = table.arrays()
+    events = fast.run_disaggregated(
+        rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
+        0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
+        link, heap)
+    pinst, dinst = rq[fast.R_P_INST], rq[fast.R_D_INST]
+    pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
+    dglob = np.where(dinst >= 0, dids[np.maximum(dinst, 0)], -1) if len(dids) else np.full(n, -1)
+    busy[pids] = pf[:, 0]
+    busy[dids] = df[fast.F_BUSY]
+    if len(pids) and len(dids):
+        links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fast.F_LINK_BUSY])}
+    return _raw(requests, rejected, rq, rt, pglob, dglob), busy, links, int(events)
+
+
+def _raw(requests: Requests, rejected, rq, rt, prefill_instance, decode_instance) -> dict[str, np.ndarray]:
+    return {
+        "arrival_s": requests.arrival_s, "prompt_tokens": requests.prompt_tokens,
+        "output_tokens": requests.output_tokens, "rejected": rejected,
+        "prefill_instance": prefill_instance, "decode_instance": decode_instance,
+        "prefill_start_s": rt[fast.T_P_START], "prefill_end_s": rt[fast.T_P_END],
+        "transfer_start_s": rt[fast.T_X_START], "transfer_end_s": rt[fast.T_X_END],
+        "transfer_bytes": rq[fast.R_XBYTES].copy(), "first_token_s": rt[fast.T_FIRST],
+        "finish_s": rt[fast.T_FINISH],
+    }
+
+
+def _result(layout: Layout, requests: Requests, raw, busy, links, events, *, seed: int,
+            rate_rps: float | None, engine: str) -> SimResult:
+    return SimResult(mode=layout.mode, columns=derive_columns(layout.mode, raw),
+                     instances=layout.labels, instance_phase=layout.phases, busy_s=busy,
+                     link_busy_s=links, events=events, seed=seed, rate_rps=rate_rps, engine=engine)
+
+
+def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | None = None,
+        engine: str = "fast") -> SimResult:
+    """Run ``layout`` on ``requests`` with the compiled engine or the reference oracle."""
+    if engine == "fast":
+        raw, busy, links, events = run_fast(layout, requests)
+    elif engine == "reference":
+        from pdplan.sim.reference import run_reference
+        raw, busy, links, events = run_reference(layout, requests)
+    else:
+        raise ValueError("engine must be 'fast' or 'reference'")
+    return _result(layout, requests, raw, busy, links, events, seed=seed, rate_rps=rate_rps,
+                   engine=engine)
+
+
+# --- public API ----------------------------------------------------------------------------------
+
+def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec | None = None,
+             seed: int = 0, rate_rps: float | None = None, engine: str = "fast") -> SimResult:
+    """Simulate ``plan`` serving ``workload``.
+
+    ``workload`` is a :class:`pdplan.workload.Workload` or a mapping with ``arrival_s``,
+    ``prompt_tokens``, ``output_tokens`` and optionally ``hash_values``, ``hash_offsets``,
+    ``block_tokens``. ``profiles`` maps (model, gpu, tp, pp) to :class:`PhaseProfile`
+    (e.g. ``pdplan.profiles.shipped_profiles()``); a pool without one raises PdplanError
+    naming the plan file and the pool. ``model`` (required for disaggregated plans) gives KV
+    bytes per token and the layer count; every pool must serve it. ``rate_rps`` rescales the
+    arrivals to that mean rate first (same burst shape). ``seed`` is recorded, not drawn from:
+    the simulation is deterministic. ``engine="reference"`` runs the slow token-by-token oracle.
+    """
+    requests = as_requests(workload, rate_rps=rate_rps)
+    return run(layout_from_plan(plan, profiles, model), requests, seed=seed, rate_rps=rate_rps,
+               engine=engine)
+
+
+def simulate_prefill_instance(workload: Any, profile: PhaseProfile, *,
+                              max_prefill_batch_tokens: int | None = None, seed: int = 0,
+                              rate_rps: float | None = None, engine: str = "fast") -> SimResult:
+    """One prefill instance alone: ``ttft_s`` is its TTFT contribution, prefill end − arrival
+    (queue + batch time); no transfer and no decode (TPOT not measured). The batch cap defaults
+    to the profile's, as in a plan's pool."""
+    layout = layout_single("prefill", profile, max_prefill_batch_tokens=max_prefill_batch_tokens)
+    return run(layout, as_requests(workload, rate_rps=rate_rps),
+               seed=seed, rate_rps=rate_rps, engine=engine)
+
+
+def simulate_decode_instance(workload: Any, profile: PhaseProfile, *, seed: int = 0,
+                             rate_rps: float | None = None, engine: str = "fast") -> SimResult:
+    """One decode instance alone: requests arrive with their KV visible (and first token made);
+    ``admission_wait_s`` (= ``ttft_s``) is the wait for KV memory, ``tpot_s`` the cadence."""
+    return run(layout_single("decode", profile), as_requests(workload, rate_rps=rate_rps),
+               seed=seed, rate_rps=rate_rps, engine=engine)
+
+
+def simulate_colocated_instance(workload: Any, profile: PhaseProfile, *, policy: str = "prefill-first",
+                                chunk_tokens: int | None = None,
+                                max_prefill_batch_tokens: int | None = None, seed: int = 0,
+                                rate_rps: float | None = None, engine: str = "fast") -> SimResult:
+    """One colocated instance alone with ``policy`` "prefill-first" (batch cap defaults to the
+    profile's) or "chunked" (needs ``chunk_tokens``)."""
+    if policy not in ("prefill-first", "chunked"):
+        raise ValueError("policy must be 'prefill-first' or 'chunked'")
+    if (policy == "chunked") != (chunk_tokens is not None):
+        raise ValueError("chunk_tokens is required by, and only by, the chunked policy")
+    layout = layout_single("colocated", profile, policy=policy, chunk_tokens=chunk_tokens,
+                           max_prefill_batch_tokens=max_prefill_batch_tokens)
+    return run(layout,
+               as_requests(workload, rate_rps=rate_rps), seed=seed, rate_rps=rate_rps,
+               engine=engine)

@@ -1,0 +1,325 @@
+"""A serving plan: which instance pools exist, how KV moves between them, and how it is scheduled.
+
+A plan is either **disaggregated** (at least one ``prefill`` pool and one ``decode`` pool, joined
+by links) or **colocated** (only ``colocated`` pools, each instance running both phases). It
+names instance shapes, not latencies: :func:`resolve_pools` looks each pool's
+(model, gpu, tp, pp) up in a profile dictionary the caller passes.
+
+File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
+
+    pdplan_plan: 1                 # format version
+    name: llama2-70b 2P+2D         # optional label
+    transfer:                      # optional; disaggregated plans only
+      schedule: request            # request (after the whole prefill) | layer (per-layer streaming)
+      block_tokens: 512            # optional: prefix-hash block size; must match the workload's
+    default_link:                  # optional; used by prefill→decode pairs without a link entry
+      bandwidth_gb_s: 25           # GB/s (10^9 bytes/s), one direction
+      setup_ms: 0.5                # fixed cost per transfer
+    links:                         # optional; one entry per (prefill pool, decode pool) pair
+      - {from: prefill, to: decode, bandwidth_gb_s: 25, setup_ms: 0.5}
+    pools:
+      - name: prefill
+        phase: prefill             # prefill | decode | colocated
+        model: llama2-70b
+        gpu: a100-80gb
+        tp: 4                      # default 1
+        pp: 1                      # default 1
+        replicas: 2                # default 1
+        max_prefill_batch_tokens: 2048   # optional (prefill, prefill-first): FCFS batch cap in
+                                   # prompt tokens; default and upper bound: the profile's
+      - name: decode
+        phase: decode
+        model: llama2-70b
+        gpu: a100-80gb
+        tp: 4
+        replicas: 2
+        prefix_cache_blocks: 4096  # optional, decode only: LRU of prefix blocks seen; default
+                                   # kv_capacity_tokens // block_tokens; 0 turns it off
+      # colocated pools add:  policy: prefill-first | chunked;  chunk_tokens: 512 (chunked only)
+
+Units in the dataclasses are bytes/s and seconds; the file's GB/s and ms are converted once here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import load_yaml
+from pdplan.hardware import GB
+from pdplan.profiles import PhaseProfile
+from pdplan.schema import Fields
+
+FORMAT_VERSION = 1
+PHASES = ("colocated", "decode", "prefill")
+POLICIES = ("chunked", "prefill-first")
+SCHEDULES = ("layer", "request")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pool:
+    """``replicas`` identical instances of one (model, gpu, tp, pp) shape serving one phase."""
+
+    name: str
+    phase: str                          #: "prefill", "decode" or "colocated"
+    model: str                          #: model name, as in the model catalog and the profiles
+    gpu: str                            #: GPU type name, as in the profiles
+    tp: int = 1                         #: tensor-parallel degree
+    pp: int = 1                         #: pipeline-parallel degree (prefill keeps PP batches in flight)
+    replicas: int = 1                   #: identical instances
+    policy: str | None = None           #: colocated only: "prefill-first" or "chunked"
+    chunk_tokens: int | None = None     #: chunked only: tokens per iteration (decodes count one each)
+    prefix_cache_blocks: int | None = None  #: decode only: prefix-LRU size; None = derived
+    max_prefill_batch_tokens: int | None = None  #: prefill / prefill-first batch cap; None = the
+    #: profile's (a plan may lower it, e.g. to Splitwise's 2048, never raise it)
+
+    def __post_init__(self):
+        if self.phase not in PHASES:
+            raise ValueError(f"pool {self.name}: phase must be one of {', '.join(PHASES)}")
+        if self.tp < 1 or self.pp < 1 or self.replicas < 1:
+            raise ValueError(f"pool {self.name}: tp, pp and replicas must be >= 1")
+        if self.phase == "colocated":
+            if self.policy not in POLICIES:
+                raise ValueError(f"pool {self.name}: policy must be one of {', '.join(POLICIES)}")
+            if (self.policy == "chunked") != (self.chunk_tokens is not None):
+                raise ValueError(f"pool {self.name}: chunk_tokens is required by, and only by, "
+                                 "the chunked policy")
+            if self.chunk_tokens is not None and self.chunk_tokens < 1:
+                raise ValueError(f"pool {self.name}: chunk_tokens must be >= 1")
+        elif self.policy is not None or self.chunk_tokens is not None:
+            raise ValueError(f"pool {self.name}: policy and chunk_tokens apply to colocated pools")
+        if self.max_prefill_batch_tokens is not None:
+            if self.phase == "decode" or self.policy == "chunked":
+                raise ValueError(f"pool {self.name}: max_prefill_batch_tokens applies to prefill "
+                                 "and prefill-first pools")
+            if self.max_prefill_batch_tokens < 1:
+                raise ValueError(f"pool {self.name}: max_prefill_batch_tokens must be >= 1")
+        if self.prefix_cache_blocks is not None:
+            if self.phase != "decode":
+                raise ValueError(f"pool {self.name}: prefix_cache_blocks applies to decode pools")
+            if self.prefix_cache_blocks < 0:
+                raise ValueError(f"pool {self.name}: prefix_cache_blocks must be >= 0")
+
+    @property
+    def shape(self) -> tuple[str, str, int, int]:
+        """The profile key (model, gpu, tp, pp)."""
+        return (self.model, self.gpu, self.tp, self.pp)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """The KV path from a prefill pool to a decode pool: bandwidth and a fixed cost per transfer.
+
+    Transfers into one decode instance share that instance's ingress and run one at a time, in
+    the order they were booked (FIFO); a transfer's speed comes from the link of its pool pair.
+    """
+
+    from_pool: str | None              #: prefill pool name; None on the plan's default link
+    to_pool: str | None                #: decode pool name; None on the plan's default link
+    bandwidth_bytes_per_s: float
+    setup_s: float = 0.0
+
+    def __post_init__(self):
+        if not self.bandwidth_bytes_per_s > 0:
+            raise ValueError("link bandwidth must be > 0")
+        if self.setup_s < 0:
+            raise ValueError("link setup must be >= 0")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """Pools, links and the KV transfer schedule of one deployment."""
+
+    pools: tuple[Pool, ...]
+    links: tuple[Link, ...] = ()
+    default_link: Link | None = None
+    transfer_schedule: str = "request"  #: "request" (after the whole prefill) or "layer"
+    block_tokens: int | None = None     #: prefix-hash block size, when the plan states it
+    name: str = ""
+    source: str | None = None           #: file the plan was read from, for error messages
+
+    def __post_init__(self):
+        if not self.pools:
+            raise ValueError("a plan needs at least one pool")
+        names = [p.name for p in self.pools]
+        if len(set(names)) != len(names):
+            raise ValueError("pool names must be unique")
+        if self.transfer_schedule not in SCHEDULES:
+            raise ValueError(f"transfer_schedule must be one of {', '.join(SCHEDULES)}")
+        phases = {p.phase for p in self.pools}
+        if "colocated" in phases and phases != {"colocated"}:
+            raise ValueError("a plan is either colocated or disaggregated, not both")
+        if phases != {"colocated"} and phases != {"prefill", "decode"}:
+            raise ValueError("a disaggregated plan needs at least one prefill and one decode pool")
+        by_name = {p.name: p for p in self.pools}
+        for link in self.links:
+            if by_name.get(link.from_pool, None) is None or by_name[link.from_pool].phase != "prefill":
+                raise ValueError(f"link from {link.from_pool!r}: not a prefill pool")
+            if by_name.get(link.to_pool, None) is None or by_name[link.to_pool].phase != "decode":
+                raise ValueError(f"link to {link.to_pool!r}: not a decode pool")
+        if self.block_tokens is not None and self.block_tokens < 1:
+            raise ValueError("block_tokens must be >= 1")
+
+    @property
+    def colocated(self) -> bool:
+        return self.pools[0].phase == "colocated"
+
+    def pools_of(self, phase: str) -> tuple[Pool, ...]:
+        return tuple(p for p in self.pools if p.phase == phase)
+
+    def link(self, from_pool: str, to_pool: str) -> Link:
+        """The link a transfer from ``from_pool`` to ``to_pool`` uses."""
+        for link in self.links:
+            if link.from_pool == from_pool and link.to_pool == to_pool:
+                return link
+        if self.default_link is None:
+            raise PdplanError(f"no link from pool {from_pool!r} to pool {to_pool!r} and no "
+                              "default_link", file=self.source, field="links")
+        return self.default_link
+
+    @property
+    def gpus(self) -> int:
+        """GPUs in all pools."""
+        return sum(p.tp * p.pp * p.replicas for p in self.pools)
+
+
+# --- profiles ------------------------------------------------------------------------------------
+
+ProfileKey = tuple[str, str, int, int]
+
+
+def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tuple[PhaseProfile, ...]:
+    """Each pool's profile, in pool order; a missing shape names the plan file and the pool."""
+    found = []
+    for i, pool in enumerate(plan.pools):
+        profile = profiles.get(pool.shape)
+        if profile is None:
+            model, gpu, tp, pp = pool.shape
+            known = ", ".join(sorted(f"{m} {g} TP{t} PP{p}" for m, g, t, p in profiles)) or "none"
+            raise PdplanError(f"pool {pool.name!r} needs a profile for {model} {gpu} TP{tp} PP{pp}, "
+                              f"which is not loaded (loaded: {known})", file=plan.source,
+                              field=f"pools[{i}]")
+        cap = pool.max_prefill_batch_tokens
+        if cap is not None and cap > profile.max_prefill_batch_tokens:
+            raise PdplanError(f"pool {pool.name!r} asks for prefill batches of up to {cap} tokens but "
+                              f"its profile ({profile.shape}) allows {profile.max_prefill_batch_tokens}",
+                              file=plan.source, field=f"pools[{i}].max_prefill_batch_tokens")
+        found.append(profile)
+    return tuple(found)
+
+
+# --- file ----------------------------------------------------------------------------------------
+
+_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools"}
+_POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "replicas", "policy", "chunk_tokens",
+                "prefix_cache_blocks", "max_prefill_batch_tokens"}
+_LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
+
+
+def _link(spec: Fields, from_pool: str | None, to_pool: str | None) -> Link:
+    return Link(from_pool=from_pool, to_pool=to_pool,
+                bandwidth_bytes_per_s=spec.number("bandwidth_gb_s", minimum=0, exclusive=True) * GB,
+                setup_s=spec.number("setup_ms", 0.0, minimum=0) / 1e3)
+
+
+def _pool(spec: Fields) -> Pool:
+    spec.reject_unknown(_POOL_FIELDS)
+    phase = spec.string("phase", choices=list(PHASES))
+    policy = chunk = cache_blocks = None
+    if phase == "colocated":
+        policy = spec.string("policy", choices=list(POLICIES))
+        if policy == "chunked":
+            chunk = spec.integer("chunk_tokens", minimum=1)
+        elif spec.has("chunk_tokens"):
+            raise spec.fail("chunk_tokens", "applies only to policy chunked", spec.data["chunk_tokens"])
+    else:
+        for key in ("policy", "chunk_tokens"):
+            if spec.has(key):
+                raise spec.fail(key, "applies only to colocated pools", spec.data[key])
+    if spec.has("prefix_cache_blocks"):
+        if phase != "decode":
+            raise spec.fail("prefix_cache_blocks", "applies only to decode pools",
+                            spec.data["prefix_cache_blocks"])
+        cache_blocks = spec.integer("prefix_cache_blocks", minimum=0)
+    batch_cap = None
+    if spec.has("max_prefill_batch_tokens"):
+        if phase == "decode" or policy == "chunked":
+            raise spec.fail("max_prefill_batch_tokens", "applies only to prefill and prefill-first "
+                            "colocated pools (chunked pools use chunk_tokens)",
+                            spec.data["max_prefill_batch_tokens"])
+        batch_cap = spec.integer("max_prefill_batch_tokens", minimum=1)
+    return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"),
+                gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1),
+                pp=spec.integer("pp", 1, minimum=1), replicas=spec.integer("replicas", 1, minimum=1),
+                policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks,
+                max_prefill_batch_tokens=batch_cap)
+
+
+def load_plan(path: str | Path) -> Plan:
+    """Read and validate a plan YAML; any broken rule raises PdplanError naming file:line and field."""
+    top = Fields(load_yaml(path, what="plan file"), path)
+    top.reject_unknown(_TOP_FIELDS)
+    top.integer("pdplan_plan", minimum=FORMAT_VERSION, maximum=FORMAT_VERSION)
+
+    pools, names = [], set()
+    for spec in top.items("pools"):
+        pool = _pool(spec)
+        if pool.name in names:
+            raise spec.fail("name", "must be unique across pools", pool.name)
+        names.add(pool.name)
+        pools.append(pool)
+    phases = {p.phase for p in pools}
+    if "colocated" in phases and phases != {"colocated"}:
+        raise top.fail("pools", "must be all colocated or a mix of prefill and decode, not both",
+                       sorted(phases))
+    if phases != {"colocated"} and phases != {"prefill", "decode"}:
+        raise top.fail("pools", "of a disaggregated plan need at least one prefill and one decode pool",
+                       sorted(phases))
+    colocated = phases == {"colocated"}
+
+    schedule, block_tokens = "request", None
+    if top.has("transfer"):
+        transfer = top.mapping("transfer")
+        transfer.reject_unknown({"schedule", "block_tokens"})
+        schedule = transfer.string("schedule", "request", choices=list(SCHEDULES))
+        if transfer.has("block_tokens"):
+            block_tokens = transfer.integer("block_tokens", minimum=1)
+
+    default_link = None
+    if top.has("default_link"):
+        spec = top.mapping("default_link")
+        spec.reject_unknown(_LINK_FIELDS - {"from", "to"})
+        default_link = _link(spec, None, None)
+    links, pairs = [], set()
+    if top.has("links"):
+        phase_of = {p.name: p.phase for p in pools}
+        for spec in top.items("links"):
+            spec.reject_unknown(_LINK_FIELDS)
+            src, dst = spec.string("from"), spec.string("to")
+            if phase_of.get(src) != "prefill":
+                raise spec.fail("from", "must name a prefill pool of this plan", src)
+            if phase_of.get(dst) != "decode":
+                raise spec.fail("to", "must name a decode pool of this plan", dst)
+            if (src, dst) in pairs:
+                raise spec.fail("to", f"repeats the link from {src!r}", dst)
+            pairs.add((src, dst))
+            links.append(_link(spec, src, dst))
+    if colocated:
+        for key in ("links", "default_link", "transfer"):
+            if top.has(key):
+                raise top.fail(key, "applies only to disaggregated plans (a colocated plan moves no KV)",
+                               show_value=False)
+    else:
+        for src in (p.name for p in pools if p.phase == "prefill"):
+            for dst in (p.name for p in pools if p.phase == "decode"):
+                if (src, dst) not in pairs and default_link is None:
+                    raise top.fail("links", f"has no link from {src!r} to {dst!r} and there is no "
+                                   "default_link", show_value=False)
+
+    name = top.data.get("name", "")
+    if not isinstance(name, str):
+        raise top.fail("name", "must be a string", name)
+    return Plan(pools=tuple(pools), links=tuple(links), default_link=default_link,
+                transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path))

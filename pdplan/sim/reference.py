@@ -1,0 +1,383 @@
+"""The oracle: the serving model written plainly, one event per decode step, for tests only.
+
+Same model as :mod:`pdplan.sim.fast` (see :mod:`pdplan.sim.engine` for the choices) but with
+no closed forms and no arrays: every decode step is its own event whose time comes from
+``PhaseProfile.decode_step_s`` at the current batch and context, per-layer transfers run the
+0x08I recurrence layer by layer, and the prefix cache is an ``OrderedDict``. It is slow (pure
+Python, O(tokens) events) and exists so tests can check the compiled engine request by request.
+
+Event priorities at equal times match the compiled engine: arrival 0, prefill done 1, prefill
+first stage free 2, KV visible 3, step / iteration boundary 4.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+
+import numpy as np
+
+from pdplan.sim.core import Environment
+from pdplan.sim.engine import Layout, Requests, cache_capacities, rejected_mask
+from pdplan.sim.transfer import layer_visibility, uniform_layer_ready_s
+
+ARRIVAL, PREFILL_DONE, PREFILL_FREE, KV_VISIBLE, BOUNDARY = 0, 1, 2, 3, 4
+
+
+class _Records:
+    """Per-request outputs, filled as the simulation goes."""
+
+    def __init__(self, n: int):
+        nan = lambda: np.full(n, np.nan)  # noqa: E731
+        self.prefill_instance = np.full(n, -1, np.int64)
+        self.decode_instance = np.full(n, -1, np.int64)
+        self.prefill_start_s, self.prefill_end_s = nan(), nan()
+        self.transfer_start_s, self.transfer_end_s = nan(), nan()
+        self.transfer_bytes = np.zeros(n, np.int64)
+        self.first_token_s, self.finish_s = nan(), nan()
+
+
+class _Batch:
+    """Requests decoding together on one instance; one token per member per step."""
+
+    def __init__(self, env: Environment, profile, capacity: int, req: Requests, rec: _Records):
+        self.env, self.profile, self.capacity, self.req, self.rec = env, profile, capacity, req, rec
+        self.generated: dict[int, int] = {}  # active request -> tokens it has produced
+        self.reserved = 0   # KV tokens reserved: prompt + output of each admitted request
+        self.load = 0       # router's view: prompt + output of routed, unfinished requests
+        self.busy_s = 0.0
+
+    def need(self, r: int) -> int:
+        return int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+
+    def fits(self, r: int) -> bool:
+        return self.reserved + self.need(r) <= self.capacity
+
+    def admit(self, r: int) -> None:
+        """r's first token is out now; it decodes the rest here (memory reserved up front)."""
+        self.reserved += self.need(r)
+        self.rec.first_token_s[r] = self.env.now
+        self.generated[r] = 1
+        if self.req.output_tokens[r] == 1:
+            self._finish(r)
+
+    def _finish(self, r: int) -> None:
+        self.rec.finish_s[r] = self.env.now
+        del self.generated[r]
+        self.reserved -= self.need(r)
+        self.load -= self.need(r)
+
+    def step_s(self) -> float:
+        context = sum(int(self.req.prompt_tokens[r]) + g for r, g in self.generated.items())
+        return self.profile.decode_step_s(len(self.generated), context)
+
+    def emit_tokens(self) -> None:
+        """Every active request produced one token; those at their output length leave."""
+        for r in list(self.generated):
+            self.generated[r] += 1
+            if self.generated[r] == self.req.output_tokens[r]:
+                self._finish(r)
+
+
+class _DecodeInstance(_Batch):
+    def __init__(self, env, profile, req, rec, index: int):
+        super().__init__(env, profile, profile.kv_capacity_tokens, req, rec)
+        self.index = index
+        self.waiting: deque[int] = deque()
+        self.stepping = False
+
+    def kv_visible(self, r: int) -> None:
+        self.waiting.append(r)
+        if not self.stepping:
+            self._boundary()
+
+    def _boundary(self) -> None:
+        while self.waiting and self.fits(self.waiting[0]):
+            self.admit(self.waiting.popleft())
+        self.stepping = bool(self.generated)
+        if self.stepping:
+            dt = self.step_s()
+            self.env.schedule(self.env.now + dt, BOUNDARY, self._step_done, dt)
+
+    def _step_done(self, dt: float) -> None:
+        self.busy_s += dt
+        self.emit_tokens()
+        self._boundary()
+
+
+class _Disaggregated:
+    def __init__(self, layout: Layout, req: Requests):
+        self.layout, self.req = layout, req
+        self.env = Environment()
+        self.rec = _Records(len(req))
+        self.pids, self.dids = list(layout.ids("prefill")), list(layout.ids("decode"))
+        self.pre = [{"queue": deque(), "pending": 0, "stage_free": [0.0] * layout.profiles[i].pp,
+                     "busy_s": 0.0, "profile": layout.profiles[i], "cap": layout.batch_tokens[i]}
+                    for i in self.pids]
+        self.dec = [_DecodeInstance(self.env, layout.profiles[i], req, self.rec, k)
+                    for k, i in enumerate(self.dids)]
+        self.link_free = [0.0] * len(self.dids)
+        self.link_busy = [0.0] * len(self.dids)
+        self.caches = [OrderedDict() for _ in self.dids]
+        self.cache_caps = cache_capacities(layout, req) if req.has_hashes and self.pids and self.dids \
+            else [0] * len(self.dids)
+        self.block = req.block_tokens or 0
+
+    # prefill ------------------------------------------------------------------------------------
+    def arrive(self, r: int) -> None:
+        if not self.pids:  # decode judged alone: KV visible on arrival
+            d = self._route_decode(r)
+            self.rec.decode_instance[r] = d
+            self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r)
+            return
+        p = min(range(len(self.pre)), key=lambda i: (self.pre[i]["pending"], i))
+        self.pre[p]["pending"] += int(self.req.prompt_tokens[r])
+        self.pre[p]["queue"].append(r)
+        self.rec.prefill_instance[r] = p
+        self._try_start(p)
+
+    def _try_start(self, p: int) -> None:
+        inst = self.pre[p]
+        if not inst["queue"] or inst["stage_free"][0] > self.env.now:
+            return
+        cap = inst["cap"]
+        batch, tokens = [], 0
+        while inst["queue"]:
+            length = int(self.req.prompt_tokens[inst["queue"][0]])
+            if batch and tokens + length > cap:
+                break
+            batch.append(inst["queue"].popleft())
+            tokens += length
+        duration = inst["profile"].prefill_time_s(self.req.prompt_tokens[batch])
+        stages = len(inst["stage_free"])
+        clock = self.env.now
+        for s in range(stages):
+            clock = max(clock, inst["stage_free"][s]) + duration / stages
+            inst["stage_free"][s] = clock
+        start, end = self.env.now, clock
+        inst["busy_s"] += duration / stages
+        for r in batch:
+            self.rec.prefill_start_s[r], self.rec.prefill_end_s[r] = start, end
+        self.env.schedule(end, PREFILL_DONE, self._prefill_done, p, batch, start)
+        if stages > 1:
+            self.env.schedule(inst["stage_free"][0], PREFILL_FREE, self._try_start, p)
+        if self.layout.schedule == "layer" and self.dids:
+            for r in batch:
+                self._book(r, p, start, end)
+
+    def _prefill_done(self, p: int, batch: list[int], start: float) -> None:
+        for r in batch:
+            self.pre[p]["pending"] -= int(self.req.prompt_tokens[r])
+            if self.layout.schedule == "request" and self.dids:
+                self._book(r, p, start, self.env.now)
+        if len(self.pre[p]["stage_free"]) == 1:
+            self._try_start(p)
+
+    # transfer -----------------------------------------------------------------------------------
+    def _route_decode(self, r: int) -> int:
+        need = int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+        best = None
+        for d, inst in enumerate(self.dec):
+            if inst.capacity < need:
+                continue
+            if best is None or inst.load * self.dec[best].capacity < self.dec[best].load * inst.capacity:
+                best = d
+        self.dec[best].load += need
+        return best
+
+    def _missing_tokens(self, r: int, d: int) -> int:
+        """Prompt tokens not cached at d (transfer set U \\ V_D); the prompt's blocks become MRU."""
+        prompt = int(self.req.prompt_tokens[r])
+        if self.cache_caps[d] == 0:
+            return prompt
+        cache = self.caches[d]
+        blocks = self.req.hash_values[self.req.hash_offsets[r]:self.req.hash_offsets[r + 1]]
+        missing = prompt
+        for b, h in enumerate(blocks.tolist()):
+            if h in cache:
+                cache.move_to_end(h)
+                missing -= max(0, min(self.block, prompt - b * self.block))
+            else:
+                cache[h] = True
+                if len(cache) > self.cache_caps[d]:
+                    cache.popitem(last=False)
+        return missing
+
+    def _book(self, r: int, p: int, start: float, end: float) -> None:
+        d = self._route_decode(r)
+        nbytes = self._missing_tokens(r, d) * self.layout.kv_bytes_per_token
+        i, j = self.layout.pool_slot[self.pids[p]], self.layout.pool_slot[self.dids[d]]
+        bandwidth, setup = self.layout.link_bandwidth[i, j], self.layout.link_setup[i, j]
+        free = self.link_free[d]
+        if self.layout.schedule == "request":
+            begin = max(free, end)
+            visible = begin + setup + nbytes / bandwidth
+        else:
+            layers = self.layout.layers
+            ready = uniform_layer_ready_s(start, end, layers)
+            x = np.full(layers, nbytes / bandwidth / layers)
+            x[0] += setup
+            visible = float(layer_visibility(ready, x, free)[-1])
+            begin = max(free, ready[0])
+        self.link_free[d] = visible
+        self.link_busy[d] += setup + nbytes / bandwidth
+        self.rec.decode_instance[r] = d
+        self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
+        self.rec.transfer_bytes[r] = nbytes
+        self.env.schedule(visible, KV_VISIBLE, self.dec[d].kv_visible, r)
+
+
+class _ColocatedInstance(_Batch):
+    """Both phases on one instance, one iteration at a time."""
+
+    def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int):
+        super().__init__(env, profile, profile.kv_capacity_tokens, req, rec)
+        self.policy, self.chunk_tokens, self.batch_tokens = policy, chunk_tokens, batch_tokens
+        self.waiting: deque[int] = deque()
+        self.prefilling: dict[int, int] = {}  # admitted, partly prefilled request -> tokens done
+        self.running = False
+
+    def arrive(self, r: int) -> None:
+        self.waiting.append(r)
+        if not self.running:
+            self._next()
+
+    def _admit_prefill(self, r: int) -> None:
+        self.waiting.popleft()
+        self.reserved += self.need(r)
+        self.rec.prefill_start_s[r] = self.env.now
+
+    def _prompt_done(self, r: int) -> None:
+        self.rec.prefill_end_s[r] = self.env.now
+        self.reserved -= self.need(r)  # admit() reserves again
+        self.admit(r)
+
+    def _next(self) -> None:
+        """Pick the next iteration at a boundary."""
+        self.running = True
+        if self.policy == "prefill-first":
+            batch, tokens = [], 0
+            while self.waiting:
+                r = self.waiting[0]
+                length = int(self.req.prompt_tokens[r])
+                if batch and tokens + length > self.batch_tokens:
+                    break
+                if not self.fits(r):
+                    break
+                self._admit_prefill(r)
+                batch.append(r)
+                tokens += length
+            if batch:
+                dt = self.profile.prefill_time_s(self.req.prompt_tokens[batch])
+                self.env.schedule(self.env.now + dt, BOUNDARY, self._prefill_done, batch, dt)
+                return
+        else:
+            budget = self.chunk_tokens - len(self.generated)
+            chunks: dict[int, int] = {}
+            if budget > 0:
+                for r, done in self.prefilling.items():
+                    if budget <= 0:
+                        break
+                    chunks[r] = min(budget, int(self.req.prompt_tokens[r]) - done)
+                    budget -= chunks[r]
+                while budget > 0 and self.waiting and self.fits(self.waiting[0]):
+                    r = self.waiting[0]
+                    self._admit_prefill(r)
+                    self.prefilling[r] = 0
+                    chunks[r] = min(budget, int(self.req.prompt_tokens[r]))
+                    budget -= chunks[r]
+            if chunks:
+                dt = self._mixed_s(chunks)
+                self.env.schedule(self.env.now + dt, BOUNDARY, self._mixed_done, chunks, dt)
+                return
+        if self.generated:
+            dt = self.step_s()
+            self.env.schedule(self.env.now + dt, BOUNDARY, self._step_done, dt)
+        else:
+            self.running = False
+
+    def _mixed_s(self, chunks: dict[int, int]) -> float:
+        """Decode step + (prefill of the chunks − prefill of an empty batch): weights read once."""
+        n = len(chunks)
+        sum_c = float(sum(chunks.values()))
+        pairs = float(sum((self.prefilling[r] + c) ** 2 - self.prefilling[r] ** 2 for r, c in chunks.items()))
+        prefill = self.profile.prefill.evaluate(np.array([[1.0, sum_c, pairs]]), np.array([n]))[0]
+        if not self.generated:
+            return float(prefill)
+        empty = self.profile.prefill.evaluate(np.array([[1.0, 0.0, 0.0]]), np.array([n]))[0]
+        return self.step_s() + max(0.0, float(prefill - empty))
+
+    def _prefill_done(self, batch: list[int], dt: float) -> None:
+        self.busy_s += dt
+        for r in batch:
+            self._prompt_done(r)
+        self._next()
+
+    def _mixed_done(self, chunks: dict[int, int], dt: float) -> None:
+        self.busy_s += dt
+        if self.generated:
+            self.emit_tokens()
+        for r, c in chunks.items():
+            self.prefilling[r] += c
+            if self.prefilling[r] == self.req.prompt_tokens[r]:
+                del self.prefilling[r]
+                self._prompt_done(r)
+        self._next()
+
+    def _step_done(self, dt: float) -> None:
+        self.busy_s += dt
+        self.emit_tokens()
+        self._next()
+
+
+def run_reference(layout: Layout, req: Requests):
+    """Same outputs as :func:`pdplan.sim.engine.run_fast`, computed token by token."""
+    n = len(req)
+    rejected = rejected_mask(layout, req)
+    busy = np.zeros(len(layout.labels))
+    links: dict[str, float] = {}
+    if layout.mode == "colocated":
+        env = Environment()
+        rec = _Records(n)
+        ids = list(layout.ids("colocated"))
+        inst = [_ColocatedInstance(env, layout.profiles[i], req, rec, layout.policy[i],
+                                   layout.chunk_tokens[i], layout.batch_tokens[i]) for i in ids]
+
+        def arrive(r):
+            need = int(req.prompt_tokens[r] + req.output_tokens[r])
+            c = min((k for k in range(len(inst)) if inst[k].capacity >= need),
+                    key=lambda k: (inst[k].load, k))
+            inst[c].load += need
+            rec.prefill_instance[r] = rec.decode_instance[r] = ids[c]
+            inst[c].arrive(r)
+
+        for r in range(n):
+            if not rejected[r]:
+                env.schedule(float(req.arrival_s[r]), ARRIVAL, arrive, r)
+        env.run()
+        busy[ids] = [c.busy_s for c in inst]
+    else:
+        sim = _Disaggregated(layout, req)
+        env, rec = sim.env, sim.rec
+        for r in range(n):
+            if not rejected[r]:
+                env.schedule(float(req.arrival_s[r]), ARRIVAL, sim.arrive, r)
+        env.run()
+        pids, dids = np.array(sim.pids, np.int64), np.array(sim.dids, np.int64)
+        rec.prefill_instance = np.where(rec.prefill_instance >= 0,
+                                        pids[np.maximum(rec.prefill_instance, 0)] if len(pids) else -1, -1)
+        rec.decode_instance = np.where(rec.decode_instance >= 0,
+                                       dids[np.maximum(rec.decode_instance, 0)] if len(dids) else -1, -1)
+        busy[pids] = [p["busy_s"] for p in sim.pre]
+        busy[dids] = [d.busy_s for d in sim.dec]
+        if len(pids) and len(dids):
+            links = {layout.labels[i]: b for i, b in zip(dids, sim.link_busy)}
+    raw = {
+        "arrival_s": req.arrival_s, "prompt_tokens": req.prompt_tokens,
+        "output_tokens": req.output_tokens, "rejected": rejected,
+        "prefill_instance": rec.prefill_instance, "decode_instance": rec.decode_instance,
+        "prefill_start_s": rec.prefill_start_s, "prefill_end_s": rec.prefill_end_s,
+        "transfer_start_s": rec.transfer_start_s, "transfer_end_s": rec.transfer_end_s,
+        "transfer_bytes": rec.transfer_bytes, "first_token_s": rec.first_token_s,
+        "finish_s": rec.finish_s,
+    }
+    return raw, busy, links, env.events

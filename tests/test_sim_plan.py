@@ -1,0 +1,120 @@
+"""Plan files: the examples load, bad files name file, line and field, missing profiles name the pool."""
+
+import re
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pdplan.errors import PdplanError
+from pdplan.modelspec import get_model
+from pdplan.sim import load_plan, simulate
+from pdplan.sim.handbuilt import llama2_70b_a100_tp4
+
+ROOT = Path(__file__).resolve().parent.parent
+
+GOOD = """\
+pdplan_plan: 1
+transfer:
+  schedule: layer
+default_link:
+  bandwidth_gb_s: 25
+  setup_ms: 0.5
+pools:
+  - name: prefill
+    phase: prefill
+    model: llama2-70b
+    gpu: a100-80gb
+    tp: 4
+    replicas: 2
+  - name: decode
+    phase: decode
+    model: llama2-70b
+    gpu: a100-80gb
+    tp: 4
+"""
+
+
+def write(tmp_path, text, name="plan.yaml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_the_example_plans_load():
+    disagg = load_plan(ROOT / "examples" / "plan_disagg.yaml")
+    colocated = load_plan(ROOT / "examples" / "plan_colocated.yaml")
+    assert [p.phase for p in disagg.pools] == ["prefill", "decode"] and disagg.gpus == 16
+    assert disagg.transfer_schedule == "layer"
+    assert colocated.colocated and colocated.pools[0].chunk_tokens == 512
+
+
+def test_a_plan_file_converts_gb_per_s_and_ms_once():
+    plan = load_plan(ROOT / "examples" / "plan_disagg.yaml")
+    link = plan.link("prefill", "decode")
+    assert (link.bandwidth_bytes_per_s, link.setup_s) == (25e9, 0.0005)
+
+
+BAD = [
+    ("unknown-top-field", GOOD + "colour: blue\n", 19, "colour is not a known field"),
+    ("no-version", GOOD.replace("pdplan_plan: 1\n", ""), None, "missing required field pdplan_plan"),
+    ("bad-phase", GOOD.replace("phase: decode", "phase: decoding"), 15,
+     "pools[1].phase must be one of colocated, decode, prefill, got 'decoding'"),
+    ("zero-replicas", GOOD.replace("replicas: 2", "replicas: 0"), 13, "pools[0].replicas must be >= 1, got 0"),
+    ("bad-schedule", GOOD.replace("schedule: layer", "schedule: stream"), 3,
+     "transfer.schedule must be one of layer, request, got 'stream'"),
+    ("bad-bandwidth", GOOD.replace("bandwidth_gb_s: 25", "bandwidth_gb_s: 0"), 5,
+     "default_link.bandwidth_gb_s must be > 0, got 0"),
+    ("no-link", GOOD.replace("default_link:\n  bandwidth_gb_s: 25\n  setup_ms: 0.5\n", ""), None,
+     "links has no link from 'prefill' to 'decode' and there is no default_link"),
+    ("policy-on-decode", GOOD + "    policy: chunked\n", 19, "pools[1].policy applies only to colocated pools"),
+    ("duplicate-pool", GOOD.replace("name: decode", "name: prefill"), 14,
+     "pools[1].name must be unique across pools, got 'prefill'"),
+    ("only-prefill", GOOD.split("  - name: decode")[0], None,
+     "pools of a disaggregated plan need at least one prefill and one decode pool"),
+    ("link-to-unknown-pool", GOOD + "links:\n  - {from: prefill, to: decoder, bandwidth_gb_s: 10}\n", 20,
+     "links[0].to must name a decode pool of this plan, got 'decoder'"),
+    ("cache-on-prefill", GOOD.replace("    replicas: 2\n", "    replicas: 2\n    prefix_cache_blocks: 10\n"), 14,
+     "pools[0].prefix_cache_blocks applies only to decode pools"),
+    ("chunked-without-chunk", "pdplan_plan: 1\npools:\n  - {name: c, phase: colocated, model: m, gpu: g, "
+     "policy: chunked}\n", 3, "missing required field pools[0].chunk_tokens"),
+    ("colocated-with-link", "pdplan_plan: 1\ndefault_link: {bandwidth_gb_s: 1}\npools:\n  - {name: c, "
+     "phase: colocated, model: m, gpu: g, policy: prefill-first}\n", 2,
+     "default_link applies only to disaggregated plans"),
+    ("not-a-mapping", "- 1\n- 2\n", None, "top level must be a mapping"),
+]
+
+
+@pytest.mark.parametrize("text, line, message", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_a_bad_plan_file_names_file_line_and_field(tmp_path, text, line, message):
+    path = write(tmp_path, text)
+    with pytest.raises(PdplanError, match=re.escape(message)) as err:
+        load_plan(path)
+    where = f"{path}:{line}: " if line is not None else f"{path}"
+    assert str(err.value).startswith(where)
+
+
+def test_a_pool_without_a_profile_names_the_plan_file_the_pool_and_the_shape(tmp_path):
+    path = write(tmp_path, GOOD.replace("gpu: a100-80gb\n    tp: 4\n", "gpu: h100-80gb\n    tp: 8\n", 1))
+    profile = llama2_70b_a100_tp4()
+    trace = {"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [2]}
+    with pytest.raises(PdplanError, match=re.escape("pool 'prefill' needs a profile for llama2-70b "
+                                                    "h100-80gb TP8 PP1")) as err:
+        simulate(trace, load_plan(path), {profile.key: profile}, model=get_model("llama2-70b"))
+    assert str(err.value).startswith(str(path))
+
+
+def test_a_pool_serving_another_model_than_the_simulation_is_refused(tmp_path):
+    profile = llama2_70b_a100_tp4()
+    trace = {"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [2]}
+    with pytest.raises(PdplanError, match="serves model 'llama2-70b' but the simulation was given 'opt-13b'"):
+        simulate(trace, load_plan(write(tmp_path, GOOD)), {profile.key: profile}, model=get_model("opt-13b"))
+
+
+def test_a_loaded_plan_simulates():
+    profile = llama2_70b_a100_tp4()
+    trace = {"arrival_s": np.arange(5.0), "prompt_tokens": np.full(5, 500), "output_tokens": np.full(5, 20)}
+    result = simulate(trace, load_plan(ROOT / "examples" / "plan_disagg.yaml"), {profile.key: profile},
+                      model=get_model("llama2-70b"))
+    assert result.summary()["served"] == 5
