@@ -6,7 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.sim import simulate, simulate_colocated_instance
-from pdplan.sim.handbuilt import handbuilt_profile, llama2_70b_a100_tp4
+from pdplan.profiles import shipped_profiles
+from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Plan, Pool
 
 PREFILL_MS = [(1, [[20.0, 0.0, 0.0], [10.0, 0.05, 1e-5]]), (3, [[15.0, 0.06, 1e-5]])]
@@ -86,10 +87,9 @@ def test_mixed_iteration_cost_counts_the_causal_pairs_of_a_chunk():
 def test_chunked_prefill_gives_lower_p99_tpot_than_prefill_first_on_the_azure_code_trace(shared_data):
     from pdplan.workload import load_trace
     workload = load_trace(shared_data / "traces" / "AzureLLMInferenceTrace_code.csv")
-    profile = llama2_70b_a100_tp4()
     p99 = {}
     for policy, chunk in (("prefill-first", None), ("chunked", 512)):
         plan = Plan(pools=(Pool(name="c", phase="colocated", model="llama2-70b", gpu="a100-80gb", tp=4,
                                 replicas=4, policy=policy, chunk_tokens=chunk),))
-        p99[policy] = simulate(workload, plan, {profile.key: profile}).summary()["tpot"]["p99"]
+        p99[policy] = simulate(workload, plan, shipped_profiles()).summary()["tpot"]["p99"]
     assert p99["chunked"] < p99["prefill-first"] / 10

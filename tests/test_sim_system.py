@@ -7,7 +7,8 @@ from hypothesis import strategies as st
 
 from pdplan.modelspec import get_model
 from pdplan.sim import simulate
-from pdplan.sim.handbuilt import handbuilt_profile, llama2_70b_a100_tp4
+from pdplan.profiles import shipped_profiles
+from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Link, Plan, Pool
 
 MODEL = get_model("llama2-70b")
@@ -141,6 +142,17 @@ def test_layer_streaming_hides_all_but_the_last_layer_when_the_link_keeps_up():
     assert result["exposed_transfer_s"][0] == pytest.approx(1000 * KV / 100e9 / MODEL.layers)
 
 
+def test_a_streamed_transfer_does_not_hold_the_ingress_while_its_prefill_runs():
+    """r0's 8000-token prefill (~2.4 s) streams into the one decode instance; r1's short prefill
+    on the other prefill instance ends at ~0.16 s and its KV is not queued behind r0's window."""
+    plan = Plan(pools=(pool("p", "prefill", replicas=2), pool("d", "decode")),
+                default_link=link(25), transfer_schedule="layer")
+    trace = {"arrival_s": [0.0, 0.1], "prompt_tokens": [8000, 100], "output_tokens": [5, 5]}
+    result = simulate(trace, plan, PROFILES, model=MODEL)
+    assert result["prefill_instance"].tolist() == [0, 1]
+    assert result["transfer_end_s"][1] < 0.2 < 2.0 < result["prefill_end_s"][0]
+
+
 def test_decode_admits_only_after_the_whole_kv_is_visible():
     result = simulate(random_trace(5, n=200), two_by_two(schedule="layer"), PROFILES, model=MODEL)
     assert np.all(result["first_token_s"] >= result["transfer_end_s"])
@@ -194,11 +206,23 @@ def test_requests_dataframe_has_one_row_per_request():
 def test_joint_attainment_on_the_azure_conversation_trace_is_at_most_either_marginal(shared_data):
     from pdplan.workload import load_trace
     workload = load_trace(shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv")
-    prof = llama2_70b_a100_tp4()
-    plan = Plan(pools=(pool("p", "prefill", replicas=2), pool("d", "decode", replicas=3)),
+    plan = Plan(pools=(pool("p", "prefill", replicas=2, max_prefill_batch_tokens=2048),
+                       pool("d", "decode", replicas=2)),
                 default_link=link(25), transfer_schedule="layer")
-    result = simulate(workload, plan, {prof.key: prof}, model=MODEL)
+    result = simulate(workload, plan, shipped_profiles(), model=MODEL)
     attainment = result.summary(ttft_s=1.0, tpot_s=0.1)["attainment"]
     assert 0 < attainment["joint"] <= min(attainment["ttft"], attainment["tpot"])
     masks = result.attainment_masks(1.0, 0.1)
     assert attainment["joint"] == pytest.approx((masks["ttft"] & masks["tpot"]).mean())
+
+
+def test_a_workload_without_arrival_times_is_refused():
+    from pdplan.errors import PdplanError
+    with pytest.raises(PdplanError, match="no arrival times"):
+        simulate({"prompt_tokens": [10], "output_tokens": [2]}, two_by_two(), PROFILES, model=MODEL)
+
+
+def test_a_non_positive_rate_is_refused():
+    from pdplan.errors import PdplanError
+    with pytest.raises(PdplanError, match="rate_rps must be a finite number > 0, got 0"):
+        simulate(random_trace(1), two_by_two(), PROFILES, model=MODEL, rate_rps=0)

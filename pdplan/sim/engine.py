@@ -17,11 +17,14 @@ Modelling choices, stated once:
   profile's) without reordering; a prompt longer than the cap runs alone. With PP = k, a batch passes k stages of latency/k each, one
   batch per stage at a time: up to k batches in flight and the first stage frees after
   latency/k.
-* **KV links** — each decode instance has one ingress; transfers into it run one at a time in
-  booking order (FIFO), at the bandwidth and setup of the (prefill pool, decode pool) link.
-  The request schedule books at prefill end; the layer schedule books when the prefill batch
-  starts and streams layers as they are produced (0x08I recurrence, setup paid before the
-  first layer). A transfer in flight keeps its ingress until its last layer lands.
+* **KV links** — each decode instance has one ingress that sends booked transfers one at a
+  time in booking order (FIFO), each at the bandwidth and setup of its (prefill pool, decode
+  pool) link. The request schedule books at prefill end and sends everything then; the layer
+  schedule books when the prefill batch starts and streams layers as they are produced (0x08I
+  recurrence with v_{-1} = when earlier bookings' bytes are sent, setup paid before the first
+  layer). The ingress is work-conserving: it is busy only while it moves bytes, so a streamed
+  request waiting for its next layer leaves the gap to later bookings (FIFO over bytes, not
+  over time windows; otherwise one long prefill would block its destination's ingress).
 * **Prefix reuse** — with prefix hashes, prompt blocks cached at the destination decode
   instance (an LRU of ``prefix_cache_blocks`` blocks, default its KV capacity in blocks) are
   not sent. The cache affects bytes only; KV reservations count the whole prompt.
@@ -31,8 +34,19 @@ Modelling choices, stated once:
   (in the sender's memory or a staging buffer).
 * **Rejection** — a request whose prompt + output exceeds the KV capacity of every instance
   that could serve it is rejected at arrival: no times, fails every clock, counted.
-* **Colocated** — prefill-first or chunked (see :mod:`pdplan.sim.fast`); one iteration at a
-  time (PP profiles are used as whole-instance latencies, without pipelining).
+* **Decode steps** — continuous batching: requests join and leave at step boundaries; a step
+  of B requests costs the decode profile at (1, B, Σctx) with Σctx = Σ (prompt + tokens
+  generated so far), so a request's first decode step counts prompt + 1 (the prefill's token
+  is its input; the Splitwise importer's reading, step i at prompt + i). The first token comes
+  from prefill and is visible at decode admission; output − 1 steps follow.
+* **Colocated** — prefill-first (waiting prompts whose KV fits run as one FCFS batch under the
+  cap while decodes stall) or chunked (each iteration: one token per active decode, the rest
+  of ``chunk_tokens`` to prompt chunks FCFS). A mixed iteration costs decode_step(B, Σctx) +
+  (prefill(chunks) − prefill(empty batch)): the prefill constant is the fixed per-iteration
+  cost (weights read once, 0x02B) the decode step already pays; a chunk of c tokens after o
+  contributes Σl = c and Σl² = (o + c)² − o², so its attention counts the causal pairs of
+  the whole prompt across chunks. One iteration at a time (PP profiles are used as
+  whole-instance latencies, without pipelining).
 * **Routing** — prefill: fewest pending prompt tokens (Splitwise JSQ); decode: smallest
   (routed, unfinished KV tokens) / capacity; colocated: fewest outstanding tokens (prompt +
   output of routed, unfinished requests); ties → lowest index. No Splitwise mixed pool.
@@ -87,8 +101,10 @@ def as_requests(workload: Any, *, rate_rps: float | None = None) -> Requests:
         return getattr(workload, name, default)
 
     arrival = get("arrival_s")
+    source = get("source")
     if arrival is None:
-        raise ValueError("the workload has no arrival times; give it an arrival process first")
+        raise PdplanError("the workload has no arrival times (a lengths-only trace); give it an "
+                          "arrival process first, e.g. --arrivals poisson --rate R", file=source)
     arrival = np.ascontiguousarray(arrival, dtype=np.float64)
     prompt = np.ascontiguousarray(get("prompt_tokens"), dtype=np.int64)
     output = np.ascontiguousarray(get("output_tokens"), dtype=np.int64)
@@ -111,11 +127,12 @@ def as_requests(workload: Any, *, rate_rps: float | None = None) -> Requests:
     else:
         values = offsets = None
     if rate_rps is not None:
-        if not rate_rps > 0:
-            raise ValueError("rate_rps must be > 0")
+        if not (isinstance(rate_rps, (int, float)) and np.isfinite(rate_rps) and rate_rps > 0):
+            raise PdplanError(f"rate_rps must be a finite number > 0, got {rate_rps!r}", field="rate_rps")
         duration = float(arrival[-1] - arrival[0]) if n else 0.0
         if duration <= 0:
-            raise ValueError("cannot rescale the rate of arrivals that all fall at one instant")
+            raise PdplanError(f"cannot rescale: all {n} arrivals fall at one instant", file=source,
+                              field="arrival_s")
         arrival = arrival[0] + (arrival - arrival[0]) * (n / (rate_rps * duration))
     return Requests(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
                     hash_values=values, hash_offsets=offsets,

@@ -508,7 +508,9 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
 
     Request schedule (0x08I): C = max(link free, prefill end) + setup + bytes/bw.
     Layer schedule: :func:`layer_schedule_end`. ``link`` is [bandwidth, setup] × prefill pool ×
-    decode pool.
+    decode pool. The ingress sends booked bytes in booking order as soon as they are ready and
+    is free again once they are sent: a streamed request leaves the gaps between its layers to
+    later bookings, so the link's backlog clears at max(free, first layer ready) + setup + bytes/bw.
     """
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     d = _least_loaded(di, need)
@@ -524,7 +526,9 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
     else:
         begin = max(free, start + (end - start) / layers)
         visible = layer_schedule_end(free, start, end, setup, payload, layers)
-    df[F_LINK_FREE, d] = visible
+    # the ingress is work-conserving: its booked bytes are done by begin + setup + payload; a
+    # streamed request does not hold it while its last layers are still being computed
+    df[F_LINK_FREE, d] = begin + setup + payload
     df[F_LINK_BUSY, d] += setup + payload
     rt[T_X_START, r] = begin
     rt[T_X_END, r] = visible

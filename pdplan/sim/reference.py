@@ -216,9 +216,11 @@ class _Disaggregated:
             ready = uniform_layer_ready_s(start, end, layers)
             x = np.full(layers, nbytes / bandwidth / layers)
             x[0] += setup
-            visible = float(layer_visibility(ready, x, free)[-1])
+            visible = float(layer_visibility(ready, x, free)[-1])  # v_{-1}: earlier bookings' bytes
             begin = max(free, ready[0])
-        self.link_free[d] = visible
+        # work-conserving ingress: free once this request's bytes are sent; gaps between its
+        # layers go to later bookings
+        self.link_free[d] = begin + setup + nbytes / bandwidth
         self.link_busy[d] += setup + nbytes / bandwidth
         self.rec.decode_instance[r] = d
         self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
