@@ -83,6 +83,8 @@ BAD = [
      "phase: colocated, model: m, gpu: g, policy: prefill-first}\n", 2,
      "default_link applies only to disaggregated plans"),
     ("not-a-mapping", "- 1\n- 2\n", None, "top level must be a mapping"),
+    ("batch-cap-on-decode", GOOD + "    max_prefill_batch_tokens: 2048\n", 19,
+     "pools[1].max_prefill_batch_tokens applies only to prefill and prefill-first colocated pools"),
 ]
 
 
@@ -101,6 +103,16 @@ def test_a_pool_without_a_profile_names_the_plan_file_the_pool_and_the_shape(tmp
     trace = {"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [2]}
     with pytest.raises(PdplanError, match=re.escape("pool 'prefill' needs a profile for llama2-70b "
                                                     "h100-80gb TP8 PP1")) as err:
+        simulate(trace, load_plan(path), {profile.key: profile}, model=get_model("llama2-70b"))
+    assert str(err.value).startswith(str(path))
+
+
+def test_a_batch_cap_above_the_profiles_is_refused(tmp_path):
+    path = write(tmp_path, GOOD.replace("    replicas: 2\n", "    replicas: 2\n    max_prefill_batch_tokens: 4096\n"))
+    profile = llama2_70b_a100_tp4()  # allows 2048
+    trace = {"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [2]}
+    with pytest.raises(PdplanError, match="pool 'prefill' asks for prefill batches of up to 4096 tokens "
+                                          "but its profile .* allows 2048") as err:
         simulate(trace, load_plan(path), {profile.key: profile}, model=get_model("llama2-70b"))
     assert str(err.value).startswith(str(path))
 
