@@ -95,6 +95,14 @@ def test_a_request_joins_a_running_batch_at_the_next_step_boundary():
     assert result["finish_s"][1] == pytest.approx(0.050)
 
 
+def test_kv_landing_at_the_same_instant_on_an_idle_instance_decodes_in_one_batch():
+    profile = handbuilt_profile(prefill_ms=[(1, [[1.0, 0, 0]])], decode_ms=[(1, [[10.0, 1.0, 0]])],
+                                kv_capacity_tokens=10_000, max_prefill_batch_tokens=2048)
+    workload = {"arrival_s": [0.0, 0.0], "prompt_tokens": [10, 10], "output_tokens": [3, 3]}
+    result = simulate_decode_instance(workload, profile)
+    assert result["finish_s"].tolist() == pytest.approx([0.024, 0.024])  # 2 steps of 10 + 1·B ms
+
+
 def test_tpot_divides_decode_time_by_output_minus_one():
     """Alone, 5 output tokens = first + 4 steps of 10 ms: TPOT 10 ms."""
     profile = handbuilt_profile(prefill_ms=[(1, [[1.0, 0, 0]])], decode_ms=[(1, [[10.0, 0, 0]])],

@@ -32,6 +32,13 @@ def test_fcfs_batch_of_1000_700_600_under_2048_takes_the_first_two():
     assert result["prefill_start_s"].tolist() == [0.0, 1.0, 1.0, 2.0]
 
 
+def test_requests_arriving_at_the_same_instant_share_a_batch():
+    """An idle instance forms its batch after every arrival of that instant has queued."""
+    profile = constant_prefill(1.0, cap=2048)
+    result = simulate_prefill_instance(trace([0, 0, 0], [1000, 700, 600]), profile)
+    assert result["prefill_start_s"].tolist() == [0.0, 0.0, 1.0]
+
+
 def test_a_prompt_longer_than_the_cap_runs_alone():
     profile = constant_prefill(1.0, cap=2048)
     result = simulate_prefill_instance(trace([0, 0.1, 0.2], [10, 5000, 10]), profile)

@@ -46,9 +46,10 @@ RQ_FIELDS = 13
 T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH = range(7)
 RT_FIELDS = 7
 
-# prefill instances pi[field, p]; pf[p, 0] is busy seconds, pf[p, 1 + s] when stage s frees
-P_Q_HEAD, P_Q_TAIL, P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL = range(7)
-PI_FIELDS = 7
+# prefill instances pi[field, p]; pf[p, 0] is busy seconds, pf[p, 1 + s] when stage s frees;
+# FREE_PENDING: a "first stage free" event is on the heap
+P_Q_HEAD, P_Q_TAIL, P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING = range(8)
+PI_FIELDS = 8
 
 # decode and colocated instances di[field, i]
 (D_B, D_S, D_STEPS, D_RESERVED, D_CAP, D_LOAD, D_RUN_K, D_VERSION, D_ROOT, D_MODEL, D_POOL,
@@ -58,7 +59,7 @@ DI_FIELDS = 26
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
-#   the active heap; colocated: MODE, prefill model, POLICY, CHUNK budget, TOKEN_CAP, the
+#   the active heap; MODE (idle, starting, running); colocated: prefill model, POLICY, CHUNK budget, TOKEN_CAP, the
 #   prefilling list, the prefill-first batch (IT_FIRST, IT_N; IT_N = decode rows of a chunked
 #   iteration); decode: prefix-LRU head, tail, count, capacity
 
@@ -77,9 +78,12 @@ _SEQ_BITS = 56
 # colocated policies and modes
 POLICY_PREFILL_FIRST = 0
 POLICY_CHUNKED = 1
+# An idle instance does not start work the moment a request reaches it: it plans a boundary at
+# the same time (priority 4), so that requests arriving at that same instant join the batch.
 _IDLE = 0
 _DECODE_RUN = 1
 _ITERATION = 2
+_STARTING = 3
 
 
 # --- latency tables ------------------------------------------------------------------------------
@@ -376,6 +380,16 @@ def _cut_run(di, df, tab_i, pieces, ht, hi, hs, i, t, model):
         _push(ht, hi, hs, end, np.int64(PRI_BOUNDARY), i, di[D_VERSION, i])
 
 
+@njit(cache=True)
+def _plan_start(di, ht, hi, hs, i, t):
+    """Idle instance i plans a zero-step boundary at t: work starts once every event of this
+    instant with a lower priority (arrivals, KV landing) has queued its request."""
+    di[D_MODE, i] = _STARTING
+    di[D_RUN_K, i] = 0
+    di[D_VERSION, i] += 1
+    _push(ht, hi, hs, t, np.int64(PRI_BOUNDARY), i, di[D_VERSION, i])
+
+
 @njit(cache=True, inline="always")
 def _append(rq, di, i, r, head, tail, link):
     """Append request r to instance i's FIFO (head/tail rows of di, link row of rq)."""
@@ -446,6 +460,7 @@ def _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, b):
         r = rq[R_Q_NEXT, r]
     _push(ht, hi, hs, c, np.int64(PRI_PREFILL_DONE), p, b)
     if stages > 1:
+        pi[P_FREE_PENDING, p] = 1
         _push(ht, hi, hs, pf[p, 1], np.int64(PRI_PREFILL_FREE), p, np.int64(-1))
     return True
 
@@ -554,7 +569,10 @@ def _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k):
         _activate(rq, rt, di, d, r, t)
     di[D_VERSION, d] += 1
     if di[D_B, d] > 0:
+        di[D_MODE, d] = _DECODE_RUN
         _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
+    else:
+        di[D_MODE, d] = _IDLE
 
 
 @njit(cache=True)
@@ -600,7 +618,10 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 else:
                     pi[P_Q_HEAD, p] = r
                 pi[P_Q_TAIL, p] = r
-                start_p = p
+                if pf[p, 1] <= t and pi[P_FREE_PENDING, p] == 0:
+                    # idle first stage: form the batch after every arrival at this instant
+                    pi[P_FREE_PENDING, p] = 1
+                    _push(ht, hi, hs, t, np.int64(PRI_PREFILL_FREE), p, np.int64(-1))
             else:
                 # decode alone: the KV is visible at arrival; route now
                 need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
@@ -622,14 +643,16 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 if pi[P_PP, a] == 1:
                     start_p = a
             elif priority == PRI_PREFILL_FREE:
+                pi[P_FREE_PENDING, a] = 0
                 start_p = a
             elif priority == PRI_KV_VISIBLE:
                 d, r = a, b
                 was_empty = di[D_W_HEAD, d] < 0
                 _append(rq, di, d, r, D_W_HEAD, D_W_TAIL, R_W_NEXT)
-                if di[D_B, d] == 0:  # idle: admit now
-                    _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, np.int64(0))
-                elif was_empty and di[D_RESERVED, d] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, d]:
+                if di[D_MODE, d] == _IDLE:  # admit at a boundary now, with any other KV landing now
+                    _plan_start(di, ht, hi, hs, d, t)
+                elif di[D_MODE, d] == _DECODE_RUN and was_empty and \
+                        di[D_RESERVED, d] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, d]:
                     # it fits: join at the next step boundary instead of the planned one
                     _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
             elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
@@ -742,9 +765,12 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
 
 @njit(cache=True)
 def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
-    """Colocated instance c finishes what it was running at t, then plans what comes next."""
+    """Colocated instance c finishes what it was running at t (nothing, if it was starting),
+    then plans what comes next."""
     if di[D_MODE, c] == _DECODE_RUN:
         _advance(rq, rt, di, df, c, t, di[D_RUN_K, c])
+    elif di[D_MODE, c] == _STARTING:
+        pass
     elif di[D_POLICY, c] == POLICY_PREFILL_FIRST:
         # the whole batch completes its prompts; each gets its first token now (decodes stalled)
         r = di[D_IT_FIRST, c]
@@ -801,7 +827,7 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap_capacity):
             was_empty = di[D_W_HEAD, c] < 0
             _append(rq, di, c, r, D_W_HEAD, D_W_TAIL, R_W_NEXT)
             if di[D_MODE, c] == _IDLE:
-                _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
+                _plan_start(di, ht, hi, hs, c, t)
             elif di[D_MODE, c] == _DECODE_RUN and was_empty and di[D_RESERVED, c] + need <= di[D_CAP, c]:
                 if di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, c]:
                     # a prompt could start at the next step boundary: cut the stretch there

@@ -83,12 +83,13 @@ class _DecodeInstance(_Batch):
         super().__init__(env, profile, profile.kv_capacity_tokens, req, rec)
         self.index = index
         self.waiting: deque[int] = deque()
-        self.stepping = False
+        self.stepping = False  # a step is running or about to start
 
     def kv_visible(self, r: int) -> None:
         self.waiting.append(r)
-        if not self.stepping:
-            self._boundary()
+        if not self.stepping:  # start at a boundary now, after all KV landing at this instant
+            self.stepping = True
+            self.env.schedule(self.env.now, BOUNDARY, self._boundary)
 
     def _boundary(self) -> None:
         while self.waiting and self.fits(self.waiting[0]):
@@ -111,8 +112,8 @@ class _Disaggregated:
         self.rec = _Records(len(req))
         self.pids, self.dids = list(layout.ids("prefill")), list(layout.ids("decode"))
         self.pre = [{"queue": deque(), "pending": 0, "stage_free": [0.0] * layout.profiles[i].pp,
-                     "busy_s": 0.0, "profile": layout.profiles[i], "cap": layout.batch_tokens[i]}
-                    for i in self.pids]
+                     "busy_s": 0.0, "profile": layout.profiles[i], "cap": layout.batch_tokens[i],
+                     "free_pending": False} for i in self.pids]
         self.dec = [_DecodeInstance(self.env, layout.profiles[i], req, self.rec, k)
                     for k, i in enumerate(self.dids)]
         self.link_free = [0.0] * len(self.dids)
@@ -133,6 +134,14 @@ class _Disaggregated:
         self.pre[p]["pending"] += int(self.req.prompt_tokens[r])
         self.pre[p]["queue"].append(r)
         self.rec.prefill_instance[r] = p
+        inst = self.pre[p]
+        if inst["stage_free"][0] <= self.env.now and not inst["free_pending"]:
+            # form the batch once every arrival of this instant has queued
+            inst["free_pending"] = True
+            self.env.schedule(self.env.now, PREFILL_FREE, self._stage_free, p)
+
+    def _stage_free(self, p: int) -> None:
+        self.pre[p]["free_pending"] = False
         self._try_start(p)
 
     def _try_start(self, p: int) -> None:
@@ -159,7 +168,8 @@ class _Disaggregated:
             self.rec.prefill_start_s[r], self.rec.prefill_end_s[r] = start, end
         self.env.schedule(end, PREFILL_DONE, self._prefill_done, p, batch, start)
         if stages > 1:
-            self.env.schedule(inst["stage_free"][0], PREFILL_FREE, self._try_start, p)
+            inst["free_pending"] = True
+            self.env.schedule(inst["stage_free"][0], PREFILL_FREE, self._stage_free, p)
         if self.layout.schedule == "layer" and self.dids:
             for r in batch:
                 self._book(r, p, start, end)
@@ -240,8 +250,9 @@ class _ColocatedInstance(_Batch):
 
     def arrive(self, r: int) -> None:
         self.waiting.append(r)
-        if not self.running:
-            self._next()
+        if not self.running:  # start at a boundary now, after all arrivals of this instant
+            self.running = True
+            self.env.schedule(self.env.now, BOUNDARY, self._next)
 
     def _admit_prefill(self, r: int) -> None:
         self.waiting.popleft()
