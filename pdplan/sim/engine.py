@@ -14,9 +14,10 @@ so that callers can thread one seed through a pipeline; the engine itself has no
 Modelling choices, stated once:
 
 * **Prefill batching** — FCFS under ``max_prefill_batch_tokens`` (the pool's, default the
-  profile's) without reordering; a prompt longer than the cap runs alone. With PP = k, a batch passes k stages of latency/k each, one
-  batch per stage at a time: up to k batches in flight and the first stage frees after
-  latency/k.
+  profile's) without reordering; a prompt longer than the cap runs alone. With PP = k, a batch
+  passes k stages of latency/k each, one batch per stage at a time: up to k batches in flight
+  and the first stage frees after latency/k (M/D/1 with service D/k, then D in the pipe: the
+  inter-op formula of 0x08B for k = 2).
 * **KV links** — each decode instance has one ingress that sends booked transfers one at a
   time in booking order (FIFO), each at the bandwidth and setup of its (prefill pool, decode
   pool) link. The request schedule books at prefill end and sends everything then; the layer
@@ -34,6 +35,9 @@ Modelling choices, stated once:
   (in the sender's memory or a staging buffer).
 * **Rejection** — a request whose prompt + output exceeds the KV capacity of every instance
   that could serve it is rejected at arrival: no times, fails every clock, counted.
+* **Starting work** — an idle instance forms its batch at a boundary event of the same instant,
+  after every arrival (or KV landing) of that instant has queued, so simultaneous requests
+  share a batch; a request reaching a running decode batch joins at its next step boundary.
 * **Decode steps** — continuous batching: requests join and leave at step boundaries; a step
   of B requests costs the decode profile at (1, B, Σctx) with Σctx = Σ (prompt + tokens
   generated so far), so a request's first decode step counts prompt + 1 (the prefill's token
