@@ -13,7 +13,17 @@ from typing import Callable
 
 import numpy as np
 
-from pdplan.slo import SLO, attainment
+from pdplan.errors import PdplanError
+from pdplan.profiles import PhaseProfile
+from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, service_moments
+from pdplan.sim import (
+    SimResult,
+    simulate_colocated_instance,
+    simulate_decode_instance,
+    simulate_prefill_instance,
+)
+from pdplan.slo import SLO, Objective, attainment
+from pdplan.workload import Workload, head, replace_arrivals, rescale_rate
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -151,3 +161,187 @@ def mixed_pool_goodput(prompt_machines: int, prompt_rps: float, token_machines: 
         raise ValueError("borrowed must be between 0 and the prompt machines")
     return min((prompt_machines - borrowed) * prompt_rps + borrowed * mixed_rps,
                token_machines * token_rps + borrowed * mixed_rps)
+
+
+# --- per-instance goodput (DistServe's Algorithm 1, with DESIGN.md's decode rule) ---------------
+
+#: Share of each TTFT threshold that a decode instance's admission wait may use when phases are
+#: judged alone; prefill keeps the rest. The end-to-end simulation is the final judge.
+DEFAULT_ADMISSION_SHARE = 0.1
+
+
+@dataclass(frozen=True, kw_only=True)
+class InstanceGoodput:
+    """Goodput of one instance shape for one phase, with the evidence behind it."""
+
+    phase: str                       #: "prefill", "decode" or "colocated"
+    model: str
+    gpu: str
+    tp: int
+    pp: int
+    policy: str | None
+    chunk_tokens: int | None
+    goodput_rps: float
+    md1_rps: float | None            #: M/D/1 rate at which mean TTFT reaches the TTFT threshold
+    mg1_rps: float | None            #: the same by Pollaczek–Khinchine over the trace's prompts
+    saturation_rps: float | None     #: decode: closed-form throughput at the largest KV-bound batch
+    probes: tuple[Probe, ...]
+    requests_per_probe: int
+    settings: SearchSettings
+    admission_share: float
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp
+
+    @property
+    def goodput_per_gpu(self) -> float:
+        return self.goodput_rps / self.gpus
+
+    def to_dict(self) -> dict:
+        """The ``pdplan goodput --json`` document."""
+        return {
+            "phase": self.phase, "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
+            "policy": self.policy, "chunk_tokens": self.chunk_tokens,
+            "goodput_rps": self.goodput_rps, "goodput_per_gpu": self.goodput_per_gpu, "gpus": self.gpus,
+            "bracket": {"md1_rps": self.md1_rps, "mg1_rps": self.mg1_rps},
+            "saturation_rps": self.saturation_rps,
+            "curve": [{"rate_rps": p.rate_rps, "attainment_ttft": p.attainment_ttft,
+                       "attainment_tpot": p.attainment_tpot, "attainment_joint": p.attainment_joint,
+                       "meets": p.meets, "saturated": p.saturated} for p in self.probes],
+            "probes": len(self.probes),
+            "requests_per_probe": self.requests_per_probe,
+            "tolerance_rel": self.settings.tolerance_rel,
+            "arrivals": self.settings.arrivals,
+            "seed": self.settings.seed,
+            "admission_share": self.admission_share,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "InstanceGoodput":
+        """Rebuild from :meth:`to_dict` (the goodput cache stores that form)."""
+        settings = SearchSettings(tolerance_rel=data["tolerance_rel"], requests_per_probe=data["requests_per_probe"],
+                                  arrivals=data["arrivals"], seed=data["seed"])
+        probes = tuple(Probe(rate_rps=p["rate_rps"], attainment_ttft=p["attainment_ttft"],
+                             attainment_tpot=p["attainment_tpot"], attainment_joint=p["attainment_joint"],
+                             meets=p["meets"], saturated=p["saturated"]) for p in data["curve"])
+        return cls(phase=data["phase"], model=data["model"], gpu=data["gpu"], tp=data["tp"], pp=data["pp"],
+                   policy=data["policy"], chunk_tokens=data["chunk_tokens"], goodput_rps=data["goodput_rps"],
+                   md1_rps=data["bracket"]["md1_rps"], mg1_rps=data["bracket"]["mg1_rps"],
+                   saturation_rps=data["saturation_rps"], probes=probes,
+                   requests_per_probe=data["requests_per_probe"], settings=settings,
+                   admission_share=data["admission_share"])
+
+
+def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings) -> Workload:
+    """The requests one probe simulates at ``rate_rps``.
+
+    ``trace``: the trace's first ``requests_per_probe`` requests, gaps scaled to the rate (burst
+    shape kept). ``poisson``: that many requests with lengths resampled from the trace and
+    Poisson arrivals, from ``settings.seed``. Lengths-only traces always take ``poisson``.
+    """
+    n = min(settings.requests_per_probe, len(workload))
+    if settings.arrivals == "poisson" or not workload.has_arrivals:
+        return replace_arrivals(workload, rate_rps=rate_rps, n_requests=settings.requests_per_probe,
+                                rng=settings.seed)
+    return rescale_rate(head(workload, n), rate_rps)
+
+
+def per_request_clocks(result: SimResult) -> dict[str, np.ndarray]:
+    """TTFT, TPOT and E2E per request for :func:`probe_from_clocks`: a rejected request fails
+    every clock (inf); a one-token request has no TPOT (NaN, which passes)."""
+    rejected = result["rejected"]
+    clocks = {}
+    for metric in ("ttft", "tpot", "e2e"):
+        values = np.array(result[f"{metric}_s"], dtype=float)
+        values[rejected] = np.inf
+        clocks[metric] = values
+    return clocks
+
+
+def phase_slo(slo: SLO, phase: str, admission_share: float) -> SLO:
+    """The objectives one instance is judged on alone.
+
+    Prefill: each TTFT objective at (1 − share) of its threshold. Decode: each TPOT objective,
+    plus each TTFT objective applied to the admission wait at ``share`` of its threshold (the
+    wait for decode admission is part of TTFT, DESIGN.md). Colocated: the SLO as given.
+    """
+    if phase == "colocated":
+        return slo
+    chosen = []
+    for o in slo.objectives:
+        if o.metric == "ttft":
+            share = admission_share if phase == "decode" else 1 - admission_share
+            chosen.append(Objective(metric="ttft", threshold_s=o.threshold_s * share, attainment=o.attainment))
+        elif o.metric == "tpot" and phase == "decode":
+            chosen.append(o)
+    if not chosen:
+        raise PdplanError(f"the SLO has no objective that judges a {phase} instance alone "
+                          f"({'TTFT' if phase == 'prefill' else 'TPOT or TTFT'} needed)", field="slo")
+    return SLO(objectives=tuple(chosen))
+
+
+def prefill_moments_s(workload: Workload, profile: PhaseProfile) -> tuple[float, float, float]:
+    """D (prefill of the mean prompt), and E[S], E[S²] over the trace's prompts each run alone."""
+    prompts = workload.prompt_tokens.astype(float)
+    features = np.column_stack([np.ones_like(prompts), prompts, prompts**2])
+    times = profile.prefill.evaluate(features, np.ones(len(prompts), dtype=np.int64))
+    mean, second = service_moments(times)
+    return profile.prefill_time_s([float(prompts.mean())]), mean, second
+
+
+def decode_saturation(workload: Workload, profile: PhaseProfile) -> float:
+    """Closed-form decode throughput with the batch at its KV limit (DESIGN.md's decode rule).
+
+    Largest batch B* = KV capacity / mean (prompt + output); its step at mean context
+    B*·(mean prompt + mean output / 2); throughput B* / (step · (mean output − 1)).
+    """
+    prompt, output = float(workload.prompt_tokens.mean()), float(workload.output_tokens.mean())
+    batch = max(1, int(profile.kv_capacity_tokens // (prompt + output)))
+    step = profile.decode_step_s(batch, int(batch * (prompt + output / 2)))
+    return decode_saturation_rps(batch, step, output)
+
+
+def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
+                     settings: SearchSettings, policy: str | None = None, chunk_tokens: int | None = None,
+                     admission_share: float = DEFAULT_ADMISSION_SHARE) -> InstanceGoodput:
+    """Per-instance goodput of ``profile`` for ``phase`` (0x08C), found by simulated bisection.
+
+    The queueing bracket (M/D/1 and P–K on the TTFT threshold) starts the search; a decode
+    instance is never good above its closed-form saturation throughput, however fine the TPOT
+    of the requests it did admit.
+    """
+    if phase not in ("prefill", "decode", "colocated"):
+        raise ValueError("phase must be prefill, decode or colocated")
+    if not 0 < admission_share < 1:
+        raise PdplanError(f"admission share must be in (0, 1), got {admission_share!r}", field="admission_share")
+    judged = phase_slo(slo, phase, admission_share)
+    md1 = mg1 = saturation = None
+    ttft = judged.threshold_s("ttft")
+    if phase != "decode" and ttft is not None:
+        d, mean, second = prefill_moments_s(workload, profile)
+        md1 = mg1_rate_for_mean_ttft(ttft, d, d * d)
+        mg1 = mg1_rate_for_mean_ttft(ttft, mean, second)
+    if phase == "decode":
+        saturation = decode_saturation(workload, profile)
+
+    def probe(rate: float) -> Probe:
+        requests = probe_workload(workload, rate, settings)
+        if phase == "prefill":
+            result = simulate_prefill_instance(requests, profile, seed=settings.seed)
+        elif phase == "decode":
+            result = simulate_decode_instance(requests, profile, seed=settings.seed)
+        else:
+            result = simulate_colocated_instance(requests, profile, policy=policy or "prefill-first",
+                                                 chunk_tokens=chunk_tokens, seed=settings.seed)
+        return probe_from_clocks(rate, judged, per_request_clocks(result),
+                                 saturated=saturation is not None and rate > saturation)
+
+    start = next((r for r in (mg1, md1, saturation and saturation / 2) if r), None) or 1.0
+    search = find_goodput(probe, start_rps=start, settings=settings)
+    return InstanceGoodput(
+        phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp,
+        policy=policy if phase == "colocated" else None, chunk_tokens=chunk_tokens,
+        goodput_rps=search.goodput_rps, md1_rps=md1, mg1_rps=mg1, saturation_rps=saturation,
+        probes=search.probes, requests_per_probe=settings.requests_per_probe, settings=settings,
+        admission_share=admission_share)

@@ -932,6 +932,13 @@ def _replace(workload: Workload, *, rows: _Rows | None = None, **fields: object)
     return Workload(**merged)
 
 
+def head(workload: Workload, n: int) -> Workload:
+    """The first ``n`` requests, in trace order (all of them when the trace is shorter)."""
+    if n >= len(workload):
+        return workload
+    return _replace(workload, rows=_Rows.of(workload).take(np.arange(n)))
+
+
 def window(workload: Workload, *, start_s: float = 0.0, duration_s: float = math.inf) -> Workload:
     """Requests arriving in [start_s, start_s + duration_s), both measured from the first arrival.
 
