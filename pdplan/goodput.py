@@ -101,8 +101,8 @@ def joint_attainment(slo: SLO, clocks: dict[str, np.ndarray]) -> float:
     return float("nan") if ok is None or len(ok) == 0 else float(ok.mean())
 
 
-def find_goodput(probe: Callable[[float], Probe], *, start_rps: float,
-                 settings: SearchSettings) -> Search:
+def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings: SearchSettings,
+                 on_probe: Callable[[Probe], None] | None = None) -> Search:
     """g = max{λ : a(λ) meets every objective} by expansion then bisection (0x08C).
 
     Starts at ``start_rps`` (the queueing bracket), doubles while the rate still meets the SLO,
@@ -116,6 +116,8 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float,
     def run(rate: float) -> Probe:
         if rate not in probes:
             probes[rate] = probe(rate)
+            if on_probe is not None:
+                on_probe(probes[rate])
         return probes[rate]
 
     lo, hi = 0.0, start_rps
@@ -184,7 +186,7 @@ class InstanceGoodput:
     goodput_rps: float
     md1_rps: float | None            #: M/D/1 rate at which mean TTFT reaches the TTFT threshold
     mg1_rps: float | None            #: the same by Pollaczek–Khinchine over the trace's prompts
-    saturation_rps: float | None     #: decode: closed-form throughput at the largest KV-bound batch
+    saturation_rps: float | None     #: prefill/decode: closed-form throughput limit (never good above)
     probes: tuple[Probe, ...]
     requests_per_probe: int
     settings: SearchSettings
@@ -290,6 +292,17 @@ def prefill_moments_s(workload: Workload, profile: PhaseProfile) -> tuple[float,
     return profile.prefill_time_s([float(prompts.mean())]), mean, second
 
 
+def prefill_saturation(workload: Workload, profile: PhaseProfile) -> float:
+    """Closed-form prefill throughput with batches of mean prompts filled to the token cap.
+
+    ``pp · max_k k / t(k mean prompts)`` for k up to the cap (at least one prompt): each of the
+    PP stages holds a batch for t/pp, so PP batches are in flight.
+    """
+    prompt = float(workload.prompt_tokens.mean())
+    most = max(1, int(profile.max_prefill_batch_tokens // prompt))
+    return profile.pp * max(k / profile.prefill_time_s([prompt] * k) for k in range(1, most + 1))
+
+
 def decode_saturation(workload: Workload, profile: PhaseProfile) -> float:
     """Closed-form decode throughput with the batch at its KV limit (DESIGN.md's decode rule).
 
@@ -304,12 +317,14 @@ def decode_saturation(workload: Workload, profile: PhaseProfile) -> float:
 
 def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
                      settings: SearchSettings, policy: str | None = None, chunk_tokens: int | None = None,
-                     admission_share: float = DEFAULT_ADMISSION_SHARE) -> InstanceGoodput:
+                     admission_share: float = DEFAULT_ADMISSION_SHARE,
+                     on_probe: Callable[[Probe], None] | None = None) -> InstanceGoodput:
     """Per-instance goodput of ``profile`` for ``phase`` (0x08C), found by simulated bisection.
 
-    The queueing bracket (M/D/1 and P–K on the TTFT threshold) starts the search; a decode
-    instance is never good above its closed-form saturation throughput, however fine the TPOT
-    of the requests it did admit.
+    The queueing bracket (M/D/1 and P–K on the TTFT threshold) starts the search. A prefill or
+    decode instance is never good above its closed-form saturation throughput: a finite probe of
+    an overloaded queue can still pass its percentiles (and decode TPOT stays low while the queue
+    grows). A colocated instance's overload shows directly in its TTFT, which includes the queue.
     """
     if phase not in ("prefill", "decode", "colocated"):
         raise ValueError("phase must be prefill, decode or colocated")
@@ -322,6 +337,8 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
         d, mean, second = prefill_moments_s(workload, profile)
         md1 = mg1_rate_for_mean_ttft(ttft, d, d * d)
         mg1 = mg1_rate_for_mean_ttft(ttft, mean, second)
+    if phase == "prefill":
+        saturation = prefill_saturation(workload, profile)
     if phase == "decode":
         saturation = decode_saturation(workload, profile)
 
@@ -338,7 +355,7 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
                                  saturated=saturation is not None and rate > saturation)
 
     start = next((r for r in (mg1, md1, saturation and saturation / 2) if r), None) or 1.0
-    search = find_goodput(probe, start_rps=start, settings=settings)
+    search = find_goodput(probe, start_rps=start, settings=settings, on_probe=on_probe)
     return InstanceGoodput(
         phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp,
         policy=policy if phase == "colocated" else None, chunk_tokens=chunk_tokens,

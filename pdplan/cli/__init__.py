@@ -17,11 +17,15 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-from pdplan.cli import profile as _profile  # noqa: E402  (sub-apps register on import)
+from pdplan.cli import goodput as _goodput  # noqa: E402  (commands register on import)
+from pdplan.cli import profile as _profile  # noqa: E402
+from pdplan.cli import simulate as _simulate  # noqa: E402
 from pdplan.cli import trace as _trace  # noqa: E402
 
 app.add_typer(_trace.app, name="trace")
 app.add_typer(_profile.app, name="profile")
+app.command("goodput")(_goodput.goodput)
+app.command("simulate")(_simulate.simulate)
 
 
 def main(argv: list[str] | None = None) -> None:

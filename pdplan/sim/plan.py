@@ -48,7 +48,8 @@ from typing import Mapping
 
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
-from pdplan.hardware import GB
+from pdplan.hardware import GB, get_gpu
+from pdplan.modelspec import ModelSpec, get_model
 from pdplan.profiles import PhaseProfile
 from pdplan.schema import Fields
 
@@ -208,6 +209,33 @@ def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tu
                               file=plan.source, field=f"pools[{i}].max_prefill_batch_tokens")
         found.append(profile)
     return tuple(found)
+
+
+def plan_model(plan: Plan) -> ModelSpec:
+    """The one model every pool serves (a plan serves one model)."""
+    names = sorted({p.model for p in plan.pools})
+    if len(names) > 1:
+        raise PdplanError(f"pools serve different models ({', '.join(names)}); a plan serves one model",
+                          file=plan.source, field="pools")
+    return get_model(names[0])
+
+
+def plan_profiles(plan: Plan, measured: Mapping[ProfileKey, PhaseProfile]) -> dict[ProfileKey, PhaseProfile]:
+    """A profile for every pool: the measured one where loaded, else the shape's roofline.
+
+    A shape that cannot hold the model names the plan file and the pool.
+    """
+    from pdplan.roofline import profile_for  # roofline builds on profiles, not on plans
+
+    found = dict(measured)
+    for i, pool in enumerate(plan.pools):
+        if pool.shape in found:
+            continue
+        try:
+            found[pool.shape] = profile_for(get_model(pool.model), get_gpu(pool.gpu), pool.tp, pool.pp, measured)
+        except PdplanError as err:
+            raise PdplanError(f"pool {pool.name!r}: {err.detail}", file=plan.source, field=f"pools[{i}]") from None
+    return found
 
 
 # --- file ----------------------------------------------------------------------------------------

@@ -1,0 +1,129 @@
+"""`pdplan goodput`: the highest rate one instance shape sustains within the SLO."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from pdplan.cli.options import (
+    AdmissionShareOpt,
+    ArrivalsOpt,
+    AttainmentOpt,
+    FormatOpt,
+    JsonOpt,
+    ProfilesOpt,
+    RequestsOpt,
+    SeedOpt,
+    SloFileOpt,
+    ToleranceOpt,
+    TpotOpt,
+    TraceArg,
+    TtftOpt,
+    load_workload,
+    measured_profiles,
+    search_settings,
+    slo_from_options,
+)
+from pdplan.cli.output import print_json, stderr, stdout
+from pdplan.errors import PdplanError
+from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, instance_goodput
+from pdplan.hardware import get_gpu
+from pdplan.modelspec import get_model
+from pdplan.report import plot_attainment_curve
+from pdplan.roofline import profile_for
+
+PHASES = ("colocated", "decode", "prefill")
+POLICIES = ("chunked", "prefill-first")
+
+
+def goodput(
+    trace: TraceArg,
+    model: Annotated[str, typer.Option("--model", help="Model name from the catalog, or a model YAML.")],
+    gpu: Annotated[str, typer.Option("--gpu", help="GPU type from the catalog.")],
+    phase: Annotated[str, typer.Option("--phase", help="prefill, decode or colocated.")],
+    tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
+    pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
+    policy: Annotated[str, typer.Option("--policy", help="Colocated scheduling: chunked or prefill-first.")] = "prefill-first",
+    chunk: Annotated[int | None, typer.Option("--chunk", help="Chunked-prefill token budget per iteration.")] = None,
+    ttft: TtftOpt = None,
+    tpot: TpotOpt = None,
+    attainment: AttainmentOpt = 0.9,
+    slo: SloFileOpt = None,
+    profiles: ProfilesOpt = None,
+    arrivals: ArrivalsOpt = "trace",
+    requests_per_probe: RequestsOpt = 2000,
+    tolerance: ToleranceOpt = 0.02,
+    admission_share: AdmissionShareOpt = DEFAULT_ADMISSION_SHARE,
+    seed: SeedOpt = 0,
+    format: FormatOpt = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Write the attainment curve as a PNG.")] = None,
+    json: JsonOpt = False,
+) -> None:
+    """Goodput of one instance: the highest rate at which every SLO objective holds (0x08C).
+
+    Prefill is judged on TTFT, decode on TPOT plus its admission wait (a share of TTFT), colocated
+    on both. The search starts at the queueing bracket (M/D/1 and M/G/1 on the TTFT threshold)
+    and bisects over simulated probes; a decode instance is never good above its saturation
+    throughput. Defaults: p90 TTFT <= 1 s and p90 TPOT <= 100 ms.
+    """
+    if phase not in PHASES:
+        raise PdplanError(f"--phase must be one of {', '.join(PHASES)}, got {phase!r}", field="phase")
+    if policy not in POLICIES:
+        raise PdplanError(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}", field="policy")
+    if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
+        raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
+                          field="chunk")
+    objectives = slo_from_options(ttft, tpot, attainment, slo)
+    settings = search_settings(tolerance, requests_per_probe, arrivals, seed)
+    workload = load_workload(trace, format)
+    spec, device = get_model(model), get_gpu(gpu)
+    profile = profile_for(spec, device, tp, pp, measured_profiles(profiles))
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=stderr, transient=True, disable=json) as progress:
+        task = progress.add_task(f"probing {profile.shape} ({phase})", total=None)
+        result = instance_goodput(
+            workload, profile, phase=phase, slo=objectives, settings=settings,
+            policy=policy if phase == "colocated" else None, chunk_tokens=chunk,
+            admission_share=admission_share,
+            on_probe=lambda p: progress.update(task, description=f"probed {p.rate_rps:.3g} rps"))
+    if plot is not None:
+        plot_attainment_curve(result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
+                              f"{profile.shape} {phase}", plot)
+    if json:
+        print_json({**result.to_dict(), "profile_source": profile.provenance.source,
+                    "slo": objectives.to_dict()})
+    else:
+        _render(result, profile.provenance.source, objectives)
+
+
+def _render(result: InstanceGoodput, source: str, objectives) -> None:
+    summary = Table(title=f"Goodput of {result.model} {result.gpu} TP{result.tp} PP{result.pp} ({result.phase})",
+                    show_header=False)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    summary.add_row("goodput", f"{result.goodput_rps:.3f} req/s (simulated)")
+    summary.add_row("per GPU", f"{result.goodput_per_gpu:.3f} req/s on {result.gpus} GPUs")
+    for label, value in (("M/D/1 bracket", result.md1_rps), ("M/G/1 bracket", result.mg1_rps),
+                         ("decode saturation", result.saturation_rps)):
+        if value is not None:
+            summary.add_row(label, f"{value:.3f} req/s (closed form)")
+    summary.add_row("SLO", "; ".join(o.label for o in objectives.objectives))
+    summary.add_row("profile", source)
+    summary.add_row("probes", f"{len(result.probes)} × {result.requests_per_probe} requests "
+                              f"({result.settings.arrivals} arrivals, tolerance {result.settings.tolerance_rel:g})")
+    stdout.print(summary)
+    curve = Table(title="Attainment curve")
+    for name in ("rate req/s", "TTFT", "TPOT", "joint", "meets"):
+        curve.add_column(name, justify="right")
+    for p in result.probes:
+        curve.add_row(f"{p.rate_rps:.3f}", _share(p.attainment_ttft), _share(p.attainment_tpot),
+                      _share(p.attainment_joint), "yes" if p.meets else ("saturated" if p.saturated else "no"))
+    stdout.print(curve)
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"

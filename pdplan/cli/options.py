@@ -1,0 +1,80 @@
+"""Options several commands share (SLO, profiles, trace, search), and turning them into inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from pdplan.errors import PdplanError
+from pdplan.goodput import SearchSettings
+from pdplan.profiles import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
+from pdplan.slo import SLO, load_slo, slo_from_flags
+from pdplan.workload import FORMATS, Workload, load_trace
+
+TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
+                                               "BurstGPT CSV or a lengths-only CSV).", show_default=False)]
+FormatOpt = Annotated[str | None, typer.Option(
+    "--format", help=f"Trace format, one of {', '.join(FORMATS)}; detected from the header if omitted.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for every random draw; recorded in the output.")]
+TtftOpt = Annotated[float | None, typer.Option("--ttft", help="TTFT threshold in seconds.")]
+TpotOpt = Annotated[float | None, typer.Option("--tpot", help="TPOT threshold in seconds.")]
+AttainmentOpt = Annotated[float, typer.Option(
+    "--attainment", help="Share of requests that must meet each threshold (e.g. 0.9 = p90).")]
+SloFileOpt = Annotated[Path | None, typer.Option(
+    "--slo", help="SLO YAML with several objectives (objectives: [{metric, threshold_ms, attainment}]); "
+                  "replaces --ttft/--tpot/--attainment.")]
+ProfilesOpt = Annotated[Path | None, typer.Option(
+    "--profiles", help=f"Profile file or folder; default the shipped profiles ({shipped_profiles_dir()}). "
+                       "Shapes without a profile use a roofline.")]
+ArrivalsOpt = Annotated[str, typer.Option(
+    "--arrivals", help="How a probe reaches a rate: trace (rescale the trace, burst shape kept) or "
+                       "poisson (Poisson arrivals, lengths resampled from the trace).")]
+RequestsOpt = Annotated[int, typer.Option("--requests-per-probe", help="Requests simulated at each probed rate.")]
+ToleranceOpt = Annotated[float, typer.Option(
+    "--tolerance", help="Stop bisecting when the bracket is within this fraction of the rate.")]
+AdmissionShareOpt = Annotated[float, typer.Option(
+    "--admission-share", help="Share of the TTFT threshold a decode instance's admission wait may use "
+                              "when phases are judged alone; prefill keeps the rest.")]
+
+DEFAULT_TTFT_S, DEFAULT_TPOT_S, DEFAULT_ATTAINMENT = 1.0, 0.1, 0.9
+
+
+def slo_from_options(ttft: float | None, tpot: float | None, attainment: float, slo_file: Path | None) -> SLO:
+    """An SLO file, or the flags (defaults p90 TTFT ≤ 1 s and p90 TPOT ≤ 100 ms)."""
+    if slo_file is not None:
+        if ttft is not None or tpot is not None:
+            raise PdplanError("give either --slo FILE or --ttft/--tpot, not both", field="slo")
+        return load_slo(slo_file)
+    if ttft is None and tpot is None:
+        ttft, tpot = DEFAULT_TTFT_S, DEFAULT_TPOT_S
+    return slo_from_flags(ttft, tpot, attainment)
+
+
+def measured_profiles(path: Path | None) -> dict[tuple[str, str, int, int], PhaseProfile]:
+    """Profiles from ``--profiles`` or the shipped ones."""
+    return shipped_profiles() if path is None else load_profiles(path)
+
+
+def load_workload(trace: Path, format: str | None) -> Workload:
+    """The trace, refusing one with no requests to plan on."""
+    workload = load_trace(trace, format=format)
+    if len(workload) == 0:
+        raise PdplanError("trace holds no requests", file=trace)
+    return workload
+
+
+def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, seed: int) -> SearchSettings:
+    """Search settings from flags, with flag names in the errors."""
+    if arrivals not in ("trace", "poisson"):
+        raise PdplanError(f"--arrivals must be one of poisson, trace, got {arrivals!r}", field="arrivals")
+    if not 0 < tolerance < 1:
+        raise PdplanError(f"--tolerance must be in (0, 1), got {tolerance!r}", field="tolerance")
+    if requests_per_probe < 1:
+        raise PdplanError(f"--requests-per-probe must be >= 1, got {requests_per_probe!r}",
+                          field="requests_per_probe")
+    return SearchSettings(tolerance_rel=tolerance, requests_per_probe=requests_per_probe, arrivals=arrivals,
+                          seed=seed)
+

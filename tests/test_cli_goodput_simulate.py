@@ -1,0 +1,105 @@
+"""`pdplan goodput` and `pdplan simulate` as a user runs them."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "traces" / "smoke_uniform_200.csv"
+PLAN = ROOT / "examples" / "plan_disagg.yaml"
+COLOCATED = ROOT / "examples" / "plan_colocated.yaml"
+
+
+def test_goodput_json_has_the_documented_keys(run_cli):
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                             "--phase", "prefill", "--requests-per-probe", "200", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert {"goodput_rps", "goodput_per_gpu", "gpus", "bracket", "curve", "probes",
+            "requests_per_probe"} <= set(result)
+    assert set(result["bracket"]) == {"md1_rps", "mg1_rps"}
+    assert {"rate_rps", "attainment_ttft", "attainment_tpot", "attainment_joint"} <= set(result["curve"][0])
+    assert result["gpus"] == 4
+    assert result["goodput_per_gpu"] == pytest.approx(result["goodput_rps"] / 4)
+
+
+def test_goodput_writes_a_curve_plot(run_cli, tmp_path):
+    code, _, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4",
+                           "--phase", "colocated", "--policy", "chunked", "--chunk", "512",
+                           "--requests-per-probe", "200", "--plot", tmp_path / "curve.png")
+    assert code == 0, err
+    assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_goodput_of_a_shape_without_profile_uses_the_roofline(run_cli):
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama-3.1-8b", "--gpu", "h200-141gb",
+                             "--phase", "decode", "--requests-per-probe", "200", "--json")
+    assert code == 0, err
+    assert json.loads(out)["profile_source"] == "roofline"
+
+
+def test_simulate_json_has_the_documented_keys(run_cli):
+    code, out, err = run_cli("simulate", TRACE, "--plan", PLAN, "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["requests"] == 200
+    assert {"p50", "p90", "p99"} <= set(result["ttft"]) and {"p50", "p90", "p99"} <= set(result["tpot"])
+    assert set(result["attainment"]) == {"ttft", "tpot", "joint"}
+    assert result["attainment"]["joint"] <= min(result["attainment"]["ttft"], result["attainment"]["tpot"])
+    assert {"bytes_total", "exposed_s_mean"} <= set(result["transfer"])
+    assert "throughput_rps" in result and "utilization" in result
+
+
+def test_simulate_writes_one_row_per_request(run_cli, tmp_path):
+    code, _, err = run_cli("simulate", TRACE, "--plan", COLOCATED, "--out", tmp_path / "r.csv")
+    assert code == 0, err
+    lines = (tmp_path / "r.csv").read_text().splitlines()
+    assert len(lines) == 201 and lines[0].startswith("arrival_s,prompt_tokens,output_tokens")
+
+
+def test_simulate_is_byte_identical_across_runs(run_cli, tmp_path):
+    run_cli("simulate", TRACE, "--plan", PLAN, "--out", tmp_path / "a.csv")
+    run_cli("simulate", TRACE, "--plan", PLAN, "--out", tmp_path / "b.csv")
+    assert (tmp_path / "a.csv").read_bytes() == (tmp_path / "b.csv").read_bytes()
+
+
+BAD = [
+    (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "both"),
+     "Error: --phase must be one of colocated, decode, prefill, got 'both'"),
+    (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--phase", "prefill"),
+     "Error: llama2-70b TP1 PP1 a100-80gb: weights 138.0 GB per GPU > 72.0 GB usable (90% of 80 GB)"),
+    (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "prefill",
+      "--attainment", "1.5"), "Error: --attainment must be in (0, 1], got 1.5"),
+    (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "colocated",
+      "--policy", "chunked"), "Error: --chunk goes with --phase colocated --policy chunked"),
+    (("simulate", TRACE, "--plan", ROOT / "nope.yaml"), "Error: {root}/nope.yaml: plan file not found"),
+    (("simulate", TRACE, "--plan", PLAN, "--rate", "-1"), "Error: --rate must be > 0, got -1.0"),
+]
+
+
+@pytest.mark.parametrize("args,message", BAD, ids=["phase", "does-not-fit", "attainment", "chunk",
+                                                    "missing-plan", "rate"])
+def test_bad_input_exits_2_with_one_line(run_cli, args, message):
+    code, out, err = run_cli(*args)
+    assert code == 2
+    assert err.startswith(message.format(root=ROOT))
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert out == ""
+
+
+def test_bad_slo_file_names_file_and_field(run_cli, tmp_path):
+    slo = tmp_path / "slo.yaml"
+    slo.write_text("objectives:\n  - {metric: ttft, threshold_ms: 0, attainment: 0.9}\n")
+    code, _, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4",
+                           "--phase", "prefill", "--slo", slo)
+    assert code == 2
+    assert err == f"Error: {slo}:2: objectives[0].threshold_ms must be > 0, got 0\n"
+
+
+def test_bad_plan_file_names_file_line_and_field(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(PLAN.read_text().replace("replicas: 2", "replicas: 0", 1))
+    code, _, err = run_cli("simulate", TRACE, "--plan", plan)
+    assert code == 2
+    assert err.startswith(f"Error: {plan}:") and "replicas must be >= 1, got 0" in err

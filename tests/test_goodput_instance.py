@@ -1,0 +1,98 @@
+"""Per-instance goodput against closed forms: service rates, the TTFT split, the decode rule."""
+
+import numpy as np
+import pytest
+
+from pdplan.goodput import (
+    InstanceGoodput,
+    SearchSettings,
+    decode_saturation,
+    instance_goodput,
+    phase_slo,
+    prefill_saturation,
+    probe_workload,
+)
+from pdplan.sim.handbuilt import handbuilt_profile
+from pdplan.slo import slo_from_flags
+from pdplan.workload import Workload
+
+D_MS = 100.0  # constant prefill time of one prompt
+
+
+def even_trace(n=400, prompt=100, output=20):
+    """Evenly spaced arrivals: below the service rate nobody waits."""
+    return Workload(arrival_s=np.arange(n, dtype=float), prompt_tokens=np.full(n, prompt),
+                    output_tokens=np.full(n, output))
+
+
+def constant_prefill(kv=10**9, cap=100):
+    return handbuilt_profile(prefill_ms=[(1, [[D_MS, 0, 0]])], decode_ms=[(1, [[20.0, 0, 0]])],
+                             kv_capacity_tokens=kv, max_prefill_batch_tokens=cap)
+
+
+SETTINGS = SearchSettings(tolerance_rel=0.005, requests_per_probe=400)
+
+
+def test_prefill_goodput_under_even_arrivals_is_the_service_rate():
+    """TTFT = D exactly while λ < 1/D = 10 rps; beyond it the queue grows and p90 fails."""
+    result = instance_goodput(even_trace(), constant_prefill(), phase="prefill",
+                              slo=slo_from_flags(0.5, None, 0.9), settings=SETTINGS)
+    assert result.goodput_rps == pytest.approx(10.0, rel=0.01)
+    assert result.goodput_rps <= 10.0 * (1 + 1e-9)
+
+
+def test_prefill_saturation_is_full_batches_over_their_time():
+    """Cap 300 tokens, 100-token prompts: 3 per batch at 100 ms each → 30 rps."""
+    assert prefill_saturation(even_trace(), constant_prefill(cap=300)) == pytest.approx(30.0)
+
+
+def test_prefill_slower_than_its_ttft_share_has_zero_goodput():
+    """D = 100 ms but the prefill share of a 105 ms TTFT is 94.5 ms: no rate meets it."""
+    result = instance_goodput(even_trace(), constant_prefill(), phase="prefill",
+                              slo=slo_from_flags(0.105, None, 0.9), settings=SETTINGS)
+    assert result.goodput_rps == 0.0
+
+
+def test_brackets_are_the_md1_rate_for_the_ttft_share():
+    """M/D/1 mean TTFT = 0.9 s with D = 0.1 s: R = 2w/(D² + 2wD), w = 0.8 → 9.41 rps."""
+    result = instance_goodput(even_trace(), constant_prefill(), phase="prefill",
+                              slo=slo_from_flags(1.0, None, 0.9), settings=SETTINGS)
+    assert result.md1_rps == pytest.approx(2 * 0.8 / (0.01 + 2 * 0.8 * 0.1))
+    assert result.mg1_rps == pytest.approx(result.md1_rps)  # every prompt takes D
+
+
+def test_decode_is_never_good_above_its_saturation_throughput():
+    """KV for 4 requests of 120 tokens, 20 ms steps, 19 decode steps each: 4/(0.02·19) = 10.5 rps."""
+    profile = constant_prefill(kv=480)
+    workload = even_trace()
+    assert decode_saturation(workload, profile) == pytest.approx(4 / (0.02 * 19))
+    result = instance_goodput(workload, profile, phase="decode", slo=slo_from_flags(10.0, 10.0, 0.9),
+                              settings=SETTINGS)
+    assert result.goodput_rps <= result.saturation_rps
+    assert any(p.saturated and not p.meets for p in result.probes)
+
+
+def test_decode_judges_admission_wait_against_its_share_of_ttft():
+    slo = phase_slo(slo_from_flags(1.0, 0.1, 0.9), "decode", admission_share=0.1)
+    assert [(o.metric, o.threshold_s) for o in slo.objectives] == [("ttft", pytest.approx(0.1)), ("tpot", 0.1)]
+
+
+def test_prefill_keeps_the_rest_of_the_ttft_budget_and_ignores_tpot():
+    slo = phase_slo(slo_from_flags(1.0, 0.1, 0.9), "prefill", admission_share=0.1)
+    assert [(o.metric, o.threshold_s) for o in slo.objectives] == [("ttft", pytest.approx(0.9))]
+
+
+def test_probe_workload_keeps_the_trace_burst_shape():
+    arrivals = np.cumsum(np.random.default_rng(3).exponential(1.0, 1000))
+    workload = Workload(arrival_s=arrivals, prompt_tokens=np.full(1000, 10), output_tokens=np.full(1000, 2))
+    probe = probe_workload(workload, 5.0, SearchSettings(requests_per_probe=500))
+    gaps, original = np.diff(probe.arrival_s), np.diff(arrivals[:500])
+    assert len(probe) == 500
+    assert (len(probe) / (probe.arrival_s[-1] - probe.arrival_s[0])) == pytest.approx(5.0)
+    assert gaps.std() / gaps.mean() == pytest.approx(original.std() / original.mean())
+
+
+def test_result_round_trips_through_its_json_form():
+    result = instance_goodput(even_trace(), constant_prefill(), phase="prefill",
+                              slo=slo_from_flags(0.5, None, 0.9), settings=SETTINGS)
+    assert InstanceGoodput.from_dict(result.to_dict()) == result
