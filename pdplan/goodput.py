@@ -47,6 +47,7 @@ class SearchSettings:
     requests_per_probe: int = 2000
     arrivals: str = "trace"         #: "trace" (rescaled, burst shape kept) or "poisson"
     seed: int = 0
+    grid_points: int = 0            #: extra rates, evenly spaced up to 1.5 × goodput, for the curve
 
     def __post_init__(self):
         if not 0 < self.tolerance_rel < 1:
@@ -55,6 +56,8 @@ class SearchSettings:
             raise ValueError("max_probes must be >= 2 and requests_per_probe >= 1")
         if self.arrivals not in ("trace", "poisson"):
             raise ValueError("arrivals must be 'trace' or 'poisson'")
+        if self.grid_points < 0:
+            raise ValueError("grid_points must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,6 +108,8 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
                  on_probe: Callable[[Probe], None] | None = None) -> Search:
     """g = max{λ : a(λ) meets every objective} by expansion then bisection (0x08C).
 
+    ``settings.grid_points`` extra probes, evenly spaced up to 1.5 × g, fill in the curve a(λ).
+
     Starts at ``start_rps`` (the queueing bracket), doubles while the rate still meets the SLO,
     then bisects between the last rate that met it and the first that did not. The answer is
     always a rate that was simulated and met the SLO (0 when none did), so it never overstates.
@@ -131,6 +136,9 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
             lo = mid
         else:
             hi = mid
+    top = 1.5 * (lo or hi)  # the curve on a grid: around the goodput, or below the first failure
+    for k in range(1, settings.grid_points + 1):
+        run(top * k / settings.grid_points)
     return Search(goodput_rps=lo, probes=tuple(probes[r] for r in sorted(probes)))
 
 
@@ -216,6 +224,7 @@ class InstanceGoodput:
             "tolerance_rel": self.settings.tolerance_rel,
             "arrivals": self.settings.arrivals,
             "seed": self.settings.seed,
+            "grid_points": self.settings.grid_points,
             "admission_share": self.admission_share,
         }
 
@@ -223,7 +232,7 @@ class InstanceGoodput:
     def from_dict(cls, data: dict) -> "InstanceGoodput":
         """Rebuild from :meth:`to_dict` (the goodput cache stores that form)."""
         settings = SearchSettings(tolerance_rel=data["tolerance_rel"], requests_per_probe=data["requests_per_probe"],
-                                  arrivals=data["arrivals"], seed=data["seed"])
+                                  arrivals=data["arrivals"], seed=data["seed"], grid_points=data["grid_points"])
         probes = tuple(Probe(rate_rps=p["rate_rps"], attainment_ttft=p["attainment_ttft"],
                              attainment_tpot=p["attainment_tpot"], attainment_joint=p["attainment_joint"],
                              meets=p["meets"], saturated=p["saturated"]) for p in data["curve"])

@@ -24,11 +24,14 @@ def save_figure(fig, path: str | Path) -> None:
 
 
 def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: float,
-                          title: str, path: str | Path) -> None:
-    """Attainment a(λ) per clock and joint, the attainment target p, and the goodput found."""
+                          title: str, path: str | Path, *, ttft_label: str = "TTFT") -> None:
+    """Attainment a(λ) per clock and joint, the attainment target p, and the goodput found.
+
+    ``ttft_label`` names what the TTFT clock measured (a decode instance alone: its admission wait).
+    """
     rates = [p.rate_rps for p in probes]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, values in (("TTFT", [p.attainment_ttft for p in probes]),
+    for label, values in ((ttft_label, [p.attainment_ttft for p in probes]),
                           ("TPOT", [p.attainment_tpot for p in probes]),
                           ("joint", [p.attainment_joint for p in probes])):
         if any(v is not None for v in values):

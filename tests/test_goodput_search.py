@@ -85,3 +85,12 @@ def test_splitwise_mixed_pool_lifts_capacity_from_8_to_10_rps():
 
     assert mixed_pool_goodput(2, 6, 2, 4, borrowed=0, mixed_rps=4) == 8
     assert mixed_pool_goodput(2, 6, 2, 4, borrowed=1, mixed_rps=4) == 10
+
+
+def test_grid_points_fill_the_curve_up_to_one_and_a_half_times_goodput():
+    search = find_goodput(threshold_probe(4.0), start_rps=1.0,
+                          settings=SearchSettings(tolerance_rel=0.01, grid_points=3))
+    rates = {round(p.rate_rps, 9) for p in search.probes}
+    g = search.goodput_rps
+    assert {round(1.5 * g * k / 3, 9) for k in (1, 2, 3)} <= rates
+    assert search.goodput_rps == g  # extra probes never move the answer

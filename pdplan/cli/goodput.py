@@ -14,6 +14,7 @@ from pdplan.cli.options import (
     ArrivalsOpt,
     AttainmentOpt,
     FormatOpt,
+    GridOpt,
     JsonOpt,
     ProfilesOpt,
     RequestsOpt,
@@ -57,6 +58,7 @@ def goodput(
     arrivals: ArrivalsOpt = "trace",
     requests_per_probe: RequestsOpt = 2000,
     tolerance: ToleranceOpt = 0.02,
+    grid: GridOpt = 6,
     admission_share: AdmissionShareOpt = DEFAULT_ADMISSION_SHARE,
     seed: SeedOpt = 0,
     format: FormatOpt = None,
@@ -78,7 +80,7 @@ def goodput(
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
                           field="chunk")
     objectives = slo_from_options(ttft, tpot, attainment, slo)
-    settings = search_settings(tolerance, requests_per_probe, arrivals, seed)
+    settings = search_settings(tolerance, requests_per_probe, arrivals, seed, grid)
     workload = load_workload(trace, format)
     spec, device = get_model(model), get_gpu(gpu)
     profile = profile_for(spec, device, tp, pp, measured_profiles(profiles))
@@ -92,7 +94,8 @@ def goodput(
             on_probe=lambda p: progress.update(task, description=f"probed {p.rate_rps:.3g} rps"))
     if plot is not None:
         plot_attainment_curve(result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
-                              f"{profile.shape} {phase}", plot)
+                              f"{profile.shape} {phase}", plot,
+                              ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT")
     if json:
         print_json({**result.to_dict(), "profile_source": profile.provenance.source,
                     "slo": objectives.to_dict()})

@@ -66,7 +66,12 @@ def load_workload(trace: Path, format: str | None) -> Workload:
     return workload
 
 
-def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, seed: int) -> SearchSettings:
+GridOpt = Annotated[int, typer.Option("--grid", help="Extra probes, evenly spaced up to 1.5 × goodput, "
+                                                     "to draw the attainment curve a(λ).")]
+
+
+def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, seed: int,
+                    grid_points: int = 0) -> SearchSettings:
     """Search settings from flags, with flag names in the errors."""
     if arrivals not in ("trace", "poisson"):
         raise PdplanError(f"--arrivals must be one of poisson, trace, got {arrivals!r}", field="arrivals")
@@ -75,6 +80,8 @@ def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, se
     if requests_per_probe < 1:
         raise PdplanError(f"--requests-per-probe must be >= 1, got {requests_per_probe!r}",
                           field="requests_per_probe")
+    if grid_points < 0:
+        raise PdplanError(f"--grid must be >= 0, got {grid_points!r}", field="grid")
     return SearchSettings(tolerance_rel=tolerance, requests_per_probe=requests_per_probe, arrivals=arrivals,
-                          seed=seed)
+                          seed=seed, grid_points=grid_points)
 
