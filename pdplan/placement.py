@@ -83,6 +83,7 @@ class Problem:
     max_power_w: float | None = None
     time_limit_s: float = 10.0
     seed: int = 0
+    phase_targets: dict[str, float] = field(default_factory=dict)  #: raised per-phase requirements
 
     def __post_init__(self):
         if self.mode not in ("disaggregated", "colocated"):
@@ -103,6 +104,13 @@ class Problem:
     @property
     def phases(self) -> tuple[str, ...]:
         return ("prefill", "decode") if self.mode == "disaggregated" else ("colocated",)
+
+    def required_rps(self, phase: str) -> float:
+        """Capacity ``phase`` must provide: the target, or a raised one after an end-to-end miss.
+        Low-affinity segments serve both phases at once ("system"): the larger requirement."""
+        if phase == "system":
+            return max([self.target_rps, *self.phase_targets.values()])
+        return self.phase_targets.get(phase, self.target_rps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,7 +269,7 @@ def _replica_bound(problem: Problem, cand: Candidate, relax: frozenset[str] = fr
         by_inventory = sum((n.gpus_per_node // cand.tp) * n.count for n in nodes) // cand.pp
     bounds = [by_inventory]
     if problem.target_rps is not None and "capacity" not in relax:
-        bounds.append(math.ceil(problem.target_rps / cand.goodput_rps))
+        bounds.append(math.ceil(problem.required_rps(cand.phase) / cand.goodput_rps))
     if problem.max_gpus is not None and "budget" not in relax:
         bounds.append(problem.max_gpus // cand.gpus)
     bound = min(bounds)
@@ -298,9 +306,8 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
         for phase_capacity in capacity.values():
             model.add(built.goodput_milli <= phase_capacity)
     elif "capacity" not in relax:
-        target = milli_rps(problem.target_rps, round_up=True)
-        for phase_capacity in capacity.values():
-            model.add(phase_capacity >= target)
+        for phase, phase_capacity in capacity.items():
+            model.add(phase_capacity >= milli_rps(problem.required_rps(phase), round_up=True))
 
     # Budgets on GPUs, money and power.
     gpus = sum(c.gpus * n[c] for c in usable)
@@ -418,7 +425,7 @@ def _pack_segments(built: Model, problem: Problem, relax: frozenset[str]) -> dic
     for k, seg in enumerate(found):
         if seg.node.count is None or "inventory" in relax:
             bound = UNBOUNDED_REPLICAS if problem.target_rps is None else (
-                math.ceil(problem.target_rps * MILLI / max(seg.capacity_milli, 1)))
+                math.ceil(problem.required_rps("system") * MILLI / max(seg.capacity_milli, 1)))
         else:
             bound = seg.node.count // seg.prefill.pp
         built.u[k] = model.new_int_var(0, bound, f"u_{k}")
@@ -444,7 +451,7 @@ def _add_greedy_hint(model: cp_model.CpModel, problem: Problem, n, relax: frozen
             continue
         best = max(pool, key=lambda c: (c.goodput_rps / c.gpus, -c.gpus))
         for cand in pool:
-            want = math.ceil(problem.target_rps / best.goodput_rps) if cand == best else 0
+            want = math.ceil(problem.required_rps(phase) / best.goodput_rps) if cand == best else 0
             model.add_hint(n[cand], min(want, _replica_bound(problem, cand, relax)))
 
 

@@ -130,3 +130,15 @@ def test_a_loaded_plan_simulates():
     result = simulate(trace, load_plan(ROOT / "examples" / "plan_disagg.yaml"), {profile.key: profile},
                       model=get_model("llama2-70b"))
     assert result.summary()["served"] == 5
+
+
+def test_a_plan_round_trips_through_its_file(tmp_path):
+    from pdplan.fileio import atomic_write_text, dump_yaml
+    from pdplan.sim.plan import plan_to_dict
+
+    for example in ("plan_disagg.yaml", "plan_colocated.yaml"):
+        plan = load_plan(ROOT / "examples" / example)
+        atomic_write_text(tmp_path / example, dump_yaml(plan_to_dict(plan)))
+        again = load_plan(tmp_path / example)
+        assert again.pools == plan.pools and again.links == plan.links
+        assert again.default_link == plan.default_link and again.transfer_schedule == plan.transfer_schedule

@@ -351,3 +351,27 @@ def load_plan(path: str | Path) -> Plan:
         raise top.fail("name", "must be a string", name)
     return Plan(pools=tuple(pools), links=tuple(links), default_link=default_link,
                 transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path))
+
+
+def plan_to_dict(plan: Plan) -> dict:
+    """The plan file's content, readable by :func:`load_plan` (GB/s and ms, as people read them)."""
+    def link(entry: Link) -> dict:
+        out = {} if entry.from_pool is None else {"from": entry.from_pool, "to": entry.to_pool}
+        return {**out, "bandwidth_gb_s": entry.bandwidth_bytes_per_s / GB, "setup_ms": entry.setup_s * 1e3}
+
+    doc: dict = {"pdplan_plan": FORMAT_VERSION}
+    if plan.name:
+        doc["name"] = plan.name
+    if not plan.colocated:
+        doc["transfer"] = {"schedule": plan.transfer_schedule}
+        if plan.block_tokens is not None:
+            doc["transfer"]["block_tokens"] = plan.block_tokens
+        if plan.default_link is not None:
+            doc["default_link"] = link(plan.default_link)
+        if plan.links:
+            doc["links"] = [link(entry) for entry in plan.links]
+    optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens")
+    doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
+                     "replicas": p.replicas, **{k: getattr(p, k) for k in optional if getattr(p, k) is not None}}
+                    for p in plan.pools]
+    return doc
