@@ -120,6 +120,12 @@ class Cluster:
 
     nodes: tuple[NodeType, ...]
     source: str | None = None
+    energy_usd_per_kwh: float = 0.0   #: metered electricity, when the GPU price excludes it
+    pue: float = 1.0                  #: facility power usage effectiveness applied to GPU power
+
+    def __post_init__(self):
+        if self.energy_usd_per_kwh < 0 or self.pue < 1:
+            raise ValueError("energy_usd_per_kwh must be >= 0 and pue >= 1")
 
     def node(self, name: str) -> NodeType:
         for node in self.nodes:
@@ -128,12 +134,11 @@ class Cluster:
         raise KeyError(name)
 
     def priced_gpu(self, name: str) -> GPU:
-        """GPU type ``name`` at this cluster's price; a capped type costs what its base costs here."""
+        """GPU type ``name`` at this cluster's hourly cost: its price here (a capped type is priced
+        as its base hardware) plus metered energy at its power limit, ``tdp · PUE · $/kWh``."""
         gpu = get_gpu(name)
-        for node in self.nodes:
-            if node.gpu.name == gpu.physical:
-                return replace(gpu, usd_per_hour=node.gpu.usd_per_hour)
-        return gpu
+        price = next((n.gpu.usd_per_hour for n in self.nodes if n.gpu.name == gpu.physical), gpu.usd_per_hour)
+        return replace(gpu, usd_per_hour=price + energy_usd_per_hour(gpu.tdp_w, self.pue, self.energy_usd_per_kwh))
 
     def nodes_for(self, gpu_name: str) -> tuple[NodeType, ...]:
         """Node types whose hardware can run GPU type ``gpu_name`` (a capped type runs on its base)."""
@@ -146,13 +151,18 @@ class Cluster:
         return tuple(sorted({n.gpu.name for n in self.nodes}))
 
 
+def energy_usd_per_hour(watts: float, pue: float, usd_per_kwh: float) -> float:
+    """Hourly electricity cost of a device drawing ``watts`` in a facility of the given PUE."""
+    return watts / 1000 * pue * usd_per_kwh
+
+
 _NODE_FIELDS = {"name", "gpu", "gpus_per_node", "intra_node_gb_s", "inter_node_gb_s", "count"}
 
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read and validate a cluster file (see ``examples/cluster.yaml`` for the format)."""
     top = Fields(load_yaml(path, what="cluster file"), path)
-    top.reject_unknown({"nodes", "prices"})
+    top.reject_unknown({"nodes", "prices", "energy_usd_per_kwh", "pue"})
     catalog = gpu_catalog()
     prices = {}
     if top.has("prices"):
@@ -184,7 +194,9 @@ def load_cluster(path: str | Path) -> Cluster:
             inter_node_bytes_per_s=spec.number("inter_node_gb_s", minimum=0, exclusive=True) * GB,
             count=None if count == "unbounded" else count,
         ))
-    return Cluster(nodes=tuple(nodes), source=str(path))
+    return Cluster(nodes=tuple(nodes), source=str(path),
+                   energy_usd_per_kwh=top.number("energy_usd_per_kwh", 0.0, minimum=0),
+                   pue=top.number("pue", 1.0, minimum=1))
 
 
 def default_cluster_path() -> Path:

@@ -37,7 +37,8 @@ FLEETS: dict[str, dict[str, tuple[str, ...]]] = {
 FLEET_CHOICES = (*FLEETS, "any")
 
 UNBOUNDED_REPLICAS = 10**6
-MILLI = 1000  # CP-SAT needs integers: rates in milli-requests/s, money in cents, bandwidth in MB/s
+MILLI = 1000  # CP-SAT needs integers: rates in milli-requests/s
+MONEY_SCALE = 10_000  # and money in hundredths of a cent per hour
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -50,6 +51,7 @@ class Candidate:
     pp: int
     goodput_rps: float
     kv_bytes_per_request: float = 0.0   #: mean handoff bytes per request (disaggregated phases)
+    chunk_tokens: int | None = None     #: colocated: the chunked-prefill budget goodput was measured at
 
     def __post_init__(self):
         if self.phase not in PHASES:
@@ -255,8 +257,9 @@ def milli_rps(rate: float, *, round_up: bool) -> int:
     return math.ceil(scaled - 1e-9) if round_up else math.floor(scaled + 1e-9)
 
 
-def _cents(usd: float) -> int:
-    return round(usd * 100)
+def money_units(usd: float) -> int:
+    """Dollars per hour as integer hundredths of a cent, the unit the model minimises."""
+    return round(usd * MONEY_SCALE)
 
 
 def _replica_bound(problem: Problem, cand: Candidate, relax: frozenset[str] = frozenset()) -> int:
@@ -311,13 +314,13 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
 
     # Budgets on GPUs, money and power.
     gpus = sum(c.gpus * n[c] for c in usable)
-    cents = sum(_cents(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus) * n[c] for c in usable)
+    money = sum(money_units(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus) * n[c] for c in usable)
     watts = sum(round(problem.cluster.priced_gpu(c.gpu).tdp_w * c.gpus) * n[c] for c in usable)
     if "budget" not in relax:
         if problem.max_gpus is not None:
             model.add(gpus <= problem.max_gpus)
         if problem.max_usd_per_hour is not None:
-            model.add(cents <= _cents(problem.max_usd_per_hour))
+            model.add(money <= money_units(problem.max_usd_per_hour))
         if problem.max_power_w is not None:
             model.add(watts <= round(problem.max_power_w))
 
@@ -325,7 +328,7 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
     if problem.objective == "goodput":
         model.maximize(built.goodput_milli)
     else:
-        model.minimize({"cost": cents, "gpus": gpus, "power": watts}[problem.objective])
+        model.minimize({"cost": money, "gpus": gpus, "power": watts}[problem.objective])
     if problem.affinity == "high":
         _add_greedy_hint(model, problem, n, relax)
     return built
@@ -524,7 +527,7 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
     if problem.affinity == "low":  # requests stay inside their segment: sum of segment minima
         system = sum(seg.capacity_rps * solver.value(built.u[k]) for k, seg in enumerate(built.units))
     objective, bound = solver.objective_value, solver.best_objective_bound
-    scale = {"cost": 100, "gpus": 1, "power": 1, "goodput": MILLI}[problem.objective]
+    scale = {"cost": MONEY_SCALE, "gpus": 1, "power": 1, "goodput": MILLI}[problem.objective]
     gap = abs(bound - objective) / max(abs(objective), 1e-9) if objective else 0.0
     return Solution(
         replicas=replicas,

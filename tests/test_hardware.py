@@ -71,3 +71,12 @@ def test_bad_cluster_file_names_file_line_and_field(tmp_path, text, message):
         return
     with pytest.raises(PdplanError, match=message):
         load_cluster(path)
+
+
+def test_hourly_cost_adds_metered_energy_at_the_power_limit(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450,"
+                    " inter_node_gb_s: 50}\nprices: {h100-80gb: 1.0}\nenergy_usd_per_kwh: 0.1\npue: 1.5\n")
+    cluster = load_cluster(path)
+    assert cluster.priced_gpu("h100-80gb").usd_per_hour == pytest.approx(1.0 + 0.7 * 1.5 * 0.1)
+    assert cluster.priced_gpu("h100-80gb-pcap").usd_per_hour == pytest.approx(1.0 + 0.49 * 1.5 * 0.1)

@@ -123,7 +123,7 @@ def packs(groups, capacities):
 
 
 def brute_force(problem):
-    """Minimum GPUs / cents / watts over every replica vector, checking packing exhaustively."""
+    """Minimum GPUs / money units / watts over every replica vector, checking packing exhaustively."""
     cands = [c for c in problem.candidates if c.phase in problem.phases]
     best = None
     bounds = [range(0, math.ceil(problem.target_rps / c.goodput_rps) + 1) for c in cands]
@@ -139,7 +139,7 @@ def brute_force(problem):
                                   for _ in range(n.count)]) for gpu, groups in by_type.items()):
             continue
         value = {"gpus": sum(c.gpus * k for c, k in zip(cands, counts)),
-                 "cost": sum(round(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * 100) * k
+                 "cost": sum(round(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * 10_000) * k
                              for c, k in zip(cands, counts)),
                  "power": sum(round(problem.cluster.priced_gpu(c.gpu).tdp_w * c.gpus) * k
                               for c, k in zip(cands, counts))}[problem.objective]
@@ -174,7 +174,7 @@ def test_cp_sat_matches_exhaustive_enumeration(seed):
             solve(problem)
         return
     sol = solve(problem)
-    scale = {"gpus": 1, "cost": 100, "power": 1}[problem.objective]
+    scale = {"gpus": 1, "cost": 10_000, "power": 1}[problem.objective]
     assert sol.status == "OPTIMAL"
     assert round(sol.objective * scale) == expected
 

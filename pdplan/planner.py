@@ -1,0 +1,372 @@
+"""The optimize pipeline: candidate shapes → per-instance goodput → placement → end-to-end check.
+
+For each fleet, the disaggregated and the colocated optimum are solved under the same
+constraints (0x0A–0x0C); the cheaper (or, for ``goodput``, the stronger) one wins and the margin
+is reported. The winner is then simulated end to end on the trace at the target rate, routing
+and KV transfer included; if it misses the SLO, the failing phase's requirement is raised and
+the placement solved again, a bounded number of rounds (per-phase goodput ignores transfer and
+routing, so the end-to-end simulation is the final judge).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import numpy as np
+
+from pdplan.cache import ResultCache, cache_key
+from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_PPS, DEFAULT_TPS, Rejected, Shape, enumerate_shapes
+from pdplan.errors import InfeasibleError, PdplanError
+from pdplan.goodput import (
+    DEFAULT_ADMISSION_SHARE,
+    InstanceGoodput,
+    SearchSettings,
+    instance_goodput,
+    joint_attainment,
+    per_request_clocks,
+)
+from pdplan.hardware import Cluster
+from pdplan.modelspec import ModelSpec
+from pdplan.placement import FLEETS, Candidate, Problem, Solution, instance_link_bytes_per_s, solve
+from pdplan.profiles import PhaseProfile, profile_to_dict
+from pdplan.roofline import profile_for
+from pdplan.sim import Link, Plan, Pool, simulate
+from pdplan.slo import SLO, attainment
+from pdplan.workload import Workload, replace_arrivals, rescale_rate
+
+#: Requirement raise after an end-to-end miss, per round, on the failing phase.
+RAISE_FACTOR = 1.15
+#: KV link setup cost per transfer (RDMA registration and signalling), an assumption.
+LINK_SETUP_S = 0.5e-3
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """Everything ``pdplan optimize`` decides from."""
+
+    workload: Workload
+    model: ModelSpec
+    cluster: Cluster
+    measured: dict                      #: (model, gpu, tp, pp) → PhaseProfile
+    slo: SLO
+    target_rps: float | None            #: None with objective goodput
+    fleets: tuple[str, ...] = ("any",)
+    objective: str = "cost"
+    affinity: str = "auto"              #: "auto", "high" or "low"
+    settings: SearchSettings = field(default_factory=lambda: SearchSettings(requests_per_probe=1000))
+    admission_share: float = DEFAULT_ADMISSION_SHARE
+    link_headroom: float = 0.8
+    max_gpus: int | None = None
+    max_usd_per_hour: float | None = None
+    max_power_w: float | None = None
+    time_limit_s: float = 10.0
+    max_rounds: int = 3
+    tps: tuple[int, ...] = DEFAULT_TPS
+    pps: tuple[int, ...] = DEFAULT_PPS
+    chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
+    transfer_schedule: str = "layer"
+
+    def __post_init__(self):
+        if self.affinity not in ("auto", "high", "low"):
+            raise PdplanError(f"affinity must be one of auto, high, low, got {self.affinity!r}", field="affinity")
+        if self.max_rounds < 1:
+            raise PdplanError(f"max rounds must be >= 1, got {self.max_rounds!r}", field="max_rounds")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """A candidate shape with its profile and its simulated per-instance goodput."""
+
+    shape: Shape
+    profile: PhaseProfile
+    goodput: InstanceGoodput
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModeResult:
+    """The optimum of one mode (disaggregated or colocated) under one fleet, or why there is none."""
+
+    mode: str
+    fleet: str
+    solution: Solution | None
+    affinity: str | None
+    reason: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Round:
+    """One end-to-end check of a placement."""
+
+    index: int
+    phase_targets: dict[str, float]
+    attainment: dict[str, float]
+    meets: bool
+    gpus_total: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetResult:
+    """Both modes for one fleet and the mode that wins it."""
+
+    fleet: str
+    disaggregated: ModeResult
+    colocated: ModeResult
+
+    @property
+    def best(self) -> ModeResult | None:
+        feasible = [m for m in (self.disaggregated, self.colocated) if m.solution is not None]
+        if not feasible:
+            return None
+        return min(feasible, key=lambda m: _rank(m.solution))
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanReport:
+    """What ``pdplan optimize`` found, with the evidence behind every number."""
+
+    request: PlanRequest
+    measured: tuple[Measured, ...]
+    rejected: tuple[Rejected, ...]
+    fleets: tuple[FleetResult, ...]
+    fleet: FleetResult                    #: the winning fleet, both modes as first solved
+    chosen: ModeResult                    #: the winning mode after the end-to-end rounds
+    plan: Plan
+    rounds: tuple[Round, ...]
+    summary: dict                         #: end-to-end simulation summary of the final plan
+    cache_hits: int
+    cache_misses: int
+
+    @property
+    def baseline(self) -> ModeResult:
+        """The colocated optimum of the winning fleet, the baseline P/D must beat."""
+        return self.fleet.colocated
+
+    @property
+    def margin(self) -> float | None:
+        """How much better the chosen mode is than the other mode of its fleet, as a fraction of
+        the other's objective (cost, GPUs or power saved; goodput gained); None if only one exists."""
+        other = self.fleet.colocated if self.chosen.mode == "disaggregated" else self.fleet.disaggregated
+        if other.solution is None or not other.solution.objective:
+            return None
+        ours, theirs = self.chosen.solution.objective, other.solution.objective
+        gain = ours - theirs if self.request.objective == "goodput" else theirs - ours
+        return gain / theirs
+
+
+def _rank(solution: Solution) -> tuple:
+    """Order solutions of one objective: objective first (goodput is maximised), then GPUs."""
+    return (solution.objective, solution.gpus_total, solution.usd_per_hour)
+
+
+# --- goodput per candidate ----------------------------------------------------------------------
+
+def profile_digest(profile: PhaseProfile) -> str:
+    """sha256 of a profile's canonical content, for cache keys."""
+    return hashlib.sha256(json.dumps(profile_to_dict(profile), sort_keys=True).encode()).hexdigest()
+
+
+def measure(request: PlanRequest, cache: ResultCache,
+            progress: Callable[[str, int, int], None] | None = None) -> tuple[list[Measured], list[Rejected]]:
+    """Every candidate shape's per-instance goodput, from the cache where the inputs match."""
+    largest = int((request.workload.prompt_tokens + request.workload.output_tokens).max())
+    shapes, rejected = enumerate_shapes(request.model, request.cluster, largest_request_tokens=largest,
+                                        tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes)
+    digest = request.workload.digest()
+    measured = []
+    for i, shape in enumerate(shapes):
+        if progress is not None:
+            progress(shape.label, i, len(shapes))
+        gpu = request.cluster.priced_gpu(shape.gpu)
+        profile = profile_for(request.model, gpu, shape.tp, shape.pp, request.measured)
+        key = cache_key({"trace": digest, "profile": profile_digest(profile), "slo": request.slo.to_dict(),
+                         "phase": shape.phase, "policy": shape.policy, "chunk": shape.chunk_tokens,
+                         "settings": _settings_key(request.settings), "admission_share": request.admission_share})
+        cached = cache.get(key)
+        if cached is not None:
+            result = InstanceGoodput.from_dict(cached)
+        else:
+            result = instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
+                                      settings=request.settings, policy=shape.policy,
+                                      chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share)
+            cache.put(key, result.to_dict())
+        measured.append(Measured(shape=shape, profile=profile, goodput=result))
+    if progress is not None:
+        progress("done", len(shapes), len(shapes))
+    return measured, rejected
+
+
+def _settings_key(settings: SearchSettings) -> dict:
+    return {"tolerance_rel": settings.tolerance_rel, "max_probes": settings.max_probes,
+            "requests_per_probe": settings.requests_per_probe, "arrivals": settings.arrivals,
+            "seed": settings.seed, "grid_points": settings.grid_points}
+
+
+def mean_kv_bytes_per_request(workload: Workload, model: ModelSpec) -> float:
+    """Mean handoff bytes per request: the whole prompt's KV (0x06; no destination reuse assumed,
+    which is conservative for traces with prefix hashes)."""
+    return float(workload.prompt_tokens.mean()) * model.kv_bytes_per_token
+
+
+def candidates_from(measured: list[Measured], kv_bytes: float) -> tuple[Candidate, ...]:
+    """Placement candidates: each measured shape with positive goodput; colocated shapes of one
+    (GPU, TP, PP) keep only their best chunk size (the others cost the same and serve less)."""
+    best: dict[tuple, Measured] = {}
+    for m in measured:
+        if m.goodput.goodput_rps <= 0:
+            continue
+        key = (m.shape.phase, m.shape.gpu, m.shape.tp, m.shape.pp)
+        if key not in best or m.goodput.goodput_rps > best[key].goodput.goodput_rps:
+            best[key] = m
+    return tuple(Candidate(phase=m.shape.phase, gpu=m.shape.gpu, tp=m.shape.tp, pp=m.shape.pp,
+                           goodput_rps=m.goodput.goodput_rps, chunk_tokens=m.shape.chunk_tokens,
+                           kv_bytes_per_request=0.0 if m.shape.phase == "colocated" else kv_bytes)
+                 for m in sorted(best.values(), key=lambda m: m.shape.label))
+
+
+# --- placement per fleet and mode ----------------------------------------------------------------
+
+def solve_mode(request: PlanRequest, candidates: tuple[Candidate, ...], fleet: str, mode: str,
+               phase_targets: dict[str, float] | None = None) -> ModeResult:
+    """The optimum of one mode under one fleet; ``auto`` affinity keeps the better of high and low."""
+    affinities = ("high",) if mode == "colocated" or request.affinity == "high" else (
+        ("low",) if request.affinity == "low" else ("high", "low"))
+    results, reasons = [], []
+    for affinity in affinities:
+        problem = Problem(candidates=candidates, cluster=request.cluster, mode=mode, target_rps=request.target_rps,
+                          fleet=fleet, objective=request.objective, link_headroom=request.link_headroom,
+                          affinity=affinity, max_gpus=request.max_gpus, max_usd_per_hour=request.max_usd_per_hour,
+                          max_power_w=request.max_power_w, time_limit_s=request.time_limit_s,
+                          seed=request.settings.seed, phase_targets=dict(phase_targets or {}))
+        try:
+            results.append((solve(problem), affinity))
+        except InfeasibleError as err:
+            reasons.append(str(err))
+    if not results:
+        return ModeResult(mode=mode, fleet=fleet, solution=None, affinity=None, reason=reasons[0])
+    sign = -1 if request.objective == "goodput" else 1
+    solution, affinity = min(results, key=lambda r: (sign * r[0].objective, r[0].gpus_total))
+    return ModeResult(mode=mode, fleet=fleet, solution=solution, affinity=affinity)
+
+
+def _better(a: ModeResult, b: ModeResult, objective: str) -> ModeResult:
+    """The mode with the better objective (ties: fewer GPUs, then colocated, the simpler system)."""
+    if a.solution is None:
+        return b
+    if b.solution is None:
+        return a
+    sign = -1 if objective == "goodput" else 1
+
+    def key(m: ModeResult) -> tuple:
+        return (sign * m.solution.objective, m.solution.gpus_total, m.mode != "colocated")
+
+    return min((a, b), key=key)
+
+
+# --- end-to-end check ----------------------------------------------------------------------------
+
+def plan_of(request: PlanRequest, chosen: ModeResult) -> Plan:
+    """The chosen placement as a simulator plan: one pool per shape, links at the path the
+    placement implies (across nodes for high affinity, inside a node for low)."""
+    solution = chosen.solution
+    pools = []
+    for cand, replicas in sorted(solution.replicas.items(), key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
+        name = f"{cand.phase}-{cand.gpu}-tp{cand.tp}-pp{cand.pp}"
+        extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if cand.phase == "colocated" else {}
+        pools.append(Pool(name=name, phase=cand.phase, model=request.model.name, gpu=cand.gpu, tp=cand.tp,
+                          pp=cand.pp, replicas=replicas, **extra))
+    if chosen.mode == "colocated":
+        return Plan(pools=tuple(pools), name=f"{request.model.name} colocated ({chosen.fleet})")
+    links = []
+    by_name = {p.name: p for p in pools}
+    for src in (p for p in pools if p.phase == "prefill"):
+        for dst in (p for p in pools if p.phase == "decode"):
+            links.append(Link(from_pool=src.name, to_pool=dst.name,
+                              bandwidth_bytes_per_s=_path_bytes_per_s(request, chosen, by_name[dst.name]),
+                              setup_s=LINK_SETUP_S))
+    return Plan(pools=tuple(pools), links=tuple(links), transfer_schedule=request.transfer_schedule,
+                name=f"{request.model.name} disaggregated ({chosen.fleet}, {chosen.affinity} affinity)")
+
+
+def _path_bytes_per_s(request: PlanRequest, chosen: ModeResult, decode_pool: Pool) -> float:
+    """Ingress bandwidth of one decode instance on the path the placement implies."""
+    nodes = request.cluster.nodes_for(decode_pool.gpu)
+    node = max(nodes, key=lambda n: n.inter_node_bytes_per_s)
+    gpus = decode_pool.tp * decode_pool.pp
+    if chosen.affinity == "low":
+        return gpus * node.intra_node_bytes_per_s
+    probe = Candidate(phase="decode", gpu=decode_pool.gpu, tp=decode_pool.tp, pp=decode_pool.pp, goodput_rps=1.0)
+    return instance_link_bytes_per_s(node, probe)
+
+
+def check(request: PlanRequest, plan: Plan, profiles: dict, rate_rps: float) -> tuple[dict, dict[str, float], bool]:
+    """Simulate the whole trace on ``plan`` at ``rate_rps``; attainment per clock and joint."""
+    workload = request.workload
+    if workload.has_arrivals:
+        workload = rescale_rate(workload, rate_rps)
+    else:
+        workload = replace_arrivals(workload, rate_rps=rate_rps, rng=request.settings.seed)
+    result = simulate(workload, plan, profiles, model=request.model, seed=request.settings.seed)
+    clocks = per_request_clocks(result)
+    ttft, tpot = request.slo.threshold_s("ttft"), request.slo.threshold_s("tpot")
+    summary = result.summary(ttft, tpot)
+    shares = {"ttft": attainment(clocks["ttft"], ttft) if ttft else 1.0,
+              "tpot": attainment(clocks["tpot"], tpot) if tpot else 1.0,
+              "joint": joint_attainment(request.slo, clocks)}
+    meets = all(attainment(clocks[o.metric], o.threshold_s) >= o.attainment for o in request.slo.objectives)
+    return summary, shares, meets
+
+
+# --- the pipeline --------------------------------------------------------------------------------
+
+def optimize(request: PlanRequest, *, cache: ResultCache,
+             progress: Callable[[str, int, int], None] | None = None) -> PlanReport:
+    """Run the whole pipeline; infeasible everywhere raises InfeasibleError naming why."""
+    measured, rejected = measure(request, cache, progress)
+    candidates = candidates_from(measured, mean_kv_bytes_per_request(request.workload, request.model))
+    fleets = tuple(FleetResult(fleet=f, disaggregated=solve_mode(request, candidates, f, "disaggregated"),
+                               colocated=solve_mode(request, candidates, f, "colocated"))
+                   for f in request.fleets)
+    feasible = [f for f in fleets if f.best is not None]
+    if not feasible:
+        reasons = "; ".join(f"{f.fleet}: {f.disaggregated.reason}" for f in fleets)
+        raise InfeasibleError(f"no fleet can serve the target: {reasons}")
+    sign = -1 if request.objective == "goodput" else 1
+    winner = min(feasible, key=lambda f: (sign * f.best.solution.objective, f.best.solution.gpus_total))
+    chosen = _better(winner.disaggregated, winner.colocated, request.objective)
+    profiles = {m.profile.key: m.profile for m in measured}
+    rounds, targets = [], {}
+    while True:
+        plan = plan_of(request, chosen)
+        rate = request.target_rps if request.target_rps is not None else chosen.solution.goodput_rps
+        summary, shares, meets = check(request, plan, profiles, rate)
+        rounds.append(Round(index=len(rounds) + 1, phase_targets=dict(targets), attainment=shares, meets=meets,
+                            gpus_total=chosen.solution.gpus_total))
+        if meets or len(rounds) >= request.max_rounds or request.target_rps is None:
+            break
+        failing = _failing_phase(chosen.mode, shares, request.slo)
+        targets[failing] = targets.get(failing, request.target_rps) * RAISE_FACTOR
+        again = solve_mode(request, candidates, chosen.fleet, chosen.mode, targets)
+        if again.solution is None:
+            break
+        chosen = again
+    return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), fleets=fleets,
+                      fleet=winner, chosen=chosen, plan=plan,
+                      rounds=tuple(rounds), summary=summary, cache_hits=cache.hits, cache_misses=cache.misses)
+
+
+def _failing_phase(mode: str, shares: dict[str, float], slo: SLO) -> str:
+    """The phase to strengthen after a miss: TTFT misses point at prefill, TPOT misses at decode."""
+    if mode == "colocated":
+        return "colocated"
+    ttft_gap = min((shares["ttft"] - o.attainment for o in slo.for_metric("ttft")), default=math.inf)
+    tpot_gap = min((shares["tpot"] - o.attainment for o in slo.for_metric("tpot")), default=math.inf)
+    return "prefill" if ttft_gap <= tpot_gap else "decode"
+
+
+def fleet_names(choice: str) -> tuple[str, ...]:
+    """``all`` compares every Splitwise fleet; any other choice is itself."""
+    return tuple(FLEETS) if choice == "all" else (choice,)
