@@ -115,13 +115,14 @@ class FleetResult:
     fleet: str
     disaggregated: ModeResult
     colocated: ModeResult
+    objective: str
 
     @property
     def best(self) -> ModeResult | None:
-        feasible = [m for m in (self.disaggregated, self.colocated) if m.solution is not None]
-        if not feasible:
+        """The better feasible mode (None when neither is feasible)."""
+        if self.disaggregated.solution is None and self.colocated.solution is None:
             return None
-        return min(feasible, key=lambda m: _rank(m.solution))
+        return _better(self.disaggregated, self.colocated, self.objective)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,11 +156,6 @@ class PlanReport:
         ours, theirs = self.chosen.solution.objective, other.solution.objective
         gain = ours - theirs if self.request.objective == "goodput" else theirs - ours
         return gain / theirs
-
-
-def _rank(solution: Solution) -> tuple:
-    """Order solutions of one objective: objective first (goodput is maximised), then GPUs."""
-    return (solution.objective, solution.gpus_total, solution.usd_per_hour)
 
 
 # --- goodput per candidate ----------------------------------------------------------------------
@@ -328,7 +324,7 @@ def optimize(request: PlanRequest, *, cache: ResultCache,
     measured, rejected = measure(request, cache, progress)
     candidates = candidates_from(measured, mean_kv_bytes_per_request(request.workload, request.model))
     fleets = tuple(FleetResult(fleet=f, disaggregated=solve_mode(request, candidates, f, "disaggregated"),
-                               colocated=solve_mode(request, candidates, f, "colocated"))
+                               colocated=solve_mode(request, candidates, f, "colocated"), objective=request.objective)
                    for f in request.fleets)
     feasible = [f for f in fleets if f.best is not None]
     if not feasible:
@@ -336,7 +332,7 @@ def optimize(request: PlanRequest, *, cache: ResultCache,
         raise InfeasibleError(f"no fleet can serve the target: {reasons}")
     sign = -1 if request.objective == "goodput" else 1
     winner = min(feasible, key=lambda f: (sign * f.best.solution.objective, f.best.solution.gpus_total))
-    chosen = _better(winner.disaggregated, winner.colocated, request.objective)
+    chosen = winner.best
     profiles = {m.profile.key: m.profile for m in measured}
     rounds, targets = [], {}
     while True:
@@ -370,3 +366,125 @@ def _failing_phase(mode: str, shares: dict[str, float], slo: SLO) -> str:
 def fleet_names(choice: str) -> tuple[str, ...]:
     """``all`` compares every Splitwise fleet; any other choice is itself."""
     return tuple(FLEETS) if choice == "all" else (choice,)
+
+
+# --- the report as data --------------------------------------------------------------------------
+
+def _pool_dict(solution: Solution | None, phase: str) -> dict | None:
+    """The phase's main shape (most GPUs) and its replicas; every shape is listed under ``pools``."""
+    if solution is None:
+        return None
+    shapes = [(c, k) for c, k in solution.replicas.items() if c.phase == phase]
+    if not shapes:
+        return None
+    cand, replicas = max(shapes, key=lambda ck: (ck[0].gpus * ck[1], ck[0].gpu, ck[0].tp))
+    return {"gpu": cand.gpu, "tp": cand.tp, "pp": cand.pp, "replicas": replicas,
+            "goodput_rps_per_instance": cand.goodput_rps}
+
+
+def _pools(solution: Solution, cluster: Cluster) -> list[dict]:
+    return [{"phase": c.phase, "gpu": c.gpu, "tp": c.tp, "pp": c.pp, "replicas": k,
+             "chunk_tokens": c.chunk_tokens, "goodput_rps_per_instance": c.goodput_rps,
+             "usd_per_hour": cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k,
+             "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k}
+            for c, k in sorted(solution.replicas.items(), key=lambda ck: (ck[0].phase, ck[0].gpu, ck[0].tp, ck[0].pp))]
+
+
+def links_dict(report: PlanReport) -> list[dict]:
+    """KV demand and capacity per (prefill pool, decode pool) link of the chosen plan.
+
+    Demand: the target rate's KV bytes (mean prompt × KV bytes per token, 0x08D) split over decode
+    pools by their capacity share; capacity: the pool's ingress on the path the placement uses.
+    ``*_gbps`` are gigabits per second (network units), ``*_gb_s`` gigabytes per second.
+    """
+    if report.chosen.mode != "disaggregated":
+        return []
+    rate = report.request.target_rps or report.chosen.solution.goodput_rps
+    total = rate * mean_kv_bytes_per_request(report.request.workload, report.request.model)
+    decode = {p.name: p for p in report.plan.pools if p.phase == "decode"}
+    prefill = [p for p in report.plan.pools if p.phase == "prefill"]
+    goodputs = {(c.gpu, c.tp, c.pp): c.goodput_rps for c in report.chosen.solution.replicas if c.phase == "decode"}
+    capacity_rps = {name: goodputs[(p.gpu, p.tp, p.pp)] * p.replicas for name, p in decode.items()}
+    prefill_share = {p.name: p.replicas / sum(q.replicas for q in prefill) for p in prefill}
+    out = []
+    for link in report.plan.links:
+        share = capacity_rps[link.to_pool] / sum(capacity_rps.values()) * prefill_share[link.from_pool]
+        demand = total * share
+        capacity = link.bandwidth_bytes_per_s * decode[link.to_pool].replicas
+        out.append({"from": link.from_pool, "to": link.to_pool,
+                    "demand_gbps": demand * 8 / 1e9, "capacity_gbps": capacity * 8 / 1e9,
+                    "demand_gb_s": demand / 1e9, "capacity_gb_s": capacity / 1e9,
+                    "utilization": demand / capacity, "path": "intra-node" if report.chosen.affinity == "low"
+                    else "inter-node"})
+    return out
+
+
+def report_to_dict(report: PlanReport) -> dict:
+    """The ``pdplan optimize --json`` document; every number says how it was obtained in
+    ``provenance``."""
+    chosen = report.chosen.solution
+    cluster = report.request.cluster
+    fleet = report.fleet
+    base = fleet.colocated.solution
+    disagg = fleet.disaggregated.solution
+    return {
+        "decision": report.chosen.mode,
+        "fleet": fleet.fleet,
+        "affinity": report.chosen.affinity,
+        "prefill": _pool_dict(disagg if report.chosen.mode == "colocated" else chosen, "prefill"),
+        "decode": _pool_dict(disagg if report.chosen.mode == "colocated" else chosen, "decode"),
+        "colocated_baseline": None if base is None else {
+            **_pool_dict(base, "colocated"), "gpus_total": base.gpus_total, "cost_per_hour": base.usd_per_hour,
+            "power_w": base.power_w, "goodput_rps": base.goodput_rps},
+        "pools": _pools(chosen, cluster),
+        "gpus_total": chosen.gpus_total,
+        "cost_per_hour": chosen.usd_per_hour,
+        "power_w": chosen.power_w,
+        "goodput_rps": chosen.goodput_rps,
+        "goodput_per_gpu": chosen.goodput_rps / chosen.gpus_total,
+        "target_rps": report.request.target_rps,
+        "margin": report.margin,
+        "attainment": report.rounds[-1].attainment,
+        "meets_slo": report.rounds[-1].meets,
+        "slo": report.request.slo.to_dict(),
+        "links": links_dict(report),
+        "solver": {"status": chosen.status, "objective": chosen.objective, "bound": chosen.bound,
+                   "gap": chosen.gap, "wall_s": chosen.wall_s, "objective_name": report.request.objective},
+        "fleets": [_fleet_dict(f) for f in report.fleets],
+        "rounds": [{"round": r.index, "phase_targets_rps": r.phase_targets, "attainment": r.attainment,
+                    "meets": r.meets, "gpus_total": r.gpus_total} for r in report.rounds],
+        "nodes": [{"instance": i.id, "phase": i.candidate.phase, "gpu": i.candidate.gpu, "tp": i.candidate.tp,
+                   "pp": i.candidate.pp, "stages": [{"node": n, "gpus": list(g)} for n, g in
+                                                   zip(i.stage_nodes, i.stage_gpus)]}
+                  for i in chosen.instances],
+        "simulation": report.summary,
+        "cache": {"hits": report.cache_hits, "misses": report.cache_misses},
+        "provenance": {
+            "goodput_rps_per_instance": "simulated: bisection over the trace at each probed rate (0x08C)",
+            "gpus_total, cost_per_hour, power_w": "derived: CP-SAT replicas × shape GPUs × cluster price / power limit",
+            "goodput_rps": "derived: min over phases of replicas × per-instance goodput (0x0A)",
+            "attainment": "simulated: the whole trace on the chosen plan at the target rate, routing and KV transfer included",
+            "links": "derived: target rate × mean prompt KV bytes (0x08D) vs the ingress of the placed path",
+            "profiles": {f"{m.shape.gpu} TP{m.shape.tp} PP{m.shape.pp}": m.profile.provenance.source
+                         for m in report.measured},
+        },
+    }
+
+
+def _fleet_dict(fleet: FleetResult) -> dict:
+    """A fleet is a P/D provisioning coordinate (0x08K): its disaggregated optimum, and the colocated
+    optimum on the same GPU types beside it."""
+    disagg, colocated = fleet.disaggregated.solution, fleet.colocated.solution
+    return {
+        "fleet": fleet.fleet,
+        "feasible": disagg is not None,
+        "gpus_total": None if disagg is None else disagg.gpus_total,
+        "cost_per_hour": None if disagg is None else disagg.usd_per_hour,
+        "power_w": None if disagg is None else disagg.power_w,
+        "goodput_rps": None if disagg is None else disagg.goodput_rps,
+        "goodput_per_gpu": None if disagg is None else disagg.goodput_rps / disagg.gpus_total,
+        "reason": fleet.disaggregated.reason,
+        "colocated_cost_per_hour": None if colocated is None else colocated.usd_per_hour,
+        "colocated_gpus_total": None if colocated is None else colocated.gpus_total,
+        "best_mode": None if fleet.best is None else fleet.best.mode,
+    }

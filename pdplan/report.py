@@ -47,3 +47,24 @@ def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: f
     ax.legend(loc="lower left")
     fig.tight_layout()
     save_figure(fig, path)
+
+
+def plot_fleets(fleets: Sequence[dict], path: str | Path) -> None:
+    """Cost and power per fleet, disaggregated beside colocated (the ``fleets`` rows of optimize)."""
+    names = [f["fleet"] for f in fleets]
+    x = range(len(names))
+    fig, (cost_ax, power_ax) = plt.subplots(1, 2, figsize=(9, 3.8))
+    width = 0.38
+    cost_ax.bar([i - width / 2 for i in x], [f["cost_per_hour"] or 0 for f in fleets], width, label="disaggregated")
+    cost_ax.bar([i + width / 2 for i in x], [f["colocated_cost_per_hour"] or 0 for f in fleets], width,
+                label="colocated")
+    cost_ax.set_ylabel("USD per hour")
+    power_ax.bar(list(x), [(f["power_w"] or 0) / 1e3 for f in fleets], width * 1.5, color="tab:orange")
+    power_ax.set_ylabel("kW (disaggregated, at power limits)")
+    for ax in (cost_ax, power_ax):
+        ax.set_xticks(list(x), names)
+        ax.grid(True, axis="y", alpha=0.3)
+    cost_ax.legend(loc="lower left")
+    fig.suptitle("Fleets at the target rate")
+    fig.tight_layout()
+    save_figure(fig, path)

@@ -85,7 +85,8 @@ def goodput(
     spec, device = get_model(model), get_gpu(gpu)
     profile = profile_for(spec, device, tp, pp, measured_profiles(profiles))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=stderr, transient=True, disable=json) as progress:
+                  console=stderr, transient=True,
+                  disable=json or not stderr.is_terminal) as progress:
         task = progress.add_task(f"probing {profile.shape} ({phase})", total=None)
         result = instance_goodput(
             workload, profile, phase=phase, slo=objectives, settings=settings,
