@@ -16,7 +16,6 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-import numpy as np
 
 from pdplan.cache import ResultCache, cache_key
 from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_PPS, DEFAULT_TPS, Rejected, Shape, enumerate_shapes
@@ -95,6 +94,8 @@ class ModeResult:
     solution: Solution | None
     affinity: str | None
     reason: str | None = None
+    attainment: dict[str, float] | None = None   #: end-to-end simulation of this solution's plan
+    link_utilization: float | None = None        #: busiest KV link's demand / capacity
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -326,6 +327,8 @@ def optimize(request: PlanRequest, *, cache: ResultCache,
     fleets = tuple(FleetResult(fleet=f, disaggregated=solve_mode(request, candidates, f, "disaggregated"),
                                colocated=solve_mode(request, candidates, f, "colocated"), objective=request.objective)
                    for f in request.fleets)
+    profiles = {m.profile.key: m.profile for m in measured}
+    fleets = tuple(replace(f, disaggregated=evaluate(request, f.disaggregated, profiles)) for f in fleets)
     feasible = [f for f in fleets if f.best is not None]
     if not feasible:
         reasons = "; ".join(f"{f.fleet}: {f.disaggregated.reason}" for f in fleets)
@@ -333,7 +336,6 @@ def optimize(request: PlanRequest, *, cache: ResultCache,
     sign = -1 if request.objective == "goodput" else 1
     winner = min(feasible, key=lambda f: (sign * f.best.solution.objective, f.best.solution.gpus_total))
     chosen = winner.best
-    profiles = {m.profile.key: m.profile for m in measured}
     rounds, targets = [], {}
     while True:
         plan = plan_of(request, chosen)
@@ -352,6 +354,18 @@ def optimize(request: PlanRequest, *, cache: ResultCache,
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), fleets=fleets,
                       fleet=winner, chosen=chosen, plan=plan,
                       rounds=tuple(rounds), summary=summary, cache_hits=cache.hits, cache_misses=cache.misses)
+
+
+def evaluate(request: PlanRequest, mode: ModeResult, profiles: dict) -> ModeResult:
+    """A fleet's optimum with its end-to-end joint attainment and busiest KV link filled in."""
+    if mode.solution is None:
+        return mode
+    plan = plan_of(request, mode)
+    rate = request.target_rps if request.target_rps is not None else mode.solution.goodput_rps
+    _, shares, _ = check(request, plan, profiles, rate)
+    links = links_dict(request, mode, plan)
+    return replace(mode, attainment=shares,
+                   link_utilization=max((link["utilization"] for link in links), default=None))
 
 
 def _failing_phase(mode: str, shares: dict[str, float], slo: SLO) -> str:
@@ -390,31 +404,31 @@ def _pools(solution: Solution, cluster: Cluster) -> list[dict]:
             for c, k in sorted(solution.replicas.items(), key=lambda ck: (ck[0].phase, ck[0].gpu, ck[0].tp, ck[0].pp))]
 
 
-def links_dict(report: PlanReport) -> list[dict]:
-    """KV demand and capacity per (prefill pool, decode pool) link of the chosen plan.
+def links_dict(request: PlanRequest, mode: ModeResult, plan: Plan) -> list[dict]:
+    """KV demand and capacity per (prefill pool, decode pool) link of a disaggregated plan.
 
     Demand: the target rate's KV bytes (mean prompt × KV bytes per token, 0x08D) split over decode
     pools by their capacity share; capacity: the pool's ingress on the path the placement uses.
     ``*_gbps`` are gigabits per second (network units), ``*_gb_s`` gigabytes per second.
     """
-    if report.chosen.mode != "disaggregated":
+    if mode.mode != "disaggregated":
         return []
-    rate = report.request.target_rps or report.chosen.solution.goodput_rps
-    total = rate * mean_kv_bytes_per_request(report.request.workload, report.request.model)
-    decode = {p.name: p for p in report.plan.pools if p.phase == "decode"}
-    prefill = [p for p in report.plan.pools if p.phase == "prefill"]
-    goodputs = {(c.gpu, c.tp, c.pp): c.goodput_rps for c in report.chosen.solution.replicas if c.phase == "decode"}
+    rate = request.target_rps or mode.solution.goodput_rps
+    total = rate * mean_kv_bytes_per_request(request.workload, request.model)
+    decode = {p.name: p for p in plan.pools if p.phase == "decode"}
+    prefill = [p for p in plan.pools if p.phase == "prefill"]
+    goodputs = {(c.gpu, c.tp, c.pp): c.goodput_rps for c in mode.solution.replicas if c.phase == "decode"}
     capacity_rps = {name: goodputs[(p.gpu, p.tp, p.pp)] * p.replicas for name, p in decode.items()}
     prefill_share = {p.name: p.replicas / sum(q.replicas for q in prefill) for p in prefill}
     out = []
-    for link in report.plan.links:
+    for link in plan.links:
         share = capacity_rps[link.to_pool] / sum(capacity_rps.values()) * prefill_share[link.from_pool]
         demand = total * share
         capacity = link.bandwidth_bytes_per_s * decode[link.to_pool].replicas
         out.append({"from": link.from_pool, "to": link.to_pool,
                     "demand_gbps": demand * 8 / 1e9, "capacity_gbps": capacity * 8 / 1e9,
                     "demand_gb_s": demand / 1e9, "capacity_gb_s": capacity / 1e9,
-                    "utilization": demand / capacity, "path": "intra-node" if report.chosen.affinity == "low"
+                    "utilization": demand / capacity, "path": "intra-node" if mode.affinity == "low"
                     else "inter-node"})
     return out
 
@@ -447,7 +461,7 @@ def report_to_dict(report: PlanReport) -> dict:
         "attainment": report.rounds[-1].attainment,
         "meets_slo": report.rounds[-1].meets,
         "slo": report.request.slo.to_dict(),
-        "links": links_dict(report),
+        "links": links_dict(report.request, report.chosen, report.plan),
         "solver": {"status": chosen.status, "objective": chosen.objective, "bound": chosen.bound,
                    "gap": chosen.gap, "wall_s": chosen.wall_s, "objective_name": report.request.objective},
         "fleets": [_fleet_dict(f) for f in report.fleets],
@@ -484,6 +498,10 @@ def _fleet_dict(fleet: FleetResult) -> dict:
         "goodput_rps": None if disagg is None else disagg.goodput_rps,
         "goodput_per_gpu": None if disagg is None else disagg.goodput_rps / disagg.gpus_total,
         "reason": fleet.disaggregated.reason,
+        "prefill": _pool_dict(disagg, "prefill"),
+        "decode": _pool_dict(disagg, "decode"),
+        "link_utilization": fleet.disaggregated.link_utilization,
+        "attainment": fleet.disaggregated.attainment,
         "colocated_cost_per_hour": None if colocated is None else colocated.usd_per_hour,
         "colocated_gpus_total": None if colocated is None else colocated.gpus_total,
         "best_mode": None if fleet.best is None else fleet.best.mode,

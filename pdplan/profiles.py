@@ -18,7 +18,7 @@ stages; the simulator keeps up to PP batches in flight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path

@@ -182,14 +182,25 @@ def _num(value: float | None, fmt: str = ".3g") -> str:
 
 def _fleets_table(doc: dict) -> None:
     table = Table(title="Fleets (disaggregated optimum; colocated on the same GPU types beside it)")
-    for name in ("fleet", "GPUs", "$/h", "kW", "goodput req/s", "req/s/GPU", "colocated $/h", "best"):
+    for name in ("fleet", "prefill", "decode", "GPUs", "$/h", "kW", "goodput", "req/s/GPU", "KV link",
+                 "joint", "colocated $/h", "best"):
         table.add_column(name, justify="right")
     for f in doc["fleets"]:
-        table.add_row(f["fleet"], _num(f["gpus_total"], "d"), _money(f["cost_per_hour"]),
-                      _num(None if f["power_w"] is None else f["power_w"] / 1e3, ".2f"),
-                      _num(f["goodput_rps"]), _num(f["goodput_per_gpu"]), _money(f["colocated_cost_per_hour"]),
-                      f["best_mode"] or (f["reason"] or "infeasible"))
+        joint = None if f["attainment"] is None else f["attainment"]["joint"]
+        table.add_row(f["fleet"], _shape(f["prefill"]), _shape(f["decode"]), _num(f["gpus_total"], "d"),
+                      _money(f["cost_per_hour"]), _num(None if f["power_w"] is None else f["power_w"] / 1e3, ".2f"),
+                      _num(f["goodput_rps"]), _num(f["goodput_per_gpu"]),
+                      _num(f["link_utilization"], ".1%"), _num(joint, ".3f"),
+                      _money(f["colocated_cost_per_hour"]), f["best_mode"] or "infeasible")
     stdout.print(table)
+
+
+def _shape(pool: dict | None) -> str:
+    """``h100 TP2×3``: GPU family, TP (and PP when > 1), replicas."""
+    if pool is None:
+        return "—"
+    pp = f" PP{pool['pp']}" if pool["pp"] > 1 else ""
+    return f"{pool['gpu'].split('-80gb')[0]} TP{pool['tp']}{pp}×{pool['replicas']}"
 
 
 def _plan_table(doc: dict) -> None:

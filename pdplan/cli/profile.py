@@ -9,7 +9,6 @@ from typing import Annotated, Optional
 
 import typer
 from rich import box
-from rich.console import Console
 from rich.table import Table
 
 from pdplan.cli.output import print_json, stderr, stdout
@@ -82,10 +81,8 @@ def _render(rows: list[dict], title: str) -> None:
             row["source"], _percent(row["mape_prefill"]), _percent(row["mape_decode"]),
             str(row["outliers"]),
         )
-    # A terminal wraps the table to fit; pipes and files get it whole.
-    console = stdout if stdout.is_terminal else Console(width=140, soft_wrap=True)
-    console.print(table)
-    console.print(f"Times in ms: one prompt of {' / '.join(map(str, SHOW_PROMPTS))} tokens; one "
+    stdout.print(table)
+    stdout.print(f"Times in ms: one prompt of {' / '.join(map(str, SHOW_PROMPTS))} tokens; one "
                   f"decode step of B requests with {SHOW_CONTEXT_EACH} context tokens each. MAPE: "
                   "held out (leave-one-out over distinct grid points); — where pdplan did not fit "
                   "the profile. --json adds method, source file and sha256.")

@@ -1,0 +1,5 @@
+"""``python -m pdplan`` runs the command line."""
+
+from pdplan.cli import main
+
+main()
