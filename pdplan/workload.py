@@ -914,13 +914,17 @@ def rescale_rate(workload: Workload, rate_rps: float) -> Workload:
     """
     rate_rps = _positive("rate_rps", rate_rps)
     arrival_s = _require_arrivals(workload, "rescale arrivals")
-    duration_s = float(arrival_s[-1] - arrival_s[0])
-    if duration_s <= 0:
+    if float(arrival_s[-1] - arrival_s[0]) <= 0:
         raise PdplanError(f"cannot rescale: all {len(workload)} arrivals fall at one instant",
                           file=workload.source, field="arrival_s")
-    factor = len(workload) / (rate_rps * duration_s)
-    scaled = arrival_s[0] + (arrival_s - arrival_s[0]) * factor
-    return _replace(workload, arrival_s=scaled)
+    return _replace(workload, arrival_s=rescaled_arrivals(arrival_s, rate_rps))
+
+
+def rescaled_arrivals(arrival_s: np.ndarray, rate_rps: float) -> np.ndarray:
+    """Arrivals with every gap scaled by one factor so the mean rate n / (last − first) becomes
+    ``rate_rps``; the first arrival stays put. Needs at least two distinct arrival times."""
+    factor = arrival_s.size / (rate_rps * float(arrival_s[-1] - arrival_s[0]))
+    return arrival_s[0] + (arrival_s - arrival_s[0]) * factor
 
 
 def _replace(workload: Workload, *, rows: _Rows | None = None, **fields: object) -> Workload:

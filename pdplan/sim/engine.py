@@ -69,6 +69,7 @@ from pdplan.profiles import LatencyModel, PhaseProfile
 from pdplan.sim import fast
 from pdplan.sim.plan import Plan, resolve_pools
 from pdplan.sim.results import SimResult, derive_columns
+from pdplan.workload import rescaled_arrivals
 
 
 # --- requests ------------------------------------------------------------------------------------
@@ -133,11 +134,10 @@ def as_requests(workload: Any, *, rate_rps: float | None = None) -> Requests:
     if rate_rps is not None:
         if not (isinstance(rate_rps, (int, float)) and np.isfinite(rate_rps) and rate_rps > 0):
             raise PdplanError(f"rate_rps must be a finite number > 0, got {rate_rps!r}", field="rate_rps")
-        duration = float(arrival[-1] - arrival[0]) if n else 0.0
-        if duration <= 0:
+        if not n or float(arrival[-1] - arrival[0]) <= 0:
             raise PdplanError(f"cannot rescale: all {n} arrivals fall at one instant", file=source,
                               field="arrival_s")
-        arrival = arrival[0] + (arrival - arrival[0]) * (n / (rate_rps * duration))
+        arrival = rescaled_arrivals(arrival, rate_rps)
     return Requests(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
                     hash_values=values, hash_offsets=offsets,
                     block_tokens=None if block is None else int(block))

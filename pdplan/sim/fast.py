@@ -568,6 +568,12 @@ def _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k):
         di[D_RESERVED, d] += need
         _activate(rq, rt, di, d, r, t)
     di[D_VERSION, d] += 1
+    _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
+
+
+@njit(cache=True)
+def _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
+    """Instance d runs its decode batch from t on (until the next boundary), or idles when empty."""
     if di[D_B, d] > 0:
         di[D_MODE, d] = _DECODE_RUN
         _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
@@ -756,11 +762,7 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
             df[F_BUSY, c] += duration
             _push(ht, hi, hs, t + duration, np.int64(PRI_BOUNDARY), c, di[D_VERSION, c])
             return
-    if di[D_B, c] > 0:
-        di[D_MODE, c] = _DECODE_RUN
-        _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, c, t, di[D_MODEL, c])
-    else:
-        di[D_MODE, c] = _IDLE
+    _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, c, t)
 
 
 @njit(cache=True)
