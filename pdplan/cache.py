@@ -1,7 +1,8 @@
 """An on-disk cache of goodput results, keyed by everything that determines them.
 
 A key is the sha256 of a canonical JSON of its parts (trace digest, profile digest, SLO, shape,
-policy, search settings, seed, pdplan version), so a changed input never hits a stale entry.
+policy, search settings, seed) and of pdplan's own source, so a changed input or a changed
+model never hits a stale entry.
 Entries are small JSON files written atomically; a corrupt entry is treated as a miss.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +29,20 @@ def default_cache_dir() -> Path:
     return Path(base) / "pdplan"
 
 
+@cache
+def code_digest() -> str:
+    """sha256 over pdplan's Python source: results computed by other code are never reused."""
+    digest = hashlib.sha256(__version__.encode())
+    package = Path(__file__).resolve().parent
+    for path in sorted(package.rglob("*.py")):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
 def cache_key(parts: dict[str, Any]) -> str:
-    """Hex digest of the canonical JSON of ``parts`` plus the pdplan version."""
-    canonical = json.dumps({"pdplan": __version__, **parts}, sort_keys=True, separators=(",", ":"))
+    """Hex digest of the canonical JSON of ``parts`` plus :func:`code_digest`."""
+    canonical = json.dumps({"pdplan": code_digest(), **parts}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
