@@ -1,0 +1,61 @@
+"""The optimize pipeline's control loop: end-to-end misses raise the failing phase and re-solve."""
+
+from pathlib import Path
+
+import pytest
+
+from pdplan import planner
+from pdplan.cache import ResultCache
+from pdplan.goodput import SearchSettings
+from pdplan.hardware import default_cluster_path, load_cluster
+from pdplan.modelspec import get_model
+from pdplan.profiles import shipped_profiles
+from pdplan.slo import slo_from_flags
+from pdplan.workload import load_trace
+
+TRACE = Path(__file__).resolve().parent.parent / "traces" / "chat_poisson_2k.csv"
+
+
+def request(**overrides):
+    fields = dict(workload=load_trace(TRACE), model=get_model("llama2-70b"),
+                  cluster=load_cluster(default_cluster_path()), measured=shipped_profiles(),
+                  slo=slo_from_flags(1.0, 0.1, 0.9), target_rps=4.0, fleets=("HH",),
+                  settings=SearchSettings(requests_per_probe=300), max_rounds=3)
+    return planner.PlanRequest(**{**fields, **overrides})
+
+
+def scripted_checks(monkeypatch, verdicts):
+    """Replace the end-to-end simulation by a script of (TTFT share, meets) verdicts."""
+    calls = []
+
+    def fake_check(req, plan, profiles, rate):
+        ttft, meets = verdicts[min(len(calls), len(verdicts) - 1)]
+        calls.append(plan)
+        return {}, {"ttft": ttft, "tpot": 0.99, "joint": ttft}, meets
+
+    monkeypatch.setattr(planner, "check", fake_check)
+    monkeypatch.setattr(planner, "evaluate", lambda req, mode, profiles: mode)  # only the rounds check
+    return calls
+
+
+def test_a_ttft_miss_raises_prefill_by_15_percent_and_solves_again(monkeypatch, tmp_path):
+    scripted_checks(monkeypatch, [(0.5, False), (0.95, True)])
+    report = planner.optimize(request(), cache=ResultCache(tmp_path))
+    chosen_rounds = list(report.rounds)
+    assert [r.meets for r in chosen_rounds] == [False, True]
+    expected = {"colocated": pytest.approx(4.0 * 1.15)} if report.chosen.mode == "colocated" else {
+        "prefill": pytest.approx(4.0 * 1.15)}
+    assert chosen_rounds[1].phase_targets == expected
+
+
+def test_rounds_stop_at_the_limit_and_report_the_miss(monkeypatch, tmp_path):
+    scripted_checks(monkeypatch, [(0.5, False)])
+    report = planner.optimize(request(max_rounds=2), cache=ResultCache(tmp_path))
+    assert len(report.rounds) == 2 and not report.rounds[-1].meets
+    assert planner.report_to_dict(report)["meets_slo"] is False
+
+
+def test_every_fleet_is_judged_end_to_end(tmp_path):
+    report = planner.optimize(request(fleets=("AA", "HH")), cache=ResultCache(tmp_path))
+    for fleet in report.fleets:
+        assert fleet.disaggregated.attainment["joint"] <= fleet.disaggregated.attainment["ttft"]
