@@ -104,8 +104,14 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        os.replace(tmp, target)
+        try:
+            os.chmod(tmp, 0o666 & ~_umask())
+            os.replace(tmp, target)
+        except IsADirectoryError:
+            raise PdplanError("cannot write output: it is a directory, expected a file path",
+                              file=path) from None
+        except OSError as err:
+            raise PdplanError(f"cannot write output: {err.strerror}", file=path) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
 

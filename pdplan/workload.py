@@ -897,6 +897,8 @@ def _generator(rng: np.random.Generator | int) -> np.random.Generator:
     if isinstance(rng, np.random.Generator):
         return rng
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
+        if rng < 0:
+            raise PdplanError(f"seed must be an integer >= 0, got {int(rng)}", field="seed")
         return np.random.default_rng(int(rng))
     raise TypeError("rng must be a numpy.random.Generator or an int seed")
 
@@ -1005,6 +1007,9 @@ def replace_arrivals(workload: Workload, *, rate_rps: float, cv: float = 1.0, n_
 
 LENGTH_KINDS = ("const", "lognormal", "uniform")
 
+MAX_SPEC_TOKENS = 2**53
+"""Largest token count a length spec may name or draw (spec numbers are floats, exact up to 2**53)."""
+
 LENGTH_SPEC_HELP = (
     "const:N (every request N tokens); uniform:LO:HI (integers LO..HI inclusive); "
     "lognormal:MEAN:SIGMA[:MAX] (MEAN tokens before rounding, SIGMA of the log; rounded to the "
@@ -1030,6 +1035,10 @@ class LengthDist:
 
     def _check_params(self) -> None:
         p = self.params
+        counts = (p[0], *p[2:]) if self.kind == "lognormal" else p  # lognormal's SIGMA is no count
+        if any(abs(v) > MAX_SPEC_TOKENS for v in counts):
+            raise PdplanError(f"token counts must be <= {MAX_SPEC_TOKENS}, got "
+                              f"{':'.join(f'{v:g}' for v in p)}")
         if self.kind == "const" and not (_whole(p[0]) and p[0] >= 1):
             raise PdplanError(f"const N must be an integer >= 1, got {p[0]:g}")
         if self.kind == "uniform" and not (_whole(p[0]) and _whole(p[1]) and 1 <= p[0] <= p[1]):
@@ -1049,7 +1058,7 @@ class LengthDist:
             return rng.integers(int(p[0]), int(p[1]), size=n, endpoint=True, dtype=np.int64)
         mean, sigma = p[0], p[1]
         draws = rng.lognormal(mean=math.log(mean) - sigma**2 / 2, sigma=sigma, size=n)
-        upper = p[2] if len(p) == 3 else np.iinfo(np.int64).max
+        upper = p[2] if len(p) == 3 else MAX_SPEC_TOKENS
         return np.clip(np.rint(draws), 1, upper).astype(np.int64)
 
 

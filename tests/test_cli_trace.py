@@ -134,6 +134,36 @@ def test_synth_with_a_bad_length_spec_names_the_flag(run_cli, workdir):
     assert err == "Error: --prompt 'zipf:2': unknown length kind 'zipf'; expected one of const, lognormal, uniform\n"
 
 
+def test_synth_error_line_keeps_colon_numbers_as_typed(run_cli, workdir):
+    code, out, err = run_cli("trace", "synth", "--requests", "5", "--rate", "1", "--prompt", "lognormal:100:-1",
+                             "--output", "const:5", "-o", "x.csv")
+    assert (code, out) == (2, "")
+    assert err == "Error: --prompt 'lognormal:100:-1': lognormal needs MEAN >= 1 and SIGMA >= 0, got 100:-1\n"
+
+
+@pytest.mark.parametrize("spec", ["const:99999999999999999999", "uniform:1:1e300", "lognormal:1e30:1",
+                                  "lognormal:100:1:1e20"])
+def test_synth_refuses_token_counts_too_large_to_draw(run_cli, workdir, spec):
+    code, out, err = run_cli("trace", "synth", "--requests", "5", "--rate", "1", "--prompt", spec,
+                             "--output", "const:5", "-o", "x.csv")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"Error: --prompt '{spec}': token counts must be <= 9007199254740992")
+    assert err.count("\n") == 1 and not Path("x.csv").exists()
+
+
+def test_synth_refuses_a_negative_seed(run_cli, workdir):
+    code, out, err = run_cli(*SYNTH, "--seed", "-1", "-o", "x.csv")
+    assert (code, out, err) == (2, "", "Error: seed must be an integer >= 0, got -1\n")
+    assert not Path("x.csv").exists()
+
+
+def test_synth_output_path_that_is_a_directory_is_one_error_line(run_cli, workdir):
+    Path("outdir").mkdir()
+    code, out, err = run_cli(*SYNTH, "-o", "outdir")
+    assert (code, out) == (2, "")
+    assert err == "Error: outdir: cannot write output: it is a directory, expected a file path\n"
+
+
 def readme_commands() -> list[list[str]]:
     lines = (ROOT / "traces" / "README.md").read_text().splitlines()
     return [shlex.split(line)[1:] for line in lines if line.startswith("pdplan trace synth ")]

@@ -19,7 +19,7 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
         raise OSError("disk on fire")
 
     monkeypatch.setattr("pdplan.fileio.os.replace", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(PdplanError, match="cannot write output"):
         atomic_write_text(target, "new")
     assert target.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["out.txt"]
@@ -55,3 +55,10 @@ def test_missing_file_is_named(tmp_path):
 def test_atomic_write_gives_ordinary_permissions(tmp_path):
     atomic_write_text(tmp_path / "out.txt", "x")
     assert (tmp_path / "out.txt").stat().st_mode & 0o644 == 0o644
+
+
+def test_writing_over_a_directory_is_an_input_error_and_leaves_no_temp_file(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(PdplanError, match="out: cannot write output: it is a directory"):
+        atomic_write_text(tmp_path / "out", "hello\n")
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]

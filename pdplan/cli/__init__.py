@@ -35,5 +35,6 @@ def main(argv: list[str] | None = None) -> None:
     try:
         app(args=argv, prog_name="pdplan")
     except PdplanError as err:
-        Console(stderr=True, soft_wrap=True).print(f"Error: {err}", markup=False, highlight=False)
+        Console(stderr=True, soft_wrap=True, emoji=False).print(f"Error: {err}", markup=False,
+                                                                 highlight=False)
         sys.exit(2)

@@ -9,10 +9,10 @@ from typing import Any
 from rich.console import Console
 
 # A terminal wraps tables to fit; pipes and files get them whole (wide enough for every table).
-stdout = Console(soft_wrap=True)
+stdout = Console(soft_wrap=True, emoji=False)
 if not stdout.is_terminal:
-    stdout = Console(soft_wrap=True, width=180)
-stderr = Console(stderr=True, soft_wrap=True)
+    stdout = Console(soft_wrap=True, width=180, emoji=False)
+stderr = Console(stderr=True, soft_wrap=True, emoji=False)
 
 
 def _clean(value: Any) -> Any:
