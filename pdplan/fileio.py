@@ -51,6 +51,16 @@ class _LineLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` (no python tags, no object construction) that records key lines."""
 
     def construct_mapping(self, node, deep=False):
+        seen = set()  # a repeated key would silently replace the first; merged (<<) keys may be overridden
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
+            key = self.construct_object(key_node, deep=True)
+            if isinstance(key, (str, int, float, bool)) or key is None:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None, None, f"duplicate key {key!r}", key_node.start_mark)
+                seen.add(key)
         mapping = LineDict(super().construct_mapping(node, deep=deep))
         mapping.lines = {self.construct_object(k, deep=True): k.start_mark.line + 1
                          for k, _ in node.value}

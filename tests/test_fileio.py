@@ -47,6 +47,19 @@ def test_yaml_mapping_remembers_key_lines(tmp_path):
     assert data["b"].lines == {"c": 4}
 
 
+def test_yaml_repeated_key_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("tp: 4\nb:\n  c: 1\ntp: 8\n")
+    with pytest.raises(PdplanError, match=r"x.yaml:4: invalid YAML: duplicate key 'tp'"):
+        load_yaml(path)
+
+
+def test_yaml_merge_key_may_still_be_overridden(tmp_path):
+    path = tmp_path / "x.yaml"
+    path.write_text("base: &b {x: 1, y: 2}\nc:\n  <<: *b\n  x: 5\n")
+    assert load_yaml(path)["c"] == {"x": 5, "y": 2}
+
+
 def test_missing_file_is_named(tmp_path):
     with pytest.raises(PdplanError, match=r"nope.yaml: YAML file not found"):
         load_yaml(tmp_path / "nope.yaml")
