@@ -27,6 +27,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_output
 from pdplan.sim import load_plan, simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
+from pdplan.slo import slo_from_flags
 
 
 def simulate(
@@ -50,6 +51,7 @@ def simulate(
     """
     if rate is not None and not rate > 0:
         raise PdplanError(f"--rate must be > 0, got {rate!r}", field="rate")
+    slo_from_flags(ttft, tpot, attainment)  # the same checks as goodput/optimize (thresholds > 0, 0 < p <= 1)
     the_plan = load_plan(plan)
     workload = load_workload(trace, format)
     if not workload.has_arrivals:
