@@ -73,6 +73,8 @@ BAD = [
       "--attainment", "1.5"), "Error: --attainment must be in (0, 1], got 1.5"),
     (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "colocated",
       "--policy", "chunked"), "Error: --chunk goes with --phase colocated --policy chunked"),
+    (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "colocated",
+      "--policy", "chunked", "--chunk", "0"), "Error: --chunk must be >= 1 token, got 0"),
     (("simulate", TRACE, "--plan", ROOT / "nope.yaml"), "Error: {root}/nope.yaml: plan file not found"),
     (("simulate", TRACE, "--plan", PLAN, "--rate", "-1"), "Error: --rate must be > 0, got -1.0"),
     (("simulate", TRACE, "--plan", PLAN, "--ttft", "0"), "Error: --ttft must be > 0 seconds, got 0.0"),
@@ -82,7 +84,7 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=["phase", "does-not-fit", "attainment", "chunk",
-                                                    "missing-plan", "rate", "simulate-ttft", "simulate-tpot",
+                                                    "chunk-zero", "missing-plan", "rate", "simulate-ttft", "simulate-tpot",
                                                     "simulate-attainment"])
 def test_bad_input_exits_2_with_one_line(run_cli, args, message):
     code, out, err = run_cli(*args)

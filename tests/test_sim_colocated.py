@@ -63,6 +63,11 @@ def test_prefill_first_stalls_decodes_while_a_prompt_runs():
     assert result["finish_s"][0] == pytest.approx(0.250)
 
 
+def test_chunked_policy_refuses_a_zero_token_budget():
+    with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
+        simulate_colocated_instance(random_trace(0), colo_profile(), policy="chunked", chunk_tokens=0)
+
+
 def test_chunked_iteration_gives_decodes_one_token_each_and_prompts_the_rest():
     """Budget 64 with one decode running: the 100-token prompt takes chunks of 63 then 37."""
     profile = handbuilt_profile(prefill_ms=[(1, [[10.0, 1.0, 0.0]])], decode_ms=[(1, [[10.0, 0, 0]])],

@@ -79,6 +79,8 @@ def goodput(
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
                           field="chunk")
+    if chunk is not None and chunk < 1:
+        raise PdplanError(f"--chunk must be >= 1 token, got {chunk}", field="chunk")
     objectives = slo_from_options(ttft, tpot, attainment, slo)
     settings = search_settings(tolerance, requests_per_probe, arrivals, seed, grid)
     workload = load_workload(trace, format)

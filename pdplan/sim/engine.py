@@ -464,6 +464,8 @@ def simulate_colocated_instance(workload: Any, profile: PhaseProfile, *, policy:
         raise ValueError("policy must be 'prefill-first' or 'chunked'")
     if (policy == "chunked") != (chunk_tokens is not None):
         raise ValueError("chunk_tokens is required by, and only by, the chunked policy")
+    if chunk_tokens is not None and chunk_tokens < 1:
+        raise ValueError("chunk_tokens must be >= 1")  # 0 would mean "no chunking" in the layout
     layout = layout_single("colocated", profile, policy=policy, chunk_tokens=chunk_tokens,
                            max_prefill_batch_tokens=max_prefill_batch_tokens)
     return run(layout,
