@@ -24,6 +24,23 @@ def test_goodput_json_has_the_documented_keys(run_cli):
     assert result["goodput_per_gpu"] == pytest.approx(result["goodput_rps"] / 4)
 
 
+def test_goodput_table_names_the_saturation_of_the_phase_it_judged(run_cli):
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                             "--phase", "prefill", "--requests-per-probe", "200", "--grid", "0")
+    assert code == 0, err
+    assert "prefill saturation" in out and "decode saturation" not in out
+
+
+def test_goodput_of_a_lengths_only_trace_records_the_poisson_probes_it_ran(run_cli, tmp_path):
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("num_prefill_tokens,num_decode_tokens\n" + "".join(
+        f"{300 + 37 * i % 500},{20 + 7 * i % 90}\n" for i in range(100)))
+    code, out, err = run_cli("goodput", lengths, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                             "--phase", "prefill", "--requests-per-probe", "100", "--grid", "0", "--json")
+    assert code == 0, err
+    assert json.loads(out)["arrivals"] == "poisson"
+
+
 def test_goodput_writes_a_curve_plot(run_cli, tmp_path):
     code, _, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4",
                            "--phase", "colocated", "--policy", "chunked", "--chunk", "512",

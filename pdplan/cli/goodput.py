@@ -84,6 +84,8 @@ def goodput(
     objectives = slo_from_options(ttft, tpot, attainment, slo)
     settings = search_settings(tolerance, requests_per_probe, arrivals, seed, grid)
     workload = load_workload(trace, format)
+    if not workload.has_arrivals:  # probes of a lengths-only trace are Poisson; record what was run
+        settings = search_settings(tolerance, requests_per_probe, "poisson", seed, grid)
     spec, device = get_model(model), get_gpu(gpu)
     profile = profile_for(spec, device, tp, pp, measured_profiles(profiles))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
@@ -114,7 +116,7 @@ def _render(result: InstanceGoodput, source: str, objectives) -> None:
     summary.add_row("goodput", f"{result.goodput_rps:.3f} req/s (simulated)")
     summary.add_row("per GPU", f"{result.goodput_per_gpu:.3f} req/s on {result.gpus} GPUs")
     for label, value in (("M/D/1 bracket", result.md1_rps), ("M/G/1 bracket", result.mg1_rps),
-                         ("decode saturation", result.saturation_rps)):
+                         (f"{result.phase} saturation", result.saturation_rps)):
         if value is not None:
             summary.add_row(label, f"{value:.3f} req/s (closed form)")
     summary.add_row("SLO", "; ".join(o.label for o in objectives.objectives))
