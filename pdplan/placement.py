@@ -183,8 +183,8 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
     usable: dict[Candidate, tuple[NodeType, ...]] = {}
     rejections = []
     for cand in problem.candidates:
-        if cand.phase not in problem.phases or cand.goodput_rps <= 0:
-            continue
+        if cand.phase not in problem.phases or milli_rps(cand.goodput_rps, round_up=False) <= 0:
+            continue  # below 1 milli-rps a shape adds no capacity, only an unbounded replica count
         allowed = allowed_gpus(problem.fleet, cand.phase)
         if allowed is not None and cand.gpu not in allowed:
             rejections.append(Rejection(candidate=cand, family="fleet",

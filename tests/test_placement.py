@@ -222,3 +222,12 @@ def test_low_affinity_capacity_is_the_sum_of_segment_minima():
     sol = solve(Problem(candidates=cands, cluster=cluster_of(node(gpus=4, count=2)), mode="disaggregated",
                         target_rps=10, objective="gpus", affinity="low"))
     assert sol.goodput_rps == min(2 * 8, 1 * 12)
+
+
+def test_a_shape_below_one_milli_rps_is_unusable_and_unbounded_counts_stay_solvable():
+    """A near-zero goodput adds no capacity in milli-rps; its replica bound must not overflow the model."""
+    tiny = Candidate(phase="prefill", gpu="a100-80gb", tp=1, pp=1, goodput_rps=4.4e-14)
+    sol = solve(Problem(candidates=(tiny, *FIXTURE), cluster=cluster_of(node(count=None)),
+                        mode="disaggregated", target_rps=10, objective="cost"))
+    assert {c.phase: k for c, k in sol.replicas.items() if k} == {"prefill": 2, "decode": 1}
+    assert tiny not in sol.replicas or sol.replicas[tiny] == 0
