@@ -137,13 +137,15 @@ class Cluster:
         """GPU type ``name`` at this cluster's hourly cost: its price here (a capped type is priced
         as its base hardware) plus metered energy at its power limit, ``tdp · PUE · $/kWh``."""
         gpu = get_gpu(name)
-        price = next((n.gpu.usd_per_hour for n in self.nodes if n.gpu.name == gpu.physical), gpu.usd_per_hour)
+        price = next((n.gpu.usd_per_hour for n in self.nodes if n.gpu.name == gpu.name),
+                     next((n.gpu.usd_per_hour for n in self.nodes if n.gpu.name == gpu.physical), gpu.usd_per_hour))
         return replace(gpu, usd_per_hour=price + energy_usd_per_hour(gpu.tdp_w, self.pue, self.energy_usd_per_kwh))
 
     def nodes_for(self, gpu_name: str) -> tuple[NodeType, ...]:
-        """Node types whose hardware can run GPU type ``gpu_name`` (a capped type runs on its base)."""
+        """Node types whose hardware can run GPU type ``gpu_name`` (a capped type runs on its base,
+        and on nodes declared with that capped type)."""
         physical = get_gpu(gpu_name).physical
-        return tuple(n for n in self.nodes if n.gpu.name == physical)
+        return tuple(n for n in self.nodes if n.gpu.name in (gpu_name, physical))
 
     @property
     def gpu_types(self) -> tuple[str, ...]:

@@ -30,3 +30,12 @@ def test_colocated_shapes_come_once_per_chunk_budget():
     kept, _ = enumerate_shapes(get_model("llama2-70b"), CLUSTER, largest_request_tokens=4096,
                                phases=("colocated",), tps=(4,), pps=(1,), chunk_sizes=(512, 2048))
     assert sorted(s.chunk_tokens for s in kept if s.gpu == "a100-80gb") == [512, 2048]
+
+
+def test_a_cluster_of_power_capped_nodes_gives_shapes_for_every_phase(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb-pcap, gpus_per_node: 8, intra_node_gb_s: 450,"
+                    " inter_node_gb_s: 50, count: 2}\n")
+    kept, _ = enumerate_shapes(get_model("llama2-70b"), load_cluster(path), largest_request_tokens=4096)
+    assert {(s.phase, s.gpu) for s in kept} == {(phase, "h100-80gb-pcap")
+                                                for phase in ("prefill", "decode", "colocated")}

@@ -80,3 +80,13 @@ def test_hourly_cost_adds_metered_energy_at_the_power_limit(tmp_path):
     cluster = load_cluster(path)
     assert cluster.priced_gpu("h100-80gb").usd_per_hour == pytest.approx(1.0 + 0.7 * 1.5 * 0.1)
     assert cluster.priced_gpu("h100-80gb-pcap").usd_per_hour == pytest.approx(1.0 + 0.49 * 1.5 * 0.1)
+
+
+def test_nodes_declared_power_capped_run_and_price_their_own_type(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb-pcap, gpus_per_node: 8, intra_node_gb_s: 450,"
+                    " inter_node_gb_s: 50, count: 2}\nprices: {h100-80gb-pcap: 0.9}\n")
+    cluster = load_cluster(path)
+    assert [n.name for n in cluster.nodes_for("h100-80gb-pcap")] == ["n"]
+    assert cluster.nodes_for("h100-80gb") == ()
+    assert cluster.priced_gpu("h100-80gb-pcap").usd_per_hour == pytest.approx(0.9)
