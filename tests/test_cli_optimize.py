@@ -107,14 +107,32 @@ BAD = [
     (("--peak", "--target-rate", "3"), "Error: give --peak or --target-rate, not both"),
     (("--model", "gpt-9"), "Error: unknown model 'gpt-9'"),
     (("--target-rate", "0"), "Error: --target-rate must be > 0, got 0.0"),
+    (("--target-rate", "inf"), "Error: --target-rate must be a finite number, got inf"),
+    (("--objective", "goodput", "--target-rate", "3"),
+     "Error: --objective goodput finds the highest rate itself; drop --target-rate/--peak"),
+    (("--max-gpus", "-1"), "Error: --max-gpus must be >= 0, got -1"),
+    (("--max-power", "nan"), "Error: --max-power must be a finite number >= 0, got nan"),
+    (("--link-headroom", "2"), "Error: --link-headroom must be in (0, 1], got 2.0"),
+    (("--time-limit", "0"), "Error: --time-limit must be a finite number of seconds > 0, got 0.0"),
+    (("--seed", "-1"), "Error: --seed must be >= 0, got -1"),
 ]
 
 
-@pytest.mark.parametrize("args,message", BAD, ids=["fleet", "objective", "peak-and-rate", "model", "rate"])
+@pytest.mark.parametrize("args,message", BAD, ids=["fleet", "objective", "peak-and-rate", "model", "rate",
+                                                    "rate-inf", "goodput-with-rate", "max-gpus", "max-power",
+                                                    "link-headroom", "time-limit", "seed"])
 def test_bad_flags_exit_2_with_one_line(optimize, args, message):
     code, out, err = optimize(*args)
     assert code == 2 and out == ""
     assert err.startswith(message) and err.count("\n") == 1
+
+
+def test_plot_path_that_is_a_file_fails_before_the_plan_is_written(optimize, tmp_path):
+    (tmp_path / "plots").write_text("not a folder")
+    code, out, err = optimize("--plot", tmp_path / "plots", "--out", tmp_path / "plan.yaml")
+    assert (code, out) == (2, "")
+    assert err == f"Error: {tmp_path / 'plots'}: --plot must name a folder, got a file\n"
+    assert not (tmp_path / "plan.yaml").exists()
 
 
 def test_a_ttft_miss_strengthens_prefill_and_a_tpot_miss_decode():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
@@ -101,6 +102,10 @@ def optimize(
     _check_choices(fleet, objective, affinity)
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
+    _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
+                   max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit)
+    if plot is not None and plot.exists() and not plot.is_dir():
+        raise PdplanError("--plot must name a folder, got a file", file=plot, field="plot")
     workload = load_workload(trace, format)
     if objective == "goodput":
         rate = None
@@ -146,6 +151,27 @@ def _duration(workload) -> float:
     if duration <= 0:
         raise PdplanError("all arrivals fall at one instant; give --target-rate", file=workload.source)
     return duration
+
+
+def _check_numbers(*, objective: str, target_rate: float | None, peak: bool, max_gpus: int | None,
+                   max_cost: float | None, max_power: float | None, link_headroom: float,
+                   time_limit: float) -> None:
+    """Flag values the planner cannot use, named by flag, before any work is done."""
+    if objective == "goodput" and (target_rate is not None or peak):
+        raise PdplanError("--objective goodput finds the highest rate itself; drop --target-rate/--peak",
+                          field="target_rate")
+    if target_rate is not None and math.isinf(target_rate):
+        raise PdplanError(f"--target-rate must be a finite number, got {target_rate!r}", field="target_rate")
+    if max_gpus is not None and max_gpus < 0:
+        raise PdplanError(f"--max-gpus must be >= 0, got {max_gpus!r}", field="max_gpus")
+    for flag, value in (("--max-cost", max_cost), ("--max-power", max_power)):
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise PdplanError(f"{flag} must be a finite number >= 0, got {value!r}", field=flag.lstrip("-"))
+    if not 0 < link_headroom <= 1:
+        raise PdplanError(f"--link-headroom must be in (0, 1], got {link_headroom!r}", field="link_headroom")
+    if not (math.isfinite(time_limit) and time_limit > 0):
+        raise PdplanError(f"--time-limit must be a finite number of seconds > 0, got {time_limit!r}",
+                          field="time_limit")
 
 
 def _check_choices(fleet: str, objective: str, affinity: str) -> None:

@@ -82,6 +82,8 @@ def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, se
                           field="requests_per_probe")
     if grid_points < 0:
         raise PdplanError(f"--grid must be >= 0, got {grid_points!r}", field="grid")
+    if seed < 0:
+        raise PdplanError(f"--seed must be >= 0, got {seed!r}", field="seed")
     return SearchSettings(tolerance_rel=tolerance, requests_per_probe=requests_per_probe, arrivals=arrivals,
                           seed=seed, grid_points=grid_points)
 
