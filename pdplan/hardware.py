@@ -158,6 +158,9 @@ def energy_usd_per_hour(watts: float, pue: float, usd_per_kwh: float) -> float:
     return watts / 1000 * pue * usd_per_kwh
 
 
+#: The largest GPU-to-GPU (NVLink) domain sold today is 72 GPUs (GB200 NVL72).
+MAX_GPUS_PER_NODE = 72
+
 _NODE_FIELDS = {"name", "gpu", "gpus_per_node", "intra_node_gb_s", "inter_node_gb_s", "count"}
 
 
@@ -191,7 +194,7 @@ def load_cluster(path: str | Path) -> Cluster:
         nodes.append(NodeType(
             name=name,
             gpu=gpu,
-            gpus_per_node=spec.integer("gpus_per_node", minimum=1),
+            gpus_per_node=spec.integer("gpus_per_node", minimum=1, maximum=MAX_GPUS_PER_NODE),
             intra_node_bytes_per_s=spec.number("intra_node_gb_s", minimum=0, exclusive=True) * GB,
             inter_node_bytes_per_s=spec.number("inter_node_gb_s", minimum=0, exclusive=True) * GB,
             count=None if count == "unbounded" else count,

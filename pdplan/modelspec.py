@@ -276,11 +276,23 @@ def model_catalog() -> dict[str, ModelSpec]:
     return models
 
 
+def _geometry(model: ModelSpec) -> tuple:
+    return (model.layers, model.hidden, model.q_heads, model.kv_heads, model.head_dim, model.ffn,
+            model.vocab, model.dtype_bytes, model.mlp_matrices)
+
+
 def get_model(name_or_path: str) -> ModelSpec:
     """An embedded model by name, or a user's model YAML by path."""
-    if name_or_path.endswith((".yaml", ".yml")):
-        return load_model(name_or_path)
     catalog = model_catalog()
+    if name_or_path.endswith((".yaml", ".yml")):
+        model = load_model(name_or_path)
+        known = catalog.get(model.name)
+        if known is not None and _geometry(known) != _geometry(model):
+            # Profiles are matched by model name: a different model under a catalog name would
+            # silently borrow the catalog model's measured latencies.
+            raise PdplanError(f"name {model.name!r} is a catalog model with a different geometry; give "
+                              "your model its own name", file=name_or_path, field="name")
+        return model
     if name_or_path not in catalog:
         raise PdplanError(f"unknown model {name_or_path!r} (known: {', '.join(sorted(catalog))}; "
                           "or pass a model YAML path)", field="model")

@@ -259,6 +259,16 @@ def load_profile(path: str | Path) -> PhaseProfile:
     outliers = prov.data.get("outliers") or []
     if not isinstance(outliers, list):
         raise prov.fail("outliers", "must be a list", outliers)
+    prefill = _model_from_fields(spec.mapping("prefill"), PREFILL_FEATURES)
+    decode = _model_from_fields(spec.mapping("decode"), DECODE_FEATURES)
+    for name, model, smallest in (("prefill", prefill, [1.0, 1.0, 1.0]), ("decode", decode, [1.0, 1.0, 1.0])):
+        # Pieces may be negative inside the max (a fitted floor covers them), but the latency of
+        # the smallest batch (one token, one request) must be positive, and so then is every larger one
+        # when the slopes are non-negative.
+        latency = float(model.evaluate(np.array([smallest]), np.array([1]))[0])
+        if not latency > 0:
+            raise spec.fail(name, f"gives {latency * 1e3:g} ms for one request of one token; latencies "
+                            "must be positive", show_value=False)
     return PhaseProfile(
         model=spec.string("model"),
         gpu=spec.string("gpu"),
@@ -266,8 +276,8 @@ def load_profile(path: str | Path) -> PhaseProfile:
         pp=spec.integer("pp", minimum=1),
         kv_capacity_tokens=spec.integer("kv_capacity_tokens", minimum=1),
         max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1),
-        prefill=_model_from_fields(spec.mapping("prefill"), PREFILL_FEATURES),
-        decode=_model_from_fields(spec.mapping("decode"), DECODE_FEATURES),
+        prefill=prefill,
+        decode=decode,
         provenance=Provenance(
             source=prov.string("source", choices=list(SOURCES)),
             method=prov.string("method"),

@@ -90,3 +90,11 @@ def test_nodes_declared_power_capped_run_and_price_their_own_type(tmp_path):
     assert [n.name for n in cluster.nodes_for("h100-80gb-pcap")] == ["n"]
     assert cluster.nodes_for("h100-80gb") == ()
     assert cluster.priced_gpu("h100-80gb-pcap").usd_per_hour == pytest.approx(0.9)
+
+
+def test_a_node_larger_than_any_nvlink_domain_is_refused(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 100000, intra_node_gb_s: 450,"
+                    " inter_node_gb_s: 50}\n")
+    with pytest.raises(PdplanError, match=r"c.yaml:2: nodes\[0\].gpus_per_node must be <= 72, got 100000"):
+        load_cluster(path)

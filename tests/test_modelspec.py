@@ -157,3 +157,11 @@ def test_bad_model_file_names_file_line_and_field(tmp_path, override, message):
     path.write_text(text)
     with pytest.raises(PdplanError, match=message):
         load_model(path)
+
+
+def test_user_model_may_not_borrow_a_catalog_name_with_other_geometry(tmp_path):
+    path = tmp_path / "fake.yaml"
+    path.write_text("name: llama2-70b\nlayers: 4\nhidden: 64\nq_heads: 8\nkv_heads: 2\nhead_dim: 8\n"
+                    "ffn: 160\nvocab: 1000\nparameters: 291840\n")
+    with pytest.raises(PdplanError, match=r"fake.yaml: name 'llama2-70b' is a catalog model with a different geometry"):
+        get_model(str(path))

@@ -142,3 +142,10 @@ def test_a_plan_round_trips_through_its_file(tmp_path):
         again = load_plan(tmp_path / example)
         assert again.pools == plan.pools and again.links == plan.links
         assert again.default_link == plan.default_link and again.transfer_schedule == plan.transfer_schedule
+
+
+def test_a_pool_with_more_replicas_than_any_fleet_is_refused(tmp_path):
+    path = tmp_path / "plan.yaml"
+    path.write_text((ROOT / "examples" / "plan_disagg.yaml").read_text().replace("replicas: 2", "replicas: 100000000", 1))
+    with pytest.raises(PdplanError, match=r"plan.yaml:\d+: pools\[0\].replicas must be <= 10000, got 100000000"):
+        load_plan(path)

@@ -77,8 +77,8 @@ def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, se
         raise PdplanError(f"--arrivals must be one of poisson, trace, got {arrivals!r}", field="arrivals")
     if not 0 < tolerance < 1:
         raise PdplanError(f"--tolerance must be in (0, 1), got {tolerance!r}", field="tolerance")
-    if requests_per_probe < 1:
-        raise PdplanError(f"--requests-per-probe must be >= 1, got {requests_per_probe!r}",
+    if requests_per_probe < 2:  # a rate needs two arrivals to be measured
+        raise PdplanError(f"--requests-per-probe must be >= 2, got {requests_per_probe!r}",
                           field="requests_per_probe")
     if grid_points < 0:
         raise PdplanError(f"--grid must be >= 0, got {grid_points!r}", field="grid")

@@ -54,6 +54,9 @@ from pdplan.profiles import PhaseProfile
 from pdplan.schema import Fields
 
 FORMAT_VERSION = 1
+#: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
+#: holds at most 4,096), and each costs simulator memory.
+MAX_REPLICAS = 10_000
 PHASES = ("colocated", "decode", "prefill")
 POLICIES = ("chunked", "prefill-first")
 SCHEDULES = ("layer", "request")
@@ -280,7 +283,7 @@ def _pool(spec: Fields) -> Pool:
         batch_cap = spec.integer("max_prefill_batch_tokens", minimum=1)
     return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"),
                 gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1),
-                pp=spec.integer("pp", 1, minimum=1), replicas=spec.integer("replicas", 1, minimum=1),
+                pp=spec.integer("pp", 1, minimum=1), replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks,
                 max_prefill_batch_tokens=batch_cap)
 
