@@ -37,6 +37,7 @@ FLEETS: dict[str, dict[str, tuple[str, ...]]] = {
 FLEET_CHOICES = (*FLEETS, "any")
 
 UNBOUNDED_REPLICAS = 10**6
+MAX_TIE_BREAK_NODES = 10**5  # beyond this the fewest-nodes tie-break could overflow the objective
 MILLI = 1000  # CP-SAT needs integers: rates in milli-requests/s
 MONEY_SCALE = 10_000  # and money in hundredths of a cent per hour
 
@@ -248,6 +249,8 @@ class Model:
     units: tuple           #: low affinity: the segment shapes u counts
     u: dict[int, cp_model.IntVar]
     goodput_milli: cp_model.IntVar | None
+    nodes_weight: int = 1   #: the objective is primary × nodes_weight ± nodes used (tie-break)
+    node_bounds: dict = field(default_factory=dict)  #: most nodes each node type (or segment) may use
 
 
 def milli_rps(rate: float, *, round_up: bool) -> int:
@@ -325,10 +328,16 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
             model.add(watts <= round(problem.max_power_w))
 
     # Objective: minimise cost, GPUs or power, or maximise goodput within the budgets.
+    # Among equally good plans, prefer the one on the fewest nodes (primary × W ± nodes, W > nodes).
+    nodes, most_nodes = _nodes_used(built, problem, relax)
+    if relax or most_nodes > MAX_TIE_BREAK_NODES:  # diagnosis needs no tie-break; keep within int64
+        nodes, most_nodes = 0, 0
+    built.nodes_weight = most_nodes + 1
     if problem.objective == "goodput":
-        model.maximize(built.goodput_milli)
+        model.maximize(built.goodput_milli * built.nodes_weight - nodes)
     else:
-        model.minimize({"cost": money, "gpus": gpus, "power": watts}[problem.objective])
+        primary = {"cost": money, "gpus": gpus, "power": watts}[problem.objective]
+        model.minimize(primary * built.nodes_weight + nodes)
     if problem.affinity == "high":
         _add_greedy_hint(model, problem, n, relax)
     return built
@@ -357,6 +366,7 @@ def _pack_instances(built: Model, problem: Problem, relax: frozenset[str]) -> di
             node_bound = sum(_replica_bound(problem, c, relax) * c.pp for c in placed)
         else:
             node_bound = node.count
+        built.node_bounds[node.name] = node_bound
         for k in range(len(patterns)):
             built.z[node.name, k] = model.new_int_var(0, node_bound, f"z_{node.name}_{k}")
         model.add(sum(built.z[node.name, k] for k in range(len(patterns))) <= node_bound)
@@ -432,6 +442,7 @@ def _pack_segments(built: Model, problem: Problem, relax: frozenset[str]) -> dic
         else:
             bound = seg.node.count // seg.prefill.pp
         built.u[k] = model.new_int_var(0, bound, f"u_{k}")
+        built.node_bounds[k] = bound * seg.prefill.pp
     for cand, var in n.items():
         side = "a" if cand.phase == "prefill" else "b"
         model.add(var == sum(getattr(seg, side) * built.u[k] for k, seg in enumerate(found)
@@ -442,6 +453,15 @@ def _pack_segments(built: Model, problem: Problem, relax: frozenset[str]) -> dic
                 model.add(sum(seg.prefill.pp * built.u[k] for k, seg in enumerate(found) if seg.node is node)
                           <= node.count)
     return {"system": sum(seg.capacity_milli * built.u[k] for k, seg in enumerate(found))}
+
+
+def _nodes_used(built: Model, problem: Problem, relax: frozenset[str]):
+    """Nodes the plan occupies (an expression) and an upper bound on it."""
+    if problem.affinity == "low":
+        used = sum(seg.prefill.pp * built.u[k] for k, seg in enumerate(built.units))
+    else:
+        used = sum(built.z.values())
+    return used, sum(built.node_bounds.values())
 
 
 def _add_greedy_hint(model: cp_model.CpModel, problem: Problem, n, relax: frozenset[str]) -> None:
@@ -526,7 +546,14 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
     system = min(capacity.values())
     if problem.affinity == "low":  # requests stay inside their segment: sum of segment minima
         system = sum(seg.capacity_rps * solver.value(built.u[k]) for k, seg in enumerate(built.units))
-    objective, bound = solver.objective_value, solver.best_objective_bound
+    # Report the primary objective: strip the node tie-break (|nodes| < weight).
+    weight = built.nodes_weight
+    if problem.objective == "goodput":
+        objective = math.ceil(solver.objective_value / weight)
+        bound = math.ceil(solver.best_objective_bound / weight)
+    else:
+        objective = math.floor(solver.objective_value / weight)
+        bound = math.floor(solver.best_objective_bound / weight)
     scale = {"cost": MONEY_SCALE, "gpus": 1, "power": 1, "goodput": MILLI}[problem.objective]
     gap = abs(bound - objective) / max(abs(objective), 1e-9) if objective else 0.0
     return Solution(
@@ -585,7 +612,7 @@ def _expand_patterns(problem: Problem, built: Model, solver: cp_model.CpSolver) 
         for k, pattern in enumerate(built.patterns[node.name]):
             for _ in range(solver.value(built.z[node.name, k]) if (node.name, k) in built.z else 0):
                 name, first = f"{node.name}-{index}", 0
-                for size in sorted(pattern):
+                for size in sorted(pattern, reverse=True):  # big groups from GPU 0
                     for _ in range(pattern[size]):
                         slots.setdefault(size, []).append((name, tuple(range(first, first + size))))
                         first += size

@@ -231,3 +231,11 @@ def test_a_shape_below_one_milli_rps_is_unusable_and_unbounded_counts_stay_solva
                         mode="disaggregated", target_rps=10, objective="cost"))
     assert {c.phase: k for c, k in sol.replicas.items() if k} == {"prefill": 2, "decode": 1}
     assert tiny not in sol.replicas or sol.replicas[tiny] == 0
+
+
+def test_equally_cheap_plans_take_the_fewest_nodes():
+    cands = (Candidate(phase="colocated", gpu="h100-80gb", tp=4, pp=1, goodput_rps=2.0),)
+    sol = solve(Problem(candidates=cands, cluster=cluster_of(node(gpu="h100-80gb", gpus=8, count=2)),
+                        mode="colocated", target_rps=4, objective="cost"))
+    assert [(i.stage_nodes, i.stage_gpus) for i in sol.instances] == [
+        (("n-0",), ((0, 1, 2, 3),)), (("n-0",), ((4, 5, 6, 7),))]
