@@ -351,6 +351,10 @@ def optimize(request: PlanRequest, *, cache: ResultCache,
         if again.solution is None:
             break
         chosen = again
+    if len(rounds) > 1:  # the winning fleet's row shows the plan the rounds settled on
+        final = evaluate(request, chosen, profiles)
+        winner = replace(winner, **{"disaggregated" if chosen.mode == "disaggregated" else "colocated": final})
+        fleets = tuple(winner if f.fleet == winner.fleet else f for f in fleets)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), fleets=fleets,
                       fleet=winner, chosen=chosen, plan=plan,
                       rounds=tuple(rounds), summary=summary, cache_hits=cache.hits, cache_misses=cache.misses)
@@ -445,8 +449,12 @@ def report_to_dict(report: PlanReport) -> dict:
         "decision": report.chosen.mode,
         "fleet": fleet.fleet,
         "affinity": report.chosen.affinity,
-        "prefill": _pool_dict(disagg if report.chosen.mode == "colocated" else chosen, "prefill"),
-        "decode": _pool_dict(disagg if report.chosen.mode == "colocated" else chosen, "decode"),
+        "prefill": _pool_dict(chosen, "prefill"),
+        "decode": _pool_dict(chosen, "decode"),
+        "disaggregated_alternative": None if disagg is None or report.chosen.mode == "disaggregated" else {
+            "prefill": _pool_dict(disagg, "prefill"), "decode": _pool_dict(disagg, "decode"),
+            "gpus_total": disagg.gpus_total, "cost_per_hour": disagg.usd_per_hour, "power_w": disagg.power_w,
+            "goodput_rps": disagg.goodput_rps},
         "colocated_baseline": None if base is None else {
             **_pool_dict(base, "colocated"), "gpus_total": base.gpus_total, "cost_per_hour": base.usd_per_hour,
             "power_w": base.power_w, "goodput_rps": base.goodput_rps},

@@ -28,7 +28,11 @@ def test_json_has_every_contract_key(optimize):
     for key in ("fleet", "prefill", "decode", "colocated_baseline", "gpus_total", "cost_per_hour", "power_w",
                 "goodput_rps", "goodput_per_gpu", "attainment", "links", "solver", "fleets"):
         assert key in doc, key
-    assert set(doc["prefill"]) == {"gpu", "tp", "pp", "replicas", "goodput_rps_per_instance"}
+    disaggregated = doc if doc["decision"] == "disaggregated" else doc["disaggregated_alternative"]
+    assert set(disaggregated["prefill"]) == {"gpu", "tp", "pp", "replicas", "goodput_rps_per_instance"}
+    assert set(disaggregated["decode"]) == set(disaggregated["prefill"])
+    if doc["decision"] == "colocated":  # no prefill or decode pool in a colocated plan
+        assert doc["prefill"] is None and doc["decode"] is None
     assert {"gpu", "tp", "pp", "replicas", "gpus_total", "cost_per_hour"} <= set(doc["colocated_baseline"])
     assert set(doc["attainment"]) == {"ttft", "tpot", "joint"}
     assert {"status", "objective", "bound", "gap", "wall_s"} <= set(doc["solver"])
