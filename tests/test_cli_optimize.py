@@ -54,6 +54,12 @@ def test_the_chosen_plan_meets_the_slo_end_to_end(optimize):
     assert doc["attainment"]["joint"] <= min(doc["attainment"]["ttft"], doc["attainment"]["tpot"])
 
 
+def test_the_whole_plan_sustains_at_least_the_target(optimize):
+    doc = json.loads(optimize("--json")[1])
+    assert doc["end_to_end_goodput_rps"] >= doc["target_rps"]
+    assert doc["headroom"] == pytest.approx(doc["end_to_end_goodput_rps"] / doc["target_rps"] - 1)
+
+
 def test_second_run_reuses_the_goodput_cache(optimize):
     first = json.loads(optimize("--json")[1])
     second = json.loads(optimize("--json")[1])

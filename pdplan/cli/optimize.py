@@ -258,6 +258,8 @@ def _facts_table(report: PlanReport, doc: dict) -> None:
     a = doc["attainment"]
     table.add_row("end-to-end attainment", f"TTFT {a['ttft']:.3f}, TPOT {a['tpot']:.3f}, joint {a['joint']:.3f} "
                                            f"({'meets' if doc['meets_slo'] else 'MISSES'} the SLO)")
+    headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"
+    table.add_row("end-to-end goodput", f"{doc['end_to_end_goodput_rps']:.3g} req/s{headroom}, the whole plan simulated")
     table.add_row("end-to-end rounds", str(len(doc["rounds"])))
     s = doc["solver"]
     table.add_row("solver", f"{s['status']}, objective {s['objective']:.6g}, bound {s['bound']:.6g}, "
