@@ -126,3 +126,10 @@ def test_bad_plan_file_names_file_line_and_field(run_cli, tmp_path):
     code, _, err = run_cli("simulate", TRACE, "--plan", plan)
     assert code == 2
     assert err.startswith(f"Error: {plan}:") and "replicas must be >= 1, got 0" in err
+
+
+def test_decode_curve_names_its_ttft_clock_the_admission_wait(run_cli):
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                             "--phase", "decode", "--requests-per-probe", "200", "--grid", "0")
+    assert code == 0, err
+    assert "admission wait" in out

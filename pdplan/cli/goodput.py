@@ -125,7 +125,8 @@ def _render(result: InstanceGoodput, source: str, objectives) -> None:
                               f"({result.settings.arrivals} arrivals, tolerance {result.settings.tolerance_rel:g})")
     stdout.print(summary)
     curve = Table(title="Attainment curve")
-    for name in ("rate req/s", "TTFT", "TPOT", "joint", "meets"):
+    ttft = "admission wait" if result.phase == "decode" else "TTFT"  # what a decode instance's TTFT clock measures
+    for name in ("rate req/s", ttft, "TPOT", "joint", "meets"):
         curve.add_column(name, justify="right")
     for p in result.probes:
         curve.add_row(f"{p.rate_rps:.3f}", _share(p.attainment_ttft), _share(p.attainment_tpot),
