@@ -536,7 +536,7 @@ def _explain_no_candidates(problem: Problem, built: Model) -> str:
     families = sorted({r.family for r in built.rejections if r.candidate.phase in missing})
     which = " and ".join(families) if families else "goodput"
     return (f"no {problem.mode} plan ({problem.fleet}): no usable {'/'.join(missing)} shape "
-            f"({which} rules them out{': ' + detail if detail else ', every shape has zero goodput'})")
+            f"({which} rules them out{': ' + detail if detail else '; no shape meets the SLO on its own even at a low rate, so relax the SLO or allow larger shapes'})")
 
 
 def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status: int, wall: float) -> Solution:
