@@ -161,3 +161,10 @@ def test_fleet_all_on_azure_conv_gives_four_distinct_costs_and_powers(run_cli, s
     assert all(f["feasible"] for f in fleets)
     assert len({round(f["cost_per_hour"], 4) for f in fleets}) == 4
     assert len({f["power_w"] for f in fleets}) == 4
+
+
+def test_an_slo_no_shape_can_meet_says_to_relax_it(optimize):
+    code, out, err = optimize("--ttft", "0.01")
+    assert code == 2 and out == ""
+    assert "no shape meets the SLO on its own even at a low rate, so relax the SLO" in err
+    assert err.count("\n") == 1
