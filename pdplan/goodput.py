@@ -8,7 +8,7 @@ forms and reused for prefill, decode and colocated instances alike.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import numpy as np
@@ -58,6 +58,9 @@ class SearchSettings:
             raise ValueError("arrivals must be 'trace' or 'poisson'")
         if self.grid_points < 0:
             raise ValueError("grid_points must be >= 0")
+
+
+SEARCH_FIELDS = tuple(f.name for f in fields(SearchSettings))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -224,6 +227,7 @@ class InstanceGoodput:
             "tolerance_rel": self.settings.tolerance_rel,
             "arrivals": self.settings.arrivals,
             "seed": self.settings.seed,
+            "max_probes": self.settings.max_probes,
             "grid_points": self.settings.grid_points,
             "admission_share": self.admission_share,
         }
@@ -231,8 +235,7 @@ class InstanceGoodput:
     @classmethod
     def from_dict(cls, data: dict) -> "InstanceGoodput":
         """Rebuild from :meth:`to_dict` (the goodput cache stores that form)."""
-        settings = SearchSettings(tolerance_rel=data["tolerance_rel"], requests_per_probe=data["requests_per_probe"],
-                                  arrivals=data["arrivals"], seed=data["seed"], grid_points=data["grid_points"])
+        settings = SearchSettings(**{k: data[k] for k in SEARCH_FIELDS})
         probes = tuple(Probe(rate_rps=p["rate_rps"], attainment_ttft=p["attainment_ttft"],
                              attainment_tpot=p["attainment_tpot"], attainment_joint=p["attainment_joint"],
                              meets=p["meets"], saturated=p["saturated"]) for p in data["curve"])

@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
 
@@ -185,7 +185,7 @@ def measure(request: PlanRequest, cache: ResultCache,
         profile = profile_for(request.model, gpu, shape.tp, shape.pp, request.measured)
         key = cache_key({"trace": digest, "profile": profile_digest(profile), "slo": request.slo.to_dict(),
                          "phase": shape.phase, "policy": shape.policy, "chunk": shape.chunk_tokens,
-                         "settings": _settings_key(request.settings), "admission_share": request.admission_share})
+                         "settings": asdict(request.settings), "admission_share": request.admission_share})
         cached = cache.get(key)
         if cached is not None:
             result = InstanceGoodput.from_dict(cached)
@@ -198,12 +198,6 @@ def measure(request: PlanRequest, cache: ResultCache,
     if progress is not None:
         progress("done", len(shapes), len(shapes))
     return measured, rejected
-
-
-def _settings_key(settings: SearchSettings) -> dict:
-    return {"tolerance_rel": settings.tolerance_rel, "max_probes": settings.max_probes,
-            "requests_per_probe": settings.requests_per_probe, "arrivals": settings.arrivals,
-            "seed": settings.seed, "grid_points": settings.grid_points}
 
 
 def mean_kv_bytes_per_request(workload: Workload, model: ModelSpec) -> float:

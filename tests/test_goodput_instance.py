@@ -96,3 +96,10 @@ def test_result_round_trips_through_its_json_form():
     result = instance_goodput(even_trace(), constant_prefill(), phase="prefill",
                               slo=slo_from_flags(0.5, None, 0.9), settings=SETTINGS)
     assert InstanceGoodput.from_dict(result.to_dict()) == result
+
+
+def test_result_keeps_every_search_setting_through_its_json_form():
+    settings = SearchSettings(tolerance_rel=0.005, requests_per_probe=400, max_probes=12, grid_points=2)
+    result = instance_goodput(even_trace(), constant_prefill(), phase="prefill",
+                              slo=slo_from_flags(0.5, None, 0.9), settings=settings)
+    assert InstanceGoodput.from_dict(result.to_dict()).settings == settings
