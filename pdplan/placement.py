@@ -169,10 +169,10 @@ def allowed_gpus(fleet: str, phase: str) -> tuple[str, ...] | None:
     return rule[phase]
 
 
-def instance_link_bytes_per_s(node: NodeType, candidate: Candidate) -> float:
-    """KV bandwidth an instance has across nodes: each of its GPUs ships its own KV shard over its
-    own NIC (one RDMA NIC per GPU, as on DGX nodes)."""
-    return candidate.gpus * node.inter_node_bytes_per_s
+def instance_link_bytes_per_s(node: NodeType, gpus: int) -> float:
+    """KV bandwidth an instance of ``gpus`` GPUs has across nodes: each GPU ships its own KV
+    shard over its own NIC (one RDMA NIC per GPU, as on DGX nodes)."""
+    return gpus * node.inter_node_bytes_per_s
 
 
 def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], list[Rejection]]:
@@ -200,9 +200,9 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
         if cand.phase != "colocated" and problem.affinity == "high":
             demand = cand.goodput_rps * cand.kv_bytes_per_request
             fitting = [n for n in nodes
-                       if link_fits(demand, instance_link_bytes_per_s(n, cand), problem.link_headroom)]
+                       if link_fits(demand, instance_link_bytes_per_s(n, cand.gpus), problem.link_headroom)]
             if not fitting:
-                best = max(instance_link_bytes_per_s(n, cand) for n in nodes)
+                best = max(instance_link_bytes_per_s(n, cand.gpus) for n in nodes)
                 rejections.append(Rejection(
                     candidate=cand, family="link",
                     reason=f"{cand.label}: KV handoff {demand / 1e9:.2f} GB/s at {cand.goodput_rps:.3g} rps "

@@ -267,34 +267,30 @@ def plan_of(request: PlanRequest, chosen: ModeResult) -> Plan:
     """The chosen placement as a simulator plan: one pool per shape, links at the path the
     placement implies (across nodes for high affinity, inside a node for low)."""
     solution = chosen.solution
-    pools = []
+    shapes = {}  # pool name → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(), key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
-        name = f"{cand.phase}-{cand.gpu}-tp{cand.tp}-pp{cand.pp}"
         extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if cand.phase == "colocated" else {}
-        pools.append(Pool(name=name, phase=cand.phase, model=request.model.name, gpu=cand.gpu, tp=cand.tp,
-                          pp=cand.pp, replicas=replicas, **extra))
+        pool = Pool(name=f"{cand.phase}-{cand.gpu}-tp{cand.tp}-pp{cand.pp}", phase=cand.phase,
+                    model=request.model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp, replicas=replicas, **extra)
+        shapes[pool] = cand
+    pools = tuple(shapes)
     if chosen.mode == "colocated":
-        return Plan(pools=tuple(pools), name=f"{request.model.name} colocated ({chosen.fleet})")
-    links = []
-    by_name = {p.name: p for p in pools}
-    for src in (p for p in pools if p.phase == "prefill"):
-        for dst in (p for p in pools if p.phase == "decode"):
-            links.append(Link(from_pool=src.name, to_pool=dst.name,
-                              bandwidth_bytes_per_s=_path_bytes_per_s(request, chosen, by_name[dst.name]),
-                              setup_s=LINK_SETUP_S))
-    return Plan(pools=tuple(pools), links=tuple(links), transfer_schedule=request.transfer_schedule,
+        return Plan(pools=pools, name=f"{request.model.name} colocated ({chosen.fleet})")
+    links = [Link(from_pool=src.name, to_pool=dst.name, setup_s=LINK_SETUP_S,
+                  bandwidth_bytes_per_s=_path_bytes_per_s(request, chosen, shapes[dst]))
+             for src in pools if src.phase == "prefill" for dst in pools if dst.phase == "decode"]
+    return Plan(pools=pools, links=tuple(links), transfer_schedule=request.transfer_schedule,
                 name=f"{request.model.name} disaggregated ({chosen.fleet}, {chosen.affinity} affinity)")
 
 
-def _path_bytes_per_s(request: PlanRequest, chosen: ModeResult, decode_pool: Pool) -> float:
-    """Ingress bandwidth of one decode instance on the path the placement implies."""
-    nodes = request.cluster.nodes_for(decode_pool.gpu)
-    node = max(nodes, key=lambda n: n.inter_node_bytes_per_s)
-    gpus = decode_pool.tp * decode_pool.pp
+def _path_bytes_per_s(request: PlanRequest, chosen: ModeResult, decode: Candidate) -> float:
+    """Ingress bandwidth of one decode instance of this shape on the path the placement gave it:
+    the slowest among the node types its instances landed on (the sim has one link per pool)."""
+    landed = {i.node_type for i in chosen.solution.instances if i.candidate == decode}
+    nodes = [n for n in request.cluster.nodes if n.name in landed]
     if chosen.affinity == "low":
-        return gpus * node.intra_node_bytes_per_s
-    probe = Candidate(phase="decode", gpu=decode_pool.gpu, tp=decode_pool.tp, pp=decode_pool.pp, goodput_rps=1.0)
-    return instance_link_bytes_per_s(node, probe)
+        return min(decode.gpus * n.intra_node_bytes_per_s for n in nodes)
+    return min(instance_link_bytes_per_s(n, decode.gpus) for n in nodes)
 
 
 def check(request: PlanRequest, plan: Plan, profiles: dict, rate_rps: float) -> tuple[dict, dict[str, float], bool]:

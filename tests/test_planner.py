@@ -59,3 +59,20 @@ def test_every_fleet_is_judged_end_to_end(tmp_path):
     report = planner.optimize(request(fleets=("AA", "HH")), cache=ResultCache(tmp_path))
     for fleet in report.fleets:
         assert fleet.disaggregated.attainment["joint"] <= fleet.disaggregated.attainment["ttft"]
+
+
+def test_the_simulated_link_is_the_nic_of_the_nodes_the_decode_instances_landed_on():
+    from pdplan.hardware import Cluster, NodeType, get_gpu
+    from pdplan.placement import Candidate, Problem, solve
+
+    def nodes(name, nic, count):
+        return NodeType(name=name, gpu=get_gpu("h100-80gb"), gpus_per_node=8, intra_node_bytes_per_s=450e9,
+                        inter_node_bytes_per_s=nic, count=count)
+
+    cluster = Cluster(nodes=(nodes("slow-nic", 1e9, 2), nodes("fast-nic", 100e9, 0)))
+    cands = (Candidate(phase="prefill", gpu="h100-80gb", tp=4, pp=1, goodput_rps=5),
+             Candidate(phase="decode", gpu="h100-80gb", tp=4, pp=1, goodput_rps=5))
+    solution = solve(Problem(candidates=cands, cluster=cluster, mode="disaggregated", target_rps=4))
+    mode = planner.ModeResult(mode="disaggregated", fleet="any", solution=solution, affinity="high")
+    plan = planner.plan_of(request(cluster=cluster), mode)
+    assert [link.bandwidth_bytes_per_s for link in plan.links] == [4 * 1e9]
