@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from functools import reduce
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable
 
@@ -229,7 +230,7 @@ def solve_mode(request: PlanRequest, candidates: tuple[Candidate, ...], fleet: s
     """The optimum of one mode under one fleet; ``auto`` affinity keeps the better of high and low."""
     affinities = ("high",) if mode == "colocated" or request.affinity == "high" else (
         ("low",) if request.affinity == "low" else ("high", "low"))
-    results, reasons = [], []
+    best, reasons = None, []
     for affinity in affinities:
         problem = Problem(candidates=candidates, cluster=request.cluster, mode=mode, target_rps=request.target_rps,
                           fleet=fleet, objective=request.objective, link_headroom=request.link_headroom,
@@ -237,14 +238,12 @@ def solve_mode(request: PlanRequest, candidates: tuple[Candidate, ...], fleet: s
                           max_power_w=request.max_power_w, time_limit_s=request.time_limit_s,
                           seed=request.settings.seed, phase_targets=dict(phase_targets or {}))
         try:
-            results.append((solve(problem), affinity))
+            found = ModeResult(mode=mode, fleet=fleet, solution=solve(problem), affinity=affinity)
         except InfeasibleError as err:
             reasons.append(str(err))
-    if not results:
-        return ModeResult(mode=mode, fleet=fleet, solution=None, affinity=None, reason=reasons[0])
-    sign = -1 if request.objective == "goodput" else 1
-    solution, affinity = min(results, key=lambda r: (sign * r[0].objective, r[0].gpus_total))
-    return ModeResult(mode=mode, fleet=fleet, solution=solution, affinity=affinity)
+            continue
+        best = found if best is None else _better(best, found, request.objective)
+    return best or ModeResult(mode=mode, fleet=fleet, solution=None, affinity=None, reason=reasons[0])
 
 
 def _better(a: ModeResult, b: ModeResult, objective: str) -> ModeResult:
@@ -318,64 +317,86 @@ def optimize(request: PlanRequest, *, cache: ResultCache,
     """Run the whole pipeline; infeasible everywhere raises InfeasibleError naming why."""
     measured, rejected = measure(request, cache, progress)
     candidates = candidates_from(measured, mean_kv_bytes_per_request(request.workload, request.model))
-    fleets = tuple(FleetResult(fleet=f, disaggregated=solve_mode(request, candidates, f, "disaggregated"),
-                               colocated=solve_mode(request, candidates, f, "colocated"), objective=request.objective)
-                   for f in request.fleets)
     profiles = {m.profile.key: m.profile for m in measured}
-    fleets = tuple(replace(f, disaggregated=evaluate(request, f.disaggregated, profiles)) for f in fleets)
+    simulated: dict[tuple[Plan, float], tuple] = {}
+
+    def run(plan: Plan, rate: float) -> tuple[dict, dict[str, float], bool]:
+        """check(), once per (plan, rate): fleets, rounds and the headroom search share plans."""
+        if (plan, rate) not in simulated:
+            simulated[plan, rate] = check(request, plan, profiles, rate)
+        return simulated[plan, rate]
+
+    fleets = tuple(FleetResult(fleet=f, objective=request.objective,
+                               disaggregated=evaluate(request, solve_mode(request, candidates, f, "disaggregated"), run),
+                               colocated=solve_mode(request, candidates, f, "colocated"))
+                   for f in request.fleets)
     feasible = [f for f in fleets if f.best is not None]
     if not feasible:
         reasons = "; ".join(f"{f.fleet}: {f.disaggregated.reason}" for f in fleets)
         raise InfeasibleError(f"no fleet can serve the target: {reasons}")
-    sign = -1 if request.objective == "goodput" else 1
-    winner = min(feasible, key=lambda f: (sign * f.best.solution.objective, f.best.solution.gpus_total))
-    chosen = winner.best
+    chosen = reduce(lambda a, b: _better(a, b, request.objective), (f.best for f in feasible))
+    winner = next(f for f in feasible if f.fleet == chosen.fleet)
     rounds, targets = [], {}
     while True:
         plan = plan_of(request, chosen)
-        rate = request.target_rps if request.target_rps is not None else chosen.solution.goodput_rps
-        summary, shares, meets = check(request, plan, profiles, rate)
+        rate = _check_rate(request, chosen)
+        summary, shares, meets = run(plan, rate)
         rounds.append(Round(index=len(rounds) + 1, phase_targets=dict(targets), attainment=shares, meets=meets,
                             gpus_total=chosen.solution.gpus_total))
         if meets or len(rounds) >= request.max_rounds or request.target_rps is None:
             break
-        failing = _failing_phase(chosen.mode, shares, request.slo)
-        targets[failing] = targets.get(failing, request.target_rps) * RAISE_FACTOR
-        again = solve_mode(request, candidates, chosen.fleet, chosen.mode, targets)
-        if again.solution is None:
+        again = _raise_until_changed(request, candidates, chosen, targets,
+                                     _failing_phase(chosen.mode, shares, request.slo))
+        if again is None:
             break
         chosen = again
     if len(rounds) > 1:  # the winning fleet's row shows the plan the rounds settled on
-        final = evaluate(request, chosen, profiles)
-        winner = replace(winner, **{"disaggregated" if chosen.mode == "disaggregated" else "colocated": final})
+        winner = replace(winner, **{chosen.mode: evaluate(request, chosen, run)})
         fleets = tuple(winner if f.fleet == winner.fleet else f for f in fleets)
     # Start from the rate the last round verified, so the answer is never below a rate that met.
     start = rate if rounds[-1].meets else chosen.solution.goodput_rps
-    verified = end_to_end_goodput(request, plan, profiles, start_rps=start)
+    verified = end_to_end_goodput(request, plan, run, start_rps=start)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), fleets=fleets,
                       fleet=winner, chosen=chosen, plan=plan, rounds=tuple(rounds), summary=summary,
                       end_to_end=verified, cache_hits=cache.hits, cache_misses=cache.misses)
 
 
-def end_to_end_goodput(request: PlanRequest, plan: Plan, profiles: dict, *, start_rps: float) -> Search:
+def _raise_until_changed(request: PlanRequest, candidates: tuple[Candidate, ...], chosen: ModeResult,
+                         targets: dict[str, float], phase: str) -> ModeResult | None:
+    """Raise ``phase``'s requirement by RAISE_FACTOR steps (in ``targets``) until the optimum
+    changes: re-checking the same plan would only repeat its miss. None when nothing serves it."""
+    while True:
+        targets[phase] = targets.get(phase, request.target_rps) * RAISE_FACTOR
+        again = solve_mode(request, candidates, chosen.fleet, chosen.mode, targets)
+        if again.solution is None:
+            return None
+        if again.solution.replicas != chosen.solution.replicas:
+            return again
+
+
+def _check_rate(request: PlanRequest, mode: ModeResult) -> float:
+    """The rate a plan is judged at: the target, or (objective goodput) the goodput it claims."""
+    return request.target_rps if request.target_rps is not None else mode.solution.goodput_rps
+
+
+def end_to_end_goodput(request: PlanRequest, plan: Plan, run: Callable, *, start_rps: float) -> Search:
     """The highest rate at which the whole plan — routing, KV transfer and both phases together —
     still meets the SLO on the trace: the number that says how much headroom the plan has (or,
-    for objective goodput, what it really sustains)."""
+    for objective goodput, what it really sustains). ``run(plan, rate)`` is :func:`check`."""
     def probe(rate: float) -> Probe:
-        _, shares, meets = check(request, plan, profiles, rate)
+        _, shares, meets = run(plan, rate)
         return Probe(rate_rps=rate, attainment_ttft=shares["ttft"], attainment_tpot=shares["tpot"],
                      attainment_joint=shares["joint"], meets=meets)
 
     return find_goodput(probe, start_rps=max(start_rps, 1e-3), settings=replace(request.settings, grid_points=0))
 
 
-def evaluate(request: PlanRequest, mode: ModeResult, profiles: dict) -> ModeResult:
-    """A fleet's optimum with its end-to-end joint attainment and busiest KV link filled in."""
+def evaluate(request: PlanRequest, mode: ModeResult, run: Callable) -> ModeResult:
+    """A mode's optimum with its end-to-end attainment and busiest KV link filled in."""
     if mode.solution is None:
         return mode
     plan = plan_of(request, mode)
-    rate = request.target_rps if request.target_rps is not None else mode.solution.goodput_rps
-    _, shares, _ = check(request, plan, profiles, rate)
+    _, shares, _ = run(plan, _check_rate(request, mode))
     links = links_dict(request, mode, plan)
     return replace(mode, attainment=shares,
                    link_utilization=max((link["utilization"] for link in links), default=None))

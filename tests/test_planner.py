@@ -34,18 +34,28 @@ def scripted_checks(monkeypatch, verdicts):
         return {}, {"ttft": ttft, "tpot": 0.99, "joint": ttft}, meets
 
     monkeypatch.setattr(planner, "check", fake_check)
-    monkeypatch.setattr(planner, "evaluate", lambda req, mode, profiles: mode)  # only the rounds check
+    monkeypatch.setattr(planner, "evaluate", lambda req, mode, run: mode)  # only the rounds check
     return calls
 
 
 def test_a_ttft_miss_raises_prefill_by_15_percent_and_solves_again(monkeypatch, tmp_path):
+    """At 4.5 req/s one instance (about 4.9 req/s) serves; 15% more needs a second."""
     scripted_checks(monkeypatch, [(0.5, False), (0.95, True)])
-    report = planner.optimize(request(), cache=ResultCache(tmp_path))
+    report = planner.optimize(request(target_rps=4.5), cache=ResultCache(tmp_path))
     chosen_rounds = list(report.rounds)
     assert [r.meets for r in chosen_rounds] == [False, True]
-    expected = {"colocated": pytest.approx(4.0 * 1.15)} if report.chosen.mode == "colocated" else {
-        "prefill": pytest.approx(4.0 * 1.15)}
+    expected = {"colocated": pytest.approx(4.5 * 1.15)} if report.chosen.mode == "colocated" else {
+        "prefill": pytest.approx(4.5 * 1.15)}
     assert chosen_rounds[1].phase_targets == expected
+
+
+def test_a_raise_that_leaves_the_plan_unchanged_is_raised_again(monkeypatch, tmp_path):
+    """At 4 req/s one instance (about 4.9 req/s) still serves 4.6: the next change comes at 5.29."""
+    calls = scripted_checks(monkeypatch, [(0.5, False), (0.95, True)])
+    report = planner.optimize(request(), cache=ResultCache(tmp_path))
+    assert [r.meets for r in report.rounds] == [False, True]
+    assert calls[0] != calls[1]
+    assert list(report.rounds[1].phase_targets.values()) == [pytest.approx(4.0 * 1.15**2)]
 
 
 def test_rounds_stop_at_the_limit_and_report_the_miss(monkeypatch, tmp_path):
