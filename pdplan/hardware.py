@@ -137,8 +137,9 @@ class Cluster:
         """GPU type ``name`` at this cluster's hourly cost: its price here (a capped type is priced
         as its base hardware) plus metered energy at its power limit, ``tdp · PUE · $/kWh``."""
         gpu = get_gpu(name)
-        price = next((n.gpu.usd_per_hour for n in self.nodes if n.gpu.name == gpu.name),
-                     next((n.gpu.usd_per_hour for n in self.nodes if n.gpu.name == gpu.physical), gpu.usd_per_hour))
+        # Nodes declared as this very type price it; else nodes of its base hardware; else the catalog.
+        nodes = sorted(self.nodes_for(name), key=lambda n: n.gpu.name != name)
+        price = nodes[0].gpu.usd_per_hour if nodes else gpu.usd_per_hour
         return replace(gpu, usd_per_hour=price + energy_usd_per_hour(gpu.tdp_w, self.pue, self.energy_usd_per_kwh))
 
     def nodes_for(self, gpu_name: str) -> tuple[NodeType, ...]:
