@@ -366,7 +366,8 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
         return probe_from_clocks(rate, judged, per_request_clocks(result),
                                  saturated=saturation is not None and rate > saturation)
 
-    start = next((r for r in (mg1, md1, saturation and saturation / 2) if r), None) or 1.0
+    # Start at the P–K bracket; a decode instance has none, so at half its saturation.
+    start = mg1 or md1 or (saturation / 2 if saturation else 1.0)
     search = find_goodput(probe, start_rps=start, settings=settings, on_probe=on_probe)
     return InstanceGoodput(
         phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp,
