@@ -138,6 +138,16 @@ def atomic_write_text(path: str | Path, text: str) -> None:
         tmp.write_text(text, encoding="utf-8", newline="\n")
 
 
+#: Significant digits of fitted or simulated floats written to files: a refit on another machine
+#: (another BLAS, another summation order) differs around the 15th digit, far below this.
+WRITTEN_DIGITS = 6
+
+
+def significant(value: float | None, digits: int = WRITTEN_DIGITS) -> float | None:
+    """``value`` rounded to ``digits`` significant digits, as written files carry it (None stays)."""
+    return None if value is None else float(f"{value:.{digits}g}")
+
+
 def dump_yaml(data: Any) -> str:
     """YAML text with keys in the order given, so outputs are byte-stable."""
     return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)

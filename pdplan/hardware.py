@@ -11,7 +11,8 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields
 
-GB = 10**9  # vendors state memory and bandwidth in decimal units
+GB = 10**9  # rates (bandwidth) are decimal: 50 GB/s is 50e9 bytes/s
+GIB = 2**30  # HBM sizes are binary: an "80GB" H100 holds 80 GiB
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,7 +20,7 @@ class GPU:
     """One accelerator type, as sold or as configured (a power cap makes a distinct type)."""
 
     name: str
-    memory_bytes: int               #: HBM capacity
+    memory_bytes: int               #: HBM capacity in bytes (the catalog states GiB)
     flops_per_s: float              #: dense BF16 tensor throughput
     hbm_bytes_per_s: float          #: HBM bandwidth
     nvlink_bytes_per_s: float       #: NVLink bandwidth per GPU, one direction
@@ -44,7 +45,7 @@ class GPU:
         return self.base or self.name
 
 
-_GPU_FIELDS = {"memory_gb", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
+_GPU_FIELDS = {"memory_gib", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
                "usd_per_hour", "base", "power_cap_fraction", "sources"}
 
 
@@ -60,7 +61,7 @@ def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU
         spec = Fields(merged, spec.file, spec.path, line=spec.line)
     return GPU(
         name=name,
-        memory_bytes=int(spec.number("memory_gb", minimum=0, exclusive=True) * GB),
+        memory_bytes=int(spec.number("memory_gib", minimum=0, exclusive=True) * GIB),
         flops_per_s=spec.number("bf16_tflops", minimum=0, exclusive=True) * 1e12,
         hbm_bytes_per_s=spec.number("hbm_tb_s", minimum=0, exclusive=True) * 1e12,
         nvlink_bytes_per_s=spec.number("nvlink_gb_s", minimum=0, exclusive=True) * GB,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
-from pdplan.hardware import GPU
+from pdplan.hardware import GIB, GPU
 from pdplan.schema import Fields
 
 
@@ -141,8 +141,8 @@ def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_no
     weights = weight_bytes_per_gpu(model, tp, pp)
     usable = int(gpu.memory_bytes * memory_utilization)
     if weights >= usable:
-        return (f"{shape}: weights {weights / 1e9:.1f} GB per GPU > {usable / 1e9:.1f} GB usable "
-                f"({memory_utilization:.0%} of {gpu.memory_bytes / 1e9:.0f} GB)")
+        return (f"{shape}: weights {weights / GIB:.1f} GiB per GPU > {usable / GIB:.1f} GiB usable "
+                f"({memory_utilization:.0%} of {gpu.memory_bytes / GIB:.0f} GiB)")
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
     if capacity < kv_reserve_tokens:
         return f"{shape}: KV room for {capacity} tokens < reserve of {kv_reserve_tokens} tokens"

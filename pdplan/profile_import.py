@@ -166,8 +166,9 @@ def read_splitwise(path: str | Path, *, label: str | None = None) -> tuple[Shape
       what their time measured.
     * **Rejected decode rows**: a run whose ``e2e_time`` implies more than
       :data:`SPLITWISE_E2E_FACTOR` × (token_size − 1) steps did far more work than its tokens
-      explain (preemption and recomputation — llama2-70b TP2 at batch 64 needs 41k KV tokens and
-      holds about 18k); its token_time is reported as an outlier, never fitted.
+      explain (preemption and recomputation — llama2-70b TP2 at batch 64 needs 41k KV tokens,
+      most of the 51k that 90% of two 80 GiB GPUs hold beside the weights, before activations);
+      its token_time is reported as an outlier, never fitted.
 
     The capped ``h100-80gb-pcap`` rows repeat the uncapped H100's token_time and e2e_time
     (Splitwise found the token phase insensitive to the cap); only their prompt_time differs.

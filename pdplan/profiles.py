@@ -28,7 +28,7 @@ import numpy as np
 import yaml
 
 from pdplan.errors import PdplanError
-from pdplan.fileio import atomic_write_text, load_yaml
+from pdplan.fileio import atomic_write_text, load_yaml, significant
 from pdplan.schema import Fields
 
 PREFILL_FEATURES = ("1", "sum_prompt_tokens", "sum_prompt_tokens_sq")
@@ -156,13 +156,15 @@ def _model_to_dict(model: LatencyModel, features: tuple[str, ...]) -> dict:
     return {
         "features": list(features),
         "segments": [{"min_batch": s.min_batch,
-                      "pieces_ms": [[float(c * 1e3) for c in piece] for piece in s.pieces_s]}
+                      "pieces_ms": [[significant(c * 1e3) for c in piece] for piece in s.pieces_s]}
                      for s in model.segments],
     }
 
 
 def profile_to_dict(profile: PhaseProfile) -> dict:
-    """The profile file's content (milliseconds, as people read them)."""
+    """The profile file's content (milliseconds, as people read them). Coefficients and errors are
+    rounded to ``WRITTEN_DIGITS`` significant digits, so a refit on another machine writes the
+    same bytes."""
     prov = profile.provenance
     return {
         "pdplan_profile": FORMAT_VERSION,
@@ -177,8 +179,8 @@ def profile_to_dict(profile: PhaseProfile) -> dict:
         "provenance": {
             "source": prov.source, "method": prov.method, "file": prov.file, "sha256": prov.sha256,
             "points_prefill": prov.points_prefill, "points_decode": prov.points_decode,
-            "mape_prefill": prov.mape_prefill, "max_error_prefill": prov.max_error_prefill,
-            "mape_decode": prov.mape_decode, "max_error_decode": prov.max_error_decode,
+            "mape_prefill": significant(prov.mape_prefill), "max_error_prefill": significant(prov.max_error_prefill),
+            "mape_decode": significant(prov.mape_decode), "max_error_decode": significant(prov.max_error_decode),
             "outliers": list(prov.outliers), "notes": prov.notes,
         },
     }

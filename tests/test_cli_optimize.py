@@ -91,7 +91,7 @@ def test_fleet_all_reports_four_fleets(optimize, tmp_path):
 def test_explain_names_shapes_whose_weights_do_not_fit(optimize):
     code, out, _ = optimize("--explain")
     assert code == 0
-    assert "weights 138.0 GB per GPU > 72.0 GB usable" in out
+    assert "weights 128.5 GiB per GPU > 72.0 GiB usable" in out
 
 
 def test_goodput_objective_within_a_gpu_budget(optimize):

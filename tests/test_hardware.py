@@ -13,7 +13,7 @@ def test_catalog_has_the_four_gpu_types():
 def test_every_catalog_number_names_its_source():
     for gpu in gpu_catalog().values():
         if gpu.base is None:
-            assert {"memory_gb", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
+            assert {"memory_gib", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
                     "usd_per_hour"} <= set(gpu.sources), gpu.name
 
 

@@ -80,7 +80,7 @@ def test_catalog_has_the_models_the_planner_needs():
 
 def test_llama2_70b_does_not_fit_one_a100():
     reason = shape_rejection(get_model("llama2-70b"), get_gpu("a100-80gb"), 1, 1)
-    assert reason.startswith("TP1 PP1 a100-80gb: weights 138.0 GB per GPU > 72.0 GB usable")
+    assert reason.startswith("TP1 PP1 a100-80gb: weights 128.5 GiB per GPU > 72.0 GiB usable")
 
 
 def test_tensor_parallelism_splits_weights_and_kv_heads():
@@ -111,8 +111,15 @@ def test_uneven_pipeline_split_sizes_memory_by_the_largest_stage():
 
 def test_kv_capacity_is_free_memory_over_kv_bytes_per_token():
     model, gpu = get_model("llama2-70b"), get_gpu("h100-80gb")
-    free = int(80e9 * 0.9) - weight_bytes_per_gpu(model, 8, 1)
+    free = int(80 * 2**30 * 0.9) - weight_bytes_per_gpu(model, 8, 1)
     assert kv_capacity_tokens(model, gpu, 8, 1) == free // (327680 // 8)
+
+
+def test_llama2_70b_tp2_a100_holds_50867_tokens_of_kv_by_hand():
+    """80 GiB of HBM (not 80e9 bytes): 90% of 85,899,345,920 B = 77,309,411,328 B usable; weights
+    68,975,329,280 parameters x 2 B / TP 2; KV 80 layers x 2 x (8 / 2) heads x 128 x 2 B = 163,840 B
+    per token per GPU; (77,309,411,328 - 68,975,329,280) // 163,840 = 50,867 (80e9 would give 18,461)."""
+    assert kv_capacity_tokens(get_model("llama2-70b"), get_gpu("a100-80gb"), 2, 1) == 50_867
 
 
 def test_kv_capacity_is_zero_when_weights_do_not_fit():

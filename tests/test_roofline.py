@@ -120,8 +120,8 @@ def test_stage_boundaries_cross_nodes_where_the_packing_does():
 def test_a100_tp1_llama2_70b_is_refused_naming_the_weights():
     with pytest.raises(PdplanError) as err:
         roofline_profile(LLAMA70, A100, 1, 1)
-    assert str(err.value) == ("llama2-70b TP1 PP1 a100-80gb: weights 138.0 GB per GPU > 72.0 GB "
-                              "usable (90% of 80 GB)")
+    assert str(err.value) == ("llama2-70b TP1 PP1 a100-80gb: weights 128.5 GiB per GPU > 72.0 GiB "
+                              "usable (90% of 80 GiB)")
 
 
 def test_capped_h100_prefill_compute_is_slower_by_the_measured_1_3():
@@ -149,7 +149,7 @@ def test_profile_records_roofline_provenance_and_efficiencies():
 def test_prefill_batch_cap_is_the_default_or_the_kv_capacity_whichever_is_smaller():
     roomy = roofline_profile(LLAMA70, H100, 8, 1)
     assert roomy.max_prefill_batch_tokens == DEFAULT_MAX_PREFILL_BATCH_TOKENS
-    tight = roofline_profile(LLAMA70, A100, 2, 1, memory_utilization=0.88)
+    tight = roofline_profile(LLAMA70, A100, 2, 1, memory_utilization=0.82)
     assert tight.max_prefill_batch_tokens == tight.kv_capacity_tokens < DEFAULT_MAX_PREFILL_BATCH_TOKENS
 
 
@@ -157,7 +157,8 @@ def test_roofline_profile_survives_a_profile_file_round_trip(tmp_path):
     profile = roofline_profile(LLAMA70, H100, 4, 2)
     save_profile(profile, tmp_path / "p.yaml")
     again = load_profile(tmp_path / "p.yaml")
-    assert again.prefill_time_s([1000, 300]) == pytest.approx(profile.prefill_time_s([1000, 300]), rel=1e-12)
+    # the file carries 6 significant digits per coefficient
+    assert again.prefill_time_s([1000, 300]) == pytest.approx(profile.prefill_time_s([1000, 300]), rel=1e-5)
     assert again.provenance == profile.provenance
 
 
@@ -260,5 +261,5 @@ def test_profile_roofline_refuses_a_shape_that_cannot_hold_the_weights(run_cli):
     code, out, err = run_cli("profile", "roofline", "--model", "llama2-70b", "--gpu", "a100-80gb",
                              "--tp", "1", "--pp", "1")
     assert (code, out) == (2, "")
-    assert err == ("Error: llama2-70b TP1 PP1 a100-80gb: weights 138.0 GB per GPU > 72.0 GB usable "
-                   "(90% of 80 GB)\n")
+    assert err == ("Error: llama2-70b TP1 PP1 a100-80gb: weights 128.5 GiB per GPU > 72.0 GiB usable "
+                   "(90% of 80 GiB)\n")

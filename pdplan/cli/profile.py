@@ -155,7 +155,7 @@ def fit(
         save_profile(profile, path)
     for note in result.skipped:
         stderr.print(f"skipped {note}", markup=False, highlight=False)
-    rows = [profile_summary(profile, path) for profile, path in targets]
+    rows = [profile_summary(load_profile(path), path) for _, path in targets]  # as written (rounded)
     if as_json:
         print_json(rows)
     else:
