@@ -273,20 +273,29 @@ def per_request_clocks(result: SimResult) -> dict[str, np.ndarray]:
     return clocks
 
 
+def check_admission_share(share: float) -> None:
+    """The admission share is a fraction of TTFT in [0, 1): prefill keeps the rest."""
+    if not 0 <= share < 1:
+        raise PdplanError(f"--admission-share must be in [0, 1), got {share!r}", field="admission_share")
+
+
 def phase_slo(slo: SLO, phase: str, admission_share: float) -> SLO:
     """The objectives one instance is judged on alone.
 
     Prefill: each TTFT objective at (1 − share) of its threshold. Decode: each TPOT objective,
     plus each TTFT objective applied to the admission wait at ``share`` of its threshold (the
-    wait for decode admission is part of TTFT, DESIGN.md). Colocated: the SLO as given.
+    wait for decode admission is part of TTFT, DESIGN.md). Colocated: the SLO as given. Share 0
+    judges prefill on the whole TTFT and decode on TPOT alone, as DistServe does.
     """
     if phase == "colocated":
         return slo
+    check_admission_share(admission_share)
     chosen = []
     for o in slo.objectives:
         if o.metric == "ttft":
             share = admission_share if phase == "decode" else 1 - admission_share
-            chosen.append(Objective(metric="ttft", threshold_s=o.threshold_s * share, attainment=o.attainment))
+            if share > 0:  # share 0: decode's admission wait is not judged alone (DistServe)
+                chosen.append(Objective(metric="ttft", threshold_s=o.threshold_s * share, attainment=o.attainment))
         elif o.metric == "tpot" and phase == "decode":
             chosen.append(o)
     if not chosen:
@@ -340,8 +349,6 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
     """
     if phase not in ("prefill", "decode", "colocated"):
         raise ValueError("phase must be prefill, decode or colocated")
-    if not 0 < admission_share < 1:
-        raise PdplanError(f"admission share must be in (0, 1), got {admission_share!r}", field="admission_share")
     judged = phase_slo(slo, phase, admission_share)
     md1 = mg1 = saturation = None
     ttft = judged.threshold_s("ttft")

@@ -294,7 +294,7 @@ def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
            memory_utilization: float, gpus_per_node: int) -> str:
     cal = CALIBRATION
     parts = [
-        "Derived, not measured: 0x02A FLOPs and state bytes (weights + output head read once per "
+        "Derived, not measured: transformer FLOPs (linear layers and causal attention pairs) and state bytes (weights + output head read once per "
         "iteration, K/V read and written) over peak BF16 FLOP/s and HBM bandwidth of the GPU catalog.",
         f"Efficiency defaults calibrated on {cal['shapes']} (Splitwise, {cal['file']}): MAPE "
         f"prefill {cal['mape_prefill']:.0%}, decode {cal['mape_decode']:.0%}; other models and "

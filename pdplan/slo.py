@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,6 +60,32 @@ class SLO:
                 for o in self.objectives]
 
 
+#: A plain number above this many seconds is almost surely milliseconds typed without a unit.
+PLAIN_SECONDS_LIMIT = {"ttft": 60.0, "tpot": 5.0, "e2e": 3600.0}
+_DURATION = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)\s*(ms|s)?\s*$")
+
+
+def parse_threshold_s(text: str | float, metric: str) -> float:
+    """A latency threshold from a flag: ``2s``, ``50ms`` or a plain number of seconds.
+
+    A plain number above :data:`PLAIN_SECONDS_LIMIT` for its clock is refused with a hint: a
+    TTFT of 2000 s or a TPOT of 50 s is a millisecond value typed without its unit.
+    """
+    flag = f"--{metric}"
+    match = _DURATION.match(str(text))
+    if match is None:
+        raise PdplanError(f"{flag} must be a duration such as 2s, 50ms or 0.5 (seconds), got {text!r}",
+                          field=metric)
+    number, unit = float(match.group(1)), match.group(2)
+    seconds = number / 1e3 if unit == "ms" else number
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise PdplanError(f"{flag} must be > 0, got {text!r}", field=metric)
+    if unit is None and number > PLAIN_SECONDS_LIMIT[metric]:
+        raise PdplanError(f"{flag} {text} reads as {number:g} seconds; plain numbers are seconds, so for "
+                          f"milliseconds write {flag} {match.group(1)}ms", field=metric)
+    return seconds
+
+
 def slo_from_flags(ttft_s: float | None, tpot_s: float | None, attainment: float,
                    e2e_s: float | None = None) -> SLO:
     """The common case: one threshold per clock, one attainment fraction for all."""
@@ -67,8 +95,8 @@ def slo_from_flags(ttft_s: float | None, tpot_s: float | None, attainment: float
     for metric, value in (("ttft", ttft_s), ("tpot", tpot_s), ("e2e", e2e_s)):
         if value is None:
             continue
-        if not value > 0:
-            raise PdplanError(f"--{metric} must be > 0 seconds, got {value!r}", field=metric)
+        if not (math.isfinite(value) and value > 0):
+            raise PdplanError(f"--{metric} must be a finite number of seconds > 0, got {value!r}", field=metric)
         objectives.append(Objective(metric=metric, threshold_s=value, attainment=attainment))
     if not objectives:
         raise PdplanError("no SLO given: pass --ttft and/or --tpot (seconds) or --slo FILE", field="slo")

@@ -94,15 +94,23 @@ BAD = [
       "--policy", "chunked", "--chunk", "0"), "Error: --chunk must be >= 1 token, got 0"),
     (("simulate", TRACE, "--plan", ROOT / "nope.yaml"), "Error: {root}/nope.yaml: plan file not found"),
     (("simulate", TRACE, "--plan", PLAN, "--rate", "-1"), "Error: --rate must be > 0, got -1.0"),
-    (("simulate", TRACE, "--plan", PLAN, "--ttft", "0"), "Error: --ttft must be > 0 seconds, got 0.0"),
-    (("simulate", TRACE, "--plan", PLAN, "--tpot", "-1"), "Error: --tpot must be > 0 seconds, got -1.0"),
+    (("simulate", TRACE, "--plan", PLAN, "--ttft", "0"), "Error: --ttft must be > 0, got '0'"),
+    (("simulate", TRACE, "--plan", PLAN, "--tpot", "-1"),
+     "Error: --tpot must be a duration such as 2s, 50ms or 0.5 (seconds), got '-1'"),
+    (("simulate", TRACE, "--plan", PLAN, "--ttft", "inf"),
+     "Error: --ttft must be a duration such as 2s, 50ms or 0.5 (seconds), got 'inf'"),
+    (("simulate", TRACE, "--plan", PLAN, "--ttft", "2000"),
+     "Error: --ttft 2000 reads as 2000 seconds; plain numbers are seconds, so for milliseconds write --ttft 2000ms"),
+    (("simulate", TRACE, "--plan", PLAN, "--tpot", "50"),
+     "Error: --tpot 50 reads as 50 seconds; plain numbers are seconds, so for milliseconds write --tpot 50ms"),
     (("simulate", TRACE, "--plan", PLAN, "--attainment", "1.5"), "Error: --attainment must be in (0, 1], got 1.5"),
 ]
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=["phase", "does-not-fit", "attainment", "chunk",
                                                     "chunk-zero", "missing-plan", "rate", "simulate-ttft", "simulate-tpot",
-                                                    "simulate-attainment"])
+                                                    "simulate-ttft-inf", "ttft-in-ms-by-mistake",
+                                                    "tpot-in-ms-by-mistake", "simulate-attainment"])
 def test_bad_input_exits_2_with_one_line(run_cli, args, message):
     code, out, err = run_cli(*args)
     assert code == 2
@@ -133,3 +141,10 @@ def test_decode_curve_names_its_ttft_clock_the_admission_wait(run_cli):
                              "--phase", "decode", "--requests-per-probe", "200", "--grid", "0")
     assert code == 0, err
     assert "admission wait" in out
+
+
+@pytest.mark.parametrize("ttft,tpot", [("1s", "100ms"), ("1000ms", "0.1s"), ("1", "0.1")])
+def test_slo_flags_take_seconds_or_milliseconds_with_their_unit(run_cli, ttft, tpot):
+    code, out, err = run_cli("simulate", TRACE, "--plan", PLAN, "--ttft", ttft, "--tpot", tpot, "--json")
+    assert code == 0, err
+    assert json.loads(out)["slo"] == {"ttft_s": pytest.approx(1.0), "tpot_s": pytest.approx(0.1)}

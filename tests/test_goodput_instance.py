@@ -3,6 +3,8 @@
 import numpy as np
 import pytest
 
+from pdplan.errors import PdplanError
+
 from pdplan.goodput import (
     InstanceGoodput,
     SearchSettings,
@@ -80,6 +82,20 @@ def test_decode_judges_admission_wait_against_its_share_of_ttft():
 def test_prefill_keeps_the_rest_of_the_ttft_budget_and_ignores_tpot():
     slo = phase_slo(slo_from_flags(1.0, 0.1, 0.9), "prefill", admission_share=0.1)
     assert [(o.metric, o.threshold_s) for o in slo.objectives] == [("ttft", pytest.approx(0.9))]
+
+
+def test_admission_share_zero_judges_prefill_on_the_whole_ttft_and_decode_on_tpot_alone():
+    slo = slo_from_flags(1.0, 0.1, 0.9)
+    assert [(o.metric, o.threshold_s) for o in phase_slo(slo, "prefill", admission_share=0).objectives] == [
+        ("ttft", pytest.approx(1.0))]
+    assert [(o.metric, o.threshold_s) for o in phase_slo(slo, "decode", admission_share=0).objectives] == [
+        ("tpot", 0.1)]
+
+
+@pytest.mark.parametrize("share", [-0.1, 1.0, float("nan")])
+def test_admission_share_outside_zero_to_one_is_an_input_error(share):
+    with pytest.raises(PdplanError, match=r"--admission-share must be in \[0, 1\)"):
+        phase_slo(slo_from_flags(1.0, 0.1, 0.9), "prefill", admission_share=share)
 
 
 def test_probe_workload_keeps_the_trace_burst_shape():

@@ -65,7 +65,7 @@ def goodput(
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the attainment curve as a PNG.")] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Goodput of one instance: the highest rate at which every SLO objective holds (0x08C).
+    """Goodput of one instance: the highest rate at which every SLO objective holds (DistServe).
 
     Prefill is judged on TTFT, decode on TPOT plus its admission wait (a share of TTFT), colocated
     on both. The search starts at the queueing bracket (M/D/1 and M/G/1 on the TTFT threshold)

@@ -66,7 +66,7 @@ def optimize(
                             "within --max-gpus/--max-cost/--max-power).")] = "cost",
     affinity: Annotated[str, typer.Option(
         "--affinity", help="KV path: high (handoffs cross nodes), low (prefill and decode stages share "
-                           "nodes, 0x08D) or auto (the better of both).")] = "auto",
+                           "nodes, DistServe's low affinity) or auto (the better of both).")] = "auto",
     max_gpus: Annotated[int | None, typer.Option("--max-gpus", help="GPU budget.")] = None,
     max_cost: Annotated[float | None, typer.Option("--max-cost", help="Budget in USD per hour.")] = None,
     max_power: Annotated[float | None, typer.Option("--max-power", help="Budget in watts (power limits).")] = None,

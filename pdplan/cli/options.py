@@ -10,7 +10,7 @@ import typer
 from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
 from pdplan.profiles import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
-from pdplan.slo import SLO, load_slo, slo_from_flags
+from pdplan.slo import SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.workload import FORMATS, Workload, load_trace
 
 TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
@@ -19,8 +19,12 @@ FormatOpt = Annotated[str | None, typer.Option(
     "--format", help=f"Trace format, one of {', '.join(FORMATS)}; detected from the header if omitted.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
 SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for every random draw; recorded in the output.")]
-TtftOpt = Annotated[float | None, typer.Option("--ttft", help="TTFT threshold in seconds.")]
-TpotOpt = Annotated[float | None, typer.Option("--tpot", help="TPOT threshold in seconds.")]
+TtftOpt = Annotated[str | None, typer.Option(
+    "--ttft", help="TTFT threshold: 2s, 500ms, or plain seconds (a plain number over 60 is refused as "
+                   "likely milliseconds).", show_default=False)]
+TpotOpt = Annotated[str | None, typer.Option(
+    "--tpot", help="TPOT threshold: 0.05, 50ms or 0.05s (a plain number over 5 is refused as likely "
+                   "milliseconds).", show_default=False)]
 AttainmentOpt = Annotated[float, typer.Option(
     "--attainment", help="Share of requests that must meet each threshold (e.g. 0.9 = p90).")]
 SloFileOpt = Annotated[Path | None, typer.Option(
@@ -37,20 +41,22 @@ ToleranceOpt = Annotated[float, typer.Option(
     "--tolerance", help="Stop bisecting when the bracket is within this fraction of the rate.")]
 AdmissionShareOpt = Annotated[float, typer.Option(
     "--admission-share", help="Share of the TTFT threshold a decode instance's admission wait may use "
-                              "when phases are judged alone; prefill keeps the rest.")]
+                              "when phases are judged alone; prefill keeps the rest (0: prefill is "
+                              "judged on the whole TTFT and decode on TPOT, as DistServe does).")]
 
 DEFAULT_TTFT_S, DEFAULT_TPOT_S, DEFAULT_ATTAINMENT = 1.0, 0.1, 0.9
 
 
-def slo_from_options(ttft: float | None, tpot: float | None, attainment: float, slo_file: Path | None) -> SLO:
+def slo_from_options(ttft: str | None, tpot: str | None, attainment: float, slo_file: Path | None) -> SLO:
     """An SLO file, or the flags (defaults p90 TTFT ≤ 1 s and p90 TPOT ≤ 100 ms)."""
     if slo_file is not None:
         if ttft is not None or tpot is not None:
             raise PdplanError("give either --slo FILE or --ttft/--tpot, not both", field="slo")
         return load_slo(slo_file)
     if ttft is None and tpot is None:
-        ttft, tpot = DEFAULT_TTFT_S, DEFAULT_TPOT_S
-    return slo_from_flags(ttft, tpot, attainment)
+        return slo_from_flags(DEFAULT_TTFT_S, DEFAULT_TPOT_S, attainment)
+    return slo_from_flags(None if ttft is None else parse_threshold_s(ttft, "ttft"),
+                          None if tpot is None else parse_threshold_s(tpot, "tpot"), attainment)
 
 
 def measured_profiles(path: Path | None) -> dict[tuple[str, str, int, int], PhaseProfile]:

@@ -27,7 +27,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_output
 from pdplan.sim import load_plan, simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
-from pdplan.slo import slo_from_flags
+from pdplan.slo import parse_threshold_s, slo_from_flags
 
 
 def simulate(
@@ -35,8 +35,8 @@ def simulate(
     plan: Annotated[Path, typer.Option("--plan", help="Plan YAML (see examples/plan_disagg.yaml).")],
     rate: Annotated[float | None, typer.Option("--rate", help="Rescale the trace to this mean rate (req/s), "
                                                               "keeping its burst shape.")] = None,
-    ttft: TtftOpt = DEFAULT_TTFT_S,
-    tpot: TpotOpt = DEFAULT_TPOT_S,
+    ttft: TtftOpt = None,
+    tpot: TpotOpt = None,
     attainment: AttainmentOpt = 0.9,
     profiles: ProfilesOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write one CSV row per request (atomically).")] = None,
@@ -51,6 +51,8 @@ def simulate(
     """
     if rate is not None and not rate > 0:
         raise PdplanError(f"--rate must be > 0, got {rate!r}", field="rate")
+    ttft = DEFAULT_TTFT_S if ttft is None else parse_threshold_s(ttft, "ttft")
+    tpot = DEFAULT_TPOT_S if tpot is None else parse_threshold_s(tpot, "tpot")
     slo_from_flags(ttft, tpot, attainment)  # the same checks as goodput/optimize (thresholds > 0, 0 < p <= 1)
     the_plan = load_plan(plan)
     workload = load_workload(trace, format)
