@@ -16,14 +16,9 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.profiles import PhaseProfile
 from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, service_moments
-from pdplan.sim import (
-    SimResult,
-    simulate_colocated_instance,
-    simulate_decode_instance,
-    simulate_prefill_instance,
-)
+from pdplan.sim import SimResult, simulate_pool
 from pdplan.slo import SLO, Objective, attainment
-from pdplan.workload import Workload, head, replace_arrivals, rescale_rate
+from pdplan.workload import Workload, replace_arrivals, rescale_rate, thin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +39,7 @@ class SearchSettings:
 
     tolerance_rel: float = 0.02     #: stop when (hi − lo) ≤ tolerance_rel · hi
     max_probes: int = 40
-    requests_per_probe: int = 2000
+    requests_per_probe: int = 2000  #: the one default of goodput and optimize, so their figures agree
     arrivals: str = "trace"         #: "trace" (rescaled, burst shape kept) or "poisson"
     seed: int = 0
     grid_points: int = 0            #: extra rates, evenly spaced up to 1.5 × goodput, for the curve
@@ -69,6 +64,13 @@ class Search:
 
     goodput_rps: float
     probes: tuple[Probe, ...]
+
+    @property
+    def missed_rps(self) -> float | None:
+        """The lowest probed rate above the goodput that missed: the true goodput lies in
+        [goodput_rps, missed_rps) (None when every probe met the SLO)."""
+        return min((p.rate_rps for p in self.probes if not p.meets and p.rate_rps > self.goodput_rps),
+                   default=None)
 
 
 def probe_from_clocks(rate_rps: float, slo: SLO, clocks: dict[str, np.ndarray],
@@ -107,6 +109,10 @@ def joint_attainment(slo: SLO, clocks: dict[str, np.ndarray]) -> float:
     return float("nan") if ok is None or len(ok) == 0 else float(ok.mean())
 
 
+#: The search gives up (goodput 0) when no rate meets the SLO down to this share of its start.
+NOTHING_BELOW = 1e-3
+
+
 def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings: SearchSettings,
                  on_probe: Callable[[Probe], None] | None = None) -> Search:
     """g = max{λ : a(λ) meets every objective} by expansion then bisection (0x08C).
@@ -115,7 +121,8 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
 
     Starts at ``start_rps`` (the queueing bracket), doubles while the rate still meets the SLO,
     then bisects between the last rate that met it and the first that did not. The answer is
-    always a rate that was simulated and met the SLO (0 when none did), so it never overstates.
+    always a rate that was simulated and met the SLO (0 when none did, down to
+    ``NOTHING_BELOW`` × the start), so it never overstates.
     """
     if not start_rps > 0:
         raise ValueError("start_rps must be > 0")
@@ -133,7 +140,8 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
         lo, hi = hi, 2 * hi
     if run(hi).meets:  # probe budget spent while still meeting: report the best verified rate
         lo = hi
-    while hi - lo > settings.tolerance_rel * hi and len(probes) < settings.max_probes:
+    while (hi - lo > settings.tolerance_rel * hi and len(probes) < settings.max_probes
+           and (lo > 0 or hi > start_rps * NOTHING_BELOW)):
         mid = (lo + hi) / 2
         if run(mid).meets:
             lo = mid
@@ -211,12 +219,18 @@ class InstanceGoodput:
     def goodput_per_gpu(self) -> float:
         return self.goodput_rps / self.gpus
 
+    @property
+    def missed_rps(self) -> float | None:
+        """The lowest probed rate that missed above the goodput (see :attr:`Search.missed_rps`)."""
+        return Search(goodput_rps=self.goodput_rps, probes=self.probes).missed_rps
+
     def to_dict(self) -> dict:
         """The ``pdplan goodput --json`` document."""
         return {
             "phase": self.phase, "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
             "policy": self.policy, "chunk_tokens": self.chunk_tokens,
             "goodput_rps": self.goodput_rps, "goodput_per_gpu": self.goodput_per_gpu, "gpus": self.gpus,
+            "missed_rps": self.missed_rps,
             "bracket": {"md1_rps": self.md1_rps, "mg1_rps": self.mg1_rps},
             "saturation_rps": self.saturation_rps,
             "curve": [{"rate_rps": p.rate_rps, "attainment_ttft": p.attainment_ttft,
@@ -247,18 +261,22 @@ class InstanceGoodput:
                    admission_share=data["admission_share"])
 
 
-def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings) -> Workload:
-    """The requests one probe simulates at ``rate_rps``.
+def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings,
+                   replicas: int = 1) -> Workload:
+    """The requests one probe simulates at ``rate_rps``: ``requests_per_probe`` per replica, so
+    each instance of a pool sees as many requests as one instance alone.
 
-    ``trace``: the trace's first ``requests_per_probe`` requests, gaps scaled to the rate (burst
-    shape kept). ``poisson``: that many requests with lengths resampled from the trace and
-    Poisson arrivals, from ``settings.seed``. Lengths-only traces always take ``poisson``.
+    ``trace``: a uniform random subset of the trace's requests (all of them when it is shorter),
+    in trace order, gaps scaled to the rate. Drawing from the whole trace, not its head, keeps
+    its rate swings in every probe, and one replica of a pool of n then sees the same process
+    as one instance alone (a router thins the stream it splits), so c(n) and c(1) compare.
+    ``poisson``: requests with lengths resampled from the trace and Poisson arrivals. Both draw
+    from ``settings.seed``. Lengths-only traces always take ``poisson``.
     """
-    n = min(settings.requests_per_probe, len(workload))
+    wanted = settings.requests_per_probe * replicas
     if settings.arrivals == "poisson" or not workload.has_arrivals:
-        return replace_arrivals(workload, rate_rps=rate_rps, n_requests=settings.requests_per_probe,
-                                rng=settings.seed)
-    return rescale_rate(head(workload, n), rate_rps)
+        return replace_arrivals(workload, rate_rps=rate_rps, n_requests=wanted, rng=settings.seed)
+    return rescale_rate(thin(workload, wanted, rng=settings.seed), rate_rps)
 
 
 def per_request_clocks(result: SimResult) -> dict[str, np.ndarray]:
@@ -350,35 +368,55 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
     if phase not in ("prefill", "decode", "colocated"):
         raise ValueError("phase must be prefill, decode or colocated")
     judged = phase_slo(slo, phase, admission_share)
-    md1 = mg1 = saturation = None
+    md1 = mg1 = None
     ttft = judged.threshold_s("ttft")
     if phase != "decode" and ttft is not None:
         d, mean, second = prefill_moments_s(workload, profile)
         md1 = mg1_rate_for_mean_ttft(ttft, d, d * d)
         mg1 = mg1_rate_for_mean_ttft(ttft, mean, second)
-    if phase == "prefill":
-        saturation = prefill_saturation(workload, profile)
-    if phase == "decode":
-        saturation = decode_saturation(workload, profile)
-
-    def probe(rate: float) -> Probe:
-        requests = probe_workload(workload, rate, settings)
-        if phase == "prefill":
-            result = simulate_prefill_instance(requests, profile, seed=settings.seed)
-        elif phase == "decode":
-            result = simulate_decode_instance(requests, profile, seed=settings.seed)
-        else:
-            result = simulate_colocated_instance(requests, profile, policy=policy or "prefill-first",
-                                                 chunk_tokens=chunk_tokens, seed=settings.seed)
-        return probe_from_clocks(rate, judged, per_request_clocks(result),
-                                 saturated=saturation is not None and rate > saturation)
-
+    saturation = instance_saturation(workload, profile, phase)
     # Start at the P–K bracket; a decode instance has none, so at half its saturation.
     start = mg1 or md1 or (saturation / 2 if saturation else 1.0)
-    search = find_goodput(probe, start_rps=start, settings=settings, on_probe=on_probe)
+    search = pool_goodput(workload, profile, phase=phase, slo=slo, settings=settings, policy=policy,
+                          chunk_tokens=chunk_tokens, admission_share=admission_share, start_rps=start,
+                          on_probe=on_probe)
     return InstanceGoodput(
         phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp,
         policy=policy if phase == "colocated" else None, chunk_tokens=chunk_tokens,
         goodput_rps=search.goodput_rps, md1_rps=md1, mg1_rps=mg1, saturation_rps=saturation,
         probes=search.probes, requests_per_probe=settings.requests_per_probe, settings=settings,
         admission_share=admission_share)
+
+
+def instance_saturation(workload: Workload, profile: PhaseProfile, phase: str) -> float | None:
+    """Closed-form throughput limit of one instance (None for colocated: its TTFT shows overload)."""
+    if phase == "prefill":
+        return prefill_saturation(workload, profile)
+    if phase == "decode":
+        return decode_saturation(workload, profile)
+    return None
+
+
+def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO, settings: SearchSettings,
+                 start_rps: float, replicas: int = 1, policy: str | None = None, chunk_tokens: int | None = None,
+                 admission_share: float = DEFAULT_ADMISSION_SHARE,
+                 on_probe: Callable[[Probe], None] | None = None) -> Search:
+    """Goodput of ``replicas`` instances of one shape behind the router, the phase judged alone
+    (:func:`phase_slo`): one instance is the 0x08C goodput, n of them the pool capacity c(n).
+
+    Each probe simulates ``requests_per_probe`` requests per replica; a pool is never good above
+    n × one instance's saturation throughput.
+    """
+    judged = phase_slo(slo, phase, admission_share)
+    single = instance_saturation(workload, profile, phase)
+    saturation = None if single is None else replicas * single
+
+    def probe(rate: float) -> Probe:
+        requests = probe_workload(workload, rate, settings, replicas)
+        result = simulate_pool(requests, profile, phase=phase, replicas=replicas,
+                               policy=(policy or "prefill-first") if phase == "colocated" else None,
+                               chunk_tokens=chunk_tokens, seed=settings.seed)
+        return probe_from_clocks(rate, judged, per_request_clocks(result),
+                                 saturated=saturation is not None and rate > saturation)
+
+    return find_goodput(probe, start_rps=start_rps, settings=settings, on_probe=on_probe)

@@ -945,6 +945,37 @@ def head(workload: Workload, n: int) -> Workload:
     return _replace(workload, rows=_Rows.of(workload).take(np.arange(n)))
 
 
+def thin(workload: Workload, n: int, *, rng: np.random.Generator | int) -> Workload:
+    """``n`` requests drawn uniformly without replacement, kept in trace order (all of them when
+    the trace is shorter): the trace's rate over time survives, at 1/k of its density."""
+    if n >= len(workload):
+        return workload
+    keep = np.sort(_generator(rng).choice(len(workload), size=n, replace=False))
+    return _replace(workload, rows=_Rows.of(workload).take(keep))
+
+
+def poisson_resample(workload: Workload, *, rng: np.random.Generator | int, window: int = 16) -> Workload:
+    """The trace's requests on new Poisson arrivals that follow the trace's own rate over time.
+
+    The arrivals are cut into windows of ``window`` consecutive requests. Each request lands in a
+    window with probability proportional to the window's count and at a uniform time inside it:
+    a Poisson process whose rate is the trace's windowed rate, conditioned on the same total.
+    Bursts longer than a window survive; the order inside one is redrawn. Lengths (and prefix
+    hashes) stay in trace order; the span and mean rate are the trace's.
+    """
+    arrival_s = _require_arrivals(workload, "resample arrivals")
+    n = len(workload)
+    edges_at = np.unique(np.append(np.arange(0, n, window), n - 1))
+    edges = arrival_s[edges_at]
+    counts = np.diff(edges_at).astype(float)
+    counts[-1] += 1  # the last window also holds the last arrival
+    generator = _generator(rng)
+    which = generator.choice(len(counts), size=n, p=counts / counts.sum()) if len(counts) else np.zeros(n, int)
+    width = np.diff(edges) if len(edges) > 1 else np.zeros(1)
+    times = np.sort(edges[which] + generator.random(n) * width[which])
+    return _replace(workload, arrival_s=times)
+
+
 def window(workload: Workload, *, start_s: float = 0.0, duration_s: float = math.inf) -> Workload:
     """Requests arriving in [start_s, start_s + duration_s), both measured from the first arrival.
 

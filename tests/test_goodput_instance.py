@@ -98,14 +98,23 @@ def test_admission_share_outside_zero_to_one_is_an_input_error(share):
         phase_slo(slo_from_flags(1.0, 0.1, 0.9), "prefill", admission_share=share)
 
 
-def test_probe_workload_keeps_the_trace_burst_shape():
-    arrivals = np.cumsum(np.random.default_rng(3).exponential(1.0, 1000))
-    workload = Workload(arrival_s=arrivals, prompt_tokens=np.full(1000, 10), output_tokens=np.full(1000, 2))
-    probe = probe_workload(workload, 5.0, SearchSettings(requests_per_probe=500))
-    gaps, original = np.diff(probe.arrival_s), np.diff(arrivals[:500])
-    assert len(probe) == 500
+def test_probe_workload_draws_from_the_whole_trace_in_order_at_the_probe_rate():
+    """A trace whose second half arrives ten times faster: a probe of a tenth of it keeps that swing."""
+    arrivals = np.concatenate([np.arange(500) * 1.0, 500 + np.arange(500) * 0.1])
+    workload = Workload(arrival_s=arrivals, prompt_tokens=np.arange(1, 1001), output_tokens=np.full(1000, 2))
+    probe = probe_workload(workload, 5.0, SearchSettings(requests_per_probe=100))
+    assert len(probe) == 100
+    assert np.all(np.diff(probe.prompt_tokens) > 0)  # trace order
     assert (len(probe) / (probe.arrival_s[-1] - probe.arrival_s[0])) == pytest.approx(5.0)
-    assert gaps.std() / gaps.mean() == pytest.approx(original.std() / original.mean())
+    slow = probe.prompt_tokens <= 500
+    assert 30 < slow.sum() < 70  # drawn from both halves, not the head
+    assert np.diff(probe.arrival_s)[slow[1:]].mean() > 5 * np.diff(probe.arrival_s)[~slow[1:]].mean()
+
+
+def test_a_pool_probe_carries_requests_per_probe_for_each_replica():
+    workload = even_trace(n=1000)
+    assert len(probe_workload(workload, 5.0, SearchSettings(requests_per_probe=100), replicas=4)) == 400
+    assert len(probe_workload(workload, 5.0, SearchSettings(requests_per_probe=400), replicas=4)) == 1000
 
 
 def test_result_round_trips_through_its_json_form():

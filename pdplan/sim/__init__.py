@@ -8,6 +8,7 @@ API (stable; used by goodput search and the ``pdplan simulate`` / ``pdplan goodp
     simulate_decode_instance(workload, profile, *, seed=0, rate_rps=None) -> SimResult
     simulate_colocated_instance(workload, profile, *, policy="prefill-first", chunk_tokens=None,
                                 seed=0, rate_rps=None) -> SimResult
+    simulate_pool(workload, profile, *, phase, replicas=1, ...) -> SimResult   # n replicas, one phase
     SimResult.requests                  # pandas DataFrame, one row per request (results.COLUMNS)
     SimResult.columns                   # the same as a dict of numpy arrays
     SimResult.summary(ttft_s, tpot_s)   # dict; see SimResult.summary
@@ -25,6 +26,7 @@ from pdplan.sim.engine import (
     simulate,
     simulate_colocated_instance,
     simulate_decode_instance,
+    simulate_pool,
     simulate_prefill_instance,
 )
 from pdplan.sim.plan import Link, Plan, Pool, load_plan, resolve_pools
@@ -34,5 +36,5 @@ from pdplan.sim.transfer import layer_visibility, request_completion
 __all__ = [
     "COLUMNS", "Link", "Plan", "Pool", "SimResult", "as_requests", "layer_visibility",
     "load_plan", "request_completion", "resolve_pools", "simulate", "simulate_colocated_instance",
-    "simulate_decode_instance", "simulate_prefill_instance",
+    "simulate_decode_instance", "simulate_pool", "simulate_prefill_instance",
 ]

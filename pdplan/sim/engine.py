@@ -211,15 +211,20 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
-                  chunk_tokens: int | None = None, max_prefill_batch_tokens: int | None = None) -> Layout:
-    """One instance of ``phase`` alone ("prefill", "decode" or "colocated")."""
+                  chunk_tokens: int | None = None, max_prefill_batch_tokens: int | None = None,
+                  replicas: int = 1) -> Layout:
+    """``replicas`` instances of ``phase`` ("prefill", "decode" or "colocated") behind the router,
+    with no other phase: one instance alone, or one pool judged alone."""
     cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
     if not 1 <= cap <= profile.max_prefill_batch_tokens:
         raise ValueError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}]")
-    return Layout(mode="colocated" if phase == "colocated" else phase, labels=(f"{phase}/0",),
-                  phases=(phase,), profiles=(profile,), pool_slot=(0,), policy=(policy,),
-                  chunk_tokens=(chunk_tokens or 0,), cache_blocks=(0,),
-                  batch_tokens=(cap,),
+    if replicas < 1:
+        raise ValueError("replicas must be >= 1")
+    return Layout(mode="colocated" if phase == "colocated" else phase,
+                  labels=tuple(f"{phase}/{i}" for i in range(replicas)), phases=(phase,) * replicas,
+                  profiles=(profile,) * replicas, pool_slot=(0,) * replicas, policy=(policy,) * replicas,
+                  chunk_tokens=(chunk_tokens or 0,) * replicas, cache_blocks=(0,) * replicas,
+                  batch_tokens=(cap,) * replicas,
                   link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)))
 
 
@@ -435,23 +440,45 @@ def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec |
                engine=engine)
 
 
+def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas: int = 1,
+                  policy: str | None = None, chunk_tokens: int | None = None,
+                  max_prefill_batch_tokens: int | None = None, seed: int = 0,
+                  rate_rps: float | None = None, engine: str = "fast") -> SimResult:
+    """``replicas`` identical instances of one phase behind the router, with no other phase.
+
+    The clocks are those of one instance alone (below), per request; routing is the plan's
+    (prefill: fewest pending prompt tokens; decode: least KV load; colocated: fewest outstanding
+    tokens), so a pool of n replicas shows the pooling gain that n separate instances do not.
+    """
+    if phase == "colocated":
+        if policy not in ("prefill-first", "chunked"):
+            raise ValueError("policy must be 'prefill-first' or 'chunked'")
+        if (policy == "chunked") != (chunk_tokens is not None):
+            raise ValueError("chunk_tokens is required by, and only by, the chunked policy")
+        if chunk_tokens is not None and chunk_tokens < 1:
+            raise ValueError("chunk_tokens must be >= 1")  # 0 would mean "no chunking" in the layout
+    elif phase not in ("prefill", "decode"):
+        raise ValueError("phase must be prefill, decode or colocated")
+    layout = layout_single(phase, profile, policy=policy, chunk_tokens=chunk_tokens,
+                           max_prefill_batch_tokens=max_prefill_batch_tokens, replicas=replicas)
+    return run(layout, as_requests(workload, rate_rps=rate_rps), seed=seed, rate_rps=rate_rps, engine=engine)
+
+
 def simulate_prefill_instance(workload: Any, profile: PhaseProfile, *,
                               max_prefill_batch_tokens: int | None = None, seed: int = 0,
                               rate_rps: float | None = None, engine: str = "fast") -> SimResult:
     """One prefill instance alone: ``ttft_s`` is its TTFT contribution, prefill end − arrival
     (queue + batch time); no transfer and no decode (TPOT not measured). The batch cap defaults
     to the profile's, as in a plan's pool."""
-    layout = layout_single("prefill", profile, max_prefill_batch_tokens=max_prefill_batch_tokens)
-    return run(layout, as_requests(workload, rate_rps=rate_rps),
-               seed=seed, rate_rps=rate_rps, engine=engine)
+    return simulate_pool(workload, profile, phase="prefill", max_prefill_batch_tokens=max_prefill_batch_tokens,
+                         seed=seed, rate_rps=rate_rps, engine=engine)
 
 
 def simulate_decode_instance(workload: Any, profile: PhaseProfile, *, seed: int = 0,
                              rate_rps: float | None = None, engine: str = "fast") -> SimResult:
     """One decode instance alone: requests arrive with their KV visible (and first token made);
     ``admission_wait_s`` (= ``ttft_s``) is the wait for KV memory, ``tpot_s`` the cadence."""
-    return run(layout_single("decode", profile), as_requests(workload, rate_rps=rate_rps),
-               seed=seed, rate_rps=rate_rps, engine=engine)
+    return simulate_pool(workload, profile, phase="decode", seed=seed, rate_rps=rate_rps, engine=engine)
 
 
 def simulate_colocated_instance(workload: Any, profile: PhaseProfile, *, policy: str = "prefill-first",
@@ -460,14 +487,6 @@ def simulate_colocated_instance(workload: Any, profile: PhaseProfile, *, policy:
                                 rate_rps: float | None = None, engine: str = "fast") -> SimResult:
     """One colocated instance alone with ``policy`` "prefill-first" (batch cap defaults to the
     profile's) or "chunked" (needs ``chunk_tokens``)."""
-    if policy not in ("prefill-first", "chunked"):
-        raise ValueError("policy must be 'prefill-first' or 'chunked'")
-    if (policy == "chunked") != (chunk_tokens is not None):
-        raise ValueError("chunk_tokens is required by, and only by, the chunked policy")
-    if chunk_tokens is not None and chunk_tokens < 1:
-        raise ValueError("chunk_tokens must be >= 1")  # 0 would mean "no chunking" in the layout
-    layout = layout_single("colocated", profile, policy=policy, chunk_tokens=chunk_tokens,
-                           max_prefill_batch_tokens=max_prefill_batch_tokens)
-    return run(layout,
-               as_requests(workload, rate_rps=rate_rps), seed=seed, rate_rps=rate_rps,
-               engine=engine)
+    return simulate_pool(workload, profile, phase="colocated", policy=policy, chunk_tokens=chunk_tokens,
+                         max_prefill_batch_tokens=max_prefill_batch_tokens, seed=seed, rate_rps=rate_rps,
+                         engine=engine)

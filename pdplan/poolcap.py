@@ -1,0 +1,119 @@
+"""Pool capacity c(n): the rate n replicas of one shape sustain behind the router, per phase.
+
+DistServe's replica rule (0x08C) sizes a pool as ``n = ceil(R / g)``, with g the goodput of one
+instance alone: n instances are assumed to serve n·g. That throws away the pooling gain. One
+instance must keep its queue short at every moment on its own; n instances behind a
+shortest-queue router absorb each other's bursts, so the p90 wait at a given utilisation falls as
+n grows and c(n) > n·c(1) (a shared M/G/n queue beats n separate M/G/1 queues at equal load).
+
+The model, in DESIGN.md's terms:
+
+* **Samples.** c(n) is the goodput (the same bisection over simulated rates, the phase judged
+  alone against its share of the SLO) of a pool of n replicas, each probe carrying
+  ``requests_per_probe`` requests per replica, at n = 1, 2, 4, 8, … until the pool serves the
+  rate the planner may ask of it, or the cluster cannot hold more. c(1) is the instance goodput.
+* **Between samples**, c(n) = n · e(a), with e(a) = c(a)/a the per-replica rate of the largest
+  sample a ≤ n: never above what a measured pool size achieved per replica, so the integer
+  program does not claim capacity no simulation showed. It is also at most c(b) for every sample
+  b ≥ n (more replicas never serve less) and at most n × one instance's saturation throughput.
+  The result is monotone non-decreasing in n.
+* **Beyond the largest sample**, c(n) = n · e(largest): extrapolated at the last measured
+  efficiency (conservative while efficiency still grows; the end-to-end verification is the
+  judge either way).
+
+Samples are cached on disk like instance goodputs, one entry per (shape, n).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable
+
+#: The largest pool simulated per shape; beyond it c(n) extrapolates at its per-replica rate.
+MAX_SAMPLED_REPLICAS = 32
+
+
+@dataclass(frozen=True, kw_only=True)
+class PoolCurve:
+    """Sampled pool capacities of one shape, interpolated as the module docstring states."""
+
+    samples: tuple[tuple[int, float], ...]   #: (replicas, capacity rps), replicas ascending from 1
+    saturation_rps: float | None = None      #: one instance's closed-form limit (None: colocated)
+
+    def __post_init__(self):
+        sizes = [n for n, _ in self.samples]
+        if not sizes or sizes[0] != 1 or sizes != sorted(set(sizes)):
+            raise ValueError("samples must start at 1 replica and rise strictly")
+        if any(not (math.isfinite(c) and c >= 0) for _, c in self.samples):
+            raise ValueError("sampled capacities must be finite and >= 0")
+
+    @classmethod
+    def linear(cls, goodput_rps: float) -> "PoolCurve":
+        """n · g: DistServe's replica rule, no pooling gain."""
+        return cls(samples=((1, goodput_rps),))
+
+    @property
+    def largest_sampled(self) -> int:
+        return self.samples[-1][0]
+
+    def capacity_rps(self, n: int) -> float:
+        """c(n) for any n >= 0 (c(0) = 0)."""
+        if n <= 0:
+            return 0.0
+        below = max((s for s in self.samples if s[0] <= n), key=lambda s: s[0])
+        value = n * below[1] / below[0]
+        for size, capacity in self.samples:
+            if size >= n:
+                value = min(value, capacity)
+        if self.saturation_rps is not None:
+            value = min(value, n * self.saturation_rps)
+        return value
+
+    def replicas_for(self, rate_rps: float, limit: int) -> int | None:
+        """The fewest replicas whose capacity reaches ``rate_rps`` (None beyond ``limit``)."""
+        if rate_rps <= 0:
+            return 0
+        per_replica = max(c / n for n, c in self.samples)
+        if self.saturation_rps is not None:
+            per_replica = min(per_replica, self.saturation_rps)
+        if per_replica <= 0 or rate_rps / per_replica > limit:
+            return None
+        n = max(1, math.floor(rate_rps / per_replica))  # no n below this can reach the rate
+        while n <= limit:
+            if self.capacity_rps(n) >= rate_rps * (1 - 1e-12):
+                return n
+            n += 1
+        return None
+
+    def to_dict(self) -> dict:
+        return {"samples": [{"replicas": n, "capacity_rps": c} for n, c in self.samples],
+                "saturation_rps_per_instance": self.saturation_rps}
+
+
+def sample_sizes(up_to: int) -> list[int]:
+    """Pool sizes sampled after n = 1: 2, 4, 8, … up to ``up_to`` (itself included when it is
+    not a power of two) and never beyond :data:`MAX_SAMPLED_REPLICAS`."""
+    up_to = min(up_to, MAX_SAMPLED_REPLICAS)
+    sizes, n = [], 2
+    while n < up_to:
+        sizes.append(n)
+        n *= 2
+    if up_to >= 2:
+        sizes.append(up_to)
+    return sizes
+
+
+def build_curve(single_rps: float, saturation_rps: float | None, *, wanted_rps: float, most_replicas: int,
+                sample: Callable[[int, float], float]) -> PoolCurve:
+    """Sample c(n) at growing pool sizes until a pool reaches ``wanted_rps`` or the cluster cannot
+    hold more (``most_replicas``). ``sample(n, start_rps)`` simulates one pool size, its search
+    starting at the rate the largest smaller sample reached per replica."""
+    samples = [(1, single_rps)]
+    if single_rps > 0:
+        needed = PoolCurve(samples=((1, single_rps),)).replicas_for(wanted_rps, most_replicas) or most_replicas
+        for n in sample_sizes(needed):
+            samples.append((n, sample(n, n * samples[-1][1] / samples[-1][0])))
+            if samples[-1][1] >= wanted_rps or samples[-1][1] <= 0:
+                break  # enough; or a pool that serves nothing (a shape on the edge of its SLO)
+    return PoolCurve(samples=tuple(samples), saturation_rps=saturation_rps)
