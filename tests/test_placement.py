@@ -1,6 +1,7 @@
 """CP-SAT placement against the article's fixtures and against exhaustive enumeration."""
 
 import functools
+from dataclasses import replace
 import itertools
 import math
 
@@ -9,7 +10,7 @@ import pytest
 
 from pdplan.errors import InfeasibleError
 from pdplan.hardware import Cluster, NodeType, get_gpu
-from pdplan.placement import Candidate, Problem, node_patterns, solve
+from pdplan.placement import ALIASES, Candidate, Problem, node_patterns, pair, solve
 
 GIB, MIB = 2**30, 2**20
 
@@ -71,7 +72,7 @@ def test_infeasible_budget_is_named():
 def test_fleet_that_excludes_every_shape_is_named():
     with pytest.raises(InfeasibleError, match=r"no usable prefill/decode shape \(fleet rules them out"):
         solve(Problem(candidates=FIXTURE, cluster=cluster_of(node()), mode="disaggregated",
-                      target_rps=10, objective="gpus", fleet="HH"))
+                      target_rps=10, objective="gpus", fleet=pair(*ALIASES["HH"])))
 
 
 def test_goodput_objective_fills_the_budget():
@@ -84,7 +85,7 @@ def test_capped_decode_runs_on_h100_nodes():
     cands = (Candidate(phase="prefill", gpu="h100-80gb", tp=2, pp=1, goodput_rps=8),
              Candidate(phase="decode", gpu="h100-80gb-pcap", tp=2, pp=1, goodput_rps=12))
     sol = solve(Problem(candidates=cands, cluster=cluster_of(node(gpu="h100-80gb")), mode="disaggregated",
-                        target_rps=10, objective="power", fleet="HHcap"))
+                        target_rps=10, objective="power", fleet=pair(*ALIASES["HHcap"])))
     assert sol.power_w == pytest.approx(4 * 700 + 2 * 490)
 
 
@@ -129,6 +130,9 @@ def brute_force(problem):
     best = None
     bounds = [range(0, math.ceil(problem.target_rps / c.goodput_rps) + 1) for c in cands]
     for counts in itertools.product(*bounds):
+        in_use = [(c.phase, c.gpu) for c, k in zip(cands, counts) if k]
+        if problem.pool_shapes == "one" and len(in_use) != len(set(in_use)):
+            continue
         ok = all(sum(math.floor(c.goodput_rps * 1000 + 1e-9) * k for c, k in zip(cands, counts) if c.phase == p)
                  >= math.ceil(problem.target_rps * 1000 - 1e-9) for p in problem.phases)
         if not ok:
@@ -179,9 +183,16 @@ def test_the_random_corpus_has_at_least_50_feasible_instances():
     assert sum(case(seed)[1] is not None for seed in SEEDS) >= 50
 
 
+@functools.cache
+def case_one_shape(seed):
+    problem = replace(case(seed)[0], pool_shapes="one")
+    return problem, brute_force(problem)
+
+
 @pytest.mark.parametrize("seed", SEEDS)
-def test_cp_sat_matches_exhaustive_enumeration(seed):
-    problem, expected = case(seed)
+@pytest.mark.parametrize("shapes", ["mixed", "one"])
+def test_cp_sat_matches_exhaustive_enumeration(seed, shapes):
+    problem, expected = case(seed) if shapes == "mixed" else case_one_shape(seed)
     if expected is None:
         with pytest.raises(InfeasibleError):
             solve(problem)
@@ -239,3 +250,86 @@ def test_equally_cheap_plans_take_the_fewest_nodes():
                         mode="colocated", target_rps=4, objective="cost"))
     assert [(i.stage_nodes, i.stage_gpus) for i in sol.instances] == [
         (("n-0",), ((0, 1, 2, 3),)), (("n-0",), ((4, 5, 6, 7),))]
+
+
+# --- pool capacity, redundancy and the verified search's families ----------------------------------
+
+def pooled(phase, c1, samples, gpu="a100-80gb", tp=2):
+    from pdplan.poolcap import PoolCurve
+    return Candidate(phase=phase, gpu=gpu, tp=tp, pp=1, goodput_rps=c1,
+                     curve=PoolCurve(samples=((1, c1), *samples)))
+
+
+def test_pool_capacity_lets_fewer_replicas_serve_the_target():
+    """c(1) = 4 but c(2) = 10: two replicas behind one router serve 10 rps, not 8."""
+    cands = (pooled("prefill", 4, ((2, 10),)), pooled("decode", 12, ()))
+    sol = solve(Problem(candidates=cands, cluster=cluster_of(node()), mode="disaggregated", target_rps=10,
+                        objective="gpus"))
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 2, "decode": 1}
+    assert sol.phase_capacity_rps["prefill"] == 10
+
+
+def test_instance_redundancy_keeps_the_target_with_any_one_instance_lost():
+    """Fixture at 10 rps: 2 prefill at 8 rps leave 8 after a loss, so 3; 1 decode at 12 leaves 0, so 2."""
+    sol = solve(Problem(candidates=FIXTURE, cluster=cluster_of(node(count=4)), mode="disaggregated",
+                        target_rps=10, objective="gpus", redundancy="instance"))
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 3, "decode": 2}
+
+
+def test_node_redundancy_keeps_the_target_with_a_whole_node_lost():
+    """Four-GPU nodes hold two TP2 instances each: a lost node takes two of a phase."""
+    sol = solve(Problem(candidates=FIXTURE, cluster=cluster_of(node(count=6)), mode="disaggregated",
+                        target_rps=10, objective="gpus", redundancy="node"))
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 4, "decode": 3}
+
+
+def test_one_shape_per_phase_and_gpu_type():
+    cands = (Candidate(phase="colocated", gpu="a100-80gb", tp=2, pp=1, goodput_rps=3),
+             Candidate(phase="colocated", gpu="a100-80gb", tp=4, pp=1, goodput_rps=7))
+    mixed = solve(Problem(candidates=cands, cluster=cluster_of(node(count=4)), mode="colocated",
+                          target_rps=10, objective="gpus"))
+    one = solve(Problem(candidates=cands, cluster=cluster_of(node(count=4)), mode="colocated",
+                        target_rps=10, objective="gpus", pool_shapes="one"))
+    assert len(mixed.replicas) == 2 and mixed.gpus_total == 6
+    assert len(one.replicas) == 1 and one.gpus_total == 8
+
+
+def test_a_plan_that_missed_excludes_every_plan_it_dominates():
+    base = Problem(candidates=FIXTURE, cluster=cluster_of(node(count=4)), mode="disaggregated",
+                   target_rps=10, objective="gpus")
+    first = solve(base)
+    again = solve(replace(base, excluded=(first.counts,)))
+    assert any(again.replicas.get(c, 0) > k for c, k in first.replicas.items())
+    assert again.gpus_total == 8
+
+
+def test_a_fixed_plan_is_placed_as_given_without_a_capacity_requirement():
+    prefill, decode = FIXTURE
+    sol = solve(Problem(candidates=FIXTURE, cluster=cluster_of(node()), mode="disaggregated", target_rps=100,
+                        objective="gpus", fixed=((prefill, 1), (decode, 1))))
+    assert sol.replicas == {prefill: 1, decode: 1} and len(sol.instances) == 2
+
+
+def test_a_fixed_plan_that_does_not_fit_is_infeasible():
+    prefill, decode = FIXTURE
+    with pytest.raises(InfeasibleError, match="is left to try"):
+        solve(Problem(candidates=FIXTURE, cluster=cluster_of(node(count=1)), mode="disaggregated",
+                      target_rps=10, objective="gpus", fixed=((prefill, 2), (decode, 1))))
+
+
+def test_dearest_below_a_ceiling_finds_the_largest_plan_under_it():
+    sol = solve(Problem(candidates=FIXTURE, cluster=cluster_of(node(count=4)), mode="disaggregated",
+                        target_rps=5, objective="gpus", below=8, dearest=True,
+                        phase_targets={"prefill": 0.001, "decode": 0.001}))
+    assert sol.gpus_total == 6
+
+
+def test_fleet_all_is_every_prefill_and_decode_gpu_pair_the_cluster_holds():
+    from pdplan.placement import resolve_fleets
+
+    cluster = cluster_of(node(name="a", gpu="a100-80gb"), node(name="h", gpu="h100-80gb"))
+    names = [f.name for f in resolve_fleets("all", cluster)]
+    assert names == ["a100-80gb/a100-80gb", "a100-80gb/h100-80gb", "a100-80gb/h100-80gb-pcap",
+                     "h100-80gb/a100-80gb", "h100-80gb/h100-80gb", "h100-80gb/h100-80gb-pcap"]
+    assert [f.alias for f in resolve_fleets("all", cluster)] == ["AA", None, None, "HA", "HH", "HHcap"]
+    assert resolve_fleets("HHcap", cluster)[0].name == "h100-80gb/h100-80gb-pcap"

@@ -1,0 +1,484 @@
+"""The CP-SAT model: replicas per shape, packed onto node types, with pool capacity c(n).
+
+Variables, per usable candidate shape c: ``n[c]`` instances and ``cap[c] = c(n[c])`` in
+milli-req/s, an element of the shape's capacity table (so the program sees the pooling gain of
+n replicas behind one router, :mod:`pdplan.poolcap`). Each phase's capacity is the sum over its
+shapes and must reach the phase's requirement (system goodput is the minimum of the phases,
+0x0A). Packing uses node *patterns* (how many TP groups of each size one node holds), which
+keeps the model the same size for 8 GPUs or 4,096. Low node affinity replicates whole segments
+instead. Optional families: one shape per (phase, GPU type); capacity that survives losing any
+one instance or node; cuts that exclude every plan dominated by a plan that missed end to end;
+a fixed plan to place; a ceiling on the objective.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field, replace
+from itertools import combinations_with_replacement
+
+from ortools.sat.python import cp_model
+
+from pdplan.errors import PdplanError
+from pdplan.handoff import link_fits
+from pdplan.hardware import NodeType
+from pdplan.placement.fleets import ANY
+from pdplan.placement.problem import (
+    MONEY_SCALE,
+    Candidate,
+    Problem,
+    Rejection,
+    Segment,
+    milli_rps,
+    money_units,
+)
+
+UNBOUNDED_REPLICAS = 10**6
+#: Longest capacity table per shape; a larger bound takes a linear capacity at the shape's
+#: lowest measured per-replica rate (conservative: c(n) is never below it).
+TABLE_LIMIT = 4096
+MAX_TIE_BREAK_NODES = 10**5  # beyond this the fewest-nodes tie-break could overflow the objective
+
+
+# --- candidate screening (families that act on single candidates) ------------------------------
+
+def instance_link_bytes_per_s(node: NodeType, gpus: int) -> float:
+    """KV bandwidth an instance of ``gpus`` GPUs has across nodes: each GPU ships its own KV
+    shard over its own NIC (one RDMA NIC per GPU, as on DGX nodes)."""
+    return gpus * node.inter_node_bytes_per_s
+
+
+def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], list[Rejection]]:
+    """Node types each usable candidate may go on, and every rejection with its family.
+
+    Link rule (high node affinity: handoffs cross nodes): an instance at the highest per-replica
+    rate its pool curve reaches must push (prefill) or pull (decode) its KV within
+    ``link_headroom`` of its NIC bandwidth.
+    """
+    usable: dict[Candidate, tuple[NodeType, ...]] = {}
+    rejections = []
+    for cand in problem.candidates:
+        if cand.phase not in problem.phases or milli_rps(cand.goodput_rps, round_up=False) <= 0:
+            continue  # below 1 milli-rps a shape adds no capacity, only an unbounded replica count
+        allowed = problem.fleet.allowed(cand.phase)
+        if allowed is not None and cand.gpu not in allowed:
+            rejections.append(Rejection(candidate=cand, family="fleet",
+                                        reason=f"{cand.label}: fleet {problem.fleet.label} puts {cand.phase} on "
+                                               f"{', '.join(allowed)}"))
+            continue
+        nodes = [n for n in problem.cluster.nodes_for(cand.gpu) if n.gpus_per_node >= cand.tp]
+        if not nodes:
+            rejections.append(Rejection(candidate=cand, family="inventory",
+                                        reason=f"{cand.label}: no node type with {cand.tp}+ {cand.gpu} GPUs"))
+            continue
+        if cand.phase != "colocated" and problem.affinity == "high":
+            rate = cand.peak_rps_per_instance
+            demand = rate * cand.kv_bytes_per_request
+            fitting = [n for n in nodes
+                       if link_fits(demand, instance_link_bytes_per_s(n, cand.gpus), problem.link_headroom)]
+            if not fitting:
+                best = max(instance_link_bytes_per_s(n, cand.gpus) for n in nodes)
+                rejections.append(Rejection(
+                    candidate=cand, family="link",
+                    reason=f"{cand.label}: KV handoff {demand / 1e9:.2f} GB/s at {rate:.3g} rps "
+                           f"> {problem.link_headroom:.0%} of {best / 1e9:.1f} GB/s across nodes"))
+                continue
+            nodes = fitting
+        usable[cand] = tuple(nodes)
+    return usable, rejections
+
+
+# --- node patterns ------------------------------------------------------------------------------
+
+def node_patterns(gpus_per_node: int, sizes: tuple[int, ...]) -> list[dict[int, int]]:
+    """Every maximal way to fill one node with TP groups of the given sizes ({size: count}).
+
+    Only maximal patterns are needed: a pattern with room for one more group is dominated by
+    the same pattern with that group added, since supplying extra slots is never infeasible.
+    """
+    sizes = tuple(sorted(set(s for s in sizes if s <= gpus_per_node)))
+    if not sizes:
+        return []
+    patterns = []
+    for total_groups in range(1, gpus_per_node // sizes[0] + 1):
+        for combo in combinations_with_replacement(sizes, total_groups):
+            used = sum(combo)
+            if used <= gpus_per_node and gpus_per_node - used < sizes[0]:
+                patterns.append({s: combo.count(s) for s in sizes})
+    return patterns
+
+
+# --- segments (low node affinity) ---------------------------------------------------------------
+
+def segments(problem: Problem, usable: dict[Candidate, tuple[NodeType, ...]]) -> tuple[list[Segment], list[Rejection]]:
+    """Every segment shape that fits a node and whose intra-node handoff fits NVLink.
+
+    Each stage carries 1/pp of the layers' KV; it moves GPU to GPU inside the node, in parallel
+    over the smaller side's GPUs.
+    """
+    found, rejections = [], []
+    prefills = [c for c in usable if c.phase == "prefill"]
+    decodes = [c for c in usable if c.phase == "decode"]
+    for p, d in itertools.product(prefills, decodes):
+        if p.pp != d.pp:
+            continue
+        for node in set(usable[p]) & set(usable[d]):
+            for a in range(1, node.gpus_per_node // p.tp + 1):
+                for b in range(1, (node.gpus_per_node - a * p.tp) // d.tp + 1):
+                    seg = Segment(node=node, prefill=p, decode=d, a=a, b=b)
+                    demand = seg.capacity_rps * p.kv_bytes_per_request / p.pp
+                    path = min(a * p.tp, b * d.tp) * node.intra_node_bytes_per_s
+                    if link_fits(demand, path, problem.link_headroom):
+                        found.append(seg)
+                    else:
+                        rejections.append(Rejection(candidate=p, family="link", reason=(
+                            f"{p.label} with {d.label} on {node.name}: intra-node handoff "
+                            f"{demand / 1e9:.2f} GB/s > {problem.link_headroom:.0%} of {path / 1e9:.1f} GB/s")))
+    found.sort(key=lambda s: (s.node.name, s.prefill.label, s.decode.label, s.a, s.b))
+    return found, rejections
+
+
+# --- the model ----------------------------------------------------------------------------------
+
+@dataclass
+class Model:
+    """A built CP-SAT model and its variables, so tests can inspect it before solving."""
+
+    cp: cp_model.CpModel
+    usable: dict[Candidate, tuple[NodeType, ...]]
+    rejections: list[Rejection]
+    n: dict[Candidate, cp_model.IntVar]
+    m: dict[tuple[Candidate, str], cp_model.IntVar]
+    z: dict[tuple[str, int], cp_model.IntVar]
+    patterns: dict[str, list[dict[int, int]]]
+    units: tuple           #: low affinity: the segment shapes u counts
+    u: dict[int, cp_model.IntVar]
+    goodput_milli: cp_model.IntVar | None
+    use: dict = field(default_factory=dict)  #: unit (candidate or segment index) → in use
+    bounds: dict = field(default_factory=dict)  #: candidate → most instances worth running
+    nodes_weight: int = 1   #: the objective is primary × nodes_weight ± nodes used (tie-break)
+    node_bounds: dict = field(default_factory=dict)  #: most nodes each node type (or segment) may use
+
+
+def replica_bound(problem: Problem, cand: Candidate, relax: frozenset[str] = frozenset()) -> int:
+    """Most instances of one shape worth running: enough alone for the requirement (more only
+    adds cost; one node's worth more under redundancy; one more than a plan that missed had), or
+    what the cluster or the GPU budget can hold."""
+    nodes = problem.cluster.nodes_for(cand.gpu)
+    if "inventory" in relax or any(n.count is None for n in nodes):
+        by_inventory = math.inf
+    else:
+        by_inventory = sum((n.gpus_per_node // cand.tp) * n.count for n in nodes) // cand.pp
+    bounds = [by_inventory]
+    if problem.fixed is not None:
+        bounds.append(dict(problem.fixed).get(cand, 0))
+    elif problem.below is not None:  # the ceiling bounds every count; capacity needs no more
+        bounds.append(objective_units(problem.objective, problem.below) // max(1, instance_units(problem, cand)))
+    elif problem.target_rps is not None and "capacity" not in relax:
+        limit = by_inventory if by_inventory < math.inf else UNBOUNDED_REPLICAS
+        needed = cand.pool_curve.replicas_for(problem.required_rps(cand.phase), int(limit))
+        needed = limit if needed is None else needed + lost_per_failure(problem, cand)
+        # a plan that missed may need one more of any shape it had, whatever the curve says
+        bounds.append(max([needed, *(dict(missed).get(cand, 0) + 1
+                                     for missed in problem.excluded + problem.excluded_exactly)]))
+    if problem.max_gpus is not None and "budget" not in relax:
+        bounds.append(problem.max_gpus // cand.gpus)
+    bound = min(bounds)
+    if bound == math.inf and relax:
+        return UNBOUNDED_REPLICAS  # a diagnostic re-solve; any finite bound will do
+    if bound == math.inf:
+        raise PdplanError("objective goodput with unbounded node counts needs a budget "
+                          "(--max-gpus, --max-cost or --max-power)", field="objective")
+    return int(bound)
+
+
+def instance_units(problem: Problem, cand: Candidate) -> int:
+    """One instance's share of the primary objective, in the model's integer units."""
+    gpu = problem.cluster.priced_gpu(cand.gpu)
+    return {"cost": money_units(gpu.usd_per_hour * cand.gpus), "gpus": cand.gpus,
+            "power": round(gpu.tdp_w * cand.gpus)}[problem.objective]
+
+
+def lost_per_failure(problem: Problem, cand: Candidate) -> int:
+    """Instances of ``cand`` one failure takes: one instance, or as many as fill one node."""
+    if problem.redundancy == "instance":
+        return 1
+    if problem.redundancy == "node":
+        return max(n.gpus_per_node // cand.tp for n in problem.cluster.nodes_for(cand.gpu))
+    return 0
+
+
+def _capacity_table(cand: Candidate, bound: int) -> list[int] | None:
+    """c(k) in milli-rps for k = 0..bound, or None when the bound is too long for a table."""
+    if bound > TABLE_LIMIT:
+        return None
+    return [milli_rps(cand.capacity_rps(k), round_up=False) for k in range(bound + 1)]
+
+
+def _capacity_var(model: cp_model.CpModel, cand: Candidate, count, bound: int, name: str):
+    """An expression equal to c(count) in milli-rps (a table element, or linear for long bounds)."""
+    table = _capacity_table(cand, bound)
+    if table is None:
+        rate = min(c / k for k, c in cand.pool_curve.samples)
+        return milli_rps(rate, round_up=False) * count
+    var = model.new_int_var(0, table[-1], name)
+    model.add_element(count, table, var)
+    return var
+
+
+def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Model:
+    """Build the CP-SAT model; ``relax`` drops constraint families to diagnose infeasibility."""
+    screened = replace(problem, fleet=ANY) if "fleet" in relax else problem
+    if "link" in relax:
+        screened = replace(screened, candidates=tuple(replace(c, kv_bytes_per_request=0.0)
+                                                      for c in problem.candidates))
+    usable, rejections = screen(screened)
+    model = cp_model.CpModel()
+
+    # n[c] = instances of candidate shape c.
+    bounds = {c: replica_bound(problem, c, relax) for c in usable}
+    n = {c: model.new_int_var(0, bounds[c], f"n_{i}") for i, c in enumerate(usable)}
+    built = Model(cp=model, usable=usable, rejections=rejections, n=n, m={}, z={}, patterns={},
+                  units=(), u={}, goodput_milli=None, bounds=bounds)
+    if problem.affinity == "high":
+        capacity = _pack_instances(built, problem, relax)
+    else:
+        capacity = _pack_segments(built, screened, relax)
+    if problem.pool_shapes == "one":
+        _one_shape_per_gpu_type(built)
+    if problem.fixed is not None:
+        _fix(built, problem)
+
+    # Each phase serves its requirement (system = min of phases, 0x0A); survives a loss if asked.
+    if problem.objective == "goodput":
+        top = sum(milli_rps(c.capacity_rps(bounds[c]), round_up=False) for c in usable)
+        built.goodput_milli = model.new_int_var(0, max(top, 0), "goodput_milli")
+        for total, _ in capacity.values():
+            model.add(built.goodput_milli <= total)
+    elif "capacity" not in relax and problem.fixed is None:
+        for phase, (total, after_loss) in capacity.items():
+            required = milli_rps(problem.required_rps(phase), round_up=True)
+            model.add(total >= required)
+            for survivor in after_loss:
+                model.add(survivor >= required)
+
+    # Budgets on GPUs, money and power.
+    gpus = sum(c.gpus * n[c] for c in usable)
+    money = sum(money_units(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus) * n[c] for c in usable)
+    watts = sum(round(problem.cluster.priced_gpu(c.gpu).tdp_w * c.gpus) * n[c] for c in usable)
+    if "budget" not in relax:
+        if problem.max_gpus is not None:
+            model.add(gpus <= problem.max_gpus)
+        if problem.max_usd_per_hour is not None:
+            model.add(money <= money_units(problem.max_usd_per_hour))
+        if problem.max_power_w is not None:
+            model.add(watts <= round(problem.max_power_w))
+    for missed in problem.excluded:
+        _exclude_dominated(built, missed)
+    for missed in problem.excluded_exactly:
+        _exclude_exactly(built, missed)
+
+    # Objective: minimise cost, GPUs or power, or maximise goodput within the budgets.
+    # Among equally good plans, prefer the one on the fewest nodes (primary × W ± nodes, W > nodes).
+    nodes, most_nodes = _nodes_used(built, problem)
+    if relax or most_nodes > MAX_TIE_BREAK_NODES:  # diagnosis needs no tie-break; keep within int64
+        nodes, most_nodes = 0, 0
+    built.nodes_weight = most_nodes + 1
+    if problem.objective == "goodput":
+        model.maximize(built.goodput_milli * built.nodes_weight - nodes)
+    else:
+        primary = {"cost": money, "gpus": gpus, "power": watts}[problem.objective]
+        if problem.below is not None:
+            model.add(primary <= objective_units(problem.objective, problem.below) - 1)
+        if problem.dearest:
+            model.maximize(primary * built.nodes_weight - nodes)
+        else:
+            model.minimize(primary * built.nodes_weight + nodes)
+    if problem.affinity == "high" and problem.fixed is None:
+        _add_greedy_hint(built, problem)
+    return built
+
+
+def objective_units(objective: str, value: float) -> int:
+    """A primary objective value in the model's integer units."""
+    return {"cost": money_units, "gpus": round, "power": round}[objective](value)
+
+
+def objective_scale(objective: str) -> int:
+    return {"cost": MONEY_SCALE, "gpus": 1, "power": 1, "goodput": 1000}[objective]
+
+
+def _pack_instances(built: Model, problem: Problem, relax: frozenset[str]) -> dict:
+    """High node affinity: instances go anywhere; TP groups are packed into node patterns.
+
+    Returns, per phase, the capacity expression in milli-rps and the capacities left after
+    each possible loss (empty without redundancy).
+    """
+    model, usable, n = built.cp, built.usable, built.n
+    # m[c, t] = instances of c placed on node type t.
+    for i, (cand, nodes) in enumerate(usable.items()):
+        for node in nodes:
+            built.m[cand, node.name] = model.new_int_var(0, built.bounds[cand], f"m_{i}_{node.name}")
+        model.add(sum(built.m[cand, node.name] for node in nodes) == n[cand])
+
+    # z[t, p] = nodes of type t filled with pattern p; TP groups of each size fit the patterns.
+    for node in problem.cluster.nodes:
+        placed = [c for c in usable if (c, node.name) in built.m]
+        patterns = built.patterns[node.name] = node_patterns(node.gpus_per_node, tuple(c.tp for c in placed))
+        if not placed:
+            continue
+        if node.count is None or "inventory" in relax:
+            node_bound = sum(built.bounds[c] * c.pp for c in placed)
+        else:
+            node_bound = node.count
+        built.node_bounds[node.name] = node_bound
+        for k in range(len(patterns)):
+            built.z[node.name, k] = model.new_int_var(0, node_bound, f"z_{node.name}_{k}")
+        model.add(sum(built.z[node.name, k] for k in range(len(patterns))) <= node_bound)
+        for size in sorted({c.tp for c in placed}):
+            supply = sum(p.get(size, 0) * built.z[node.name, k] for k, p in enumerate(patterns))
+            demand = sum(c.pp * built.m[c, node.name] for c in placed if c.tp == size)
+            model.add(supply >= demand)
+
+    # cap[c] = c(n[c]); a loss leaves c(n[c] − lost) of that shape and the rest of the phase whole.
+    cap, after = {}, {}
+    for i, cand in enumerate(usable):
+        bound = built.bounds[cand]
+        built.use[cand] = _in_use(model, n[cand], f"use_{i}")
+        cap[cand] = _capacity_var(model, cand, n[cand], bound, f"cap_{i}")
+        lost = lost_per_failure(problem, cand)
+        if lost:
+            left = model.new_int_var(0, bound, f"left_{i}")
+            model.add_max_equality(left, [n[cand] - lost, 0])
+            after[cand] = _capacity_var(model, cand, left, bound, f"capleft_{i}")
+    out = {}
+    for phase in problem.phases:
+        members = [c for c in usable if c.phase == phase]
+        total = sum(cap[c] for c in members)
+        out[phase] = (total, [total - cap[c] + after[c] for c in members if c in after])
+    return out
+
+
+def _pack_segments(built: Model, problem: Problem, relax: frozenset[str]) -> dict:
+    """Low node affinity: whole segments are replicated; returns the system capacity in milli-rps
+    and what is left after each possible loss."""
+    model, n = built.cp, built.n
+    found, rejections = segments(problem, built.usable)
+    built.rejections.extend(rejections)
+    built.units = tuple(found)
+    fixed = dict(problem.fixed or ())
+    # u[k] = copies of segment k; each copy takes pp whole nodes of its type.
+    for k, seg in enumerate(found):
+        if problem.fixed is not None:
+            bound = fixed.get(seg, 0)
+        elif seg.node.count is None or "inventory" in relax:
+            bound = UNBOUNDED_REPLICAS if problem.target_rps is None else (
+                math.ceil(problem.required_rps("system") * 1000 / max(seg.capacity_milli, 1))
+                + (problem.redundancy != "none"))
+        else:
+            bound = seg.node.count // seg.prefill.pp
+        built.u[k] = model.new_int_var(0, bound, f"u_{k}")
+        built.use[k] = _in_use(model, built.u[k], f"useg_{k}")
+        built.node_bounds[k] = bound * seg.prefill.pp
+    for cand, var in n.items():
+        side = "a" if cand.phase == "prefill" else "b"
+        model.add(var == sum(getattr(seg, side) * built.u[k] for k, seg in enumerate(found)
+                             if cand in (seg.prefill, seg.decode)))
+    if "inventory" not in relax:
+        for node in problem.cluster.nodes:
+            if node.count is not None:
+                model.add(sum(seg.prefill.pp * built.u[k] for k, seg in enumerate(found) if seg.node is node)
+                          <= node.count)
+    total = sum(seg.capacity_milli * built.u[k] for k, seg in enumerate(found))
+    after = []
+    if problem.redundancy != "none":
+        after = [total - (seg.capacity_milli - seg.capacity_after_loss_milli(problem.redundancy)) * built.use[k]
+                 for k, seg in enumerate(found)]
+    return {"system": (total, after)}
+
+
+def _one_shape_per_gpu_type(built: Model) -> None:
+    """Deployers run one shape per pool: at most one candidate per (phase, GPU type) in use."""
+    groups: dict[tuple[str, str], list] = {}
+    for i, cand in enumerate(built.usable):
+        if cand not in built.use:  # low affinity: a candidate is in use when any of its segments is
+            built.use[cand] = _in_use(built.cp, built.n[cand], f"usec_{i}")
+        groups.setdefault((cand.phase, cand.gpu), []).append(built.use[cand])
+    for members in groups.values():
+        if len(members) > 1:
+            built.cp.add(sum(members) <= 1)
+
+
+def _in_use(model: cp_model.CpModel, count, name: str):
+    """A boolean that is true exactly when ``count`` >= 1."""
+    used = model.new_bool_var(name)
+    model.add(count >= 1).only_enforce_if(used)
+    model.add(count == 0).only_enforce_if(~used)
+    return used
+
+
+def _unit_vars(built: Model) -> dict:
+    """The counts a plan is named by: n per candidate (high affinity), u per segment (low)."""
+    if built.units:
+        return {seg: built.u[k] for k, seg in enumerate(built.units)}
+    return dict(built.n)
+
+
+def _fix(built: Model, problem: Problem) -> None:
+    """Place exactly the given counts; a unit the model cannot use makes the problem infeasible."""
+    wanted = dict(problem.fixed)
+    units = _unit_vars(built)
+    for unit, var in units.items():
+        built.cp.add(var == wanted.get(unit, 0))
+    if any(unit not in units for unit, count in wanted.items() if count):
+        built.cp.add_bool_or([])  # a shape the fleet, links or nodes rule out: infeasible
+
+
+def _exclude_dominated(built: Model, missed) -> None:
+    """No plan whose every count is at most ``missed``'s: at least one count must exceed it."""
+    bound = dict(missed)
+    above = []
+    for i, (unit, var) in enumerate(_unit_vars(built).items()):
+        more = built.cp.new_bool_var("")
+        built.cp.add(var >= bound.get(unit, 0) + 1).only_enforce_if(more)
+        above.append(more)
+    built.cp.add_bool_or(above)
+
+
+def _exclude_exactly(built: Model, missed) -> None:
+    """Not this very plan: at least one count must differ from ``missed``'s."""
+    bound = dict(missed)
+    differs = []
+    for unit, var in _unit_vars(built).items():
+        above, below = built.cp.new_bool_var(""), built.cp.new_bool_var("")
+        built.cp.add(var >= bound.get(unit, 0) + 1).only_enforce_if(above)
+        built.cp.add(var <= bound.get(unit, 0) - 1).only_enforce_if(below)
+        differs += [above, below]
+    built.cp.add_bool_or(differs)
+
+
+def _nodes_used(built: Model, problem: Problem):
+    """Nodes the plan occupies (an expression) and an upper bound on it."""
+    if problem.affinity == "low":
+        used = sum(seg.prefill.pp * built.u[k] for k, seg in enumerate(built.units))
+    else:
+        used = sum(built.z.values())
+    return used, sum(built.node_bounds.values())
+
+
+def _add_greedy_hint(built: Model, problem: Problem) -> None:
+    """Hint: per phase, the shape with the best capacity per GPU, replicated to the requirement."""
+    if problem.target_rps is None:
+        return
+    for phase in problem.phases:
+        pool = [c for c in built.n if c.phase == phase]
+        if not pool:
+            continue
+        best = max(pool, key=lambda c: (c.goodput_rps / c.gpus, -c.gpus))
+        for cand in pool:
+            want = 0
+            if cand == best:
+                want = (best.pool_curve.replicas_for(problem.required_rps(phase), built.bounds[best]) or 0
+                        ) + lost_per_failure(problem, best)
+            built.cp.add_hint(built.n[cand], min(want, built.bounds[cand]))

@@ -1,0 +1,183 @@
+"""Solving the placement program: the optimum, why there is none, and the node map."""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import replace
+
+from ortools.sat.python import cp_model
+
+from pdplan.errors import InfeasibleError
+from pdplan.placement.model import Model, build_model, objective_scale
+from pdplan.placement.problem import Instance, PHASES, Problem, Solution, counts_of
+
+
+def solve(problem: Problem) -> Solution:
+    """Solve to proven optimality within the time limit; infeasible problems name what binds."""
+    built = build_model(problem)
+    if any(not any(c.phase == phase for c in built.usable) for phase in problem.phases):
+        raise InfeasibleError(_explain_no_candidates(problem, built))
+    solver = _solver(problem)
+    started = time.perf_counter()
+    status = solver.solve(built.cp)
+    wall = time.perf_counter() - started
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return _solution(problem, built, solver, status, wall)
+    if status == cp_model.INFEASIBLE:
+        searching = (problem.fixed is not None or problem.excluded or problem.excluded_exactly
+                     or problem.below is not None)
+        raise InfeasibleError(f"no {problem.mode} plan ({problem.fleet.label}) is left to try" if searching
+                              else diagnose(problem))
+    raise InfeasibleError(f"the solver found no plan within {problem.time_limit_s:g} s "
+                          f"(status {solver.status_name(status)}); raise --time-limit")
+
+
+def _solver(problem: Problem) -> cp_model.CpSolver:
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = problem.time_limit_s
+    solver.parameters.random_seed = problem.seed
+    # One worker keeps the search, and so the chosen optimum among ties, identical run to run.
+    solver.parameters.num_workers = 1
+    return solver
+
+
+FAMILY_SENTENCES = {
+    "capacity": "no mix of candidate shapes reaches {target} rps in every phase",
+    "inventory": "the cluster's node counts cannot hold enough instances",
+    "budget": "the GPU, cost or power budget is too small",
+    "redundancy": "the cluster cannot hold the spare capacity that surviving a lost {redundancy} needs",
+    "link": "the KV handoff does not fit the links between nodes",
+    "fleet": "fleet {fleet} rules out the shapes that could serve the target",
+}
+#: The order families are relaxed in: the first whose relaxation is feasible is named.
+FAMILIES = ("budget", "inventory", "redundancy", "link", "fleet", "capacity")
+
+
+def diagnose(problem: Problem) -> str:
+    """Re-solve with one constraint family relaxed at a time; name the first whose relaxation
+    makes the problem feasible (or say that several bind together)."""
+    for family in FAMILIES:
+        if family == "redundancy":
+            if problem.redundancy == "none":
+                continue
+            built = build_model(replace(problem, redundancy="none"))
+        else:
+            built = build_model(problem, relax=frozenset({family}))
+        if _solver(problem).solve(built.cp) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return binding_sentence(problem, family)
+    return (f"no {problem.mode} plan ({problem.fleet.label}): several constraints bind together "
+            "(capacity, inventory, budget, link, fleet); relaxing any one alone is not enough")
+
+
+def binding_sentence(problem: Problem, family: str) -> str:
+    sentence = FAMILY_SENTENCES[family].format(target=f"{problem.target_rps:g}", fleet=problem.fleet.label,
+                                               redundancy=problem.redundancy)
+    return f"no {problem.mode} plan ({problem.fleet.label}): {sentence}"
+
+
+def _explain_no_candidates(problem: Problem, built: Model) -> str:
+    missing = [p for p in problem.phases if not any(c.phase == p for c in built.usable)]
+    reasons = [r.reason for r in built.rejections if r.candidate.phase in missing]
+    detail = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+    families = sorted({r.family for r in built.rejections if r.candidate.phase in missing})
+    which = " and ".join(families) if families else "goodput"
+    return (f"no {problem.mode} plan ({problem.fleet.label}): no usable {'/'.join(missing)} shape "
+            f"({which} rules them out{': ' + detail if detail else '; no shape meets the SLO on its own even at a low rate, so relax the SLO or allow larger shapes'})")
+
+
+def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status: int, wall: float) -> Solution:
+    replicas = {c: solver.value(v) for c, v in built.n.items() if solver.value(v) > 0}
+    capacity = {phase: sum(c.capacity_rps(k) for c, k in replicas.items() if c.phase == phase)
+                for phase in problem.phases}
+    system = min(capacity.values())
+    if built.units:  # requests stay inside their segment: sum of segment minima
+        system = sum(seg.capacity_rps * solver.value(built.u[k]) for k, seg in enumerate(built.units))
+        counts = counts_of({seg: solver.value(built.u[k]) for k, seg in enumerate(built.units)})
+    else:
+        counts = counts_of(replicas)
+    # Report the primary objective: strip the node tie-break (|nodes| < weight).
+    weight = built.nodes_weight
+    if problem.objective == "goodput" or problem.dearest:
+        objective = math.ceil(solver.objective_value / weight)
+        bound = math.ceil(solver.best_objective_bound / weight)
+    else:
+        objective = math.floor(solver.objective_value / weight)
+        bound = math.floor(solver.best_objective_bound / weight)
+    scale = objective_scale(problem.objective)
+    gap = abs(bound - objective) / max(abs(objective), 1e-9) if objective else 0.0
+    return Solution(
+        replicas=replicas,
+        instances=expand(problem, built, solver),
+        gpus_total=sum(c.gpus * k for c, k in replicas.items()),
+        usd_per_hour=sum(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k for c, k in replicas.items()),
+        power_w=sum(problem.cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k for c, k in replicas.items()),
+        goodput_rps=system,
+        phase_capacity_rps=capacity,
+        status="OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE",
+        objective=objective / scale,
+        bound=bound / scale,
+        gap=gap,
+        wall_s=wall,
+        counts=counts,
+        rejections=tuple(built.rejections),
+    )
+
+
+def expand(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
+    """The node map of a solution: every instance, its node per stage and its GPUs there."""
+    if problem.affinity == "low":
+        return _expand_segments(problem, built, solver)
+    return _expand_patterns(problem, built, solver)
+
+
+def _expand_segments(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
+    """Each segment copy takes pp fresh nodes; on node j, prefill groups first, then decode."""
+    instances, next_node = [], {}
+    for k, seg in enumerate(built.units):
+        for _ in range(solver.value(built.u[k])):
+            first = next_node.get(seg.node.name, 0)
+            next_node[seg.node.name] = first + seg.prefill.pp
+            nodes = tuple(f"{seg.node.name}-{first + j}" for j in range(seg.prefill.pp))
+            offset = 0
+            for cand, copies in ((seg.prefill, seg.a), (seg.decode, seg.b)):
+                for _ in range(copies):
+                    gpus = tuple(range(offset, offset + cand.tp))
+                    offset += cand.tp
+                    instances.append(Instance(
+                        id=f"{cand.phase}-{len(instances)}", candidate=cand, node_type=seg.node.name,
+                        stage_nodes=nodes, stage_gpus=(gpus,) * cand.pp, segment=k))
+    return tuple(instances)
+
+
+def _expand_patterns(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
+    """Turn pattern counts into a node map: node ids, and for every stage its node and GPUs.
+
+    Nodes are filled in pattern order; TP groups of one size go to slots in the order of
+    (phase, GPU, TP, PP) so the same solution always yields the same map.
+    """
+    instances = []
+    for node in problem.cluster.nodes:
+        slots: dict[int, list[tuple[str, tuple[int, ...]]]] = {}
+        index = 0
+        for k, pattern in enumerate(built.patterns[node.name]):
+            for _ in range(solver.value(built.z[node.name, k]) if (node.name, k) in built.z else 0):
+                name, first = f"{node.name}-{index}", 0
+                for size in sorted(pattern, reverse=True):  # big groups from GPU 0
+                    for _ in range(pattern[size]):
+                        slots.setdefault(size, []).append((name, tuple(range(first, first + size))))
+                        first += size
+                index += 1
+        order = sorted((c for c in built.usable if (c, node.name) in built.m),
+                       key=lambda c: (PHASES.index(c.phase), c.gpu, c.tp, c.pp))
+        taken: dict[int, int] = {}
+        for cand in order:
+            for _ in range(solver.value(built.m[cand, node.name])):
+                stages = []
+                for _ in range(cand.pp):
+                    stages.append(slots[cand.tp][taken.get(cand.tp, 0)])
+                    taken[cand.tp] = taken.get(cand.tp, 0) + 1
+                instances.append(Instance(
+                    id=f"{cand.phase}-{len(instances)}", candidate=cand, node_type=node.name,
+                    stage_nodes=tuple(s[0] for s in stages), stage_gpus=tuple(s[1] for s in stages)))
+    return tuple(instances)
