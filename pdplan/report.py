@@ -49,22 +49,40 @@ def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: f
     save_figure(fig, path)
 
 
-def plot_fleets(fleets: Sequence[dict], path: str | Path) -> None:
-    """Cost and power per fleet, disaggregated beside colocated (the ``fleets`` rows of optimize)."""
-    names = [f["fleet"] for f in fleets]
-    x = range(len(names))
-    fig, (cost_ax, power_ax) = plt.subplots(1, 2, figsize=(9, 3.8))
+def plot_fleets(fleets: Sequence[dict], path: str | Path, *, winner: str | None = None) -> None:
+    """Cost and power per fleet, disaggregated beside colocated (the ``fleets`` rows of optimize).
+
+    A fleet whose disaggregated plan misses the SLO end to end is hatched and labelled MISSES; an
+    infeasible one has no bar and says so; the chosen fleet is labelled "chosen".
+    """
+    names = [f["alias"] or f["fleet"].replace("/", "/\n") for f in fleets]
+    x = list(range(len(names)))
+    fig, (cost_ax, power_ax) = plt.subplots(1, 2, figsize=(max(9, 1.4 * len(names) + 3), 4.4))
     width = 0.38
-    cost_ax.bar([i - width / 2 for i in x], [f["cost_per_hour"] or 0 for f in fleets], width, label="disaggregated")
+    bars = cost_ax.bar([i - width / 2 for i in x], [f["cost_per_hour"] or 0 for f in fleets], width,
+                       label="disaggregated")
     cost_ax.bar([i + width / 2 for i in x], [f["colocated_cost_per_hour"] or 0 for f in fleets], width,
                 label="colocated")
+    power = power_ax.bar(x, [(f["power_w"] or 0) / 1e3 for f in fleets], width * 1.5, color="tab:orange")
+    top = max([f["cost_per_hour"] or 0 for f in fleets] + [f["colocated_cost_per_hour"] or 0 for f in fleets] + [1])
+    for i, f in enumerate(fleets):
+        if not f["feasible"]:
+            cost_ax.text(i, 0.02 * top, "infeasible", rotation=90, ha="center", va="bottom", fontsize=8)
+        elif not f["meets_slo"]:
+            for bar in (bars[i], power[i]):
+                bar.set_hatch("//")
+                bar.set_edgecolor("tab:red")
+            cost_ax.text(i - width / 2, (f["cost_per_hour"] or 0) + 0.02 * top, "MISSES", ha="center",
+                         va="bottom", fontsize=8, color="tab:red", rotation=90)
+        if winner is not None and f["fleet"] == winner:
+            cost_ax.annotate("chosen", (i, top * 1.02), ha="center", fontsize=9, fontweight="bold")
+    cost_ax.set_ylim(0, top * 1.15)
     cost_ax.set_ylabel("USD per hour")
-    power_ax.bar(list(x), [(f["power_w"] or 0) / 1e3 for f in fleets], width * 1.5, color="tab:orange")
     power_ax.set_ylabel("kW (disaggregated, at power limits)")
     for ax in (cost_ax, power_ax):
-        ax.set_xticks(list(x), names)
+        ax.set_xticks(x, names, fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
     cost_ax.legend(loc="lower left")
-    fig.suptitle("Fleets at the target rate")
+    fig.suptitle("Fleets at the target rate (hatched: misses the SLO end to end)")
     fig.tight_layout()
     save_figure(fig, path)

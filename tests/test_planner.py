@@ -1,4 +1,6 @@
-"""The optimize pipeline's control loop: end-to-end misses raise the failing phase and re-solve."""
+"""The verified search's control: misses raise the failing pool, passes try cheaper plans, and the
+answer is always a plan that passed. The end-to-end verdict is scripted here (real simulations
+decide in test_verified_optimum.py and test_cli_optimize.py)."""
 
 from pathlib import Path
 
@@ -7,74 +9,112 @@ import pytest
 from pdplan import planner
 from pdplan.cache import ResultCache
 from pdplan.goodput import SearchSettings
-from pdplan.hardware import default_cluster_path, load_cluster
+from pdplan.hardware import Cluster, NodeType, default_cluster_path, get_gpu, load_cluster
 from pdplan.modelspec import get_model
+from pdplan.placement import Candidate, Problem, resolve_fleets, solve
+from pdplan.planner.checks import Verifier
 from pdplan.profiles import shipped_profiles
 from pdplan.slo import slo_from_flags
-from pdplan.workload import load_trace
+from pdplan.verify import RunRecord, judge
+from pdplan.workload import head, load_trace
 
 TRACE = Path(__file__).resolve().parent.parent / "traces" / "chat_poisson_2k.csv"
 
 
 def request(**overrides):
-    fields = dict(workload=load_trace(TRACE), model=get_model("llama2-70b"),
-                  cluster=load_cluster(default_cluster_path()), measured=shipped_profiles(),
-                  slo=slo_from_flags(1.0, 0.1, 0.9), target_rps=4.0, fleets=("HH",),
-                  settings=SearchSettings(requests_per_probe=300), max_rounds=3)
+    cluster = load_cluster(default_cluster_path())
+    fields = dict(workload=head(load_trace(TRACE), 600), model=get_model("llama2-70b"), cluster=cluster,
+                  measured=shipped_profiles(), slo=slo_from_flags(1.0, 0.1, 0.9), target_rps=4.0,
+                  fleets=resolve_fleets("HH", cluster), affinity="high", settings=SearchSettings(requests_per_probe=300),
+                  tps=(2, 4), pps=(1,))
     return planner.PlanRequest(**{**fields, **overrides})
 
 
-def scripted_checks(monkeypatch, verdicts):
-    """Replace the end-to-end simulation by a script of (TTFT share, meets) verdicts."""
-    calls = []
-
-    def fake_check(req, plan, profiles, rate):
-        ttft, meets = verdicts[min(len(calls), len(verdicts) - 1)]
-        calls.append(plan)
-        return {}, {"ttft": ttft, "tpot": 0.99, "joint": ttft}, meets
-
-    monkeypatch.setattr(planner, "check", fake_check)
-    monkeypatch.setattr(planner, "evaluate", lambda req, mode, run: mode)  # only the rounds check
-    return calls
+def records(slo, ttft_ok: bool, tpot_ok: bool = True) -> list[RunRecord]:
+    """Three identical runs: attainment 0.95 on a clock that passes, 0.5 on one that misses; the
+    late requests waited for prefill."""
+    share = {"ttft": 0.95 if ttft_ok else 0.5, "tpot": 0.95 if tpot_ok else 0.5}
+    return [RunRecord(objectives=tuple(share[o.metric] for o in slo.objectives),
+                      clocks={**share, "joint": min(share.values())},
+                      ttft_excess_s={"prefill_queue": 1.0, "transfer": 0.0, "admission": 0.0}, requests=600)] * 3
 
 
-def test_a_ttft_miss_raises_prefill_by_15_percent_and_solves_again(monkeypatch, tmp_path):
-    """At 4.5 req/s one instance (about 4.9 req/s) serves; 15% more needs a second."""
-    scripted_checks(monkeypatch, [(0.5, False), (0.95, True)])
-    report = planner.optimize(request(target_rps=4.5), cache=ResultCache(tmp_path))
-    chosen_rounds = list(report.rounds)
-    assert [r.meets for r in chosen_rounds] == [False, True]
-    expected = {"colocated": pytest.approx(4.5 * 1.15)} if report.chosen.mode == "colocated" else {
-        "prefill": pytest.approx(4.5 * 1.15)}
-    assert chosen_rounds[1].phase_targets == expected
+def scripted(monkeypatch, passes):
+    """End-to-end verdicts from ``passes(plan)`` instead of simulations; returns the plans judged."""
+    judged = []
+
+    def verify(self, plan, rate_rps, *, mode, lost=()):
+        judged.append(plan)
+        ok = passes(plan)
+        return judge(records(self.request.slo, ttft_ok=ok), self.request.slo, rule=self.request.rule,
+                     rate_rps=rate_rps, seeds=self.seeds, mode=mode)
+
+    monkeypatch.setattr(Verifier, "verify", verify)
+    return judged
 
 
-def test_a_raise_that_leaves_the_plan_unchanged_is_raised_again(monkeypatch, tmp_path):
-    """At 4 req/s one instance (about 4.9 req/s) still serves 4.6: the next change comes at 5.29."""
-    calls = scripted_checks(monkeypatch, [(0.5, False), (0.95, True)])
+def replicas(plan, phase):
+    return sum(p.replicas for p in plan.pools if p.phase == phase)
+
+
+def test_a_ttft_miss_raises_prefill_until_the_prefill_pool_changes(monkeypatch, tmp_path):
+    first = {}
+
+    def passes(plan):
+        if plan.colocated:
+            return False
+        first.setdefault("prefill", replicas(plan, "prefill"))
+        return replicas(plan, "prefill") > first["prefill"]
+
+    scripted(monkeypatch, passes)
     report = planner.optimize(request(), cache=ResultCache(tmp_path))
-    assert [r.meets for r in report.rounds] == [False, True]
-    assert calls[0] != calls[1]
-    assert list(report.rounds[1].phase_targets.values()) == [pytest.approx(4.0 * 1.15**2)]
+    tried = report.chosen.tried
+    assert not tried[0].verification.passed and tried[0].verification.failing_phase == "prefill"
+    assert replicas(tried[1].plan, "prefill") > replicas(tried[0].plan, "prefill")
+    assert replicas(tried[1].plan, "decode") == replicas(tried[0].plan, "decode")
+    assert report.answer.verification.passed
 
 
-def test_rounds_stop_at_the_limit_and_report_the_miss(monkeypatch, tmp_path):
-    scripted_checks(monkeypatch, [(0.5, False)])
-    report = planner.optimize(request(max_rounds=2), cache=ResultCache(tmp_path))
-    assert len(report.rounds) == 2 and not report.rounds[-1].meets
-    assert planner.report_to_dict(report)["meets_slo"] is False
+def test_a_pass_tries_cheaper_plans_until_none_above_the_floor_is_left(monkeypatch, tmp_path):
+    scripted(monkeypatch, lambda plan: not plan.colocated)
+    report = planner.optimize(request(target_rps=10.0), cache=ResultCache(tmp_path))
+    search = report.chosen
+    assert search.proven and len(search.tried) >= 2
+    assert report.answer.value("cost") < search.tried[0].value("cost")
+    assert min(report.answer.solution.phase_capacity_rps.values()) >= planner.SEARCH_FLOOR * 10.0 - 1e-9
 
 
-def test_every_fleet_is_judged_end_to_end(tmp_path):
-    report = planner.optimize(request(fleets=("AA", "HH")), cache=ResultCache(tmp_path))
-    for fleet in report.fleets:
-        assert fleet.disaggregated.attainment["joint"] <= fleet.disaggregated.attainment["ttft"]
+def test_the_answer_is_the_cheapest_plan_that_passed(monkeypatch, tmp_path):
+    scripted(monkeypatch, lambda plan: replicas(plan, "decode" if not plan.colocated else "colocated") >= 2)
+    report = planner.optimize(request(), cache=ResultCache(tmp_path))
+    passed = [c for f in report.fleets for r in (f.disaggregated, f.colocated) for c in r.tried
+              if c.verification.passed]
+    assert report.answer.verification.passed
+    assert report.answer.value("cost") == min(c.value("cost") for c in passed)
+
+
+def test_when_the_cheapest_fleet_misses_end_to_end_a_fleet_that_passes_is_the_answer(monkeypatch, tmp_path):
+    """HHcap's capped decode GPUs cost less to run, so it is cheaper on paper; it misses."""
+    scripted(monkeypatch, lambda plan: not plan.colocated and all(p.gpu != "h100-80gb-pcap" for p in plan.pools))
+    cluster = load_cluster(default_cluster_path())
+    report = planner.optimize(request(fleets=resolve_fleets("HH", cluster) + resolve_fleets("HHcap", cluster)),
+                              cache=ResultCache(tmp_path))
+    capped = next(f for f in report.fleets if f.fleet.alias == "HHcap")
+    assert capped.disaggregated.best is None and capped.disaggregated.tried
+    assert report.chosen.fleet.alias == "HH"
+    assert capped.disaggregated.first.usd_per_hour < report.answer.solution.usd_per_hour
+
+
+def test_when_nothing_passes_there_is_no_answer_and_the_closest_plan_is_reported(monkeypatch, tmp_path):
+    scripted(monkeypatch, lambda plan: False)
+    report = planner.optimize(request(max_checks=2), cache=ResultCache(tmp_path))
+    assert report.answer is None and report.closest is not None
+    doc = planner.report_to_dict(report)
+    assert doc["decision"] is None and doc["closest"]["misses"]
+    assert doc["closest"]["misses"][0].startswith("p90 TTFT <= 1000 ms: 0.500 (lower) against 0.9, short by 0.400")
 
 
 def test_the_simulated_link_is_the_nic_of_the_nodes_the_decode_instances_landed_on():
-    from pdplan.hardware import Cluster, NodeType, get_gpu
-    from pdplan.placement import Candidate, Problem, solve
-
     def nodes(name, nic, count):
         return NodeType(name=name, gpu=get_gpu("h100-80gb"), gpus_per_node=8, intra_node_bytes_per_s=450e9,
                         inter_node_bytes_per_s=nic, count=count)
@@ -83,6 +123,37 @@ def test_the_simulated_link_is_the_nic_of_the_nodes_the_decode_instances_landed_
     cands = (Candidate(phase="prefill", gpu="h100-80gb", tp=4, pp=1, goodput_rps=5),
              Candidate(phase="decode", gpu="h100-80gb", tp=4, pp=1, goodput_rps=5))
     solution = solve(Problem(candidates=cands, cluster=cluster, mode="disaggregated", target_rps=4))
-    mode = planner.ModeResult(mode="disaggregated", fleet="any", solution=solution, affinity="high")
-    plan = planner.plan_of(request(cluster=cluster), mode)
+    plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=cluster, mode="disaggregated",
+                           affinity="high", transfer_schedule="layer", name="p")
     assert [link.bandwidth_bytes_per_s for link in plan.links] == [4 * 1e9]
+
+
+def test_losing_a_node_removes_every_instance_with_a_stage_on_it():
+    from pdplan.planner.plans import losses
+
+    cands = (Candidate(phase="prefill", gpu="a100-80gb", tp=2, pp=1, goodput_rps=3),
+             Candidate(phase="decode", gpu="a100-80gb", tp=2, pp=1, goodput_rps=12))
+    cluster = Cluster(nodes=(NodeType(name="n", gpu=get_gpu("a100-80gb"), gpus_per_node=4, intra_node_bytes_per_s=1e11,
+                                      inter_node_bytes_per_s=1e10, count=4),))
+    solution = solve(Problem(candidates=cands, cluster=cluster, mode="disaggregated", target_rps=10))
+    plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=cluster, mode="disaggregated",
+                           affinity="high", transfer_schedule="layer", name="p")
+    total = sum(p.replicas for p in plan.pools)
+    for loss in losses(solution, plan, "node"):
+        assert loss.left is None or sum(p.replicas for p in loss.left.pools) == total - 2  # two TP2 per node
+    instance = {loss.label: loss for loss in losses(solution, plan, "instance")}
+    assert set(instance) == {"one prefill a100-80gb TP2 PP1 instance", "one decode a100-80gb TP2 PP1 instance"}
+    only_decode = instance["one decode a100-80gb TP2 PP1 instance"]
+    assert only_decode.left is None and only_decode.emptied == "decode"
+
+
+@pytest.mark.parametrize("kwargs,message", [
+    (dict(runs=0), "--seeds must be >= 1"), (dict(rule="median"), "--verify-rule must be one of lower, mean"),
+    (dict(redundancy="rack"), "--redundancy must be one of none, instance, node"),
+    (dict(pool_shapes="some"), "--pool-shapes must be one of one, mixed"),
+])
+def test_bad_search_settings_are_input_errors(kwargs, message):
+    from pdplan.errors import PdplanError
+
+    with pytest.raises(PdplanError, match=message):
+        request(**kwargs)

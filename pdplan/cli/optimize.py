@@ -1,4 +1,4 @@
-"""`pdplan optimize`: colocated or disaggregated, which shapes, how many, on which nodes."""
+"""`pdplan optimize`: colocated or disaggregated, which shapes, how many, on which nodes, verified."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from pdplan.cache import ResultCache, default_cache_dir
+from pdplan.candidates import DEFAULT_PPS, DEFAULT_TPS
 from pdplan.cli.options import (
     AdmissionShareOpt,
     ArrivalsOpt,
@@ -33,13 +34,14 @@ from pdplan.cli.options import (
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_write_text, dump_yaml
-from pdplan.goodput import DEFAULT_ADMISSION_SHARE
+from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
-from pdplan.placement import FLEET_CHOICES, OBJECTIVES
-from pdplan.planner import PlanReport, PlanRequest, fleet_names, optimize as run_optimize, report_to_dict
+from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
+from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
 from pdplan.report import plot_fleets
 from pdplan.sim.plan import plan_to_dict
+from pdplan.verify import DEFAULT_RUNS, RULES
 from pdplan.workload import peak_rate_rps
 
 DEFAULT_MODEL = "llama2-70b"
@@ -56,17 +58,36 @@ def optimize(
     attainment: AttainmentOpt = 0.9,
     slo: SloFileOpt = None,
     target_rate: Annotated[float | None, typer.Option(
-        "--target-rate", help="Rate every phase must serve (req/s); default the trace's mean rate.")] = None,
+        "--target-rate", help="Rate the plan must serve (req/s); default the trace's mean rate.")] = None,
     peak: Annotated[bool, typer.Option("--peak", help="Plan for the trace's busiest minute.")] = False,
     fleet: Annotated[str, typer.Option(
-        "--fleet", help="GPU types per pool: AA, HH, HA, HHcap (Splitwise), any (free choice) or all "
-                        "(compare the four).")] = "any",
+        "--fleet", help="GPU types per pool: any (free choice), all (every prefill/decode GPU pair the "
+                        "cluster holds, power-capped decode included), a pair PREFILL_GPU/DECODE_GPU, or "
+                        f"Splitwise's {', '.join(ALIASES)}.")] = "any",
     objective: Annotated[str, typer.Option(
         "--objective", help="cost, gpus or power (minimised at the target rate), or goodput (maximised "
                             "within --max-gpus/--max-cost/--max-power).")] = "cost",
     affinity: Annotated[str, typer.Option(
         "--affinity", help="KV path: high (handoffs cross nodes), low (prefill and decode stages share "
                            "nodes, DistServe's low affinity) or auto (the better of both).")] = "auto",
+    tp: Annotated[list[int] | None, typer.Option(
+        "--tp", help=f"Tensor-parallel degrees to consider (repeatable); default {', '.join(map(str, DEFAULT_TPS))}.",
+        show_default=False)] = None,
+    pp: Annotated[list[int] | None, typer.Option(
+        "--pp", help=f"Pipeline-parallel degrees to consider (repeatable); default {', '.join(map(str, DEFAULT_PPS))}.",
+        show_default=False)] = None,
+    pool_shapes: Annotated[str, typer.Option(
+        "--pool-shapes", help="one: one shape per phase and GPU type, as deployers run pools; mixed: let "
+                              "the program mix shapes in a pool.")] = "one",
+    redundancy: Annotated[str, typer.Option(
+        "--redundancy", help="none, instance or node: the plan must also pass with any one instance (or "
+                             "node) of each pool lost, verified by simulation.")] = "none",
+    seeds: Annotated[int, typer.Option(
+        "--seeds", help="Verification runs: the trace replayed at the target rate, then Poisson resamples "
+                        "of it; each objective gets a 95% interval over the runs.")] = DEFAULT_RUNS,
+    verify_rule: Annotated[str, typer.Option(
+        "--verify-rule", help="lower: a plan passes when each objective's interval lower end meets its "
+                              "target; mean: when its mean does.")] = "lower",
     max_gpus: Annotated[int | None, typer.Option("--max-gpus", help="GPU budget.")] = None,
     max_cost: Annotated[float | None, typer.Option("--max-cost", help="Budget in USD per hour.")] = None,
     max_power: Annotated[float | None, typer.Option("--max-power", help="Budget in watts (power limits).")] = None,
@@ -74,38 +95,44 @@ def optimize(
         "--link-headroom", help="Share of a KV link's bandwidth the handoff may use.")] = 0.8,
     time_limit: Annotated[float, typer.Option("--time-limit", help="CP-SAT time limit per solve, seconds.")] = 10.0,
     max_rounds: Annotated[int, typer.Option(
-        "--max-rounds", help="End-to-end checks; after a miss the failing phase's requirement rises 15%.")] = 3,
+        "--max-rounds", help="End-to-end checks per fleet, mode and node affinity: misses raise the failing "
+                             "pool, passes try cheaper plans.")] = DEFAULT_MAX_CHECKS,
     arrivals: ArrivalsOpt = "trace",
-    requests_per_probe: RequestsOpt = 1000,
+    requests_per_probe: RequestsOpt = SearchSettings().requests_per_probe,
     tolerance: ToleranceOpt = 0.02,
     admission_share: AdmissionShareOpt = DEFAULT_ADMISSION_SHARE,
     seed: SeedOpt = 0,
     format: FormatOpt = None,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="Write the chosen plan (readable by pdplan simulate --plan).")] = None,
+        "--out", help="Write the chosen plan (readable by pdplan simulate --plan); only a verified plan is written.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Folder for PNG plots (fleets.png).")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="List rejected shapes and why.")] = False,
-    no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute every goodput.")] = False,
+    no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute every goodput and check.")] = False,
     cache_dir: Annotated[Path | None, typer.Option(
-        "--cache-dir", help=f"Goodput cache folder; default {default_cache_dir()} "
+        "--cache-dir", help=f"Result cache folder; default {default_cache_dir()} "
                             "(or $PDPLAN_CACHE_DIR).")] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Find the cheapest plan that meets the SLO: colocated or P/D, shapes, replicas, nodes.
+    """Find the cheapest plan that passes its own end-to-end simulation: colocated or P/D, shapes,
+    replicas, nodes.
 
-    Every candidate shape's per-instance goodput is simulated on the trace (cached on disk);
-    CP-SAT places replicas on the cluster's nodes per fleet and mode, proving optimality; the
-    winner is simulated end to end, routing and KV transfer included. Defaults: llama2-70b, the
-    shipped profiles (rooflines for unmeasured shapes), the example A100 + H100 cluster, p90 TTFT
-    <= 1 s and p90 TPOT <= 100 ms at the trace's mean rate.
+    Every candidate shape's goodput, alone and as a pool behind the router, is simulated on the
+    trace (cached on disk); CP-SAT places replicas on the cluster's nodes per fleet, mode and node
+    affinity; each proposal is simulated end to end (routing, KV transfer, admission) on several
+    runs, misses raise the failing pool and passes try cheaper plans. Only a plan that passes is the
+    answer; when none does, the closest is shown with what it misses, and the exit code is 1.
+    Defaults: llama2-70b, the shipped profiles (rooflines for unmeasured shapes), the example
+    A100 + H100 cluster, p90 TTFT <= 1 s and p90 TPOT <= 100 ms at the trace's mean rate.
     """
-    _check_choices(fleet, objective, affinity)
+    _check_choices(objective, affinity, pool_shapes, redundancy, verify_rule)
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
-                   max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit)
+                   max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit,
+                   seeds=seeds, tps=tp, pps=pp)
     if plot is not None and plot.exists() and not plot.is_dir():
         raise PdplanError("--plot must name a folder, got a file", file=plot, field="plot")
+    settings = search_settings(tolerance, requests_per_probe, arrivals, seed)
     workload = load_workload(trace, format)
     if objective == "goodput":
         rate = None
@@ -117,33 +144,40 @@ def optimize(
         rate = peak_rate_rps(workload.arrival_s) if peak else len(workload) / _duration(workload)
     if rate is not None and not rate > 0:
         raise PdplanError(f"--target-rate must be > 0, got {rate!r}", field="target_rate")
+    the_cluster = load_cluster(cluster or default_cluster_path())
     request = PlanRequest(
-        workload=workload, model=get_model(model), cluster=load_cluster(cluster or default_cluster_path()),
-        measured=measured_profiles(profiles), slo=slo_from_options(ttft, tpot, attainment, slo),
-        target_rps=rate, fleets=fleet_names(fleet), objective=objective, affinity=affinity,
-        settings=search_settings(tolerance, requests_per_probe, arrivals, seed), admission_share=admission_share,
+        workload=workload, model=get_model(model), cluster=the_cluster, measured=measured_profiles(profiles),
+        slo=slo_from_options(ttft, tpot, attainment, slo), target_rps=rate, fleets=resolve_fleets(fleet, the_cluster),
+        objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,
-        time_limit_s=time_limit, max_rounds=max_rounds)
+        time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, rule=verify_rule, redundancy=redundancy,
+        pool_shapes=pool_shapes, tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
+        pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS)
     cache = ResultCache(cache_dir, enabled=not no_cache)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=stderr, transient=True,
                   disable=json or not stderr.is_terminal) as progress:
-        task = progress.add_task("goodput curves", total=None)
+        task = progress.add_task("measuring shapes", total=None)
 
         def advance(label: str, done: int, total: int) -> None:
-            progress.update(task, description=f"goodput {label}", completed=done, total=total)
+            progress.update(task, description=label, completed=done, total=total)
 
         report = run_optimize(request, cache=cache, progress=advance)
     document = report_to_dict(report)
     document["cache"]["dir"] = None if no_cache else str(cache.folder)
-    if out is not None:
-        atomic_write_text(out, dump_yaml(plan_to_dict(report.plan)))
-    if plot is not None:
-        plot_fleets(document["fleets"], plot / "fleets.png")
+    if report.answer is not None:
+        if out is not None:
+            atomic_write_text(out, dump_yaml(plan_to_dict(report.answer.plan)))
+        if plot is not None:
+            plot_fleets(document["fleets"], plot / "fleets.png", winner=document["fleet"])
     if json:
         print_json(document)
-        return
-    _render(report, document, explain)
+    elif report.answer is None:
+        _render_miss(report, document)
+    else:
+        _render(report, document, explain)
+    if report.answer is None:
+        raise typer.Exit(1)
 
 
 def _duration(workload) -> float:
@@ -155,7 +189,7 @@ def _duration(workload) -> float:
 
 def _check_numbers(*, objective: str, target_rate: float | None, peak: bool, max_gpus: int | None,
                    max_cost: float | None, max_power: float | None, link_headroom: float,
-                   time_limit: float) -> None:
+                   time_limit: float, seeds: int, tps: list[int] | None, pps: list[int] | None) -> None:
     """Flag values the planner cannot use, named by flag, before any work is done."""
     if objective == "goodput" and (target_rate is not None or peak):
         raise PdplanError("--objective goodput finds the highest rate itself; drop --target-rate/--peak",
@@ -172,11 +206,17 @@ def _check_numbers(*, objective: str, target_rate: float | None, peak: bool, max
     if not (math.isfinite(time_limit) and time_limit > 0):
         raise PdplanError(f"--time-limit must be a finite number of seconds > 0, got {time_limit!r}",
                           field="time_limit")
+    if not 1 <= seeds <= 100:
+        raise PdplanError(f"--seeds must be between 1 and 100, got {seeds!r}", field="seeds")
+    for flag, values in (("--tp", tps), ("--pp", pps)):
+        if values and not all(1 <= v <= 72 for v in values):
+            raise PdplanError(f"{flag} must be between 1 and 72, got {sorted(values)}", field=flag.lstrip("-"))
 
 
-def _check_choices(fleet: str, objective: str, affinity: str) -> None:
-    for flag, value, choices in (("--fleet", fleet, (*FLEET_CHOICES, "all")), ("--objective", objective, OBJECTIVES),
-                                 ("--affinity", affinity, ("auto", "high", "low"))):
+def _check_choices(objective: str, affinity: str, pool_shapes: str, redundancy: str, rule: str) -> None:
+    for flag, value, choices in (("--objective", objective, OBJECTIVES), ("--affinity", affinity, ("auto", "high", "low")),
+                                 ("--pool-shapes", pool_shapes, POOL_SHAPES), ("--redundancy", redundancy, REDUNDANCY),
+                                 ("--verify-rule", rule, RULES)):
         if value not in choices:
             raise PdplanError(f"{flag} must be one of {', '.join(sorted(choices))}, got {value!r}",
                               field=flag.lstrip("-"))
@@ -186,16 +226,67 @@ def _check_choices(fleet: str, objective: str, affinity: str) -> None:
 
 def _render(report: PlanReport, doc: dict, explain: bool) -> None:
     target = doc["target_rps"]
-    head = (f"{report.request.model.name}: {doc['decision']} on fleet {doc['fleet']}"
+    fleet = doc["fleet"] + (f" ({doc['fleet_alias']})" if doc["fleet_alias"] else "")
+    head = (f"{report.request.model.name}: {doc['decision']} on fleet {fleet}"
             + (f" at {target:.3g} req/s" if target else ""))
-    stdout.print(f"[bold]{head}[/bold]  ({'; '.join(o.label for o in report.request.slo.objectives)})")
+    stdout.print(f"[bold]{head}[/bold]  ({'; '.join(o.label for o in report.request.slo.objectives)})",
+                 highlight=False)
+    stdout.print(_verification_line(doc["verification"]), markup=False, highlight=False)
+    stdout.print(_search_line(doc), markup=False, highlight=False)
     _fleets_table(doc)
     _plan_table(doc)
-    _facts_table(report, doc)
+    _facts_table(doc)
     _links_table(doc)
     _nodes_table(doc)
     if explain:
         _explain(report)
+
+
+def _render_miss(report: PlanReport, doc: dict) -> None:
+    """No plan passed: say so, show the fleets and the closest plan with what it misses."""
+    stderr.print(f"No plan passes the end-to-end simulation within {report.request.max_checks} checks per fleet, "
+                 "mode and affinity; nothing was written.", markup=False, highlight=False)
+    _fleets_table(doc)
+    closest = doc["closest"]
+    if closest is None:
+        return
+    table = Table(title="Closest plan (it MISSES the SLO)")
+    for name in ("phase", "GPU", "TP", "PP", "replicas"):
+        table.add_column(name, justify="right")
+    for p in closest["pools"]:
+        table.add_row(p["phase"], p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]))
+    stdout.print(table)
+    stdout.print(f"{closest['gpus_total']} GPUs, {_money(closest['cost_per_hour'])} per hour", highlight=False)
+    stdout.print(_verification_line(closest["verification"]), markup=False, highlight=False)
+    for miss in closest["misses"]:
+        stdout.print(f"  misses {miss}", markup=False, highlight=False)
+
+
+def _verification_line(v: dict) -> str:
+    runs = len(v["seeds"])
+    rule = ("each objective's 95% interval lower end meets its target" if v["rule"] == "lower"
+            else "each objective's mean meets its target")
+    objectives = "; ".join(f"{o['metric'].upper()} <= {o['threshold_s'] * 1e3:g} ms: {o['mean']:.3f} "
+                           f"[{o['low']:.3f}, {o['high']:.3f}] vs {o['target']:g}" for o in v["per_objective"])
+    j = v["joint"]
+    verdict = "PASSES" if v["passed"] else "MISSES"
+    losses = f"; survives {len(v['losses'])} distinct losses" if v["losses"] and v["passed"] else ""
+    return (f"verification: {verdict} at {v['rate_rps']:.3g} req/s on {runs} run{'s' if runs > 1 else ''} × "
+            f"{v['requests'][0]:,} requests (seeds {', '.join(map(str, v['seeds']))}; rule: {rule}): {objectives}; "
+            f"joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]{losses}")
+
+
+def _search_line(doc: dict) -> str:
+    s = doc["search"]
+    name = doc["solver"]["objective_name"]
+    fmt = _money if name == "cost" else (lambda v: f"{v:.4g}")
+    if s["lower_bound"] is None or s["verified"] is None:
+        return f"search: {s['checks']} end-to-end checks"
+    proof = ("no cheaper plan above the search floor passes" if s["proven"]
+             else "the check budget ran out before cheaper plans were ruled out")
+    gap = "" if s["gap"] is None else f", gap {s['gap']:+.1%}"
+    return (f"search: integer-program bound {fmt(s['lower_bound'])}, verified {fmt(s['verified'])}{gap} "
+            f"({s['checks']} checks, {s['end_to_end_simulations']} end-to-end simulations run; {proof})")
 
 
 def _money(value: float | None) -> str:
@@ -206,72 +297,88 @@ def _num(value: float | None, fmt: str = ".3g") -> str:
     return "—" if value is None else format(value, fmt)
 
 
-def _fleets_table(doc: dict) -> None:
-    table = Table(title="Fleets (disaggregated optimum; colocated on the same GPU types beside it)")
-    for name in ("fleet", "prefill", "decode", "GPUs", "$/h", "kW", "goodput", "req/s/GPU", "KV link",
-                 "joint", "colocated $/h", "best"):
-        table.add_column(name, justify="right")
-    for f in doc["fleets"]:
-        joint = None if f["attainment"] is None else f["attainment"]["joint"]
-        table.add_row(f["fleet"], _shape(f["prefill"]), _shape(f["decode"]), _num(f["gpus_total"], "d"),
-                      _money(f["cost_per_hour"]), _num(None if f["power_w"] is None else f["power_w"] / 1e3, ".2f"),
-                      _num(f["goodput_rps"]), _num(f["goodput_per_gpu"]),
-                      _num(f["link_utilization"], ".1%"), _num(joint, ".3f"),
-                      _money(f["colocated_cost_per_hour"]), f["best_mode"] or "infeasible")
-    stdout.print(table)
-
-
-def _shape(pool: dict | None) -> str:
-    """``h100 TP2×3``: GPU family, TP (and PP when > 1), replicas."""
+def shapes_text(pool: dict | None) -> str:
+    """Every shape of a pool with its replicas: ``h100-80gb TP4×2 + a100-80gb TP8 PP2×1``."""
     if pool is None:
         return "—"
-    pp = f" PP{pool['pp']}" if pool["pp"] > 1 else ""
-    return f"{pool['gpu'].split('-80gb')[0]} TP{pool['tp']}{pp}×{pool['replicas']}"
+    return " + ".join(f"{s['gpu']} TP{s['tp']}" + (f" PP{s['pp']}" if s["pp"] > 1 else "") + f"×{s['replicas']}"
+                      for s in pool["shapes"])
+
+
+def _fleets_table(doc: dict) -> None:
+    table = Table(title="Fleets (each fleet's disaggregated plan, verified end to end; the colocated plan "
+                        "on the same GPUs beside it)")
+    table.add_column("fleet", no_wrap=True)
+    for name in ("prefill", "decode", "GPUs", "$/h", "kW", "capacity", "req/s/GPU", "KV link", "joint",
+                 "verdict", "colocated $/h", "best"):
+        table.add_column(name, justify="right")
+    notes = []
+    for f in doc["fleets"]:
+        name = f["fleet"] + (f" ({f['alias']})" if f["alias"] else "")
+        joint = None if f["attainment"] is None else f["attainment"]["joint"]
+        verdict = "infeasible" if not f["feasible"] else ("passes" if f["verified"] else "MISSES")
+        notes += [f"{name}: {reason}" for reason in (f["reason"], f["colocated_reason"]) if reason]
+        best = f["best_mode"] or "—"
+        if f["fleet"] == doc.get("fleet") and best == doc.get("decision"):
+            best = f"{best} (chosen)"
+        table.add_row(name, shapes_text(f["prefill"]), shapes_text(f["decode"]), _num(f["gpus_total"], "d"),
+                      _money(f["cost_per_hour"]), _num(None if f["power_w"] is None else f["power_w"] / 1e3, ".2f"),
+                      _num(f["goodput_rps"]), _num(f["goodput_per_gpu"]), _num(f["link_utilization"], ".1%"),
+                      _num(joint, ".3f"), verdict, _money(f["colocated_cost_per_hour"]), best)
+    stdout.print(table)
+    for note in dict.fromkeys(notes):
+        stdout.print(f"  {note}", markup=False, highlight=False)
 
 
 def _plan_table(doc: dict) -> None:
     table = Table(title=f"Chosen plan ({doc['decision']}, {doc['affinity'] or 'high'} node affinity)")
-    for name in ("phase", "GPU", "TP", "PP", "replicas", "goodput/instance", "$/h", "kW"):
+    for name in ("phase", "GPU", "TP", "PP", "replicas", "goodput/instance", "pool capacity", "$/h", "kW"):
         table.add_column(name, justify="right")
     for p in doc["pools"]:
         phase = p["phase"] + (f" (chunk {p['chunk_tokens']})" if p["chunk_tokens"] else "")
         table.add_row(phase, p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]),
-                      f"{p['goodput_rps_per_instance']:.3g} req/s", _money(p["usd_per_hour"]), f"{p['power_w'] / 1e3:.2f}")
+                      f"{p['goodput_rps_per_instance']:.3g} req/s", f"{p['capacity_rps']:.3g} req/s",
+                      _money(p["usd_per_hour"]), f"{p['power_w'] / 1e3:.2f}")
     base = doc["colocated_baseline"]
     if base is not None and doc["decision"] == "disaggregated":
-        table.add_row("colocated baseline", base["gpu"], str(base["tp"]), str(base["pp"]), str(base["replicas"]),
-                      f"{base['goodput_rps_per_instance']:.3g} req/s", _money(base["cost_per_hour"]),
+        for s in base["shapes"]:
+            table.add_row("colocated baseline", s["gpu"], str(s["tp"]), str(s["pp"]), str(s["replicas"]),
+                          f"{s['goodput_rps_per_instance']:.3g} req/s", f"{s['capacity_rps']:.3g} req/s", "", "")
+        table.add_row("colocated baseline total", "", "", "", "", "", "", _money(base["cost_per_hour"]),
                       f"{base['power_w'] / 1e3:.2f}")
     stdout.print(table)
 
 
-def _facts_table(report: PlanReport, doc: dict) -> None:
+def _facts_table(doc: dict) -> None:
     table = Table(show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
     table.add_row("GPUs / cost / power", f"{doc['gpus_total']} / {_money(doc['cost_per_hour'])} per hour / "
                                          f"{doc['power_w'] / 1e3:.2f} kW")
-    table.add_row("goodput (min over phases)", f"{doc['goodput_rps']:.3g} req/s, {doc['goodput_per_gpu']:.3g} per GPU")
+    table.add_row("pool capacity (min over phases)", f"{doc['goodput_rps']:.3g} req/s, "
+                                                     f"{doc['goodput_per_gpu']:.3g} per GPU (integer program)")
     if doc["margin"] is not None:
         other = "colocated" if doc["decision"] == "disaggregated" else "disaggregated"
-        table.add_row(f"margin over {other}", f"{doc['margin']:+.1%} ({doc['solver']['objective_name']})")
-    a = doc["attainment"]
-    table.add_row("end-to-end attainment", f"TTFT {a['ttft']:.3f}, TPOT {a['tpot']:.3f}, joint {a['joint']:.3f} "
-                                           f"({'meets' if doc['meets_slo'] else 'MISSES'} the SLO)")
+        table.add_row(f"margin over {other}", f"{doc['margin']:+.1%} ({doc['solver']['objective_name']}, both verified)")
     headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"
-    table.add_row("end-to-end goodput", f"{doc['end_to_end_goodput_rps']:.3g} req/s{headroom}, the whole plan simulated")
-    table.add_row("end-to-end rounds", str(len(doc["rounds"])))
+    table.add_row("end-to-end goodput", f"{doc['end_to_end_goodput_rps']:.3g} req/s{headroom}, the whole plan verified")
+    red = doc["redundancy"]
+    if red["mode"] != "none":
+        worst = red.get("worst_case")
+        text = "—" if worst is None else f"worst loss: {worst['lost']} (short by {max(0.0, worst['worst_shortfall']):.3f})"
+        if "redundancy_costs" in red:
+            text += f"; redundancy costs {red['redundancy_costs']:+.4g} ({doc['solver']['objective_name']})"
+        table.add_row(f"redundancy ({red['mode']})", text)
     s = doc["solver"]
-    table.add_row("solver", f"{s['status']}, objective {s['objective']:.6g}, bound {s['bound']:.6g}, "
-                            f"gap {s['gap']:.2%}, {s['wall_s'] * 1e3:.0f} ms")
-    table.add_row("goodput cache", f"{doc['cache']['hits']} hits, {doc['cache']['misses']} computed")
+    table.add_row("solver", f"{s['status']}, objective {s['objective']:.6g}, bound {s['bound']:.6g}, gap {s['gap']:.2%}")
+    table.add_row("cache", f"{doc['cache']['hits']} hits, {doc['cache']['misses']} computed")
     stdout.print(table)
 
 
 def _links_table(doc: dict) -> None:
     if not doc["links"]:
         return
-    table = Table(title="KV links (demand at the target rate vs the placed path)")
+    table = Table(title="KV links (demand at the verified rate vs the placed path)")
     for name in ("from", "to", "path", "demand GB/s", "capacity GB/s", "use"):
         table.add_column(name, justify="right")
     for link in doc["links"]:
@@ -302,8 +409,8 @@ def _explain(report: PlanReport) -> None:
     lines += [f"{m.shape.label}: no rate meets the SLO on one instance (goodput 0)"
               for m in report.measured if m.goodput.goodput_rps <= 0]
     for fleet in report.fleets:  # fleet rules are the user's choice; list links and inventory only
-        for mode in (fleet.disaggregated, fleet.colocated):
-            rejections = () if mode.solution is None else mode.solution.rejections
+        for result in (fleet.disaggregated, fleet.colocated):
+            rejections = () if result.first is None else result.first.rejections
             lines += [f"{rej.candidate.label}: {rej.reason}" for rej in rejections if rej.family != "fleet"]
     for line in dict.fromkeys(lines):
         stdout.print(f"  {line}", markup=False, highlight=False)

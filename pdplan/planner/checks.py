@@ -1,0 +1,104 @@
+"""End-to-end checks, run once each: a plan at a rate over R runs, remembered in memory and on disk."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import asdict
+
+from pdplan.cache import ResultCache, cache_key
+from pdplan.goodput import Probe, Search, find_goodput
+from pdplan.placement import Solution
+from pdplan.planner.measure import profile_digest
+from pdplan.planner.plans import Loss, losses, plan_key, plan_of
+from pdplan.planner.request import PlanRequest
+from pdplan.planner.search import Checked
+from pdplan.sim import Plan, simulate
+from pdplan.verify import LossCheck, RunRecord, Verification, judge, run_record, run_workloads
+
+
+class Verifier:
+    """Simulates plans end to end for one request; every (plan, rate) is simulated at most once
+    per machine (the disk cache) and counted in :attr:`simulations`."""
+
+    def __init__(self, request: PlanRequest, profiles: dict, cache: ResultCache):
+        self.request = request
+        self.profiles = profiles
+        self.cache = cache
+        self.simulations = 0
+        self._memo: dict[tuple[str, float], list[RunRecord]] = {}
+        self._workloads: dict[float, list] = {}
+        self._trace = request.workload.digest()
+        self.seeds = tuple(request.settings.seed + r for r in range(request.runs))
+
+    def records(self, plan: Plan, rate_rps: float) -> list[RunRecord]:
+        """The runs of ``plan`` at ``rate_rps``, judged against the request's SLO."""
+        key = (plan_key(plan), rate_rps)
+        if key not in self._memo:
+            disk = cache_key(self._key_parts(plan, rate_rps))
+            stored = self.cache.get(disk)
+            if stored is None:
+                records = [run_record(simulate(w, plan, self.profiles, model=self.request.model,
+                                               seed=self.request.settings.seed), self.request.slo,
+                                      with_summary=i == 0)
+                           for i, w in enumerate(self._runs(rate_rps))]
+                self.simulations += len(records)
+                self.cache.put(disk, [asdict(r) for r in records])
+            else:
+                records = [RunRecord(**{**r, "objectives": tuple(r["objectives"])}) for r in stored]
+            self._memo[key] = records
+        return self._memo[key]
+
+    def _runs(self, rate_rps: float) -> list:
+        if rate_rps not in self._workloads:
+            s = self.request.settings
+            self._workloads[rate_rps] = run_workloads(self.request.workload, rate_rps, runs=self.request.runs,
+                                                      seed=s.seed, arrivals=s.arrivals)
+        return self._workloads[rate_rps]
+
+    def _key_parts(self, plan: Plan, rate_rps: float) -> dict:
+        shapes = sorted({p.shape for p in plan.pools})
+        return {"verify": plan_key(plan), "trace": self._trace, "rate": rate_rps,
+                "profiles": [profile_digest(self.profiles[s]) for s in shapes],
+                "model": asdict(self.request.model), "slo": self.request.slo.to_dict(), "runs": self.request.runs,
+                "seed": self.request.settings.seed, "arrivals": self.request.settings.arrivals}
+
+    def verify(self, plan: Plan, rate_rps: float, *, mode: str, lost: list[Loss] = ()) -> Verification:
+        """The verdict on ``plan`` at ``rate_rps``, every loss in ``lost`` included."""
+        checks = tuple(self._loss(loss, rate_rps, mode) for loss in lost)
+        return judge(self.records(plan, rate_rps), self.request.slo, rule=self.request.rule, rate_rps=rate_rps,
+                     seeds=self.seeds, mode=mode, losses=checks)
+
+    def _loss(self, loss: Loss, rate_rps: float, mode: str) -> LossCheck:
+        if loss.left is None:  # a phase lost its last instance
+            everything = max(o.attainment for o in self.request.slo.objectives)
+            return LossCheck(lost=loss.label, passed=False, worst_shortfall=everything, mean_shortfall=everything,
+                             joint=None, failing_phase=loss.emptied)
+        verdict = judge(self.records(loss.left, rate_rps), self.request.slo, rule=self.request.rule,
+                        rate_rps=rate_rps, seeds=self.seeds, mode=mode)
+        return LossCheck(lost=loss.label, passed=verdict.passed, worst_shortfall=verdict.worst_shortfall,
+                         mean_shortfall=max(o.objective.attainment - o.interval.mean for o in verdict.per_objective),
+                         joint=verdict.joint, failing_phase=verdict.failing_phase)
+
+    def check(self, solution: Solution, *, mode: str, affinity: str, fleet: str,
+              rate_rps: float | None = None) -> Checked:
+        """Place ``solution`` as a plan and verify it at ``rate_rps`` (default: the target)."""
+        request = self.request
+        plan = plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
+                       transfer_schedule=request.transfer_schedule,
+                       name=f"{request.model.name} {mode} ({fleet}" + (f", {affinity} affinity)" if mode != "colocated"
+                                                                        else ")"))
+        rate = request.target_rps if rate_rps is None else rate_rps
+        verification = self.verify(plan, rate, mode=mode, lost=losses(solution, plan, request.redundancy))
+        return Checked(solution=solution, plan=plan, verification=verification)
+
+    def goodput(self, plan: Plan, *, mode: str, start_rps: float) -> Search:
+        """The highest rate at which the whole plan still passes (bisection over verified rates):
+        how much headroom it has, or (objective goodput) what it really sustains."""
+        def probe(rate: float) -> Probe:
+            verdict = self.verify(plan, rate, mode=mode)
+            return Probe(rate_rps=rate, attainment_ttft=verdict.clocks.get("ttft", verdict.joint).mean,
+                         attainment_tpot=verdict.clocks.get("tpot", verdict.joint).mean,
+                         attainment_joint=verdict.joint.mean, meets=verdict.passed)
+
+        settings = dataclasses.replace(self.request.settings, grid_points=0)
+        return find_goodput(probe, start_rps=max(start_rps, 1e-3), settings=settings)

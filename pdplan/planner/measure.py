@@ -1,0 +1,161 @@
+"""Every candidate shape measured on the trace: one instance's goodput, then its pool curve c(n).
+
+Both are simulated (bisection over rates, each phase judged alone against its share of the SLO)
+and cached on disk under a key of everything that determines them, so a second run with the
+same inputs reuses every number and ``pdplan goodput`` shares the per-instance figures.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import asdict, dataclass
+from typing import Callable
+
+from pdplan.cache import ResultCache, cache_key
+from pdplan.candidates import Rejected, Shape, enumerate_shapes
+from pdplan.goodput import InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
+from pdplan.modelspec import ModelSpec
+from pdplan.placement import Candidate
+from pdplan.planner.request import PlanRequest
+from pdplan.poolcap import PoolCurve, build_curve
+from pdplan.profiles import PhaseProfile, profile_to_dict
+from pdplan.roofline import profile_for
+from pdplan.slo import SLO
+from pdplan.workload import Workload
+
+#: Pool curves are sampled until a pool serves this multiple of the target (room for raises).
+CURVE_HEADROOM = 1.25
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Measured:
+    """A candidate shape with its profile and its simulated per-instance goodput."""
+
+    shape: Shape
+    profile: PhaseProfile
+    goodput: InstanceGoodput
+
+
+def profile_digest(profile: PhaseProfile) -> str:
+    """sha256 of a profile's canonical content, for cache keys."""
+    return hashlib.sha256(json.dumps(profile_to_dict(profile), sort_keys=True).encode()).hexdigest()
+
+
+def goodput_key_parts(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO, settings: SearchSettings,
+                      policy: str | None, chunk_tokens: int | None, admission_share: float) -> dict:
+    """Everything one shape's goodput depends on; ``pdplan goodput`` and ``optimize`` key alike."""
+    return {"trace": workload.digest(), "profile": profile_digest(profile), "slo": slo.to_dict(),
+            "phase": phase, "policy": policy, "chunk": chunk_tokens, "settings": asdict(settings),
+            "admission_share": admission_share}
+
+
+def cached_instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
+                            settings: SearchSettings, policy: str | None, chunk_tokens: int | None,
+                            admission_share: float, cache: ResultCache) -> InstanceGoodput:
+    """:func:`pdplan.goodput.instance_goodput`, from the cache when the inputs match."""
+    key = cache_key(goodput_key_parts(workload, profile, phase=phase, slo=slo, settings=settings, policy=policy,
+                                      chunk_tokens=chunk_tokens, admission_share=admission_share))
+    cached = cache.get(key)
+    if cached is not None:
+        return InstanceGoodput.from_dict(cached)
+    result = instance_goodput(workload, profile, phase=phase, slo=slo, settings=settings, policy=policy,
+                              chunk_tokens=chunk_tokens, admission_share=admission_share)
+    cache.put(key, result.to_dict())
+    return result
+
+
+def measure(request: PlanRequest, cache: ResultCache,
+            progress: Progress | None = None) -> tuple[list[Measured], list[Rejected]]:
+    """Every candidate shape's per-instance goodput, from the cache where the inputs match."""
+    largest = int((request.workload.prompt_tokens + request.workload.output_tokens).max())
+    shapes, rejected = enumerate_shapes(request.model, request.cluster, largest_request_tokens=largest,
+                                        tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes)
+    measured = []
+    for i, shape in enumerate(shapes):
+        if progress is not None:
+            progress(f"goodput {shape.label}", i, len(shapes))
+        profile = profile_for(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp, shape.pp,
+                              request.measured)
+        result = cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
+                                         settings=request.settings, policy=shape.policy,
+                                         chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
+                                         cache=cache)
+        measured.append(Measured(shape=shape, profile=profile, goodput=result))
+    return measured, rejected
+
+
+def mean_kv_bytes_per_request(workload: Workload, model: ModelSpec) -> float:
+    """Mean handoff bytes per request: the whole prompt's KV (0x06; no destination reuse assumed,
+    which is conservative for traces with prefix hashes)."""
+    return float(workload.prompt_tokens.mean()) * model.kv_bytes_per_token
+
+
+def best_of_each_shape(measured: list[Measured]) -> list[Measured]:
+    """Shapes with positive goodput; colocated shapes of one (GPU, TP, PP) keep only their best
+    chunk size (the others cost the same and serve less)."""
+    best: dict[tuple, Measured] = {}
+    for m in measured:
+        if m.goodput.goodput_rps <= 0:
+            continue
+        key = (m.shape.phase, m.shape.gpu, m.shape.tp, m.shape.pp)
+        if key not in best or m.goodput.goodput_rps > best[key].goodput.goodput_rps:
+            best[key] = m
+    return sorted(best.values(), key=lambda m: m.shape.label)
+
+
+def most_replicas(request: PlanRequest, shape: Shape) -> int:
+    """Instances of ``shape`` the cluster (and the GPU budget) can hold; unbounded counts give
+    the largest pool the curves sample."""
+    nodes = request.cluster.nodes_for(shape.gpu)
+    if any(n.count is None for n in nodes):
+        limit = 10**6
+    else:
+        limit = sum((n.gpus_per_node // shape.tp) * n.count for n in nodes) // shape.pp
+    if request.max_gpus is not None:
+        limit = min(limit, request.max_gpus // shape.gpus)
+    return max(1, limit)
+
+
+def pool_candidates(request: PlanRequest, measured: list[Measured], cache: ResultCache,
+                    progress: Progress | None = None) -> tuple[Candidate, ...]:
+    """Placement candidates: each usable shape with its pool capacity curve c(n)."""
+    kv_bytes = mean_kv_bytes_per_request(request.workload, request.model)
+    wanted = math.inf if request.target_rps is None else CURVE_HEADROOM * request.target_rps
+    chosen = best_of_each_shape(measured)
+    out = []
+    for i, m in enumerate(chosen):
+        if progress is not None:
+            progress(f"pool capacity {m.shape.label}", i, len(chosen))
+        curve = pool_curve(request, m, wanted_rps=wanted, cache=cache)
+        out.append(Candidate(phase=m.shape.phase, gpu=m.shape.gpu, tp=m.shape.tp, pp=m.shape.pp,
+                             goodput_rps=m.goodput.goodput_rps, chunk_tokens=m.shape.chunk_tokens,
+                             kv_bytes_per_request=0.0 if m.shape.phase == "colocated" else kv_bytes,
+                             curve=curve))
+    return tuple(out)
+
+
+def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: ResultCache) -> PoolCurve:
+    """c(n) of one shape, each sampled pool size from the cache where the inputs match."""
+    parts = goodput_key_parts(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
+                              settings=request.settings, policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
+                              admission_share=request.admission_share)
+
+    def sample(replicas: int, start_rps: float) -> float:
+        key = cache_key({**parts, "replicas": replicas})
+        cached = cache.get(key)
+        if cached is not None:
+            return float(cached["capacity_rps"])
+        search = pool_goodput(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
+                              settings=request.settings, start_rps=start_rps, replicas=replicas,
+                              policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
+                              admission_share=request.admission_share)
+        cache.put(key, {"replicas": replicas, "capacity_rps": search.goodput_rps, "missed_rps": search.missed_rps,
+                        "probes": len(search.probes)})
+        return search.goodput_rps
+
+    return build_curve(m.goodput.goodput_rps, m.goodput.saturation_rps, wanted_rps=wanted_rps,
+                       most_replicas=most_replicas(request, m.shape), sample=sample)

@@ -1,0 +1,242 @@
+"""The optimize pipeline: shapes → goodput → pool curves → verified search per fleet → the answer.
+
+For each fleet, the disaggregated plan (each node affinity asked for) and the colocated plan are
+searched under the same constraints (0x0A–0x0C), each by :func:`~pdplan.planner.search.verified_search`.
+The answer is the cheapest plan the end-to-end simulation passed, over every fleet, mode and
+affinity (objective goodput: the highest verified rate). When none passed, there is no answer:
+the report carries the plan that missed by the least.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import reduce
+
+from pdplan.cache import ResultCache
+from pdplan.candidates import Rejected
+from pdplan.errors import InfeasibleError, PdplanError
+from pdplan.goodput import Search
+from pdplan.hardware import Cluster
+from pdplan.placement import Candidate, Fleet, Problem, solve
+from pdplan.planner.checks import Verifier
+from pdplan.planner.measure import Measured, Progress, measure, pool_candidates
+from pdplan.planner.request import PlanRequest
+from pdplan.planner.search import Checked, SearchResult, verified_search
+
+
+@dataclass(frozen=True, kw_only=True)
+class FleetResult:
+    """Both modes for one fleet and the mode that wins it."""
+
+    fleet: Fleet
+    disaggregated: SearchResult
+    colocated: SearchResult
+    objective: str
+
+    @property
+    def best(self) -> SearchResult | None:
+        """The better mode with a verified plan (None when neither has one)."""
+        found = [r for r in (self.disaggregated, self.colocated) if r.best is not None]
+        return reduce(lambda a, b: better(a, b, self.objective), found) if found else None
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanReport:
+    """What ``pdplan optimize`` found, with the evidence behind every number."""
+
+    request: PlanRequest
+    measured: tuple[Measured, ...]
+    rejected: tuple[Rejected, ...]
+    candidates: tuple[Candidate, ...]
+    fleets: tuple[FleetResult, ...]
+    chosen: SearchResult | None            #: the search whose verified plan is the answer
+    end_to_end: Search | None              #: the answer's own goodput, the whole plan simulated
+    without_redundancy: SearchResult | None  #: the same search without the redundancy asked for
+    simulations: int                       #: end-to-end simulation runs this invocation ran
+    cache_hits: int
+    cache_misses: int
+
+    @property
+    def answer(self) -> Checked | None:
+        return None if self.chosen is None else self.chosen.best
+
+    @property
+    def closest(self) -> Checked | None:
+        """With no answer: the plan that missed by the least, over every search."""
+        tried = [c for f in self.fleets for r in (f.disaggregated, f.colocated) for c in r.tried]
+        return min(tried, key=lambda c: c.verification.worst_shortfall, default=None)
+
+    @property
+    def fleet(self) -> FleetResult | None:
+        return None if self.chosen is None else next(f for f in self.fleets if f.fleet == self.chosen.fleet)
+
+    @property
+    def margin(self) -> float | None:
+        """How much better the answer is than the other mode of its fleet, as a fraction of the
+        other's objective (cost, GPUs or power saved; goodput gained); None if only one passed."""
+        if self.chosen is None:
+            return None
+        fleet = self.fleet
+        other = fleet.colocated if self.chosen.mode == "disaggregated" else fleet.disaggregated
+        objective = self.request.objective
+        if other.best is None or not other.best.value(objective):
+            return None
+        ours, theirs = self.answer.value(objective), other.best.value(objective)
+        return (ours - theirs if objective == "goodput" else theirs - ours) / theirs
+
+
+def better(a: SearchResult, b: SearchResult, objective: str) -> SearchResult:
+    """The search with the better verified plan (ties: fewer GPUs, then colocated, the simpler
+    system, then the narrower fleet); a search with no verified plan loses."""
+    if a.best is None:
+        return b
+    if b.best is None:
+        return a
+    sign = -1 if objective == "goodput" else 1
+
+    def key(r: SearchResult) -> tuple:  # then the fleet that allows the fewest GPU types
+        return (sign * r.best.value(objective), r.best.solution.gpus_total, r.mode != "colocated",
+                r.fleet.breadth)
+
+    return min((a, b), key=key)
+
+
+def base_problem(request: PlanRequest, candidates: tuple[Candidate, ...], fleet: Fleet, mode: str,
+                 affinity: str, cluster: Cluster | None = None) -> Problem:
+    """The program for one fleet, mode and affinity at the request's target and budgets."""
+    return Problem(candidates=candidates, cluster=cluster or request.cluster, mode=mode,
+                   target_rps=request.target_rps, fleet=fleet, objective=request.objective,
+                   link_headroom=request.link_headroom, affinity=affinity, max_gpus=request.max_gpus,
+                   max_usd_per_hour=request.max_usd_per_hour, max_power_w=request.max_power_w,
+                   time_limit_s=request.time_limit_s, seed=request.settings.seed, pool_shapes=request.pool_shapes,
+                   redundancy=request.redundancy)
+
+
+class Searches:
+    """Runs (and remembers) the verified search of each fleet, mode and affinity: fleets that
+    allow a colocated pool the same GPU types share one colocated search."""
+
+    def __init__(self, request: PlanRequest, candidates: tuple[Candidate, ...], verifier: Verifier):
+        self.request, self.candidates, self.verifier = request, candidates, verifier
+        self._done: dict[tuple, SearchResult] = {}
+
+    def run(self, fleet: Fleet, mode: str, affinity: str, request: PlanRequest | None = None) -> SearchResult:
+        request = request or self.request
+        key = (mode, affinity, fleet.allowed("colocated") if mode == "colocated" else fleet.name,
+               request.redundancy, request.objective)
+        if key not in self._done:
+            base = base_problem(request, self.candidates, fleet, mode, affinity)
+            self._done[key] = self._search(request, base)
+        return replace(self._done[key], fleet=fleet)
+
+    def _search(self, request: PlanRequest, base: Problem) -> SearchResult:
+        def check(solution, rate_rps=None) -> Checked:
+            return self.verifier.check(solution, mode=base.mode, affinity=base.affinity, fleet=base.fleet.label,
+                                       rate_rps=rate_rps)
+
+        if request.objective != "goodput":
+            return verified_search(request, base, check)
+        return self._highest_rate(base, check)
+
+    def _highest_rate(self, base: Problem, check) -> SearchResult:
+        """Objective goodput: the program's strongest plan within the budget, verified at the
+        highest rate the whole plan sustains."""
+        found = SearchResult(fleet=base.fleet, mode=base.mode, affinity=base.affinity)
+        try:
+            first = solve(base)
+        except PdplanError as err:  # infeasible, or no budget bounds an unbounded cluster
+            return replace(found, reason=err.detail)
+        claimed = check(first, first.goodput_rps)
+        rate = self.verifier.goodput(claimed.plan, mode=base.mode, start_rps=first.goodput_rps).goodput_rps
+        if rate <= 0:
+            return replace(found, first=first, tried=(claimed,))
+        verified = check(first, rate)
+        return replace(found, first=first, best=verified, tried=(claimed, verified), proven=True)
+
+    def fleet(self, fleet: Fleet) -> FleetResult:
+        affinities = [self.run(fleet, "disaggregated", a) for a in self.request.affinities]
+        return FleetResult(fleet=fleet, disaggregated=pick(affinities, self.request.objective),
+                           colocated=self.run(fleet, "colocated", "high"), objective=self.request.objective)
+
+
+def pick(results: list[SearchResult], objective: str) -> SearchResult:
+    """The best of several searches: a verified plan wins; without one, the search whose
+    closest plan missed least; without any plan, the first (its reason)."""
+    if any(r.best is not None for r in results):
+        return reduce(lambda a, b: better(a, b, objective), results)
+    tried = [r for r in results if r.tried]
+    if tried:
+        return min(tried, key=lambda r: r.closest.verification.worst_shortfall)
+    return results[0]
+
+
+def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | None = None) -> PlanReport:
+    """Run the whole pipeline. No plan at all (the program is infeasible everywhere) raises
+    InfeasibleError naming why; plans that all miss end to end give a report without an answer."""
+    measured, rejected = measure(request, cache, progress)
+    candidates = pool_candidates(request, measured, cache, progress)
+    verifier = Verifier(request, {m.profile.key: m.profile for m in measured}, cache)
+    searches = Searches(request, candidates, verifier)
+    fleets = []
+    for i, fleet in enumerate(request.fleets):
+        if progress is not None:
+            progress(f"verified search {fleet.label}", i, len(request.fleets))
+        fleets.append(searches.fleet(fleet))
+    found = [f.best for f in fleets if f.best is not None]
+    if not found and all(r.first is None for f in fleets for r in (f.disaggregated, f.colocated)):
+        raise InfeasibleError(no_plan_message(request, fleets, searches))
+    chosen = reduce(lambda a, b: better(a, b, request.objective), found) if found else None
+    end_to_end = without = None
+    if chosen is not None:
+        start = chosen.best.verification.rate_rps
+        end_to_end = verifier.goodput(chosen.best.plan, mode=chosen.mode, start_rps=start)
+        if request.redundancy != "none":
+            without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"))
+    return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
+                      fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
+                      simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses)
+
+
+def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: Searches) -> str:
+    """Why no fleet has a plan; when the cluster's size or the budget binds, also the highest rate
+    the cluster serves (verified end to end) and the GPUs the target would need."""
+    reasons = "; ".join(f"{f.fleet.label}: {f.disaggregated.reason}" for f in fleets)
+    message = f"no fleet can serve the target: {reasons}"
+    if request.target_rps is None or not any(word in reasons for word in ("node counts", "budget", "spare capacity")):
+        return message
+    needed = gpus_needed(request, searches.candidates)
+    served = highest_verified_rate(request, searches)
+    if served is not None:
+        rate, checked = served
+        message += (f". The cluster serves at most {rate:.3g} req/s (verified end to end on "
+                    f"{checked.solution.gpus_total} GPUs)")
+    if needed is not None:
+        message += f"; {request.target_rps:g} req/s would need {needed} GPUs"
+    return message
+
+
+def gpus_needed(request: PlanRequest, candidates: tuple[Candidate, ...]) -> int | None:
+    """The fewest GPUs any fleet and mode needs for the target, node counts and budgets lifted."""
+    unbounded = Cluster(nodes=tuple(replace(n, count=None) for n in request.cluster.nodes),
+                        energy_usd_per_kwh=request.cluster.energy_usd_per_kwh, pue=request.cluster.pue)
+    lifted = replace(request, max_gpus=None, max_usd_per_hour=None, max_power_w=None, objective="gpus")
+    found = []
+    for fleet in request.fleets:
+        for mode in ("disaggregated", "colocated"):
+            try:
+                found.append(solve(base_problem(lifted, candidates, fleet, mode, "high", unbounded)).gpus_total)
+            except InfeasibleError:
+                continue
+    return min(found, default=None)
+
+
+def highest_verified_rate(request: PlanRequest, searches: Searches) -> tuple[float, Checked] | None:
+    """The highest rate any fleet and mode sustains within the cluster and budgets, verified."""
+    strongest = replace(request, objective="goodput", target_rps=None)
+    best = None
+    for fleet in request.fleets:
+        for mode in ("disaggregated", "colocated"):
+            result = searches.run(fleet, mode, "high", strongest)
+            if result.best is not None and (best is None or result.best.verification.rate_rps > best[0]):
+                best = (result.best.verification.rate_rps, result.best)
+    return best

@@ -1,0 +1,96 @@
+"""A placed solution as a simulator plan, and the plans left after losing an instance or a node."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, replace
+
+from pdplan.hardware import Cluster
+from pdplan.modelspec import ModelSpec
+from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
+from pdplan.sim import Link, Plan, Pool
+from pdplan.sim.plan import plan_to_dict
+
+#: KV link setup cost per transfer (RDMA registration and signalling), an assumption.
+LINK_SETUP_S = 0.5e-3
+
+
+def pool_name(cand: Candidate) -> str:
+    return f"{cand.phase}-{cand.gpu}-tp{cand.tp}-pp{cand.pp}"
+
+
+def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str, affinity: str,
+            transfer_schedule: str, name: str) -> Plan:
+    """The placement as a simulator plan: one pool per shape, links at the path the placement
+    implies (across nodes for high affinity, inside a node for low)."""
+    shapes = {}  # pool → the candidate shape it runs
+    for cand, replicas in sorted(solution.replicas.items(), key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
+        extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if cand.phase == "colocated" else {}
+        pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,
+                    replicas=replicas, **extra)
+        shapes[pool] = cand
+    pools = tuple(shapes)
+    if mode == "colocated":
+        return Plan(pools=pools, name=name)
+    links = [Link(from_pool=src.name, to_pool=dst.name, setup_s=LINK_SETUP_S,
+                  bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, affinity, shapes[dst]))
+             for src in pools if src.phase == "prefill" for dst in pools if dst.phase == "decode"]
+    return Plan(pools=pools, links=tuple(links), transfer_schedule=transfer_schedule, name=name)
+
+
+def path_bytes_per_s(solution: Solution, cluster: Cluster, affinity: str, decode: Candidate) -> float:
+    """Ingress bandwidth of one decode instance of this shape on the path the placement gave it:
+    the slowest among the node types its instances landed on (the sim has one link per pool)."""
+    landed = {i.node_type for i in solution.instances if i.candidate == decode}
+    nodes = [n for n in cluster.nodes if n.name in landed]
+    if affinity == "low":
+        return min(decode.gpus * n.intra_node_bytes_per_s for n in nodes)
+    return min(instance_link_bytes_per_s(n, decode.gpus) for n in nodes)
+
+
+def plan_key(plan: Plan) -> str:
+    """What a plan's simulation depends on (its name does not)."""
+    return json.dumps({**plan_to_dict(plan), "name": None}, sort_keys=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Loss:
+    """One instance or node lost, and the plan left behind."""
+
+    label: str                 #: what was lost, e.g. "node h100-dgx-0"
+    left: Plan | None          #: None when a phase lost its last instance
+    emptied: str | None = None  #: that phase
+
+
+def without(plan: Plan, lost: Counter, label: str) -> Loss:
+    """``plan`` with ``lost[pool name]`` replicas removed from each pool."""
+    pools = tuple(replace(p, replicas=p.replicas - lost[p.name]) for p in plan.pools if p.replicas > lost[p.name])
+    emptied = sorted({p.phase for p in plan.pools} - {p.phase for p in pools})
+    if emptied:
+        return Loss(label=label, left=None, emptied=emptied[0])
+    names = {p.name for p in pools}
+    links = tuple(link for link in plan.links if link.from_pool in names and link.to_pool in names)
+    return Loss(label=label, left=replace(plan, pools=pools, links=links))
+
+
+def losses(solution: Solution, plan: Plan, redundancy: str) -> list[Loss]:
+    """Each distinct way of losing one instance (``instance``) or one node (``node``), as the
+    plan left behind. Instances of one shape are interchangeable, and so are nodes holding the
+    same shapes, so each distinct loss is simulated once."""
+    if redundancy == "none":
+        return []
+    if redundancy == "instance":
+        return [without(plan, Counter({pool_name(cand): 1}), f"one {cand.label} instance")
+                for cand in sorted(solution.replicas, key=lambda c: c.label)]
+    on_node: dict[str, Counter] = {}
+    for inst in solution.instances:
+        for node in set(inst.stage_nodes):
+            on_node.setdefault(node, Counter())[pool_name(inst.candidate)] += 1
+    seen, out = set(), []
+    for node in sorted(on_node, key=lambda n: (n.rsplit("-", 1)[0], int(n.rsplit("-", 1)[1]))):
+        signature = tuple(sorted(on_node[node].items()))
+        if signature not in seen:
+            seen.add(signature)
+            out.append(without(plan, on_node[node], f"node {node}"))
+    return out

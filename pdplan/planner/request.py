@@ -1,0 +1,70 @@
+"""What ``pdplan optimize`` decides from, in one frozen object."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_PPS, DEFAULT_TPS
+from pdplan.errors import PdplanError
+from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings, check_admission_share
+from pdplan.hardware import Cluster
+from pdplan.modelspec import ModelSpec
+from pdplan.placement import ANY, POOL_SHAPES, REDUNDANCY, Fleet
+from pdplan.slo import SLO
+from pdplan.verify import DEFAULT_RUNS, RULES
+from pdplan.workload import Workload
+
+#: End-to-end checks one search (a fleet, mode and affinity) may run.
+DEFAULT_MAX_CHECKS = 24
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanRequest:
+    """Everything ``pdplan optimize`` decides from."""
+
+    workload: Workload
+    model: ModelSpec
+    cluster: Cluster
+    measured: dict                      #: (model, gpu, tp, pp) → PhaseProfile
+    slo: SLO
+    target_rps: float | None            #: None with objective goodput
+    fleets: tuple[Fleet, ...] = (ANY,)
+    objective: str = "cost"
+    affinity: str = "auto"              #: "auto", "high" or "low"
+    settings: SearchSettings = field(default_factory=SearchSettings)
+    admission_share: float = DEFAULT_ADMISSION_SHARE
+    link_headroom: float = 0.8
+    max_gpus: int | None = None
+    max_usd_per_hour: float | None = None
+    max_power_w: float | None = None
+    time_limit_s: float = 10.0
+    max_checks: int = DEFAULT_MAX_CHECKS  #: end-to-end checks per fleet, mode and affinity
+    runs: int = DEFAULT_RUNS            #: verification runs (seeds) per check
+    rule: str = "lower"                 #: pass when the interval's lower end ("lower") or mean meets the target
+    redundancy: str = "none"            #: "instance" or "node": the plan must survive losing one
+    pool_shapes: str = "one"            #: "one" shape per phase and GPU type, or "mixed"
+    tps: tuple[int, ...] = DEFAULT_TPS
+    pps: tuple[int, ...] = DEFAULT_PPS
+    chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
+    transfer_schedule: str = "layer"
+
+    def __post_init__(self):
+        if self.affinity not in ("auto", "high", "low"):
+            raise PdplanError(f"--affinity must be one of auto, high, low, got {self.affinity!r}", field="affinity")
+        if self.max_checks < 1:
+            raise PdplanError(f"--max-rounds must be >= 1, got {self.max_checks!r}", field="max_rounds")
+        if self.runs < 1:
+            raise PdplanError(f"--seeds must be >= 1, got {self.runs!r}", field="seeds")
+        if self.rule not in RULES:
+            raise PdplanError(f"--verify-rule must be one of {', '.join(RULES)}, got {self.rule!r}", field="verify_rule")
+        if self.redundancy not in REDUNDANCY:
+            raise PdplanError(f"--redundancy must be one of {', '.join(REDUNDANCY)}, got {self.redundancy!r}",
+                              field="redundancy")
+        if self.pool_shapes not in POOL_SHAPES:
+            raise PdplanError(f"--pool-shapes must be one of {', '.join(POOL_SHAPES)}, got {self.pool_shapes!r}",
+                              field="pool_shapes")
+        check_admission_share(self.admission_share)
+
+    @property
+    def affinities(self) -> tuple[str, ...]:
+        return ("high", "low") if self.affinity == "auto" else (self.affinity,)

@@ -1,0 +1,157 @@
+"""The verified search: the integer program proposes, the end-to-end simulation decides.
+
+For one fleet, mode and affinity:
+
+1. **Ascend.** Solve the program at the target (each pool's capacity c(n) must reach it). Verify
+   the plan end to end. After a miss, raise the failing pool's requirement by ``RAISE_FACTOR``
+   steps until that pool changes (an unchanged plan would only miss again), and exclude every
+   plan the missed one dominates (no larger anywhere: adding replicas never makes a plan worse,
+   so those miss too; a plan that misses only by its interval's width excludes itself alone).
+   Repeat until a plan passes.
+2. **Descend.** While the budget lasts, ask the program for the dearest plan strictly cheaper
+   than the best verified one, not dominated by any miss, whose pools reach at least
+   ``SEARCH_FLOOR`` of the target (the decomposition is never trusted to be that pessimistic).
+   A pass becomes the best plan; a miss is excluded with everything it dominates. When no such
+   plan is left, the best plan is the cheapest that passes among all plans above the floor:
+   the search is *proven*. Trying the dearest cheaper plan first makes each miss exclude as much
+   as possible.
+
+The program's optimum at the target is the lower bound the decomposition claims; the report
+gives it beside the verified cost and the gap between them (negative when the simulation finds
+the decomposition pessimistic).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from pdplan.errors import InfeasibleError
+from pdplan.placement import Fleet, Problem, Solution, solve
+from pdplan.planner.request import PlanRequest
+from pdplan.sim import Plan
+from pdplan.verify import Verification
+
+#: Requirement raise after an end-to-end miss, per step, on the failing pool.
+RAISE_FACTOR = 1.15
+#: Raising stops once a requirement reaches this multiple of the target.
+MAX_RAISE = 8.0
+#: The descent never tries plans whose pools reach less than this share of the target.
+SEARCH_FLOOR = 0.75
+
+
+@dataclass(frozen=True, kw_only=True)
+class Checked:
+    """A placed plan and its end-to-end verdict."""
+
+    solution: Solution
+    plan: Plan
+    verification: Verification
+
+    def value(self, objective: str) -> float:
+        """The objective this plan achieves: its cost, GPUs or power, or (goodput) the rate it
+        was verified at."""
+        return self.verification.rate_rps if objective == "goodput" else self.solution.objective_value(objective)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    """One fleet, mode and affinity: the cheapest verified plan, or why there is none."""
+
+    fleet: Fleet
+    mode: str
+    affinity: str
+    first: Solution | None = None         #: the program's optimum at the target
+    best: Checked | None = None           #: the cheapest plan the simulation passed
+    tried: tuple[Checked, ...] = ()       #: every plan simulated, in order
+    proven: bool = False                  #: the descent ran out of cheaper plans, not of budget
+    reason: str | None = None             #: why the program has no plan at all
+
+    @property
+    def closest(self) -> Checked | None:
+        """The plan that missed by the least (for a report when nothing passed)."""
+        return min(self.tried, key=lambda c: c.verification.worst_shortfall, default=None)
+
+    def gap(self, objective: str) -> float | None:
+        """(verified − lower bound) / verified, the program's optimism about the best plan."""
+        if self.best is None or self.first is None or objective == "goodput":
+            return None
+        verified = self.best.value(objective)
+        return (verified - self.first.bound) / verified if verified else 0.0
+
+
+#: check(solution) → Checked: place it as a plan and verify it end to end.
+Check = Callable[[Solution], Checked]
+
+
+def verified_search(request: PlanRequest, base: Problem, check: Check) -> SearchResult:
+    """The cheapest plan the simulation passes for ``base``'s fleet, mode and affinity."""
+    found = SearchResult(fleet=base.fleet, mode=base.mode, affinity=base.affinity)
+    try:
+        first = solve(base)
+    except InfeasibleError as err:
+        return replace(found, reason=str(err))
+    found = replace(found, first=first)
+    tried, missed = [], Missed()
+    best, solution, targets = None, first, {}
+    while solution is not None and len(tried) < request.max_checks:  # ascend
+        checked = check(solution)
+        tried.append(checked)
+        if checked.verification.passed:
+            best = checked
+            break
+        missed.add(checked)
+        solution = _raise_until_changed(missed.excluding(base), solution, checked.verification.failing_phase, targets)
+    proven = False
+    floor = {phase: SEARCH_FLOOR * base.target_rps for phase in base.phases}
+    while best is not None and len(tried) < request.max_checks:  # descend
+        try:
+            solution = solve(replace(missed.excluding(base), phase_targets=floor, dearest=True,
+                                     below=best.value(base.objective)))
+        except InfeasibleError:
+            proven = True
+            break
+        checked = check(solution)
+        tried.append(checked)
+        if checked.verification.passed:
+            best = checked
+        else:
+            missed.add(checked)
+    return replace(found, best=best, tried=tuple(tried), proven=proven)
+
+
+class Missed:
+    """Plans that missed. A clear miss (the mean over the runs misses) excludes every plan it
+    dominates; a narrow one (only the interval's lower end misses) excludes itself alone, since
+    near the edge a larger plan can draw a wider interval than a smaller one."""
+
+    def __init__(self):
+        self.clear: list = []
+        self.narrow: list = []
+
+    def add(self, checked: Checked) -> None:
+        (self.clear if checked.verification.clear_miss else self.narrow).append(checked.solution.counts)
+
+    def excluding(self, base: Problem) -> Problem:
+        return replace(base, excluded=tuple(self.clear), excluded_exactly=tuple(self.narrow))
+
+
+def _raise_until_changed(base: Problem, missed_plan: Solution, phase: str,
+                         targets: dict[str, float]) -> Solution | None:
+    """Raise ``phase``'s requirement by RAISE_FACTOR steps until the program's answer changes that
+    pool; None when no plan serves the raised requirement (or it passed MAX_RAISE × target)."""
+    before = _part(missed_plan, phase)
+    while targets.get(phase, base.target_rps) < MAX_RAISE * base.target_rps:
+        targets[phase] = targets.get(phase, base.target_rps) * RAISE_FACTOR
+        try:
+            solution = solve(replace(base, phase_targets=dict(targets)))
+        except InfeasibleError:
+            return None
+        if _part(solution, phase) != before:
+            return solution
+    return None
+
+
+def _part(solution: Solution, phase: str) -> dict:
+    """The counts of one phase's pools (at low affinity, the whole plan: segments hold both)."""
+    return {cand: k for cand, k in solution.replicas.items() if cand.phase == phase}

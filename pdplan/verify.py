@@ -1,0 +1,223 @@
+"""End-to-end verification: the whole plan, routing, KV transfer and admission included, simulated
+on R runs of the trace at the target rate, each SLO objective judged with a 95% interval.
+
+Runs. Run 0 replays the trace rescaled to the target rate (its burst shape kept, as ``pdplan
+simulate --rate`` does). Runs 1 … R−1 are Poisson resamples of it: new arrivals whose rate
+follows the trace's own rate over time (:func:`pdplan.workload.poisson_resample`), lengths in
+trace order, each from its own seed. With ``--arrivals poisson`` or a lengths-only trace every
+run is a Poisson draw of the trace's lengths at the target rate.
+
+Intervals. Each objective's attainment (0x0A: the share of requests within the threshold, a
+request with one output token passing TPOT) is measured per run; the 95% interval is
+mean ± t(0.975, R−1) · s / √R over the runs (one run has no spread: low = high = mean). Joint
+attainment, every clock on the same request, is counted per request in each run, never inferred
+from the marginals.
+
+Pass rule. ``lower`` (default): every objective's interval lower end meets its target; ``mean``:
+every mean does. With redundancy, the plan must also pass with each distinct instance (or node)
+lost.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import stats
+
+from pdplan.goodput import joint_attainment, per_request_clocks
+from pdplan.sim import SimResult
+from pdplan.slo import SLO, Objective, attainment
+from pdplan.workload import Workload, head, poisson_resample, replace_arrivals, rescale_rate
+
+DEFAULT_RUNS = 3
+RULES = ("lower", "mean")
+#: Runs simulate at most this many requests each (the trace's first ones beyond it).
+MAX_RUN_REQUESTS = 200_000
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interval:
+    """Mean over runs and its 95% interval, clipped to [0, 1]."""
+
+    mean: float
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, values: list[float]) -> "Interval":
+        mean = float(np.mean(values))
+        if len(values) < 2:
+            return cls(mean=mean, low=mean, high=mean)
+        half = float(stats.t.ppf(0.975, len(values) - 1) * np.std(values, ddof=1) / math.sqrt(len(values)))
+        return cls(mean=mean, low=max(0.0, mean - half), high=min(1.0, mean + half))
+
+    def judged(self, rule: str) -> float:
+        return self.low if rule == "lower" else self.mean
+
+    def to_dict(self) -> dict:
+        return {"mean": self.mean, "low": self.low, "high": self.high}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ObjectiveCheck:
+    """One SLO objective across the runs."""
+
+    objective: Objective
+    runs: tuple[float, ...]
+    interval: Interval
+    judged: float                            #: what the pass rule compares: the low end or the mean
+
+    @property
+    def passed(self) -> bool:
+        return self.judged >= self.objective.attainment
+
+    @property
+    def shortfall(self) -> float:
+        """How far the judged attainment is below its target (≤ 0 when it passes)."""
+        return self.objective.attainment - self.judged
+
+    def to_dict(self) -> dict:
+        return {"metric": self.objective.metric, "threshold_s": self.objective.threshold_s,
+                "target": self.objective.attainment, "runs": list(self.runs), **self.interval.to_dict(),
+                "passed": self.passed}
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunRecord:
+    """What one simulated run contributes: attainments and where the TTFT misses spent their time."""
+
+    objectives: tuple[float, ...]            #: attainment per SLO objective, in SLO order
+    clocks: dict[str, float]                 #: tightest-threshold attainment per clock and joint
+    ttft_excess_s: dict[str, float]          #: summed over requests missing TTFT: prefill_queue, transfer, admission
+    requests: int
+    summary: dict = field(default_factory=dict)  #: run 0 only: the simulate summary
+
+
+def run_record(result: SimResult, slo: SLO, *, with_summary: bool) -> RunRecord:
+    """Judge one simulated run against the SLO."""
+    clocks = per_request_clocks(result)
+    ttft = slo.threshold_s("ttft")
+    shares = {metric: attainment(clocks[metric], slo.threshold_s(metric))
+              for metric in ("ttft", "tpot", "e2e") if slo.threshold_s(metric) is not None}
+    shares["joint"] = joint_attainment(slo, clocks)
+    excess = {"prefill_queue": 0.0, "transfer": 0.0, "admission": 0.0}
+    if ttft is not None:
+        late = ~(clocks["ttft"] <= ttft)
+        for key, column in (("prefill_queue", "prefill_queue_s"), ("transfer", "exposed_transfer_s"),
+                            ("admission", "admission_wait_s")):
+            values = result[column][late]
+            excess[key] = float(np.nansum(values[np.isfinite(values)]))
+    tpot = slo.threshold_s("tpot")
+    return RunRecord(objectives=tuple(attainment(clocks[o.metric], o.threshold_s) for o in slo.objectives),
+                     clocks=shares, ttft_excess_s=excess, requests=len(result),
+                     summary=result.summary(ttft, tpot) if with_summary else {})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verification:
+    """The verdict on one plan at one rate, and the evidence."""
+
+    passed: bool
+    rule: str
+    rate_rps: float
+    seeds: tuple[int, ...]
+    requests: tuple[int, ...]
+    per_objective: tuple[ObjectiveCheck, ...]
+    clocks: dict[str, Interval]              #: ttft, tpot (tightest thresholds) and joint
+    failing_phase: str | None                #: the pool to strengthen after a miss
+    summary: dict                            #: run 0's simulate summary
+    losses: tuple["LossCheck", ...] = ()
+
+    @property
+    def joint(self) -> Interval:
+        return self.clocks["joint"]
+
+    @property
+    def worst_shortfall(self) -> float:
+        """The largest amount by which an objective misses (≤ 0: every objective holds), over
+        the plan and every loss it must survive."""
+        own = max(o.shortfall for o in self.per_objective)
+        return max([own, *(loss.worst_shortfall for loss in self.losses)])
+
+    @property
+    def clear_miss(self) -> bool:
+        """Missed even on the mean over the runs (not only by the interval's width): a plan
+        no larger anywhere would miss too, noise aside."""
+        own = max(o.objective.attainment - o.interval.mean for o in self.per_objective)
+        return max([own, *(loss.mean_shortfall for loss in self.losses)]) > 0
+
+    def to_dict(self) -> dict:
+        return {
+            "passed": self.passed, "rule": self.rule, "rate_rps": self.rate_rps, "seeds": list(self.seeds),
+            "requests": list(self.requests), "joint": self.joint.to_dict(),
+            "per_objective": [o.to_dict() for o in self.per_objective],
+            "losses": [loss.to_dict() for loss in self.losses],
+        }
+
+
+@dataclass(frozen=True, kw_only=True)
+class LossCheck:
+    """The plan with one instance or node lost, and how it fared."""
+
+    lost: str                                #: what was removed, e.g. "node h100-dgx-0"
+    passed: bool
+    worst_shortfall: float                   #: by the pass rule
+    mean_shortfall: float                    #: by the mean over the runs
+    joint: Interval | None                   #: None when a phase had nothing left
+    failing_phase: str | None = None         #: the pool to strengthen for this loss
+
+    def to_dict(self) -> dict:
+        return {"lost": self.lost, "passed": self.passed, "worst_shortfall": self.worst_shortfall,
+                "joint": None if self.joint is None else self.joint.to_dict()}
+
+
+def run_workloads(workload: Workload, rate_rps: float, *, runs: int, seed: int, arrivals: str) -> list[Workload]:
+    """The R request streams a plan is verified on (see the module docstring)."""
+    if runs < 1:
+        raise ValueError("runs must be >= 1")
+    if len(workload) > MAX_RUN_REQUESTS:
+        workload = head(workload, MAX_RUN_REQUESTS)
+    if arrivals == "poisson" or not workload.has_arrivals:
+        return [replace_arrivals(workload, rate_rps=rate_rps, rng=seed + r) for r in range(runs)]
+    replay = rescale_rate(workload, rate_rps)
+    return [replay] + [poisson_resample(replay, rng=seed + r) for r in range(1, runs)]
+
+
+def judge(records: list[RunRecord], slo: SLO, *, rule: str, rate_rps: float, seeds: tuple[int, ...],
+          mode: str, losses: tuple[LossCheck, ...] = ()) -> Verification:
+    """The verdict from the runs' records."""
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {', '.join(RULES)}")
+    checks = []
+    for i, objective in enumerate(slo.objectives):
+        values = [r.objectives[i] for r in records]
+        interval = Interval.of(values)
+        checks.append(ObjectiveCheck(objective=objective, runs=tuple(values), interval=interval,
+                                     judged=interval.judged(rule)))
+    clocks = {key: Interval.of([r.clocks[key] for r in records]) for key in records[0].clocks}
+    own = all(c.passed for c in checks)
+    failed = [loss for loss in losses if not loss.passed]
+    if not own:
+        phase = failing_phase(mode, checks, records)
+    else:  # the plan holds whole but not after a loss: strengthen what the worst loss lacked
+        phase = max(failed, key=lambda loss: loss.worst_shortfall).failing_phase if failed else None
+    return Verification(
+        passed=own and not failed, rule=rule, rate_rps=rate_rps, seeds=seeds,
+        requests=tuple(r.requests for r in records), per_objective=tuple(checks), clocks=clocks,
+        failing_phase=phase, summary=records[0].summary, losses=losses)
+
+
+def failing_phase(mode: str, checks: list[ObjectiveCheck], records: list[RunRecord]) -> str:
+    """The pool to strengthen after a miss. Colocated: its one pool. Disaggregated: the worst
+    objective's clock; a TTFT miss points at prefill when queueing for prefill is most of the
+    late requests' waiting, at decode when the KV transfer and the wait for decode admission are
+    (more decode instances bring more ingress links and more KV memory)."""
+    if mode == "colocated":
+        return "colocated"
+    worst = max(checks, key=lambda c: c.shortfall)
+    if worst.objective.metric != "ttft":
+        return "decode"
+    excess = {k: sum(r.ttft_excess_s[k] for r in records) for k in ("prefill_queue", "transfer", "admission")}
+    return "prefill" if excess["prefill_queue"] >= excess["transfer"] + excess["admission"] else "decode"
