@@ -4,7 +4,8 @@ Three runs, each a fresh process:
   * cold: empty goodput cache and empty numba compile cache (a first run on a new machine);
   * cold cache: empty goodput cache, numba's compiled simulator already cached;
   * warm: the goodput cache from the run before.
-Targets (issue 4): <= 60 s cold, <= 10 s warm.
+Targets (issues 4 and 7): <= 60 s cold, <= 10 s warm. Prints the end-to-end simulations each run
+ran (a warm run reuses every cached check and runs none).
 
     python benchmarks/bench_optimize.py [TRACE]
 """
@@ -44,10 +45,13 @@ def main() -> int:
         rows.append(("cold goodput cache, numba compiled", *run(trace, tmp / "c2", None)))
         rows.append(("warm goodput cache", *run(trace, tmp / "c2", None)))
     print(f"trace: {trace.name}")
-    print(f"{'run':<38} {'wall s':>7} {'computed':>9} {'cached':>7}  decision")
+    print(f"{'run':<38} {'wall s':>7} {'computed':>9} {'cached':>7} {'e2e sims':>8}  decision")
     for name, wall, doc in rows:
-        print(f"{name:<38} {wall:>7.1f} {doc['cache']['misses']:>9} {doc['cache']['hits']:>7}  "
-              f"{doc['decision']} on {doc['fleet']}, {doc['gpus_total']} GPUs, ${doc['cost_per_hour']:.2f}/h")
+        search = doc["search"]
+        print(f"{name:<38} {wall:>7.1f} {doc['cache']['misses']:>9} {doc['cache']['hits']:>7} "
+              f"{search['end_to_end_simulations']:>8}  {doc['decision']} on {doc['fleet']}, {doc['gpus_total']} GPUs, "
+              f"${doc['cost_per_hour']:.2f}/h (bound ${search['lower_bound']:.2f}, {search['checks']} checks), "
+              f"joint {doc['verification']['joint']['mean']:.3f}")
     return 0
 
 

@@ -1,9 +1,10 @@
 """CP-SAT placement: solve time and optimality gap versus cluster size.
 
 Clusters of 8 to 4,096 GPUs (8-GPU nodes, half A100 and half H100). Candidates: every
-(phase, GPU, TP ∈ {1, 2, 4, 8}, PP ∈ {1, 2}) with a seeded goodput that grows with its GPUs;
-the target rate is set so the optimum fills about 60% of the cluster. Prints one row per size
-and affinity. Targets (issue 4): at 1,024 GPUs, <= 5 s with gap <= 1%.
+(phase, GPU, TP ∈ {1, 2, 4, 8}, PP ∈ {1, 2}) with a seeded goodput that grows with its GPUs and
+a pool curve c(n) with a pooling gain (sampled at n = 1, 2, 4, ..., 32 as optimize samples it);
+the target rate is set so the optimum fills about 60% of the cluster. Prints one row per size,
+affinity and pool-shape rule. Targets (issue 4): at 1,024 GPUs, <= 5 s with gap <= 1%.
 
     python benchmarks/bench_placement.py
 """
@@ -17,6 +18,7 @@ import numpy as np
 
 from pdplan.hardware import Cluster, NodeType, get_gpu
 from pdplan.placement import Candidate, Problem, solve
+from pdplan.poolcap import PoolCurve, sample_sizes
 
 SIZES = (8, 64, 256, 1024, 4096)
 
@@ -41,27 +43,31 @@ def candidates(rng: np.random.Generator) -> tuple[Candidate, ...]:
             for tp in (1, 2, 4, 8):
                 for pp in (1, 2):
                     base = {"prefill": 0.6, "decode": 0.9, "colocated": 0.35}[phase]
-                    rate = base * speed[gpu] * (tp * pp) ** 0.85 * rng.uniform(0.9, 1.1)
-                    out.append(Candidate(phase=phase, gpu=gpu, tp=tp, pp=pp, goodput_rps=round(rate, 3),
-                                         kv_bytes_per_request=0.3e9))
+                    rate = round(base * speed[gpu] * (tp * pp) ** 0.85 * rng.uniform(0.9, 1.1), 3)
+                    gain = [(n, n * rate * (1 + 0.3 * (1 - 1 / n))) for n in sample_sizes(32)]
+                    out.append(Candidate(phase=phase, gpu=gpu, tp=tp, pp=pp, goodput_rps=rate,
+                                         kv_bytes_per_request=0.3e9,
+                                         curve=PoolCurve(samples=((1, rate), *gain), saturation_rps=2 * rate)))
     return tuple(out)
 
 
 def main() -> int:
     rng = np.random.default_rng(0)
     cands = candidates(rng)
-    print(f"{'GPUs':>6} {'affinity':>8} {'target rps':>10} {'status':>9} {'objective $/h':>14} "
+    print(f"{'GPUs':>6} {'affinity':>8} {'shapes':>6} {'target rps':>10} {'status':>9} {'objective $/h':>14} "
           f"{'bound':>12} {'gap':>7} {'GPUs used':>9} {'wall s':>7}")
     for gpus in SIZES:
         target = 0.6 * gpus * 0.3  # ~60% of the cluster at ~0.3 req/s per GPU
         for affinity in ("high", "low"):
-            problem = Problem(candidates=cands, cluster=cluster_of(gpus), mode="disaggregated", target_rps=target,
-                              objective="cost", affinity=affinity, link_headroom=0.8, time_limit_s=30)
-            started = time.perf_counter()
-            sol = solve(problem)
-            wall = time.perf_counter() - started
-            print(f"{gpus:>6} {affinity:>8} {target:>10.1f} {sol.status:>9} {sol.objective:>14.2f} "
-                  f"{sol.bound:>12.2f} {sol.gap:>7.2%} {sol.gpus_total:>9} {wall:>7.2f}")
+            for shapes in ("one", "mixed"):
+                problem = Problem(candidates=cands, cluster=cluster_of(gpus), mode="disaggregated",
+                                  target_rps=target, objective="cost", affinity=affinity, link_headroom=0.8,
+                                  time_limit_s=30, pool_shapes=shapes)
+                started = time.perf_counter()
+                sol = solve(problem)
+                wall = time.perf_counter() - started
+                print(f"{gpus:>6} {affinity:>8} {shapes:>6} {target:>10.1f} {sol.status:>9} {sol.objective:>14.2f} "
+                      f"{sol.bound:>12.2f} {sol.gap:>7.2%} {sol.gpus_total:>9} {wall:>7.2f}")
     return 0
 
 

@@ -12,14 +12,17 @@ The model, in DESIGN.md's terms:
   alone against its share of the SLO) of a pool of n replicas, each probe carrying
   ``requests_per_probe`` requests per replica, at n = 1, 2, 4, 8, … until the pool serves the
   rate the planner may ask of it, or the cluster cannot hold more. c(1) is the instance goodput.
-* **Between samples**, c(n) = n · e(a), with e(a) = c(a)/a the per-replica rate of the largest
-  sample a ≤ n: never above what a measured pool size achieved per replica, so the integer
-  program does not claim capacity no simulation showed. It is also at most c(b) for every sample
-  b ≥ n (more replicas never serve less) and at most n × one instance's saturation throughput.
-  The result is monotone non-decreasing in n.
+* **Between samples**, each stretch from a sample a to the next sample b is one line through the
+  origin, c(n) = n · r, with r the per-replica rate a reached, e(a) = c(a)/a, lowered if need be
+  so that c(b − 1) ≤ c(b) and the pool never beats n × one instance's saturation throughput:
+  never above what a measured pool size achieved per replica, so the integer program does not
+  claim capacity no simulation showed. While pooling makes e grow with n, c is monotone.
 * **Beyond the largest sample**, c(n) = n · e(largest): extrapolated at the last measured
   efficiency (conservative while efficiency still grows; the end-to-end verification is the
   judge either way).
+
+Lines through the origin make the program's capacity a piecewise-linear function of n with
+one boolean per stretch, whose LP relaxation is tight; a lookup table per count was not.
 
 Samples are cached on disk like instance goodputs, one entry per (shape, n).
 """
@@ -58,9 +61,22 @@ class PoolCurve:
         return self.samples[-1][0]
 
     def capacity_rps(self, n: int) -> float:
-        """c(n) for any n >= 0 (c(0) = 0)."""
+        """c(n) for any n >= 0 (c(0) = 0): n × the per-replica rate of n's stretch."""
         if n <= 0:
             return 0.0
+        first = max(size for size, _ in self.samples if size <= n)
+        return n * self._stretch_rate(first)
+
+    def _stretch_rate(self, first: int) -> float:
+        """The per-replica rate of the stretch that starts at sample ``first``: the lower of the
+        bounded rates at its two ends (see :meth:`_bounded`), so the stretch is one line."""
+        later = [size for size, _ in self.samples if size > first]
+        ends = [first] if not later else [first, later[0] - 1]
+        return min(self._bounded(end) / end for end in ends)
+
+    def _bounded(self, n: int) -> float:
+        """n × the per-replica rate of the largest sample up to n, capped by every larger
+        sample (more replicas never serve less) and by n × one instance's saturation."""
         below = max((s for s in self.samples if s[0] <= n), key=lambda s: s[0])
         value = n * below[1] / below[0]
         for size, capacity in self.samples:
@@ -69,6 +85,13 @@ class PoolCurve:
         if self.saturation_rps is not None:
             value = min(value, n * self.saturation_rps)
         return value
+
+    def segments(self, bound: int) -> list[tuple[int, int, float]]:
+        """c(n) for n up to ``bound`` as lines through the origin, for the integer program:
+        (first n, last n, rate per replica), one per stretch from a sample to the next."""
+        starts = [n for n, _ in self.samples if n <= bound]
+        return [(first, (starts[i + 1] - 1) if i + 1 < len(starts) else bound, self._stretch_rate(first))
+                for i, first in enumerate(starts)]
 
     def replicas_for(self, rate_rps: float, limit: int) -> int | None:
         """The fewest replicas whose capacity reaches ``rate_rps`` (None beyond ``limit``)."""

@@ -127,6 +127,17 @@ def test_fleet_all_compares_every_gpu_pair_of_the_cluster_with_aliases(optimize,
     assert min(f["cost_per_hour"] for f in verified) >= doc["cost_per_hour"] - 1e-9 or doc["decision"] == "colocated"
 
 
+def test_fleet_all_on_an_h100_and_h200_cluster_compares_h200_pools(optimize, tmp_path):
+    cluster = tmp_path / "hopper.yaml"
+    cluster.write_text("nodes:\n"
+                       "  - {name: h100, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50, count: 2}\n"
+                       "  - {name: h200, gpu: h200-141gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50, count: 2}\n")
+    code, out, err = optimize("--cluster", cluster, "--fleet", "all", "--tp", "4", "--pp", "1", "--json")
+    assert code == 0, err
+    names = [f["fleet"] for f in json.loads(out)["fleets"]]
+    assert {"h200-141gb/h100-80gb", "h200-141gb/h200-141gb", "h100-80gb/h200-141gb", "h200-141gb/h100-80gb-pcap"} <= set(names)
+
+
 def test_fleet_rows_name_exact_gpu_types_and_every_shape(optimize):
     code, out, _ = optimize("--fleet", "HHcap", "--json")
     (row,) = json.loads(out)["fleets"]
@@ -301,3 +312,14 @@ def test_fleet_all_on_azure_conv_verifies_every_fleet(run_cli, shared_data, tmp_
     assert len(doc["fleets"]) == 6 and all(f["verified"] for f in doc["fleets"])
     assert len({round(f["cost_per_hour"], 4) for f in doc["fleets"]}) >= 4
     assert doc["verification"]["passed"] and doc["verification"]["requests"] == [19366] * 3
+
+
+@pytest.mark.slow
+def test_readme_shows_what_the_main_job_prints(run_cli, tmp_path):
+    """README's excerpt of `pdplan optimize traces/chat_poisson_2k.csv`: head, verification, search."""
+    readme = (ROOT / "README.md").read_text()
+    excerpt = readme.split("```text\n", 1)[1].split("```", 1)[0]
+    code, out, err = run_cli("optimize", TRACE, "--cache-dir", tmp_path)
+    assert code == 0, err
+    printed = out.split("Fleets (")[0]
+    assert " ".join(excerpt.split()) == " ".join(printed.split())

@@ -113,7 +113,8 @@ def _render(result: InstanceGoodput, source: str, objectives) -> None:
                     show_header=False)
     summary.add_column(style="bold")
     summary.add_column(justify="right")
-    summary.add_row("goodput", f"{result.goodput_rps:.3f} req/s (simulated)")
+    missed = "" if result.missed_rps is None else f"; {result.missed_rps:.3f} req/s missed, so it lies in between"
+    summary.add_row("goodput", f"{result.goodput_rps:.3f} req/s (simulated{missed})")
     summary.add_row("per GPU", f"{result.goodput_per_gpu:.3f} req/s on {result.gpus} GPUs")
     for label, value in (("M/D/1 bracket", result.md1_rps), ("M/G/1 bracket", result.mg1_rps),
                          (f"{result.phase} saturation", result.saturation_rps)):

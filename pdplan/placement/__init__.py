@@ -12,7 +12,14 @@ solved plan), :mod:`.model` (the CP-SAT model), :mod:`.solve` (solving, diagnosi
 """
 
 from pdplan.placement.fleets import ALIASES, ANY, Fleet, cluster_pairs, pair, resolve_fleets
-from pdplan.placement.model import build_model, instance_link_bytes_per_s, node_patterns, objective_units
+from pdplan.placement.model import (
+    build_model,
+    instance_link_bytes_per_s,
+    node_patterns,
+    objective_step,
+    objective_units,
+    whole_cluster,
+)
 from pdplan.placement.problem import (
     OBJECTIVES,
     POOL_SHAPES,
@@ -34,6 +41,6 @@ from pdplan.placement.solve import diagnose, solve
 __all__ = [
     "ALIASES", "ANY", "OBJECTIVES", "POOL_SHAPES", "REDUNDANCY", "Candidate", "Counts", "Fleet", "Instance",
     "Problem", "Rejection", "Segment", "Solution", "build_model", "cluster_pairs", "counts_of", "diagnose",
-    "dominated", "instance_link_bytes_per_s", "milli_rps", "money_units", "node_patterns", "objective_units",
-    "pair", "resolve_fleets", "solve",
+    "dominated", "instance_link_bytes_per_s", "milli_rps", "money_units", "node_patterns", "objective_step",
+    "objective_units", "pair", "resolve_fleets", "solve", "whole_cluster",
 ]

@@ -1,8 +1,8 @@
 """The CP-SAT model: replicas per shape, packed onto node types, with pool capacity c(n).
 
-Variables, per usable candidate shape c: ``n[c]`` instances and ``cap[c] = c(n[c])`` in
-milli-req/s, an element of the shape's capacity table (so the program sees the pooling gain of
-n replicas behind one router, :mod:`pdplan.poolcap`). Each phase's capacity is the sum over its
+Variables, per usable candidate shape c: ``n[c]`` instances and ``cap[c] ≤ c(n[c])`` in
+milli-req/s, piecewise linear over the stretches of the shape's pool curve (so the program sees
+the pooling gain of n replicas behind one router, :mod:`pdplan.poolcap`). Each phase's capacity is the sum over its
 shapes and must reach the phase's requirement (system goodput is the minimum of the phases,
 0x0A). Packing uses node *patterns* (how many TP groups of each size one node holds), which
 keeps the model the same size for 8 GPUs or 4,096. Low node affinity replicates whole segments
@@ -35,9 +35,6 @@ from pdplan.placement.problem import (
 )
 
 UNBOUNDED_REPLICAS = 10**6
-#: Longest capacity table per shape; a larger bound takes a linear capacity at the shape's
-#: lowest measured per-replica rate (conservative: c(n) is never below it).
-TABLE_LIMIT = 4096
 MAX_TIE_BREAK_NODES = 10**5  # beyond this the fewest-nodes tie-break could overflow the objective
 
 
@@ -209,22 +206,25 @@ def lost_per_failure(problem: Problem, cand: Candidate) -> int:
     return 0
 
 
-def _capacity_table(cand: Candidate, bound: int) -> list[int] | None:
-    """c(k) in milli-rps for k = 0..bound, or None when the bound is too long for a table."""
-    if bound > TABLE_LIMIT:
-        return None
-    return [milli_rps(cand.capacity_rps(k), round_up=False) for k in range(bound + 1)]
-
-
-def _capacity_var(model: cp_model.CpModel, cand: Candidate, count, bound: int, name: str):
-    """An expression equal to c(count) in milli-rps (a table element, or linear for long bounds)."""
-    table = _capacity_table(cand, bound)
-    if table is None:
-        rate = min(c / k for k, c in cand.pool_curve.samples)
-        return milli_rps(rate, round_up=False) * count
-    var = model.new_int_var(0, table[-1], name)
-    model.add_element(count, table, var)
-    return var
+def _capacity(model: cp_model.CpModel, cand: Candidate, count, bound: int):
+    """An expression at most c(count) in milli-rps, tight while the per-replica rate grows: one
+    line through the origin per stretch of the pool curve, the stretch chosen by a boolean
+    (the disjunctive piecewise-linear form, whose LP relaxation is the convex hull)."""
+    pieces = cand.pool_curve.segments(bound)
+    if len(pieces) == 1:
+        return milli_rps(pieces[0][2], round_up=False) * count
+    chosen, parts, capacity = [], [], 0
+    for first, last, rate in pieces:
+        on = model.new_bool_var("")
+        part = model.new_int_var(0, last, "")
+        model.add(part >= first * on)
+        model.add(part <= last * on)
+        chosen.append(on)
+        parts.append(part)
+        capacity += milli_rps(rate, round_up=False) * part
+    model.add(sum(chosen) <= 1)
+    model.add(sum(parts) == count)
+    return capacity
 
 
 def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Model:
@@ -250,6 +250,8 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
     if problem.fixed is not None:
         _fix(built, problem)
 
+    for phase in problem.phases:  # a plan runs every phase, whatever its requirement
+        model.add(sum(n[c] for c in usable if c.phase == phase) >= 1)
     # Each phase serves its requirement (system = min of phases, 0x0A); survives a loss if asked.
     if problem.objective == "goodput":
         top = sum(milli_rps(c.capacity_rps(bounds[c]), round_up=False) for c in usable)
@@ -305,6 +307,21 @@ def objective_units(objective: str, value: float) -> int:
     return {"cost": money_units, "gpus": round, "power": round}[objective](value)
 
 
+def objective_step(objective: str) -> float:
+    """The smallest change of a primary objective the model tells apart (one integer unit)."""
+    return 1 / objective_scale(objective)
+
+
+def whole_cluster(problem: Problem) -> float | None:
+    """The objective of running every GPU the cluster holds (None when a node count is unbounded)."""
+    if any(n.count is None for n in problem.cluster.nodes):
+        return None
+    value = {"cost": lambda n: n.count * n.gpus_per_node * problem.cluster.priced_gpu(n.gpu.name).usd_per_hour,
+             "gpus": lambda n: n.count * n.gpus_per_node,
+             "power": lambda n: n.count * n.gpus_per_node * n.gpu.tdp_w}[problem.objective]
+    return sum(value(n) for n in problem.cluster.nodes) + objective_step(problem.objective)
+
+
 def objective_scale(objective: str) -> int:
     return {"cost": MONEY_SCALE, "gpus": 1, "power": 1, "goodput": 1000}[objective]
 
@@ -346,12 +363,12 @@ def _pack_instances(built: Model, problem: Problem, relax: frozenset[str]) -> di
     for i, cand in enumerate(usable):
         bound = built.bounds[cand]
         built.use[cand] = _in_use(model, n[cand], f"use_{i}")
-        cap[cand] = _capacity_var(model, cand, n[cand], bound, f"cap_{i}")
+        cap[cand] = _capacity(model, cand, n[cand], bound)
         lost = lost_per_failure(problem, cand)
         if lost:
             left = model.new_int_var(0, bound, f"left_{i}")
             model.add_max_equality(left, [n[cand] - lost, 0])
-            after[cand] = _capacity_var(model, cand, left, bound, f"capleft_{i}")
+            after[cand] = _capacity(model, cand, left, bound)
     out = {}
     for phase in problem.phases:
         members = [c for c in usable if c.phase == phase]

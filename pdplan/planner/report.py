@@ -104,25 +104,34 @@ def fleet_row(fleet: FleetResult, request: PlanRequest) -> dict:
     the plan that missed least, or why it has none), and the colocated plan on the same GPUs."""
     disagg, colocated = fleet.disaggregated, fleet.colocated
     shown = disagg.best or disagg.closest
-    row = {"fleet": fleet.fleet.name, "alias": fleet.fleet.alias, "feasible": disagg.first is not None,
+    row = {"fleet": fleet.fleet.name, "alias": fleet.fleet.alias,
+           "feasible": disagg.first is not None or disagg.best is not None,
            "verified": disagg.best is not None, "affinity": disagg.affinity if shown else None}
     if shown is not None:
         row.update(plan_summary(request, shown, disagg.affinity))
     else:
         row.update({key: None for key in ("gpus_total", "cost_per_hour", "power_w", "goodput_rps", "goodput_per_gpu",
                                           "prefill", "decode", "attainment", "meets_slo", "link_utilization")})
-    row["reason"] = disagg.reason if disagg.first is None else (
-        None if disagg.best else f"no plan passed in {len(disagg.tried)} end-to-end checks; closest: "
-                                 + "; ".join(misses(disagg.closest)))
+    row["reason"] = _why_none(disagg)
+
     row["search"] = search_dict(disagg, request.objective, 0) | {"end_to_end_simulations": None}
-    row["colocated_reason"] = colocated.reason if colocated.first is None else (
-        None if colocated.best else f"no colocated plan passed in {len(colocated.tried)} end-to-end checks")
+    row["colocated_reason"] = _why_none(colocated)
     best_colocated = colocated.best
     row["colocated_cost_per_hour"] = None if best_colocated is None else best_colocated.solution.usd_per_hour
     row["colocated_gpus_total"] = None if best_colocated is None else best_colocated.solution.gpus_total
     row["colocated_pool"] = None if best_colocated is None else phase_dict(best_colocated.solution, "colocated")
     row["best_mode"] = None if fleet.best is None else fleet.best.mode
     return row
+
+
+def _why_none(result: SearchResult) -> str | None:
+    """Why a search has no verified plan: the program's reason, and how close the plans tried came."""
+    if result.best is not None:
+        return None
+    closest = result.closest
+    tried = "" if closest is None else (f"no {result.mode} plan passed in {len(result.tried)} end-to-end checks; "
+                                        f"closest: " + "; ".join(misses(closest)))
+    return "; ".join(part for part in (result.reason, tried) if part)
 
 
 def _redundancy(report: PlanReport) -> dict:

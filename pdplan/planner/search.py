@@ -14,7 +14,10 @@ For one fleet, mode and affinity:
    A pass becomes the best plan; a miss is excluded with everything it dominates. When no such
    plan is left, the best plan is the cheapest that passes among all plans above the floor:
    the search is *proven*. Trying the dearest cheaper plan first makes each miss exclude as much
-   as possible.
+   as possible. When the ascent found no plan that passes (the program had none at the target,
+   or the cluster could not hold a stronger one), the descent starts from the largest plan
+   tried, or the whole cluster, with no floor at all: the simulation, not the decomposition,
+   decides which of the plans the cluster holds serve.
 
 The program's optimum at the target is the lower bound the decomposition claims; the report
 gives it beside the verified cost and the gap between them (negative when the simulation finds
@@ -27,7 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from pdplan.errors import InfeasibleError
-from pdplan.placement import Fleet, Problem, Solution, solve
+from pdplan.placement import Fleet, Problem, Solution, objective_step, solve, whole_cluster
 from pdplan.planner.request import PlanRequest
 from pdplan.sim import Plan
 from pdplan.verify import Verification
@@ -90,8 +93,7 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
     try:
         first = solve(base)
     except InfeasibleError as err:
-        return replace(found, reason=str(err))
-    found = replace(found, first=first)
+        first, found = None, replace(found, reason=str(err))
     tried, missed = [], Missed()
     best, solution, targets = None, first, {}
     while solution is not None and len(tried) < request.max_checks:  # ascend
@@ -102,22 +104,35 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
             break
         missed.add(checked)
         solution = _raise_until_changed(missed.excluding(base), solution, checked.verification.failing_phase, targets)
+    # Descend from the best plan; without one, from the largest plan tried (or the whole cluster)
+    # and with no floor: the decomposition has shown no plan that passes, so it is not trusted.
+    share = SEARCH_FLOOR if best is not None else 0.0
+    floor = {phase: share * base.target_rps for phase in base.phases}
+    ceiling = _ceiling(base, best, tried)
     proven = False
-    floor = {phase: SEARCH_FLOOR * base.target_rps for phase in base.phases}
-    while best is not None and len(tried) < request.max_checks:  # descend
+    while ceiling is not None and len(tried) < request.max_checks:
         try:
-            solution = solve(replace(missed.excluding(base), phase_targets=floor, dearest=True,
-                                     below=best.value(base.objective)))
+            solution = solve(replace(missed.excluding(base), phase_targets=floor, dearest=True, below=ceiling))
         except InfeasibleError:
             proven = True
             break
         checked = check(solution)
         tried.append(checked)
         if checked.verification.passed:
-            best = checked
+            best, ceiling = checked, checked.value(base.objective)
         else:
             missed.add(checked)
-    return replace(found, best=best, tried=tuple(tried), proven=proven)
+    return replace(found, first=first, best=best, tried=tuple(tried), proven=proven and best is not None)
+
+
+def _ceiling(base: Problem, best: Checked | None, tried: list[Checked]) -> float | None:
+    """What the descent must stay strictly below: the best plan's value; without one, just above
+    the largest plan tried or, with none, the whole cluster (None when the cluster is unbounded)."""
+    if best is not None:
+        return best.value(base.objective)
+    if tried:
+        return max(c.value(base.objective) for c in tried) + objective_step(base.objective)
+    return whole_cluster(base)
 
 
 class Missed:

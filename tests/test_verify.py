@@ -1,0 +1,106 @@
+"""End-to-end verification: runs, intervals, the pass rule and which pool a miss points at."""
+
+import numpy as np
+import pytest
+
+from pdplan.slo import Objective, slo_from_flags
+from pdplan.verify import Interval, LossCheck, RunRecord, judge, run_workloads
+from pdplan.workload import Workload, poisson_resample, rescale_rate
+
+SLO = slo_from_flags(1.0, 0.1, 0.9)
+
+
+def record(ttft, tpot=1.0, excess=None):
+    return RunRecord(objectives=(ttft, tpot), clocks={"ttft": ttft, "tpot": tpot, "joint": min(ttft, tpot)},
+                     ttft_excess_s=excess or {"prefill_queue": 1.0, "transfer": 0.0, "admission": 0.0}, requests=100)
+
+
+def test_the_interval_is_the_t_interval_over_runs():
+    """0.90, 0.92, 0.94: mean 0.92, s = 0.02, t(0.975, 2) = 4.3027 → ± 0.04968."""
+    interval = Interval.of([0.90, 0.92, 0.94])
+    assert interval.mean == pytest.approx(0.92)
+    assert (interval.low, interval.high) == (pytest.approx(0.92 - 0.049683, abs=1e-6),
+                                             pytest.approx(0.92 + 0.049683, abs=1e-6))
+
+
+def test_one_run_has_no_spread_and_intervals_stay_within_zero_and_one():
+    assert Interval.of([0.8]) == Interval(mean=0.8, low=0.8, high=0.8)
+    assert Interval.of([0.99, 1.0, 1.0]).high == 1.0
+
+
+def test_the_lower_rule_fails_a_plan_whose_mean_passes_but_whose_interval_reaches_below():
+    runs = [record(0.89), record(0.93), record(0.95)]
+    assert judge(runs, SLO, rule="mean", rate_rps=1, seeds=(0, 1, 2), mode="disaggregated").passed
+    lower = judge(runs, SLO, rule="lower", rate_rps=1, seeds=(0, 1, 2), mode="disaggregated")
+    assert not lower.passed and not lower.clear_miss
+    assert lower.per_objective[0].shortfall == pytest.approx(0.9 - lower.per_objective[0].interval.low)
+
+
+def test_a_miss_on_the_mean_is_a_clear_miss():
+    verdict = judge([record(0.85)] * 3, SLO, rule="lower", rate_rps=1, seeds=(0, 1, 2), mode="disaggregated")
+    assert not verdict.passed and verdict.clear_miss
+
+
+@pytest.mark.parametrize("excess,tpot,phase", [
+    ({"prefill_queue": 3.0, "transfer": 1.0, "admission": 1.0}, 1.0, "prefill"),
+    ({"prefill_queue": 1.0, "transfer": 0.5, "admission": 2.0}, 1.0, "decode"),
+    ({"prefill_queue": 3.0, "transfer": 0.0, "admission": 0.0}, 0.5, "decode"),
+])
+def test_a_miss_points_at_the_pool_where_the_late_requests_waited(excess, tpot, phase):
+    verdict = judge([record(0.8, tpot, excess)] * 3, SLO, rule="lower", rate_rps=1, seeds=(0, 1, 2),
+                    mode="disaggregated")
+    assert verdict.failing_phase == phase
+
+
+def test_a_colocated_miss_points_at_its_one_pool():
+    assert judge([record(0.5)] * 2, SLO, rule="lower", rate_rps=1, seeds=(0, 1), mode="colocated").failing_phase \
+        == "colocated"
+
+
+def test_a_plan_that_holds_whole_but_not_after_a_loss_misses_and_names_the_loss_s_pool():
+    lost = LossCheck(lost="node n-0", passed=False, worst_shortfall=0.2, mean_shortfall=0.2, joint=None,
+                     failing_phase="decode")
+    verdict = judge([record(0.95)] * 3, SLO, rule="lower", rate_rps=1, seeds=(0, 1, 2), mode="disaggregated",
+                    losses=(lost,))
+    assert not verdict.passed and verdict.failing_phase == "decode" and verdict.worst_shortfall == 0.2
+
+
+def burst_trace(n=2000):
+    """A quiet first half and a second half ten times as fast; lengths count up."""
+    arrivals = np.concatenate([np.arange(n // 2) * 1.0, n // 2 + np.arange(n // 2) * 0.1])
+    return Workload(arrival_s=arrivals, prompt_tokens=np.arange(1, n + 1), output_tokens=np.full(n, 5))
+
+
+def test_run_zero_replays_the_trace_and_the_others_resample_it():
+    workload = burst_trace()
+    runs = run_workloads(workload, 50.0, runs=3, seed=7, arrivals="trace")
+    np.testing.assert_array_equal(runs[0].arrival_s, rescale_rate(workload, 50.0).arrival_s)
+    for run in runs[1:]:
+        np.testing.assert_array_equal(run.prompt_tokens, workload.prompt_tokens)
+        assert not np.array_equal(run.arrival_s, runs[0].arrival_s)
+    assert not np.array_equal(runs[1].arrival_s, runs[2].arrival_s)
+    again = run_workloads(workload, 50.0, runs=3, seed=7, arrivals="trace")
+    np.testing.assert_array_equal(again[2].arrival_s, runs[2].arrival_s)
+
+
+def test_a_poisson_resample_keeps_the_trace_s_rate_swings():
+    workload = burst_trace()
+    resampled = poisson_resample(workload, rng=1)
+    assert len(resampled) == len(workload) and np.all(np.diff(resampled.arrival_s) >= 0)
+    quiet = np.sum(resampled.arrival_s < 1000)
+    assert 900 < quiet < 1100  # about half the requests still arrive in the quiet first 1000 s
+    assert resampled.arrival_s[0] >= 0 and resampled.arrival_s[-1] <= workload.arrival_s[-1]
+
+
+def test_poisson_arrivals_resample_lengths_and_draw_new_arrivals_every_run():
+    runs = run_workloads(burst_trace(), 20.0, runs=2, seed=0, arrivals="poisson")
+    assert len(runs) == 2 and not np.array_equal(runs[0].prompt_tokens, runs[1].prompt_tokens)
+    assert len(runs[0]) / (runs[0].arrival_s[-1] - runs[0].arrival_s[0]) == pytest.approx(20.0, rel=0.1)
+
+
+def test_an_objective_check_reports_its_runs():
+    verdict = judge([record(0.91), record(0.93)], SLO, rule="mean", rate_rps=2.5, seeds=(3, 4), mode="disaggregated")
+    doc = verdict.to_dict()
+    assert doc["seeds"] == [3, 4] and doc["requests"] == [100, 100] and doc["rate_rps"] == 2.5
+    assert doc["per_objective"][0]["runs"] == [0.91, 0.93]
+    assert isinstance(verdict.per_objective[0].objective, Objective)
