@@ -317,11 +317,13 @@ def test_a_fixed_plan_that_does_not_fit_is_infeasible():
                       target_rps=10, objective="gpus", fixed=((prefill, 2), (decode, 1))))
 
 
-def test_dearest_below_a_ceiling_finds_the_largest_plan_under_it():
+def test_strongest_below_a_ceiling_finds_the_plan_whose_weakest_phase_serves_most():
+    """Under 8 GPUs: 2 prefill (16 rps) + 1 decode (12 rps) makes the weakest phase 12 rps; 1 + 2
+    would leave prefill at 8."""
     sol = solve(Problem(candidates=FIXTURE, cluster=cluster_of(node(count=4)), mode="disaggregated",
-                        target_rps=5, objective="gpus", below=8, dearest=True,
+                        target_rps=5, objective="gpus", below=8, strongest=True,
                         phase_targets={"prefill": 0.001, "decode": 0.001}))
-    assert sol.gpus_total == 6
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 2, "decode": 1}
 
 
 def test_fleet_all_is_every_prefill_and_decode_gpu_pair_the_cluster_holds():

@@ -292,9 +292,14 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
     else:
         primary = {"cost": money, "gpus": gpus, "power": watts}[problem.objective]
         if problem.below is not None:
-            model.add(primary <= objective_units(problem.objective, problem.below) - 1)
-        if problem.dearest:
-            model.maximize(primary * built.nodes_weight - nodes)
+            ceiling = objective_units(problem.objective, problem.below) - 1
+            model.add(primary <= ceiling)
+        if problem.strongest:  # the weakest phase as strong as can be, then the cheapest such plan
+            top = sum(milli_rps(c.capacity_rps(bounds[c]), round_up=False) for c in usable)
+            weakest = model.new_int_var(0, max(top, 0), "weakest_milli")
+            for total, _ in capacity.values():
+                model.add(weakest <= total)
+            model.maximize(weakest * (max(ceiling, 0) + 1) - primary)
         else:
             model.minimize(primary * built.nodes_weight + nodes)
     if problem.affinity == "high" and problem.fixed is None:

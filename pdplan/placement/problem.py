@@ -113,7 +113,7 @@ class Problem:
     excluded_exactly: tuple[Counts, ...] = ()  #: plans that missed narrowly: only they are excluded
     fixed: Counts | None = None       #: place exactly these counts (capacity is not required)
     below: float | None = None        #: the primary objective must be strictly below this value
-    dearest: bool = False             #: maximise the objective (under ``below``) instead
+    strongest: bool = False           #: under ``below``, the plan whose weakest phase is strongest
 
     def __post_init__(self):
         if self.mode not in ("disaggregated", "colocated"):
@@ -134,8 +134,8 @@ class Problem:
             raise ValueError(f"redundancy must be one of {', '.join(REDUNDANCY)}")
         if self.below is not None and self.objective == "goodput":
             raise ValueError("a ceiling (below) needs a cost, gpus or power objective")
-        if self.dearest and self.below is None:
-            raise ValueError("dearest needs a ceiling (below)")
+        if self.strongest and self.below is None:
+            raise ValueError("strongest needs a ceiling (below)")
 
     @property
     def phases(self) -> tuple[str, ...]:

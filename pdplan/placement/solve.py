@@ -98,13 +98,15 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
         counts = counts_of(replicas)
     # Report the primary objective: strip the node tie-break (|nodes| < weight).
     weight = built.nodes_weight
-    if problem.objective == "goodput" or problem.dearest:
+    scale = objective_scale(problem.objective)
+    if problem.strongest:  # the solver optimised strength, not the objective: no bound on it
+        objective = bound = round(_primary(problem, replicas) * scale)
+    elif problem.objective == "goodput":
         objective = math.ceil(solver.objective_value / weight)
         bound = math.ceil(solver.best_objective_bound / weight)
     else:
         objective = math.floor(solver.objective_value / weight)
         bound = math.floor(solver.best_objective_bound / weight)
-    scale = objective_scale(problem.objective)
     gap = abs(bound - objective) / max(abs(objective), 1e-9) if objective else 0.0
     return Solution(
         replicas=replicas,
@@ -122,6 +124,14 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
         counts=counts,
         rejections=tuple(built.rejections),
     )
+
+
+def _primary(problem: Problem, replicas: dict) -> float:
+    """A plan's cost ($/h), GPUs or watts."""
+    priced = problem.cluster.priced_gpu
+    per = {"cost": lambda c: priced(c.gpu).usd_per_hour * c.gpus, "gpus": lambda c: c.gpus,
+           "power": lambda c: priced(c.gpu).tdp_w * c.gpus}[problem.objective]
+    return sum(per(c) * k for c, k in replicas.items())
 
 
 def expand(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:

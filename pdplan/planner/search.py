@@ -8,13 +8,14 @@ For one fleet, mode and affinity:
    plan the missed one dominates (no larger anywhere: adding replicas never makes a plan worse,
    so those miss too; a plan that misses only by its interval's width excludes itself alone).
    Repeat until a plan passes.
-2. **Descend.** While the budget lasts, ask the program for the dearest plan strictly cheaper
-   than the best verified one, not dominated by any miss, whose pools reach at least
-   ``SEARCH_FLOOR`` of the target (the decomposition is never trusted to be that pessimistic).
-   A pass becomes the best plan; a miss is excluded with everything it dominates. When no such
-   plan is left, the best plan is the cheapest that passes among all plans above the floor:
-   the search is *proven*. Trying the dearest cheaper plan first makes each miss exclude as much
-   as possible. When the ascent found no plan that passes (the program had none at the target,
+2. **Descend.** While the budget lasts, ask the program for the strongest plan (the weakest
+   pool's capacity as high as can be, then the cheapest) strictly cheaper than the best verified
+   one, not dominated by any miss, whose pools reach at least ``SEARCH_FLOOR`` of the target
+   (the decomposition is never trusted to be that pessimistic). A pass becomes the best plan; a
+   miss is excluded with everything it dominates. When no such plan is left, the best plan is
+   the cheapest that passes among all plans above the floor: the search is *proven*. The
+   strongest cheaper plan is the likeliest to pass, so good plans come early when the budget
+   cannot cover the whole space. When the ascent found no plan that passes (the program had none at the target,
    or the cluster could not hold a stronger one), the descent starts from the largest plan
    tried, or the whole cluster, with no floor at all: the simulation, not the decomposition,
    decides which of the plans the cluster holds serve.
@@ -112,7 +113,7 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
     proven = False
     while ceiling is not None and len(tried) < request.max_checks:
         try:
-            solution = solve(replace(missed.excluding(base), phase_targets=floor, dearest=True, below=ceiling))
+            solution = solve(replace(missed.excluding(base), phase_targets=floor, strongest=True, below=ceiling))
         except InfeasibleError:
             proven = True
             break
