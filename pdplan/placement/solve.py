@@ -96,11 +96,15 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
         counts = counts_of({seg: solver.value(built.u[k]) for k, seg in enumerate(built.units)})
     else:
         counts = counts_of(replicas)
+    priced = problem.cluster.priced_gpu
+    totals = {"gpus": sum(c.gpus * k for c, k in replicas.items()),
+              "cost": sum(priced(c.gpu).usd_per_hour * c.gpus * k for c, k in replicas.items()),
+              "power": sum(priced(c.gpu).tdp_w * c.gpus * k for c, k in replicas.items())}
     # Report the primary objective: strip the node tie-break (|nodes| < weight).
     weight = built.nodes_weight
     scale = objective_scale(problem.objective)
     if problem.strongest:  # the solver optimised strength, not the objective: no bound on it
-        objective = bound = round(_primary(problem, replicas) * scale)
+        objective = bound = round(totals[problem.objective] * scale)
     elif problem.objective == "goodput":
         objective = math.ceil(solver.objective_value / weight)
         bound = math.ceil(solver.best_objective_bound / weight)
@@ -111,9 +115,9 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
     return Solution(
         replicas=replicas,
         instances=expand(problem, built, solver),
-        gpus_total=sum(c.gpus * k for c, k in replicas.items()),
-        usd_per_hour=sum(problem.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k for c, k in replicas.items()),
-        power_w=sum(problem.cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k for c, k in replicas.items()),
+        gpus_total=totals["gpus"],
+        usd_per_hour=totals["cost"],
+        power_w=totals["power"],
         goodput_rps=system,
         phase_capacity_rps=capacity,
         status="OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE",
@@ -124,14 +128,6 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
         counts=counts,
         rejections=tuple(built.rejections),
     )
-
-
-def _primary(problem: Problem, replicas: dict) -> float:
-    """A plan's cost ($/h), GPUs or watts."""
-    priced = problem.cluster.priced_gpu
-    per = {"cost": lambda c: priced(c.gpu).usd_per_hour * c.gpus, "gpus": lambda c: c.gpus,
-           "power": lambda c: priced(c.gpu).tdp_w * c.gpus}[problem.objective]
-    return sum(per(c) * k for c, k in replicas.items())
 
 
 def expand(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
