@@ -1,0 +1,99 @@
+"""Synthetic traces: length distributions written as specs, and traces drawn from them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from pdplan.errors import PdplanError
+from pdplan.workload.model import Workload
+from pdplan.workload.reshape import gamma_arrivals, generator
+
+
+LENGTH_KINDS = ("const", "lognormal", "uniform")
+
+MAX_SPEC_TOKENS = 2**53
+"""Largest token count a length spec may name or draw (spec numbers are floats, exact up to 2**53)."""
+
+LENGTH_SPEC_HELP = (
+    "const:N (every request N tokens); uniform:LO:HI (integers LO..HI inclusive); "
+    "lognormal:MEAN:SIGMA[:MAX] (MEAN tokens before rounding, SIGMA of the log; rounded to the "
+    "nearest integer and clipped to [1, MAX], MAX unbounded if omitted)"
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class LengthDist:
+    """A distribution of token counts, written ``KIND:PARAMS`` (see ``LENGTH_SPEC_HELP``)."""
+
+    kind: str
+    params: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        if self.kind not in LENGTH_KINDS:
+            raise PdplanError(f"unknown length kind {self.kind!r}; expected one of {', '.join(LENGTH_KINDS)}")
+        arity = {"const": (1,), "uniform": (2,), "lognormal": (2, 3)}[self.kind]
+        if len(self.params) not in arity:
+            raise PdplanError(f"{self.kind} takes {' or '.join(map(str, arity))} parameters, "
+                              f"got {len(self.params)}")
+        self._check_params()
+
+    def _check_params(self) -> None:
+        p = self.params
+        counts = (p[0], *p[2:]) if self.kind == "lognormal" else p  # lognormal's SIGMA is no count
+        if any(abs(v) > MAX_SPEC_TOKENS for v in counts):
+            raise PdplanError(f"token counts must be <= {MAX_SPEC_TOKENS}, got "
+                              f"{':'.join(f'{v:g}' for v in p)}")
+        if self.kind == "const" and not (_whole(p[0]) and p[0] >= 1):
+            raise PdplanError(f"const N must be an integer >= 1, got {p[0]:g}")
+        if self.kind == "uniform" and not (_whole(p[0]) and _whole(p[1]) and 1 <= p[0] <= p[1]):
+            raise PdplanError(f"uniform needs integers 1 <= LO <= HI, got {p[0]:g}:{p[1]:g}")
+        if self.kind == "lognormal":
+            if not (p[0] >= 1 and p[1] >= 0):
+                raise PdplanError(f"lognormal needs MEAN >= 1 and SIGMA >= 0, got {p[0]:g}:{p[1]:g}")
+            if len(p) == 3 and not (_whole(p[2]) and p[2] >= 1):
+                raise PdplanError(f"lognormal MAX must be an integer >= 1, got {p[2]:g}")
+
+    def sample(self, n: int, rng: np.random.Generator | int) -> np.ndarray:
+        """n token counts (int64) drawn from ``rng``."""
+        rng, p = generator(rng), self.params
+        if self.kind == "const":
+            return np.full(n, int(p[0]), dtype=np.int64)
+        if self.kind == "uniform":
+            return rng.integers(int(p[0]), int(p[1]), size=n, endpoint=True, dtype=np.int64)
+        mean, sigma = p[0], p[1]
+        draws = rng.lognormal(mean=math.log(mean) - sigma**2 / 2, sigma=sigma, size=n)
+        upper = p[2] if len(p) == 3 else MAX_SPEC_TOKENS
+        return np.clip(np.rint(draws), 1, upper).astype(np.int64)
+
+
+def _whole(value: float) -> bool:
+    return float(value).is_integer()
+
+
+def parse_length_dist(text: str, *, what: str = "length") -> LengthDist:
+    """Parse ``KIND:P1[:P2...]``; errors name ``what`` (e.g. ``--prompt``)."""
+    kind, *raw = text.strip().split(":")
+    try:
+        params = tuple(float(v) for v in raw)
+        if not all(math.isfinite(v) for v in params):
+            raise ValueError
+    except ValueError:
+        raise PdplanError(f"{what} {text!r}: parameters must be finite numbers ({LENGTH_SPEC_HELP})",
+                          field=what) from None
+    try:
+        return LengthDist(kind=kind, params=params)
+    except PdplanError as err:
+        raise PdplanError(f"{what} {text!r}: {err.detail}", field=what) from None
+
+
+def synthesize(*, n_requests: int, rate_rps: float, prompt: LengthDist, output: LengthDist,
+               cv: float = 1.0, rng: np.random.Generator | int) -> Workload:
+    """A synthetic trace: Gamma(cv) arrivals at ``rate_rps`` (Poisson for cv = 1) and i.i.d.
+    lengths.  Draw order, all from ``rng``: arrival gaps, prompt lengths, output lengths."""
+    rng = generator(rng)
+    arrival_s = gamma_arrivals(n_requests, rate_rps=rate_rps, cv=cv, rng=rng)
+    return Workload(arrival_s=arrival_s, prompt_tokens=prompt.sample(n_requests, rng),
+                    output_tokens=output.sample(n_requests, rng), format="synth")
