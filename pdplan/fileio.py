@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,24 +12,48 @@ from typing import Any, Iterator
 
 import yaml
 
+from pdplan import limits
 from pdplan.errors import PdplanError
 
 
-def read_bytes(path: str | Path, *, what: str = "file") -> bytes:
-    """Read a whole file, turning OS errors into a one-line PdplanError."""
+def input_file(path: str | Path, *, what: str, limit: int) -> Path:
+    """``path`` as an input may be read: it exists, it is a regular file (not a directory, FIFO,
+    device or socket, which could block or never end) and it holds at most ``limit`` bytes."""
     try:
-        return Path(path).read_bytes()
+        info = os.stat(path)
     except FileNotFoundError:
         raise PdplanError(f"{what} not found", file=path) from None
-    except IsADirectoryError:
-        raise PdplanError(f"{what} is a directory, expected a file", file=path) from None
     except OSError as err:
         raise PdplanError(f"cannot read {what}: {err.strerror}", file=path) from None
+    if stat.S_ISDIR(info.st_mode):
+        raise PdplanError(f"{what} is a directory, expected a file", file=path)
+    if not stat.S_ISREG(info.st_mode):
+        raise PdplanError(f"{what} is not a regular file (a FIFO, device or socket); give a file", file=path)
+    if info.st_size > limit:
+        raise PdplanError(f"{what} is {_size(info.st_size)}, over the {_size(limit)} a {what} may be", file=path)
+    return Path(path)
 
 
-def read_text(path: str | Path, *, what: str = "file") -> str:
+def _size(n: int) -> str:
+    return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
+
+
+def read_bytes(path: str | Path, *, what: str = "file", limit: int = limits.YAML_BYTES) -> bytes:
+    """Read a whole input file of at most ``limit`` bytes (see :func:`input_file`), turning OS
+    errors into a one-line PdplanError."""
+    try:
+        with open(input_file(path, what=what, limit=limit), "rb") as handle:
+            data = handle.read(limit + 1)  # a file that grew since stat (or lies about its size)
+    except OSError as err:
+        raise PdplanError(f"cannot read {what}: {err.strerror}", file=path) from None
+    if len(data) > limit:
+        raise PdplanError(f"{what} is over the {_size(limit)} a {what} may be", file=path)
+    return data
+
+
+def read_text(path: str | Path, *, what: str = "file", limit: int = limits.YAML_BYTES) -> str:
     """Read a UTF-8 text file; binary content is an input error, not a crash."""
-    data = read_bytes(path, what=what)
+    data = read_bytes(path, what=what, limit=limit)
     nul = data.find(b"\0")
     if nul >= 0:
         line = data[:nul].count(b"\n") + 1
@@ -47,8 +72,23 @@ class LineDict(dict):
     lines: dict[Any, int]
 
 
+#: Aliases one YAML document may use: enough for any configuration, too few to blow up a walk.
+MAX_YAML_ALIASES = 1_000
+
+
 class _LineLoader(yaml.SafeLoader):
-    """``yaml.SafeLoader`` (no python tags, no object construction) that records key lines."""
+    """``yaml.SafeLoader`` (no python tags, no object construction) that records key lines and
+    refuses documents with more than ``MAX_YAML_ALIASES`` aliases (a "billion laughs" file)."""
+
+    aliases = 0
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            self.aliases += 1
+            if self.aliases > MAX_YAML_ALIASES:
+                raise yaml.composer.ComposerError(None, None, f"more than {MAX_YAML_ALIASES} aliases",
+                                                  self.peek_event().start_mark)
+        return super().compose_node(parent, index)
 
     def construct_mapping(self, node, deep=False):
         seen = set()  # a repeated key would silently replace the first; merged (<<) keys may be overridden
@@ -76,9 +116,13 @@ def load_yaml(path: str | Path, *, what: str = "YAML file") -> Any:
 
     Mappings come back as :class:`LineDict`, so later field checks can name the line too.
     """
-    text = read_text(path, what=what)
+    text = read_text(path, what=what, limit=limits.YAML_BYTES)
     try:
         return yaml.load(text, Loader=_LineLoader)  # noqa: S506 - SafeLoader subclass
+    except RecursionError:
+        raise PdplanError("invalid YAML: nested too deeply", file=path) from None
+    except ValueError as err:  # an integer of more digits than Python converts
+        raise PdplanError(f"invalid YAML: {err}", file=path) from None
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         line = None if mark is None else mark.line + 1

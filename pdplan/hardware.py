@@ -8,6 +8,7 @@ from importlib import resources
 from pathlib import Path
 
 from pdplan.errors import PdplanError
+from pdplan import limits
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields
 
@@ -61,13 +62,13 @@ def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU
         spec = Fields(merged, spec.file, spec.path, line=spec.line)
     return GPU(
         name=name,
-        memory_bytes=int(spec.number("memory_gib", minimum=0, exclusive=True) * GIB),
-        flops_per_s=spec.number("bf16_tflops", minimum=0, exclusive=True) * 1e12,
-        hbm_bytes_per_s=spec.number("hbm_tb_s", minimum=0, exclusive=True) * 1e12,
-        nvlink_bytes_per_s=spec.number("nvlink_gb_s", minimum=0, exclusive=True) * GB,
-        network_bytes_per_s=spec.number("network_gb_s", minimum=0, exclusive=True) * GB,
-        tdp_w=spec.number("tdp_w", minimum=0, exclusive=True),
-        usd_per_hour=spec.number("usd_per_hour", minimum=0),
+        memory_bytes=int(spec.number("memory_gib", minimum=0, exclusive=True, maximum=100_000) * GIB),
+        flops_per_s=spec.number("bf16_tflops", minimum=0, exclusive=True, maximum=1e6) * 1e12,
+        hbm_bytes_per_s=spec.number("hbm_tb_s", minimum=0, exclusive=True, maximum=1e4) * 1e12,
+        nvlink_bytes_per_s=spec.number("nvlink_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
+        network_bytes_per_s=spec.number("network_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
+        tdp_w=spec.number("tdp_w", minimum=0, exclusive=True, maximum=1e5),
+        usd_per_hour=spec.number("usd_per_hour", minimum=0, maximum=limits.MAX_USD_PER_GPU_HOUR),
         base=base,
         power_cap_fraction=spec.number("power_cap_fraction", 1.0, minimum=0, exclusive=True, maximum=1),
         sources={str(k): str(v) for k, v in (spec.data.get("sources") or {}).items()},
@@ -178,7 +179,7 @@ def load_cluster(path: str | Path) -> Cluster:
             if gpu not in catalog:
                 raise price_fields.fail(str(gpu), f"is not a known GPU (known: {', '.join(sorted(catalog))})",
                                         show_value=False)
-            prices[gpu] = price_fields.number(gpu, minimum=0)
+            prices[gpu] = price_fields.number(gpu, minimum=0, maximum=limits.MAX_USD_PER_GPU_HOUR)
     nodes, names = [], set()
     for spec in top.items("nodes"):
         spec.reject_unknown(_NODE_FIELDS)
@@ -192,18 +193,18 @@ def load_cluster(path: str | Path) -> Cluster:
             gpu = replace(gpu, usd_per_hour=prices[gpu_name])
         count = spec.data.get("count", "unbounded")
         if count != "unbounded":
-            count = spec.integer("count", minimum=0)
+            count = spec.integer("count", minimum=0, maximum=limits.MAX_NODES)
         nodes.append(NodeType(
             name=name,
             gpu=gpu,
             gpus_per_node=spec.integer("gpus_per_node", minimum=1, maximum=MAX_GPUS_PER_NODE),
-            intra_node_bytes_per_s=spec.number("intra_node_gb_s", minimum=0, exclusive=True) * GB,
-            inter_node_bytes_per_s=spec.number("inter_node_gb_s", minimum=0, exclusive=True) * GB,
+            intra_node_bytes_per_s=spec.number("intra_node_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
+            inter_node_bytes_per_s=spec.number("inter_node_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
             count=None if count == "unbounded" else count,
         ))
     return Cluster(nodes=tuple(nodes), source=str(path),
-                   energy_usd_per_kwh=top.number("energy_usd_per_kwh", 0.0, minimum=0),
-                   pue=top.number("pue", 1.0, minimum=1))
+                   energy_usd_per_kwh=top.number("energy_usd_per_kwh", 0.0, minimum=0, maximum=limits.MAX_ENERGY_USD_PER_KWH),
+                   pue=top.number("pue", 1.0, minimum=1, maximum=limits.MAX_PUE))
 
 
 def default_cluster_path() -> Path:

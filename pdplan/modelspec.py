@@ -233,6 +233,10 @@ def lower_bound_s(work: WorkVector, flops_per_s: float, bytes_per_s: float) -> f
 _MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
                  "parameters", "dtype_bytes", "mlp_matrices", "tied_embeddings", "source"}
 
+#: Largest value of each geometry field a model file may state (beyond any model built).
+GEOMETRY_LIMITS = {"layers": 10_000, "hidden": 2**20, "q_heads": 2**16, "kv_heads": 2**16, "head_dim": 2**14,
+                   "ffn": 2**22, "vocab": 2**24, "parameters": 10**14}
+
 #: A model file's parameter count may differ from its geometry by this much (norms, biases).
 PARAMETER_TOLERANCE = 0.02
 
@@ -241,8 +245,7 @@ def load_model(path: str | Path) -> ModelSpec:
     """Read and validate one model YAML; the geometry must agree with the parameter count."""
     spec = Fields(load_yaml(path, what="model file"), path)
     spec.reject_unknown(_MODEL_FIELDS)
-    ints = {key: spec.integer(key, minimum=1) for key in
-            ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters")}
+    ints = {key: spec.integer(key, minimum=1, maximum=GEOMETRY_LIMITS[key]) for key in GEOMETRY_LIMITS}
     tied = spec.data.get("tied_embeddings", False)
     if not isinstance(tied, bool):
         raise spec.fail("tied_embeddings", "must be true or false", tied)

@@ -20,6 +20,7 @@ import csv
 import io
 import json
 import math
+import re
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
+from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.fileio import read_bytes, read_text, sha256_file
 from pdplan.hardware import get_gpu
@@ -54,6 +56,9 @@ MAX_NUM_TOKENS_COLUMNS = ("model", "tp", "pp", "max_num_tokens")
 
 # --- CSV rows ------------------------------------------------------------------------------------
 
+_INTEGER = re.compile(r"[+-]?[0-9]{1,18}")  # ASCII digits only, and few enough to stay an int64
+_DECIMAL = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]{1,3})?")
+
 @dataclass(frozen=True)
 class _Row:
     """One CSV record with its file and line, and typed accessors that fail with both."""
@@ -72,24 +77,21 @@ class _Row:
             raise self.fail(column, "must not be empty", value)
         return value
 
-    def integer(self, column: str, minimum: int = 1) -> int:
+    def integer(self, column: str, minimum: int = 1, maximum: int = limits.MAX_KV_TOKENS) -> int:
         raw = self.values[column].strip()
-        try:
-            value = int(raw)
-        except ValueError:
-            raise self.fail(column, f"must be an integer >= {minimum}", raw) from None
-        if value < minimum:
+        if _INTEGER.fullmatch(raw) is None or int(raw) < minimum:
             raise self.fail(column, f"must be an integer >= {minimum}", raw)
-        return value
+        if int(raw) > maximum:
+            raise self.fail(column, f"must be an integer <= {maximum:,}", raw)
+        return int(raw)
 
-    def number(self, column: str) -> float:
+    def number(self, column: str, maximum: float = limits.MAX_LATENCY_MS) -> float:
         raw = self.values[column].strip()
-        try:
-            value = float(raw)
-        except ValueError:
-            raise self.fail(column, "must be a number > 0", raw) from None
-        if not math.isfinite(value) or value <= 0:
+        if _DECIMAL.fullmatch(raw) is None:
             raise self.fail(column, "must be a finite number > 0", raw)
+        value = float(raw)
+        if not 0 < value <= maximum:
+            raise self.fail(column, f"must be a finite number > 0 and <= {maximum:g}", raw)
         return value
 
     def empty_or_zero(self, column: str, why: str) -> None:
@@ -101,7 +103,7 @@ class _Row:
 def _csv_rows(path: str | Path, required: Sequence[str], *, what: str,
               allow_extra: bool) -> list[_Row]:
     """Parse a CSV with a header; each record keeps its line. Blank lines are skipped."""
-    text = read_text(path, what=what)
+    text = read_text(path, what=what, limit=limits.TABLE_BYTES)
     reader = csv.reader(io.StringIO(text))
     file = str(path)
     try:
@@ -274,8 +276,13 @@ DYNAMO_DECODE_FILE = Path("selected_decode_interpolation") / "raw_data.npz"
 
 
 def _load_npz(path: Path) -> dict[str, np.ndarray]:
-    data = read_bytes(path, what="Dynamo raw_data.npz")
+    data = read_bytes(path, what="Dynamo raw_data.npz", limit=limits.TABLE_BYTES)
     try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:  # unpacked, the arrays stay bounded too
+            unpacked = sum(info.file_size for info in archive.infolist())
+        if unpacked > limits.TABLE_BYTES:
+            raise PdplanError(f"unpacks to {unpacked / 2**20:.0f} MiB, over the {limits.TABLE_BYTES // 2**20} MiB "
+                              "an archive may hold", file=path)
         with np.load(io.BytesIO(data), allow_pickle=False) as archive:
             return {name: archive[name] for name in archive.files}
     except (ValueError, OSError, zipfile.BadZipFile, EOFError) as err:
@@ -437,11 +444,15 @@ def read_distserve(path: str | Path, max_num_tokens_path: str | Path, *, gpu: st
     (16384 in its examples), capped at the KV capacity. The JSON names no GPU: the caller does.
     """
     file = str(path)
-    text = read_text(path, what="DistServe profiler JSON")
+    text = read_text(path, what="DistServe profiler JSON", limit=limits.JSON_BYTES)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise PdplanError(f"invalid JSON: {err.msg}", file=file, line=err.lineno) from None
+    except RecursionError:
+        raise PdplanError("invalid JSON: nested too deeply", file=file) from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise PdplanError("invalid JSON: a number has more than 4,300 digits", file=file) from None
     if not isinstance(data, dict) or not data:
         raise PdplanError("top level must be a non-empty object of model names", file=file, line=1)
     capacities = read_max_num_tokens(max_num_tokens_path)

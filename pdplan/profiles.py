@@ -28,8 +28,9 @@ import numpy as np
 import yaml
 
 from pdplan.errors import PdplanError
+from pdplan import limits
 from pdplan.fileio import atomic_write_text, load_yaml, significant
-from pdplan.schema import Fields
+from pdplan.schema import Fields, shown
 
 PREFILL_FEATURES = ("1", "sum_prompt_tokens", "sum_prompt_tokens_sq")
 DECODE_FEATURES = ("1", "batch_size", "sum_context_tokens")
@@ -230,7 +231,7 @@ def _model_from_fields(spec: Fields, features: tuple[str, ...]) -> LatencyModel:
     segments, previous = [], 0
     for seg in spec.items("segments"):
         seg.reject_unknown({"min_batch", "pieces_ms"})
-        start = seg.integer("min_batch", minimum=max(1, previous + 1))
+        start = seg.integer("min_batch", minimum=max(1, previous + 1), maximum=limits.MAX_KV_TOKENS)
         if not segments and start != 1:
             raise seg.fail("min_batch", "of the first segment must be 1", start)
         pieces = seg.require("pieces_ms")
@@ -239,8 +240,9 @@ def _model_from_fields(spec: Fields, features: tuple[str, ...]) -> LatencyModel:
             raise seg.fail("pieces_ms", "must be a non-empty list of [c0, c1, c2] triples", pieces)
         for piece in pieces:
             for c in piece:
-                if isinstance(c, bool) or not isinstance(c, (int, float)) or not np.isfinite(c):
-                    raise seg.fail("pieces_ms", "coefficients must be finite numbers", c)
+                if isinstance(c, bool) or not isinstance(c, (int, float)) or not abs(c) <= limits.MAX_LATENCY_MS:
+                    raise seg.fail("pieces_ms", f"coefficients must be finite numbers within ±{limits.MAX_LATENCY_MS:g}",
+                                   shown(c))
         segments.append(Segment(min_batch=start,
                                 pieces_s=tuple(tuple(float(c) / 1e3 for c in p) for p in pieces)))
         previous = start
@@ -274,10 +276,10 @@ def load_profile(path: str | Path) -> PhaseProfile:
     return PhaseProfile(
         model=spec.string("model"),
         gpu=spec.string("gpu"),
-        tp=spec.integer("tp", minimum=1),
-        pp=spec.integer("pp", minimum=1),
-        kv_capacity_tokens=spec.integer("kv_capacity_tokens", minimum=1),
-        max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1),
+        tp=spec.integer("tp", minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
+        pp=spec.integer("pp", minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
+        kv_capacity_tokens=spec.integer("kv_capacity_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
+        max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         prefill=prefill,
         decode=decode,
         provenance=Provenance(

@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from pdplan import limits
 from pdplan.errors import PdplanError
 
 
@@ -57,17 +58,17 @@ class Fields:
     def number(self, key: str, default: float | None = None, *, minimum: float | None = None,
                exclusive: bool = False, maximum: float | None = None) -> float:
         value = self.require(key) if default is None else self.data.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise self.fail(key, "must be a finite number", value)
-        self._check_range(key, value, minimum, exclusive, maximum)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+            raise self.fail(key, "must be a finite number", shown(value))
+        self._check_range(key, value, minimum, exclusive, limits.MAX_NUMBER if maximum is None else maximum)
         return float(value)
 
     def integer(self, key: str, default: int | None = None, *, minimum: int | None = None,
                 maximum: int | None = None) -> int:
         value = self.require(key) if default is None else self.data.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(key, "must be an integer", value)
-        self._check_range(key, value, minimum, False, maximum)
+            raise self.fail(key, "must be an integer", shown(value))
+        self._check_range(key, value, minimum, False, limits.MAX_INTEGER if maximum is None else maximum)
         return value
 
     def mapping(self, key: str) -> "Fields":
@@ -88,9 +89,31 @@ class Fields:
 
     def _check_range(self, key, value, minimum, exclusive, maximum) -> None:
         if minimum is not None and (value <= minimum if exclusive else value < minimum):
-            raise self.fail(key, f"must be {'>' if exclusive else '>='} {minimum:g}", value)
-        if maximum is not None and value > maximum:
-            raise self.fail(key, f"must be <= {maximum:g}", value)
+            raise self.fail(key, f"must be {'>' if exclusive else '>='} {minimum:g}", shown(value))
+        if value > maximum:
+            raise self.fail(key, f"must be <= {maximum:g}", shown(value))
+
+
+def _finite(value: int | float) -> bool:
+    """Finite, and within what a float holds (a 400-digit YAML integer is not)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
+def shown(value: Any) -> Any:
+    """A value as an error message quotes it: long ones cut (a 5,000-digit number, a 300 kB string)."""
+    try:
+        text = repr(value)
+    except ValueError:  # an integer with more digits than Python prints
+        return _Cut("an integer with thousands of digits")
+    return value if len(text) <= 60 else _Cut(text[:40] + f"... ({len(text)} characters)")
+
+
+class _Cut(str):
+    def __repr__(self) -> str:
+        return str(self)
 
 
 def _first_line(item: Any, fallback: int | None) -> int | None:

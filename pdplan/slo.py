@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from pdplan.errors import PdplanError
+from pdplan import limits
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields
 
@@ -112,7 +113,7 @@ def load_slo(path: str | Path) -> SLO:
         item.reject_unknown({"metric", "threshold_ms", "attainment"})
         objectives.append(Objective(
             metric=item.string("metric", choices=list(METRICS)),
-            threshold_s=item.number("threshold_ms", minimum=0, exclusive=True) / 1e3,
+            threshold_s=item.number("threshold_ms", minimum=0, exclusive=True, maximum=limits.MAX_LATENCY_MS) / 1e3,
             attainment=item.number("attainment", minimum=0, exclusive=True, maximum=1),
         ))
     return SLO(objectives=tuple(objectives))

@@ -127,7 +127,7 @@ def bad_input(kind, tmp_path):
     src = points_csv(tmp_path, extra="decode,4,1,8,,512,slow\n")
     return (["profile", "fit", src, "--format", "points", "--model", "llama2-70b", "--gpu",
              "a100-80gb", "-o", tmp_path / "p.yaml"], src,
-            ":17: latency_ms must be a number > 0, got 'slow'")
+            ":17: latency_ms must be a finite number > 0, got 'slow'")
 
 
 @pytest.mark.parametrize("kind", ["too-few-points", "python-tag", "truncated-csv", "text-in-number"])

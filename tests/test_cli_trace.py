@@ -105,7 +105,7 @@ def test_transform_of_a_lengths_only_trace_without_an_arrival_process_is_an_erro
     (["--arrivals", "poisson"], "--arrivals poisson needs --rate"),
     (["--arrivals", "uniform", "--rate", "2"], "--arrivals must be one of gamma, poisson, trace, got 'uniform'"),
     (["--rate", "2", "--requests", "5"], "--requests applies only to --arrivals poisson|gamma"),
-    (["--rate", "0"], "rate_rps must be a finite number > 0, got 0.0"),
+    (["--rate", "0"], "--rate must be > 0 and <= 1,000,000, got 0.0"),
 ], ids=["gamma-without-cv", "cv-without-gamma", "poisson-without-rate", "unknown-arrivals",
         "requests-with-trace-arrivals", "zero-rate"])
 def test_transform_rejects_flags_that_do_not_fit_together(run_cli, workdir, flags, message):
@@ -147,13 +147,13 @@ def test_synth_refuses_token_counts_too_large_to_draw(run_cli, workdir, spec):
     code, out, err = run_cli("trace", "synth", "--requests", "5", "--rate", "1", "--prompt", spec,
                              "--output", "const:5", "-o", "x.csv")
     assert (code, out) == (2, "")
-    assert err.startswith(f"Error: --prompt '{spec}': token counts must be <= 9007199254740992")
+    assert err.startswith(f"Error: --prompt '{spec}': token counts must be <= 10,000,000")
     assert err.count("\n") == 1 and not Path("x.csv").exists()
 
 
 def test_synth_refuses_a_negative_seed(run_cli, workdir):
     code, out, err = run_cli(*SYNTH, "--seed", "-1", "-o", "x.csv")
-    assert (code, out, err) == (2, "", "Error: seed must be an integer >= 0, got -1\n")
+    assert (code, out, err) == (2, "", "Error: --seed must be >= 0, got -1\n")
     assert not Path("x.csv").exists()
 
 

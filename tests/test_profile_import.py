@@ -68,7 +68,7 @@ def test_splitwise_run_with_far_more_decode_time_than_its_tokens_is_rejected(spl
 
 @pytest.mark.parametrize("row, message", [
     ("llama2-70b,a100-80gb,512,1,128,0,0,fast,50,6500,4",
-     r"perf_model\.csv:3: prompt_time must be a number > 0, got 'fast'$"),
+     r"perf_model\.csv:3: prompt_time must be a finite number > 0, got 'fast'$"),
     ("llama2-70b,a100-80gb,512,0,128,0,0,200,50,6500,4",
      r"perf_model\.csv:3: batch_size must be an integer >= 1, got '0'$"),
     ("llama2-70b,a100-80gb,512,1,128,0,0,200",
@@ -123,7 +123,7 @@ def test_points_csv_one_shape_per_tp_and_pp(tmp_path):
     ("prefil,4,1,1,512,,40", r"points\.csv:17: phase must be one of decode, prefill, got 'prefil'$"),
     ("prefill,4,1,1,512,100,40", r"points\.csv:17: context_tokens must be empty or 0 in a prefill "
                                  r"row, got '100'$"),
-    ("decode,4,1,1,,512,abc", r"points\.csv:17: latency_ms must be a number > 0, got 'abc'$"),
+    ("decode,4,1,1,,512,abc", r"points\.csv:17: latency_ms must be a finite number > 0, got 'abc'$"),
     ("decode,4,1,1,,2.5,30", r"points\.csv:17: context_tokens must be an integer >= 1, got '2\.5'$"),
     ("decode,4,1,1", r"points\.csv:17: row has 4 fields, the header has 7"),
 ], ids=["phase", "unused-column", "text-latency", "fractional-tokens", "truncated"])

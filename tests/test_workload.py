@@ -155,9 +155,9 @@ def test_reading_in_chunks_keeps_every_row_and_physical_line_numbers(trace_file,
     rows = "".join(f"{t},{t + 1},1\n" for t in range(7))
     assert load_trace(trace_file(NATIVE + rows)).prompt_tokens.tolist() == list(range(1, 8))
     # header on line 1, rows on lines 2-8, a blank line 9, the bad row on line 10 (in chunk 4)
-    with pytest.raises(PdplanError, match=r"t.csv:10: prompt_tokens must be an integer >= 1, got 'x'"):
+    with pytest.raises(PdplanError, match=r"t.csv:10: prompt_tokens must be an integer from 1 to 10,000,000, got 'x'"):
         load_trace(trace_file(NATIVE + rows + "\n7,x,1\n"))
-    with pytest.raises(PdplanError, match=r"t.csv:8: prompt_tokens must be an integer >= 1, got '0'"):
+    with pytest.raises(PdplanError, match=r"t.csv:8: prompt_tokens must be an integer from 1 to 10,000,000, got '0'"):
         load_trace(trace_file(NATIVE + rows.replace("6,7,1", "6,0,1")))
 
 
@@ -206,8 +206,8 @@ def test_native_csv_of_a_lengths_only_workload_asks_for_an_arrival_process():
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(prompt=[1, 0]), "prompt_tokens must be an integer >= 1, got 0 at request 1"),
-    (dict(arrival_s=[0.0, 2.0, 1.0]), "arrival_s must be finite and non-decreasing, got 1.0 at request 2"),
+    (dict(prompt=[1, 0]), "prompt_tokens must be an integer from 1 to 10,000,000, got 0 at request 1"),
+    (dict(arrival_s=[0.0, 2.0, 1.0]), r"arrival_s must be finite, within ±1e\+10 s and non-decreasing, got 1.0 at request 2"),
     (dict(prompt=[1, 1], request_id=np.array(["a", "a"], dtype=object)),
      "request_id must be unique, got 'a' again at request 1"),
 ], ids=["zero-prompt", "decreasing-arrivals", "repeated-id"])

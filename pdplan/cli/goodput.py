@@ -9,7 +9,9 @@ import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from pdplan import limits
 from pdplan.cli.options import (
+    within,
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
@@ -32,7 +34,7 @@ from pdplan.cli.options import (
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, instance_goodput
-from pdplan.hardware import get_gpu
+from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model
 from pdplan.report import plot_attainment_curve
 from pdplan.roofline import profile_for
@@ -72,6 +74,9 @@ def goodput(
     and bisects over simulated probes; a decode instance is never good above its saturation
     throughput. Defaults: p90 TTFT <= 1 s and p90 TPOT <= 100 ms.
     """
+    within("--tp", tp, 1, MAX_GPUS_PER_NODE)
+    within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
+    within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
     if phase not in PHASES:
         raise PdplanError(f"--phase must be one of {', '.join(PHASES)}, got {phase!r}", field="phase")
     if policy not in POLICIES:
@@ -79,8 +84,6 @@ def goodput(
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
                           field="chunk")
-    if chunk is not None and chunk < 1:
-        raise PdplanError(f"--chunk must be >= 1 token, got {chunk}", field="chunk")
     objectives = slo_from_options(ttft, tpot, attainment, slo)
     settings = search_settings(tolerance, requests_per_probe, arrivals, seed, grid)
     workload = load_workload(trace, format)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Annotated
 
@@ -12,7 +11,9 @@ from rich.table import Table
 
 from pdplan.cache import ResultCache, default_cache_dir
 from pdplan.candidates import DEFAULT_PPS, DEFAULT_TPS
+from pdplan import limits
 from pdplan.cli.options import (
+    within,
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
@@ -35,7 +36,7 @@ from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_write_text, dump_yaml
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
-from pdplan.hardware import default_cluster_path, load_cluster
+from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
 from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
 from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
@@ -129,7 +130,7 @@ def optimize(
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
                    max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit,
-                   seeds=seeds, tps=tp, pps=pp)
+                   seeds=seeds, max_rounds=max_rounds, tps=tp, pps=pp)
     if plot is not None and plot.exists() and not plot.is_dir():
         raise PdplanError("--plot must name a folder, got a file", file=plot, field="plot")
     settings = search_settings(tolerance, requests_per_probe, arrivals, seed)
@@ -189,28 +190,23 @@ def _duration(workload) -> float:
 
 def _check_numbers(*, objective: str, target_rate: float | None, peak: bool, max_gpus: int | None,
                    max_cost: float | None, max_power: float | None, link_headroom: float,
-                   time_limit: float, seeds: int, tps: list[int] | None, pps: list[int] | None) -> None:
+                   time_limit: float, seeds: int, max_rounds: int, tps: list[int] | None,
+                   pps: list[int] | None) -> None:
     """Flag values the planner cannot use, named by flag, before any work is done."""
     if objective == "goodput" and (target_rate is not None or peak):
         raise PdplanError("--objective goodput finds the highest rate itself; drop --target-rate/--peak",
                           field="target_rate")
-    if target_rate is not None and math.isinf(target_rate):
-        raise PdplanError(f"--target-rate must be a finite number, got {target_rate!r}", field="target_rate")
-    if max_gpus is not None and max_gpus < 0:
-        raise PdplanError(f"--max-gpus must be >= 0, got {max_gpus!r}", field="max_gpus")
-    for flag, value in (("--max-cost", max_cost), ("--max-power", max_power)):
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise PdplanError(f"{flag} must be a finite number >= 0, got {value!r}", field=flag.lstrip("-"))
-    if not 0 < link_headroom <= 1:
-        raise PdplanError(f"--link-headroom must be in (0, 1], got {link_headroom!r}", field="link_headroom")
-    if not (math.isfinite(time_limit) and time_limit > 0):
-        raise PdplanError(f"--time-limit must be a finite number of seconds > 0, got {time_limit!r}",
-                          field="time_limit")
-    if not 1 <= seeds <= 100:
-        raise PdplanError(f"--seeds must be between 1 and 100, got {seeds!r}", field="seeds")
-    for flag, values in (("--tp", tps), ("--pp", pps)):
-        if values and not all(1 <= v <= 72 for v in values):
-            raise PdplanError(f"{flag} must be between 1 and 72, got {sorted(values)}", field=flag.lstrip("-"))
+    within("--target-rate", target_rate, 0, limits.MAX_RATE_RPS, above=True)
+    within("--max-gpus", max_gpus, 0, limits.MAX_GPUS)
+    within("--max-cost", max_cost, 0, limits.MAX_USD_PER_HOUR)
+    within("--max-power", max_power, 0, limits.MAX_WATTS)
+    within("--link-headroom", link_headroom, 0, 1, above=True)
+    within("--time-limit", time_limit, 0, limits.MAX_TIME_LIMIT_S, above=True)
+    within("--seeds", seeds, 1, limits.MAX_RUNS)
+    within("--max-rounds", max_rounds, 1, limits.MAX_CHECKS)
+    for values, flag, high in ((tps, "--tp", MAX_GPUS_PER_NODE), (pps, "--pp", limits.MAX_PIPELINE_STAGES)):
+        for value in values or ():
+            within(flag, value, 1, high)
 
 
 def _check_choices(objective: str, affinity: str, pool_shapes: str, redundancy: str, rule: str) -> None:

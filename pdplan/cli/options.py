@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
 from pdplan.profiles import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
@@ -86,10 +88,35 @@ def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, se
     if requests_per_probe < 2:  # a rate needs two arrivals to be measured
         raise PdplanError(f"--requests-per-probe must be >= 2, got {requests_per_probe!r}",
                           field="requests_per_probe")
-    if grid_points < 0:
-        raise PdplanError(f"--grid must be >= 0, got {grid_points!r}", field="grid")
-    if seed < 0:
-        raise PdplanError(f"--seed must be >= 0, got {seed!r}", field="seed")
+    within("--requests-per-probe", requests_per_probe, 2, limits.MAX_REQUESTS_PER_PROBE)
+    within("--grid", grid_points, 0, limits.MAX_GRID_POINTS)
+    check_seed(seed)
     return SearchSettings(tolerance_rel=tolerance, requests_per_probe=requests_per_probe, arrivals=arrivals,
                           seed=seed, grid_points=grid_points)
+
+
+def within(flag: str, value: float | None, low: float, high: float, *, above: bool = False) -> None:
+    """A numeric flag in [low, high] ((low, high] with ``above``); NaN and infinities never are.
+    None (a flag not given) passes."""
+    if value is None:
+        return
+    ok = math.isfinite(value) and (value > low if above else value >= low) and value <= high
+    if not ok:
+        if above:
+            rule = f"must be > {_plain(low)} and <= {_plain(high)}"
+        else:
+            rule = f"must be >= {_plain(low)}" if value < low else f"must be between {_plain(low)} and {_plain(high)}"
+        raise PdplanError(f"{flag} {rule}, got {value!r}", field=flag.lstrip("-").replace("-", "_"))
+
+
+def _plain(number: float) -> str:
+    """1000000 as 1,000,000 and 0.5 as 0.5: bounds as people read them."""
+    return f"{int(number):,}" if float(number).is_integer() else f"{number:g}"
+
+
+def check_seed(seed: int) -> None:
+    """Seeds reach numpy and CP-SAT, whose random seed is a 32-bit integer."""
+    if seed < 0:
+        raise PdplanError(f"--seed must be >= 0, got {seed!r}", field="seed")
+    within("--seed", seed, 0, limits.MAX_SEED)
 

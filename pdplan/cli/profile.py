@@ -11,10 +11,12 @@ import typer
 from rich import box
 from rich.table import Table
 
+from pdplan import limits
+from pdplan.cli.options import within
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.profile_import import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
-from pdplan.hardware import get_gpu
+from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model
 from pdplan.profiles import (PhaseProfile, load_profile, profile_file_name, profile_files,
                              save_profile, shipped_profiles_dir)
@@ -136,6 +138,7 @@ def fit(
     The shipped profiles are made with this command; pdplan/data/profiles/README.md has the
     exact invocations.
     """
+    within("--memory-utilization", memory_utilization, 0, 1, above=True)
     single = output.suffix in (".yaml", ".yml")
     table = None
     if fmt is SourceFormat.distserve:
@@ -216,8 +219,11 @@ def roofline(
 
     JSON keys are `profile show`'s (profile is null without -o) plus notes, the assumptions.
     """
-    if layer_overhead_us < 0:
-        raise PdplanError(f"--layer-overhead-us must be >= 0, got {layer_overhead_us:g}")
+    within("--tp", tp, 1, MAX_GPUS_PER_NODE)
+    within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
+    within("--compute-efficiency", compute_efficiency, 0, 1, above=True)
+    within("--bandwidth-efficiency", bandwidth_efficiency, 0, 1, above=True)
+    within("--layer-overhead-us", layer_overhead_us, 0, 1e6)
     profile = roofline_profile(get_model(model), get_gpu(gpu), tp, pp,
                                compute_efficiency=compute_efficiency,
                                bandwidth_efficiency=bandwidth_efficiency,

@@ -8,7 +8,10 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from pdplan import limits
 from pdplan.cli.options import (
+    check_seed,
+    within,
     AttainmentOpt,
     FormatOpt,
     JsonOpt,
@@ -49,8 +52,8 @@ def simulate(
     Joint attainment counts requests meeting both clocks at once; a request with one output
     token has no TPOT and passes that clock. --attainment marks whether the plan meets the SLO.
     """
-    if rate is not None and not rate > 0:
-        raise PdplanError(f"--rate must be > 0, got {rate!r}", field="rate")
+    within("--rate", rate, 0, limits.MAX_RATE_RPS, above=True)
+    check_seed(seed)
     ttft = DEFAULT_TTFT_S if ttft is None else parse_threshold_s(ttft, "ttft")
     tpot = DEFAULT_TPOT_S if tpot is None else parse_threshold_s(tpot, "tpot")
     slo_from_flags(ttft, tpot, attainment)  # the same checks as goodput/optimize (thresholds > 0, 0 < p <= 1)

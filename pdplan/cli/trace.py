@@ -10,6 +10,8 @@ import typer
 from rich.table import Table
 
 from pdplan import workload as wl
+from pdplan import limits
+from pdplan.cli.options import check_seed, within
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_write_text
@@ -75,7 +77,9 @@ def transform(
     Order: window (--start/--duration, seconds after the first arrival, then shifted to start at 0), then arrivals.
     With no options it converts any supported format to native CSV.
     """
-    cv = _check_arrival_flags(arrivals, rate, cv)
+    cv = _check_arrival_flags(arrivals, rate, cv, seed, requests)
+    within("--start", start, 0, limits.MAX_TRACE_SECONDS)
+    within("--duration", duration, 0, limits.MAX_TRACE_SECONDS, above=True)
     if requests is not None and arrivals == "trace":
         raise PdplanError("--requests applies only to --arrivals poisson|gamma")
     workload = wl.load_trace(trace, format=format, sort=sort)
@@ -114,7 +118,7 @@ def synth(
     """
     if arrivals == "trace":
         raise PdplanError("--arrivals for synth must be poisson or gamma, got 'trace'")
-    cv = _check_arrival_flags(arrivals, rate, cv)
+    cv = _check_arrival_flags(arrivals, rate, cv, seed, requests)
     workload = wl.synthesize(n_requests=requests, rate_rps=rate, cv=cv, rng=seed,
                              prompt=wl.parse_length_dist(prompt, what="--prompt"),
                              output=wl.parse_length_dist(output, what="--output"))
@@ -125,8 +129,14 @@ def synth(
     _print_written(summary, json)
 
 
-def _check_arrival_flags(arrivals: str, rate: float | None, cv: float | None) -> float:
-    """The CV to use (1 for poisson); rejects flag combinations that do not fit together."""
+def _check_arrival_flags(arrivals: str, rate: float | None, cv: float | None, seed: int,
+                         requests: int | None = None) -> float:
+    """The CV to use (1 for poisson); rejects flag combinations that do not fit together and
+    numbers outside what pdplan plans for."""
+    within("--rate", rate, 0, limits.MAX_RATE_RPS, above=True)
+    within("--cv", cv, 0, 100, above=True)
+    within("--requests", requests, 1, limits.MAX_SYNTH_REQUESTS)
+    check_seed(seed)
     if arrivals not in ARRIVALS:
         raise PdplanError(f"--arrivals must be one of {', '.join(ARRIVALS)}, got {arrivals!r}")
     if arrivals == "gamma" and cv is None:

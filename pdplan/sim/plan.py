@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Mapping
 
 from pdplan.errors import PdplanError
+from pdplan import limits
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GB, get_gpu
 from pdplan.modelspec import ModelSpec, get_model
@@ -251,8 +252,8 @@ _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
 def _link(spec: Fields, from_pool: str | None, to_pool: str | None) -> Link:
     return Link(from_pool=from_pool, to_pool=to_pool,
-                bandwidth_bytes_per_s=spec.number("bandwidth_gb_s", minimum=0, exclusive=True) * GB,
-                setup_s=spec.number("setup_ms", 0.0, minimum=0) / 1e3)
+                bandwidth_bytes_per_s=spec.number("bandwidth_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
+                setup_s=spec.number("setup_ms", 0.0, minimum=0, maximum=limits.MAX_LATENCY_MS) / 1e3)
 
 
 def _pool(spec: Fields) -> Pool:
@@ -262,7 +263,7 @@ def _pool(spec: Fields) -> Pool:
     if phase == "colocated":
         policy = spec.string("policy", choices=list(POLICIES))
         if policy == "chunked":
-            chunk = spec.integer("chunk_tokens", minimum=1)
+            chunk = spec.integer("chunk_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS)
         elif spec.has("chunk_tokens"):
             raise spec.fail("chunk_tokens", "applies only to policy chunked", spec.data["chunk_tokens"])
     else:
@@ -273,17 +274,17 @@ def _pool(spec: Fields) -> Pool:
         if phase != "decode":
             raise spec.fail("prefix_cache_blocks", "applies only to decode pools",
                             spec.data["prefix_cache_blocks"])
-        cache_blocks = spec.integer("prefix_cache_blocks", minimum=0)
+        cache_blocks = spec.integer("prefix_cache_blocks", minimum=0, maximum=2**31 - 1)
     batch_cap = None
     if spec.has("max_prefill_batch_tokens"):
         if phase == "decode" or policy == "chunked":
             raise spec.fail("max_prefill_batch_tokens", "applies only to prefill and prefill-first "
                             "colocated pools (chunked pools use chunk_tokens)",
                             spec.data["max_prefill_batch_tokens"])
-        batch_cap = spec.integer("max_prefill_batch_tokens", minimum=1)
+        batch_cap = spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS)
     return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"),
-                gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1),
-                pp=spec.integer("pp", 1, minimum=1), replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
+                gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
+                pp=spec.integer("pp", 1, minimum=1, maximum=limits.MAX_PIPELINE_STAGES), replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks,
                 max_prefill_batch_tokens=batch_cap)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 import csv
 import itertools
 import json
-import math
 import re
+import unicodedata
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,8 +18,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pdplan import limits
 from pdplan.errors import PdplanError
-from pdplan.fileio import read_text
+from pdplan.fileio import input_file, read_text
 from pdplan.workload.model import DEFAULT_BLOCK_TOKENS, Rows, Workload, first_decrease, first_true, max_blocks, require_arrivals
 
 FORMATS = ("azure", "burstgpt", "lengths", "mooncake", "native")
@@ -59,7 +60,10 @@ def load_trace(path: str | Path, *, format: str | None = None, sort: bool = Fals
         raise PdplanError(f"unknown trace format {format!r}; expected one of {', '.join(FORMATS)}")
     if not isinstance(block_tokens, int) or block_tokens < 1:
         raise PdplanError(f"block_tokens must be an integer >= 1, got {block_tokens!r}")
+    input_file(path, what="trace", limit=limits.TRACE_BYTES)
     header_line, header = _read_header(path)
+    if not header.startswith("{"):
+        _check_near_misses(path, header_line, _split_csv(header, path, header_line))
     if format is None:
         format = _detect_format(path, header_line, header)
     if format == "mooncake":
@@ -77,15 +81,15 @@ def _read_header(path: str | Path) -> tuple[int, str]:
     try:
         with open(path, "rb") as handle:
             head = handle.read(_HEAD_BYTES)
-    except FileNotFoundError:
-        raise PdplanError("trace not found", file=path) from None
-    except IsADirectoryError:
-        raise PdplanError("trace is a directory, expected a file", file=path) from None
     except OSError as err:
         raise PdplanError(f"cannot read trace: {err.strerror}", file=path) from None
     nul = head.find(b"\0")
     if nul >= 0:
         raise _binary_error(path, head[:nul].count(b"\n") + 1)
+    bare_cr = re.search(rb"\r(?!\n)", head)
+    if bare_cr is not None and bare_cr.end() < len(head):
+        raise PdplanError("lines end in a bare carriage return (CR, classic Mac); save the trace with "
+                          "LF or CRLF line ends", file=path, line=head[:bare_cr.start()].count(b"\n") + 1)
     for number, raw in enumerate(head.split(b"\n"), 1):
         text = _decode_line(path, number, raw)
         if text.strip():
@@ -114,11 +118,41 @@ _HEADERS = {
 _LENGTHS_ALIAS = ("prompt_tokens", "output_tokens")
 
 
+#: Every column name a CSV format knows, required or optional.
+_KNOWN_COLUMNS = {name for names in _HEADERS.values() for name in names} | set(_LENGTHS_ALIAS) | {
+    "request_id", "prefix_hashes", "Model", "Total tokens", "Log Type"}
+
+
+def _check_near_misses(path: str | Path, line: int, names: list[str]) -> None:
+    """A header name one character away from a known column (a Cyrillic а for a Latin a, a
+    zero-width space, one letter off) would silently drop that column: it is an error."""
+    for name in names:
+        if name in _KNOWN_COLUMNS or len(name) < 4:
+            continue
+        for known in sorted(_KNOWN_COLUMNS):
+            if _one_edit_apart(name, known):
+                odd = [f"U+{ord(ch):04X} {unicodedata.name(ch, 'unnamed')} at position {i + 1}"
+                       for i, ch in enumerate(name) if not ch.isascii() or unicodedata.category(ch) == "Cf"]
+                detail = f" ({'; '.join(odd)})" if odd else ""
+                raise PdplanError(f"column {name!r} is one character away from {known!r}{detail}; fix the "
+                                  "header or rename the column", file=path, line=line, field=name)
+
+
+def _one_edit_apart(a: str, b: str) -> bool:
+    """Whether one substitution, insertion or deletion turns ``a`` into ``b``."""
+    if abs(len(a) - len(b)) > 1 or a == b:
+        return False
+    if len(a) == len(b):
+        return sum(x != y for x, y in zip(a, b)) == 1
+    short, long = sorted((a, b), key=len)
+    return any(long[:i] + long[i + 1:] == short for i in range(len(long)))
+
+
 def _detect_format(path: str | Path, header_line: int, header: str) -> str:
     """Name the format from the first line: ``{`` starts JSONL, else CSV column names."""
     if header.startswith("{"):
         return "mooncake"
-    names = set(_split_csv(header))
+    names = set(_split_csv(header, path, header_line))
     for name, required in _HEADERS.items():
         if names.issuperset(required):
             return name
@@ -129,15 +163,24 @@ def _detect_format(path: str | Path, header_line: int, header: str) -> str:
                       "mooncake JSONL, or pass --format", file=path, line=header_line)
 
 
-def _split_csv(text: str) -> list[str]:
-    return [name.strip() for name in next(csv.reader([text], skipinitialspace=True), [])]
+def _split_csv(text: str, path: str | Path | None = None, line: int | None = None) -> list[str]:
+    return [name.strip() for name in _csv_fields(text, path, line)]
+
+
+def _csv_fields(text: str, path: str | Path | None, line: int | None) -> list[str]:
+    """One CSV line's fields; a line the csv module cannot read (a field over its 128 KiB limit,
+    a stray quote or carriage return) is an error naming the line."""
+    try:
+        return next(csv.reader([text], skipinitialspace=True), [])
+    except csv.Error as err:
+        raise PdplanError(f"cannot read the line as CSV: {err}", file=path, line=line) from None
 
 
 # --- CSV columns: each kind knows its pandas dtype, its rule, and how to check a value --------
 
-_INT_RE = re.compile(r"[+-]?\d{1,18}")
-_FLOAT_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")  # finite decimals only
-_HASHES_RE = re.compile(r"\s*(?:-?\d{1,19}(?:\s+-?\d{1,19})*)?\s*")
+_INT_RE = re.compile(r"[+-]?\d{1,18}", re.ASCII)  # ASCII digits: full-width ones are not numbers here
+_FLOAT_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?", re.ASCII)  # finite decimals only
+_HASHES_RE = re.compile(r"\s*(?:-?\d{1,19}(?:\s+-?\d{1,19})*)?\s*", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -149,10 +192,15 @@ class _Column:
     minimum: int = 1
 
     @property
+    def maximum(self) -> float:
+        """Tokens of one request (int), or seconds either side of zero (float)."""
+        return limits.MAX_TOKENS_PER_REQUEST if self.kind == "int" else limits.MAX_TRACE_SECONDS
+
+    @property
     def rule(self) -> str:
         return {
-            "int": f"must be an integer >= {self.minimum}",
-            "float": "must be a finite number",
+            "int": f"must be an integer from {self.minimum} to {self.maximum:,}",
+            "float": f"must be a finite number of seconds within ±{self.maximum:g}",
             "text": "must be non-empty",
             "hashes": "must be space-separated integers",
             "time": "must be a timestamp like '2023-11-16 18:17:03.9799600'",
@@ -166,9 +214,9 @@ class _Column:
         """Per-value check for rows the C parser rejected; ``time`` values are checked by ``convert``."""
         raw = raw.strip()
         if self.kind == "int":
-            return _INT_RE.fullmatch(raw) is not None and int(raw) >= self.minimum
+            return _INT_RE.fullmatch(raw) is not None and self.minimum <= int(raw) <= self.maximum
         if self.kind == "float":
-            return _FLOAT_RE.fullmatch(raw) is not None
+            return _FLOAT_RE.fullmatch(raw) is not None and abs(float(raw)) <= self.maximum
         if self.kind == "text":
             return raw != ""
         if self.kind == "hashes":
@@ -179,10 +227,10 @@ class _Column:
         """Column values as a numpy array, and the mask of values that break the rule."""
         if self.kind == "int":
             values = series.to_numpy(np.int64)
-            return values, values < self.minimum
+            return values, (values < self.minimum) | (values > self.maximum)
         if self.kind == "float":
             values = series.to_numpy(np.float64)
-            return values, ~np.isfinite(values)
+            return values, ~(np.abs(values) <= self.maximum)
         if self.kind == "time":
             stamps = pd.to_datetime(series, format="ISO8601", utc=True, errors="coerce")
             values = stamps.dt.tz_convert(None).to_numpy("datetime64[ns]").view(np.int64)
@@ -203,7 +251,7 @@ class _CsvFile:
 
     @classmethod
     def open(cls, path: str | Path, header_line: int, header: str) -> _CsvFile:
-        return cls(path, header_line, tuple(_split_csv(header)))
+        return cls(path, header_line, tuple(_split_csv(header, path, header_line)))
 
     def require(self, columns: list[_Column], format: str) -> None:
         for column in columns:
@@ -291,7 +339,7 @@ class _CsvFile:
                         yield line, raw
 
     def _fields(self, line: int, raw: bytes) -> list[str]:
-        return next(csv.reader([_decode_line(self.path, line, raw)], skipinitialspace=True))
+        return _csv_fields(_decode_line(self.path, line, raw), self.path, line)
 
     def locate(self, row: int) -> tuple[int, list[str]]:
         """Physical line and fields of data row ``row`` (0-based, blank lines not counted)."""
@@ -323,7 +371,7 @@ def _raw_header(path: str | Path, header_line: int) -> list[str]:
     """Header names as pandas will see them (leading spaces skipped, trailing ones kept)."""
     with open(path, "rb") as handle:
         raw = next(itertools.islice(handle, header_line - 1, None))
-    return next(csv.reader([_decode_line(path, header_line, raw)], skipinitialspace=True))
+    return _csv_fields(_decode_line(path, header_line, raw), path, header_line)
 
 
 def _first_nul_line(path: str | Path) -> int | None:
@@ -339,8 +387,7 @@ def _first_nul_line(path: str | Path) -> int | None:
 
 
 def _load_native(table: _CsvFile, block_tokens: int, sort: bool) -> Rows:
-    columns = [_Column("arrival_s", "float"), _Column("prompt_tokens", "int"),
-               _Column("output_tokens", "int")]
+    columns = [_Column("arrival_s", "float"), _Column("prompt_tokens", "int"), _Column("output_tokens", "int")]
     table.require(columns, "native")
     has_ids, has_hashes = "request_id" in table.names, "prefix_hashes" in table.names
     columns += [_Column("request_id", "text")] * has_ids + [_Column("prefix_hashes", "hashes")] * has_hashes
@@ -408,8 +455,16 @@ def _load_burstgpt(table: _CsvFile, block_tokens: int, sort: bool) -> Rows:
     columns = [_Column("Timestamp", "float"), _Column("Request tokens", "int", minimum=0),
                _Column("Response tokens", "int", minimum=0)]
     table.require(columns, "burstgpt")
-    arrays = table.read(columns)
+    total = [_Column("Total tokens", "int", minimum=0)] if "Total tokens" in table.names else []
+    arrays = table.read(columns + total)
     table.check_sorted(arrays["Timestamp"], "Timestamp", sort)
+    if total:
+        row = first_true(arrays["Total tokens"] != arrays["Request tokens"] + arrays["Response tokens"])
+        if row is not None:
+            line, raw = table.raw(row, "Total tokens")
+            raise PdplanError(f"Total tokens must be Request tokens + Response tokens "
+                              f"({arrays['Request tokens'][row]} + {arrays['Response tokens'][row]}), got {raw!r}",
+                              file=table.path, line=line, field="Total tokens")
     ok = arrays["Response tokens"] > 0
     if not ok.any():
         raise PdplanError(f"no successful requests: all {ok.size} rows have 0 Response tokens",
@@ -436,11 +491,11 @@ _CSV_LOADERS = {"native": _load_native, "azure": _load_azure, "burstgpt": _load_
 def _load_mooncake(path: str | Path, block_tokens: int, sort: bool) -> Rows:
     """Mooncake JSONL: one object per line; ``timestamp`` in ms becomes seconds."""
     times, prompts, outputs, lines, hashes = [], [], [], [], []
-    for line, text in enumerate(read_text(path, what="trace").split("\n"), 1):
+    for line, text in enumerate(read_text(path, what="trace", limit=limits.TRACE_BYTES).split("\n"), 1):
         if not text.strip():
             continue
         record = _json_record(path, line, text)
-        times.append(_json_number(path, line, record, "timestamp"))
+        times.append(_json_number(path, line, record, "timestamp", 1000 * limits.MAX_TRACE_SECONDS))
         prompts.append(_json_int(path, line, record, "input_length"))
         outputs.append(_json_int(path, line, record, "output_length"))
         hashes.append(_json_hashes(path, line, record, prompts[-1], block_tokens))
@@ -467,6 +522,10 @@ def _json_record(path: str | Path, line: int, text: str) -> dict:
     except json.JSONDecodeError as err:
         raise PdplanError(f"invalid JSON: {err.msg.removesuffix(' at')} at column {err.colno}",
                           file=path, line=line) from None
+    except RecursionError:
+        raise PdplanError("invalid JSON: nested too deeply", file=path, line=line) from None
+    except ValueError:  # an integer of more digits than Python converts
+        raise PdplanError("invalid JSON: a number has more than 4,300 digits", file=path, line=line) from None
     if not isinstance(record, dict):
         raise PdplanError(f"each line must be a JSON object, got {text.strip()[:40]!r}", file=path, line=line)
     return record
@@ -478,10 +537,10 @@ def _json_field(path: str | Path, line: int, record: dict, key: str) -> object:
     return record[key]
 
 
-def _json_number(path: str | Path, line: int, record: dict, key: str) -> int | float:
+def _json_number(path: str | Path, line: int, record: dict, key: str, maximum: float) -> int | float:
     value = _json_field(path, line, record, key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise PdplanError(f"{key} must be a finite number, got {json.dumps(value)}",
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not abs(value) <= maximum:
+        raise PdplanError(f"{key} must be a finite number within ±{maximum:g}, got {json.dumps(value)[:40]}",
                           file=path, line=line, field=key)
     return value
 
@@ -492,9 +551,9 @@ def _is_int64(value: object) -> bool:
 
 def _json_int(path: str | Path, line: int, record: dict, key: str) -> int:
     value = _json_field(path, line, record, key)
-    if not _is_int64(value) or value < 1:
-        raise PdplanError(f"{key} must be an integer >= 1, got {json.dumps(value)}",
-                          file=path, line=line, field=key)
+    if not _is_int64(value) or not 1 <= value <= limits.MAX_TOKENS_PER_REQUEST:
+        raise PdplanError(f"{key} must be an integer from 1 to {limits.MAX_TOKENS_PER_REQUEST:,}, got "
+                          f"{json.dumps(value)[:40]}", file=path, line=line, field=key)
     return value
 
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from pdplan import limits
 from pdplan.errors import PdplanError
 
 DEFAULT_BLOCK_TOKENS = 512
@@ -56,19 +57,22 @@ class Workload:
         check_array("output_tokens", self.output_tokens, np.int64, n)
         if n == 0:
             raise PdplanError("workload has no requests", file=self.source)
+        if n > limits.MAX_TRACE_REQUESTS:
+            raise PdplanError(f"workload has {n:,} requests, more than the {limits.MAX_TRACE_REQUESTS:,} "
+                              "pdplan plans for", file=self.source)
         for name in ("prompt_tokens", "output_tokens"):
             values = getattr(self, name)
-            bad = np.flatnonzero(values < 1)
+            bad = np.flatnonzero((values < 1) | (values > limits.MAX_TOKENS_PER_REQUEST))
             if bad.size:
-                raise PdplanError(f"{name} must be an integer >= 1, got {values[bad[0]]} "
-                                  f"at request {bad[0]}", file=self.source, field=name)
+                raise PdplanError(f"{name} must be an integer from 1 to {limits.MAX_TOKENS_PER_REQUEST:,}, "
+                                  f"got {values[bad[0]]} at request {bad[0]}", file=self.source, field=name)
         if self.arrival_s is not None:
             check_array("arrival_s", self.arrival_s, np.float64, n)
-            bad = first_true(~np.isfinite(self.arrival_s))
+            bad = first_true(~(np.abs(self.arrival_s) <= limits.MAX_TRACE_SECONDS))
             if bad is None:
                 bad = first_decrease(self.arrival_s)
             if bad is not None:
-                raise PdplanError(f"arrival_s must be finite and non-decreasing, got "
+                raise PdplanError(f"arrival_s must be finite, within ±{limits.MAX_TRACE_SECONDS:g} s and non-decreasing, got "
                                   f"{self.arrival_s[bad]} at request {bad}",
                                   file=self.source, field="arrival_s")
         if self.request_id is not None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.workload.model import Workload
 from pdplan.workload.reshape import gamma_arrivals, generator
@@ -14,13 +15,14 @@ from pdplan.workload.reshape import gamma_arrivals, generator
 
 LENGTH_KINDS = ("const", "lognormal", "uniform")
 
-MAX_SPEC_TOKENS = 2**53
-"""Largest token count a length spec may name or draw (spec numbers are floats, exact up to 2**53)."""
+MAX_SPEC_TOKENS = limits.MAX_TOKENS_PER_REQUEST
+"""Largest token count a length spec may name or draw: the most one request may have."""
 
 LENGTH_SPEC_HELP = (
     "const:N (every request N tokens); uniform:LO:HI (integers LO..HI inclusive); "
     "lognormal:MEAN:SIGMA[:MAX] (MEAN tokens before rounding, SIGMA of the log; rounded to the "
-    "nearest integer and clipped to [1, MAX], MAX unbounded if omitted)"
+    f"nearest integer and clipped to [1, MAX], MAX {MAX_SPEC_TOKENS:,} if omitted, the most tokens a "
+    "request may have)"
 )
 
 
@@ -44,7 +46,7 @@ class LengthDist:
         p = self.params
         counts = (p[0], *p[2:]) if self.kind == "lognormal" else p  # lognormal's SIGMA is no count
         if any(abs(v) > MAX_SPEC_TOKENS for v in counts):
-            raise PdplanError(f"token counts must be <= {MAX_SPEC_TOKENS}, got "
+            raise PdplanError(f"token counts must be <= {MAX_SPEC_TOKENS:,}, got "
                               f"{':'.join(f'{v:g}' for v in p)}")
         if self.kind == "const" and not (_whole(p[0]) and p[0] >= 1):
             raise PdplanError(f"const N must be an integer >= 1, got {p[0]:g}")
