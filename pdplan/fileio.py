@@ -146,7 +146,8 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     """Yield a temp path beside ``path``; on success rename it over ``path``, else delete it.
 
     A crash or an error half-way leaves either the old file or none, never a partial one.
-    The file gets the permissions a plain ``open(path, "w")`` would (mkstemp's are 0600).
+    The file gets the permissions a plain ``open(path, "w")`` would (mkstemp's are 0600). Any
+    OS error (a full disk, a read-only folder) is a one-line PdplanError naming the path.
     """
     target = Path(path)
     folder = target.parent if str(target.parent) else Path(".")
@@ -158,14 +159,12 @@ def atomic_output(path: str | Path, *, suffix: str = ".tmp") -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
-        try:
-            os.chmod(tmp, 0o666 & ~_umask())
-            os.replace(tmp, target)
-        except IsADirectoryError:
-            raise PdplanError("cannot write output: it is a directory, expected a file path",
-                              file=path) from None
-        except OSError as err:
-            raise PdplanError(f"cannot write output: {err.strerror}", file=path) from None
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, target)
+    except IsADirectoryError:
+        raise PdplanError("cannot write output: it is a directory, expected a file path", file=path) from None
+    except OSError as err:
+        raise PdplanError(f"cannot write output: {err.strerror or err}", file=path) from None
     finally:
         Path(tmp).unlink(missing_ok=True)
 
@@ -178,8 +177,100 @@ def _umask() -> int:
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` atomically (see :func:`atomic_output`)."""
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` atomically (see :func:`atomic_output`)."""
     with atomic_output(path) as tmp:
-        tmp.write_text(text, encoding="utf-8", newline="\n")
+        tmp.write_bytes(data)
+
+
+class Outputs:
+    """The files one command writes.
+
+    Each is claimed before any work, so a path that cannot be written fails at once: one that is
+    an input of the command, a directory (or, for a folder, a file), a FIFO or a device, or a
+    path two flags share. Contents are held in memory while the command runs and written only
+    when :meth:`commit` is called at its very end, each to a temp file beside its target and then
+    renamed over it: an error anywhere writes nothing, and a kill leaves the old files whole.
+    """
+
+    def __init__(self, *inputs: str | Path | None):
+        self._inputs = [Path(p) for p in inputs if p is not None]
+        self._claimed: dict[str, str] = {}
+        self._staged: dict[Path, bytes] = {}
+
+    def claim(self, path: str | Path, flag: str, *, folder: bool = False) -> Path:
+        """Reserve ``path`` (a file, or with ``folder`` a folder of files) for ``flag``."""
+        path = Path(path)
+        if os.path.exists(path):
+            mode = os.stat(path).st_mode
+            if folder and not stat.S_ISDIR(mode):
+                raise PdplanError(f"{flag} must name a folder, got a file", file=path, field=flag.lstrip("-"))
+            if not folder and stat.S_ISDIR(mode):
+                raise PdplanError(f"{flag} names a directory; give a file path", file=path, field=flag.lstrip("-"))
+            if not (stat.S_ISDIR(mode) or stat.S_ISREG(mode)):
+                raise PdplanError(f"{flag} names a FIFO, device or socket; pdplan replaces only regular files",
+                                  file=path, field=flag.lstrip("-"))
+        self._check_not_input(path, flag)
+        key = os.path.realpath(path)
+        if key in self._claimed:
+            raise PdplanError(f"{flag} and {self._claimed[key]} name the same path", file=path,
+                              field=flag.lstrip("-"))
+        self._claimed[key] = flag
+        return path
+
+    def _check_not_input(self, path: Path, flag: str) -> None:
+        for source in self._inputs:
+            same = (os.path.samefile(path, source) if path.exists() and source.exists()
+                    else os.path.realpath(path) == os.path.realpath(source))
+            if same:
+                raise PdplanError(f"{flag} would overwrite the input {source}; write the output elsewhere",
+                                  file=path, field=flag.lstrip("-"))
+
+    def put(self, path: str | Path, data: bytes | str, flag: str = "output") -> None:
+        """Hold ``data`` for ``path`` (a claimed file, or a file in a claimed folder)."""
+        path = Path(path)
+        if os.path.realpath(path) not in self._claimed:
+            self._check_not_input(path, flag)
+            if path.is_dir():
+                raise PdplanError(f"{flag} would replace a directory", file=path, field=flag.lstrip("-"))
+        self._staged[path] = data.encode("utf-8") if isinstance(data, str) else data
+
+    def commit(self) -> None:
+        """Write every held file: all to temp files first, then all renamed into place."""
+        temps: list[tuple[Path, Path]] = []
+        try:
+            for path, data in self._staged.items():
+                temps.append((_temp_beside(path, data), path))
+            for tmp, path in temps:
+                try:
+                    os.replace(tmp, path)
+                except OSError as err:
+                    raise PdplanError(f"cannot write output: {err.strerror or err}", file=path) from None
+        finally:
+            for tmp, _ in temps:
+                tmp.unlink(missing_ok=True)
+        self._staged.clear()
+
+
+def _temp_beside(path: Path, data: bytes) -> Path:
+    """``data`` in a new temp file in ``path``'s folder (with the permissions open() would give)."""
+    folder = path.parent if str(path.parent) else Path(".")
+    tmp = None
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        tmp = Path(name)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        os.chmod(tmp, 0o666 & ~_umask())
+        return tmp
+    except OSError as err:
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
+        raise PdplanError(f"cannot write output: {err.strerror or err}", file=path) from None
 
 
 #: Significant digits of fitted or simulated floats written to files: a refit on another machine

@@ -1,8 +1,9 @@
-"""Plots for people: PNG figures written atomically (a picture where it beats a table)."""
+"""Plots for people: PNG figures as bytes, written by the command's outputs (a picture where it
+beats a table)."""
 
 from __future__ import annotations
 
-from pathlib import Path
+import io
 from typing import Sequence
 
 import matplotlib
@@ -10,21 +11,21 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 
-from pdplan.fileio import atomic_output  # noqa: E402
 from pdplan.goodput import Probe  # noqa: E402
 
 
-def save_figure(fig, path: str | Path) -> None:
-    """Save a figure as PNG atomically; fixed metadata keeps the bytes identical across runs."""
+def figure_png(fig) -> bytes:
+    """A figure as PNG bytes, closed afterwards; fixed metadata keeps the bytes identical across runs."""
+    buffer = io.BytesIO()
     try:
-        with atomic_output(path, suffix=".png") as tmp:
-            fig.savefig(tmp, format="png", dpi=120, metadata={"Software": None})
+        fig.savefig(buffer, format="png", dpi=120, metadata={"Software": None})
     finally:
         plt.close(fig)
+    return buffer.getvalue()
 
 
 def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: float,
-                          title: str, path: str | Path, *, ttft_label: str = "TTFT") -> None:
+                          title: str, *, ttft_label: str = "TTFT") -> bytes:
     """Attainment a(λ) per clock and joint, the attainment target p, and the goodput found.
 
     ``ttft_label`` names what the TTFT clock measured (a decode instance alone: its admission wait).
@@ -46,10 +47,10 @@ def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: f
     ax.grid(True, alpha=0.3)
     ax.legend(loc="lower left")
     fig.tight_layout()
-    save_figure(fig, path)
+    return figure_png(fig)
 
 
-def plot_fleets(fleets: Sequence[dict], path: str | Path, *, winner: str | None = None) -> None:
+def plot_fleets(fleets: Sequence[dict], *, winner: str | None = None) -> bytes:
     """Cost and power per fleet, disaggregated beside colocated (the ``fleets`` rows of optimize).
 
     A fleet whose disaggregated plan misses the SLO end to end is hatched and labelled MISSES; an
@@ -85,4 +86,4 @@ def plot_fleets(fleets: Sequence[dict], path: str | Path, *, winner: str | None 
     cost_ax.legend(loc="lower left")
     fig.suptitle("Fleets at the target rate (hatched: misses the SLO end to end)")
     fig.tight_layout()
-    save_figure(fig, path)
+    return figure_png(fig)

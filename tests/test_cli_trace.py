@@ -161,7 +161,7 @@ def test_synth_output_path_that_is_a_directory_is_one_error_line(run_cli, workdi
     Path("outdir").mkdir()
     code, out, err = run_cli(*SYNTH, "-o", "outdir")
     assert (code, out) == (2, "")
-    assert err == "Error: outdir: cannot write output: it is a directory, expected a file path\n"
+    assert err == "Error: outdir: --out names a directory; give a file path\n"
 
 
 def readme_commands() -> list[list[str]]:

@@ -33,6 +33,7 @@ from pdplan.cli.options import (
 )
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
+from pdplan.fileio import Outputs
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, instance_goodput
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model
@@ -84,6 +85,9 @@ def goodput(
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
                           field="chunk")
+    outputs = Outputs(trace, profiles, slo)
+    if plot is not None:
+        outputs.claim(plot, "--plot")
     objectives = slo_from_options(ttft, tpot, attainment, slo)
     settings = search_settings(tolerance, requests_per_probe, arrivals, seed, grid)
     workload = load_workload(trace, format)
@@ -101,9 +105,10 @@ def goodput(
             admission_share=admission_share,
             on_probe=lambda p: progress.update(task, description=f"probed {p.rate_rps:.3g} rps"))
     if plot is not None:
-        plot_attainment_curve(result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
-                              f"{profile.shape} {phase}", plot,
-                              ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT")
+        outputs.put(plot, plot_attainment_curve(
+            result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
+            f"{profile.shape} {phase}", ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT"))
+        outputs.commit()
     if json:
         print_json({**result.to_dict(), "profile_source": profile.provenance.source,
                     "slo": objectives.to_dict()})

@@ -34,7 +34,7 @@ from pdplan.cli.options import (
 )
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
-from pdplan.fileio import atomic_write_text, dump_yaml
+from pdplan.fileio import Outputs, dump_yaml
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
 from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
@@ -131,8 +131,11 @@ def optimize(
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
                    max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit,
                    seeds=seeds, max_rounds=max_rounds, tps=tp, pps=pp)
-    if plot is not None and plot.exists() and not plot.is_dir():
-        raise PdplanError("--plot must name a folder, got a file", file=plot, field="plot")
+    outputs = Outputs(trace, cluster, profiles, slo, model if model.endswith((".yaml", ".yml")) else None)
+    if out is not None:
+        outputs.claim(out, "--out")
+    if plot is not None:
+        outputs.claim(plot, "--plot", folder=True)
     settings = search_settings(tolerance, requests_per_probe, arrivals, seed)
     workload = load_workload(trace, format)
     if objective == "goodput":
@@ -168,9 +171,10 @@ def optimize(
     document["cache"]["dir"] = None if no_cache else str(cache.folder)
     if report.answer is not None:
         if out is not None:
-            atomic_write_text(out, dump_yaml(plan_to_dict(report.answer.plan)))
+            outputs.put(out, dump_yaml(plan_to_dict(report.answer.plan)))
         if plot is not None:
-            plot_fleets(document["fleets"], plot / "fleets.png", winner=document["fleet"])
+            outputs.put(plot / "fleets.png", plot_fleets(document["fleets"], winner=document["fleet"]), "--plot")
+        outputs.commit()
     if json:
         print_json(document)
     elif report.answer is None:

@@ -15,11 +15,12 @@ from pdplan import limits
 from pdplan.cli.options import within
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
+from pdplan.fileio import Outputs
 from pdplan.profile_import import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model
-from pdplan.profiles import (PhaseProfile, load_profile, profile_file_name, profile_files,
-                             save_profile, shipped_profiles_dir)
+from pdplan.profiles import (PhaseProfile, load_profile, profile_file_name, profile_files, profile_yaml,
+                             shipped_profiles_dir)
 from pdplan.roofline import DEFAULT_EFFICIENCY, roofline_profile
 
 app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_is_help=True)
@@ -140,6 +141,8 @@ def fit(
     """
     within("--memory-utilization", memory_utilization, 0, 1, above=True)
     single = output.suffix in (".yaml", ".yml")
+    outputs = Outputs(src, max_num_tokens)
+    outputs.claim(output, "--output", folder=not single)
     table = None
     if fmt is SourceFormat.distserve:
         table = max_num_tokens if max_num_tokens is not None else src.parent / "max_num_tokens.csv"
@@ -155,7 +158,8 @@ def fit(
     targets = [(profile, output if single else output / profile_file_name(profile))
                for profile in result.profiles]
     for profile, path in targets:
-        save_profile(profile, path)
+        outputs.put(path, profile_yaml(profile), "--output")
+    outputs.commit()
     for note in result.skipped:
         stderr.print(f"skipped {note}", markup=False, highlight=False)
     rows = [profile_summary(load_profile(path), path) for _, path in targets]  # as written (rounded)
@@ -224,12 +228,16 @@ def roofline(
     within("--compute-efficiency", compute_efficiency, 0, 1, above=True)
     within("--bandwidth-efficiency", bandwidth_efficiency, 0, 1, above=True)
     within("--layer-overhead-us", layer_overhead_us, 0, 1e6)
+    outputs = Outputs(model if model.endswith((".yaml", ".yml")) else None)
+    if output is not None:
+        outputs.claim(output, "--output")
     profile = roofline_profile(get_model(model), get_gpu(gpu), tp, pp,
                                compute_efficiency=compute_efficiency,
                                bandwidth_efficiency=bandwidth_efficiency,
                                layer_overhead_s=layer_overhead_us / 1e6)
     if output is not None:
-        save_profile(profile, output)
+        outputs.put(output, profile_yaml(profile))
+        outputs.commit()
     row = profile_summary(profile, output if output is not None else Path())
     row["profile"] = None if output is None else row["profile"]
     row["notes"] = profile.provenance.notes

@@ -27,7 +27,7 @@ from pdplan.cli.options import (
 )
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
-from pdplan.fileio import atomic_output
+from pdplan.fileio import Outputs
 from pdplan.sim import load_plan, simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.slo import parse_threshold_s, slo_from_flags
@@ -57,6 +57,9 @@ def simulate(
     ttft = DEFAULT_TTFT_S if ttft is None else parse_threshold_s(ttft, "ttft")
     tpot = DEFAULT_TPOT_S if tpot is None else parse_threshold_s(tpot, "tpot")
     slo_from_flags(ttft, tpot, attainment)  # the same checks as goodput/optimize (thresholds > 0, 0 < p <= 1)
+    outputs = Outputs(trace, plan, profiles)
+    if out is not None:
+        outputs.claim(out, "--out")
     the_plan = load_plan(plan)
     workload = load_workload(trace, format)
     if not workload.has_arrivals:
@@ -69,8 +72,8 @@ def simulate(
     summary["meets_slo"] = {clock: (summary["attainment"][clock] or 0) >= attainment
                             for clock in ("ttft", "tpot", "joint")}
     if out is not None:
-        with atomic_output(out, suffix=".csv") as tmp:
-            result.requests.to_csv(tmp, index=False, float_format="%.9g")
+        outputs.put(out, result.requests.to_csv(index=False, float_format="%.9g"))
+        outputs.commit()
     if json:
         print_json(summary)
     else:

@@ -14,7 +14,7 @@ from pdplan import limits
 from pdplan.cli.options import check_seed, within
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
-from pdplan.fileio import atomic_write_text
+from pdplan.fileio import Outputs
 
 app = typer.Typer(help="Inspect, transform and synthesise request traces.", no_args_is_help=True)
 
@@ -82,6 +82,8 @@ def transform(
     within("--duration", duration, 0, limits.MAX_TRACE_SECONDS, above=True)
     if requests is not None and arrivals == "trace":
         raise PdplanError("--requests applies only to --arrivals poisson|gamma")
+    outputs = Outputs(trace)
+    outputs.claim(out, "--out")
     workload = wl.load_trace(trace, format=format, sort=sort)
     if start is not None or duration is not None:
         workload = wl.window(workload, start_s=start or 0.0,
@@ -90,7 +92,8 @@ def transform(
         workload = wl.replace_arrivals(workload, rate_rps=rate, cv=cv, n_requests=requests, rng=seed)
     elif rate is not None:
         workload = wl.rescale_rate(workload, rate)
-    atomic_write_text(out, wl.native_csv(workload))
+    outputs.put(out, wl.native_csv(workload))
+    outputs.commit()
     summary = {"path": str(out), "source": str(trace), "arrivals": arrivals, "rate_rps": rate,
                "cv": cv if arrivals == "gamma" else None, "seed": seed, "start_s": start,
                "duration_s": duration, "stats": wl.trace_stats(workload).to_dict()}
@@ -119,10 +122,13 @@ def synth(
     if arrivals == "trace":
         raise PdplanError("--arrivals for synth must be poisson or gamma, got 'trace'")
     cv = _check_arrival_flags(arrivals, rate, cv, seed, requests)
+    outputs = Outputs()
+    outputs.claim(out, "--out")
     workload = wl.synthesize(n_requests=requests, rate_rps=rate, cv=cv, rng=seed,
                              prompt=wl.parse_length_dist(prompt, what="--prompt"),
                              output=wl.parse_length_dist(output, what="--output"))
-    atomic_write_text(out, wl.native_csv(workload))
+    outputs.put(out, wl.native_csv(workload))
+    outputs.commit()
     summary = {"path": str(out), "arrivals": arrivals, "rate_rps": rate,
                "cv": cv if arrivals == "gamma" else None, "seed": seed, "prompt": prompt,
                "output": output, "stats": wl.trace_stats(workload).to_dict()}
