@@ -3,7 +3,8 @@
 A key is the sha256 of a canonical JSON of its parts (trace digest, profile digest, SLO, shape,
 policy, search settings, seed) and of pdplan's own source, so a changed input or a changed
 model never hits a stale entry.
-Entries are small JSON files written atomically; a corrupt entry is treated as a miss.
+Entries are small JSON files written atomically, each with a checksum of its key and content; a
+corrupt, edited or undecodable entry is a miss, and an unwritable folder only costs speed.
 """
 
 from __future__ import annotations
@@ -13,10 +14,13 @@ import json
 import os
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from pdplan import __version__
+from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_write_text
+
+T = TypeVar("T")
 
 ENV_VAR = "PDPLAN_CACHE_DIR"
 
@@ -47,29 +51,63 @@ def cache_key(parts: dict[str, Any]) -> str:
 
 
 class ResultCache:
-    """Get and put JSON-able results by key; ``enabled=False`` makes every lookup a miss."""
+    """Get and put JSON-able results by key; ``enabled=False`` makes every lookup a miss.
 
-    def __init__(self, folder: str | Path | None = None, *, enabled: bool = True):
+    The cache only ever saves work: an entry that cannot be read, does not match its checksum
+    (a hand edit, a torn write) or does not decode is a miss and is computed again; a folder that
+    cannot be written is reported once through ``warn`` and the run goes on without it.
+    """
+
+    def __init__(self, folder: str | Path | None = None, *, enabled: bool = True,
+                 warn: Callable[[str], None] | None = None):
         self.folder = Path(folder) if folder is not None else default_cache_dir()
         self.enabled = enabled
         self.hits = 0
         self.misses = 0
+        self._warn = warn
+        self._writable = True
 
     def _path(self, key: str) -> Path:
         return self.folder / key[:2] / f"{key}.json"
 
-    def get(self, key: str) -> Any | None:
-        if not self.enabled:
-            self.misses += 1
-            return None
+    def get(self, key: str, decode: Callable[[Any], T] = lambda value: value) -> T | None:
+        """The value stored under ``key``, through ``decode``; None (a miss) when there is none
+        or it is not sound."""
+        value = self._read(key) if self.enabled else None
+        if value is not None:
+            try:
+                decoded = decode(value)
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+                decoded = None
+            if decoded is not None:
+                self.hits += 1
+                return decoded
+        self.misses += 1
+        return None
+
+    def _read(self, key: str) -> Any | None:
         try:
-            value = json.loads(self._path(key).read_text())
+            entry = json.loads(self._path(key).read_text())
         except (OSError, ValueError):
-            self.misses += 1
             return None
-        self.hits += 1
-        return value
+        if not isinstance(entry, dict) or set(entry) != {"sha256", "value"} or entry["sha256"] != _checksum(
+                key, entry["value"]):
+            return None
+        return entry["value"]
 
     def put(self, key: str, value: Any) -> None:
-        if self.enabled:
-            atomic_write_text(self._path(key), json.dumps(value, sort_keys=True))
+        if not (self.enabled and self._writable):
+            return
+        try:
+            atomic_write_text(self._path(key), json.dumps({"sha256": _checksum(key, value), "value": value},
+                                                          sort_keys=True))
+        except PdplanError as err:
+            self._writable = False
+            if self._warn is not None:
+                self._warn(f"cannot write the result cache in {self.folder} ({err.detail}); "
+                           "going on without it")
+
+
+def _checksum(key: str, value: Any) -> str:
+    """sha256 of an entry's key and canonical content."""
+    return hashlib.sha256((key + json.dumps(value, sort_keys=True)).encode()).hexdigest()

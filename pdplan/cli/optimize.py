@@ -157,7 +157,8 @@ def optimize(
         time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, rule=verify_rule, redundancy=redundancy,
         pool_shapes=pool_shapes, tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
         pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS)
-    cache = ResultCache(cache_dir, enabled=not no_cache)
+    cache = ResultCache(cache_dir, enabled=not no_cache,
+                        warn=lambda message: stderr.print(f"warning: {message}", markup=False, highlight=False))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=stderr, transient=True,
                   disable=json or not stderr.is_terminal) as progress:

@@ -35,18 +35,25 @@ class Verifier:
         key = (plan_key(plan), rate_rps)
         if key not in self._memo:
             disk = cache_key(self._key_parts(plan, rate_rps))
-            stored = self.cache.get(disk)
-            if stored is None:
+            records = self.cache.get(disk, self._decode)
+            if records is None:
                 records = [run_record(simulate(w, plan, self.profiles, model=self.request.model,
                                                seed=self.request.settings.seed), self.request.slo,
                                       with_summary=i == 0)
                            for i, w in enumerate(self._runs(rate_rps))]
                 self.simulations += len(records)
                 self.cache.put(disk, [asdict(r) for r in records])
-            else:
-                records = [RunRecord(**{**r, "objectives": tuple(r["objectives"])}) for r in stored]
             self._memo[key] = records
         return self._memo[key]
+
+    def _decode(self, stored: list) -> list[RunRecord]:
+        """Cached runs, refused (ValueError) unless there is one per seed with a share per objective."""
+        records = [RunRecord(**{**r, "objectives": tuple(r["objectives"])}) for r in stored]
+        objectives = len(self.request.slo.objectives)
+        if len(records) != self.request.runs or any(
+                len(r.objectives) != objectives or not all(0 <= a <= 1 for a in r.objectives) for r in records):
+            raise ValueError("cached runs do not fit this check")
+        return records
 
     def _runs(self, rate_rps: float) -> list:
         if rate_rps not in self._workloads:

@@ -13,6 +13,7 @@ import math
 from dataclasses import asdict, dataclass
 from typing import Callable
 
+from pdplan import limits
 from pdplan.cache import ResultCache, cache_key
 from pdplan.candidates import Rejected, Shape, enumerate_shapes
 from pdplan.goodput import InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
@@ -59,13 +60,29 @@ def cached_instance_goodput(workload: Workload, profile: PhaseProfile, *, phase:
     """:func:`pdplan.goodput.instance_goodput`, from the cache when the inputs match."""
     key = cache_key(goodput_key_parts(workload, profile, phase=phase, slo=slo, settings=settings, policy=policy,
                                       chunk_tokens=chunk_tokens, admission_share=admission_share))
-    cached = cache.get(key)
+    cached = cache.get(key, decode_goodput)
     if cached is not None:
-        return InstanceGoodput.from_dict(cached)
+        return cached
     result = instance_goodput(workload, profile, phase=phase, slo=slo, settings=settings, policy=policy,
                               chunk_tokens=chunk_tokens, admission_share=admission_share)
     cache.put(key, result.to_dict())
     return result
+
+
+def decode_goodput(entry: dict) -> InstanceGoodput:
+    """A cached instance goodput, refused (ValueError) unless its rates are sound."""
+    result = InstanceGoodput.from_dict(entry)
+    rate(result.goodput_rps)
+    for probe in result.probes:
+        rate(probe.rate_rps)
+    return result
+
+
+def rate(value: object) -> float:
+    """A cached rate: a finite number of requests per second within pdplan's range."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= limits.MAX_RATE_RPS:
+        raise ValueError(f"not a rate: {value!r}")
+    return float(value)
 
 
 def measure(request: PlanRequest, cache: ResultCache,
@@ -146,9 +163,9 @@ def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: R
 
     def sample(replicas: int, start_rps: float) -> float:
         key = cache_key({**parts, "replicas": replicas})
-        cached = cache.get(key)
+        cached = cache.get(key, lambda entry: rate(entry["capacity_rps"]))
         if cached is not None:
-            return float(cached["capacity_rps"])
+            return cached
         search = pool_goodput(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
                               settings=request.settings, start_rps=start_rps, replicas=replicas,
                               policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
