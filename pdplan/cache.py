@@ -99,8 +99,8 @@ class ResultCache:
         if not (self.enabled and self._writable):
             return
         try:
-            atomic_write_text(self._path(key), json.dumps({"sha256": _checksum(key, value), "value": value},
-                                                          sort_keys=True))
+            # the value keeps its key order, so a hit reads back exactly what was computed
+            atomic_write_text(self._path(key), json.dumps({"sha256": _checksum(key, value), "value": value}))
         except PdplanError as err:
             self._writable = False
             if self._warn is not None:

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+import logging
 import sys
+import warnings
+from typing import Annotated
 
 import typer
 from rich.console import Console
 
 from pdplan.errors import PdplanError
+
+try:  # typer >= 0.20 carries its own copy of click
+    from typer._click import exceptions as click_errors
+except ImportError:  # pragma: no cover - older typer on the real click
+    from click import exceptions as click_errors
 
 app = typer.Typer(
     name="pdplan",
@@ -30,11 +38,39 @@ app.command("goodput")(_goodput.goodput)
 app.command("simulate")(_simulate.simulate)
 
 
+@app.callback()
+def _options(verbose: Annotated[bool, typer.Option(
+        "--verbose", help="Show library warnings and notices (numpy, matplotlib, numba), which are quiet "
+                          "otherwise.")] = False) -> None:
+    """Plan prefill/decode disaggregated LLM serving: traces, profiles, goodput, placement."""
+    if verbose:
+        warnings.resetwarnings()
+        logging.getLogger("matplotlib").setLevel(logging.WARNING)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the app, turning input errors into one line and exit 2."""
-    try:
-        app(args=argv, prog_name="pdplan")
-    except PdplanError as err:
-        Console(stderr=True, soft_wrap=True, emoji=False).print(f"Error: {err}", markup=False,
-                                                                 highlight=False)
-        sys.exit(2)
+    """Console-script entry point: run the app; any input error, usage error included, is one
+    ``Error:`` line on stderr and exit 2; library chatter stays quiet unless --verbose."""
+    errors = Console(stderr=True, soft_wrap=True, emoji=False)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        logging.getLogger("matplotlib").setLevel(logging.ERROR)
+        try:
+            code = app(args=argv, prog_name="pdplan", standalone_mode=False)
+        except PdplanError as err:
+            errors.print(f"Error: {err}", markup=False, highlight=False)
+            sys.exit(2)
+        except click_errors.NoArgsIsHelpError:  # bare `pdplan` or `pdplan trace`: typer showed the help
+            sys.exit(2)
+        except click_errors.UsageError as err:
+            command = err.ctx.command_path if err.ctx is not None else "pdplan"
+            errors.print(f"Error: {' '.join(err.format_message().split())} (see {command} --help)",
+                         markup=False, highlight=False)
+            sys.exit(2)
+        except click_errors.ClickException as err:
+            errors.print(f"Error: {' '.join(err.format_message().split())}", markup=False, highlight=False)
+            sys.exit(err.exit_code)
+        except typer.Abort:
+            errors.print("Aborted", markup=False, highlight=False)
+            sys.exit(130)
+    sys.exit(code or 0)

@@ -169,7 +169,7 @@ def optimize(
 
         report = run_optimize(request, cache=cache, progress=advance)
     document = report_to_dict(report)
-    document["cache"]["dir"] = None if no_cache else str(cache.folder)
+    document["run"]["cache"]["dir"] = None if no_cache else str(cache.folder)
     if report.answer is not None:
         if out is not None:
             outputs.put(out, dump_yaml(plan_to_dict(report.answer.plan)))
@@ -287,7 +287,7 @@ def _search_line(doc: dict) -> str:
              else "the check budget ran out before cheaper plans were ruled out")
     gap = "" if s["gap"] is None else f", gap {s['gap']:+.1%}"
     return (f"search: integer-program bound {fmt(s['lower_bound'])}, verified {fmt(s['verified'])}{gap} "
-            f"({s['checks']} checks, {s['end_to_end_simulations']} end-to-end simulations run; {proof})")
+            f"({s['checks']} checks, {doc['run']['end_to_end_simulations']} end-to-end simulations run; {proof})")
 
 
 def _money(value: float | None) -> str:
@@ -372,7 +372,7 @@ def _facts_table(doc: dict) -> None:
         table.add_row(f"redundancy ({red['mode']})", text)
     s = doc["solver"]
     table.add_row("solver", f"{s['status']}, objective {s['objective']:.6g}, bound {s['bound']:.6g}, gap {s['gap']:.2%}")
-    table.add_row("cache", f"{doc['cache']['hits']} hits, {doc['cache']['misses']} computed")
+    table.add_row("cache", f"{doc['run']['cache']['hits']} hits, {doc['run']['cache']['misses']} computed")
     stdout.print(table)
 
 

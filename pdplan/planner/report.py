@@ -92,11 +92,11 @@ def misses(checked: Checked) -> list[str]:
     return out
 
 
-def search_dict(result: SearchResult, objective: str, simulations: int) -> dict:
+def search_dict(result: SearchResult, objective: str) -> dict:
     return {"lower_bound": None if result.first is None else result.first.bound,
             "verified": None if result.best is None else result.best.value(objective),
             "gap": result.gap(objective), "checks": len(result.tried), "proven": result.proven,
-            "floor": SEARCH_FLOOR, "end_to_end_simulations": simulations}
+            "floor": SEARCH_FLOOR}
 
 
 def fleet_row(fleet: FleetResult, request: PlanRequest) -> dict:
@@ -114,7 +114,7 @@ def fleet_row(fleet: FleetResult, request: PlanRequest) -> dict:
                                           "prefill", "decode", "attainment", "meets_slo", "link_utilization")})
     row["reason"] = _why_none(disagg)
 
-    row["search"] = search_dict(disagg, request.objective, 0) | {"end_to_end_simulations": None}
+    row["search"] = search_dict(disagg, request.objective)
     row["colocated_reason"] = _why_none(colocated)
     best_colocated = colocated.best
     row["colocated_cost_per_hour"] = None if best_colocated is None else best_colocated.solution.usd_per_hour
@@ -163,7 +163,7 @@ def report_to_dict(report: PlanReport) -> dict:
         doc["closest"] = None if closest is None else {
             **plan_summary(request, closest, "high"), "pools": pools(closest.solution, request),
             "verification": closest.verification.to_dict(), "misses": misses(closest)}
-        doc.update(cache=_cache(report), provenance=_provenance(report))
+        doc.update(provenance=_provenance(report), run=_run(report))
         return doc
     chosen, answer = report.chosen, report.answer
     solution, verification = answer.solution, answer.verification
@@ -191,14 +191,13 @@ def report_to_dict(report: PlanReport) -> dict:
         "attainment": {k: v.mean for k, v in verification.clocks.items()},
         "meets_slo": verification.passed,
         "verification": verification.to_dict(),
-        "search": search_dict(chosen, request.objective, report.simulations),
+        "search": search_dict(chosen, request.objective),
         "end_to_end_goodput_rps": report.end_to_end.goodput_rps,
         "headroom": (None if not request.target_rps else report.end_to_end.goodput_rps / request.target_rps - 1),
         "redundancy": _redundancy(report),
         "links": links_dict(request, answer, chosen.affinity),
         "solver": {"status": solution.status, "objective": solution.objective, "bound": solution.bound,
-                   "gap": solution.gap, "wall_s": significant(solution.wall_s, 2),
-                   "objective_name": request.objective},
+                   "gap": solution.gap, "objective_name": request.objective},
         "rounds": [{"round": i + 1, "pools": [shape_dict(c, k) | {"phase": c.phase}
                                               for c, k in sorted(c.solution.replicas.items(), key=lambda ck: ck[0].label)],
                     "gpus_total": c.solution.gpus_total, "value": c.value(request.objective),
@@ -210,14 +209,18 @@ def report_to_dict(report: PlanReport) -> dict:
                                                    zip(i.stage_nodes, i.stage_gpus)]}
                   for i in solution.instances],
         "simulation": verification.summary,
-        "cache": _cache(report),
         "provenance": _provenance(report),
+        "run": _run(report),
     })
     return doc
 
 
-def _cache(report: PlanReport) -> dict:
-    return {"hits": report.cache_hits, "misses": report.cache_misses}
+def _run(report: PlanReport) -> dict:
+    """What differs between two runs on the same inputs and seed (the cache and the clock), kept
+    apart so that the rest of the document is byte-identical."""
+    return {"cache": {"hits": report.cache_hits, "misses": report.cache_misses},
+            "end_to_end_simulations": report.simulations,
+            "solver_wall_s": None if report.answer is None else significant(report.answer.solution.wall_s, 2)}
 
 
 def _provenance(report: PlanReport) -> dict:
