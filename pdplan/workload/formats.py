@@ -300,6 +300,7 @@ class _CsvFile:
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("error", pd.errors.ParserWarning)
+                warnings.simplefilter("ignore", RuntimeWarning)  # a cast of text to int: the scan reports it
                 reader = pd.read_csv(self.path, engine="c", encoding="utf-8-sig", skipinitialspace=True,
                                      na_filter=False, index_col=False, dtype=dtypes, chunksize=CHUNK_ROWS)
                 for frame in reader:
