@@ -237,6 +237,10 @@ _MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", 
 GEOMETRY_LIMITS = {"layers": 10_000, "hidden": 2**20, "q_heads": 2**16, "kv_heads": 2**16, "head_dim": 2**14,
                    "ffn": 2**22, "vocab": 2**24, "parameters": 10**14}
 
+#: KV bytes one token may occupy (any model built holds a few MiB): with at most 10,000,000
+#: tokens per request, every byte count the simulator forms stays an int64.
+MAX_KV_BYTES_PER_TOKEN = 2**32
+
 #: A model file's parameter count may differ from its geometry by this much (norms, biases).
 PARAMETER_TOLERANCE = 0.02
 
@@ -259,6 +263,9 @@ def load_model(path: str | Path) -> ModelSpec:
         source=str(spec.data.get("source", "")),
         **ints,
     )
+    if model.kv_bytes_per_token > MAX_KV_BYTES_PER_TOKEN:  # keeps every KV byte count an int64
+        raise spec.fail("kv_heads", f"gives {model.kv_bytes_per_token:,} KV bytes per token, more than the "
+                        f"{MAX_KV_BYTES_PER_TOKEN:,} pdplan plans for", model.kv_heads)
     mismatch = model.geometric_parameters / model.parameters - 1
     if abs(mismatch) > PARAMETER_TOLERANCE:
         raise spec.fail("parameters", f"disagrees with the geometry ({model.geometric_parameters:,} "

@@ -148,3 +148,18 @@ def test_slo_flags_take_seconds_or_milliseconds_with_their_unit(run_cli, ttft, t
     code, out, err = run_cli("simulate", TRACE, "--plan", PLAN, "--ttft", ttft, "--tpot", tpot, "--json")
     assert code == 0, err
     assert json.loads(out)["slo"] == {"ttft_s": pytest.approx(1.0), "tpot_s": pytest.approx(0.1)}
+
+
+@pytest.mark.slow
+def test_library_notices_stay_quiet_unless_verbose(tmp_path):
+    """A first matplotlib run builds its font cache and says so; pdplan's stderr stays empty."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "mpl")}
+    done = subprocess.run([sys.executable, "-m", "pdplan", "goodput", str(TRACE), "--model", "llama2-70b", "--gpu",
+                           "h100-80gb", "--tp", "4", "--phase", "prefill", "--requests-per-probe", "200", "--grid",
+                           "0", "--plot", str(tmp_path / "curve.png")], capture_output=True, text=True, env=env)
+    assert done.returncode == 0 and done.stderr == ""
+    assert (tmp_path / "curve.png").exists()

@@ -16,7 +16,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
-FAST = ("--requests-per-probe", "300")
+FAST = ("--requests-per-probe", "300", "--fleet", "HH", "--tp", "4", "--pp", "1")
 
 
 def optimize_command(*args) -> list[str]:

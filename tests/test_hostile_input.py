@@ -140,6 +140,11 @@ CASES = {
     "model-integer-of-5000-digits": (("profile", "roofline", "--model", "m.yaml", "--gpu", "h100-80gb", "--tp", "1",
                                       "--pp", "1"), {"m.yaml": MODEL.replace("vocab: 100", "vocab: " + "9" * 5000)},
                                      ["m.yaml: invalid YAML:"]),
+    "model-kv-bytes-beyond-int64": (("profile", "roofline", "--model", "m.yaml", "--gpu", "h100-80gb", "--tp", "1",
+                                     "--pp", "1"), {"m.yaml": MODEL.replace("layers: 4", "layers: 10000").replace(
+                                         "q_heads: 8\nkv_heads: 2\nhead_dim: 8", "q_heads: 65536\nkv_heads: 65536\nhead_dim: 16384")},
+                                    ["m.yaml:5: kv_heads gives 42,949,672,960,000 KV bytes per token, more than the "
+                                     "4,294,967,296 pdplan plans for"]),
     "slo-threshold-1e308": (GOOD + ("--slo", "slo.yaml"), {"t.csv": NATIVE + ROWS,
                                                            "slo.yaml": SLO.replace("1000", "1.0e+308")},
                             ["slo.yaml:2: objectives[0].threshold_ms must be <= 1e+09"]),

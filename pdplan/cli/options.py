@@ -16,7 +16,8 @@ from pdplan.slo import SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.workload import FORMATS, Workload, load_trace
 
 TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
-                                               "BurstGPT CSV or a lengths-only CSV).", show_default=False)]
+                                               "BurstGPT CSV or a lengths-only CSV; a regular file of at most "
+                                               "4 GiB).", show_default=False)]
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", help=f"Trace format, one of {', '.join(FORMATS)}; detected from the header if omitted.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]
@@ -30,8 +31,8 @@ TpotOpt = Annotated[str | None, typer.Option(
 AttainmentOpt = Annotated[float, typer.Option(
     "--attainment", help="Share of requests that must meet each threshold (e.g. 0.9 = p90).")]
 SloFileOpt = Annotated[Path | None, typer.Option(
-    "--slo", help="SLO YAML with several objectives (objectives: [{metric, threshold_ms, attainment}]); "
-                  "replaces --ttft/--tpot/--attainment.")]
+    "--slo", help="SLO YAML with several objectives (objectives: [{metric, threshold_ms, attainment}]; at "
+                  "most 16 MiB); replaces --ttft/--tpot/--attainment.")]
 ProfilesOpt = Annotated[Path | None, typer.Option(
     "--profiles", help=f"Profile file or folder; default the shipped profiles ({shipped_profiles_dir()}). "
                        "Shapes without a profile use a roofline.")]
