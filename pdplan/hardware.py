@@ -23,6 +23,9 @@ class GPU:
     name: str
     memory_bytes: int               #: HBM capacity in bytes (the catalog states GiB)
     flops_per_s: float              #: dense BF16 tensor throughput
+    fp8_flops_per_s: float = 0.0    #: dense FP8 tensor throughput; 0 when the GPU has no FP8 tensor cores
+    fp4_flops_per_s: float = 0.0    #: dense FP4 (NVFP4) tensor throughput; 0 when it has none
+    nvlink_domain: int = 8          #: GPUs that share one NVLink domain (GB200 NVL72: 72)
     hbm_bytes_per_s: float          #: HBM bandwidth
     nvlink_bytes_per_s: float       #: NVLink bandwidth per GPU, one direction
     network_bytes_per_s: float      #: scale-out NIC bandwidth per GPU, one direction
@@ -39,6 +42,22 @@ class GPU:
                 raise ValueError(f"GPU {self.name}: {name} must be > 0, got {getattr(self, name)!r}")
         if not 0 < self.power_cap_fraction <= 1:
             raise ValueError(f"GPU {self.name}: power_cap_fraction must be in (0, 1]")
+        if self.fp8_flops_per_s < 0 or self.fp4_flops_per_s < 0 or self.nvlink_domain < 1:
+            raise ValueError(f"GPU {self.name}: FP8/FP4 throughput must be >= 0 and nvlink_domain >= 1")
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """Tensor-core precisions this GPU runs: bf16 always, fp8 from Hopper, fp4 from Blackwell."""
+        return tuple(d for d, f in (("bf16", self.flops_per_s), ("fp8", self.fp8_flops_per_s),
+                                    ("fp4", self.fp4_flops_per_s)) if f > 0)
+
+    def tensor_flops(self, dtype: str) -> float:
+        """Dense tensor-core FLOP/s at ``dtype``; a dtype the GPU lacks is refused, naming those it has."""
+        flops = {"bf16": self.flops_per_s, "fp8": self.fp8_flops_per_s, "fp4": self.fp4_flops_per_s}.get(dtype, 0.0)
+        if flops <= 0:
+            raise PdplanError(f"{self.name} has no {dtype} tensor cores (it runs {', '.join(self.dtypes)})",
+                              field="dtype")
+        return flops
 
     @property
     def physical(self) -> str:
@@ -46,7 +65,7 @@ class GPU:
         return self.base or self.name
 
 
-_GPU_FIELDS = {"memory_gib", "bf16_tflops", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
+_GPU_FIELDS = {"memory_gib", "bf16_tflops", "fp8_tflops", "fp4_tflops", "nvlink_domain", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
                "usd_per_hour", "base", "power_cap_fraction", "sources"}
 
 
@@ -64,6 +83,9 @@ def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU
         name=name,
         memory_bytes=int(spec.number("memory_gib", minimum=0, exclusive=True, maximum=100_000) * GIB),
         flops_per_s=spec.number("bf16_tflops", minimum=0, exclusive=True, maximum=1e6) * 1e12,
+        fp8_flops_per_s=spec.number("fp8_tflops", 0.0, minimum=0, maximum=1e6) * 1e12,
+        fp4_flops_per_s=spec.number("fp4_tflops", 0.0, minimum=0, maximum=1e6) * 1e12,
+        nvlink_domain=spec.integer("nvlink_domain", 8, minimum=1, maximum=MAX_GPUS_PER_NODE),
         hbm_bytes_per_s=spec.number("hbm_tb_s", minimum=0, exclusive=True, maximum=1e4) * 1e12,
         nvlink_bytes_per_s=spec.number("nvlink_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
         network_bytes_per_s=spec.number("network_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
@@ -191,13 +213,19 @@ def load_cluster(path: str | Path) -> Cluster:
         gpu = catalog[gpu_name]
         if gpu_name in prices:
             gpu = replace(gpu, usd_per_hour=prices[gpu_name])
+        per_node = spec.integer("gpus_per_node", minimum=1, maximum=MAX_GPUS_PER_NODE)
+        if per_node > gpu.nvlink_domain:
+            # TP groups live inside a node and talk over NVLink at intra_node_gb_s, so a node is at
+            # most one NVLink domain; a GB200 NVL72 rack is one node of 72.
+            raise spec.fail("gpus_per_node", f"must be at most {gpu.nvlink_domain}, the GPUs one {gpu_name} "
+                            "NVLink domain holds (a node is one NVLink domain)", per_node)
         count = spec.data.get("count", "unbounded")
         if count != "unbounded":
             count = spec.integer("count", minimum=0, maximum=limits.MAX_NODES)
         nodes.append(NodeType(
             name=name,
             gpu=gpu,
-            gpus_per_node=spec.integer("gpus_per_node", minimum=1, maximum=MAX_GPUS_PER_NODE),
+            gpus_per_node=per_node,
             intra_node_bytes_per_s=spec.number("intra_node_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
             inter_node_bytes_per_s=spec.number("inter_node_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
             count=None if count == "unbounded" else count,

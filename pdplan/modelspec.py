@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -14,9 +14,18 @@ from pdplan.hardware import GIB, GPU
 from pdplan.schema import Fields
 
 
+#: Bytes one weight takes per dtype (nvfp4: 4-bit values plus one 8-bit scale per 16 of them).
+WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
+#: Bytes one K or V scalar takes per dtype.
+KV_BYTES = {"bf16": 2, "fp8": 1}
+#: Bytes of one activation element (what TP all-reduces and PP sends move).
+ACTIVATION_BYTES = 2
+
+
 @dataclass(frozen=True, kw_only=True)
 class ModelSpec:
-    """A decoder-only transformer's geometry, as its published config states it."""
+    """A decoder-only transformer's geometry, as its published config states it, and the
+    precision it is served at: weights (bf16, fp8 or fp4) and KV cache (bf16 or fp8)."""
 
     name: str
     layers: int           #: L, transformer blocks
@@ -27,16 +36,19 @@ class ModelSpec:
     ffn: int              #: d_ff, MLP inner width
     vocab: int            #: vocabulary size
     parameters: int       #: total parameter count as published
-    dtype_bytes: int = 2  #: b, bytes per weight and per K/V scalar
+    weight_dtype: str = "bf16"  #: transformer-block weights (embeddings and the output head stay bf16)
+    kv_dtype: str = "bf16"      #: K/V cache scalars
     mlp_matrices: int = 3  #: 3 for gated (SwiGLU) MLPs, 2 for plain (ReLU/GELU) MLPs
     tied_embeddings: bool = False  #: input embedding and output head share one matrix
     source: str = ""
 
     def __post_init__(self):
-        for name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
-                     "parameters", "dtype_bytes"):
+        for name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters"):
             if getattr(self, name) < 1:
                 raise ValueError(f"model {self.name}: {name} must be >= 1")
+        if self.weight_dtype not in WEIGHT_BYTES or self.kv_dtype not in KV_BYTES:
+            raise ValueError(f"model {self.name}: weight dtype must be one of {', '.join(WEIGHT_BYTES)} and KV "
+                             f"dtype one of {', '.join(KV_BYTES)}")
         if self.q_heads % self.kv_heads:
             raise ValueError(f"model {self.name}: q_heads ({self.q_heads}) must be a multiple of "
                              f"kv_heads ({self.kv_heads})")
@@ -58,14 +70,68 @@ class ModelSpec:
         return self.layers * self.params_per_layer + embeddings
 
     @property
+    def weight_bytes_per_param(self) -> float:
+        return WEIGHT_BYTES[self.weight_dtype]
+
+    @property
+    def kv_scalar_bytes(self) -> int:
+        return KV_BYTES[self.kv_dtype]
+
+    @property
+    def embedding_params(self) -> int:
+        """Input embedding and output head (one matrix when tied)."""
+        return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
+
+    @property
     def weight_bytes(self) -> int:
-        """All weights at the stated dtype."""
-        return self.parameters * self.dtype_bytes
+        """All weights: the blocks at the weight dtype, embeddings and head in bf16."""
+        blocks = self.parameters - self.embedding_params
+        return math.ceil(blocks * self.weight_bytes_per_param) + self.embedding_params * ACTIVATION_BYTES
 
     @property
     def kv_bytes_per_token(self) -> int:
         """K and V bytes one token adds across all layers (0x06)."""
-        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.dtype_bytes)
+        return kv_bytes_per_token(self.layers, self.kv_heads, self.head_dim, self.kv_scalar_bytes)
+
+    @property
+    def base_name(self) -> str:
+        """The name without its precision suffix (the catalog entry it comes from)."""
+        return self.name.split(PRECISION_MARK, 1)[0]
+
+    def at_precision(self, weight_dtype: str | None = None, kv_dtype: str | None = None) -> "ModelSpec":
+        """The same model served at another precision; its name says which
+        (``llama-3.1-70b@fp8`` for fp8 weights and KV, ``…@fp8,kv=bf16`` when they differ), so
+        profiles measured at one precision are never used for another."""
+        weight = weight_dtype or self.weight_dtype
+        # A quantized checkpoint quantizes its KV cache too unless told otherwise (fp8 KV).
+        kv = kv_dtype or (default_kv_dtype(weight) if weight_dtype else self.kv_dtype)
+        for label, value, known in (("--dtype", weight, WEIGHT_BYTES), ("--kv-dtype", kv, KV_BYTES)):
+            if value not in known:
+                raise PdplanError(f"{label} must be one of {', '.join(known)}, got {value!r}", field=label.lstrip("-"))
+        return replace(self, name=self.base_name + precision_suffix(weight, kv), weight_dtype=weight, kv_dtype=kv)
+
+
+PRECISION_MARK = "@"
+
+
+def default_kv_dtype(weight_dtype: str) -> str:
+    """The KV precision that goes with a weight precision unless stated: fp8 for quantized weights."""
+    return "fp8" if weight_dtype in ("fp8", "fp4") else "bf16"
+
+
+def precision_suffix(weight_dtype: str, kv_dtype: str) -> str:
+    """``""`` for bf16 weights and KV, ``@fp8`` when the KV follows fp8 weights, else both named."""
+    if (weight_dtype, kv_dtype) == ("bf16", "bf16"):
+        return ""
+    if kv_dtype == default_kv_dtype(weight_dtype):
+        return f"{PRECISION_MARK}{weight_dtype}"
+    return f"{PRECISION_MARK}{weight_dtype},kv={kv_dtype}"
+
+
+def parse_precision(suffix: str) -> tuple[str, str]:
+    """(weight dtype, KV dtype) of a name suffix after ``@`` (``fp8``, ``fp4,kv=bf16`` …)."""
+    weight, _, kv = suffix.partition(",kv=")
+    return weight, kv or default_kv_dtype(weight)
 
 
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int) -> int:
@@ -98,13 +164,14 @@ def weight_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> int:
         edge_matrices = 1
     block_params = layers_on_largest_stage(model, pp) * model.params_per_layer
     edge_params = edge_matrices * model.vocab * model.hidden
-    return math.ceil((block_params + edge_params) / tp) * model.dtype_bytes
+    return (math.ceil(block_params / tp * model.weight_bytes_per_param)
+            + math.ceil(edge_params / tp) * ACTIVATION_BYTES)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, pp: int) -> int:
     """KV bytes one token occupies on the fullest GPU of a (tp, pp) instance."""
     return kv_bytes_per_token(layers_on_largest_stage(model, pp), kv_heads_per_gpu(model, tp),
-                              model.head_dim, model.dtype_bytes)
+                              model.head_dim, model.kv_scalar_bytes)
 
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int,
@@ -125,13 +192,15 @@ def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_no
                     memory_utilization: float = 0.9, kv_reserve_tokens: int = 0) -> str | None:
     """Why (tp, pp) on ``gpu`` cannot serve ``model``, in one sentence; None when it can.
 
-    Rules: a TP group stays inside one node; TP divides the K/V heads or is a multiple of them
+    Rules: the GPU runs the weight precision; a TP group stays inside one node; TP divides the K/V heads or is a multiple of them
     (then heads are replicated); PP is at most the layer count (uneven splits are allowed); the
     weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
     """
     shape = f"TP{tp} PP{pp} {gpu.name}"
     if tp < 1 or pp < 1:
         return f"{shape}: TP and PP must be >= 1"
+    if model.weight_dtype not in gpu.dtypes:
+        return f"{shape}: {gpu.name} has no {model.weight_dtype} tensor cores (it runs {', '.join(gpu.dtypes)})"
     if gpus_per_node is not None and tp > gpus_per_node:
         return f"{shape}: TP {tp} > {gpus_per_node} GPUs per node"
     if model.kv_heads % tp and tp % model.kv_heads:
@@ -179,7 +248,7 @@ def attention_flops(model: ModelSpec, pairs: float) -> float:
 
 def block_weight_bytes(model: ModelSpec) -> float:
     """Weights of the transformer blocks only, as the 0x02A toy ledger counts them."""
-    return float(model.layers * model.params_per_layer * model.dtype_bytes)
+    return float(model.layers * model.params_per_layer * model.weight_bytes_per_param)
 
 
 def prefill_work(model: ModelSpec, new_rows: int, visible_before: int = 0) -> WorkVector:
@@ -231,7 +300,10 @@ def lower_bound_s(work: WorkVector, flops_per_s: float, bytes_per_s: float) -> f
 # --- catalog -------------------------------------------------------------------------------------
 
 _MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
-                 "parameters", "dtype_bytes", "mlp_matrices", "tied_embeddings", "source"}
+                 "parameters", "dtype_bytes", "weight_dtype", "kv_dtype", "mlp_matrices", "tied_embeddings",
+                 "source"}
+#: The first model format's ``dtype_bytes`` (one size for weights and KV) as dtypes.
+_DTYPE_OF_BYTES = {2: "bf16", 1: "fp8"}
 
 #: Largest value of each geometry field a model file may state (beyond any model built).
 GEOMETRY_LIMITS = {"layers": 10_000, "hidden": 2**20, "q_heads": 2**16, "kv_heads": 2**16, "head_dim": 2**14,
@@ -255,9 +327,17 @@ def load_model(path: str | Path) -> ModelSpec:
         raise spec.fail("tied_embeddings", "must be true or false", tied)
     if ints["q_heads"] % ints["kv_heads"]:
         raise spec.fail("kv_heads", f"must divide q_heads ({ints['q_heads']})", ints["kv_heads"])
+    name = spec.string("name")
+    if PRECISION_MARK in name:
+        raise spec.fail("name", f"may not hold {PRECISION_MARK!r}: pdplan adds the precision to the name itself", name)
+    legacy = _DTYPE_OF_BYTES[spec.integer("dtype_bytes", 2, minimum=1, maximum=2)]
+    weight = spec.string("weight_dtype", legacy, choices=list(WEIGHT_BYTES))
+    kv = spec.string("kv_dtype", default_kv_dtype(weight) if spec.has("weight_dtype") else legacy,
+                     choices=list(KV_BYTES))
     model = ModelSpec(
-        name=spec.string("name"),
-        dtype_bytes=spec.integer("dtype_bytes", 2, minimum=1, maximum=8),
+        name=name + precision_suffix(weight, kv),
+        weight_dtype=weight,
+        kv_dtype=kv,
         mlp_matrices=spec.integer("mlp_matrices", 3, minimum=2, maximum=3),
         tied_embeddings=tied,
         source=str(spec.data.get("source", "")),
@@ -288,22 +368,28 @@ def model_catalog() -> dict[str, ModelSpec]:
 
 def _geometry(model: ModelSpec) -> tuple:
     return (model.layers, model.hidden, model.q_heads, model.kv_heads, model.head_dim, model.ffn,
-            model.vocab, model.dtype_bytes, model.mlp_matrices)
+            model.vocab, model.mlp_matrices)
 
 
-def get_model(name_or_path: str) -> ModelSpec:
-    """An embedded model by name, or a user's model YAML by path."""
+def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
+    """An embedded model by name (``llama-3.1-70b``, or at a precision: ``llama-3.1-70b@fp8``), or a
+    user's model YAML by path; ``dtype``/``kv_dtype`` set the precision it is served at."""
     catalog = model_catalog()
     if name_or_path.endswith((".yaml", ".yml")):
         model = load_model(name_or_path)
-        known = catalog.get(model.name)
+        known = catalog.get(model.base_name)
         if known is not None and _geometry(known) != _geometry(model):
             # Profiles are matched by model name: a different model under a catalog name would
             # silently borrow the catalog model's measured latencies.
-            raise PdplanError(f"name {model.name!r} is a catalog model with a different geometry; give "
+            raise PdplanError(f"name {model.base_name!r} is a catalog model with a different geometry; give "
                               "your model its own name", file=name_or_path, field="name")
-        return model
-    if name_or_path not in catalog:
-        raise PdplanError(f"unknown model {name_or_path!r} (known: {', '.join(sorted(catalog))}; "
-                          "or pass a model YAML path)", field="model")
-    return catalog[name_or_path]
+    else:
+        base, _, suffix = name_or_path.partition(PRECISION_MARK)
+        if base not in catalog:
+            raise PdplanError(f"unknown model {base!r} (known: {', '.join(sorted(catalog))}; "
+                              "or pass a model YAML path)", field="model")
+        model = catalog[base]
+        if suffix:
+            weight, kv = parse_precision(suffix)
+            model = model.at_precision(weight, kv)
+    return model if dtype is None and kv_dtype is None else model.at_precision(dtype, kv_dtype)

@@ -225,6 +225,10 @@ GPU_SYSTEMS = {
                                    "(assumes the cap slows the SMs, not NVLink or the NIC)"),
     "h200-141gb": ("h100_dgx", "not measured; uses h100-80gb's constants (same NVLink 4 and "
                                "ConnectX-7 per GPU in the GPU catalog)"),
+    "b200-180gb": ("h100_dgx", "not measured; uses h100-80gb's constants, a conservative stand-in "
+                               "(NVLink 5 carries twice NVLink 4's bandwidth)"),
+    "gb200-185gb": ("h100_dgx", "not measured; uses h100-80gb's constants, a conservative stand-in "
+                                "(NVLink 5 carries twice NVLink 4's bandwidth; groups above 8 GPUs were never timed)"),
 }
 
 

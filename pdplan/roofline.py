@@ -31,6 +31,7 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.modelspec import (
+    ACTIVATION_BYTES,
     ModelSpec,
     kv_bytes_per_token,
     kv_capacity_tokens,
@@ -45,7 +46,7 @@ from pdplan.profiles import LatencyModel, PhaseProfile, Provenance, Segment
 class Efficiency:
     """How far a real engine sits from the hardware roofline."""
 
-    compute: float           #: fraction of peak dense BF16 FLOP/s reached, in (0, 1]
+    compute: float           #: fraction of peak dense tensor FLOP/s reached, in (0, 1]
     bandwidth: float         #: fraction of peak HBM bandwidth reached, in (0, 1]
     layer_overhead_s: float  #: fixed seconds per layer per iteration, >= 0
 
@@ -140,14 +141,15 @@ def streamed_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
     the batch's rows, not a full read, so it is left out (0x02B's B_weights, plus the head the
     toy ledger omits).
     """
-    params = model.layers * model.params_per_layer + model.vocab * model.hidden
-    return math.ceil(params / tp) * model.dtype_bytes
+    blocks = model.layers * model.params_per_layer
+    return (math.ceil(blocks / tp * model.weight_bytes_per_param)
+            + math.ceil(model.vocab * model.hidden / tp) * ACTIVATION_BYTES)
 
 
 def kv_bytes_per_token_per_rank(model: ModelSpec, tp: int) -> int:
     """K/V bytes one token occupies on one TP rank, summed over all layers (0x06 per rank)."""
     return kv_bytes_per_token(model.layers, kv_heads_per_gpu(model, tp), model.head_dim,
-                              model.dtype_bytes)
+                              model.kv_scalar_bytes)
 
 
 def tp_all_reduce_s(model: ModelSpec, gpu: GPU, tp: int) -> tuple[float, float]:
@@ -160,7 +162,7 @@ def tp_all_reduce_s(model: ModelSpec, gpu: GPU, tp: int) -> tuple[float, float]:
     if tp == 1:
         return 0.0, 0.0
     fit = network_for(gpu).fit_for("all_reduce", tp, intra_node=True)
-    row_bytes = model.hidden * model.dtype_bytes
+    row_bytes = model.hidden * ACTIVATION_BYTES
     count = 2 * model.layers
     return count * fit.alpha_s, count * (fit.time_s(row_bytes, tp) - fit.alpha_s)
 
@@ -186,7 +188,7 @@ def pp_send_recv_s(model: ModelSpec, gpu: GPU, tp: int, pp: int,
     ``Σ_hops (α + N·hidden·b / β)``, with the in-node or across-node constants as the hop lies.
     """
     inside, across = pipeline_hops(tp, pp, gpus_per_node)
-    row_bytes = model.hidden * model.dtype_bytes
+    row_bytes = model.hidden * ACTIVATION_BYTES
     fixed = per_row = 0.0
     for hops, intra in ((inside, True), (across, False)):
         if hops:
@@ -233,18 +235,22 @@ def phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
     carry TP all-reduces and PP hops over N rows (N = Σl or B).
     """
     slowdown, _ = compute_slowdown(gpu)
-    flops = tp * gpu.flops_per_s / slowdown
+    # Matrix products run at the weight precision's tensor rate (fp8 weights: W8A8 GEMMs),
+    # attention at bf16; a precision the GPU lacks is refused here, naming the ones it has.
+    gemm = tp * gpu.tensor_flops(model.weight_dtype) / slowdown
+    attn = tp * gpu.flops_per_s / slowdown
     weights = streamed_weight_bytes_per_gpu(model, tp) / gpu.hbm_bytes_per_s
     kv = kv_bytes_per_token_per_rank(model, tp) / gpu.hbm_bytes_per_s
     ar_fixed, ar_row = tp_all_reduce_s(model, gpu, tp)
     pp_fixed, pp_row = pp_send_recv_s(model, gpu, tp, pp, gpus_per_node)
     comm = (ar_fixed + pp_fixed, ar_row + pp_row, 0.0)
+    linear = 2.0 * model.layers * model.params_per_layer
     p1, p2 = prefill_flops_coefficients(model)
     d1, d2 = decode_flops_coefficients(model)
-    prefill = PhaseTerms(compute_s=(0.0, p1 / flops, p2 / flops), memory_s=(weights, kv, 0.0),
-                         comm_s=comm, layers=model.layers)
-    decode = PhaseTerms(compute_s=(0.0, d1 / flops, d2 / flops), memory_s=(weights, 2 * kv, kv),
-                        comm_s=comm, layers=model.layers)
+    prefill = PhaseTerms(compute_s=(0.0, linear / gemm + (p1 - linear) / attn, p2 / attn),
+                         memory_s=(weights, kv, 0.0), comm_s=comm, layers=model.layers)
+    decode = PhaseTerms(compute_s=(0.0, linear / gemm + (d1 - linear) / attn, d2 / attn),
+                        memory_s=(weights, 2 * kv, kv), comm_s=comm, layers=model.layers)
     return prefill, decode
 
 
@@ -295,7 +301,8 @@ def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
     cal = CALIBRATION
     parts = [
         "Derived, not measured: transformer FLOPs (linear layers and causal attention pairs) and state bytes (weights + output head read once per "
-        "iteration, K/V read and written) over peak BF16 FLOP/s and HBM bandwidth of the GPU catalog.",
+        f"iteration, K/V read and written) over the GPU catalog's peak {model.weight_dtype} FLOP/s for matrix products, "
+        "bf16 for attention, and its HBM bandwidth.",
         f"Efficiency defaults calibrated on {cal['shapes']} (Splitwise, {cal['file']}): MAPE "
         f"prefill {cal['mape_prefill']:.0%}, decode {cal['mape_decode']:.0%}; other models and "
         f"GPUs are extrapolation."
@@ -308,7 +315,7 @@ def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
         net = network_for(gpu)
         parts.append(f"Communication constants from {net.system} ({net.note}).")
     if tp > 1:
-        parts.append(f"TP: 2 all-reduces per layer of N x hidden x {model.dtype_bytes} B, in one node.")
+        parts.append(f"TP: 2 all-reduces per layer of N x hidden x {ACTIVATION_BYTES} B, in one node.")
     if pp > 1:
         inside, across = pipeline_hops(tp, pp, gpus_per_node)
         parts.append(f"PP: latency of one batch through all {pp} stages (sum of stage times) plus "

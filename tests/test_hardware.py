@@ -25,8 +25,8 @@ def test_capped_h100_runs_at_70_percent_of_rated_power_on_h100_hardware():
 
 
 def test_unknown_gpu_lists_known_names():
-    with pytest.raises(PdplanError, match=r"unknown GPU 'b200' \(known: a100-80gb, h100-80gb, "):
-        get_gpu("b200")
+    with pytest.raises(PdplanError, match=r"unknown GPU 'b300' \(known: a100-80gb, b200-180gb, "):
+        get_gpu("b300")
 
 
 def test_shipped_cluster_loads_with_price_overrides():
@@ -50,19 +50,23 @@ BAD_CLUSTERS = [
     ("nodes:\n" + NODE.replace("gpus_per_node: 8", "gpus_per_node: 0"),
      r"c.yaml:4: nodes\[0\].gpus_per_node must be >= 1, got 0"),
     ("nodes:\n" + NODE.replace("a100-80gb", "tpu-v5"),
-     r"c.yaml:3: nodes\[0\].gpu must be one of a100-80gb, h100-80gb, h100-80gb-pcap, h200-141gb, got 'tpu-v5'"),
+     r"c.yaml:3: nodes\[0\].gpu must be one of a100-80gb, b200-180gb, gb200-185gb, h100-80gb, h100-80gb-pcap, h200-141gb, "
+     r"got 'tpu-v5'"),
     ("nodes:\n" + NODE.replace("    count: 2\n", ""), None),
     ("nodes:\n" + NODE + NODE, r"c.yaml:8: nodes\[1\].name must be unique across nodes, got 'a'"),
     ("nodes:\n" + NODE.replace("inter_node_gb_s: 25", "inter_node_gb_s: -1"),
      r"c.yaml:6: nodes\[0\].inter_node_gb_s must be > 0, got -1"),
     ("nodes:\n" + NODE + "prices:\n  a100: 3\n", r"c.yaml:\d+: prices.a100 is not a known GPU"),
     ("!!python/object/apply:os.system ['true']\n", r"c.yaml:1: invalid YAML"),
+    ("nodes:\n" + NODE.replace("gpus_per_node: 8", "gpus_per_node: 16"),
+     r"c.yaml:4: nodes\[0\].gpus_per_node must be at most 8, the GPUs one a100-80gb NVLink domain holds"),
 ]
 
 
 @pytest.mark.parametrize("text,message", BAD_CLUSTERS,
                          ids=["empty", "no-nodes", "zero-gpus", "unknown-gpu", "count-defaults",
-                              "duplicate-name", "negative-bandwidth", "unknown-price-gpu", "python-tag"])
+                              "duplicate-name", "negative-bandwidth", "unknown-price-gpu", "python-tag",
+                              "node-beyond-nvlink-domain"])
 def test_bad_cluster_file_names_file_line_and_field(tmp_path, text, message):
     path = tmp_path / "c.yaml"
     path.write_text(text)
@@ -98,3 +102,20 @@ def test_a_node_larger_than_any_nvlink_domain_is_refused(tmp_path):
                     " inter_node_gb_s: 50}\n")
     with pytest.raises(PdplanError, match=r"c.yaml:2: nodes\[0\].gpus_per_node must be <= 72, got 100000"):
         load_cluster(path)
+
+
+def test_gb200_nvl72_rack_is_one_node_of_72(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {name: nvl72, gpu: gb200-185gb, gpus_per_node: 72, intra_node_gb_s: 900,"
+                    " inter_node_gb_s: 100, count: 2}\n")
+    assert load_cluster(path).nodes[0].gpus_per_node == 72
+
+
+def test_tensor_flops_per_precision_and_refusal_names_what_the_gpu_runs():
+    assert get_gpu("b200-180gb").tensor_flops("fp4") == pytest.approx(9000e12)
+    assert get_gpu("h100-80gb").tensor_flops("fp8") == pytest.approx(1979e12)
+    assert get_gpu("h100-80gb-pcap").tensor_flops("fp8") == pytest.approx(1979e12)  # inherited from its base
+    with pytest.raises(PdplanError, match=r"a100-80gb has no fp8 tensor cores \(it runs bf16\)"):
+        get_gpu("a100-80gb").tensor_flops("fp8")
+    with pytest.raises(PdplanError, match=r"h200-141gb has no fp4 tensor cores \(it runs bf16, fp8\)"):
+        get_gpu("h200-141gb").tensor_flops("fp4")

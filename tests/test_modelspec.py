@@ -24,7 +24,7 @@ from pdplan.modelspec import (
 # rows; these rows are derived from the stated results and reproduce all three to the printed digit:
 # prefill N_P = 16 new rows after T_0 = 8 visible rows; decode B = 3 requests with Σ s_i = 147.
 TOY = ModelSpec(name="toy-0x02A", layers=4, hidden=64, q_heads=8, kv_heads=2, head_dim=8, ffn=160,
-                vocab=1, parameters=163_904, dtype_bytes=2, mlp_matrices=3)
+                vocab=1, parameters=163_904, mlp_matrices=3)
 C_FLOPS, R_BYTES = 1e12, 1e11
 
 
@@ -172,3 +172,67 @@ def test_user_model_may_not_borrow_a_catalog_name_with_other_geometry(tmp_path):
                     "ffn: 160\nvocab: 1000\nparameters: 291840\n")
     with pytest.raises(PdplanError, match=r"fake.yaml: name 'llama2-70b' is a catalog model with a different geometry"):
         get_model(str(path))
+
+
+# --- precision ------------------------------------------------------------------------------------
+
+def test_fp8_halves_kv_bytes_per_token_of_llama_3_1_70b():
+    bf16, fp8 = get_model("llama-3.1-70b"), get_model("llama-3.1-70b@fp8")
+    assert bf16.kv_bytes_per_token == 80 * 2 * 8 * 128 * 2 == 327_680
+    assert fp8.kv_bytes_per_token == 163_840
+
+
+def test_fp8_weights_keep_embeddings_and_head_in_bf16():
+    model = get_model("llama-3.1-70b", dtype="fp8")
+    embeddings = 2 * 128_256 * 8192
+    assert model.weight_bytes == (model.parameters - embeddings) * 1 + embeddings * 2
+
+
+def test_nvfp4_weights_carry_one_fp8_scale_per_16_values():
+    model = get_model("qwen3-32b@fp4")
+    blocks = model.layers * model.params_per_layer
+    assert model.weight_bytes_per_param == 0.5 + 1 / 16
+    assert weight_bytes_per_gpu(model, 1, 1) == pytest.approx(blocks * 0.5625 + 2 * model.embedding_params, rel=1e-9)
+
+
+def test_precision_is_part_of_the_name_so_profiles_never_cross_precisions():
+    assert get_model("llama-3.1-70b", dtype="fp8").name == "llama-3.1-70b@fp8"
+    assert get_model("llama-3.1-70b", dtype="fp8", kv_dtype="bf16").name == "llama-3.1-70b@fp8,kv=bf16"
+    assert get_model("llama-3.1-70b", kv_dtype="fp8").name == "llama-3.1-70b@bf16,kv=fp8"
+    assert get_model("llama-3.1-70b@fp8,kv=bf16").kv_dtype == "bf16"
+    assert get_model("llama-3.1-70b@fp8").at_precision("bf16", "bf16").name == "llama-3.1-70b"
+
+
+def test_unknown_dtype_is_refused_with_the_known_ones():
+    with pytest.raises(PdplanError, match=r"--dtype must be one of bf16, fp8, fp4, got 'int4'"):
+        get_model("llama-3.1-8b", dtype="int4")
+    with pytest.raises(PdplanError, match=r"--kv-dtype must be one of bf16, fp8, got 'fp4'"):
+        get_model("llama-3.1-8b@fp4,kv=fp4")
+
+
+def test_model_file_with_legacy_dtype_bytes_1_is_served_at_fp8(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("name: mini\nlayers: 2\nhidden: 64\nq_heads: 8\nkv_heads: 2\nhead_dim: 8\nffn: 160\n"
+                    "vocab: 100\nparameters: 94720\ndtype_bytes: 1\n")
+    model = load_model(path)
+    assert (model.name, model.weight_dtype, model.kv_dtype) == ("mini@fp8", "fp8", "fp8")
+
+
+def test_model_file_may_not_put_a_precision_mark_in_its_name(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("name: mini@fp8\nlayers: 2\nhidden: 64\nq_heads: 8\nkv_heads: 2\nhead_dim: 8\nffn: 160\n"
+                    "vocab: 100\nparameters: 100000\n")
+    with pytest.raises(PdplanError, match=r"m.yaml:1: name may not hold '@'"):
+        load_model(path)
+
+
+def test_fp8_roofline_is_faster_where_gemms_dominate_and_refused_on_a100():
+    from pdplan.roofline import roofline_profile
+    h100 = get_gpu("h100-80gb")
+    bf16 = roofline_profile(get_model("llama-3.1-70b"), h100, 4, 1)
+    fp8 = roofline_profile(get_model("llama-3.1-70b@fp8"), h100, 4, 1)
+    assert fp8.prefill_time_s([8192]) < 0.75 * bf16.prefill_time_s([8192])
+    assert fp8.decode_step_s(64, 64 * 2048) < bf16.decode_step_s(64, 64 * 2048)
+    assert fp8.kv_capacity_tokens > 1.5 * bf16.kv_capacity_tokens
+    with pytest.raises(PdplanError, match=r"a100-80gb has no fp8 tensor cores"):
+        roofline_profile(get_model("llama-3.1-70b@fp8"), get_gpu("a100-80gb"), 4, 1)

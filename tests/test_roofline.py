@@ -29,7 +29,7 @@ EC, EB, T_LAYER = DEFAULT_EFFICIENCY.compute, DEFAULT_EFFICIENCY.bandwidth, DEFA
 # 0x02A's toy block (see tests/test_modelspec.py) on 0x02B's synthetic machine, C = 1e12 FLOP/s
 # and R = 1e11 B/s, at full efficiency and no per-layer cost: the roofline is the lower bound.
 TOY = ModelSpec(name="toy-0x02A", layers=4, hidden=64, q_heads=8, kv_heads=2, head_dim=8, ffn=160,
-                vocab=1, parameters=163_904, dtype_bytes=2, mlp_matrices=3)
+                vocab=1, parameters=163_904, mlp_matrices=3)
 TOY_GPU = GPU(name="toy-gpu", memory_bytes=10**9, flops_per_s=1e12, hbm_bytes_per_s=1e11,
               nvlink_bytes_per_s=1e11, network_bytes_per_s=1e10, tdp_w=1, usd_per_hour=0)
 IDEAL = dict(compute_efficiency=1.0, bandwidth_efficiency=1.0, layer_overhead_s=0.0)

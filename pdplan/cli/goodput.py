@@ -15,6 +15,8 @@ from pdplan.cli.options import (
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
+    DtypeOpt,
+    KvDtypeOpt,
     FormatOpt,
     GridOpt,
     JsonOpt,
@@ -51,6 +53,8 @@ def goodput(
     phase: Annotated[str, typer.Option("--phase", help="prefill, decode or colocated.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     policy: Annotated[str, typer.Option("--policy", help="Colocated scheduling: chunked or prefill-first.")] = "prefill-first",
     chunk: Annotated[int | None, typer.Option("--chunk", help="Chunked-prefill token budget per iteration.")] = None,
     ttft: TtftOpt = None,
@@ -93,7 +97,7 @@ def goodput(
     workload = load_workload(trace, format)
     if not workload.has_arrivals:  # probes of a lengths-only trace are Poisson; record what was run
         settings = search_settings(tolerance, requests_per_probe, "poisson", seed, grid)
-    spec, device = get_model(model), get_gpu(gpu)
+    spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     profile = profile_for(spec, device, tp, pp, measured_profiles(profiles))
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=stderr, transient=True,

@@ -17,6 +17,8 @@ from pdplan.cli.options import (
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
+    DtypeOpt,
+    KvDtypeOpt,
     FormatOpt,
     JsonOpt,
     ProfilesOpt,
@@ -51,6 +53,8 @@ DEFAULT_MODEL = "llama2-70b"
 def optimize(
     trace: TraceArg,
     model: Annotated[str, typer.Option("--model", help="Model name from the catalog, or a model YAML.")] = DEFAULT_MODEL,
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     profiles: ProfilesOpt = None,
     cluster: Annotated[Path | None, typer.Option(
         "--cluster", help=f"Cluster YAML; default the shipped example ({default_cluster_path()}).")] = None,
@@ -150,7 +154,7 @@ def optimize(
         raise PdplanError(f"--target-rate must be > 0, got {rate!r}", field="target_rate")
     the_cluster = load_cluster(cluster or default_cluster_path())
     request = PlanRequest(
-        workload=workload, model=get_model(model), cluster=the_cluster, measured=measured_profiles(profiles),
+        workload=workload, model=get_model(model, dtype=dtype, kv_dtype=kv_dtype), cluster=the_cluster, measured=measured_profiles(profiles),
         slo=slo_from_options(ttft, tpot, attainment, slo), target_rps=rate, fleets=resolve_fleets(fleet, the_cluster),
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,

@@ -47,6 +47,13 @@ AdmissionShareOpt = Annotated[float, typer.Option(
                               "when phases are judged alone; prefill keeps the rest (0: prefill is "
                               "judged on the whole TTFT and decode on TPOT, as DistServe does).")]
 
+DtypeOpt = Annotated[str | None, typer.Option(
+    "--dtype", help="Weight precision the model is served at: bf16, fp8 or fp4 (NVFP4); its KV cache follows "
+                    "(fp8 for fp8/fp4 weights) unless --kv-dtype says otherwise. Same as a name suffix: "
+                    "llama-3.1-70b@fp8.", show_default=False)]
+KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision: bf16 or fp8.",
+                                                show_default=False)]
+
 DEFAULT_TTFT_S, DEFAULT_TPOT_S, DEFAULT_ATTAINMENT = 1.0, 0.1, 0.9
 
 

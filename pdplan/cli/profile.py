@@ -12,7 +12,7 @@ from rich import box
 from rich.table import Table
 
 from pdplan import limits
-from pdplan.cli.options import within
+from pdplan.cli.options import DtypeOpt, KvDtypeOpt, within
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
@@ -205,8 +205,10 @@ def roofline(
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs per stage, one node).",
                                     show_default=False)],
     pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.", show_default=False)],
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
     compute_efficiency: Annotated[float, typer.Option(
-        help="Fraction of peak BF16 FLOP/s reached; default calibrated on Splitwise.")
+        help="Fraction of peak tensor FLOP/s reached; default calibrated on Splitwise.")
     ] = DEFAULT_EFFICIENCY.compute,
     bandwidth_efficiency: Annotated[float, typer.Option(
         help="Fraction of peak HBM bandwidth reached; default calibrated on Splitwise.")
@@ -231,7 +233,7 @@ def roofline(
     outputs = Outputs(model if model.endswith((".yaml", ".yml")) else None)
     if output is not None:
         outputs.claim(output, "--output")
-    profile = roofline_profile(get_model(model), get_gpu(gpu), tp, pp,
+    profile = roofline_profile(get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu), tp, pp,
                                compute_efficiency=compute_efficiency,
                                bandwidth_efficiency=bandwidth_efficiency,
                                layer_overhead_s=layer_overhead_us / 1e6)
