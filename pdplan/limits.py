@@ -26,6 +26,7 @@ MAX_SEED = 2**31 - 1            #: seeds reach numpy and CP-SAT, whose seed is a
 MAX_SYNTH_REQUESTS = 10_000_000
 MAX_REQUESTS_PER_PROBE = 1_000_000
 MAX_GRID_POINTS = 1_000
+MAX_CONCURRENCY = 1_000_000     #: clients of a closed loop
 MAX_CHECKS = 1_000              #: end-to-end checks per search
 MAX_RUNS = 100                  #: verification runs
 MAX_TIME_LIMIT_S = 3_600.0      #: CP-SAT time per solve

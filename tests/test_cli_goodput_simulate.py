@@ -68,6 +68,17 @@ def test_simulate_json_has_the_documented_keys(run_cli):
     assert "throughput_rps" in result and "utilization" in result
 
 
+def test_simulate_closed_loop_runs_a_lengths_only_trace_with_c_clients(run_cli, tmp_path):
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("prompt_tokens,output_tokens\n" + "".join(f"{500 + i},{20 + i % 7}\n" for i in range(60)))
+    code, out, err = run_cli("simulate", lengths, "--plan", COLOCATED, "--concurrency", "8", "--json",
+                             "--out", tmp_path / "r.csv")
+    assert code == 0, err
+    assert json.loads(out)["concurrency"] == 8 and json.loads(out)["served"] == 60
+    rows = (tmp_path / "r.csv").read_text().splitlines()[1:]
+    assert sum(float(row.split(",")[0]) == 0 for row in rows) == 8  # the first C arrive at once
+
+
 def test_simulate_writes_one_row_per_request(run_cli, tmp_path):
     code, _, err = run_cli("simulate", TRACE, "--plan", COLOCATED, "--out", tmp_path / "r.csv")
     assert code == 0, err
@@ -104,13 +115,17 @@ BAD = [
     (("simulate", TRACE, "--plan", PLAN, "--tpot", "50"),
      "Error: --tpot 50 reads as 50 seconds; plain numbers are seconds, so for milliseconds write --tpot 50ms"),
     (("simulate", TRACE, "--plan", PLAN, "--attainment", "1.5"), "Error: --attainment must be in (0, 1], got 1.5"),
+    (("simulate", TRACE, "--plan", PLAN, "--rate", "2", "--concurrency", "4"),
+     "Error: give either --rate (open loop) or --concurrency (closed loop), not both"),
+    (("simulate", TRACE, "--plan", PLAN, "--concurrency", "0"), "Error: --concurrency must be >= 1, got 0"),
 ]
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=["phase", "does-not-fit", "attainment", "chunk",
                                                     "chunk-zero", "missing-plan", "rate", "simulate-ttft", "simulate-tpot",
                                                     "simulate-ttft-inf", "ttft-in-ms-by-mistake",
-                                                    "tpot-in-ms-by-mistake", "simulate-attainment"])
+                                                    "tpot-in-ms-by-mistake", "simulate-attainment",
+                                                    "rate-and-concurrency", "concurrency-zero"])
 def test_bad_input_exits_2_with_one_line(run_cli, args, message):
     code, out, err = run_cli(*args)
     assert code == 2

@@ -38,6 +38,10 @@ def simulate(
     plan: Annotated[Path, typer.Option("--plan", help="Plan YAML (see examples/plan_disagg.yaml).")],
     rate: Annotated[float | None, typer.Option("--rate", help="Rescale the trace to this mean rate (req/s), "
                                                               "keeping its burst shape.")] = None,
+    concurrency: Annotated[int | None, typer.Option(
+        "--concurrency", help="Closed loop: C clients, each sending its next request (in trace order) when its "
+                              "previous one finishes, as vllm bench serve --max-concurrency, genai-perf and "
+                              "AIPerf do; arrival times are ignored.", show_default=False)] = None,
     ttft: TtftOpt = None,
     tpot: TpotOpt = None,
     attainment: AttainmentOpt = 0.9,
@@ -53,6 +57,9 @@ def simulate(
     token has no TPOT and passes that clock. --attainment marks whether the plan meets the SLO.
     """
     within("--rate", rate, 0, limits.MAX_RATE_RPS, above=True)
+    within("--concurrency", concurrency, 1, limits.MAX_CONCURRENCY)
+    if rate is not None and concurrency is not None:
+        raise PdplanError("give either --rate (open loop) or --concurrency (closed loop), not both", field="concurrency")
     check_seed(seed)
     ttft = DEFAULT_TTFT_S if ttft is None else parse_threshold_s(ttft, "ttft")
     tpot = DEFAULT_TPOT_S if tpot is None else parse_threshold_s(tpot, "tpot")
@@ -62,13 +69,15 @@ def simulate(
         outputs.claim(out, "--out")
     the_plan = load_plan(plan)
     workload = load_workload(trace, format)
-    if not workload.has_arrivals:
+    if not workload.has_arrivals and concurrency is None:
         raise PdplanError("trace has no arrival times; give it arrivals first "
-                          "(pdplan trace transform --arrivals poisson --rate R)", file=trace)
+                          "(pdplan trace transform --arrivals poisson --rate R), or run a closed loop with "
+                          "--concurrency C", file=trace)
     model = plan_model(the_plan)
     result = run_plan(workload, the_plan, plan_profiles(the_plan, measured_profiles(profiles)),
-                      model=model, seed=seed, rate_rps=rate)
+                      model=model, seed=seed, rate_rps=rate, concurrency=concurrency)
     summary = result.summary(ttft, tpot)
+    summary["concurrency"] = concurrency
     summary["meets_slo"] = {clock: (summary["attainment"][clock] or 0) >= attainment
                             for clock in ("ttft", "tpot", "joint")}
     if out is not None:
@@ -81,7 +90,8 @@ def simulate(
 
 
 def _render(summary: dict, plan) -> None:
-    table = Table(title=f"Simulated {summary['requests']:,} requests ({summary['mode']})")
+    loop = "" if summary["concurrency"] is None else f", closed loop of {summary['concurrency']:,} clients"
+    table = Table(title=f"Simulated {summary['requests']:,} requests ({summary['mode']}{loop})")
     for name in ("clock", "p50", "p90", "p99", "mean", "attainment"):
         table.add_column(name, justify="right")
     for clock in ("ttft", "tpot", "e2e"):

@@ -63,6 +63,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.modelspec import ModelSpec
 from pdplan.profiles import LatencyModel, PhaseProfile
@@ -297,15 +298,21 @@ def _heap_capacity(n: int, layout: Layout) -> int:
     return 2 * n + 4 * (len(layout.labels) + stages) + 64
 
 
-def _request_state(requests: Requests) -> tuple[np.ndarray, np.ndarray]:
-    """Per-request state for the kernels: integer rows ``rq`` and time rows ``rt``."""
+def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request state for the kernels: integer rows ``rq`` and time rows ``rt``. In a closed
+    loop the first ``concurrency`` requests arrive at 0 and the others when the kernel
+    releases them."""
     n = len(requests)
     rq = np.full((fast.RQ_FIELDS, n), -1, np.int64)
     rq[fast.R_PROMPT] = requests.prompt_tokens
     rq[fast.R_OUTPUT] = requests.output_tokens
     rq[[fast.R_FIN_STEP, fast.R_XBYTES, fast.R_PF_DONE, fast.R_CHUNK]] = 0
     rt = np.full((fast.RT_FIELDS, n), np.nan)
-    rt[fast.T_ARRIVAL] = requests.arrival_s
+    if concurrency:
+        rt[fast.T_ARRIVAL] = np.inf
+        rt[fast.T_ARRIVAL, :concurrency] = 0.0
+    else:
+        rt[fast.T_ARRIVAL] = requests.arrival_s
     return rq, rt
 
 
@@ -321,12 +328,15 @@ def _instance_state(profiles: list[PhaseProfile], table: _LatencyTable) -> tuple
     return di, np.zeros((fast.DF_FIELDS, len(profiles)))
 
 
-def run_fast(layout: Layout, requests: Requests) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int]:
+def run_fast(layout: Layout, requests: Requests, concurrency: int = 0
+             ) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int]:
     """Run the compiled engine; returns raw per-request arrays, busy seconds per instance,
-    busy seconds per ingress link and the event count."""
+    busy seconds per ingress link and the event count. ``concurrency`` > 0 runs a closed loop
+    of that many clients (the requests' arrival times are then ignored, their order kept)."""
     n = len(requests)
     rejected = np.ascontiguousarray(rejected_mask(layout, requests), dtype=np.bool_)
-    rq, rt = _request_state(requests)
+    rq, rt = _request_state(requests, concurrency)
+    cl = np.array([concurrency, min(concurrency, n)], np.int64)
     table = _LatencyTable()
     busy = np.zeros(len(layout.labels))
     links: dict[str, float] = {}
@@ -340,7 +350,7 @@ def run_fast(layout: Layout, requests: Requests) -> tuple[dict[str, np.ndarray],
         di[fast.D_CHUNK] = [layout.chunk_tokens[i] for i in ids]
         di[fast.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in ids]
         tab_i, pieces = table.arrays()
-        events = fast.run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap)
+        events = fast.run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap, cl)
         inst = rq[fast.R_P_INST]
         glob = np.where(inst >= 0, ids[np.maximum(inst, 0)], -1)
         busy[ids] = df[fast.F_BUSY]
@@ -376,7 +386,7 @@ def run_fast(layout: Layout, requests: Requests) -> tuple[dict[str, np.ndarray],
     events = fast.run_disaggregated(
         rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
-        link, heap)
+        link, heap, cl)
     pinst, dinst = rq[fast.R_P_INST], rq[fast.R_D_INST]
     pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
     dglob = np.where(dinst >= 0, dids[np.maximum(dinst, 0)], -1) if len(dids) else np.full(n, -1)
@@ -389,7 +399,7 @@ def run_fast(layout: Layout, requests: Requests) -> tuple[dict[str, np.ndarray],
 
 def _raw(requests: Requests, rejected, rq, rt, prefill_instance, decode_instance) -> dict[str, np.ndarray]:
     return {
-        "arrival_s": requests.arrival_s, "prompt_tokens": requests.prompt_tokens,
+        "arrival_s": rt[fast.T_ARRIVAL].copy(), "prompt_tokens": requests.prompt_tokens,
         "output_tokens": requests.output_tokens, "rejected": rejected,
         "prefill_instance": prefill_instance, "decode_instance": decode_instance,
         "prefill_start_s": rt[fast.T_P_START], "prefill_end_s": rt[fast.T_P_END],
@@ -407,13 +417,17 @@ def _result(layout: Layout, requests: Requests, raw, busy, links, events, *, see
 
 
 def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | None = None,
-        engine: str = "fast") -> SimResult:
-    """Run ``layout`` on ``requests`` with the compiled engine or the reference oracle."""
+        engine: str = "fast", concurrency: int | None = None) -> SimResult:
+    """Run ``layout`` on ``requests`` with the compiled engine or the reference oracle; with
+    ``concurrency`` C, as a closed loop of C clients."""
+    if concurrency is not None and not (isinstance(concurrency, int) and 1 <= concurrency <= limits.MAX_CONCURRENCY):
+        raise PdplanError(f"concurrency must be an integer in [1, {limits.MAX_CONCURRENCY:,}], got {concurrency!r}",
+                          field="concurrency")
     if engine == "fast":
-        raw, busy, links, events = run_fast(layout, requests)
+        raw, busy, links, events = run_fast(layout, requests, concurrency or 0)
     elif engine == "reference":
         from pdplan.sim.reference import run_reference
-        raw, busy, links, events = run_reference(layout, requests)
+        raw, busy, links, events = run_reference(layout, requests, concurrency or 0)
     else:
         raise ValueError("engine must be 'fast' or 'reference'")
     return _result(layout, requests, raw, busy, links, events, seed=seed, rate_rps=rate_rps,
@@ -423,7 +437,8 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
 # --- public API ----------------------------------------------------------------------------------
 
 def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec | None = None,
-             seed: int = 0, rate_rps: float | None = None, engine: str = "fast") -> SimResult:
+             seed: int = 0, rate_rps: float | None = None, engine: str = "fast",
+             concurrency: int | None = None) -> SimResult:
     """Simulate ``plan`` serving ``workload``.
 
     ``workload`` is a :class:`pdplan.workload.Workload` or a mapping with ``arrival_s``,
@@ -434,17 +449,22 @@ def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec |
     bytes per token and the layer count; every pool must serve it. ``rate_rps`` rescales the
     arrivals to that mean rate first (same burst shape). ``seed`` is recorded, not drawn from:
     the simulation is deterministic. ``engine="reference"`` runs the slow token-by-token oracle.
+    ``concurrency`` C runs a closed loop instead: C clients, each sending its next request (in
+    trace order) the moment its previous one finishes, as ``vllm bench serve
+    --max-concurrency``, genai-perf and AIPerf do; the trace's arrival times are ignored.
     """
-    requests = as_requests(workload, rate_rps=rate_rps)
+    requests = as_requests(_closed_loop_arrivals(workload) if concurrency else workload, rate_rps=rate_rps)
     return run(layout_from_plan(plan, profiles, model), requests, seed=seed, rate_rps=rate_rps,
-               engine=engine)
+               engine=engine, concurrency=concurrency)
 
 
 def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas: int = 1,
                   policy: str | None = None, chunk_tokens: int | None = None,
                   max_prefill_batch_tokens: int | None = None, seed: int = 0,
-                  rate_rps: float | None = None, engine: str = "fast") -> SimResult:
-    """``replicas`` identical instances of one phase behind the router, with no other phase.
+                  rate_rps: float | None = None, engine: str = "fast",
+                  concurrency: int | None = None) -> SimResult:
+    """``replicas`` identical instances of one phase behind the router, with no other phase
+    (``concurrency``: a closed loop of that many clients, as in :func:`simulate`).
 
     The clocks are those of one instance alone (below), per request; routing is the plan's
     (prefill: fewest pending prompt tokens; decode: least KV load; colocated: fewest outstanding
@@ -461,7 +481,18 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
         raise ValueError("phase must be prefill, decode or colocated")
     layout = layout_single(phase, profile, policy=policy, chunk_tokens=chunk_tokens,
                            max_prefill_batch_tokens=max_prefill_batch_tokens, replicas=replicas)
-    return run(layout, as_requests(workload, rate_rps=rate_rps), seed=seed, rate_rps=rate_rps, engine=engine)
+    requests = as_requests(_closed_loop_arrivals(workload) if concurrency else workload, rate_rps=rate_rps)
+    return run(layout, requests, seed=seed, rate_rps=rate_rps, engine=engine, concurrency=concurrency)
+
+
+def _closed_loop_arrivals(workload: Any) -> Any:
+    """A closed loop ignores arrival times (a lengths-only trace included): give the engine zeros."""
+    n = len(workload["prompt_tokens"] if isinstance(workload, Mapping) else workload.prompt_tokens)
+    if isinstance(workload, Mapping):
+        return {**workload, "arrival_s": np.zeros(n)}
+    return {name: getattr(workload, name, None) for name in
+            ("prompt_tokens", "output_tokens", "hash_values", "hash_offsets", "block_tokens", "source")} | {
+        "arrival_s": np.zeros(n)}
 
 
 def simulate_prefill_instance(workload: Any, profile: PhaseProfile, *,

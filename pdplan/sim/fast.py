@@ -11,6 +11,9 @@ request) written for speed with numba:
 * the event heap is a binary heap over (time, priority << 56 | seq) with two payload ints, so
   equal-time events run in a fixed order and results are deterministic;
 * arrivals are not pushed on the heap: they are a sorted stream merged with it (priority 0);
+  in a closed loop (``cl[0]`` = C clients) the stream is written as it is read: the first C
+  requests arrive at 0 and each finish (or rejection) releases the next request at that
+  instant, as ``vllm bench serve --max-concurrency`` does, so it stays sorted;
 * a decode batch whose membership does not change is advanced many steps at once in closed
   form (:func:`decode_run_s`), so the number of events grows with requests, not with tokens.
 
@@ -322,12 +325,21 @@ def _delete_min(rq, root):
 
 
 @njit(cache=True)
-def _activate(rq, rt, di, i, r, t):
+def _release(rt, cl, t):
+    """Closed loop: a request left the system at t, so its client sends the next one now."""
+    if cl[0] > 0 and cl[1] < rt.shape[1]:
+        rt[T_ARRIVAL, cl[1]] = t
+        cl[1] += 1
+
+
+@njit(cache=True)
+def _activate(rq, rt, di, i, r, t, cl):
     """Request r joins batch i with its first token out at t (its KV reserved by the caller)."""
     rt[T_FIRST, r] = t
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     if rq[R_OUTPUT, r] == 1:  # the prefill's token was the only one
         rt[T_FINISH, r] = t
+        _release(rt, cl, t)
         di[D_RESERVED, i] -= need
         di[D_LOAD, i] -= need
         return
@@ -340,7 +352,7 @@ def _activate(rq, rt, di, i, r, t):
 
 
 @njit(cache=True)
-def _advance(rq, rt, di, df, i, t, k):
+def _advance(rq, rt, di, df, i, t, k, cl):
     """Run k steps of batch i ending at t; requests at their last token leave and free KV."""
     if k <= 0:
         return
@@ -351,6 +363,7 @@ def _advance(rq, rt, di, df, i, t, k):
         r = di[D_ROOT, i]
         di[D_ROOT, i] = _delete_min(rq, r)
         rt[T_FINISH, r] = t
+        _release(rt, cl, t)
         need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
         di[D_S, i] -= need  # its context after the last step is prompt + output
         di[D_B, i] -= 1
@@ -553,10 +566,10 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
 
 
 @njit(cache=True)
-def _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k):
+def _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
     """Batch d reaches a step boundary at t after k steps: finishes leave, waiting KV joins (FIFO,
     while its prompt + output tokens fit the KV not reserved), and the next stretch is planned."""
-    _advance(rq, rt, di, df, d, t, k)
+    _advance(rq, rt, di, df, d, t, k, cl)
     while di[D_W_HEAD, d] >= 0:
         r = di[D_W_HEAD, d]
         need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
@@ -566,7 +579,7 @@ def _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k):
         if di[D_W_HEAD, d] < 0:
             di[D_W_TAIL, d] = -1
         di[D_RESERVED, d] += need
-        _activate(rq, rt, di, d, r, t)
+        _activate(rq, rt, di, d, r, t, cl)
     di[D_VERSION, d] += 1
     _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
 
@@ -583,13 +596,14 @@ def _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
 
 @njit(cache=True)
 def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr,
-                      n_hash, block_tokens, schedule, layers, kv_bytes, link, heap_capacity):
+                      n_hash, block_tokens, schedule, layers, kv_bytes, link, heap_capacity, cl):
     """Simulate prefill instances feeding decode instances over ingress links, in place on the
     state arrays; returns the number of events processed.
 
     With no prefill instances, requests reach decode with their KV visible at arrival (a
     decode instance judged alone). With no decode instances, requests end at prefill (a
-    prefill instance judged alone).
+    prefill instance judged alone). ``cl`` is (clients, next request to release): 0 clients is
+    the open loop.
     """
     n = rq.shape[1]
     n_p = pi.shape[1]
@@ -600,13 +614,14 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
     n_batches = 0
     events = 0
     nxt = 0  # next arrival
-    while nxt < n or hs[0] > 0:
+    while nxt < n and rt[T_ARRIVAL, nxt] < np.inf or hs[0] > 0:
         start_p = -1  # a prefill instance that may start a batch now
         # merge the arrival stream (priority 0) with the heap
         if nxt < n and (hs[0] == 0 or rt[T_ARRIVAL, nxt] <= ht[0]):
             r = nxt
             nxt += 1
             if rejected[r]:
+                _release(rt, cl, rt[T_ARRIVAL, r])
                 continue
             events += 1
             t = rt[T_ARRIVAL, r]
@@ -642,6 +657,8 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 r = bi[0, b]
                 for _ in range(bi[1, b]):
                     pi[P_PENDING, a] -= rq[R_PROMPT, r]
+                    if n_d == 0:  # a prefill instance alone: the request ends here
+                        _release(rt, cl, t)
                     if n_d > 0 and schedule == 0:
                         _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
                                        n_hash, block_tokens, schedule, layers, kv_bytes, r, a, bt[b], t)
@@ -662,7 +679,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                     # it fits: join at the next step boundary instead of the planned one
                     _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
             elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
-                _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a])
+                _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a], cl)
         if start_p >= 0 and _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs,
                                            start_p, t, n_batches):
             b = n_batches
@@ -766,11 +783,11 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
 
 
 @njit(cache=True)
-def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
+def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
     """Colocated instance c finishes what it was running at t (nothing, if it was starting),
     then plans what comes next."""
     if di[D_MODE, c] == _DECODE_RUN:
-        _advance(rq, rt, di, df, c, t, di[D_RUN_K, c])
+        _advance(rq, rt, di, df, c, t, di[D_RUN_K, c], cl)
     elif di[D_MODE, c] == _STARTING:
         pass
     elif di[D_POLICY, c] == POLICY_PREFILL_FIRST:
@@ -779,13 +796,13 @@ def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
         for _ in range(di[D_IT_N, c]):
             nxt = rq[R_W_NEXT, r]
             rt[T_P_END, r] = t
-            _activate(rq, rt, di, c, r, t)
+            _activate(rq, rt, di, c, r, t, cl)
             r = nxt
     else:
         if di[D_IT_N, c] > 0:
             # the decode rows took one step; the iteration's time is already in busy
             df[F_RUN_T0, c] = t
-            _advance(rq, rt, di, df, c, t, np.int64(1))
+            _advance(rq, rt, di, df, c, t, np.int64(1), cl)
         r = di[D_PF_HEAD, c]
         while r >= 0 and rq[R_CHUNK, r] > 0:
             nxt = rq[R_PF_NEXT, r]
@@ -796,13 +813,13 @@ def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
                 if nxt < 0:
                     di[D_PF_TAIL, c] = -1
                 rt[T_P_END, r] = t
-                _activate(rq, rt, di, c, r, t)
+                _activate(rq, rt, di, c, r, t, cl)
             r = nxt
     _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
 
 
 @njit(cache=True)
-def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap_capacity):
+def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap_capacity, cl):
     """Simulate colocated instances in place on the state arrays; routing by least outstanding
     tokens (prompt + output of requests routed and not finished), ties → lowest index. Returns
     the number of events processed."""
@@ -811,11 +828,12 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap_capacity):
     ht, hi, hs = _new_heap(heap_capacity)
     events = 0
     nxt = 0
-    while nxt < n or hs[0] > 0:
+    while nxt < n and rt[T_ARRIVAL, nxt] < np.inf or hs[0] > 0:
         if nxt < n and (hs[0] == 0 or rt[T_ARRIVAL, nxt] <= ht[0]):
             r = nxt
             nxt += 1
             if rejected[r]:
+                _release(rt, cl, rt[T_ARRIVAL, r])
                 continue
             events += 1
             t = rt[T_ARRIVAL, r]
@@ -838,5 +856,5 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap_capacity):
         t, priority, c, version = _pop(ht, hi, hs)
         events += 1
         if version == di[D_VERSION, c]:
-            _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
+            _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl)
     return events

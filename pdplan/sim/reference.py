@@ -34,6 +34,8 @@ class _Records:
         self.transfer_start_s, self.transfer_end_s = nan(), nan()
         self.transfer_bytes = np.zeros(n, np.int64)
         self.first_token_s, self.finish_s = nan(), nan()
+        self.arrival_s = nan()
+        self.released = lambda: None  # a request left the system (the closed loop's hook)
 
 
 class _Batch:
@@ -62,6 +64,7 @@ class _Batch:
 
     def _finish(self, r: int) -> None:
         self.rec.finish_s[r] = self.env.now
+        self.rec.released()
         del self.generated[r]
         self.reserved -= self.need(r)
         self.load -= self.need(r)
@@ -177,6 +180,8 @@ class _Disaggregated:
     def _prefill_done(self, p: int, batch: list[int], start: float) -> None:
         for r in batch:
             self.pre[p]["pending"] -= int(self.req.prompt_tokens[r])
+            if not self.dids:  # a prefill instance alone: the request ends here
+                self.rec.released()
             if self.layout.schedule == "request" and self.dids:
                 self._book(r, p, start, self.env.now)
         if len(self.pre[p]["stage_free"]) == 1:
@@ -342,7 +347,37 @@ class _ColocatedInstance(_Batch):
         self._next()
 
 
-def run_reference(layout: Layout, req: Requests):
+def _feed(env: Environment, rec: _Records, req: Requests, rejected, arrive, concurrency: int) -> None:
+    """Put the arrivals on the clock: all of them (open loop), or the first ``concurrency`` at 0
+    and each next one when a request leaves (closed loop; a rejected request leaves at once)."""
+    n = len(req)
+
+    def enter(r):
+        rec.arrival_s[r] = env.now
+        if rejected[r]:
+            rec.released()
+        else:
+            arrive(r)
+
+    if not concurrency:
+        rec.arrival_s[:] = req.arrival_s
+        for r in range(n):
+            if not rejected[r]:
+                env.schedule(float(req.arrival_s[r]), ARRIVAL, arrive, r)
+        return
+    following = iter(range(concurrency, n))
+
+    def release():
+        r = next(following, None)
+        if r is not None:
+            env.schedule(env.now, ARRIVAL, enter, r)
+
+    rec.released = release
+    for r in range(min(concurrency, n)):
+        env.schedule(0.0, ARRIVAL, enter, r)
+
+
+def run_reference(layout: Layout, req: Requests, concurrency: int = 0):
     """Same outputs as :func:`pdplan.sim.engine.run_fast`, computed token by token."""
     n = len(req)
     rejected = rejected_mask(layout, req)
@@ -363,17 +398,13 @@ def run_reference(layout: Layout, req: Requests):
             rec.prefill_instance[r] = rec.decode_instance[r] = ids[c]
             inst[c].arrive(r)
 
-        for r in range(n):
-            if not rejected[r]:
-                env.schedule(float(req.arrival_s[r]), ARRIVAL, arrive, r)
+        _feed(env, rec, req, rejected, arrive, concurrency)
         env.run()
         busy[ids] = [c.busy_s for c in inst]
     else:
         sim = _Disaggregated(layout, req)
         env, rec = sim.env, sim.rec
-        for r in range(n):
-            if not rejected[r]:
-                env.schedule(float(req.arrival_s[r]), ARRIVAL, sim.arrive, r)
+        _feed(env, rec, req, rejected, sim.arrive, concurrency)
         env.run()
         pids, dids = np.array(sim.pids, np.int64), np.array(sim.dids, np.int64)
         rec.prefill_instance = np.where(rec.prefill_instance >= 0,
@@ -385,7 +416,7 @@ def run_reference(layout: Layout, req: Requests):
         if len(pids) and len(dids):
             links = {layout.labels[i]: b for i, b in zip(dids, sim.link_busy)}
     raw = {
-        "arrival_s": req.arrival_s, "prompt_tokens": req.prompt_tokens,
+        "arrival_s": rec.arrival_s, "prompt_tokens": req.prompt_tokens,
         "output_tokens": req.output_tokens, "rejected": rejected,
         "prefill_instance": rec.prefill_instance, "decode_instance": rec.decode_instance,
         "prefill_start_s": rec.prefill_start_s, "prefill_end_s": rec.prefill_end_s,
