@@ -467,15 +467,29 @@ def _prepared(points: Sequence[MeasuredPoint], phase: str, file: str | None,
     if len(grid) < MIN_GRID_POINTS:
         raise _refuse(f"{phase} points cannot determine a fit: {len(grid)} distinct grid points, "
                       f"need at least {MIN_GRID_POINTS} (3 coefficients over ({names}) and one to "
-                      "hold out)", file, what, phase)
+                      f"hold out); {_what_to_add(grid, phase, MIN_GRID_POINTS - len(grid))}", file, what, phase)
     if not _full_rank(grid.features, grid.latency):
         rank = int(np.linalg.matrix_rank(grid.features / np.maximum(np.abs(grid.features).max(0), 1e-300)))
         raise _refuse(f"{phase} points cannot determine a fit: their features ({names}) span "
-                      f"only {rank} of 3 dimensions (rank-deficient design; vary "
-                      f"{'the batch size and the prompt length' if phase == PREFILL else 'the batch size and the context'})",
+                      f"only {rank} of 3 dimensions (rank-deficient design); {_what_to_add(grid, phase, 1)}",
                       file, what, phase)
     grid, outlier_reports = _remove_outliers(grid, phase)
     return grid, reports + repeat_reports + outlier_reports
+
+
+def _what_to_add(grid: "_Grid", phase: str, missing: int) -> str:
+    """The measurements that would make a fit determinable, in the user's terms."""
+    length = "prompt length" if phase == PREFILL else "context per request"
+    batches = sorted(set(int(b) for b in grid.batch))
+    per_request = sorted(set(float(round(x, 6)) for x in grid.features[:, 1 if phase == PREFILL else 2] / grid.batch))
+    needs = []
+    if len(batches) == 1:
+        needs.append(f"another batch size (every point has batch size {batches[0]})")
+    if len(per_request) == 1:
+        needs.append(f"another {length} (every point has {per_request[0]:g} tokens)")
+    if not needs:
+        needs.append(f"points at new (batch size, {length}) pairs")
+    return f"add at least {missing} measured point{'s' if missing > 1 else ''} at {' and at '.join(needs)}"
 
 
 def fit_phase(points: Sequence[MeasuredPoint], phase: str, *, file: str | None = None,

@@ -35,7 +35,7 @@ from pdplan.schema import Fields, shown
 PREFILL_FEATURES = ("1", "sum_prompt_tokens", "sum_prompt_tokens_sq")
 DECODE_FEATURES = ("1", "batch_size", "sum_context_tokens")
 FORMAT_VERSION = 1
-SOURCES = ("measured", "roofline")
+SOURCES = ("measured", "composed", "calibrated", "roofline")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,7 +89,7 @@ class LatencyModel:
 class Provenance:
     """Where a profile's numbers come from and how well its fit holds."""
 
-    source: str                      #: "measured" (fitted from points) or "roofline" (derived)
+    source: str                      #: measured (fitted from points), composed (from measured operators), calibrated (corrected by a benchmark run) or roofline (derived)
     method: str                      #: e.g. "nnls-relative/poly", "nnls-relative/floor+poly"
     file: str | None = None          #: data file the points came from
     sha256: str | None = None

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 
@@ -326,12 +325,3 @@ def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
         parts.append(f"Power cap: compute throughput / {slowdown:g} ({source}).")
     return " ".join(parts)
 
-
-def profile_for(model: ModelSpec, gpu: GPU, tp: int, pp: int,
-                measured: Mapping[tuple[str, str, int, int], PhaseProfile],
-                **roofline_options) -> PhaseProfile:
-    """The measured profile of this shape when there is one, else its roofline."""
-    key = (model.name, gpu.name, tp, pp)
-    if key in measured:
-        return measured[key]
-    return roofline_profile(model, gpu, tp, pp, **roofline_options)

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+from pdplan.compose import tables
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "smoke_uniform_200.csv"
 PLAN = ROOT / "examples" / "plan_disagg.yaml"
@@ -49,11 +51,20 @@ def test_goodput_writes_a_curve_plot(run_cli, tmp_path):
     assert (tmp_path / "curve.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_goodput_of_a_shape_without_profile_uses_the_roofline(run_cli):
-    code, out, err = run_cli("goodput", TRACE, "--model", "llama-3.1-8b", "--gpu", "h200-141gb",
+def test_goodput_of_a_shape_without_profile_uses_the_roofline_when_composition_is_off(run_cli):
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama-3.1-8b", "--gpu", "h200-141gb", "--no-compose",
                              "--phase", "decode", "--requests-per-probe", "200", "--json")
     assert code == 0, err
     assert json.loads(out)["profile_source"] == "roofline"
+
+
+@pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
+def test_goodput_of_a_shape_without_profile_composes_it_from_the_engine_s_operators(run_cli):
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama-3.1-8b", "--gpu", "h200-141gb", "--engine", "sglang",
+                             "--phase", "decode", "--requests-per-probe", "200", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert result["profile_source"] == "composed" and result["profile_method"].startswith("sglang: operator sum")
 
 
 def test_simulate_json_has_the_documented_keys(run_cli):

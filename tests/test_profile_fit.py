@@ -179,3 +179,15 @@ def test_heldout_error_within_ten_percent_for_every_llama2_shape_of_splitwise(sh
         for phase in (PREFILL, DECODE):
             fit = fit_phase(shape.points, phase, what=shape.shape)
             assert fit.heldout_mape <= 0.10, (shape.shape, phase, fit.basis, fit.heldout_mape)
+
+
+def test_a_fit_that_cannot_be_determined_says_which_points_to_add():
+    from pdplan.profile_fit import decode_point
+    same_batch = [decode_point(batch_size=8, context_tokens=8 * c, latency_s=0.01 + c * 1e-6) for c in (100, 400, 900, 1600)]
+    with pytest.raises(PdplanError, match=r"add at least 1 measured point at another batch size \(every point has "
+                                          r"batch size 8\)"):
+        fit_phase(same_batch, "decode")
+    two = [decode_point(batch_size=b, context_tokens=b * 500, latency_s=0.01 * b) for b in (1, 2)]
+    with pytest.raises(PdplanError, match=r"need at least 4 .*add at least 2 measured points at another context "
+                                          r"per request \(every point has 500 tokens\)"):
+        fit_phase(two, "decode")

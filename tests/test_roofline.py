@@ -17,7 +17,6 @@ from pdplan.roofline import (
     DEFAULT_MAX_PREFILL_BATCH_TOKENS,
     phase_terms,
     pipeline_hops,
-    profile_for,
     roofline_profile,
 )
 from pdplan.roofline_calibration import calibrate_efficiency, load_splitwise_points, roofline_errors
@@ -160,16 +159,6 @@ def test_roofline_profile_survives_a_profile_file_round_trip(tmp_path):
     # the file carries 6 significant digits per coefficient
     assert again.prefill_time_s([1000, 300]) == pytest.approx(profile.prefill_time_s([1000, 300]), rel=1e-5)
     assert again.provenance == profile.provenance
-
-
-def test_profile_for_prefers_the_measured_profile():
-    measured = roofline_profile(LLAMA70, H100, 4, 1, compute_efficiency=0.3)
-    assert profile_for(LLAMA70, H100, 4, 1, {measured.key: measured}) is measured
-
-
-def test_profile_for_falls_back_to_the_roofline():
-    got = profile_for(LLAMA70, H100, 8, 1, {})
-    assert got.provenance.source == "roofline" and got.key == ("llama2-70b", "h100-80gb", 8, 1)
 
 
 @pytest.mark.parametrize("options, message", [

@@ -29,7 +29,10 @@ from pdplan.cli.options import (
     TraceArg,
     TtftOpt,
     load_workload,
-    measured_profiles,
+    profile_source,
+    ComposeOpt,
+    EngineOpt,
+    EngineVersionOpt,
     search_settings,
     slo_from_options,
 )
@@ -40,7 +43,6 @@ from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, instance_go
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model
 from pdplan.report import plot_attainment_curve
-from pdplan.roofline import profile_for
 
 PHASES = ("colocated", "decode", "prefill")
 POLICIES = ("chunked", "prefill-first")
@@ -62,6 +64,9 @@ def goodput(
     attainment: AttainmentOpt = 0.9,
     slo: SloFileOpt = None,
     profiles: ProfilesOpt = None,
+    engine: EngineOpt = "vllm",
+    engine_version: EngineVersionOpt = None,
+    compose: ComposeOpt = True,
     arrivals: ArrivalsOpt = "trace",
     requests_per_probe: RequestsOpt = 2000,
     tolerance: ToleranceOpt = 0.02,
@@ -98,7 +103,9 @@ def goodput(
     if not workload.has_arrivals:  # probes of a lengths-only trace are Poisson; record what was run
         settings = search_settings(tolerance, requests_per_probe, "poisson", seed, grid)
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
-    profile = profile_for(spec, device, tp, pp, measured_profiles(profiles))
+    source = profile_source(profiles, engine, engine_version, compose)
+    profile = source.profile(spec, device, tp, pp)
+    fallback = source.fallback_reason(spec.name, device.name, tp, pp)
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=stderr, transient=True,
                   disable=json or not stderr.is_terminal) as progress:
@@ -115,9 +122,18 @@ def goodput(
         outputs.commit()
     if json:
         print_json({**result.to_dict(), "profile_source": profile.provenance.source,
+                    "profile_method": profile.provenance.method, "profile_fallback": fallback,
                     "slo": objectives.to_dict()})
     else:
-        _render(result, profile.provenance.source, objectives)
+        _render(result, profile_label(profile, fallback), objectives)
+
+
+def profile_label(profile, fallback: str | None) -> str:
+    """``composed (vllm: operator sum, …)``; a roofline says why nothing better was used."""
+    prov = profile.provenance
+    if prov.source == "roofline":
+        return f"roofline ({fallback})" if fallback else "roofline"
+    return f"{prov.source} ({prov.method})"
 
 
 def _render(result: InstanceGoodput, source: str, objectives) -> None:

@@ -30,7 +30,10 @@ from pdplan.cli.options import (
     TraceArg,
     TtftOpt,
     load_workload,
-    measured_profiles,
+    profile_source,
+    ComposeOpt,
+    EngineOpt,
+    EngineVersionOpt,
     search_settings,
     slo_from_options,
 )
@@ -56,6 +59,9 @@ def optimize(
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     profiles: ProfilesOpt = None,
+    engine: EngineOpt = "vllm",
+    engine_version: EngineVersionOpt = None,
+    compose: ComposeOpt = True,
     cluster: Annotated[Path | None, typer.Option(
         "--cluster", help=f"Cluster YAML; default the shipped example ({default_cluster_path()}).")] = None,
     ttft: TtftOpt = None,
@@ -154,7 +160,7 @@ def optimize(
         raise PdplanError(f"--target-rate must be > 0, got {rate!r}", field="target_rate")
     the_cluster = load_cluster(cluster or default_cluster_path())
     request = PlanRequest(
-        workload=workload, model=get_model(model, dtype=dtype, kv_dtype=kv_dtype), cluster=the_cluster, measured=measured_profiles(profiles),
+        workload=workload, model=get_model(model, dtype=dtype, kv_dtype=kv_dtype), cluster=the_cluster, profiles=profile_source(profiles, engine, engine_version, compose),
         slo=slo_from_options(ttft, tpot, attainment, slo), target_rps=rate, fleets=resolve_fleets(fleet, the_cluster),
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,
@@ -238,6 +244,7 @@ def _render(report: PlanReport, doc: dict, explain: bool) -> None:
                  highlight=False)
     stdout.print(_verification_line(doc["verification"]), markup=False, highlight=False)
     stdout.print(_search_line(doc), markup=False, highlight=False)
+    stdout.print(_profiles_line(doc), markup=False, highlight=False)
     _fleets_table(doc)
     _plan_table(doc)
     _facts_table(doc)
@@ -245,6 +252,18 @@ def _render(report: PlanReport, doc: dict, explain: bool) -> None:
     _nodes_table(doc)
     if explain:
         _explain(report)
+
+
+def _profiles_line(doc: dict) -> str:
+    """Which evidence timed the chosen plan's shapes, and why a shape fell back to the roofline."""
+    parts = []
+    for p in doc["pools"]:
+        text = f"{p['gpu']} TP{p['tp']} PP{p['pp']} {p['profile']}"
+        if p["profile_fallback"]:
+            text += f" ({p['profile_fallback']})"
+        if text not in parts:
+            parts.append(text)
+    return f"profiles: {'; '.join(parts)} — {doc['provenance']['profile_sources']}"
 
 
 def _render_miss(report: PlanReport, doc: dict) -> None:
@@ -337,13 +356,13 @@ def _fleets_table(doc: dict) -> None:
 
 def _plan_table(doc: dict) -> None:
     table = Table(title=f"Chosen plan ({doc['decision']}, {doc['affinity'] or 'high'} node affinity)")
-    for name in ("phase", "GPU", "TP", "PP", "replicas", "goodput/instance", "pool capacity", "$/h", "kW"):
+    for name in ("phase", "GPU", "TP", "PP", "replicas", "goodput/instance", "pool capacity", "$/h", "kW", "profile"):
         table.add_column(name, justify="right")
     for p in doc["pools"]:
         phase = p["phase"] + (f" (chunk {p['chunk_tokens']})" if p["chunk_tokens"] else "")
         table.add_row(phase, p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]),
                       f"{p['goodput_rps_per_instance']:.3g} req/s", f"{p['capacity_rps']:.3g} req/s",
-                      _money(p["usd_per_hour"]), f"{p['power_w'] / 1e3:.2f}")
+                      _money(p["usd_per_hour"]), f"{p['power_w'] / 1e3:.2f}", p["profile"])
     base = doc["colocated_baseline"]
     if base is not None and doc["decision"] == "disaggregated":
         for s in base["shapes"]:

@@ -11,6 +11,7 @@ import typer
 from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
+from pdplan.profile_source import DEFAULT_ENGINE, ProfileSource
 from pdplan.profiles import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
 from pdplan.slo import SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.workload import FORMATS, Workload, load_trace
@@ -34,8 +35,9 @@ SloFileOpt = Annotated[Path | None, typer.Option(
     "--slo", help="SLO YAML with several objectives (objectives: [{metric, threshold_ms, attainment}]; at "
                   "most 16 MiB); replaces --ttft/--tpot/--attainment.")]
 ProfilesOpt = Annotated[Path | None, typer.Option(
-    "--profiles", help=f"Profile file or folder; default the shipped profiles ({shipped_profiles_dir()}). "
-                       "Shapes without a profile use a roofline.")]
+    "--profiles", help=f"Your measured profile file or folder, added to the shipped ones ({shipped_profiles_dir()}; "
+                       "yours win for a shape both have). Shapes without a measured profile are composed from "
+                       "measured operators (--engine), else use a roofline.")]
 ArrivalsOpt = Annotated[str, typer.Option(
     "--arrivals", help="How a probe reaches a rate: trace (rescale the trace, burst shape kept) or "
                        "poisson (Poisson arrivals, lengths resampled from the trace).")]
@@ -54,6 +56,16 @@ DtypeOpt = Annotated[str | None, typer.Option(
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision: bf16 or fp8.",
                                                 show_default=False)]
 
+EngineOpt = Annotated[str, typer.Option(
+    "--engine", help="Serving engine whose measured operators compose profiles for shapes without a measured "
+                     "profile: vllm, sglang or trtllm (needs the optional extra pdplan[aic]).")]
+EngineVersionOpt = Annotated[str | None, typer.Option(
+    "--engine-version", help="Engine version of the operator tables; default the newest measured for each GPU.",
+    show_default=False)]
+ComposeOpt = Annotated[bool, typer.Option(
+    "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile "
+                                   "exists (else the roofline).")]
+
 DEFAULT_TTFT_S, DEFAULT_TPOT_S, DEFAULT_ATTAINMENT = 1.0, 0.1, 0.9
 
 
@@ -70,8 +82,14 @@ def slo_from_options(ttft: str | None, tpot: str | None, attainment: float, slo_
 
 
 def measured_profiles(path: Path | None) -> dict[tuple[str, str, int, int], PhaseProfile]:
-    """Profiles from ``--profiles`` or the shipped ones."""
-    return shipped_profiles() if path is None else load_profiles(path)
+    """The shipped profiles plus the user's ``--profiles`` (theirs win for a shape both have)."""
+    return dict(shipped_profiles()) if path is None else {**shipped_profiles(), **load_profiles(path)}
+
+
+def profile_source(path: Path | None, engine: str = DEFAULT_ENGINE, engine_version: str | None = None,
+                   compose: bool = True) -> ProfileSource:
+    """Per shape: the measured profile, else a composed one, else the roofline."""
+    return ProfileSource(measured_profiles(path), engine=engine, engine_version=engine_version, compose=compose)
 
 
 def load_workload(trace: Path, format: str | None) -> Workload:

@@ -12,7 +12,8 @@ from rich import box
 from rich.table import Table
 
 from pdplan import limits
-from pdplan.cli.options import DtypeOpt, KvDtypeOpt, within
+from pdplan.cli.options import DtypeOpt, EngineOpt, EngineVersionOpt, KvDtypeOpt, within
+from pdplan.compose import tables
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
@@ -237,6 +238,11 @@ def roofline(
                                compute_efficiency=compute_efficiency,
                                bandwidth_efficiency=bandwidth_efficiency,
                                layer_overhead_s=layer_overhead_us / 1e6)
+    _write_and_show(profile, outputs, output, as_json, "Roofline")
+
+
+def _write_and_show(profile: PhaseProfile, outputs: Outputs, output: Path | None, as_json: bool, what: str) -> None:
+    """Write the derived profile (if asked) and print its summary row, method and notes."""
     if output is not None:
         outputs.put(output, profile_yaml(profile))
         outputs.commit()
@@ -246,5 +252,40 @@ def roofline(
     if as_json:
         print_json(row)
         return
-    _render([row], f"Roofline {profile.shape}" + ("" if output is None else f", wrote {output}"))
+    _render([row], f"{what} {profile.shape}" + ("" if output is None else f", wrote {output}"))
     stdout.print(f"{row['method']}. {row['notes']}", markup=False, highlight=False)
+
+
+# --- compose -------------------------------------------------------------------------------------
+
+@app.command("compose")
+def compose(
+    model: Annotated[str, typer.Option(help="Model (catalog name or model YAML).", show_default=False)],
+    gpu: Annotated[str, typer.Option(help="GPU type from the catalog.", show_default=False)],
+    tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs per stage, one node).")] = 1,
+    pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.")] = 1,
+    engine: EngineOpt = "vllm",
+    engine_version: EngineVersionOpt = None,
+    dtype: DtypeOpt = None,
+    kv_dtype: KvDtypeOpt = None,
+    output: Annotated[Optional[Path], typer.Option(
+        "-o", "--output", help="Profile YAML to write (atomically).", show_default=False)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the profile summary as one JSON object.")] = False,
+) -> None:
+    """Compose prefill and decode profiles from AIConfigurator's measured operators (GEMM, attention,
+    all-reduce) for one engine and version, fitted into the profile format the simulator reads.
+
+    Needs the optional extra: pip install 'pdplan[aic]'. The profile's provenance names the tables,
+    the engine versions, the held-out fit error and any query outside the measured grids.
+    """
+    within("--tp", tp, 1, MAX_GPUS_PER_NODE)
+    within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
+    outputs = Outputs(model if model.endswith((".yaml", ".yml")) else None)
+    if output is not None:
+        outputs.claim(output, "--output")
+    from pdplan.compose.profile import composed_profile  # the extra's tables load only here
+
+    tables.package_root()  # a clear error naming the extra when it is missing
+    profile = composed_profile(get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu), tp, pp,
+                               engine=engine, engine_version=engine_version)
+    _write_and_show(profile, outputs, output, as_json, f"Composed ({engine})")

@@ -21,7 +21,10 @@ from pdplan.cli.options import (
     TraceArg,
     TtftOpt,
     load_workload,
-    measured_profiles,
+    profile_source,
+    ComposeOpt,
+    EngineOpt,
+    EngineVersionOpt,
     DEFAULT_TPOT_S,
     DEFAULT_TTFT_S,
 )
@@ -46,6 +49,9 @@ def simulate(
     tpot: TpotOpt = None,
     attainment: AttainmentOpt = 0.9,
     profiles: ProfilesOpt = None,
+    engine: EngineOpt = "vllm",
+    engine_version: EngineVersionOpt = None,
+    compose: ComposeOpt = True,
     out: Annotated[Path | None, typer.Option("--out", help="Write one CSV row per request (atomically).")] = None,
     seed: SeedOpt = 0,
     format: FormatOpt = None,
@@ -74,10 +80,12 @@ def simulate(
                           "(pdplan trace transform --arrivals poisson --rate R), or run a closed loop with "
                           "--concurrency C", file=trace)
     model = plan_model(the_plan)
-    result = run_plan(workload, the_plan, plan_profiles(the_plan, measured_profiles(profiles)),
+    shapes = plan_profiles(the_plan, profile_source(profiles, engine, engine_version, compose))
+    result = run_plan(workload, the_plan, shapes,
                       model=model, seed=seed, rate_rps=rate, concurrency=concurrency)
     summary = result.summary(ttft, tpot)
     summary["concurrency"] = concurrency
+    summary["profiles"] = {f"{gpu} TP{tp} PP{pp}": p.provenance.source for (_, gpu, tp, pp), p in shapes.items()}
     summary["meets_slo"] = {clock: (summary["attainment"][clock] or 0) >= attainment
                             for clock in ("ttft", "tpot", "joint")}
     if out is not None:

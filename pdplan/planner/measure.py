@@ -22,7 +22,6 @@ from pdplan.placement import Candidate
 from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
 from pdplan.profiles import PhaseProfile, profile_to_dict
-from pdplan.roofline import profile_for
 from pdplan.slo import SLO
 from pdplan.workload import Workload
 
@@ -95,8 +94,7 @@ def measure(request: PlanRequest, cache: ResultCache,
     for i, shape in enumerate(shapes):
         if progress is not None:
             progress(f"goodput {shape.label}", i, len(shapes))
-        profile = profile_for(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp, shape.pp,
-                              request.measured)
+        profile = request.profiles.profile(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp, shape.pp)
         result = cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
                                          settings=request.settings, policy=shape.policy,
                                          chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,

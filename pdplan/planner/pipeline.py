@@ -188,7 +188,8 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
     chosen = reduce(lambda a, b: better(a, b, request.objective), found) if found else None
     end_to_end = without = None
     if chosen is not None:
-        start = chosen.best.verification.rate_rps
+        # objective goodput: the very bisection the search verified, so the two rates agree
+        start = chosen.first.goodput_rps if request.objective == "goodput" else chosen.best.verification.rate_rps
         end_to_end = verifier.goodput(chosen.best.plan, mode=chosen.mode, start_rps=start)
         if request.redundancy != "none":
             without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"))

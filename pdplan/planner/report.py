@@ -32,11 +32,20 @@ def phase_dict(solution: Solution | None, phase: str) -> dict | None:
             "shapes": [shape_dict(c, k) for c, k in shapes]}
 
 
+def profile_dict(request: PlanRequest, gpu: str, tp: int, pp: int) -> dict:
+    """Where a shape's latencies come from: measured, composed or roofline, how, and (for a
+    roofline) why nothing better was available."""
+    profile = request.profiles.profile(request.model, request.cluster.priced_gpu(gpu), tp, pp)
+    prov = profile.provenance
+    return {"profile": prov.source, "profile_method": prov.method,
+            "profile_fallback": request.profiles.fallback_reason(request.model.name, gpu, tp, pp)}
+
+
 def pools(solution: Solution, request: PlanRequest) -> list[dict]:
     cluster = request.cluster
     return [{"phase": c.phase, **shape_dict(c, k), "chunk_tokens": c.chunk_tokens,
              "usd_per_hour": cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k,
-             "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k}
+             "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k, **profile_dict(request, c.gpu, c.tp, c.pp)}
             for c, k in sorted(solution.replicas.items(), key=lambda ck: (ck[0].phase, ck[0].gpu, ck[0].tp, ck[0].pp))]
 
 
@@ -239,4 +248,5 @@ def _provenance(report: PlanReport) -> dict:
         "links": "derived: verified rate × mean prompt KV bytes vs the ingress of the placed path",
         "profiles": {f"{m.shape.gpu} TP{m.shape.tp} PP{m.shape.pp}": m.profile.provenance.source
                      for m in report.measured},
+        "profile_sources": report.request.profiles.describe(),
     }

@@ -10,6 +10,7 @@ from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings, check_admiss
 from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import ANY, POOL_SHAPES, REDUNDANCY, Fleet
+from pdplan.profile_source import ProfileSource
 from pdplan.slo import SLO
 from pdplan.verify import DEFAULT_RUNS, RULES
 from pdplan.workload import Workload
@@ -25,7 +26,7 @@ class PlanRequest:
     workload: Workload
     model: ModelSpec
     cluster: Cluster
-    measured: dict                      #: (model, gpu, tp, pp) → PhaseProfile
+    profiles: ProfileSource             #: measured, else composed, else roofline, per shape
     slo: SLO
     target_rps: float | None            #: None with objective goodput
     fleets: tuple[Fleet, ...] = (ANY,)

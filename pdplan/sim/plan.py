@@ -224,19 +224,17 @@ def plan_model(plan: Plan) -> ModelSpec:
     return get_model(names[0])
 
 
-def plan_profiles(plan: Plan, measured: Mapping[ProfileKey, PhaseProfile]) -> dict[ProfileKey, PhaseProfile]:
-    """A profile for every pool: the measured one where loaded, else the shape's roofline.
-
-    A shape that cannot hold the model names the plan file and the pool.
+def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
+    """A profile for every pool from ``source`` (a :class:`pdplan.profile_source.ProfileSource`:
+    measured, else composed, else roofline). A shape that cannot hold the model names the plan
+    file and the pool.
     """
-    from pdplan.roofline import profile_for  # roofline builds on profiles, not on plans
-
-    found = dict(measured)
+    found = {}
     for i, pool in enumerate(plan.pools):
         if pool.shape in found:
             continue
         try:
-            found[pool.shape] = profile_for(get_model(pool.model), get_gpu(pool.gpu), pool.tp, pool.pp, measured)
+            found[pool.shape] = source.profile(get_model(pool.model), get_gpu(pool.gpu), pool.tp, pool.pp)
         except PdplanError as err:
             raise PdplanError(f"pool {pool.name!r}: {err.detail}", file=plan.source, field=f"pools[{i}]") from None
     return found

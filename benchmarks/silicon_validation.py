@@ -1,0 +1,169 @@
+"""Validate pdplan's latency model against real deployments: AIConfigurator's silicon_sample.csv.
+
+    python benchmarks/silicon_validation.py [--profiles composed,roofline] [--rows N] [--csv OUT]
+
+Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
+TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and
+precision pdplan supports is replayed: the row's concurrency C as a closed loop of C clients
+(``simulate --concurrency``), 10 × C requests (at least 100, at most 2,000) of exactly the row's
+ISL and OSL, on one instance of the row's TP for aggregated rows and on the row's prefill and
+decode pools for disaggregated ones. Each profile kind is run in turn — composed from the
+engine's measured operators, and the roofline — and the script prints, per model, GPU, engine,
+mode and kind, the number of rows and the median and p90 absolute percentage error of the mean
+TTFT and the mean TPOT. Nothing is fitted to this file: it is how we know the model is right.
+
+Stated assumptions, the same for every row:
+
+* engine scheduling — vLLM: chunked prefill, 8,192 tokens per iteration (its default for the API
+  server on 80 GB-class GPUs); TensorRT-LLM: in-flight batching, context and generation in one
+  iteration of up to 8,192 tokens (its default max_num_tokens); SGLang: prefill batches of up to
+  8,192 tokens run apart from decode (its default chunked_prefill_size, mixed chunks off);
+* precision — gemm_quant_mode fp8 / fp8_block is fp8 weights, nvfp4 is fp4, none is bf16; the KV
+  cache is fp8 for quantized weights (pdplan's default);
+* operator tables — the newest measured for the engine on that GPU (the row's engine version
+  may be older; the table's is printed);
+* disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
+  per transfer, streamed per layer.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from functools import cache
+
+import numpy as np
+import pandas as pd
+
+from pdplan.compose import tables
+from pdplan.errors import PdplanError
+from pdplan.hardware import get_gpu
+from pdplan.modelspec import get_model
+from pdplan.profile_source import ProfileSource
+from pdplan.sim import simulate
+from pdplan.sim.plan import Link, Plan, Pool
+
+MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
+          "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "Qwen/Qwen3-32B": "qwen3-32b",
+          "nvidia/Qwen3-32B-NVFP4": "qwen3-32b"}
+GPUS = {system: gpu for gpu, system in tables.SYSTEMS.items()}
+DTYPES = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+SCHEDULING = {"vllm": ("chunked", 8192), "trtllm": ("chunked", 8192), "sglang": ("prefill-first", 8192)}
+LINK = Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=50e9, setup_s=0.5e-3)
+
+
+def supported_rows(path) -> pd.DataFrame:
+    rows = pd.read_csv(path)
+    rows = rows[rows["model_path"].isin(MODELS) & rows["system"].isin(GPUS)].copy()
+    rows["model"] = rows["model_path"].map(MODELS)
+    rows["gpu"] = rows["system"].map(GPUS)
+    rows["dtype"] = rows["gemm_quant_mode"].map(DTYPES).fillna("bf16")
+    rows["concurrency"] = [_concurrency(s, b) for s, b in zip(rows["silicon_data_source"], rows["batch_size"])]
+    return rows[rows["concurrency"] > 0].reset_index(drop=True)
+
+
+def _concurrency(source: str, batch) -> int:
+    found = re.search(r"silicon_concurrency=(\d+)", str(source))
+    if found:
+        return int(found.group(1))
+    return int(batch) if pd.notna(batch) else 0
+
+
+def _int(value, default: int = 1) -> int:
+    return int(value) if pd.notna(value) else default
+
+
+def plan_for(row) -> Plan:
+    model = get_model(row["model"], dtype=row["dtype"]).name
+    if row["mode"] == "agg":
+        policy, tokens = SCHEDULING[row["backend"]]
+        chunk = tokens if policy == "chunked" else None
+        cap = None if policy == "chunked" else tokens
+        return Plan(pools=(Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
+                                policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap),))
+    return Plan(pools=(
+        Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], tp=_int(row["prefill_tp_size"]),
+             replicas=_int(row["prefill_num_workers"]), max_prefill_batch_tokens=SCHEDULING[row["backend"]][1]),
+        Pool(name="d", phase="decode", model=model, gpu=row["gpu"], tp=_int(row["decode_tp_size"]),
+             replicas=_int(row["decode_num_workers"]))), default_link=LINK, transfer_schedule="layer")
+
+
+@cache
+def _profile(kind: str, engine: str, model: str, gpu: str, tp: int):
+    source = ProfileSource({}, engine=engine, compose=kind == "composed")
+    profile = source.profile(get_model(model), get_gpu(gpu), tp, 1)
+    if kind == "composed" and profile.provenance.source != "composed":
+        raise PdplanError(source.fallback_reason(model, gpu, tp, 1) or "not composed")
+    return profile
+
+
+def replay(row, kind: str) -> tuple[float, float]:
+    """Simulated mean TTFT and mean TPOT (ms) of the row's run."""
+    plan = plan_for(row)
+    profiles = {pool.shape: _profile(kind, row["backend"], pool.model, pool.gpu, pool.tp) for pool in plan.pools}
+    clients = int(row["concurrency"])
+    n = int(min(2000, max(100, 10 * clients)))
+    workload = {"arrival_s": np.zeros(n), "prompt_tokens": np.full(n, int(row["isl"])),
+                "output_tokens": np.full(n, int(row["osl"]))}
+    result = simulate(workload, plan, profiles, model=get_model(plan.pools[0].model), concurrency=clients)
+    served = ~np.asarray(result["rejected"])
+    ttft = np.asarray(result["ttft_s"])[served]
+    tpot = np.asarray(result["tpot_s"])[served]
+    return float(np.nanmean(ttft) * 1e3), float(np.nanmean(tpot) * 1e3)
+
+
+def summarise(results: pd.DataFrame) -> pd.DataFrame:
+    keys = ["model", "gpu", "dtype", "backend", "mode", "kind"]
+    grouped = results.groupby(keys, sort=True)
+    return pd.DataFrame({
+        "rows": grouped.size(),
+        "ttft_median": grouped["ttft_ape"].median(), "ttft_p90": grouped["ttft_ape"].quantile(0.9),
+        "tpot_median": grouped["tpot_ape"].median(), "tpot_p90": grouped["tpot_ape"].quantile(0.9),
+        "tpot_bias": grouped["tpot_signed"].median(), "ttft_bias": grouped["ttft_signed"].median(),
+    }).reset_index()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--profiles", default="composed,roofline")
+    parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
+    parser.add_argument("--csv", default=None, help="write every replayed row here")
+    args = parser.parse_args(argv)
+    rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+    if args.rows:
+        rows = rows.head(args.rows)
+    print(f"{len(rows)} supported rows of silicon_sample.csv (aiconfigurator-core {tables.package_version()})")
+    records, skipped = [], {}
+    for kind in args.profiles.split(","):
+        for _, row in rows.iterrows():
+            try:
+                ttft, tpot = replay(row, kind)
+            except PdplanError as err:
+                skipped[(kind, err.detail)] = skipped.get((kind, err.detail), 0) + 1
+                continue
+            records.append({**{k: row[k] for k in ("model", "gpu", "dtype", "backend", "mode", "isl", "osl",
+                                                    "concurrency")},
+                            "kind": kind, "ttft_ms": ttft, "tpot_ms": tpot,
+                            "silicon_ttft_ms": row["silicon_ttft_ms"], "silicon_tpot_ms": row["silicon_tpot_ms"]})
+    results = pd.DataFrame(records)
+    for clock in ("ttft", "tpot"):
+        signed = results[f"{clock}_ms"] / results[f"silicon_{clock}_ms"] - 1
+        results[f"{clock}_signed"], results[f"{clock}_ape"] = signed, signed.abs()
+    if args.csv:
+        results.to_csv(args.csv, index=False, float_format="%.6g")
+    table = summarise(results)
+    pd.set_option("display.width", 200)
+    print(table.to_string(index=False, float_format=lambda x: f"{x:.1%}"))
+    print("\noverall (median / p90 absolute error, median signed error):")
+    for kind, part in results.groupby("kind", sort=True):
+        print(f"  {kind:9s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} / {part.ttft_ape.quantile(0.9):6.1%}"
+              f" ({part.ttft_signed.median():+.1%})   TPOT {part.tpot_ape.median():6.1%} / "
+              f"{part.tpot_ape.quantile(0.9):6.1%} ({part.tpot_signed.median():+.1%})")
+    for (kind, reason), count in sorted(skipped.items()):
+        print(f"  skipped {count} {kind} rows: {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

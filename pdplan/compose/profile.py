@@ -1,0 +1,85 @@
+"""Composed profiles: step times summed from measured operators, fitted into pdplan's format.
+
+:class:`~pdplan.compose.step.Step` gives the time of any prefill batch or decode step; the
+simulator reads a :class:`~pdplan.profiles.PhaseProfile`. :func:`composed_profile` times a grid
+of batches — prefill: 1–32 prompts of 64–16,384 tokens up to the batch cap; decode: 1–512
+requests holding 64–32,768 tokens each, within the KV capacity — and fits them with the same
+rules as measured points (:func:`pdplan.profile_fit.fit_profile`), so a composed profile reports
+its held-out fit error like a measured one. Its provenance names the tables, engine versions and
+any query outside the measured grids.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from functools import cache
+
+from pdplan.compose import tables
+from pdplan.compose.step import Step
+from pdplan.errors import PdplanError
+from pdplan.hardware import GPU
+from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
+from pdplan.profile_fit import ShapePoints, decode_point, fit_profile, prefill_point
+from pdplan.profiles import PhaseProfile
+from pdplan.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
+
+PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
+PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+DECODE_CONTEXTS = (64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
+DEFAULT_ENGINE = "vllm"
+
+
+def sample_points(step: Step, *, kv_capacity: int, max_batch_tokens: int) -> list:
+    """Prefill and decode points of the composition grid that the instance can hold."""
+    points = []
+    for batch in PREFILL_BATCHES:
+        for length in PREFILL_LENGTHS:
+            if batch * length <= max_batch_tokens or batch == 1 and length <= kv_capacity:
+                points.append(prefill_point(batch_size=batch, prompt_tokens=length,
+                                            latency_s=step.prefill_s(batch, length), origin=f"{batch}x{length}"))
+    for batch in DECODE_BATCHES:
+        for context in DECODE_CONTEXTS:
+            if batch * context <= kv_capacity:
+                points.append(decode_point(batch_size=batch, context_tokens=batch * context,
+                                           latency_s=step.decode_s(batch, context), origin=f"B{batch}x{context}"))
+    return points
+
+
+@cache
+def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str = DEFAULT_ENGINE,
+                     engine_version: str | None = None, memory_utilization: float = 0.9,
+                     gpus_per_node: int = 8,
+                     max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> PhaseProfile:
+    """The composed profile of one shape, or a PdplanError saying why none can be made."""
+    reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=gpus_per_node,
+                             memory_utilization=memory_utilization, kv_reserve_tokens=1)
+    if reason is not None:
+        raise PdplanError(f"{model.name} {reason}", field="tp")
+    hardware = gpu.physical
+    if gpu.base is not None:
+        raise PdplanError(f"no AIConfigurator operator data for {gpu.name} (a power-capped setting of {hardware}; "
+                          "it measures uncapped GPUs)", field="gpu")
+    versions = tables.choose_versions(hardware, engine, engine_version)
+    step = Step(model=model, gpu=hardware, tp=tp, pp=pp, engine=engine, versions=versions,
+                gpus_per_node=gpus_per_node)
+    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
+    cap = min(max_prefill_batch_tokens, capacity)
+    source = tables.Source(system=step.system, engine=engine, versions=versions)
+    shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
+                        points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
+                        source=source.text(),
+                        notes=f"{source.text()}; {_notes(step)}")
+    profile = fit_profile(shape, kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap)
+    prov = profile.provenance
+    return replace(profile, provenance=replace(
+        prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
+
+
+def _notes(step: Step) -> str:
+    parts = ["Composed, not measured end to end: per-step operator latencies (GEMM, attention, all-reduce) "
+             "measured by AIConfigurator, summed per layer, plus its analytic element-wise and pipeline-hop "
+             "formulas; no engine scheduling overhead between steps"]
+    outside = step.log.text()
+    parts.append(f"outside the measured grids: {outside}" if outside else "every query inside the measured grids")
+    return "; ".join(parts)

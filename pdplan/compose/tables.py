@@ -1,0 +1,331 @@
+"""AIConfigurator's measured operator tables, read from the installed ``aiconfigurator-core``.
+
+NVIDIA's AIConfigurator measures every operator a transformer step runs — GEMMs per precision,
+context (prefill) and generation (decode) attention, the engine's custom all-reduce and NCCL —
+on each GPU system, for each serving engine and version, and ships the measurements as parquet
+tables (Apache-2.0) in ``aiconfigurator_core/systems/data/<system>/<family>/<engine>/<version>/``.
+pdplan reads them in place (optional extra ``pdplan[aic]``; nothing is copied into pdplan) and
+interpolates inside each measured grid:
+
+* GEMM latency at (m, n, k) — trilinear in (m, n, k): exact for a latency proportional to
+  n·k at fixed m (both the weight-read and the compute regime), linear in m between grid rows;
+* context attention at (batch, prompt length) — bilinear in (batch, length²), since its work
+  grows with the causal pairs; generation attention at (batch, KV length) — bilinear, its work
+  being the KV read, batch × length;
+* all-reduce at (GPUs, elements) — linear in the message size (α + size/β between points).
+
+Outside a grid the nearest edge is scaled linearly in the coordinate that left it (a GEMM with
+n above the largest measured n costs n/n_max times the edge), and every such query is counted
+so the profile's provenance can say so. Among kernels measured for one point the fastest is
+used: the engine's autotuner picks it.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import re
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import load_yaml
+
+ENGINES = ("vllm", "sglang", "trtllm")
+#: pdplan GPU type -> AIConfigurator system. A power-capped type has no tables of its own.
+SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm",
+           "b200-180gb": "b200_sxm", "gb200-185gb": "gb200"}
+#: pdplan weight precision -> the GEMM table's dtype column (per-tensor FP8, NVFP4).
+GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
+KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
+EXTRA = "pip install 'pdplan[aic]'"
+
+
+def package_root() -> Path:
+    """The installed aiconfigurator_core package, or a clear error naming the extra."""
+    spec = importlib.util.find_spec("aiconfigurator_core")
+    if spec is None or not spec.submodule_search_locations:
+        raise PdplanError(f"operator-level profiles read AIConfigurator's measured tables, which come with the "
+                          f"optional extra: {EXTRA}", field="engine")
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def installed() -> bool:
+    return importlib.util.find_spec("aiconfigurator_core") is not None
+
+
+def package_version() -> str:
+    return importlib.metadata.version("aiconfigurator-core")
+
+
+def version_key(version: str) -> tuple:
+    """Order engine versions as releases: 0.5.6.post2 < 0.5.10 < 0.5.14; 1.3.0rc5 < 1.3.0rc20 < 1.3.0."""
+    release = re.match(r"[\d.]+", version)
+    numbers = tuple(int(x) for x in release.group(0).strip(".").split(".")) if release else ()
+    rest = version[release.end():] if release else version
+    pre = re.match(r"\.?(a|b|rc|dev)(\d*)", rest)
+    post = re.match(r"\.?post(\d*)", rest)
+    stage = (0, pre.group(1), int(pre.group(2) or 0)) if pre else (1, "", int(post.group(1) or 0) if post else 0)
+    return numbers, stage
+
+
+# --- one table --------------------------------------------------------------------------------------
+
+@dataclass
+class Extrapolated:
+    """Queries that left a measured grid, by operator, for the provenance."""
+
+    counts: dict[str, int] = field(default_factory=dict)
+
+    def note(self, what: str) -> None:
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    def text(self) -> str:
+        return "; ".join(f"{what} ({n} queries)" for what, n in sorted(self.counts.items()))
+
+
+def _bracket(axis: np.ndarray, x: float) -> tuple[int, int, float, float]:
+    """Indices of the grid values around x, the weight of the upper one, and the linear scale
+    to apply when x lies outside the grid (1 inside)."""
+    if x <= axis[0]:
+        return 0, 0, 0.0, x / axis[0] if x < axis[0] else 1.0
+    if x >= axis[-1]:
+        return len(axis) - 1, len(axis) - 1, 0.0, x / axis[-1] if x > axis[-1] else 1.0
+    hi = int(np.searchsorted(axis, x))
+    lo = hi - 1
+    return lo, hi, (x - axis[lo]) / (axis[hi] - axis[lo]), 1.0
+
+
+class Grid:
+    """Latencies (seconds) on a full grid of coordinates; missing points are filled along the
+    first axis from their neighbours, so the fastest-kernel grid has no holes."""
+
+    def __init__(self, axes: tuple[np.ndarray, ...], values: np.ndarray, name: str, columns: tuple[str, ...],
+                 transforms: tuple = ()):
+        self.axes, self.values, self.name, self.columns = axes, values, name, columns
+        self.transforms = transforms or tuple(None for _ in axes)
+
+    @classmethod
+    def from_frame(cls, frame, columns: tuple[str, ...], name: str, transforms: tuple = ()) -> "Grid":
+        best = frame.groupby(list(columns), sort=True)["latency"].min()   # fastest kernel per point
+        axes = tuple(np.array(sorted(frame[c].unique()), dtype=float) for c in columns)
+        values = np.full(tuple(len(a) for a in axes), np.nan)
+        index = tuple(np.searchsorted(axes[i], best.index.get_level_values(i).to_numpy(float))
+                      for i in range(len(columns)))
+        values[index] = best.to_numpy() / 1e3   # tables hold milliseconds
+        _fill_holes(values, axes[0])
+        return cls(axes, values, name, columns, transforms)
+
+    def __call__(self, point: tuple[float, ...], log: Extrapolated) -> float:
+        """Multilinear interpolation at ``point``; outside the grid, linear scaling of the edge."""
+        corners, scale = [], 1.0
+        for axis, x, transform, column in zip(self.axes, point, self.transforms, self.columns):
+            lo, hi, w, s = _bracket(axis, x)
+            if transform == "square" and lo != hi:  # interpolate in x² (attention's causal pairs)
+                w = (x * x - axis[lo] ** 2) / (axis[hi] ** 2 - axis[lo] ** 2)
+            if s != 1.0:
+                scale *= s
+                edge = f"{axis[0]:g}–{axis[-1]:g}"
+                log.note(f"{self.name} {column} outside the measured {edge}, scaled linearly")
+            corners.append(((lo, 1.0 - w), (hi, w)) if lo != hi else ((lo, 1.0),))
+        total = 0.0
+        for combo in np.ndindex(*(len(c) for c in corners)):
+            weight, index = 1.0, []
+            for axis_corners, pick in zip(corners, combo):
+                i, wi = axis_corners[pick]
+                weight *= wi
+                index.append(i)
+            if weight:
+                total += weight * self.values[tuple(index)]
+        return total * scale
+
+
+def _fill_holes(values: np.ndarray, first_axis: np.ndarray) -> None:
+    """Fill unmeasured points by linear interpolation along the first axis (the token count),
+    then by the nearest measured neighbour; a line with no measurement stays NaN."""
+    lines = np.moveaxis(values, 0, -1).reshape(-1, len(first_axis))
+    for line in lines:
+        known = np.isfinite(line)
+        if known.any() and not known.all():
+            line[~known] = np.interp(first_axis[~known], first_axis[known], line[known])
+    values[...] = np.moveaxis(lines.reshape(np.moveaxis(values, 0, -1).shape), -1, 0)
+
+
+# --- one system, engine and version -----------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Source:
+    """Which measured files a composition reads."""
+
+    system: str
+    engine: str
+    versions: dict = field(hash=False, compare=False)   #: table -> engine version used
+
+    def text(self) -> str:
+        used = ", ".join(f"{table} {version}" for table, version in sorted(self.versions.items()))
+        return f"AIConfigurator {package_version()} tables for {self.system}/{self.engine} ({used})"
+
+
+FILES = {"gemm": ("gemm", "gemm_perf.parquet"),
+         "context_attention": ("attention", "context_attention_perf.parquet"),
+         "generation_attention": ("attention", "generation_attention_perf.parquet"),
+         "all_reduce": ("comm", "custom_allreduce_perf.parquet")}
+
+
+def system_for(gpu: str) -> str:
+    if gpu not in SYSTEMS:
+        raise PdplanError(f"no AIConfigurator operator data for {gpu} (it measures "
+                          f"{', '.join(sorted(SYSTEMS))})", field="gpu")
+    return SYSTEMS[gpu]
+
+
+def available_versions(gpu: str, engine: str) -> dict[str, list[str]]:
+    """Engine versions measured per table on ``gpu`` (oldest first)."""
+    data = package_root() / "systems" / "data" / system_for(gpu)
+    found = {}
+    for table, (family, filename) in FILES.items():
+        folder = data / family / engine
+        versions = [p.name for p in folder.iterdir() if (p / filename).is_file()] if folder.is_dir() else []
+        found[table] = sorted(versions, key=version_key)
+    return found
+
+
+def choose_versions(gpu: str, engine: str, version: str | None) -> dict[str, str]:
+    """Per table the requested version, else the newest measured one not above it (tables are
+    collected per release, so an older table stands in for one not re-measured)."""
+    if engine not in ENGINES:
+        raise PdplanError(f"unknown engine {engine!r} (known: {', '.join(ENGINES)})", field="engine")
+    found = available_versions(gpu, engine)
+    measured = sorted({v for versions in found.values() for v in versions}, key=version_key)
+    if not measured:
+        raise PdplanError(f"AIConfigurator has no {engine} operator data for {gpu}", field="engine")
+    if version is not None and version not in measured:
+        raise PdplanError(f"no {engine} {version} operator data for {gpu} (measured: {', '.join(measured)})",
+                          field="engine_version")
+    chosen = {}
+    for table in ("gemm", "context_attention", "generation_attention"):
+        older = [v for v in found[table] if version is None or version_key(v) <= version_key(version)]
+        if not older:
+            raise PdplanError(f"no {table.replace('_', ' ')} table for {engine} {version or ''} on {gpu} "
+                              f"(measured: {', '.join(found[table]) or 'none'})", field="engine_version")
+        chosen[table] = older[-1]
+    older = [v for v in found["all_reduce"] if version is None or version_key(v) <= version_key(version)]
+    if older:
+        chosen["all_reduce"] = older[-1]
+    return chosen
+
+
+@dataclass(frozen=True)
+class SystemSpec:
+    """The constants AIConfigurator's own analytic formulas use for this system."""
+
+    mem_bw: float              #: bytes/s
+    mem_scale: float           #: empirical fraction of mem_bw a memory-bound kernel reaches
+    mem_latency_s: float       #: empirical constant latency of a memory-bound kernel
+    p2p_latency_s: float
+    inter_node_bw: float
+    intra_node_bw: float
+
+
+@cache
+def system_spec(system: str) -> SystemSpec:
+    path = package_root() / "systems" / f"{system}.yaml"
+    data = load_yaml(path, what="AIConfigurator system file")
+    gpu, node = data["gpu"], data["node"]
+    return SystemSpec(mem_bw=float(gpu["mem_bw"]), mem_scale=float(gpu["mem_bw_empirical_scaling_factor"]),
+                      mem_latency_s=float(gpu["mem_empirical_constant_latency"]),
+                      p2p_latency_s=float(node["p2p_latency"]), inter_node_bw=float(node["inter_node_bw"]),
+                      intra_node_bw=float(node["intra_node_bw"]))
+
+
+#: Columns older tables lack, with the value they mean (no sliding window).
+OPTIONAL_COLUMNS = {"window_size": 0}
+
+
+def _read(system: str, engine: str, table: str, version: str, columns: list[str]):
+    import pandas as pd  # pyarrow reads parquet; it comes with the extra
+    import pyarrow.parquet as pq
+
+    family, filename = FILES[table]
+    path = package_root() / "systems" / "data" / system / family / engine / version / filename
+    try:
+        present = set(pq.read_schema(path).names)
+        missing = [c for c in columns if c not in present and c not in OPTIONAL_COLUMNS]
+        if missing:
+            raise PdplanError(f"operator table lacks column {missing[0]!r}", file=path, field=missing[0])
+        frame = pd.read_parquet(path, columns=[c for c in columns if c in present])
+    except (OSError, ValueError) as err:  # pyarrow's errors derive from these
+        raise PdplanError(f"unreadable operator table ({' '.join(str(err).split())[:200]})", file=path) from None
+    for column, value in OPTIONAL_COLUMNS.items():
+        if column in columns and column not in frame:
+            frame[column] = value
+    return frame
+
+
+@cache
+def gemm_grid(system: str, engine: str, version: str, dtype: str) -> Grid:
+    frame = _read(system, engine, "gemm", version, ["gemm_dtype", "m", "n", "k", "latency"])
+    frame = frame[frame["gemm_dtype"] == GEMM_DTYPES[dtype]]
+    if frame.empty:
+        measured = sorted(k for k, v in GEMM_DTYPES.items() if v in set(
+            _read(system, engine, "gemm", version, ["gemm_dtype"])["gemm_dtype"]))
+        raise PdplanError(f"no {dtype} GEMM measurements for {engine} {version} on {system} "
+                          f"(measured: {', '.join(measured)})", field="dtype")
+    return Grid.from_frame(frame, ("m", "n", "k"), "GEMM")
+
+
+@cache
+def attention_lines(system: str, engine: str, version: str, phase: str, head_dim: int,
+                    kv_dtype: str) -> dict[tuple[int, int], Grid]:
+    """Per measured (query heads, KV heads) pair, the latency grid over (batch, length)."""
+    table = f"{phase}_attention"
+    length = "isl" if phase == "context" else "step"
+    frame = _read(system, engine, table, version,
+                  ["batch_size", length, "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype",
+                   "window_size", "latency"])
+    frame = frame[(frame["head_dim"] == head_dim) & (frame["window_size"] == 0)
+                  & (frame["kv_cache_dtype"] == KV_DTYPES[kv_dtype])]
+    if frame.empty:
+        raise PdplanError(f"no {phase} attention measurements for head dim {head_dim} with a {kv_dtype} KV cache "
+                          f"for {engine} {version} on {system}", field="model")
+    transforms = (None, "square" if phase == "context" else None)
+    return {(int(q), int(kv)): Grid.from_frame(part, ("batch_size", length), f"{phase} attention", transforms)
+            for (q, kv), part in frame.groupby(["num_heads", "num_key_value_heads"])}
+
+
+def attention_s(lines: dict[tuple[int, int], Grid], q_heads: int, kv_heads: int, batch: float, length: float,
+                log: Extrapolated) -> float:
+    """Attention time for a head configuration: its own measured line, else the lines with the
+    same query-to-KV head ratio interpolated (or scaled) linearly in the query heads, the work
+    being proportional to them at a fixed ratio."""
+    if (q_heads, kv_heads) in lines:
+        return lines[q_heads, kv_heads]((batch, length), log)
+    same = sorted(q for q, kv in lines if q * kv_heads == kv * q_heads)
+    if not same:
+        ratios = sorted({f"{q}:{kv}" for q, kv in lines})
+        raise PdplanError(f"no attention measurement with {q_heads} query heads per {kv_heads} KV heads' ratio "
+                          f"(measured head pairs: {', '.join(ratios[:12])}…)", field="model")
+    log.note(f"attention for {q_heads}/{kv_heads} heads interpolated between measured head counts")
+    at = lambda q: lines[q, q * kv_heads // q_heads]((batch, length), log)  # noqa: E731
+    below = [q for q in same if q < q_heads]
+    above = [q for q in same if q > q_heads]
+    if below and above:
+        lo, hi = below[-1], above[0]
+        w = (q_heads - lo) / (hi - lo)
+        return (1 - w) * at(lo) + w * at(hi)
+    nearest = above[0] if above else below[-1]
+    return at(nearest) * q_heads / nearest
+
+
+@cache
+def all_reduce_grid(system: str, engine: str, version: str) -> Grid:
+    frame = _read(system, engine, "all_reduce", version, ["num_gpus", "message_size", "latency"])
+    return Grid.from_frame(frame.rename(columns={"message_size": "elements"}).loc[:, ["elements", "num_gpus", "latency"]],
+                           ("elements", "num_gpus"), "all-reduce")
+
+
+def measured_group_sizes(grid: Grid) -> tuple[int, ...]:
+    return tuple(int(x) for x in grid.axes[1])

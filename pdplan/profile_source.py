@@ -1,0 +1,78 @@
+"""Where each shape's latency profile comes from: measured, else composed, else roofline.
+
+A plan's shapes are timed by the best evidence there is for each:
+
+1. **measured** — a profile fitted from end-to-end measurements of that very (model, precision,
+   GPU, TP, PP) shape (the shipped Splitwise and DistServe fits, or the user's ``--profiles``);
+2. **composed** — summed from AIConfigurator's measured operators for the chosen serving engine
+   and version (:mod:`pdplan.compose`), when the optional extra ``pdplan[aic]`` is installed and
+   it has tables for the GPU;
+3. **roofline** — derived from the GPU's datasheet (:mod:`pdplan.roofline`).
+
+Every profile records which in ``provenance.source``; when a shape falls back past composition
+the reason is kept (:meth:`ProfileSource.fallback_reason`) so the output can say why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from pdplan.compose import tables
+from pdplan.errors import PdplanError
+from pdplan.hardware import GPU
+from pdplan.modelspec import ModelSpec
+from pdplan.profiles import PhaseProfile
+from pdplan.roofline import roofline_profile
+
+DEFAULT_ENGINE = "vllm"
+
+
+@dataclass(frozen=True)
+class ProfileSource:
+    """The profile chooser one run uses."""
+
+    measured: Mapping[tuple[str, str, int, int], PhaseProfile] = field(hash=False, compare=False)
+    engine: str = DEFAULT_ENGINE
+    engine_version: str | None = None   #: a version the user asked for: missing data is then an error
+    compose: bool = True                #: False: skip operator composition (measured, else roofline)
+    fallbacks: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def __post_init__(self):
+        if self.engine not in tables.ENGINES:
+            raise PdplanError(f"unknown engine {self.engine!r} (known: {', '.join(tables.ENGINES)})", field="engine")
+        if self.engine_version is not None and not tables.installed():
+            raise PdplanError(f"--engine-version selects AIConfigurator's operator tables, which come with the "
+                              f"optional extra: {tables.EXTRA}", field="engine_version")
+
+    def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8) -> PhaseProfile:
+        key = (model.name, gpu.name, tp, pp)
+        if key in self.measured:
+            return self.measured[key]
+        if self.compose and tables.installed():
+            from pdplan.compose.profile import composed_profile  # reads parquet: only with the extra
+
+            try:
+                return composed_profile(model, gpu, tp, pp, engine=self.engine, engine_version=self.engine_version,
+                                        gpus_per_node=gpus_per_node)
+            except PdplanError as err:
+                if self.engine_version is not None and err.field in ("engine", "engine_version"):
+                    raise  # the user asked for this version: missing data is their error to see
+                self.fallbacks[key] = err.detail
+        elif self.compose:
+            self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
+        return roofline_profile(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
+
+    def fallback_reason(self, model: str, gpu: str, tp: int, pp: int) -> str | None:
+        """Why a shape that is not measured was not composed either (None when it was)."""
+        return self.fallbacks.get((model, gpu, tp, pp))
+
+    def describe(self) -> str:
+        """One line for the output: which evidence this run may use."""
+        if not self.compose:
+            return "measured profiles, else rooflines (composition off)"
+        if not tables.installed():
+            return f"measured profiles, else rooflines (operator tables not installed: {tables.EXTRA})"
+        version = self.engine_version or "newest measured"
+        return (f"measured profiles, else composed from AIConfigurator {tables.package_version()} operator tables "
+                f"({self.engine} {version}), else rooflines")

@@ -1,0 +1,137 @@
+"""Composed profiles: step times summed from AIConfigurator's measured operators.
+
+These need the optional extra (pip install 'pdplan[aic]'); without it they skip with the reason.
+"""
+
+import numpy as np
+import pytest
+
+pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
+
+import pandas as pd  # noqa: E402
+
+from pdplan.compose import tables  # noqa: E402
+from pdplan.compose.profile import composed_profile  # noqa: E402
+from pdplan.compose.step import Step  # noqa: E402
+from pdplan.compose.tables import Extrapolated, Grid  # noqa: E402
+from pdplan.errors import PdplanError  # noqa: E402
+from pdplan.hardware import get_gpu  # noqa: E402
+from pdplan.modelspec import get_model  # noqa: E402
+from pdplan.roofline import streamed_weight_bytes_per_gpu  # noqa: E402
+
+H100_VLLM = tables.choose_versions("h100-80gb", "vllm", None)
+
+
+def raw_table(system, family, engine, version, filename):
+    return pd.read_parquet(tables.package_root() / "systems" / "data" / system / family / engine / version / filename)
+
+
+# --- interpolation ----------------------------------------------------------------------------------
+
+def test_trilinear_interpolation_is_exact_for_latency_proportional_to_n_times_k():
+    m, n, k = (np.array([1.0, 64.0, 256.0]), np.array([32.0, 512.0, 4096.0]), np.array([128.0, 1024.0]))
+    values = (0.2 + 0.01 * m[:, None, None]) * n[None, :, None] * k[None, None, :] * 1e-9
+    grid = Grid((m, n, k), values, "GEMM", ("m", "n", "k"))
+    for point in [(17.0, 700.0, 300.0), (200.0, 4000.0, 1000.0)]:
+        mm, nn, kk = point
+        assert grid(point, Extrapolated()) == pytest.approx((0.2 + 0.01 * mm) * nn * kk * 1e-9, rel=1e-12)
+
+
+def test_a_query_beyond_the_grid_scales_the_edge_linearly_and_is_recorded():
+    grid = Grid((np.array([1.0, 2.0]), np.array([10.0, 20.0])), np.array([[1.0, 2.0], [3.0, 4.0]]), "GEMM",
+                ("m", "n"))
+    log = Extrapolated()
+    assert grid((2.0, 60.0), log) == pytest.approx(4.0 * 3)
+    assert log.text() == "GEMM n outside the measured 10–20, scaled linearly (1 queries)"
+
+
+def test_gemm_at_a_measured_point_is_the_fastest_kernel_measured_there():
+    frame = raw_table("h100_sxm", "gemm", "vllm", H100_VLLM["gemm"], "gemm_perf.parquet")
+    row = frame[(frame.gemm_dtype == "fp8") & (frame.m == 64) & (frame.n == 8192) & (frame.k == 8192)]
+    grid = tables.gemm_grid("h100_sxm", "vllm", H100_VLLM["gemm"], "fp8")
+    assert grid((64, 8192, 8192), Extrapolated()) == pytest.approx(row.latency.min() / 1e3, rel=1e-12)
+
+
+def test_context_attention_interpolates_in_the_square_of_the_prompt_length():
+    lines = tables.attention_lines("h100_sxm", "vllm", H100_VLLM["context_attention"], "context", 128, "bf16")
+    line = lines[(16, 2)]
+    log = Extrapolated()
+    lo, hi = line((4, 4096), log), line((4, 6144), log)
+    w = (5120**2 - 4096**2) / (6144**2 - 4096**2)
+    assert line((4, 5120), log) == pytest.approx((1 - w) * lo + w * hi, rel=1e-12)
+
+
+def test_unmeasured_head_counts_interpolate_between_lines_of_the_same_ratio():
+    lines = {(32, 32): Grid((np.array([1.0, 2.0]), np.array([1.0, 2.0])), np.full((2, 2), 1.0), "a", ("b", "s")),
+             (48, 48): Grid((np.array([1.0, 2.0]), np.array([1.0, 2.0])), np.full((2, 2), 2.0), "a", ("b", "s"))}
+    assert tables.attention_s(lines, 40, 40, 1, 1, Extrapolated()) == pytest.approx(1.5)
+    assert tables.attention_s(lines, 96, 96, 1, 1, Extrapolated()) == pytest.approx(4.0)
+    with pytest.raises(PdplanError, match="no attention measurement with 40 query heads per 8"):
+        tables.attention_s(lines, 40, 8, 1, 1, Extrapolated())
+
+
+def test_engine_versions_order_as_releases():
+    ordered = ["0.5.6.post2", "0.5.9", "0.5.10", "1.3.0rc5", "1.3.0rc20", "1.3.0"]
+    assert sorted(reversed(ordered), key=tables.version_key) == ordered
+
+
+# --- physics ----------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name,gpu,tp", [("llama-3.1-8b", "h100-80gb", 1), ("llama-3.1-70b@fp8", "h200-141gb", 4),
+                                         ("qwen3-32b@fp4", "b200-180gb", 2)])
+def test_a_decode_step_is_never_faster_than_reading_the_weights_at_peak_bandwidth(name, gpu, tp):
+    model, device = get_model(name), get_gpu(gpu)
+    versions = tables.choose_versions(gpu, "vllm", None)
+    step = Step(model=model, gpu=gpu, tp=tp, pp=1, engine="vllm", versions=versions)
+    floor = streamed_weight_bytes_per_gpu(model, tp) / device.hbm_bytes_per_s
+    assert floor < step.decode_s(1, 1024) < 6 * floor  # small-m GEMMs reach 20-80% of HBM bandwidth
+
+
+def test_a_large_prefill_is_never_faster_than_its_flops_at_peak_throughput():
+    model, gpu = get_model("llama-3.1-70b@fp8"), get_gpu("h100-80gb")
+    step = Step(model=model, gpu="h100-80gb", tp=4, pp=1, engine="vllm", versions=H100_VLLM)
+    tokens = 8192
+    flops = 2 * model.layers * model.params_per_layer * tokens / 4
+    assert flops / gpu.tensor_flops("fp8") < step.prefill_s(1, tokens) < 4 * flops / gpu.tensor_flops("fp8")
+
+
+def test_more_tensor_parallelism_shortens_the_decode_step():
+    model = get_model("llama-3.1-70b@fp8")
+    times = [Step(model=model, gpu="h100-80gb", tp=tp, pp=1, engine="vllm", versions=H100_VLLM).decode_s(16, 2048)
+             for tp in (2, 4, 8)]
+    assert times[0] > times[1] > times[2]
+
+
+# --- profiles ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("engine", tables.ENGINES)
+def test_composed_profile_fits_its_operator_sums_within_ten_percent(engine):
+    profile = composed_profile(get_model("llama-3.1-70b@fp8"), get_gpu("h200-141gb"), 4, 1, engine=engine)
+    prov = profile.provenance
+    assert prov.source == "composed" and prov.method.startswith(f"{engine}: operator sum")
+    assert prov.mape_prefill < 0.10 and prov.mape_decode < 0.10
+    assert "AIConfigurator" in prov.notes and "h200_sxm" in prov.notes
+
+
+def test_composed_profile_reports_queries_outside_the_measured_grids():
+    prov = composed_profile(get_model("qwen3-32b"), get_gpu("h100-80gb"), 1, 1).provenance
+    assert "outside the measured grids: GEMM n outside the measured 32–65536" in prov.notes  # the 151,936-word head
+
+
+@pytest.mark.parametrize("args,message", [
+    (dict(engine="tensorrt"), r"unknown engine 'tensorrt' \(known: vllm, sglang, trtllm\)"),
+    (dict(engine="vllm", engine_version="0.9.0"), r"no vllm 0.9.0 operator data for h100-80gb \(measured: .*0.24.0"),
+])
+def test_unknown_engine_or_version_names_what_is_measured(args, message):
+    with pytest.raises(PdplanError, match=message):
+        composed_profile(get_model("llama-3.1-8b"), get_gpu("h100-80gb"), 1, 1, **args)
+
+
+def test_a_gpu_without_operator_tables_is_refused_by_name():
+    with pytest.raises(PdplanError, match="no AIConfigurator operator data for h100-80gb-pcap"):
+        composed_profile(get_model("llama2-70b"), get_gpu("h100-80gb-pcap"), 4, 1)
+
+
+def test_a_precision_the_gpu_lacks_is_refused_before_any_table_is_read():
+    with pytest.raises(PdplanError, match=r"a100-80gb has no fp8 tensor cores \(it runs bf16\)"):
+        composed_profile(get_model("llama-3.1-8b@fp8"), get_gpu("a100-80gb"), 1, 1)
