@@ -11,7 +11,7 @@ GIB = 2**30
 #: Largest file each kind of input may be (a bigger one, or one that is not a regular file, is refused).
 YAML_BYTES = 16 * MIB           #: cluster, plan, SLO, model, profile, GPU catalog
 JSON_BYTES = 64 * MIB           #: DistServe profiler JSON
-TABLE_BYTES = 256 * MIB         #: measured points (Splitwise CSV, points CSV, Dynamo npz)
+TABLE_BYTES = 256 * MIB         #: measured points (Splitwise CSV, points CSV, Dynamo npz), benchmark results
 TRACE_BYTES = 4 * GIB           #: request traces (CSV or JSONL)
 
 #: Tokens one request may have in its prompt or output. With at most MAX_TRACE_REQUESTS

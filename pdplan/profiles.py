@@ -101,6 +101,9 @@ class Provenance:
     max_error_decode: float | None = None
     outliers: tuple[str, ...] = ()    #: points excluded from the fit, each with the rule it broke
     notes: str = ""
+    #: a calibrated profile's correction: (name, value) pairs — the benchmark file, its format, the
+    #: factors and the simulated-vs-measured error before and after
+    calibration: tuple[tuple[str, object], ...] = ()
 
     def __post_init__(self):
         if self.source not in SOURCES:
@@ -183,6 +186,8 @@ def profile_to_dict(profile: PhaseProfile) -> dict:
             "mape_prefill": significant(prov.mape_prefill), "max_error_prefill": significant(prov.max_error_prefill),
             "mape_decode": significant(prov.mape_decode), "max_error_decode": significant(prov.max_error_decode),
             "outliers": list(prov.outliers), "notes": prov.notes,
+            **({"calibration": {k: significant(v) if isinstance(v, float) else v for k, v in prov.calibration}}
+               if prov.calibration else {}),
         },
     }
 
@@ -295,8 +300,22 @@ def load_profile(path: str | Path) -> PhaseProfile:
             max_error_decode=_optional_number(prov, "max_error_decode"),
             outliers=tuple(str(o) for o in outliers),
             notes=str(prov.data.get("notes") or ""),
+            calibration=_calibration(prov),
         ),
     )
+
+
+def _calibration(prov: Fields) -> tuple[tuple[str, object], ...]:
+    """A calibrated profile's record: a mapping of names to numbers or text."""
+    if prov.data.get("calibration") is None:
+        return ()
+    record = prov.mapping("calibration")
+    pairs = []
+    for key, value in record.data.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            raise record.fail(str(key), "must be a number or text", value)
+        pairs.append((str(key), float(value) if isinstance(value, (int, float)) else value))
+    return tuple(pairs)
 
 
 def profile_files(path: str | Path) -> list[Path]:

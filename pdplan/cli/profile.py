@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from contextlib import nullcontext
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -289,3 +290,71 @@ def compose(
     profile = composed_profile(get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu), tp, pp,
                                engine=engine, engine_version=engine_version)
     _write_and_show(profile, outputs, output, as_json, f"Composed ({engine})")
+
+
+# --- calibrate -----------------------------------------------------------------------------------
+
+@app.command("calibrate")
+def calibrate(
+    profile_file: Annotated[Path, typer.Argument(metavar="PROFILE", help="The profile YAML to correct.",
+                                                 show_default=False)],
+    bench: Annotated[list[Path], typer.Option(
+        "--bench", help="A saved serving-benchmark result of one instance of this shape; repeat it for a "
+                        "sweep (runs at two or more concurrencies separate the decode scale from the fixed "
+                        "iteration cost).", show_default=False)],
+    format: Annotated[str, typer.Option(
+        "--format", help="vllm-bench (vllm bench serve --save-result, per-request with --save-detailed), "
+                         "genai-perf (profile_export_genai_perf.json) or aiperf (profile_export_aiperf.json).")
+    ] = "vllm-bench",
+    policy: Annotated[str, typer.Option(
+        "--policy", help="How the benchmarked engine batches: chunked (vLLM, TensorRT-LLM) or prefill-first "
+                         "(SGLang).")] = "chunked",
+    chunk: Annotated[int, typer.Option("--chunk", help="Tokens per iteration (chunked) or per prefill batch "
+                                                       "(prefill-first), the engine's max_num_batched_tokens.")] = 8192,
+    output: Annotated[Path, typer.Option("-o", "--output", help="Calibrated profile YAML to write (atomically).",
+                                         show_default=False)] = ...,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the factors and errors as JSON.")] = False,
+) -> None:
+    """Correct a profile from a real benchmark run: replay the same load in the simulator and fit a
+    prefill scale, a decode scale and a fixed per-iteration cost so the simulated TTFT and TPOT match.
+
+    The written profile's provenance holds the factors and the error before and after.
+    """
+    from pdplan.calibration.bench import FORMATS, read_bench
+    from pdplan.calibration.fit import Schedule, calibrate as fit, calibrated_profile
+
+    if policy not in ("chunked", "prefill-first"):
+        raise PdplanError(f"--policy must be one of chunked, prefill-first, got {policy!r}", field="policy")
+    if format not in FORMATS:
+        raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
+    within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
+    outputs = Outputs(profile_file, *bench)
+    outputs.claim(output, "--output")
+    base = load_profile(profile_file)
+    runs = [read_bench(path, format) for path in bench]
+    schedule = Schedule(policy=policy, tokens=chunk)
+    with stderr.status("replaying the benchmark load", spinner="dots") if stderr.is_terminal and not as_json \
+            else nullcontext():
+        result = fit(base, runs, schedule)
+    calibrated = calibrated_profile(base, runs, result, schedule)
+    outputs.put(output, profile_yaml(calibrated))
+    outputs.commit()
+    doc = {"profile": output.as_posix(), "prefill_scale": round(result.prefill_scale, 6),
+           "decode_scale": round(result.decode_scale, 6), "iteration_ms": round(result.iteration_s * 1e3, 6),
+           "undetermined": list(result.undetermined), "simulations": result.evaluations * len(runs),
+           "error_before": {k: round(v, 6) for k, v in result.before.items()},
+           "error_after": {k: round(v, 6) for k, v in result.after.items()}}
+    if as_json:
+        print_json(doc)
+        return
+    table = Table(title=f"Calibrated {base.shape} against {len(runs)} {format} run(s), wrote {output}",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for name in ("statistic", "error before", "error after"):
+        table.add_column(name, justify="right")
+    for key in result.before:
+        table.add_row(key, f"{result.before[key]:+.1%}", f"{result.after[key]:+.1%}")
+    stdout.print(table)
+    stdout.print(calibrated.provenance.method, markup=False, highlight=False)
+    if result.undetermined:
+        stdout.print(f"Not separately determined by these runs: {', '.join(result.undetermined)}; add runs at "
+                     "other concurrencies to separate them.", markup=False, highlight=False)

@@ -1,0 +1,283 @@
+"""Serving-benchmark results, read from the files the benchmark tools save.
+
+Three formats, each read as its tool writes it:
+
+* ``vllm-bench`` — ``vllm bench serve --save-result`` (and the older
+  ``benchmarks/benchmark_serving.py``): one JSON object with the load (``max_concurrency``,
+  ``request_rate``, ``num_prompts``), the aggregate metrics in milliseconds (``mean_ttft_ms``,
+  ``median_ttft_ms``, ``p99_ttft_ms``, … for ttft and tpot) and, with ``--save-detailed``, every
+  request (``input_lens``, ``output_lens``, ``ttfts`` in seconds, ``itls`` in seconds, ``errors``);
+* ``genai-perf`` — ``profile_export_genai_perf.json``: per metric (``time_to_first_token``,
+  ``inter_token_latency``, ``input_sequence_length``, ``output_sequence_length``) a mapping of
+  statistics (``avg``, ``p50``, ``p90``, ``p99``, …) with its ``unit``; ``request_count`` with its
+  ``avg``; the load under ``input_config.perf_analyzer.stimulus`` (``concurrency`` or
+  ``request_rate``; releases before March 2025: ``input_config.concurrency``);
+* ``aiperf`` — ``profile_export_aiperf.json``: the same metrics at the top level (under
+  ``records`` in 0.1 releases), the load under ``input_config.loadgen`` (``concurrency``,
+  ``request_rate``, ``request_count``; up to 0.8, where an unset block means one client) or
+  ``input_config.phases`` (0.9 on: the profiling phase's ``type`` concurrency or poisson, with
+  ``concurrency``/``rate`` and ``requests``).
+
+A result becomes a :class:`BenchRun`: the load to replay, the request lengths (every request's
+when the file has them, else the mean lengths repeated) and the measured TTFT and TPOT
+statistics in seconds. Every missing or malformed field is a :class:`~pdplan.errors.PdplanError`
+naming the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pdplan import limits
+from pdplan.errors import PdplanError
+from pdplan.fileio import read_bytes
+
+FORMATS = ("vllm-bench", "genai-perf", "aiperf")
+#: Statistic names as the tools write them -> pdplan's (p50 is the median).
+STAT_NAMES = {"avg": "mean", "mean": "mean", "median": "p50", "p50": "p50", "p10": "p10", "p25": "p25",
+              "p75": "p75", "p90": "p90", "p99": "p99"}
+UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "us": 1e-6, "ns": 1e-9}
+#: Requests replayed when a result gives only mean lengths and no request count.
+DEFAULT_REQUESTS = 1000
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class BenchRun:
+    """One benchmark run: its load, its requests' lengths and what it measured."""
+
+    file: str
+    format: str
+    concurrency: int | None          #: closed loop of this many clients; None: open loop
+    rate_rps: float | None           #: open loop rate; None with no concurrency: all at once
+    prompt_tokens: np.ndarray        #: per request, in the order sent
+    output_tokens: np.ndarray
+    ttft_s: np.ndarray | None = None  #: per request, when the file has them
+    tpot_s: np.ndarray | None = None
+    reported: dict | None = None     #: {"ttft": {stat: s}, "tpot": {...}} when only aggregates exist
+
+    def statistics(self) -> dict[str, dict[str, float]]:
+        """The measured statistics to match: percentiles of every request, else those reported."""
+        from pdplan.calibration.fit import statistics  # one definition of the statistics
+
+        if self.ttft_s is not None and self.tpot_s is not None:
+            return {"ttft": statistics(self.ttft_s), "tpot": statistics(self.tpot_s)}
+        return self.reported or {}
+
+
+def read_bench(path: str | Path, format: str) -> BenchRun:
+    """Read a saved benchmark result in ``format`` (one of :data:`FORMATS`)."""
+    if format not in FORMATS:
+        raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
+    raw = read_bytes(path, limit=limits.TABLE_BYTES, what="benchmark result")
+    try:
+        data = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
+        line = getattr(err, "lineno", None)
+        raise PdplanError(f"not JSON ({type(err).__name__})", file=path, line=line) from None
+    if not isinstance(data, dict):
+        raise PdplanError("top level must be a JSON object", file=path)
+    reader = {"vllm-bench": _vllm, "genai-perf": _genai_perf, "aiperf": _aiperf}[format]
+    run = reader(_Doc(data, str(path)))
+    if not run.statistics().get("ttft") or not run.statistics().get("tpot"):
+        raise PdplanError("holds no TTFT and TPOT measurements to calibrate against", file=path, field="ttft")
+    return run
+
+
+class _Doc:
+    """A JSON object with field access that names the file and the dotted field in errors."""
+
+    def __init__(self, data: dict, file: str, prefix: str = ""):
+        self.data, self.file, self.prefix = data, file, prefix
+
+    def fail(self, key: str, rule: str, value: Any = None) -> PdplanError:
+        shown = "" if value is None else f", got {str(value)[:60]!r}"
+        return PdplanError(f"{self.prefix}{key} {rule}{shown}", file=self.file, field=f"{self.prefix}{key}")
+
+    def get(self, key: str) -> Any:
+        return self.data.get(key)
+
+    def sub(self, key: str) -> "_Doc | None":
+        value = self.data.get(key)
+        if value is None:
+            return None
+        if not isinstance(value, dict):
+            raise self.fail(key, "must be an object", value)
+        return _Doc(value, self.file, f"{self.prefix}{key}.")
+
+    def number(self, key: str, *, required: bool = True, minimum: float = 0.0, allow_inf: bool = False) -> float | None:
+        value = self.data.get(key)
+        if value is None:
+            if required:
+                raise self.fail(key, "is missing")
+            return None
+        if isinstance(value, str) and allow_inf and value.strip().lower() in ("inf", "infinity"):
+            return math.inf
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise self.fail(key, "must be a number", value)
+        if math.isinf(value) and allow_inf and value > 0:
+            return math.inf
+        if not math.isfinite(value) or value < minimum or value > limits.MAX_NUMBER:
+            raise self.fail(key, f"must be a finite number >= {minimum:g}", value)
+        return float(value)
+
+    def array(self, key: str, *, nested: bool = False) -> list:
+        value = self.data.get(key)
+        if not isinstance(value, list):
+            raise self.fail(key, "must be a list", value)
+        for i, item in enumerate(value):
+            items = item if nested and isinstance(item, list) else [item]
+            if nested and not isinstance(item, list):
+                raise self.fail(f"{key}[{i}]", "must be a list", item)
+            for x in items:
+                if isinstance(x, bool) or not isinstance(x, (int, float)) or not math.isfinite(x) or x < 0:
+                    raise self.fail(f"{key}[{i}]", "must hold finite numbers >= 0", x)
+        return value
+
+
+def _load(doc: _Doc, concurrency: float | None, rate: float | None) -> tuple[int | None, float | None]:
+    """(clients, rate): a finite rate is an open loop (a concurrency cap beside it is not
+    modelled); a concurrency limit with an unlimited rate is a closed loop; neither sends all at once."""
+    if rate is not None and math.isfinite(rate):
+        concurrency = None
+    if concurrency is not None:
+        if concurrency != int(concurrency) or not 1 <= concurrency <= limits.MAX_CONCURRENCY:
+            raise doc.fail("concurrency", f"must be an integer in [1, {limits.MAX_CONCURRENCY:,}]", concurrency)
+        return int(concurrency), None
+    if rate is not None and math.isfinite(rate):
+        if not 0 < rate <= limits.MAX_RATE_RPS:
+            raise doc.fail("request_rate", f"must be > 0 and <= {limits.MAX_RATE_RPS:,.0f}", rate)
+        return None, rate
+    return None, None
+
+
+def _lengths(doc: _Doc, values: list, key: str) -> np.ndarray:
+    lengths = np.asarray(values, dtype=np.int64)
+    if lengths.size == 0 or lengths.min() < 1 or lengths.max() > limits.MAX_TOKENS_PER_REQUEST:
+        raise doc.fail(key, f"must hold token counts in [1, {limits.MAX_TOKENS_PER_REQUEST:,}]")
+    return lengths
+
+
+# --- vLLM ------------------------------------------------------------------------------------------
+
+def _vllm(doc: _Doc) -> BenchRun:
+    concurrency, rate = _load(doc, doc.number("max_concurrency", required=False, minimum=1),
+                              doc.number("request_rate", required=False, allow_inf=True))
+    if doc.get("ttfts") is not None:
+        return _vllm_detailed(doc, concurrency, rate)
+    reported = {clock: {STAT_NAMES[name]: doc.number(f"{name}_{clock}_ms") / 1e3
+                        for name in ("mean", "median", "p10", "p25", "p50", "p75", "p90", "p99")
+                        if doc.get(f"{name}_{clock}_ms") is not None}
+                for clock in ("ttft", "tpot")}
+    completed = int(doc.number("completed", required=False, minimum=1) or DEFAULT_REQUESTS)
+    input_mean = doc.number("total_input_tokens") / completed
+    output_mean = doc.number("total_output_tokens") / completed
+    return BenchRun(file=doc.file, format="vllm-bench", concurrency=concurrency, rate_rps=rate,
+                    prompt_tokens=np.full(completed, max(1, round(input_mean)), np.int64),
+                    output_tokens=np.full(completed, max(1, round(output_mean)), np.int64), reported=reported)
+
+
+def _vllm_detailed(doc: _Doc, concurrency: int | None, rate: float | None) -> BenchRun:
+    inputs, outputs = doc.array("input_lens"), doc.array("output_lens")
+    ttfts, itls = doc.array("ttfts"), doc.array("itls", nested=True)
+    errors = doc.data.get("errors") or [""] * len(ttfts)
+    if not len(inputs) == len(outputs) == len(ttfts) == len(itls) == len(errors):
+        raise doc.fail("ttfts", f"must have one entry per request like input_lens ({len(inputs)})", len(ttfts))
+    ok = [i for i, e in enumerate(errors) if not e and outputs[i] >= 1]
+    if not ok:
+        raise doc.fail("errors", "mark every request failed")
+    out = np.asarray([outputs[i] for i in ok], dtype=np.int64)
+    # TPOT as vLLM defines it: (latency − TTFT) / (output − 1), the latency being TTFT + Σ ITL
+    tpot = np.array([sum(itls[i]) / (outputs[i] - 1) if outputs[i] > 1 else np.nan for i in ok])
+    return BenchRun(file=doc.file, format="vllm-bench", concurrency=concurrency, rate_rps=rate,
+                    prompt_tokens=_lengths(doc, [inputs[i] for i in ok], "input_lens"),
+                    output_tokens=_lengths(doc, list(out), "output_lens"),
+                    ttft_s=np.asarray([ttfts[i] for i in ok], dtype=float), tpot_s=tpot)
+
+
+# --- genai-perf and AIPerf ------------------------------------------------------------------------
+
+def _metric(doc: _Doc, key: str, *, seconds: bool) -> dict[str, float] | None:
+    """A metric's statistics (seconds for latencies, as written for lengths)."""
+    metric = doc.sub(key)
+    if metric is None and isinstance(doc.get("records"), dict):  # AIPerf 0.1 nests metrics here
+        metric = doc.sub("records").sub(key)
+    if metric is None:
+        return None
+    unit = str(metric.get("unit") or "ms").strip().lower()
+    if seconds and unit not in UNITS:
+        raise metric.fail("unit", f"must be one of {', '.join(UNITS)}", unit)
+    factor = UNITS[unit] if seconds else 1.0
+    return {STAT_NAMES[name]: metric.number(name) * factor for name in STAT_NAMES if metric.get(name) is not None}
+
+
+def _count(doc: _Doc) -> float | None:
+    """The run's request count, a system metric with only its average."""
+    metric = doc.sub("request_count")
+    return None if metric is None else metric.number("avg", required=False, minimum=1)
+
+
+def _setting(doc: _Doc | None, key: str, *, minimum: float = 0.0) -> float | None:
+    """A load setting that may be absent or written as "" (None)."""
+    if doc is None or doc.get(key) in (None, ""):
+        return None
+    return doc.number(key, minimum=minimum, allow_inf=key in ("request_rate", "rate"))
+
+
+def _aggregate(doc: _Doc, fmt: str, concurrency: float | None, rate: float | None, count: float | None) -> BenchRun:
+    ttft = _metric(doc, "time_to_first_token", seconds=True)
+    tpot = _metric(doc, "inter_token_latency", seconds=True)
+    if not ttft or not tpot:
+        raise doc.fail("time_to_first_token" if not ttft else "inter_token_latency", "is missing")
+    isl, osl = _metric(doc, "input_sequence_length", seconds=False), _metric(doc, "output_sequence_length", seconds=False)
+    if not isl or "mean" not in isl or not osl or "mean" not in osl:
+        raise doc.fail("input_sequence_length" if not isl or "mean" not in isl else "output_sequence_length",
+                       "needs its avg")
+    clients, rate_rps = _load(doc, concurrency, rate)
+    n = int(count) if count else DEFAULT_REQUESTS
+    return BenchRun(file=doc.file, format=fmt, concurrency=clients, rate_rps=rate_rps,
+                    prompt_tokens=np.full(n, max(1, round(isl["mean"])), np.int64),
+                    output_tokens=np.full(n, max(1, round(osl["mean"])), np.int64),
+                    reported={"ttft": ttft, "tpot": tpot})
+
+
+def _genai_perf(doc: _Doc) -> BenchRun:
+    config = doc.sub("input_config")
+    if config is None:
+        raise doc.fail("input_config", "is missing (it holds the concurrency or request rate to replay)")
+    analyzer = config.sub("perf_analyzer")
+    stimulus = analyzer.sub("stimulus") if analyzer is not None else None
+    load = stimulus if stimulus is not None else config  # releases before March 2025: flat settings
+    return _aggregate(doc, "genai-perf", _setting(load, "concurrency", minimum=1), _setting(load, "request_rate"),
+                      _count(doc))
+
+
+def _aiperf(doc: _Doc) -> BenchRun:
+    config = doc.sub("input_config")
+    if config is None:
+        raise doc.fail("input_config", "is missing (it holds the concurrency or request rate to replay)")
+    phases = config.get("phases")
+    if phases is not None:  # 0.9 on: a list of phases, the profiling one replayed
+        if not isinstance(phases, list) or not all(isinstance(p, dict) for p in phases):
+            raise config.fail("phases", "must be a list of objects", phases)
+        chosen = [p for p in phases if p.get("name") == "profiling"] or phases[-1:]
+        if not chosen:
+            raise config.fail("phases", "is empty")
+        phase = _Doc(chosen[0], doc.file, f"{config.prefix}phases[{phases.index(chosen[0])}].")
+        kind = phase.get("type")
+        if kind not in ("concurrency", "poisson", "constant", "rate"):
+            raise phase.fail("type", "must be concurrency or a request rate (poisson, constant)", kind)
+        if kind == "concurrency":
+            return _aggregate(doc, "aiperf", _setting(phase, "concurrency", minimum=1), None,
+                              _setting(phase, "requests", minimum=1) or _count(doc))
+        return _aggregate(doc, "aiperf", None, _setting(phase, "rate"), _setting(phase, "requests", minimum=1) or _count(doc))
+    loadgen = config.sub("loadgen")
+    if loadgen is None:  # up to 0.8 an unset block is the default: one client
+        return _aggregate(doc, "aiperf", 1, None, _count(doc))
+    return _aggregate(doc, "aiperf", _setting(loadgen, "concurrency", minimum=1), _setting(loadgen, "request_rate"),
+                      _setting(loadgen, "request_count", minimum=1) or _count(doc))

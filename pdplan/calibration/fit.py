@@ -1,0 +1,215 @@
+"""Calibrating a profile so the simulator reproduces a real serving benchmark.
+
+An operator who ran a pilot has one benchmark result: the TTFT and TPOT a server gave under a
+known load (a closed loop of C clients, or an open loop at a rate). :func:`calibrate` replays
+that load through the simulator on one instance of the profile's shape and finds three
+correction factors — a prefill scale s_p, a decode scale s_d and a fixed cost c added to every
+engine iteration (scheduling, sampling, launch gaps that per-step profiles miss) — so that
+
+    prefill'(x) = s_p · prefill(x) + c,    decode'(x) = s_d · decode(x) + c,
+
+and the simulated TTFT and TPOT distributions match the measured ones: the least-squares fit of
+the log ratios of their percentiles (p10, p25, p50, p75, p90, p99 and the mean when the result
+carries every request; the percentiles it reports otherwise), summed over every run given. A
+chunked (mixed) iteration pays c once, through its decode step. The search is Nelder–Mead from
+the uncorrected profile, polished by a second start at its answer; the simulation is
+deterministic, so the fit is too.
+
+One closed-loop run holds the batch at its concurrency, so it measures s_d · decode(B) + c at one
+B: the decode scale and the iteration cost trade off. Runs at two or more concurrencies (the
+sweep a pilot usually runs) separate them. :func:`calibrate` measures how well each factor is
+determined from the fit's sensitivity and says which are not.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.optimize import minimize
+
+from pdplan.calibration.bench import BenchRun
+from pdplan.profiles import LatencyModel, PhaseProfile, Segment
+from pdplan.sim import simulate_pool
+from pdplan.workload import poisson_arrivals
+
+#: Percentiles compared when the benchmark carries every request.
+PERCENTILES = (10, 25, 50, 75, 90, 99)
+#: Bounds of the factors: a profile more than 10x off is not a calibration but a different shape.
+SCALE_BOUNDS = (0.1, 10.0)
+MAX_ITERATION_S = 0.1
+MAX_REPLAY_REQUESTS = 4000
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """How the benchmarked engine batches, as the simulator's colocated policies express it."""
+
+    policy: str = "chunked"           #: "chunked" or "prefill-first"
+    tokens: int = 8192                #: chunk budget per iteration, or prefill batch cap
+
+
+def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, iteration_s: float) -> PhaseProfile:
+    """The profile with both phases scaled and the fixed iteration cost added."""
+    def apply(model: LatencyModel, scale: float) -> LatencyModel:
+        return LatencyModel(segments=tuple(
+            Segment(min_batch=s.min_batch,
+                    pieces_s=tuple((p[0] * scale + iteration_s, p[1] * scale, p[2] * scale) for p in s.pieces_s))
+            for s in model.segments))
+    return replace(profile, prefill=apply(profile.prefill, prefill_scale), decode=apply(profile.decode, decode_scale))
+
+
+def replay(profile: PhaseProfile, run: BenchRun, schedule: Schedule, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request TTFT and TPOT (seconds) of the benchmark's load on one instance of ``profile``."""
+    n = min(len(run.prompt_tokens), MAX_REPLAY_REQUESTS)
+    workload = {"prompt_tokens": run.prompt_tokens[:n], "output_tokens": run.output_tokens[:n]}
+    if run.concurrency is None:
+        workload["arrival_s"] = (np.zeros(n) if run.rate_rps is None
+                                 else poisson_arrivals(n, rate_rps=run.rate_rps, rng=seed))
+    chunked = schedule.policy == "chunked"
+    result = simulate_pool(workload, profile, phase="colocated", policy=schedule.policy,
+                           chunk_tokens=schedule.tokens if chunked else None,
+                           max_prefill_batch_tokens=None if chunked else min(schedule.tokens, profile.max_prefill_batch_tokens),
+                           concurrency=run.concurrency)
+    served = ~np.asarray(result["rejected"])
+    return np.asarray(result["ttft_s"])[served], np.asarray(result["tpot_s"])[served]
+
+
+def statistics(values: np.ndarray) -> dict[str, float]:
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return {}
+    stats = {f"p{q}": float(np.percentile(values, q)) for q in PERCENTILES}
+    stats["mean"] = float(values.mean())
+    return stats
+
+
+def errors(simulated: dict[str, dict[str, float]], measured: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Signed relative error simulated/measured − 1 of every statistic both sides have."""
+    return {f"{clock}_{name}": simulated[clock][name] / value - 1
+            for clock, stats in measured.items() for name, value in stats.items()
+            if name in simulated.get(clock, {}) and value > 0}
+
+
+@dataclass(frozen=True)
+class Calibration:
+    prefill_scale: float
+    decode_scale: float
+    iteration_s: float
+    before: dict[str, float]          #: signed relative error per statistic, uncorrected
+    after: dict[str, float]           #: the same, corrected
+    evaluations: int
+    undetermined: tuple[str, ...] = ()  #: factors the runs cannot separate from the others
+
+    @staticmethod
+    def mean_abs(errs: dict[str, float]) -> float:
+        return float(np.mean(np.abs(list(errs.values())))) if errs else float("nan")
+
+
+def calibrate(profile: PhaseProfile, runs: list[BenchRun], schedule: Schedule = Schedule()) -> Calibration:
+    """Fit (s_p, s_d, c) so every replayed benchmark run matches its measured statistics."""
+    measured = {f"run{i + 1}_{clock}": stats for i, run in enumerate(runs)
+                for clock, stats in run.statistics().items()}
+    evaluations = 0
+
+    def simulated(x) -> dict[str, dict[str, float]]:
+        nonlocal evaluations
+        evaluations += 1
+        out = {}
+        for i, run in enumerate(runs):
+            ttft, tpot = replay(corrected(profile, *x), run, schedule)
+            out[f"run{i + 1}_ttft"], out[f"run{i + 1}_tpot"] = statistics(ttft), statistics(tpot)
+        return out
+
+    def residuals(z) -> np.ndarray:
+        return np.log1p(np.array(list(errors(simulated(_factors(z)), measured).values())))
+
+    def loss(z) -> float:
+        return float(np.sum(residuals(z) ** 2))
+
+    start = np.array([0.0, 0.0, 0.0])
+    best = minimize(loss, start, method="Nelder-Mead",
+                    options={"xatol": 1e-4, "fatol": 1e-10, "maxfev": 400, "initial_simplex": _simplex(start, 0.3)})
+    best = minimize(loss, best.x, method="Nelder-Mead",
+                    options={"xatol": 1e-5, "fatol": 1e-12, "maxfev": 300, "initial_simplex": _simplex(best.x, 0.05)})
+    factors = _factors(best.x)
+    return Calibration(prefill_scale=factors[0], decode_scale=factors[1], iteration_s=factors[2],
+                       before=errors(simulated((1.0, 1.0, 0.0)), measured),
+                       after=errors(simulated(factors), measured), evaluations=evaluations,
+                       undetermined=_undetermined(residuals, factors, _step_unit(profile, runs)))
+
+
+FACTOR_NAMES = ("prefill scale", "decode scale", "iteration cost")
+
+
+def _step_unit(profile: PhaseProfile, runs: list[BenchRun]) -> float:
+    """One decode step of one request at the runs' mean prompt: the natural unit of c."""
+    prompt = float(np.mean([run.prompt_tokens.mean() for run in runs]))
+    return profile.decode_step_s(1, int(prompt))
+
+
+def _undetermined(residuals, factors: tuple[float, float, float], unit_s: float) -> tuple[str, ...]:
+    """Factors whose effect on the residuals the others can mimic: the weak directions (below 5%
+    of the strongest) of the Jacobian in (log s_p, log s_d, c in decode steps), by differences
+    at the answer."""
+    point = np.array([np.log(factors[0]), np.log(factors[1]), factors[2] / unit_s])
+    step = np.array([0.02, 0.02, 0.02])
+
+    def at(q):  # back to the search coordinates
+        return np.array([q[0], q[1], np.sqrt(max(q[2], 0.0) * unit_s / MAX_ITERATION_S)])
+
+    columns = []
+    for i in range(3):
+        up, down = point.copy(), point.copy()
+        up[i] += step[i]
+        down[i] = max(down[i] - step[i], 0.0) if i == 2 else down[i] - step[i]
+        columns.append((residuals(at(up)) - residuals(at(down))) / (up[i] - down[i]))
+    jacobian = np.column_stack(columns)
+    _, singular, vt = np.linalg.svd(jacobian, full_matrices=False)
+    if singular[0] == 0:
+        return FACTOR_NAMES
+    weak = vt[singular < 0.05 * singular[0]]
+    return tuple(name for i, name in enumerate(FACTOR_NAMES) if np.any(np.abs(weak[:, i]) > 0.3))
+
+
+def _factors(z) -> tuple[float, float, float]:
+    """Unconstrained search coordinates to bounded factors: log-scales, and c = 0.1 s · sigmoid-like."""
+    low, high = np.log(SCALE_BOUNDS)
+    scale = lambda v: float(np.exp(np.clip(v, low, high)))  # noqa: E731
+    return scale(z[0]), scale(z[1]), float(MAX_ITERATION_S * np.clip(z[2], 0.0, 1.0) ** 2)
+
+
+def _simplex(center: np.ndarray, size: float) -> np.ndarray:
+    points = [center]
+    for i in range(len(center)):
+        point = center.copy()
+        point[i] += size
+        points.append(point)
+    return np.array(points)
+
+
+def calibrated_profile(profile: PhaseProfile, runs: list[BenchRun], result: Calibration,
+                       schedule: Schedule) -> PhaseProfile:
+    """The corrected profile, its provenance holding the runs, the factors and the errors."""
+    from pdplan.fileio import sha256_file
+
+    prov = profile.provenance
+    files = sorted({run.file for run in runs})
+    record = (("format", runs[0].format), ("runs", float(len(runs))), ("files", ", ".join(files)),
+              ("schedule", f"{schedule.policy} {schedule.tokens}"),
+              ("prefill_scale", result.prefill_scale), ("decode_scale", result.decode_scale),
+              ("iteration_ms", result.iteration_s * 1e3),
+              ("error_before", Calibration.mean_abs(result.before)), ("error_after", Calibration.mean_abs(result.after)),
+              ("undetermined", ", ".join(result.undetermined) or "none"))
+    method = (f"calibrated: prefill x{result.prefill_scale:.4g}, decode x{result.decode_scale:.4g}, "
+              f"+{result.iteration_s * 1e3:.4g} ms per iteration; base {prov.source} ({prov.method})")
+    notes = (f"Corrected so the simulator reproduces {len(runs)} {runs[0].format} run(s) ({', '.join(files)}): mean "
+             f"absolute error of the TTFT and TPOT statistics {Calibration.mean_abs(result.before):.1%} before, "
+             f"{Calibration.mean_abs(result.after):.1%} after. "
+             + (f"Not separately determined by these runs: {', '.join(result.undetermined)} (runs at other "
+                "concurrencies would separate them). " if result.undetermined else "")
+             + f"Base profile: {prov.notes}")
+    return replace(corrected(profile, result.prefill_scale, result.decode_scale, result.iteration_s),
+                   provenance=replace(prov, source="calibrated", method=method, file=files[0],
+                                      sha256=sha256_file(files[0]) if len(files) == 1 else None,
+                                      notes=notes, calibration=record))

@@ -1,0 +1,163 @@
+"""pdplan profile calibrate: correct a profile from a serving benchmark's saved result."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pdplan.calibration.bench import read_bench
+from pdplan.calibration.fit import Schedule, corrected, replay
+from pdplan.calibration.bench import BenchRun
+from pdplan.errors import PdplanError
+from pdplan.profiles import load_profile, save_profile, shipped_profiles
+
+BASE = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]
+TRUTH = dict(prefill=1.3, decode=0.8, iteration_s=0.004)
+
+
+def vllm_result(path: Path, clients: int, seed: int = 0, n: int = 300) -> Path:
+    """What `vllm bench serve --save-result --save-detailed` writes, from a run of the simulator
+    on the base profile corrected by TRUTH: per-request lengths, TTFTs and ITLs in seconds."""
+    rng = np.random.default_rng(seed)
+    prompts, outputs = rng.integers(100, 3000, n), rng.integers(20, 400, n)
+    run = BenchRun(file=str(path), format="vllm-bench", concurrency=clients, rate_rps=None,
+                   prompt_tokens=prompts, output_tokens=outputs)
+    truth = corrected(BASE, TRUTH["prefill"], TRUTH["decode"], TRUTH["iteration_s"])
+    ttft, tpot = replay(truth, run, Schedule())
+    itls = [[float(t)] * (int(o) - 1) for t, o in zip(tpot, outputs)]
+    path.write_text(json.dumps({
+        "date": "20261201-120000", "endpoint_type": "openai", "backend": "vllm", "model_id": "llama2-70b",
+        "num_prompts": n, "request_rate": "inf", "burstiness": 1.0, "max_concurrency": clients,
+        "completed": n, "total_input_tokens": int(prompts.sum()), "total_output_tokens": int(outputs.sum()),
+        "input_lens": prompts.tolist(), "output_lens": outputs.tolist(), "ttfts": ttft.tolist(), "itls": itls,
+        "errors": [""] * n, "mean_ttft_ms": float(ttft.mean() * 1e3), "median_ttft_ms": float(np.median(ttft) * 1e3),
+        "mean_tpot_ms": float(np.nanmean(tpot) * 1e3)}))
+    return path
+
+
+@pytest.fixture(scope="module")
+def base_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("base") / "base.yaml"
+    save_profile(BASE, path)
+    return path
+
+
+def test_a_concurrency_sweep_made_with_known_factors_is_recovered_within_2_percent(run_cli, tmp_path, base_file):
+    benches = [vllm_result(tmp_path / f"c{c}.json", c) for c in (1, 8, 32)]
+    args = [a for b in benches for a in ("--bench", b)]
+    code, out, err = run_cli("profile", "calibrate", base_file, *args, "-o", tmp_path / "cal.yaml", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
+    assert doc["decode_scale"] == pytest.approx(TRUTH["decode"], rel=0.02)
+    assert doc["iteration_ms"] == pytest.approx(TRUTH["iteration_s"] * 1e3, rel=0.02)
+    assert doc["undetermined"] == []
+    assert max(map(abs, doc["error_after"].values())) < 0.01 < max(map(abs, doc["error_before"].values()))
+    prov = load_profile(tmp_path / "cal.yaml").provenance
+    record = dict(prov.calibration)
+    assert prov.source == "calibrated" and record["format"] == "vllm-bench" and record["runs"] == 3
+    assert record["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
+    assert record["error_after"] < 0.01 < record["error_before"]
+
+
+def test_one_closed_loop_run_says_the_decode_scale_and_iteration_cost_trade_off(run_cli, tmp_path, base_file):
+    bench = vllm_result(tmp_path / "c8.json", 8)
+    code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, "-o", tmp_path / "cal.yaml")
+    assert code == 0, err
+    assert "Not separately determined by these runs: decode scale, iteration cost" in " ".join(out.split())
+
+
+# --- formats ----------------------------------------------------------------------------------------
+
+def write(tmp_path, name, doc) -> Path:
+    path = tmp_path / name
+    path.write_text(json.dumps(doc) if not isinstance(doc, str) else doc)
+    return path
+
+
+def test_vllm_aggregate_result_replays_mean_lengths_in_a_closed_loop(tmp_path):
+    run = read_bench(write(tmp_path, "v.json", {
+        "request_rate": "inf", "max_concurrency": 16, "completed": 200, "total_input_tokens": 204800,
+        "total_output_tokens": 25600, "mean_ttft_ms": 120.0, "median_ttft_ms": 110.0, "p99_ttft_ms": 400.0,
+        "mean_tpot_ms": 20.0, "median_tpot_ms": 19.5, "p99_tpot_ms": 30.0}), "vllm-bench")
+    assert (run.concurrency, run.rate_rps, len(run.prompt_tokens)) == (16, None, 200)
+    assert run.prompt_tokens[0] == 1024 and run.output_tokens[0] == 128
+    assert run.statistics()["ttft"] == pytest.approx({"mean": 0.12, "p50": 0.11, "p99": 0.4})
+
+
+def test_vllm_detailed_result_skips_failed_requests_and_derives_tpot_from_itls(tmp_path):
+    run = read_bench(write(tmp_path, "v.json", {
+        "request_rate": 4.0, "max_concurrency": None, "input_lens": [512, 512, 100], "output_lens": [3, 0, 1],
+        "ttfts": [0.05, 0.0, 0.02], "itls": [[0.01, 0.03], [], []], "errors": ["", "Internal Server Error", ""]}),
+        "vllm-bench")
+    assert (run.concurrency, run.rate_rps) == (None, 4.0)
+    assert run.prompt_tokens.tolist() == [512, 100]
+    assert run.ttft_s.tolist() == [0.05, 0.02]
+    assert run.tpot_s[0] == pytest.approx(0.02) and np.isnan(run.tpot_s[1])
+
+
+GENAI = {"time_to_first_token": {"unit": "ms", "avg": 45.1, "p50": 44.8, "p90": 48.7, "p99": 52.3},
+         "inter_token_latency": {"unit": "ms", "avg": 11.2, "p50": 11.1, "p90": 12.0, "p99": 13.4},
+         "input_sequence_length": {"unit": "tokens", "avg": 550.0}, "output_sequence_length": {"unit": "tokens", "avg": 128.0},
+         "request_count": {"unit": "count", "avg": 100}}
+
+
+@pytest.mark.parametrize("config", [{"perf_analyzer": {"stimulus": {"concurrency": 8}}},
+                                    {"concurrency": 8, "request_rate": ""}], ids=["2025", "before-march-2025"])
+def test_genai_perf_export_parses_in_both_config_layouts(tmp_path, config):
+    run = read_bench(write(tmp_path, "g.json", {**GENAI, "input_config": config}), "genai-perf")
+    assert (run.concurrency, len(run.prompt_tokens), run.prompt_tokens[0], run.output_tokens[0]) == (8, 100, 550, 128)
+    assert run.statistics()["tpot"] == pytest.approx({"mean": 0.0112, "p50": 0.0111, "p90": 0.012, "p99": 0.0134})
+
+
+@pytest.mark.parametrize("doc,load", [
+    ({**GENAI, "input_config": {"loadgen": {"concurrency": 4, "request_count": 50}}}, (4, None, 50)),
+    ({**GENAI, "input_config": {"endpoint": {}}}, (1, None, 100)),
+    ({**GENAI, "input_config": {"phases": [{"name": "warmup", "type": "concurrency", "concurrency": 2},
+                                           {"name": "profiling", "type": "poisson", "rate": 5.0, "requests": 80}]}},
+     (None, 5.0, 80)),
+    ({"records": {k: v for k, v in GENAI.items()}, "input_config": {"loadgen": {"concurrency": 2}}}, (2, None, 1000)),
+], ids=["loadgen", "loadgen-unset", "phases", "records-0.1"])
+def test_aiperf_export_parses_each_release_layout(tmp_path, doc, load):
+    run = read_bench(write(tmp_path, "a.json", doc), "aiperf")
+    assert (run.concurrency, run.rate_rps, len(run.prompt_tokens)) == load
+    assert run.statistics()["ttft"]["p90"] == pytest.approx(0.0487)
+
+
+BAD = [
+    ("vllm-bench", "{not json", r"v.json:1: not JSON"),
+    ("vllm-bench", {"max_concurrency": 8, "input_lens": [1, 2], "output_lens": [2, 2], "ttfts": [0.1],
+                    "itls": [[0.1], [0.1]], "errors": ["", ""]}, r"ttfts must have one entry per request"),
+    ("vllm-bench", {"max_concurrency": 8, "input_lens": [1], "output_lens": [2], "ttfts": [-0.1], "itls": [[0.1]]},
+     r"ttfts\[0\] must hold finite numbers >= 0"),
+    ("vllm-bench", {"max_concurrency": 2.5, "completed": 3, "total_input_tokens": 3, "total_output_tokens": 3,
+                    "mean_ttft_ms": 1, "mean_tpot_ms": 1}, r"concurrency must be an integer"),
+    ("vllm-bench", {"max_concurrency": 8, "completed": 3, "total_input_tokens": 3, "total_output_tokens": 3},
+     r"holds no TTFT and TPOT measurements"),
+    ("genai-perf", {k: v for k, v in GENAI.items() if k != "time_to_first_token"} | {"input_config": {"concurrency": 1}},
+     r"time_to_first_token is missing"),
+    ("genai-perf", GENAI | {"input_config": {"concurrency": 1},
+                            "inter_token_latency": {"unit": "fortnights", "avg": 1}}, r"inter_token_latency.unit must be one of"),
+    ("aiperf", GENAI | {"input_config": {"phases": [{"name": "profiling", "type": "burst"}]}},
+     r"input_config.phases\[0\].type must be concurrency or a request rate"),
+    ("aiperf", GENAI, r"input_config is missing"),
+]
+
+
+@pytest.mark.parametrize("fmt,doc,message", BAD, ids=["not-json", "length-mismatch", "negative-ttft",
+                                                       "fractional-concurrency", "no-latencies", "no-ttft",
+                                                       "unknown-unit", "unknown-phase", "no-config"])
+def test_bad_benchmark_file_exits_2_naming_the_field(run_cli, tmp_path, base_file, fmt, doc, message):
+    bench = write(tmp_path, "v.json", doc)
+    code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, "--format", fmt,
+                             "-o", tmp_path / "cal.yaml")
+    assert code == 2 and out == ""
+    assert err.startswith("Error: ") and err.count("\n") == 1
+    assert str(bench) in err and __import__("re").search(message, err), err
+    assert not (tmp_path / "cal.yaml").exists()
+
+
+def test_an_unknown_format_is_refused_with_the_known_ones():
+    with pytest.raises(PdplanError, match="--format must be one of vllm-bench, genai-perf, aiperf"):
+        read_bench("x.json", "locust")
