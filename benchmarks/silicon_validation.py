@@ -1,6 +1,6 @@
 """Validate pdplan's latency model against real deployments: AIConfigurator's silicon_sample.csv.
 
-    python benchmarks/silicon_validation.py [--profiles composed,roofline] [--rows N] [--csv OUT]
+    python benchmarks/silicon_validation.py [--profiles composed,roofline-engine,roofline] [--rows N] [--csv OUT]
 
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and
@@ -8,7 +8,9 @@ precision pdplan supports is replayed: the row's concurrency C as a closed loop 
 (``simulate --concurrency``), 10 × C requests (at least 100, at most 2,000) of exactly the row's
 ISL and OSL, on one instance of the row's TP for aggregated rows and on the row's prefill and
 decode pools for disaggregated ones. Each profile kind is run in turn — composed from the
-engine's measured operators, and the roofline — and the script prints, per model, GPU, engine,
+engine's measured operators; the roofline with the engine's fitted efficiencies
+(``roofline_engine_fit.py``); the roofline with the Splitwise 2023 calibration, what pdplan had
+before — and the script prints, per model, GPU, engine,
 mode and kind, the number of rows and the median and p90 absolute percentage error of the mean
 TTFT and the mean TPOT. Nothing is fitted to this file: it is how we know the model is right.
 
@@ -91,21 +93,33 @@ def plan_for(row) -> Plan:
 
 @cache
 def _profile(kind: str, engine: str, model: str, gpu: str, tp: int):
-    source = ProfileSource({}, engine=engine, compose=kind == "composed")
+    source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed")
     profile = source.profile(get_model(model), get_gpu(gpu), tp, 1)
     if kind == "composed" and profile.provenance.source != "composed":
         raise PdplanError(source.fallback_reason(model, gpu, tp, 1) or "not composed")
     return profile
 
 
-def replay(row, kind: str) -> tuple[float, float]:
+def lengths(row, n: int, spread: float) -> tuple[np.ndarray, np.ndarray]:
+    """The row's ISL and OSL for n requests; with ``spread`` s > 0, uniform in [(1 − s)·L, L],
+    seeded by the row, as benchmark clients draw random lengths (vllm bench serve
+    --random-range-ratio)."""
+    isl, osl = int(row["isl"]), int(row["osl"])
+    if spread <= 0:
+        return np.full(n, isl), np.full(n, osl)
+    rng = np.random.default_rng(int(row.name))
+    draw = lambda L: rng.integers(max(1, int(round((1 - spread) * L))), L + 1, n)  # noqa: E731
+    return draw(isl), draw(osl)
+
+
+def replay(row, kind: str, spread: float = 0.0) -> tuple[float, float]:
     """Simulated mean TTFT and mean TPOT (ms) of the row's run."""
     plan = plan_for(row)
     profiles = {pool.shape: _profile(kind, row["backend"], pool.model, pool.gpu, pool.tp) for pool in plan.pools}
     clients = int(row["concurrency"])
     n = int(min(2000, max(100, 10 * clients)))
-    workload = {"arrival_s": np.zeros(n), "prompt_tokens": np.full(n, int(row["isl"])),
-                "output_tokens": np.full(n, int(row["osl"]))}
+    prompts, outputs = lengths(row, n, spread)
+    workload = {"arrival_s": np.zeros(n), "prompt_tokens": prompts, "output_tokens": outputs}
     result = simulate(workload, plan, profiles, model=get_model(plan.pools[0].model), concurrency=clients)
     served = ~np.asarray(result["rejected"])
     ttft = np.asarray(result["ttft_s"])[served]
@@ -126,9 +140,11 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profiles", default="composed,roofline")
+    parser.add_argument("--profiles", default="composed,roofline-engine,roofline")
     parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
     parser.add_argument("--csv", default=None, help="write every replayed row here")
+    parser.add_argument("--spread", type=float, default=0.0,
+                        help="draw each request's lengths uniformly in [(1 - s) L, L] (default 0: exactly the row's)")
     args = parser.parse_args(argv)
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     if args.rows:
@@ -138,7 +154,7 @@ def main(argv: list[str]) -> int:
     for kind in args.profiles.split(","):
         for _, row in rows.iterrows():
             try:
-                ttft, tpot = replay(row, kind)
+                ttft, tpot = replay(row, kind, args.spread)
             except PdplanError as err:
                 skipped[(kind, err.detail)] = skipped.get((kind, err.detail), 0) + 1
                 continue

@@ -420,3 +420,69 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
                                  saturated=saturation is not None and rate > saturation)
 
     return find_goodput(probe, start_rps=start_rps, settings=settings, on_probe=on_probe)
+
+
+# --- closed loop: how many clients an instance serves ---------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class ClientsProbe:
+    """One closed-loop run: C clients, the throughput they drew, the attainment they saw."""
+
+    clients: int
+    throughput_rps: float
+    probe: Probe
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClosedLoopGoodput:
+    """The most clients whose closed loop meets the SLO, and every run that led to it."""
+
+    clients: int                        #: 0 when even one client misses
+    throughput_rps: float               #: requests per second those clients drew
+    probes: tuple[ClientsProbe, ...]    #: sorted by clients
+
+    def to_dict(self) -> dict:
+        return {"clients": self.clients, "throughput_rps": self.throughput_rps,
+                "probes": [{"clients": p.clients, "throughput_rps": p.throughput_rps,
+                            "attainment_ttft": p.probe.attainment_ttft, "attainment_tpot": p.probe.attainment_tpot,
+                            "attainment_joint": p.probe.attainment_joint, "meets": p.probe.meets}
+                           for p in self.probes]}
+
+
+def closed_loop_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
+                        settings: SearchSettings, policy: str | None = None, chunk_tokens: int | None = None,
+                        admission_share: float = DEFAULT_ADMISSION_SHARE, max_clients: int = 65536,
+                        on_probe: Callable[[ClientsProbe], None] | None = None) -> ClosedLoopGoodput:
+    """The largest concurrency C whose closed loop (C clients, each sending its next request when
+    its last one ends, as benchmark tools drive a server) meets the SLO on one instance, the
+    phase judged alone as :func:`pool_goodput` judges it: doubling C, then integer bisection.
+
+    Each run sends ``requests_per_probe`` requests drawn uniformly from the trace (their order
+    kept, their arrival times ignored). Throughput is requests over the run's span.
+    """
+    judged = phase_slo(slo, phase, admission_share)
+    requests = thin(workload, settings.requests_per_probe, rng=settings.seed)
+    runs: dict[int, ClientsProbe] = {}
+
+    def run(clients: int) -> ClientsProbe:
+        if clients not in runs:
+            result = simulate_pool({"prompt_tokens": requests.prompt_tokens, "output_tokens": requests.output_tokens},
+                                   profile, phase=phase, concurrency=clients,
+                                   policy=(policy or "prefill-first") if phase == "colocated" else None,
+                                   chunk_tokens=chunk_tokens, seed=settings.seed)
+            throughput = result.summary()["throughput_rps"] or 0.0
+            runs[clients] = ClientsProbe(clients=clients, throughput_rps=throughput,
+                                         probe=probe_from_clocks(throughput, judged, per_request_clocks(result)))
+            if on_probe is not None:
+                on_probe(runs[clients])
+        return runs[clients]
+
+    good, bad = 0, 1
+    while bad <= max_clients and run(bad).probe.meets and len(runs) < settings.max_probes:
+        good, bad = bad, 2 * bad
+    while bad - good > 1 and len(runs) < settings.max_probes and bad <= max_clients:
+        mid = (good + bad) // 2
+        good, bad = (mid, bad) if run(mid).probe.meets else (good, mid)
+    throughput = runs[good].throughput_rps if good else 0.0
+    return ClosedLoopGoodput(clients=good, throughput_rps=throughput,
+                             probes=tuple(runs[c] for c in sorted(runs)))

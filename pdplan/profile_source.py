@@ -7,7 +7,8 @@ A plan's shapes are timed by the best evidence there is for each:
 2. **composed** — summed from AIConfigurator's measured operators for the chosen serving engine
    and version (:mod:`pdplan.compose`), when the optional extra ``pdplan[aic]`` is installed and
    it has tables for the GPU;
-3. **roofline** — derived from the GPU's datasheet (:mod:`pdplan.roofline`).
+3. **roofline** — derived from the GPU's datasheet (:mod:`pdplan.roofline`), with the named
+   engine's fitted efficiencies, or the Splitwise 2023 calibration when no engine is named.
 
 Every profile records which in ``provenance.source``; when a shape falls back past composition
 the reason is kept (:meth:`ProfileSource.fallback_reason`) so the output can say why.
@@ -33,13 +34,13 @@ class ProfileSource:
     """The profile chooser one run uses."""
 
     measured: Mapping[tuple[str, str, int, int], PhaseProfile] = field(hash=False, compare=False)
-    engine: str = DEFAULT_ENGINE
+    engine: str | None = None           #: None: vLLM's tables compose, the Splitwise 2023 fit rooflines
     engine_version: str | None = None   #: a version the user asked for: missing data is then an error
     compose: bool = True                #: False: skip operator composition (measured, else roofline)
     fallbacks: dict = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self):
-        if self.engine not in tables.ENGINES:
+        if self.engine is not None and self.engine not in tables.ENGINES:
             raise PdplanError(f"unknown engine {self.engine!r} (known: {', '.join(tables.ENGINES)})", field="engine")
         if self.engine_version is not None and not tables.installed():
             raise PdplanError(f"--engine-version selects AIConfigurator's operator tables, which come with the "
@@ -53,15 +54,15 @@ class ProfileSource:
             from pdplan.compose.profile import composed_profile  # reads parquet: only with the extra
 
             try:
-                return composed_profile(model, gpu, tp, pp, engine=self.engine, engine_version=self.engine_version,
-                                        gpus_per_node=gpus_per_node)
+                return composed_profile(model, gpu, tp, pp, engine=self.engine or DEFAULT_ENGINE,
+                                        engine_version=self.engine_version, gpus_per_node=gpus_per_node)
             except PdplanError as err:
                 if self.engine_version is not None and err.field in ("engine", "engine_version"):
                     raise  # the user asked for this version: missing data is their error to see
                 self.fallbacks[key] = err.detail
         elif self.compose:
             self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
-        return roofline_profile(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
+        return roofline_profile(model, gpu, tp, pp, engine=self.engine, gpus_per_node=gpus_per_node)
 
     def fallback_reason(self, model: str, gpu: str, tp: int, pp: int) -> str | None:
         """Why a shape that is not measured was not composed either (None when it was)."""
@@ -69,10 +70,11 @@ class ProfileSource:
 
     def describe(self) -> str:
         """One line for the output: which evidence this run may use."""
+        roofline = f"rooflines fitted for {self.engine}" if self.engine else "rooflines (Splitwise 2023 calibration)"
         if not self.compose:
-            return "measured profiles, else rooflines (composition off)"
+            return f"measured profiles, else {roofline} (composition off)"
         if not tables.installed():
-            return f"measured profiles, else rooflines (operator tables not installed: {tables.EXTRA})"
+            return f"measured profiles, else {roofline} (operator tables not installed: {tables.EXTRA})"
         version = self.engine_version or "newest measured"
         return (f"measured profiles, else composed from AIConfigurator {tables.package_version()} operator tables "
-                f"({self.engine} {version}), else rooflines")
+                f"({self.engine or DEFAULT_ENGINE} {version}), else {roofline}")

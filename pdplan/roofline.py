@@ -24,10 +24,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import cache
+from importlib import resources
 
 import numpy as np
 
 from pdplan.errors import PdplanError
+from pdplan.fileio import load_yaml
 from pdplan.hardware import GPU
 from pdplan.modelspec import (
     ACTIVATION_BYTES,
@@ -82,6 +85,31 @@ CALIBRATION = {
     "pure_roofline": ("with the per-layer cost fixed at 0 the best factors are compute 0.49, "
                       "bandwidth 0.46: MAPE prefill 21.8%, decode 28.9%"),
 }
+
+#: The 2023 calibration's name among the roofline fits.
+SPLITWISE_2023 = "splitwise-2023"
+
+
+@cache
+def engine_fits() -> dict:
+    """Per-engine efficiencies fitted on composed step times (``benchmarks/roofline_engine_fit.py``)."""
+    with resources.as_file(resources.files("pdplan") / "catalog" / "roofline_engines.yaml") as path:
+        return load_yaml(path, what="roofline engine fits")
+
+
+def efficiency_for(engine: str | None) -> Efficiency:
+    """The roofline's factors for an engine: its own fit, or the Splitwise 2023 calibration when
+    no engine is named (the A100/H100 2023 case)."""
+    if engine is None or engine == SPLITWISE_2023:
+        return DEFAULT_EFFICIENCY
+    fits = engine_fits()["engines"]
+    if engine not in fits:
+        raise PdplanError(f"no roofline fit for engine {engine!r} (known: {', '.join([SPLITWISE_2023, *fits])})",
+                          field="engine")
+    fit = fits[engine]
+    return Efficiency(compute=fit["compute_efficiency"], bandwidth=fit["bandwidth_efficiency"],
+                      layer_overhead_s=fit["layer_overhead_us"] * 1e-6)
+
 
 #: Compute-throughput slowdown of power-capped GPU types, measured as the ratio of prompt times.
 MEASURED_COMPUTE_SLOWDOWN = {"h100-80gb-pcap": 1.30}
@@ -254,19 +282,25 @@ def phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
 
 
 def roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
-                     compute_efficiency: float = DEFAULT_EFFICIENCY.compute,
-                     bandwidth_efficiency: float = DEFAULT_EFFICIENCY.bandwidth,
-                     layer_overhead_s: float = DEFAULT_EFFICIENCY.layer_overhead_s,
+                     engine: str | None = None,
+                     compute_efficiency: float | None = None,
+                     bandwidth_efficiency: float | None = None,
+                     layer_overhead_s: float | None = None,
                      memory_utilization: float = 0.9,
                      max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
                      gpus_per_node: int = 8) -> PhaseProfile:
     """A roofline :class:`PhaseProfile` for a (tp, pp) instance of ``model`` on ``gpu``.
 
-    Raises :class:`PdplanError` with :func:`~pdplan.modelspec.shape_rejection`'s sentence when
-    the shape cannot hold the model, or when an argument is out of range.
+    The efficiencies are ``engine``'s fit (:func:`efficiency_for`; the Splitwise 2023
+    calibration without one), each overridable. Raises :class:`PdplanError` with
+    :func:`~pdplan.modelspec.shape_rejection`'s sentence when the shape cannot hold the model, or
+    when an argument is out of range.
     """
-    efficiency = Efficiency(compute=compute_efficiency, bandwidth=bandwidth_efficiency,
-                            layer_overhead_s=layer_overhead_s)
+    fitted = efficiency_for(engine)
+    efficiency = Efficiency(
+        compute=fitted.compute if compute_efficiency is None else compute_efficiency,
+        bandwidth=fitted.bandwidth if bandwidth_efficiency is None else bandwidth_efficiency,
+        layer_overhead_s=fitted.layer_overhead_s if layer_overhead_s is None else layer_overhead_s)
     if not 0 < memory_utilization <= 1:
         raise PdplanError(f"memory utilization must be in (0, 1], got {memory_utilization!r}",
                           field="memory_utilization")
@@ -290,23 +324,32 @@ def roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
             method=(f"roofline max(compute, memory) + comm + L*overhead; compute_efficiency="
                     f"{efficiency.compute:g}, bandwidth_efficiency={efficiency.bandwidth:g}, "
                     f"layer_overhead_us={efficiency.layer_overhead_s * 1e6:g}"),
-            notes=_notes(model, gpu, tp, pp, efficiency, memory_utilization, gpus_per_node),
+            notes=_notes(model, gpu, tp, pp, efficiency, memory_utilization, gpus_per_node, engine),
         ),
     )
 
 
-def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
-           memory_utilization: float, gpus_per_node: int) -> str:
+def _efficiency_note(efficiency: Efficiency, engine: str | None) -> str:
     cal = CALIBRATION
+    if efficiency == DEFAULT_EFFICIENCY:
+        return (f"Efficiency defaults calibrated on {cal['shapes']} (Splitwise, {cal['file']}): MAPE "
+                f"prefill {cal['mape_prefill']:.0%}, decode {cal['mape_decode']:.0%}; other models and GPUs are "
+                "extrapolation.")
+    if engine not in (None, SPLITWISE_2023) and efficiency == efficiency_for(engine):
+        fits = engine_fits()
+        fit = fits["engines"][engine]
+        return (f"Efficiencies fitted for {engine} on step times composed from {fits['origin']} ({fits['shapes']}): "
+                f"MAPE prefill {fit['mape_prefill']:.0%}, decode {fit['mape_decode']:.0%}.")
+    return "Efficiencies set by the caller, not a fitted set."
+
+
+def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
+           memory_utilization: float, gpus_per_node: int, engine: str | None = None) -> str:
     parts = [
         "Derived, not measured: transformer FLOPs (linear layers and causal attention pairs) and state bytes (weights + output head read once per "
         f"iteration, K/V read and written) over the GPU catalog's peak {model.weight_dtype} FLOP/s for matrix products, "
         "bf16 for attention, and its HBM bandwidth.",
-        f"Efficiency defaults calibrated on {cal['shapes']} (Splitwise, {cal['file']}): MAPE "
-        f"prefill {cal['mape_prefill']:.0%}, decode {cal['mape_decode']:.0%}; other models and "
-        f"GPUs are extrapolation."
-        if efficiency == DEFAULT_EFFICIENCY else
-        "Efficiencies set by the caller, not the calibrated defaults.",
+        _efficiency_note(efficiency, engine),
         f"Decode context Σctx is the tokens the batch holds before the step (each request also "
         f"attends to its new token); KV capacity at {memory_utilization:.0%} of HBM.",
     ]

@@ -70,36 +70,43 @@ def load_splitwise_points(path: str | Path, model: str = "llama2-70b",
                              sha256=sha256_file(path))
 
 
-def _terms_for(points: CalibrationPoints, model: ModelSpec, gpus: Mapping[str, GPU]):
-    shapes = sorted(set(zip(points.prefill["gpu"], points.prefill["tp"]))
-                    | set(zip(points.decode["gpu"], points.decode["tp"])))
-    return {(g, int(tp)): phase_terms(model, gpus[g], int(tp), 1) for g, tp in shapes}
+Models = ModelSpec | Mapping[str, ModelSpec]
 
 
-def _components(frame: pd.DataFrame, terms, phase: int) -> np.ndarray:
+def _model_of(models: Models, frame: pd.DataFrame, i: int) -> ModelSpec:
+    """One model for every point, or the model a ``model`` column names."""
+    return models if isinstance(models, ModelSpec) else models[frame["model"].iloc[i]]
+
+
+def _components(frame: pd.DataFrame, models: Models, gpus: Mapping[str, GPU], phase: int) -> np.ndarray:
     """Per point: (compute at 100%, memory at 100%, comm, layers), shape (n, 4)."""
     out = np.empty((len(frame), 4))
     x = frame[["f0", "f1", "f2"]].to_numpy(dtype=float)
+    terms = {}
     for i, (g, tp) in enumerate(zip(frame["gpu"], frame["tp"])):
-        t = terms[(g, int(tp))][phase]
+        model = _model_of(models, frame, i)
+        key = (model.name, g, int(tp))
+        if key not in terms:
+            terms[key] = phase_terms(model, gpus[g], int(tp), 1)
+        t = terms[key][phase]
         out[i] = (x[i] @ t.compute_s, x[i] @ t.memory_s, x[i] @ t.comm_s, t.layers)
     return out
 
 
-def roofline_errors(points: CalibrationPoints, model: ModelSpec, gpus: Mapping[str, GPU],
+def roofline_errors(points: CalibrationPoints, model: Models, gpus: Mapping[str, GPU],
                     efficiency: Efficiency = DEFAULT_EFFICIENCY) -> tuple[np.ndarray, np.ndarray]:
-    """Signed relative errors ``predicted/measured − 1`` of the roofline, (prefill, decode)."""
-    terms = _terms_for(points, model, gpus)
+    """Signed relative errors ``predicted/measured − 1`` of the roofline, (prefill, decode);
+    ``model`` is one model, or models by the name the points' ``model`` column holds."""
     errors = []
     for phase, frame in enumerate((points.prefill, points.decode)):
-        c = _components(frame, terms, phase)
+        c = _components(frame, model, gpus, phase)
         predicted = (np.maximum(c[:, 0] / efficiency.compute, c[:, 1] / efficiency.bandwidth)
                      + c[:, 2] + c[:, 3] * efficiency.layer_overhead_s)
         errors.append(predicted / frame["measured_s"].to_numpy() - 1)
     return errors[0], errors[1]
 
 
-def calibrate_efficiency(points: CalibrationPoints, model: ModelSpec, gpus: Mapping[str, GPU], *,
+def calibrate_efficiency(points: CalibrationPoints, model: Models, gpus: Mapping[str, GPU], *,
                          step: float = 0.01, overhead_step_s: float = 10e-6,
                          max_overhead_s: float = 500e-6) -> Efficiency:
     """The grid point minimising the mean of the prefill and the decode MAPE.
@@ -108,8 +115,7 @@ def calibrate_efficiency(points: CalibrationPoints, model: ModelSpec, gpus: Mapp
     cost from 0 to ``max_overhead_s`` in steps of ``overhead_step_s``. Ties go to the first
     point in (overhead, compute, bandwidth) order, so the result is deterministic.
     """
-    terms = _terms_for(points, model, gpus)
-    parts = [(_components(f, terms, phase), f["measured_s"].to_numpy())
+    parts = [(_components(f, model, gpus, phase), f["measured_s"].to_numpy())
              for phase, f in enumerate((points.prefill, points.decode))]
     factors = np.round(np.arange(1, int(round(1 / step)) + 1) * step, 10)
     ec, eb = factors[:, None, None], factors[None, :, None]

@@ -189,3 +189,15 @@ def test_library_notices_stay_quiet_unless_verbose(tmp_path):
                            "0", "--plot", str(tmp_path / "curve.png")], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and done.stderr == ""
     assert (tmp_path / "curve.png").exists()
+
+
+def test_closed_loop_goodput_is_the_most_clients_that_meet_the_slo(run_cli):
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                             "--phase", "colocated", "--closed-loop", "--requests-per-probe", "300", "--json")
+    assert code == 0, err
+    loop = json.loads(out)["closed_loop"]
+    verdict = {p["clients"]: p["meets"] for p in loop["probes"]}
+    assert loop["clients"] >= 1 and verdict[loop["clients"]] and not verdict[loop["clients"] + 1]
+    assert all(meets for clients, meets in verdict.items() if clients <= loop["clients"])
+    best = next(p for p in loop["probes"] if p["clients"] == loop["clients"])
+    assert loop["throughput_rps"] == best["throughput_rps"] > 0

@@ -333,6 +333,8 @@ def test_fleet_all_on_azure_conv_verifies_every_fleet(run_cli, shared_data, tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not __import__("pdplan.compose.tables", fromlist=["installed"]).installed(),
+                    reason="README's install brings the optional extra pdplan[aic], whose composed profiles the excerpt shows")
 def test_readme_shows_what_the_main_job_prints(run_cli, tmp_path):
     """README's excerpt of `pdplan optimize traces/chat_poisson_2k.csv`: head, verification, search."""
     readme = (ROOT / "README.md").read_text()
@@ -359,3 +361,58 @@ def test_the_fleet_plot_marks_the_winner_misses_and_infeasible_fleets(monkeypatc
     assert texts.count("MISSES") == 1 and texts.count("infeasible") == 1 and texts.count("chosen") == 1
     hatched = [bar.get_hatch() for bar in drawn["fig"].axes[0].patches]
     assert hatched.count("//") == 1
+
+
+# --- today's models, precisions and GPUs (composed profiles from the optional extra) -----------------
+
+EXAMPLES = ROOT / "examples"
+
+
+def _pool_profiles(doc: dict) -> set[str]:
+    return {p["profile"] for p in doc["pools"]}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("pdplan.compose.tables", fromlist=["installed"]).installed(),
+                    reason="composed profiles need the optional extra pdplan[aic]")
+def test_llama_3_1_70b_fp8_on_h200_is_planned_on_composed_profiles_and_says_so(optimize):
+    code, out, err = optimize("--model", "llama-3.1-70b", "--dtype", "fp8", "--cluster", EXAMPLES / "cluster_h200.yaml",
+                              "--target-rate", "12", "--ttft", "2s", "--tpot", "50ms", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["model"] == "llama-3.1-70b@fp8" and doc["verification"]["passed"]
+    assert _pool_profiles(doc) == {"composed"}
+    assert "composed from AIConfigurator" in doc["provenance"]["profile_sources"]
+    assert all(p["profile_method"].startswith("vllm: operator sum") for p in doc["pools"])
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("pdplan.compose.tables", fromlist=["installed"]).installed(),
+                    reason="composed profiles need the optional extra pdplan[aic]")
+def test_qwen3_32b_on_b200_uses_the_named_engine_s_operators(optimize):
+    code, out, err = optimize("--model", "qwen3-32b", "--cluster", EXAMPLES / "cluster_b200.yaml", "--engine", "trtllm",
+                              "--target-rate", "20", "--ttft", "1s", "--tpot", "30ms")
+    assert code == 0, err
+    assert "profiles: b200-180gb TP" in out and "composed" in out and "(trtllm newest measured)" in out
+
+
+@pytest.mark.slow
+def test_without_the_tables_the_same_plan_runs_on_rooflines_and_says_why(optimize, monkeypatch):
+    from pdplan.compose import tables
+    monkeypatch.setattr(tables, "installed", lambda: False)
+    code, out, err = optimize("--model", "qwen3-32b", "--cluster", EXAMPLES / "cluster_b200.yaml", "--engine", "sglang",
+                              "--target-rate", "20", "--ttft", "1s", "--tpot", "30ms", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert _pool_profiles(doc) == {"roofline"}
+    assert {p["profile_fallback"] for p in doc["pools"]} == {"operator tables not installed (pip install 'pdplan[aic]')"}
+    assert "rooflines fitted for sglang" in doc["provenance"]["profile_sources"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (("--engine", "tensorrt"), "Error: unknown engine 'tensorrt' (known: vllm, sglang, trtllm)"),
+    (("--dtype", "int4"), "Error: --dtype must be one of bf16, fp8, fp4, got 'int4'"),
+], ids=["engine", "dtype"])
+def test_bad_engine_or_precision_exits_2_naming_what_exists(optimize, args, message):
+    code, out, err = optimize(*args)
+    assert code == 2 and out == "" and err.startswith(message)

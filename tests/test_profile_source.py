@@ -39,7 +39,7 @@ def test_without_the_extra_an_unmeasured_shape_falls_back_to_the_roofline_and_sa
     assert source.profile(LLAMA31, H100, 4, 1).provenance.source == "roofline"
     assert source.fallback_reason(LLAMA31.name, "h100-80gb", 4, 1) == \
         "operator tables not installed (pip install 'pdplan[aic]')"
-    assert "rooflines (operator tables not installed" in source.describe()
+    assert "rooflines (Splitwise 2023 calibration) (operator tables not installed" in source.describe()
 
 
 @needs_extra

@@ -252,3 +252,19 @@ def test_profile_roofline_refuses_a_shape_that_cannot_hold_the_weights(run_cli):
     assert (code, out) == (2, "")
     assert err == ("Error: llama2-70b TP1 PP1 a100-80gb: weights 128.5 GiB per GPU > 72.0 GiB usable "
                    "(90% of 80 GiB)\n")
+
+
+def test_each_engine_has_a_fitted_roofline_leaner_than_the_splitwise_2023_case():
+    from pdplan.roofline import efficiency_for
+    for engine in ("vllm", "sglang", "trtllm"):
+        fitted = efficiency_for(engine)
+        assert fitted.layer_overhead_s < DEFAULT_EFFICIENCY.layer_overhead_s / 4
+        profile = roofline_profile(get_model("llama-3.1-8b"), H100, 8, 1, engine=engine)
+        assert f"Efficiencies fitted for {engine}" in profile.provenance.notes
+    assert efficiency_for(None) == efficiency_for("splitwise-2023") == DEFAULT_EFFICIENCY
+
+
+def test_an_engine_without_a_roofline_fit_is_refused_with_the_known_ones():
+    from pdplan.roofline import efficiency_for
+    with pytest.raises(PdplanError, match=r"no roofline fit for engine 'tgi' \(known: splitwise-2023, vllm"):
+        efficiency_for("tgi")

@@ -39,7 +39,7 @@ from pdplan.cli.options import (
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, instance_goodput
+from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop_goodput, instance_goodput
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model
 from pdplan.report import plot_attainment_curve
@@ -64,7 +64,7 @@ def goodput(
     attainment: AttainmentOpt = 0.9,
     slo: SloFileOpt = None,
     profiles: ProfilesOpt = None,
-    engine: EngineOpt = "vllm",
+    engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
     arrivals: ArrivalsOpt = "trace",
@@ -74,6 +74,10 @@ def goodput(
     admission_share: AdmissionShareOpt = DEFAULT_ADMISSION_SHARE,
     seed: SeedOpt = 0,
     format: FormatOpt = None,
+    closed_loop: Annotated[bool, typer.Option(
+        "--closed-loop", help="Probe closed loops instead of rates: the most concurrent clients (each sending its "
+                              "next request when its last ends, as benchmark tools do) whose run meets the SLO, "
+                              "and the throughput they draw.")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Write the attainment curve as a PNG.")] = None,
     json: JsonOpt = False,
 ) -> None:
@@ -106,6 +110,13 @@ def goodput(
     source = profile_source(profiles, engine, engine_version, compose)
     profile = source.profile(spec, device, tp, pp)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp)
+    if closed_loop:
+        if plot is not None:
+            raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",
+                              field="plot")
+        _closed_loop(workload, profile, phase, objectives, settings, policy, chunk, admission_share,
+                     profile_label(profile, fallback), json)
+        return
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
                   console=stderr, transient=True,
                   disable=json or not stderr.is_terminal) as progress:
@@ -134,6 +145,31 @@ def profile_label(profile, fallback: str | None) -> str:
     if prov.source == "roofline":
         return f"roofline ({fallback})" if fallback else "roofline"
     return f"{prov.source} ({prov.method})"
+
+
+def _closed_loop(workload, profile, phase, objectives, settings, policy, chunk, admission_share, source: str,
+                 as_json: bool) -> None:
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=stderr, transient=True, disable=as_json or not stderr.is_terminal) as progress:
+        task = progress.add_task(f"closed loops on {profile.shape} ({phase})", total=None)
+        result = closed_loop_goodput(
+            workload, profile, phase=phase, slo=objectives, settings=settings,
+            policy=policy if phase == "colocated" else None, chunk_tokens=chunk, admission_share=admission_share,
+            on_probe=lambda p: progress.update(task, description=f"ran {p.clients} clients"))
+    if as_json:
+        print_json({"model": profile.model, "gpu": profile.gpu, "tp": profile.tp, "pp": profile.pp, "phase": phase,
+                    "closed_loop": result.to_dict(), "profile": source, "slo": objectives.to_dict()})
+        return
+    stdout.print(f"{profile.shape} ({phase}): {result.clients} clients meet the SLO, drawing "
+                 f"{result.throughput_rps:.3f} req/s (simulated closed loops; profile {source})",
+                 markup=False, highlight=False)
+    table = Table(title="Closed loops")
+    for name in ("clients", "req/s", "TTFT", "TPOT", "joint", "meets"):
+        table.add_column(name, justify="right")
+    for p in result.probes:
+        table.add_row(str(p.clients), f"{p.throughput_rps:.3f}", _share(p.probe.attainment_ttft),
+                      _share(p.probe.attainment_tpot), _share(p.probe.attainment_joint), "yes" if p.probe.meets else "no")
+    stdout.print(table)
 
 
 def _render(result: InstanceGoodput, source: str, objectives) -> None:

@@ -59,7 +59,7 @@ def optimize(
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     profiles: ProfilesOpt = None,
-    engine: EngineOpt = "vllm",
+    engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
     cluster: Annotated[Path | None, typer.Option(

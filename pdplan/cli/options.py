@@ -11,7 +11,7 @@ import typer
 from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
-from pdplan.profile_source import DEFAULT_ENGINE, ProfileSource
+from pdplan.profile_source import ProfileSource
 from pdplan.profiles import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
 from pdplan.slo import SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.workload import FORMATS, Workload, load_trace
@@ -56,9 +56,10 @@ DtypeOpt = Annotated[str | None, typer.Option(
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision: bf16 or fp8.",
                                                 show_default=False)]
 
-EngineOpt = Annotated[str, typer.Option(
-    "--engine", help="Serving engine whose measured operators compose profiles for shapes without a measured "
-                     "profile: vllm, sglang or trtllm (needs the optional extra pdplan[aic]).")]
+EngineOpt = Annotated[str | None, typer.Option(
+    "--engine", help="Serving engine: vllm, sglang or trtllm. Its measured operators compose profiles for shapes "
+                     "without a measured one (optional extra pdplan[aic]; default vLLM's) and its fitted "
+                     "efficiencies time rooflines (default the Splitwise 2023 calibration).", show_default=False)]
 EngineVersionOpt = Annotated[str | None, typer.Option(
     "--engine-version", help="Engine version of the operator tables; default the newest measured for each GPU.",
     show_default=False)]
@@ -86,7 +87,7 @@ def measured_profiles(path: Path | None) -> dict[tuple[str, str, int, int], Phas
     return dict(shipped_profiles()) if path is None else {**shipped_profiles(), **load_profiles(path)}
 
 
-def profile_source(path: Path | None, engine: str = DEFAULT_ENGINE, engine_version: str | None = None,
+def profile_source(path: Path | None, engine: str | None = None, engine_version: str | None = None,
                    compose: bool = True) -> ProfileSource:
     """Per shape: the measured profile, else a composed one, else the roofline."""
     return ProfileSource(measured_profiles(path), engine=engine, engine_version=engine_version, compose=compose)

@@ -13,7 +13,7 @@ from rich import box
 from rich.table import Table
 
 from pdplan import limits
-from pdplan.cli.options import DtypeOpt, EngineOpt, EngineVersionOpt, KvDtypeOpt, within
+from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, within
 from pdplan.compose import tables
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
@@ -209,15 +209,18 @@ def roofline(
     pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.", show_default=False)],
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    compute_efficiency: Annotated[float, typer.Option(
-        help="Fraction of peak tensor FLOP/s reached; default calibrated on Splitwise.")
-    ] = DEFAULT_EFFICIENCY.compute,
-    bandwidth_efficiency: Annotated[float, typer.Option(
-        help="Fraction of peak HBM bandwidth reached; default calibrated on Splitwise.")
-    ] = DEFAULT_EFFICIENCY.bandwidth,
-    layer_overhead_us: Annotated[float, typer.Option(
-        help="Fixed cost per layer per iteration in µs; default calibrated on Splitwise, 0 gives "
-             "the pure two-factor roofline.")] = DEFAULT_EFFICIENCY.layer_overhead_s * 1e6,
+    engine: Annotated[str | None, typer.Option(
+        "--engine", help="Use the efficiencies fitted for vllm, sglang or trtllm on their measured operators "
+                         "(benchmarks/roofline_engine_fit.py); default the Splitwise 2023 calibration "
+                         f"(compute {DEFAULT_EFFICIENCY.compute:g}, bandwidth {DEFAULT_EFFICIENCY.bandwidth:g}, "
+                         f"{DEFAULT_EFFICIENCY.layer_overhead_s * 1e6:g} µs per layer).", show_default=False)] = None,
+    compute_efficiency: Annotated[Optional[float], typer.Option(
+        help="Fraction of peak tensor FLOP/s reached; default the engine's fit.", show_default=False)] = None,
+    bandwidth_efficiency: Annotated[Optional[float], typer.Option(
+        help="Fraction of peak HBM bandwidth reached; default the engine's fit.", show_default=False)] = None,
+    layer_overhead_us: Annotated[Optional[float], typer.Option(
+        help="Fixed cost per layer per iteration in µs; default the engine's fit, 0 gives the pure two-factor "
+             "roofline.", show_default=False)] = None,
     output: Annotated[Optional[Path], typer.Option(
         "-o", "--output", help="Profile YAML to write (atomically).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile summary as one JSON "
@@ -236,9 +239,9 @@ def roofline(
     if output is not None:
         outputs.claim(output, "--output")
     profile = roofline_profile(get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu), tp, pp,
-                               compute_efficiency=compute_efficiency,
+                               engine=engine, compute_efficiency=compute_efficiency,
                                bandwidth_efficiency=bandwidth_efficiency,
-                               layer_overhead_s=layer_overhead_us / 1e6)
+                               layer_overhead_s=None if layer_overhead_us is None else layer_overhead_us / 1e6)
     _write_and_show(profile, outputs, output, as_json, "Roofline")
 
 
@@ -265,7 +268,8 @@ def compose(
     gpu: Annotated[str, typer.Option(help="GPU type from the catalog.", show_default=False)],
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs per stage, one node).")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.")] = 1,
-    engine: EngineOpt = "vllm",
+    engine: Annotated[str, typer.Option("--engine", help="Serving engine whose operators were measured: vllm, "
+                                                         "sglang or trtllm.")] = "vllm",
     engine_version: EngineVersionOpt = None,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,

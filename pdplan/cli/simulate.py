@@ -49,7 +49,7 @@ def simulate(
     tpot: TpotOpt = None,
     attainment: AttainmentOpt = 0.9,
     profiles: ProfilesOpt = None,
-    engine: EngineOpt = "vllm",
+    engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
     out: Annotated[Path | None, typer.Option("--out", help="Write one CSV row per request (atomically).")] = None,

@@ -83,3 +83,14 @@ def _notes(step: Step) -> str:
     outside = step.log.text()
     parts.append(f"outside the measured grids: {outside}" if outside else "every query inside the measured grids")
     return "; ".join(parts)
+
+
+def composed_points(model: ModelSpec, gpu: GPU, tp: int, *, engine: str,
+                    memory_utilization: float = 0.9) -> list:
+    """The composition grid's step times of one shape as points (what a composed profile is
+    fitted to; the per-engine roofline calibration fits to them too)."""
+    versions = tables.choose_versions(gpu.name, engine, None)
+    step = Step(model=model, gpu=gpu.name, tp=tp, pp=1, engine=engine, versions=versions)
+    capacity = kv_capacity_tokens(model, gpu, tp, 1, memory_utilization)
+    return sample_points(step, kv_capacity=capacity,
+                         max_batch_tokens=min(DEFAULT_MAX_PREFILL_BATCH_TOKENS, capacity))
