@@ -62,6 +62,7 @@ def supported_rows(path) -> pd.DataFrame:
     rows["gpu"] = rows["system"].map(GPUS)
     rows["dtype"] = rows["gemm_quant_mode"].map(DTYPES).fillna("bf16")
     rows["concurrency"] = [_concurrency(s, b) for s, b in zip(rows["silicon_data_source"], rows["batch_size"])]
+    rows["harness"] = [_harness(s) for s in rows["silicon_data_source"]]
     return rows[rows["concurrency"] > 0].reset_index(drop=True)
 
 
@@ -70,6 +71,14 @@ def _concurrency(source: str, batch) -> int:
     if found:
         return int(found.group(1))
     return int(batch) if pd.notna(batch) else 0
+
+
+def _harness(source: str) -> str:
+    """Which collection a row comes from: its source file's folder or name (runs of one
+    collection share a benchmark client and its settings)."""
+    found = re.search(r"source_file=([^;]+)", str(source))
+    path = found.group(1).strip() if found else "unknown"
+    return "gap-analysis" if "aic-auto-gap-analysis" in path else path.rsplit("/", 1)[-1]
 
 
 def _int(value, default: int = 1) -> int:
@@ -159,7 +168,7 @@ def main(argv: list[str]) -> int:
                 skipped[(kind, err.detail)] = skipped.get((kind, err.detail), 0) + 1
                 continue
             records.append({**{k: row[k] for k in ("model", "gpu", "dtype", "backend", "mode", "isl", "osl",
-                                                    "concurrency")},
+                                                    "concurrency", "harness")},
                             "kind": kind, "ttft_ms": ttft, "tpot_ms": tpot,
                             "silicon_ttft_ms": row["silicon_ttft_ms"], "silicon_tpot_ms": row["silicon_tpot_ms"]})
     results = pd.DataFrame(records)
@@ -176,6 +185,10 @@ def main(argv: list[str]) -> int:
         print(f"  {kind:9s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} / {part.ttft_ape.quantile(0.9):6.1%}"
               f" ({part.ttft_signed.median():+.1%})   TPOT {part.tpot_ape.median():6.1%} / "
               f"{part.tpot_ape.quantile(0.9):6.1%} ({part.tpot_signed.median():+.1%})")
+    print("\nby measurement collection (median absolute error, median signed error):")
+    for (harness, kind), part in results.groupby(["harness", "kind"], sort=True):
+        print(f"  {harness:16s} {kind:15s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} "
+              f"({part.ttft_signed.median():+.1%})   TPOT {part.tpot_ape.median():6.1%} ({part.tpot_signed.median():+.1%})")
     for (kind, reason), count in sorted(skipped.items()):
         print(f"  skipped {count} {kind} rows: {reason}")
     return 0
