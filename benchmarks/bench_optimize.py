@@ -48,9 +48,9 @@ def main() -> int:
     print(f"{'run':<38} {'wall s':>7} {'computed':>9} {'cached':>7} {'e2e sims':>8}  decision")
     for name, wall, doc in rows:
         search = doc["search"]
-        run = doc["run"]
-        print(f"{name:<38} {wall:>7.1f} {run['cache']['misses']:>9} {run['cache']['hits']:>7} "
-              f"{run['end_to_end_simulations']:>8}  {doc['decision']} on {doc['fleet']}, {doc['gpus_total']} GPUs, "
+        meta = doc["run"]
+        print(f"{name:<38} {wall:>7.1f} {meta['cache']['misses']:>9} {meta['cache']['hits']:>7} "
+              f"{meta['end_to_end_simulations']:>8}  {doc['decision']} on {doc['fleet']}, {doc['gpus_total']} GPUs, "
               f"${doc['cost_per_hour']:.2f}/h (bound ${search['lower_bound']:.2f}, {search['checks']} checks), "
               f"joint {doc['verification']['joint']['mean']:.3f}")
     return 0
