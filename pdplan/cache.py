@@ -77,7 +77,7 @@ class ResultCache:
         if value is not None:
             try:
                 decoded = decode(value)
-            except (KeyError, TypeError, ValueError, AttributeError, IndexError):
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError, PdplanError):
                 decoded = None
             if decoded is not None:
                 self.hits += 1

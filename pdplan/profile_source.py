@@ -16,14 +16,15 @@ the reason is kept (:meth:`ProfileSource.fallback_reason`) so the output can say
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
+from pdplan.cache import ResultCache, cache_key
 from pdplan.compose import tables
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.modelspec import ModelSpec
-from pdplan.profiles import PhaseProfile
+from pdplan.profiles import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.roofline import roofline_profile
 
 DEFAULT_ENGINE = "vllm"
@@ -46,16 +47,15 @@ class ProfileSource:
             raise PdplanError(f"--engine-version selects AIConfigurator's operator tables, which come with the "
                               f"optional extra: {tables.EXTRA}", field="engine_version")
 
-    def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8) -> PhaseProfile:
+    def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8,
+                cache: ResultCache | None = None) -> PhaseProfile:
+        """The shape's profile; a composed one is kept in ``cache`` (composing takes about a second)."""
         key = (model.name, gpu.name, tp, pp)
         if key in self.measured:
             return self.measured[key]
         if self.compose and tables.installed():
-            from pdplan.compose.profile import composed_profile  # reads parquet: only with the extra
-
             try:
-                return composed_profile(model, gpu, tp, pp, engine=self.engine or DEFAULT_ENGINE,
-                                        engine_version=self.engine_version, gpus_per_node=gpus_per_node)
+                return self._composed(model, gpu, tp, pp, gpus_per_node, cache)
             except PdplanError as err:
                 if self.engine_version is not None and err.field in ("engine", "engine_version"):
                     raise  # the user asked for this version: missing data is their error to see
@@ -63,6 +63,25 @@ class ProfileSource:
         elif self.compose:
             self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
         return roofline_profile(model, gpu, tp, pp, engine=self.engine, gpus_per_node=gpus_per_node)
+
+    def _composed(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
+                  cache: ResultCache | None) -> PhaseProfile:
+        from pdplan.compose.profile import composed_profile  # reads parquet: only with the extra
+
+        engine = self.engine or DEFAULT_ENGINE
+        make = lambda: composed_profile(model, gpu, tp, pp, engine=engine,  # noqa: E731
+                                        engine_version=self.engine_version, gpus_per_node=gpus_per_node)
+        if cache is None:
+            return make()
+        key = cache_key({"composed_profile": 1, "aiconfigurator": tables.package_version(),
+                         "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
+                         "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
+                         "gpus_per_node": gpus_per_node})
+        found = cache.get(key, lambda data: profile_from_dict(data, "cache"))
+        if found is None:
+            found = make()
+            cache.put(key, profile_to_dict(found))
+        return found
 
     def fallback_reason(self, model: str, gpu: str, tp: int, pp: int) -> str | None:
         """Why a shape that is not measured was not composed either (None when it was)."""

@@ -260,7 +260,12 @@ def _optional_number(spec: Fields, key: str) -> float | None:
 
 def load_profile(path: str | Path) -> PhaseProfile:
     """Read and validate one profile YAML."""
-    spec = Fields(load_yaml(path, what="profile"), path)
+    return profile_from_dict(load_yaml(path, what="profile"), path)
+
+
+def profile_from_dict(data, source: str | Path) -> PhaseProfile:
+    """Validate a profile's content (as :func:`profile_to_dict` writes it); errors name ``source``."""
+    spec = Fields(data, source)
     spec.reject_unknown({"pdplan_profile", "model", "gpu", "tp", "pp", "kv_capacity_tokens",
                          "max_prefill_batch_tokens", "prefill", "decode", "provenance"})
     spec.integer("pdplan_profile", minimum=FORMAT_VERSION, maximum=FORMAT_VERSION)

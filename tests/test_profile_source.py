@@ -79,3 +79,15 @@ def test_user_profiles_add_to_the_shipped_ones_and_win_where_both_have_a_shape(t
     assert set(shipped_profiles()) | {new.key} == set(merged)
     assert merged[mine.key].prefill_time_s([2048]) == pytest.approx(mine.prefill_time_s([2048]), rel=1e-5)
     assert merged[("llama2-70b", "a100-80gb", 4, 1)] is shipped_profiles()[("llama2-70b", "a100-80gb", 4, 1)]
+
+
+@needs_extra
+def test_a_composed_profile_comes_back_from_the_cache_unchanged(tmp_path):
+    from pdplan.cache import ResultCache
+    from pdplan.profiles import profile_to_dict
+
+    cold, warm = ResultCache(tmp_path), ResultCache(tmp_path)
+    first = ProfileSource({}).profile(LLAMA31, H100, 4, 1, cache=cold)
+    again = ProfileSource({}).profile(LLAMA31, H100, 4, 1, cache=warm)
+    assert (cold.hits, cold.misses, warm.hits, warm.misses) == (0, 1, 1, 0)
+    assert profile_to_dict(again) == profile_to_dict(first)

@@ -20,7 +20,7 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
 from pdplan.profile_fit import ShapePoints, decode_point, fit_profile, prefill_point
-from pdplan.profiles import PhaseProfile
+from pdplan.profiles import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -72,8 +72,10 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
                         notes=f"{source.text()}; {_notes(step)}")
     profile = fit_profile(shape, kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap)
     prov = profile.provenance
-    return replace(profile, provenance=replace(
+    profile = replace(profile, provenance=replace(
         prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
+    # At the written precision, so a composed profile read back from the cache is this very one.
+    return profile_from_dict(profile_to_dict(profile), f"composed {profile.shape}")
 
 
 def _notes(step: Step) -> str:

@@ -94,7 +94,8 @@ def measure(request: PlanRequest, cache: ResultCache,
     for i, shape in enumerate(shapes):
         if progress is not None:
             progress(f"goodput {shape.label}", i, len(shapes))
-        profile = request.profiles.profile(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp, shape.pp)
+        profile = request.profiles.profile(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp, shape.pp,
+                                           cache=cache)
         result = cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
                                          settings=request.settings, policy=shape.policy,
                                          chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
