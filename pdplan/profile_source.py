@@ -77,10 +77,16 @@ class ProfileSource:
                          "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
                          "gpus_per_node": gpus_per_node})
-        found = cache.get(key, lambda data: profile_from_dict(data, "cache"))
+        found = cache.get(key, _decode_composed)
         if found is None:
-            found = make()
+            try:
+                found = make()
+            except PdplanError as err:  # remembered too: the tables will not change under this key
+                cache.put(key, {"unavailable": err.detail, "field": err.field})
+                raise
             cache.put(key, profile_to_dict(found))
+        elif isinstance(found, PdplanError):
+            raise found
         return found
 
     def fallback_reason(self, model: str, gpu: str, tp: int, pp: int) -> str | None:
@@ -97,3 +103,10 @@ class ProfileSource:
         version = self.engine_version or "newest measured"
         return (f"measured profiles, else composed from AIConfigurator {tables.package_version()} operator tables "
                 f"({self.engine or DEFAULT_ENGINE} {version}), else {roofline}")
+
+
+def _decode_composed(data: dict) -> PhaseProfile | PdplanError:
+    """A cached composition: the profile, or why the tables could not make one."""
+    if "unavailable" in data:
+        return PdplanError(str(data["unavailable"]), field=data.get("field"))
+    return profile_from_dict(data, "cache")

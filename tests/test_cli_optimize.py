@@ -1,6 +1,7 @@
 """`pdplan optimize` as a user runs it: contract keys, verification, determinism, cache, fleets, errors."""
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -342,7 +343,14 @@ def test_readme_shows_what_the_main_job_prints(run_cli, tmp_path):
     code, out, err = run_cli("optimize", TRACE, "--cache-dir", tmp_path)
     assert code == 0, err
     printed = out.split("Fleets (")[0]
-    assert " ".join(excerpt.split()) == " ".join(printed.split())
+    # Words exactly; numbers within a rounding step, since the composed profile behind the answer
+    # is fitted on this machine (another BLAS may move its last digit).
+    number = re.compile(r"-?\d[\d,]*\.?\d*")
+    expected, got = " ".join(excerpt.split()), " ".join(printed.split())
+    assert number.split(expected) == number.split(got)
+    for a, b in zip(number.findall(expected), number.findall(got)):
+        a, b = float(a.replace(",", "")), float(b.replace(",", ""))
+        assert b == pytest.approx(a, rel=1e-3, abs=2e-3), (a, b)
 
 
 def test_the_fleet_plot_marks_the_winner_misses_and_infeasible_fleets(monkeypatch):
