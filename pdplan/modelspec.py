@@ -20,6 +20,8 @@ WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 KV_BYTES = {"bf16": 2, "fp8": 1}
 #: Bytes of one activation element (what TP all-reduces and PP sends move).
 ACTIVATION_BYTES = 2
+#: Bytes of one embedding or output-head weight: quantized checkpoints keep them in bf16.
+EDGE_WEIGHT_BYTES = 2
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,11 +84,16 @@ class ModelSpec:
         """Input embedding and output head (one matrix when tied)."""
         return self.vocab * self.hidden * (1 if self.tied_embeddings else 2)
 
+    def weight_bytes_of(self, block_params: float, edge_params: float, tp: int = 1) -> int:
+        """Bytes of block and edge (embedding, head) parameters split over ``tp`` ranks: the
+        blocks at the weight dtype, the edges in bf16."""
+        return (math.ceil(block_params / tp * self.weight_bytes_per_param)
+                + math.ceil(edge_params / tp) * EDGE_WEIGHT_BYTES)
+
     @property
     def weight_bytes(self) -> int:
-        """All weights: the blocks at the weight dtype, embeddings and head in bf16."""
-        blocks = self.parameters - self.embedding_params
-        return math.ceil(blocks * self.weight_bytes_per_param) + self.embedding_params * ACTIVATION_BYTES
+        """All weights, as published (norms included in the blocks)."""
+        return self.weight_bytes_of(self.parameters - self.embedding_params, self.embedding_params)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -164,8 +171,7 @@ def weight_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> int:
         edge_matrices = 1
     block_params = layers_on_largest_stage(model, pp) * model.params_per_layer
     edge_params = edge_matrices * model.vocab * model.hidden
-    return (math.ceil(block_params / tp * model.weight_bytes_per_param)
-            + math.ceil(edge_params / tp) * ACTIVATION_BYTES)
+    return model.weight_bytes_of(block_params, edge_params, tp)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, pp: int) -> int:

@@ -22,7 +22,6 @@ layer, each weight and each all-reduce once, plus the hops between stages.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -168,9 +167,7 @@ def streamed_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
     the batch's rows, not a full read, so it is left out (0x02B's B_weights, plus the head the
     toy ledger omits).
     """
-    blocks = model.layers * model.params_per_layer
-    return (math.ceil(blocks / tp * model.weight_bytes_per_param)
-            + math.ceil(model.vocab * model.hidden / tp) * ACTIVATION_BYTES)
+    return model.weight_bytes_of(model.layers * model.params_per_layer, model.vocab * model.hidden, tp)
 
 
 def kv_bytes_per_token_per_rank(model: ModelSpec, tp: int) -> int:
