@@ -32,20 +32,21 @@ def phase_dict(solution: Solution | None, phase: str) -> dict | None:
             "shapes": [shape_dict(c, k) for c, k in shapes]}
 
 
-def profile_dict(request: PlanRequest, gpu: str, tp: int, pp: int) -> dict:
-    """Where a shape's latencies come from: measured, composed or roofline, how, and (for a
-    roofline) why nothing better was available."""
-    profile = request.profiles.profile(request.model, request.cluster.priced_gpu(gpu), tp, pp)
-    prov = profile.provenance
+def profile_dict(report: PlanReport, gpu: str, tp: int, pp: int) -> dict:
+    """Where a shape's latencies came from (the profile its goodput was measured with): measured,
+    composed or roofline, how, and for a roofline why nothing better was available."""
+    prov = next(m.profile for m in report.measured
+                if (m.shape.gpu, m.shape.tp, m.shape.pp) == (gpu, tp, pp)).provenance
+    request = report.request
     return {"profile": prov.source, "profile_method": prov.method,
             "profile_fallback": request.profiles.fallback_reason(request.model.name, gpu, tp, pp)}
 
 
-def pools(solution: Solution, request: PlanRequest) -> list[dict]:
-    cluster = request.cluster
+def pools(solution: Solution, report: PlanReport) -> list[dict]:
+    cluster = report.request.cluster
     return [{"phase": c.phase, **shape_dict(c, k), "chunk_tokens": c.chunk_tokens,
              "usd_per_hour": cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k,
-             "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k, **profile_dict(request, c.gpu, c.tp, c.pp)}
+             "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k, **profile_dict(report, c.gpu, c.tp, c.pp)}
             for c, k in sorted(solution.replicas.items(), key=lambda ck: (ck[0].phase, ck[0].gpu, ck[0].tp, ck[0].pp))]
 
 
@@ -173,7 +174,7 @@ def report_to_dict(report: PlanReport) -> dict:
     if report.answer is None:
         closest = report.closest
         doc["closest"] = None if closest is None else {
-            **plan_summary(request, closest, "high"), "pools": pools(closest.solution, request),
+            **plan_summary(request, closest, "high"), "pools": pools(closest.solution, report),
             "verification": closest.verification.to_dict(), "misses": misses(closest)}
         doc.update(provenance=_provenance(report), run=_run(report))
         return doc
@@ -193,7 +194,7 @@ def report_to_dict(report: PlanReport) -> dict:
             request, alternative, fleet.disaggregated.affinity),
         "colocated_baseline": None if baseline is None else {
             **phase_dict(baseline.solution, "colocated"), **plan_summary(request, baseline, "high")},
-        "pools": pools(solution, request),
+        "pools": pools(solution, report),
         "gpus_total": solution.gpus_total,
         "cost_per_hour": solution.usd_per_hour,
         "power_w": solution.power_w,
