@@ -132,7 +132,10 @@ BAD = [
     ("vllm-bench", {"max_concurrency": 8, "input_lens": [1], "output_lens": [2], "ttfts": [-0.1], "itls": [[0.1]]},
      r"ttfts\[0\] must hold finite numbers >= 0"),
     ("vllm-bench", {"max_concurrency": 2.5, "completed": 3, "total_input_tokens": 3, "total_output_tokens": 3,
-                    "mean_ttft_ms": 1, "mean_tpot_ms": 1}, r"concurrency must be an integer"),
+                    "mean_ttft_ms": 1, "mean_tpot_ms": 1}, r": max_concurrency must be an integer"),
+    ("genai-perf", GENAI | {"input_config": {"perf_analyzer": {"stimulus": {"concurrency": 2.5}}}},
+     r": input_config.perf_analyzer.stimulus.concurrency must be a whole number of clients, got '2.5'"),
+    ("aiperf", GENAI | {"input_config": {"loadgen": {"request_rate": 0}}}, r": input_config.loadgen.request_rate must be > 0"),
     ("vllm-bench", {"max_concurrency": 8, "completed": 3, "total_input_tokens": 3, "total_output_tokens": 3},
      r"holds no TTFT and TPOT measurements"),
     ("genai-perf", {k: v for k, v in GENAI.items() if k != "time_to_first_token"} | {"input_config": {"concurrency": 1}},
@@ -146,7 +149,8 @@ BAD = [
 
 
 @pytest.mark.parametrize("fmt,doc,message", BAD, ids=["not-json", "length-mismatch", "negative-ttft",
-                                                       "fractional-concurrency", "no-latencies", "no-ttft",
+                                                       "fractional-concurrency", "fractional-stimulus",
+                                                       "zero-rate", "no-latencies", "no-ttft",
                                                        "unknown-unit", "unknown-phase", "no-config"])
 def test_bad_benchmark_file_exits_2_naming_the_field(run_cli, tmp_path, base_file, fmt, doc, message):
     bench = write(tmp_path, "v.json", doc)

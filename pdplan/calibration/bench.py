@@ -45,6 +45,18 @@ STAT_NAMES = {"avg": "mean", "mean": "mean", "median": "p50", "p50": "p50", "p10
 UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "us": 1e-6, "ns": 1e-9}
 #: Requests replayed when a result gives only mean lengths and no request count.
 DEFAULT_REQUESTS = 1000
+#: Percentiles compared when the benchmark carries every request.
+PERCENTILES = (10, 25, 50, 75, 90, 99)
+
+
+def statistics(values: np.ndarray) -> dict[str, float]:
+    """Percentiles and mean of per-request values (seconds), NaN (no such clock) left out."""
+    values = values[np.isfinite(values)]
+    if values.size == 0:
+        return {}
+    stats = {f"p{q}": float(np.percentile(values, q)) for q in PERCENTILES}
+    stats["mean"] = float(values.mean())
+    return stats
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -63,8 +75,6 @@ class BenchRun:
 
     def statistics(self) -> dict[str, dict[str, float]]:
         """The measured statistics to match: percentiles of every request, else those reported."""
-        from pdplan.calibration.fit import statistics  # one definition of the statistics
-
         if self.ttft_s is not None and self.tpot_s is not None:
             return {"ttft": statistics(self.ttft_s), "tpot": statistics(self.tpot_s)}
         return self.reported or {}
@@ -84,7 +94,8 @@ def read_bench(path: str | Path, format: str) -> BenchRun:
         raise PdplanError("top level must be a JSON object", file=path)
     reader = {"vllm-bench": _vllm, "genai-perf": _genai_perf, "aiperf": _aiperf}[format]
     run = reader(_Doc(data, str(path)))
-    if not run.statistics().get("ttft") or not run.statistics().get("tpot"):
+    measured = run.statistics()
+    if not measured.get("ttft") or not measured.get("tpot"):
         raise PdplanError("holds no TTFT and TPOT measurements to calibrate against", file=path, field="ttft")
     return run
 
@@ -140,18 +151,20 @@ class _Doc:
         return value
 
 
-def _load(doc: _Doc, concurrency: float | None, rate: float | None) -> tuple[int | None, float | None]:
+def _load(doc: _Doc, concurrency: float | None, rate: float | None, *, keys: tuple[str, str] = ("concurrency",
+          "request_rate")) -> tuple[int | None, float | None]:
     """(clients, rate): a finite rate is an open loop (a concurrency cap beside it is not
-    modelled); a concurrency limit with an unlimited rate is a closed loop; neither sends all at once."""
+    modelled); a concurrency limit with an unlimited rate is a closed loop; neither sends all at once.
+    ``keys`` name the two settings as ``doc`` spells them, for errors."""
     if rate is not None and math.isfinite(rate):
         concurrency = None
     if concurrency is not None:
         if concurrency != int(concurrency) or not 1 <= concurrency <= limits.MAX_CONCURRENCY:
-            raise doc.fail("concurrency", f"must be an integer in [1, {limits.MAX_CONCURRENCY:,}]", concurrency)
+            raise doc.fail(keys[0], f"must be an integer in [1, {limits.MAX_CONCURRENCY:,}]", concurrency)
         return int(concurrency), None
     if rate is not None and math.isfinite(rate):
         if not 0 < rate <= limits.MAX_RATE_RPS:
-            raise doc.fail("request_rate", f"must be > 0 and <= {limits.MAX_RATE_RPS:,.0f}", rate)
+            raise doc.fail(keys[1], f"must be > 0 and <= {limits.MAX_RATE_RPS:,.0f}", rate)
         return None, rate
     return None, None
 
@@ -167,7 +180,8 @@ def _lengths(doc: _Doc, values: list, key: str) -> np.ndarray:
 
 def _vllm(doc: _Doc) -> BenchRun:
     concurrency, rate = _load(doc, doc.number("max_concurrency", required=False, minimum=1),
-                              doc.number("request_rate", required=False, allow_inf=True))
+                              doc.number("request_rate", required=False, allow_inf=True),
+                              keys=("max_concurrency", "request_rate"))
     if doc.get("ttfts") is not None:
         return _vllm_detailed(doc, concurrency, rate)
     reported = {clock: {STAT_NAMES[name]: doc.number(f"{name}_{clock}_ms") / 1e3
@@ -223,10 +237,17 @@ def _count(doc: _Doc) -> float | None:
 
 
 def _setting(doc: _Doc | None, key: str, *, minimum: float = 0.0) -> float | None:
-    """A load setting that may be absent or written as "" (None)."""
+    """A load setting that may be absent or written as "" (None); a client count must be whole
+    and a rate positive, checked here where the error can name the setting's full path."""
     if doc is None or doc.get(key) in (None, ""):
         return None
-    return doc.number(key, minimum=minimum, allow_inf=key in ("request_rate", "rate"))
+    is_rate = key in ("request_rate", "rate")
+    value = doc.number(key, minimum=minimum, allow_inf=is_rate)
+    if key == "concurrency" and value != int(value):
+        raise doc.fail(key, "must be a whole number of clients", value)
+    if is_rate and value <= 0:
+        raise doc.fail(key, "must be > 0", value)
+    return value
 
 
 def _aggregate(doc: _Doc, fmt: str, concurrency: float | None, rate: float | None, count: float | None) -> BenchRun:

@@ -28,13 +28,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize
 
-from pdplan.calibration.bench import BenchRun
+from pdplan.calibration.bench import BenchRun, statistics
 from pdplan.profiles import LatencyModel, PhaseProfile, Segment
 from pdplan.sim import simulate_pool
 from pdplan.workload import poisson_arrivals
 
-#: Percentiles compared when the benchmark carries every request.
-PERCENTILES = (10, 25, 50, 75, 90, 99)
 #: Bounds of the factors: a profile more than 10x off is not a calibration but a different shape.
 SCALE_BOUNDS = (0.1, 10.0)
 MAX_ITERATION_S = 0.1
@@ -73,15 +71,6 @@ def replay(profile: PhaseProfile, run: BenchRun, schedule: Schedule, seed: int =
                            concurrency=run.concurrency)
     served = ~np.asarray(result["rejected"])
     return np.asarray(result["ttft_s"])[served], np.asarray(result["tpot_s"])[served]
-
-
-def statistics(values: np.ndarray) -> dict[str, float]:
-    values = values[np.isfinite(values)]
-    if values.size == 0:
-        return {}
-    stats = {f"p{q}": float(np.percentile(values, q)) for q in PERCENTILES}
-    stats["mean"] = float(values.mean())
-    return stats
 
 
 def errors(simulated: dict[str, dict[str, float]], measured: dict[str, dict[str, float]]) -> dict[str, float]:

@@ -65,11 +65,10 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
                 gpus_per_node=gpus_per_node)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
     cap = min(max_prefill_batch_tokens, capacity)
-    source = tables.Source(system=step.system, engine=engine, versions=versions)
+    source = tables.source_text(step.system, engine, versions)
     shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
                         points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
-                        source=source.text(),
-                        notes=f"{source.text()}; {_notes(step)}")
+                        source=source, notes=f"{source}; {_notes(step)}")
     profile = fit_profile(shape, kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap)
     prov = profile.provenance
     profile = replace(profile, provenance=replace(

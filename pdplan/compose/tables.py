@@ -156,17 +156,10 @@ def _fill_holes(values: np.ndarray, first_axis: np.ndarray) -> None:
 
 # --- one system, engine and version -----------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Source:
-    """Which measured files a composition reads."""
-
-    system: str
-    engine: str
-    versions: dict = field(hash=False, compare=False)   #: table -> engine version used
-
-    def text(self) -> str:
-        used = ", ".join(f"{table} {version}" for table, version in sorted(self.versions.items()))
-        return f"AIConfigurator {package_version()} tables for {self.system}/{self.engine} ({used})"
+def source_text(system: str, engine: str, versions: dict[str, str]) -> str:
+    """Which measured files a composition reads, for its provenance."""
+    used = ", ".join(f"{table} {version}" for table, version in sorted(versions.items()))
+    return f"AIConfigurator {package_version()} tables for {system}/{engine} ({used})"
 
 
 FILES = {"gemm": ("gemm", "gemm_perf.parquet"),
