@@ -147,11 +147,13 @@ class Searches:
         except PdplanError as err:  # infeasible, or no budget bounds an unbounded cluster
             return replace(found, reason=err.detail)
         claimed = check(first, first.goodput_rps)
-        rate = self.verifier.goodput(claimed.plan, mode=base.mode, start_rps=first.goodput_rps).goodput_rps
+        search = self.verifier.goodput(claimed.plan, mode=base.mode, start_rps=first.goodput_rps)
+        rate = search.goodput_rps
         if rate <= 0:
             return replace(found, first=first, tried=(claimed,))
         verified = check(first, rate)
-        return replace(found, first=first, best=verified, tried=(claimed, verified), proven=True)
+        return replace(found, first=first, best=verified, tried=(claimed, verified), proven=True,
+                       end_to_end=search)
 
     def fleet(self, fleet: Fleet) -> FleetResult:
         affinities = [self.run(fleet, "disaggregated", a) for a in self.request.affinities]
@@ -188,9 +190,8 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
     chosen = reduce(lambda a, b: better(a, b, request.objective), found) if found else None
     end_to_end = without = None
     if chosen is not None:
-        # objective goodput: the very bisection the search verified, so the two rates agree
-        start = chosen.first.goodput_rps if request.objective == "goodput" else chosen.best.verification.rate_rps
-        end_to_end = verifier.goodput(chosen.best.plan, mode=chosen.mode, start_rps=start)
+        end_to_end = chosen.end_to_end or verifier.goodput(
+            chosen.best.plan, mode=chosen.mode, start_rps=chosen.best.verification.rate_rps)
         if request.redundancy != "none":
             without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"))
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,

@@ -31,6 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from pdplan.errors import InfeasibleError
+from pdplan.goodput import Search
 from pdplan.placement import Fleet, Problem, Solution, objective_step, solve, whole_cluster
 from pdplan.planner.request import PlanRequest
 from pdplan.sim import Plan
@@ -70,6 +71,7 @@ class SearchResult:
     tried: tuple[Checked, ...] = ()       #: every plan simulated, in order
     proven: bool = False                  #: the descent ran out of cheaper plans, not of budget
     reason: str | None = None             #: why the program has no plan at all
+    end_to_end: Search | None = None      #: objective goodput: the bisection that set the verified rate
 
     @property
     def closest(self) -> Checked | None:
