@@ -94,19 +94,20 @@ class Requests:
         return self.hash_values is not None and self.hash_values.size > 0
 
 
-def as_requests(workload: Any, *, rate_rps: float | None = None) -> Requests:
+def as_requests(workload: Any, *, rate_rps: float | None = None, closed_loop: bool = False) -> Requests:
     """Requests from a :class:`pdplan.workload.Workload` or a mapping of arrays with the same names.
 
     ``rate_rps`` rescales every inter-arrival gap by one factor so that the mean rate
     (n / (last − first arrival)) becomes ``rate_rps``, keeping burst shape
-    (``pdplan.workload.rescale_rate``).
+    (``pdplan.workload.rescale_rate``). A ``closed_loop`` ignores the arrival times (a
+    lengths-only trace included): the engine writes them as clients send.
     """
     def get(name, default=None):
         if isinstance(workload, Mapping):
             return workload.get(name, default)
         return getattr(workload, name, default)
 
-    arrival = get("arrival_s")
+    arrival = np.zeros(len(get("prompt_tokens"))) if closed_loop else get("arrival_s")
     source = get("source")
     if arrival is None:
         raise PdplanError("the workload has no arrival times (a lengths-only trace); give it an "
@@ -453,7 +454,7 @@ def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec |
     trace order) the moment its previous one finishes, as ``vllm bench serve
     --max-concurrency``, genai-perf and AIPerf do; the trace's arrival times are ignored.
     """
-    requests = as_requests(_closed_loop_arrivals(workload) if concurrency else workload, rate_rps=rate_rps)
+    requests = as_requests(workload, rate_rps=rate_rps, closed_loop=concurrency is not None)
     return run(layout_from_plan(plan, profiles, model), requests, seed=seed, rate_rps=rate_rps,
                engine=engine, concurrency=concurrency)
 
@@ -481,18 +482,8 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
         raise ValueError("phase must be prefill, decode or colocated")
     layout = layout_single(phase, profile, policy=policy, chunk_tokens=chunk_tokens,
                            max_prefill_batch_tokens=max_prefill_batch_tokens, replicas=replicas)
-    requests = as_requests(_closed_loop_arrivals(workload) if concurrency else workload, rate_rps=rate_rps)
+    requests = as_requests(workload, rate_rps=rate_rps, closed_loop=concurrency is not None)
     return run(layout, requests, seed=seed, rate_rps=rate_rps, engine=engine, concurrency=concurrency)
-
-
-def _closed_loop_arrivals(workload: Any) -> Any:
-    """A closed loop ignores arrival times (a lengths-only trace included): give the engine zeros."""
-    n = len(workload["prompt_tokens"] if isinstance(workload, Mapping) else workload.prompt_tokens)
-    if isinstance(workload, Mapping):
-        return {**workload, "arrival_s": np.zeros(n)}
-    return {name: getattr(workload, name, None) for name in
-            ("prompt_tokens", "output_tokens", "hash_values", "hash_offsets", "block_tokens", "source")} | {
-        "arrival_s": np.zeros(n)}
 
 
 def simulate_prefill_instance(workload: Any, profile: PhaseProfile, *,
