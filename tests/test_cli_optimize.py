@@ -128,6 +128,24 @@ def test_written_plan_passes_pdplan_simulate_under_the_same_slo(optimize, run_cl
     assert summary["meets_slo"]["ttft"] and summary["meets_slo"]["tpot"]
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not __import__("pdplan.compose.tables", fromlist=["installed"]).installed(),
+                    reason="composed profiles need the optional extra pdplan[aic]")
+def test_simulate_times_a_written_plan_with_the_engine_it_was_planned_with(optimize, run_cli, tmp_path):
+    code, out, err = optimize("--model", "llama-3.1-8b", "--cluster", ROOT / "examples" / "cluster_h200.yaml",
+                              "--engine", "sglang", "--out", tmp_path / "plan.yaml", "--json")
+    assert code == 0, err
+    assert "engine: sglang" in (tmp_path / "plan.yaml").read_text()
+
+    def timed(*flags):
+        code, out, err = run_cli("simulate", TRACE, "--plan", tmp_path / "plan.yaml", *flags, "--json")
+        assert code == 0, err
+        return json.loads(out)["tpot"]["p50"], json.loads(out)["profiles"]
+
+    as_planned, with_flag, other = timed(), timed("--engine", "sglang"), timed("--engine", "trtllm")
+    assert as_planned == with_flag and as_planned[0] != other[0] and set(as_planned[1].values()) == {"composed"}
+
+
 def test_fleet_all_compares_every_gpu_pair_of_the_cluster_with_aliases(optimize, tmp_path):
     code, out, err = optimize("--fleet", "all", "--json", "--plot", tmp_path / "plots")
     assert code == 0, err

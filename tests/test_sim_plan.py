@@ -85,6 +85,9 @@ BAD = [
     ("not-a-mapping", "- 1\n- 2\n", None, "top level must be a mapping"),
     ("batch-cap-on-decode", GOOD + "    max_prefill_batch_tokens: 2048\n", 19,
      "pools[1].max_prefill_batch_tokens applies only to prefill and prefill-first colocated pools"),
+    ("unknown-engine", GOOD + "profiles: {engine: tgi}\n", 19,
+     "profiles.engine must be one of sglang, trtllm, vllm, got 'tgi'"),
+    ("compose-not-bool", GOOD + "profiles: {compose: maybe}\n", 19, "profiles.compose must be true or false"),
 ]
 
 
@@ -142,6 +145,20 @@ def test_a_plan_round_trips_through_its_file(tmp_path):
         again = load_plan(tmp_path / example)
         assert again.pools == plan.pools and again.links == plan.links
         assert again.default_link == plan.default_link and again.transfer_schedule == plan.transfer_schedule
+
+
+def test_a_plan_keeps_how_its_shapes_were_timed(tmp_path):
+    from dataclasses import replace
+
+    from pdplan.fileio import atomic_write_text, dump_yaml
+    from pdplan.sim.plan import plan_to_dict
+
+    plan = replace(load_plan(ROOT / "examples" / "plan_colocated.yaml"), engine="sglang", engine_version="0.5.14",
+                   compose=False)
+    atomic_write_text(tmp_path / "p.yaml", dump_yaml(plan_to_dict(plan)))
+    again = load_plan(tmp_path / "p.yaml")
+    assert (again.engine, again.engine_version, again.compose) == ("sglang", "0.5.14", False)
+    assert "profiles" not in plan_to_dict(load_plan(ROOT / "examples" / "plan_colocated.yaml"))
 
 
 def test_a_pool_with_more_replicas_than_any_fleet_is_refused(tmp_path):

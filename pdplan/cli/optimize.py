@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -182,7 +183,8 @@ def optimize(
     document["run"]["cache"]["dir"] = None if no_cache else str(cache.folder)
     if report.answer is not None:
         if out is not None:
-            outputs.put(out, dump_yaml(plan_to_dict(report.answer.plan)))
+            timed = replace(report.answer.plan, engine=engine, engine_version=engine_version, compose=compose)
+            outputs.put(out, dump_yaml(plan_to_dict(timed)))
         if plot is not None:
             outputs.put(plot / "fleets.png", plot_fleets(document["fleets"], winner=document["fleet"]), "--plot")
         outputs.commit()

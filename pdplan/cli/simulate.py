@@ -22,7 +22,6 @@ from pdplan.cli.options import (
     TtftOpt,
     load_workload,
     profile_source,
-    ComposeOpt,
     EngineOpt,
     EngineVersionOpt,
     DEFAULT_TPOT_S,
@@ -51,7 +50,10 @@ def simulate(
     profiles: ProfilesOpt = None,
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
-    compose: ComposeOpt = True,
+    compose: Annotated[bool | None, typer.Option(
+        "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile exists "
+                                       "(else the roofline); default as the plan file says (true when it is silent).",
+        show_default=False)] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write one CSV row per request (atomically).")] = None,
     seed: SeedOpt = 0,
     format: FormatOpt = None,
@@ -80,7 +82,10 @@ def simulate(
                           "(pdplan trace transform --arrivals poisson --rate R), or run a closed loop with "
                           "--concurrency C", file=trace)
     model = plan_model(the_plan)
-    shapes = plan_profiles(the_plan, profile_source(profiles, engine, engine_version, compose))
+    # Time the shapes as the plan was timed when it was made, unless a flag says otherwise.
+    shapes = plan_profiles(the_plan, profile_source(
+        profiles, engine or the_plan.engine, engine_version or the_plan.engine_version,
+        the_plan.compose if compose is None else compose))
     result = run_plan(workload, the_plan, shapes,
                       model=model, seed=seed, rate_rps=rate, concurrency=concurrency)
     summary = result.summary(ttft, tpot)

@@ -144,6 +144,11 @@ class Plan:
     block_tokens: int | None = None     #: prefix-hash block size, when the plan states it
     name: str = ""
     source: str | None = None           #: file the plan was read from, for error messages
+    #: How the plan's shapes were timed when it was made, so `simulate` times them the same way:
+    #: the engine whose operators compose unmeasured shapes, its version, and whether to compose.
+    engine: str | None = None
+    engine_version: str | None = None
+    compose: bool = True
 
     def __post_init__(self):
         if not self.pools:
@@ -242,7 +247,8 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
 
 # --- file ----------------------------------------------------------------------------------------
 
-_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools"}
+_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles"}
+_PROFILE_FIELDS = {"engine", "engine_version", "compose"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "replicas", "policy", "chunk_tokens",
                 "prefix_cache_blocks", "max_prefill_batch_tokens"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
@@ -351,8 +357,22 @@ def load_plan(path: str | Path) -> Plan:
     name = top.data.get("name", "")
     if not isinstance(name, str):
         raise top.fail("name", "must be a string", name)
+    timing = {}
+    if top.has("profiles"):
+        from pdplan.compose.tables import ENGINES  # the names only; no table is read
+
+        spec = top.mapping("profiles")
+        spec.reject_unknown(_PROFILE_FIELDS)
+        if spec.has("engine"):
+            timing["engine"] = spec.string("engine", choices=list(ENGINES))
+        if spec.has("engine_version"):
+            timing["engine_version"] = spec.string("engine_version")
+        if spec.has("compose"):
+            if not isinstance(spec.data["compose"], bool):
+                raise spec.fail("compose", "must be true or false", spec.data["compose"])
+            timing["compose"] = spec.data["compose"]
     return Plan(pools=tuple(pools), links=tuple(links), default_link=default_link,
-                transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path))
+                transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path), **timing)
 
 
 def plan_to_dict(plan: Plan) -> dict:
@@ -364,6 +384,10 @@ def plan_to_dict(plan: Plan) -> dict:
     doc: dict = {"pdplan_plan": FORMAT_VERSION}
     if plan.name:
         doc["name"] = plan.name
+    timing = {"engine": plan.engine, "engine_version": plan.engine_version}
+    timing = {k: v for k, v in timing.items() if v is not None} | ({} if plan.compose else {"compose": False})
+    if timing:
+        doc["profiles"] = timing
     if not plan.colocated:
         doc["transfer"] = {"schedule": plan.transfer_schedule}
         if plan.block_tokens is not None:
