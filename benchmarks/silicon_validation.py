@@ -5,14 +5,24 @@
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and
 precision pdplan supports is replayed: the row's concurrency C as a closed loop of C clients
-(``simulate --concurrency``), 10 × C requests (at least 100, at most 2,000) of exactly the row's
-ISL and OSL, on one instance of the row's TP for aggregated rows and on the row's prefill and
+(``simulate --concurrency``), with the requests its collection's benchmark client sent (below),
+on one instance of the row's TP for aggregated rows and on the row's prefill and
 decode pools for disaggregated ones. Each profile kind is run in turn — composed from the
 engine's measured operators; the roofline with the engine's fitted efficiencies
 (``roofline_engine_fit.py``); the roofline with the Splitwise 2023 calibration, what pdplan had
 before — and the script prints, per model, GPU, engine,
 mode and kind, the number of rows and the median and p90 absolute percentage error of the mean
 TTFT and the mean TPOT. Nothing is fitted to this file: it is how we know the model is right.
+
+The requests each collection's client sent:
+
+* ``2026-04-06.csv`` is SemiAnalysis' InferenceMAX sweep (its grid: ISL/OSL 1k/1k, 1k/8k, 8k/1k,
+  concurrency 4 to 256, Llama-3.1-70B, DeepSeek-R1 and gpt-oss-120b on H100/H200/B200/GB200 under
+  vLLM, SGLang and TensorRT-LLM). Its client is vLLM's old ``benchmark_serving.py`` run with
+  ``--random-range-ratio 0.8 --num-prompts 10*C --max-concurrency C --ignore-eos``: each
+  request's input and output lengths are drawn uniformly from the integers in [0.8·L, L];
+* every other collection (AIConfigurator's own gap-analysis runs): exactly the row's ISL and OSL,
+  10 × C requests (at least 100, at most 2,000).
 
 Stated assumptions, the same for every row:
 
@@ -52,6 +62,7 @@ MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-
 GPUS = {system: gpu for gpu, system in tables.SYSTEMS.items()}
 DTYPES = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 SCHEDULING = {"vllm": ("chunked", 8192), "trtllm": ("chunked", 8192), "sglang": ("prefill-first", 8192)}
+INFERENCEMAX, RANGE_RATIO = "2026-04-06.csv", 0.8
 LINK = Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=50e9, setup_s=0.5e-3)
 
 
@@ -109,25 +120,26 @@ def _profile(kind: str, engine: str, model: str, gpu: str, tp: int):
     return profile
 
 
-def lengths(row, n: int, spread: float) -> tuple[np.ndarray, np.ndarray]:
-    """The row's ISL and OSL for n requests; with ``spread`` s > 0, uniform in [(1 − s)·L, L],
-    seeded by the row, as benchmark clients draw random lengths (vllm bench serve
-    --random-range-ratio)."""
-    isl, osl = int(row["isl"]), int(row["osl"])
-    if spread <= 0:
+def requests(row) -> tuple[np.ndarray, np.ndarray]:
+    """The input and output lengths of the requests the row's benchmark client sent (module
+    docstring), drawn with a seed of the row's."""
+    isl, osl, clients = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
+    if row["harness"] != INFERENCEMAX:
+        n = min(2000, max(100, 10 * clients))
         return np.full(n, isl), np.full(n, osl)
     rng = np.random.default_rng(int(row.name))
-    draw = lambda L: rng.integers(max(1, int(round((1 - spread) * L))), L + 1, n)  # noqa: E731
+    # benchmark_serving.py: np.random.randint(int(L * range_ratio), L + 1, size=num_prompts)
+    draw = lambda L: rng.integers(int(L * RANGE_RATIO), L + 1, 10 * clients)  # noqa: E731
     return draw(isl), draw(osl)
 
 
-def replay(row, kind: str, spread: float = 0.0) -> tuple[float, float]:
+def replay(row, kind: str) -> tuple[float, float]:
     """Simulated mean TTFT and mean TPOT (ms) of the row's run."""
     plan = plan_for(row)
     profiles = {pool.shape: _profile(kind, row["backend"], pool.model, pool.gpu, pool.tp) for pool in plan.pools}
     clients = int(row["concurrency"])
-    n = int(min(2000, max(100, 10 * clients)))
-    prompts, outputs = lengths(row, n, spread)
+    prompts, outputs = requests(row)
+    n = len(prompts)
     workload = {"arrival_s": np.zeros(n), "prompt_tokens": prompts, "output_tokens": outputs}
     result = simulate(workload, plan, profiles, model=get_model(plan.pools[0].model), concurrency=clients)
     served = ~np.asarray(result["rejected"])
@@ -152,8 +164,6 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profiles", default="composed,roofline-engine,roofline")
     parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
     parser.add_argument("--csv", default=None, help="write every replayed row here")
-    parser.add_argument("--spread", type=float, default=0.0,
-                        help="draw each request's lengths uniformly in [(1 - s) L, L] (default 0: exactly the row's)")
     args = parser.parse_args(argv)
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     if args.rows:
@@ -163,7 +173,7 @@ def main(argv: list[str]) -> int:
     for kind in args.profiles.split(","):
         for _, row in rows.iterrows():
             try:
-                ttft, tpot = replay(row, kind, args.spread)
+                ttft, tpot = replay(row, kind)
             except PdplanError as err:
                 skipped[(kind, err.detail)] = skipped.get((kind, err.detail), 0) + 1
                 continue
