@@ -36,7 +36,11 @@ class FleetResult:
     @property
     def best(self) -> SearchResult | None:
         """The better mode with a verified plan (None when neither has one)."""
-        found = [r for r in (self.disaggregated, self.colocated) if r.best is not None]
+        return self.best_in("auto")
+
+    def best_in(self, mode: str) -> SearchResult | None:
+        """The better verified plan among the modes ``mode`` allows ("auto": either)."""
+        found = [r for r in (self.disaggregated, self.colocated) if r.best is not None and mode in ("auto", r.mode)]
         return reduce(lambda a, b: better(a, b, self.objective), found) if found else None
 
 
@@ -184,7 +188,7 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
         if progress is not None:
             progress(f"verified search {fleet.label}", i, len(request.fleets))
         fleets.append(searches.fleet(fleet))
-    found = [f.best for f in fleets if f.best is not None]
+    found = [f.best_in(request.mode) for f in fleets if f.best_in(request.mode) is not None]
     if not found and all(r.first is None for f in fleets for r in (f.disaggregated, f.colocated)):
         raise InfeasibleError(no_plan_message(request, fleets, searches))
     chosen = reduce(lambda a, b: better(a, b, request.objective), found) if found else None

@@ -17,6 +17,7 @@ from pdplan.workload import Workload
 
 #: End-to-end checks one search (a fleet, mode and affinity) may run.
 DEFAULT_MAX_CHECKS = 24
+MODES = ("auto", "disaggregated", "colocated")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -48,8 +49,11 @@ class PlanRequest:
     pps: tuple[int, ...] = DEFAULT_PPS
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
     transfer_schedule: str = "layer"
+    mode: str = "auto"                  #: the answer's mode: "auto" (the better), "disaggregated" or "colocated"
 
     def __post_init__(self):
+        if self.mode not in MODES:
+            raise PdplanError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}", field="mode")
         if self.affinity not in ("auto", "high", "low"):
             raise PdplanError(f"--affinity must be one of auto, high, low, got {self.affinity!r}", field="affinity")
         if self.max_checks < 1:
