@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated
 
@@ -45,9 +46,11 @@ from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
 from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
 from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
+from pdplan.planner.request import MODES
 from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
 from pdplan.report import plot_fleets
-from pdplan.sim.plan import plan_to_dict
+from pdplan.manifest import Identity, Inputs, Release, build_manifest
+from pdplan.manifest.build import CONNECTORS, UNKNOWN
 from pdplan.verify import DEFAULT_RUNS, RULES
 from pdplan.workload import peak_rate_rps
 
@@ -79,6 +82,9 @@ def optimize(
     objective: Annotated[str, typer.Option(
         "--objective", help="cost, gpus or power (minimised at the target rate), or goodput (maximised "
                             "within --max-gpus/--max-cost/--max-power).")] = "cost",
+    mode: Annotated[str, typer.Option(
+        "--mode", help="auto: the better of P/D and colocated; disaggregated or colocated: answer with that mode "
+                       "(both are still verified, and the margin says what the other would save).")] = "auto",
     affinity: Annotated[str, typer.Option(
         "--affinity", help="KV path: high (handoffs cross nodes), low (prefill and decode stages share "
                            "nodes, DistServe's low affinity) or auto (the better of both).")] = "auto",
@@ -116,7 +122,19 @@ def optimize(
     seed: SeedOpt = 0,
     format: FormatOpt = None,
     out: Annotated[Path | None, typer.Option(
-        "--out", help="Write the chosen plan (readable by pdplan simulate --plan); only a verified plan is written.")] = None,
+        "--out", help="Write the deployment manifest of the chosen plan (pdplan validate / diff / export read it, "
+                      "and so does pdplan simulate --plan); only a verified plan is written.")] = None,
+    checkpoint: Annotated[str, typer.Option("--checkpoint", help="Manifest identity: checkpoint id (e.g. a "
+                                            "Hugging Face repo).")] = UNKNOWN,
+    revision: Annotated[str, typer.Option("--revision", help="Manifest identity: checkpoint revision.")] = UNKNOWN,
+    tokenizer: Annotated[str, typer.Option("--tokenizer", help="Manifest identity: tokenizer id and revision.")] = UNKNOWN,
+    adapter: Annotated[str, typer.Option("--adapter", help="Manifest identity: LoRA adapter, or none.")] = UNKNOWN,
+    position: Annotated[str, typer.Option("--position", help="Manifest identity: position/RoPE policy.")] = UNKNOWN,
+    connector: Annotated[str, typer.Option(
+        "--connector", help=f"KV connector the manifest names: {', '.join(CONNECTORS)}.")] = "nixl",
+    timestamp: Annotated[bool, typer.Option(
+        "--timestamp", help="Record the creation time in the manifest (it is then no longer byte-identical "
+                            "across runs).")] = False,
     plot: Annotated[Path | None, typer.Option("--plot", help="Folder for PNG plots (fleets.png).")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="List rejected shapes and why.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute every goodput and check.")] = False,
@@ -136,7 +154,9 @@ def optimize(
     Defaults: llama2-70b, the shipped profiles (rooflines for unmeasured shapes), the example
     A100 + H100 cluster, p90 TTFT <= 1 s and p90 TPOT <= 100 ms at the trace's mean rate.
     """
-    _check_choices(objective, affinity, pool_shapes, redundancy, verify_rule)
+    _check_choices(objective, affinity, pool_shapes, redundancy, verify_rule, mode)
+    if connector not in CONNECTORS:
+        raise PdplanError(f"--connector must be one of {', '.join(CONNECTORS)}, got {connector!r}", field="connector")
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
@@ -166,7 +186,7 @@ def optimize(
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,
         time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, rule=verify_rule, redundancy=redundancy,
-        pool_shapes=pool_shapes, tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
+        pool_shapes=pool_shapes, mode=mode, tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
         pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS)
     cache = ResultCache(cache_dir, enabled=not no_cache,
                         warn=lambda message: stderr.print(f"warning: {message}", markup=False, highlight=False))
@@ -184,7 +204,14 @@ def optimize(
     if report.answer is not None:
         if out is not None:
             timed = replace(report.answer.plan, engine=engine, engine_version=engine_version, compose=compose)
-            outputs.put(out, dump_yaml(plan_to_dict(timed)))
+            manifest = build_manifest(
+                report, timed, Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
+                                      model=Path(model) if model.endswith((".yaml", ".yml")) else None),
+                identity=Identity(checkpoint=checkpoint, revision=revision, tokenizer=tokenizer, adapter=adapter,
+                                  position=position),
+                release=Release(connector=connector), seed=seed,
+                timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds") if timestamp else None)
+            outputs.put(out, dump_yaml(manifest))
         if plot is not None:
             outputs.put(plot / "fleets.png", plot_fleets(document["fleets"], winner=document["fleet"]), "--plot")
         outputs.commit()
@@ -226,8 +253,8 @@ def _check_numbers(*, objective: str, target_rate: float | None, peak: bool, max
             within(flag, value, 1, high)
 
 
-def _check_choices(objective: str, affinity: str, pool_shapes: str, redundancy: str, rule: str) -> None:
-    for flag, value, choices in (("--objective", objective, OBJECTIVES), ("--affinity", affinity, ("auto", "high", "low")),
+def _check_choices(objective: str, affinity: str, pool_shapes: str, redundancy: str, rule: str, mode: str) -> None:
+    for flag, value, choices in (("--mode", mode, MODES), ("--objective", objective, OBJECTIVES), ("--affinity", affinity, ("auto", "high", "low")),
                                  ("--pool-shapes", pool_shapes, POOL_SHAPES), ("--redundancy", redundancy, REDUNDANCY),
                                  ("--verify-rule", rule, RULES)):
         if value not in choices:

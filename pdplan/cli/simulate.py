@@ -12,7 +12,6 @@ from pdplan import limits
 from pdplan.cli.options import (
     check_seed,
     within,
-    AttainmentOpt,
     FormatOpt,
     JsonOpt,
     ProfilesOpt,
@@ -26,10 +25,12 @@ from pdplan.cli.options import (
     EngineVersionOpt,
     DEFAULT_TPOT_S,
     DEFAULT_TTFT_S,
+    DEFAULT_ATTAINMENT,
 )
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
-from pdplan.fileio import Outputs
+from pdplan.fileio import Outputs, load_yaml
+from pdplan.manifest.document import is_manifest
 from pdplan.sim import load_plan, simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.slo import parse_threshold_s, slo_from_flags
@@ -46,7 +47,9 @@ def simulate(
                               "AIPerf do; arrival times are ignored.", show_default=False)] = None,
     ttft: TtftOpt = None,
     tpot: TpotOpt = None,
-    attainment: AttainmentOpt = 0.9,
+    attainment: Annotated[float | None, typer.Option(
+        "--attainment", help="Share of requests that must meet each clock; default 0.9, or the manifest's.",
+        show_default=False)] = None,
     profiles: ProfilesOpt = None,
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
@@ -69,13 +72,15 @@ def simulate(
     if rate is not None and concurrency is not None:
         raise PdplanError("give either --rate (open loop) or --concurrency (closed loop), not both", field="concurrency")
     check_seed(seed)
-    ttft = DEFAULT_TTFT_S if ttft is None else parse_threshold_s(ttft, "ttft")
-    tpot = DEFAULT_TPOT_S if tpot is None else parse_threshold_s(tpot, "tpot")
-    slo_from_flags(ttft, tpot, attainment)  # the same checks as goodput/optimize (thresholds > 0, 0 < p <= 1)
     outputs = Outputs(trace, plan, profiles)
     if out is not None:
         outputs.claim(out, "--out")
     the_plan = load_plan(plan)
+    planned = planned_slo(plan)  # a manifest's SLO is the default; a plan file has none
+    ttft = planned.get("ttft", DEFAULT_TTFT_S) if ttft is None else parse_threshold_s(ttft, "ttft")
+    tpot = planned.get("tpot", DEFAULT_TPOT_S) if tpot is None else parse_threshold_s(tpot, "tpot")
+    attainment = planned.get("attainment", DEFAULT_ATTAINMENT) if attainment is None else attainment
+    slo_from_flags(ttft, tpot, attainment)  # the same checks as goodput/optimize (thresholds > 0, 0 < p <= 1)
     workload = load_workload(trace, format)
     if not workload.has_arrivals and concurrency is None:
         raise PdplanError("trace has no arrival times; give it arrivals first "
@@ -100,6 +105,21 @@ def simulate(
         print_json(summary)
     else:
         _render(summary, the_plan)
+
+
+def planned_slo(path: Path) -> dict:
+    """The SLO a manifest was planned under, as simulate's defaults: per clock its tightest
+    threshold, and the highest attainment asked of any objective; empty for a plan file."""
+    data = load_yaml(path, what="plan file")
+    if not is_manifest(data):
+        return {}
+    objectives = data["workload"]["slo"]["objectives"]
+    found: dict = {"attainment": max(o["attainment"] for o in objectives)}
+    for metric in ("ttft", "tpot"):
+        thresholds = [o["threshold_ms"] / 1e3 for o in objectives if o["metric"] == metric]
+        if thresholds:
+            found[metric] = min(thresholds)
+    return found
 
 
 def _render(summary: dict, plan) -> None:

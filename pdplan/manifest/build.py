@@ -1,0 +1,295 @@
+"""The deployment manifest ``pdplan optimize --out`` writes: the whole decision in one file.
+
+It freezes what the article's release procedure needs before anything is applied (0x01A, 0x0FF):
+the model and KV-cache identity, the workload and SLO it was planned for, the pools, the node
+map and route epoch, the KV connector and its roles, every prediction with where it came from,
+the preregistered colocated fallback, the release gates and the rollback order (0x0FG), and the
+sha256 of every input. Nothing here is recomputed: each value is copied from the optimizer's
+verified answer or derived by a named formula.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+
+from pdplan import __version__
+from pdplan.fileio import WRITTEN_DIGITS, sha256_file
+from pdplan.hardware import get_gpu
+from pdplan.manifest.document import API_VERSION, KIND, digest, seal
+from pdplan.modelspec import (ModelSpec, kv_capacity_tokens, kv_heads_per_gpu, weight_bytes_per_gpu)
+from pdplan.planner import PlanReport, report_to_dict
+from pdplan.sim.plan import Plan, plan_to_dict
+
+UNKNOWN = "unknown"
+GIB = 2**30
+#: 0x0FG: the order a rollback runs in; validate rejects any other.
+ROLLBACK = ("STOP_NEW_ROUTES", "ADVANCE_ROUTE_EPOCH", "DRAIN_OR_ABORT_TRANSFERS", "ENABLE_COLOCATED_FALLBACK",
+            "DISABLE_CONNECTOR", "REVOKE_CAPABILITIES", "RECLAIM_UNPUBLISHED", "ROLLBACK_COMPLETE")
+RELEASE_STAGES = ("SHADOW", "CANARY", "ACTIVE")
+CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector", "lmcache": "LMCacheConnectorV1"}
+#: vLLM's default KV block (tokens per paged block) and the memory share the KV plan assumes.
+KV_BLOCK_TOKENS = 16
+MEMORY_UTILIZATION = 0.9
+
+
+@dataclass(frozen=True, kw_only=True)
+class Identity:
+    """What the user says about the checkpoint; anything not given is written as ``unknown``."""
+
+    checkpoint: str = UNKNOWN
+    revision: str = UNKNOWN
+    tokenizer: str = UNKNOWN
+    adapter: str = UNKNOWN
+    position: str = UNKNOWN     #: position/RoPE policy, e.g. "rope theta=500000 llama3-scaling"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Release:
+    """The promotion gates (0x0FF) a canary must hold before P/D becomes active."""
+
+    connector: str = "nixl"
+    canary_share: float = 0.05
+    transfer_failure_rate_max: float = 0.001
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """The files a plan was made from, as the user named them (paths are recorded as given, so a
+    manifest does not depend on the machine's folder layout)."""
+
+    trace: Path
+    cluster: Path | None = None          #: None: the shipped example cluster
+    profiles: tuple[Path, ...] = ()
+    model: Path | None = None            #: a model YAML, when the model is not from the catalog
+
+
+def build_manifest(report: PlanReport, plan: Plan, inputs: Inputs, *, identity: Identity = Identity(),
+                   release: Release = Release(), seed: int = 0, timestamp: str | None = None) -> dict:
+    """The sealed manifest of ``report``'s verified answer, whose simulator plan is ``plan``."""
+    if report.answer is None:
+        raise ValueError("only a verified answer has a manifest")
+    doc = report_to_dict(report)
+    request = report.request
+    model = request.model
+    pools = _pools(doc, plan, model)
+    manifest = {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {"name": _name(model, doc), **({"created": timestamp} if timestamp else {})},
+        "identity": _identity(model, identity),
+        "workload": _workload(request, inputs.trace, doc),
+        "pools": pools,
+        "placement": {"route_epoch": 1, "affinity": doc["affinity"] or "high", "nodes": _nodes(doc, request.cluster, pools)},
+        "transfer": _transfer(plan, doc, request, release.connector),
+        "predictions": _predictions(doc, seed),
+        "fallback": _fallback(doc),
+        "release": _release(request, release),
+        "rollback": list(ROLLBACK),
+        "provenance": _provenance(doc, plan, inputs, seed),
+    }
+    return seal(manifest)
+
+
+def _name(model: ModelSpec, doc: dict) -> str:
+    return f"{model.name.replace('@', '-').replace(',', '-').replace('=', '-')}-{doc['decision']}".lower()
+
+
+def kv_cache_abi(model: ModelSpec, block_tokens: int = KV_BLOCK_TOKENS) -> dict:
+    """How each KV byte is decoded (0x01A, 0x10): without an equal ABI on both sides a handoff is
+    not exact. Its hash is what the producer and consumer compare."""
+    abi = {"layers": model.layers, "kv_heads": model.kv_heads, "head_dim": model.head_dim,
+           "dtype": model.kv_dtype, "block_tokens": block_tokens,
+           "layout": "paged, per layer: K and V blocks of [block_tokens, kv_heads, head_dim]"}
+    return {**abi, "hash": digest(abi)}
+
+
+def _identity(model: ModelSpec, identity: Identity) -> dict:
+    return {"model": model.name, "checkpoint": {"id": identity.checkpoint, "revision": identity.revision},
+            "tokenizer": identity.tokenizer, "adapter": identity.adapter, "position": identity.position,
+            "weights_dtype": model.weight_dtype, "kv_cache": kv_cache_abi(model),
+            "kv_bytes_per_token": model.kv_bytes_per_token}
+
+
+def _stats(values: np.ndarray) -> dict:
+    return {"mean": float(values.mean()), "p50": float(np.percentile(values, 50)),
+            "p99": float(np.percentile(values, 99)), "max": int(values.max())}
+
+
+def _workload(request, trace: Path, doc: dict) -> dict:
+    w = request.workload
+    duration = float(w.arrival_s[-1] - w.arrival_s[0]) if w.has_arrivals and len(w) > 1 else None
+    return {"trace": {"path": str(trace), "sha256": sha256_file(trace), "requests": len(w),
+                      "duration_s": duration,
+                      "prompt_tokens": _stats(np.asarray(w.prompt_tokens)),
+                      "output_tokens": _stats(np.asarray(w.output_tokens))},
+            "slo": {"objectives": [{"metric": o["metric"], "threshold_ms": o["threshold_s"] * 1e3,
+                                    "attainment": o["attainment"]} for o in doc["slo"]]},
+            "target_rps": doc["target_rps"],
+            "arrivals": request.settings.arrivals}
+
+
+def _pools(doc: dict, plan: Plan, model: ModelSpec) -> list[dict]:
+    """One entry per simulator pool, with its capacity from the optimizer and its memory plan."""
+    sim = {p["name"]: p for p in plan_to_dict(plan)["pools"]}
+    found = []
+    for pool in plan.pools:
+        facts = next(p for p in doc["pools"] if (p["phase"], p["gpu"], p["tp"], p["pp"]) ==
+                     (pool.phase, pool.gpu, pool.tp, pool.pp))
+        gpu = get_gpu(pool.gpu)
+        weights = weight_bytes_per_gpu(model, pool.tp, pool.pp)
+        kv_tokens = kv_capacity_tokens(model, gpu, pool.tp, pool.pp, MEMORY_UTILIZATION)
+        scheduling = {k: v for k, v in sim[pool.name].items()
+                      if k in ("policy", "chunk_tokens", "max_prefill_batch_tokens", "prefix_cache_blocks")}
+        found.append({
+            "name": pool.name, "phase": pool.phase, "model": pool.model, "gpu": pool.gpu, "tp": pool.tp,
+            "pp": pool.pp, "replicas": pool.replicas, "gpus": pool.replicas * pool.tp * pool.pp,
+            "engine": doc["engine"], "scheduling": scheduling,
+            "capacity": {"per_instance_rps": facts["goodput_rps_per_instance"],
+                         "pool_rps": facts["capacity_rps"]},
+            "memory": {"gpu_memory_gib": gpu.memory_bytes / GIB, "memory_utilization": MEMORY_UTILIZATION,
+                       "weights_gib_per_gpu": weights / GIB, "kv_capacity_tokens_per_instance": kv_tokens,
+                       "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp)},
+            "profile": {"source": facts["profile"], "method": facts["profile_method"],
+                        "fallback": facts["profile_fallback"]},
+        })
+    return found
+
+
+def _nodes(doc: dict, cluster, pools: list[dict]) -> list[dict]:
+    """The node map: each node, its GPUs, and the instance stages on it with their GPU indices."""
+    pool_of = {(p["phase"], p["gpu"], p["tp"], p["pp"]): p["name"] for p in pools}
+    per_type = {n.name: n.gpus_per_node for n in cluster.nodes}
+    nodes: dict[str, dict] = {}
+    for inst in doc["nodes"]:
+        pool = pool_of[(inst["phase"], inst["gpu"], inst["tp"], inst["pp"])]
+        for stage, placed in enumerate(inst["stages"]):
+            node_type = placed["node"].rsplit("-", 1)[0]
+            entry = nodes.setdefault(placed["node"], {"node": placed["node"], "node_type": node_type,
+                                                      "gpu": inst["gpu"], "gpus": per_type[node_type],
+                                                      "instances": []})
+            entry["instances"].append({"instance": inst["instance"], "pool": pool, "stage": stage,
+                                       "gpu_indices": list(placed["gpus"])})
+    return [nodes[name] for name in sorted(nodes, key=_node_order)]
+
+
+def _node_order(name: str) -> tuple[str, int]:
+    kind, _, index = name.rpartition("-")
+    return (kind, int(index)) if index.isdigit() else (name, 0)
+
+
+def _transfer(plan: Plan, doc: dict, request, connector: str) -> dict:
+    """The KV handoff: connector, roles, bytes per request (the whole prompt's KV, 0x08D) and each
+    path's demand against its capacity. A colocated plan moves no KV: connector ``none``."""
+    if plan.colocated:
+        return {"connector": "none", "schedule": None, "roles": {}, "kv_bytes_per_request": None, "paths": []}
+    prompts = np.asarray(request.workload.prompt_tokens, dtype=float)
+    per_token = request.model.kv_bytes_per_token
+    demand = {(link["from"], link["to"]): link for link in doc["links"]}
+    paths = []
+    for link in plan.links:
+        row = demand[(link.from_pool, link.to_pool)]
+        paths.append({"from": link.from_pool, "to": link.to_pool, "path": row["path"],
+                      "bandwidth_gb_s": link.bandwidth_bytes_per_s / 1e9, "setup_ms": link.setup_s * 1e3,
+                      "demand_gb_s": row["demand_gb_s"], "capacity_gb_s": row["capacity_gb_s"]})
+    roles = {p.name: ("kv_producer" if p.phase == "prefill" else "kv_consumer") for p in plan.pools}
+    return {"connector": connector, "connector_class": CONNECTORS[connector], "schedule": plan.transfer_schedule,
+            "roles": roles,
+            "kv_bytes_per_request": {"mean": float(prompts.mean() * per_token),
+                                     "p99": float(np.percentile(prompts, 99) * per_token)},
+            "paths": paths}
+
+
+def _valued(value, source: str) -> dict:
+    return {"value": value, "source": source}
+
+
+def _predictions(doc: dict, seed: int) -> dict:
+    v = doc["verification"]
+    attainment = [{"metric": o["metric"], "threshold_ms": o["threshold_s"] * 1e3, "target": o["target"],
+                   "mean": o["mean"], "low": o["low"], "high": o["high"]} for o in v["per_objective"]]
+    return {
+        "goodput_rps": _valued(doc["goodput_rps"], "simulated per pool, combined by the integer program"),
+        "end_to_end_goodput_rps": _valued(doc["end_to_end_goodput_rps"], "simulated: the whole plan"),
+        "attainment": {"per_objective": attainment, "joint": v["joint"],
+                       "source": "simulated: the whole plan, 95% t-intervals over the runs"},
+        "gpus": _valued(doc["gpus_total"], "derived: replicas × TP × PP"),
+        "cost_per_hour": _valued(doc["cost_per_hour"], "derived: GPUs × cluster price"),
+        "power_w": _valued(doc["power_w"], "derived: GPUs × power limit"),
+        "verification": {"passed": v["passed"], "rule": v["rule"], "rate_rps": v["rate_rps"],
+                         "seeds": list(v["seeds"]), "requests": list(v["requests"]), "base_seed": seed},
+        "search": doc["search"],
+    }
+
+
+def _fallback(doc: dict) -> dict:
+    """0x0FF: the same-target colocated plan, evaluated before release, that rollback enables."""
+    if doc["decision"] == "colocated":
+        return {"mode": "colocated", "is_answer": True, "pools": [
+            {k: p[k] for k in ("gpu", "tp", "pp", "replicas")} for p in doc["pools"]],
+            "gpus": doc["gpus_total"], "cost_per_hour": doc["cost_per_hour"],
+            "verified": doc["meets_slo"], "joint_attainment": doc["attainment"]["joint"]}
+    base = doc["colocated_baseline"]
+    if base is None:
+        return {"mode": "colocated", "is_answer": False, "pools": [], "gpus": 0, "cost_per_hour": 0.0,
+                "verified": False, "joint_attainment": None}
+    return {"mode": "colocated", "is_answer": False,
+            "pools": [{k: s[k] for k in ("gpu", "tp", "pp", "replicas")} for s in base["shapes"]],
+            "gpus": base["gpus_total"], "cost_per_hour": base["cost_per_hour"], "verified": base["meets_slo"],
+            "joint_attainment": base["attainment"]["joint"]}
+
+
+def _release(request, release: Release) -> dict:
+    attainment = min(o.attainment for o in request.slo.objectives)
+    return {"stages": list(RELEASE_STAGES), "state": "PINNED",
+            "gates": {"exactness_mismatches_max": 0, "stale_publications_max": 0,
+                      "unauthorized_transfers_max": 0, "slo_attainment_min": attainment,
+                      "transfer_failure_rate_max": release.transfer_failure_rate_max,
+                      "canary_share": release.canary_share}}
+
+
+def _file(path: Path | None, shipped: str) -> dict:
+    """An input's path as given and its sha256 (a folder: over its files' names and bytes)."""
+    if path is None:
+        return {"path": f"pdplan:{shipped}", "sha256": _shipped_digest(shipped)}
+    if Path(path).is_dir():
+        return {"path": str(path), "sha256": folder_digest(Path(path))}
+    return {"path": str(path), "sha256": sha256_file(path)}
+
+
+def folder_digest(folder) -> str:
+    """sha256 over a folder's files (not subfolders), each as name, NUL, bytes, in name order."""
+    h = hashlib.sha256()
+    for f in sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: f.name):
+        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    return h.hexdigest()
+
+
+def _shipped_digest(*names: str) -> str:
+    """sha256 of a shipped package file, or over shipped folders' files (as :func:`folder_digest`)."""
+    root = resources.files("pdplan")
+    if len(names) == 1 and (root / names[0]).is_file():
+        return hashlib.sha256((root / names[0]).read_bytes()).hexdigest()
+    return hashlib.sha256("".join(folder_digest(root / name) for name in names).encode()).hexdigest()
+
+
+def _provenance(doc: dict, plan: Plan, inputs: Inputs, seed: int) -> dict:
+    timing = plan_to_dict(plan).get("profiles", {})
+    return {
+        "pdplan_version": __version__,
+        "float_precision": f"{WRITTEN_DIGITS} significant digits",
+        "seed": seed,
+        "inputs": {"trace": _file(inputs.trace, ""),
+                   "cluster": _file(inputs.cluster, "data/cluster.yaml"),
+                   "profiles": [_file(p, "") for p in inputs.profiles],
+                   "shipped_profiles": {"path": "pdplan:data/profiles", "sha256": _shipped_digest("data/profiles")},
+                   "catalog": {"path": "pdplan:catalog", "sha256": _shipped_digest("catalog", "catalog/models")},
+                   **({"model": _file(inputs.model, "")} if inputs.model else {})},
+        "profiles": {"engine": timing.get("engine"), "engine_version": timing.get("engine_version"),
+                     "compose": timing.get("compose", True), "sources": doc["provenance"]["profile_sources"]},
+        "solver": {k: doc["solver"][k] for k in ("status", "objective", "bound", "gap", "objective_name")},
+    }

@@ -1,0 +1,137 @@
+"""The manifest as a document: its JSON Schema, canonical form, content hash, and reading it back.
+
+A manifest is plain data (mappings, lists, strings, integers, floats rounded to
+:data:`~pdplan.fileio.WRITTEN_DIGITS` significant digits). Its content hash is the sha256 of the
+canonical JSON (sorted keys, no spaces) of everything except ``provenance.content_hash`` itself;
+``provenance.sections`` holds one such hash per part of each section, so a hand edit can be
+traced to the field it touched (0x01A: an immutable manifest is checked, not trusted).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import WRITTEN_DIGITS, load_yaml, significant
+
+API_VERSION = "pdplan/v1"
+KIND = "DeploymentManifest"
+#: Top-level sections covered by a per-section hash, in the order the file lists them.
+SECTIONS = ("identity", "workload", "pools", "placement", "transfer", "predictions", "fallback", "release",
+            "rollback")
+
+
+@cache
+def schema() -> dict:
+    """The manifest's JSON Schema (draft 2020-12), shipped in the package."""
+    return json.loads((resources.files("pdplan.manifest") / "manifest.schema.json").read_text())
+
+
+def rounded(data: Any) -> Any:
+    """``data`` with every float at the written precision (integers, strings and bools as they are)."""
+    if isinstance(data, bool) or data is None or isinstance(data, (int, str)):
+        return data
+    if isinstance(data, float):
+        return significant(data, WRITTEN_DIGITS)
+    if isinstance(data, dict):
+        return {k: rounded(v) for k, v in data.items()}
+    if isinstance(data, (list, tuple)):
+        return [rounded(v) for v in data]
+    raise TypeError(f"a manifest holds plain data, not {type(data).__name__}")
+
+
+def canonical(data: Any) -> bytes:
+    """Canonical JSON: sorted keys, no whitespace, UTF-8; the bytes every hash is taken over."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+                      allow_nan=False).encode()
+
+
+def digest(data: Any) -> str:
+    return "sha256:" + hashlib.sha256(canonical(data)).hexdigest()
+
+
+def section_hashes(manifest: dict) -> dict[str, str]:
+    """One hash per part of each section (``identity.tokenizer``, ``pools[1]``, ``rollback[3]``), so
+    a hand edit is traced to the field it touched."""
+    hashes = {}
+    for name in SECTIONS:
+        value = manifest.get(name)
+        if isinstance(value, dict) and value:
+            hashes.update({f"{name}.{key}": digest(part) for key, part in value.items()})
+        elif isinstance(value, list) and value:
+            hashes.update({f"{name}[{i}]": digest(part) for i, part in enumerate(value)})
+        else:
+            hashes[name] = digest(value)
+    return hashes
+
+
+def content_hash(manifest: dict) -> str:
+    """The hash over the whole manifest except the ``provenance.content_hash`` field itself."""
+    body = dict(manifest)
+    body["provenance"] = {k: v for k, v in manifest.get("provenance", {}).items() if k != "content_hash"}
+    return digest(body)
+
+
+def seal(manifest: dict) -> dict:
+    """Round every float, then fill ``provenance.sections`` and ``provenance.content_hash``."""
+    sealed = rounded(manifest)
+    sealed["provenance"]["sections"] = section_hashes(sealed)
+    sealed["provenance"]["content_hash"] = content_hash(sealed)
+    return sealed
+
+
+def schema_errors(data: Any) -> list[tuple[str, str]]:
+    """Every JSON-Schema violation as (field path, message), in a stable order."""
+    from jsonschema import Draft202012Validator
+
+    validator = Draft202012Validator(schema())
+    found = []
+    for error in validator.iter_errors(data):
+        path = _path(error.absolute_path)
+        found.append((path or "(top level)", error.message))
+    return sorted(set(found))
+
+
+def _path(parts) -> str:
+    text = ""
+    for part in parts:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def is_manifest(data: Any) -> bool:
+    return isinstance(data, dict) and data.get("kind") == KIND
+
+
+def read_manifest(path: str | Path) -> dict:
+    """Read a manifest and check it against the schema; a file that is not one, or breaks the
+    schema, raises PdplanError naming the file and the first failing field."""
+    data = load_yaml(path, what="manifest")
+    if not is_manifest(data):
+        raise PdplanError(f"not a pdplan manifest (kind must be {KIND!r})", file=path, field="kind")
+    errors = schema_errors(data)
+    if errors:
+        field, message = errors[0]
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise PdplanError(f"{field}: {message}{more}", file=path, line=_line_of(data, field), field=field)
+    return _plain(data)
+
+
+def _line_of(data: Any, field: str) -> int | None:
+    """The YAML line of the top-level key a field path starts with, when the loader kept it."""
+    head = field.split(".")[0].split("[")[0]
+    return getattr(data, "lines", {}).get(head)
+
+
+def _plain(data: Any) -> Any:
+    """The loader's line-tracking mappings as plain dicts (hashes are taken over plain data)."""
+    if isinstance(data, dict):
+        return {k: _plain(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_plain(v) for v in data]
+    return data
