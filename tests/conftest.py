@@ -33,3 +33,28 @@ def run_cli(capsys):
         return code, out, err
 
     return run
+
+
+TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
+IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main", "--tokenizer",
+            "meta-llama/Llama-2-70b-hf", "--adapter", "none", "--position", "rope theta=10000")
+
+
+@pytest.fixture(scope="session")
+def manifests(tmp_path_factory) -> dict[str, Path]:
+    """Manifests ``optimize --out`` wrote on the shipped chat trace, one per mode: "disaggregated"
+    (identity complete) and "colocated" (identity left unknown). Each run takes ~20 s, so once."""
+    import contextlib
+    import io
+
+    from pdplan.cli import main
+
+    folder = tmp_path_factory.mktemp("manifests")
+    found = {}
+    for mode, extra in (("disaggregated", IDENTITY), ("colocated", ())):
+        found[mode] = folder / f"{mode}.yaml"
+        with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as stop:
+            main(["optimize", str(TRACE), "--requests-per-probe", "300", "--cache-dir", str(folder / "cache"),
+                  "--mode", mode, "--out", str(found[mode]), *extra])
+        assert stop.value.code == 0
+    return found

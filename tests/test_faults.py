@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from pdplan.manifest import read_manifest
+
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
 FAST = ("--requests-per-probe", "300", "--fleet", "HH", "--tp", "4", "--pp", "1")
@@ -40,6 +42,8 @@ def test_a_kill_mid_run_leaves_the_old_plan_whole_and_no_temp_files(tmp_path, af
     run.wait()
     if run.returncode == -signal.SIGKILL:  # killed before it finished: nothing may have moved
         assert old.read_text() == "the plan a deployer applied yesterday\n"
+    else:  # it finished: what it wrote is a whole manifest
+        assert read_manifest(old)["kind"] == "DeploymentManifest"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "plan.yaml"] or \
         sorted(p.name for p in tmp_path.iterdir()) == ["plan.yaml"]
 

@@ -26,6 +26,7 @@ app = typer.Typer(
 )
 
 from pdplan.cli import goodput as _goodput  # noqa: E402  (commands register on import)
+from pdplan.cli import manifest as _manifest  # noqa: E402
 from pdplan.cli import optimize as _optimize  # noqa: E402
 from pdplan.cli import profile as _profile  # noqa: E402
 from pdplan.cli import simulate as _simulate  # noqa: E402
@@ -36,6 +37,10 @@ app.add_typer(_profile.app, name="profile")
 app.command("optimize")(_optimize.optimize)
 app.command("goodput")(_goodput.goodput)
 app.command("simulate")(_simulate.simulate)
+app.command("schema")(_manifest.schema)
+app.command("validate")(_manifest.validate)
+app.command("diff")(_manifest.diff)
+app.command("export")(_manifest.export)
 
 
 @app.callback()

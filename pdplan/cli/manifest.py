@@ -1,0 +1,146 @@
+"""`pdplan schema`, `validate`, `diff` and `export`: the deployment manifest after `optimize`."""
+
+from __future__ import annotations
+
+import json as jsonlib
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from pdplan.cli.options import FormatOpt, load_workload, profile_source
+from pdplan.cli.output import print_json, stderr, stdout
+from pdplan.errors import PdplanError
+from pdplan.fileio import Outputs, load_yaml
+from pdplan.manifest.check import RESIMULATE_TOLERANCE, check_manifest
+from pdplan.manifest.diff import diff_manifests
+from pdplan.manifest.document import is_manifest, schema as manifest_schema, schema_errors
+
+ManifestArg = Annotated[Path, typer.Argument(help="Deployment manifest written by pdplan optimize --out.",
+                                             show_default=False)]
+
+
+def schema() -> None:
+    """Print the deployment manifest's JSON Schema (draft 2020-12); every read checks against it."""
+    print_json(manifest_schema())
+
+
+def _read(path: Path) -> dict:
+    """The manifest as plain data, or exit 2 when it is unreadable or not a manifest at all."""
+    data = load_yaml(path, what="manifest")
+    if not is_manifest(data):
+        raise PdplanError("not a pdplan manifest (kind must be DeploymentManifest)", file=path, field="kind")
+    return jsonlib.loads(jsonlib.dumps(data))
+
+
+def validate(
+    manifest: ManifestArg,
+    strict: Annotated[bool, typer.Option("--strict", help="Also require a complete identity (checkpoint, "
+                                                          "revision, tokenizer, adapter, position).")] = False,
+    trace: Annotated[Path | None, typer.Option("--trace", help="The trace to check the manifest against "
+                                                               "(its sha256), and to re-simulate on.")] = None,
+    profiles: Annotated[Path | None, typer.Option("--profiles", help="Your measured profile file or folder "
+                                                                     "(sha256, and timing a re-simulation).")] = None,
+    cluster: Annotated[Path | None, typer.Option("--cluster", help="The cluster YAML (its sha256).")] = None,
+    resimulate: Annotated[bool, typer.Option(
+        "--resimulate", help=f"Re-run the verification (same plan, trace, rate, seeds) and compare the "
+                             f"attainments within {RESIMULATE_TOLERANCE}; needs --trace.")] = False,
+    format: FormatOpt = None,
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable result.")] = False,
+) -> None:
+    """Check a manifest: schema, content hash (hand edits are reported as tampering), consistency
+    (capacity vs target, GPUs per node, TP within a node, memory, KV links, roles, rollback order,
+    fallback), identity (--strict), stale inputs, and optionally a re-simulation.
+
+    Exit 0: valid. 1: invalid, every violation listed with its field path. 2: unreadable.
+    """
+    if resimulate and trace is None:
+        raise PdplanError("--resimulate needs the trace: give --trace", field="trace")
+    data = _read(manifest)
+    violations = check_manifest(data, strict=strict, trace=trace, profiles=profiles, cluster=cluster)
+    rerun = None
+    if resimulate and not schema_errors(data):
+        from pdplan.manifest.resimulate import resimulate as rerun_plan
+
+        timing = data["provenance"]["profiles"]
+        source = profile_source(profiles, timing["engine"], timing["engine_version"], timing["compose"])
+        rerun, found = rerun_plan(data, load_workload(trace, format), source, path=manifest)
+        violations += found
+    if json:
+        print_json({"valid": not violations, "violations": [{"field": v.field, "message": v.message}
+                                                             for v in violations], "resimulated": rerun})
+    elif violations:
+        stderr.print(f"{manifest}: INVALID ({len(violations)} violation{'s' if len(violations) > 1 else ''})",
+                     markup=False, highlight=False)
+        for v in violations:
+            stdout.print(f"  {v}", markup=False, highlight=False)
+    else:
+        checked = "schema, content hash, consistency" + (", identity" if strict else "")
+        checked += "".join(f", {name}" for name, given in (("trace", trace), ("profiles", profiles),
+                                                             ("cluster", cluster)) if given)
+        stdout.print(f"{manifest}: valid ({checked}" + (", re-simulation" if rerun else "") + ")",
+                     markup=False, highlight=False)
+    if violations:
+        raise typer.Exit(1)
+
+
+def diff(
+    a: Annotated[Path, typer.Argument(help="The manifest in force.", show_default=False)],
+    b: Annotated[Path, typer.Argument(help="The proposed manifest.", show_default=False)],
+    json: Annotated[bool, typer.Option("--json", help="Machine-readable result.")] = False,
+) -> None:
+    """What changed between two manifests (pools, placement, identity, predictions, inputs), for
+    release review. Exit 0 when equal, 1 when different."""
+    changes = diff_manifests(_read(a), _read(b))
+    if json:
+        print_json({"equal": not changes, "changes": changes})
+    elif not changes:
+        stdout.print("no differences", markup=False, highlight=False)
+    else:
+        table = Table(title=f"{a} → {b}: {len(changes)} field{'s' if len(changes) > 1 else ''} differ")
+        for name in ("section", "field", "change", "a", "b"):
+            table.add_column(name)
+        for c in changes:
+            table.add_row(c["section"], c["field"], c["change"], _shown(c["a"]), _shown(c["b"]))
+        stdout.print(table)
+    if changes:
+        raise typer.Exit(1)
+
+
+def _shown(value) -> str:
+    return "—" if value is None else str(value)
+
+
+def export(
+    manifest: ManifestArg,
+    format: Annotated[str, typer.Option("--format", help="Target: vllm, sglang, dynamo, llm-d or k8s.",
+                                          show_default=False)],
+    out: Annotated[Path, typer.Option("--out", help="Folder for the files (created; existing files are "
+                                                    "replaced).")] = Path("deploy"),
+    image: Annotated[str | None, typer.Option("--image", help="Container image for the pods (dynamo, llm-d, "
+                                                              "k8s); default the engine's release image.")] = None,
+) -> None:
+    """Write the configs a serving stack reads, from a manifest that validates: vLLM or SGLang
+    launch scripts and router, a Dynamo DynamoGraphDeployment, llm-d-modelservice Helm values, or
+    Kubernetes Deployments / LeaderWorkerSets with the node map as node affinity."""
+    from pdplan.manifest.export import FORMATS, export_manifest
+
+    if format not in FORMATS:
+        raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
+    data = _read(manifest)
+    violations = check_manifest(data)
+    if violations:
+        raise PdplanError(f"the manifest does not validate ({violations[0]}); run pdplan validate", file=manifest)
+    outputs = Outputs(manifest)
+    outputs.claim(out, "--out", folder=True)
+    files = export_manifest(data, format, image=image)
+    for name in sorted(files):
+        outputs.put(out / name, files[name], "--out")
+    for name in sorted(files):  # folders first; the files themselves appear only on commit
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
+    outputs.commit()
+    for name in sorted(files):
+        if name.endswith(".sh"):  # launch scripts run as they are
+            (out / name).chmod(0o755)
+        stdout.print(str(out / name), markup=False, highlight=False)

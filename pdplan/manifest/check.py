@@ -1,0 +1,295 @@
+"""``pdplan validate``: is a manifest what ``optimize`` sealed, self-consistent, and still current?
+
+Each check returns violations as (field path, message); none means valid. The order: the schema
+(a manifest that breaks it is not checked further), the content hash (a hand edit is tampering,
+traced to the sections whose hashes changed), consistency (capacity against the target, GPUs per
+node, tensor parallelism inside one node and NVLink domain, memory, link demand, KV roles, the
+KV-cache ABI, the rollback order of 0x0FG, the preregistered fallback of 0x0FF), identity under
+``strict``, the inputs' sha256 when they are given, and a re-simulation when asked.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pdplan.errors import PdplanError
+from pdplan.fileio import sha256_file
+from pdplan.hardware import get_gpu
+from pdplan.manifest.build import GIB, ROLLBACK, UNKNOWN, folder_digest, kv_cache_abi
+from pdplan.manifest.document import content_hash, digest, schema_errors, section_hashes
+from pdplan.modelspec import KV_BYTES, get_model, weight_bytes_per_gpu
+
+#: Relative slack for values derived from others (they are written at 6 significant digits).
+DERIVED_TOLERANCE = 1e-4
+#: Absolute tolerance of a re-simulated attainment against the manifest's (same seeds: the runs are
+#: deterministic, so only the written precision separates them).
+RESIMULATE_TOLERANCE = 0.005
+
+
+@dataclass(frozen=True)
+class Violation:
+    field: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.field}: {self.message}"
+
+
+def check_manifest(manifest: dict, *, strict: bool = False, trace: Path | None = None,
+                   profiles: Path | None = None, cluster: Path | None = None) -> list[Violation]:
+    """Every violation of ``manifest``; an empty list means it is valid."""
+    errors = schema_errors(manifest)
+    if errors:
+        return [Violation(field, message) for field, message in errors]
+    found = tampering(manifest)
+    for check in (_pools, _placement, _transfer, _identity, _fallback_and_rollback, _predictions):
+        found += check(manifest)
+    if strict:
+        found += _strict_identity(manifest)
+    found += stale_inputs(manifest, trace=trace, profiles=profiles, cluster=cluster)
+    return found
+
+
+def tampering(manifest: dict) -> list[Violation]:
+    """A content hash that does not match: name each part whose own hash changed (or appeared,
+    or went missing); with none, the edit was to the provenance, the metadata or the hash."""
+    provenance = manifest["provenance"]
+    if content_hash(manifest) == provenance["content_hash"]:
+        return []
+    recorded, now = provenance.get("sections", {}), section_hashes(manifest)
+    edited = sorted(part for part in set(recorded) | set(now) if recorded.get(part) != now.get(part))
+    if not edited:
+        return [Violation("provenance.content_hash", "content hash mismatch: the manifest was edited after it was "
+                                                     "sealed (provenance, metadata or the hash itself)")]
+    return [Violation(part, "edited after the manifest was sealed (content hash mismatch)") for part in edited]
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= DERIVED_TOLERANCE * max(abs(a), abs(b), 1e-12)
+
+
+def _pools(manifest: dict) -> list[Violation]:
+    found = []
+    pools = manifest["pools"]
+    names = [p["name"] for p in pools]
+    if len(set(names)) != len(names):
+        found.append(Violation("pools", "pool names must be unique"))
+    phases = {p["phase"] for p in pools}
+    if phases not in ({"colocated"}, {"prefill", "decode"}):
+        found.append(Violation("pools", f"must be all colocated or prefill and decode, got {sorted(phases)}"))
+    target = manifest["workload"]["target_rps"]
+    for phase in sorted(phases):
+        capacity = sum(p["capacity"]["pool_rps"] for p in pools if p["phase"] == phase)
+        if target is not None and capacity < target * (1 - DERIVED_TOLERANCE):
+            found.append(Violation(f"pools[{names.index(next(p['name'] for p in pools if p['phase'] == phase))}]"
+                                   ".capacity.pool_rps",
+                                   f"{phase} capacity {capacity:.4g} req/s is below the target {target:.4g} req/s"))
+    model = _model(manifest)
+    for i, p in enumerate(pools):
+        where = f"pools[{i}]"
+        if p["gpus"] != p["replicas"] * p["tp"] * p["pp"]:
+            found.append(Violation(f"{where}.gpus", f"{p['gpus']} != replicas × TP × PP = "
+                                   f"{p['replicas'] * p['tp'] * p['pp']}"))
+        found += _memory(where, p, model)
+    return found
+
+
+def _model(manifest: dict):
+    identity = manifest["identity"]
+    kv = identity["kv_cache"]["dtype"]
+    try:
+        return get_model(identity["model"], dtype=identity["weights_dtype"], kv_dtype=kv)
+    except PdplanError:
+        return None  # a model YAML: its geometry is checked through the KV-cache ABI instead
+
+
+def _memory(where: str, pool: dict, model) -> list[Violation]:
+    memory = pool["memory"]
+    found = []
+    try:
+        gpu = get_gpu(pool["gpu"])
+    except PdplanError as err:
+        return [Violation(f"{where}.gpu", err.detail)]
+    if not _close(memory["gpu_memory_gib"], gpu.memory_bytes / GIB):
+        found.append(Violation(f"{where}.memory.gpu_memory_gib", f"{pool['gpu']} has {gpu.memory_bytes / GIB:g} GiB"))
+    if model is not None:
+        weights = weight_bytes_per_gpu(model, pool["tp"], pool["pp"]) / GIB
+        if not _close(memory["weights_gib_per_gpu"], weights):
+            found.append(Violation(f"{where}.memory.weights_gib_per_gpu",
+                                   f"{memory['weights_gib_per_gpu']:g} GiB, but {model.name} at TP{pool['tp']} "
+                                   f"PP{pool['pp']} puts {weights:.4g} GiB on a GPU"))
+    if memory["weights_gib_per_gpu"] >= memory["gpu_memory_gib"] * memory["memory_utilization"]:
+        found.append(Violation(f"{where}.memory", "the weights do not fit in the usable memory"))
+    if memory["kv_capacity_tokens_per_instance"] <= 0:
+        found.append(Violation(f"{where}.memory.kv_capacity_tokens_per_instance", "no room for any KV"))
+    return found
+
+
+def _placement(manifest: dict) -> list[Violation]:
+    """The node map holds every instance stage once, TP ranks on one node within its NVLink
+    domain, indices inside the node, no GPU twice, and exactly replicas × PP stages per pool."""
+    found = []
+    pools = {p["name"]: p for p in manifest["pools"]}
+    stages: dict[str, set] = {}
+    for n, node in enumerate(manifest["placement"]["nodes"]):
+        used: set[int] = set()
+        for k, inst in enumerate(node["instances"]):
+            where = f"placement.nodes[{n}].instances[{k}]"
+            pool = pools.get(inst["pool"])
+            if pool is None:
+                found.append(Violation(f"{where}.pool", f"names no pool: {inst['pool']!r}"))
+                continue
+            indices = inst["gpu_indices"]
+            if len(indices) != pool["tp"]:
+                found.append(Violation(f"{where}.gpu_indices", f"{len(indices)} GPUs for a TP{pool['tp']} stage"))
+            if any(i >= node["gpus"] for i in indices):
+                found.append(Violation(f"{where}.gpu_indices", f"outside node {node['node']}'s {node['gpus']} GPUs"))
+            if used & set(indices):
+                found.append(Violation(f"{where}.gpu_indices", f"GPUs {sorted(used & set(indices))} are used twice "
+                                                               f"on {node['node']}"))
+            used |= set(indices)
+            if node["gpu"] != pool["gpu"]:
+                found.append(Violation(f"placement.nodes[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
+            domain = get_gpu(pool["gpu"]).nvlink_domain if _known_gpu(pool["gpu"]) else pool["tp"]
+            if pool["tp"] > min(node["gpus"], domain):
+                found.append(Violation(f"pools.{pool['name']}.tp", f"TP{pool['tp']} spans more than one node or "
+                                                                    f"NVLink domain ({min(node['gpus'], domain)} GPUs)"))
+            if inst["stage"] >= pool["pp"]:
+                found.append(Violation(f"{where}.stage", f"stage {inst['stage']} of a PP{pool['pp']} instance"))
+            stages.setdefault(inst["pool"], set()).add((inst["instance"], inst["stage"]))
+    for i, pool in enumerate(manifest["pools"]):
+        placed = stages.get(pool["name"], set())
+        if len(placed) != pool["replicas"] * pool["pp"]:
+            found.append(Violation(f"pools[{i}].replicas", f"{pool['replicas']} replicas × PP{pool['pp']} need "
+                                   f"{pool['replicas'] * pool['pp']} placed stages; the node map has {len(placed)}"))
+    return found
+
+
+def _known_gpu(name: str) -> bool:
+    try:
+        get_gpu(name)
+    except PdplanError:
+        return False
+    return True
+
+
+def _transfer(manifest: dict) -> list[Violation]:
+    transfer, pools = manifest["transfer"], manifest["pools"]
+    colocated = all(p["phase"] == "colocated" for p in pools)
+    if colocated:
+        return [] if transfer["connector"] == "none" else [
+            Violation("transfer.connector", "a colocated plan moves no KV: must be none")]
+    found = []
+    if transfer["connector"] == "none":
+        found.append(Violation("transfer.connector", "a P/D plan needs a KV connector"))
+    for p in pools:
+        want = "kv_producer" if p["phase"] == "prefill" else "kv_consumer"
+        if transfer["roles"].get(p["name"]) != want:
+            found.append(Violation(f"transfer.roles.{p['name']}", f"a {p['phase']} pool is a {want}"))
+    by_name = {p["name"]: p for p in pools}
+    for i, path in enumerate(transfer["paths"]):
+        where = f"transfer.paths[{i}]"
+        src, dst = by_name.get(path["from"]), by_name.get(path["to"])
+        if src is None or src["phase"] != "prefill" or dst is None or dst["phase"] != "decode":
+            found.append(Violation(where, "must run from a prefill pool to a decode pool of this manifest"))
+            continue
+        if not _close(path["capacity_gb_s"], path["bandwidth_gb_s"] * dst["replicas"]):
+            found.append(Violation(f"{where}.capacity_gb_s", f"{path['capacity_gb_s']:g} GB/s, but "
+                                   f"{dst['replicas']} decode instances × {path['bandwidth_gb_s']:g} GB/s = "
+                                   f"{path['bandwidth_gb_s'] * dst['replicas']:g} GB/s"))
+        if path["demand_gb_s"] > path["capacity_gb_s"]:
+            found.append(Violation(f"{where}.demand_gb_s", f"KV demand {path['demand_gb_s']:g} GB/s exceeds the "
+                                   f"path's {path['capacity_gb_s']:g} GB/s"))
+    pairs = {(p["from"], p["to"]) for p in transfer["paths"]}
+    for src in (p["name"] for p in pools if p["phase"] == "prefill"):
+        for dst in (p["name"] for p in pools if p["phase"] == "decode"):
+            if (src, dst) not in pairs:
+                found.append(Violation("transfer.paths", f"no path from {src} to {dst}"))
+    return found
+
+
+def _identity(manifest: dict) -> list[Violation]:
+    """The KV-cache ABI hash and the KV bytes per token follow from the ABI's own fields."""
+    identity = manifest["identity"]
+    abi = identity["kv_cache"]
+    found = []
+    expected = {k: v for k, v in abi.items() if k != "hash"}
+    if abi["hash"] != digest(expected):
+        found.append(Violation("identity.kv_cache.hash", "does not match the ABI fields (layers, heads, head "
+                                                         "dim, dtype, block, layout)"))
+    per_token = abi["layers"] * 2 * abi["kv_heads"] * abi["head_dim"] * KV_BYTES[abi["dtype"]]
+    if identity["kv_bytes_per_token"] != per_token:
+        found.append(Violation("identity.kv_bytes_per_token", f"{identity['kv_bytes_per_token']}, but the ABI "
+                               f"gives layers × 2 × KV heads × head dim × bytes = {per_token}"))
+    model = _model(manifest)
+    if model is not None:
+        shipped = kv_cache_abi(model, abi["block_tokens"])
+        for key in ("layers", "kv_heads", "head_dim"):
+            if abi[key] != shipped[key]:
+                found.append(Violation(f"identity.kv_cache.{key}", f"{abi[key]}, but {model.name} has {shipped[key]}"))
+    for i, pool in enumerate(manifest["pools"]):
+        if pool["model"] != identity["model"]:
+            found.append(Violation(f"pools[{i}].model", f"{pool['model']!r} is not the manifest's model "
+                                                        f"{identity['model']!r}"))
+    return found
+
+
+def _strict_identity(manifest: dict) -> list[Violation]:
+    identity = manifest["identity"]
+    fields = {"identity.checkpoint.id": identity["checkpoint"]["id"],
+              "identity.checkpoint.revision": identity["checkpoint"]["revision"],
+              "identity.tokenizer": identity["tokenizer"], "identity.adapter": identity["adapter"],
+              "identity.position": identity["position"]}
+    return [Violation(field, "is unknown; an exact KV handoff needs it stated (optimize --checkpoint, "
+                             "--revision, --tokenizer, --adapter, --position)")
+            for field, value in fields.items() if value == UNKNOWN]
+
+
+def _fallback_and_rollback(manifest: dict) -> list[Violation]:
+    found = []
+    if manifest["rollback"] != list(ROLLBACK):
+        for i, (got, want) in enumerate(zip(manifest["rollback"], ROLLBACK)):
+            if got != want:
+                found.append(Violation(f"rollback[{i}]", f"is {got}, must be {want} (the order is "
+                                                         f"{' → '.join(ROLLBACK)})"))
+                break
+    fallback = manifest["fallback"]
+    if not fallback["pools"] or not fallback["verified"]:
+        found.append(Violation("fallback", "a verified colocated fallback must be registered before release"))
+    elif fallback["gpus"] != sum(p["replicas"] * p["tp"] * p["pp"] for p in fallback["pools"]):
+        found.append(Violation("fallback.gpus", "is not the sum of its pools' replicas × TP × PP"))
+    return found
+
+
+def _predictions(manifest: dict) -> list[Violation]:
+    predictions = manifest["predictions"]
+    found = []
+    gpus = sum(p["gpus"] for p in manifest["pools"])
+    if predictions["gpus"]["value"] != gpus:
+        found.append(Violation("predictions.gpus.value", f"{predictions['gpus']['value']}, but the pools hold {gpus}"))
+    if not predictions["verification"]["passed"]:
+        found.append(Violation("predictions.verification.passed", "the plan did not pass its end-to-end simulation"))
+    for i, o in enumerate(predictions["attainment"]["per_objective"]):
+        if not o["low"] <= o["mean"] <= o["high"]:
+            found.append(Violation(f"predictions.attainment.per_objective[{i}]", "mean outside its interval"))
+    return found
+
+
+def stale_inputs(manifest: dict, *, trace: Path | None, profiles: Path | None,
+                 cluster: Path | None) -> list[Violation]:
+    """Inputs given on the command line whose sha256 differs from the manifest's: it is stale."""
+    inputs = manifest["provenance"]["inputs"]
+    found = []
+    if trace is not None and sha256_file(trace) != inputs["trace"]["sha256"]:
+        found.append(Violation("provenance.inputs.trace.sha256", f"stale: {trace} is not the trace this plan was "
+                                                                 f"made from ({inputs['trace']['path']})"))
+    if cluster is not None and sha256_file(cluster) != inputs["cluster"]["sha256"]:
+        found.append(Violation("provenance.inputs.cluster.sha256", f"stale: {cluster} is not the cluster this plan "
+                                                                   f"was made for ({inputs['cluster']['path']})"))
+    if profiles is not None:
+        given = folder_digest(profiles) if profiles.is_dir() else sha256_file(profiles)
+        if given not in {p["sha256"] for p in inputs["profiles"]}:
+            found.append(Violation("provenance.inputs.profiles", f"stale: {profiles} is not among the profiles this "
+                                                                 "plan was timed with"))
+    return found
