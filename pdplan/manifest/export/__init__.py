@@ -1,0 +1,31 @@
+"""``pdplan export``: turn a deployment manifest into the files a serving stack reads.
+
+Each format lives in its own module; all of them read the manifest through
+:mod:`pdplan.manifest.export.common`, so a plan is interpreted the same way everywhere.
+"""
+
+from __future__ import annotations
+
+from pdplan.errors import PdplanError
+from pdplan.manifest.export import dynamo, k8s, llmd, sglang, vllm
+
+FORMATS = ("vllm", "sglang", "dynamo", "llm-d", "k8s")
+
+_WRITERS = {"vllm": vllm.export, "sglang": sglang.export, "dynamo": dynamo.export,
+            "llm-d": llmd.export, "k8s": k8s.export}
+
+
+def export_manifest(manifest: dict, fmt: str, *, image: str | None = None) -> dict[str, str]:
+    """Relative file name -> file text for one format.
+
+    Deterministic: the same manifest gives byte-identical texts (stable order, no
+    timestamps, no randomness).  ``image`` overrides the container image of the
+    pod-based formats (dynamo, llm-d, k8s); the script formats ignore it.
+    """
+    writer = _WRITERS.get(fmt)
+    if writer is None:
+        raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
+    return writer(manifest, image=image)
+
+
+__all__ = ["FORMATS", "export_manifest"]

@@ -1,0 +1,199 @@
+"""How every export format reads a manifest: served model, instances, pods, KV roles, labels."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+import yaml
+
+from pdplan.errors import PdplanError
+
+# vLLM connector class per manifest connector; names checked against the
+# x-registered-connectors list of vLLM 0.33's KVTransferConfig.
+VLLM_CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector", "lmcache": "LMCacheConnectorV1"}
+
+# Node label that the node map's node names are matched against (set by the kubelet).
+NODE_NAME_LABEL = "kubernetes.io/hostname"
+
+_PHASE_ORDER = {"prefill": 0, "decode": 1, "colocated": 2}
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One engine instance of a pool, as placed by the node map."""
+
+    name: str
+    pool: dict
+    nodes: tuple[str, ...]        # nodes of its pipeline stages, stage order, no repeats
+    gpu_indices: tuple[int, ...]  # all its GPU indices when it sits on one node, else ()
+
+    @property
+    def spans_nodes(self) -> bool:
+        return len(self.nodes) > 1
+
+
+def served_model(manifest: dict) -> str:
+    """The Hugging Face checkpoint id, or the catalog name when the checkpoint is unknown."""
+    identity = manifest["identity"]
+    checkpoint = identity.get("checkpoint", {}).get("id", "unknown")
+    return identity["model"] if checkpoint == "unknown" else checkpoint
+
+
+def model_note(manifest: dict) -> str | None:
+    """A warning to print into the outputs when the served model name is only a catalog name."""
+    if served_model(manifest) != manifest["identity"]["model"]:
+        return None
+    return (f"checkpoint unknown: serving catalog name {manifest['identity']['model']!r}; "
+            "replace it with the Hugging Face id (optimize --checkpoint)")
+
+
+def pools(manifest: dict) -> list[dict]:
+    """Pools in serving order: prefill, decode, colocated; by name within a phase."""
+    return sorted(manifest["pools"], key=lambda p: (_PHASE_ORDER[p["phase"]], p["name"]))
+
+
+def is_disaggregated(manifest: dict) -> bool:
+    return any(p["phase"] != "colocated" for p in manifest["pools"])
+
+
+def instances(manifest: dict) -> list[Instance]:
+    """Every placed instance, pools in serving order, instances by name."""
+    stages: dict[tuple[str, str], list[tuple[int, str, list[int]]]] = {}
+    for node in manifest["placement"]["nodes"]:
+        for slot in node["instances"]:
+            stages.setdefault((slot["pool"], slot["instance"]), []).append(
+                (slot["stage"], node["node"], slot["gpu_indices"]))
+    result = []
+    for pool in pools(manifest):
+        for (pool_name, name), placed in sorted(stages.items()):
+            if pool_name != pool["name"]:
+                continue
+            placed.sort()
+            nodes = tuple(dict.fromkeys(node for _, node, _ in placed))
+            indices = tuple(i for _, _, gpus in placed for i in gpus) if len(nodes) == 1 else ()
+            result.append(Instance(name, pool, nodes, indices))
+    return result
+
+
+def pool_instances(manifest: dict, pool: dict) -> list[Instance]:
+    return [i for i in instances(manifest) if i.pool["name"] == pool["name"]]
+
+
+def pool_nodes(manifest: dict, pool: dict) -> list[str]:
+    """The nodes any instance of the pool uses, sorted."""
+    return sorted({node for i in pool_instances(manifest, pool) for node in i.nodes})
+
+
+def pods_per_instance(manifest: dict, pool: dict) -> int:
+    """Nodes (hence pods) one instance needs: the most nodes any of its instances spans,
+    and at least enough nodes to hold TP×PP GPUs."""
+    node_gpus = {n["node"]: n["gpus"] for n in manifest["placement"]["nodes"]}
+    per_instance = pool["tp"] * pool["pp"]
+    size = 1
+    for inst in pool_instances(manifest, pool):
+        smallest = min(node_gpus[n] for n in inst.nodes)
+        size = max(size, len(inst.nodes), -(-per_instance // smallest))
+    if per_instance % size:
+        raise PdplanError(f"pool {pool['name']}: {per_instance} GPUs per instance do not split evenly "
+                          f"over {size} nodes", field="placement")
+    return size
+
+
+def gpus_per_pod(manifest: dict, pool: dict) -> int:
+    return pool["tp"] * pool["pp"] // pods_per_instance(manifest, pool)
+
+
+def kv_transfer_config(manifest: dict, pool: dict) -> dict | None:
+    """vLLM ``--kv-transfer-config`` of a pool; None for colocated pools.
+
+    Only ``kv_connector`` and ``kv_role``: vLLM 0.32 removed kv_rank, kv_parallel_size,
+    kv_ip and kv_buffer_size and rejects unknown keys.
+    """
+    if pool["phase"] == "colocated":
+        return None
+    transfer = manifest["transfer"]
+    connector = transfer["connector"]
+    if connector not in VLLM_CONNECTORS:
+        raise PdplanError(f"pool {pool['name']} is {pool['phase']} but transfer.connector is {connector!r}",
+                          field="transfer.connector")
+    role = transfer["roles"].get(pool["name"])
+    if role is None:
+        raise PdplanError(f"transfer.roles has no role for pool {pool['name']}", field="transfer.roles")
+    return {"kv_connector": VLLM_CONNECTORS[connector], "kv_role": role}
+
+
+def compact_json(value) -> str:
+    """One-line JSON with sorted keys, for command-line arguments."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def require_vllm_engine(manifest: dict, fmt: str) -> None:
+    """The pod formats start vLLM; refuse a plan pinned to another engine."""
+    for pool in manifest["pools"]:
+        if pool.get("engine") not in (None, "vllm"):
+            raise PdplanError(f"{fmt} export runs vLLM pods, but pool {pool['name']} has engine "
+                              f"{pool['engine']!r}", field="engine")
+
+
+def hash_hex(manifest: dict) -> str:
+    return manifest["provenance"]["content_hash"].split(":", 1)[1]
+
+
+def manifest_labels(manifest: dict) -> dict[str, str]:
+    """Labels tying an object to the manifest: route epoch and a short hash (label values
+    are limited to 63 characters, so the full hash goes into an annotation)."""
+    return {"pdplan.dev/route-epoch": str(manifest["placement"]["route_epoch"]),
+            "pdplan.dev/manifest-hash": hash_hex(manifest)[:16]}
+
+
+def manifest_annotations(manifest: dict) -> dict[str, str]:
+    return {"pdplan.dev/manifest-hash": manifest["provenance"]["content_hash"]}
+
+
+def node_affinity(nodes: list[str]) -> dict:
+    """Pod affinity that pins pods to the node map's nodes (matched on NODE_NAME_LABEL)."""
+    term = {"matchExpressions": [{"key": NODE_NAME_LABEL, "operator": "In", "values": list(nodes)}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
+def gpu_resources(count: int) -> dict:
+    return {"limits": {"nvidia.com/gpu": str(count)}}
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """SafeDumper that writes repeated dicts out in full: no &anchors/*aliases in the output."""
+
+    def ignore_aliases(self, data) -> bool:
+        return True
+
+
+def dump_yaml(*documents: dict, header: str = "") -> str:
+    """YAML text of one or more documents, keys in insertion order, optional comment header."""
+    body = yaml.dump_all(documents, Dumper=_PlainDumper, sort_keys=False, default_flow_style=False)
+    lines = [f"# {line}" if line else "#" for line in header.splitlines()]
+    return "".join(f"{line}\n" for line in lines) + body
+
+
+def shell_command(argv: list[str]) -> str:
+    """``exec`` line of a script, one ``--flag value`` per continued line for reading."""
+    parts = [shlex.quote(argv[0])]
+    for arg in argv[1:]:
+        parts.append(f" \\\n    {shlex.quote(arg)}" if arg.startswith("--") else f" {shlex.quote(arg)}")
+    return "exec " + "".join(parts)
+
+
+def header(manifest: dict, fmt: str) -> str:
+    """Comment lines naming the manifest an output came from (and the model caveat, if any)."""
+    lines = [f"Generated by pdplan export --format {fmt} from manifest {manifest['metadata']['name']}",
+             f"manifest {manifest['provenance']['content_hash']}, route epoch "
+             f"{manifest['placement']['route_epoch']}"]
+    note = model_note(manifest)
+    return "\n".join(lines + ([note] if note else []))
+
+
+def script_preamble(manifest: dict, fmt: str, what: str) -> list[str]:
+    """First lines of a generated bash script: shebang, provenance comments, strict mode."""
+    comments = [f"# {line}" for line in header(manifest, fmt).splitlines()]
+    return ["#!/usr/bin/env bash", *comments, f"# {what}", "set -euo pipefail"]

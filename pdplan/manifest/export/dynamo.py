@@ -1,0 +1,63 @@
+"""NVIDIA Dynamo: one ``DynamoGraphDeployment`` (``nvidia.com/v1beta1``) with a frontend
+and one vLLM worker component per pool."""
+
+from __future__ import annotations
+
+import re
+
+from pdplan.manifest.export import common, vllm
+
+API_VERSION = "nvidia.com/v1beta1"
+DEFAULT_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"
+# Admission needs the runtime version when the main image's tag is not a semantic version.
+RUNTIME_VERSION = "1.6.1"
+
+_COMPONENT_TYPES = {"prefill": "prefill", "decode": "decode", "colocated": "worker"}
+_SEMVER_TAG = re.compile(r":v?\d+\.\d+\.\d+$")
+
+
+def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
+    """``dynamo/<name>.yaml``."""
+    common.require_vllm_engine(manifest, "dynamo")
+    image = image or DEFAULT_IMAGE
+    components = [_frontend(image)] + [_worker(manifest, pool, image) for pool in common.pools(manifest)]
+    name = manifest["metadata"]["name"]
+    document = {
+        "apiVersion": API_VERSION,
+        "kind": "DynamoGraphDeployment",
+        "metadata": {"name": name, "labels": common.manifest_labels(manifest),
+                     "annotations": common.manifest_annotations(manifest)},
+        "spec": {"backendFramework": "vllm", "components": components},
+    }
+    return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=common.header(manifest, "dynamo"))}
+
+
+def _frontend(image: str) -> dict:
+    return _component("Frontend", "frontend", 1, _container(image, ["python3", "-m", "dynamo.frontend"], []))
+
+
+def _worker(manifest: dict, pool: dict, image: str) -> dict:
+    args = ["--model", common.served_model(manifest), *vllm.engine_args(manifest, pool)]
+    if pool["phase"] != "colocated":
+        args += ["--disaggregation-mode", pool["phase"]]
+    container = _container(image, ["python3", "-m", "dynamo.vllm"], args)
+    container["resources"] = common.gpu_resources(common.gpus_per_pod(manifest, pool))
+    component = _component(pool["name"], _COMPONENT_TYPES[pool["phase"]], pool["replicas"], container)
+    component["podTemplate"]["spec"]["affinity"] = common.node_affinity(common.pool_nodes(manifest, pool))
+    nodes = common.pods_per_instance(manifest, pool)
+    if nodes > 1:  # GPUs per instance = nodeCount × the container's GPU limit
+        component["multinode"] = {"nodeCount": nodes}
+    return component
+
+
+def _component(name: str, kind: str, replicas: int, container: dict) -> dict:
+    component = {"name": name, "type": kind, "replicas": replicas, "podTemplate": {"spec": {"containers": [container]}}}
+    if not _SEMVER_TAG.search(container["image"]):
+        component["runtimeVersionOverride"] = RUNTIME_VERSION
+    return component
+
+
+def _container(image: str, command: list[str], args: list[str]) -> dict:
+    """The operator merges its defaults into the container named ``main``."""
+    container = {"name": "main", "image": image, "command": command}
+    return container | ({"args": args} if args else {})

@@ -1,0 +1,97 @@
+"""SGLang launch scripts: one ``sglang.launch_server`` per instance plus an ``sglang_router``."""
+
+from __future__ import annotations
+
+from pdplan.errors import PdplanError
+from pdplan.manifest.export import common
+
+SERVE_PORT_BASE = 30000       # instance i listens on SERVE_PORT_BASE + i
+BOOTSTRAP_PORT_BASE = 8998    # prefill instance i's bootstrap server (SGLang's default is 8998)
+DIST_INIT_PORT = 20000        # torch.distributed rendezvous of a multi-node instance
+ROUTER_PORT = 8000
+
+# SGLang --disaggregation-transfer-backend per manifest connector; LMCache is not one.
+TRANSFER_BACKENDS = {"nixl": "nixl", "mooncake": "mooncake"}
+
+
+def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
+    """``sglang/<instance>.sh`` per instance and ``sglang/router.sh``; ``image`` is unused."""
+    backend = _transfer_backend(manifest)
+    files = {}
+    workers: dict[str, list[list[str]]] = {}
+    for index, inst in enumerate(common.instances(manifest)):
+        port = SERVE_PORT_BASE + index
+        bootstrap = BOOTSTRAP_PORT_BASE + index if inst.pool["phase"] == "prefill" else None
+        files[f"sglang/{inst.name}.sh"] = _instance_script(manifest, inst, port, backend, bootstrap)
+        url = f"http://{inst.nodes[0]}:{port}"
+        workers.setdefault(inst.pool["phase"], []).append([url] if bootstrap is None else [url, str(bootstrap)])
+    files["sglang/router.sh"] = _router_script(manifest, workers)
+    return files
+
+
+def _transfer_backend(manifest: dict) -> str | None:
+    """The SGLang transfer backend of a P/D plan; None for a colocated plan."""
+    if not common.is_disaggregated(manifest):
+        return None
+    connector = manifest["transfer"]["connector"]
+    if connector not in TRANSFER_BACKENDS:
+        raise PdplanError(f"SGLang has no {connector!r} disaggregation transfer backend "
+                          f"(it supports {', '.join(TRANSFER_BACKENDS)})", field="transfer.connector")
+    return TRANSFER_BACKENDS[connector]
+
+
+def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: str | None,
+                    bootstrap: int | None) -> list[str]:
+    pool = inst.pool
+    scheduling = pool.get("scheduling") or {}
+    command = ["python", "-m", "sglang.launch_server", "--model-path", common.served_model(manifest),
+               "--tp-size", str(pool["tp"]), "--pp-size", str(pool["pp"]),
+               "--host", "0.0.0.0", "--port", str(port),
+               # SGLang's static memory fraction (weights + KV pool) stands in for vLLM's utilization.
+               "--mem-fraction-static", str(pool["memory"]["memory_utilization"])]
+    if scheduling.get("chunk_tokens"):
+        command += ["--chunked-prefill-size", str(scheduling["chunk_tokens"])]
+    if scheduling.get("max_prefill_batch_tokens"):
+        command += ["--max-prefill-tokens", str(scheduling["max_prefill_batch_tokens"])]
+    if backend is not None:
+        command += ["--disaggregation-mode", pool["phase"], "--disaggregation-transfer-backend", backend]
+    if bootstrap is not None:
+        command += ["--disaggregation-bootstrap-port", str(bootstrap)]
+    if inst.spans_nodes:
+        command += ["--nnodes", str(len(inst.nodes)), "--dist-init-addr", f"{inst.nodes[0]}:{DIST_INIT_PORT}"]
+    return command
+
+
+def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: str | None,
+                     bootstrap: int | None) -> str:
+    pool = inst.pool
+    lines = common.script_preamble(manifest, "sglang", f"instance {inst.name} of pool {pool['name']} "
+                                   f"({pool['phase']}, {pool['gpu']} TP{pool['tp']} PP{pool['pp']}) "
+                                   f"on {', '.join(inst.nodes)}")
+    if inst.gpu_indices:
+        lines.append(f"export CUDA_VISIBLE_DEVICES={','.join(map(str, inst.gpu_indices))}")
+    command = common.shell_command(_launch_command(manifest, inst, port, backend, bootstrap))
+    if inst.spans_nodes:
+        ranks = ", ".join(f"{rank} on {node}" for rank, node in enumerate(inst.nodes))
+        lines += [f"# Run once on each node of the instance with its NODE_RANK: {ranks}.",
+                  'NODE_RANK="${1:?usage: $0 NODE_RANK}"']
+        command += ' --node-rank "$NODE_RANK"'
+    lines.append(command)
+    return "\n".join(lines) + "\n"
+
+
+def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
+    """P/D: the router in P/D mode, each prefill with its bootstrap port given explicitly.
+    Colocated: the same router over plain workers."""
+    lines = common.script_preamble(manifest, "sglang", "router in front of every instance")
+    command = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
+    if common.is_disaggregated(manifest):
+        command.append("--pd-disaggregation")
+        for worker in workers.get("prefill", []):
+            command += ["--prefill", *worker]
+        for worker in workers.get("decode", []):
+            command += ["--decode", *worker]
+    else:
+        command += ["--worker-urls", *(url for url, in workers["colocated"])]
+    lines.append(common.shell_command(command))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,123 @@
+"""vLLM 0.33 launch scripts: one ``vllm serve`` per instance plus a ``vllm-router`` in front.
+
+Also the vLLM argument builders that the pod formats (dynamo, llm-d, k8s) reuse.
+"""
+
+from __future__ import annotations
+
+from pdplan.manifest.export import common
+
+SERVE_PORT_BASE = 8100          # instance i listens on SERVE_PORT_BASE + i
+NIXL_SIDE_CHANNEL_BASE = 5600   # instance i's NIXL side channel; distinct per instance
+ROUTER_PORT = 8000
+RAY_PORT = 6379
+
+# vllm-router --kv-connector values (it defaults to nixl); other connectors need no flag.
+ROUTER_CONNECTORS = {"nixl": "nixl", "mooncake": "mooncake"}
+
+
+def engine_args(manifest: dict, pool: dict) -> list[str]:
+    """vLLM arguments that follow from the pool: parallelism, memory, chunking, KV transfer."""
+    args = ["--tensor-parallel-size", str(pool["tp"]), "--pipeline-parallel-size", str(pool["pp"]),
+            "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"])]
+    chunk = (pool.get("scheduling") or {}).get("chunk_tokens")
+    if chunk:
+        args += ["--max-num-batched-tokens", str(chunk)]
+    kv = common.kv_transfer_config(manifest, pool)
+    if kv is not None:
+        args += ["--kv-transfer-config", common.compact_json(kv)]
+    return args
+
+
+def serve_command(manifest: dict, pool: dict, port: int, *, ray: bool) -> list[str]:
+    """The full ``vllm serve`` command of one instance; ``ray`` when its stages span nodes."""
+    command = ["vllm", "serve", common.served_model(manifest), *engine_args(manifest, pool), "--port", str(port)]
+    return command + (["--distributed-executor-backend", "ray"] if ray else [])
+
+
+def ray_launch(serve: list[str], *, rank: str, leader: str) -> list[str]:
+    """Shell lines for a multi-node instance: rank 0 starts the Ray head and vLLM, the
+    other nodes join the head's Ray cluster (vLLM places pipeline stages through Ray)."""
+    return [f'if [ {rank} = 0 ]; then',
+            f"  ray start --head --port={RAY_PORT}",
+            "  " + common.shell_command(serve),
+            "fi",
+            f"exec ray start --address={leader}:{RAY_PORT} --block"]
+
+
+def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
+    """``vllm/<instance>.sh`` per instance and ``vllm/router.sh``; ``image`` is unused."""
+    files = {}
+    urls: dict[str, list[str]] = {}
+    for index, inst in enumerate(common.instances(manifest)):
+        port = SERVE_PORT_BASE + index
+        files[f"vllm/{inst.name}.sh"] = _instance_script(manifest, inst, port, NIXL_SIDE_CHANNEL_BASE + index)
+        urls.setdefault(inst.pool["phase"], []).append(f"http://{inst.nodes[0]}:{port}")
+    files["vllm/router.sh"] = _router_script(manifest, urls)
+    return files
+
+
+def _instance_script(manifest: dict, inst: common.Instance, port: int, side_channel: int) -> str:
+    pool = inst.pool
+    lines = common.script_preamble(manifest, "vllm", f"instance {inst.name} of pool {pool['name']} "
+                                   f"({pool['phase']}, {pool['gpu']} TP{pool['tp']} PP{pool['pp']}) on {', '.join(inst.nodes)}")
+    if inst.gpu_indices:
+        lines.append(f"export CUDA_VISIBLE_DEVICES={','.join(map(str, inst.gpu_indices))}")
+    if manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated":
+        lines += [f"export VLLM_NIXL_SIDE_CHANNEL_HOST={inst.nodes[0]}",
+                  f"export VLLM_NIXL_SIDE_CHANNEL_PORT={side_channel}"]
+    serve = serve_command(manifest, pool, port, ray=inst.spans_nodes)
+    if inst.spans_nodes:
+        ranks = ", ".join(f"{rank} on {node}" for rank, node in enumerate(inst.nodes))
+        lines += [f"# Run once on each node of the instance with its NODE_RANK: {ranks}.",
+                  'NODE_RANK="${1:?usage: $0 NODE_RANK}"',
+                  *ray_launch(serve, rank='"$NODE_RANK"', leader=inst.nodes[0])]
+    else:
+        lines.append(common.shell_command(serve))
+    return "\n".join(lines) + "\n"
+
+
+def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
+    """P/D: vllm-router in P/D mode. Colocated: the same router over plain workers, so both
+    plans are fronted the same way (any OpenAI-compatible load balancer would also do)."""
+    lines = common.script_preamble(manifest, "vllm", "router in front of every instance")
+    command = ["vllm-router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
+    if common.is_disaggregated(manifest):
+        command.append("--vllm-pd-disaggregation")
+        connector = ROUTER_CONNECTORS.get(manifest["transfer"]["connector"])
+        if connector:
+            command += ["--kv-connector", connector]
+        for url in urls.get("prefill", []):
+            command += ["--prefill", url]
+        for url in urls.get("decode", []):
+            command += ["--decode", url]
+    else:
+        command += ["--worker-urls", *urls["colocated"]]
+    lines.append(common.shell_command(command))
+    return "\n".join(lines) + "\n"
+
+
+
+def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool) -> tuple[list[str], list[str]]:
+    """Container command and args of a pool's pods. A pod of a multi-node LeaderWorkerSet
+    group learns its rank and leader from the variables LWS injects."""
+    serve = serve_command(manifest, pool, port, ray=spans_nodes)
+    if not spans_nodes:
+        return serve[:2], serve[2:]
+    script = ray_launch(serve, rank='"$LWS_WORKER_INDEX"', leader='"$LWS_LEADER_ADDRESS"')
+    return ["/bin/bash", "-c"], ["\n".join(script)]
+
+
+def pod_env(manifest: dict, pool: dict) -> list[dict]:
+    """Container env of a pool's pods: the NIXL side channel listens on the pod's own IP."""
+    if manifest["transfer"]["connector"] != "nixl" or pool["phase"] == "colocated":
+        return []
+    return [{"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+            {"name": "VLLM_NIXL_SIDE_CHANNEL_PORT", "value": str(NIXL_SIDE_CHANNEL_BASE)}]
+
+
+def pod_ports(manifest: dict, pool: dict, port: int) -> list[dict]:
+    ports = [{"name": "http", "containerPort": port, "protocol": "TCP"}]
+    if pod_env(manifest, pool):
+        ports.append({"name": "nixl", "containerPort": NIXL_SIDE_CHANNEL_BASE, "protocol": "TCP"})
+    return ports

@@ -1,0 +1,267 @@
+"""`pdplan export`: every format's files parse, validate against the upstream schemas, request
+exactly the plan's GPUs, carry the right KV roles, and come out byte-identical each time."""
+
+import copy
+import json
+import shlex
+import subprocess
+from pathlib import Path
+
+import jsonschema
+import pytest
+import yaml
+
+from pdplan.errors import PdplanError
+from pdplan.manifest.export import FORMATS, export_manifest
+
+REMOVED_KV_KEYS = {"kv_rank", "kv_parallel_size", "kv_ip", "kv_buffer_size"}
+CRD_SCHEMAS = {"DynamoGraphDeployment": "dynamo.dynamographdeployment.v1beta1.schema.json",
+               "LeaderWorkerSet": "lws.leaderworkerset.v1.schema.json"}
+
+
+@pytest.fixture(scope="module")
+def disaggregated(manifests):
+    return yaml.safe_load(manifests["disaggregated"].read_text())
+
+
+@pytest.fixture(scope="module")
+def colocated(manifests):
+    return yaml.safe_load(manifests["colocated"].read_text())
+
+
+@pytest.fixture(scope="module")
+def spanning(disaggregated):
+    """The disaggregated plan with its first multi-stage instance's last stage moved to a new node."""
+    manifest = copy.deepcopy(disaggregated)
+    nodes = manifest["placement"]["nodes"]
+    for node in nodes:
+        stages = [s for s in node["instances"] if s["stage"] > 0]
+        if stages:
+            moved = stages[-1]
+            node["instances"].remove(moved)
+            nodes.append({**node, "node": node["node"] + "-extra", "instances": [moved]})
+            return manifest
+    pytest.skip("the optimizer chose no pipeline-parallel instance to split over nodes")
+
+
+@pytest.fixture(params=["disaggregated", "colocated", "spanning"])
+def manifest(request):
+    return request.getfixturevalue(request.param)
+
+
+def _yaml_documents(files: dict[str, str]) -> list[dict]:
+    return [doc for name, text in files.items() if name.endswith(".yaml") for doc in yaml.safe_load_all(text)]
+
+
+def _strict(node):
+    """Emulate `kubectl --validate=strict`: forbid unknown fields wherever a schema lists its fields."""
+    if isinstance(node, dict):
+        node = {key: _strict(value) for key, value in node.items()}
+        if ("properties" in node and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")):
+            node["additionalProperties"] = False
+        return node
+    if isinstance(node, list):
+        return [_strict(value) for value in node]
+    return node
+
+
+def _validator(shared_data, name: str) -> jsonschema.Draft7Validator:
+    schema = json.loads((shared_data / "schemas" / name).read_text())
+    return jsonschema.Draft7Validator(_strict(schema))
+
+
+def _tokens(files: dict[str, str]) -> list[list[str]]:
+    """Every command line in the export as a token list: script lines and YAML string lists."""
+    commands = [shlex.split(text, comments=True) for name, text in files.items() if name.endswith(".sh")]
+
+    def walk(node):
+        if isinstance(node, dict):
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            if all(isinstance(v, str) for v in node):
+                commands.append([t for v in node for t in (shlex.split(v) if "\n" in v else [v])])
+            for value in node:
+                walk(value)
+
+    for document in _yaml_documents(files):
+        walk(document)
+    return commands
+
+
+def _kv_configs(files: dict[str, str]) -> list[dict]:
+    return [json.loads(tokens[i + 1]) for tokens in _tokens(files)
+            for i, token in enumerate(tokens) if token == "--kv-transfer-config"]
+
+
+def _requested_gpus(fmt: str, files: dict[str, str]) -> int:
+    """GPUs the export asks for: instances × TP × PP for scripts, replicas × pods × limit for pods."""
+    if fmt in ("vllm", "sglang"):
+        tp, pp = {"vllm": ("--tensor-parallel-size", "--pipeline-parallel-size"),
+                  "sglang": ("--tp-size", "--pp-size")}[fmt]
+        total = 0
+        for name, text in files.items():
+            tokens = shlex.split(text, comments=True)
+            if tp in tokens:
+                total += int(tokens[tokens.index(tp) + 1]) * int(tokens[tokens.index(pp) + 1])
+        return total
+    total = 0
+    for doc in _yaml_documents(files):
+        if fmt == "dynamo":
+            for c in doc["spec"]["components"]:
+                limit = c["podTemplate"]["spec"]["containers"][0].get("resources", {}).get("limits", {})
+                total += c["replicas"] * c.get("multinode", {}).get("nodeCount", 1) * int(limit.get("nvidia.com/gpu", 0))
+        elif fmt == "llm-d":
+            for section in (doc["prefill"], doc["decode"]):
+                if section["create"]:
+                    limit = section["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+                    total += section["replicas"] * section["parallelism"]["workers"] * int(limit)
+        elif doc["kind"] == "Deployment":
+            limit = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+            total += doc["spec"]["replicas"] * int(limit)
+        else:
+            group = doc["spec"]["leaderWorkerTemplate"]
+            limit = group["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
+            total += doc["spec"]["replicas"] * group["size"] * int(limit)
+    return total
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_file_parses(manifest, fmt, tmp_path):
+    for name, text in export_manifest(manifest, fmt).items():
+        if name.endswith(".sh"):
+            script = tmp_path / Path(name).name
+            script.write_text(text)
+            assert text.startswith("#!/usr/bin/env bash\n") and "set -euo pipefail" in text
+            assert subprocess.run(["bash", "-n", str(script)], capture_output=True).returncode == 0, name
+        else:
+            assert name.endswith(".yaml") and list(yaml.safe_load_all(text)), name
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_gpu_requests_sum_to_the_manifests_gpus(manifest, fmt):
+    assert _requested_gpus(fmt, export_manifest(manifest, fmt)) == manifest["predictions"]["gpus"]["value"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_two_exports_are_byte_identical(manifest, fmt):
+    assert export_manifest(manifest, fmt) == export_manifest(copy.deepcopy(manifest), fmt)
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "dynamo", "llm-d", "k8s"])
+def test_kv_transfer_configs_validate_against_the_vllm_schema(shared_data, disaggregated, fmt):
+    schema = json.loads((shared_data / "schemas" / "vllm.kv_transfer_config.schema.json").read_text())
+    configs = _kv_configs(export_manifest(disaggregated, fmt))
+    assert configs
+    for config in configs:
+        jsonschema.Draft202012Validator(schema).validate(config)
+        assert config["kv_connector"] in schema["x-registered-connectors"]
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "dynamo", "llm-d", "k8s"])
+def test_kv_transfer_config_names_the_manifests_roles_and_no_removed_keys(disaggregated, fmt):
+    files = export_manifest(disaggregated, fmt)
+    configs = _kv_configs(files)
+    assert not any(REMOVED_KV_KEYS & set(config) for config in configs)
+    assert {config["kv_role"] for config in configs} == set(disaggregated["transfer"]["roles"].values())
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_colocated_plans_carry_no_kv_transfer(colocated, fmt):
+    files = export_manifest(colocated, fmt)
+    assert not _kv_configs(files)
+    assert not any("--disaggregation-mode" in tokens for tokens in _tokens(files))
+
+
+def test_vllm_scripts_give_each_instance_its_own_port_gpus_and_side_channel(disaggregated):
+    scripts = {n: t for n, t in export_manifest(disaggregated, "vllm").items() if n != "vllm/router.sh"}
+    ports = [shlex.split(t, comments=True) for t in scripts.values()]
+    ports = [tokens[tokens.index("--port") + 1] for tokens in ports]
+    channels = [line for t in scripts.values() for line in t.splitlines() if "VLLM_NIXL_SIDE_CHANNEL_PORT=" in line]
+    assert len(set(ports)) == len(scripts) and len(set(channels)) == len(scripts)
+    assert all("CUDA_VISIBLE_DEVICES=" in t for t in scripts.values())
+
+
+def test_the_vllm_router_lists_every_prefill_and_decode_instance(disaggregated):
+    tokens = shlex.split(export_manifest(disaggregated, "vllm")["vllm/router.sh"], comments=True)
+    pools = {p["name"]: p for p in disaggregated["pools"]}
+    assert "--vllm-pd-disaggregation" in tokens
+    for phase in ("prefill", "decode"):
+        assert tokens.count(f"--{phase}") == sum(p["replicas"] for p in pools.values() if p["phase"] == phase)
+
+
+def test_the_sglang_router_passes_each_prefill_bootstrap_port(disaggregated):
+    files = export_manifest(disaggregated, "sglang")
+    tokens = shlex.split(files["sglang/router.sh"], comments=True)
+    bootstraps = sorted(shlex.split(t, comments=True)[-1] for n, t in files.items()
+                        if "--disaggregation-bootstrap-port" in t)
+    given = sorted(tokens[i + 2] for i, token in enumerate(tokens) if token == "--prefill")
+    assert given and given == bootstraps
+
+
+def test_sglang_refuses_lmcache(disaggregated):
+    manifest = copy.deepcopy(disaggregated)
+    manifest["transfer"]["connector"] = "lmcache"
+    with pytest.raises(PdplanError, match="lmcache"):
+        export_manifest(manifest, "sglang")
+
+
+def test_crds_validate_strictly_against_their_upstream_schemas(shared_data, manifest):
+    documents = _yaml_documents(export_manifest(manifest, "dynamo")) + _yaml_documents(export_manifest(manifest, "k8s"))
+    checked = 0
+    for doc in documents:
+        if doc["kind"] in CRD_SCHEMAS:
+            _validator(shared_data, CRD_SCHEMAS[doc["kind"]]).validate(doc)
+            checked += 1
+    assert checked >= 1
+
+
+def test_llmd_values_validate_strictly_against_the_chart_schema(shared_data, manifest):
+    for doc in _yaml_documents(export_manifest(manifest, "llm-d")):
+        _validator(shared_data, "llm-d-modelservice.values.schema.json").validate(doc)
+
+
+def test_deployments_select_their_own_pod_template(manifest):
+    deployments = [d for d in _yaml_documents(export_manifest(manifest, "k8s")) if d["kind"] == "Deployment"]
+    for doc in deployments:
+        assert doc["apiVersion"] == "apps/v1"
+        selector = doc["spec"]["selector"]["matchLabels"]
+        assert selector.items() <= doc["spec"]["template"]["metadata"]["labels"].items()
+
+
+def test_an_instance_spanning_nodes_becomes_a_multinode_group(spanning):
+    kinds = {d["kind"] for d in _yaml_documents(export_manifest(spanning, "k8s"))}
+    assert "LeaderWorkerSet" in kinds
+    dynamo = _yaml_documents(export_manifest(spanning, "dynamo"))[0]
+    assert any(c.get("multinode", {}).get("nodeCount") == 2 for c in dynamo["spec"]["components"])
+    assert yaml.safe_load(export_manifest(spanning, "llm-d")["llm-d/values.yaml"])["multinode"] is True
+
+
+def test_k8s_objects_carry_the_route_epoch_and_manifest_hash(disaggregated):
+    full = disaggregated["provenance"]["content_hash"]
+    for doc in _yaml_documents(export_manifest(disaggregated, "k8s")):
+        labels = doc["metadata"]["labels"]
+        assert labels["pdplan.dev/route-epoch"] == str(disaggregated["placement"]["route_epoch"])
+        assert full.split(":")[1].startswith(labels["pdplan.dev/manifest-hash"])
+        assert doc["metadata"]["annotations"]["pdplan.dev/manifest-hash"] == full
+
+
+def test_an_unknown_checkpoint_serves_the_catalog_name_and_says_so(colocated):
+    manifest = copy.deepcopy(colocated)
+    manifest["identity"]["checkpoint"]["id"] = "unknown"
+    script = export_manifest(manifest, "vllm")
+    text = next(t for n, t in script.items() if n != "vllm/router.sh")
+    assert f"vllm serve {manifest['identity']['model']}" in text and "checkpoint unknown" in text
+
+
+def test_the_image_option_sets_every_pod_image(disaggregated):
+    for fmt in ("dynamo", "llm-d", "k8s"):
+        text = "".join(export_manifest(disaggregated, fmt, image="registry.example/vllm:v9.9.9").values())
+        assert "registry.example/vllm:v9.9.9" in text and "vllm-openai:v0.33.0" not in text
+
+
+def test_an_unknown_format_is_refused():
+    with pytest.raises(PdplanError, match="--format must be one of") as error:
+        export_manifest({}, "helm")
+    assert error.value.field == "format"
