@@ -31,6 +31,7 @@ GIB = 2**30
 ROLLBACK = ("STOP_NEW_ROUTES", "ADVANCE_ROUTE_EPOCH", "DRAIN_OR_ABORT_TRANSFERS", "ENABLE_COLOCATED_FALLBACK",
             "DISABLE_CONNECTOR", "REVOKE_CAPABILITIES", "RECLAIM_UNPUBLISHED", "ROLLBACK_COMPLETE")
 RELEASE_STAGES = ("SHADOW", "CANARY", "ACTIVE")
+#: vLLM's connector class per KV connector (checked against vLLM 0.33's registered connectors).
 CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector", "lmcache": "LMCacheConnectorV1"}
 #: vLLM's default KV block (tokens per paged block) and the memory share the KV plan assumes.
 KV_BLOCK_TOKENS = 16

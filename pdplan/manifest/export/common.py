@@ -9,10 +9,7 @@ from dataclasses import dataclass
 import yaml
 
 from pdplan.errors import PdplanError
-
-# vLLM connector class per manifest connector; names checked against the
-# x-registered-connectors list of vLLM 0.33's KVTransferConfig.
-VLLM_CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector", "lmcache": "LMCacheConnectorV1"}
+from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 
 # Node label that the node map's node names are matched against (set by the kubelet).
 NODE_NAME_LABEL = "kubernetes.io/hostname"
