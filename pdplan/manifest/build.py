@@ -11,7 +11,7 @@ verified answer or derived by a named formula.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib import resources
 from pathlib import Path
 
@@ -21,9 +21,12 @@ from pdplan import __version__
 from pdplan.fileio import WRITTEN_DIGITS, sha256_file
 from pdplan.hardware import get_gpu
 from pdplan.manifest.document import API_VERSION, KIND, digest, seal
-from pdplan.modelspec import (ModelSpec, kv_capacity_tokens, kv_heads_per_gpu, weight_bytes_per_gpu)
+from pdplan.modelspec import ModelSpec, kv_heads_per_gpu, weight_bytes_per_gpu
 from pdplan.planner import PlanReport, report_to_dict
-from pdplan.sim.plan import Plan, plan_to_dict
+from pdplan.planner.measure import mean_kv_bytes_per_request
+from pdplan.planner.plans import pool_name
+from pdplan.sim.plan import Plan
+from pdplan.workload import trace_stats
 
 UNKNOWN = "unknown"
 GIB = 2**30
@@ -33,7 +36,10 @@ ROLLBACK = ("STOP_NEW_ROUTES", "ADVANCE_ROUTE_EPOCH", "DRAIN_OR_ABORT_TRANSFERS"
 RELEASE_STAGES = ("SHADOW", "CANARY", "ACTIVE")
 #: vLLM's connector class per KV connector (checked against vLLM 0.33's registered connectors).
 CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector", "lmcache": "LMCacheConnectorV1"}
-#: vLLM's default KV block (tokens per paged block) and the memory share the KV plan assumes.
+#: Simulator pool settings a manifest carries, to rebuild the plan it was verified as.
+SCHEDULING = ("policy", "chunk_tokens", "max_prefill_batch_tokens", "prefix_cache_blocks")
+PACKAGE = Path(str(resources.files("pdplan")))
+#: vLLM's default KV block (tokens per paged block), and the memory share behind the KV capacity.
 KV_BLOCK_TOKENS = 16
 MEMORY_UTILIZATION = 0.9
 
@@ -77,21 +83,22 @@ def build_manifest(report: PlanReport, plan: Plan, inputs: Inputs, *, identity: 
     doc = report_to_dict(report)
     request = report.request
     model = request.model
-    pools = _pools(doc, plan, model)
+    files = _inputs(inputs)
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {"name": _name(model, doc), **({"created": timestamp} if timestamp else {})},
         "identity": _identity(model, identity),
-        "workload": _workload(request, inputs.trace, doc),
-        "pools": pools,
-        "placement": {"route_epoch": 1, "affinity": doc["affinity"] or "high", "nodes": _nodes(doc, request.cluster, pools)},
+        "workload": _workload(request, files["trace"], doc),
+        "pools": _pools(report, doc, plan),
+        "placement": {"route_epoch": 1, "affinity": doc["affinity"] or "high",
+                      "nodes": _nodes(report.answer.solution, request.cluster)},
         "transfer": _transfer(plan, doc, request, release.connector),
         "predictions": _predictions(doc, seed),
         "fallback": _fallback(doc),
         "release": _release(request, release),
         "rollback": list(ROLLBACK),
-        "provenance": _provenance(doc, plan, inputs, seed),
+        "provenance": _provenance(doc, plan, files, seed),
     }
     return seal(manifest)
 
@@ -116,65 +123,53 @@ def _identity(model: ModelSpec, identity: Identity) -> dict:
             "kv_bytes_per_token": model.kv_bytes_per_token}
 
 
-def _stats(values: np.ndarray) -> dict:
-    return {"mean": float(values.mean()), "p50": float(np.percentile(values, 50)),
-            "p99": float(np.percentile(values, 99)), "max": int(values.max())}
-
-
-def _workload(request, trace: Path, doc: dict) -> dict:
-    w = request.workload
-    duration = float(w.arrival_s[-1] - w.arrival_s[0]) if w.has_arrivals and len(w) > 1 else None
-    return {"trace": {"path": str(trace), "sha256": sha256_file(trace), "requests": len(w),
-                      "duration_s": duration,
-                      "prompt_tokens": _stats(np.asarray(w.prompt_tokens)),
-                      "output_tokens": _stats(np.asarray(w.output_tokens))},
+def _workload(request, trace: dict, doc: dict) -> dict:
+    stats = trace_stats(request.workload)
+    return {"trace": {**trace, **{k: getattr(stats, k) for k in ("requests", "duration_s", "mean_rate_rps",
+                                                               "peak_rate_rps", "interarrival_cv")},
+                      "prompt_tokens": asdict(stats.prompt_tokens), "output_tokens": asdict(stats.output_tokens)},
             "slo": {"objectives": [{"metric": o["metric"], "threshold_ms": o["threshold_s"] * 1e3,
                                     "attainment": o["attainment"]} for o in doc["slo"]]},
             "target_rps": doc["target_rps"],
             "arrivals": request.settings.arrivals}
 
 
-def _pools(doc: dict, plan: Plan, model: ModelSpec) -> list[dict]:
-    """One entry per simulator pool, with its capacity from the optimizer and its memory plan."""
-    sim = {p["name"]: p for p in plan_to_dict(plan)["pools"]}
+def _pools(report: PlanReport, doc: dict, plan: Plan) -> list[dict]:
+    """One entry per simulator pool: its capacity from the optimizer, and its memory plan with
+    the KV capacity of the profile its verification ran on."""
+    model = report.request.model
+    facts = {(p["phase"], p["gpu"], p["tp"], p["pp"]): p for p in doc["pools"]}
+    profiles = {(m.shape.gpu, m.shape.tp, m.shape.pp): m.profile for m in report.measured}
     found = []
     for pool in plan.pools:
-        facts = next(p for p in doc["pools"] if (p["phase"], p["gpu"], p["tp"], p["pp"]) ==
-                     (pool.phase, pool.gpu, pool.tp, pool.pp))
+        fact = facts[(pool.phase, pool.gpu, pool.tp, pool.pp)]
         gpu = get_gpu(pool.gpu)
-        weights = weight_bytes_per_gpu(model, pool.tp, pool.pp)
-        kv_tokens = kv_capacity_tokens(model, gpu, pool.tp, pool.pp, MEMORY_UTILIZATION)
-        scheduling = {k: v for k, v in sim[pool.name].items()
-                      if k in ("policy", "chunk_tokens", "max_prefill_batch_tokens", "prefix_cache_blocks")}
         found.append({
             "name": pool.name, "phase": pool.phase, "model": pool.model, "gpu": pool.gpu, "tp": pool.tp,
             "pp": pool.pp, "replicas": pool.replicas, "gpus": pool.replicas * pool.tp * pool.pp,
-            "engine": doc["engine"], "scheduling": scheduling,
-            "capacity": {"per_instance_rps": facts["goodput_rps_per_instance"],
-                         "pool_rps": facts["capacity_rps"]},
+            "engine": doc["engine"],
+            "scheduling": {k: getattr(pool, k) for k in SCHEDULING if getattr(pool, k) is not None},
+            "capacity": {"per_instance_rps": fact["goodput_rps_per_instance"], "pool_rps": fact["capacity_rps"]},
             "memory": {"gpu_memory_gib": gpu.memory_bytes / GIB, "memory_utilization": MEMORY_UTILIZATION,
-                       "weights_gib_per_gpu": weights / GIB, "kv_capacity_tokens_per_instance": kv_tokens,
+                       "weights_gib_per_gpu": weight_bytes_per_gpu(model, pool.tp, pool.pp) / GIB,
+                       "kv_capacity_tokens_per_instance": profiles[(pool.gpu, pool.tp, pool.pp)].kv_capacity_tokens,
                        "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp)},
-            "profile": {"source": facts["profile"], "method": facts["profile_method"],
-                        "fallback": facts["profile_fallback"]},
+            "profile": {"source": fact["profile"], "method": fact["profile_method"],
+                        "fallback": fact["profile_fallback"]},
         })
     return found
 
 
-def _nodes(doc: dict, cluster, pools: list[dict]) -> list[dict]:
+def _nodes(solution, cluster) -> list[dict]:
     """The node map: each node, its GPUs, and the instance stages on it with their GPU indices."""
-    pool_of = {(p["phase"], p["gpu"], p["tp"], p["pp"]): p["name"] for p in pools}
     per_type = {n.name: n.gpus_per_node for n in cluster.nodes}
     nodes: dict[str, dict] = {}
-    for inst in doc["nodes"]:
-        pool = pool_of[(inst["phase"], inst["gpu"], inst["tp"], inst["pp"])]
-        for stage, placed in enumerate(inst["stages"]):
-            node_type = placed["node"].rsplit("-", 1)[0]
-            entry = nodes.setdefault(placed["node"], {"node": placed["node"], "node_type": node_type,
-                                                      "gpu": inst["gpu"], "gpus": per_type[node_type],
-                                                      "instances": []})
-            entry["instances"].append({"instance": inst["instance"], "pool": pool, "stage": stage,
-                                       "gpu_indices": list(placed["gpus"])})
+    for inst in solution.instances:
+        for stage, (node, gpus) in enumerate(zip(inst.stage_nodes, inst.stage_gpus)):
+            entry = nodes.setdefault(node, {"node": node, "node_type": inst.node_type, "gpu": inst.candidate.gpu,
+                                            "gpus": per_type[inst.node_type], "instances": []})
+            entry["instances"].append({"instance": inst.id, "pool": pool_name(inst.candidate), "stage": stage,
+                                       "gpu_indices": list(gpus)})
     return [nodes[name] for name in sorted(nodes, key=_node_order)]
 
 
@@ -188,8 +183,7 @@ def _transfer(plan: Plan, doc: dict, request, connector: str) -> dict:
     path's demand against its capacity. A colocated plan moves no KV: connector ``none``."""
     if plan.colocated:
         return {"connector": "none", "schedule": None, "roles": {}, "kv_bytes_per_request": None, "paths": []}
-    prompts = np.asarray(request.workload.prompt_tokens, dtype=float)
-    per_token = request.model.kv_bytes_per_token
+    p99_prompt = float(np.percentile(request.workload.prompt_tokens, 99))
     demand = {(link["from"], link["to"]): link for link in doc["links"]}
     paths = []
     for link in plan.links:
@@ -200,8 +194,8 @@ def _transfer(plan: Plan, doc: dict, request, connector: str) -> dict:
     roles = {p.name: ("kv_producer" if p.phase == "prefill" else "kv_consumer") for p in plan.pools}
     return {"connector": connector, "connector_class": CONNECTORS[connector], "schedule": plan.transfer_schedule,
             "roles": roles,
-            "kv_bytes_per_request": {"mean": float(prompts.mean() * per_token),
-                                     "p99": float(np.percentile(prompts, 99) * per_token)},
+            "kv_bytes_per_request": {"mean": mean_kv_bytes_per_request(request.workload, request.model),
+                                     "p99": p99_prompt * request.model.kv_bytes_per_token},
             "paths": paths}
 
 
@@ -253,44 +247,41 @@ def _release(request, release: Release) -> dict:
                       "canary_share": release.canary_share}}
 
 
-def _file(path: Path | None, shipped: str) -> dict:
-    """An input's path as given and its sha256 (a folder: over its files' names and bytes)."""
-    if path is None:
-        return {"path": f"pdplan:{shipped}", "sha256": _shipped_digest(shipped)}
-    if Path(path).is_dir():
-        return {"path": str(path), "sha256": folder_digest(Path(path))}
-    return {"path": str(path), "sha256": sha256_file(path)}
+def _input(path: Path) -> dict:
+    """An input as the user named it, with its sha256 (a folder: see :func:`folder_digest`)."""
+    return {"path": str(path), "sha256": folder_digest(path) if Path(path).is_dir() else sha256_file(path)}
 
 
-def folder_digest(folder) -> str:
-    """sha256 over a folder's files (not subfolders), each as name, NUL, bytes, in name order."""
+def _shipped(name: str) -> dict:
+    """A file or folder shipped in the package, named ``pdplan:<name>``, with its sha256."""
+    path = PACKAGE / name
+    return {"path": f"pdplan:{name}", "sha256": folder_digest(path) if path.is_dir() else sha256_file(path)}
+
+
+def folder_digest(folder: Path) -> str:
+    """sha256 over every file under a folder, each as its relative path, NUL, its bytes, in path order."""
     h = hashlib.sha256()
-    for f in sorted((f for f in folder.iterdir() if f.is_file()), key=lambda f: f.name):
-        h.update(f.name.encode() + b"\0" + f.read_bytes())
+    for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes())
     return h.hexdigest()
 
 
-def _shipped_digest(*names: str) -> str:
-    """sha256 of a shipped package file, or over shipped folders' files (as :func:`folder_digest`)."""
-    root = resources.files("pdplan")
-    if len(names) == 1 and (root / names[0]).is_file():
-        return hashlib.sha256((root / names[0]).read_bytes()).hexdigest()
-    return hashlib.sha256("".join(folder_digest(root / name) for name in names).encode()).hexdigest()
+def _inputs(inputs: Inputs) -> dict:
+    """Every input read once: the user's files, then the shipped profiles and catalog."""
+    return {"trace": _input(inputs.trace),
+            "cluster": _shipped("data/cluster.yaml") if inputs.cluster is None else _input(inputs.cluster),
+            "profiles": [_input(p) for p in inputs.profiles],
+            "shipped_profiles": _shipped("data/profiles"), "catalog": _shipped("catalog"),
+            **({"model": _input(inputs.model)} if inputs.model else {})}
 
 
-def _provenance(doc: dict, plan: Plan, inputs: Inputs, seed: int) -> dict:
-    timing = plan_to_dict(plan).get("profiles", {})
+def _provenance(doc: dict, plan: Plan, files: dict, seed: int) -> dict:
     return {
         "pdplan_version": __version__,
         "float_precision": f"{WRITTEN_DIGITS} significant digits",
         "seed": seed,
-        "inputs": {"trace": _file(inputs.trace, ""),
-                   "cluster": _file(inputs.cluster, "data/cluster.yaml"),
-                   "profiles": [_file(p, "") for p in inputs.profiles],
-                   "shipped_profiles": {"path": "pdplan:data/profiles", "sha256": _shipped_digest("data/profiles")},
-                   "catalog": {"path": "pdplan:catalog", "sha256": _shipped_digest("catalog", "catalog/models")},
-                   **({"model": _file(inputs.model, "")} if inputs.model else {})},
-        "profiles": {"engine": timing.get("engine"), "engine_version": timing.get("engine_version"),
-                     "compose": timing.get("compose", True), "sources": doc["provenance"]["profile_sources"]},
+        "inputs": files,
+        "profiles": {"engine": plan.engine, "engine_version": plan.engine_version, "compose": plan.compose,
+                     "sources": doc["provenance"]["profile_sources"]},
         "solver": {k: doc["solver"][k] for k in ("status", "objective", "bound", "gap", "objective_name")},
     }
