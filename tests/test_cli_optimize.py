@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pdplan.sim import load_plan
+from pdplan.manifest.plan import read_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
@@ -318,7 +318,7 @@ def test_node_redundancy_plans_pass_with_each_node_removed(optimize, run_cli, tm
     """Every node of the written plan's node map is removed in turn and the rest simulated."""
     doc = json.loads(optimize("--redundancy", "node", "--fleet", "HH", "--out", tmp_path / "plan.yaml", "--json")[1])
     assert doc["verification"]["passed"] and doc["redundancy"]["mode"] == "node"
-    plan = load_plan(tmp_path / "plan.yaml")
+    plan, _ = read_plan(tmp_path / "plan.yaml")
     by_node = {}
     for inst in doc["nodes"]:
         name = f"{inst['phase']}-{inst['gpu']}-tp{inst['tp']}-pp{inst['pp']}"

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json as jsonlib
 from pathlib import Path
 from typing import Annotated
 
@@ -12,10 +11,12 @@ from rich.table import Table
 from pdplan.cli.options import FormatOpt, load_workload, profile_source
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
-from pdplan.fileio import Outputs, load_yaml
-from pdplan.manifest.check import RESIMULATE_TOLERANCE, check_manifest
+from pdplan.fileio import Outputs
+from pdplan.manifest.check import check_manifest
 from pdplan.manifest.diff import diff_manifests
-from pdplan.manifest.document import is_manifest, schema as manifest_schema, schema_errors
+from pdplan.manifest.document import load_manifest, schema as manifest_schema
+from pdplan.manifest.export import FORMATS, export_manifest
+from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE, resimulate as rerun_plan
 
 ManifestArg = Annotated[Path, typer.Argument(help="Deployment manifest written by pdplan optimize --out.",
                                              show_default=False)]
@@ -24,14 +25,6 @@ ManifestArg = Annotated[Path, typer.Argument(help="Deployment manifest written b
 def schema() -> None:
     """Print the deployment manifest's JSON Schema (draft 2020-12); every read checks against it."""
     print_json(manifest_schema())
-
-
-def _read(path: Path) -> dict:
-    """The manifest as plain data, or exit 2 when it is unreadable or not a manifest at all."""
-    data = load_yaml(path, what="manifest")
-    if not is_manifest(data):
-        raise PdplanError("not a pdplan manifest (kind must be DeploymentManifest)", file=path, field="kind")
-    return jsonlib.loads(jsonlib.dumps(data))
 
 
 def validate(
@@ -44,8 +37,9 @@ def validate(
                                                                      "(sha256, and timing a re-simulation).")] = None,
     cluster: Annotated[Path | None, typer.Option("--cluster", help="The cluster YAML (its sha256).")] = None,
     resimulate: Annotated[bool, typer.Option(
-        "--resimulate", help=f"Re-run the verification (same plan, trace, rate, seeds) and compare the "
-                             f"attainments within {RESIMULATE_TOLERANCE}; needs --trace.")] = False,
+        "--resimulate", help=f"Re-run the verification (same plan, trace, rate, seeds) of a manifest that is "
+                             f"otherwise valid and compare the attainments within {RESIMULATE_TOLERANCE}; "
+                             "needs --trace.")] = False,
     format: FormatOpt = None,
     json: Annotated[bool, typer.Option("--json", help="Machine-readable result.")] = False,
 ) -> None:
@@ -57,12 +51,10 @@ def validate(
     """
     if resimulate and trace is None:
         raise PdplanError("--resimulate needs the trace: give --trace", field="trace")
-    data = _read(manifest)
+    data = load_manifest(manifest)
     violations = check_manifest(data, strict=strict, trace=trace, profiles=profiles, cluster=cluster)
     rerun = None
-    if resimulate and not schema_errors(data):
-        from pdplan.manifest.resimulate import resimulate as rerun_plan
-
+    if resimulate and not violations:  # a manifest invalid as written is not worth re-running
         timing = data["provenance"]["profiles"]
         source = profile_source(profiles, timing["engine"], timing["engine_version"], timing["compose"])
         rerun, found = rerun_plan(data, load_workload(trace, format), source, path=manifest)
@@ -92,7 +84,7 @@ def diff(
 ) -> None:
     """What changed between two manifests (pools, placement, identity, predictions, inputs), for
     release review. Exit 0 when equal, 1 when different."""
-    changes = diff_manifests(_read(a), _read(b))
+    changes = diff_manifests(load_manifest(a), load_manifest(b))
     if json:
         print_json({"equal": not changes, "changes": changes})
     elif not changes:
@@ -114,7 +106,7 @@ def _shown(value) -> str:
 
 def export(
     manifest: ManifestArg,
-    format: Annotated[str, typer.Option("--format", help="Target: vllm, sglang, dynamo, llm-d or k8s.",
+    format: Annotated[str, typer.Option("--format", help=f"Target: {', '.join(FORMATS)}.",
                                           show_default=False)],
     out: Annotated[Path, typer.Option("--out", help="Folder for the files (created; existing files are "
                                                     "replaced).")] = Path("deploy"),
@@ -124,11 +116,9 @@ def export(
     """Write the configs a serving stack reads, from a manifest that validates: vLLM or SGLang
     launch scripts and router, a Dynamo DynamoGraphDeployment, llm-d-modelservice Helm values, or
     Kubernetes Deployments / LeaderWorkerSets with the node map as node affinity."""
-    from pdplan.manifest.export import FORMATS, export_manifest
-
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
-    data = _read(manifest)
+    data = load_manifest(manifest)
     violations = check_manifest(data)
     if violations:
         raise PdplanError(f"the manifest does not validate ({violations[0]}); run pdplan validate", file=manifest)

@@ -29,9 +29,9 @@ from pdplan.cli.options import (
 )
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
-from pdplan.fileio import Outputs, load_yaml
-from pdplan.manifest.document import is_manifest
-from pdplan.sim import load_plan, simulate as run_plan
+from pdplan.fileio import Outputs
+from pdplan.manifest.plan import read_plan
+from pdplan.sim import simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.slo import parse_threshold_s, slo_from_flags
 
@@ -75,11 +75,11 @@ def simulate(
     outputs = Outputs(trace, plan, profiles)
     if out is not None:
         outputs.claim(out, "--out")
-    the_plan = load_plan(plan)
-    planned = planned_slo(plan)  # a manifest's SLO is the default; a plan file has none
-    ttft = planned.get("ttft", DEFAULT_TTFT_S) if ttft is None else parse_threshold_s(ttft, "ttft")
-    tpot = planned.get("tpot", DEFAULT_TPOT_S) if tpot is None else parse_threshold_s(tpot, "tpot")
-    attainment = planned.get("attainment", DEFAULT_ATTAINMENT) if attainment is None else attainment
+    the_plan, planned = read_plan(plan)  # a manifest's SLO is the default; a plan file has none
+    ttft = _planned(planned, "ttft", DEFAULT_TTFT_S) if ttft is None else parse_threshold_s(ttft, "ttft")
+    tpot = _planned(planned, "tpot", DEFAULT_TPOT_S) if tpot is None else parse_threshold_s(tpot, "tpot")
+    if attainment is None:
+        attainment = DEFAULT_ATTAINMENT if planned is None else max(o.attainment for o in planned.objectives)
     slo_from_flags(ttft, tpot, attainment)  # the same checks as goodput/optimize (thresholds > 0, 0 < p <= 1)
     workload = load_workload(trace, format)
     if not workload.has_arrivals and concurrency is None:
@@ -107,19 +107,10 @@ def simulate(
         _render(summary, the_plan)
 
 
-def planned_slo(path: Path) -> dict:
-    """The SLO a manifest was planned under, as simulate's defaults: per clock its tightest
-    threshold, and the highest attainment asked of any objective; empty for a plan file."""
-    data = load_yaml(path, what="plan file")
-    if not is_manifest(data):
-        return {}
-    objectives = data["workload"]["slo"]["objectives"]
-    found: dict = {"attainment": max(o["attainment"] for o in objectives)}
-    for metric in ("ttft", "tpot"):
-        thresholds = [o["threshold_ms"] / 1e3 for o in objectives if o["metric"] == metric]
-        if thresholds:
-            found[metric] = min(thresholds)
-    return found
+def _planned(slo, metric: str, default: float) -> float:
+    """A clock's tightest threshold in the SLO a manifest was planned under, else the default."""
+    found = None if slo is None else slo.threshold_s(metric)
+    return default if found is None else found
 
 
 def _render(summary: dict, plan) -> None:

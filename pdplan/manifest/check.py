@@ -22,9 +22,6 @@ from pdplan.modelspec import KV_BYTES, get_model, weight_bytes_per_gpu
 
 #: Relative slack for values derived from others (they are written at 6 significant digits).
 DERIVED_TOLERANCE = 1e-4
-#: Absolute tolerance of a re-simulated attainment against the manifest's (same seeds: the runs are
-#: deterministic, so only the written precision separates them).
-RESIMULATE_TOLERANCE = 0.005
 
 
 @dataclass(frozen=True)
@@ -80,10 +77,10 @@ def _pools(manifest: dict) -> list[Violation]:
         found.append(Violation("pools", f"must be all colocated or prefill and decode, got {sorted(phases)}"))
     target = manifest["workload"]["target_rps"]
     for phase in sorted(phases):
-        capacity = sum(p["capacity"]["pool_rps"] for p in pools if p["phase"] == phase)
+        indices = [i for i, p in enumerate(pools) if p["phase"] == phase]
+        capacity = sum(pools[i]["capacity"]["pool_rps"] for i in indices)
         if target is not None and capacity < target * (1 - DERIVED_TOLERANCE):
-            found.append(Violation(f"pools[{names.index(next(p['name'] for p in pools if p['phase'] == phase))}]"
-                                   ".capacity.pool_rps",
+            found.append(Violation(f"pools[{indices[0]}].capacity.pool_rps",
                                    f"{phase} capacity {capacity:.4g} req/s is below the target {target:.4g} req/s"))
     model = _model(manifest)
     for i, p in enumerate(pools):
@@ -104,13 +101,20 @@ def _model(manifest: dict):
         return None  # a model YAML: its geometry is checked through the KV-cache ABI instead
 
 
+def _gpu(name: str):
+    """The catalog GPU, or None for a name the catalog lacks (reported once, by the memory check)."""
+    try:
+        return get_gpu(name)
+    except PdplanError:
+        return None
+
+
 def _memory(where: str, pool: dict, model) -> list[Violation]:
     memory = pool["memory"]
     found = []
-    try:
-        gpu = get_gpu(pool["gpu"])
-    except PdplanError as err:
-        return [Violation(f"{where}.gpu", err.detail)]
+    gpu = _gpu(pool["gpu"])
+    if gpu is None:
+        return [Violation(f"{where}.gpu", f"unknown GPU {pool['gpu']!r}")]
     if not _close(memory["gpu_memory_gib"], gpu.memory_bytes / GIB):
         found.append(Violation(f"{where}.memory.gpu_memory_gib", f"{pool['gpu']} has {gpu.memory_bytes / GIB:g} GiB"))
     if model is not None:
@@ -131,6 +135,7 @@ def _placement(manifest: dict) -> list[Violation]:
     domain, indices inside the node, no GPU twice, and exactly replicas × PP stages per pool."""
     found = []
     pools = {p["name"]: p for p in manifest["pools"]}
+    index = {p["name"]: i for i, p in enumerate(manifest["pools"])}
     stages: dict[str, set] = {}
     for n, node in enumerate(manifest["placement"]["nodes"]):
         used: set[int] = set()
@@ -151,10 +156,11 @@ def _placement(manifest: dict) -> list[Violation]:
             used |= set(indices)
             if node["gpu"] != pool["gpu"]:
                 found.append(Violation(f"placement.nodes[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
-            domain = get_gpu(pool["gpu"]).nvlink_domain if _known_gpu(pool["gpu"]) else pool["tp"]
-            if pool["tp"] > min(node["gpus"], domain):
-                found.append(Violation(f"pools.{pool['name']}.tp", f"TP{pool['tp']} spans more than one node or "
-                                                                    f"NVLink domain ({min(node['gpus'], domain)} GPUs)"))
+            gpu = _gpu(pool["gpu"])
+            room = min(node["gpus"], pool["tp"] if gpu is None else gpu.nvlink_domain)
+            if pool["tp"] > room:
+                found.append(Violation(f"pools[{index[pool['name']]}].tp", f"TP{pool['tp']} spans more than one "
+                                                                         f"node or NVLink domain ({room} GPUs)"))
             if inst["stage"] >= pool["pp"]:
                 found.append(Violation(f"{where}.stage", f"stage {inst['stage']} of a PP{pool['pp']} instance"))
             stages.setdefault(inst["pool"], set()).add((inst["instance"], inst["stage"]))
@@ -164,14 +170,6 @@ def _placement(manifest: dict) -> list[Violation]:
             found.append(Violation(f"pools[{i}].replicas", f"{pool['replicas']} replicas × PP{pool['pp']} need "
                                    f"{pool['replicas'] * pool['pp']} placed stages; the node map has {len(placed)}"))
     return found
-
-
-def _known_gpu(name: str) -> bool:
-    try:
-        get_gpu(name)
-    except PdplanError:
-        return False
-    return True
 
 
 def _transfer(manifest: dict) -> list[Violation]:

@@ -108,18 +108,26 @@ def is_manifest(data: Any) -> bool:
     return isinstance(data, dict) and data.get("kind") == KIND
 
 
-def read_manifest(path: str | Path) -> dict:
-    """Read a manifest and check it against the schema; a file that is not one, or breaks the
-    schema, raises PdplanError naming the file and the first failing field."""
-    data = load_yaml(path, what="manifest")
+def load_manifest(path: str | Path, data: Any = None) -> dict:
+    """A manifest file's content as plain data, not yet checked against the schema (``validate``
+    lists every violation itself); ``data``: the file already parsed. Anything else raises
+    PdplanError naming the file."""
+    data = load_yaml(path, what="manifest") if data is None else data
     if not is_manifest(data):
         raise PdplanError(f"not a pdplan manifest (kind must be {KIND!r})", file=path, field="kind")
-    errors = schema_errors(data)
+    return _plain(data)
+
+
+def read_manifest(path: str | Path, data: Any = None) -> dict:
+    """:func:`load_manifest`, then the schema: the first failing field raises PdplanError."""
+    data = load_yaml(path, what="manifest") if data is None else data
+    manifest = load_manifest(path, data)
+    errors = schema_errors(manifest)
     if errors:
         field, message = errors[0]
         more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
         raise PdplanError(f"{field}: {message}{more}", file=path, line=_line_of(data, field), field=field)
-    return _plain(data)
+    return manifest
 
 
 def _line_of(data: Any, field: str) -> int | None:

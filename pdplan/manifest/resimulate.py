@@ -10,25 +10,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pdplan.manifest.check import RESIMULATE_TOLERANCE, Violation
+from pdplan.manifest.check import Violation
+from pdplan.manifest.plan import manifest_slo, plan_of_manifest
 from pdplan.profile_source import ProfileSource
 from pdplan.sim import simulate
-from pdplan.sim.plan import parse_plan, plan_dict_of_manifest, plan_model, plan_profiles
-from pdplan.slo import SLO, Objective
+from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.verify import judge, run_record, run_workloads
 from pdplan.workload import Workload
 
-
-def manifest_slo(manifest: dict) -> SLO:
-    return SLO(objectives=tuple(Objective(metric=o["metric"], threshold_s=o["threshold_ms"] / 1e3,
-                                          attainment=o["attainment"])
-                                for o in manifest["workload"]["slo"]["objectives"]))
+#: Absolute tolerance of a re-simulated attainment against the manifest's (same seeds: the runs are
+#: deterministic, so only the written precision separates them).
+RESIMULATE_TOLERANCE = 0.005
 
 
 def resimulate(manifest: dict, workload: Workload, source: ProfileSource, *, path: Path) -> tuple[dict, list[Violation]]:
     """The re-derived attainment per objective and joint, and where it departs from the manifest;
     ``source`` times the shapes (the CLI builds it with the manifest's engine and composition)."""
-    plan = parse_plan(plan_dict_of_manifest(manifest), path)
+    plan = plan_of_manifest(manifest, path)
     profiles = plan_profiles(plan, source)
     verification = manifest["predictions"]["verification"]
     slo = manifest_slo(manifest)

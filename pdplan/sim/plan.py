@@ -294,34 +294,12 @@ def _pool(spec: Fields) -> Pool:
 
 
 def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan YAML, or a deployment manifest (its pools and transfer paths);
-    any broken rule raises PdplanError naming file:line and field."""
-    data = load_yaml(path, what="plan file")
-    from pdplan.manifest.document import is_manifest, read_manifest
-
-    if is_manifest(data):
-        return parse_plan(plan_dict_of_manifest(read_manifest(path)), path)
-    return parse_plan(data, path)
-
-
-def plan_dict_of_manifest(manifest: dict) -> dict:
-    """The simulator plan a manifest describes, in the plan file's form."""
-    doc: dict = {"pdplan_plan": FORMAT_VERSION, "name": manifest["metadata"]["name"]}
-    timing = {k: v for k, v in manifest["provenance"]["profiles"].items()
-              if k in _PROFILE_FIELDS and v is not None}
-    if timing:
-        doc["profiles"] = timing
-    transfer = manifest["transfer"]
-    if transfer["connector"] != "none":
-        doc["transfer"] = {"schedule": transfer["schedule"]}
-        doc["links"] = [{"from": p["from"], "to": p["to"], "bandwidth_gb_s": p["bandwidth_gb_s"],
-                         "setup_ms": p["setup_ms"]} for p in transfer["paths"]]
-    doc["pools"] = [{k: p[k] for k in ("name", "phase", "model", "gpu", "tp", "pp", "replicas")} | p["scheduling"]
-                    for p in manifest["pools"]]
-    return doc
+    """Read and validate a plan YAML; any broken rule raises PdplanError naming file:line and field."""
+    return parse_plan(load_yaml(path, what="plan file"), path)
 
 
 def parse_plan(data, path: str | Path) -> Plan:
+    """A plan from its file's parsed content (or a manifest's, rebuilt as one)."""
     top = Fields(data, path)
     top.reject_unknown(_TOP_FIELDS)
     top.integer("pdplan_plan", minimum=FORMAT_VERSION, maximum=FORMAT_VERSION)

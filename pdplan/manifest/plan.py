@@ -1,0 +1,43 @@
+"""The simulator plan and the SLO a manifest describes, so ``simulate --plan`` and
+``validate --resimulate`` run exactly what ``optimize`` verified."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pdplan.fileio import load_yaml
+from pdplan.manifest.document import is_manifest, read_manifest
+from pdplan.sim.plan import FORMAT_VERSION, Plan, parse_plan
+from pdplan.slo import SLO, Objective
+
+
+def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
+    """The plan a (schema-checked) manifest describes, checked by the plan file's own rules."""
+    doc: dict = {"pdplan_plan": FORMAT_VERSION, "name": manifest["metadata"]["name"]}
+    timing = manifest["provenance"]["profiles"]
+    timing = {k: timing[k] for k in ("engine", "engine_version", "compose") if timing[k] is not None}
+    if timing:
+        doc["profiles"] = timing
+    transfer = manifest["transfer"]
+    if transfer["connector"] != "none":
+        doc["transfer"] = {"schedule": transfer["schedule"]}
+        doc["links"] = [{"from": p["from"], "to": p["to"], "bandwidth_gb_s": p["bandwidth_gb_s"],
+                         "setup_ms": p["setup_ms"]} for p in transfer["paths"]]
+    doc["pools"] = [{k: p[k] for k in ("name", "phase", "model", "gpu", "tp", "pp", "replicas")} | p["scheduling"]
+                    for p in manifest["pools"]]
+    return parse_plan(doc, path)
+
+
+def manifest_slo(manifest: dict) -> SLO:
+    return SLO(objectives=tuple(Objective(metric=o["metric"], threshold_s=o["threshold_ms"] / 1e3,
+                                          attainment=o["attainment"])
+                                for o in manifest["workload"]["slo"]["objectives"]))
+
+
+def read_plan(path: str | Path) -> tuple[Plan, SLO | None]:
+    """A plan file, or a manifest's plan with the SLO it was planned under (None for a plan file)."""
+    data = load_yaml(path, what="plan file")
+    if not is_manifest(data):
+        return parse_plan(data, path), None
+    manifest = read_manifest(path, data)
+    return plan_of_manifest(manifest, path), manifest_slo(manifest)
