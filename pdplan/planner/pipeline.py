@@ -38,9 +38,13 @@ class FleetResult:
         """The better mode with a verified plan (None when neither has one)."""
         return self.best_in("auto")
 
+    def searches(self, mode: str = "auto") -> tuple[SearchResult, ...]:
+        """The searches of the modes ``mode`` allows ("auto": both)."""
+        return tuple(r for r in (self.disaggregated, self.colocated) if mode in ("auto", r.mode))
+
     def best_in(self, mode: str) -> SearchResult | None:
-        """The better verified plan among the modes ``mode`` allows ("auto": either)."""
-        found = [r for r in (self.disaggregated, self.colocated) if r.best is not None and mode in ("auto", r.mode)]
+        """The better verified plan among the modes ``mode`` allows."""
+        found = [r for r in self.searches(mode) if r.best is not None]
         return reduce(lambda a, b: better(a, b, self.objective), found) if found else None
 
 
@@ -66,8 +70,8 @@ class PlanReport:
 
     @property
     def closest(self) -> Checked | None:
-        """With no answer: the plan that missed by the least, over every search."""
-        tried = [c for f in self.fleets for r in (f.disaggregated, f.colocated) for c in r.tried]
+        """With no answer: the plan that missed by the least, over every search of the mode asked for."""
+        tried = [c for f in self.fleets for r in f.searches(self.request.mode) for c in r.tried]
         return min(tried, key=lambda c: c.verification.worst_shortfall, default=None)
 
     @property
@@ -188,8 +192,8 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
         if progress is not None:
             progress(f"verified search {fleet.label}", i, len(request.fleets))
         fleets.append(searches.fleet(fleet))
-    found = [f.best_in(request.mode) for f in fleets if f.best_in(request.mode) is not None]
-    if not found and all(r.first is None for f in fleets for r in (f.disaggregated, f.colocated)):
+    found = [best for best in (f.best_in(request.mode) for f in fleets) if best is not None]
+    if not found and all(r.first is None for f in fleets for r in f.searches(request.mode)):
         raise InfeasibleError(no_plan_message(request, fleets, searches))
     chosen = reduce(lambda a, b: better(a, b, request.objective), found) if found else None
     end_to_end = without = None
@@ -206,7 +210,8 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
 def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: Searches) -> str:
     """Why no fleet has a plan; when the cluster's size or the budget binds, also the highest rate
     the cluster serves (verified end to end) and the GPUs the target would need."""
-    reasons = "; ".join(f"{f.fleet.label}: {f.disaggregated.reason}" for f in fleets)
+    reasons = "; ".join(f"{f.fleet.label}: {(f.colocated if request.mode == 'colocated' else f.disaggregated).reason}"
+                        for f in fleets)
     message = f"no fleet can serve the target: {reasons}"
     if request.target_rps is None or not any(word in reasons for word in ("node counts", "budget", "spare capacity")):
         return message
