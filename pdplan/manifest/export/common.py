@@ -194,3 +194,18 @@ def script_preamble(manifest: dict, fmt: str, what: str) -> list[str]:
     """First lines of a generated bash script: shebang, provenance comments, strict mode."""
     comments = [f"# {line}" for line in header(manifest, fmt).splitlines()]
     return ["#!/usr/bin/env bash", *comments, f"# {what}", "set -euo pipefail"]
+
+
+def instance_preamble(manifest: dict, fmt: str, inst: Instance) -> list[str]:
+    """An instance script's first lines: the preamble naming it, its GPUs on a single node, and
+    for an instance spanning nodes the NODE_RANK argument each node's copy is run with."""
+    pool = inst.pool
+    lines = script_preamble(manifest, fmt, f"instance {inst.name} of pool {pool['name']} ({pool['phase']}, "
+                                           f"{pool['gpu']} TP{pool['tp']} PP{pool['pp']}) on {', '.join(inst.nodes)}")
+    if inst.gpu_indices:
+        lines.append(f"export CUDA_VISIBLE_DEVICES={','.join(map(str, inst.gpu_indices))}")
+    if inst.spans_nodes:
+        ranks = ", ".join(f"{rank} on {node}" for rank, node in enumerate(inst.nodes))
+        lines += [f"# Run once on each node of the instance with its NODE_RANK: {ranks}.",
+                  'NODE_RANK="${1:?usage: $0 NODE_RANK}"']
+    return lines

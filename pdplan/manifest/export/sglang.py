@@ -10,8 +10,8 @@ BOOTSTRAP_PORT_BASE = 8998    # prefill instance i's bootstrap server (SGLang's 
 DIST_INIT_PORT = 20000        # torch.distributed rendezvous of a multi-node instance
 ROUTER_PORT = 8000
 
-# SGLang --disaggregation-transfer-backend per manifest connector; LMCache is not one.
-TRANSFER_BACKENDS = {"nixl": "nixl", "mooncake": "mooncake"}
+# SGLang's --disaggregation-transfer-backend values among the manifest's connectors (LMCache is not one).
+TRANSFER_BACKENDS = ("nixl", "mooncake")
 
 
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
@@ -37,7 +37,7 @@ def _transfer_backend(manifest: dict) -> str | None:
     if connector not in TRANSFER_BACKENDS:
         raise PdplanError(f"SGLang has no {connector!r} disaggregation transfer backend "
                           f"(it supports {', '.join(TRANSFER_BACKENDS)})", field="transfer.connector")
-    return TRANSFER_BACKENDS[connector]
+    return connector
 
 
 def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: str | None,
@@ -64,17 +64,9 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
 
 def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: str | None,
                      bootstrap: int | None) -> str:
-    pool = inst.pool
-    lines = common.script_preamble(manifest, "sglang", f"instance {inst.name} of pool {pool['name']} "
-                                   f"({pool['phase']}, {pool['gpu']} TP{pool['tp']} PP{pool['pp']}) "
-                                   f"on {', '.join(inst.nodes)}")
-    if inst.gpu_indices:
-        lines.append(f"export CUDA_VISIBLE_DEVICES={','.join(map(str, inst.gpu_indices))}")
+    lines = common.instance_preamble(manifest, "sglang", inst)
     command = common.shell_command(_launch_command(manifest, inst, port, backend, bootstrap))
     if inst.spans_nodes:
-        ranks = ", ".join(f"{rank} on {node}" for rank, node in enumerate(inst.nodes))
-        lines += [f"# Run once on each node of the instance with its NODE_RANK: {ranks}.",
-                  'NODE_RANK="${1:?usage: $0 NODE_RANK}"']
         command += ' --node-rank "$NODE_RANK"'
     lines.append(command)
     return "\n".join(lines) + "\n"

@@ -12,8 +12,8 @@ NIXL_SIDE_CHANNEL_BASE = 5600   # instance i's NIXL side channel; distinct per i
 ROUTER_PORT = 8000
 RAY_PORT = 6379
 
-# vllm-router --kv-connector values (it defaults to nixl); other connectors need no flag.
-ROUTER_CONNECTORS = {"nixl": "nixl", "mooncake": "mooncake"}
+# Connectors vllm-router speaks (--kv-connector; it defaults to nixl); others need no flag.
+ROUTER_CONNECTORS = ("nixl", "mooncake")
 
 
 def engine_args(manifest: dict, pool: dict) -> list[str]:
@@ -59,19 +59,13 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
 
 def _instance_script(manifest: dict, inst: common.Instance, port: int, side_channel: int) -> str:
     pool = inst.pool
-    lines = common.script_preamble(manifest, "vllm", f"instance {inst.name} of pool {pool['name']} "
-                                   f"({pool['phase']}, {pool['gpu']} TP{pool['tp']} PP{pool['pp']}) on {', '.join(inst.nodes)}")
-    if inst.gpu_indices:
-        lines.append(f"export CUDA_VISIBLE_DEVICES={','.join(map(str, inst.gpu_indices))}")
+    lines = common.instance_preamble(manifest, "vllm", inst)
     if manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated":
         lines += [f"export VLLM_NIXL_SIDE_CHANNEL_HOST={inst.nodes[0]}",
                   f"export VLLM_NIXL_SIDE_CHANNEL_PORT={side_channel}"]
     serve = serve_command(manifest, pool, port, ray=inst.spans_nodes)
     if inst.spans_nodes:
-        ranks = ", ".join(f"{rank} on {node}" for rank, node in enumerate(inst.nodes))
-        lines += [f"# Run once on each node of the instance with its NODE_RANK: {ranks}.",
-                  'NODE_RANK="${1:?usage: $0 NODE_RANK}"',
-                  *ray_launch(serve, rank='"$NODE_RANK"', leader=inst.nodes[0])]
+        lines += ray_launch(serve, rank='"$NODE_RANK"', leader=inst.nodes[0])
     else:
         lines.append(common.shell_command(serve))
     return "\n".join(lines) + "\n"
@@ -84,8 +78,8 @@ def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
     command = ["vllm-router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
     if common.is_disaggregated(manifest):
         command.append("--vllm-pd-disaggregation")
-        connector = ROUTER_CONNECTORS.get(manifest["transfer"]["connector"])
-        if connector:
+        connector = manifest["transfer"]["connector"]
+        if connector in ROUTER_CONNECTORS:
             command += ["--kv-connector", connector]
         for url in urls.get("prefill", []):
             command += ["--prefill", url]
@@ -95,7 +89,6 @@ def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
         command += ["--worker-urls", *urls["colocated"]]
     lines.append(common.shell_command(command))
     return "\n".join(lines) + "\n"
-
 
 
 def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool) -> tuple[list[str], list[str]]:
