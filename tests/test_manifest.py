@@ -84,7 +84,7 @@ def test_resimulating_reproduces_the_predicted_attainment(run_cli, manifests):
 
 def test_another_trace_makes_the_manifest_stale(run_cli, manifests, tmp_path):
     other = tmp_path / "other.csv"
-    other.write_text(TRACE.read_text().replace("\n", "\n", 1) + "\n")
+    other.write_text(TRACE.read_text() + "\n")
     code, out, _ = run_cli("validate", manifests["disaggregated"], "--trace", other)
     assert code == 1
     assert "provenance.inputs.trace.sha256: stale" in out
@@ -95,13 +95,15 @@ def _swap_rollback(m):
 
 
 def _set(path: str, value):
+    """An edit setting the field at a dotted path (list indices as numbers) to ``value``, or to
+    ``value(old)`` when it is a function."""
+    keys = [int(part) if part.isdigit() else part for part in path.split(".")]
+
     def edit(m):
-        *parents, last = path.split(".")
         node = m
-        for part in parents:
-            node = node[int(part)] if part.isdigit() else node[part]
-        node[int(last) if last.isdigit() else last] = value(node[int(last) if last.isdigit() else last]) \
-            if callable(value) else value
+        for key in keys[:-1]:
+            node = node[key]
+        node[keys[-1]] = value(node[keys[-1]]) if callable(value) else value
     return edit
 
 
