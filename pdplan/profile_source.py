@@ -27,8 +27,6 @@ from pdplan.modelspec import ModelSpec
 from pdplan.profiles import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.roofline import roofline_profile
 
-DEFAULT_ENGINE = "vllm"
-
 
 @dataclass(frozen=True)
 class ProfileSource:
@@ -68,7 +66,7 @@ class ProfileSource:
                   cache: ResultCache | None) -> PhaseProfile:
         from pdplan.compose.profile import composed_profile  # reads parquet: only with the extra
 
-        engine = self.engine or DEFAULT_ENGINE
+        engine = self.engine or tables.DEFAULT_ENGINE
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine,  # noqa: E731
                                         engine_version=self.engine_version, gpus_per_node=gpus_per_node)
         if cache is None:
@@ -102,7 +100,7 @@ class ProfileSource:
             return f"measured profiles, else {roofline} (operator tables not installed: {tables.EXTRA})"
         version = self.engine_version or "newest measured"
         return (f"measured profiles, else composed from AIConfigurator {tables.package_version()} operator tables "
-                f"({self.engine or DEFAULT_ENGINE} {version}), else {roofline}")
+                f"({self.engine or tables.DEFAULT_ENGINE} {version}), else {roofline}")
 
 
 def _decode_composed(data: dict) -> PhaseProfile | PdplanError:

@@ -27,7 +27,6 @@ PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
 PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 DECODE_BATCHES = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
 DECODE_CONTEXTS = (64, 256, 1024, 2048, 4096, 8192, 16384, 32768)
-DEFAULT_ENGINE = "vllm"
 
 
 def sample_points(step: Step, *, kv_capacity: int, max_batch_tokens: int) -> list:
@@ -47,7 +46,7 @@ def sample_points(step: Step, *, kv_capacity: int, max_batch_tokens: int) -> lis
 
 
 @cache
-def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str = DEFAULT_ENGINE,
+def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str = tables.DEFAULT_ENGINE,
                      engine_version: str | None = None, memory_utilization: float = 0.9,
                      gpus_per_node: int = 8,
                      max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> PhaseProfile:
@@ -56,16 +55,13 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
                              memory_utilization=memory_utilization, kv_reserve_tokens=1)
     if reason is not None:
         raise PdplanError(f"{model.name} {reason}", field="tp")
-    hardware = gpu.physical
     if gpu.base is not None:
-        raise PdplanError(f"no AIConfigurator operator data for {gpu.name} (a power-capped setting of {hardware}; "
-                          "it measures uncapped GPUs)", field="gpu")
-    versions = tables.choose_versions(hardware, engine, engine_version)
-    step = Step(model=model, gpu=hardware, tp=tp, pp=pp, engine=engine, versions=versions,
-                gpus_per_node=gpus_per_node)
-    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
-    cap = min(max_prefill_batch_tokens, capacity)
-    source = tables.source_text(step.system, engine, versions)
+        raise PdplanError(f"no AIConfigurator operator data for {gpu.name} (a power-capped setting of "
+                          f"{gpu.physical}; it measures uncapped GPUs)", field="gpu")
+    step, capacity, cap = _composition(model, gpu, tp, pp, engine=engine, engine_version=engine_version,
+                                       memory_utilization=memory_utilization, gpus_per_node=gpus_per_node,
+                                       max_prefill_batch_tokens=max_prefill_batch_tokens)
+    source = tables.source_text(step.system, engine, step.versions)
     shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
                         points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
                         source=source, notes=f"{source}; {_notes(step)}")
@@ -75,6 +71,17 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
         prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
     # At the written precision, so a composed profile read back from the cache is this very one.
     return profile_from_dict(profile_to_dict(profile), f"composed {profile.shape}")
+
+
+def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, engine_version: str | None,
+                 memory_utilization: float, gpus_per_node: int = 8,
+                 max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> tuple[Step, int, int]:
+    """The shape's operator tables, its KV capacity and its prefill batch cap."""
+    versions = tables.choose_versions(gpu.physical, engine, engine_version)
+    step = Step(model=model, gpu=gpu.physical, tp=tp, pp=pp, engine=engine, versions=versions,
+                gpus_per_node=gpus_per_node)
+    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
+    return step, capacity, min(max_prefill_batch_tokens, capacity)
 
 
 def _notes(step: Step) -> str:
@@ -90,8 +97,6 @@ def composed_points(model: ModelSpec, gpu: GPU, tp: int, *, engine: str,
                     memory_utilization: float = 0.9) -> list:
     """The composition grid's step times of one shape as points (what a composed profile is
     fitted to; the per-engine roofline calibration fits to them too)."""
-    versions = tables.choose_versions(gpu.name, engine, None)
-    step = Step(model=model, gpu=gpu.name, tp=tp, pp=1, engine=engine, versions=versions)
-    capacity = kv_capacity_tokens(model, gpu, tp, 1, memory_utilization)
-    return sample_points(step, kv_capacity=capacity,
-                         max_batch_tokens=min(DEFAULT_MAX_PREFILL_BATCH_TOKENS, capacity))
+    step, capacity, cap = _composition(model, gpu, tp, 1, engine=engine, engine_version=None,
+                                       memory_utilization=memory_utilization)
+    return sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)
