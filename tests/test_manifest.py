@@ -66,12 +66,18 @@ def test_the_manifest_carries_the_whole_decision(manifests):
     assert pd["identity"]["kv_bytes_per_token"] == abi["layers"] * 2 * abi["kv_heads"] * abi["head_dim"] * 2
 
 
-def test_simulate_reads_a_manifest_under_its_own_slo(run_cli, manifests):
-    code, out, err = run_cli("simulate", TRACE, "--plan", manifests["disaggregated"], "--json")
+def test_simulate_reads_a_manifest_under_its_own_slo_unless_flags_say_otherwise(run_cli, manifests, tmp_path):
+    manifest = load(manifests["disaggregated"])
+    manifest["workload"]["slo"]["objectives"][0]["threshold_ms"] = 800.0  # TTFT
+    manifest["workload"]["slo"]["objectives"][1]["attainment"] = 0.95
+    edited = write(tmp_path / "slo.yaml", manifest)
+    code, out, err = run_cli("simulate", TRACE, "--plan", edited, "--json")
     assert code == 0, err
     summary = json.loads(out)
-    assert summary["slo"] == {"ttft_s": 1.0, "tpot_s": 0.1}
-    assert summary["meets_slo"]["joint"]
+    assert summary["slo"] == {"ttft_s": 0.8, "tpot_s": 0.1}
+    assert summary["meets_slo"]["ttft"] == (summary["attainment"]["ttft"] >= 0.95)
+    code, out, _ = run_cli("simulate", TRACE, "--plan", edited, "--ttft", "2s", "--attainment", "0.5", "--json")
+    assert json.loads(out)["slo"]["ttft_s"] == 2.0 and json.loads(out)["meets_slo"]["joint"]
 
 
 def test_resimulating_reproduces_the_predicted_attainment(run_cli, manifests):
