@@ -6,10 +6,10 @@ Public entry points (re-exported by :mod:`pdplan.sim`):
 * :func:`simulate_prefill_instance`, :func:`simulate_decode_instance`,
   :func:`simulate_colocated_instance` — one instance judged alone, for per-phase goodput.
 
-Every function is a pure function of its inputs: no randomness is drawn and no wall clock is
-read, so the same inputs give the same records, bit for bit. ``seed`` is accepted and recorded
-so that callers can thread one seed through a pipeline; the engine itself has no random choices
-(ties go to the lowest instance index).
+Every function is a pure function of its inputs and its seed: no wall clock is read, and the one
+random choice, which KV transfer attempts fail (when a plan states a failure rate), is drawn
+from ``seed``, so the same inputs give the same records, bit for bit. Ties go to the lowest
+instance index.
 
 Modelling choices, stated once:
 
@@ -26,6 +26,14 @@ Modelling choices, stated once:
   layer). The ingress is work-conserving: it is busy only while it moves bytes, so a streamed
   request waiting for its next layer leaves the gap to later bookings (FIFO over bytes, not
   over time windows; otherwise one long prefill would block its destination's ingress).
+* **Transfer failures** — each attempt fails with the plan's ``failure_rate``, found out when
+  it lands. ``retry`` sends the whole cache again at once (setup + bytes/bw per failure, the
+  ingress held until the last attempt lands); ``recompute`` drops it, the request joins the
+  prefill pool again (fewest pending prompt tokens) and is prefilled, routed and sent anew.
+  Blocks a failed attempt brought to the destination's prefix cache stay there.
+* **Router hop** — the router hands a request to decode only after its prefill returns, so
+  decode admission waits until max(KV visible, prefill end + ``route_s``); the KV stream itself
+  is not delayed.
 * **Prefix reuse** — with prefix hashes, prompt blocks cached at the destination decode
   instance (an LRU of ``prefix_cache_blocks`` blocks, default its KV capacity in blocks) are
   not sent. The cache affects bytes only; KV reservations count the whole prompt.
@@ -166,6 +174,9 @@ class Layout:
     layers: int = 1
     kv_bytes_per_token: int = 0
     block_tokens: int | None = None         #: the plan's stated block size, if any
+    failure_rate: float = 0.0               #: probability that one KV transfer attempt fails
+    failure_policy: str = "retry"           #: "retry" (resend the KV) or "recompute" (prefill again)
+    route_s: float = 0.0                    #: the router's hop from prefill to decode
 
     def ids(self, phase: str) -> np.ndarray:
         return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
@@ -209,7 +220,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   batch_tokens=tuple(caps), link_bandwidth=bandwidth, link_setup=setup, schedule=plan.transfer_schedule,
                   layers=model.layers if model is not None else 1,
                   kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0,
-                  block_tokens=plan.block_tokens)
+                  block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
+                  failure_policy=plan.failure_policy, route_s=plan.route_s)
 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
@@ -307,7 +319,7 @@ def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np
     rq = np.full((fast.RQ_FIELDS, n), -1, np.int64)
     rq[fast.R_PROMPT] = requests.prompt_tokens
     rq[fast.R_OUTPUT] = requests.output_tokens
-    rq[[fast.R_FIN_STEP, fast.R_XBYTES, fast.R_PF_DONE, fast.R_CHUNK]] = 0
+    rq[[fast.R_FIN_STEP, fast.R_XBYTES, fast.R_PF_DONE, fast.R_CHUNK, fast.R_FAILS]] = 0
     rt = np.full((fast.RT_FIELDS, n), np.nan)
     if concurrency:
         rt[fast.T_ARRIVAL] = np.inf
@@ -329,14 +341,17 @@ def _instance_state(profiles: list[PhaseProfile], table: _LatencyTable) -> tuple
     return di, np.zeros((fast.DF_FIELDS, len(profiles)))
 
 
-def run_fast(layout: Layout, requests: Requests, concurrency: int = 0
+def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures: np.ndarray | None = None
              ) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int]:
     """Run the compiled engine; returns raw per-request arrays, busy seconds per instance,
     busy seconds per ingress link and the event count. ``concurrency`` > 0 runs a closed loop
-    of that many clients (the requests' arrival times are then ignored, their order kept)."""
+    of that many clients (the requests' arrival times are then ignored, their order kept).
+    ``failures`` gives each request's failed KV transfer attempts (none by default)."""
     n = len(requests)
     rejected = np.ascontiguousarray(rejected_mask(layout, requests), dtype=np.bool_)
     rq, rt = _request_state(requests, concurrency)
+    if failures is not None:
+        rq[fast.R_FAILS] = failures
     cl = np.array([concurrency, min(concurrency, n)], np.int64)
     table = _LatencyTable()
     busy = np.zeros(len(layout.labels))
@@ -387,7 +402,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0
     events = fast.run_disaggregated(
         rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
-        link, heap, cl)
+        link, fast.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fast.FAILURE_RETRY,
+        float(layout.route_s), heap + 2 * int(rq[fast.R_FAILS].sum()), cl)
     pinst, dinst = rq[fast.R_P_INST], rq[fast.R_D_INST]
     pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
     dglob = np.where(dinst >= 0, dids[np.maximum(dinst, 0)], -1) if len(dids) else np.full(n, -1)
@@ -417,6 +433,20 @@ def _result(layout: Layout, requests: Requests, raw, busy, links, events, *, see
                      link_busy_s=links, events=events, seed=seed, rate_rps=rate_rps, engine=engine)
 
 
+#: Failed attempts one transfer may have (a draw beyond it is cut, so a run always ends).
+MAX_TRANSFER_FAILURES = 16
+
+
+def transfer_failures(layout: Layout, n: int, seed: int) -> np.ndarray:
+    """How many KV transfer attempts of each request fail: independent attempts, each failing
+    with ``layout.failure_rate``, so the count is geometric (mean f / (1 − f)); drawn from
+    ``seed``, the simulation's only random choice."""
+    if layout.mode != "disaggregated" or layout.failure_rate <= 0:
+        return np.zeros(n, np.int64)
+    draws = np.random.default_rng(seed).geometric(1.0 - layout.failure_rate, size=n) - 1
+    return np.minimum(draws, MAX_TRANSFER_FAILURES).astype(np.int64)
+
+
 def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | None = None,
         engine: str = "fast", concurrency: int | None = None) -> SimResult:
     """Run ``layout`` on ``requests`` with the compiled engine or the reference oracle; with
@@ -424,13 +454,15 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
     if concurrency is not None and not (isinstance(concurrency, int) and 1 <= concurrency <= limits.MAX_CONCURRENCY):
         raise PdplanError(f"concurrency must be an integer in [1, {limits.MAX_CONCURRENCY:,}], got {concurrency!r}",
                           field="concurrency")
+    failures = transfer_failures(layout, len(requests), seed)
     if engine == "fast":
-        raw, busy, links, events = run_fast(layout, requests, concurrency or 0)
+        raw, busy, links, events = run_fast(layout, requests, concurrency or 0, failures)
     elif engine == "reference":
         from pdplan.sim.reference import run_reference
-        raw, busy, links, events = run_reference(layout, requests, concurrency or 0)
+        raw, busy, links, events = run_reference(layout, requests, concurrency or 0, failures)
     else:
         raise ValueError("engine must be 'fast' or 'reference'")
+    raw["transfer_failures"] = np.where(raw["rejected"] | (raw["decode_instance"] < 0), 0, failures)
     return _result(layout, requests, raw, busy, links, events, seed=seed, rate_rps=rate_rps,
                    engine=engine)
 
@@ -448,8 +480,9 @@ def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec |
     (e.g. ``pdplan.profiles.shipped_profiles()``); a pool without one raises PdplanError
     naming the plan file and the pool. ``model`` (required for disaggregated plans) gives KV
     bytes per token and the layer count; every pool must serve it. ``rate_rps`` rescales the
-    arrivals to that mean rate first (same burst shape). ``seed`` is recorded, not drawn from:
-    the simulation is deterministic. ``engine="reference"`` runs the slow token-by-token oracle.
+    arrivals to that mean rate first (same burst shape). ``seed`` draws the plan's KV transfer
+    failures (when its failure rate is above 0; otherwise nothing is random) and is recorded.
+    ``engine="reference"`` runs the slow token-by-token oracle.
     ``concurrency`` C runs a closed loop instead: C clients, each sending its next request (in
     trace order) the moment its previous one finishes, as ``vllm bench serve
     --max-concurrency``, genai-perf and AIPerf do; the trace's arrival times are ignored.

@@ -39,11 +39,12 @@ from numba import njit
 
 # per-request integers rq[field, r]
 (R_PROMPT, R_OUTPUT, R_Q_NEXT, R_W_NEXT, R_CHILD, R_SIBLING, R_FIN_STEP, R_P_INST, R_D_INST,
- R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT) = range(13)
-RQ_FIELDS = 13
+ R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS) = range(14)
+RQ_FIELDS = 14
 #   Q_NEXT: prefill queue link (kept after dequeue: a batch is a run of it); W_NEXT: waiting
 #   queue link at decode / colocated; CHILD, SIBLING, FIN_STEP: the active-batch heap;
-#   PF_DONE, CHUNK, PF_NEXT: chunked prefill progress, this iteration's chunk, prefilling list
+#   PF_DONE, CHUNK, PF_NEXT: chunked prefill progress, this iteration's chunk, prefilling list;
+#   FAILS: KV transfer attempts of the request still to fail (drawn by the engine)
 
 # per-request times rt[field, r]
 T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH = range(7)
@@ -76,7 +77,12 @@ PRI_PREFILL_DONE = 1
 PRI_PREFILL_FREE = 2
 PRI_KV_VISIBLE = 3
 PRI_BOUNDARY = 4
+PRI_TRANSFER_FAILED = 5
 _SEQ_BITS = 56
+
+# what a failed KV transfer costs: resend the cache, or run the prefill again
+FAILURE_RETRY = 0
+FAILURE_RECOMPUTE = 1
 
 # colocated policies and modes
 POLICY_PREFILL_FIRST = 0
@@ -531,7 +537,7 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
 
 @njit(cache=True)
 def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
-                   n_hash, block_tokens, schedule, layers, kv_bytes, r, p, start, end):
+                   n_hash, block_tokens, schedule, layers, kv_bytes, failure, route, r, p, start, end):
     """Route request r to a decode instance and queue its KV on that instance's ingress link.
 
     Request schedule (0x08I): C = max(link free, prefill end) + setup + bytes/bw.
@@ -539,6 +545,11 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
     decode pool. The ingress sends booked bytes in booking order as soon as they are ready and
     is free again once they are sent: a streamed request leaves the gaps between its layers to
     later bookings, so the link's backlog clears at max(free, first layer ready) + setup + bytes/bw.
+
+    A failing attempt is found out when it lands. Retry: the whole cache is sent again at once,
+    ``setup + bytes/bw`` per failure, holding the ingress. Recompute: the attempt is dropped and
+    the request goes back to the prefill pool (a TRANSFER_FAILED event when it lands). The decode
+    side takes the request no earlier than ``route`` after its prefill ends (the router's hop).
     """
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     d = _least_loaded(di, need)
@@ -546,23 +557,55 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
     nbytes = _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, r) * kv_bytes
     bandwidth = link[0, pi[P_POOL, p], di[D_POOL, d]]
     setup = link[1, pi[P_POOL, p], di[D_POOL, d]]
-    payload = nbytes / bandwidth
+    attempt = setup + nbytes / bandwidth
     free = df[F_LINK_FREE, d]
     if schedule == 0:
         begin = max(free, end)
-        visible = begin + setup + payload
+        visible = begin + attempt
     else:
         begin = max(free, start + (end - start) / layers)
-        visible = layer_schedule_end(free, start, end, setup, payload, layers)
+        visible = layer_schedule_end(free, start, end, setup, nbytes / bandwidth, layers)
     # the ingress is work-conserving: its booked bytes are done by begin + setup + payload; a
     # streamed request does not hold it while its last layers are still being computed
-    df[F_LINK_FREE, d] = begin + setup + payload
-    df[F_LINK_BUSY, d] += setup + payload
+    df[F_LINK_FREE, d] = begin + attempt
+    df[F_LINK_BUSY, d] += attempt
     rt[T_X_START, r] = begin
-    rt[T_X_END, r] = visible
     rq[R_XBYTES, r] = nbytes
     rq[R_D_INST, r] = d
-    _push(ht, hi, hs, visible, np.int64(PRI_KV_VISIBLE), d, r)
+    fails = rq[R_FAILS, r]
+    if fails > 0 and failure == FAILURE_RECOMPUTE:
+        rq[R_FAILS, r] = fails - 1
+        rt[T_X_END, r] = visible
+        _push(ht, hi, hs, visible, np.int64(PRI_TRANSFER_FAILED), d, r)
+        return
+    if fails > 0:  # retry: each resend starts when the failed attempt has landed
+        visible += fails * attempt
+        df[F_LINK_FREE, d] = visible
+        df[F_LINK_BUSY, d] += fails * attempt
+    rt[T_X_END, r] = visible
+    _push(ht, hi, hs, max(visible, end + route), np.int64(PRI_KV_VISIBLE), d, r)
+
+
+@njit(cache=True)
+def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t):
+    """Queue request r at the prefill instance with the fewest pending prompt tokens (ties →
+    lowest); an idle first stage forms its batch after every arrival at this instant."""
+    n_p = pi.shape[1]
+    p = 0
+    for i in range(1, n_p):
+        if pi[P_PENDING, i] < pi[P_PENDING, p]:
+            p = i
+    pi[P_PENDING, p] += rq[R_PROMPT, r]
+    rq[R_P_INST, r] = p
+    rq[R_Q_NEXT, r] = -1
+    if pi[P_Q_TAIL, p] >= 0:
+        rq[R_Q_NEXT, pi[P_Q_TAIL, p]] = r
+    else:
+        pi[P_Q_HEAD, p] = r
+    pi[P_Q_TAIL, p] = r
+    if pf[p, 1] <= t and pi[P_FREE_PENDING, p] == 0:
+        pi[P_FREE_PENDING, p] = 1
+        _push(ht, hi, hs, t, np.int64(PRI_PREFILL_FREE), p, np.int64(-1))
 
 
 @njit(cache=True)
@@ -596,21 +639,25 @@ def _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
 
 @njit(cache=True)
 def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr,
-                      n_hash, block_tokens, schedule, layers, kv_bytes, link, heap_capacity, cl):
+                      n_hash, block_tokens, schedule, layers, kv_bytes, link, failure, route,
+                      heap_capacity, cl):
     """Simulate prefill instances feeding decode instances over ingress links, in place on the
     state arrays; returns the number of events processed.
 
     With no prefill instances, requests reach decode with their KV visible at arrival (a
     decode instance judged alone). With no decode instances, requests end at prefill (a
     prefill instance judged alone). ``cl`` is (clients, next request to release): 0 clients is
-    the open loop.
+    the open loop. ``failure`` is FAILURE_RETRY or FAILURE_RECOMPUTE (what a failed transfer
+    costs; ``rq[R_FAILS]`` says how many of each request's attempts fail) and ``route`` the
+    router's hop to decode, in seconds.
     """
     n = rq.shape[1]
     n_p = pi.shape[1]
     n_d = di.shape[1]
     ht, hi, hs = _new_heap(heap_capacity)
-    bi = np.empty((2, max(n, 1)), np.int64)  # batch: first request, size
-    bt = np.empty(max(n, 1))                 # batch start
+    most = max(n + rq[R_FAILS].sum(), 1)     # batches: each prefill (recomputed ones too) at most one
+    bi = np.empty((2, most), np.int64)       # batch: first request, size
+    bt = np.empty(most)                      # batch start
     n_batches = 0
     events = 0
     nxt = 0  # next arrival
@@ -626,23 +673,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
             events += 1
             t = rt[T_ARRIVAL, r]
             if n_p > 0:
-                # join the prefill instance with the fewest pending prompt tokens (ties → lowest)
-                p = 0
-                for i in range(1, n_p):
-                    if pi[P_PENDING, i] < pi[P_PENDING, p]:
-                        p = i
-                pi[P_PENDING, p] += rq[R_PROMPT, r]
-                rq[R_P_INST, r] = p
-                rq[R_Q_NEXT, r] = -1
-                if pi[P_Q_TAIL, p] >= 0:
-                    rq[R_Q_NEXT, pi[P_Q_TAIL, p]] = r
-                else:
-                    pi[P_Q_HEAD, p] = r
-                pi[P_Q_TAIL, p] = r
-                if pf[p, 1] <= t and pi[P_FREE_PENDING, p] == 0:
-                    # idle first stage: form the batch after every arrival at this instant
-                    pi[P_FREE_PENDING, p] = 1
-                    _push(ht, hi, hs, t, np.int64(PRI_PREFILL_FREE), p, np.int64(-1))
+                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t)
             else:
                 # decode alone: the KV is visible at arrival; route now
                 need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
@@ -661,7 +692,8 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                         _release(rt, cl, t)
                     if n_d > 0 and schedule == 0:
                         _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
-                                       n_hash, block_tokens, schedule, layers, kv_bytes, r, a, bt[b], t)
+                                       n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
+                                       r, a, bt[b], t)
                     r = rq[R_Q_NEXT, r]
                 if pi[P_PP, a] == 1:
                     start_p = a
@@ -678,6 +710,10 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                         di[D_RESERVED, d] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, d]:
                     # it fits: join at the next step boundary instead of the planned one
                     _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
+            elif priority == PRI_TRANSFER_FAILED:  # recompute: back to the prefill pool
+                d, r = a, b
+                di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t)
             elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
                 _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a], cl)
         if start_p >= 0 and _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs,
@@ -688,8 +724,8 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 r = bi[0, b]
                 for _ in range(bi[1, b]):
                     _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
-                                   n_hash, block_tokens, schedule, layers, kv_bytes, r, start_p,
-                                   t, rt[T_P_END, r])
+                                   n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
+                                   r, start_p, t, rt[T_P_END, r])
                     r = rq[R_Q_NEXT, r]
     return events
 

@@ -12,6 +12,9 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
     transfer:                      # optional; disaggregated plans only
       schedule: request            # request (after the whole prefill) | layer (per-layer streaming)
       block_tokens: 512            # optional: prefix-hash block size; must match the workload's
+      failure_rate: 0.01           # optional: probability that one KV transfer attempt fails
+      failure_policy: retry        # retry (resend the KV) | recompute (prefill again); default retry
+      route_ms: 1.0                # optional: the router's hop from prefill to decode (default 0)
     default_link:                  # optional; used by prefill→decode pairs without a link entry
       bandwidth_gb_s: 25           # GB/s (10^9 bytes/s), one direction
       setup_ms: 0.5                # fixed cost per transfer
@@ -61,6 +64,11 @@ MAX_REPLICAS = 10_000
 PHASES = ("colocated", "decode", "prefill")
 POLICIES = ("chunked", "prefill-first")
 SCHEDULES = ("layer", "request")
+FAILURE_POLICIES = ("recompute", "retry")
+#: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
+MAX_FAILURE_RATE = 0.5
+#: Longest router hop a plan may state, in seconds.
+MAX_ROUTE_S = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -149,6 +157,9 @@ class Plan:
     engine: str | None = None
     engine_version: str | None = None
     compose: bool = True
+    failure_rate: float = 0.0           #: probability that one KV transfer attempt fails
+    failure_policy: str = "retry"       #: "retry" (resend the KV) or "recompute" (prefill again)
+    route_s: float = 0.0                #: the router's hop from prefill to decode
 
     def __post_init__(self):
         if not self.pools:
@@ -171,6 +182,12 @@ class Plan:
                 raise ValueError(f"link to {link.to_pool!r}: not a decode pool")
         if self.block_tokens is not None and self.block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")
+        if not 0 <= self.failure_rate <= MAX_FAILURE_RATE:
+            raise ValueError(f"failure_rate must be in [0, {MAX_FAILURE_RATE}]")
+        if self.failure_policy not in FAILURE_POLICIES:
+            raise ValueError(f"failure_policy must be one of {', '.join(FAILURE_POLICIES)}")
+        if not 0 <= self.route_s <= MAX_ROUTE_S:
+            raise ValueError(f"route_s must be in [0, {MAX_ROUTE_S}]")
 
     @property
     def colocated(self) -> bool:
@@ -320,13 +337,19 @@ def parse_plan(data, path: str | Path) -> Plan:
                        sorted(phases))
     colocated = phases == {"colocated"}
 
-    schedule, block_tokens = "request", None
+    schedule, block_tokens, faults = "request", None, {}
     if top.has("transfer"):
         transfer = top.mapping("transfer")
-        transfer.reject_unknown({"schedule", "block_tokens"})
+        transfer.reject_unknown({"schedule", "block_tokens", "failure_rate", "failure_policy", "route_ms"})
         schedule = transfer.string("schedule", "request", choices=list(SCHEDULES))
         if transfer.has("block_tokens"):
             block_tokens = transfer.integer("block_tokens", minimum=1)
+        if transfer.has("failure_rate"):
+            faults["failure_rate"] = transfer.number("failure_rate", minimum=0, maximum=MAX_FAILURE_RATE)
+        if transfer.has("failure_policy"):
+            faults["failure_policy"] = transfer.string("failure_policy", choices=list(FAILURE_POLICIES))
+        if transfer.has("route_ms"):
+            faults["route_s"] = transfer.number("route_ms", minimum=0, maximum=MAX_ROUTE_S * 1e3) / 1e3
 
     default_link = None
     if top.has("default_link"):
@@ -377,7 +400,8 @@ def parse_plan(data, path: str | Path) -> Plan:
                 raise spec.fail("compose", "must be true or false", spec.data["compose"])
             timing["compose"] = spec.data["compose"]
     return Plan(pools=tuple(pools), links=tuple(links), default_link=default_link,
-                transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path), **timing)
+                transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path), **faults,
+                **timing)
 
 
 def plan_to_dict(plan: Plan) -> dict:
@@ -397,6 +421,10 @@ def plan_to_dict(plan: Plan) -> dict:
         doc["transfer"] = {"schedule": plan.transfer_schedule}
         if plan.block_tokens is not None:
             doc["transfer"]["block_tokens"] = plan.block_tokens
+        if plan.failure_rate > 0:  # stated only when set, so plans without faults read as before
+            doc["transfer"] |= {"failure_rate": plan.failure_rate, "failure_policy": plan.failure_policy}
+        if plan.route_s > 0:
+            doc["transfer"]["route_ms"] = plan.route_s * 1e3
         if plan.default_link is not None:
             doc["default_link"] = link(plan.default_link)
         if plan.links:

@@ -20,7 +20,7 @@ from pdplan.sim.core import Environment
 from pdplan.sim.engine import Layout, Requests, cache_capacities, rejected_mask
 from pdplan.sim.transfer import layer_visibility, uniform_layer_ready_s
 
-ARRIVAL, PREFILL_DONE, PREFILL_FREE, KV_VISIBLE, BOUNDARY = 0, 1, 2, 3, 4
+ARRIVAL, PREFILL_DONE, PREFILL_FREE, KV_VISIBLE, BOUNDARY, TRANSFER_FAILED = 0, 1, 2, 3, 4, 5
 
 
 class _Records:
@@ -109,8 +109,9 @@ class _DecodeInstance(_Batch):
 
 
 class _Disaggregated:
-    def __init__(self, layout: Layout, req: Requests):
+    def __init__(self, layout: Layout, req: Requests, failures: np.ndarray):
         self.layout, self.req = layout, req
+        self.failures = failures.copy()  # attempts still to fail, per request
         self.env = Environment()
         self.rec = _Records(len(req))
         self.pids, self.dids = list(layout.ids("prefill")), list(layout.ids("decode"))
@@ -235,12 +236,28 @@ class _Disaggregated:
             begin = max(free, ready[0])
         # work-conserving ingress: free once this request's bytes are sent; gaps between its
         # layers go to later bookings
-        self.link_free[d] = begin + setup + nbytes / bandwidth
-        self.link_busy[d] += setup + nbytes / bandwidth
+        attempt = setup + nbytes / bandwidth
+        self.link_free[d] = begin + attempt
+        self.link_busy[d] += attempt
         self.rec.decode_instance[r] = d
-        self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
         self.rec.transfer_bytes[r] = nbytes
-        self.env.schedule(visible, KV_VISIBLE, self.dec[d].kv_visible, r)
+        fails = int(self.failures[r])
+        if fails and self.layout.failure_policy == "recompute":  # dropped: prefill it again
+            self.failures[r] -= 1
+            self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
+            self.env.schedule(visible, TRANSFER_FAILED, self._failed, d, r)
+            return
+        for _ in range(fails):  # retry: resend the whole cache once the failed attempt lands
+            visible += attempt
+            self.link_free[d] = visible
+            self.link_busy[d] += attempt
+        self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
+        ready = max(visible, end + self.layout.route_s)  # the router hands it to decode after prefill
+        self.env.schedule(ready, KV_VISIBLE, self.dec[d].kv_visible, r)
+
+    def _failed(self, d: int, r: int) -> None:
+        self.dec[d].load -= int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+        self.arrive(r)
 
 
 class _ColocatedInstance(_Batch):
@@ -377,7 +394,7 @@ def _feed(env: Environment, rec: _Records, req: Requests, rejected, arrive, conc
         env.schedule(0.0, ARRIVAL, enter, r)
 
 
-def run_reference(layout: Layout, req: Requests, concurrency: int = 0):
+def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures: np.ndarray | None = None):
     """Same outputs as :func:`pdplan.sim.engine.run_fast`, computed token by token."""
     n = len(req)
     rejected = rejected_mask(layout, req)
@@ -402,7 +419,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0):
         env.run()
         busy[ids] = [c.busy_s for c in inst]
     else:
-        sim = _Disaggregated(layout, req)
+        sim = _Disaggregated(layout, req, np.zeros(n, np.int64) if failures is None else failures)
         env, rec = sim.env, sim.rec
         _feed(env, rec, req, rejected, sim.arrive, concurrency)
         env.run()

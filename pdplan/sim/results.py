@@ -33,7 +33,7 @@ COLUMNS = (
     "decode_instance", "transfer_start_s", "transfer_end_s", "transfer_bytes",
     "first_token_s", "finish_s",
     "ttft_s", "tpot_s", "e2e_s", "prefill_queue_s", "exposed_transfer_s", "admission_wait_s",
-    "preemptions", "rejected",
+    "preemptions", "rejected", "transfer_failures",
 )
 
 MODES = ("colocated", "decode", "disaggregated", "prefill")
