@@ -4,12 +4,14 @@ beats a table)."""
 from __future__ import annotations
 
 import io
+import itertools
 from typing import Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
 
 from pdplan.goodput import Probe  # noqa: E402
 
@@ -87,3 +89,54 @@ def plot_fleets(fleets: Sequence[dict], *, winner: str | None = None) -> bytes:
     fig.suptitle("Fleets at the target rate (hatched: misses the SLO end to end)")
     fig.tight_layout()
     return figure_png(fig)
+
+
+#: Decision colours of the sensitivity heatmap.
+DECISION_COLOURS = {"ENABLE_PD": "#4daf4a", "COLOCATE": "#377eb8", "INFEASIBLE": "#bdbdbd"}
+#: Inches per heatmap panel (width, height); the PNG is this times the panel grid at 120 dpi.
+PANEL_INCHES = (4.8, 3.6)
+
+
+def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, tuple]],
+              *, margin_ms: float) -> bytes:
+    """A sensitivity heatmap over dimensions ``x`` and ``y``: each cell coloured by its decision
+    and labelled with ΔT in ms; one panel per setting of the ``panels`` dimensions."""
+    settings = panel_settings(panels)
+    columns = min(3, len(settings))
+    lines = -(-len(settings) // columns)
+    fig, axes = plt.subplots(lines, columns, figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * lines + 0.6),
+                             squeeze=False)
+    xs = _ordered(rows, x)
+    ys = _ordered(rows, y)
+    for ax, fixed in zip(axes.flat, settings):
+        chosen = [r for r in rows if all(r[name] == value for name, value in fixed)]
+        for row in chosen:
+            i, j = xs.index(row[x]), ys.index(row[y])
+            ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, color=DECISION_COLOURS[row["decision"]]))
+            delta = row["delta_t_ms"]
+            ax.text(i, j, "—" if delta is None else f"{delta:+.1f}", ha="center", va="center", fontsize=9)
+        ax.set_xlim(-0.5, len(xs) - 0.5)
+        ax.set_ylim(-0.5, len(ys) - 0.5)
+        ax.set_xticks(range(len(xs)), [str(v) for v in xs])
+        ax.set_yticks(range(len(ys)), [str(v) for v in ys])
+        ax.set_xlabel(x)
+        ax.set_ylabel(y)
+        ax.set_title(", ".join(f"{name} {value}" for name, value in fixed), fontsize=9)
+    for ax in list(axes.flat)[len(settings):]:
+        ax.set_visible(False)
+    fig.legend(handles=[Patch(color=c, label=d) for d, c in DECISION_COLOURS.items()], loc="lower center",
+               ncol=3, fontsize=9)
+    fig.suptitle(f"P/D net margin ΔT per request, ms (margin {margin_ms:g} ms)")
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    return figure_png(fig)
+
+
+def panel_settings(panels: Sequence[tuple[str, tuple]]) -> list[tuple[tuple[str, object], ...]]:
+    """Every setting of the panel dimensions (one empty setting when there are none)."""
+    names = [name for name, _ in panels]
+    return [tuple(zip(names, values)) for values in itertools.product(*(v for _, v in panels))]
+
+
+def _ordered(rows: Sequence[dict], name: str) -> list:
+    """The values of ``name`` in the order the grid lists them."""
+    return list(dict.fromkeys(r[name] for r in rows))

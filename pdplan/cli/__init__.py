@@ -29,11 +29,13 @@ from pdplan.cli import goodput as _goodput  # noqa: E402  (commands register on 
 from pdplan.cli import manifest as _manifest  # noqa: E402
 from pdplan.cli import optimize as _optimize  # noqa: E402
 from pdplan.cli import profile as _profile  # noqa: E402
+from pdplan.cli import sensitivity as _sensitivity  # noqa: E402
 from pdplan.cli import simulate as _simulate  # noqa: E402
 from pdplan.cli import trace as _trace  # noqa: E402
 
 app.add_typer(_trace.app, name="trace")
 app.add_typer(_profile.app, name="profile")
+app.add_typer(_sensitivity.app, name="sensitivity")
 app.command("optimize")(_optimize.optimize)
 app.command("goodput")(_goodput.goodput)
 app.command("simulate")(_simulate.simulate)

@@ -91,7 +91,8 @@ class Verifier:
         """Place ``solution`` as a plan and verify it at ``rate_rps`` (default: the target)."""
         request = self.request
         plan = plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
-                       transfer_schedule=request.transfer_schedule,
+                       transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
+                       failure_policy=request.failure_policy, route_s=request.route_s,
                        name=f"{request.model.name} {mode} ({fleet}" + (f", {affinity} affinity)" if mode != "colocated"
                                                                         else ")"))
         rate = request.target_rps if rate_rps is None else rate_rps

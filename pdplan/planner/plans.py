@@ -21,9 +21,11 @@ def pool_name(cand: Candidate) -> str:
 
 
 def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str, affinity: str,
-            transfer_schedule: str, name: str) -> Plan:
+            transfer_schedule: str, name: str, failure_rate: float = 0.0, failure_policy: str = "retry",
+            route_s: float = 0.0) -> Plan:
     """The placement as a simulator plan: one pool per shape, links at the path the placement
-    implies (across nodes for high affinity, inside a node for low)."""
+    implies (across nodes for high affinity, inside a node for low), with the transfer failures
+    and router hop the plan must survive."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(), key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
         extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if cand.phase == "colocated" else {}
@@ -36,7 +38,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
     links = [Link(from_pool=src.name, to_pool=dst.name, setup_s=LINK_SETUP_S,
                   bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, affinity, shapes[dst]))
              for src in pools if src.phase == "prefill" for dst in pools if dst.phase == "decode"]
-    return Plan(pools=pools, links=tuple(links), transfer_schedule=transfer_schedule, name=name)
+    return Plan(pools=pools, links=tuple(links), transfer_schedule=transfer_schedule, name=name,
+                failure_rate=failure_rate, failure_policy=failure_policy, route_s=route_s)
 
 
 def path_bytes_per_s(solution: Solution, cluster: Cluster, affinity: str, decode: Candidate) -> float:

@@ -49,6 +49,9 @@ class PlanRequest:
     pps: tuple[int, ...] = DEFAULT_PPS
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
     transfer_schedule: str = "layer"
+    failure_rate: float = 0.0           #: probability that one KV transfer attempt fails (simulated)
+    failure_policy: str = "retry"       #: what a failed transfer costs: "retry" or "recompute"
+    route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
     mode: str = "auto"                  #: the answer's mode: "auto" (the better), "disaggregated" or "colocated"
 
     def __post_init__(self):

@@ -1,0 +1,137 @@
+"""Running a grid: every combination of the dimensions' values is a cell, run locally in a process
+pool or as Ray tasks, with results in cell order whichever executor ran them.
+
+Cells that share what per-shape goodput depends on (the workload and the SLO) share its cache:
+one cell of each such group runs first, then the rest, which then reuse every goodput and pool
+curve sample through the on-disk cache. The cache returns exactly what was computed, so the
+order cells run in never changes a number.
+"""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import Callable
+
+import pandas as pd
+
+from pdplan.errors import PdplanError
+from pdplan.sensitivity.cell import Base, CellResult, run_cell
+from pdplan.sensitivity.coordinates import cell_cluster
+
+EXECUTORS = ("local", "ray")
+#: Dimensions that change neither the workload nor the SLO: their cells share per-shape goodput.
+SHARED_MEASUREMENT = ("bandwidth", "failure_rate", "route_ms", "price_ratio", "rate")
+
+Progress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridResult:
+    """The cells of a grid, in cell order."""
+
+    dimensions: tuple[tuple[str, tuple], ...]
+    cells: tuple[CellResult, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(name for name, _ in self.dimensions)
+
+    def rows(self) -> list[dict]:
+        return [cell.row(self.names) for cell in self.cells]
+
+    def frame(self) -> pd.DataFrame:
+        return pd.DataFrame(self.rows())
+
+    def csv(self) -> str:
+        return self.frame().to_csv(index=False, lineterminator="\n")
+
+
+def cell_coordinates(dimensions: tuple[tuple[str, tuple], ...]) -> list[dict]:
+    """Every combination of the values, the first dimension varying slowest."""
+    names = [name for name, _ in dimensions]
+    return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in dimensions))]
+
+
+def check_cells(base: Base, cells: list[dict]) -> None:
+    """Refuse, before any work, coordinates the base inputs cannot take (a GPU the cluster lacks)."""
+    for gpu in sorted({c["gpu"] for c in cells if "gpu" in c}):
+        cell_cluster(base.cluster, {"gpu": gpu})
+
+
+def run_order(cells: list[dict]) -> tuple[list[int], list[int]]:
+    """Cell indices in two phases: one cell of each measurement group, then the others (see the
+    module docstring). With a burstiness dimension, the rate shapes the arrivals, so it counts."""
+    bursty = any("burstiness" in c for c in cells)
+    leaders, followers, seen = [], [], set()
+    for i, coords in enumerate(cells):
+        key = tuple(sorted((k, v) for k, v in coords.items()
+                           if k not in SHARED_MEASUREMENT or (k == "rate" and bursty)))
+        (followers if key in seen else leaders).append(i)
+        seen.add(key)
+    return leaders, followers
+
+
+def run_grid(base: Base, dimensions: tuple[tuple[str, tuple], ...], *, jobs: int = 1, executor: str = "local",
+             address: str | None = None, progress: Progress | None = None) -> GridResult:
+    """Run every cell; ``executor`` "local" (``jobs`` processes) or "ray" (tasks on the Ray
+    cluster at ``address``, or on a local Ray of ``jobs`` CPUs when none is given)."""
+    if executor not in EXECUTORS:
+        raise PdplanError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}", field="executor")
+    cells = cell_coordinates(dimensions)
+    check_cells(base, cells)
+    order = run_order(cells)
+    run = _run_ray if executor == "ray" else _run_local
+    results = run(base, cells, order, jobs=jobs, address=address, progress=progress or (lambda done, total: None))
+    return GridResult(dimensions=dimensions, cells=tuple(results[i] for i in range(len(cells))))
+
+
+def _run_local(base: Base, cells: list[dict], order: tuple[list[int], list[int]], *, jobs: int, address: str | None,
+               progress: Progress) -> dict[int, CellResult]:
+    if address is not None:
+        raise PdplanError("--address applies to --executor ray", field="address")
+    results: dict[int, CellResult] = {}
+    if jobs <= 1:
+        for i in order[0] + order[1]:
+            results[i] = run_cell(base, i, cells[i])
+            progress(len(results), len(cells))
+        return results
+    context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        for phase in order:
+            pending = {pool.submit(run_cell, base, i, cells[i]): i for i in phase}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    results[pending.pop(future)] = future.result()
+                    progress(len(results), len(cells))
+    return results
+
+
+def _run_ray(base: Base, cells: list[dict], order: tuple[list[int], list[int]], *, jobs: int, address: str | None,
+             progress: Progress) -> dict[int, CellResult]:
+    try:
+        import ray
+    except ImportError:
+        raise PdplanError("--executor ray needs Ray: pip install 'pdplan[ray]'", field="executor") from None
+    started = not ray.is_initialized()
+    if started:
+        options = {"address": address} if address is not None else {"num_cpus": max(1, jobs)}
+        ray.init(**options, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        task = ray.remote(run_cell)
+        shared = ray.put(base)
+        results: dict[int, CellResult] = {}
+        for phase in order:
+            pending = {task.remote(shared, i, cells[i]): i for i in phase}
+            while pending:
+                done, _ = ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    results[pending.pop(ref)] = ray.get(ref)
+                    progress(len(results), len(cells))
+        return results
+    finally:
+        if started:
+            ray.shutdown()

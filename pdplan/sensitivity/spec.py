@@ -1,0 +1,201 @@
+"""A grid specification: the base inputs (trace, model, cluster, SLO) and the dimensions to vary.
+
+File format (``examples/grid.yaml``)::
+
+    pdplan_grid: 1                  # format version
+    trace: ../traces/chat_poisson_2k.csv   # paths are relative to this file
+    model: llama2-70b               # catalog name or a model YAML
+    cluster: cluster.yaml           # optional; default the shipped example cluster
+    profiles: my-profiles/          # optional: measured profiles (else composed, else roofline)
+    slo: {ttft_ms: 1000, tpot_ms: 100, attainment: 0.9}   # optional; these are the defaults
+    target_rate: 2.5                # optional req/s; default the trace's mean rate
+    fleet: any                      # optional; as optimize --fleet
+    affinity: high                  # optional; high (handoffs cross nodes, default) | low | auto
+    failure_policy: retry           # optional; retry | recompute
+    seeds: 3                        # optional; verification runs per check
+    max_rounds: 8                   # optional; end-to-end checks per fleet, mode and affinity
+    seed: 0
+    vary:                           # one list per dimension; cells are every combination
+      bandwidth: [1, 10, 100]
+      prompt_scale: [0.5, 1, 2]
+
+``--vary NAME=v1,v2`` on the command line adds a dimension or replaces the file's list.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from pdplan import limits
+from pdplan.errors import PdplanError
+from pdplan.fileio import load_yaml
+from pdplan.schema import Fields
+
+FORMAT_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Dimension:
+    """One coordinate a grid may vary: its meaning, unit and allowed values."""
+
+    name: str
+    help: str
+    unit: str
+    low: float | None = None        #: numeric dimensions: smallest allowed value
+    high: float | None = None       #: and largest
+    above: bool = False             #: the low end is excluded
+    text: bool = False              #: values are names (GPU types), not numbers
+
+    def show(self, value: float | str) -> str:
+        """A value as people read it: ``10 GB/s``, ``2×``, ``0.1``, ``h100-80gb``."""
+        if self.text:
+            return str(value)
+        if self.unit == "×":
+            return f"{value:g}×"
+        return f"{value:g} {self.unit}" if self.unit in ("GB/s", "req/s", "ms") else f"{value:g}"
+
+    def parse(self, value: object, where: Callable[[str], PdplanError]) -> float | str:
+        """A value of this dimension, or ``where(rule)``'s error naming the dimension."""
+        if self.text:
+            if not isinstance(value, str) or not value:
+                raise where(f"takes GPU type names, got {value!r}")
+            return value
+        if isinstance(value, str):
+            try:
+                value = float(value)
+            except ValueError:
+                raise where(f"takes numbers ({self.unit}), got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise where(f"takes numbers ({self.unit}), got {value!r}")
+        if value < self.low or (self.above and value == self.low) or value > self.high:
+            bound = "(" if self.above else "["
+            raise where(f"values must be in {bound}{self.low:g}, {self.high:g}], got {value!r}")
+        return float(value)
+
+
+DIMENSIONS = {d.name: d for d in (
+    Dimension("bandwidth", "KV link bandwidth per GPU across nodes (the cluster's inter-node path)", "GB/s",
+              0, limits.MAX_BANDWIDTH_GB_S, above=True),
+    Dimension("prompt_scale", "every prompt length times this (rounded, at least 1 token)", "×", 0, 100, above=True),
+    Dimension("output_scale", "every output length times this (rounded, at least 1 token)", "×", 0, 100, above=True),
+    Dimension("rate", "target rate the plans must serve", "req/s", 0, limits.MAX_RATE_RPS, above=True),
+    Dimension("burstiness", "interarrival CV: Gamma arrival gaps at the target rate (1 = Poisson)", "CV",
+              0, 20, above=True),
+    Dimension("prefix_hit", "share of each prompt's leading blocks shared with earlier requests, which a "
+              "decode instance's prefix cache then need not receive", "fraction", 0, 1),
+    Dimension("failure_rate", "probability that one KV transfer attempt fails (then retried or recomputed)",
+              "fraction", 0, 0.5),
+    Dimension("route_ms", "the router's hop from prefill to decode", "ms", 0, 10_000),
+    Dimension("ttft_scale", "every TTFT threshold times this", "×", 0, 100, above=True),
+    Dimension("tpot_scale", "every TPOT threshold times this", "×", 0, 100, above=True),
+    Dimension("gpu", "only this GPU type's nodes (their power-capped settings included)", "name", text=True),
+    Dimension("price_ratio", "price per GPU-hour of every other GPU type relative to the first node type's",
+              "×", 0, 100, above=True),
+)}
+
+DEFAULT_SLO = {"ttft_ms": 1000.0, "tpot_ms": 100.0, "attainment": 0.9}
+AFFINITIES = ("auto", "high", "low")
+FAILURE_POLICIES = ("recompute", "retry")
+#: End-to-end checks per search in a grid cell: fewer than optimize's, since a grid runs many.
+DEFAULT_GRID_ROUNDS = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class GridSpec:
+    """Base inputs and the dimensions a grid varies, validated."""
+
+    trace: Path | None = None           #: required by the time a grid runs (file or --trace)
+    model: str = "llama2-70b"
+    cluster: Path | None = None
+    profiles: Path | None = None
+    slo: dict = field(default_factory=lambda: dict(DEFAULT_SLO))  #: ttft_ms, tpot_ms, attainment
+    target_rate: float | None = None
+    fleet: str = "any"
+    affinity: str = "high"
+    failure_policy: str = "retry"
+    seeds: int = 3
+    max_rounds: int = DEFAULT_GRID_ROUNDS
+    seed: int = 0
+    dimensions: tuple[tuple[str, tuple], ...] = ()   #: (name, values) in the order given
+    source: str | None = None
+
+    @property
+    def cells(self) -> int:
+        return math.prod(len(values) for _, values in self.dimensions)
+
+
+def dimension_values(name: str, values: list, where: Callable[[str], PdplanError]) -> tuple:
+    """Validated values of dimension ``name``; errors name the dimension."""
+    if name not in DIMENSIONS:
+        raise where(f"is not a dimension (known: {', '.join(DIMENSIONS)})")
+    if not isinstance(values, list) or not values:
+        raise where("needs a non-empty list of values")
+    parsed = tuple(DIMENSIONS[name].parse(v, where) for v in values)
+    if len(set(parsed)) != len(parsed):
+        raise where(f"repeats a value: {', '.join(map(str, values))}")
+    return parsed
+
+
+def parse_vary(text: str) -> tuple[str, tuple]:
+    """``NAME=v1,v2,…`` from ``--vary``."""
+    def where(rule: str) -> PdplanError:
+        return PdplanError(f"--vary {name}: {rule}", field=f"vary.{name}")
+
+    name, sep, values = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise PdplanError(f"--vary must read NAME=v1,v2,…, got {text!r}", field="vary")
+    items = [v.strip() for v in values.split(",")] if values.strip() else []
+    return name, dimension_values(name, items, where)
+
+
+def load_spec(path: Path) -> GridSpec:
+    """A grid file, every field checked; paths resolve against the file's folder."""
+    top = Fields(load_yaml(path, what="grid spec"), path)
+    top.reject_unknown({"pdplan_grid", "trace", "model", "cluster", "profiles", "slo", "target_rate", "fleet",
+                        "affinity", "failure_policy", "seeds", "max_rounds", "seed", "vary"})
+    if top.integer("pdplan_grid") != FORMAT_VERSION:
+        raise top.fail("pdplan_grid", f"must be {FORMAT_VERSION}", top.data["pdplan_grid"])
+    folder = Path(path).parent
+
+    def file(key: str) -> Path | None:
+        return folder / top.string(key) if top.has(key) else None
+
+    slo = dict(DEFAULT_SLO)
+    if top.has("slo"):
+        spec = top.mapping("slo")
+        spec.reject_unknown(set(DEFAULT_SLO))
+        slo = {"ttft_ms": spec.number("ttft_ms", DEFAULT_SLO["ttft_ms"], minimum=0, exclusive=True),
+               "tpot_ms": spec.number("tpot_ms", DEFAULT_SLO["tpot_ms"], minimum=0, exclusive=True),
+               "attainment": spec.number("attainment", DEFAULT_SLO["attainment"], minimum=0, exclusive=True,
+                                         maximum=1)}
+    dimensions = []
+    if top.has("vary"):
+        vary = top.mapping("vary")
+        for name in vary.data:
+            dimensions.append((str(name), dimension_values(str(name), vary.data[name],
+                                                           lambda rule, n=name: vary.fail(str(n), rule,
+                                                                                          show_value=False))))
+    model = top.string("model", "llama2-70b")
+    return GridSpec(
+        trace=file("trace"),
+        model=str(folder / model) if model.endswith((".yaml", ".yml")) else model,
+        cluster=file("cluster"), profiles=file("profiles"), slo=slo,
+        target_rate=top.number("target_rate", minimum=0, exclusive=True, maximum=limits.MAX_RATE_RPS)
+        if top.has("target_rate") else None,
+        fleet=top.string("fleet", "any"), affinity=top.string("affinity", "high", choices=list(AFFINITIES)),
+        failure_policy=top.string("failure_policy", "retry", choices=list(FAILURE_POLICIES)),
+        seeds=top.integer("seeds", 3, minimum=1, maximum=limits.MAX_RUNS),
+        max_rounds=top.integer("max_rounds", DEFAULT_GRID_ROUNDS, minimum=1, maximum=limits.MAX_CHECKS),
+        seed=top.integer("seed", 0, minimum=0), dimensions=tuple(dimensions), source=str(path))
+
+
+def with_vary(spec: GridSpec, varied: list[tuple[str, tuple]]) -> GridSpec:
+    """``spec`` with each ``--vary`` dimension added, or replacing the file's list of that name."""
+    dims = dict(spec.dimensions)
+    for name, values in varied:
+        dims[name] = values
+    return replace(spec, dimensions=tuple(dims.items()))

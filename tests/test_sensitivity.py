@@ -1,0 +1,275 @@
+"""The sensitivity grid: coordinates applied to the inputs, the net margin ΔT and its terms, the
+decision per cell, the outputs (CSV, heatmap, JSON, words), bad specs, and Ray against local."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import struct
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pdplan.hardware import GB, default_cluster_path, load_cluster
+from pdplan.modelspec import get_model
+from pdplan.profiles import shipped_profiles
+from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload, shared_prefixes
+from pdplan.sensitivity.margin import net_margin, variants
+from pdplan.sim import Link, Plan, Pool
+from pdplan.slo import slo_from_flags
+from pdplan.workload import interarrival_cv, load_trace, prefix_reuse_fraction
+from tests.conftest import ROOT
+
+SMOKE = ROOT / "traces" / "smoke_uniform_200.csv"
+MODEL = get_model("llama2-70b")
+TERMS = ("t_saved_ms", "t_transfer_exposed_ms", "t_route_ms", "t_failure_ms")
+GRID = ("--vary", "bandwidth=0.5,2,8,100", "--vary", "failure_rate=0,0.2")
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return struct.unpack(">II", data[16:24])
+
+
+# --- coordinates -----------------------------------------------------------------------------------
+
+def test_length_scales_round_and_keep_at_least_one_token():
+    workload = load_trace(SMOKE)
+    scaled = cell_workload(workload, {"prompt_scale": 0.001, "output_scale": 2.0}, rate_rps=1.0, seed=0)
+    assert scaled.prompt_tokens.min() == 1
+    np.testing.assert_array_equal(scaled.output_tokens, workload.output_tokens * 2)
+
+
+def test_burstiness_draws_gamma_gaps_of_the_asked_cv_at_the_target_rate(shared_data):
+    workload = load_trace(shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv")
+    bursty = cell_workload(workload, {"burstiness": 3.0}, rate_rps=5.0, seed=1)
+    assert interarrival_cv(bursty.arrival_s) == pytest.approx(3.0, rel=0.1)
+    assert len(bursty) / bursty.arrival_s[-1] == pytest.approx(5.0, rel=0.1)
+    np.testing.assert_array_equal(bursty.prompt_tokens, workload.prompt_tokens)
+
+
+def test_prefix_hit_shares_that_fraction_of_each_prompt_in_whole_blocks():
+    """With 512-token blocks, a 2,048-token prompt at 0.5 shares 2 blocks and a 700-token one none."""
+    values, offsets = shared_prefixes(np.array([2048, 700]), 512, 0.5, seed=0)
+    assert np.diff(offsets).tolist() == [4, 2]
+    assert (values[:2] < (1 << 40)).all() and (values[2:] >= (1 << 40)).all()
+
+
+def test_prefix_hit_fraction_is_what_the_trace_statistics_then_measure():
+    workload = load_trace(SMOKE)
+    shared = cell_workload(workload, {"prompt_scale": 8.0, "prefix_hit": 0.6}, rate_rps=1.0, seed=0)
+    assert prefix_reuse_fraction(shared) == pytest.approx(0.6, abs=0.1)
+
+
+def test_bandwidth_price_and_gpu_change_only_the_cluster_fields_they_name():
+    cluster = load_cluster(default_cluster_path())
+    first = cluster.nodes[0].gpu
+    changed = cell_cluster(cluster, {"bandwidth": 3.0, "price_ratio": 2.0})
+    assert all(n.inter_node_bytes_per_s == 3.0 * GB for n in changed.nodes)
+    assert all(n.intra_node_bytes_per_s == o.intra_node_bytes_per_s for n, o in zip(changed.nodes, cluster.nodes))
+    assert all(n.gpu.usd_per_hour == pytest.approx(first.usd_per_hour * (1 if n.gpu.name == first.name else 2))
+               for n in changed.nodes)
+    only = cell_cluster(cluster, {"gpu": "h100-80gb"})
+    assert {n.gpu.name for n in only.nodes} == {"h100-80gb"}
+
+
+def test_slo_scales_multiply_only_their_clock():
+    slo = cell_slo(slo_from_flags(1.0, 0.1, 0.9), {"ttft_scale": 0.5})
+    assert (slo.threshold_s("ttft"), slo.threshold_s("tpot")) == pytest.approx((0.5, 0.1))
+
+
+# --- the net margin on fixed plans -----------------------------------------------------------------
+
+def h100(name, phase, replicas, **extra):
+    return Pool(name=name, phase=phase, model=MODEL.name, gpu="h100-80gb", tp=4, replicas=replicas, **extra)
+
+
+COLOCATED = Plan(pools=(h100("c", "colocated", 6, policy="chunked", chunk_tokens=512),))
+
+
+def disaggregated(gb_s_per_gpu: float, **faults) -> Plan:
+    return Plan(pools=(h100("p", "prefill", 4), h100("d", "decode", 2)), transfer_schedule="layer",
+                links=(Link(from_pool="p", to_pool="d", bandwidth_bytes_per_s=4 * gb_s_per_gpu * GB, setup_s=5e-4),),
+                **faults)
+
+
+@pytest.fixture(scope="module")
+def azure_code(shared_data):
+    return load_trace(shared_data / "traces" / "AzureLLMInferenceTrace_code.csv")
+
+
+def margin(workload, plan, rate=2.0, runs=1):
+    return net_margin(workload, COLOCATED, plan, shipped_profiles(), model=MODEL, rate_rps=rate, runs=runs, seed=0,
+                      arrivals="trace")
+
+
+@pytest.mark.slow
+def test_on_fixed_plans_the_net_margin_does_not_increase_as_bandwidth_decreases(azure_code):
+    deltas = [margin(azure_code, disaggregated(b)).delta_ms for b in (32.0, 8.0, 2.0, 0.5)]
+    assert deltas == sorted(deltas, reverse=True)
+    assert deltas[0] - deltas[-1] > 10  # a 64× slower link costs the Azure code trace's long prompts
+
+
+@pytest.mark.slow
+def test_the_terms_telescope_to_the_measured_difference(azure_code):
+    m = margin(azure_code, disaggregated(1.0, failure_rate=0.1, route_s=0.003), runs=2)
+    assert m.delta_ms == pytest.approx(m.saved_ms - m.transfer_exposed_ms - m.route_ms - m.failure_ms, abs=1e-6)
+    assert m.saved_ms == pytest.approx(m.saved_ttft_ms + m.saved_decode_ms, abs=1e-6)
+    assert m.failure_ms > 0 and m.failures_per_request == pytest.approx(0.1 / 0.9, rel=0.15)
+
+
+def test_free_handoffs_expose_no_transfer():
+    trace = load_trace(SMOKE)
+    from pdplan.sim import simulate
+
+    free = variants(disaggregated(0.1, failure_rate=0.3, route_s=0.01))[0]
+    result = simulate(trace, free, shipped_profiles(), model=MODEL, rate_rps=4.0)
+    assert np.nanmax(result["exposed_transfer_s"]) == 0
+    assert result["transfer_failures"].sum() == 0
+
+
+# --- a whole grid ----------------------------------------------------------------------------------
+
+def run(*args):
+    from pdplan.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
+        main([str(a) for a in args])
+    return stop.value.code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """The smoke trace over link bandwidth × transfer failure rate (8 cells), CSV and heatmap."""
+    folder = tmp_path_factory.mktemp("grid")
+    code, out = run("sensitivity", "grid", "--trace", SMOKE, *GRID, "--jobs", "2", "--cache-dir", folder / "cache",
+                    "--out", folder / "grid.csv", "--plot", folder / "heatmap.png", "--json")
+    assert code in (0, None)
+    return {"doc": json.loads(out), "csv": pd.read_csv(folder / "grid.csv"), "png": (folder / "heatmap.png").read_bytes(),
+            "folder": folder}
+
+
+def test_every_row_has_each_coordinate_and_the_decision(grid):
+    frame = grid["csv"]
+    assert len(frame) == 8
+    assert sorted(set(zip(frame["bandwidth"], frame["failure_rate"]))) == sorted(
+        (b, f) for b in (0.5, 2, 8, 100) for f in (0, 0.2))
+    assert set(frame["decision"]) <= {"ENABLE_PD", "COLOCATE", "INFEASIBLE"}
+
+
+def test_in_every_row_the_net_margin_is_the_sum_of_its_terms(grid):
+    frame = grid["csv"].dropna(subset=["delta_t_ms"])
+    assert len(frame)
+    total = frame["t_saved_ms"] - frame["t_transfer_exposed_ms"] - frame["t_route_ms"] - frame["t_failure_ms"]
+    np.testing.assert_allclose(frame["delta_t_ms"], total, rtol=0, atol=0.0025)  # four terms rounded to 1 µs
+
+
+def test_with_the_same_plans_the_net_margin_does_not_increase_as_bandwidth_decreases(grid):
+    frame = grid["csv"].dropna(subset=["delta_t_ms"]).sort_values("bandwidth", ascending=False)
+    compared = 0
+    for _, line in frame.groupby(["failure_rate", "pd_plan", "colocated_plan"]):
+        deltas = line["delta_t_ms"].tolist()
+        compared += len(deltas) - 1
+        assert all(later <= earlier + 1e-9 for earlier, later in zip(deltas, deltas[1:]))
+    assert compared >= 2
+
+
+def test_no_failures_cost_nothing_and_failures_are_measured(grid):
+    frame = grid["csv"].dropna(subset=["delta_t_ms"])
+    assert (frame.loc[frame["failure_rate"] == 0, "t_failure_ms"] == 0).all()
+    assert (frame.loc[frame["failure_rate"] == 0.2, "transfer_failures_per_request"] > 0).all()
+
+
+def test_each_decision_follows_the_rule_from_its_row(grid):
+    for _, row in grid["csv"].iterrows():
+        pd_passes, colo_passes = row["pd_verdict"] == "passes", row["colocated_verdict"] == "passes"
+        enable = pd_passes and (not colo_passes or (row["delta_t_ms"] > row["margin_ms"]
+                                                    and row["pd_usd_per_hour"] <= row["colocated_usd_per_hour"]))
+        expected = "ENABLE_PD" if enable else ("COLOCATE" if colo_passes else "INFEASIBLE")
+        assert row["decision"] == expected, row["reason"]
+
+
+def test_the_heatmap_is_a_png_of_the_stated_size(grid):
+    assert png_size(grid["png"]) == (576, 504)  # one 4.8 × 3.6 in panel plus the legend strip, 120 dpi
+
+
+def test_json_carries_the_cells_and_a_summary_in_words(grid):
+    doc = grid["doc"]
+    assert doc["dimensions"] == {"bandwidth": [0.5, 2.0, 8.0, 100.0], "failure_rate": [0.0, 0.2]}
+    assert len(doc["cells"]) == 8 and doc["compare"] == "rate"
+    wins = sum(c["decision"] == "ENABLE_PD" for c in doc["cells"])
+    assert doc["summary"].startswith(f"P/D wins in {wins} of 8 cells")
+
+
+def test_a_second_run_reads_every_cell_from_the_cache_and_writes_the_same_csv(grid, tmp_path):
+    again = tmp_path / "again.csv"
+    code, _ = run("sensitivity", "grid", "--trace", SMOKE, *GRID, "--jobs", "1", "--cache-dir",
+                  grid["folder"] / "cache", "--out", again)
+    assert code in (0, None)
+    assert again.read_bytes() == (grid["folder"] / "grid.csv").read_bytes()
+
+
+@pytest.mark.slow
+def test_the_ray_executor_writes_the_same_csv_as_the_local_one(tmp_path):
+    pytest.importorskip("ray", reason="Ray is the optional extra pdplan[ray]")
+    paths = {}
+    for executor in ("local", "ray"):
+        paths[executor] = tmp_path / f"{executor}.csv"
+        code, _ = run("sensitivity", "grid", "--trace", SMOKE, "--vary", "bandwidth=1,50", "--vary",
+                      "route_ms=0,20", "--executor", executor, "--jobs", "2", "--cache-dir", tmp_path / executor,
+                      "--out", paths[executor])
+        assert code in (0, None)
+    assert paths["ray"].read_bytes() == paths["local"].read_bytes()
+
+
+# --- bad specs -------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("vary,named", [
+    ("bandwith=1,10", "bandwith"),           # unknown dimension
+    ("bandwidth=", "bandwidth"),             # empty list
+    ("prompt_scale=1,big", "prompt_scale"),  # a value of the wrong type
+    ("failure_rate=0.1,0.9", "failure_rate"),  # out of range
+    ("rate=2,2", "rate"),                    # a repeated value
+])
+def test_a_bad_vary_exits_2_naming_the_dimension(run_cli, vary, named):
+    code, out, err = run_cli("sensitivity", "grid", "--trace", SMOKE, "--vary", vary)
+    assert code == 2
+    assert named in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+@pytest.mark.parametrize("body,named", [
+    ("vary: {latency: [1, 2]}", "vary.latency"),
+    ("vary: {bandwidth: []}", "vary.bandwidth"),
+    ("vary: {bandwidth: [fast]}", "vary.bandwidth"),
+    ("vary: {gpu: [1]}", "vary.gpu"),
+    ("affinity: sideways", "affinity"),
+])
+def test_a_bad_grid_file_exits_2_naming_the_field_and_line(run_cli, tmp_path, body, named):
+    spec = tmp_path / "grid.yaml"
+    spec.write_text(f"pdplan_grid: 1\ntrace: {SMOKE}\n{body}\n")
+    code, out, err = run_cli("sensitivity", "grid", spec)
+    assert code == 2
+    assert named in err and str(spec) in err and err.count("\n") == 1
+
+
+def test_a_gpu_the_cluster_lacks_exits_2_before_any_work(run_cli, tmp_path):
+    out = tmp_path / "grid.csv"
+    code, _, err = run_cli("sensitivity", "grid", "--trace", SMOKE, "--vary", "gpu=h100-80gb,b200-180gb",
+                           "--out", out)
+    assert code == 2 and "b200-180gb" in err and "vary.gpu" in err
+    assert not out.exists()
+
+
+def test_a_grid_file_is_read_relative_to_its_folder(run_cli, tmp_path):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "t.csv").write_bytes(SMOKE.read_bytes())
+    spec = tmp_path / "grid.yaml"
+    spec.write_text("pdplan_grid: 1\ntrace: traces/t.csv\nvary: {bandwidth: [1]}\nmax_rounds: 2\n")
+    code, out, err = run_cli("sensitivity", "grid", spec, "--json", "--cache-dir", tmp_path / "cache")
+    assert code == 0, err
+    assert len(json.loads(out)["cells"]) == 1
+    assert math.isfinite(json.loads(out)["target_rps"])
