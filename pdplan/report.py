@@ -140,3 +140,48 @@ def panel_settings(panels: Sequence[tuple[str, tuple]]) -> list[tuple[tuple[str,
 def _ordered(rows: Sequence[dict], name: str) -> list:
     """The values of ``name`` in the order the grid lists them."""
     return list(dict.fromkeys(r[name] for r in rows))
+
+
+#: Size of the optimize plots, inches at 120 dpi.
+SHAPES_INCHES = (10.0, 5.0)
+COST_INCHES = (7.0, 4.4)
+
+
+def plot_goodput_per_gpu(shapes: Sequence) -> bytes:
+    """Per-instance goodput per GPU of every measured shape, one panel per phase, best first (the
+    ``goodput_per_gpu`` of :mod:`pdplan.planner.curves`)."""
+    phases = [p for p in ("prefill", "decode", "colocated") if any(s.phase == p for s in shapes)]
+    fig, axes = plt.subplots(1, max(1, len(phases)), figsize=SHAPES_INCHES, squeeze=False)
+    for ax, phase in zip(axes.flat, phases):
+        mine = sorted((s for s in shapes if s.phase == phase), key=lambda s: -s.goodput_per_gpu)
+        ax.barh(range(len(mine)), [s.goodput_per_gpu for s in mine], color="tab:blue")
+        ax.set_yticks(range(len(mine)), [s.label.removeprefix(f"{phase} ") for s in mine], fontsize=6)
+        ax.invert_yaxis()
+        ax.set_xlabel("goodput per GPU (req/s), one instance")
+        ax.set_title(phase)
+        ax.grid(True, axis="x", alpha=0.3)
+    fig.suptitle("Simulated per-instance goodput per GPU by shape")
+    fig.tight_layout()
+    return figure_png(fig)
+
+
+def plot_cost_vs_rate(curves: dict, verified: dict, target_rps: float) -> bytes:
+    """The integer program's cheapest cost per rate for each mode (``curves``: mode → [(rate,
+    $/h or None)]), with the plans verified end to end at the target (``verified``: mode → $/h)."""
+    fig, ax = plt.subplots(figsize=COST_INCHES)
+    for mode, colour in (("disaggregated", "tab:blue"), ("colocated", "tab:orange")):
+        points = [(r, c) for r, c in curves.get(mode, ()) if c is not None]
+        if points:
+            ax.plot(*zip(*points), marker=".", color=colour, label=f"{mode} (integer program)")
+        if verified.get(mode) is not None:
+            ax.plot([target_rps], [verified[mode]], marker="o", markersize=9, color=colour, linestyle="none",
+                    label=f"{mode}, verified end to end")
+    ax.axvline(target_rps, color="grey", linestyle=":", linewidth=1, label=f"target {target_rps:.3g} req/s")
+    ax.set_xlabel("rate (requests/s)")
+    ax.set_ylabel("USD per hour")
+    ax.set_title("Cost versus rate of the chosen fleet: where the curves cross, splitting starts to pay")
+    ax.title.set_fontsize(9)
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return figure_png(fig)

@@ -442,3 +442,39 @@ def test_without_the_tables_the_same_plan_runs_on_rooflines_and_says_why(optimiz
 def test_bad_engine_or_precision_exits_2_naming_what_exists(optimize, args, message):
     code, out, err = optimize(*args)
     assert code == 2 and out == "" and err.startswith(message)
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    return int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")
+
+
+def test_plot_writes_goodput_per_gpu_by_shape_and_cost_versus_rate(optimize, tmp_path):
+    code, _, err = optimize("--plot", tmp_path / "plots")
+    assert code == 0, err
+    assert png_size((tmp_path / "plots" / "goodput_per_gpu.png").read_bytes()) == (1200, 600)
+    assert png_size((tmp_path / "plots" / "cost_vs_rate.png").read_bytes()) == (840, 528)
+
+
+def test_the_cost_curve_never_falls_as_the_rate_rises_and_meets_the_programs_optimum_at_the_target():
+    from pdplan.cache import ResultCache
+    from pdplan.cli.options import profile_source
+    from pdplan.hardware import default_cluster_path, load_cluster
+    from pdplan.modelspec import get_model
+    from pdplan.planner import PlanRequest, optimize as plan
+    from pdplan.planner.curves import CURVE_POINTS, cost_curves
+    from pdplan.slo import slo_from_flags
+    from pdplan.workload import load_trace
+
+    workload = load_trace(TRACE.parent / "smoke_uniform_200.csv")
+    report = plan(PlanRequest(workload=workload, model=get_model("llama2-70b"), profiles=profile_source(None),
+                              cluster=load_cluster(default_cluster_path()), slo=slo_from_flags(1.0, 0.1, 0.9),
+                              target_rps=4.0, max_checks=4), cache=ResultCache(enabled=False))
+    curves = cost_curves(report)
+    for mode, points in curves.items():
+        costs = [c for _, c in points if c is not None]
+        assert len(points) == CURVE_POINTS + 1 and costs == sorted(costs), mode
+    rates = [r for r, _ in curves["colocated"]]
+    assert rates[0] == pytest.approx(0.4) and rates[-1] == pytest.approx(5.0) and 4.0 in rates
+    for result in (report.fleet.colocated, report.fleet.disaggregated):  # the program's optimum at the target
+        assert dict(curves[result.mode])[4.0] == pytest.approx(result.first.usd_per_hour, rel=1e-9)

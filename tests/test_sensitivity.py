@@ -220,7 +220,7 @@ def test_the_ray_executor_writes_the_same_csv_as_the_local_one(tmp_path):
     for executor in ("local", "ray"):
         paths[executor] = tmp_path / f"{executor}.csv"
         code, _ = run("sensitivity", "grid", "--trace", SMOKE, "--vary", "bandwidth=1,50", "--vary",
-                      "route_ms=0,20", "--executor", executor, "--jobs", "2", "--cache-dir", tmp_path / executor,
+                      "route_ms=0,20", "--vary", "gpu=h100-80gb", "--executor", executor, "--jobs", "2", "--cache-dir", tmp_path / executor,
                       "--out", paths[executor])
         assert code in (0, None)
     assert paths["ray"].read_bytes() == paths["local"].read_bytes()
@@ -268,7 +268,7 @@ def test_a_grid_file_is_read_relative_to_its_folder(run_cli, tmp_path):
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "t.csv").write_bytes(SMOKE.read_bytes())
     spec = tmp_path / "grid.yaml"
-    spec.write_text("pdplan_grid: 1\ntrace: traces/t.csv\nvary: {bandwidth: [1]}\nmax_rounds: 2\n")
+    spec.write_text("pdplan_grid: 1\ntrace: traces/t.csv\nvary: {bandwidth: [1], gpu: [h100-80gb]}\nmax_rounds: 2\n")
     code, out, err = run_cli("sensitivity", "grid", spec, "--json", "--cache-dir", tmp_path / "cache")
     assert code == 0, err
     assert len(json.loads(out)["cells"]) == 1

@@ -48,7 +48,8 @@ from pdplan.modelspec import get_model
 from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
 from pdplan.planner.request import MODES
 from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
-from pdplan.report import plot_fleets
+from pdplan.planner.curves import cost_curves, goodput_per_gpu
+from pdplan.report import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu
 from pdplan.manifest import Identity, Inputs, Release, build_manifest
 from pdplan.manifest.build import CONNECTORS, UNKNOWN
 from pdplan.verify import DEFAULT_RUNS, RULES
@@ -135,7 +136,10 @@ def optimize(
     timestamp: Annotated[bool, typer.Option(
         "--timestamp", help="Record the creation time in the manifest (it is then no longer byte-identical "
                             "across runs).")] = False,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Folder for PNG plots (fleets.png).")] = None,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", help="Folder for PNG plots: fleets.png (cost and power per fleet), goodput_per_gpu.png (each "
+                       "shape's simulated goodput per GPU by phase), cost_vs_rate.png (the chosen fleet's cost "
+                       "per rate, P/D beside colocated).")] = None,
     explain: Annotated[bool, typer.Option("--explain", help="List rejected shapes and why.")] = False,
     no_cache: Annotated[bool, typer.Option("--no-cache", help="Recompute every goodput and check.")] = False,
     cache_dir: Annotated[Path | None, typer.Option(
@@ -214,6 +218,13 @@ def optimize(
             outputs.put(out, dump_yaml(manifest))
         if plot is not None:
             outputs.put(plot / "fleets.png", plot_fleets(document["fleets"], winner=document["fleet"]), "--plot")
+            outputs.put(plot / "goodput_per_gpu.png", plot_goodput_per_gpu(goodput_per_gpu(report)), "--plot")
+            if rate is not None:
+                fleet = report.fleet
+                verified = {r.mode: r.best.solution.usd_per_hour for r in (fleet.disaggregated, fleet.colocated)
+                            if r.best is not None}
+                outputs.put(plot / "cost_vs_rate.png", plot_cost_vs_rate(cost_curves(report), verified, rate),
+                            "--plot")
         outputs.commit()
     if json:
         print_json(document)

@@ -1,0 +1,60 @@
+"""What the plots of ``optimize --plot`` show beyond the answer: each shape's goodput per GPU, and
+the integer program's cost at rates around the target for both modes of the chosen fleet.
+
+The cost curve is the decomposition's estimate (pool capacity curves, each point simulated, under
+the program's placement rules), not a verified plan per rate: the plot says so and marks the
+plans the end-to-end simulation passed at the target. Where the two curves cross is the rate at
+which splitting starts (or stops) paying on cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from pdplan.errors import InfeasibleError
+from pdplan.planner.measure import CURVE_HEADROOM
+from pdplan.planner.pipeline import PlanReport, base_problem
+from pdplan.placement import solve
+
+#: Rates of the cost curve, as fractions of the target (the pool curves reach CURVE_HEADROOM).
+CURVE_POINTS = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShapeGoodput:
+    """One measured shape: phase, label and per-instance goodput per GPU."""
+
+    phase: str
+    label: str
+    goodput_per_gpu: float
+
+
+def goodput_per_gpu(report: PlanReport) -> list[ShapeGoodput]:
+    """Every shape with positive goodput, its simulated per-instance goodput divided by its GPUs."""
+    return [ShapeGoodput(phase=m.shape.phase, label=m.shape.label, goodput_per_gpu=m.goodput.goodput_rps / m.shape.gpus)
+            for m in report.measured if m.goodput.goodput_rps > 0]
+
+
+def cost_curves(report: PlanReport) -> dict[str, list[tuple[float, float | None]]]:
+    """Per mode of the chosen fleet, (rate, cheapest $/h the program finds, None when none) at
+    CURVE_POINTS rates from a tenth of the target to CURVE_HEADROOM × the target, and at the target."""
+    request = report.request
+    if report.chosen is None or request.target_rps is None:
+        return {}
+    rates = np.union1d(np.linspace(0.1, CURVE_HEADROOM, CURVE_POINTS), [1.0]) * request.target_rps
+    affinity = report.fleet.disaggregated.affinity
+    curves = {}
+    for mode in ("disaggregated", "colocated"):
+        points = []
+        for rate in rates:
+            problem = replace(base_problem(request, report.candidates, report.chosen.fleet, mode,
+                                           affinity if mode == "disaggregated" else "high"),
+                              target_rps=float(rate), objective="cost")
+            try:
+                points.append((float(rate), solve(problem).usd_per_hour))
+            except InfeasibleError:
+                points.append((float(rate), None))
+        curves[mode] = points
+    return curves
