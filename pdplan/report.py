@@ -98,9 +98,10 @@ PANEL_INCHES = (4.8, 3.6)
 
 
 def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, tuple]],
-              *, margin_ms: float) -> bytes:
+              *, margin_ms: float, show=str) -> bytes:
     """A sensitivity heatmap over dimensions ``x`` and ``y``: each cell coloured by its decision
-    and labelled with ΔT in ms; one panel per setting of the ``panels`` dimensions."""
+    and labelled with ΔT in ms; one panel per setting of the ``panels`` dimensions. ``show(name,
+    value)`` writes a coordinate as people read it."""
     settings = panel_settings(panels)
     columns = min(3, len(settings))
     lines = -(-len(settings) // columns)
@@ -112,16 +113,17 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
         chosen = [r for r in rows if all(r[name] == value for name, value in fixed)]
         for row in chosen:
             i, j = xs.index(row[x]), ys.index(row[y])
-            ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, color=DECISION_COLOURS[row["decision"]]))
+            ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, facecolor=DECISION_COLOURS[row["decision"]],
+                                       edgecolor="white", linewidth=2))
             delta = row["delta_t_ms"]
             ax.text(i, j, "—" if delta is None else f"{delta:+.1f}", ha="center", va="center", fontsize=9)
         ax.set_xlim(-0.5, len(xs) - 0.5)
         ax.set_ylim(-0.5, len(ys) - 0.5)
-        ax.set_xticks(range(len(xs)), [str(v) for v in xs])
-        ax.set_yticks(range(len(ys)), [str(v) for v in ys])
+        ax.set_xticks(range(len(xs)), [show(x, v) for v in xs])
+        ax.set_yticks(range(len(ys)), [show(y, v) for v in ys])
         ax.set_xlabel(x)
         ax.set_ylabel(y)
-        ax.set_title(", ".join(f"{name} {value}" for name, value in fixed), fontsize=9)
+        ax.set_title(", ".join(f"{name} {show(name, value)}" for name, value in fixed), fontsize=9)
     for ax in list(axes.flat)[len(settings):]:
         ax.set_visible(False)
     fig.legend(handles=[Patch(color=c, label=d) for d, c in DECISION_COLOURS.items()], loc="lower center",

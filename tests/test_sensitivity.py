@@ -273,3 +273,25 @@ def test_a_grid_file_is_read_relative_to_its_folder(run_cli, tmp_path):
     assert code == 0, err
     assert len(json.loads(out)["cells"]) == 1
     assert math.isfinite(json.loads(out)["target_rps"])
+
+
+@pytest.mark.slow
+def test_with_a_budget_each_mode_serves_its_highest_verified_rate_and_more_wins(tmp_path):
+    code, out = run("sensitivity", "grid", "--trace", SMOKE, "--vary", "route_ms=0,40", "--vary", "gpu=h100-80gb",
+                    "--budget", "30", "--jobs", "1", "--cache-dir", tmp_path / "cache", "--json")
+    assert code in (0, None)
+    doc = json.loads(out)
+    assert doc["compare"] == "budget"
+    for cell in doc["cells"]:
+        for prefix in ("colocated", "pd"):
+            assert cell[f"{prefix}_usd_per_hour"] <= 30 + 1e-9
+        assert cell["margin_rate_rps"] == pytest.approx(min(cell["colocated_rate_rps"], cell["pd_rate_rps"]), rel=1e-5)
+        both = cell["pd_verdict"] == "passes" and cell["colocated_verdict"] == "passes"
+        if both:
+            expected = cell["pd_rate_rps"] > cell["colocated_rate_rps"] and cell["delta_t_ms"] > 0
+            assert (cell["decision"] == "ENABLE_PD") == expected, cell["reason"]
+
+
+def test_a_rate_dimension_with_a_budget_exits_2(run_cli):
+    code, _, err = run_cli("sensitivity", "grid", "--trace", SMOKE, "--vary", "rate=1,2", "--budget", "20")
+    assert code == 2 and "vary.rate" in err

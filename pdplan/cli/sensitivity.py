@@ -125,7 +125,8 @@ def grid(
     if plot is not None:
         x, y = axes
         panels = tuple((n, v) for n, v in the_spec.dimensions if n not in (x, y))
-        outputs.put(plot, plot_grid(rows, x, y, panels, margin_ms=margin), "--plot")
+        outputs.put(plot, plot_grid(rows, x, y, panels, margin_ms=margin,
+                                    show=lambda name, value: DIMENSIONS[name].show(value)), "--plot")
     outputs.commit()
     summary = summary_text(the_spec.dimensions, result.cells)
     if json:
@@ -193,16 +194,20 @@ def render(result: GridResult, rows: list[dict], base: Base) -> None:
     table = Table(title=f"Sensitivity grid: best verified colocated vs P/D plan {what} (ms per request)")
     for name in result.names:
         table.add_column(name, justify="right")
-    for name in ("colocated $/h", "verdict", "P/D $/h", "verdict", "T_saved", "T_xfer", "T_route", "T_fail", "ΔT",
-                 "decision"):
+    budget = base.compare == "budget"
+    plans = (("colocated $/h", "colocated req/s", "verdict", "P/D $/h", "P/D req/s", "verdict") if budget
+             else ("colocated $/h", "verdict", "P/D $/h", "verdict"))
+    for name in (*plans, "T_saved", "T_xfer", "T_route", "T_fail", "ΔT", "decision"):
         table.add_column(name, justify="right")
+    table.add_column("why")
     for row in rows:
-        table.add_row(*[DIMENSIONS[n].show(row[n]) for n in result.names],
-                      _money(row["colocated_usd_per_hour"]), row["colocated_verdict"] or "—",
-                      _money(row["pd_usd_per_hour"]), row["pd_verdict"] or "—",
+        plans = [cell for prefix in ("colocated", "pd") for cell in (
+            _money(row[f"{prefix}_usd_per_hour"]), *([_rate(row[f"{prefix}_rate_rps"])] if budget else []),
+            row[f"{prefix}_verdict"] or "—")]
+        table.add_row(*[DIMENSIONS[n].show(row[n]) for n in result.names], *plans,
                       *[_ms(row[c]) for c in ("t_saved_ms", "t_transfer_exposed_ms", "t_route_ms", "t_failure_ms",
                                               "delta_t_ms")],
-                      row["decision"])
+                      row["decision"], row["reason"])
     stdout.print(table)
 
 
@@ -210,5 +215,9 @@ def _money(value: float | None) -> str:
     return "—" if value is None else f"${value:,.2f}"
 
 
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
 def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{value:+.1f}"
+    return "—" if value is None else f"{round(value, 1) or 0.0:+.1f}"

@@ -147,6 +147,12 @@ def cell_request(base: Base, coords: dict) -> PlanRequest:
         failure_policy=base.failure_policy, route_s=coords.get("route_ms", 0.0) / 1e3)
 
 
+def why_none(report, mode: str) -> str:
+    """Why the program has no plan of ``mode`` in any fleet (the binding constraint, as it names it)."""
+    reasons = dict.fromkeys(r.reason for f in report.fleets for r in f.searches(mode) if r.reason)
+    return "; ".join(reasons) or "no plan was tried"
+
+
 def best_of_mode(report, mode: str) -> ModeResult | None:
     """The mode's best verified plan over every fleet, else the plan that missed by the least."""
     searches = [r for f in report.fleets for r in f.searches(mode)]
@@ -180,6 +186,9 @@ def run_cell(base: Base, index: int, coords: dict) -> CellResult:
                             model=request.model, rate_rps=rate, runs=request.runs, seed=request.settings.seed,
                             arrivals=request.settings.arrivals)
     decision, reason = decide(colocated, disaggregated, margin, base)
+    missing = [f"no {label} plan fits: {why_none(report, mode)}" for label, mode, found in (
+        ("colocated", "colocated", colocated), ("P/D", "disaggregated", disaggregated)) if found is None]
+    reason = "; ".join([reason, *missing])
     return replace(empty, colocated=colocated, disaggregated=disaggregated, margin=margin, decision=decision,
                    reason=reason)
 
@@ -190,18 +199,18 @@ def decide(colocated: ModeResult | None, disaggregated: ModeResult | None, margi
     pd_passes = disaggregated is not None and disaggregated.passed
     colo_passes = colocated is not None and colocated.passed
     if not pd_passes and not colo_passes:
-        return "INFEASIBLE", "no plan of either mode passes end to end"
+        return "INFEASIBLE", "neither mode passes end to end"
     if not colo_passes:
         return "ENABLE_PD", "only P/D passes end to end"
     if not pd_passes:
-        return "COLOCATE", "the P/D plan misses the SLO end to end"
-    delta = round(margin.delta_ms, 3)
-    if not delta > base.margin_ms:
-        return "COLOCATE", f"net margin {delta:+.3f} ms does not exceed {base.margin_ms:g} ms"
+        return "COLOCATE", "no P/D plan passes end to end"
+    delta = round(margin.delta_ms, 1) or 0.0
+    if not round(margin.delta_ms, 3) > base.margin_ms:
+        return "COLOCATE", f"ΔT {delta:+.1f} ms ≤ margin {base.margin_ms:g} ms"
     if base.budget_usd_per_hour is None and disaggregated.usd_per_hour > colocated.usd_per_hour:
-        return "COLOCATE", (f"P/D costs more (${disaggregated.usd_per_hour:.2f} vs "
-                            f"${colocated.usd_per_hour:.2f} per hour)")
+        return "COLOCATE", f"P/D costs more: ${disaggregated.usd_per_hour:.2f} vs ${colocated.usd_per_hour:.2f}/h"
+    served = "" if base.budget_usd_per_hour is None else \
+        f"P/D serves {disaggregated.rate_rps:.3g} vs {colocated.rate_rps:.3g} req/s; "
     if base.budget_usd_per_hour is not None and not disaggregated.rate_rps > colocated.rate_rps:
-        return "COLOCATE", (f"P/D serves no more within the budget ({disaggregated.rate_rps:.3g} vs "
-                            f"{colocated.rate_rps:.3g} req/s)")
-    return "ENABLE_PD", f"P/D saves {delta:.3f} ms per request, above the {base.margin_ms:g} ms margin"
+        return "COLOCATE", f"{served}no more within the budget"
+    return "ENABLE_PD", f"{served}ΔT {delta:+.1f} ms > margin {base.margin_ms:g} ms"

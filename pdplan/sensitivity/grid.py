@@ -56,7 +56,11 @@ def cell_coordinates(dimensions: tuple[tuple[str, tuple], ...]) -> list[dict]:
 
 
 def check_cells(base: Base, cells: list[dict]) -> None:
-    """Refuse, before any work, coordinates the base inputs cannot take (a GPU the cluster lacks)."""
+    """Refuse, before any work, coordinates the base inputs cannot take: a GPU the cluster lacks,
+    a target rate when a budget sets the rate."""
+    if base.budget_usd_per_hour is not None and any("rate" in c for c in cells):
+        raise PdplanError("vary.rate: with --budget each mode's rate is the highest it serves within the budget; "
+                          "drop the rate dimension", field="vary.rate")
     for gpu in sorted({c["gpu"] for c in cells if "gpu" in c}):
         cell_cluster(base.cluster, {"gpu": gpu})
 
