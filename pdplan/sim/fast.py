@@ -411,7 +411,8 @@ def _plan_start(di, ht, hi, hs, i, t):
 
 @njit(cache=True, inline="always")
 def _append(rq, di, i, r, head, tail, link):
-    """Append request r to instance i's FIFO (head/tail rows of di, link row of rq)."""
+    """Append request r to instance i's FIFO (head/tail rows of ``di``, a decode or a prefill
+    instance table; link row of rq)."""
     rq[link, r] = -1
     if di[tail, i] >= 0:
         rq[link, di[tail, i]] = r
@@ -597,12 +598,7 @@ def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t):
             p = i
     pi[P_PENDING, p] += rq[R_PROMPT, r]
     rq[R_P_INST, r] = p
-    rq[R_Q_NEXT, r] = -1
-    if pi[P_Q_TAIL, p] >= 0:
-        rq[R_Q_NEXT, pi[P_Q_TAIL, p]] = r
-    else:
-        pi[P_Q_HEAD, p] = r
-    pi[P_Q_TAIL, p] = r
+    _append(rq, pi, p, r, P_Q_HEAD, P_Q_TAIL, R_Q_NEXT)
     if pf[p, 1] <= t and pi[P_FREE_PENDING, p] == 0:
         pi[P_FREE_PENDING, p] = 1
         _push(ht, hi, hs, t, np.int64(PRI_PREFILL_FREE), p, np.int64(-1))
