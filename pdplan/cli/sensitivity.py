@@ -86,14 +86,15 @@ def grid(
         "--cache-dir", help=f"Result cache folder; default {default_cache_dir()}.")] = None,
     json: JsonOpt = False,
 ) -> None:
-    """Plan every cell of a grid both ways, colocated and P/D, each verified end to end, and decide
-    where P/D pays: ENABLE_PD, COLOCATE or INFEASIBLE, with the net margin per request
-    ΔT = T_saved − T_transfer_exposed − T_route − T_failure measured from each cell's simulations.
+    """Where P/D beats the best colocated plan, cell by cell, and by what net margin per request.
 
-    T_saved is the interference the split removes (colocated latency minus P/D with free
-    handoffs); the other terms are what the real links, transfer failures and the router's hop
-    then add back. ENABLE_PD needs ΔT above --margin, the P/D plan passing and no more expensive
-    than a passing colocated plan (with --budget: serving a higher verified rate).
+    Every cell is planned both ways, each plan verified end to end, and decided ENABLE_PD,
+    COLOCATE or INFEASIBLE with ΔT = T_saved − T_transfer_exposed − T_route − T_failure (ms per
+    request) measured from the cell's simulations: T_saved is the interference the split removes
+    (colocated latency minus P/D with free handoffs); the other terms are what the real links,
+    transfer failures and the router's hop add back. ENABLE_PD needs the P/D plan passing and,
+    when a colocated plan passes too, ΔT above --margin and P/D no more expensive (with --budget:
+    serving a higher verified rate).
     """
     within("--margin", margin, -1e6, 1e6)
     within("--budget", budget, 0, limits.MAX_USD_PER_HOUR, above=True)
