@@ -103,7 +103,7 @@ def _run_local(base: Base, cells: list[dict], order: tuple[list[int], list[int]]
             progress(len(results), len(cells))
         return results
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+    with ProcessPoolExecutor(max_workers=min(jobs, len(cells)), mp_context=context) as pool:
         for phase in order:
             pending = {pool.submit(run_cell, base, i, cells[i]): i for i in phase}
             while pending:
