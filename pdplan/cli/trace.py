@@ -111,6 +111,10 @@ def synth(
                                         show_default=False)],
     arrivals: Annotated[str, typer.Option("--arrivals", help="poisson or gamma (needs --cv).")] = "poisson",
     cv: CvOpt = None,
+    diurnal: Annotated[float, typer.Option(
+        "--diurnal", help="Peak-to-trough ratio of a day curve the rate follows (lowest at the start, highest "
+                          "half a --period later; mean --rate); 1 keeps the rate flat.")] = 1.0,
+    period: Annotated[float, typer.Option("--period", help="Length of the day curve, seconds.")] = 86_400.0,
     seed: SeedOpt = 0,
     json: JsonOpt = False,
 ) -> None:
@@ -122,15 +126,18 @@ def synth(
     if arrivals == "trace":
         raise PdplanError("--arrivals for synth must be poisson or gamma, got 'trace'")
     cv = _check_arrival_flags(arrivals, rate, cv, seed, requests)
+    within("--diurnal", diurnal, 1, 1000)
+    within("--period", period, 0, 365 * 86_400, above=True)
     outputs = Outputs()
     outputs.claim(out, "--out")
-    workload = wl.synthesize(n_requests=requests, rate_rps=rate, cv=cv, rng=seed,
+    workload = wl.synthesize(n_requests=requests, rate_rps=rate, cv=cv, rng=seed, swing=diurnal, period_s=period,
                              prompt=wl.parse_length_dist(prompt, what="--prompt"),
                              output=wl.parse_length_dist(output, what="--output"))
     outputs.put(out, wl.native_csv(workload))
     outputs.commit()
     summary = {"path": str(out), "arrivals": arrivals, "rate_rps": rate,
-               "cv": cv if arrivals == "gamma" else None, "seed": seed, "prompt": prompt,
+               "cv": cv if arrivals == "gamma" else None, "diurnal": diurnal, "period_s": period,
+               "seed": seed, "prompt": prompt,
                "output": output, "stats": wl.trace_stats(workload).to_dict()}
     _print_written(summary, json)
 

@@ -9,6 +9,7 @@ windows, new arrival processes) and :mod:`.synth` (synthetic traces from length 
 from pdplan.workload.formats import CHUNK_ROWS, FORMATS, load_trace, native_csv
 from pdplan.workload.model import DEFAULT_BLOCK_TOKENS, NO_ARRIVALS_HINT, Workload, max_blocks
 from pdplan.workload.reshape import (
+    diurnal_arrivals,
     gamma_arrivals,
     head,
     poisson_arrivals,
@@ -32,7 +33,7 @@ from pdplan.workload.synth import LENGTH_KINDS, LENGTH_SPEC_HELP, MAX_SPEC_TOKEN
 
 __all__ = [
     "CHUNK_ROWS", "DEFAULT_BLOCK_TOKENS", "FORMATS", "LENGTH_KINDS", "LENGTH_SPEC_HELP", "MAX_SPEC_TOKENS",
-    "NO_ARRIVALS_HINT", "PEAK_WINDOW_S", "LengthDist", "LengthStats", "TraceStats", "Workload", "gamma_arrivals",
+    "NO_ARRIVALS_HINT", "PEAK_WINDOW_S", "LengthDist", "LengthStats", "TraceStats", "Workload", "diurnal_arrivals", "gamma_arrivals",
     "head", "interarrival_cv", "load_trace", "max_blocks", "native_csv", "parse_length_dist", "peak_rate_rps",
     "poisson_arrivals", "poisson_resample", "prefix_reuse_fraction", "replace_arrivals", "rescale_rate",
     "rescaled_arrivals", "synthesize", "thin", "trace_stats", "window",

@@ -132,6 +132,23 @@ def gamma_arrivals(n: int, *, rate_rps: float, cv: float, rng: np.random.Generat
     return np.round(times, 6)
 
 
+def diurnal_arrivals(n: int, *, rate_rps: float, swing: float, period_s: float, cv: float = 1.0,
+                     rng: np.random.Generator | int) -> np.ndarray:
+    """n arrivals whose rate follows a day curve: λ(t) = mean · (1 − a·cos(2πt / period)), lowest at
+    t = 0 (night), highest half a period later, with a = (swing − 1)/(swing + 1) so that the peak
+    is ``swing`` times the trough. Gamma(cv) arrivals of unit rate are mapped through the inverse
+    of the cumulative rate Λ(t) (time rescaling), so burstiness within the curve is ``cv``'s."""
+    if not (math.isfinite(swing) and swing >= 1):
+        raise PdplanError(f"swing (peak over trough) must be a finite number >= 1, got {swing!r}", field="swing")
+    rate_rps, period_s = positive("rate_rps", rate_rps), positive("period_s", period_s)
+    unit = gamma_arrivals(n, rate_rps=1.0, cv=cv, rng=rng)
+    a = (swing - 1) / (swing + 1)
+    span = unit[-1] / rate_rps + period_s  # Λ grows at least (1 − a)·mean, so this reaches the last arrival
+    grid = np.linspace(0.0, span / (1 - a), 1 + int(4096 * span / period_s) + 1024)
+    cumulative = rate_rps * (grid - a * period_s / (2 * math.pi) * np.sin(2 * math.pi * grid / period_s))
+    return np.round(np.interp(unit, cumulative, grid), 6)
+
+
 def poisson_arrivals(n: int, *, rate_rps: float, rng: np.random.Generator | int) -> np.ndarray:
     """n Poisson arrival times at ``rate_rps`` starting at 0 (Gamma gaps with CV 1 are exponential)."""
     return gamma_arrivals(n, rate_rps=rate_rps, cv=1.0, rng=rng)

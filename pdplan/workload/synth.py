@@ -10,7 +10,7 @@ import numpy as np
 from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.workload.model import Workload
-from pdplan.workload.reshape import gamma_arrivals, generator
+from pdplan.workload.reshape import diurnal_arrivals, gamma_arrivals, generator
 
 
 LENGTH_KINDS = ("const", "lognormal", "uniform")
@@ -92,10 +92,14 @@ def parse_length_dist(text: str, *, what: str = "length") -> LengthDist:
 
 
 def synthesize(*, n_requests: int, rate_rps: float, prompt: LengthDist, output: LengthDist,
-               cv: float = 1.0, rng: np.random.Generator | int) -> Workload:
+               cv: float = 1.0, rng: np.random.Generator | int, swing: float = 1.0,
+               period_s: float = 86_400.0) -> Workload:
     """A synthetic trace: Gamma(cv) arrivals at ``rate_rps`` (Poisson for cv = 1) and i.i.d.
-    lengths.  Draw order, all from ``rng``: arrival gaps, prompt lengths, output lengths."""
+    lengths; with ``swing`` > 1 the rate follows a day curve of that peak-to-trough ratio and
+    ``period_s`` (:func:`pdplan.workload.diurnal_arrivals`, mean ``rate_rps``).  Draw order, all
+    from ``rng``: arrival gaps, prompt lengths, output lengths."""
     rng = generator(rng)
-    arrival_s = gamma_arrivals(n_requests, rate_rps=rate_rps, cv=cv, rng=rng)
+    arrival_s = (gamma_arrivals(n_requests, rate_rps=rate_rps, cv=cv, rng=rng) if swing == 1 else
+                 diurnal_arrivals(n_requests, rate_rps=rate_rps, swing=swing, period_s=period_s, cv=cv, rng=rng))
     return Workload(arrival_s=arrival_s, prompt_tokens=prompt.sample(n_requests, rng),
                     output_tokens=output.sample(n_requests, rng), format="synth")
