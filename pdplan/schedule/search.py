@@ -1,0 +1,182 @@
+"""Plans over time: the windowed program proposes, each window's simulation decides.
+
+1. Every shape is measured once on the whole trace (per-instance goodput, then pool curves up to
+   the busiest window), as ``optimize`` measures them.
+2. The windowed program (:mod:`.program`) picks one shape per phase and replicas per window.
+3. Each window's pools are placed on the nodes and verified end to end on that window's own
+   requests at its rate (R runs, 95% intervals, the optimize rule). A window that misses raises
+   its failing phase's requirement by ``RAISE_FACTOR`` and the program is solved again, until
+   every window passes or the rounds run out.
+
+The same search with replicas held equal across windows is the *static peak* plan; a static plan
+sized for the trace's mean rate, verified but never raised, shows what planning for the mean
+costs in missed windows.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable
+
+from pdplan.cache import ResultCache
+from pdplan.errors import InfeasibleError
+from pdplan.placement import Solution, solve
+from pdplan.planner.checks import Verifier
+from pdplan.planner.measure import measure, pool_candidates
+from pdplan.planner.pipeline import base_problem
+from pdplan.planner.plans import plan_of
+from pdplan.planner.request import PlanRequest
+from pdplan.planner.search import RAISE_FACTOR
+from pdplan.schedule.program import MODE_PHASES, Schedule, solve_schedule
+from pdplan.schedule.windows import Window
+from pdplan.sim import Plan
+from pdplan.verify import Verification
+
+#: Program solves (each followed by the windows' verification) one schedule may take.
+MAX_SCHEDULE_ROUNDS = 8
+
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowCheck:
+    """One window's placed plan and its end-to-end verdict on the window's requests."""
+
+    window: Window
+    solution: Solution
+    plan: Plan
+    verification: Verification
+
+
+@dataclass(frozen=True, kw_only=True)
+class VerifiedSchedule:
+    """A schedule and every window's verdict; ``passed`` when all windows pass."""
+
+    kind: str                       #: "windowed", "static peak" or "static mean"
+    schedule: Schedule
+    checks: tuple[WindowCheck, ...]
+    rounds: int
+
+    @property
+    def passed(self) -> bool:
+        return all(c.verification.passed for c in self.checks)
+
+    @property
+    def missed(self) -> tuple[int, ...]:
+        return tuple(c.window.index for c in self.checks if not c.verification.passed)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WindowedReport:
+    """The chosen schedule, the other mode's, and the static plans it is judged against."""
+
+    request: PlanRequest
+    windows: tuple[Window, ...]
+    change_gpu_minutes: float
+    schedules: dict[str, VerifiedSchedule | None]   #: mode → its windowed schedule (None: infeasible)
+    reasons: dict[str, str]                          #: mode → why it has none
+    static_peak: VerifiedSchedule | None
+    static_mean: VerifiedSchedule | None
+    profiles: dict
+
+    @property
+    def chosen(self) -> VerifiedSchedule | None:
+        """The cheapest windowed schedule whose every window passes."""
+        passing = [s for s in self.schedules.values() if s is not None and s.passed]
+        return min(passing, key=lambda s: (s.schedule.usd, s.schedule.mode != "colocated"), default=None)
+
+
+class WindowChecker:
+    """Places and verifies window plans, one verifier per window (so each window's checks are
+    cached by plan and rate, in memory and on disk)."""
+
+    def __init__(self, request: PlanRequest, windows: list[Window], candidates, profiles: dict, cache: ResultCache):
+        self.request, self.candidates, self.profiles, self.cache = request, candidates, profiles, cache
+        self.requests = [replace(request, workload=w.requests, target_rps=w.rate_rps) for w in windows]
+        self.verifiers = [Verifier(r, profiles, cache) for r in self.requests]
+
+    def check(self, schedule: Schedule, window: Window) -> WindowCheck:
+        request = self.requests[window.index]
+        counts = tuple((schedule.shapes[p], k) for p, k in schedule.replicas[window.index].items() if k > 0)
+        fleet = request.fleets[0]
+        try:
+            solution = solve(replace(base_problem(request, self.candidates, fleet, schedule.mode, "high"),
+                                     fixed=counts))
+        except InfeasibleError as err:
+            raise InfeasibleError(f"window {window.index}'s pools do not fit on the nodes: {err.detail}") from None
+        plan = plan_of(solution, model=request.model, cluster=request.cluster, mode=schedule.mode, affinity="high",
+                       transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
+                       failure_policy=request.failure_policy, route_s=request.route_s,
+                       name=f"{request.model.name} {schedule.mode}, window {window.index}")
+        verification = self.verifiers[window.index].verify(plan, window.rate_rps, mode=schedule.mode)
+        return WindowCheck(window=window, solution=solution, plan=plan, verification=verification)
+
+    @property
+    def simulations(self) -> int:
+        return sum(v.simulations for v in self.verifiers)
+
+
+def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: str, change_gpu_minutes: float,
+                      kind: str, rates: list[float], raise_misses: bool = True) -> VerifiedSchedule:
+    """The cheapest schedule whose every window passes (see the module docstring), starting from
+    the requirement ``rates`` per window; ``raise_misses`` False verifies the first one only."""
+    request = checker.request
+    phases = MODE_PHASES[mode]
+    requirements = [{p: rate for p in phases} for rate in rates]
+    for round_ in range(1, MAX_SCHEDULE_ROUNDS + 1):
+        schedule = solve_schedule(checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
+                                  hours=[w.hours for w in windows], requirements=requirements,
+                                  change_gpu_minutes=change_gpu_minutes, static=kind != "windowed",
+                                  time_limit_s=request.time_limit_s, seed=request.settings.seed)
+        checks = tuple(checker.check(schedule, w) for w in windows)
+        result = VerifiedSchedule(kind=kind, schedule=schedule, checks=checks, rounds=round_)
+        if result.passed or not raise_misses or round_ == MAX_SCHEDULE_ROUNDS:
+            return result
+        for check in checks:
+            if not check.verification.passed:
+                phase = check.verification.failing_phase or phases[0]
+                if kind == "windowed":
+                    requirements[check.window.index][phase] *= RAISE_FACTOR
+                else:  # a static plan is raised everywhere at once
+                    for r in requirements:
+                        r[phase] = max(r[phase], requirements[check.window.index][phase] * RAISE_FACTOR)
+    raise AssertionError("unreachable")
+
+
+def plan_windows(request: PlanRequest, windows: list[Window], *, change_gpu_minutes: float, cache: ResultCache,
+                 progress: Progress | None = None) -> WindowedReport:
+    """Measure the shapes once, then the windowed schedule per mode and the two static plans."""
+    busiest = max(w.rate_rps for w in windows)
+    peak_request = replace(request, target_rps=busiest)
+    measured, _ = measure(peak_request, cache, progress)
+    candidates = pool_candidates(peak_request, measured, cache, progress)
+    profiles = {m.profile.key: m.profile for m in measured}
+    checker = WindowChecker(request, windows, candidates, profiles, cache)
+    modes = ("disaggregated", "colocated") if request.mode == "auto" else (request.mode,)
+    schedules, reasons = {}, {}
+    for i, mode in enumerate(modes):
+        if progress is not None:
+            progress(f"windowed schedule, {mode}", i, len(modes) + 2)
+        try:
+            schedules[mode] = verified_schedule(checker, windows, mode=mode, change_gpu_minutes=change_gpu_minutes,
+                                                kind="windowed", rates=[w.rate_rps for w in windows])
+        except InfeasibleError as err:
+            schedules[mode], reasons[mode] = None, err.detail
+    report = WindowedReport(request=request, windows=tuple(windows), change_gpu_minutes=change_gpu_minutes,
+                            schedules=schedules, reasons=reasons, static_peak=None, static_mean=None,
+                            profiles=profiles)
+    chosen = report.chosen
+    if chosen is None:
+        return report
+    mode = chosen.schedule.mode
+    mean = sum(len(w.requests) for w in windows) / (windows[-1].end_s - windows[0].start_s)
+    statics = {}
+    for i, (kind, rate) in enumerate((("static peak", busiest), ("static mean", mean))):
+        if progress is not None:
+            progress(f"{kind} plan", len(modes) + i, len(modes) + 2)
+        try:
+            statics[kind] = verified_schedule(checker, windows, mode=mode, change_gpu_minutes=0.0, kind=kind,
+                                              rates=[rate] * len(windows), raise_misses=kind == "static peak")
+        except InfeasibleError:
+            statics[kind] = None
+    return replace(report, static_peak=statics["static peak"], static_mean=statics["static mean"])
