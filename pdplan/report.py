@@ -187,3 +187,32 @@ def plot_cost_vs_rate(curves: dict, verified: dict, target_rps: float) -> bytes:
     ax.legend(fontsize=8)
     fig.tight_layout()
     return figure_png(fig)
+
+
+def plot_schedule(doc: dict) -> bytes:
+    """Replicas per pool over the windows (steps) against each window's rate, with the static peak
+    plan's GPUs beside the schedule's (the ``optimize --windows`` JSON document)."""
+    windows = doc["windows"]
+    starts = [w["start_s"] / 3600 for w in windows] + [windows[-1]["end_s"] / 3600]
+    fig, (pools, gpus) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    for phase in doc["schedule"]["shapes"]:
+        counts = [w["replicas"][phase] for w in doc["schedule"]["windows"]]
+        pools.stairs(counts, starts, label=f"{phase} replicas", linewidth=2)
+    rate = pools.twinx()
+    rate.stairs([w["rate_rps"] for w in windows], starts, color="grey", linestyle="--", label="window rate")
+    rate.set_ylabel("requests/s")
+    pools.set_ylabel("replicas")
+    pools.legend(loc="upper left", fontsize=8)
+    rate.legend(loc="upper right", fontsize=8)
+    for kind, style in (("schedule", "-"), ("static_peak", ":"), ("static_mean", "--")):
+        if doc.get(kind):
+            gpus.stairs([w["gpus"] for w in doc[kind]["windows"]], starts, linestyle=style,
+                        label=f"{kind.replace('_', ' ')}: {doc[kind]['gpu_hours']:,.1f} GPU-h")
+    gpus.set_ylabel("GPUs")
+    gpus.set_xlabel("hours from the trace's first arrival")
+    gpus.legend(fontsize=8)
+    for ax in (pools, gpus):
+        ax.grid(True, alpha=0.3)
+    fig.suptitle("Replicas per window, verified window by window, against static plans")
+    fig.tight_layout()
+    return figure_png(fig)

@@ -49,7 +49,9 @@ from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resol
 from pdplan.planner.request import MODES
 from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
 from pdplan.planner.curves import cost_curves, goodput_per_gpu
-from pdplan.report import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu
+from pdplan.cli.schedule import render as render_schedule, report_to_dict as schedule_document
+from pdplan.report import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, plot_schedule
+from pdplan.schedule import cut, plan_windows, window_starts
 from pdplan.manifest import Identity, Inputs, Release, build_manifest
 from pdplan.manifest.build import CONNECTORS, UNKNOWN
 from pdplan.verify import DEFAULT_RUNS, RULES
@@ -75,7 +77,15 @@ def optimize(
     slo: SloFileOpt = None,
     target_rate: Annotated[float | None, typer.Option(
         "--target-rate", help="Rate the plan must serve (req/s); default the trace's mean rate.")] = None,
-    peak: Annotated[bool, typer.Option("--peak", help="Plan for the trace's busiest minute.")] = False,
+    peak: Annotated[bool, typer.Option("--peak", help="Plan for the trace's busiest minute (with --windows: each "
+                                                      "window's).")] = False,
+    windows: Annotated[str | None, typer.Option(
+        "--windows", help="Plan each window of the trace at its own rate under one inventory: a length (1h, 30m, "
+                          "900s) or a file of window starts in seconds, one per line.")] = None,
+    change_cost: Annotated[float, typer.Option(
+        "--change-cost", help="With --windows: GPU-minutes each GPU of an instance joining or leaving a pool "
+                              "loses (draining on the way out, loading weights on the way in; a flip from one "
+                              "phase to the other does both).")] = 5.0,
     fleet: Annotated[str, typer.Option(
         "--fleet", help="GPU types per pool: any (free choice), all (every prefill/decode GPU pair the "
                         "cluster holds, power-capped decode included), a pair PREFILL_GPU/DECODE_GPU, or "
@@ -163,6 +173,8 @@ def optimize(
         raise PdplanError(f"--connector must be one of {', '.join(CONNECTORS)}, got {connector!r}", field="connector")
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
+    if windows is not None:
+        _check_windows(objective=objective, target_rate=target_rate, out=out, change_cost=change_cost)
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
                    max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit,
                    seeds=seeds, max_rounds=max_rounds, tps=tp, pps=pp)
@@ -173,6 +185,13 @@ def optimize(
         outputs.claim(plot, "--plot", folder=True)
     settings = search_settings(tolerance, requests_per_probe, arrivals, seed)
     workload = load_workload(trace, format)
+    cut_windows = None
+    if windows is not None:
+        if not workload.has_arrivals:
+            raise PdplanError("--windows needs a trace with arrival times", file=trace)
+        cut_windows = cut(workload, window_starts(windows, float(workload.arrival_s[-1] - workload.arrival_s[0])),
+                          peak=peak)
+        peak = False  # each window's own busiest minute, not the trace's
     if objective == "goodput":
         rate = None
     elif target_rate is not None:
@@ -202,7 +221,13 @@ def optimize(
         def advance(label: str, done: int, total: int) -> None:
             progress.update(task, description=label, completed=done, total=total)
 
-        report = run_optimize(request, cache=cache, progress=advance)
+        if cut_windows is not None:
+            windowed = plan_windows(request, cut_windows, change_gpu_minutes=change_cost, cache=cache, progress=advance)
+        else:
+            report = run_optimize(request, cache=cache, progress=advance)
+    if cut_windows is not None:
+        _windowed_output(windowed, outputs, plot, json)
+        return
     document = report_to_dict(report)
     document["run"]["cache"]["dir"] = None if no_cache else str(cache.folder)
     if report.answer is not None:
@@ -234,6 +259,28 @@ def optimize(
         _render(report, document, explain)
     if report.answer is None:
         raise typer.Exit(1)
+
+
+def _windowed_output(windowed, outputs: Outputs, plot: Path | None, json: bool) -> None:
+    """Write the schedule's plot, print it, and exit 1 when no schedule passes every window."""
+    document = schedule_document(windowed)
+    if windowed.chosen is not None and plot is not None:
+        outputs.put(plot / "schedule.png", plot_schedule(document), "--plot")
+        outputs.commit()
+    render_schedule(windowed, document, json)
+    if windowed.chosen is None:
+        raise typer.Exit(1)
+
+
+def _check_windows(*, objective: str, target_rate: float | None, out: Path | None, change_cost: float) -> None:
+    if objective != "cost":
+        raise PdplanError("--windows minimises cost over the windows; drop --objective", field="objective")
+    if target_rate is not None:
+        raise PdplanError("--windows plans each window at its own rate; drop --target-rate", field="target_rate")
+    if out is not None:
+        raise PdplanError("--out writes one plan's manifest; a windowed schedule has no manifest form yet",
+                          field="out")
+    within("--change-cost", change_cost, 0, 24 * 60)
 
 
 def _duration(workload) -> float:

@@ -7,15 +7,17 @@ Variables, per mode (disaggregated: a prefill and a decode shape; colocated: one
 * n_{w,c} ∈ [need_c(w)·x_c, N_c·x_c]: replicas in window w, with need_c(w) = the fewest replicas
   whose pool capacity c(n) reaches the phase's requirement in w (its rate, raised after a
   verification miss) and N_c the most the cluster holds;
-* a_{w,c} ≥ n_{w,c} − n_{w−1,c}, a ≥ 0: instances that join the pool at the start of w, started
-  or flipped from the other phase.
+* j_{w,c} ≥ n_{w,c} − n_{w−1,c} and l_{w,c} ≥ n_{w−1,c} − n_{w,c}, both ≥ 0: instances that join
+  the pool at the start of w (started, or flipped in from the other phase) and that leave it
+  (stopped, or flipped out).
 
 Inventory, per window and physical GPU type: Σ gpus_c · n_{w,c} ≤ the cluster's GPUs of that
 type (the placement then packs each window on the nodes and may refuse a fragmented one).
-Objective, in dollars: Σ_w hours_w · Σ_c $/h_c · n_{w,c} + Σ_{w≥1} Σ_c a_{w,c} · gpus_c ·
-(change-cost GPU-minutes / 60) · $/GPU-h_c: the GPU time the windows run, plus the GPU time every
-instance joining a pool loses to draining its old role and loading weights. A static plan is the
-same program with n_{w,c} = n_{0,c} for every w.
+Objective, in dollars: Σ_w hours_w · Σ_c $/h_c · n_{w,c} + Σ_{w≥1} Σ_c (j_{w,c} + l_{w,c}) · gpus_c
+· (change-cost GPU-minutes / 60) · $/GPU-h_c: the GPU time the windows run, plus the GPU time each
+instance that leaves a pool loses draining and each that joins loses loading weights (a flip
+does both). A static plan is the same program with n_{w,c} = n_{0,c} for every w; a change cost
+above what any change saves makes the windowed plan static too.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ class Schedule:
     change_usd: float                         #: the change cost of every instance joining a pool
     gpu_hours: float                          #: Σ_w hours_w × GPUs in use
     joins: tuple[dict[str, int], ...]         #: per window: phase → instances joining at its start
+    leaves: tuple[dict[str, int], ...]        #: per window: phase → instances leaving at its start
     status: str
 
     @property
@@ -82,7 +85,7 @@ def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet
             raise InfeasibleError(f"no {p} shape serves every window within the cluster (the busiest needs "
                                   f"{max(r[p] for r in requirements):.3g} req/s)")
     model = cp_model.CpModel()
-    chosen, n, joins = {}, {}, {}
+    chosen, n, joins, leaves = {}, {}, {}, {}
     for p in phases:
         for c in usable[p]:
             chosen[c] = model.new_bool_var("")
@@ -94,8 +97,9 @@ def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet
                 if static and w > 0:
                     model.add(n[w, c] == n[0, c])
                 if w > 0:
-                    joins[w, c] = model.new_int_var(0, top, "")
+                    joins[w, c], leaves[w, c] = model.new_int_var(0, top, ""), model.new_int_var(0, top, "")
                     model.add(joins[w, c] >= n[w, c] - n[w - 1, c])
+                    model.add(leaves[w, c] >= n[w - 1, c] - n[w, c])
         model.add_exactly_one(chosen[c] for c in usable[p])
     every = [c for p in phases for c in usable[p]]
     for hardware in sorted({get_gpu(c.gpu).physical for c in every}):
@@ -108,7 +112,7 @@ def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet
             model.add(sum(c.gpus * n[w, c] for c in on) <= owned)
     price = {c: cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus for c in every}
     model.minimize(sum(money_units(hours[w] * price[c]) * n[w, c] for w in windows for c in every)
-                   + sum(money_units(change_gpu_minutes / 60 * price[c]) * joins[w, c]
+                   + sum(money_units(change_gpu_minutes / 60 * price[c]) * (joins[w, c] + leaves[w, c])
                          for w in windows if w > 0 for c in every))
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = time_limit_s
@@ -119,12 +123,14 @@ def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet
         raise InfeasibleError("the cluster cannot hold every window's pools at once (GPU inventory)")
     shapes = {p: next(c for c in usable[p] if solver.value(chosen[c])) for p in phases}
     replicas = tuple({p: solver.value(n[w, shapes[p]]) for p in phases} for w in windows)
-    joined = tuple({p: (solver.value(joins[w, shapes[p]]) if w > 0 else 0) for p in phases} for w in windows)
+    joined = tuple({p: max(0, replicas[w][p] - replicas[w - 1][p]) if w else 0 for p in phases} for w in windows)
+    left = tuple({p: max(0, replicas[w - 1][p] - replicas[w][p]) if w else 0 for p in phases} for w in windows)
     run = sum(hours[w] * price[shapes[p]] * replicas[w][p] for w in windows for p in phases)
-    change = sum(change_gpu_minutes / 60 * price[shapes[p]] * joined[w][p] for w in windows for p in phases)
+    change = sum(change_gpu_minutes / 60 * price[shapes[p]] * (joined[w][p] + left[w][p])
+                 for w in windows for p in phases)
     gpu_hours = sum(hours[w] * shapes[p].gpus * replicas[w][p] for w in windows for p in phases)
     return Schedule(mode=mode, shapes=shapes, replicas=replicas, run_usd=run, change_usd=change,
-                    gpu_hours=gpu_hours, joins=joined, status=solver.status_name(status))
+                    gpu_hours=gpu_hours, joins=joined, leaves=left, status=solver.status_name(status))
 
 
 def is_static(schedule: Schedule) -> bool:

@@ -59,6 +59,9 @@ Modelling choices, stated once:
   contributes Σl = c and Σl² = (o + c)² − o², so its attention counts the causal pairs of
   the whole prompt across chunks. One iteration at a time (PP profiles are used as
   whole-instance latencies, without pipelining).
+* **Instances joining and leaving** — with ``availability``, each instance takes new requests
+  only inside its intervals; outside them it finishes what it holds (a drain) and the routers
+  choose among the instances that do take requests (all of them, if none does).
 * **Routing** — prefill: fewest pending prompt tokens (Splitwise JSQ); decode: smallest
   (routed, unfinished KV tokens) / capacity; colocated: fewest outstanding tokens (prompt +
   output of routed, unfinished requests); ties → lowest index. No Splitwise mixed pool.
@@ -66,6 +69,7 @@ Modelling choices, stated once:
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -177,6 +181,8 @@ class Layout:
     failure_rate: float = 0.0               #: probability that one KV transfer attempt fails
     failure_policy: str = "retry"           #: "retry" (resend the KV) or "recompute" (prefill again)
     route_s: float = 0.0                    #: the router's hop from prefill to decode
+    #: per instance, the [from, until) intervals in which it takes new requests (None: always)
+    availability: tuple[tuple[tuple[float, float], ...], ...] | None = None
 
     def ids(self, phase: str) -> np.ndarray:
         return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
@@ -366,7 +372,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         di[fast.D_CHUNK] = [layout.chunk_tokens[i] for i in ids]
         di[fast.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in ids]
         tab_i, pieces = table.arrays()
-        events = fast.run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap, cl)
+        events = fast.run_colocated(rq, rt, rejected, tab_i, pieces, di, df, *availability_csr(layout, ids), heap, cl)
         inst = rq[fast.R_P_INST]
         glob = np.where(inst >= 0, ids[np.maximum(inst, 0)], -1)
         busy[ids] = df[fast.F_BUSY]
@@ -403,7 +409,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
         link, fast.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fast.FAILURE_RETRY,
-        float(layout.route_s), heap + 2 * int(rq[fast.R_FAILS].sum()), cl)
+        float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids), heap + 2 * int(rq[fast.R_FAILS].sum()), cl)
     pinst, dinst = rq[fast.R_P_INST], rq[fast.R_D_INST]
     pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
     dglob = np.where(dinst >= 0, dids[np.maximum(dinst, 0)], -1) if len(dids) else np.full(n, -1)
@@ -412,6 +418,15 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     if len(pids) and len(dids):
         links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fast.F_LINK_BUSY])}
     return _raw(requests, rejected, rq, rt, pglob, dglob), busy, links, int(events)
+
+
+def availability_csr(layout: Layout, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The intervals of instances ``ids`` for the kernels: pointers (len + 1) and [from, until) rows."""
+    spans = [((-np.inf, np.inf),) if layout.availability is None else layout.availability[i] for i in ids]
+    ptr = np.zeros(len(spans) + 1, np.int64)
+    np.cumsum([len(s) for s in spans], out=ptr[1:])
+    rows = np.array([span for s in spans for span in s], np.float64).reshape(-1, 2).T.copy()
+    return ptr, rows if rows.size else np.zeros((2, 1))
 
 
 def _raw(requests: Requests, rejected, rq, rt, prefill_instance, decode_instance) -> dict[str, np.ndarray]:
@@ -471,7 +486,7 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
 
 def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec | None = None,
              seed: int = 0, rate_rps: float | None = None, engine: str = "fast",
-             concurrency: int | None = None) -> SimResult:
+             concurrency: int | None = None, availability: Mapping | None = None) -> SimResult:
     """Simulate ``plan`` serving ``workload``.
 
     ``workload`` is a :class:`pdplan.workload.Workload` or a mapping with ``arrival_s``,
@@ -486,10 +501,28 @@ def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec |
     ``concurrency`` C runs a closed loop instead: C clients, each sending its next request (in
     trace order) the moment its previous one finishes, as ``vllm bench serve
     --max-concurrency``, genai-perf and AIPerf do; the trace's arrival times are ignored.
+    ``availability`` (pool name → per replica, the [from, until) intervals in which it takes new
+    requests) runs a pool whose instances join and leave: out of its intervals an instance only
+    drains the work it holds; the routers pick among the instances taking requests.
     """
     requests = as_requests(workload, rate_rps=rate_rps, closed_loop=concurrency is not None)
-    return run(layout_from_plan(plan, profiles, model), requests, seed=seed, rate_rps=rate_rps,
-               engine=engine, concurrency=concurrency)
+    layout = layout_from_plan(plan, profiles, model)
+    if availability is not None:
+        layout = dataclasses.replace(layout, availability=instance_availability(plan, availability))
+    return run(layout, requests, seed=seed, rate_rps=rate_rps, engine=engine, concurrency=concurrency)
+
+
+def instance_availability(plan: Plan, availability: Mapping) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """Per instance, in layout order, its intervals from ``availability`` (pool name → one list of
+    [from, until) intervals per replica; a pool it does not name takes requests always)."""
+    found = []
+    for pool in plan.pools:
+        spans = availability.get(pool.name)
+        if spans is not None and len(spans) != pool.replicas:
+            raise ValueError(f"availability of pool {pool.name!r} needs one list per replica ({pool.replicas})")
+        for replica in range(pool.replicas):
+            found.append(((-np.inf, np.inf),) if spans is None else tuple(map(tuple, spans[replica])))
+    return tuple(found)
 
 
 def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas: int = 1,

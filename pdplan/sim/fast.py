@@ -422,14 +422,27 @@ def _append(rq, di, i, r, head, tail, link):
 
 
 @njit(cache=True)
-def _least_loaded(di, need):
-    """Instance with the smallest load/capacity among those that can hold ``need``; ties → lowest."""
+def _available(av_ptr, av_t, i, t):
+    """Whether instance i takes new requests at t: t lies in one of its intervals [from, until)."""
+    for k in range(av_ptr[i], av_ptr[i + 1]):
+        if av_t[0, k] <= t < av_t[1, k]:
+            return True
+    return False
+
+
+@njit(cache=True)
+def _least_loaded(di, need, av_ptr, av_t, t):
+    """Instance with the smallest load/capacity among those taking requests at t that can hold
+    ``need`` (ties → lowest); when none takes requests, among all that can hold it."""
     best = -1
-    for i in range(di.shape[1]):
-        if di[D_CAP, i] < need:
-            continue
-        if best < 0 or di[D_LOAD, i] * di[D_CAP, best] < di[D_LOAD, best] * di[D_CAP, i]:
-            best = i
+    for rule in range(2):
+        for i in range(di.shape[1]):
+            if di[D_CAP, i] < need or (rule == 0 and not _available(av_ptr, av_t, i, t)):
+                continue
+            if best < 0 or di[D_LOAD, i] * di[D_CAP, best] < di[D_LOAD, best] * di[D_CAP, i]:
+                best = i
+        if best >= 0:
+            return best
     return best
 
 
@@ -537,8 +550,8 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
 
 
 @njit(cache=True)
-def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
-                   n_hash, block_tokens, schedule, layers, kv_bytes, failure, route, r, p, start, end):
+def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs, n_hash, block_tokens,
+                   schedule, layers, kv_bytes, failure, route, dav_ptr, dav_t, r, p, start, end):
     """Route request r to a decode instance and queue its KV on that instance's ingress link.
 
     Request schedule (0x08I): C = max(link free, prefill end) + setup + bytes/bw.
@@ -553,7 +566,7 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
     side takes the request no earlier than ``route`` after its prefill ends (the router's hop).
     """
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-    d = _least_loaded(di, need)
+    d = _least_loaded(di, need, dav_ptr, dav_t, end if schedule == 0 else start)  # routed as it books
     di[D_LOAD, d] += need
     nbytes = _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, r) * kv_bytes
     bandwidth = link[0, pi[P_POOL, p], di[D_POOL, d]]
@@ -588,14 +601,17 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
 
 
 @njit(cache=True)
-def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t):
-    """Queue request r at the prefill instance with the fewest pending prompt tokens (ties →
-    lowest); an idle first stage forms its batch after every arrival at this instant."""
-    n_p = pi.shape[1]
-    p = 0
-    for i in range(1, n_p):
-        if pi[P_PENDING, i] < pi[P_PENDING, p]:
-            p = i
+def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t):
+    """Queue request r at the prefill instance taking requests at t with the fewest pending
+    prompt tokens (ties → lowest; none taking requests: any); an idle first stage forms its
+    batch after every arrival at this instant."""
+    p = -1
+    for rule in range(2):
+        for i in range(pi.shape[1]):
+            if (rule == 1 or _available(pav_ptr, pav_t, i, t)) and (p < 0 or pi[P_PENDING, i] < pi[P_PENDING, p]):
+                p = i
+        if p >= 0:
+            break
     pi[P_PENDING, p] += rq[R_PROMPT, r]
     rq[R_P_INST, r] = p
     _append(rq, pi, p, r, P_Q_HEAD, P_Q_TAIL, R_Q_NEXT)
@@ -636,7 +652,7 @@ def _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
 @njit(cache=True)
 def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr,
                       n_hash, block_tokens, schedule, layers, kv_bytes, link, failure, route,
-                      heap_capacity, cl):
+                      pav_ptr, pav_t, dav_ptr, dav_t, heap_capacity, cl):
     """Simulate prefill instances feeding decode instances over ingress links, in place on the
     state arrays; returns the number of events processed.
 
@@ -645,7 +661,9 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
     prefill instance judged alone). ``cl`` is (clients, next request to release): 0 clients is
     the open loop. ``failure`` is FAILURE_RETRY or FAILURE_RECOMPUTE (what a failed transfer
     costs; ``rq[R_FAILS]`` says how many of each request's attempts fail) and ``route`` the
-    router's hop to decode, in seconds.
+    router's hop to decode, in seconds. ``pav_*``/``dav_*`` give each prefill and decode instance
+    the intervals in which it takes new requests (CSR: pointers, then [from, until) rows); out of
+    them it only finishes the work it holds (a drain).
     """
     n = rq.shape[1]
     n_p = pi.shape[1]
@@ -669,11 +687,11 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
             events += 1
             t = rt[T_ARRIVAL, r]
             if n_p > 0:
-                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t)
+                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t)
             else:
                 # decode alone: the KV is visible at arrival; route now
                 need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-                d = _least_loaded(di, need)
+                d = _least_loaded(di, need, dav_ptr, dav_t, t)
                 di[D_LOAD, d] += need
                 rq[R_D_INST, r] = d
                 _push(ht, hi, hs, t, np.int64(PRI_KV_VISIBLE), d, r)
@@ -689,7 +707,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                     if n_d > 0 and schedule == 0:
                         _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
                                        n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
-                                       r, a, bt[b], t)
+                                       dav_ptr, dav_t, r, a, bt[b], t)
                     r = rq[R_Q_NEXT, r]
                 if pi[P_PP, a] == 1:
                     start_p = a
@@ -709,7 +727,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
             elif priority == PRI_TRANSFER_FAILED:  # recompute: back to the prefill pool
                 d, r = a, b
                 di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t)
+                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t)
             elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
                 _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a], cl)
         if start_p >= 0 and _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs,
@@ -721,7 +739,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 for _ in range(bi[1, b]):
                     _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
                                    n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
-                                   r, start_p, t, rt[T_P_END, r])
+                                   dav_ptr, dav_t, r, start_p, t, rt[T_P_END, r])
                     r = rq[R_Q_NEXT, r]
     return events
 
@@ -851,10 +869,11 @@ def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
 
 
 @njit(cache=True)
-def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap_capacity, cl):
+def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, av_ptr, av_t, heap_capacity, cl):
     """Simulate colocated instances in place on the state arrays; routing by least outstanding
-    tokens (prompt + output of requests routed and not finished), ties → lowest index. Returns
-    the number of events processed."""
+    tokens (prompt + output of requests routed and not finished) among the instances taking
+    requests (``av_ptr``/``av_t``: each instance's intervals), ties → lowest index. Returns the
+    number of events processed."""
     n = rq.shape[1]
     n_c = di.shape[1]
     ht, hi, hs = _new_heap(heap_capacity)
@@ -871,9 +890,13 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, heap_capacity, cl):
             t = rt[T_ARRIVAL, r]
             need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
             c = -1
-            for i in range(n_c):  # least outstanding tokens among instances that can hold it
-                if di[D_CAP, i] >= need and (c < 0 or di[D_LOAD, i] < di[D_LOAD, c]):
-                    c = i
+            for rule in range(2):  # least outstanding tokens among instances taking requests that can hold it
+                for i in range(n_c):
+                    if di[D_CAP, i] >= need and (rule == 1 or _available(av_ptr, av_t, i, t)) and \
+                            (c < 0 or di[D_LOAD, i] < di[D_LOAD, c]):
+                        c = i
+                if c >= 0:
+                    break
             di[D_LOAD, c] += need
             rq[R_P_INST, r] = c
             was_empty = di[D_W_HEAD, c] < 0

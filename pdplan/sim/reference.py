@@ -134,7 +134,8 @@ class _Disaggregated:
             self.rec.decode_instance[r] = d
             self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r)
             return
-        p = min(range(len(self.pre)), key=lambda i: (self.pre[i]["pending"], i))
+        taking = [i for i in range(len(self.pre)) if _takes(self.layout, self.pids[i], self.env.now)]
+        p = min(taking or range(len(self.pre)), key=lambda i: (self.pre[i]["pending"], i))
         self.pre[p]["pending"] += int(self.req.prompt_tokens[r])
         self.pre[p]["queue"].append(r)
         self.rec.prefill_instance[r] = p
@@ -189,14 +190,18 @@ class _Disaggregated:
             self._try_start(p)
 
     # transfer -----------------------------------------------------------------------------------
-    def _route_decode(self, r: int) -> int:
+    def _route_decode(self, r: int, now: float | None = None) -> int:
         need = int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+        now = self.env.now if now is None else now
         best = None
-        for d, inst in enumerate(self.dec):
-            if inst.capacity < need:
-                continue
-            if best is None or inst.load * self.dec[best].capacity < self.dec[best].load * inst.capacity:
-                best = d
+        for rule in ("taking", "any"):
+            for d, inst in enumerate(self.dec):
+                if inst.capacity < need or (rule == "taking" and not _takes(self.layout, self.dids[d], now)):
+                    continue
+                if best is None or inst.load * self.dec[best].capacity < self.dec[best].load * inst.capacity:
+                    best = d
+            if best is not None:
+                break
         self.dec[best].load += need
         return best
 
@@ -219,7 +224,7 @@ class _Disaggregated:
         return missing
 
     def _book(self, r: int, p: int, start: float, end: float) -> None:
-        d = self._route_decode(r)
+        d = self._route_decode(r, end if self.layout.schedule == "request" else start)
         nbytes = self._missing_tokens(r, d) * self.layout.kv_bytes_per_token
         i, j = self.layout.pool_slot[self.pids[p]], self.layout.pool_slot[self.dids[d]]
         bandwidth, setup = self.layout.link_bandwidth[i, j], self.layout.link_setup[i, j]
@@ -394,6 +399,13 @@ def _feed(env: Environment, rec: _Records, req: Requests, rejected, arrive, conc
         env.schedule(0.0, ARRIVAL, enter, r)
 
 
+def _takes(layout: Layout, instance: int, t: float) -> bool:
+    """Whether global instance ``instance`` takes new requests at ``t``."""
+    if layout.availability is None:
+        return True
+    return any(start <= t < end for start, end in layout.availability[instance])
+
+
 def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures: np.ndarray | None = None):
     """Same outputs as :func:`pdplan.sim.engine.run_fast`, computed token by token."""
     n = len(req)
@@ -409,8 +421,9 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
 
         def arrive(r):
             need = int(req.prompt_tokens[r] + req.output_tokens[r])
-            c = min((k for k in range(len(inst)) if inst[k].capacity >= need),
-                    key=lambda k: (inst[k].load, k))
+            fits = [k for k in range(len(inst)) if inst[k].capacity >= need]
+            taking = [k for k in fits if _takes(layout, ids[k], env.now)]
+            c = min(taking or fits, key=lambda k: (inst[k].load, k))
             inst[c].load += need
             rec.prefill_instance[r] = rec.decode_instance[r] = ids[c]
             inst[c].arrive(r)

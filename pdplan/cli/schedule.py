@@ -1,0 +1,88 @@
+"""`pdplan optimize --windows`: the per-window schedule, its verdicts and the static plans beside it."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from pdplan.cli.output import print_json, stdout
+from pdplan.schedule import VerifiedSchedule, WindowedReport
+
+
+def schedule_to_dict(result: VerifiedSchedule | None) -> dict | None:
+    """A verified schedule as JSON: shapes, totals and every window's replicas and verdict."""
+    if result is None:
+        return None
+    s = result.schedule
+    return {"kind": result.kind, "mode": s.mode, "passed": result.passed, "rounds": result.rounds,
+            "shapes": {p: {"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "chunk_tokens": c.chunk_tokens}
+                       for p, c in s.shapes.items()},
+            "usd": s.usd, "run_usd": s.run_usd, "change_usd": s.change_usd, "gpu_hours": s.gpu_hours,
+            "solver_status": s.status, "missed_windows": list(result.missed),
+            "windows": [{"window": c.window.index, "replicas": s.replicas[c.window.index],
+                         "joining": s.joins[c.window.index], "leaving": s.leaves[c.window.index],
+                         "gpus": s.gpus(c.window.index),
+                         "passed": c.verification.passed, "joint": c.verification.joint.mean,
+                         "joint_low": c.verification.joint.low} for c in result.checks]}
+
+
+def report_to_dict(report: WindowedReport) -> dict:
+    chosen = report.chosen
+    return {"decision": None if chosen is None else chosen.schedule.mode,
+            "change_cost_gpu_minutes": report.change_gpu_minutes,
+            "windows": [{"window": w.index, "start_s": w.start_s, "end_s": w.end_s, "requests": len(w.requests),
+                         "mean_rps": w.mean_rps, "peak_rps": w.peak_rps, "rate_rps": w.rate_rps}
+                        for w in report.windows],
+            "schedule": schedule_to_dict(chosen),
+            "by_mode": {mode: schedule_to_dict(s) for mode, s in report.schedules.items()},
+            "reasons": report.reasons,
+            "static_peak": schedule_to_dict(report.static_peak),
+            "static_mean": schedule_to_dict(report.static_mean),
+            "seeds": list(next(iter(c.verification.seeds for c in chosen.checks))) if chosen else []}
+
+
+def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
+    if as_json:
+        print_json(doc)
+        return
+    chosen = report.chosen
+    if chosen is None:
+        stdout.print("No schedule passes every window end to end; nothing was written.", markup=False)
+        for mode, s in report.schedules.items():
+            text = report.reasons.get(mode) or f"misses windows {', '.join(map(str, s.missed))}"
+            stdout.print(f"  {mode}: {text}", markup=False, highlight=False)
+        return
+    s = chosen.schedule
+    shapes = " + ".join(f"{c.phase} {c.gpu} TP{c.tp}" + (f" PP{c.pp}" if c.pp > 1 else "") for c in s.shapes.values())
+    stdout.print(f"[bold]{report.request.model.name}: {s.mode} over {len(report.windows)} windows[/bold] ({shapes}); "
+                 f"every window verified end to end on its own requests ({chosen.rounds} program round"
+                 f"{'s' if chosen.rounds > 1 else ''})", highlight=False)
+    table = Table(title="Schedule (replicas per window; changes = instances joining or leaving a pool as the window "
+                        "starts, each drained first)")
+    for name in ("window", "start", "req/s", *[f"{p} replicas" for p in s.shapes], "changes", "GPUs", "joint",
+                 "verdict"):
+        table.add_column(name, justify="right")
+    for check in chosen.checks:
+        w, i = check.window, check.window.index
+        table.add_row(str(i), _clock(w.start_s), f"{w.rate_rps:.3g}", *[str(s.replicas[i][p]) for p in s.shapes],
+                      str(sum(s.joins[i].values()) + sum(s.leaves[i].values())), str(s.gpus(i)), f"{check.verification.joint.mean:.3f}",
+                      "passes" if check.verification.passed else "MISSES")
+    stdout.print(table)
+    totals = Table(title="Against static plans (the same shapes, the same replicas all day)")
+    for name in ("plan", "GPU-hours", "USD", "windows missed", "vs static peak"):
+        totals.add_column(name, justify="right")
+    peak = report.static_peak
+    for result in (chosen, peak, report.static_mean):
+        if result is None:
+            continue
+        saved = "" if peak is None else f"{result.schedule.gpu_hours / peak.schedule.gpu_hours - 1:+.1%} GPU-h"
+        totals.add_row(result.kind, f"{result.schedule.gpu_hours:,.1f}", f"${result.schedule.usd:,.2f}",
+                       str(len(result.missed)), saved)
+    stdout.print(totals)
+    if s.change_usd:
+        stdout.print(f"change cost: ${s.change_usd:,.2f} of the windowed total ({report.change_gpu_minutes:g} GPU-minutes "
+                     "per GPU of each instance joining or leaving a pool)", markup=False, highlight=False)
+
+
+def _clock(seconds: float) -> str:
+    hours, rest = divmod(int(round(seconds)), 3600)
+    return f"{hours:d}:{rest // 60:02d}:{rest % 60:02d}"
