@@ -25,6 +25,18 @@ def schedule_to_dict(result: VerifiedSchedule | None) -> dict | None:
                          "joint_low": c.verification.joint.low} for c in result.checks]}
 
 
+def timeline_to_dict(timeline) -> dict | None:
+    """The whole schedule simulated with its changes drained first: every change and each window's verdict."""
+    if timeline is None:
+        return None
+    return {"passed": timeline.passed, "passes": timeline.passes, "load_s": timeline.load_s,
+            "changes": [{"window": c.window, "pool": c.pool, "replica": c.replica, "kind": c.kind, "at_s": c.at_s,
+                         "ready_s": c.ready_s, "drain_s": c.drain_s, "took_gpus_of": c.took_gpus_of}
+                        for c in timeline.changes],
+            "windows": [{"window": v.window, "passed": v.passed, "joint": v.joint.mean, "joint_low": v.joint.low}
+                        for v in timeline.windows]}
+
+
 def report_to_dict(report: WindowedReport) -> dict:
     chosen = report.chosen
     return {"decision": None if chosen is None else chosen.schedule.mode,
@@ -37,6 +49,7 @@ def report_to_dict(report: WindowedReport) -> dict:
             "reasons": report.reasons,
             "static_peak": schedule_to_dict(report.static_peak),
             "static_mean": schedule_to_dict(report.static_mean),
+            "timeline": None if chosen is None else timeline_to_dict(chosen.timeline),
             "seeds": list(next(iter(c.verification.seeds for c in chosen.checks))) if chosen else []}
 
 
@@ -67,7 +80,7 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
                       str(sum(s.joins[i].values()) + sum(s.leaves[i].values())), str(s.gpus(i)), f"{check.verification.joint.mean:.3f}",
                       "passes" if check.verification.passed else "MISSES")
     stdout.print(table)
-    totals = Table(title="Against static plans (the same shapes, the same replicas all day)")
+    totals = Table(title="Against static plans (each its own cheapest shapes, the same replicas all day)")
     for name in ("plan", "GPU-hours", "USD", "windows missed", "vs static peak"):
         totals.add_column(name, justify="right")
     peak = report.static_peak
@@ -78,9 +91,31 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
         totals.add_row(result.kind, f"{result.schedule.gpu_hours:,.1f}", f"${result.schedule.usd:,.2f}",
                        str(len(result.missed)), saved)
     stdout.print(totals)
+    _timeline(chosen.timeline)
     if s.change_usd:
         stdout.print(f"change cost: ${s.change_usd:,.2f} of the windowed total ({report.change_gpu_minutes:g} GPU-minutes "
                      "per GPU of each instance joining or leaving a pool)", markup=False, highlight=False)
+
+
+def _timeline(timeline) -> None:
+    """The changes as a deployer runs them, and the whole-schedule verdict."""
+    if timeline is None:
+        return
+    if timeline.changes:
+        table = Table(title="Changes between windows (routes stop, the instance drains, then it is reloaded or "
+                            "started and rejoins; simulated)")
+        for name in ("window", "at", "pool", "replica", "change", "drain s", "takes requests at", "on GPUs of"):
+            table.add_column(name, justify="right")
+        for c in timeline.changes:
+            table.add_row(str(c.window), _clock(c.at_s), c.pool, str(c.replica), c.kind,
+                          "—" if c.drain_s is None else f"{c.drain_s:.1f}",
+                          "—" if c.ready_s is None else _clock(c.ready_s), c.took_gpus_of or "—")
+        stdout.print(table)
+    missed = [v.window for v in timeline.windows if not v.passed]
+    verdict = "every window passes" if not missed else f"windows {', '.join(map(str, missed))} MISS"
+    stdout.print(f"whole schedule on the whole trace, changes drained first: {verdict} "
+                 f"({timeline.passes} timeline simulation{'s' if timeline.passes > 1 else ''} until rejoin times "
+                 "settled)", markup=False, highlight=False)
 
 
 def _clock(seconds: float) -> str:

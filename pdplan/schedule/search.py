@@ -5,8 +5,11 @@
 2. The windowed program (:mod:`.program`) picks one shape per phase and replicas per window.
 3. Each window's pools are placed on the nodes and verified end to end on that window's own
    requests at its rate (R runs, 95% intervals, the optimize rule). A window that misses raises
-   its failing phase's requirement by ``RAISE_FACTOR`` and the program is solved again, until
-   every window passes or the rounds run out.
+   its failing phase's requirement by ``RAISE_FACTOR`` and the program is solved again.
+4. When every window passes alone, the whole schedule is simulated on the whole trace with its
+   changes drained first (:mod:`.timeline`): a window that then misses (a backlog carried over, a
+   drain, an instance still loading) raises every phase's requirement in it, and round 2 follows.
+   The schedule passes when every window passes both ways; rounds are bounded.
 
 The same search with replicas held equal across windows is the *static peak* plan; a static plan
 sized for the trace's mean rate, verified but never raised, shows what planning for the mean
@@ -28,6 +31,7 @@ from pdplan.planner.plans import plan_of
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import RAISE_FACTOR
 from pdplan.schedule.program import MODE_PHASES, Schedule, solve_schedule
+from pdplan.schedule.timeline import Timeline, simulate_timeline
 from pdplan.schedule.windows import Window
 from pdplan.sim import Plan
 from pdplan.verify import Verification
@@ -56,14 +60,18 @@ class VerifiedSchedule:
     schedule: Schedule
     checks: tuple[WindowCheck, ...]
     rounds: int
+    timeline: Timeline | None = None  #: the whole schedule on the whole trace, changes drained first
 
     @property
     def passed(self) -> bool:
-        return all(c.verification.passed for c in self.checks)
+        return not self.missed
 
     @property
     def missed(self) -> tuple[int, ...]:
-        return tuple(c.window.index for c in self.checks if not c.verification.passed)
+        """Windows that miss alone or in the whole-schedule simulation."""
+        alone = {c.window.index for c in self.checks if not c.verification.passed}
+        whole = set() if self.timeline is None else {v.window for v in self.timeline.windows if not v.passed}
+        return tuple(sorted(alone | whole))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,7 +127,8 @@ class WindowChecker:
 def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: str, change_gpu_minutes: float,
                       kind: str, rates: list[float], raise_misses: bool = True) -> VerifiedSchedule:
     """The cheapest schedule whose every window passes (see the module docstring), starting from
-    the requirement ``rates`` per window; ``raise_misses`` False verifies the first one only."""
+    the requirement ``rates`` per window; ``raise_misses`` False verifies the first one only (and
+    does not simulate it whole)."""
     request = checker.request
     phases = MODE_PHASES[mode]
     requirements = [{p: rate for p in phases} for rate in rates]
@@ -130,16 +139,22 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
                                   time_limit_s=request.time_limit_s, seed=request.settings.seed)
         checks = tuple(checker.check(schedule, w) for w in windows)
         result = VerifiedSchedule(kind=kind, schedule=schedule, checks=checks, rounds=round_)
+        if raise_misses and result.passed:
+            result = replace(result, timeline=simulate_timeline(result, request, checker.profiles))
         if result.passed or not raise_misses or round_ == MAX_SCHEDULE_ROUNDS:
             return result
-        for check in checks:
-            if not check.verification.passed:
-                phase = check.verification.failing_phase or phases[0]
+        failing = {c.window.index: (c.verification.failing_phase or phases[0],) for c in checks
+                   if not c.verification.passed}
+        if not failing:  # every window passed alone: raise all phases of those the whole run misses
+            failing = {w: phases for w in result.missed}
+        for w, raised in failing.items():
+            for phase in raised:
                 if kind == "windowed":
-                    requirements[check.window.index][phase] *= RAISE_FACTOR
+                    requirements[w][phase] *= RAISE_FACTOR
                 else:  # a static plan is raised everywhere at once
+                    top = requirements[w][phase] * RAISE_FACTOR
                     for r in requirements:
-                        r[phase] = max(r[phase], requirements[check.window.index][phase] * RAISE_FACTOR)
+                        r[phase] = max(r[phase], top)
     raise AssertionError("unreachable")
 
 
