@@ -1,0 +1,220 @@
+"""Plans over time: windows cut from the trace, the windowed program against brute force, and the
+whole `optimize --windows` on a synthetic day: fewer GPU-hours than the static peak plan, every
+window verified alone and in the whole-schedule simulation with its changes drained first."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import itertools
+import json
+import math
+
+import pytest
+
+from pdplan.errors import PdplanError
+from pdplan.hardware import Cluster, NodeType, get_gpu
+from pdplan.placement import ANY, Candidate
+from pdplan.poolcap import PoolCurve
+from pdplan.schedule import cut, solve_schedule, window_starts
+from pdplan.schedule.program import most_instances
+from pdplan.schedule.timeline import _availability
+from pdplan.sim import Plan, Pool
+from pdplan.workload import load_trace
+from tests.conftest import ROOT
+
+SMOKE = ROOT / "traces" / "smoke_uniform_200.csv"
+
+
+# --- windows ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text,starts", [("1h", [0, 3600, 7200]), ("90m", [0, 5400]), ("4000s", [0, 4000]),
+                                         ("5000", [0, 5000])])
+def test_a_length_cuts_equal_windows_from_the_first_arrival(text, starts):
+    assert window_starts(text, span_s=7300.0) == starts
+
+
+def test_a_windows_file_lists_starts_and_errors_name_the_line(tmp_path):
+    good = tmp_path / "w.csv"
+    good.write_text("start_s\n0\n60\n300\n")
+    assert window_starts(str(good), span_s=1000) == [0, 60, 300]
+    bad = tmp_path / "bad.csv"
+    bad.write_text("0\n60\n30\n")
+    with pytest.raises(PdplanError, match=r"bad.csv:3: start_s must be finite, >= 0 and rise"):
+        window_starts(str(bad), span_s=1000)
+
+
+def test_each_window_holds_its_requests_and_its_rate():
+    workload = load_trace(SMOKE)
+    span = float(workload.arrival_s[-1] - workload.arrival_s[0])
+    windows = cut(workload, window_starts(str(span / 4), span), peak=False)
+    assert sum(len(w.requests) for w in windows) == len(workload)
+    for w in windows:
+        assert w.rate_rps == pytest.approx(len(w.requests) / (w.end_s - w.start_s))
+        assert w.requests.arrival_s.min() >= 0 and w.requests.arrival_s.max() < w.end_s - w.start_s
+    peaks = cut(workload, window_starts(str(span / 4), span), peak=True)
+    assert all(p.rate_rps == p.peak_rps >= p.mean_rps * 0.999 for p in peaks)
+
+
+def test_a_window_without_two_requests_is_refused():
+    with pytest.raises(PdplanError, match="window 1"):
+        cut(load_trace(SMOKE), [0.0, 1e6], peak=False)
+
+
+# --- the windowed program against brute force ------------------------------------------------------
+
+NODE = NodeType(name="h", gpu=get_gpu("h100-80gb"), gpus_per_node=8, intra_node_bytes_per_s=4.5e11,
+                inter_node_bytes_per_s=5e10, count=1)
+CLUSTER = Cluster(nodes=(NODE,))
+SHAPES = (
+    Candidate(phase="prefill", gpu="h100-80gb", tp=2, pp=1, goodput_rps=1.0, curve=PoolCurve(samples=((1, 1.0), (2, 2.4)))),
+    Candidate(phase="prefill", gpu="h100-80gb", tp=4, pp=1, goodput_rps=2.2),
+    Candidate(phase="decode", gpu="h100-80gb", tp=2, pp=1, goodput_rps=1.5),
+    Candidate(phase="decode", gpu="h100-80gb", tp=1, pp=1, goodput_rps=0.6),
+)
+HOURS = [1.0, 2.0, 1.0]
+RATES = [0.5, 2.0, 1.0]
+
+
+def brute_force(change_minutes: float, static: bool = False) -> float:
+    """The cheapest schedule by enumeration: every shape pair and every count per window."""
+    price = {c: CLUSTER.priced_gpu(c.gpu).usd_per_hour * c.gpus for c in SHAPES}
+    best = math.inf
+    for pre, dec in itertools.product(SHAPES[:2], SHAPES[2:]):
+        options = [range(1, most_instances(CLUSTER, c) + 1) for c in (pre, dec)]
+        for counts in itertools.product(*[list(itertools.product(*options))] * len(HOURS)):
+            if static and len(set(counts)) > 1:
+                continue
+            if any(pre.capacity_rps(p) < r * (1 - 1e-12) or dec.capacity_rps(d) < r * (1 - 1e-12)
+                   or pre.gpus * p + dec.gpus * d > 8 for (p, d), r in zip(counts, RATES)):
+                continue
+            run = sum(h * (price[pre] * p + price[dec] * d) for h, (p, d) in zip(HOURS, counts))
+            moves = sum(price[c] * abs(a[i] - b[i]) for a, b in zip(counts, counts[1:]) for i, c in enumerate((pre, dec)))
+            best = min(best, run + change_minutes / 60 * moves)
+    return best
+
+
+@pytest.mark.parametrize("change_minutes", [0.0, 30.0, 600.0])
+def test_the_windowed_program_finds_the_brute_force_optimum(change_minutes):
+    schedule = solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=HOURS,
+                              requirements=[{"prefill": r, "decode": r} for r in RATES],
+                              change_gpu_minutes=change_minutes)
+    assert schedule.usd == pytest.approx(brute_force(change_minutes), abs=1e-3)
+
+
+def test_a_change_cost_above_every_saving_makes_the_schedule_the_static_one():
+    windowed = solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=HOURS,
+                              requirements=[{"prefill": r, "decode": r} for r in RATES], change_gpu_minutes=1e5)
+    static = solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=HOURS,
+                            requirements=[{"prefill": r, "decode": r} for r in RATES], change_gpu_minutes=0,
+                            static=True)
+    assert all(r == windowed.replicas[0] for r in windowed.replicas) and windowed.change_usd == 0
+    assert windowed.usd == pytest.approx(static.usd) == pytest.approx(brute_force(0, static=True))
+
+
+def test_a_window_no_shape_can_serve_is_named():
+    with pytest.raises(PdplanError, match="no prefill shape serves every window"):
+        solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=[1.0], requirements=[
+            {"prefill": 100.0, "decode": 1.0}], change_gpu_minutes=0)
+
+
+# --- changes drained first -------------------------------------------------------------------------
+
+def test_a_join_without_spare_gpus_waits_for_a_drain_and_the_weight_load():
+    """Two 8-GPU nodes hold 2 prefill + 2 decode TP4 instances; a flip of one prefill to decode
+    must wait for the prefill's drain (40 s) and then load weights (30 s)."""
+    plan = Plan(pools=(Pool(name="p", phase="prefill", model="llama2-70b", gpu="h100-80gb", tp=4, replicas=2),
+                       Pool(name="d", phase="decode", model="llama2-70b", gpu="h100-80gb", tp=4, replicas=3)),
+)
+    counts = [{"p": 2, "d": 2}, {"p": 1, "d": 3}]
+    spans, changes = _availability(plan, counts, [0.0, 100.0], {("p", 1, 1): 140.0}, {"p": 30.0, "d": 30.0}, CLUSTER)
+    join = next(c for c in changes if c.kind == "join")
+    leave = next(c for c in changes if c.kind == "leave")
+    assert (leave.pool, leave.drain_s) == ("p", pytest.approx(40.0))
+    assert (join.pool, join.ready_s, join.took_gpus_of) == ("d", pytest.approx(170.0), "p/1")
+    assert spans["p"][1] == [(-math.inf, 100.0)] and spans["d"][2] == [(170.0, math.inf)]
+
+
+# --- the whole command on a synthetic day ----------------------------------------------------------
+
+def run(*args):
+    from pdplan.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
+        main([str(a) for a in args])
+    return stop.value.code, out.getvalue()
+
+
+@pytest.fixture(scope="module")
+def day(tmp_path_factory):
+    """A two-hour synthetic day (peak 6× the trough), 24 windows of 5 minutes, on H100s."""
+    folder = tmp_path_factory.mktemp("day")
+    trace = folder / "day.csv"
+    code, _ = run("trace", "synth", "--requests", "28800", "--rate", "4", "--diurnal", "6", "--period", "7200",
+                  "--prompt", "lognormal:1500:0.8", "--output", "lognormal:200:0.7", "--seed", "1", "-o", trace)
+    assert code in (0, None)
+    code, out = run("optimize", trace, "--windows", "5m", "--fleet", "HH", "--cache-dir", folder / "cache",
+                    "--plot", folder / "plots", "--json")
+    assert code in (0, None)
+    return {"doc": json.loads(out), "trace": trace, "folder": folder}
+
+
+@pytest.mark.slow
+def test_the_windowed_plan_saves_a_quarter_of_the_static_peak_gpu_hours(day):
+    doc = day["doc"]
+    assert len(doc["windows"]) == 24
+    assert doc["schedule"]["gpu_hours"] <= 0.75 * doc["static_peak"]["gpu_hours"]
+
+
+@pytest.mark.slow
+def test_every_window_passes_alone_and_in_the_whole_schedule(day):
+    doc = day["doc"]
+    assert doc["schedule"]["passed"] and not doc["schedule"]["missed_windows"]
+    assert all(w["passed"] for w in doc["schedule"]["windows"])
+    assert doc["timeline"]["passed"] and len(doc["timeline"]["windows"]) == 24
+
+
+@pytest.mark.slow
+def test_every_change_is_drained_before_its_gpus_are_reused(day):
+    changes = day["doc"]["timeline"]["changes"]
+    assert changes
+    for change in changes:
+        if change["kind"] == "leave":
+            assert change["drain_s"] >= 0
+        elif change["took_gpus_of"] is not None:
+            donor = next(c for c in changes if c["kind"] == "leave" and c["window"] == change["window"]
+                         and f"{c['pool']}/{c['replica']}" == change["took_gpus_of"])
+            assert change["ready_s"] >= change["at_s"] + donor["drain_s"]
+
+
+@pytest.mark.slow
+def test_the_static_mean_plan_misses_the_busy_windows(day):
+    mean = day["doc"]["static_mean"]
+    assert mean["missed_windows"] and not mean["passed"]
+
+
+@pytest.mark.slow
+def test_a_large_change_cost_gives_the_static_peak_plan(day):
+    code, out = run("optimize", day["trace"], "--windows", "5m", "--fleet", "HH", "--change-cost", "1440",
+                    "--cache-dir", day["folder"] / "cache", "--json")
+    assert code in (0, None)
+    doc = json.loads(out)
+    replicas = {json.dumps(w["replicas"], sort_keys=True) for w in doc["schedule"]["windows"]}
+    assert len(replicas) == 1
+    assert doc["schedule"]["gpu_hours"] == pytest.approx(doc["static_peak"]["gpu_hours"])
+
+
+@pytest.mark.slow
+def test_the_schedule_plot_is_a_png_of_the_stated_size(day):
+    data = (day["folder"] / "plots" / "schedule.png").read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (1080, 720)
+
+
+@pytest.mark.parametrize("flags,named", [(("--target-rate", "2"), "target_rate"), (("--out", "m.yaml"), "out"),
+                                         (("--objective", "goodput"), "objective"),
+                                         (("--change-cost", "-1"), "change-cost")])
+def test_windows_refuse_flags_that_do_not_apply(run_cli, tmp_path, flags, named):
+    code, _, err = run_cli("optimize", SMOKE, "--windows", "1m", *flags)
+    assert code == 2 and named.replace("_", "-") in err.replace("_", "-")
