@@ -183,6 +183,8 @@ class Layout:
     route_s: float = 0.0                    #: the router's hop from prefill to decode
     #: per instance, the [from, until) intervals in which it takes new requests (None: always)
     availability: tuple[tuple[tuple[float, float], ...], ...] | None = None
+    spill_tokens: int = 0                   #: mixed pool: prefill queue (pending tokens) above which arrivals spill
+    kv_share: float = 1.0                   #: mixed pool: decode KV share above which decodes spill
 
     def ids(self, phase: str) -> np.ndarray:
         return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
@@ -192,10 +194,14 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
     labels, phases, profs, slots, policies, chunks, caches, caps = [], [], [], [], [], [], [], []
-    slot_of = {"prefill": 0, "decode": 0, "colocated": 0}
+    receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # the link matrix's columns
+    slot_of = {"prefill": 0, "colocated": 0}
     for pool, profile in zip(plan.pools, resolved):
-        slot = slot_of[pool.phase]
-        slot_of[pool.phase] += 1
+        if pool.phase in ("decode", "mixed"):
+            slot = receivers.index(pool)
+        else:
+            slot = slot_of[pool.phase]
+            slot_of[pool.phase] += 1
         for replica in range(pool.replicas):
             labels.append(f"{pool.name}/{replica}")
             phases.append(pool.phase)
@@ -205,7 +211,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             chunks.append(pool.chunk_tokens or 0)
             caches.append(pool.prefix_cache_blocks)
             caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
-    pre, dec = plan.pools_of("prefill"), plan.pools_of("decode")
+    pre, dec = plan.pools_of("prefill"), receivers
     bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
     setup = np.zeros_like(bandwidth)
     for i, src in enumerate(pre):
@@ -227,7 +233,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   layers=model.layers if model is not None else 1,
                   kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0,
                   block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
-                  failure_policy=plan.failure_policy, route_s=plan.route_s)
+                  failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
+                  kv_share=plan.kv_share)
 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
@@ -252,8 +259,8 @@ def rejected_mask(layout: Layout, requests: Requests) -> np.ndarray:
     """Requests whose prompt + output exceed the KV capacity of every instance that holds KV."""
     if layout.mode == "prefill":
         return np.zeros(len(requests), dtype=bool)
-    holder = "colocated" if layout.mode == "colocated" else "decode"
-    capacity = max(p.kv_capacity_tokens for p, ph in zip(layout.profiles, layout.phases) if ph == holder)
+    holders = ("colocated",) if layout.mode == "colocated" else ("decode", "mixed")
+    capacity = max(p.kv_capacity_tokens for p, ph in zip(layout.profiles, layout.phases) if ph in holders)
     return (requests.prompt_tokens + requests.output_tokens) > capacity
 
 
@@ -339,7 +346,7 @@ def _instance_state(profiles: list[PhaseProfile], table: _LatencyTable) -> tuple
     """Decode / colocated instance state ``di`` (integer rows) and ``df`` (float rows)."""
     di = np.zeros((fast.DI_FIELDS, len(profiles)), np.int64)
     for row in (fast.D_ROOT, fast.D_W_HEAD, fast.D_W_TAIL, fast.D_PF_HEAD, fast.D_PF_TAIL,
-                fast.D_IT_FIRST, fast.D_LRU_HEAD, fast.D_LRU_TAIL):
+                fast.D_IT_FIRST, fast.D_LRU_HEAD, fast.D_LRU_TAIL, fast.D_K_HEAD, fast.D_K_TAIL):
         di[row] = -1
     di[fast.D_CAP] = [p.kv_capacity_tokens for p in profiles]
     di[fast.D_MODEL] = [table.index(p.decode) for p in profiles]
@@ -378,7 +385,9 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         busy[ids] = df[fast.F_BUSY]
         return _raw(requests, rejected, rq, rt, glob, glob.copy()), busy, links, int(events)
 
-    pids, dids = layout.ids("prefill"), layout.ids("decode")
+    pids = layout.ids("prefill")
+    dids = np.concatenate([layout.ids("decode"), layout.ids("mixed")])  # mixed machines after decode
+    n_dec = len(layout.ids("decode"))
     pprofs = [layout.profiles[i] for i in pids]
     pi = np.zeros((fast.PI_FIELDS, len(pids)), np.int64)
     pi[[fast.P_Q_HEAD, fast.P_Q_TAIL]] = -1
@@ -389,6 +398,10 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     pf = np.zeros((len(pids), 1 + max([p.pp for p in pprofs], default=1)))
     di, df = _instance_state([layout.profiles[i] for i in dids], table)
     di[fast.D_POOL] = [layout.pool_slot[i] for i in dids]
+    di[fast.D_MIXED, n_dec:] = 1
+    di[fast.D_POLICY, n_dec:] = fast.POLICY_CHUNKED
+    di[fast.D_CHUNK] = [layout.chunk_tokens[i] for i in dids]
+    di[fast.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in dids]
 
     block = _block_tokens(layout, requests) if len(dids) else 0
     n_hash = 0
@@ -400,7 +413,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
             hash_vals = np.ascontiguousarray(dense.ravel(), dtype=np.int64)
             hash_ptr = np.ascontiguousarray(requests.hash_offsets, dtype=np.int64)
             n_hash = int(unique.size)
-            di[fast.D_LRU_CAP] = caps
+            di[fast.D_LRU_CAP, :n_dec] = caps
     lru = np.full((3, max(1, len(dids) * n_hash)), -1, np.int32)
     lru[2] = 0
     link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
@@ -409,10 +422,13 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
         link, fast.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fast.FAILURE_RETRY,
-        float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids), heap + 2 * int(rq[fast.R_FAILS].sum()), cl)
+        float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids), n_dec,
+        int(layout.spill_tokens), float(layout.kv_share), heap + 2 * int(rq[fast.R_FAILS].sum()), cl)
     pinst, dinst = rq[fast.R_P_INST], rq[fast.R_D_INST]
     pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
     dglob = np.where(dinst >= 0, dids[np.maximum(dinst, 0)], -1) if len(dids) else np.full(n, -1)
+    whole = (pinst < 0) & (dinst >= n_dec)  # ran whole on a mixed machine: both phases there
+    pglob = np.where(whole, dglob, pglob)
     busy[pids] = pf[:, 0]
     busy[dids] = df[fast.F_BUSY]
     if len(pids) and len(dids):

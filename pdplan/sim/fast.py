@@ -58,14 +58,15 @@ PI_FIELDS = 8
 # decode and colocated instances di[field, i]
 (D_B, D_S, D_STEPS, D_RESERVED, D_CAP, D_LOAD, D_RUN_K, D_VERSION, D_ROOT, D_MODEL, D_POOL,
  D_W_HEAD, D_W_TAIL, D_MODE, D_M_PREFILL, D_POLICY, D_CHUNK, D_TOKEN_CAP, D_PF_HEAD, D_PF_TAIL,
- D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP) = range(26)
-DI_FIELDS = 26
+ D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL) = range(29)
+DI_FIELDS = 29
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
 #   the active heap; MODE (idle, starting, running); colocated: prefill model, POLICY, CHUNK budget, TOKEN_CAP, the
 #   prefilling list, the prefill-first batch (IT_FIRST, IT_N; IT_N = decode rows of a chunked
-#   iteration); decode: prefix-LRU head, tail, count, capacity
+#   iteration); decode: prefix-LRU head, tail, count, capacity; MIXED: a Splitwise mixed machine
+#   (colocated scheduling in a disaggregated plan), K_HEAD/K_TAIL its requests whose KV arrived
 
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY = range(4)
@@ -431,12 +432,14 @@ def _available(av_ptr, av_t, i, t):
 
 
 @njit(cache=True)
-def _least_loaded(di, need, av_ptr, av_t, t):
-    """Instance with the smallest load/capacity among those taking requests at t that can hold
-    ``need`` (ties → lowest); when none takes requests, among all that can hold it."""
+def _least_loaded(di, need, av_ptr, av_t, t, lo, hi):
+    """Instance in [lo, hi) (hi < 0: to the end) with the smallest load/capacity among those
+    taking requests at t that can hold ``need`` (ties → lowest); when none takes requests, among
+    all that can hold it; -1 when none can."""
     best = -1
+    end = di.shape[1] if hi < 0 else hi
     for rule in range(2):
-        for i in range(di.shape[1]):
+        for i in range(lo, end):
             if di[D_CAP, i] < need or (rule == 0 and not _available(av_ptr, av_t, i, t)):
                 continue
             if best < 0 or di[D_LOAD, i] * di[D_CAP, best] < di[D_LOAD, best] * di[D_CAP, i]:
@@ -551,7 +554,7 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
 
 @njit(cache=True)
 def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs, n_hash, block_tokens,
-                   schedule, layers, kv_bytes, failure, route, dav_ptr, dav_t, r, p, start, end):
+                   schedule, layers, kv_bytes, failure, route, dav_ptr, dav_t, n_dec, kv_share, r, p, start, end):
     """Route request r to a decode instance and queue its KV on that instance's ingress link.
 
     Request schedule (0x08I): C = max(link free, prefill end) + setup + bytes/bw.
@@ -564,9 +567,17 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
     ``setup + bytes/bw`` per failure, holding the ingress. Recompute: the attempt is dropped and
     the request goes back to the prefill pool (a TRANSFER_FAILED event when it lands). The decode
     side takes the request no earlier than ``route`` after its prefill ends (the router's hop).
+
+    Decode instances are ``di``'s first ``n_dec``; the rest are mixed machines, which take the
+    decode when the chosen decode instance's routed KV would pass ``kv_share`` of its capacity.
     """
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-    d = _least_loaded(di, need, dav_ptr, dav_t, end if schedule == 0 else start)  # routed as it books
+    now = end if schedule == 0 else start  # routed as it books
+    d = _least_loaded(di, need, dav_ptr, dav_t, now, 0, n_dec)
+    if n_dec < di.shape[1] and (d < 0 or di[D_LOAD, d] + need > kv_share * di[D_CAP, d]):
+        m = _least_loaded(di, need, dav_ptr, dav_t, now, n_dec, -1)
+        if m >= 0:
+            d = m
     di[D_LOAD, d] += need
     nbytes = _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, r) * kv_bytes
     bandwidth = link[0, pi[P_POOL, p], di[D_POOL, d]]
@@ -652,7 +663,7 @@ def _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
 @njit(cache=True)
 def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr,
                       n_hash, block_tokens, schedule, layers, kv_bytes, link, failure, route,
-                      pav_ptr, pav_t, dav_ptr, dav_t, heap_capacity, cl):
+                      pav_ptr, pav_t, dav_ptr, dav_t, n_dec, spill_tokens, kv_share, heap_capacity, cl):
     """Simulate prefill instances feeding decode instances over ingress links, in place on the
     state arrays; returns the number of events processed.
 
@@ -664,6 +675,12 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
     router's hop to decode, in seconds. ``pav_*``/``dav_*`` give each prefill and decode instance
     the intervals in which it takes new requests (CSR: pointers, then [from, until) rows); out of
     them it only finishes the work it holds (a drain).
+
+    Splitwise's mixed pool: ``di``'s instances past the first ``n_dec`` are mixed machines. A
+    request arriving while the shortest prefill queue holds more than ``spill_tokens`` pending
+    prompt tokens runs whole on the least loaded mixed machine (chunked, as colocated); a
+    prefilled request whose decode instance would pass ``kv_share`` of its KV capacity decodes
+    on one (its KV sent there).
     """
     n = rq.shape[1]
     n_p = pi.shape[1]
@@ -686,12 +703,23 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 continue
             events += 1
             t = rt[T_ARRIVAL, r]
-            if n_p > 0:
+            spill = -1
+            if n_p > 0 and n_dec < n_d:
+                shortest = pi[P_PENDING, 0]
+                for i in range(1, n_p):
+                    shortest = min(shortest, pi[P_PENDING, i])
+                if shortest > spill_tokens:
+                    spill = _least_outstanding(di, rq[R_PROMPT, r] + rq[R_OUTPUT, r], dav_ptr, dav_t, t, n_dec)
+            if spill >= 0:  # the whole request runs on a mixed machine
+                di[D_LOAD, spill] += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+                rq[R_D_INST, r] = spill
+                _colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, spill, r, t)
+            elif n_p > 0:
                 _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t)
             else:
                 # decode alone: the KV is visible at arrival; route now
                 need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-                d = _least_loaded(di, need, dav_ptr, dav_t, t)
+                d = _least_loaded(di, need, dav_ptr, dav_t, t, 0, n_dec)
                 di[D_LOAD, d] += need
                 rq[R_D_INST, r] = d
                 _push(ht, hi, hs, t, np.int64(PRI_KV_VISIBLE), d, r)
@@ -707,13 +735,22 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                     if n_d > 0 and schedule == 0:
                         _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
                                        n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
-                                       dav_ptr, dav_t, r, a, bt[b], t)
+                                       dav_ptr, dav_t, n_dec, kv_share, r, a, bt[b], t)
                     r = rq[R_Q_NEXT, r]
                 if pi[P_PP, a] == 1:
                     start_p = a
             elif priority == PRI_PREFILL_FREE:
                 pi[P_FREE_PENDING, a] = 0
                 start_p = a
+            elif priority == PRI_KV_VISIBLE and di[D_MIXED, a] == 1:
+                d, r = a, b
+                was_empty = di[D_K_HEAD, d] < 0
+                _append(rq, di, d, r, D_K_HEAD, D_K_TAIL, R_W_NEXT)
+                if di[D_MODE, d] == _IDLE:
+                    _plan_start(di, ht, hi, hs, d, t)
+                elif di[D_MODE, d] == _DECODE_RUN and was_empty and \
+                        di[D_RESERVED, d] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, d]:
+                    _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
             elif priority == PRI_KV_VISIBLE:
                 d, r = a, b
                 was_empty = di[D_W_HEAD, d] < 0
@@ -728,6 +765,8 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 d, r = a, b
                 di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
                 _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t)
+            elif b == di[D_VERSION, a] and di[D_MIXED, a] == 1:
+                _mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)
             elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
                 _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a], cl)
         if start_p >= 0 and _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs,
@@ -739,7 +778,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 for _ in range(bi[1, b]):
                     _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
                                    n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
-                                   dav_ptr, dav_t, r, start_p, t, rt[T_P_END, r])
+                                   dav_ptr, dav_t, n_dec, kv_share, r, start_p, t, rt[T_P_END, r])
                     r = rq[R_Q_NEXT, r]
     return events
 
@@ -836,6 +875,31 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
 def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
     """Colocated instance c finishes what it was running at t (nothing, if it was starting),
     then plans what comes next."""
+    _colo_finish(rq, rt, di, df, c, t, cl)
+    _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
+
+
+@njit(cache=True)
+def _mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
+    """Mixed machine c finishes what it ran, admits requests whose KV arrived (FIFO, while their
+    prompt + output fit the KV not reserved), then plans what comes next."""
+    _colo_finish(rq, rt, di, df, c, t, cl)
+    while di[D_K_HEAD, c] >= 0:
+        r = di[D_K_HEAD, c]
+        need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+        if di[D_RESERVED, c] + need > di[D_CAP, c]:
+            break
+        di[D_K_HEAD, c] = rq[R_W_NEXT, r]
+        if di[D_K_HEAD, c] < 0:
+            di[D_K_TAIL, c] = -1
+        di[D_RESERVED, c] += need
+        _activate(rq, rt, di, c, r, t, cl)
+    _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
+
+
+@njit(cache=True)
+def _colo_finish(rq, rt, di, df, c, t, cl):
+    """What colocated (or mixed) instance c was running completes at t."""
     if di[D_MODE, c] == _DECODE_RUN:
         _advance(rq, rt, di, df, c, t, di[D_RUN_K, c], cl)
     elif di[D_MODE, c] == _STARTING:
@@ -865,7 +929,35 @@ def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
                 rt[T_P_END, r] = t
                 _activate(rq, rt, di, c, r, t, cl)
             r = nxt
-    _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
+
+
+@njit(cache=True)
+def _colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t):
+    """Request r (routed, its load counted) queues for its prompt at colocated or mixed instance c."""
+    was_empty = di[D_W_HEAD, c] < 0
+    _append(rq, di, c, r, D_W_HEAD, D_W_TAIL, R_W_NEXT)
+    if di[D_MODE, c] == _IDLE:
+        _plan_start(di, ht, hi, hs, c, t)
+    elif di[D_MODE, c] == _DECODE_RUN and was_empty and \
+            di[D_RESERVED, c] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, c]:
+        if di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, c]:
+            # a prompt could start at the next step boundary: cut the stretch there
+            _cut_run(di, df, tab_i, pieces, ht, hi, hs, c, t, di[D_MODEL, c])
+
+
+@njit(cache=True)
+def _least_outstanding(di, need, av_ptr, av_t, t, lo):
+    """Colocated routing over instances [lo, end): fewest outstanding tokens among those taking
+    requests that can hold ``need`` (ties → lowest); when none takes requests, among all."""
+    c = -1
+    for rule in range(2):
+        for i in range(lo, di.shape[1]):
+            if di[D_CAP, i] >= need and (rule == 1 or _available(av_ptr, av_t, i, t)) and \
+                    (c < 0 or di[D_LOAD, i] < di[D_LOAD, c]):
+                c = i
+        if c >= 0:
+            break
+    return c
 
 
 @njit(cache=True)
@@ -875,7 +967,6 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, av_ptr, av_t, heap_ca
     requests (``av_ptr``/``av_t``: each instance's intervals), ties → lowest index. Returns the
     number of events processed."""
     n = rq.shape[1]
-    n_c = di.shape[1]
     ht, hi, hs = _new_heap(heap_capacity)
     events = 0
     nxt = 0
@@ -889,24 +980,10 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, av_ptr, av_t, heap_ca
             events += 1
             t = rt[T_ARRIVAL, r]
             need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-            c = -1
-            for rule in range(2):  # least outstanding tokens among instances taking requests that can hold it
-                for i in range(n_c):
-                    if di[D_CAP, i] >= need and (rule == 1 or _available(av_ptr, av_t, i, t)) and \
-                            (c < 0 or di[D_LOAD, i] < di[D_LOAD, c]):
-                        c = i
-                if c >= 0:
-                    break
+            c = _least_outstanding(di, need, av_ptr, av_t, t, 0)
             di[D_LOAD, c] += need
             rq[R_P_INST, r] = c
-            was_empty = di[D_W_HEAD, c] < 0
-            _append(rq, di, c, r, D_W_HEAD, D_W_TAIL, R_W_NEXT)
-            if di[D_MODE, c] == _IDLE:
-                _plan_start(di, ht, hi, hs, c, t)
-            elif di[D_MODE, c] == _DECODE_RUN and was_empty and di[D_RESERVED, c] + need <= di[D_CAP, c]:
-                if di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, c]:
-                    # a prompt could start at the next step boundary: cut the stretch there
-                    _cut_run(di, df, tab_i, pieces, ht, hi, hs, c, t, di[D_MODEL, c])
+            _colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t)
             continue
         t, priority, c, version = _pop(ht, hi, hs)
         events += 1

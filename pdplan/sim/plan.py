@@ -39,6 +39,13 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         prefix_cache_blocks: 4096  # optional, decode only: LRU of prefix blocks seen; default
                                    # kv_capacity_tokens // block_tokens; 0 turns it off
       # colocated pools add:  policy: prefill-first | chunked;  chunk_tokens: 512 (chunked only)
+      # mixed pools (Splitwise's: machines that take both phases in a disaggregated plan) add
+      # policy: chunked and chunk_tokens, and the plan may say when work spills to them:
+    mixed:                         # optional; disaggregated plans with a mixed pool
+      prefill_queue_tokens: 2048   # arrivals spill (run whole on a mixed machine) above this many
+                                   # pending prompt tokens in the shortest prefill queue
+      decode_kv_share: 1.0         # prefilled requests decode on one when their decode instance's
+                                   # routed KV would pass this share of its capacity
 
 Units in the dataclasses are bytes/s and seconds; the file's GB/s and ms are converted once here.
 """
@@ -61,7 +68,12 @@ FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
 #: holds at most 4,096), and each costs simulator memory.
 MAX_REPLICAS = 10_000
-PHASES = ("colocated", "decode", "prefill")
+PHASES = ("colocated", "decode", "mixed", "prefill")
+#: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
+#: shortest prefill queue (Splitwise's prompt batching threshold)...
+DEFAULT_SPILL_TOKENS = 2048
+#: ...and decodes when their decode instance's routed KV would pass this share of its capacity.
+DEFAULT_KV_SHARE = 1.0
 POLICIES = ("chunked", "prefill-first")
 SCHEDULES = ("layer", "request")
 FAILURE_POLICIES = ("recompute", "retry")
@@ -93,7 +105,9 @@ class Pool:
             raise ValueError(f"pool {self.name}: phase must be one of {', '.join(PHASES)}")
         if self.tp < 1 or self.pp < 1 or self.replicas < 1:
             raise ValueError(f"pool {self.name}: tp, pp and replicas must be >= 1")
-        if self.phase == "colocated":
+        if self.phase == "mixed" and self.policy != "chunked":
+            raise ValueError(f"pool {self.name}: a mixed pool batches both phases: policy chunked")
+        if self.phase in ("colocated", "mixed"):
             if self.policy not in POLICIES:
                 raise ValueError(f"pool {self.name}: policy must be one of {', '.join(POLICIES)}")
             if (self.policy == "chunked") != (self.chunk_tokens is not None):
@@ -102,7 +116,7 @@ class Pool:
             if self.chunk_tokens is not None and self.chunk_tokens < 1:
                 raise ValueError(f"pool {self.name}: chunk_tokens must be >= 1")
         elif self.policy is not None or self.chunk_tokens is not None:
-            raise ValueError(f"pool {self.name}: policy and chunk_tokens apply to colocated pools")
+            raise ValueError(f"pool {self.name}: policy and chunk_tokens apply to colocated and mixed pools")
         if self.max_prefill_batch_tokens is not None:
             if self.phase == "decode" or self.policy == "chunked":
                 raise ValueError(f"pool {self.name}: max_prefill_batch_tokens applies to prefill "
@@ -160,6 +174,8 @@ class Plan:
     failure_rate: float = 0.0           #: probability that one KV transfer attempt fails
     failure_policy: str = "retry"       #: "retry" (resend the KV) or "recompute" (prefill again)
     route_s: float = 0.0                #: the router's hop from prefill to decode
+    spill_tokens: int = DEFAULT_SPILL_TOKENS  #: mixed pool: prefill queue above which arrivals spill to it
+    kv_share: float = DEFAULT_KV_SHARE        #: mixed pool: decode KV share above which decodes spill
 
     def __post_init__(self):
         if not self.pools:
@@ -172,14 +188,14 @@ class Plan:
         phases = {p.phase for p in self.pools}
         if "colocated" in phases and phases != {"colocated"}:
             raise ValueError("a plan is either colocated or disaggregated, not both")
-        if phases != {"colocated"} and phases != {"prefill", "decode"}:
+        if phases != {"colocated"} and phases - {"mixed"} != {"prefill", "decode"}:
             raise ValueError("a disaggregated plan needs at least one prefill and one decode pool")
         by_name = {p.name: p for p in self.pools}
         for link in self.links:
             if by_name.get(link.from_pool, None) is None or by_name[link.from_pool].phase != "prefill":
                 raise ValueError(f"link from {link.from_pool!r}: not a prefill pool")
-            if by_name.get(link.to_pool, None) is None or by_name[link.to_pool].phase != "decode":
-                raise ValueError(f"link to {link.to_pool!r}: not a decode pool")
+            if by_name.get(link.to_pool, None) is None or by_name[link.to_pool].phase not in ("decode", "mixed"):
+                raise ValueError(f"link to {link.to_pool!r}: not a decode or mixed pool")
         if self.block_tokens is not None and self.block_tokens < 1:
             raise ValueError("block_tokens must be >= 1")
         if not 0 <= self.failure_rate <= MAX_FAILURE_RATE:
@@ -188,6 +204,8 @@ class Plan:
             raise ValueError(f"failure_policy must be one of {', '.join(FAILURE_POLICIES)}")
         if not 0 <= self.route_s <= MAX_ROUTE_S:
             raise ValueError(f"route_s must be in [0, {MAX_ROUTE_S}]")
+        if self.spill_tokens < 0 or not 0 < self.kv_share <= 1:
+            raise ValueError("spill_tokens must be >= 0 and kv_share in (0, 1]")
 
     @property
     def colocated(self) -> bool:
@@ -264,7 +282,7 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
 
 # --- file ----------------------------------------------------------------------------------------
 
-_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles"}
+_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed"}
 _PROFILE_FIELDS = {"engine", "engine_version", "compose"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "replicas", "policy", "chunk_tokens",
                 "prefix_cache_blocks", "max_prefill_batch_tokens"}
@@ -281,8 +299,8 @@ def _pool(spec: Fields) -> Pool:
     spec.reject_unknown(_POOL_FIELDS)
     phase = spec.string("phase", choices=list(PHASES))
     policy = chunk = cache_blocks = None
-    if phase == "colocated":
-        policy = spec.string("policy", choices=list(POLICIES))
+    if phase in ("colocated", "mixed"):
+        policy = spec.string("policy", choices=["chunked"] if phase == "mixed" else list(POLICIES))
         if policy == "chunked":
             chunk = spec.integer("chunk_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS)
         elif spec.has("chunk_tokens"):
@@ -290,7 +308,7 @@ def _pool(spec: Fields) -> Pool:
     else:
         for key in ("policy", "chunk_tokens"):
             if spec.has(key):
-                raise spec.fail(key, "applies only to colocated pools", spec.data[key])
+                raise spec.fail(key, "applies only to colocated and mixed pools", spec.data[key])
     if spec.has("prefix_cache_blocks"):
         if phase != "decode":
             raise spec.fail("prefix_cache_blocks", "applies only to decode pools",
@@ -332,7 +350,7 @@ def parse_plan(data, path: str | Path) -> Plan:
     if "colocated" in phases and phases != {"colocated"}:
         raise top.fail("pools", "must be all colocated or a mix of prefill and decode, not both",
                        sorted(phases))
-    if phases != {"colocated"} and phases != {"prefill", "decode"}:
+    if phases != {"colocated"} and phases - {"mixed"} != {"prefill", "decode"}:
         raise top.fail("pools", "of a disaggregated plan need at least one prefill and one decode pool",
                        sorted(phases))
     colocated = phases == {"colocated"}
@@ -364,8 +382,8 @@ def parse_plan(data, path: str | Path) -> Plan:
             src, dst = spec.string("from"), spec.string("to")
             if phase_of.get(src) != "prefill":
                 raise spec.fail("from", "must name a prefill pool of this plan", src)
-            if phase_of.get(dst) != "decode":
-                raise spec.fail("to", "must name a decode pool of this plan", dst)
+            if phase_of.get(dst) not in ("decode", "mixed"):
+                raise spec.fail("to", "must name a decode or mixed pool of this plan", dst)
             if (src, dst) in pairs:
                 raise spec.fail("to", f"repeats the link from {src!r}", dst)
             pairs.add((src, dst))
@@ -377,11 +395,19 @@ def parse_plan(data, path: str | Path) -> Plan:
                                show_value=False)
     else:
         for src in (p.name for p in pools if p.phase == "prefill"):
-            for dst in (p.name for p in pools if p.phase == "decode"):
+            for dst in (p.name for p in pools if p.phase in ("decode", "mixed")):
                 if (src, dst) not in pairs and default_link is None:
                     raise top.fail("links", f"has no link from {src!r} to {dst!r} and there is no "
                                    "default_link", show_value=False)
 
+    if top.has("mixed"):
+        if "mixed" not in phases:
+            raise top.fail("mixed", "applies only to plans with a mixed pool", show_value=False)
+        spec = top.mapping("mixed")
+        spec.reject_unknown({"prefill_queue_tokens", "decode_kv_share"})
+        faults["spill_tokens"] = spec.integer("prefill_queue_tokens", DEFAULT_SPILL_TOKENS, minimum=0,
+                                              maximum=limits.MAX_KV_TOKENS)
+        faults["kv_share"] = spec.number("decode_kv_share", DEFAULT_KV_SHARE, minimum=0, exclusive=True, maximum=1)
     name = top.data.get("name", "")
     if not isinstance(name, str):
         raise top.fail("name", "must be a string", name)
@@ -425,6 +451,8 @@ def plan_to_dict(plan: Plan) -> dict:
             doc["transfer"] |= {"failure_rate": plan.failure_rate, "failure_policy": plan.failure_policy}
         if plan.route_s > 0:
             doc["transfer"]["route_ms"] = plan.route_s * 1e3
+        if plan.pools_of("mixed"):
+            doc["mixed"] = {"prefill_queue_tokens": plan.spill_tokens, "decode_kv_share": plan.kv_share}
         if plan.default_link is not None:
             doc["default_link"] = link(plan.default_link)
         if plan.links:

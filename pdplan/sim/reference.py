@@ -114,17 +114,21 @@ class _Disaggregated:
         self.failures = failures.copy()  # attempts still to fail, per request
         self.env = Environment()
         self.rec = _Records(len(req))
-        self.pids, self.dids = list(layout.ids("prefill")), list(layout.ids("decode"))
+        self.pids = list(layout.ids("prefill"))
+        self.n_dec = len(layout.ids("decode"))
+        self.dids = list(layout.ids("decode")) + list(layout.ids("mixed"))  # mixed machines after decode
         self.pre = [{"queue": deque(), "pending": 0, "stage_free": [0.0] * layout.profiles[i].pp,
                      "busy_s": 0.0, "profile": layout.profiles[i], "cap": layout.batch_tokens[i],
                      "free_pending": False} for i in self.pids]
-        self.dec = [_DecodeInstance(self.env, layout.profiles[i], req, self.rec, k)
+        self.dec = [_DecodeInstance(self.env, layout.profiles[i], req, self.rec, k) if k < self.n_dec else
+                    _MixedInstance(self.env, layout.profiles[i], req, self.rec, "chunked", layout.chunk_tokens[i],
+                                   layout.batch_tokens[i])
                     for k, i in enumerate(self.dids)]
         self.link_free = [0.0] * len(self.dids)
         self.link_busy = [0.0] * len(self.dids)
         self.caches = [OrderedDict() for _ in self.dids]
-        self.cache_caps = cache_capacities(layout, req) if req.has_hashes and self.pids and self.dids \
-            else [0] * len(self.dids)
+        self.cache_caps = (cache_capacities(layout, req) + [0] * (len(self.dids) - self.n_dec)
+                           if req.has_hashes and self.pids and self.dids else [0] * len(self.dids))
         self.block = req.block_tokens or 0
 
     # prefill ------------------------------------------------------------------------------------
@@ -134,6 +138,22 @@ class _Disaggregated:
             self.rec.decode_instance[r] = d
             self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r)
             return
+        if self.n_dec < len(self.dec) and min(p["pending"] for p in self.pre) > self.layout.spill_tokens:
+            m = self._least_outstanding_mixed(r)
+            if m is not None:  # the whole request runs on a mixed machine
+                self.dec[m].load += int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+                self.rec.decode_instance[r] = m
+                self.dec[m].arrive(r)
+                return
+        self._queue_prefill(r)
+
+    def _least_outstanding_mixed(self, r: int) -> int | None:
+        need = int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+        fits = [m for m in range(self.n_dec, len(self.dec)) if self.dec[m].capacity >= need]
+        taking = [m for m in fits if _takes(self.layout, self.dids[m], self.env.now)]
+        return min(taking or fits, key=lambda m: (self.dec[m].load, m), default=None)
+
+    def _queue_prefill(self, r: int) -> None:
         taking = [i for i in range(len(self.pre)) if _takes(self.layout, self.pids[i], self.env.now)]
         p = min(taking or range(len(self.pre)), key=lambda i: (self.pre[i]["pending"], i))
         self.pre[p]["pending"] += int(self.req.prompt_tokens[r])
@@ -191,18 +211,29 @@ class _Disaggregated:
 
     # transfer -----------------------------------------------------------------------------------
     def _route_decode(self, r: int, now: float | None = None) -> int:
+        """Least KV load per capacity among decode instances; a mixed machine when that one's
+        routed KV would pass the plan's share of its capacity."""
         need = int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
         now = self.env.now if now is None else now
+        d = self._least_loaded(need, now, range(self.n_dec))
+        if self.n_dec < len(self.dec) and (
+                d is None or self.dec[d].load + need > self.layout.kv_share * self.dec[d].capacity):
+            mixed = self._least_loaded(need, now, range(self.n_dec, len(self.dec)))
+            d = d if mixed is None else mixed
+        self.dec[d].load += need
+        return d
+
+    def _least_loaded(self, need: int, now: float, among: range) -> int | None:
         best = None
         for rule in ("taking", "any"):
-            for d, inst in enumerate(self.dec):
+            for d in among:
+                inst = self.dec[d]
                 if inst.capacity < need or (rule == "taking" and not _takes(self.layout, self.dids[d], now)):
                     continue
                 if best is None or inst.load * self.dec[best].capacity < self.dec[best].load * inst.capacity:
                     best = d
             if best is not None:
                 break
-        self.dec[best].load += need
         return best
 
     def _missing_tokens(self, r: int, d: int) -> int:
@@ -262,7 +293,7 @@ class _Disaggregated:
 
     def _failed(self, d: int, r: int) -> None:
         self.dec[d].load -= int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
-        self.arrive(r)
+        self._queue_prefill(r)
 
 
 class _ColocatedInstance(_Batch):
@@ -369,6 +400,26 @@ class _ColocatedInstance(_Batch):
         self._next()
 
 
+class _MixedInstance(_ColocatedInstance):
+    """A Splitwise mixed machine: colocated batching, plus decodes whose KV another instance
+    prefilled, admitted at its boundaries (FIFO, while they fit)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.ready: deque[int] = deque()
+
+    def kv_visible(self, r: int) -> None:
+        self.ready.append(r)
+        if not self.running:
+            self.running = True
+            self.env.schedule(self.env.now, BOUNDARY, self._next)
+
+    def _next(self) -> None:
+        while self.ready and self.fits(self.ready[0]):
+            self.admit(self.ready.popleft())
+        super()._next()
+
+
 def _feed(env: Environment, rec: _Records, req: Requests, rejected, arrive, concurrency: int) -> None:
     """Put the arrivals on the clock: all of them (open loop), or the first ``concurrency`` at 0
     and each next one when a request leaves (closed loop; a rejected request leaves at once)."""
@@ -439,8 +490,10 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         pids, dids = np.array(sim.pids, np.int64), np.array(sim.dids, np.int64)
         rec.prefill_instance = np.where(rec.prefill_instance >= 0,
                                         pids[np.maximum(rec.prefill_instance, 0)] if len(pids) else -1, -1)
+        whole = (rec.prefill_instance < 0) & (rec.decode_instance >= sim.n_dec)  # ran whole on a mixed machine
         rec.decode_instance = np.where(rec.decode_instance >= 0,
                                        dids[np.maximum(rec.decode_instance, 0)] if len(dids) else -1, -1)
+        rec.prefill_instance = np.where(whole, rec.decode_instance, rec.prefill_instance)
         busy[pids] = [p["busy_s"] for p in sim.pre]
         busy[dids] = [d.busy_s for d in sim.dec]
         if len(pids) and len(dids):

@@ -1,0 +1,127 @@
+"""Splitwise's mixed pool in the simulator: machines that run a whole request when the prefill
+queues are long and take decodes when the decode instances' KV fills, request by request."""
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pdplan.errors import PdplanError
+from pdplan.sim import simulate
+from pdplan.sim import Link, Pool
+from pdplan.sim.handbuilt import handbuilt_profile
+from pdplan.sim.plan import Plan, load_plan, plan_to_dict
+from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, link, pool, random_trace
+
+MIXED = pool("mx", "mixed", policy="chunked", chunk_tokens=512, replicas=2)
+
+
+def with_mixed(**kw) -> Plan:
+    return Plan(pools=HETEROGENEOUS["pools"] + (MIXED,), links=HETEROGENEOUS["links"],
+                default_link=HETEROGENEOUS["default_link"], **kw)
+
+
+def on_mixed(result) -> np.ndarray:
+    ids = [i for i, label in enumerate(result.instances) if label.startswith("mx/")]
+    return np.isin(result["decode_instance"], ids)
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10**6), schedule=st.sampled_from(["request", "layer"]),
+       spill=st.sampled_from([0, 1500, 6000]), share=st.sampled_from([0.02, 0.3, 1.0]))
+def test_compiled_engine_matches_the_oracle_with_a_mixed_pool(seed, schedule, spill, share):
+    plan = with_mixed(transfer_schedule=schedule, spill_tokens=spill, kv_share=share)
+    trace = random_trace(seed, n=120, rate_rps=12.0, hashes=True)
+    assert_same(simulate(trace, plan, PROFILES, model=MODEL),
+                simulate(trace, plan, PROFILES, model=MODEL, engine="reference"))
+
+
+def test_short_queues_and_free_kv_leave_the_mixed_pool_idle():
+    result = simulate(random_trace(1, n=100, rate_rps=1.0), with_mixed(spill_tokens=10**6), PROFILES, model=MODEL)
+    assert not on_mixed(result).any()
+    assert result.busy_s[[i for i, label in enumerate(result.instances) if label.startswith("mx/")]].sum() == 0
+
+
+def test_a_request_that_spills_at_arrival_runs_whole_on_a_mixed_machine():
+    result = simulate(random_trace(2, n=150, rate_rps=12.0), with_mixed(spill_tokens=0), PROFILES, model=MODEL)
+    whole = on_mixed(result) & (result["prefill_instance"] == result["decode_instance"])
+    assert whole.any()
+    assert np.isnan(result["transfer_end_s"][whole]).all() and np.isfinite(result["finish_s"][whole]).all()
+
+
+def test_a_decode_spills_when_its_decode_instance_would_pass_the_kv_share():
+    result = simulate(random_trace(3, n=150, rate_rps=12.0), with_mixed(spill_tokens=10**6, kv_share=0.01),
+                      PROFILES, model=MODEL)
+    spilled = on_mixed(result)
+    assert spilled.any() and (result["prefill_instance"][spilled] != result["decode_instance"][spilled]).all()
+    assert (result["transfer_bytes"][spilled] > 0).all()
+
+
+# --- the seed's fixture: two prompt machines at 6 req/s, two token machines at 4 req/s -------------
+# One 1,000-token prompt per 1/6 s batch makes a prompt machine serve 6 req/s; KV for two requests
+# and 25 decode steps of 20 ms make a token machine serve 4 req/s. Capacities are simulated: the
+# highest Poisson rate (bisection) at which p90 TTFT stays within 2 s on 3,000 requests.
+
+FIXTURE = handbuilt_profile(model="llama2-70b", gpu="a100-80gb", tp=4, pp=1, prefill_ms=[(1, [[1000 / 6, 0.0, 0.0]])],
+                            decode_ms=[(1, [[20.0, 0.0, 0.0]])], kv_capacity_tokens=2 * 1026,
+                            max_prefill_batch_tokens=1000)
+FREE = Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=1e12)
+
+
+def machines(name, phase, n, **kw):
+    return Pool(name=name, phase=phase, model="llama2-70b", gpu="a100-80gb", tp=4, replicas=n, **kw)
+
+
+def capacity_rps(plan: Plan) -> float:
+    gaps = np.random.default_rng(0).exponential(1.0, 3000)  # one draw, scaled per rate
+
+    def served(rate):
+        trace = {"arrival_s": np.cumsum(gaps) / rate, "prompt_tokens": np.full(3000, 1000),
+                 "output_tokens": np.full(3000, 26)}
+        return np.nanpercentile(simulate(trace, plan, {FIXTURE.key: FIXTURE}, model=MODEL)["ttft_s"], 90) <= 2.0
+
+    lo, hi = 0.5, 30.0
+    for _ in range(14):
+        lo, hi = ((lo + hi) / 2, hi) if served((lo + hi) / 2) else (lo, (lo + hi) / 2)
+    return lo
+
+
+def test_the_seed_fixture_mixed_pool_lifts_capacity_in_simulation_as_the_formula_says():
+    """G_static = min(N_P·g_P, N_T·g_T) and G_mixed = min((N_P − b)·g_P + b·g_M, N_T·g_T + b·g_M),
+    every g simulated, against the whole system simulated: 8 → 10 req/s in the article's numbers."""
+    # per machine, as pools of two (the fixture's N_P = N_T = 2), the other phase never the bottleneck
+    g_p = capacity_rps(Plan(pools=(machines("p", "prefill", 2), machines("d", "decode", 20)), default_link=FREE)) / 2
+    g_t = capacity_rps(Plan(pools=(machines("p", "prefill", 20), machines("d", "decode", 2)), default_link=FREE)) / 2
+    g_m = capacity_rps(Plan(pools=(machines("m", "colocated", 1, policy="chunked", chunk_tokens=1024),)))
+    assert (g_p, g_t) == (pytest.approx(6, rel=0.1), pytest.approx(4, rel=0.1))  # under a latency bound
+    static = capacity_rps(Plan(pools=(machines("p", "prefill", 2), machines("d", "decode", 2)), default_link=FREE))
+    borrowed = capacity_rps(Plan(pools=(machines("p", "prefill", 1), machines("d", "decode", 2),
+                                        machines("m", "mixed", 1, policy="chunked", chunk_tokens=1024)),
+                                 default_link=FREE, spill_tokens=3000))
+    assert static == pytest.approx(min(2 * g_p, 2 * g_t), rel=0.05)
+    assert borrowed == pytest.approx(min(2 * g_p - g_p + g_m, 2 * g_t + g_m), rel=0.05)
+    assert borrowed > 1.15 * static
+
+
+def test_a_plan_file_round_trips_its_mixed_pool(tmp_path):
+    plan = with_mixed(spill_tokens=3000, kv_share=0.9)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(plan_to_dict(plan)))
+    loaded = load_plan(path)
+    assert loaded.pools_of("mixed")[0].chunk_tokens == 512
+    assert (loaded.spill_tokens, loaded.kv_share) == (3000, pytest.approx(0.9))
+
+
+@pytest.mark.parametrize("edit,named", [
+    (lambda d: d["pools"][-1].update(policy="prefill-first"), "pools[4].policy"),
+    (lambda d: d["mixed"].update(decode_kv_share=0), "mixed.decode_kv_share"),
+    (lambda d: d["mixed"].update(spill=1), "mixed"),
+])
+def test_a_bad_mixed_pool_names_its_field(tmp_path, edit, named):
+    doc = plan_to_dict(with_mixed())
+    edit(doc)
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    with pytest.raises(PdplanError, match=named.replace("[", r"\[").replace("]", r"\]")):
+        load_plan(path)
