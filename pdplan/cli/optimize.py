@@ -146,6 +146,16 @@ def optimize(
     timestamp: Annotated[bool, typer.Option(
         "--timestamp", help="Record the creation time in the manifest (it is then no longer byte-identical "
                             "across runs).")] = False,
+    mixed: Annotated[bool, typer.Option(
+        "--mixed", help="Also search Splitwise's mixed pool below the P/D plan: fewer prefill and decode "
+                        "instances plus machines that take either phase when it is short, each proposal "
+                        "verified end to end; reported beside the answer.")] = False,
+    mixed_spill_tokens: Annotated[int, typer.Option(
+        "--mixed-spill-tokens", help="Mixed pool: a request runs whole on a mixed machine when the shortest "
+                                     "prefill queue holds more pending prompt tokens than this.")] = 8192,
+    mixed_kv_share: Annotated[float, typer.Option(
+        "--mixed-kv-share", help="Mixed pool: a prefilled request decodes on a mixed machine when its decode "
+                                 "instance's routed KV would pass this share of its capacity.")] = 1.0,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Folder for PNG plots: fleets.png (cost and power per fleet), goodput_per_gpu.png (each "
                        "shape's simulated goodput per GPU by phase), cost_vs_rate.png (the chosen fleet's cost "
@@ -175,6 +185,8 @@ def optimize(
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     if windows is not None:
         _check_windows(objective=objective, target_rate=target_rate, out=out, change_cost=change_cost)
+    within("--mixed-spill-tokens", mixed_spill_tokens, 0, limits.MAX_KV_TOKENS)
+    within("--mixed-kv-share", mixed_kv_share, 0, 1, above=True)
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
                    max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit,
                    seeds=seeds, max_rounds=max_rounds, tps=tp, pps=pp)
@@ -209,7 +221,8 @@ def optimize(
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,
         time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, rule=verify_rule, redundancy=redundancy,
-        pool_shapes=pool_shapes, mode=mode, tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
+        pool_shapes=pool_shapes, mode=mode, mixed=mixed, mixed_spill_tokens=mixed_spill_tokens,
+        mixed_kv_share=mixed_kv_share, tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
         pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS)
     cache = ResultCache(cache_dir, enabled=not no_cache,
                         warn=lambda message: stderr.print(f"warning: {message}", markup=False, highlight=False))
@@ -337,8 +350,29 @@ def _render(report: PlanReport, doc: dict, explain: bool) -> None:
     _facts_table(doc)
     _links_table(doc)
     _nodes_table(doc)
+    _mixed_line(doc)
     if explain:
         _explain(report)
+
+
+def _mixed_line(doc: dict) -> None:
+    """With --mixed: the cheaper plan Splitwise's mixed pool allows, verified, or that none passed."""
+    found = doc.get("mixed_pool")
+    if found is None:
+        return
+    if not found["found"]:
+        stdout.print("mixed pool: no cheaper plan with mixed machines passes end to end", markup=False,
+                     highlight=False)
+        return
+    shape = found["mixed_shape"]
+    base = found["baseline"]
+    j = found["verification"]["joint"]
+    stdout.print(f"mixed pool: {found['prefill']} prefill + {found['decode']} decode + {found['mixed']} mixed "
+                 f"({shape['gpu']} TP{shape['tp']}" + (f" PP{shape['pp']}" if shape["pp"] > 1 else "")
+                 + f", chunk {shape['chunk_tokens']}) instead of {base['prefill']} + {base['decode']}: "
+                 f"{_money(found['cost_per_hour'])} vs {_money(base['cost_per_hour'])} per hour, PASSES end to end "
+                 f"(joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]; spill above {found['spill_tokens']} "
+                 f"queued prompt tokens); not placed on nodes nor in the manifest", markup=False, highlight=False)
 
 
 def _profiles_line(doc: dict) -> str:

@@ -20,6 +20,7 @@ from pdplan.hardware import Cluster
 from pdplan.placement import Candidate, Fleet, Problem, solve
 from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import Measured, Progress, measure, pool_candidates
+from pdplan.planner.mixed import MixedPlan, mixed_search
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import Checked, SearchResult, verified_search
 
@@ -63,6 +64,7 @@ class PlanReport:
     simulations: int                       #: end-to-end simulation runs this invocation ran
     cache_hits: int
     cache_misses: int
+    mixed: MixedPlan | None = None         #: with --mixed: the cheaper verified plan with a mixed pool
 
     @property
     def answer(self) -> Checked | None:
@@ -202,9 +204,14 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
             chosen.best.plan, mode=chosen.mode, start_rps=chosen.best.verification.rate_rps)
         if request.redundancy != "none":
             without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"))
+    mixed = None
+    if request.mixed and chosen is not None and request.redundancy == "none" and request.target_rps is not None:
+        fleet = next(f for f in fleets if f.fleet == chosen.fleet)
+        mixed = mixed_search(request, fleet.disaggregated, candidates, verifier)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
                       fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
-                      simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses)
+                      simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses,
+                      mixed=mixed)
 
 
 def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: Searches) -> str:

@@ -222,10 +222,29 @@ def report_to_dict(report: PlanReport) -> dict:
                                                    zip(i.stage_nodes, i.stage_gpus)]}
                   for i in solution.instances],
         "simulation": verification.summary,
+        "mixed_pool": _mixed(report),
         "provenance": _provenance(report),
         "run": _run(report),
     })
     return doc
+
+
+def _mixed(report: PlanReport) -> dict | None:
+    """With --mixed: the verified plan with Splitwise's mixed pool below the P/D plan, or why none."""
+    if not report.request.mixed:
+        return None
+    found = report.mixed
+    if found is None:
+        return {"found": False}
+    pools = {pool.phase: pool for pool in found.plan.pools}
+    return {"found": True, "prefill": found.counts[0], "decode": found.counts[1], "mixed": found.counts[2],
+            "mixed_shape": {"gpu": pools["mixed"].gpu, "tp": pools["mixed"].tp, "pp": pools["mixed"].pp,
+                            "chunk_tokens": pools["mixed"].chunk_tokens},
+            "spill_tokens": found.plan.spill_tokens, "kv_share": found.plan.kv_share,
+            "gpus_total": found.gpus, "cost_per_hour": found.usd_per_hour, "ledger_rps": found.ledger_rps,
+            "baseline": {"prefill": found.baseline_counts[0], "decode": found.baseline_counts[1],
+                         "cost_per_hour": found.baseline_usd_per_hour},
+            "verification": found.verification.to_dict(), "checks": found.checks}
 
 
 def _run(report: PlanReport) -> dict:

@@ -53,6 +53,9 @@ class PlanRequest:
     failure_policy: str = "retry"       #: what a failed transfer costs: "retry" or "recompute"
     route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
     mode: str = "auto"                  #: the answer's mode: "auto" (the better), "disaggregated" or "colocated"
+    mixed: bool = False                 #: also search Splitwise's mixed pool below the P/D plan
+    mixed_spill_tokens: int = 8192      #: arrivals spill to mixed machines above this prefill queue (tokens)
+    mixed_kv_share: float = 1.0         #: decodes spill when their decode instance's KV would pass this share
 
     def __post_init__(self):
         if self.mode not in MODES:
