@@ -26,7 +26,7 @@ from tests.conftest import ROOT
 SMOKE = ROOT / "traces" / "smoke_uniform_200.csv"
 MODEL = get_model("llama2-70b")
 TERMS = ("t_saved_ms", "t_transfer_exposed_ms", "t_route_ms", "t_failure_ms")
-GRID = ("--vary", "bandwidth=0.5,2,8,100", "--vary", "failure_rate=0,0.2")
+GRID = ("--vary", "bandwidth=0.5,2,8,100", "--vary", "failure_rate=0,0.2", "--vary", "gpu=h100-80gb")
 
 
 def png_size(data: bytes) -> tuple[int, int]:
@@ -143,14 +143,21 @@ def run(*args):
 
 
 @pytest.fixture(scope="module")
-def grid(tmp_path_factory):
-    """The smoke trace over link bandwidth × transfer failure rate (8 cells), CSV and heatmap."""
+def cache(tmp_path_factory):
+    """One goodput cache for the module's grids on the smoke trace."""
+    return tmp_path_factory.mktemp("grid-cache")
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory, cache):
+    """The smoke trace on H100 nodes over link bandwidth × transfer failure rate (8 cells), CSV
+    and heatmap."""
     folder = tmp_path_factory.mktemp("grid")
-    code, out = run("sensitivity", "grid", "--trace", SMOKE, *GRID, "--jobs", "2", "--cache-dir", folder / "cache",
+    code, out = run("sensitivity", "grid", "--trace", SMOKE, *GRID, "--jobs", "2", "--cache-dir", cache,
                     "--out", folder / "grid.csv", "--plot", folder / "heatmap.png", "--json")
     assert code in (0, None)
     return {"doc": json.loads(out), "csv": pd.read_csv(folder / "grid.csv"), "png": (folder / "heatmap.png").read_bytes(),
-            "folder": folder}
+            "folder": folder, "cache": cache}
 
 
 def test_every_row_has_each_coordinate_and_the_decision(grid):
@@ -199,7 +206,7 @@ def test_the_heatmap_is_a_png_of_the_stated_size(grid):
 
 def test_json_carries_the_cells_and_a_summary_in_words(grid):
     doc = grid["doc"]
-    assert doc["dimensions"] == {"bandwidth": [0.5, 2.0, 8.0, 100.0], "failure_rate": [0.0, 0.2]}
+    assert doc["dimensions"] == {"bandwidth": [0.5, 2.0, 8.0, 100.0], "failure_rate": [0.0, 0.2], "gpu": ["h100-80gb"]}
     assert len(doc["cells"]) == 8 and doc["compare"] == "rate"
     wins = sum(c["decision"] == "ENABLE_PD" for c in doc["cells"])
     assert doc["summary"].startswith(f"P/D wins in {wins} of 8 cells")
@@ -208,19 +215,20 @@ def test_json_carries_the_cells_and_a_summary_in_words(grid):
 def test_a_second_run_reads_every_cell_from_the_cache_and_writes_the_same_csv(grid, tmp_path):
     again = tmp_path / "again.csv"
     code, _ = run("sensitivity", "grid", "--trace", SMOKE, *GRID, "--jobs", "1", "--cache-dir",
-                  grid["folder"] / "cache", "--out", again)
+                  grid["cache"], "--out", again)
     assert code in (0, None)
     assert again.read_bytes() == (grid["folder"] / "grid.csv").read_bytes()
 
 
 @pytest.mark.slow
-def test_the_ray_executor_writes_the_same_csv_as_the_local_one(tmp_path):
+def test_the_ray_executor_writes_the_same_csv_as_the_local_one(tmp_path, cache):
+    """Ray computes every cell afresh (its own empty cache); the local run may reuse the module's."""
     pytest.importorskip("ray", reason="Ray is the optional extra pdplan[ray]")
     paths = {}
-    for executor in ("local", "ray"):
+    for executor, folder in (("local", cache), ("ray", tmp_path / "ray-cache")):
         paths[executor] = tmp_path / f"{executor}.csv"
         code, _ = run("sensitivity", "grid", "--trace", SMOKE, "--vary", "bandwidth=1,50", "--vary",
-                      "route_ms=0,20", "--vary", "gpu=h100-80gb", "--executor", executor, "--jobs", "2", "--cache-dir", tmp_path / executor,
+                      "gpu=h100-80gb", "--executor", executor, "--jobs", "2", "--cache-dir", folder,
                       "--out", paths[executor])
         assert code in (0, None)
     assert paths["ray"].read_bytes() == paths["local"].read_bytes()
@@ -264,12 +272,12 @@ def test_a_gpu_the_cluster_lacks_exits_2_before_any_work(run_cli, tmp_path):
     assert not out.exists()
 
 
-def test_a_grid_file_is_read_relative_to_its_folder(run_cli, tmp_path):
+def test_a_grid_file_is_read_relative_to_its_folder(run_cli, tmp_path, cache):
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "t.csv").write_bytes(SMOKE.read_bytes())
     spec = tmp_path / "grid.yaml"
     spec.write_text("pdplan_grid: 1\ntrace: traces/t.csv\nvary: {bandwidth: [1], gpu: [h100-80gb]}\nmax_rounds: 2\n")
-    code, out, err = run_cli("sensitivity", "grid", spec, "--json", "--cache-dir", tmp_path / "cache")
+    code, out, err = run_cli("sensitivity", "grid", spec, "--json", "--cache-dir", cache)
     assert code == 0, err
     assert len(json.loads(out)["cells"]) == 1
     assert math.isfinite(json.loads(out)["target_rps"])
