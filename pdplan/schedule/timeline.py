@@ -51,6 +51,14 @@ class Change:
     drain_s: float | None       #: leave: how long its drain took (simulated)
     took_gpus_of: str | None = None  #: join: the leaving instance whose GPUs it loads onto
 
+    @property
+    def steps(self) -> tuple[str, ...]:
+        """What a deployer runs, in order (a join onto drained GPUs waits for that drain first)."""
+        if self.kind == "leave":
+            return ("STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV", "RELEASE_GPUS")
+        wait = ("WAIT_FOR_DRAIN",) if self.took_gpus_of else ()
+        return (*wait, "LOAD_WEIGHTS", "HEALTH_CHECK", "START_ROUTES")
+
 
 @dataclass(frozen=True, kw_only=True)
 class WindowVerdict:
