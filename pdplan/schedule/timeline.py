@@ -57,7 +57,7 @@ class Change:
         if self.kind == "leave":
             return ("STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV", "RELEASE_GPUS")
         wait = ("WAIT_FOR_DRAIN",) if self.took_gpus_of else ()
-        return (*wait, "LOAD_WEIGHTS", "HEALTH_CHECK", "START_ROUTES")
+        return (*wait, "LOAD_WEIGHTS", "START_ROUTES")
 
 
 @dataclass(frozen=True, kw_only=True)
