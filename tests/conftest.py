@@ -35,6 +35,19 @@ def run_cli(capsys):
     return run
 
 
+def run_main(*args) -> tuple[int | None, str]:
+    """Run ``pdplan ARGS`` in-process outside a test's capture (module fixtures): (exit code, stdout)."""
+    import contextlib
+    import io
+
+    from pdplan.cli import main
+
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
+        main([str(a) for a in args])
+    return stop.value.code, out.getvalue()
+
+
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
 IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main", "--tokenizer",
             "meta-llama/Llama-2-70b-hf", "--adapter", "none", "--position", "rope theta=10000")

@@ -4,8 +4,6 @@ window verified alone and in the whole-schedule simulation with its changes drai
 
 from __future__ import annotations
 
-import contextlib
-import io
 import itertools
 import json
 import math
@@ -21,7 +19,7 @@ from pdplan.schedule.program import most_instances
 from pdplan.schedule.timeline import _availability
 from pdplan.sim import Plan, Pool
 from pdplan.workload import load_trace
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_main as run
 
 SMOKE = ROOT / "traces" / "smoke_uniform_200.csv"
 
@@ -136,15 +134,6 @@ def test_a_join_without_spare_gpus_waits_for_a_drain_and_the_weight_load():
 
 
 # --- the whole command on a synthetic day ----------------------------------------------------------
-
-def run(*args):
-    from pdplan.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
-        main([str(a) for a in args])
-    return stop.value.code, out.getvalue()
-
 
 @pytest.fixture(scope="module")
 def day(tmp_path_factory):

@@ -3,8 +3,6 @@ decision per cell, the outputs (CSV, heatmap, JSON, words), bad specs, and Ray a
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import math
 import struct
@@ -21,7 +19,7 @@ from pdplan.sensitivity.margin import net_margin, variants
 from pdplan.sim import Link, Plan, Pool
 from pdplan.slo import slo_from_flags
 from pdplan.workload import interarrival_cv, load_trace, prefix_reuse_fraction
-from tests.conftest import ROOT
+from tests.conftest import ROOT, run_main as run
 
 SMOKE = ROOT / "traces" / "smoke_uniform_200.csv"
 MODEL = get_model("llama2-70b")
@@ -132,15 +130,6 @@ def test_free_handoffs_expose_no_transfer():
 
 
 # --- a whole grid ----------------------------------------------------------------------------------
-
-def run(*args):
-    from pdplan.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit) as stop:
-        main([str(a) for a in args])
-    return stop.value.code, out.getvalue()
-
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):

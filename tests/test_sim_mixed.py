@@ -12,7 +12,7 @@ from pdplan.sim import simulate
 from pdplan.sim import Link, Pool
 from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Plan, load_plan, plan_to_dict
-from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, link, pool, random_trace
+from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, pool, random_trace
 
 MIXED = pool("mx", "mixed", policy="chunked", chunk_tokens=512, replicas=2)
 

@@ -632,20 +632,29 @@ def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t):
 
 
 @njit(cache=True)
+def _take_if_fits(rq, di, i, head, tail):
+    """The head of instance i's FIFO (head/tail rows, linked by W_NEXT) with its prompt + output
+    reserved, if they fit the KV not reserved; else -1: the head stalls and nothing behind it
+    overtakes."""
+    r = di[head, i]
+    if r < 0 or di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] > di[D_CAP, i]:
+        return -1
+    di[head, i] = rq[R_W_NEXT, r]
+    if di[head, i] < 0:
+        di[tail, i] = -1
+    di[D_RESERVED, i] += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+    return r
+
+
+@njit(cache=True)
 def _decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
     """Batch d reaches a step boundary at t after k steps: finishes leave, waiting KV joins (FIFO,
     while its prompt + output tokens fit the KV not reserved), and the next stretch is planned."""
     _advance(rq, rt, di, df, d, t, k, cl)
-    while di[D_W_HEAD, d] >= 0:
-        r = di[D_W_HEAD, d]
-        need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-        if di[D_RESERVED, d] + need > di[D_CAP, d]:
-            break  # stall: the head waits for memory and later requests do not overtake it
-        di[D_W_HEAD, d] = rq[R_W_NEXT, r]
-        if di[D_W_HEAD, d] < 0:
-            di[D_W_TAIL, d] = -1
-        di[D_RESERVED, d] += need
+    r = _take_if_fits(rq, di, d, D_W_HEAD, D_W_TAIL)
+    while r >= 0:
         _activate(rq, rt, di, d, r, t, cl)
+        r = _take_if_fits(rq, di, d, D_W_HEAD, D_W_TAIL)
     di[D_VERSION, d] += 1
     _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
 
@@ -842,15 +851,10 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
                 sum_c2 += (o + take) * (o + take) - o * o
                 r = rq[R_PF_NEXT, r]
             # then new prompts whose KV fits
-            while budget > 0 and di[D_W_HEAD, c] >= 0:
-                r = di[D_W_HEAD, c]
-                need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-                if di[D_RESERVED, c] + need > di[D_CAP, c]:
+            while budget > 0:
+                r = _take_if_fits(rq, di, c, D_W_HEAD, D_W_TAIL)
+                if r < 0:
                     break
-                di[D_W_HEAD, c] = rq[R_W_NEXT, r]
-                if di[D_W_HEAD, c] < 0:
-                    di[D_W_TAIL, c] = -1
-                di[D_RESERVED, c] += need
                 rt[T_P_START, r] = t
                 rq[R_PF_DONE, r] = 0
                 _append(rq, di, c, r, D_PF_HEAD, D_PF_TAIL, R_PF_NEXT)
@@ -884,16 +888,10 @@ def _mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
     """Mixed machine c finishes what it ran, admits requests whose KV arrived (FIFO, while their
     prompt + output fit the KV not reserved), then plans what comes next."""
     _colo_finish(rq, rt, di, df, c, t, cl)
-    while di[D_K_HEAD, c] >= 0:
-        r = di[D_K_HEAD, c]
-        need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-        if di[D_RESERVED, c] + need > di[D_CAP, c]:
-            break
-        di[D_K_HEAD, c] = rq[R_W_NEXT, r]
-        if di[D_K_HEAD, c] < 0:
-            di[D_K_TAIL, c] = -1
-        di[D_RESERVED, c] += need
+    r = _take_if_fits(rq, di, c, D_K_HEAD, D_K_TAIL)
+    while r >= 0:
         _activate(rq, rt, di, c, r, t, cl)
+        r = _take_if_fits(rq, di, c, D_K_HEAD, D_K_TAIL)
     _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
 
 
