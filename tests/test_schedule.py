@@ -203,7 +203,7 @@ def test_the_schedule_plot_is_a_png_of_the_stated_size(day):
 
 @pytest.mark.parametrize("flags,named", [(("--target-rate", "2"), "target_rate"), (("--out", "m.yaml"), "out"),
                                          (("--objective", "goodput"), "objective"),
-                                         (("--change-cost", "-1"), "change-cost")])
+                                         (("--change-cost", "-1"), "change-cost"), (("--mixed",), "mixed")])
 def test_windows_refuse_flags_that_do_not_apply(run_cli, tmp_path, flags, named):
     code, _, err = run_cli("optimize", SMOKE, "--windows", "1m", *flags)
     assert code == 2 and named.replace("_", "-") in err.replace("_", "-")

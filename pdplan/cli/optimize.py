@@ -184,7 +184,7 @@ def optimize(
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     if windows is not None:
-        _check_windows(objective=objective, target_rate=target_rate, out=out, change_cost=change_cost)
+        _check_windows(objective=objective, target_rate=target_rate, out=out, change_cost=change_cost, mixed=mixed)
     within("--mixed-spill-tokens", mixed_spill_tokens, 0, limits.MAX_KV_TOKENS)
     within("--mixed-kv-share", mixed_kv_share, 0, 1, above=True)
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
@@ -285,7 +285,8 @@ def _windowed_output(windowed, outputs: Outputs, plot: Path | None, json: bool) 
         raise typer.Exit(1)
 
 
-def _check_windows(*, objective: str, target_rate: float | None, out: Path | None, change_cost: float) -> None:
+def _check_windows(*, objective: str, target_rate: float | None, out: Path | None, change_cost: float,
+                   mixed: bool) -> None:
     if objective != "cost":
         raise PdplanError("--windows minimises cost over the windows; drop --objective", field="objective")
     if target_rate is not None:
@@ -293,6 +294,9 @@ def _check_windows(*, objective: str, target_rate: float | None, out: Path | Non
     if out is not None:
         raise PdplanError("--out writes one plan's manifest; a windowed schedule has no manifest form yet",
                           field="out")
+    if mixed:
+        raise PdplanError("--mixed searches below one verified plan; a windowed schedule does not take it yet",
+                          field="mixed")
     within("--change-cost", change_cost, 0, 24 * 60)
 
 

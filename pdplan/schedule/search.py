@@ -85,7 +85,6 @@ class WindowedReport:
     reasons: dict[str, str]                          #: mode → why it has none
     static_peak: VerifiedSchedule | None
     static_mean: VerifiedSchedule | None
-    profiles: dict
 
     @property
     def chosen(self) -> VerifiedSchedule | None:
@@ -118,10 +117,6 @@ class WindowChecker:
                        name=f"{request.model.name} {schedule.mode}, window {window.index}")
         verification = self.verifiers[window.index].verify(plan, window.rate_rps, mode=schedule.mode)
         return WindowCheck(window=window, solution=solution, plan=plan, verification=verification)
-
-    @property
-    def simulations(self) -> int:
-        return sum(v.simulations for v in self.verifiers)
 
 
 def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: str, change_gpu_minutes: float,
@@ -178,8 +173,7 @@ def plan_windows(request: PlanRequest, windows: list[Window], *, change_gpu_minu
         except InfeasibleError as err:
             schedules[mode], reasons[mode] = None, err.detail
     report = WindowedReport(request=request, windows=tuple(windows), change_gpu_minutes=change_gpu_minutes,
-                            schedules=schedules, reasons=reasons, static_peak=None, static_mean=None,
-                            profiles=profiles)
+                            schedules=schedules, reasons=reasons, static_peak=None, static_mean=None)
     chosen = report.chosen
     if chosen is None:
         return report
