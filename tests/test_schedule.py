@@ -144,7 +144,7 @@ def day(tmp_path_factory):
                   "--prompt", "lognormal:1500:0.8", "--output", "lognormal:200:0.7", "--seed", "1", "-o", trace)
     assert code in (0, None)
     code, out = run("optimize", trace, "--windows", "5m", "--fleet", "HH", "--cache-dir", folder / "cache",
-                    "--plot", folder / "plots", "--json")
+                    "--plot", folder / "plots", "--out", folder / "schedule.yaml", "--json")
     assert code in (0, None)
     return {"doc": json.loads(out), "trace": trace, "folder": folder}
 
@@ -201,9 +201,93 @@ def test_the_schedule_plot_is_a_png_of_the_stated_size(day):
     assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (1080, 720)
 
 
-@pytest.mark.parametrize("flags,named", [(("--target-rate", "2"), "target_rate"), (("--out", "m.yaml"), "out"),
+@pytest.mark.parametrize("flags,named", [(("--target-rate", "2"), "target_rate"),
                                          (("--objective", "goodput"), "objective"),
                                          (("--change-cost", "-1"), "change-cost"), (("--mixed",), "mixed")])
 def test_windows_refuse_flags_that_do_not_apply(run_cli, tmp_path, flags, named):
     code, _, err = run_cli("optimize", SMOKE, "--windows", "1m", *flags)
     assert code == 2 and named.replace("_", "-") in err.replace("_", "-")
+
+
+# --- the schedule document -------------------------------------------------------------------------
+
+def resealed(day, edit) -> dict:
+    """The written schedule with ``edit`` applied and sealed again (so only consistency can fail)."""
+    from pdplan.manifest.document import load_manifest, seal
+
+    doc = load_manifest(day["folder"] / "schedule.yaml", schedules=True)
+    edit(doc)
+    del doc["provenance"]["sections"], doc["provenance"]["content_hash"]
+    return seal(doc)
+
+
+@pytest.mark.slow
+def test_the_written_schedule_validates_against_its_trace(day, run_cli):
+    code, out, err = run_cli("validate", day["folder"] / "schedule.yaml", "--trace", day["trace"])
+    assert code == 0, out + err
+    assert "valid" in out
+
+
+@pytest.mark.slow
+def test_a_hand_edit_of_a_window_is_named(day, run_cli, tmp_path):
+    import yaml
+
+    doc = yaml.safe_load((day["folder"] / "schedule.yaml").read_text())
+    doc["windows"][3]["replicas"] = {k: v + 1 for k, v in doc["windows"][3]["replicas"].items()}
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(yaml.safe_dump(doc, sort_keys=False))
+    code, out, _ = run_cli("validate", edited, "--json")
+    assert code == 1
+    fields = [v["field"] for v in json.loads(out)["violations"]]
+    assert "windows[3]" in fields
+
+
+@pytest.mark.slow
+def test_a_window_beyond_the_inventory_is_refused(day):
+    from pdplan.manifest.schedule import check_schedule
+
+    def shrink(doc):
+        for node in doc["inventory"]:
+            node["count"] = 0 if node["gpu"] != "h100-80gb" else 1
+    found = check_schedule(resealed(day, shrink))
+    assert any("the inventory holds 8" in v.message for v in found)
+    assert any("is not a node of the inventory" in v.message for v in found)
+
+
+@pytest.mark.slow
+def test_a_gpu_held_twice_in_a_window_is_refused(day):
+    from pdplan.manifest.schedule import check_schedule
+
+    def double(doc):
+        nodes = doc["windows"][-1]["nodes"]
+        nodes[0]["instances"].append(dict(nodes[0]["instances"][0], instance="extra"))
+    found = check_schedule(resealed(day, double))
+    assert any("is held twice" in v.message for v in found)
+
+
+@pytest.mark.slow
+def test_changes_must_match_the_replicas_and_leaves_drain_first(day):
+    from pdplan.manifest.schedule import check_schedule
+
+    changes = day["doc"]["timeline"]["changes"]
+    leave = next(i for i, c in enumerate(changes) if c["kind"] == "leave")
+
+    def reorder(doc):
+        doc["changes"][leave]["steps"] = ["RELEASE_GPUS", "STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV"]
+        doc["changes"].append(dict(doc["changes"][leave], kind="join", replica=99, steps=["WAIT_FOR_DRAIN",
+                              "LOAD_WEIGHTS", "START_ROUTES"], drain_s=None,
+                              ready_s=doc["changes"][leave]["at_s"],
+                              took_gpus_of=f"{doc['changes'][leave]['pool']}/{doc['changes'][leave]['replica']}"))
+        doc["changes"][leave]["drain_s"] = 30.0
+    messages = [v.message for v in check_schedule(resealed(day, reorder))]
+    assert any("a leave runs STOP_NEW_ROUTES" in m for m in messages)
+    assert any("before its drain ends (drain first)" in m for m in messages)
+    assert any("lists 1 joins and 1 leaves" in m for m in messages)
+
+
+@pytest.mark.slow
+def test_a_schedule_is_not_a_plan_to_export_or_simulate(day, run_cli, tmp_path):
+    code, _, err = run_cli("export", day["folder"] / "schedule.yaml", "--format", "vllm", "--out", tmp_path / "x")
+    assert code == 2 and "a schedule" in err
+    code, _, err = run_cli("simulate", day["trace"], "--plan", day["folder"] / "schedule.yaml")
+    assert code == 2

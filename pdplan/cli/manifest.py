@@ -14,7 +14,8 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.manifest.check import check_manifest
 from pdplan.manifest.diff import diff_manifests
-from pdplan.manifest.document import load_manifest, schema as manifest_schema
+from pdplan.manifest.document import SCHEDULE_KIND, load_manifest, schema as manifest_schema
+from pdplan.manifest.schedule import check_schedule, schedule_trace
 from pdplan.manifest.export import FORMATS, export_manifest
 from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE, resimulate as rerun_plan
 
@@ -45,14 +46,22 @@ def validate(
 ) -> None:
     """Check a manifest: schema, content hash (hand edits are reported as tampering), consistency
     (capacity vs target, GPUs per node, TP within a node, memory, KV links, roles, rollback order,
-    fallback), identity (--strict), stale inputs, and optionally a re-simulation.
+    fallback), identity (--strict), stale inputs, and optionally a re-simulation. A schedule
+    (optimize --windows --out): every window's pools fit the inventory and its node map, the
+    changes match the replicas, and every change drains before its GPUs are reused.
 
     Exit 0: valid. 1: invalid, every violation listed with its field path. 2: unreadable.
     """
     if resimulate and trace is None:
         raise PdplanError("--resimulate needs the trace: give --trace", field="trace")
-    data = load_manifest(manifest)
-    violations = check_manifest(data, strict=strict, trace=trace, profiles=profiles, cluster=cluster)
+    data = load_manifest(manifest, schedules=True)
+    if data.get("kind") == SCHEDULE_KIND:
+        if resimulate or strict or profiles is not None or cluster is not None:
+            raise PdplanError("a schedule is checked against its trace only: drop --resimulate, --strict, "
+                              "--profiles and --cluster", field="resimulate")
+        violations = check_schedule(data) + schedule_trace(data, trace)
+    else:
+        violations = check_manifest(data, strict=strict, trace=trace, profiles=profiles, cluster=cluster)
     rerun = None
     if resimulate and not violations:  # a manifest invalid as written is not worth re-running
         timing = data["provenance"]["profiles"]

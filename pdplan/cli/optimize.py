@@ -54,6 +54,7 @@ from pdplan.report import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, 
 from pdplan.schedule import cut, plan_windows, window_starts
 from pdplan.manifest import Identity, Inputs, Release, build_manifest
 from pdplan.manifest.build import CONNECTORS, UNKNOWN
+from pdplan.manifest.schedule import build_schedule
 from pdplan.verify import DEFAULT_RUNS, RULES
 from pdplan.workload import peak_rate_rps
 
@@ -134,7 +135,8 @@ def optimize(
     format: FormatOpt = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the deployment manifest of the chosen plan (pdplan validate / diff / export read it, "
-                      "and so does pdplan simulate --plan); only a verified plan is written.")] = None,
+                      "and so does pdplan simulate --plan); only a verified plan is written. With --windows: the "
+                      "schedule (each window's pools and node map, every change drained first; validate reads it).")] = None,
     checkpoint: Annotated[str, typer.Option("--checkpoint", help="Manifest identity: checkpoint id (e.g. a "
                                             "Hugging Face repo).")] = UNKNOWN,
     revision: Annotated[str, typer.Option("--revision", help="Manifest identity: checkpoint revision.")] = UNKNOWN,
@@ -184,7 +186,7 @@ def optimize(
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     if windows is not None:
-        _check_windows(objective=objective, target_rate=target_rate, out=out, change_cost=change_cost, mixed=mixed)
+        _check_windows(objective=objective, target_rate=target_rate, change_cost=change_cost, mixed=mixed)
     within("--mixed-spill-tokens", mixed_spill_tokens, 0, limits.MAX_KV_TOKENS)
     within("--mixed-kv-share", mixed_kv_share, 0, 1, above=True)
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
@@ -239,6 +241,11 @@ def optimize(
         else:
             report = run_optimize(request, cache=cache, progress=advance)
     if cut_windows is not None:
+        if out is not None and windowed.chosen is not None:
+            outputs.put(out, dump_yaml(build_schedule(
+                windowed, Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
+                                 model=Path(model) if model.endswith((".yaml", ".yml")) else None),
+                seed=seed, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds") if timestamp else None)))
         _windowed_output(windowed, outputs, plot, json)
         return
     document = report_to_dict(report)
@@ -277,23 +284,20 @@ def optimize(
 def _windowed_output(windowed, outputs: Outputs, plot: Path | None, json: bool) -> None:
     """Write the schedule's plot, print it, and exit 1 when no schedule passes every window."""
     document = schedule_document(windowed)
-    if windowed.chosen is not None and plot is not None:
-        outputs.put(plot / "schedule.png", plot_schedule(document), "--plot")
+    if windowed.chosen is not None:
+        if plot is not None:
+            outputs.put(plot / "schedule.png", plot_schedule(document), "--plot")
         outputs.commit()
     render_schedule(windowed, document, json)
     if windowed.chosen is None:
         raise typer.Exit(1)
 
 
-def _check_windows(*, objective: str, target_rate: float | None, out: Path | None, change_cost: float,
-                   mixed: bool) -> None:
+def _check_windows(*, objective: str, target_rate: float | None, change_cost: float, mixed: bool) -> None:
     if objective != "cost":
         raise PdplanError("--windows minimises cost over the windows; drop --objective", field="objective")
     if target_rate is not None:
         raise PdplanError("--windows plans each window at its own rate; drop --target-rate", field="target_rate")
-    if out is not None:
-        raise PdplanError("--out writes one plan's manifest; a windowed schedule has no manifest form yet",
-                          field="out")
     if mixed:
         raise PdplanError("--mixed searches below one verified plan; a windowed schedule does not take it yet",
                           field="mixed")

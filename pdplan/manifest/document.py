@@ -21,15 +21,19 @@ from pdplan.fileio import WRITTEN_DIGITS, load_yaml, significant
 
 API_VERSION = "pdplan/v1"
 KIND = "DeploymentManifest"
-#: Top-level sections covered by a per-section hash, in the order the file lists them.
+#: A windowed plan (``optimize --windows --out``): each window's pools and node map, the changes.
+SCHEDULE_KIND = "DeploymentSchedule"
+#: Top-level sections covered by a per-section hash, per kind, in the order the file lists them.
 SECTIONS = ("identity", "workload", "pools", "placement", "transfer", "predictions", "fallback", "release",
             "rollback")
+SCHEDULE_SECTIONS = ("identity", "workload", "shapes", "inventory", "windows", "changes", "verification")
+_SCHEMAS = {KIND: "manifest.schema.json", SCHEDULE_KIND: "schedule.schema.json"}
 
 
 @cache
-def schema() -> dict:
-    """The manifest's JSON Schema (draft 2020-12), shipped in the package."""
-    return json.loads((resources.files("pdplan.manifest") / "manifest.schema.json").read_text())
+def schema(kind: str = KIND) -> dict:
+    """The JSON Schema (draft 2020-12) of a manifest (or, by ``kind``, a schedule), shipped in the package."""
+    return json.loads((resources.files("pdplan.manifest") / _SCHEMAS[kind]).read_text())
 
 
 def rounded(data: Any) -> Any:
@@ -59,7 +63,7 @@ def section_hashes(manifest: dict) -> dict[str, str]:
     """One hash per part of each section (``identity.tokenizer``, ``pools[1]``, ``rollback[3]``), so
     a hand edit is traced to the field it touched."""
     hashes = {}
-    for name in SECTIONS:
+    for name in SCHEDULE_SECTIONS if manifest.get("kind") == SCHEDULE_KIND else SECTIONS:
         value = manifest.get(name)
         if isinstance(value, dict) and value:
             hashes.update({f"{name}.{key}": digest(part) for key, part in value.items()})
@@ -89,7 +93,7 @@ def schema_errors(data: Any) -> list[tuple[str, str]]:
     """Every JSON-Schema violation as (field path, message), in a stable order."""
     from jsonschema import Draft202012Validator
 
-    validator = Draft202012Validator(schema())
+    validator = Draft202012Validator(schema(SCHEDULE_KIND if data.get("kind") == SCHEDULE_KIND else KIND))
     found = []
     for error in validator.iter_errors(data):
         path = _path(error.absolute_path)
@@ -108,13 +112,17 @@ def is_manifest(data: Any) -> bool:
     return isinstance(data, dict) and data.get("kind") == KIND
 
 
-def load_manifest(path: str | Path, data: Any = None) -> dict:
+def load_manifest(path: str | Path, data: Any = None, *, schedules: bool = False) -> dict:
     """A manifest file's content as plain data, not yet checked against the schema (``validate``
-    lists every violation itself); ``data``: the file already parsed. Anything else raises
-    PdplanError naming the file."""
+    lists every violation itself); ``data``: the file already parsed; ``schedules``: a schedule
+    is welcome too. Anything else raises PdplanError naming the file."""
     data = load_yaml(path, what="manifest") if data is None else data
+    if schedules and isinstance(data, dict) and data.get("kind") == SCHEDULE_KIND:
+        return _plain(data)
     if not is_manifest(data):
-        raise PdplanError(f"not a pdplan manifest (kind must be {KIND!r})", file=path, field="kind")
+        hint = (" (a schedule: it holds one plan per window)" if isinstance(data, dict)
+                and data.get("kind") == SCHEDULE_KIND else "")
+        raise PdplanError(f"not a pdplan manifest (kind must be {KIND!r}){hint}", file=path, field="kind")
     return _plain(data)
 
 

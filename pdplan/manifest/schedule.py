@@ -1,0 +1,193 @@
+"""The schedule document ``optimize --windows --out`` writes, and what ``validate`` checks in it.
+
+A ``DeploymentSchedule`` (``pdplan/v1``) freezes a windowed plan: the one shape each pool runs all
+day, the node inventory, every window's replicas, node map and verdict, every change between
+windows with the steps a deployer runs (routes stop and the instance drains before its GPUs are
+reused, 0x0FG), the whole-schedule verdict, and the sha256 of every input. It is sealed like a
+manifest (rounded floats, per-part hashes, a content hash).
+
+Checks beyond the schema and the hash: each window's pools fit the inventory (GPUs per type,
+nodes that exist, GPU indices inside a node, no GPU held twice, TP GPUs per stage and PP stages
+per instance, the replicas placed); the changes are exactly the replica differences between
+windows; every change runs its steps in order, and every join onto a leaving instance's GPUs
+takes them only after that drain ended; every window passed alone and in the whole schedule.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from pdplan import __version__
+from pdplan.fileio import WRITTEN_DIGITS
+from pdplan.manifest.build import Inputs, _inputs, _nodes
+from pdplan.manifest.check import Violation, tampering
+from pdplan.manifest.document import API_VERSION, SCHEDULE_KIND, schema_errors, seal
+
+LEAVE_STEPS = ["STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV", "RELEASE_GPUS"]
+JOIN_STEPS = ["LOAD_WEIGHTS", "START_ROUTES"]
+#: Seconds of slack when comparing times written at 6 significant digits.
+TIME_SLACK_S = 1e-3
+
+
+def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None = None) -> dict:
+    """The sealed schedule of ``report``'s chosen windowed plan (a
+    :class:`~pdplan.schedule.search.WindowedReport` whose every window passed)."""
+    chosen = report.chosen
+    if chosen is None:
+        raise ValueError("only a schedule whose every window passed is written")
+    request, s = report.request, chosen.schedule
+    files = _inputs(inputs)
+    pools = {pool.name: pool for check in chosen.checks for pool in check.plan.pools}
+    timeline = chosen.timeline
+    doc = {
+        "apiVersion": API_VERSION,
+        "kind": SCHEDULE_KIND,
+        "metadata": {"name": f"{request.model.name} {s.mode} over {len(report.windows)} windows",
+                     **({"created": timestamp} if timestamp else {})},
+        "identity": {"model": request.model.name, "weights_dtype": request.model.weight_dtype,
+                     "kv_cache_dtype": request.model.kv_dtype},
+        "workload": {"trace": {**files["trace"], "requests": len(request.workload)}, "slo": request.slo.to_dict(),
+                     "windows": len(report.windows), "change_cost_gpu_minutes": report.change_gpu_minutes,
+                     "mode": s.mode},
+        "shapes": [{"pool": name, "phase": p.phase, "gpu": p.gpu, "tp": p.tp, "pp": p.pp, "gpus_per_instance": p.tp * p.pp,
+                    "chunk_tokens": p.chunk_tokens} for name, p in sorted(pools.items())],
+        "inventory": [{"node_type": n.name, "gpu": n.gpu.name, "gpus_per_node": n.gpus_per_node, "count": n.count}
+                      for n in request.cluster.nodes],
+        "windows": [{"window": c.window.index, "start_s": c.window.start_s, "end_s": c.window.end_s,
+                     "rate_rps": c.window.rate_rps, "replicas": {p.name: p.replicas for p in c.plan.pools},
+                     "nodes": [{"node": n["node"], "node_type": n["node_type"], "instances": n["instances"]}
+                               for n in _nodes(c.solution, request.cluster)],
+                     "verification": {"passed": c.verification.passed, "joint": c.verification.joint.to_dict()}}
+                    for c in chosen.checks],
+        "changes": [{"window": c.window, "pool": c.pool, "replica": c.replica, "kind": c.kind, "at_s": c.at_s,
+                     "drain_s": c.drain_s, "ready_s": c.ready_s, "took_gpus_of": c.took_gpus_of, "steps": list(c.steps)}
+                    for c in timeline.changes],
+        "verification": {"rule": request.rule, "seeds": list(chosen.checks[0].verification.seeds),
+                         "whole_schedule": {"passed": timeline.passed,
+                                            "windows": [{"window": v.window, "passed": v.passed,
+                                                         "joint": v.joint.to_dict()} for v in timeline.windows]}},
+        "provenance": {"pdplan_version": __version__, "float_precision": f"{WRITTEN_DIGITS} significant digits",
+                       "seed": seed, "inputs": files},
+    }
+    return seal(doc)
+
+
+def check_schedule(doc: dict) -> list[Violation]:
+    """Every violation of a schedule document; an empty list means it is valid."""
+    errors = schema_errors(doc)
+    if errors:
+        return [Violation(field, message) for field, message in errors]
+    found = tampering(doc)
+    shapes = {s["pool"]: s for s in doc["shapes"]}
+    inventory = {n["node_type"]: n for n in doc["inventory"]}
+    for i, window in enumerate(doc["windows"]):
+        found += _window(f"windows[{i}]", window, shapes, inventory)
+    found += _changes(doc)
+    found += _verdicts(doc)
+    return found
+
+
+def _window(where: str, window: dict, shapes: dict, inventory: dict) -> list[Violation]:
+    """A window's pools fit the inventory and its node map places exactly its replicas."""
+    found = [Violation(f"{where}.replicas.{pool}", "is not a pool of shapes") for pool in window["replicas"]
+             if pool not in shapes]
+    if found:
+        return found
+    per_gpu = Counter()
+    for pool, replicas in window["replicas"].items():
+        per_gpu[shapes[pool]["gpu"]] += replicas * shapes[pool]["gpus_per_instance"]
+    for gpu, used in sorted(per_gpu.items()):
+        owned = [n for n in inventory.values() if n["gpu"] == gpu or gpu.startswith(n["gpu"])]
+        if owned and all(n["count"] is not None for n in owned):
+            total = sum(n["gpus_per_node"] * n["count"] for n in owned)
+            if used > total:
+                found.append(Violation(f"{where}.replicas", f"uses {used} {gpu} GPUs; the inventory holds {total}"))
+    held, stages = set(), Counter()
+    for j, node in enumerate(window["nodes"]):
+        here = f"{where}.nodes[{j}]"
+        kind = inventory.get(node["node_type"])
+        index = node["node"].rpartition("-")[2]
+        if kind is None or not index.isdigit() or (kind["count"] is not None and int(index) >= kind["count"]):
+            found.append(Violation(f"{here}.node", f"{node['node']!r} is not a node of the inventory"))
+            continue
+        for k, inst in enumerate(node["instances"]):
+            shape = shapes.get(inst["pool"])
+            if shape is None:
+                found.append(Violation(f"{here}.instances[{k}].pool", "is not a pool of shapes"))
+                continue
+            gpus = inst["gpu_indices"]
+            if len(gpus) != shape["tp"] or any(g >= kind["gpus_per_node"] for g in gpus):
+                found.append(Violation(f"{here}.instances[{k}].gpu_indices",
+                                       f"needs {shape['tp']} GPU indices below {kind['gpus_per_node']}"))
+            for g in gpus:
+                if (node["node"], g) in held:
+                    found.append(Violation(f"{here}.instances[{k}].gpu_indices", f"GPU {g} is held twice"))
+                held.add((node["node"], g))
+            stages[inst["pool"], inst["instance"]] += 1
+    for pool, replicas in window["replicas"].items():
+        placed = [key for key in stages if key[0] == pool]
+        if len(placed) != replicas or any(stages[key] != shapes[pool]["pp"] for key in placed):
+            found.append(Violation(f"{where}.nodes", f"places {len(placed)} {pool} instances with "
+                                                      f"{shapes[pool]['pp']} stages each; replicas say {replicas}"))
+    return found
+
+
+def _changes(doc: dict) -> list[Violation]:
+    """The changes are the replica differences, run in order, drains before reuse."""
+    found = []
+    windows = doc["windows"]
+    changes = doc["changes"]
+    for w in range(1, len(windows)):
+        before, after = windows[w - 1]["replicas"], windows[w]["replicas"]
+        for pool in sorted(set(before) | set(after)):
+            delta = after.get(pool, 0) - before.get(pool, 0)
+            listed = Counter(c["kind"] for c in changes if c["window"] == w and c["pool"] == pool)
+            if (listed["join"], listed["leave"]) != (max(delta, 0), max(-delta, 0)):
+                found.append(Violation(f"changes (window {w}, {pool})",
+                                       f"lists {listed['join']} joins and {listed['leave']} leaves; the replicas "
+                                       f"change by {delta:+d}"))
+    for i, change in enumerate(changes):
+        where = f"changes[{i}]"
+        if change["kind"] == "leave":
+            if change["steps"] != LEAVE_STEPS:
+                found.append(Violation(f"{where}.steps", f"a leave runs {' → '.join(LEAVE_STEPS)}"))
+            if change["drain_s"] is None:
+                found.append(Violation(f"{where}.drain_s", "a leave states its drain"))
+            continue
+        wait = ["WAIT_FOR_DRAIN"] if change["took_gpus_of"] else []
+        if change["steps"] != wait + JOIN_STEPS:
+            found.append(Violation(f"{where}.steps", f"this join runs {' → '.join(wait + JOIN_STEPS)}"))
+        if change["ready_s"] is None or change["ready_s"] + TIME_SLACK_S < change["at_s"]:
+            found.append(Violation(f"{where}.ready_s", "a join takes requests at or after its window opens"))
+        if change["took_gpus_of"]:
+            donor = next((c for c in changes if c["kind"] == "leave" and c["window"] == change["window"]
+                          and f"{c['pool']}/{c['replica']}" == change["took_gpus_of"]), None)
+            if donor is None:
+                found.append(Violation(f"{where}.took_gpus_of", "names no leave of the same window"))
+            elif donor["drain_s"] is not None and change["ready_s"] is not None and \
+                    change["ready_s"] + TIME_SLACK_S < donor["at_s"] + donor["drain_s"]:
+                found.append(Violation(f"{where}.ready_s", f"takes {change['took_gpus_of']}'s GPUs before its "
+                                                          "drain ends (drain first)"))
+    return found
+
+
+def schedule_trace(doc: dict, trace) -> list[Violation]:
+    """The trace given is the one the schedule was planned on (its sha256)."""
+    if trace is None:
+        return []
+    from pdplan.fileio import sha256_file
+
+    if sha256_file(trace) != doc["workload"]["trace"]["sha256"]:
+        return [Violation("workload.trace.sha256", f"{trace} is not the trace this schedule was planned on")]
+    return []
+
+
+def _verdicts(doc: dict) -> list[Violation]:
+    found = [Violation(f"windows[{i}].verification.passed", "a written schedule passes every window")
+             for i, w in enumerate(doc["windows"]) if not w["verification"]["passed"]]
+    whole = doc["verification"]["whole_schedule"]
+    if not whole["passed"] or len(whole["windows"]) != len(doc["windows"]):
+        found.append(Violation("verification.whole_schedule", "a written schedule passes the whole-schedule "
+                                                              "simulation in every window"))
+    return found
+
