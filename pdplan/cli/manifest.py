@@ -14,7 +14,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.manifest.check import check_manifest
 from pdplan.manifest.diff import diff_manifests
-from pdplan.manifest.document import SCHEDULE_KIND, load_manifest, schema as manifest_schema
+from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, schema as manifest_schema
 from pdplan.manifest.schedule import check_schedule, schedule_trace
 from pdplan.manifest.export import FORMATS, export_manifest
 from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE, resimulate as rerun_plan
@@ -23,9 +23,11 @@ ManifestArg = Annotated[Path, typer.Argument(help="Deployment manifest written b
                                              show_default=False)]
 
 
-def schema() -> None:
+def schema(schedule: Annotated[bool, typer.Option(
+        "--schedule", help="The schedule's schema (optimize --windows --out) instead of the manifest's.")] = False,
+           ) -> None:
     """Print the deployment manifest's JSON Schema (draft 2020-12); every read checks against it."""
-    print_json(manifest_schema())
+    print_json(manifest_schema(SCHEDULE_KIND if schedule else KIND))
 
 
 def validate(
