@@ -291,3 +291,15 @@ def test_a_schedule_is_not_a_plan_to_export_or_simulate(day, run_cli, tmp_path):
     assert code == 2 and "a schedule" in err
     code, _, err = run_cli("simulate", day["trace"], "--plan", day["folder"] / "schedule.yaml")
     assert code == 2
+
+
+@pytest.mark.slow
+def test_the_written_schedule_meets_the_schema_pdplan_schema_prints(day, run_cli):
+    import yaml
+    from jsonschema import Draft202012Validator
+
+    code, out, _ = run_cli("schema", "--schedule")
+    assert code == 0
+    schema = json.loads(out)
+    assert schema["title"] == "pdplan DeploymentSchedule"
+    Draft202012Validator(schema).validate(yaml.safe_load((day["folder"] / "schedule.yaml").read_text()))
