@@ -751,25 +751,9 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
             elif priority == PRI_PREFILL_FREE:
                 pi[P_FREE_PENDING, a] = 0
                 start_p = a
-            elif priority == PRI_KV_VISIBLE and di[D_MIXED, a] == 1:
-                d, r = a, b
-                was_empty = di[D_K_HEAD, d] < 0
-                _append(rq, di, d, r, D_K_HEAD, D_K_TAIL, R_W_NEXT)
-                if di[D_MODE, d] == _IDLE:
-                    _plan_start(di, ht, hi, hs, d, t)
-                elif di[D_MODE, d] == _DECODE_RUN and was_empty and \
-                        di[D_RESERVED, d] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, d]:
-                    _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
-            elif priority == PRI_KV_VISIBLE:
-                d, r = a, b
-                was_empty = di[D_W_HEAD, d] < 0
-                _append(rq, di, d, r, D_W_HEAD, D_W_TAIL, R_W_NEXT)
-                if di[D_MODE, d] == _IDLE:  # admit at a boundary now, with any other KV landing now
-                    _plan_start(di, ht, hi, hs, d, t)
-                elif di[D_MODE, d] == _DECODE_RUN and was_empty and \
-                        di[D_RESERVED, d] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, d]:
-                    # it fits: join at the next step boundary instead of the planned one
-                    _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
+            elif priority == PRI_KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
+                head, tail = (D_K_HEAD, D_K_TAIL) if di[D_MIXED, a] == 1 else (D_W_HEAD, D_W_TAIL)
+                _queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, b, t, head, tail, True)
             elif priority == PRI_TRANSFER_FAILED:  # recompute: back to the prefill pool
                 d, r = a, b
                 di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
@@ -931,16 +915,24 @@ def _colo_finish(rq, rt, di, df, c, t, cl):
 
 @njit(cache=True)
 def _colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t):
-    """Request r (routed, its load counted) queues for its prompt at colocated or mixed instance c."""
-    was_empty = di[D_W_HEAD, c] < 0
-    _append(rq, di, c, r, D_W_HEAD, D_W_TAIL, R_W_NEXT)
-    if di[D_MODE, c] == _IDLE:
-        _plan_start(di, ht, hi, hs, c, t)
-    elif di[D_MODE, c] == _DECODE_RUN and was_empty and \
-            di[D_RESERVED, c] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, c]:
-        if di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, c]:
-            # a prompt could start at the next step boundary: cut the stretch there
-            _cut_run(di, df, tab_i, pieces, ht, hi, hs, c, t, di[D_MODEL, c])
+    """Request r (routed, its load counted) queues for its prompt at colocated or mixed instance c;
+    a running stretch is cut only if a prompt could start at its next step boundary."""
+    room = di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, c]
+    _queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t, D_W_HEAD, D_W_TAIL, room)
+
+
+@njit(cache=True)
+def _queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, i, r, t, head, tail, may_cut):
+    """Queue request r on instance i's FIFO (head/tail rows). An idle instance plans a boundary
+    now (with everything else landing now); a decode stretch is cut at its next step boundary when
+    r heads the queue and fits (and ``may_cut``), so it joins there instead of the planned one."""
+    was_empty = di[head, i] < 0
+    _append(rq, di, i, r, head, tail, R_W_NEXT)
+    if di[D_MODE, i] == _IDLE:
+        _plan_start(di, ht, hi, hs, i, t)
+    elif di[D_MODE, i] == _DECODE_RUN and was_empty and may_cut and \
+            di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i]:
+        _cut_run(di, df, tab_i, pieces, ht, hi, hs, i, t, di[D_MODEL, i])
 
 
 @njit(cache=True)
