@@ -1,6 +1,8 @@
 """Splitwise's mixed pool in the simulator: machines that run a whole request when the prefill
 queues are long and take decodes when the decode instances' KV fills, request by request."""
 
+import json
+
 import numpy as np
 import pytest
 import yaml
@@ -12,6 +14,7 @@ from pdplan.sim import simulate
 from pdplan.sim import Link, Pool
 from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Plan, load_plan, plan_to_dict
+from tests.conftest import ROOT, TRACE
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, pool, random_trace
 
 MIXED = pool("mx", "mixed", policy="chunked", chunk_tokens=512, replicas=2)
@@ -177,3 +180,20 @@ def test_the_mixed_search_returns_the_cheapest_plan_the_simulation_passes(monkey
     assert found.usd_per_hour == pytest.approx(5 * price)
     assert found.plan.pools_of("mixed")[0].replicas == found.counts[2] and found.plan.spill_tokens == 4096
     assert all(m >= 1 for m in tried) and len(tried) <= 24
+
+
+def test_the_summary_counts_what_the_mixed_pool_took():
+    result = simulate(random_trace(2, n=150, rate_rps=12.0), with_mixed(spill_tokens=0, kv_share=0.01), PROFILES,
+                      model=MODEL)
+    took = on_mixed(result)
+    whole = took & (result["prefill_instance"] == result["decode_instance"])
+    assert result.summary()["mixed"] == {"whole_requests": int(whole.sum()), "decodes": int((took & ~whole).sum()),
+                                         "share": pytest.approx(took.mean())}
+    plain = simulate(random_trace(2, n=20), Plan(**HETEROGENEOUS), PROFILES, model=MODEL)
+    assert "mixed" not in plain.summary()
+
+
+def test_the_example_mixed_plan_runs_and_its_mixed_machine_takes_work(run_cli):
+    code, out, err = run_cli("simulate", TRACE, "--plan", ROOT / "examples" / "plan_mixed.yaml", "--rate", "8", "--json")
+    assert code == 0, err
+    assert json.loads(out)["mixed"]["whole_requests"] > 0

@@ -134,6 +134,10 @@ def _render(summary: dict, plan) -> None:
     if transfer["transfers"]:
         facts.add_row("KV moved", f"{transfer['bytes_total'] / 1e9:.2f} GB in {transfer['transfers']:,} transfers")
         facts.add_row("exposed transfer mean / p99", f"{_ms(transfer['exposed_s_mean'])} / {_ms(transfer['exposed_s_p99'])} ms")
+    if "mixed" in summary:
+        mixed = summary["mixed"]
+        facts.add_row("mixed pool took", f"{mixed['whole_requests']:,} whole requests, {mixed['decodes']:,} decodes "
+                                         f"({_share(mixed['share'])} of requests)")
     for label, value in summary["utilization"]["instances"].items():
         facts.add_row(f"busy {label}", _share(value))
     for label, value in summary["utilization"]["links"].items():

@@ -124,7 +124,8 @@ class SimResult:
              "throughput_rps", "span_s",
              "utilization": {"instances": {label: fraction}, "links": {label: fraction}},
              "transfer": {"transfers", "bytes_total", "exposed_s_mean", "exposed_s_p99"},
-             "admission_wait_s_mean", "preemptions", "events", "events_per_request"}
+             "admission_wait_s_mean", "preemptions", "events", "events_per_request",
+             "mixed": {"whole_requests", "decodes", "share"}}   # only with a mixed pool
 
         Percentiles are over served requests (TPOT: those with more than one output token);
         ``None`` stands for a value that does not exist (JSON-safe). Attainment divides by all
@@ -166,7 +167,20 @@ class SimResult:
             "preemptions": int(c["preemptions"].sum()),
             "events": self.events,
             "events_per_request": self.events / n if n else None,
+            **self._mixed(),
         }
+
+    def _mixed(self) -> dict:
+        """With a mixed pool: requests it ran whole (spilled at arrival) and decodes it took (spilled
+        from full decode instances), and their share of all requests; nothing without one."""
+        mixed = [i for i, phase in enumerate(self.instance_phase) if phase == "mixed"]
+        if not mixed:
+            return {}
+        c = self.columns
+        on = np.isin(c["decode_instance"], mixed)
+        whole = on & (c["prefill_instance"] == c["decode_instance"])
+        return {"mixed": {"whole_requests": int(whole.sum()), "decodes": int((on & ~whole).sum()),
+                          "share": float(on.mean()) if len(on) else None}}
 
 
 def derive_columns(mode: str, raw: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
