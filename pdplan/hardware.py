@@ -166,6 +166,21 @@ class Cluster:
         price = nodes[0].gpu.usd_per_hour if nodes else gpu.usd_per_hour
         return replace(gpu, usd_per_hour=price + energy_usd_per_hour(gpu.tdp_w, self.pue, self.energy_usd_per_kwh))
 
+    def instances_of(self, gpu_name: str, tp: int, pp: int) -> int | None:
+        """Instances of TP × PP GPUs of type ``gpu_name`` the nodes hold (TP within a node, PP stages
+        on any nodes); None when node counts are unbounded."""
+        nodes = self.nodes_for(gpu_name)
+        if any(n.count is None for n in nodes):
+            return None
+        return sum((n.gpus_per_node // tp) * n.count for n in nodes) // pp
+
+    def gpus_of(self, gpu_name: str) -> int | None:
+        """GPUs of the hardware that runs ``gpu_name``; None when node counts are unbounded."""
+        nodes = self.nodes_for(gpu_name)
+        if any(n.count is None for n in nodes):
+            return None
+        return sum(n.gpus_per_node * n.count for n in nodes)
+
     def nodes_for(self, gpu_name: str) -> tuple[NodeType, ...]:
         """Node types whose hardware can run GPU type ``gpu_name`` (a capped type runs on its base,
         and on nodes declared with that capped type)."""

@@ -126,11 +126,8 @@ def best_of_each_shape(measured: list[Measured]) -> list[Measured]:
 def most_replicas(request: PlanRequest, shape: Shape) -> int:
     """Instances of ``shape`` the cluster (and the GPU budget) can hold; unbounded counts give
     the largest pool the curves sample."""
-    nodes = request.cluster.nodes_for(shape.gpu)
-    if any(n.count is None for n in nodes):
-        limit = 10**6
-    else:
-        limit = sum((n.gpus_per_node // shape.tp) * n.count for n in nodes) // shape.pp
+    held = request.cluster.instances_of(shape.gpu, shape.tp, shape.pp)
+    limit = 10**6 if held is None else held
     if request.max_gpus is not None:
         limit = min(limit, request.max_gpus // shape.gpus)
     return max(1, limit)

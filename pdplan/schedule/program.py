@@ -61,11 +61,9 @@ UNBOUNDED_INSTANCES = 4096
 
 
 def most_instances(cluster: Cluster, cand: Candidate) -> int:
-    """Instances of ``cand`` the cluster's nodes hold (TP within a node, stages on any node)."""
-    nodes = cluster.nodes_for(cand.gpu)
-    if any(n.count is None for n in nodes):
-        return UNBOUNDED_INSTANCES
-    return sum((n.gpus_per_node // cand.tp) * n.count for n in nodes) // cand.pp
+    """Instances of ``cand`` the cluster's nodes hold (UNBOUNDED_INSTANCES for cloud capacity)."""
+    held = cluster.instances_of(cand.gpu, cand.tp, cand.pp)
+    return UNBOUNDED_INSTANCES if held is None else held
 
 
 def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet: Fleet, mode: str,
@@ -103,10 +101,9 @@ def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet
         model.add_exactly_one(chosen[c] for c in usable[p])
     every = [c for p in phases for c in usable[p]]
     for hardware in sorted({get_gpu(c.gpu).physical for c in every}):
-        nodes = cluster.nodes_for(hardware)
-        if any(node.count is None for node in nodes):
+        owned = cluster.gpus_of(hardware)
+        if owned is None:
             continue  # as many nodes as needed
-        owned = sum(node.gpus_per_node * node.count for node in nodes)
         on = [c for c in every if get_gpu(c.gpu).physical == hardware]
         for w in windows:
             model.add(sum(c.gpus * n[w, c] for c in on) <= owned)

@@ -173,12 +173,9 @@ def _spare_gpus(cluster, before: dict, gpu: dict) -> dict[str, float]:
     leaving ones included (they drain), still hold theirs (inf: unbounded node counts)."""
     spare = {}
     for hardware in {h for h, _ in gpu.values()}:
-        nodes = cluster.nodes_for(hardware)
-        if any(n.count is None for n in nodes):
-            spare[hardware] = math.inf
-            continue
+        owned = cluster.gpus_of(hardware)
         held = sum(before.get(name, 0) * size for name, (h, size) in gpu.items() if h == hardware)
-        spare[hardware] = sum(n.gpus_per_node * n.count for n in nodes) - held
+        spare[hardware] = math.inf if owned is None else owned - held
     return spare
 
 
