@@ -33,6 +33,7 @@ from pdplan.cli.options import (
     TtftOpt,
     load_workload,
     profile_source,
+    trace_rate_rps,
     ComposeOpt,
     EngineOpt,
     EngineVersionOpt,
@@ -210,10 +211,12 @@ def optimize(
         rate = None
     elif target_rate is not None:
         rate = target_rate
-    elif not workload.has_arrivals:
-        raise PdplanError("trace has no arrival times; give --target-rate", file=trace)
+    elif peak:
+        if not workload.has_arrivals:
+            raise PdplanError("trace has no arrival times; give --target-rate", file=trace)
+        rate = peak_rate_rps(workload.arrival_s)
     else:
-        rate = peak_rate_rps(workload.arrival_s) if peak else len(workload) / _duration(workload)
+        rate = trace_rate_rps(workload, trace)
     if rate is not None and not rate > 0:
         raise PdplanError(f"--target-rate must be > 0, got {rate!r}", field="target_rate")
     the_cluster = load_cluster(cluster or default_cluster_path())
@@ -302,13 +305,6 @@ def _check_windows(*, objective: str, target_rate: float | None, change_cost: fl
         raise PdplanError("--mixed searches below one verified plan; a windowed schedule does not take it yet",
                           field="mixed")
     within("--change-cost", change_cost, 0, 24 * 60)
-
-
-def _duration(workload) -> float:
-    duration = float(workload.arrival_s[-1] - workload.arrival_s[0])
-    if duration <= 0:
-        raise PdplanError("all arrivals fall at one instant; give --target-rate", file=workload.source)
-    return duration
 
 
 def _check_numbers(*, objective: str, target_rate: float | None, peak: bool, max_gpus: int | None,

@@ -93,6 +93,16 @@ def profile_source(path: Path | None, engine: str | None = None, engine_version:
     return ProfileSource(measured_profiles(path), engine=engine, engine_version=engine_version, compose=compose)
 
 
+def trace_rate_rps(workload: Workload, trace: Path) -> float:
+    """The trace's mean rate (requests over first to last arrival), the default target."""
+    if not workload.has_arrivals:
+        raise PdplanError("trace has no arrival times; give --target-rate", file=trace)
+    duration = float(workload.arrival_s[-1] - workload.arrival_s[0])
+    if duration <= 0:
+        raise PdplanError("all arrivals fall at one instant; give --target-rate", file=trace)
+    return len(workload) / duration
+
+
 def load_workload(trace: Path, format: str | None) -> Workload:
     """The trace, refusing one with no requests to plan on."""
     workload = load_trace(trace, format=format)

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cache import default_cache_dir
-from pdplan.cli.options import JsonOpt, load_workload, profile_source, within
+from pdplan.cli.options import JsonOpt, load_workload, profile_source, trace_rate_rps, within
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
@@ -172,12 +172,7 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
               budget: float | None, cache_dir: Path | None, use_cache: bool) -> Base:
     """The loaded inputs every cell starts from."""
     workload = load_workload(spec.trace, None)
-    rate = spec.target_rate
-    if rate is None:
-        if not workload.has_arrivals or workload.arrival_s[-1] <= workload.arrival_s[0]:
-            raise PdplanError("the trace has no arrival span to take a rate from; give --target-rate",
-                              file=spec.trace, field="target_rate")
-        rate = len(workload) / float(workload.arrival_s[-1] - workload.arrival_s[0])
+    rate = spec.target_rate if spec.target_rate is not None else trace_rate_rps(workload, spec.trace)
     slo = slo_from_flags(parse_threshold_s(ttft, "ttft") if ttft else spec.slo["ttft_ms"] / 1e3,
                          parse_threshold_s(tpot, "tpot") if tpot else spec.slo["tpot_ms"] / 1e3,
                          spec.slo["attainment"] if attainment is None else attainment)
