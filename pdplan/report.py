@@ -98,7 +98,7 @@ PANEL_INCHES = (4.8, 3.6)
 
 
 def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, tuple]],
-              *, margin_ms: float, show=str) -> bytes:
+              *, margin_ms: float, show) -> bytes:
     """A sensitivity heatmap over dimensions ``x`` and ``y``: each cell coloured by its decision
     and labelled with ΔT in ms; one panel per setting of the ``panels`` dimensions. ``show(name,
     value)`` writes a coordinate as people read it."""
