@@ -95,22 +95,26 @@ class WindowedReport:
 
 class WindowChecker:
     """Places and verifies window plans, one verifier per window (so each window's checks are
-    cached by plan and rate, in memory and on disk)."""
+    cached by plan and rate, in memory and on disk). A placement depends on the counts alone
+    (fixed counts need no capacity, and the screens do not read the rate), so windows and rounds
+    with the same counts share one solve."""
 
     def __init__(self, request: PlanRequest, windows: list[Window], candidates, profiles: dict, cache: ResultCache):
         self.request, self.candidates, self.profiles, self.cache = request, candidates, profiles, cache
         self.requests = [replace(request, workload=w.requests, target_rps=w.rate_rps) for w in windows]
         self.verifiers = [Verifier(r, profiles, cache) for r in self.requests]
+        self._placed: dict[tuple, Solution] = {}
 
     def check(self, schedule: Schedule, window: Window) -> WindowCheck:
         request = self.requests[window.index]
         counts = tuple((schedule.shapes[p], k) for p, k in schedule.replicas[window.index].items() if k > 0)
-        fleet = request.fleets[0]
-        try:
-            solution = solve(replace(base_problem(request, self.candidates, fleet, schedule.mode, "high"),
-                                     fixed=counts))
-        except InfeasibleError as err:
-            raise InfeasibleError(f"window {window.index}'s pools do not fit on the nodes: {err.detail}") from None
+        if (schedule.mode, counts) not in self._placed:
+            problem = base_problem(request, self.candidates, request.fleets[0], schedule.mode, "high")
+            try:
+                self._placed[schedule.mode, counts] = solve(replace(problem, fixed=counts))
+            except InfeasibleError as err:
+                raise InfeasibleError(f"window {window.index}'s pools do not fit on the nodes: {err.detail}") from None
+        solution = self._placed[schedule.mode, counts]
         plan = plan_of(solution, model=request.model, cluster=request.cluster, mode=schedule.mode, affinity="high",
                        transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
                        failure_policy=request.failure_policy, route_s=request.route_s,
