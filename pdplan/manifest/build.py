@@ -83,7 +83,7 @@ def build_manifest(report: PlanReport, plan: Plan, inputs: Inputs, *, identity: 
     doc = report_to_dict(report)
     request = report.request
     model = request.model
-    files = _inputs(inputs)
+    files = input_files(inputs)
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -92,7 +92,7 @@ def build_manifest(report: PlanReport, plan: Plan, inputs: Inputs, *, identity: 
         "workload": _workload(request, files["trace"], doc),
         "pools": _pools(report, doc, plan),
         "placement": {"route_epoch": 1, "affinity": doc["affinity"] or "high",
-                      "nodes": _nodes(report.answer.solution, request.cluster)},
+                      "nodes": node_map(report.answer.solution, request.cluster)},
         "transfer": _transfer(plan, doc, request, release.connector),
         "predictions": _predictions(doc, seed),
         "fallback": _fallback(doc),
@@ -160,7 +160,7 @@ def _pools(report: PlanReport, doc: dict, plan: Plan) -> list[dict]:
     return found
 
 
-def _nodes(solution, cluster) -> list[dict]:
+def node_map(solution, cluster) -> list[dict]:
     """The node map: each node, its GPUs, and the instance stages on it with their GPU indices."""
     per_type = {n.name: n.gpus_per_node for n in cluster.nodes}
     nodes: dict[str, dict] = {}
@@ -266,7 +266,7 @@ def folder_digest(folder: Path) -> str:
     return h.hexdigest()
 
 
-def _inputs(inputs: Inputs) -> dict:
+def input_files(inputs: Inputs) -> dict:
     """Every input read once: the user's files, then the shipped profiles and catalog."""
     return {"trace": _input(inputs.trace),
             "cluster": _shipped("data/cluster.yaml") if inputs.cluster is None else _input(inputs.cluster),

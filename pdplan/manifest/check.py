@@ -101,7 +101,7 @@ def _model(manifest: dict):
         return None  # a model YAML: its geometry is checked through the KV-cache ABI instead
 
 
-def _gpu(name: str):
+def catalog_gpu(name: str):
     """The catalog GPU, or None for a name the catalog lacks (reported once, by the memory check)."""
     try:
         return get_gpu(name)
@@ -112,7 +112,7 @@ def _gpu(name: str):
 def _memory(where: str, pool: dict, model) -> list[Violation]:
     memory = pool["memory"]
     found = []
-    gpu = _gpu(pool["gpu"])
+    gpu = catalog_gpu(pool["gpu"])
     if gpu is None:
         return [Violation(f"{where}.gpu", f"unknown GPU {pool['gpu']!r}")]
     if not _close(memory["gpu_memory_gib"], gpu.memory_bytes / GIB):
@@ -156,7 +156,7 @@ def _placement(manifest: dict) -> list[Violation]:
             used |= set(indices)
             if node["gpu"] != pool["gpu"]:
                 found.append(Violation(f"placement.nodes[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
-            gpu = _gpu(pool["gpu"])
+            gpu = catalog_gpu(pool["gpu"])
             room = min(node["gpus"], pool["tp"] if gpu is None else gpu.nvlink_domain)
             if pool["tp"] > room:
                 found.append(Violation(f"pools[{index[pool['name']]}].tp", f"TP{pool['tp']} spans more than one "

@@ -19,8 +19,8 @@ from collections import Counter
 
 from pdplan import __version__
 from pdplan.fileio import WRITTEN_DIGITS
-from pdplan.manifest.build import Inputs, _inputs, _nodes
-from pdplan.manifest.check import Violation, tampering
+from pdplan.manifest.build import Inputs, input_files, node_map
+from pdplan.manifest.check import Violation, catalog_gpu, tampering
 from pdplan.manifest.document import API_VERSION, SCHEDULE_KIND, schema_errors, seal
 
 LEAVE_STEPS = ["STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV", "RELEASE_GPUS"]
@@ -36,7 +36,7 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
     if chosen is None:
         raise ValueError("only a schedule whose every window passed is written")
     request, s = report.request, chosen.schedule
-    files = _inputs(inputs)
+    files = input_files(inputs)
     pools = {pool.name: pool for check in chosen.checks for pool in check.plan.pools}
     timeline = chosen.timeline
     doc = {
@@ -56,7 +56,7 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
         "windows": [{"window": c.window.index, "start_s": c.window.start_s, "end_s": c.window.end_s,
                      "rate_rps": c.window.rate_rps, "replicas": {p.name: p.replicas for p in c.plan.pools},
                      "nodes": [{"node": n["node"], "node_type": n["node_type"], "instances": n["instances"]}
-                               for n in _nodes(c.solution, request.cluster)],
+                               for n in node_map(c.solution, request.cluster)],
                      "verification": {"passed": c.verification.passed, "joint": c.verification.joint.to_dict()}}
                     for c in chosen.checks],
         "changes": [{"window": c.window, "pool": c.pool, "replica": c.replica, "kind": c.kind, "at_s": c.at_s,
@@ -93,15 +93,18 @@ def _window(where: str, window: dict, shapes: dict, inventory: dict) -> list[Vio
              if pool not in shapes]
     if found:
         return found
-    per_gpu = Counter()
+    per_gpu = Counter()  # by hardware: a power-capped type runs on its base GPU's nodes
     for pool, replicas in window["replicas"].items():
-        per_gpu[shapes[pool]["gpu"]] += replicas * shapes[pool]["gpus_per_instance"]
-    for gpu, used in sorted(per_gpu.items()):
-        owned = [n for n in inventory.values() if n["gpu"] == gpu or gpu.startswith(n["gpu"])]
-        if owned and all(n["count"] is not None for n in owned):
+        gpu = catalog_gpu(shapes[pool]["gpu"])
+        per_gpu[shapes[pool]["gpu"] if gpu is None else gpu.physical] += replicas * shapes[pool]["gpus_per_instance"]
+    for hardware, used in sorted(per_gpu.items()):
+        owned = [n for n in inventory.values() if getattr(catalog_gpu(n["gpu"]), "physical", n["gpu"]) == hardware]
+        if not owned:
+            found.append(Violation(f"{where}.replicas", f"uses {hardware} GPUs; the inventory has none"))
+        elif all(n["count"] is not None for n in owned):
             total = sum(n["gpus_per_node"] * n["count"] for n in owned)
             if used > total:
-                found.append(Violation(f"{where}.replicas", f"uses {used} {gpu} GPUs; the inventory holds {total}"))
+                found.append(Violation(f"{where}.replicas", f"uses {used} {hardware} GPUs; the inventory holds {total}"))
     held, stages = set(), Counter()
     for j, node in enumerate(window["nodes"]):
         here = f"{where}.nodes[{j}]"
