@@ -33,8 +33,8 @@ def timeline_to_dict(timeline) -> dict | None:
             "changes": [{"window": c.window, "pool": c.pool, "replica": c.replica, "kind": c.kind, "at_s": c.at_s,
                          "ready_s": c.ready_s, "drain_s": c.drain_s, "took_gpus_of": c.took_gpus_of,
                          "steps": list(c.steps)} for c in timeline.changes],
-            "windows": [{"window": v.window, "passed": v.passed, "joint": v.joint.mean, "joint_low": v.joint.low}
-                        for v in timeline.windows]}
+            "windows": [{"window": v.window, "passed": v.passed, "joint": v.joint.mean, "joint_low": v.joint.low,
+                         "objectives": [i.to_dict() for i in v.objectives]} for v in timeline.windows]}
 
 
 def report_to_dict(report: WindowedReport) -> dict:

@@ -128,8 +128,3 @@ def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet
     gpu_hours = sum(hours[w] * shapes[p].gpus * replicas[w][p] for w in windows for p in phases)
     return Schedule(mode=mode, shapes=shapes, replicas=replicas, run_usd=run, change_usd=change,
                     gpu_hours=gpu_hours, joins=joined, leaves=left, status=solver.status_name(status))
-
-
-def is_static(schedule: Schedule) -> bool:
-    return all(r == schedule.replicas[0] for r in schedule.replicas)
-
