@@ -206,12 +206,11 @@ def optimize(
             raise PdplanError("--windows needs a trace with arrival times", file=trace)
         cut_windows = cut(workload, window_starts(windows, float(workload.arrival_s[-1] - workload.arrival_s[0])),
                           peak=peak)
-        peak = False  # each window's own busiest minute, not the trace's
     if objective == "goodput":
         rate = None
     elif target_rate is not None:
         rate = target_rate
-    elif peak:
+    elif peak and cut_windows is None:  # with windows, --peak is each window's busiest minute
         if not workload.has_arrivals:
             raise PdplanError("trace has no arrival times; give --target-rate", file=trace)
         rate = peak_rate_rps(workload.arrival_s)
