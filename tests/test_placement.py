@@ -10,7 +10,7 @@ import pytest
 
 from pdplan.errors import InfeasibleError
 from pdplan.hardware import Cluster, NodeType, get_gpu
-from pdplan.placement import ALIASES, Candidate, Problem, node_patterns, pair, solve
+from pdplan.placement import ALIASES, Candidate, Problem, node_patterns, pair, serves, solve
 
 GIB, MIB = 2**30, 2**20
 
@@ -126,14 +126,14 @@ def packs(groups, capacities):
 
 def brute_force(problem):
     """Minimum GPUs / money units / watts over every replica vector, checking packing exhaustively."""
-    cands = [c for c in problem.candidates if c.phase in problem.phases]
+    cands = [c for c in problem.candidates if c.phase in problem.kinds]
     best = None
     bounds = [range(0, math.ceil(problem.target_rps / c.goodput_rps) + 1) for c in cands]
     for counts in itertools.product(*bounds):
         in_use = [(c.phase, c.gpu) for c, k in zip(cands, counts) if k]
         if problem.pool_shapes == "one" and len(in_use) != len(set(in_use)):
             continue
-        ok = all(sum(math.floor(c.goodput_rps * 1000 + 1e-9) * k for c, k in zip(cands, counts) if c.phase == p)
+        ok = all(sum(k for c, k in zip(cands, counts) if c.phase == p) for p in problem.phases) and all(sum(math.floor(c.goodput_rps * 1000 + 1e-9) * k for c, k in zip(cands, counts) if serves(c.phase, p))
                  >= math.ceil(problem.target_rps * 1000 - 1e-9) for p in problem.phases)
         if not ok:
             continue
@@ -335,3 +335,73 @@ def test_fleet_all_is_every_prefill_and_decode_gpu_pair_the_cluster_holds():
                      "h100-80gb/a100-80gb", "h100-80gb/h100-80gb", "h100-80gb/h100-80gb-pcap"]
     assert [f.alias for f in resolve_fleets("all", cluster)] == ["AA", None, None, "HA", "HH", "HHcap"]
     assert resolve_fleets("HHcap", cluster)[0].name == "h100-80gb/h100-80gb-pcap"
+
+
+# --- Splitwise's mixed pool as a third kind of capacity ---------------------------------------
+
+SEED_FIXTURE = (Candidate(phase="prefill", gpu="a100-80gb", tp=1, pp=1, goodput_rps=6),
+                Candidate(phase="decode", gpu="a100-80gb", tp=1, pp=1, goodput_rps=4),
+                Candidate(phase="mixed", gpu="a100-80gb", tp=1, pp=1, goodput_rps=4, chunk_tokens=512))
+
+
+def test_without_mixed_machines_the_program_ignores_mixed_candidates():
+    """Two prompt machines at 6 rps and two token machines at 4 serve min(12, 8) = 8 rps; 10 rps
+    needs a third token machine: 5 machines."""
+    sol = solve(Problem(candidates=SEED_FIXTURE, cluster=cluster_of(node()), mode="disaggregated",
+                        target_rps=10, objective="gpus"))
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 2, "decode": 3}
+
+
+def test_a_mixed_machine_counts_in_both_phases():
+    """0x08G: G_mixed = min(c_P + b·g_M, c_D + b·g_M); one prompt, two token and one mixed machine
+    give min(6 + 4, 8 + 4) = 10 rps on 4 machines, one fewer than without it."""
+    sol = solve(Problem(candidates=SEED_FIXTURE, cluster=cluster_of(node()), mode="disaggregated",
+                        target_rps=10, objective="gpus", mixed=True))
+    assert sol.gpus_total == 4
+    assert sol.replicas[SEED_FIXTURE[2]] >= 1
+    assert sol.phase_capacity_rps["prefill"] >= 10 and sol.phase_capacity_rps["decode"] >= 10
+    assert {i.candidate.phase for i in sol.instances} >= {"prefill", "decode", "mixed"}
+
+
+def test_a_plan_still_runs_each_phase_when_mixed_machines_are_cheaper():
+    cheap = replace(SEED_FIXTURE[2], goodput_rps=20)
+    sol = solve(Problem(candidates=SEED_FIXTURE[:2] + (cheap,), cluster=cluster_of(node()), mode="disaggregated",
+                        target_rps=10, objective="gpus", mixed=True))
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 1, "decode": 1, "mixed": 1}
+
+
+def test_mixed_machines_need_a_disaggregated_plan_at_high_affinity():
+    with pytest.raises(ValueError, match="high node affinity"):
+        Problem(candidates=SEED_FIXTURE, cluster=cluster_of(node()), mode="colocated", target_rps=10,
+                objective="gpus", mixed=True)
+
+
+def with_mixed(seed):
+    """A random disaggregated problem with a mixed shape on one of its GPU types."""
+    problem = case(seed)[0]
+    rng = np.random.default_rng(1000 + seed)
+    gpu = str(rng.choice(sorted({n.gpu.name for n in problem.cluster.nodes})))
+    mixed = Candidate(phase="mixed", gpu=gpu, tp=int(rng.choice([1, 2])), pp=1,
+                      goodput_rps=round(float(rng.uniform(0.3, 3)), 3), chunk_tokens=512)
+    return replace(problem, candidates=problem.candidates + (mixed,), mixed=True)
+
+
+@functools.cache
+def case_mixed(seed):
+    problem = with_mixed(seed)
+    return problem, brute_force(problem)
+
+
+@pytest.mark.parametrize("seed", [s for s in SEEDS if case(s)[0].mode == "disaggregated"][:40])
+def test_cp_sat_with_mixed_machines_matches_exhaustive_enumeration(seed):
+    problem, expected = case_mixed(seed)
+    if expected is None:
+        with pytest.raises(InfeasibleError):
+            solve(problem)
+        return
+    sol = solve(problem)
+    scale = {"gpus": 1, "cost": 10_000, "power": 1}[problem.objective]
+    assert sol.status == "OPTIMAL"
+    assert round(sol.objective * scale) == expected
+    plain = case(seed)[1]  # a mixed shape only adds options
+    assert plain is None or expected <= plain

@@ -35,6 +35,7 @@ from pdplan.placement.problem import (
     dominated,
     milli_rps,
     money_units,
+    serves,
 )
 from pdplan.placement.solve import diagnose, solve
 
@@ -42,5 +43,5 @@ __all__ = [
     "ALIASES", "ANY", "OBJECTIVES", "POOL_SHAPES", "REDUNDANCY", "Candidate", "Counts", "Fleet", "Instance",
     "Problem", "Rejection", "Segment", "Solution", "build_model", "cluster_pairs", "counts_of", "diagnose",
     "dominated", "instance_link_bytes_per_s", "milli_rps", "money_units", "node_patterns", "objective_step",
-    "objective_units", "pair", "resolve_fleets", "solve", "whole_cluster",
+    "objective_units", "pair", "resolve_fleets", "serves", "solve", "whole_cluster",
 ]

@@ -46,11 +46,11 @@ class Fleet:
         return math.inf if allowed is None else len(allowed)
 
     def allowed(self, phase: str) -> tuple[str, ...] | None:
-        """GPU types a pool of ``phase`` may use (None: any). A colocated pool may use either
-        pool's physical types (capping is a decode-machine setting)."""
+        """GPU types a pool of ``phase`` may use (None: any). A colocated pool, or a mixed one,
+        may use either pool's physical types (capping is a decode-machine setting)."""
         if self.prefill is None:
             return None
-        if phase == "colocated":
+        if phase in ("colocated", "mixed"):
             return tuple(sorted({get_gpu(self.prefill).physical, get_gpu(self.decode).physical}))
         return (self.prefill,) if phase == "prefill" else (self.decode,)
 

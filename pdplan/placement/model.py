@@ -6,7 +6,9 @@ the pooling gain of n replicas behind one router, :mod:`pdplan.poolcap`). Each p
 shapes and must reach the phase's requirement (system goodput is the minimum of the phases,
 0x0A). Packing uses node *patterns* (how many TP groups of each size one node holds), which
 keeps the model the same size for 8 GPUs or 4,096. Low node affinity replicates whole segments
-instead. Optional families: one shape per (phase, GPU type); capacity that survives losing any
+instead. Mixed machines (Splitwise's mixed pool, 0x08G), when allowed, are a third kind of
+capacity that counts in both phases, G_mixed = min(c_P + c_M, c_D + c_M), because each request
+one takes runs both phases on it. Optional families: one shape per (phase, GPU type); capacity that survives losing any
 one instance or node; cuts that exclude every plan dominated by a plan that missed end to end;
 a fixed plan to place; a ceiling on the objective.
 """
@@ -32,6 +34,7 @@ from pdplan.placement.problem import (
     Segment,
     milli_rps,
     money_units,
+    serves,
 )
 
 UNBOUNDED_REPLICAS = 10**6
@@ -56,7 +59,7 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
     usable: dict[Candidate, tuple[NodeType, ...]] = {}
     rejections = []
     for cand in problem.candidates:
-        if cand.phase not in problem.phases or milli_rps(cand.goodput_rps, round_up=False) <= 0:
+        if cand.phase not in problem.kinds or milli_rps(cand.goodput_rps, round_up=False) <= 0:
             continue  # below 1 milli-rps a shape adds no capacity, only an unbounded replica count
         allowed = problem.fleet.allowed(cand.phase)
         if allowed is not None and cand.gpu not in allowed:
@@ -376,7 +379,7 @@ def _pack_instances(built: Model, problem: Problem, relax: frozenset[str]) -> di
             after[cand] = _capacity(model, cand, left, bound)
     out = {}
     for phase in problem.phases:
-        members = [c for c in usable if c.phase == phase]
+        members = [c for c in usable if serves(c.phase, phase)]
         total = sum(cap[c] for c in members)
         out[phase] = (total, [total - cap[c] + after[c] for c in members if c in after])
     return out

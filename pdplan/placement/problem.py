@@ -9,13 +9,20 @@ from pdplan.hardware import Cluster, NodeType
 from pdplan.placement.fleets import ANY, Fleet
 from pdplan.poolcap import PoolCurve
 
-PHASES = ("prefill", "decode", "colocated")
+PHASES = ("prefill", "decode", "colocated", "mixed")
 OBJECTIVES = ("cost", "gpus", "power", "goodput")
 POOL_SHAPES = ("one", "mixed")
 REDUNDANCY = ("none", "instance", "node")
 
 MILLI = 1000  # CP-SAT needs integers: rates in milli-requests/s
 MONEY_SCALE = 10_000  # and money in hundredths of a cent per hour
+
+
+def serves(cand_phase: str, phase: str) -> bool:
+    """Whether a shape of ``cand_phase`` adds capacity to ``phase``: its own phase, and a mixed
+    machine (Splitwise's mixed pool, 0x08G) to both prefill and decode, since the requests it
+    takes run both phases on it."""
+    return cand_phase == phase or (cand_phase == "mixed" and phase in ("prefill", "decode"))
 
 
 def milli_rps(rate: float, *, round_up: bool) -> int:
@@ -114,6 +121,7 @@ class Problem:
     fixed: Counts | None = None       #: place exactly these counts (capacity is not required)
     below: float | None = None        #: the primary objective must be strictly below this value
     strongest: bool = False           #: under ``below``, the plan whose weakest phase is strongest
+    mixed: bool = False               #: mixed candidates may run: Splitwise's mixed pool as a third capacity
 
     def __post_init__(self):
         if self.mode not in ("disaggregated", "colocated"):
@@ -136,15 +144,22 @@ class Problem:
             raise ValueError("a ceiling (below) needs a cost, gpus or power objective")
         if self.strongest and self.below is None:
             raise ValueError("strongest needs a ceiling (below)")
+        if self.mixed and (self.mode, self.affinity) != ("disaggregated", "high"):
+            raise ValueError("a mixed pool joins a disaggregated plan at high node affinity")
 
     @property
     def phases(self) -> tuple[str, ...]:
         return ("prefill", "decode") if self.mode == "disaggregated" else ("colocated",)
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The kinds of instance the plan may run: its phases, and mixed machines when allowed."""
+        return self.phases + (("mixed",) if self.mixed else ())
+
     def required_rps(self, phase: str) -> float:
         """Capacity ``phase`` must provide: the target, or the phase's own requirement.
-        Low-affinity segments serve both phases at once ("system"): the larger requirement."""
-        if phase == "system":
+        Low-affinity segments and mixed machines serve both phases at once: the larger requirement."""
+        if phase in ("system", "mixed"):
             return max(self.phase_targets.get(p, self.target_rps) for p in self.phases)
         return self.phase_targets.get(phase, self.target_rps)
 

@@ -10,7 +10,7 @@ from ortools.sat.python import cp_model
 
 from pdplan.errors import InfeasibleError
 from pdplan.placement.model import Model, build_model, objective_scale
-from pdplan.placement.problem import Instance, PHASES, Problem, Solution, counts_of
+from pdplan.placement.problem import Instance, PHASES, Problem, Solution, counts_of, serves
 
 
 def solve(problem: Problem) -> Solution:
@@ -88,7 +88,7 @@ def _explain_no_candidates(problem: Problem, built: Model) -> str:
 
 def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status: int, wall: float) -> Solution:
     replicas = {c: solver.value(v) for c, v in built.n.items() if solver.value(v) > 0}
-    capacity = {phase: sum(c.capacity_rps(k) for c, k in replicas.items() if c.phase == phase)
+    capacity = {phase: sum(c.capacity_rps(k) for c, k in replicas.items() if serves(c.phase, phase))
                 for phase in problem.phases}
     system = min(capacity.values())
     if built.units:  # requests stay inside their segment: sum of segment minima
