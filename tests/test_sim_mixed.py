@@ -130,58 +130,6 @@ def test_a_bad_mixed_pool_names_its_field(tmp_path, edit, named):
         load_plan(path)
 
 
-# --- the mixed pool in the optimizer ---------------------------------------------------------------
-
-def test_the_ledger_gives_the_articles_8_to_10_req_s():
-    """Two prompt machines at 6, two token machines at 4, one borrowed as mixed at 4 (0x08G)."""
-    from pdplan.placement import Candidate
-    from pdplan.planner.mixed import ledger
-
-    prompt = Candidate(phase="prefill", gpu="h100-80gb", tp=8, pp=1, goodput_rps=6.0)
-    token = Candidate(phase="decode", gpu="h100-80gb", tp=8, pp=1, goodput_rps=4.0)
-    mixed = Candidate(phase="colocated", gpu="h100-80gb", tp=8, pp=1, goodput_rps=4.0, chunk_tokens=512)
-    assert min(prompt.capacity_rps(2), token.capacity_rps(2)) == 8
-    assert ledger(prompt, token, mixed, 1, 2, 1) == pytest.approx(10)
-
-
-def test_the_mixed_search_returns_the_cheapest_plan_the_simulation_passes(monkeypatch):
-    """A stand-in verifier passes plans with at least 5 machines: the search must find the
-    cheapest such plan with a mixed machine, below the plain plan's 3 + 3."""
-    from types import SimpleNamespace
-
-    from pdplan.placement import ANY, Candidate
-    from pdplan.planner.mixed import mixed_search
-    from pdplan.planner.search import SearchResult
-
-    prompt = Candidate(phase="prefill", gpu="h100-80gb", tp=8, pp=1, goodput_rps=2.0)
-    token = Candidate(phase="decode", gpu="h100-80gb", tp=8, pp=1, goodput_rps=2.0)
-    mixed = Candidate(phase="colocated", gpu="h100-80gb", tp=8, pp=1, goodput_rps=1.5, chunk_tokens=512)
-    base = Plan(pools=(Pool(name="p", phase="prefill", model="llama2-70b", gpu="h100-80gb", tp=8, replicas=3),
-                       Pool(name="d", phase="decode", model="llama2-70b", gpu="h100-80gb", tp=8, replicas=3)),
-                links=(Link(from_pool="p", to_pool="d", bandwidth_bytes_per_s=4e11),))
-    from pdplan.hardware import default_cluster_path, load_cluster
-
-    cluster = load_cluster(default_cluster_path())
-    price = cluster.priced_gpu("h100-80gb").usd_per_hour * 8
-    best = SimpleNamespace(solution=SimpleNamespace(replicas={prompt: 3, token: 3}, usd_per_hour=6 * price), plan=base)
-    result = SearchResult(fleet=ANY, mode="disaggregated", affinity="high", best=best)
-    tried = []
-
-    class Verifier:
-        def verify(self, plan, rate, mode):
-            machines = sum(p.replicas for p in plan.pools)
-            tried.append(machines)
-            return SimpleNamespace(passed=machines >= 5, clear_miss=machines < 5)
-
-    request = SimpleNamespace(cluster=cluster, target_rps=5.0, max_checks=24, mixed_spill_tokens=4096,
-                              mixed_kv_share=1.0)
-    found = mixed_search(request, result, (prompt, token, mixed), Verifier())
-    assert found is not None and sum(found.counts) == 5 and found.counts[2] >= 1
-    assert found.usd_per_hour == pytest.approx(5 * price)
-    assert found.plan.pools_of("mixed")[0].replicas == found.counts[2] and found.plan.spill_tokens == 4096
-    assert all(m >= 1 for m in tried) and len(tried) <= 24
-
-
 def test_the_summary_counts_what_the_mixed_pool_took():
     result = simulate(random_trace(2, n=150, rate_rps=12.0), with_mixed(spill_tokens=0, kv_share=0.01), PROFILES,
                       model=MODEL)

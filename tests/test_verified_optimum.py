@@ -7,6 +7,7 @@ search must land on exactly that cost.
 """
 
 import itertools
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -93,6 +94,45 @@ def test_the_answer_is_the_cheapest_plan_exhaustive_simulation_passes(case, tmp_
     answer = None if report is None or report.answer is None else money_units(report.answer.solution.usd_per_hour)
     candidates = report.candidates if report is not None else ()
     assert answer == brute_force(req, candidates, cache)
+
+
+def every_plan_with_mixed(candidates):
+    """Every disaggregated plan within GPUS that may add mixed machines (Splitwise's mixed pool),
+    one shape per kind."""
+    by_kind = {kind: [c for c in candidates if c.phase == kind] for kind in ("prefill", "decode", "mixed")}
+    for p, d, m in itertools.product(by_kind["prefill"], by_kind["decode"], by_kind["mixed"]):
+        for a in range(1, GPUS // p.gpus + 1):
+            for b in range(1, (GPUS - a * p.gpus) // d.gpus + 1):
+                for k in range((GPUS - a * p.gpus - b * d.gpus) // m.gpus + 1):
+                    yield tuple(unit for unit in ((p, a), (d, b), (m, k)) if unit[1])
+
+
+def brute_force_with_mixed(req, candidates, cache):
+    """The cost of the cheapest plan with or without mixed machines that the verification passes."""
+    verifier = Verifier(req, {p.key: p for p in shipped_profiles().values()}, cache)
+    priced = lambda counts: sum(money_units(req.cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus) * k
+                                for c, k in counts)
+    for counts in sorted(set(every_plan_with_mixed(candidates)), key=lambda c: (priced(c), repr(c))):
+        try:
+            placed = solve(Problem(candidates=candidates, cluster=req.cluster, mode="disaggregated",
+                                   target_rps=req.target_rps, fixed=counts, pool_shapes="one", mixed=True))
+        except InfeasibleError:
+            continue
+        if verifier.check(placed, mode="disaggregated", affinity="high", fleet="any").verification.passed:
+            return priced(counts)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", CASES, ids=[f"{m}-{g.split('-')[0]}-tp{'/'.join(map(str, t))}-{r:g}rps-ttft{f:g}"
+                                            for m, g, t, r, f, _ in CASES])
+def test_with_mixed_machines_the_search_finds_the_cheapest_plan_exhaustive_simulation_passes(case, tmp_path):
+    req = replace(request(*case), mixed=True, mode="disaggregated")
+    cache = ResultCache(tmp_path)
+    report = planner.optimize(req, cache=cache)
+    found = report.fleets[0].mixed.best
+    answer = None if found is None else money_units(found.solution.usd_per_hour)
+    assert answer == brute_force_with_mixed(req, report.candidates, cache)
 
 
 def test_the_corpus_has_at_least_ten_cases_with_two_shapes_per_phase():

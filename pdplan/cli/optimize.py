@@ -150,9 +150,10 @@ def optimize(
         "--timestamp", help="Record the creation time in the manifest (it is then no longer byte-identical "
                             "across runs).")] = False,
     mixed: Annotated[bool, typer.Option(
-        "--mixed", help="Also search Splitwise's mixed pool below the P/D plan: fewer prefill and decode "
-                        "instances plus machines that take either phase when it is short, each proposal "
-                        "verified end to end; reported beside the answer.")] = False,
+        "--mixed", help="Let P/D plans add Splitwise's mixed pool: machines that take either phase when it "
+                        "is short, which the integer program counts in both phases and places on nodes. The "
+                        "plan with mixed machines is searched and verified end to end like the others and is "
+                        "the answer when it is the best; the plain P/D plan is reported beside it.")] = False,
     mixed_spill_tokens: Annotated[int, typer.Option(
         "--mixed-spill-tokens", help="Mixed pool: a request runs whole on a mixed machine when the shortest "
                                      "prefill queue holds more pending prompt tokens than this.")] = 8192,
@@ -359,23 +360,25 @@ def _render(report: PlanReport, doc: dict, explain: bool) -> None:
 
 
 def _mixed_line(doc: dict) -> None:
-    """With --mixed: the cheaper plan Splitwise's mixed pool allows, verified, or that none passed."""
+    """With --mixed: the best verified plan with Splitwise's mixed pool against the plain P/D plan."""
     found = doc.get("mixed_pool")
     if found is None:
         return
+    base = found["baseline"]
+    plain = "no plain P/D plan passes" if base is None else (
+        f"plain P/D: {base['prefill']} prefill + {base['decode']} decode, {_money(base['cost_per_hour'])} per hour")
     if not found["found"]:
-        stdout.print("mixed pool: no cheaper plan with mixed machines passes end to end", markup=False,
-                     highlight=False)
+        stdout.print(f"mixed pool: no plan with mixed machines is better and passes end to end; {plain}",
+                     markup=False, highlight=False)
         return
     shape = found["mixed_shape"]
-    base = found["baseline"]
     j = found["verification"]["joint"]
+    verdict = "the answer" if found["chosen"] else "not the answer (another mode or fleet is better)"
     stdout.print(f"mixed pool: {found['prefill']} prefill + {found['decode']} decode + {found['mixed']} mixed "
                  f"({shape['gpu']} TP{shape['tp']}" + (f" PP{shape['pp']}" if shape["pp"] > 1 else "")
-                 + f", chunk {shape['chunk_tokens']}) instead of {base['prefill']} + {base['decode']}: "
-                 f"{_money(found['cost_per_hour'])} vs {_money(base['cost_per_hour'])} per hour, PASSES end to end "
+                 + f", chunk {shape['chunk_tokens']}), {_money(found['cost_per_hour'])} per hour, PASSES end to end "
                  f"(joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]; spill above {found['spill_tokens']} "
-                 f"queued prompt tokens); not placed on nodes nor in the manifest", markup=False, highlight=False)
+                 f"queued prompt tokens), {verdict}; {plain}", markup=False, highlight=False)
 
 
 def _profiles_line(doc: dict) -> str:

@@ -90,11 +90,12 @@ class Verifier:
               rate_rps: float | None = None) -> Checked:
         """Place ``solution`` as a plan and verify it at ``rate_rps`` (default: the target)."""
         request = self.request
+        mixed = ", with a mixed pool" if any(c.phase == "mixed" for c in solution.replicas) else ""
         plan = plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
                        transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
-                       failure_policy=request.failure_policy, route_s=request.route_s,
-                       name=f"{request.model.name} {mode} ({fleet}" + (f", {affinity} affinity)" if mode != "colocated"
-                                                                        else ")"))
+                       failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
+                       name=f"{request.model.name} {mode} ({fleet}" + (f", {affinity} affinity{mixed})"
+                                                                        if mode != "colocated" else ")"))
         rate = request.target_rps if rate_rps is None else rate_rps
         verification = self.verify(plan, rate, mode=mode, lost=losses(solution, plan, request.redundancy))
         return Checked(solution=solution, plan=plan, verification=verification)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
 from pdplan import limits
@@ -148,7 +148,17 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
                              goodput_rps=m.goodput.goodput_rps, chunk_tokens=m.shape.chunk_tokens,
                              kv_bytes_per_request=0.0 if m.shape.phase == "colocated" else kv_bytes,
                              curve=curve))
+    if request.mixed:
+        out += mixed_candidates(out, kv_bytes)
     return tuple(out)
+
+
+def mixed_candidates(candidates: list[Candidate], kv_bytes: float) -> list[Candidate]:
+    """Splitwise's mixed machines: each chunked colocated shape, with its measured capacity c(n),
+    as a machine a disaggregated plan may add. It runs whole requests and decodes handed off to
+    it, so its link must take a decode's KV."""
+    return [replace(c, phase="mixed", kv_bytes_per_request=kv_bytes)
+            for c in candidates if c.phase == "colocated" and c.chunk_tokens]
 
 
 def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: ResultCache) -> PoolCurve:

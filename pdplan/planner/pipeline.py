@@ -1,7 +1,9 @@
 """The optimize pipeline: shapes → goodput → pool curves → verified search per fleet → the answer.
 
 For each fleet, the disaggregated plan (each node affinity asked for) and the colocated plan are
-searched under the same constraints (0x0A–0x0C), each by :func:`~pdplan.planner.search.verified_search`.
+searched under the same constraints (0x0A–0x0C), each by :func:`~pdplan.planner.search.verified_search`;
+with ``--mixed``, so is a disaggregated plan that may add Splitwise's mixed machines (0x08G), which
+the program counts in both phases and the simulation runs with their spill thresholds.
 The answer is the cheapest plan the end-to-end simulation passed, over every fleet, mode and
 affinity (objective goodput: the highest verified rate). When none passed, there is no answer:
 the report carries the plan that missed by the least.
@@ -20,7 +22,6 @@ from pdplan.hardware import Cluster
 from pdplan.placement import Candidate, Fleet, Problem, solve
 from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import Measured, Progress, measure, pool_candidates
-from pdplan.planner.mixed import MixedPlan, mixed_search
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import Checked, SearchResult, verified_search
 
@@ -33,6 +34,7 @@ class FleetResult:
     disaggregated: SearchResult
     colocated: SearchResult
     objective: str
+    mixed: SearchResult | None = None     #: with --mixed: the disaggregated search that may add mixed machines
 
     @property
     def best(self) -> SearchResult | None:
@@ -41,7 +43,8 @@ class FleetResult:
 
     def searches(self, mode: str = "auto") -> tuple[SearchResult, ...]:
         """The searches of the modes ``mode`` allows ("auto": both)."""
-        return tuple(r for r in (self.disaggregated, self.colocated) if mode in ("auto", r.mode))
+        return tuple(r for r in (self.disaggregated, self.mixed, self.colocated)
+                     if r is not None and mode in ("auto", r.mode))
 
     def best_in(self, mode: str) -> SearchResult | None:
         """The better verified plan among the modes ``mode`` allows."""
@@ -64,7 +67,6 @@ class PlanReport:
     simulations: int                       #: end-to-end simulation runs this invocation ran
     cache_hits: int
     cache_misses: int
-    mixed: MixedPlan | None = None         #: with --mixed: the cheaper verified plan with a mixed pool
 
     @property
     def answer(self) -> Checked | None:
@@ -97,7 +99,7 @@ class PlanReport:
 
 def better(a: SearchResult, b: SearchResult, objective: str) -> SearchResult:
     """The search with the better verified plan (ties: fewer GPUs, then colocated, the simpler
-    system, then the narrower fleet); a search with no verified plan loses."""
+    system, then no mixed pool, then the narrower fleet); a search with no verified plan loses."""
     if a.best is None:
         return b
     if b.best is None:
@@ -106,20 +108,26 @@ def better(a: SearchResult, b: SearchResult, objective: str) -> SearchResult:
 
     def key(r: SearchResult) -> tuple:  # then the fleet that allows the fewest GPU types
         return (sign * r.best.value(objective), r.best.solution.gpus_total, r.mode != "colocated",
-                r.fleet.breadth)
+                has_mixed(r.best), r.fleet.breadth)
 
     return min((a, b), key=key)
 
 
+def has_mixed(checked: Checked) -> bool:
+    """Whether a plan runs Splitwise's mixed machines."""
+    return any(c.phase == "mixed" for c in checked.solution.replicas)
+
+
 def base_problem(request: PlanRequest, candidates: tuple[Candidate, ...], fleet: Fleet, mode: str,
-                 affinity: str, cluster: Cluster | None = None) -> Problem:
-    """The program for one fleet, mode and affinity at the request's target and budgets."""
+                 affinity: str, cluster: Cluster | None = None, mixed: bool = False) -> Problem:
+    """The program for one fleet, mode and affinity at the request's target and budgets (with
+    ``mixed``, mixed machines may join the disaggregated plan)."""
     return Problem(candidates=candidates, cluster=cluster or request.cluster, mode=mode,
                    target_rps=request.target_rps, fleet=fleet, objective=request.objective,
                    link_headroom=request.link_headroom, affinity=affinity, max_gpus=request.max_gpus,
                    max_usd_per_hour=request.max_usd_per_hour, max_power_w=request.max_power_w,
                    time_limit_s=request.time_limit_s, seed=request.settings.seed, pool_shapes=request.pool_shapes,
-                   redundancy=request.redundancy)
+                   redundancy=request.redundancy, mixed=mixed)
 
 
 class Searches:
@@ -130,12 +138,13 @@ class Searches:
         self.request, self.candidates, self.verifier = request, candidates, verifier
         self._done: dict[tuple, SearchResult] = {}
 
-    def run(self, fleet: Fleet, mode: str, affinity: str, request: PlanRequest | None = None) -> SearchResult:
+    def run(self, fleet: Fleet, mode: str, affinity: str, request: PlanRequest | None = None,
+            mixed: bool = False) -> SearchResult:
         request = request or self.request
         key = (mode, affinity, fleet.allowed("colocated") if mode == "colocated" else fleet.name,
-               request.redundancy, request.objective)
+               request.redundancy, request.objective, mixed)
         if key not in self._done:
-            base = base_problem(request, self.candidates, fleet, mode, affinity)
+            base = base_problem(request, self.candidates, fleet, mode, affinity, mixed=mixed)
             self._done[key] = self._search(request, base)
         return replace(self._done[key], fleet=fleet)
 
@@ -167,8 +176,10 @@ class Searches:
 
     def fleet(self, fleet: Fleet) -> FleetResult:
         affinities = [self.run(fleet, "disaggregated", a) for a in self.request.affinities]
+        mixed = self.run(fleet, "disaggregated", "high", mixed=True) if self.request.mixed else None
         return FleetResult(fleet=fleet, disaggregated=pick(affinities, self.request.objective),
-                           colocated=self.run(fleet, "colocated", "high"), objective=self.request.objective)
+                           colocated=self.run(fleet, "colocated", "high"), objective=self.request.objective,
+                           mixed=mixed)
 
 
 def pick(results: list[SearchResult], objective: str) -> SearchResult:
@@ -203,15 +214,11 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
         end_to_end = chosen.end_to_end or verifier.goodput(
             chosen.best.plan, mode=chosen.mode, start_rps=chosen.best.verification.rate_rps)
         if request.redundancy != "none":
-            without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"))
-    mixed = None
-    if request.mixed and chosen is not None and request.redundancy == "none" and request.target_rps is not None:
-        fleet = next(f for f in fleets if f.fleet == chosen.fleet)
-        mixed = mixed_search(request, fleet.disaggregated, candidates, verifier)
+            without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"),
+                                   mixed=has_mixed(chosen.best))
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
                       fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
-                      simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses,
-                      mixed=mixed)
+                      simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses)
 
 
 def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: Searches) -> str:

@@ -20,15 +20,25 @@ def pool_name(cand: Candidate) -> str:
     return f"{cand.phase}-{cand.gpu}-tp{cand.tp}-pp{cand.pp}"
 
 
+@dataclass(frozen=True, kw_only=True)
+class Spill:
+    """When work spills to a mixed pool (Splitwise's thresholds, simulated request by request)."""
+
+    prefill_queue_tokens: int = 8192   #: arrivals run whole on a mixed machine above this prefill queue
+    decode_kv_share: float = 1.0       #: decodes move to one when their decode instance's KV would pass this
+
+
 def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str, affinity: str,
             transfer_schedule: str, name: str, failure_rate: float = 0.0, failure_policy: str = "retry",
-            route_s: float = 0.0) -> Plan:
+            route_s: float = 0.0, spill: Spill = Spill()) -> Plan:
     """The placement as a simulator plan: one pool per shape, links at the path the placement
-    implies (across nodes for high affinity, inside a node for low), with the transfer failures
-    and router hop the plan must survive."""
+    implies (across nodes for high affinity, inside a node for low) from every prefill pool to
+    every pool that decodes (decode and mixed), with the transfer failures and router hop the
+    plan must survive, and the spill thresholds of a mixed pool."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(), key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
-        extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if cand.phase == "colocated" else {}
+        chunked = cand.phase in ("colocated", "mixed")
+        extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if chunked else {}
         pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,
                     replicas=replicas, **extra)
         shapes[pool] = cand
@@ -37,13 +47,15 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
         return Plan(pools=pools, name=name)
     links = [Link(from_pool=src.name, to_pool=dst.name, setup_s=LINK_SETUP_S,
                   bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, affinity, shapes[dst]))
-             for src in pools if src.phase == "prefill" for dst in pools if dst.phase == "decode"]
+             for src in pools if src.phase == "prefill" for dst in pools if dst.phase in ("decode", "mixed")]
+    thresholds = ({"spill_tokens": spill.prefill_queue_tokens, "kv_share": spill.decode_kv_share}
+                  if any(p.phase == "mixed" for p in pools) else {})
     return Plan(pools=pools, links=tuple(links), transfer_schedule=transfer_schedule, name=name,
-                failure_rate=failure_rate, failure_policy=failure_policy, route_s=route_s)
+                failure_rate=failure_rate, failure_policy=failure_policy, route_s=route_s, **thresholds)
 
 
 def path_bytes_per_s(solution: Solution, cluster: Cluster, affinity: str, decode: Candidate) -> float:
-    """Ingress bandwidth of one decode instance of this shape on the path the placement gave it:
+    """Ingress bandwidth of one decoding instance (decode or mixed) of this shape on the path the placement gave it:
     the slowest among the node types its instances landed on (the sim has one link per pool)."""
     landed = {i.node_type for i in solution.instances if i.candidate == decode}
     nodes = [n for n in cluster.nodes if n.name in landed]
@@ -69,7 +81,7 @@ class Loss:
 def without(plan: Plan, lost: Counter, label: str) -> Loss:
     """``plan`` with ``lost[pool name]`` replicas removed from each pool."""
     pools = tuple(replace(p, replicas=p.replicas - lost[p.name]) for p in plan.pools if p.replicas > lost[p.name])
-    emptied = sorted({p.phase for p in plan.pools} - {p.phase for p in pools})
+    emptied = sorted({p.phase for p in plan.pools} - {p.phase for p in pools} - {"mixed"})  # mixed is extra
     if emptied:
         return Loss(label=label, left=None, emptied=emptied[0])
     names = {p.name for p in pools}

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pdplan.fileio import significant
 from pdplan.placement import Candidate, Solution
 from pdplan.planner.measure import mean_kv_bytes_per_request
-from pdplan.planner.pipeline import FleetResult, PlanReport
+from pdplan.planner.pipeline import FleetResult, PlanReport, has_mixed
 from pdplan.planner.plans import pool_name
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import SEARCH_FLOOR, Checked, SearchResult
@@ -27,8 +27,9 @@ def phase_dict(solution: Solution | None, phase: str) -> dict | None:
     if not shapes:
         return None
     cand, replicas = shapes[0]
+    own = sum(c.capacity_rps(k) for c, k in shapes)  # a mixed pool's own capacity; it also counts in both phases
     return {"gpu": cand.gpu, "tp": cand.tp, "pp": cand.pp, "replicas": replicas,
-            "goodput_rps_per_instance": cand.goodput_rps, "capacity_rps": solution.phase_capacity_rps[phase],
+            "goodput_rps_per_instance": cand.goodput_rps, "capacity_rps": solution.phase_capacity_rps.get(phase, own),
             "shapes": [shape_dict(c, k) for c, k in shapes]}
 
 
@@ -51,25 +52,32 @@ def pools(solution: Solution, report: PlanReport) -> list[dict]:
 
 
 def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[dict]:
-    """KV demand and capacity per (prefill pool, decode pool) link of a disaggregated plan.
+    """KV demand and capacity per (prefill pool, decoding pool) link of a disaggregated plan.
 
     Demand: the checked rate's KV bytes (mean prompt × KV bytes per token, 0x08D) split over
-    decode pools by their capacity share; capacity: the pool's ingress on the path the placement
-    uses. ``*_gbps`` are gigabits per second (network units), ``*_gb_s`` gigabytes per second.
+    decode pools by their capacity share; a mixed pool takes decodes only when they spill, so its
+    link is charged the most it could take, its own capacity's worth, while the decode pools keep
+    the whole demand. Capacity: the pool's ingress on the path the placement uses. ``*_gbps``
+    are gigabits per second (network units), ``*_gb_s`` gigabytes per second.
     """
     plan, solution = checked.plan, checked.solution
     if plan.colocated:
         return []
-    total = checked.verification.rate_rps * mean_kv_bytes_per_request(request.workload, request.model)
-    decode = {p.name: p for p in plan.pools if p.phase == "decode"}
+    rate = checked.verification.rate_rps
+    kv_bytes = mean_kv_bytes_per_request(request.workload, request.model)
+    decoding = {p.name: p for p in plan.pools if p.phase in ("decode", "mixed")}
     prefill = [p for p in plan.pools if p.phase == "prefill"]
-    capacity_rps = {pool_name(c): c.capacity_rps(k) for c, k in solution.replicas.items() if c.phase == "decode"}
+    capacity_rps = {pool_name(c): c.capacity_rps(k) for c, k in solution.replicas.items()}
+    decode_rps = sum(capacity_rps[name] for name, p in decoding.items() if p.phase == "decode")
     prefill_share = {p.name: p.replicas / sum(q.replicas for q in prefill) for p in prefill}
     out = []
     for link in plan.links:
-        share = capacity_rps[link.to_pool] / sum(capacity_rps.values()) * prefill_share[link.from_pool]
-        demand = total * share
-        capacity = link.bandwidth_bytes_per_s * decode[link.to_pool].replicas
+        if decoding[link.to_pool].phase == "mixed":
+            carried = min(rate, capacity_rps[link.to_pool])
+        else:
+            carried = rate * capacity_rps[link.to_pool] / decode_rps
+        demand = carried * kv_bytes * prefill_share[link.from_pool]
+        capacity = link.bandwidth_bytes_per_s * decoding[link.to_pool].replicas
         out.append({"from": link.from_pool, "to": link.to_pool,
                     "demand_gbps": demand * 8 / 1e9, "capacity_gbps": capacity * 8 / 1e9,
                     "demand_gb_s": demand / 1e9, "capacity_gb_s": capacity / 1e9,
@@ -84,7 +92,7 @@ def plan_summary(request: PlanRequest, checked: Checked, affinity: str) -> dict:
     return {"gpus_total": solution.gpus_total, "cost_per_hour": solution.usd_per_hour, "power_w": solution.power_w,
             "goodput_rps": solution.goodput_rps, "goodput_per_gpu": solution.goodput_rps / solution.gpus_total,
             "prefill": phase_dict(solution, "prefill"), "decode": phase_dict(solution, "decode"),
-            "colocated": phase_dict(solution, "colocated"),
+            "colocated": phase_dict(solution, "colocated"), "mixed": phase_dict(solution, "mixed"),
             "attainment": {k: v.mean for k, v in verification.clocks.items()},
             "meets_slo": verification.passed, "worst_shortfall": max(0.0, verification.worst_shortfall),
             "link_utilization": max((link["utilization"] for link in links), default=None)}
@@ -131,6 +139,9 @@ def fleet_row(fleet: FleetResult, request: PlanRequest) -> dict:
     row["colocated_gpus_total"] = None if best_colocated is None else best_colocated.solution.gpus_total
     row["colocated_pool"] = None if best_colocated is None else phase_dict(best_colocated.solution, "colocated")
     row["best_mode"] = None if fleet.best is None else fleet.best.mode
+    mixed = None if fleet.mixed is None else fleet.mixed.best
+    row["mixed_cost_per_hour"] = None if mixed is None else mixed.solution.usd_per_hour
+    row["mixed_gpus_total"] = None if mixed is None else mixed.solution.gpus_total
     return row
 
 
@@ -190,6 +201,7 @@ def report_to_dict(report: PlanReport) -> dict:
         "affinity": chosen.affinity,
         "prefill": phase_dict(solution, "prefill"),
         "decode": phase_dict(solution, "decode"),
+        "mixed": phase_dict(solution, "mixed"),
         "disaggregated_alternative": None if alternative is None else plan_summary(
             request, alternative, fleet.disaggregated.affinity),
         "colocated_baseline": None if baseline is None else {
@@ -230,21 +242,32 @@ def report_to_dict(report: PlanReport) -> dict:
 
 
 def _mixed(report: PlanReport) -> dict | None:
-    """With --mixed: the verified plan with Splitwise's mixed pool below the P/D plan, or why none."""
+    """With --mixed, on the answer's fleet: the best verified plan that may add Splitwise's mixed
+    machines, whether it is the answer, and the plain P/D plan it is compared with."""
     if not report.request.mixed:
         return None
-    found = report.mixed
-    if found is None:
-        return {"found": False}
-    pools = {pool.phase: pool for pool in found.plan.pools}
-    return {"found": True, "prefill": found.counts[0], "decode": found.counts[1], "mixed": found.counts[2],
-            "mixed_shape": {"gpu": pools["mixed"].gpu, "tp": pools["mixed"].tp, "pp": pools["mixed"].pp,
-                            "chunk_tokens": pools["mixed"].chunk_tokens},
-            "spill_tokens": found.plan.spill_tokens, "kv_share": found.plan.kv_share,
-            "gpus_total": found.gpus, "cost_per_hour": found.usd_per_hour, "ledger_rps": found.ledger_rps,
-            "baseline": {"prefill": found.baseline_counts[0], "decode": found.baseline_counts[1],
-                         "cost_per_hour": found.baseline_usd_per_hour},
-            "verification": found.verification.to_dict(), "checks": found.checks}
+    fleet, objective = report.fleet, report.request.objective
+    search, plain = fleet.mixed, fleet.disaggregated.best
+    doc = {"found": False, "chosen": False, "search": search_dict(search, objective), "reason": _why_none(search),
+           "baseline": None if plain is None else _counts(plain) | {
+               "gpus_total": plain.solution.gpus_total, "cost_per_hour": plain.solution.usd_per_hour}}
+    found = search.best
+    if found is None or not has_mixed(found):  # the search's best may need no mixed machine at all
+        return doc
+    pool = found.plan.pools_of("mixed")[0]
+    return doc | _counts(found) | {
+        "found": True, "chosen": report.answer is found,
+        "mixed_shape": {"gpu": pool.gpu, "tp": pool.tp, "pp": pool.pp, "chunk_tokens": pool.chunk_tokens},
+        "spill_tokens": found.plan.spill_tokens, "kv_share": found.plan.kv_share,
+        "gpus_total": found.solution.gpus_total, "cost_per_hour": found.solution.usd_per_hour,
+        "ledger_rps": found.solution.goodput_rps, "verification": found.verification.to_dict(),
+        "checks": len(search.tried)}
+
+
+def _counts(checked: Checked) -> dict:
+    """Instances per kind (prefill, decode, mixed) of a disaggregated plan."""
+    return {kind: sum(k for c, k in checked.solution.replicas.items() if c.phase == kind)
+            for kind in ("prefill", "decode", "mixed")}
 
 
 def _run(report: PlanReport) -> dict:

@@ -10,6 +10,7 @@ from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings, check_admiss
 from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import ANY, POOL_SHAPES, REDUNDANCY, Fleet
+from pdplan.planner.plans import Spill
 from pdplan.profile_source import ProfileSource
 from pdplan.slo import SLO
 from pdplan.verify import DEFAULT_RUNS, RULES
@@ -53,7 +54,7 @@ class PlanRequest:
     failure_policy: str = "retry"       #: what a failed transfer costs: "retry" or "recompute"
     route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
     mode: str = "auto"                  #: the answer's mode: "auto" (the better), "disaggregated" or "colocated"
-    mixed: bool = False                 #: also search Splitwise's mixed pool below the P/D plan
+    mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
     mixed_spill_tokens: int = 8192      #: arrivals spill to mixed machines above this prefill queue (tokens)
     mixed_kv_share: float = 1.0         #: decodes spill when their decode instance's KV would pass this share
 
@@ -74,7 +75,15 @@ class PlanRequest:
         if self.pool_shapes not in POOL_SHAPES:
             raise PdplanError(f"--pool-shapes must be one of {', '.join(POOL_SHAPES)}, got {self.pool_shapes!r}",
                               field="pool_shapes")
+        if self.mixed and self.affinity == "low":
+            raise PdplanError("--mixed adds machines that take handoffs across nodes; it needs --affinity high "
+                              "or auto", field="mixed")
         check_admission_share(self.admission_share)
+
+    @property
+    def spill(self) -> Spill:
+        """When work spills to a mixed pool."""
+        return Spill(prefill_queue_tokens=self.mixed_spill_tokens, decode_kv_share=self.mixed_kv_share)
 
     @property
     def affinities(self) -> tuple[str, ...]:

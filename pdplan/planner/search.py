@@ -32,7 +32,7 @@ from typing import Callable
 
 from pdplan.errors import InfeasibleError
 from pdplan.goodput import Search
-from pdplan.placement import Fleet, Problem, Solution, objective_step, solve, whole_cluster
+from pdplan.placement import Fleet, Problem, Solution, objective_step, serves, solve, whole_cluster
 from pdplan.planner.request import PlanRequest
 from pdplan.sim import Plan
 from pdplan.verify import Verification
@@ -171,5 +171,6 @@ def _raise_until_changed(base: Problem, missed_plan: Solution, phase: str,
 
 
 def _part(solution: Solution, phase: str) -> dict:
-    """The counts of one phase's pools (at low affinity, the whole plan: segments hold both)."""
-    return {cand: k for cand, k in solution.replicas.items() if cand.phase == phase}
+    """The counts of the pools serving one phase, mixed machines included (at low affinity, the
+    whole plan: segments hold both)."""
+    return {cand: k for cand, k in solution.replicas.items() if serves(cand.phase, phase)}
