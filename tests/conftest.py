@@ -71,3 +71,24 @@ def manifests(tmp_path_factory) -> dict[str, Path]:
                   "--mode", mode, "--out", str(found[mode]), *extra])
         assert stop.value.code == 0
     return found
+
+
+MIXED_CLUSTER = ("nodes:\n  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, intra_node_gb_s: 300, "
+                 "inter_node_gb_s: 25, count: 2}\n")
+
+
+@pytest.fixture(scope="session")
+def mixed_manifest(tmp_path_factory) -> dict[str, Path]:
+    """A manifest whose answer has Splitwise's mixed pool: llama2-70b on two A100 nodes at 2 req/s,
+    the chat trace's first 600 requests, P/D only, spill above 2048 queued prompt tokens (~5 s).
+    Returns the manifest, its trace and its cluster."""
+    folder = tmp_path_factory.mktemp("mixed")
+    trace, cluster, out = folder / "chat600.csv", folder / "a100x2.yaml", folder / "mixed.yaml"
+    trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[:601]))
+    cluster.write_text(MIXED_CLUSTER)
+    code, _ = run_main("optimize", trace, "--model", "llama2-70b", "--tp", "2", "--tp", "4", "--pp", "1",
+                       "--target-rate", "2", "--ttft", "1", "--tpot", "0.1", "--cluster", cluster, "--mixed",
+                       "--mixed-spill-tokens", "2048", "--mode", "disaggregated", "--affinity", "high",
+                       "--cache-dir", folder / "cache", "--out", out, *IDENTITY)
+    assert code == 0
+    return {"manifest": out, "trace": trace, "cluster": cluster}

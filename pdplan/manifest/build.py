@@ -36,6 +36,8 @@ ROLLBACK = ("STOP_NEW_ROUTES", "ADVANCE_ROUTE_EPOCH", "DRAIN_OR_ABORT_TRANSFERS"
 RELEASE_STAGES = ("SHADOW", "CANARY", "ACTIVE")
 #: vLLM's connector class per KV connector (checked against vLLM 0.33's registered connectors).
 CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector", "lmcache": "LMCacheConnectorV1"}
+#: vLLM's KV roles: a mixed machine (Splitwise's mixed pool) both prefills and takes handoffs.
+KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "mixed": "kv_both"}
 #: Simulator pool settings a manifest carries, to rebuild the plan it was verified as.
 SCHEDULING = ("policy", "chunk_tokens", "max_prefill_batch_tokens", "prefix_cache_blocks")
 PACKAGE = Path(str(resources.files("pdplan")))
@@ -179,8 +181,9 @@ def _node_order(name: str) -> tuple[str, int]:
 
 
 def _transfer(plan: Plan, doc: dict, request, connector: str) -> dict:
-    """The KV handoff: connector, roles, bytes per request (the whole prompt's KV, 0x08D) and each
-    path's demand against its capacity. A colocated plan moves no KV: connector ``none``."""
+    """The KV handoff: connector, roles, bytes per request (the whole prompt's KV, 0x08D), each
+    path's demand against its capacity, and with a mixed pool when work spills to it. A colocated
+    plan moves no KV: connector ``none``."""
     if plan.colocated:
         return {"connector": "none", "schedule": None, "roles": {}, "kv_bytes_per_request": None, "paths": []}
     p99_prompt = float(np.percentile(request.workload.prompt_tokens, 99))
@@ -191,12 +194,14 @@ def _transfer(plan: Plan, doc: dict, request, connector: str) -> dict:
         paths.append({"from": link.from_pool, "to": link.to_pool, "path": row["path"],
                       "bandwidth_gb_s": link.bandwidth_bytes_per_s / 1e9, "setup_ms": link.setup_s * 1e3,
                       "demand_gb_s": row["demand_gb_s"], "capacity_gb_s": row["capacity_gb_s"]})
-    roles = {p.name: ("kv_producer" if p.phase == "prefill" else "kv_consumer") for p in plan.pools}
+    roles = {p.name: KV_ROLES[p.phase] for p in plan.pools}
+    spill = ({"spill": {"prefill_queue_tokens": plan.spill_tokens, "decode_kv_share": plan.kv_share}}
+             if plan.pools_of("mixed") else {})
     return {"connector": connector, "connector_class": CONNECTORS[connector], "schedule": plan.transfer_schedule,
             "roles": roles,
             "kv_bytes_per_request": {"mean": mean_kv_bytes_per_request(request.workload, request.model),
                                      "p99": p99_prompt * request.model.kv_bytes_per_token},
-            "paths": paths}
+            "paths": paths, **spill}
 
 
 def _valued(value, source: str) -> dict:

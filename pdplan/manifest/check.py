@@ -16,12 +16,15 @@ from pathlib import Path
 from pdplan.errors import PdplanError
 from pdplan.fileio import sha256_file
 from pdplan.hardware import get_gpu
-from pdplan.manifest.build import GIB, ROLLBACK, UNKNOWN, folder_digest, kv_cache_abi
+from pdplan.manifest.build import GIB, KV_ROLES, ROLLBACK, UNKNOWN, folder_digest, kv_cache_abi
 from pdplan.manifest.document import content_hash, digest, schema_errors, section_hashes
 from pdplan.modelspec import KV_BYTES, get_model, weight_bytes_per_gpu
+from pdplan.placement import serves
 
 #: Relative slack for values derived from others (they are written at 6 significant digits).
 DERIVED_TOLERANCE = 1e-4
+#: Pools that take KV handoffs: decode pools and Splitwise's mixed machines.
+DECODING = ("decode", "mixed")
 
 
 @dataclass(frozen=True)
@@ -73,11 +76,15 @@ def _pools(manifest: dict) -> list[Violation]:
     if len(set(names)) != len(names):
         found.append(Violation("pools", "pool names must be unique"))
     phases = {p["phase"] for p in pools}
-    if phases not in ({"colocated"}, {"prefill", "decode"}):
-        found.append(Violation("pools", f"must be all colocated or prefill and decode, got {sorted(phases)}"))
+    if phases not in ({"colocated"}, {"prefill", "decode"}, {"prefill", "decode", "mixed"}):
+        found.append(Violation("pools", f"must be all colocated, or prefill and decode with or without a mixed "
+                                        f"pool, got {sorted(phases)}"))
     target = manifest["workload"]["target_rps"]
-    for phase in sorted(phases):
-        indices = [i for i, p in enumerate(pools) if p["phase"] == phase]
+    verified = manifest["predictions"]["verification"]
+    if verified["passed"] and target is not None and verified["rate_rps"] >= target:
+        target = None  # the simulation passed the whole plan at the target: it wins over the decomposition
+    for phase in sorted(phases - {"mixed"}):  # a mixed pool counts in both phases (Splitwise's ledger)
+        indices = [i for i, p in enumerate(pools) if serves(p["phase"], phase)]
         capacity = sum(pools[i]["capacity"]["pool_rps"] for i in indices)
         if target is not None and capacity < target * (1 - DERIVED_TOLERANCE):
             found.append(Violation(f"pools[{indices[0]}].capacity.pool_rps",
@@ -182,26 +189,29 @@ def _transfer(manifest: dict) -> list[Violation]:
     if transfer["connector"] == "none":
         found.append(Violation("transfer.connector", "a P/D plan needs a KV connector"))
     for p in pools:
-        want = "kv_producer" if p["phase"] == "prefill" else "kv_consumer"
+        want = KV_ROLES.get(p["phase"])
         if transfer["roles"].get(p["name"]) != want:
             found.append(Violation(f"transfer.roles.{p['name']}", f"a {p['phase']} pool is a {want}"))
+    mixed = any(p["phase"] == "mixed" for p in pools)
+    if mixed != ("spill" in transfer):
+        found.append(Violation("transfer.spill", "must be given exactly when the plan has a mixed pool"))
     by_name = {p["name"]: p for p in pools}
     for i, path in enumerate(transfer["paths"]):
         where = f"transfer.paths[{i}]"
         src, dst = by_name.get(path["from"]), by_name.get(path["to"])
-        if src is None or src["phase"] != "prefill" or dst is None or dst["phase"] != "decode":
-            found.append(Violation(where, "must run from a prefill pool to a decode pool of this manifest"))
+        if src is None or src["phase"] != "prefill" or dst is None or dst["phase"] not in DECODING:
+            found.append(Violation(where, "must run from a prefill pool to a decode or mixed pool of this manifest"))
             continue
         if not _close(path["capacity_gb_s"], path["bandwidth_gb_s"] * dst["replicas"]):
             found.append(Violation(f"{where}.capacity_gb_s", f"{path['capacity_gb_s']:g} GB/s, but "
-                                   f"{dst['replicas']} decode instances × {path['bandwidth_gb_s']:g} GB/s = "
+                                   f"{dst['replicas']} {dst['phase']} instances × {path['bandwidth_gb_s']:g} GB/s = "
                                    f"{path['bandwidth_gb_s'] * dst['replicas']:g} GB/s"))
         if path["demand_gb_s"] > path["capacity_gb_s"]:
             found.append(Violation(f"{where}.demand_gb_s", f"KV demand {path['demand_gb_s']:g} GB/s exceeds the "
                                    f"path's {path['capacity_gb_s']:g} GB/s"))
     pairs = {(p["from"], p["to"]) for p in transfer["paths"]}
     for src in (p["name"] for p in pools if p["phase"] == "prefill"):
-        for dst in (p["name"] for p in pools if p["phase"] == "decode"):
+        for dst in (p["name"] for p in pools if p["phase"] in DECODING):
             if (src, dst) not in pairs:
                 found.append(Violation("transfer.paths", f"no path from {src} to {dst}"))
     return found

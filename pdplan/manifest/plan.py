@@ -23,6 +23,8 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
         doc["transfer"] = {"schedule": transfer["schedule"]}
         doc["links"] = [{"from": p["from"], "to": p["to"], "bandwidth_gb_s": p["bandwidth_gb_s"],
                          "setup_ms": p["setup_ms"]} for p in transfer["paths"]]
+        if "spill" in transfer:
+            doc["mixed"] = dict(transfer["spill"])
     doc["pools"] = [{k: p[k] for k in ("name", "phase", "model", "gpu", "tp", "pp", "replicas")} | p["scheduling"]
                     for p in manifest["pools"]]
     return parse_plan(doc, path)

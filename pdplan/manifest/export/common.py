@@ -14,7 +14,7 @@ from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 # Node label that the node map's node names are matched against (set by the kubelet).
 NODE_NAME_LABEL = "kubernetes.io/hostname"
 
-_PHASE_ORDER = {"prefill": 0, "decode": 1, "colocated": 2}
+_PHASE_ORDER = {"prefill": 0, "decode": 1, "mixed": 2, "colocated": 3}
 
 
 @dataclass(frozen=True)
@@ -47,12 +47,20 @@ def model_note(manifest: dict) -> str | None:
 
 
 def pools(manifest: dict) -> list[dict]:
-    """Pools in serving order: prefill, decode, colocated; by name within a phase."""
+    """Pools in serving order: prefill, decode, mixed, colocated; by name within a phase."""
     return sorted(manifest["pools"], key=lambda p: (_PHASE_ORDER[p["phase"]], p["name"]))
 
 
 def is_disaggregated(manifest: dict) -> bool:
     return any(p["phase"] != "colocated" for p in manifest["pools"])
+
+
+def refuse_mixed(manifest: dict, fmt: str, why: str) -> None:
+    """A format that cannot run Splitwise's mixed machines refuses a plan with a mixed pool."""
+    mixed = [p["name"] for p in manifest["pools"] if p["phase"] == "mixed"]
+    if mixed:
+        raise PdplanError(f"{fmt} export cannot run mixed pool {mixed[0]}: {why}; export vllm or k8s, or plan "
+                          "without --mixed", field="pools")
 
 
 def instances(manifest: dict) -> list[Instance]:

@@ -1,0 +1,85 @@
+"""A plan with Splitwise's mixed pool as the answer: placed on nodes, sealed in the manifest,
+validated, re-simulated with its spill thresholds, and exported where the format can run it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import jsonschema
+import pytest
+import yaml
+
+from pdplan.manifest.export import export_manifest
+from pdplan.manifest.plan import read_plan
+
+
+def load(path):
+    return yaml.safe_load(path.read_text())
+
+
+@pytest.fixture(scope="module")
+def manifest(mixed_manifest) -> dict:
+    return load(mixed_manifest["manifest"])
+
+
+def test_the_answer_runs_a_mixed_pool_placed_on_the_node_map(manifest):
+    mixed = [p for p in manifest["pools"] if p["phase"] == "mixed"]
+    assert len(mixed) == 1 and mixed[0]["scheduling"]["policy"] == "chunked"
+    placed = [s for node in manifest["placement"]["nodes"] for s in node["instances"] if s["pool"] == mixed[0]["name"]]
+    assert len(placed) == mixed[0]["replicas"] * mixed[0]["pp"]
+
+
+def test_a_mixed_machine_both_produces_and_consumes_kv(manifest):
+    roles = manifest["transfer"]["roles"]
+    assert {p["phase"]: roles[p["name"]] for p in manifest["pools"]} == {
+        "prefill": "kv_producer", "decode": "kv_consumer", "mixed": "kv_both"}
+    assert manifest["transfer"]["spill"] == {"prefill_queue_tokens": 2048, "decode_kv_share": 1.0}
+    mixed = next(p["name"] for p in manifest["pools"] if p["phase"] == "mixed")
+    assert any(path["to"] == mixed for path in manifest["transfer"]["paths"])
+
+
+def test_the_mixed_manifest_validates_and_resimulates(run_cli, mixed_manifest):
+    code, out, _ = run_cli("validate", mixed_manifest["manifest"], "--resimulate", "--trace", mixed_manifest["trace"])
+    assert code == 0, out
+
+
+def test_simulate_runs_the_manifest_with_its_spill_thresholds(mixed_manifest):
+    plan, _ = read_plan(mixed_manifest["manifest"])
+    assert plan.pools_of("mixed") and plan.spill_tokens == 2048 and plan.kv_share == 1.0
+
+
+def test_a_mixed_pool_without_its_spill_thresholds_is_named(run_cli, mixed_manifest, tmp_path):
+    edited = load(mixed_manifest["manifest"])
+    del edited["transfer"]["spill"]
+    path = tmp_path / "nospill.yaml"
+    path.write_text(yaml.safe_dump(edited, sort_keys=False))
+    code, out, _ = run_cli("validate", path, "--json")
+    assert code == 1
+    assert "transfer.spill" in {v["field"] for v in json.loads(out)["violations"]}
+
+
+def test_the_vllm_router_takes_mixed_instances_as_prefill_and_decode_workers(manifest):
+    tokens = shlex.split(export_manifest(manifest, "vllm")["vllm/router.sh"], comments=True)
+    count = {phase: sum(p["replicas"] for p in manifest["pools"] if p["phase"] == phase)
+             for phase in ("prefill", "decode", "mixed")}
+    assert tokens.count("--prefill") == count["prefill"] + count["mixed"]
+    assert tokens.count("--decode") == count["decode"] + count["mixed"]
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "k8s"])
+def test_kv_both_configs_validate_against_the_vllm_schema(shared_data, manifest, fmt):
+    schema = json.loads((shared_data / "schemas" / "vllm.kv_transfer_config.schema.json").read_text())
+    configs = [json.loads(tok) for text in export_manifest(manifest, fmt).values()
+               for tok in shlex.split(text, comments=True) if tok.startswith('{"kv_connector"')]
+    assert "kv_both" in {c["kv_role"] for c in configs}
+    for config in configs:
+        jsonschema.validate(config, schema)
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "dynamo", "llm-d"])
+def test_formats_that_cannot_run_a_mixed_pool_refuse_it_in_one_line(run_cli, mixed_manifest, tmp_path, fmt):
+    code, out, err = run_cli("export", mixed_manifest["manifest"], "--format", fmt, "--out", tmp_path / fmt)
+    assert code == 2
+    assert "mixed pool" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / fmt).exists()
