@@ -110,6 +110,40 @@ def test_a_change_cost_above_every_saving_makes_the_schedule_the_static_one():
     assert windowed.usd == pytest.approx(static.usd) == pytest.approx(brute_force(0, static=True))
 
 
+MIXED = Candidate(phase="mixed", gpu="h100-80gb", tp=2, pp=1, goodput_rps=0.9, chunk_tokens=512)
+
+
+def brute_force_with_mixed(change_minutes: float, most_mixed: int) -> float:
+    """The cheapest schedule by enumeration when each window may also run 0..most_mixed mixed
+    machines, which count in both phases."""
+    shapes = SHAPES + (MIXED,)
+    price = {c: CLUSTER.priced_gpu(c.gpu).usd_per_hour * c.gpus for c in shapes}
+    best = math.inf
+    for pre, dec in itertools.product(SHAPES[:2], SHAPES[2:]):
+        units = (pre, dec, MIXED)
+        per_window = [counts for counts in itertools.product(range(1, 5), range(1, 9), range(most_mixed + 1))
+                      if sum(c.gpus * k for c, k in zip(units, counts)) <= 8]
+        for plan in itertools.product(per_window, repeat=len(HOURS)):
+            if any(pre.capacity_rps(p) + MIXED.capacity_rps(m) < r * (1 - 1e-12)
+                   or dec.capacity_rps(d) + MIXED.capacity_rps(m) < r * (1 - 1e-12) for (p, d, m), r in zip(plan, RATES)):
+                continue
+            run = sum(h * sum(price[c] * k for c, k in zip(units, counts)) for h, counts in zip(HOURS, plan))
+            moves = sum(price[c] * abs(a[i] - b[i]) for a, b in zip(plan, plan[1:]) for i, c in enumerate(units))
+            best = min(best, run + change_minutes / 60 * moves)
+    return best
+
+
+@pytest.mark.parametrize("change_minutes", [0.0, 30.0])
+def test_with_mixed_machines_the_windowed_program_finds_the_brute_force_optimum(change_minutes):
+    schedule = solve_schedule(SHAPES + (MIXED,), cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=HOURS,
+                              requirements=[{"prefill": r, "decode": r} for r in RATES],
+                              change_gpu_minutes=change_minutes, mixed_max=2)
+    assert schedule.usd == pytest.approx(brute_force_with_mixed(change_minutes, 2), abs=1e-3)
+    assert schedule.usd <= solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=HOURS,
+                                          requirements=[{"prefill": r, "decode": r} for r in RATES],
+                                          change_gpu_minutes=change_minutes).usd + 1e-9
+
+
 def test_a_window_no_shape_can_serve_is_named():
     with pytest.raises(PdplanError, match="no prefill shape serves every window"):
         solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=[1.0], requirements=[
@@ -203,7 +237,7 @@ def test_the_schedule_plot_is_a_png_of_the_stated_size(day):
 
 @pytest.mark.parametrize("flags,named", [(("--target-rate", "2"), "target_rate"),
                                          (("--objective", "goodput"), "objective"),
-                                         (("--change-cost", "-1"), "change-cost"), (("--mixed",), "mixed")])
+                                         (("--change-cost", "-1"), "change-cost")])
 def test_windows_refuse_flags_that_do_not_apply(run_cli, tmp_path, flags, named):
     code, _, err = run_cli("optimize", SMOKE, "--windows", "1m", *flags)
     assert code == 2 and named.replace("_", "-") in err.replace("_", "-")
@@ -303,3 +337,74 @@ def test_the_written_schedule_meets_the_schema_pdplan_schema_prints(day, run_cli
     schema = json.loads(out)
     assert schema["title"] == "pdplan DeploymentSchedule"
     Draft202012Validator(schema).validate(yaml.safe_load((day["folder"] / "schedule.yaml").read_text()))
+
+
+# --- Splitwise's mixed pool over time --------------------------------------------------------------
+
+def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tmp_path):
+    """A hand-made schedule adds two mixed machines in window 1 and drops one in window 2: each
+    window is placed with its mixed pool and verified with the spill thresholds, and the whole
+    run joins and drains the mixed instances like any other."""
+    from pdplan.cache import ResultCache
+    from pdplan.goodput import SearchSettings
+    from pdplan.modelspec import get_model
+    from pdplan.planner import PlanRequest
+    from pdplan.planner.measure import measure, pool_candidates
+    from pdplan.profile_source import ProfileSource
+    from pdplan.profiles import shipped_profiles
+    from pdplan.schedule.program import Schedule
+    from pdplan.schedule.search import VerifiedSchedule, WindowChecker
+    from pdplan.schedule.timeline import simulate_timeline
+    from pdplan.slo import slo_from_flags
+    from pdplan.workload import head, rescale_rate
+
+    workload = rescale_rate(head(load_trace(ROOT / "traces" / "chat_poisson_2k.csv"), 600), 2.0)
+    cluster = Cluster(nodes=(NodeType(name="a100", gpu=get_gpu("a100-80gb"), gpus_per_node=8,
+                                      intra_node_bytes_per_s=3e11, inter_node_bytes_per_s=2.5e10, count=2),))
+    request = PlanRequest(workload=workload, model=get_model("llama2-70b"), cluster=cluster,
+                          profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(1.0, 0.1, 0.9),
+                          target_rps=4.0, affinity="high", settings=SearchSettings(requests_per_probe=300), tps=(2,),
+                          pps=(1,), mixed=True, mixed_spill_tokens=0)
+    cache = ResultCache(tmp_path)
+    measured, _ = measure(request, cache)
+    candidates = pool_candidates(request, measured, cache)
+    shapes = {kind: next(c for c in candidates if c.phase == kind) for kind in ("prefill", "decode", "mixed")}
+    span = float(workload.arrival_s[-1] - workload.arrival_s[0])
+    windows = cut(workload, window_starts(str(span / 3), span), peak=False)[:3]
+    replicas = ({"prefill": 3, "decode": 2, "mixed": 0}, {"prefill": 3, "decode": 2, "mixed": 2},
+                {"prefill": 3, "decode": 2, "mixed": 1})
+    schedule = Schedule(mode="disaggregated", shapes=shapes, replicas=replicas, run_usd=0.0, change_usd=0.0,
+                        gpu_hours=0.0, joins=(), leaves=(), status="OPTIMAL")
+    profiles = {m.profile.key: m.profile for m in measured}
+    checker = WindowChecker(request, windows, candidates, profiles, cache)
+    checks = tuple(checker.check(schedule, w) for w in windows)
+    assert [sum(p.replicas for p in c.plan.pools_of("mixed")) for c in checks] == [0, 2, 1]
+    assert checks[1].plan.spill_tokens == 0
+    assert sum(i.candidate.phase == "mixed" for i in checks[1].solution.instances) == 2
+    timeline = simulate_timeline(VerifiedSchedule(kind="windowed", schedule=schedule, checks=checks, rounds=1),
+                                 request, profiles)
+    mixed = [c for c in timeline.changes if c.pool.startswith("mixed")]
+    assert sorted((c.window, c.kind) for c in mixed) == [(1, "join"), (1, "join"), (2, "leave")]
+    leave = next(c for c in mixed if c.kind == "leave")
+    assert leave.drain_s >= 0
+    assert checks[1].verification.summary["mixed"]["whole_requests"] > 0  # spill 0: the mixed pool takes work
+    assert len(timeline.windows) == 3
+
+    # The schedule document records the mixed pool and its spill thresholds, and checks them.
+    from pdplan.manifest.build import Inputs
+    from pdplan.manifest.document import seal
+    from pdplan.manifest.schedule import build_schedule, check_schedule
+    from pdplan.schedule.search import WindowedReport
+
+    verified = VerifiedSchedule(kind="windowed", schedule=schedule, checks=checks, rounds=1, timeline=timeline)
+    assert verified.passed, verified.missed
+    report = WindowedReport(request=request, windows=tuple(windows), change_gpu_minutes=5.0,
+                            schedules={"disaggregated": verified}, reasons={}, static_peak=None, static_mean=None)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("request\n")
+    doc = build_schedule(report, Inputs(trace=trace), seed=0)
+    assert doc["spill"] == {"prefill_queue_tokens": 0, "decode_kv_share": 1.0}
+    assert "mixed" in {shape["phase"] for shape in doc["shapes"]}
+    assert check_schedule(doc) == []
+    del doc["spill"]
+    assert [v.field for v in check_schedule(seal(doc))] == ["spill"]

@@ -154,6 +154,9 @@ def optimize(
                         "is short, which the integer program counts in both phases and places on nodes. The "
                         "plan with mixed machines is searched and verified end to end like the others and is "
                         "the answer when it is the best; the plain P/D plan is reported beside it.")] = False,
+    mixed_max: Annotated[int, typer.Option(
+        "--mixed-max", help="Mixed pool: the most mixed instances a plan may add (Splitwise's mixed pool is a "
+                            "buffer beside the prefill and decode pools).")] = 8,
     mixed_spill_tokens: Annotated[int, typer.Option(
         "--mixed-spill-tokens", help="Mixed pool: a request runs whole on a mixed machine when the shortest "
                                      "prefill queue holds more pending prompt tokens than this.")] = 8192,
@@ -188,7 +191,8 @@ def optimize(
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     if windows is not None:
-        _check_windows(objective=objective, target_rate=target_rate, change_cost=change_cost, mixed=mixed)
+        _check_windows(objective=objective, target_rate=target_rate, change_cost=change_cost)
+    within("--mixed-max", mixed_max, 1, limits.MAX_GPUS)
     within("--mixed-spill-tokens", mixed_spill_tokens, 0, limits.MAX_KV_TOKENS)
     within("--mixed-kv-share", mixed_kv_share, 0, 1, above=True)
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
@@ -226,7 +230,7 @@ def optimize(
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,
         time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, rule=verify_rule, redundancy=redundancy,
-        pool_shapes=pool_shapes, mode=mode, mixed=mixed, mixed_spill_tokens=mixed_spill_tokens,
+        pool_shapes=pool_shapes, mode=mode, mixed=mixed, mixed_max=mixed_max, mixed_spill_tokens=mixed_spill_tokens,
         mixed_kv_share=mixed_kv_share, tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
         pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS)
     cache = ResultCache(cache_dir, enabled=not no_cache,
@@ -296,14 +300,11 @@ def _windowed_output(windowed, outputs: Outputs, plot: Path | None, json: bool) 
         raise typer.Exit(1)
 
 
-def _check_windows(*, objective: str, target_rate: float | None, change_cost: float, mixed: bool) -> None:
+def _check_windows(*, objective: str, target_rate: float | None, change_cost: float) -> None:
     if objective != "cost":
         raise PdplanError("--windows minimises cost over the windows; drop --objective", field="objective")
     if target_rate is not None:
         raise PdplanError("--windows plans each window at its own rate; drop --target-rate", field="target_rate")
-    if mixed:
-        raise PdplanError("--mixed searches below one verified plan; a windowed schedule does not take it yet",
-                          field="mixed")
     within("--change-cost", change_cost, 0, 24 * 60)
 
 

@@ -51,6 +51,7 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
                      "mode": s.mode},
         "shapes": [{"pool": name, "phase": p.phase, "gpu": p.gpu, "tp": p.tp, "pp": p.pp, "gpus_per_instance": p.tp * p.pp,
                     "chunk_tokens": p.chunk_tokens} for name, p in sorted(pools.items())],
+        **_spill(pools.values(), request),
         "inventory": [{"node_type": n.name, "gpu": n.gpu.name, "gpus_per_node": n.gpus_per_node, "count": n.count}
                       for n in request.cluster.nodes],
         "windows": [{"window": c.window.index, "start_s": c.window.start_s, "end_s": c.window.end_s,
@@ -72,6 +73,13 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
     return seal(doc)
 
 
+def _spill(pools, request) -> dict:
+    """With a mixed pool, when work spills to it (the thresholds every window was verified with)."""
+    if not any(p.phase == "mixed" for p in pools):
+        return {}
+    return {"spill": {"prefill_queue_tokens": request.mixed_spill_tokens, "decode_kv_share": request.mixed_kv_share}}
+
+
 def check_schedule(doc: dict) -> list[Violation]:
     """Every violation of a schedule document; an empty list means it is valid."""
     errors = schema_errors(doc)
@@ -82,6 +90,8 @@ def check_schedule(doc: dict) -> list[Violation]:
     inventory = {n["node_type"]: n for n in doc["inventory"]}
     for i, window in enumerate(doc["windows"]):
         found += _window(f"windows[{i}]", window, shapes, inventory)
+    if any(s["phase"] == "mixed" for s in doc["shapes"]) != ("spill" in doc):
+        found.append(Violation("spill", "must be given exactly when a shape is mixed"))
     found += _changes(doc)
     found += _verdicts(doc)
     return found

@@ -184,6 +184,8 @@ def replica_bound(problem: Problem, cand: Candidate, relax: frozenset[str] = fro
                                      for missed in problem.excluded + problem.excluded_exactly)]))
     if problem.max_gpus is not None and "budget" not in relax:
         bounds.append(problem.max_gpus // cand.gpus)
+    if cand.phase == "mixed" and problem.max_mixed is not None:
+        bounds.append(problem.max_mixed)
     bound = min(bounds)
     if bound == math.inf and relax:
         return UNBOUNDED_REPLICAS  # a diagnostic re-solve; any finite bound will do
@@ -255,6 +257,8 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
 
     for phase in problem.phases:  # a plan runs every phase, whatever its requirement
         model.add(sum(n[c] for c in usable if c.phase == phase) >= 1)
+    if problem.max_mixed is not None:  # Splitwise's mixed pool is a buffer beside the two pools
+        model.add(sum(n[c] for c in usable if c.phase == "mixed") <= problem.max_mixed)
     # Each phase serves its requirement (system = min of phases, 0x0A); survives a loss if asked.
     if problem.objective == "goodput":
         top = sum(milli_rps(c.capacity_rps(bounds[c]), round_up=False) for c in usable)

@@ -122,6 +122,7 @@ class Problem:
     below: float | None = None        #: the primary objective must be strictly below this value
     strongest: bool = False           #: under ``below``, the plan whose weakest phase is strongest
     mixed: bool = False               #: mixed candidates may run: Splitwise's mixed pool as a third capacity
+    max_mixed: int | None = None      #: mixed instances a plan may run at most (None: as many as fit)
 
     def __post_init__(self):
         if self.mode not in ("disaggregated", "colocated"):
@@ -144,6 +145,8 @@ class Problem:
             raise ValueError("a ceiling (below) needs a cost, gpus or power objective")
         if self.strongest and self.below is None:
             raise ValueError("strongest needs a ceiling (below)")
+        if self.max_mixed is not None and self.max_mixed < 0:
+            raise ValueError("max_mixed must be >= 0")
         if self.mixed and (self.mode, self.affinity) != ("disaggregated", "high"):
             raise ValueError("a mixed pool joins a disaggregated plan at high node affinity")
 

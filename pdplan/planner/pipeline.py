@@ -127,7 +127,7 @@ def base_problem(request: PlanRequest, candidates: tuple[Candidate, ...], fleet:
                    link_headroom=request.link_headroom, affinity=affinity, max_gpus=request.max_gpus,
                    max_usd_per_hour=request.max_usd_per_hour, max_power_w=request.max_power_w,
                    time_limit_s=request.time_limit_s, seed=request.settings.seed, pool_shapes=request.pool_shapes,
-                   redundancy=request.redundancy, mixed=mixed)
+                   redundancy=request.redundancy, mixed=mixed, max_mixed=request.mixed_max if mixed else None)
 
 
 class Searches:

@@ -259,7 +259,7 @@ def _mixed(report: PlanReport) -> dict | None:
         "found": True, "chosen": report.answer is found,
         "mixed_shape": {"gpu": pool.gpu, "tp": pool.tp, "pp": pool.pp, "chunk_tokens": pool.chunk_tokens},
         "spill_tokens": found.plan.spill_tokens, "kv_share": found.plan.kv_share,
-        "gpus_total": found.solution.gpus_total, "cost_per_hour": found.solution.usd_per_hour,
+        "max_mixed": report.request.mixed_max, "gpus_total": found.solution.gpus_total, "cost_per_hour": found.solution.usd_per_hour,
         "ledger_rps": found.solution.goodput_rps, "verification": found.verification.to_dict(),
         "checks": len(search.tried)}
 

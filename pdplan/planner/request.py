@@ -55,6 +55,7 @@ class PlanRequest:
     route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
     mode: str = "auto"                  #: the answer's mode: "auto" (the better), "disaggregated" or "colocated"
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
+    mixed_max: int = 8                  #: mixed instances a plan may add at most
     mixed_spill_tokens: int = 8192      #: arrivals spill to mixed machines above this prefill queue (tokens)
     mixed_kv_share: float = 1.0         #: decodes spill when their decode instance's KV would pass this share
 

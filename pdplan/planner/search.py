@@ -10,8 +10,9 @@ For one fleet, mode and affinity:
    Repeat until a plan passes.
 2. **Descend.** While the budget lasts, ask the program for the strongest plan (the weakest
    pool's capacity as high as can be, then the cheapest) strictly cheaper than the best verified
-   one, not dominated by any miss, whose pools reach at least ``SEARCH_FLOOR`` of the target
-   (the decomposition is never trusted to be that pessimistic). A pass becomes the best plan; a
+   one, not dominated by any miss, whose pools reach at least ``SEARCH_FLOOR`` of the target, or
+   of what they counted for the best plan when that passed below it (the decomposition is never
+   trusted to be more pessimistic than that). A pass becomes the best plan; a
    miss is excluded with everything it dominates. When no such plan is left, the best plan is
    the cheapest that passes among all plans above the floor: the search is *proven*. The
    strongest cheaper plan is the likeliest to pass, so good plans come early when the budget
@@ -109,8 +110,7 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
         solution = _raise_until_changed(missed.excluding(base), solution, checked.verification.failing_phase, targets)
     # Descend from the best plan; without one, from the largest plan tried (or the whole cluster)
     # and with no floor: the decomposition has shown no plan that passes, so it is not trusted.
-    share = SEARCH_FLOOR if best is not None else 0.0
-    floor = {phase: share * base.target_rps for phase in base.phases}
+    floor = _floor(base, best)
     ceiling = _ceiling(base, best, tried)
     proven = False
     while ceiling is not None and len(tried) < request.max_checks:
@@ -123,9 +123,20 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
         tried.append(checked)
         if checked.verification.passed:
             best, ceiling = checked, checked.value(base.objective)
+            floor = _floor(base, best)
         else:
             missed.add(checked)
     return replace(found, first=first, best=best, tried=tuple(tried), proven=proven and best is not None)
+
+
+def _floor(base: Problem, best: Checked | None) -> dict[str, float]:
+    """The least each phase's pools must reach in the descent: SEARCH_FLOOR of the target, or of
+    what the program counted for the best plan when that passed below the target (the
+    decomposition is then known to be that pessimistic); nothing without a plan that passed."""
+    if best is None:
+        return {phase: 0.0 for phase in base.phases}
+    counted = best.solution.phase_capacity_rps
+    return {phase: SEARCH_FLOOR * min(base.target_rps, counted.get(phase, base.target_rps)) for phase in base.phases}
 
 
 def _ceiling(base: Problem, best: Checked | None, tried: list[Checked]) -> float | None:

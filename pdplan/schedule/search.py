@@ -109,7 +109,8 @@ class WindowChecker:
         request = self.requests[window.index]
         counts = tuple((schedule.shapes[p], k) for p, k in schedule.replicas[window.index].items() if k > 0)
         if (schedule.mode, counts) not in self._placed:
-            problem = base_problem(request, self.candidates, request.fleets[0], schedule.mode, "high")
+            problem = base_problem(request, self.candidates, request.fleets[0], schedule.mode, "high",
+                                   mixed="mixed" in schedule.shapes)
             try:
                 self._placed[schedule.mode, counts] = solve(replace(problem, fixed=counts))
             except InfeasibleError as err:
@@ -117,7 +118,7 @@ class WindowChecker:
         solution = self._placed[schedule.mode, counts]
         plan = plan_of(solution, model=request.model, cluster=request.cluster, mode=schedule.mode, affinity="high",
                        transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
-                       failure_policy=request.failure_policy, route_s=request.route_s,
+                       failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
                        name=f"{request.model.name} {schedule.mode}, window {window.index}")
         verification = self.verifiers[window.index].verify(plan, window.rate_rps, mode=schedule.mode)
         return WindowCheck(window=window, solution=solution, plan=plan, verification=verification)
@@ -135,7 +136,7 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
         schedule = solve_schedule(checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
                                   hours=[w.hours for w in windows], requirements=requirements,
                                   change_gpu_minutes=change_gpu_minutes, static=kind != "windowed",
-                                  time_limit_s=request.time_limit_s, seed=request.settings.seed)
+                                  mixed_max=request.mixed_max if request.mixed else 0, time_limit_s=request.time_limit_s, seed=request.settings.seed)
         checks = tuple(checker.check(schedule, w) for w in windows)
         result = VerifiedSchedule(kind=kind, schedule=schedule, checks=checks, rounds=round_)
         if raise_misses and result.passed:
