@@ -83,3 +83,22 @@ def test_formats_that_cannot_run_a_mixed_pool_refuse_it_in_one_line(run_cli, mix
     assert code == 2
     assert "mixed pool" in err and len(err.strip().splitlines()) == 1
     assert not (tmp_path / fmt).exists()
+
+
+def test_the_json_names_the_mixed_answer_and_the_plain_plan_beside_it(run_cli, mixed_manifest):
+    folder = mixed_manifest["manifest"].parent
+    code, out, _ = run_cli("optimize", mixed_manifest["trace"], "--model", "llama2-70b", "--tp", "2", "--tp", "4",
+                           "--pp", "1", "--target-rate", "2", "--ttft", "1", "--tpot", "0.1", "--cluster",
+                           mixed_manifest["cluster"], "--mixed", "--mixed-spill-tokens", "2048", "--mode",
+                           "disaggregated", "--affinity", "high", "--cache-dir", folder / "cache", "--json")
+    assert code == 0
+    doc = json.loads(out)
+    found = doc["mixed_pool"]
+    assert found["found"] and found["chosen"] and doc["mixed"]["replicas"] == found["mixed"] >= 1
+    assert found["cost_per_hour"] == doc["cost_per_hour"] < found["baseline"]["cost_per_hour"]
+    assert found["verification"]["passed"] and found["spill_tokens"] == 2048
+
+
+def test_mixed_machines_need_high_node_affinity(run_cli, mixed_manifest):
+    code, _, err = run_cli("optimize", mixed_manifest["trace"], "--mixed", "--affinity", "low")
+    assert code == 2 and "--mixed" in err

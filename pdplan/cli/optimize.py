@@ -343,7 +343,8 @@ def _check_choices(objective: str, affinity: str, pool_shapes: str, redundancy: 
 def _render(report: PlanReport, doc: dict, explain: bool) -> None:
     target = doc["target_rps"]
     fleet = doc["fleet"] + (f" ({doc['fleet_alias']})" if doc["fleet_alias"] else "")
-    head = (f"{report.request.model.name}: {doc['decision']} on fleet {fleet}"
+    decision = doc["decision"] + (" with a mixed pool" if doc["mixed"] else "")
+    head = (f"{report.request.model.name}: {decision} on fleet {fleet}"
             + (f" at {target:.3g} req/s" if target else ""))
     stdout.print(f"[bold]{head}[/bold]  ({'; '.join(o.label for o in report.request.slo.objectives)})",
                  highlight=False)
