@@ -5,7 +5,7 @@ placed and verified on its own requests, the whole schedule is simulated with it
 first, and the static peak and mean plans are verified beside it. Empty goodput cache, numba's
 compiled simulator already cached. Target (issue 12): within 60 s on 2 cores.
 
-    python benchmarks/bench_windows.py [TRACE]
+    python benchmarks/bench_windows.py [TRACE] [optimize flags, e.g. --mixed]
 """
 
 from __future__ import annotations
@@ -22,7 +22,9 @@ DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceT
 
 
 def main() -> int:
-    trace = Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_TRACE
+    given = [a for a in sys.argv[1:] if not a.startswith("--")]
+    trace = Path(given[0]) if given else DEFAULT_TRACE
+    flags = [a for a in sys.argv[1:] if a not in given[:1]]
     if not trace.exists():
         print(f"trace not found: {trace}", file=sys.stderr)
         return 2
@@ -32,16 +34,18 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         started = time.perf_counter()
         done = subprocess.run([sys.executable, "-m", "pdplan", "optimize", str(trace), "--windows", f"{length:.6f}",
-                               "--cache-dir", tmp, "--json"], capture_output=True, text=True)
+                               "--cache-dir", tmp, "--json", *flags], capture_output=True, text=True)
         wall = time.perf_counter() - started
     doc = json.loads(done.stdout)
     s = doc["schedule"]
-    print(f"trace: {trace.name}, 24 windows of {length:.1f} s; exit {done.returncode}; {wall:.1f} s (target <= 60 s)")
+    print(f"trace: {trace.name} {' '.join(flags)}, 24 windows of {length:.1f} s; exit {done.returncode}; "
+          f"{wall:.1f} s (target <= 60 s)")
     if s is None:
         print("no schedule passes every window")
         return 1
     rates = [w["rate_rps"] for w in doc["windows"]]
-    print(f"window rates {min(rates):.2f}–{max(rates):.2f} req/s; {s['mode']}, {s['rounds']} program round(s); "
+    print(f"window rates {min(rates):.2f}–{max(rates):.2f} req/s; {s['mode']} ({', '.join(s['shapes'])}), "
+          f"{s['rounds']} program round(s), solver {s['solver_status']}; "
           f"timeline: {'every window passes' if doc['timeline']['passed'] else 'MISSES'}, "
           f"{len(doc['timeline']['changes'])} changes")
     for kind in ("schedule", "static_peak", "static_mean"):
