@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pdplan.manifest.plan import read_plan
+from tests.conftest import run_main
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
@@ -21,18 +22,24 @@ def optimize(run_cli, tmp_path):
 
 
 @pytest.fixture(scope="module")
-def answer(tmp_path_factory):
-    """One default run's JSON document, shared by the tests that only read it."""
-    import contextlib
-    import io
+def runs(tmp_path_factory) -> dict[str, tuple[dict, bytes]]:
+    """The default run three ways, each writing its JSON and its plan: with a cold cache ("cold"),
+    again on that cache ("warm") and without one ("uncached"). Shared by the tests that only read
+    them."""
+    folder = tmp_path_factory.mktemp("runs")
+    found = {}
+    for name, cache in (("cold", ("--cache-dir", folder / "cache")), ("warm", ("--cache-dir", folder / "cache")),
+                        ("uncached", ("--no-cache",))):
+        code, text = run_main("optimize", TRACE, *FAST, *cache, "--json", "--out", folder / f"{name}.yaml")
+        assert code in (0, None)
+        found[name] = (json.loads(text), (folder / f"{name}.yaml").read_bytes())
+    return found
 
-    from pdplan.cli import main
 
-    buffer = io.StringIO()
-    with contextlib.redirect_stdout(buffer), pytest.raises(SystemExit) as stop:
-        main(["optimize", str(TRACE), *FAST, "--cache-dir", str(tmp_path_factory.mktemp("answer")), "--json"])
-    assert stop.value.code == 0
-    return json.loads(buffer.getvalue())
+@pytest.fixture(scope="module")
+def answer(runs) -> dict:
+    """One default run's JSON document."""
+    return runs["cold"][0]
 
 
 def test_json_has_every_contract_key(answer):
@@ -94,29 +101,21 @@ def test_no_article_section_codes_reach_users(answer, run_cli):
     assert "0x0" not in run_cli("optimize", "--help")[1]
 
 
-def test_second_run_reuses_every_cached_result(optimize):
-    first = json.loads(optimize("--json")[1])
-    second = json.loads(optimize("--json")[1])
+def test_second_run_reuses_every_cached_result(runs):
+    first, second = runs["cold"][0], runs["warm"][0]
     assert first["run"]["cache"]["misses"] > 0 and second["run"]["cache"]["misses"] == 0
     assert second["run"]["end_to_end_simulations"] == 0
 
 
-def test_json_is_byte_identical_between_runs_but_for_the_run_key(optimize, run_cli, tmp_path):
+def test_json_is_byte_identical_between_runs_but_for_the_run_key(runs):
     """A cold run, a warm run and a run without the cache differ only under "run"."""
-    cold, warm = optimize("--json")[1], optimize("--json")[1]
-    uncached = run_cli("optimize", TRACE, *FAST, "--no-cache", "--json")[1]
-    texts = []
-    for text in (cold, warm, uncached):
-        doc = json.loads(text)
-        doc.pop("run")
-        texts.append(json.dumps(doc, indent=2))
+    texts = [json.dumps({k: v for k, v in doc.items() if k != "run"}, indent=2) for doc, _ in runs.values()]
     assert texts[0] == texts[1] == texts[2]
 
 
-def test_same_inputs_and_seed_write_identical_plans(optimize, tmp_path):
-    optimize("--out", tmp_path / "a.yaml", "--no-cache")
-    optimize("--out", tmp_path / "b.yaml", "--no-cache")
-    assert (tmp_path / "a.yaml").read_bytes() == (tmp_path / "b.yaml").read_bytes()
+def test_same_inputs_and_seed_write_identical_plans(runs):
+    plans = [plan for _, plan in runs.values()]
+    assert plans[0] == plans[1] == plans[2]
 
 
 def test_written_plan_passes_pdplan_simulate_under_the_same_slo(optimize, run_cli, tmp_path):
