@@ -145,3 +145,21 @@ def test_the_example_mixed_plan_runs_and_its_mixed_machine_takes_work(run_cli):
     code, out, err = run_cli("simulate", TRACE, "--plan", ROOT / "examples" / "plan_mixed.yaml", "--rate", "8", "--json")
     assert code == 0, err
     assert json.loads(out)["mixed"]["whole_requests"] > 0
+
+
+def test_an_arrival_spills_by_the_queue_it_would_join_not_by_an_instance_out_of_service():
+    """Prefill "ph" never takes requests, so its queue stays empty; arrivals queue at "pa" and
+    must spill once that queue passes the threshold, in both engines."""
+    plan, trace = with_mixed(spill_tokens=500), random_trace(4, n=150, rate_rps=12.0)
+    out_of_service = {"ph": [[(np.inf, np.inf)]]}
+    fast = simulate(trace, plan, PROFILES, model=MODEL, availability=out_of_service)
+    assert (on_mixed(fast) & (fast["prefill_instance"] == fast["decode_instance"])).any()
+    assert_same(fast, simulate(trace, plan, PROFILES, model=MODEL, availability=out_of_service, engine="reference"))
+
+
+def test_a_request_run_whole_on_a_mixed_machine_counts_no_transfer_failures():
+    result = simulate(random_trace(2, n=150, rate_rps=12.0), with_mixed(spill_tokens=0, failure_rate=0.5),
+                      PROFILES, model=MODEL)
+    whole = on_mixed(result) & (result["prefill_instance"] == result["decode_instance"])
+    assert whole.any() and (result["transfer_failures"][whole] == 0).all()
+    assert result["transfer_failures"][~whole & ~result["rejected"]].sum() > 0

@@ -493,7 +493,9 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
         raw, busy, links, events = run_reference(layout, requests, concurrency or 0, failures)
     else:
         raise ValueError("engine must be 'fast' or 'reference'")
-    raw["transfer_failures"] = np.where(raw["rejected"] | (raw["decode_instance"] < 0), 0, failures)
+    # no handoff, no failure: rejected, never decoded, or run whole on one mixed machine
+    moved = ~raw["rejected"] & (raw["decode_instance"] >= 0) & (raw["prefill_instance"] != raw["decode_instance"])
+    raw["transfer_failures"] = np.where(moved, failures, 0)
     return _result(layout, requests, raw, busy, links, events, seed=seed, rate_rps=rate_rps,
                    engine=engine)
 

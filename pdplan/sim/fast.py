@@ -612,10 +612,9 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
 
 
 @njit(cache=True)
-def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t):
-    """Queue request r at the prefill instance taking requests at t with the fewest pending
-    prompt tokens (ties → lowest; none taking requests: any); an idle first stage forms its
-    batch after every arrival at this instant."""
+def _pick_prefill(pi, pav_ptr, pav_t, t):
+    """The prefill instance taking requests at t with the fewest pending prompt tokens (ties →
+    lowest; none taking requests: any)."""
     p = -1
     for rule in range(2):
         for i in range(pi.shape[1]):
@@ -623,6 +622,13 @@ def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t):
                 p = i
         if p >= 0:
             break
+    return p
+
+
+@njit(cache=True)
+def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, p):
+    """Queue request r at prefill instance p; an idle first stage forms its batch after every
+    arrival at this instant."""
     pi[P_PENDING, p] += rq[R_PROMPT, r]
     rq[R_P_INST, r] = p
     _append(rq, pi, p, r, P_Q_HEAD, P_Q_TAIL, R_Q_NEXT)
@@ -713,18 +719,15 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
             events += 1
             t = rt[T_ARRIVAL, r]
             spill = -1
-            if n_p > 0 and n_dec < n_d:
-                shortest = pi[P_PENDING, 0]
-                for i in range(1, n_p):
-                    shortest = min(shortest, pi[P_PENDING, i])
-                if shortest > spill_tokens:
-                    spill = _least_outstanding(di, rq[R_PROMPT, r] + rq[R_OUTPUT, r], dav_ptr, dav_t, t, n_dec)
+            p = _pick_prefill(pi, pav_ptr, pav_t, t) if n_p > 0 else -1
+            if p >= 0 and n_dec < n_d and pi[P_PENDING, p] > spill_tokens:  # the queue it would join
+                spill = _least_outstanding(di, rq[R_PROMPT, r] + rq[R_OUTPUT, r], dav_ptr, dav_t, t, n_dec)
             if spill >= 0:  # the whole request runs on a mixed machine
                 di[D_LOAD, spill] += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
                 rq[R_D_INST, r] = spill
                 _colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, spill, r, t)
             elif n_p > 0:
-                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t)
+                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, p)
             else:
                 # decode alone: the KV is visible at arrival; route now
                 need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
@@ -757,7 +760,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
             elif priority == PRI_TRANSFER_FAILED:  # recompute: back to the prefill pool
                 d, r = a, b
                 di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pav_ptr, pav_t)
+                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, _pick_prefill(pi, pav_ptr, pav_t, t))
             elif b == di[D_VERSION, a] and di[D_MIXED, a] == 1:
                 _mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)
             elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut

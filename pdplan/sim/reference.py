@@ -138,14 +138,15 @@ class _Disaggregated:
             self.rec.decode_instance[r] = d
             self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r)
             return
-        if self.n_dec < len(self.dec) and min(p["pending"] for p in self.pre) > self.layout.spill_tokens:
+        p = self._pick_prefill()
+        if self.n_dec < len(self.dec) and self.pre[p]["pending"] > self.layout.spill_tokens:  # the queue it would join
             m = self._least_outstanding_mixed(r)
             if m is not None:  # the whole request runs on a mixed machine
                 self.dec[m].load += int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
                 self.rec.decode_instance[r] = m
                 self.dec[m].arrive(r)
                 return
-        self._queue_prefill(r)
+        self._queue_prefill(r, p)
 
     def _least_outstanding_mixed(self, r: int) -> int | None:
         need = int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
@@ -153,9 +154,13 @@ class _Disaggregated:
         taking = [m for m in fits if _takes(self.layout, self.dids[m], self.env.now)]
         return min(taking or fits, key=lambda m: (self.dec[m].load, m), default=None)
 
-    def _queue_prefill(self, r: int) -> None:
+    def _pick_prefill(self) -> int:
+        """The prefill instance taking requests now with the fewest pending prompt tokens (ties →
+        lowest; none taking requests: any)."""
         taking = [i for i in range(len(self.pre)) if _takes(self.layout, self.pids[i], self.env.now)]
-        p = min(taking or range(len(self.pre)), key=lambda i: (self.pre[i]["pending"], i))
+        return min(taking or range(len(self.pre)), key=lambda i: (self.pre[i]["pending"], i))
+
+    def _queue_prefill(self, r: int, p: int) -> None:
         self.pre[p]["pending"] += int(self.req.prompt_tokens[r])
         self.pre[p]["queue"].append(r)
         self.rec.prefill_instance[r] = p
@@ -293,7 +298,7 @@ class _Disaggregated:
 
     def _failed(self, d: int, r: int) -> None:
         self.dec[d].load -= int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
-        self._queue_prefill(r)
+        self._queue_prefill(r, self._pick_prefill())
 
 
 class _ColocatedInstance(_Batch):
