@@ -95,13 +95,13 @@ def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet
         if not usable[p]:
             raise InfeasibleError(f"no {p} shape serves every window within the cluster (the busiest needs "
                                   f"{max(r[p] for r in requirements):.3g} req/s)")
-    best = _solve(day, usable, mode, [])
+    best = _solve(day, usable, mode)
     for mixed in _mixers(candidates, cluster, fleet, mode, mixed_max):
         for shapes in itertools.product(*(usable[p] for p in day.phases)):
             if day.lower_bound(shapes, mixed) >= best.usd - 1e-9:
                 continue  # even without changes these shapes cannot beat the best
             try:
-                found = _solve(day, {c.phase: [c] for c in shapes}, mode, [mixed])
+                found = _solve(day, {c.phase: [c] for c in shapes}, mode, mixed)
             except InfeasibleError:
                 continue
             if found.usd < best.usd - 1e-9:
@@ -155,12 +155,19 @@ class Day:
                    for w in self.windows)
 
 
-def _solve(day: Day, usable: dict[str, list[Candidate]], mode: str, mixers: list[Candidate]) -> Schedule:
-    """The program over ``usable`` shapes (one per phase is chosen) and ``mixers``."""
+def _solve(day: Day, usable: dict[str, list[Candidate]], mode: str, mixed: Candidate | None = None) -> Schedule:
+    """The program over ``usable`` shapes (one per phase is chosen), with up to ``day.mixed_max``
+    machines of the ``mixed`` shape in any window."""
     phases, windows, cluster = day.phases, day.windows, day.cluster
     model = cp_model.CpModel()
     chosen, n, joins, leaves = {}, {}, {}, {}
-    options = _mixed_options(model, mixers, day, chosen, n)
+    at_least = {}  # window → b_k = [mixed count ≥ k], k = 1, 2, … (order encoding)
+    if mixed is not None:
+        for w in windows:
+            at_least[w] = [model.new_bool_var("") for _ in day.counts(mixed)]
+            for lower, higher in zip(at_least[w], at_least[w][1:]):
+                model.add_implication(higher, lower)
+            n[w, mixed] = sum(at_least[w])
     for p in phases:
         for c in usable[p]:
             chosen[c] = model.new_bool_var("")
@@ -168,10 +175,11 @@ def _solve(day: Day, usable: dict[str, list[Candidate]], mode: str, mixers: list
             for w in windows:
                 n[w, c] = model.new_int_var(0, top, "")
                 model.add(n[w, c] <= top * chosen[c])
-                model.add(n[w, c] >= day.need(c, w) - sum(fewer * b for b, fewer in _relief(c, w, options, day))
+                model.add(n[w, c] >= day.need(c, w) - sum(
+                    fewer * b for b, fewer in zip(at_least.get(w, ()), _fewer(day, c, w, mixed)))
                           ).only_enforce_if(chosen[c])
         model.add_exactly_one(chosen[c] for c in usable[p])
-    every = [c for p in phases for c in usable[p]] + mixers
+    every = [c for p in phases for c in usable[p]] + ([] if mixed is None else [mixed])
     for c in every:
         top = most_instances(cluster, c)
         for w in windows:
@@ -201,8 +209,7 @@ def _solve(day: Day, usable: dict[str, list[Candidate]], mode: str, mixers: list
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise InfeasibleError("the cluster cannot hold every window's pools at once (GPU inventory)")
     shapes = {p: next(c for c in usable[p] if solver.value(chosen[c])) for p in phases}
-    mixed = next((m for m in mixers if any(solver.value(n[w, m]) for w in windows)), None)
-    if mixed is not None:
+    if mixed is not None and any(solver.value(n[w, mixed]) for w in windows):
         shapes["mixed"] = mixed
     kinds = tuple(shapes)
     replicas = tuple({p: solver.value(n[w, shapes[p]]) for p in kinds} for w in windows)
@@ -229,31 +236,13 @@ def _mixers(candidates, cluster: Cluster, fleet: Fleet, mode: str, mixed_max: in
     return [best[gpu] for gpu in sorted(best)]
 
 
-def _mixed_options(model, mixers, day: Day, chosen: dict, n: dict) -> dict:
-    """Per window and mixed shape, the count in order encoding: b_k = [count ≥ k] for k ≥ 1, with
-    b_1 ≥ b_2 ≥ …, so n[w, m] = Σ_k b_k; one mixed shape for the day."""
-    options = {}
-    for m in mixers:
-        chosen[m] = model.new_bool_var("")
-        for w in day.windows:
-            bs = [model.new_bool_var("") for _ in day.counts(m)]
-            model.add_implication(bs[0], chosen[m])
-            for lower, higher in zip(bs, bs[1:]):
-                model.add_implication(higher, lower)
-            n[w, m] = sum(bs)
-            options.update({(w, m, k): b for k, b in enumerate(bs, start=1)})
-    if mixers:
-        model.add_at_most_one(chosen[m] for m in mixers)
-    return options
-
-
-def _relief(c: Candidate, w: int, options: dict, day: Day):
-    """For each mixed count k ≥ 1 of window w: its boolean [count ≥ k] and how many fewer replicas
-    of ``c`` the k-th mixed machine leaves needed."""
-    before = {}
-    for (v, m, k), b in options.items():
-        if v != w:
-            continue
-        left = day.need(c, w, m, k)
-        yield b, before.get(m, day.need(c, w)) - left
-        before[m] = left
+def _fewer(day: Day, c: Candidate, w: int, mixed: Candidate | None):
+    """For k = 1, 2, …: how many fewer replicas of ``c`` window w needs with k mixed machines
+    than with k − 1."""
+    if mixed is None:
+        return
+    before = day.need(c, w)
+    for k in day.counts(mixed):
+        left = day.need(c, w, mixed, k)
+        yield before - left
+        before = left
