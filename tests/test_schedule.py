@@ -349,6 +349,7 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     from pdplan.goodput import SearchSettings
     from pdplan.modelspec import get_model
     from pdplan.planner import PlanRequest
+    from pdplan.planner.plans import Spill
     from pdplan.planner.measure import measure, pool_candidates
     from pdplan.profile_source import ProfileSource
     from pdplan.profiles import shipped_profiles
@@ -364,7 +365,7 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     request = PlanRequest(workload=workload, model=get_model("llama2-70b"), cluster=cluster,
                           profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(1.0, 0.1, 0.9),
                           target_rps=4.0, affinity="high", settings=SearchSettings(requests_per_probe=300), tps=(2,),
-                          pps=(1,), mixed=True, mixed_spill_tokens=0)
+                          pps=(1,), mixed=True, spill=Spill(prefill_queue_tokens=0))
     cache = ResultCache(tmp_path)
     measured, _ = measure(request, cache)
     candidates = pool_candidates(request, measured, cache)

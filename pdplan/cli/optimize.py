@@ -50,6 +50,7 @@ from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resol
 from pdplan.planner.request import MODES
 from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
 from pdplan.planner.curves import cost_curves, goodput_per_gpu
+from pdplan.planner.plans import Spill
 from pdplan.cli.schedule import render as render_schedule, report_to_dict as schedule_document
 from pdplan.report import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, plot_schedule
 from pdplan.schedule import cut, plan_windows, window_starts
@@ -159,10 +160,10 @@ def optimize(
                             "buffer beside the prefill and decode pools).")] = 8,
     mixed_spill_tokens: Annotated[int, typer.Option(
         "--mixed-spill-tokens", help="Mixed pool: a request runs whole on a mixed machine when the shortest "
-                                     "prefill queue holds more pending prompt tokens than this.")] = 8192,
+                                     "prefill queue holds more pending prompt tokens than this.")] = Spill().prefill_queue_tokens,
     mixed_kv_share: Annotated[float, typer.Option(
         "--mixed-kv-share", help="Mixed pool: a prefilled request decodes on a mixed machine when its decode "
-                                 "instance's routed KV would pass this share of its capacity.")] = 1.0,
+                                 "instance's routed KV would pass this share of its capacity.")] = Spill().decode_kv_share,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Folder for PNG plots: fleets.png (cost and power per fleet), goodput_per_gpu.png (each "
                        "shape's simulated goodput per GPU by phase), cost_vs_rate.png (the chosen fleet's cost "
@@ -230,8 +231,8 @@ def optimize(
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,
         time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, rule=verify_rule, redundancy=redundancy,
-        pool_shapes=pool_shapes, mode=mode, mixed=mixed, mixed_max=mixed_max, mixed_spill_tokens=mixed_spill_tokens,
-        mixed_kv_share=mixed_kv_share, tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
+        pool_shapes=pool_shapes, mode=mode, mixed=mixed, mixed_max=mixed_max,
+        spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share), tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS,
         pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS)
     cache = ResultCache(cache_dir, enabled=not no_cache,
                         warn=lambda message: stderr.print(f"warning: {message}", markup=False, highlight=False))

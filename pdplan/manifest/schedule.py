@@ -51,7 +51,7 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
                      "mode": s.mode},
         "shapes": [{"pool": name, "phase": p.phase, "gpu": p.gpu, "tp": p.tp, "pp": p.pp, "gpus_per_instance": p.tp * p.pp,
                     "chunk_tokens": p.chunk_tokens} for name, p in sorted(pools.items())],
-        **_spill(pools.values(), request),
+        **_spill(chosen.checks),
         "inventory": [{"node_type": n.name, "gpu": n.gpu.name, "gpus_per_node": n.gpus_per_node, "count": n.count}
                       for n in request.cluster.nodes],
         "windows": [{"window": c.window.index, "start_s": c.window.start_s, "end_s": c.window.end_s,
@@ -73,11 +73,11 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
     return seal(doc)
 
 
-def _spill(pools, request) -> dict:
-    """With a mixed pool, when work spills to it (the thresholds every window was verified with)."""
-    if not any(p.phase == "mixed" for p in pools):
-        return {}
-    return {"spill": {"prefill_queue_tokens": request.mixed_spill_tokens, "decode_kv_share": request.mixed_kv_share}}
+def _spill(checks) -> dict:
+    """With a mixed pool, when work spills to it (the thresholds its windows were verified with)."""
+    plan = next((c.plan for c in checks if c.plan.pools_of("mixed")), None)
+    return {} if plan is None else {"spill": {"prefill_queue_tokens": plan.spill_tokens,
+                                              "decode_kv_share": plan.kv_share}}
 
 
 def check_schedule(doc: dict) -> list[Violation]:

@@ -243,6 +243,11 @@ class Solution:
     counts: Counts = ()                #: what a cut or a fixed re-solve names: candidates or segments
     rejections: tuple[Rejection, ...] = field(default=(), compare=False)
 
+    @property
+    def mixed(self) -> bool:
+        """Whether the plan runs Splitwise's mixed machines."""
+        return any(c.phase == "mixed" for c in self.replicas)
+
     def objective_value(self, objective: str) -> float:
         """This plan's value of a primary objective (cost $/h, GPUs, watts, goodput req/s)."""
         return {"cost": self.usd_per_hour, "gpus": self.gpus_total, "power": self.power_w,

@@ -86,16 +86,23 @@ class Verifier:
                          mean_shortfall=max(o.objective.attainment - o.interval.mean for o in verdict.per_objective),
                          joint=verdict.joint, failing_phase=verdict.failing_phase)
 
+    def plan(self, solution: Solution, *, mode: str, affinity: str, name: str) -> Plan:
+        """``solution`` as the simulator plan this request verifies: its links, transfer failures,
+        router hop and spill thresholds."""
+        request = self.request
+        return plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
+                       transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
+                       failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
+                       name=name)
+
     def check(self, solution: Solution, *, mode: str, affinity: str, fleet: str,
               rate_rps: float | None = None) -> Checked:
         """Place ``solution`` as a plan and verify it at ``rate_rps`` (default: the target)."""
         request = self.request
-        mixed = ", with a mixed pool" if any(c.phase == "mixed" for c in solution.replicas) else ""
-        plan = plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
-                       transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
-                       failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
-                       name=f"{request.model.name} {mode} ({fleet}" + (f", {affinity} affinity{mixed})"
-                                                                        if mode != "colocated" else ")"))
+        mixed = ", with a mixed pool" if solution.mixed else ""
+        plan = self.plan(solution, mode=mode, affinity=affinity,
+                         name=f"{request.model.name} {mode} ({fleet}" + (f", {affinity} affinity{mixed})"
+                                                                          if mode != "colocated" else ")"))
         rate = request.target_rps if rate_rps is None else rate_rps
         verification = self.verify(plan, rate, mode=mode, lost=losses(solution, plan, request.redundancy))
         return Checked(solution=solution, plan=plan, verification=verification)

@@ -108,14 +108,9 @@ def better(a: SearchResult, b: SearchResult, objective: str) -> SearchResult:
 
     def key(r: SearchResult) -> tuple:  # then the fleet that allows the fewest GPU types
         return (sign * r.best.value(objective), r.best.solution.gpus_total, r.mode != "colocated",
-                has_mixed(r.best), r.fleet.breadth)
+                r.best.solution.mixed, r.fleet.breadth)
 
     return min((a, b), key=key)
-
-
-def has_mixed(checked: Checked) -> bool:
-    """Whether a plan runs Splitwise's mixed machines."""
-    return any(c.phase == "mixed" for c in checked.solution.replicas)
 
 
 def base_problem(request: PlanRequest, candidates: tuple[Candidate, ...], fleet: Fleet, mode: str,
@@ -215,7 +210,7 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
             chosen.best.plan, mode=chosen.mode, start_rps=chosen.best.verification.rate_rps)
         if request.redundancy != "none":
             without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"),
-                                   mixed=has_mixed(chosen.best))
+                                   mixed=chosen.best.solution.mixed)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
                       fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
                       simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses)

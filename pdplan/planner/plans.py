@@ -49,7 +49,7 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                   bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, affinity, shapes[dst]))
              for src in pools if src.phase == "prefill" for dst in pools if dst.phase in ("decode", "mixed")]
     thresholds = ({"spill_tokens": spill.prefill_queue_tokens, "kv_share": spill.decode_kv_share}
-                  if any(p.phase == "mixed" for p in pools) else {})
+                  if solution.mixed else {})
     return Plan(pools=pools, links=tuple(links), transfer_schedule=transfer_schedule, name=name,
                 failure_rate=failure_rate, failure_policy=failure_policy, route_s=route_s, **thresholds)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pdplan.fileio import significant
 from pdplan.placement import Candidate, Solution
 from pdplan.planner.measure import mean_kv_bytes_per_request
-from pdplan.planner.pipeline import FleetResult, PlanReport, has_mixed
+from pdplan.planner.pipeline import FleetResult, PlanReport
 from pdplan.planner.plans import pool_name
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import SEARCH_FLOOR, Checked, SearchResult
@@ -252,7 +252,7 @@ def _mixed(report: PlanReport) -> dict | None:
            "baseline": None if plain is None else _counts(plain) | {
                "gpus_total": plain.solution.gpus_total, "cost_per_hour": plain.solution.usd_per_hour}}
     found = search.best
-    if found is None or not has_mixed(found):  # the search's best may need no mixed machine at all
+    if found is None or not found.solution.mixed:  # the search's best may need no mixed machine at all
         return doc
     pool = found.plan.pools_of("mixed")[0]
     return doc | _counts(found) | {

@@ -56,8 +56,7 @@ class PlanRequest:
     mode: str = "auto"                  #: the answer's mode: "auto" (the better), "disaggregated" or "colocated"
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
     mixed_max: int = 8                  #: mixed instances a plan may add at most
-    mixed_spill_tokens: int = 8192      #: arrivals spill to mixed machines above this prefill queue (tokens)
-    mixed_kv_share: float = 1.0         #: decodes spill when their decode instance's KV would pass this share
+    spill: Spill = Spill()              #: when work spills to mixed machines
 
     def __post_init__(self):
         if self.mode not in MODES:
@@ -80,11 +79,6 @@ class PlanRequest:
             raise PdplanError("--mixed adds machines that take handoffs across nodes; it needs --affinity high "
                               "or auto", field="mixed")
         check_admission_share(self.admission_share)
-
-    @property
-    def spill(self) -> Spill:
-        """When work spills to a mixed pool."""
-        return Spill(prefill_queue_tokens=self.mixed_spill_tokens, decode_kv_share=self.mixed_kv_share)
 
     @property
     def affinities(self) -> tuple[str, ...]:

@@ -136,7 +136,7 @@ def _floor(base: Problem, best: Checked | None) -> dict[str, float]:
     if best is None:
         return {phase: 0.0 for phase in base.phases}
     counted = best.solution.phase_capacity_rps
-    return {phase: SEARCH_FLOOR * min(base.target_rps, counted.get(phase, base.target_rps)) for phase in base.phases}
+    return {phase: SEARCH_FLOOR * min(base.target_rps, counted[phase]) for phase in base.phases}
 
 
 def _ceiling(base: Problem, best: Checked | None, tried: list[Checked]) -> float | None:

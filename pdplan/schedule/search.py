@@ -27,7 +27,6 @@ from pdplan.placement import Solution, solve
 from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import measure, pool_candidates
 from pdplan.planner.pipeline import base_problem
-from pdplan.planner.plans import plan_of
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import RAISE_FACTOR
 from pdplan.schedule.program import MODE_PHASES, Schedule, solve_schedule
@@ -116,11 +115,10 @@ class WindowChecker:
             except InfeasibleError as err:
                 raise InfeasibleError(f"window {window.index}'s pools do not fit on the nodes: {err.detail}") from None
         solution = self._placed[schedule.mode, counts]
-        plan = plan_of(solution, model=request.model, cluster=request.cluster, mode=schedule.mode, affinity="high",
-                       transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
-                       failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
-                       name=f"{request.model.name} {schedule.mode}, window {window.index}")
-        verification = self.verifiers[window.index].verify(plan, window.rate_rps, mode=schedule.mode)
+        verifier = self.verifiers[window.index]
+        plan = verifier.plan(solution, mode=schedule.mode, affinity="high",
+                             name=f"{request.model.name} {schedule.mode}, window {window.index}")
+        verification = verifier.verify(plan, window.rate_rps, mode=schedule.mode)
         return WindowCheck(window=window, solution=solution, plan=plan, verification=verification)
 
 
