@@ -409,3 +409,11 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     assert check_schedule(doc) == []
     del doc["spill"]
     assert [v.field for v in check_schedule(seal(doc))] == ["spill"]
+
+
+def test_a_schedule_missing_its_sections_is_listed_not_a_traceback_even_with_a_trace(run_cli, tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("apiVersion: pdplan/v1\nkind: DeploymentSchedule\n")
+    code, out, err = run_cli("validate", bad, "--trace", SMOKE, "--json")
+    assert code == 1 and "Traceback" not in err
+    assert "(top level)" in {v["field"] for v in json.loads(out)["violations"]}

@@ -15,7 +15,7 @@ from pdplan.fileio import Outputs
 from pdplan.manifest.check import check_manifest
 from pdplan.manifest.diff import diff_manifests
 from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, schema as manifest_schema
-from pdplan.manifest.schedule import check_schedule, schedule_trace
+from pdplan.manifest.schedule import check_schedule
 from pdplan.manifest.export import FORMATS, export_manifest
 from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE, resimulate as rerun_plan
 
@@ -61,7 +61,7 @@ def validate(
         if resimulate or strict or profiles is not None or cluster is not None:
             raise PdplanError("a schedule is checked against its trace only: drop --resimulate, --strict, "
                               "--profiles and --cluster", field="resimulate")
-        violations = check_schedule(data) + schedule_trace(data, trace)
+        violations = check_schedule(data, trace=trace)
     else:
         violations = check_manifest(data, strict=strict, trace=trace, profiles=profiles, cluster=cluster)
     rerun = None

@@ -20,7 +20,7 @@ from collections import Counter
 from pdplan import __version__
 from pdplan.fileio import WRITTEN_DIGITS
 from pdplan.manifest.build import Inputs, input_files, node_map
-from pdplan.manifest.check import Violation, catalog_gpu, tampering
+from pdplan.manifest.check import Violation, catalog_gpu, stale_inputs, tampering
 from pdplan.manifest.document import API_VERSION, SCHEDULE_KIND, schema_errors, seal
 
 LEAVE_STEPS = ["STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV", "RELEASE_GPUS"]
@@ -80,12 +80,13 @@ def _spill(checks) -> dict:
                                               "decode_kv_share": plan.kv_share}}
 
 
-def check_schedule(doc: dict) -> list[Violation]:
-    """Every violation of a schedule document; an empty list means it is valid."""
+def check_schedule(doc: dict, *, trace=None) -> list[Violation]:
+    """Every violation of a schedule document (and, given ``trace``, whether it is the trace the
+    schedule was planned on); an empty list means it is valid."""
     errors = schema_errors(doc)
     if errors:
         return [Violation(field, message) for field, message in errors]
-    found = tampering(doc)
+    found = tampering(doc) + stale_inputs(doc, trace=trace, profiles=None, cluster=None)
     shapes = {s["pool"]: s for s in doc["shapes"]}
     inventory = {n["node_type"]: n for n in doc["inventory"]}
     for i, window in enumerate(doc["windows"]):
@@ -182,17 +183,6 @@ def _changes(doc: dict) -> list[Violation]:
                 found.append(Violation(f"{where}.ready_s", f"takes {change['took_gpus_of']}'s GPUs before its "
                                                           "drain ends (drain first)"))
     return found
-
-
-def schedule_trace(doc: dict, trace) -> list[Violation]:
-    """The trace given is the one the schedule was planned on (its sha256)."""
-    if trace is None:
-        return []
-    from pdplan.fileio import sha256_file
-
-    if sha256_file(trace) != doc["workload"]["trace"]["sha256"]:
-        return [Violation("workload.trace.sha256", f"{trace} is not the trace this schedule was planned on")]
-    return []
 
 
 def _verdicts(doc: dict) -> list[Violation]:
