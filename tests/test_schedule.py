@@ -237,7 +237,9 @@ def test_the_schedule_plot_is_a_png_of_the_stated_size(day):
 
 @pytest.mark.parametrize("flags,named", [(("--target-rate", "2"), "target_rate"),
                                          (("--objective", "goodput"), "objective"),
-                                         (("--change-cost", "-1"), "change-cost")])
+                                         (("--change-cost", "-1"), "change-cost"), (("--fleet", "all"), "fleet"),
+                                         (("--affinity", "low"), "affinity"), (("--redundancy", "node"), "redundancy"),
+                                         (("--max-gpus", "4"), "max-gpus")])
 def test_windows_refuse_flags_that_do_not_apply(run_cli, tmp_path, flags, named):
     code, _, err = run_cli("optimize", SMOKE, "--windows", "1m", *flags)
     assert code == 2 and named.replace("_", "-") in err.replace("_", "-")

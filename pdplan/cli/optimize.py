@@ -192,7 +192,8 @@ def optimize(
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     if windows is not None:
-        _check_windows(objective=objective, target_rate=target_rate, change_cost=change_cost)
+        _check_windows(objective=objective, target_rate=target_rate, change_cost=change_cost, fleet=fleet,
+                       affinity=affinity, redundancy=redundancy, budgets=(max_gpus, max_cost, max_power))
     within("--mixed-max", mixed_max, 1, limits.MAX_GPUS)
     within("--mixed-spill-tokens", mixed_spill_tokens, 0, limits.MAX_KV_TOKENS)
     within("--mixed-kv-share", mixed_kv_share, 0, 1, above=True)
@@ -301,11 +302,23 @@ def _windowed_output(windowed, outputs: Outputs, plot: Path | None, json: bool) 
         raise typer.Exit(1)
 
 
-def _check_windows(*, objective: str, target_rate: float | None, change_cost: float) -> None:
+def _check_windows(*, objective: str, target_rate: float | None, change_cost: float, fleet: str, affinity: str,
+                   redundancy: str, budgets: tuple) -> None:
+    """Flags a windowed schedule does not take, refused rather than ignored."""
     if objective != "cost":
         raise PdplanError("--windows minimises cost over the windows; drop --objective", field="objective")
     if target_rate is not None:
         raise PdplanError("--windows plans each window at its own rate; drop --target-rate", field="target_rate")
+    if fleet == "all":
+        raise PdplanError("--windows plans one fleet: name it (any, HH, a PREFILL_GPU/DECODE_GPU pair)", field="fleet")
+    if affinity == "low":
+        raise PdplanError("--windows places every window at high node affinity; drop --affinity low",
+                          field="affinity")
+    if redundancy != "none":
+        raise PdplanError("--windows does not verify losses yet; drop --redundancy", field="redundancy")
+    if any(b is not None for b in budgets):
+        raise PdplanError("--windows plans within the cluster's inventory; drop --max-gpus, --max-cost and "
+                          "--max-power", field="max_gpus")
     within("--change-cost", change_cost, 0, 24 * 60)
 
 

@@ -54,6 +54,9 @@ def window_starts(text: str, span_s: float) -> list[float]:
             raise PdplanError(f"--windows {text} cuts the trace's {span_s:,.0f} s into {count:,} windows; at most "
                               f"{MAX_WINDOWS:,}", field="windows")
         return [i * length for i in range(count)]
+    if not Path(text).is_file():
+        raise PdplanError(f"--windows must be a length (1h, 30m, 900s, 600) or a file of window starts, "
+                          f"got {text!r}", field="windows")
     return _read_starts(Path(text))
 
 
