@@ -238,12 +238,18 @@ def test_a_bad_vary_exits_2_naming_the_dimension(run_cli, vary, named):
     assert named in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+def test_a_seed_beyond_32_bits_exits_2_before_any_work(run_cli):
+    code, _, err = run_cli("sensitivity", "grid", "--trace", SMOKE, "--vary", "bandwidth=10", "--seed", "3000000000")
+    assert code == 2 and "--seed" in err and "Traceback" not in err
+
+
 @pytest.mark.parametrize("body,named", [
     ("vary: {latency: [1, 2]}", "vary.latency"),
     ("vary: {bandwidth: []}", "vary.bandwidth"),
     ("vary: {bandwidth: [fast]}", "vary.bandwidth"),
     ("vary: {gpu: [1]}", "vary.gpu"),
     ("affinity: sideways", "affinity"),
+    ("seed: 99999999999999\nvary: {bandwidth: [10]}", "seed"),  # beyond CP-SAT's 32-bit seed
 ])
 def test_a_bad_grid_file_exits_2_naming_the_field_and_line(run_cli, tmp_path, body, named):
     spec = tmp_path / "grid.yaml"

@@ -150,7 +150,7 @@ def override(spec: GridSpec, **flags) -> GridSpec:
     within("--target-rate", given.get("target_rate"), 0, limits.MAX_RATE_RPS, above=True)
     within("--seeds", given.get("seeds"), 1, limits.MAX_RUNS)
     within("--max-rounds", given.get("max_rounds"), 1, limits.MAX_CHECKS)
-    within("--seed", given.get("seed"), 0, 2**32 - 1)
+    within("--seed", given.get("seed"), 0, limits.MAX_SEED)
     return replace(spec, **given)
 
 

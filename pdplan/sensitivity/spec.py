@@ -189,7 +189,7 @@ def load_spec(path: Path) -> GridSpec:
         failure_policy=top.string("failure_policy", "retry", choices=list(FAILURE_POLICIES)),
         seeds=top.integer("seeds", 3, minimum=1, maximum=limits.MAX_RUNS),
         max_rounds=top.integer("max_rounds", DEFAULT_GRID_ROUNDS, minimum=1, maximum=limits.MAX_CHECKS),
-        seed=top.integer("seed", 0, minimum=0), dimensions=tuple(dimensions))
+        seed=top.integer("seed", 0, minimum=0, maximum=limits.MAX_SEED), dimensions=tuple(dimensions))
 
 
 def with_vary(spec: GridSpec, varied: list[tuple[str, tuple]]) -> GridSpec:
