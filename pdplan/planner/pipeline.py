@@ -188,9 +188,12 @@ def pick(results: list[SearchResult], objective: str) -> SearchResult:
     return results[0]
 
 
-def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | None = None) -> PlanReport:
+def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | None = None,
+             headroom: bool = True) -> PlanReport:
     """Run the whole pipeline. No plan at all (the program is infeasible everywhere) raises
-    InfeasibleError naming why; plans that all miss end to end give a report without an answer."""
+    InfeasibleError naming why; plans that all miss end to end give a report without an answer.
+    ``headroom`` False skips the answer's own goodput bisection (``end_to_end`` is then None
+    unless the search measured it), for callers that read only the verdicts."""
     measured, rejected = measure(request, cache, progress)
     candidates = pool_candidates(request, measured, cache, progress)
     verifier = Verifier(request, {m.profile.key: m.profile for m in measured}, cache)
@@ -206,8 +209,10 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
     chosen = reduce(lambda a, b: better(a, b, request.objective), found) if found else None
     end_to_end = without = None
     if chosen is not None:
-        end_to_end = chosen.end_to_end or verifier.goodput(
-            chosen.best.plan, mode=chosen.mode, start_rps=chosen.best.verification.rate_rps)
+        end_to_end = chosen.end_to_end
+        if end_to_end is None and headroom:
+            end_to_end = verifier.goodput(chosen.best.plan, mode=chosen.mode,
+                                          start_rps=chosen.best.verification.rate_rps)
         if request.redundancy != "none":
             without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"),
                                    mixed=chosen.best.solution.mixed)

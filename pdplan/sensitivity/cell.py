@@ -174,7 +174,7 @@ def run_cell(base: Base, index: int, coords: dict) -> CellResult:
                                       colocated=None, disaggregated=None, margin=None, decision="INFEASIBLE",
                                       reason="")
     try:
-        report = optimize(request, cache=cache)
+        report = optimize(request, cache=cache, headroom=False)  # a cell reads verdicts, not headroom
     except InfeasibleError as err:
         return replace(empty, reason=f"no plan fits: {err.detail}")
     colocated, disaggregated = best_of_mode(report, "colocated"), best_of_mode(report, "disaggregated")
