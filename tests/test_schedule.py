@@ -301,6 +301,33 @@ def test_a_gpu_held_twice_in_a_window_is_refused(day):
     assert any("is held twice" in v.message for v in found)
 
 
+def _node_gpu(doc):
+    doc["windows"][0]["nodes"][0]["gpu"] = "a100-80gb"
+
+
+def _stage_beyond_pp(doc):
+    doc["windows"][0]["nodes"][0]["instances"][0]["stage"] = 5
+
+
+def _gpus_per_instance(doc):
+    doc["shapes"][0]["gpus_per_instance"] += 1
+
+
+def _change_of_no_pool(doc):
+    doc["changes"].append(dict(doc["changes"][0], pool="zzz", window=50))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("edit,named", [(_node_gpu, "windows[0].nodes[0].gpu"),
+                                        (_stage_beyond_pp, "windows[0].nodes[0].instances[0].stage"),
+                                        (_gpus_per_instance, "shapes[0].gpus_per_instance"),
+                                        (_change_of_no_pool, "changes[")])
+def test_a_window_placement_the_manifest_would_refuse_is_refused(day, edit, named):
+    from pdplan.manifest.schedule import check_schedule
+
+    assert any(v.field.startswith(named) for v in check_schedule(resealed(day, edit)))
+
+
 @pytest.mark.slow
 def test_changes_must_match_the_replicas_and_leaves_drain_first(day):
     from pdplan.manifest.schedule import check_schedule

@@ -138,16 +138,22 @@ def _memory(where: str, pool: dict, model) -> list[Violation]:
 
 
 def _placement(manifest: dict) -> list[Violation]:
-    """The node map holds every instance stage once, TP ranks on one node within its NVLink
-    domain, indices inside the node, no GPU twice, and exactly replicas × PP stages per pool."""
-    found = []
-    pools = {p["name"]: p for p in manifest["pools"]}
     index = {p["name"]: i for i, p in enumerate(manifest["pools"])}
+    return node_map_violations({p["name"]: p for p in manifest["pools"]}, manifest["placement"]["nodes"],
+                               at="placement.nodes", pool_field=lambda name, key: f"pools[{index[name]}].{key}")
+
+
+def node_map_violations(pools: dict[str, dict], nodes: list[dict], *, at: str, pool_field) -> list[Violation]:
+    """The node map ``nodes`` (at field path ``at``) holds every instance stage of ``pools``
+    (name → gpu, tp, pp, replicas) once: TP ranks on one node within its NVLink domain, indices
+    inside the node, no GPU held twice, the pool's GPU type, exactly replicas × PP stages per
+    pool. ``pool_field(name, key)`` names a pool's field in the document."""
+    found = []
     stages: dict[str, set] = {}
-    for n, node in enumerate(manifest["placement"]["nodes"]):
+    for n, node in enumerate(nodes):
         used: set[int] = set()
         for k, inst in enumerate(node["instances"]):
-            where = f"placement.nodes[{n}].instances[{k}]"
+            where = f"{at}[{n}].instances[{k}]"
             pool = pools.get(inst["pool"])
             if pool is None:
                 found.append(Violation(f"{where}.pool", f"names no pool: {inst['pool']!r}"))
@@ -157,24 +163,23 @@ def _placement(manifest: dict) -> list[Violation]:
                 found.append(Violation(f"{where}.gpu_indices", f"{len(indices)} GPUs for a TP{pool['tp']} stage"))
             if any(i >= node["gpus"] for i in indices):
                 found.append(Violation(f"{where}.gpu_indices", f"outside node {node['node']}'s {node['gpus']} GPUs"))
-            if used & set(indices):
-                found.append(Violation(f"{where}.gpu_indices", f"GPUs {sorted(used & set(indices))} are used twice "
-                                                               f"on {node['node']}"))
+            for g in sorted(used & set(indices)):
+                found.append(Violation(f"{where}.gpu_indices", f"GPU {g} is held twice on {node['node']}"))
             used |= set(indices)
             if node["gpu"] != pool["gpu"]:
-                found.append(Violation(f"placement.nodes[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
+                found.append(Violation(f"{at}[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
             gpu = catalog_gpu(pool["gpu"])
             room = min(node["gpus"], pool["tp"] if gpu is None else gpu.nvlink_domain)
             if pool["tp"] > room:
-                found.append(Violation(f"pools[{index[pool['name']]}].tp", f"TP{pool['tp']} spans more than one "
-                                                                         f"node or NVLink domain ({room} GPUs)"))
+                found.append(Violation(pool_field(inst["pool"], "tp"), f"TP{pool['tp']} spans more than one node or "
+                                                                       f"NVLink domain ({room} GPUs)"))
             if inst["stage"] >= pool["pp"]:
                 found.append(Violation(f"{where}.stage", f"stage {inst['stage']} of a PP{pool['pp']} instance"))
             stages.setdefault(inst["pool"], set()).add((inst["instance"], inst["stage"]))
-    for i, pool in enumerate(manifest["pools"]):
-        placed = stages.get(pool["name"], set())
+    for name, pool in pools.items():
+        placed = stages.get(name, set())
         if len(placed) != pool["replicas"] * pool["pp"]:
-            found.append(Violation(f"pools[{i}].replicas", f"{pool['replicas']} replicas × PP{pool['pp']} need "
+            found.append(Violation(pool_field(name, "replicas"), f"{pool['replicas']} replicas × PP{pool['pp']} need "
                                    f"{pool['replicas'] * pool['pp']} placed stages; the node map has {len(placed)}"))
     return found
 

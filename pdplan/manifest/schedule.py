@@ -20,7 +20,7 @@ from collections import Counter
 from pdplan import __version__
 from pdplan.fileio import WRITTEN_DIGITS
 from pdplan.manifest.build import Inputs, input_files, node_map
-from pdplan.manifest.check import Violation, catalog_gpu, stale_inputs, tampering
+from pdplan.manifest.check import Violation, catalog_gpu, node_map_violations, stale_inputs, tampering
 from pdplan.manifest.document import API_VERSION, SCHEDULE_KIND, schema_errors, seal
 
 LEAVE_STEPS = ["STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV", "RELEASE_GPUS"]
@@ -56,8 +56,7 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
                       for n in request.cluster.nodes],
         "windows": [{"window": c.window.index, "start_s": c.window.start_s, "end_s": c.window.end_s,
                      "rate_rps": c.window.rate_rps, "replicas": {p.name: p.replicas for p in c.plan.pools},
-                     "nodes": [{"node": n["node"], "node_type": n["node_type"], "instances": n["instances"]}
-                               for n in node_map(c.solution, request.cluster)],
+                     "nodes": node_map(c.solution, request.cluster),
                      "verification": {"passed": c.verification.passed, "joint": c.verification.joint.to_dict()}}
                     for c in chosen.checks],
         "changes": [{"window": c.window, "pool": c.pool, "replica": c.replica, "kind": c.kind, "at_s": c.at_s,
@@ -89,6 +88,8 @@ def check_schedule(doc: dict, *, trace=None) -> list[Violation]:
     found = tampering(doc) + stale_inputs(doc, trace=trace, profiles=None, cluster=None)
     shapes = {s["pool"]: s for s in doc["shapes"]}
     inventory = {n["node_type"]: n for n in doc["inventory"]}
+    found += [Violation(f"shapes[{i}].gpus_per_instance", f"TP{s['tp']} × PP{s['pp']} is {s['tp'] * s['pp']} GPUs")
+              for i, s in enumerate(doc["shapes"]) if s["gpus_per_instance"] != s["tp"] * s["pp"]]
     for i, window in enumerate(doc["windows"]):
         found += _window(f"windows[{i}]", window, shapes, inventory)
     if any(s["phase"] == "mixed" for s in doc["shapes"]) != ("spill" in doc):
@@ -116,41 +117,27 @@ def _window(where: str, window: dict, shapes: dict, inventory: dict) -> list[Vio
             total = sum(n["gpus_per_node"] * n["count"] for n in owned)
             if used > total:
                 found.append(Violation(f"{where}.replicas", f"uses {used} {hardware} GPUs; the inventory holds {total}"))
-    held, stages = set(), Counter()
     for j, node in enumerate(window["nodes"]):
-        here = f"{where}.nodes[{j}]"
         kind = inventory.get(node["node_type"])
         index = node["node"].rpartition("-")[2]
         if kind is None or not index.isdigit() or (kind["count"] is not None and int(index) >= kind["count"]):
-            found.append(Violation(f"{here}.node", f"{node['node']!r} is not a node of the inventory"))
-            continue
-        for k, inst in enumerate(node["instances"]):
-            shape = shapes.get(inst["pool"])
-            if shape is None:
-                found.append(Violation(f"{here}.instances[{k}].pool", "is not a pool of shapes"))
-                continue
-            gpus = inst["gpu_indices"]
-            if len(gpus) != shape["tp"] or any(g >= kind["gpus_per_node"] for g in gpus):
-                found.append(Violation(f"{here}.instances[{k}].gpu_indices",
-                                       f"needs {shape['tp']} GPU indices below {kind['gpus_per_node']}"))
-            for g in gpus:
-                if (node["node"], g) in held:
-                    found.append(Violation(f"{here}.instances[{k}].gpu_indices", f"GPU {g} is held twice"))
-                held.add((node["node"], g))
-            stages[inst["pool"], inst["instance"]] += 1
-    for pool, replicas in window["replicas"].items():
-        placed = [key for key in stages if key[0] == pool]
-        if len(placed) != replicas or any(stages[key] != shapes[pool]["pp"] for key in placed):
-            found.append(Violation(f"{where}.nodes", f"places {len(placed)} {pool} instances with "
-                                                      f"{shapes[pool]['pp']} stages each; replicas say {replicas}"))
-    return found
+            found.append(Violation(f"{where}.nodes[{j}].node", f"{node['node']!r} is not a node of the inventory"))
+        elif node["gpus"] != kind["gpus_per_node"]:
+            found.append(Violation(f"{where}.nodes[{j}].gpus", f"a {node['node_type']} node has "
+                                                               f"{kind['gpus_per_node']} GPUs"))
+    pools = {pool: {"gpu": shapes[pool]["gpu"], "tp": shapes[pool]["tp"], "pp": shapes[pool]["pp"],
+                    "replicas": replicas} for pool, replicas in window["replicas"].items()}
+    return found + node_map_violations(pools, window["nodes"], at=f"{where}.nodes",
+                                       pool_field=lambda name, key: f"{where}.replicas.{name}")
 
 
 def _changes(doc: dict) -> list[Violation]:
     """The changes are the replica differences, run in order, drains before reuse."""
-    found = []
     windows = doc["windows"]
     changes = doc["changes"]
+    pools = {s["pool"] for s in doc["shapes"]}
+    found = [Violation(f"changes[{i}]", f"names window {c['window']} of {len(windows)} or a pool not among the shapes")
+             for i, c in enumerate(changes) if not 1 <= c["window"] < len(windows) or c["pool"] not in pools]
     for w in range(1, len(windows)):
         before, after = windows[w - 1]["replicas"], windows[w]["replicas"]
         for pool in sorted(set(before) | set(after)):
