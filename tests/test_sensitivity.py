@@ -149,6 +149,13 @@ def grid(tmp_path_factory, cache):
             "folder": folder, "cache": cache}
 
 
+def test_gpu_counts_are_written_as_integers(grid):
+    import csv
+
+    rows = list(csv.DictReader((grid["folder"] / "grid.csv").open()))
+    assert all(row[key].isdigit() for row in rows for key in ("colocated_gpus", "pd_gpus") if row[key])
+
+
 def test_every_row_has_each_coordinate_and_the_decision(grid):
     frame = grid["csv"]
     assert len(frame) == 8

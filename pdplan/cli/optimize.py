@@ -40,7 +40,7 @@ from pdplan.cli.options import (
     search_settings,
     slo_from_options,
 )
-from pdplan.cli.output import print_json, stderr, stdout
+from pdplan.cli.output import money, number, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs, dump_yaml
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
@@ -382,7 +382,7 @@ def _mixed_line(doc: dict) -> None:
         return
     base = found["baseline"]
     plain = "no plain P/D plan passes" if base is None else (
-        f"plain P/D: {base['prefill']} prefill + {base['decode']} decode, {_money(base['cost_per_hour'])} per hour")
+        f"plain P/D: {base['prefill']} prefill + {base['decode']} decode, {money(base['cost_per_hour'])} per hour")
     if not found["found"]:
         stdout.print(f"mixed pool: no plan with mixed machines is better and passes end to end; {plain}",
                      markup=False, highlight=False)
@@ -392,7 +392,7 @@ def _mixed_line(doc: dict) -> None:
     verdict = "the answer" if found["chosen"] else "not the answer (another mode or fleet is better)"
     stdout.print(f"mixed pool: {found['prefill']} prefill + {found['decode']} decode + {found['mixed']} mixed "
                  f"({shape['gpu']} TP{shape['tp']}" + (f" PP{shape['pp']}" if shape["pp"] > 1 else "")
-                 + f", chunk {shape['chunk_tokens']}), {_money(found['cost_per_hour'])} per hour, PASSES end to end "
+                 + f", chunk {shape['chunk_tokens']}), {money(found['cost_per_hour'])} per hour, PASSES end to end "
                  f"(joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]; spill above {found['spill_tokens']} "
                  f"queued prompt tokens), {verdict}; {plain}", markup=False, highlight=False)
 
@@ -423,7 +423,7 @@ def _render_miss(report: PlanReport, doc: dict) -> None:
     for p in closest["pools"]:
         table.add_row(p["phase"], p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]))
     stdout.print(table)
-    stdout.print(f"{closest['gpus_total']} GPUs, {_money(closest['cost_per_hour'])} per hour", highlight=False)
+    stdout.print(f"{closest['gpus_total']} GPUs, {money(closest['cost_per_hour'])} per hour", highlight=False)
     stdout.print(_verification_line(closest["verification"]), markup=False, highlight=False)
     for miss in closest["misses"]:
         stdout.print(f"  misses {miss}", markup=False, highlight=False)
@@ -446,7 +446,7 @@ def _verification_line(v: dict) -> str:
 def _search_line(doc: dict) -> str:
     s = doc["search"]
     name = doc["solver"]["objective_name"]
-    fmt = _money if name == "cost" else (lambda v: f"{v:.4g}")
+    fmt = money if name == "cost" else (lambda v: f"{v:.4g}")
     if s["lower_bound"] is None or s["verified"] is None:
         return f"search: {s['checks']} end-to-end checks"
     proof = ("no cheaper plan above the search floor passes" if s["proven"]
@@ -456,12 +456,6 @@ def _search_line(doc: dict) -> str:
             f"({s['checks']} checks, {doc['run']['end_to_end_simulations']} end-to-end simulations run; {proof})")
 
 
-def _money(value: float | None) -> str:
-    return "—" if value is None else f"${value:,.2f}"
-
-
-def _num(value: float | None, fmt: str = ".3g") -> str:
-    return "—" if value is None else format(value, fmt)
 
 
 def shapes_text(pool: dict | None) -> str:
@@ -488,10 +482,10 @@ def _fleets_table(doc: dict) -> None:
         best = f["best_mode"] or "—"
         if f["fleet"] == doc.get("fleet") and best == doc.get("decision"):
             best = f"{best} (chosen)"
-        table.add_row(name, shapes_text(f["prefill"]), shapes_text(f["decode"]), _num(f["gpus_total"], "d"),
-                      _money(f["cost_per_hour"]), _num(None if f["power_w"] is None else f["power_w"] / 1e3, ".2f"),
-                      _num(f["goodput_rps"]), _num(f["goodput_per_gpu"]), _num(f["link_utilization"], ".1%"),
-                      _num(joint, ".3f"), verdict, _money(f["colocated_cost_per_hour"]), best)
+        table.add_row(name, shapes_text(f["prefill"]), shapes_text(f["decode"]), number(f["gpus_total"], "d"),
+                      money(f["cost_per_hour"]), number(None if f["power_w"] is None else f["power_w"] / 1e3, ".2f"),
+                      number(f["goodput_rps"]), number(f["goodput_per_gpu"]), number(f["link_utilization"], ".1%"),
+                      number(joint, ".3f"), verdict, money(f["colocated_cost_per_hour"]), best)
     stdout.print(table)
     for note in dict.fromkeys(notes):
         stdout.print(f"  {note}", markup=False, highlight=False)
@@ -505,13 +499,13 @@ def _plan_table(doc: dict) -> None:
         phase = p["phase"] + (f" (chunk {p['chunk_tokens']})" if p["chunk_tokens"] else "")
         table.add_row(phase, p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]),
                       f"{p['goodput_rps_per_instance']:.3g} req/s", f"{p['capacity_rps']:.3g} req/s",
-                      _money(p["usd_per_hour"]), f"{p['power_w'] / 1e3:.2f}", p["profile"])
+                      money(p["usd_per_hour"]), f"{p['power_w'] / 1e3:.2f}", p["profile"])
     base = doc["colocated_baseline"]
     if base is not None and doc["decision"] == "disaggregated":
         for s in base["shapes"]:
             table.add_row("colocated baseline", s["gpu"], str(s["tp"]), str(s["pp"]), str(s["replicas"]),
                           f"{s['goodput_rps_per_instance']:.3g} req/s", f"{s['capacity_rps']:.3g} req/s", "", "")
-        table.add_row("colocated baseline total", "", "", "", "", "", "", _money(base["cost_per_hour"]),
+        table.add_row("colocated baseline total", "", "", "", "", "", "", money(base["cost_per_hour"]),
                       f"{base['power_w'] / 1e3:.2f}")
     stdout.print(table)
 
@@ -520,7 +514,7 @@ def _facts_table(doc: dict) -> None:
     table = Table(show_header=False)
     table.add_column(style="bold")
     table.add_column(justify="right")
-    table.add_row("GPUs / cost / power", f"{doc['gpus_total']} / {_money(doc['cost_per_hour'])} per hour / "
+    table.add_row("GPUs / cost / power", f"{doc['gpus_total']} / {money(doc['cost_per_hour'])} per hour / "
                                          f"{doc['power_w'] / 1e3:.2f} kW")
     table.add_row("pool capacity (min over phases)", f"{doc['goodput_rps']:.3g} req/s, "
                                                      f"{doc['goodput_per_gpu']:.3g} per GPU (integer program)")

@@ -38,3 +38,13 @@ def print_json(result: Any) -> None:
     import sys
 
     sys.stdout.write(to_json(result) + "\n")
+
+
+def money(value: float | None) -> str:
+    """Dollars per hour as tables show them; — for none."""
+    return "—" if value is None else f"${value:,.2f}"
+
+
+def number(value: float | None, fmt: str = ".3g") -> str:
+    """A number as tables show it; — for none."""
+    return "—" if value is None else format(value, fmt)

@@ -14,7 +14,7 @@ from rich.table import Table
 from pdplan import limits
 from pdplan.cache import default_cache_dir
 from pdplan.cli.options import JsonOpt, load_workload, profile_source, trace_rate_rps, within
-from pdplan.cli.output import print_json, stderr, stdout
+from pdplan.cli.output import money, number, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.hardware import default_cluster_path, load_cluster
@@ -28,7 +28,7 @@ from pdplan.slo import parse_threshold_s, slo_from_flags
 app = typer.Typer(help="Sensitivity of the P/D decision to workload, topology, faults and prices.",
                   no_args_is_help=True)
 
-DIMENSION_HELP = "; ".join(f"{d.name} ({d.unit})" for d in DIMENSIONS.values())
+DIMENSION_HELP = "; ".join(f"{d.name} ({d.unit}): {d.help}" for d in DIMENSIONS.values())
 
 
 @app.command("grid")
@@ -198,7 +198,7 @@ def render(result: GridResult, rows: list[dict], base: Base) -> None:
     table.add_column("why")
     for row in rows:
         plans = [cell for prefix in ("colocated", "pd") for cell in (
-            _money(row[f"{prefix}_usd_per_hour"]), *([_rate(row[f"{prefix}_rate_rps"])] if budget else []),
+            money(row[f"{prefix}_usd_per_hour"]), *([number(row[f"{prefix}_rate_rps"])] if budget else []),
             row[f"{prefix}_verdict"] or "—")]
         table.add_row(*[DIMENSIONS[n].show(row[n]) for n in result.names], *plans,
                       *[_ms(row[c]) for c in ("t_saved_ms", "t_transfer_exposed_ms", "t_route_ms", "t_failure_ms",
@@ -207,12 +207,6 @@ def render(result: GridResult, rows: list[dict], base: Base) -> None:
     stdout.print(table)
 
 
-def _money(value: float | None) -> str:
-    return "—" if value is None else f"${value:,.2f}"
-
-
-def _rate(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3g}"
 
 
 def _ms(value: float | None) -> str:

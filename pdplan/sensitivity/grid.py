@@ -9,13 +9,14 @@ order cells run in never changes a number.
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import multiprocessing
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable
 
-import pandas as pd
 
 from pdplan.errors import PdplanError
 from pdplan.sensitivity.cell import Base, CellResult, run_cell
@@ -42,11 +43,15 @@ class GridResult:
     def rows(self) -> list[dict]:
         return [cell.row(self.names) for cell in self.cells]
 
-    def frame(self) -> pd.DataFrame:
-        return pd.DataFrame(self.rows())
-
     def csv(self) -> str:
-        return self.frame().to_csv(index=False, lineterminator="\n")
+        """The rows as CSV (written by the csv module: a GPU count stays an integer even in a
+        column with empty cells, where a table library would turn it into a float)."""
+        rows = self.rows()
+        out = io.StringIO()
+        writer = csv.DictWriter(out, fieldnames=list(rows[0]) if rows else [], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+        return out.getvalue()
 
 
 def cell_coordinates(dimensions: tuple[tuple[str, tuple], ...]) -> list[dict]:

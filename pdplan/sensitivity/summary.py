@@ -3,7 +3,7 @@ stops paying, other coordinates held."""
 
 from __future__ import annotations
 
-from pdplan.sensitivity.cell import CellResult
+from pdplan.sensitivity.cell import DECISIONS, CellResult
 from pdplan.sensitivity.spec import DIMENSIONS
 
 #: Boundary sentences a summary lists at most.
@@ -13,7 +13,7 @@ MAX_BOUNDARIES = 6
 def summary_text(dimensions: tuple[tuple[str, tuple], ...], cells: tuple[CellResult, ...]) -> str:
     """"P/D wins in 4 of 9 cells (COLOCATE 3, INFEASIBLE 2); below bandwidth 10 GB/s it stops
     paying at prompt_scale 1×; …"."""
-    counts = {d: sum(c.decision == d for c in cells) for d in ("ENABLE_PD", "COLOCATE", "INFEASIBLE")}
+    counts = {d: sum(c.decision == d for c in cells) for d in DECISIONS}
     others = ", ".join(f"{d} {n}" for d, n in counts.items() if d != "ENABLE_PD" and n)
     text = f"P/D wins in {counts['ENABLE_PD']} of {len(cells)} cell{'s' if len(cells) != 1 else ''}"
     text += f" ({others})" if others else ""
