@@ -8,7 +8,7 @@ import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, BinaryIO, Iterator
 
 import yaml
 
@@ -25,29 +25,60 @@ def input_file(path: str | Path, *, what: str, limit: int) -> Path:
         raise PdplanError(f"{what} not found", file=path) from None
     except OSError as err:
         raise PdplanError(f"cannot read {what}: {err.strerror}", file=path) from None
+    _check_input(info, path, what, limit)
+    return Path(path)
+
+
+def _check_input(info: os.stat_result, path: str | Path, what: str, limit: int) -> None:
     if stat.S_ISDIR(info.st_mode):
         raise PdplanError(f"{what} is a directory, expected a file", file=path)
     if not stat.S_ISREG(info.st_mode):
         raise PdplanError(f"{what} is not a regular file (a FIFO, device or socket); give a file", file=path)
     if info.st_size > limit:
         raise PdplanError(f"{what} is {_size(info.st_size)}, over the {_size(limit)} a {what} may be", file=path)
-    return Path(path)
 
 
 def _size(n: int) -> str:
     return f"{n / 2**30:.3g} GiB" if n >= 2**30 else f"{n / 2**20:.3g} MiB"
 
 
+@contextmanager
+def _opened(path: str | Path, what: str, limit: int) -> Iterator[BinaryIO]:
+    """An input opened for reading. It is opened without blocking (a FIFO put in place after a
+    check cannot stall the open) and checked as :func:`input_file` does on the opened file
+    itself; OS errors while reading are a one-line PdplanError. Every read and every hash of an
+    input goes through here."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise PdplanError(f"{what} not found", file=path) from None
+    except OSError as err:
+        raise PdplanError(f"cannot read {what}: {err.strerror}", file=path) from None
+    try:
+        _check_input(os.fstat(fd), path, what, limit)
+    except PdplanError:
+        os.close(fd)
+        raise
+    os.set_blocking(fd, True)
+    with os.fdopen(fd, "rb") as handle:
+        try:
+            yield handle
+        except OSError as err:
+            raise PdplanError(f"cannot read {what}: {err.strerror}", file=path) from None
+
+
+def _over(path: str | Path, what: str, limit: int) -> PdplanError:
+    """A file that grew past ``limit`` since it was checked (or lies about its size)."""
+    return PdplanError(f"{what} is over the {_size(limit)} a {what} may be", file=path)
+
+
 def read_bytes(path: str | Path, *, what: str = "file", limit: int = limits.YAML_BYTES) -> bytes:
     """Read a whole input file of at most ``limit`` bytes (see :func:`input_file`), turning OS
     errors into a one-line PdplanError."""
-    try:
-        with open(input_file(path, what=what, limit=limit), "rb") as handle:
-            data = handle.read(limit + 1)  # a file that grew since stat (or lies about its size)
-    except OSError as err:
-        raise PdplanError(f"cannot read {what}: {err.strerror}", file=path) from None
+    with _opened(path, what, limit) as handle:
+        data = handle.read(limit + 1)
     if len(data) > limit:
-        raise PdplanError(f"{what} is over the {_size(limit)} a {what} may be", file=path)
+        raise _over(path, what, limit)
     return data
 
 
@@ -72,23 +103,28 @@ class LineDict(dict):
     lines: dict[Any, int]
 
 
-#: Aliases one YAML document may use: enough for any configuration, too few to blow up a walk.
-MAX_YAML_ALIASES = 1_000
-
-
 class _LineLoader(yaml.SafeLoader):
     """``yaml.SafeLoader`` (no python tags, no object construction) that records key lines and
-    refuses documents with more than ``MAX_YAML_ALIASES`` aliases (a "billion laughs" file)."""
+    refuses a document of more than ``limits.YAML_VALUES`` values once its aliases are expanded:
+    a "billion laughs" file of 9 anchors, each listing the previous one 8 times, is 72 aliases
+    that every later walk of the data would see as 8**9 values. A recursive alias is refused too."""
 
-    aliases = 0
+    def __init__(self, stream):
+        super().__init__(stream)
+        self._values: dict[int, int] = {}  # id(node) -> values it stands for, aliases expanded
 
     def compose_node(self, parent, index):
-        if self.check_event(yaml.AliasEvent):
-            self.aliases += 1
-            if self.aliases > MAX_YAML_ALIASES:
-                raise yaml.composer.ComposerError(None, None, f"more than {MAX_YAML_ALIASES} aliases",
-                                                  self.peek_event().start_mark)
-        return super().compose_node(parent, index)
+        alias = self.check_event(yaml.AliasEvent)
+        mark = self.peek_event().start_mark
+        node = super().compose_node(parent, index)
+        if id(node) not in self._values:
+            if alias:  # an alias to a node still being composed: the node would contain itself
+                raise yaml.composer.ComposerError(None, None, "an alias refers to the node that holds it", mark)
+            self._values[id(node)] = count = 1 + sum(self._values[id(child)] for child in _children(node))
+            if count > limits.YAML_VALUES:
+                raise yaml.composer.ComposerError(None, None, f"the document holds more than {limits.YAML_VALUES:,} "
+                                                              "values once its aliases are expanded", node.start_mark)
+        return node
 
     def construct_mapping(self, node, deep=False):
         seen = set()  # a repeated key would silently replace the first; merged (<<) keys may be overridden
@@ -105,6 +141,14 @@ class _LineLoader(yaml.SafeLoader):
         mapping.lines = {self.construct_object(k, deep=True): k.start_mark.line + 1
                          for k, _ in node.value}
         return mapping
+
+
+def _children(node: yaml.Node) -> list[yaml.Node]:
+    if isinstance(node, yaml.SequenceNode):
+        return node.value
+    if isinstance(node, yaml.MappingNode):
+        return [part for pair in node.value for part in pair]
+    return []
 
 
 _LineLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
@@ -132,13 +176,23 @@ def load_yaml(path: str | Path, *, what: str = "YAML file") -> Any:
         raise PdplanError(f"invalid YAML: {err}", file=path) from None
 
 
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes, for provenance records."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
+def sha256_file(path: str | Path, *, what: str = "input", limit: int = limits.TRACE_BYTES) -> str:
+    """Hex sha256 of an input's bytes, for provenance records; read as every input is (a FIFO, a
+    device, a directory or a missing file is a PdplanError naming ``what``, never an endless read)."""
+    return update_digest(hashlib.sha256(), path, what=what, limit=limit).hexdigest()
+
+
+def update_digest(digest, path: str | Path, *, what: str, limit: int):
+    """``digest`` (a hashlib object) updated with an input's bytes, read 1 MiB at a time as
+    :func:`read_bytes` reads (at most ``limit`` bytes)."""
+    total = 0
+    with _opened(path, what, limit) as handle:
+        while chunk := handle.read(1 << 20):
+            total += len(chunk)
+            if total > limit:
+                raise _over(path, what, limit)
             digest.update(chunk)
-    return digest.hexdigest()
+    return digest
 
 
 @contextmanager

@@ -46,3 +46,4 @@ MAX_ENERGY_USD_PER_KWH = 100.0
 #: The default bound of any integer or number read from a YAML file without a tighter one.
 MAX_INTEGER = 2**53
 MAX_NUMBER = 1e15
+YAML_VALUES = 2_000_000         #: values of one YAML document, aliases expanded (a 16 MiB file spells out ~1.5 million)
