@@ -261,10 +261,11 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
         model.add(sum(n[c] for c in usable if c.phase == "mixed") <= problem.max_mixed)
     # Each phase serves its requirement (system = min of phases, 0x0A); survives a loss if asked.
     if problem.objective == "goodput":
-        top = sum(milli_rps(c.capacity_rps(bounds[c]), round_up=False) for c in usable)
-        built.goodput_milli = model.new_int_var(0, max(top, 0), "goodput_milli")
-        for total, _ in capacity.values():
-            model.add(built.goodput_milli <= total)
+        if not relax:  # a diagnosis asks only whether a plan exists (see below)
+            top = sum(milli_rps(c.capacity_rps(bounds[c]), round_up=False) for c in usable)
+            built.goodput_milli = model.new_int_var(0, max(top, 0), "goodput_milli")
+            for total, _ in capacity.values():
+                model.add(built.goodput_milli <= total)
     elif "capacity" not in relax and problem.fixed is None:
         for phase, (total, after_loss) in capacity.items():
             required = milli_rps(problem.required_rps(phase), round_up=True)
@@ -288,10 +289,13 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
     for missed in problem.excluded_exactly:
         _exclude_exactly(built, missed)
 
+    if relax:  # a diagnosis asks only whether a plan exists: no objective, whose range a relaxed
+        return built  # family can leave unbounded (goodput over node counts lifted overflows int64)
+
     # Objective: minimise cost, GPUs or power, or maximise goodput within the budgets.
     # Among equally good plans, prefer the one on the fewest nodes (primary × W ± nodes, W > nodes).
     nodes, most_nodes = _nodes_used(built, problem)
-    if relax or most_nodes > MAX_TIE_BREAK_NODES:  # diagnosis needs no tie-break; keep within int64
+    if most_nodes > MAX_TIE_BREAK_NODES:  # keep the tie-break within int64
         nodes, most_nodes = 0, 0
     built.nodes_weight = most_nodes + 1
     if problem.objective == "goodput":

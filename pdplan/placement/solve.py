@@ -43,7 +43,7 @@ def _solver(problem: Problem) -> cp_model.CpSolver:
 
 
 FAMILY_SENTENCES = {
-    "capacity": "no mix of candidate shapes reaches {target} rps in every phase",
+    "capacity": "no mix of candidate shapes reaches {target} in every phase",
     "inventory": "the cluster's node counts cannot hold enough instances",
     "budget": "the GPU, cost or power budget is too small",
     "redundancy": "the cluster cannot hold the spare capacity that surviving a lost {redundancy} needs",
@@ -71,7 +71,9 @@ def diagnose(problem: Problem) -> str:
 
 
 def binding_sentence(problem: Problem, family: str) -> str:
-    sentence = FAMILY_SENTENCES[family].format(target=f"{problem.target_rps:g}", fleet=problem.fleet.label,
+    """The family's sentence; a search for the highest rate (no target) is short of any rate at all."""
+    target = "any rate" if problem.target_rps is None else f"{problem.target_rps:g} rps"
+    sentence = FAMILY_SENTENCES[family].format(target=target, fleet=problem.fleet.label,
                                                redundancy=problem.redundancy)
     return f"no {problem.mode} plan ({problem.fleet.label}): {sentence}"
 
