@@ -10,7 +10,8 @@ from pathlib import Path
 from pdplan.errors import PdplanError
 from pdplan import limits
 from pdplan.fileio import load_yaml
-from pdplan.schema import Fields
+from pdplan.names import node_type as node_type_problem
+from pdplan.schema import Fields, shown
 
 GB = 10**9  # rates (bandwidth) are decimal: 50 GB/s is 50e9 bytes/s
 GIB = 2**30  # HBM sizes are binary: an "80GB" H100 holds 80 GiB
@@ -221,6 +222,9 @@ def load_cluster(path: str | Path) -> Cluster:
     for spec in top.items("nodes"):
         spec.reject_unknown(_NODE_FIELDS)
         name = spec.string("name")
+        problem = node_type_problem(name)
+        if problem:
+            raise spec.fail("name", problem, shown(name))
         if name in names:
             raise spec.fail("name", "must be unique across nodes", name)
         names.add(name)
