@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import re
 
+from pdplan import names
+from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, vllm
 
 API_VERSION = "nvidia.com/v1beta1"
@@ -24,6 +26,8 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     image = image or DEFAULT_IMAGE
     components = [_frontend(image)] + [_worker(manifest, pool, image) for pool in common.pools(manifest)]
     name = manifest["metadata"]["name"]
+    for component in components:
+        _check_object_name(name, component["name"])
     document = {
         "apiVersion": API_VERSION,
         "kind": "DynamoGraphDeployment",
@@ -32,6 +36,16 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
         "spec": {"backendFramework": "vllm", "components": components},
     }
     return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=common.header(manifest, "dynamo"))}
+
+
+def _check_object_name(graph: str, component: str) -> None:
+    """The operator names a component's objects ``<graph>-<component>`` (lowercased; its
+    GetDynamoComponentName), a Service among them, whose name is a DNS label of at most 63 characters."""
+    name = f"{graph}-{component.lower()}"
+    if len(name) > names.DNS_LABEL_MAX:
+        raise PdplanError(f"the Dynamo operator would name component {component}'s objects {name}, {len(name)} "
+                          f"characters, over the {names.DNS_LABEL_MAX} of a DNS-1123 label; shorten the manifest's "
+                          "name or the pool's", field="metadata.name")
 
 
 def _frontend(image: str) -> dict:

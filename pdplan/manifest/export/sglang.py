@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pdplan.errors import PdplanError
-from pdplan.manifest.export import common
+from pdplan.manifest.export import common, shell
 
 SERVE_PORT_BASE = 30000       # instance i listens on SERVE_PORT_BASE + i
 BOOTSTRAP_PORT_BASE = 8998    # prefill instance i's bootstrap server (SGLang's default is 8998)
@@ -24,7 +24,7 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     for index, inst in enumerate(common.instances(manifest)):
         port = SERVE_PORT_BASE + index
         bootstrap = BOOTSTRAP_PORT_BASE + index if inst.pool["phase"] == "prefill" else None
-        files[f"sglang/{inst.name}.sh"] = _instance_script(manifest, inst, port, backend, bootstrap)
+        files[common.script_name("sglang", inst)] = _instance_script(manifest, inst, port, backend, bootstrap)
         url = f"http://{inst.nodes[0]}:{port}"
         workers.setdefault(inst.pool["phase"], []).append([url] if bootstrap is None else [url, str(bootstrap)])
     files["sglang/router.sh"] = _router_script(manifest, workers)
@@ -67,10 +67,10 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
 def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: str | None,
                      bootstrap: int | None) -> str:
     lines = common.instance_preamble(manifest, "sglang", inst)
-    command = common.shell_command(_launch_command(manifest, inst, port, backend, bootstrap))
+    command: list[shell.Word] = _launch_command(manifest, inst, port, backend, bootstrap)
     if inst.spans_nodes:
-        command += ' --node-rank "$NODE_RANK"'
-    lines.append(command)
+        command += ["--node-rank", common.NODE_RANK]
+    lines.append(shell.command(command))
     return "\n".join(lines) + "\n"
 
 
@@ -87,5 +87,5 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
             command += ["--decode", *worker]
     else:
         command += ["--worker-urls", *(url for url, in workers["colocated"])]
-    lines.append(common.shell_command(command))
+    lines.append(shell.command(command))
     return "\n".join(lines) + "\n"

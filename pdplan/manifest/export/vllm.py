@@ -5,7 +5,7 @@ Also the vLLM argument builders that the pod formats (dynamo, llm-d, k8s) reuse.
 
 from __future__ import annotations
 
-from pdplan.manifest.export import common
+from pdplan.manifest.export import common, shell
 
 SERVE_PORT_BASE = 8100          # instance i listens on SERVE_PORT_BASE + i
 NIXL_SIDE_CHANNEL_BASE = 5600   # instance i's NIXL side channel; distinct per instance
@@ -35,14 +35,14 @@ def serve_command(manifest: dict, pool: dict, port: int, *, ray: bool) -> list[s
     return command + (["--distributed-executor-backend", "ray"] if ray else [])
 
 
-def ray_launch(serve: list[str], *, rank: str, leader: str) -> list[str]:
+def ray_launch(serve: list[str], *, rank: shell.Var, leader: shell.Word) -> list[str]:
     """Shell lines for a multi-node instance: rank 0 starts the Ray head and vLLM, the
     other nodes join the head's Ray cluster (vLLM places pipeline stages through Ray)."""
-    return [f'if [ {rank} = 0 ]; then',
-            f"  ray start --head --port={RAY_PORT}",
-            "  " + common.shell_command(serve),
+    return [f"if [ {shell.word(rank)} = 0 ]; then",
+            "  " + shell.line(["ray", "start", "--head", f"--port={RAY_PORT}"]),
+            "  " + shell.command(serve),
             "fi",
-            f"exec ray start --address={leader}:{RAY_PORT} --block"]
+            "exec " + shell.line(["ray", "start", ("--address=", leader, f":{RAY_PORT}"), "--block"])]
 
 
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
@@ -51,7 +51,7 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     urls: dict[str, list[str]] = {}
     for index, inst in enumerate(common.instances(manifest)):
         port = SERVE_PORT_BASE + index
-        files[f"vllm/{inst.name}.sh"] = _instance_script(manifest, inst, port, NIXL_SIDE_CHANNEL_BASE + index)
+        files[common.script_name("vllm", inst)] = _instance_script(manifest, inst, port, NIXL_SIDE_CHANNEL_BASE + index)
         urls.setdefault(inst.pool["phase"], []).append(f"http://{inst.nodes[0]}:{port}")
     files["vllm/router.sh"] = _router_script(manifest, urls)
     return files
@@ -61,13 +61,13 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     pool = inst.pool
     lines = common.instance_preamble(manifest, "vllm", inst)
     if manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated":
-        lines += [f"export VLLM_NIXL_SIDE_CHANNEL_HOST={inst.nodes[0]}",
-                  f"export VLLM_NIXL_SIDE_CHANNEL_PORT={side_channel}"]
+        lines += [shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", inst.nodes[0]),
+                  shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel))]
     serve = serve_command(manifest, pool, port, ray=inst.spans_nodes)
     if inst.spans_nodes:
-        lines += ray_launch(serve, rank='"$NODE_RANK"', leader=inst.nodes[0])
+        lines += ray_launch(serve, rank=common.NODE_RANK, leader=inst.nodes[0])
     else:
-        lines.append(common.shell_command(serve))
+        lines.append(shell.command(serve))
     return "\n".join(lines) + "\n"
 
 
@@ -89,14 +89,15 @@ def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
             command += ["--decode", url]
         if mixed:
             spill = manifest["transfer"]["spill"]
-            lines.append(f"# Mixed instances ({', '.join(mixed)}) are listed as prefill and decode workers. The plan "
-                         f"was verified with Splitwise's spill rule: a request runs whole on one when the shortest "
-                         f"prefill queue holds more than {spill['prefill_queue_tokens']} prompt tokens, and a "
-                         f"decode moves to one when its decode instance's KV would pass "
-                         f"{spill['decode_kv_share']:.0%} of its capacity; vllm-router balances by load instead.")
+            lines.append(shell.comment(
+                f"Mixed instances ({', '.join(mixed)}) are listed as prefill and decode workers. The plan "
+                f"was verified with Splitwise's spill rule: a request runs whole on one when the shortest "
+                f"prefill queue holds more than {spill['prefill_queue_tokens']} prompt tokens, and a "
+                f"decode moves to one when its decode instance's KV would pass "
+                f"{spill['decode_kv_share']:.0%} of its capacity; vllm-router balances by load instead."))
     else:
         command += ["--worker-urls", *urls["colocated"]]
-    lines.append(common.shell_command(command))
+    lines.append(shell.command(command))
     return "\n".join(lines) + "\n"
 
 
@@ -106,7 +107,7 @@ def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool) -> 
     serve = serve_command(manifest, pool, port, ray=spans_nodes)
     if not spans_nodes:
         return serve[:2], serve[2:]
-    script = ray_launch(serve, rank='"$LWS_WORKER_INDEX"', leader='"$LWS_LEADER_ADDRESS"')
+    script = ray_launch(serve, rank=shell.Var("LWS_WORKER_INDEX"), leader=shell.Var("LWS_LEADER_ADDRESS"))
     return ["/bin/bash", "-c"], ["\n".join(script)]
 
 
