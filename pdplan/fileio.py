@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import stat
 import tempfile
 from contextlib import contextmanager
@@ -247,13 +248,16 @@ class Outputs:
     an input of the command, a directory (or, for a folder, a file), a FIFO or a device, or a
     path two flags share. Contents are held in memory while the command runs and written only
     when :meth:`commit` is called at its very end, each to a temp file beside its target and then
-    renamed over it: an error anywhere writes nothing, and a kill leaves the old files whole.
+    renamed over it: an error anywhere writes nothing, and a kill leaves the old files whole. A
+    folder held whole (:meth:`put_folder`) is written as a new folder beside it and swapped in,
+    so none of its earlier files survives.
     """
 
     def __init__(self, *inputs: str | Path | None):
         self._inputs = [Path(p) for p in inputs if p is not None]
         self._claimed: dict[str, str] = {}
         self._staged: dict[Path, bytes] = {}
+        self._folders: dict[Path, dict[Path, tuple[bytes, int]]] = {}
 
     def claim(self, path: str | Path, flag: str, *, folder: bool = False) -> Path:
         """Reserve ``path`` (a file, or with ``folder`` a folder of files) for ``flag``."""
@@ -290,23 +294,107 @@ class Outputs:
             self._check_not_input(path, flag)
             if path.is_dir():
                 raise PdplanError(f"{flag} would replace a directory", file=path, field=flag.lstrip("-"))
-        self._staged[path] = data.encode("utf-8") if isinstance(data, str) else data
+        self._staged[path] = _encoded(data)
+
+    def put_folder(self, folder: str | Path, files: dict[str, bytes | str], flag: str, *,
+                   executable: frozenset[str] = frozenset()) -> None:
+        """Hold the whole content of ``folder`` (in a claimed folder): ``files`` by names relative
+        to it, ``executable`` ones with execute permission. On commit it replaces the folder, and
+        every earlier file in it goes. A name must stay inside (no absolute path, no ``..``); the
+        folder may not be a link or a file, nor hold an input."""
+        folder = Path(folder)
+        field = flag.lstrip("-")
+        if os.path.islink(folder) or (os.path.lexists(folder) and not os.path.isdir(folder)):
+            raise PdplanError(f"{flag}: pdplan replaces this folder whole, and it is a link or a file; move it away",
+                              file=folder, field=field)
+        for source in self._inputs:
+            if _within(source, folder):
+                raise PdplanError(f"{flag} would replace the folder holding the input {source}; write the output "
+                                  "elsewhere", file=folder, field=field)
+        self._folders[folder] = {_inside(folder, name, flag): (_encoded(data), 0o777 if name in executable else 0o666)
+                                 for name, data in files.items()}
 
     def commit(self) -> None:
-        """Write every held file: all to temp files first, then all renamed into place."""
+        """Write every held file and folder: all to temp files and folders first, then all renamed
+        into place."""
         temps: list[tuple[Path, Path]] = []
+        built: list[tuple[Path, Path]] = []
         try:
             for path, data in self._staged.items():
                 temps.append((_temp_beside(path, data), path))
+            for folder, files in self._folders.items():
+                built.append((_folder_beside(folder, files), folder))
             for tmp, path in temps:
                 try:
                     os.replace(tmp, path)
                 except OSError as err:
                     raise PdplanError(f"cannot write output: {err.strerror or err}", file=path) from None
+            for tmp, folder in built:
+                _swap_folder(tmp, folder)
         finally:
             for tmp, _ in temps:
                 tmp.unlink(missing_ok=True)
+            for tmp, _ in built:
+                shutil.rmtree(tmp, ignore_errors=True)
         self._staged.clear()
+        self._folders.clear()
+
+
+def _encoded(data: bytes | str) -> bytes:
+    return data.encode("utf-8") if isinstance(data, str) else data
+
+
+def _within(path: Path, folder: Path) -> bool:
+    """``path`` is ``folder`` or lies below it (links resolved)."""
+    return os.path.commonpath([os.path.realpath(path), os.path.realpath(folder)]) == os.path.realpath(folder)
+
+
+def _inside(folder: Path, name: str, flag: str) -> Path:
+    """The relative file name ``name`` of a file in ``folder``, refused when it could lead out."""
+    parts = name.split("/")
+    if "\0" in name or any(part in ("", ".", "..") for part in parts):
+        raise PdplanError(f"{flag}: the output file name {name!r} would lead out of its folder (an absolute name "
+                          "or '..')", file=folder, field=flag.lstrip("-"))
+    return Path(*parts)
+
+
+def _folder_beside(folder: Path, files: dict[Path, tuple[bytes, int]]) -> Path:
+    """A new folder beside ``folder`` holding ``files`` (name -> data, mode before the umask)."""
+    tmp = None
+    try:
+        folder.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".new", dir=folder.parent))
+        umask = _umask()
+        os.chmod(tmp, 0o777 & ~umask)
+        for name, (data, mode) in sorted(files.items()):
+            (tmp / name).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / name).write_bytes(data)
+            os.chmod(tmp / name, mode & ~umask)
+        return tmp
+    except OSError as err:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise PdplanError(f"cannot write output: {err.strerror or err}", file=folder) from None
+
+
+def _swap_folder(tmp: Path, folder: Path) -> None:
+    """Put the folder ``tmp`` in the place of ``folder``: the old one is renamed aside, the new one
+    renamed in (the old one back on failure), then the old one removed."""
+    old = None
+    try:
+        if os.path.lexists(folder):
+            old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
+            os.replace(folder, old)  # onto the empty folder just made: a unique free name
+        try:
+            os.replace(tmp, folder)
+        except OSError:
+            if old is not None:
+                os.replace(old, folder)
+            raise
+        if old is not None:
+            shutil.rmtree(old)
+    except OSError as err:
+        raise PdplanError(f"cannot replace the output folder: {err.strerror or err}", file=folder) from None
 
 
 def _temp_beside(path: Path, data: bytes) -> Path:

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from pdplan import names
 from pdplan.cli.options import FormatOpt, load_workload, profile_source
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
@@ -18,6 +19,7 @@ from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, schema 
 from pdplan.manifest.schedule import check_schedule
 from pdplan.manifest.export import FORMATS, export_manifest
 from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE, resimulate as rerun_plan
+from pdplan.schema import shown
 
 ManifestArg = Annotated[Path, typer.Argument(help="Deployment manifest written by pdplan optimize --out.",
                                              show_default=False)]
@@ -119,16 +121,22 @@ def export(
     manifest: ManifestArg,
     format: Annotated[str, typer.Option("--format", help=f"Target: {', '.join(FORMATS)}.",
                                           show_default=False)],
-    out: Annotated[Path, typer.Option("--out", help="Folder for the files (created; existing files are "
-                                                    "replaced).")] = Path("deploy"),
-    image: Annotated[str | None, typer.Option("--image", help="Container image for the pods (dynamo, llm-d, "
-                                                              "k8s); default the engine's release image.")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Folder for the files (created). An export owns its format's "
+                                                    "subfolder, e.g. <out>/vllm/, and replaces it whole, so no file "
+                                                    "of an earlier plan stays in it; the rest of --out is left "
+                                                    "alone.")] = Path("deploy"),
+    image: Annotated[str | None, typer.Option("--image", help="Container image reference for the pods (dynamo, "
+                                                              "llm-d, k8s); default the engine's release "
+                                                              "image.")] = None,
 ) -> None:
     """Write the configs a serving stack reads, from a manifest that validates: vLLM or SGLang
     launch scripts and router, a Dynamo DynamoGraphDeployment, llm-d-modelservice Helm values, or
     Kubernetes Deployments / LeaderWorkerSets with the node map as node affinity."""
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
+    problem = None if image is None else names.image_reference(image)
+    if problem:
+        raise PdplanError(f"--image {problem}, got {shown(image)!r}", field="image")
     data = load_manifest(manifest)
     violations = check_manifest(data)
     if violations:
@@ -136,12 +144,8 @@ def export(
     outputs = Outputs(manifest)
     outputs.claim(out, "--out", folder=True)
     files = export_manifest(data, format, image=image)
-    for name in sorted(files):
-        outputs.put(out / name, files[name], "--out")
-    for name in sorted(files):  # folders first; the files themselves appear only on commit
-        (out / name).parent.mkdir(parents=True, exist_ok=True)
+    inside = {name.removeprefix(f"{format}/"): text for name, text in files.items()}
+    outputs.put_folder(out / format, inside, "--out", executable=frozenset(n for n in inside if n.endswith(".sh")))
     outputs.commit()
     for name in sorted(files):
-        if name.endswith(".sh"):  # launch scripts run as they are
-            (out / name).chmod(0o755)
         stdout.print(str(out / name), markup=False, highlight=False)

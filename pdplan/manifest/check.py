@@ -13,6 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.fileio import sha256_file
 from pdplan.hardware import get_gpu
@@ -20,6 +21,7 @@ from pdplan.manifest.build import GIB, KV_ROLES, ROLLBACK, UNKNOWN, folder_diges
 from pdplan.manifest.document import content_hash, digest, schema_errors, section_hashes
 from pdplan.modelspec import KV_BYTES, get_model, weight_bytes_per_gpu
 from pdplan.placement import serves
+from pdplan.schema import shown
 
 #: Relative slack for values derived from others (they are written at 6 significant digits).
 DERIVED_TOLERANCE = 1e-4
@@ -43,7 +45,7 @@ def check_manifest(manifest: dict, *, strict: bool = False, trace: Path | None =
     if errors:
         return [Violation(field, message) for field, message in errors]
     found = tampering(manifest)
-    for check in (_pools, _placement, _transfer, _identity, _fallback_and_rollback, _predictions):
+    for check in (_pools, _placement, _transfer, _identity, _fallback_and_rollback, _predictions, name_violations):
         found += check(manifest)
     if strict:
         found += _strict_identity(manifest)
@@ -305,4 +307,32 @@ def stale_inputs(manifest: dict, *, trace: Path | None, profiles: Path | None,
         if given not in {p["sha256"] for p in inputs["profiles"]}:
             found.append(Violation("provenance.inputs.profiles", f"stale: {profiles} is not among the profiles this "
                                                                  "plan was timed with"))
+    return found
+
+
+def name_violations(manifest: dict) -> list[Violation]:
+    """The names export writes into file names, scripts and Kubernetes objects follow the rules
+    of :mod:`pdplan.names` (the cluster file's node types do where they enter), and an instance
+    name, which names its script, belongs to one pool."""
+    found = []
+
+    def follow(field: str, value: str, rule) -> None:
+        problem = rule(value)
+        if problem:
+            found.append(Violation(field, f"{problem}, got {shown(value)!r}"))
+
+    follow("metadata.name", manifest["metadata"]["name"], names.dns_subdomain)
+    for i, pool in enumerate(manifest["pools"]):
+        follow(f"pools[{i}].name", pool["name"], names.dns_label)
+    owners: dict[str, set[str]] = {}
+    for n, node in enumerate(manifest["placement"]["nodes"]):
+        follow(f"placement.nodes[{n}].node", node["node"], names.node)
+        follow(f"placement.nodes[{n}].node_type", node["node_type"], names.node_type)
+        for k, inst in enumerate(node["instances"]):
+            follow(f"placement.nodes[{n}].instances[{k}].instance", inst["instance"], names.dns_label)
+            owners.setdefault(inst["instance"], set()).add(inst["pool"])
+    for name, pools in sorted(owners.items()):
+        if len(pools) > 1:
+            found.append(Violation("placement.nodes", f"instance {shown(name)!r} is placed for pools "
+                                                      f"{', '.join(sorted(pools))}; an instance belongs to one pool"))
     return found

@@ -16,7 +16,8 @@ _WRITERS = {"vllm": vllm.export, "sglang": sglang.export, "dynamo": dynamo.expor
 
 
 def export_manifest(manifest: dict, fmt: str, *, image: str | None = None) -> dict[str, str]:
-    """Relative file name -> file text for one format.
+    """Relative file name -> file text for one format; every name lies under ``<fmt>/``, the
+    folder ``pdplan export`` owns and replaces whole.
 
     Deterministic: the same manifest gives byte-identical texts (stable order, no
     timestamps, no randomness).  ``image`` overrides the container image of the
