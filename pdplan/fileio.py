@@ -77,7 +77,10 @@ def read_bytes(path: str | Path, *, what: str = "file", limit: int = limits.YAML
     """Read a whole input file of at most ``limit`` bytes (see :func:`input_file`), turning OS
     errors into a one-line PdplanError."""
     with _opened(path, what, limit) as handle:
-        data = handle.read(limit + 1)
+        size = os.fstat(handle.fileno()).st_size  # read(limit) would set aside the whole limit at once
+        data = handle.read(size + 1)
+        if len(data) > size:  # it grew since (or lies about its size)
+            data += handle.read(limit + 1 - len(data))
     if len(data) > limit:
         raise _over(path, what, limit)
     return data
