@@ -13,7 +13,7 @@ from pdplan.cli.options import FormatOpt, load_workload, profile_source
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.manifest.check import check_manifest
+from pdplan.manifest.check import check_manifest, refuse_unreadable_inputs
 from pdplan.manifest.diff import diff_manifests
 from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, schema as manifest_schema
 from pdplan.manifest.schedule import check_schedule
@@ -58,6 +58,7 @@ def validate(
     """
     if resimulate and trace is None:
         raise PdplanError("--resimulate needs the trace: give --trace", field="trace")
+    refuse_unreadable_inputs(trace=trace, profiles=profiles, cluster=cluster)
     data = load_manifest(manifest, schedules=True)
     if data.get("kind") == SCHEDULE_KIND:
         if resimulate or strict or profiles is not None or cluster is not None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pdplan import __version__
-from pdplan.fileio import WRITTEN_DIGITS, sha256_file
+from pdplan import __version__, limits
+from pdplan.fileio import WRITTEN_DIGITS, sha256_file, update_digest
 from pdplan.hardware import get_gpu
 from pdplan.manifest.document import API_VERSION, KIND, digest, seal
 from pdplan.modelspec import ModelSpec, kv_heads_per_gpu, weight_bytes_per_gpu
@@ -252,32 +252,49 @@ def _release(request, release: Release) -> dict:
                       "canary_share": release.canary_share}}
 
 
-def _input(path: Path) -> dict:
-    """An input as the user named it, with its sha256 (a folder: see :func:`folder_digest`)."""
-    return {"path": str(path), "sha256": folder_digest(path) if Path(path).is_dir() else sha256_file(path)}
+def _input(path: Path, what: str, limit: int) -> dict:
+    """An input as the user named it, with its sha256 (see :func:`input_sha256`)."""
+    return {"path": str(path), "sha256": input_sha256(path, what, limit)}
 
 
-def _shipped(name: str) -> dict:
+def _shipped(name: str, what: str) -> dict:
     """A file or folder shipped in the package, named ``pdplan:<name>``, with its sha256."""
-    path = PACKAGE / name
-    return {"path": f"pdplan:{name}", "sha256": folder_digest(path) if path.is_dir() else sha256_file(path)}
+    return {"path": f"pdplan:{name}", "sha256": input_sha256(PACKAGE / name, what, limits.TABLE_BYTES)}
 
 
-def folder_digest(folder: Path) -> str:
-    """sha256 over every file under a folder, each as its relative path, NUL, its bytes, in path order."""
+def input_sha256(path: Path, what: str, limit: int) -> str:
+    """An input's sha256 as a manifest records it: a folder's (see :func:`folder_digest`), else the
+    file's. Each file is read as every input is: a FIFO, device or missing path given as ``what``
+    is an error naming it, and no file may hold more than ``limit`` bytes."""
+    return folder_digest(path, what, limit) if Path(path).is_dir() else sha256_file(path, what=what, limit=limit)
+
+
+def folder_digest(folder: Path, what: str, limit: int) -> str:
+    """sha256 over every regular file under a folder, each as its relative path, NUL, its bytes,
+    in path order. FIFOs, devices and sockets in it are passed over, never opened."""
     h = hashlib.sha256()
     for f in sorted(p for p in Path(folder).rglob("*") if p.is_file()):
-        h.update(f.relative_to(folder).as_posix().encode() + b"\0" + f.read_bytes())
+        h.update(f.relative_to(folder).as_posix().encode() + b"\0")
+        update_digest(h, f, what=f"file of the {what} folder", limit=limit)
     return h.hexdigest()
+
+
+#: What each input a manifest records is called in errors, and the most one of its files may hold.
+TRACE = ("trace", limits.TRACE_BYTES)
+CLUSTER = ("cluster file", limits.YAML_BYTES)
+PROFILES = ("profiles", limits.TABLE_BYTES)
+MODEL = ("model file", limits.YAML_BYTES)
 
 
 def input_files(inputs: Inputs) -> dict:
     """Every input read once: the user's files, then the shipped profiles and catalog."""
-    return {"trace": _input(inputs.trace),
-            "cluster": _shipped("data/cluster.yaml") if inputs.cluster is None else _input(inputs.cluster),
-            "profiles": [_input(p) for p in inputs.profiles],
-            "shipped_profiles": _shipped("data/profiles"), "catalog": _shipped("catalog"),
-            **({"model": _input(inputs.model)} if inputs.model else {})}
+    return {"trace": _input(inputs.trace, *TRACE),
+            "cluster": _shipped("data/cluster.yaml", CLUSTER[0]) if inputs.cluster is None
+            else _input(inputs.cluster, *CLUSTER),
+            "profiles": [_input(p, *PROFILES) for p in inputs.profiles],
+            "shipped_profiles": _shipped("data/profiles", "shipped profiles"),
+            "catalog": _shipped("catalog", "catalog"),
+            **({"model": _input(inputs.model, *MODEL)} if inputs.model else {})}
 
 
 def _provenance(doc: dict, plan: Plan, files: dict, seed: int) -> dict:

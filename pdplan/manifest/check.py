@@ -15,9 +15,10 @@ from pathlib import Path
 
 from pdplan import names
 from pdplan.errors import PdplanError
-from pdplan.fileio import sha256_file
+from pdplan.fileio import input_file
 from pdplan.hardware import get_gpu
-from pdplan.manifest.build import GIB, KV_ROLES, ROLLBACK, UNKNOWN, folder_digest, kv_cache_abi
+from pdplan.manifest.build import (CLUSTER, GIB, KV_ROLES, PROFILES, ROLLBACK, TRACE, UNKNOWN, input_sha256,
+                                   kv_cache_abi)
 from pdplan.manifest.document import content_hash, digest, schema_errors, section_hashes
 from pdplan.modelspec import KV_BYTES, get_model, weight_bytes_per_gpu
 from pdplan.placement import serves
@@ -291,22 +292,30 @@ def _predictions(manifest: dict) -> list[Violation]:
     return found
 
 
+def refuse_unreadable_inputs(*, trace: Path | None, profiles: Path | None, cluster: Path | None) -> None:
+    """An input flag naming a path that cannot be read as that input (missing, a directory where a
+    file is meant, a FIFO, a device, too large) is an error before any check runs, whether or not
+    the manifest gets as far as comparing it."""
+    profiles = None if profiles is None or profiles.is_dir() else profiles  # a folder of profiles is welcome
+    for path, (what, limit) in ((trace, TRACE), (cluster, CLUSTER), (profiles, PROFILES)):
+        if path is not None:
+            input_file(path, what=what, limit=limit)
+
+
 def stale_inputs(manifest: dict, *, trace: Path | None, profiles: Path | None,
                  cluster: Path | None) -> list[Violation]:
     """Inputs given on the command line whose sha256 differs from the manifest's: it is stale."""
     inputs = manifest["provenance"]["inputs"]
     found = []
-    if trace is not None and sha256_file(trace) != inputs["trace"]["sha256"]:
+    if trace is not None and input_sha256(trace, *TRACE) != inputs["trace"]["sha256"]:
         found.append(Violation("provenance.inputs.trace.sha256", f"stale: {trace} is not the trace this plan was "
                                                                  f"made from ({inputs['trace']['path']})"))
-    if cluster is not None and sha256_file(cluster) != inputs["cluster"]["sha256"]:
+    if cluster is not None and input_sha256(cluster, *CLUSTER) != inputs["cluster"]["sha256"]:
         found.append(Violation("provenance.inputs.cluster.sha256", f"stale: {cluster} is not the cluster this plan "
                                                                    f"was made for ({inputs['cluster']['path']})"))
-    if profiles is not None:
-        given = folder_digest(profiles) if profiles.is_dir() else sha256_file(profiles)
-        if given not in {p["sha256"] for p in inputs["profiles"]}:
-            found.append(Violation("provenance.inputs.profiles", f"stale: {profiles} is not among the profiles this "
-                                                                 "plan was timed with"))
+    if profiles is not None and input_sha256(profiles, *PROFILES) not in {p["sha256"] for p in inputs["profiles"]}:
+        found.append(Violation("provenance.inputs.profiles", f"stale: {profiles} is not among the profiles this "
+                                                             "plan was timed with"))
     return found
 
 
