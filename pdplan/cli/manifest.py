@@ -15,7 +15,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.manifest.check import check_manifest, refuse_unreadable_inputs
 from pdplan.manifest.diff import diff_manifests
-from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, schema as manifest_schema
+from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, read_manifest, schema as manifest_schema
 from pdplan.manifest.schedule import check_schedule
 from pdplan.manifest.export import FORMATS, export_manifest
 from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE, resimulate as rerun_plan
@@ -98,7 +98,7 @@ def diff(
 ) -> None:
     """What changed between two manifests (pools, placement, identity, predictions, inputs), for
     release review. Exit 0 when equal, 1 when different."""
-    changes = diff_manifests(load_manifest(a), load_manifest(b))
+    changes = diff_manifests(read_manifest(a), read_manifest(b))
     if json:
         print_json({"equal": not changes, "changes": changes})
     elif not changes:

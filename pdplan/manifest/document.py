@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
+from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.fileio import WRITTEN_DIGITS, load_yaml, significant
+from pdplan.schema import shown
 
 API_VERSION = "pdplan/v1"
 KIND = "DeploymentManifest"
@@ -90,15 +93,57 @@ def seal(manifest: dict) -> dict:
 
 
 def schema_errors(data: Any) -> list[tuple[str, str]]:
-    """Every JSON-Schema violation as (field path, message), in a stable order."""
-    from jsonschema import Draft202012Validator
+    """Every violation of the schema as (field path, message), in a stable order.
 
-    validator = Draft202012Validator(schema(SCHEDULE_KIND if data.get("kind") == SCHEDULE_KIND else KIND))
-    found = []
-    for error in validator.iter_errors(data):
-        path = _path(error.absolute_path)
-        found.append((path or "(top level)", error.message))
-    return sorted(set(found))
+    A manifest is untrusted input, so the schema is applied more strictly than JSON Schema's own
+    types: an integer field refuses 1.0 (YAML writes it, JSON Schema admits it, and it would
+    reach a launch flag as ``1.0``), and every value must be JSON data with its numbers finite
+    and within :data:`~pdplan.limits.MAX_NUMBER` (integers :data:`~pdplan.limits.MAX_INTEGER`)
+    and its keys strings (:func:`not_json_data`), so nothing read can break the content hash.
+    A value that is not JSON data is named by that alone, not also by the schema's rules."""
+    found = set(not_json_data(data))
+    bad = {path for path, _ in found}
+    kind = SCHEDULE_KIND if isinstance(data, dict) and data.get("kind") == SCHEDULE_KIND else KIND
+    for error in _validator(kind).iter_errors(data):
+        path = _path(error.absolute_path) or "(top level)"
+        if not any(path == b or path.startswith((b + ".", b + "[")) for b in bad):
+            found.add((path, error.message))
+    return sorted(found)
+
+
+@cache
+def _validator(kind: str):
+    """The schema's validator, its "integer" an int and never a float such as 1.0."""
+    from jsonschema import Draft202012Validator, validators
+
+    def integer(_checker, value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    strict = validators.extend(Draft202012Validator,
+                               type_checker=Draft202012Validator.TYPE_CHECKER.redefine("integer", integer))
+    return strict(schema(kind))
+
+
+def not_json_data(data: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(field path, message) of each value that is not JSON data a hash can be taken over: a
+    non-finite or out-of-range number (YAML's .nan, .inf, 1.0e+400), a key that is not a string,
+    or a YAML type JSON lacks (a date, binary, a set)."""
+    where = path or "(top level)"
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if not isinstance(key, str):
+                yield where, f"keys must be strings, got {shown(key)!r}"
+            else:
+                yield from not_json_data(value, f"{path}.{key}" if path else key)
+    elif isinstance(data, list):
+        for i, value in enumerate(data):
+            yield from not_json_data(value, f"{path}[{i}]")
+    elif isinstance(data, float) and not (math.isfinite(data) and abs(data) <= limits.MAX_NUMBER):
+        yield where, f"must be a finite number of at most {limits.MAX_NUMBER:g} in size, got {data!r}"
+    elif isinstance(data, int) and not isinstance(data, bool) and abs(data) > limits.MAX_INTEGER:
+        yield where, f"must be an integer of at most {limits.MAX_INTEGER:,} in size, got {shown(data)!r}"
+    elif not (data is None or isinstance(data, (str, int, float))):
+        yield where, f"must be a string, number, true/false, null, list or mapping, not a YAML {type(data).__name__}"
 
 
 def _path(parts) -> str:
