@@ -63,6 +63,11 @@ class Fields:
         self._check_range(key, value, minimum, exclusive, limits.MAX_NUMBER if maximum is None else maximum)
         return float(value)
 
+    def bandwidth_gb_s(self, key: str, default: float | None = None) -> float:
+        """A bandwidth in GB/s within the physical range of :mod:`pdplan.limits`: a positive
+        1e-300 GB/s is no link, and would stretch one transfer past any simulated time."""
+        return self.number(key, default, minimum=limits.MIN_BANDWIDTH_GB_S, maximum=limits.MAX_BANDWIDTH_GB_S)
+
     def integer(self, key: str, default: int | None = None, *, minimum: int | None = None,
                 maximum: int | None = None) -> int:
         value = self.require(key) if default is None else self.data.get(key, default)

@@ -55,7 +55,7 @@ BAD_CLUSTERS = [
     ("nodes:\n" + NODE.replace("    count: 2\n", ""), None),
     ("nodes:\n" + NODE + NODE, r"c.yaml:8: nodes\[1\].name must be unique across nodes, got 'a'"),
     ("nodes:\n" + NODE.replace("inter_node_gb_s: 25", "inter_node_gb_s: -1"),
-     r"c.yaml:6: nodes\[0\].inter_node_gb_s must be > 0, got -1"),
+     r"c.yaml:6: nodes\[0\].inter_node_gb_s must be >= 0.001, got -1"),
     ("nodes:\n" + NODE + "prices:\n  a100: 3\n", r"c.yaml:\d+: prices.a100 is not a known GPU"),
     ("!!python/object/apply:os.system ['true']\n", r"c.yaml:1: invalid YAML"),
     ("nodes:\n" + NODE.replace("gpus_per_node: 8", "gpus_per_node: 16"),

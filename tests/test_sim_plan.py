@@ -65,7 +65,7 @@ BAD = [
     ("bad-schedule", GOOD.replace("schedule: layer", "schedule: stream"), 3,
      "transfer.schedule must be one of layer, request, got 'stream'"),
     ("bad-bandwidth", GOOD.replace("bandwidth_gb_s: 25", "bandwidth_gb_s: 0"), 5,
-     "default_link.bandwidth_gb_s must be > 0, got 0"),
+     "default_link.bandwidth_gb_s must be >= 0.001, got 0"),
     ("no-link", GOOD.replace("default_link:\n  bandwidth_gb_s: 25\n  setup_ms: 0.5\n", ""), None,
      "links has no link from 'prefill' to 'decode' and there is no default_link"),
     ("policy-on-decode", GOOD + "    policy: chunked\n", 19, "pools[1].policy applies only to colocated and mixed pools"),

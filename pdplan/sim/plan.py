@@ -291,7 +291,7 @@ _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
 def _link(spec: Fields, from_pool: str | None, to_pool: str | None) -> Link:
     return Link(from_pool=from_pool, to_pool=to_pool,
-                bandwidth_bytes_per_s=spec.number("bandwidth_gb_s", minimum=0, exclusive=True, maximum=limits.MAX_BANDWIDTH_GB_S) * GB,
+                bandwidth_bytes_per_s=spec.bandwidth_gb_s("bandwidth_gb_s") * GB,
                 setup_s=spec.number("setup_ms", 0.0, minimum=0, maximum=limits.MAX_LATENCY_MS) / 1e3)
 
 
