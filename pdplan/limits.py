@@ -48,3 +48,4 @@ MAX_INTEGER = 2**53
 MAX_NUMBER = 1e15
 YAML_VALUES = 2_000_000         #: values of one YAML document, aliases expanded (a 16 MiB file spells out ~1.5 million)
 MIN_BANDWIDTH_GB_S = 1e-3       #: 1 MB/s: slower, one 1,000-token request's KV (0.3 GB on llama2-70b) takes minutes
+MAX_BENCH_REQUESTS = 10_000_000  #: requests one serving-benchmark result may report

@@ -137,6 +137,16 @@ class _Doc:
             raise self.fail(key, f"must be a finite number >= {minimum:g}", value)
         return float(value)
 
+    def count(self, key: str) -> int | None:
+        """A count of requests (None when absent or ""): whole, and at most
+        :data:`~pdplan.limits.MAX_BENCH_REQUESTS`, since it sizes the replayed load."""
+        if self.data.get(key) in (None, ""):
+            return None
+        value = self.number(key)
+        if value != int(value) or not 1 <= value <= limits.MAX_BENCH_REQUESTS:
+            raise self.fail(key, f"must be a whole number of requests in [1, {limits.MAX_BENCH_REQUESTS:,}]", value)
+        return int(value)
+
     def array(self, key: str, *, nested: bool = False) -> list:
         value = self.data.get(key)
         if not isinstance(value, list):
@@ -170,10 +180,12 @@ def _load(doc: _Doc, concurrency: float | None, rate: float | None, *, keys: tup
 
 
 def _lengths(doc: _Doc, values: list, key: str) -> np.ndarray:
-    lengths = np.asarray(values, dtype=np.int64)
-    if lengths.size == 0 or lengths.min() < 1 or lengths.max() > limits.MAX_TOKENS_PER_REQUEST:
-        raise doc.fail(key, f"must hold token counts in [1, {limits.MAX_TOKENS_PER_REQUEST:,}]")
-    return lengths
+    """Token counts (whole, in [1, MAX_TOKENS_PER_REQUEST]) checked before they become integers, so
+    none is truncated or overflows."""
+    bad = next((x for x in values if x != int(x) or not 1 <= x <= limits.MAX_TOKENS_PER_REQUEST), None)
+    if not values or bad is not None:
+        raise doc.fail(key, f"must hold whole token counts in [1, {limits.MAX_TOKENS_PER_REQUEST:,}]", bad)
+    return np.asarray(values, dtype=np.int64)
 
 
 # --- vLLM ------------------------------------------------------------------------------------------
@@ -188,18 +200,29 @@ def _vllm(doc: _Doc) -> BenchRun:
                         for name in ("mean", "median", "p10", "p25", "p50", "p75", "p90", "p99")
                         if doc.get(f"{name}_{clock}_ms") is not None}
                 for clock in ("ttft", "tpot")}
-    completed = int(doc.number("completed", required=False, minimum=1) or DEFAULT_REQUESTS)
-    input_mean = doc.number("total_input_tokens") / completed
-    output_mean = doc.number("total_output_tokens") / completed
+    completed = doc.count("completed") or DEFAULT_REQUESTS
     return BenchRun(file=doc.file, format="vllm-bench", concurrency=concurrency, rate_rps=rate,
-                    prompt_tokens=np.full(completed, max(1, round(input_mean)), np.int64),
-                    output_tokens=np.full(completed, max(1, round(output_mean)), np.int64), reported=reported)
+                    prompt_tokens=_repeated(doc, doc.number("total_input_tokens") / completed, completed,
+                                            "total_input_tokens"),
+                    output_tokens=_repeated(doc, doc.number("total_output_tokens") / completed, completed,
+                                            "total_output_tokens"), reported=reported)
+
+
+def _repeated(doc: _Doc, mean: float, n: int, key: str) -> np.ndarray:
+    """The mean length of ``n`` requests (rounded, at least one token) as each one's length."""
+    tokens = max(1, round(mean))
+    if tokens > limits.MAX_TOKENS_PER_REQUEST:
+        raise doc.fail(key, f"gives {tokens:,} tokens per request, over the {limits.MAX_TOKENS_PER_REQUEST:,} "
+                            "a request may have")
+    return np.full(n, tokens, np.int64)
 
 
 def _vllm_detailed(doc: _Doc, concurrency: int | None, rate: float | None) -> BenchRun:
     inputs, outputs = doc.array("input_lens"), doc.array("output_lens")
     ttfts, itls = doc.array("ttfts"), doc.array("itls", nested=True)
     errors = doc.data.get("errors") or [""] * len(ttfts)
+    if not isinstance(errors, list):
+        raise doc.fail("errors", "must be a list (one error message per request, empty when it succeeded)", errors)
     if not len(inputs) == len(outputs) == len(ttfts) == len(itls) == len(errors):
         raise doc.fail("ttfts", f"must have one entry per request like input_lens ({len(inputs)})", len(ttfts))
     ok = [i for i, e in enumerate(errors) if not e and outputs[i] >= 1]
@@ -230,10 +253,10 @@ def _metric(doc: _Doc, key: str, *, seconds: bool) -> dict[str, float] | None:
     return {STAT_NAMES[name]: metric.number(name) * factor for name in STAT_NAMES if metric.get(name) is not None}
 
 
-def _count(doc: _Doc) -> float | None:
+def _count(doc: _Doc) -> int | None:
     """The run's request count, a system metric with only its average."""
     metric = doc.sub("request_count")
-    return None if metric is None else metric.number("avg", required=False, minimum=1)
+    return None if metric is None else metric.count("avg")
 
 
 def _setting(doc: _Doc | None, key: str, *, minimum: float = 0.0) -> float | None:
@@ -250,7 +273,7 @@ def _setting(doc: _Doc | None, key: str, *, minimum: float = 0.0) -> float | Non
     return value
 
 
-def _aggregate(doc: _Doc, fmt: str, concurrency: float | None, rate: float | None, count: float | None) -> BenchRun:
+def _aggregate(doc: _Doc, fmt: str, concurrency: float | None, rate: float | None, count: int | None) -> BenchRun:
     ttft = _metric(doc, "time_to_first_token", seconds=True)
     tpot = _metric(doc, "inter_token_latency", seconds=True)
     if not ttft or not tpot:
@@ -260,10 +283,10 @@ def _aggregate(doc: _Doc, fmt: str, concurrency: float | None, rate: float | Non
         raise doc.fail("input_sequence_length" if not isl or "mean" not in isl else "output_sequence_length",
                        "needs its avg")
     clients, rate_rps = _load(doc, concurrency, rate)
-    n = int(count) if count else DEFAULT_REQUESTS
+    n = count or DEFAULT_REQUESTS
     return BenchRun(file=doc.file, format=fmt, concurrency=clients, rate_rps=rate_rps,
-                    prompt_tokens=np.full(n, max(1, round(isl["mean"])), np.int64),
-                    output_tokens=np.full(n, max(1, round(osl["mean"])), np.int64),
+                    prompt_tokens=_repeated(doc, isl["mean"], n, "input_sequence_length.avg"),
+                    output_tokens=_repeated(doc, osl["mean"], n, "output_sequence_length.avg"),
                     reported={"ttft": ttft, "tpot": tpot})
 
 
@@ -295,10 +318,10 @@ def _aiperf(doc: _Doc) -> BenchRun:
             raise phase.fail("type", "must be concurrency or a request rate (poisson, constant)", kind)
         if kind == "concurrency":
             return _aggregate(doc, "aiperf", _setting(phase, "concurrency", minimum=1), None,
-                              _setting(phase, "requests", minimum=1) or _count(doc))
-        return _aggregate(doc, "aiperf", None, _setting(phase, "rate"), _setting(phase, "requests", minimum=1) or _count(doc))
+                              phase.count("requests") or _count(doc))
+        return _aggregate(doc, "aiperf", None, _setting(phase, "rate"), phase.count("requests") or _count(doc))
     loadgen = config.sub("loadgen")
     if loadgen is None:  # up to 0.8 an unset block is the default: one client
         return _aggregate(doc, "aiperf", 1, None, _count(doc))
     return _aggregate(doc, "aiperf", _setting(loadgen, "concurrency", minimum=1), _setting(loadgen, "request_rate"),
-                      _setting(loadgen, "request_count", minimum=1) or _count(doc))
+                      loadgen.count("request_count") or _count(doc))
