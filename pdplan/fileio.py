@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import ctypes
+import errno
 import hashlib
 import os
 import shutil
 import stat
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -381,10 +384,15 @@ def _folder_beside(folder: Path, files: dict[Path, tuple[bytes, int]]) -> Path:
 
 
 def _swap_folder(tmp: Path, folder: Path) -> None:
-    """Put the folder ``tmp`` in the place of ``folder``: the old one is renamed aside, the new one
-    renamed in (the old one back on failure), then the old one removed."""
+    """Put the folder ``tmp`` in the place of ``folder``. Where the kernel can exchange two names
+    in one step (Linux's renameat2 RENAME_EXCHANGE) a kill leaves the old folder or the new one,
+    never neither; elsewhere the old one is renamed aside, the new one renamed in (the old one
+    back on failure). The old one is then removed."""
     old = None
     try:
+        if os.path.lexists(folder) and _exchange(tmp, folder):
+            shutil.rmtree(tmp)  # the old folder, now under the temporary name
+            return
         if os.path.lexists(folder):
             old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
             os.replace(folder, old)  # onto the empty folder just made: a unique free name
@@ -398,6 +406,29 @@ def _swap_folder(tmp: Path, folder: Path) -> None:
             shutil.rmtree(old)
     except OSError as err:
         raise PdplanError(f"cannot replace the output folder: {err.strerror or err}", file=folder) from None
+
+
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the names ``a`` and ``b`` atomically (renameat2(2) with RENAME_EXCHANGE); False where
+    the platform, the C library or the file system cannot, so the caller falls back."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):  # a C library older than glibc 2.28
+        return False
+    renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.ENOSYS, errno.EINVAL, errno.ENOTSUP):  # no such call, or not on this file system
+        return False
+    raise OSError(error, os.strerror(error), str(b))
 
 
 def _temp_beside(path: Path, data: bytes) -> Path:

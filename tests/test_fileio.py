@@ -1,5 +1,7 @@
 """Reading inputs safely and writing outputs atomically."""
 
+import os
+
 import pytest
 
 from pdplan.errors import PdplanError
@@ -75,3 +77,35 @@ def test_writing_over_a_directory_is_an_input_error_and_leaves_no_temp_file(tmp_
     with pytest.raises(PdplanError, match="out: cannot write output: it is a directory"):
         atomic_write_text(tmp_path / "out", "hello\n")
     assert [p.name for p in tmp_path.iterdir()] == ["out"]
+
+
+def test_a_folder_is_replaced_in_one_exchange_on_linux(tmp_path, monkeypatch):
+    from pdplan import fileio
+
+    (tmp_path / "deploy" / "vllm").mkdir(parents=True)
+    (tmp_path / "deploy" / "vllm" / "old.sh").write_text("old")
+    renames = []
+    monkeypatch.setattr(fileio.os, "replace", lambda a, b: renames.append((a, b)) or os.rename(a, b))
+    outputs = fileio.Outputs()
+    outputs.claim(tmp_path / "deploy", "--out", folder=True)
+    outputs.put_folder(tmp_path / "deploy" / "vllm", {"new.sh": "new"}, "--out")
+    outputs.commit()
+    assert [p.name for p in (tmp_path / "deploy" / "vllm").iterdir()] == ["new.sh"]
+    assert [p.name for p in (tmp_path / "deploy").iterdir()] == ["vllm"]
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    if fileio._exchange(tmp_path / "a", tmp_path / "b"):  # this file system can exchange names
+        assert renames == []  # swapped by renameat2: never a moment without the folder
+
+
+def test_a_folder_is_still_replaced_where_no_exchange_exists(tmp_path, monkeypatch):
+    from pdplan import fileio
+
+    (tmp_path / "deploy" / "vllm").mkdir(parents=True)
+    (tmp_path / "deploy" / "vllm" / "old.sh").write_text("old")
+    monkeypatch.setattr(fileio, "_exchange", lambda a, b: False)
+    outputs = fileio.Outputs()
+    outputs.put_folder(tmp_path / "deploy" / "vllm", {"new.sh": "new"}, "--out")
+    outputs.commit()
+    assert [p.name for p in (tmp_path / "deploy" / "vllm").iterdir()] == ["new.sh"]
+    assert [p.name for p in (tmp_path / "deploy").iterdir()] == ["vllm"]
