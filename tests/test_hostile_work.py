@@ -92,3 +92,99 @@ def test_an_infeasible_problem_is_one_line_naming_the_binding_constraint(run_cli
     monkeypatch.setenv("PDPLAN_CACHE_DIR", str(shared_cache))
     make(work, {"t.csv": TRACE, "c.yaml": CLUSTER.replace("count: 2", "count: 0")})
     refused(run_cli, work, OPT + flags, [binding])
+
+
+# --- no output lands on an input ------------------------------------------------------------------
+
+#: Output flags of every command that writes (trace synth reads nothing): "file" or "folder".
+WRITES = {
+    "optimize": {"--out": "file", "--plot": "folder"},
+    "goodput": {"--plot": "file"},
+    "simulate": {"--out": "file"},
+    "trace transform": {"--out": "file"},
+    "profile fit": {"--output": "file"},
+    "profile roofline": {"--output": "file"},
+    "profile compose": {"--output": "file"},
+    "profile calibrate": {"--output": "file"},
+    "sensitivity grid": {"--out": "file", "--plot": "file"},
+}
+#: A grid file that names every kind of input itself, and varies two dimensions (for --plot).
+OWN_GRID = ("pdplan_grid: 1\ntrace: t.csv\nmodel: m.yaml\ncluster: c.yaml\nprofiles: p.yaml\n"
+            "vary:\n  rate: [1, 2]\n  bandwidth: [10, 100]\n")
+#: The same file under another name: itself, a hard link to it, a symlink to it, a symlink to that.
+ALIASES = ("same-path", "hard-link", "symlink", "symlink-to-a-symlink")
+
+
+def alias(kind: str, work: Path, name: str) -> str:
+    """A name for ``name`` in ``work`` of ``kind`` (made in ``work`` before the snapshot)."""
+    if kind == "same-path":
+        return name
+    made = f"{kind}-{name.replace('/', '_')}"
+    if kind == "hard-link":
+        os.link(work / name, work / made)
+    elif kind == "symlink":
+        os.symlink(name, work / made)
+    else:
+        os.symlink(name, work / "hop")
+        os.symlink("hop", work / made)
+    return made
+
+
+def _writer_cases() -> list[tuple]:
+    from test_hostile_paths import COMMANDS
+
+    cases = [(command, slot, flag) for command, flags in WRITES.items() for flag, target in flags.items()
+             for slot in COMMANDS[command][1] if target == "file"]
+    return cases + [("sensitivity grid (its own files)", slot, flag) for slot in ("trace", "model", "cluster", "profiles")
+                    for flag in ("--out", "--plot")]
+
+
+WRITER_CASES = _writer_cases()
+
+
+@pytest.mark.parametrize("command,slot,flag", WRITER_CASES, ids=[" ".join(c) for c in WRITER_CASES])
+def test_an_output_naming_an_input_under_any_name_is_refused_before_any_work(run_cli, work, command, slot, flag):
+    from test_hostile_paths import COMMANDS, FILES
+
+    make(work, {**FILES, "own.yaml": OWN_GRID})
+    if command.endswith("(its own files)"):
+        argv, slots = ["sensitivity", "grid", "own.yaml"], {"trace": "t.csv", "model": "m.yaml", "cluster": "c.yaml",
+                                                             "profiles": "p.yaml"}
+    else:
+        argv, slots = COMMANDS[command]
+    for kind in ALIASES:
+        target = alias(kind, work, slots[slot])
+        args = [part.format(**slots) for part in argv] + [flag, target]  # the last of a flag given twice wins
+        folder = command == "profile fit" and not target.endswith(".yaml")  # fit writes a folder unless -o is .yaml
+        refused(run_cli, work, tuple(args), [f"{flag} must name a folder, got a file" if folder
+                                             else f"{flag} would overwrite the input"], seconds=20)
+
+
+def test_every_command_that_writes_has_its_outputs_checked_against_its_inputs():
+    from test_hostile_paths import COMMANDS
+
+    writers = {c for c, (argv, _) in COMMANDS.items() if {"-o", "--out", "--output", "--plot"} & set(argv)}
+    assert writers - {"export"} <= set(WRITES), writers - set(WRITES)  # export's --out is a folder of files
+
+
+@pytest.mark.parametrize("kind", ["same-path", "symlink"])
+def test_a_plot_folder_that_is_the_profiles_folder_is_refused(run_cli, work, kind):
+    from test_hostile_paths import FILES
+
+    make(work, {"t.csv": TRACE, "profiles": "DIR"})
+    (work / "profiles" / "p.yaml").write_text(FILES["p.yaml"])
+    refused(run_cli, work, OPT + ("--profiles", "profiles", "--plot", alias(kind, work, "profiles")),
+            ["--plot would overwrite the input profiles"])
+
+
+def test_a_windows_file_that_is_a_fifo_is_not_a_regular_file(run_cli, work):
+    make(work, {"t.csv": TRACE, "w": "FIFO"})
+    refused(run_cli, work, OPT + ("--windows", "w"), ["w: windows file is not a regular file"])
+
+
+def test_a_windows_length_that_names_no_file_is_still_a_length(run_cli, work):
+    from pdplan.schedule.windows import window_starts, windows_file
+
+    assert windows_file("1h") is None and window_starts("30m", 3600.0) == [0.0, 1800.0]
+    make(work, {"1h": "0\n10\n"})
+    assert windows_file("1h") == Path("1h")  # a file of that name is what --windows means

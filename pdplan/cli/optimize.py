@@ -45,6 +45,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs, dump_yaml
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
 from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
+from pdplan.inputs import model_file
 from pdplan.modelspec import get_model
 from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
 from pdplan.planner.request import MODES
@@ -54,6 +55,7 @@ from pdplan.planner.plans import Spill
 from pdplan.cli.schedule import render as render_schedule, report_to_dict as schedule_document
 from pdplan.report import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, plot_schedule
 from pdplan.schedule import cut, plan_windows, window_starts
+from pdplan.schedule.windows import windows_file
 from pdplan.manifest import Identity, Inputs, Release, build_manifest
 from pdplan.manifest.build import CONNECTORS, UNKNOWN
 from pdplan.manifest.schedule import build_schedule
@@ -200,7 +202,7 @@ def optimize(
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
                    max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit,
                    seeds=seeds, max_rounds=max_rounds, tps=tp, pps=pp)
-    outputs = Outputs(trace, cluster, profiles, slo, model if model.endswith((".yaml", ".yml")) else None)
+    outputs = Outputs(trace, cluster, profiles, slo, model_file(model), windows_file(windows))
     if out is not None:
         outputs.claim(out, "--out")
     if plot is not None:
@@ -253,7 +255,7 @@ def optimize(
         if out is not None and windowed.chosen is not None:
             outputs.put(out, dump_yaml(build_schedule(
                 windowed, Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
-                                 model=Path(model) if model.endswith((".yaml", ".yml")) else None),
+                                 model=model_file(model)),
                 seed=seed, timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds") if timestamp else None)))
         _windowed_output(windowed, outputs, plot, json)
         return
@@ -264,7 +266,7 @@ def optimize(
             timed = replace(report.answer.plan, engine=engine, engine_version=engine_version, compose=compose)
             manifest = build_manifest(
                 report, timed, Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
-                                      model=Path(model) if model.endswith((".yaml", ".yml")) else None),
+                                      model=model_file(model)),
                 identity=Identity(checkpoint=checkpoint, revision=revision, tokenizer=tokenizer, adapter=adapter,
                                   position=position),
                 release=Release(connector=connector), seed=seed,

@@ -20,6 +20,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.profile_import import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
+from pdplan.inputs import model_file
 from pdplan.modelspec import get_model
 from pdplan.profiles import (PhaseProfile, load_profile, profile_file_name, profile_files, profile_yaml,
                              shipped_profiles_dir)
@@ -143,11 +144,11 @@ def fit(
     """
     within("--memory-utilization", memory_utilization, 0, 1, above=True)
     single = output.suffix in (".yaml", ".yml")
-    outputs = Outputs(src, max_num_tokens)
-    outputs.claim(output, "--output", folder=not single)
     table = None
     if fmt is SourceFormat.distserve:
         table = max_num_tokens if max_num_tokens is not None else src.parent / "max_num_tokens.csv"
+    outputs = Outputs(src, max_num_tokens, table, model_file(model))
+    outputs.claim(output, "--output", folder=not single)
     result = profiles_from_source(
         src, fmt.value, model=model, gpu=gpu, tp=tp, pp=pp, label=_portable(src),
         max_num_tokens=table, max_num_tokens_label=None if table is None else _portable(table),
@@ -235,7 +236,7 @@ def roofline(
     within("--compute-efficiency", compute_efficiency, 0, 1, above=True)
     within("--bandwidth-efficiency", bandwidth_efficiency, 0, 1, above=True)
     within("--layer-overhead-us", layer_overhead_us, 0, 1e6)
-    outputs = Outputs(model if model.endswith((".yaml", ".yml")) else None)
+    outputs = Outputs(model_file(model))
     if output is not None:
         outputs.claim(output, "--output")
     profile = roofline_profile(get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu), tp, pp,
@@ -285,7 +286,7 @@ def compose(
     """
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
-    outputs = Outputs(model if model.endswith((".yaml", ".yml")) else None)
+    outputs = Outputs(model_file(model))
     if output is not None:
         outputs.claim(output, "--output")
     from pdplan.compose.profile import composed_profile  # the extra's tables load only here

@@ -108,11 +108,11 @@ def grid(
                          [parse_vary(text) for text in vary or ()])
     if the_spec.trace is None:
         raise PdplanError("give a trace: --trace T or a grid file with trace:", field="trace")
-    axes = heatmap_axes(the_spec, plot_axes) if plot is not None else None
-    outputs = Outputs(the_spec.trace, the_spec.cluster, the_spec.profiles, spec)
+    outputs = Outputs(spec, *the_spec.files)
     for path, flag in ((out, "--out"), (plot, "--plot")):
         if path is not None:
             outputs.claim(path, flag)
+    axes = heatmap_axes(the_spec, plot_axes) if plot is not None else None
     base = load_base(the_spec, ttft=ttft, tpot=tpot, attainment=attainment, margin_ms=margin, budget=budget,
                      cache_dir=cache_dir, use_cache=not no_cache)
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

@@ -9,6 +9,7 @@ rate is its mean (requests over its length), or with ``--peak`` its busiest minu
 from __future__ import annotations
 
 import math
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,10 +43,22 @@ class Window:
         return (self.end_s - self.start_s) / 3600.0
 
 
+LENGTH = re.compile(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*")
+
+
+def windows_file(text: str | None) -> Path | None:
+    """The file ``--windows`` names, or None when it gives a length (a file of that name wins) or
+    is not given."""
+    if text is None or LENGTH.fullmatch(text) and not os.path.lexists(text):
+        return None
+    return Path(text)
+
+
 def window_starts(text: str, span_s: float) -> list[float]:
     """Window starts from ``--windows``: a length (``1h``, ``30m``, ``900s``, ``600``) or a file."""
-    match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*([smh]?)\s*", text)
-    if match and not Path(text).exists():
+    path = windows_file(text)
+    if path is None:
+        match = LENGTH.fullmatch(text)
         length = float(match.group(1)) * UNITS[match.group(2) or "s"]
         if not length > 0:
             raise PdplanError(f"--windows length must be > 0, got {text!r}", field="windows")
@@ -54,10 +67,10 @@ def window_starts(text: str, span_s: float) -> list[float]:
             raise PdplanError(f"--windows {text} cuts the trace's {span_s:,.0f} s into {count:,} windows; at most "
                               f"{MAX_WINDOWS:,}", field="windows")
         return [i * length for i in range(count)]
-    if not Path(text).is_file():
+    if not os.path.lexists(path):
         raise PdplanError(f"--windows must be a length (1h, 30m, 900s, 600) or a file of window starts, "
                           f"got {text!r}", field="windows")
-    return _read_starts(Path(text))
+    return _read_starts(path)  # a FIFO, device or folder is refused by name, as every input is
 
 
 def _read_starts(path: Path) -> list[float]:
