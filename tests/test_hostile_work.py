@@ -188,3 +188,65 @@ def test_a_windows_length_that_names_no_file_is_still_a_length(run_cli, work):
     assert windows_file("1h") is None and window_starts("30m", 3600.0) == [0.0, 1800.0]
     make(work, {"1h": "0\n10\n"})
     assert windows_file("1h") == Path("1h")  # a file of that name is what --windows means
+
+
+# --- every piece of work is bounded before it starts ----------------------------------------------
+
+def test_six_dimensions_of_a_hundred_values_are_refused_before_a_cell_is_listed(run_cli, work):
+    make(work, {"t.csv": TRACE})
+    values = ",".join(str(v) for v in range(1, 101))
+    vary = [part for name in ("bandwidth", "prompt_scale", "output_scale", "rate", "route_ms", "ttft_scale")
+            for part in ("--vary", f"{name}={values}")]
+    started = time.perf_counter()
+    refused(run_cli, work, ("sensitivity", "grid", "--trace", "t.csv", *vary),
+            ["the grid has 1,000,000,000,000 cells", "at most 1,000"], seconds=10)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_grid_file_of_too_many_cells_is_refused_like_the_flags(run_cli, work):
+    lists = "".join(f"  {name}: [{', '.join(str(v) for v in range(1, 33))}]\n"
+                    for name in ("bandwidth", "prompt_scale"))
+    make(work, {"t.csv": TRACE, "g.yaml": f"pdplan_grid: 1\ntrace: t.csv\nvary:\n{lists}"})
+    refused(run_cli, work, ("sensitivity", "grid", "g.yaml"), ["the grid has 1,024 cells", "at most 1,000"])
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:1", "ray://127.0.0.1:1"])
+def test_an_unreachable_ray_address_is_one_line_within_seconds(run_cli, work, address):
+    make(work, {"t.csv": TRACE})
+    started = time.perf_counter()
+    refused(run_cli, work, ("sensitivity", "grid", "--trace", "t.csv", "--vary", "rate=1,2", "--executor", "ray",
+                            "--address", address), [f"--address {address}: no Ray cluster is reachable there"],
+            seconds=15)
+    assert time.perf_counter() - started < 10  # limits.RAY_CONNECT_S, not Ray's minutes of retries
+
+
+@pytest.mark.parametrize("address, message", [
+    ("127.0.0.1", "--address must read HOST:PORT or ray://HOST:PORT"),
+    ("ray://127.0.0.1:99999", "--address must read HOST:PORT or ray://HOST:PORT"),
+])
+def test_a_ray_address_that_is_no_host_and_port_is_named(run_cli, work, address, message):
+    make(work, {"t.csv": TRACE})
+    refused(run_cli, work, ("sensitivity", "grid", "--trace", "t.csv", "--vary", "rate=1,2", "--executor", "ray",
+                            "--address", address), [message])
+
+
+def test_an_address_without_ray_is_refused_before_any_work(run_cli, work):
+    make(work, {"t.csv": "FIFO"})  # the trace is never opened
+    refused(run_cli, work, ("sensitivity", "grid", "--trace", "t.csv", "--vary", "rate=1,2", "--address",
+                            "127.0.0.1:1"), ["--address applies to --executor ray"])
+
+
+# --- messages --------------------------------------------------------------------------------------
+
+def test_a_grid_files_seed_bound_is_printed_in_full(run_cli, work):
+    make(work, {"t.csv": TRACE, "g.yaml": "pdplan_grid: 1\ntrace: t.csv\nseed: 3000000000\nvary:\n  rate: [1, 2]\n"})
+    refused(run_cli, work, ("sensitivity", "grid", "g.yaml"),
+            ["g.yaml:3: seed must be between 0 and 2,147,483,647, got 3000000000"])
+
+
+@pytest.mark.parametrize("args", [("optimize", "t.csv", "--seed", "3000000000"),
+                                  ("sensitivity", "grid", "--trace", "t.csv", "--vary", "rate=1", "--seed",
+                                   "3000000000")], ids=["optimize", "sensitivity-grid"])
+def test_a_seed_flags_bound_is_printed_in_full(run_cli, work, args):
+    make(work, {"t.csv": TRACE})
+    refused(run_cli, work, args, ["--seed must be between 0 and 2,147,483,647, got 3000000000"])

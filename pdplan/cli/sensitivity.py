@@ -20,7 +20,7 @@ from pdplan.fileio import Outputs
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
 from pdplan.report import plot_grid
-from pdplan.sensitivity import (DIMENSIONS, EXECUTORS, Base, GridResult, GridSpec, load_spec, parse_vary,
+from pdplan.sensitivity import (DIMENSIONS, Base, GridResult, GridSpec, check_executor, load_spec, parse_vary,
                                 run_grid, summary_text, with_vary)
 from pdplan.sensitivity.spec import AFFINITIES, FAILURE_POLICIES
 from pdplan.slo import parse_threshold_s, slo_from_flags
@@ -99,8 +99,7 @@ def grid(
     within("--margin", margin, -1e6, 1e6)
     within("--budget", budget, 0, limits.MAX_USD_PER_HOUR, above=True)
     within("--jobs", jobs, 1, 1024)
-    if executor not in EXECUTORS:
-        raise PdplanError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}", field="executor")
+    check_executor(executor, address)
     the_spec = load_spec(spec) if spec is not None else GridSpec()
     the_spec = with_vary(override(the_spec, trace=trace, model=model, cluster=cluster, profiles=profiles,
                                   target_rate=target_rate, fleet=fleet, affinity=affinity,

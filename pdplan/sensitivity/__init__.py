@@ -8,13 +8,13 @@ modes planned and verified, the decision), :mod:`.grid` (running cells locally o
 """
 
 from pdplan.sensitivity.cell import DECISIONS, Base, CellResult, run_cell
-from pdplan.sensitivity.grid import EXECUTORS, GridResult, cell_coordinates, run_grid
+from pdplan.sensitivity.grid import EXECUTORS, GridResult, cell_coordinates, check_executor, run_grid
 from pdplan.sensitivity.margin import Margin, net_margin
 from pdplan.sensitivity.spec import DIMENSIONS, GridSpec, load_spec, parse_vary, with_vary
 from pdplan.sensitivity.summary import summary_text
 
 __all__ = [
     "DECISIONS", "DIMENSIONS", "EXECUTORS", "Base", "CellResult", "GridResult", "GridSpec", "Margin",
-    "cell_coordinates", "load_spec", "net_margin", "parse_vary", "run_cell", "run_grid", "summary_text",
+    "cell_coordinates", "check_executor", "load_spec", "net_margin", "parse_vary", "run_cell", "run_grid", "summary_text",
     "with_vary",
 ]

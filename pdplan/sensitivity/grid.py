@@ -13,11 +13,12 @@ import csv
 import io
 import itertools
 import multiprocessing
+import socket
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Callable
 
-
+from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.sensitivity.cell import Base, CellResult, run_cell
 from pdplan.sensitivity.coordinates import cell_cluster
@@ -60,6 +61,35 @@ def cell_coordinates(dimensions: tuple[tuple[str, tuple], ...]) -> list[dict]:
     return [dict(zip(names, values)) for values in itertools.product(*(v for _, v in dimensions))]
 
 
+def check_executor(executor: str, address: str | None) -> None:
+    """Refuse, before any work, an executor that cannot run: an unknown one, an --address without
+    Ray, or a Ray address where nothing accepts a connection (ray.init would retry for minutes,
+    printing its log)."""
+    if executor not in EXECUTORS:
+        raise PdplanError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}", field="executor")
+    if address is None:
+        return
+    if executor != "ray":
+        raise PdplanError("--address applies to --executor ray", field="address")
+    if address not in ("auto", "local"):  # Ray's own words: a running local cluster, or a new one
+        _answers(address)
+
+
+def _answers(address: str) -> None:
+    """A TCP connection to the address's host and port opens within limits.RAY_CONNECT_S."""
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise PdplanError(f"--address must read HOST:PORT or ray://HOST:PORT, got {address!r}", field="address")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=limits.RAY_CONNECT_S):
+            return
+    except TimeoutError:
+        reason = f"no answer within {limits.RAY_CONNECT_S:g} s"
+    except OSError as err:
+        reason = (err.strerror or str(err)).lower()
+    raise PdplanError(f"--address {address}: no Ray cluster is reachable there ({reason})", field="address")
+
+
 def check_cells(base: Base, cells: list[dict]) -> None:
     """Refuse, before any work, coordinates the base inputs cannot take: a GPU the cluster lacks,
     a target rate when a budget sets the rate."""
@@ -87,8 +117,7 @@ def run_grid(base: Base, dimensions: tuple[tuple[str, tuple], ...], *, jobs: int
              address: str | None = None, progress: Progress | None = None) -> GridResult:
     """Run every cell; ``executor`` "local" (``jobs`` processes) or "ray" (tasks on the Ray
     cluster at ``address``, or on a local Ray of ``jobs`` CPUs when none is given)."""
-    if executor not in EXECUTORS:
-        raise PdplanError(f"--executor must be one of {', '.join(EXECUTORS)}, got {executor!r}", field="executor")
+    check_executor(executor, address)
     cells = cell_coordinates(dimensions)
     check_cells(base, cells)
     order = run_order(cells)
@@ -99,8 +128,6 @@ def run_grid(base: Base, dimensions: tuple[tuple[str, tuple], ...], *, jobs: int
 
 def _run_local(base: Base, cells: list[dict], order: tuple[list[int], list[int]], *, jobs: int, address: str | None,
                progress: Progress) -> dict[int, CellResult]:
-    if address is not None:
-        raise PdplanError("--address applies to --executor ray", field="address")
     results: dict[int, CellResult] = {}
     if jobs <= 1:
         for i in order[0] + order[1]:
