@@ -236,6 +236,21 @@ def test_an_address_without_ray_is_refused_before_any_work(run_cli, work):
                             "127.0.0.1:1"), ["--address applies to --executor ray"])
 
 
+def test_a_day_curve_far_shorter_than_the_trace_is_refused_before_allocating(run_cli, work):
+    started = time.perf_counter()
+    refused(run_cli, work, ("trace", "synth", "--requests", "1000000", "--rate", "1", "--prompt", "const:5",
+                            "--output", "const:5", "--diurnal", "2", "--period", "0.001", "-o", "x.csv"),
+            ["--period 0.001 s repeats the day curve about 1,000,000,000 times", "at most 1,000"], seconds=10)
+    assert time.perf_counter() - started < 1.0
+
+
+def test_a_day_curve_of_a_day_still_synthesises(run_cli, work):
+    code, out, err = run_cli("trace", "synth", "--requests", "200", "--rate", "0.01", "--prompt", "const:5",
+                             "--output", "const:5", "--diurnal", "3", "--period", "86400", "-o", "x.csv")
+    assert code == 0, err
+    assert (work / "x.csv").read_text().count("\n") == 201
+
+
 # --- messages --------------------------------------------------------------------------------------
 
 def test_a_grid_files_seed_bound_is_printed_in_full(run_cli, work):

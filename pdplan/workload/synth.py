@@ -98,8 +98,20 @@ def synthesize(*, n_requests: int, rate_rps: float, prompt: LengthDist, output: 
     lengths; with ``swing`` > 1 the rate follows a day curve of that peak-to-trough ratio and
     ``period_s`` (:func:`pdplan.workload.diurnal_arrivals`, mean ``rate_rps``).  Draw order, all
     from ``rng``: arrival gaps, prompt lengths, output lengths."""
+    if swing != 1:
+        _check_periods(n_requests, rate_rps, period_s)
     rng = generator(rng)
     arrival_s = (gamma_arrivals(n_requests, rate_rps=rate_rps, cv=cv, rng=rng) if swing == 1 else
                  diurnal_arrivals(n_requests, rate_rps=rate_rps, swing=swing, period_s=period_s, cv=cv, rng=rng))
     return Workload(arrival_s=arrival_s, prompt_tokens=prompt.sample(n_requests, rng),
                     output_tokens=output.sample(n_requests, rng), format="synth")
+
+
+def _check_periods(n_requests: int, rate_rps: float, period_s: float) -> None:
+    """The day curve is sampled at a fixed number of points per period, so a period short against
+    the trace (0.001 s over a day of requests) would allocate without bound: refuse it first."""
+    periods = n_requests / rate_rps / period_s
+    if periods > limits.MAX_DIURNAL_PERIODS:
+        raise PdplanError(f"--period {period_s:g} s repeats the day curve about {periods:,.0f} times over "
+                          f"{n_requests:,} requests at {rate_rps:g} req/s; at most {limits.MAX_DIURNAL_PERIODS:,} "
+                          "(a longer --period, or fewer requests)", field="period")
