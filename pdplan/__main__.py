@@ -1,5 +1,5 @@
 """``python -m pdplan`` runs the command line."""
 
-from pdplan.cli import main
+from pdplan.entry import main
 
 main()

@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -265,3 +266,91 @@ def test_a_grid_files_seed_bound_is_printed_in_full(run_cli, work):
 def test_a_seed_flags_bound_is_printed_in_full(run_cli, work, args):
     make(work, {"t.csv": TRACE})
     refused(run_cli, work, args, ["--seed must be between 0 and 2,147,483,647, got 3000000000"])
+
+
+# --- Ctrl-C: one line, exit 130, nothing written, at any moment -----------------------------------
+
+SYNTH = ("trace", "synth", "--requests", "1000", "--rate", "1", "--prompt", "const:5", "--output", "const:5",
+         "-o", "x.csv")
+ENTRIES = {"console-script": [str(Path(sys.executable).with_name("pdplan"))],
+           "python-m": [sys.executable, "-m", "pdplan"]}
+
+
+def mapped(pid: int, library: str) -> bool:
+    """Whether the process has loaded a shared library whose path holds ``library``."""
+    try:
+        return library in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def interrupt(argv: list[str], work: Path, when, cache: Path) -> tuple[int, str, str]:
+    """Start ``argv`` in ``work``, send SIGINT once ``when(process)`` holds, and return its exit
+    code, stdout and stderr."""
+    env = {**os.environ, "PDPLAN_CACHE_DIR": str(cache)}
+    process = subprocess.Popen(argv, cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not when(process):
+            assert process.poll() is None, "the command ended before the moment came"
+            assert time.monotonic() < deadline, "the moment never came"
+            time.sleep(0.005)
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    return process.returncode, out.decode(), err.decode()
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps to find the moment")
+@pytest.mark.parametrize("entry", list(ENTRIES))
+def test_ctrl_c_while_the_command_still_imports_is_one_line_and_exit_130(work, tmp_path, entry):
+    if not Path(ENTRIES[entry][0]).exists():
+        pytest.skip("pdplan is not installed as a console script beside this Python")
+    before = snapshot(work)
+    code, out, err = interrupt(ENTRIES[entry] + list(SYNTH), work, lambda p: mapped(p.pid, "numpy"),
+                               tmp_path / "cache")
+    assert (code, out, err) == (130, "", "Interrupted\n")
+    assert snapshot(work) == before
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc/PID/maps to find the moment")
+def test_ctrl_c_in_the_middle_of_an_optimize_is_one_line_and_exit_130_and_writes_nothing(work, tmp_path):
+    make(work, {"t.csv": TRACE})
+    before = snapshot(work)
+    cache = tmp_path / "cache"
+
+    def working(process) -> bool:  # a shape's goodput is in the cache: the search is under way
+        return cache.is_dir() and any(p.is_file() for p in cache.rglob("*"))
+
+    code, out, err = interrupt(ENTRIES["python-m"] + list(OPT) + ["--out", "plan.yaml", "--plot", "plots"], work,
+                               working, cache)
+    assert (code, out, err) == (130, "", "Interrupted\n")
+    assert snapshot(work) == before
+
+
+def test_ctrl_c_ends_a_running_solve_at_once_instead_of_only_the_solve():
+    """CP-SAT's own Ctrl-C handling would end the solve and let pdplan go on with what it found."""
+    from ortools.sat.python import cp_model
+
+    from pdplan.entry import Interrupted, interruptible
+    from pdplan.placement.solve import interruptible_solve
+
+    model = cp_model.CpModel()
+    xs = [model.new_int_var(0, 1000, f"x{i}") for i in range(60)]
+    for i in range(59):
+        model.add(xs[i] * (i % 7 + 3) + xs[i + 1] * (i % 5 + 2) != 1000 + i)
+    model.add_all_different(xs)
+    model.maximize(sum(x * (i * 37 % 11) for i, x in enumerate(xs)))  # seconds to prove, at the least
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = 60
+    solver.parameters.num_workers = 1
+    timer = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
+    started = time.perf_counter()
+    with bound(30, "an interrupted solve"), interruptible(), pytest.raises(Interrupted):
+        timer.start()
+        interruptible_solve(solver, model)
+    timer.join()
+    assert time.perf_counter() - started < 5

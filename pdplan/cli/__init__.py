@@ -10,6 +10,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from pdplan.entry import Interrupted, interruptible, interrupted
 from pdplan.errors import PdplanError
 
 try:  # typer >= 0.20 carries its own copy of click
@@ -56,10 +57,11 @@ def _options(verbose: Annotated[bool, typer.Option(
 
 
 def main(argv: list[str] | None = None) -> None:
-    """Console-script entry point: run the app; any input error, usage error included, is one
-    ``Error:`` line on stderr and exit 2; library chatter stays quiet unless --verbose."""
+    """Run the app; any input error, usage error included, is one ``Error:`` line on stderr and
+    exit 2; Ctrl-C is one line and exit 130 (:mod:`pdplan.entry`); library chatter stays quiet
+    unless --verbose."""
     errors = Console(stderr=True, soft_wrap=True, emoji=False)
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), interruptible():
         warnings.simplefilter("ignore")
         logging.getLogger("matplotlib").setLevel(logging.ERROR)
         try:
@@ -77,7 +79,6 @@ def main(argv: list[str] | None = None) -> None:
         except click_errors.ClickException as err:
             errors.print(f"Error: {' '.join(err.format_message().split())}", markup=False, highlight=False)
             sys.exit(err.exit_code)
-        except typer.Abort:
-            errors.print("Aborted", markup=False, highlight=False)
-            sys.exit(130)
+        except (Interrupted, typer.Abort):  # Abort: click's word for a KeyboardInterrupt
+            interrupted()
     sys.exit(code or 0)

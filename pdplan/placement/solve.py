@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import threading
 import time
 from dataclasses import replace
 
@@ -20,7 +21,7 @@ def solve(problem: Problem) -> Solution:
         raise InfeasibleError(_explain_no_candidates(problem, built))
     solver = _solver(problem)
     started = time.perf_counter()
-    status = solver.solve(built.cp)
+    status = interruptible_solve(solver, built.cp)
     wall = time.perf_counter() - started
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return _solution(problem, built, solver, status, wall)
@@ -40,6 +41,33 @@ def _solver(problem: Problem) -> cp_model.CpSolver:
     # One worker keeps the search, and so the chosen optimum among ties, identical run to run.
     solver.parameters.num_workers = 1
     return solver
+
+
+def interruptible_solve(solver: cp_model.CpSolver, model: cp_model.CpModel) -> int:
+    """``solver.solve(model)``, which Ctrl-C ends at once and then goes on to end pdplan. CP-SAT's
+    own SIGINT handler would end the solve but swallow the signal (pdplan would go on with what it
+    found), so it is off, and the solve runs in a thread the main thread waits on: Python handles
+    signals in the main thread only, between bytecodes, never inside a solve."""
+    solver.parameters.catch_sigint_signal = False
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            outcome["status"] = solver.solve(model)
+        except BaseException as err:  # re-raised in the caller's thread
+            outcome["error"] = err
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    try:
+        thread.join()
+    except BaseException:
+        solver.stop_search()
+        thread.join()
+        raise
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["status"]
 
 
 FAMILY_SENTENCES = {
@@ -64,7 +92,7 @@ def diagnose(problem: Problem) -> str:
             built = build_model(replace(problem, redundancy="none"))
         else:
             built = build_model(problem, relax=frozenset({family}))
-        if _solver(problem).solve(built.cp) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        if interruptible_solve(_solver(problem), built.cp) in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             return binding_sentence(problem, family)
     return (f"no {problem.mode} plan ({problem.fleet.label}): several constraints bind together "
             "(capacity, inventory, budget, link, fleet); relaxing any one alone is not enough")

@@ -13,6 +13,7 @@ import csv
 import io
 import itertools
 import multiprocessing
+import signal
 import socket
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import dataclass
@@ -135,7 +136,9 @@ def _run_local(base: Base, cells: list[dict], order: tuple[list[int], list[int]]
             progress(len(results), len(cells))
         return results
     context = multiprocessing.get_context("spawn")  # no fork of a process that holds threads
-    with ProcessPoolExecutor(max_workers=min(jobs, len(cells)), mp_context=context) as pool:
+    # Workers ignore Ctrl-C: the terminal sends it to them too, and the parent alone ends the run.
+    with ProcessPoolExecutor(max_workers=min(jobs, len(cells)), mp_context=context, initializer=signal.signal,
+                             initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
         for phase in order:
             pending = {pool.submit(run_cell, base, i, cells[i]): i for i in phase}
             while pending:

@@ -1,0 +1,62 @@
+"""The ``pdplan`` console script, and Ctrl-C: one line and exit 130 at any moment, nothing written.
+
+The command's imports (typer, numpy, pandas, ortools…) take seconds, and :func:`pdplan.cli.main`
+can catch nothing until they are done; so the handler is installed here first, with only the
+standard library loaded. Ctrl-C raises :class:`Interrupted` rather than KeyboardInterrupt, which
+click turns into an empty line and "Aborted" and some libraries catch themselves. Unwinding runs
+every ``finally`` (temp files are removed), and a command writes its outputs only at its end, so
+an interrupted command leaves every file as it was.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+from contextlib import contextmanager
+from typing import Iterator, NoReturn
+
+#: 128 + SIGINT, the code a shell gives a command that Ctrl-C ended.
+EXIT_CODE = 130
+MESSAGE = "Interrupted"
+
+
+class Interrupted(BaseException):
+    """SIGINT, raised wherever the program was (a BaseException: no ``except Exception`` keeps it)."""
+
+
+def _interrupt(signum, frame) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not cut the cleanup short
+    raise Interrupted
+
+
+@contextmanager
+def interruptible() -> Iterator[None]:
+    """Within, SIGINT raises :class:`Interrupted`; the previous handler is back afterwards. Only
+    the main thread receives signals, so elsewhere nothing changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, _interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def interrupted() -> NoReturn:
+    """End the command as interrupted: the one line on stderr, exit 130."""
+    sys.stderr.write(f"{MESSAGE}\n")
+    sys.stderr.flush()
+    sys.exit(EXIT_CODE)
+
+
+def main() -> None:
+    """Console-script entry point: the CLI, imported and run with Ctrl-C handled throughout."""
+    with interruptible():
+        try:
+            from pdplan.cli import main as run
+
+            run()
+        except (Interrupted, KeyboardInterrupt):
+            interrupted()
