@@ -178,6 +178,19 @@ def test_a_plot_folder_that_is_the_profiles_folder_is_refused(run_cli, work, kin
             ["--plot would overwrite the input profiles"])
 
 
+@pytest.mark.parametrize("args", [OPT + ("--profiles", "profiles", "--out", "profiles/p.yaml"),
+                                  ("goodput", "t.csv", "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                                   "--phase", "prefill", "--profiles", "profiles", "--plot", "profiles/p.yaml"),
+                                  ("sensitivity", "grid", "--trace", "t.csv", "--vary", "rate=1", "--profiles",
+                                   "profiles", "--out", "profiles/p.yaml")], ids=["optimize", "goodput", "grid"])
+def test_an_output_onto_a_profile_in_the_profiles_folder_is_refused(run_cli, work, args):
+    from test_hostile_paths import FILES
+
+    make(work, {"t.csv": TRACE, "profiles": "DIR"})
+    (work / "profiles" / "p.yaml").write_text(FILES["p.yaml"])
+    refused(run_cli, work, args, ["would overwrite the input profiles/p.yaml"])
+
+
 def test_a_windows_file_that_is_a_fifo_is_not_a_regular_file(run_cli, work):
     make(work, {"t.csv": TRACE, "w": "FIFO"})
     refused(run_cli, work, OPT + ("--windows", "w"), ["w: windows file is not a regular file"])

@@ -41,7 +41,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop_goodput, instance_goodput
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
-from pdplan.inputs import model_file
+from pdplan.inputs import model_file, profile_inputs
 from pdplan.modelspec import get_model
 from pdplan.report import plot_attainment_curve
 
@@ -99,7 +99,7 @@ def goodput(
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
                           field="chunk")
-    outputs = Outputs(trace, profiles, slo, model_file(model))
+    outputs = Outputs(trace, *profile_inputs(profiles), slo, model_file(model))
     if plot is not None:
         outputs.claim(plot, "--plot")
     objectives = slo_from_options(ttft, tpot, attainment, slo)

@@ -45,7 +45,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs, dump_yaml
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
 from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
-from pdplan.inputs import model_file
+from pdplan.inputs import model_file, profile_inputs
 from pdplan.modelspec import get_model
 from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
 from pdplan.planner.request import MODES
@@ -202,7 +202,7 @@ def optimize(
     _check_numbers(objective=objective, target_rate=target_rate, peak=peak, max_gpus=max_gpus,
                    max_cost=max_cost, max_power=max_power, link_headroom=link_headroom, time_limit=time_limit,
                    seeds=seeds, max_rounds=max_rounds, tps=tp, pps=pp)
-    outputs = Outputs(trace, cluster, profiles, slo, model_file(model), windows_file(windows))
+    outputs = Outputs(trace, cluster, *profile_inputs(profiles), slo, model_file(model), windows_file(windows))
     if out is not None:
         outputs.claim(out, "--out")
     if plot is not None:

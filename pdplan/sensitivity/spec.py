@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from pdplan import limits
-from pdplan.inputs import model_file
+from pdplan.inputs import model_file, profile_inputs
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields
@@ -135,7 +135,8 @@ class GridSpec:
     @property
     def files(self) -> tuple[Path, ...]:
         """Every file the grid reads (trace, cluster, profiles, a model YAML): no output may be one."""
-        return tuple(p for p in (self.trace, self.cluster, self.profiles, model_file(self.model)) if p is not None)
+        return tuple(p for p in (self.trace, self.cluster, *profile_inputs(self.profiles), model_file(self.model))
+                     if p is not None)
 
 
 def dimension_values(name: str, values: list, where: Callable[[str], PdplanError]) -> tuple:
