@@ -7,9 +7,11 @@ import errno
 import hashlib
 import os
 import shutil
+import signal
 import stat
 import sys
 import tempfile
+import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -322,10 +324,11 @@ class Outputs:
 
     def commit(self) -> None:
         """Write every held file and folder: all to temp files and folders first, then all renamed
-        into place."""
+        into place. Ctrl-C waits until the last rename, so it leaves every output old or every
+        output new, and no temp file."""
         temps: list[tuple[Path, Path]] = []
         built: list[tuple[Path, Path]] = []
-        try:
+        with _interrupts_held(), _cleaned(temps, built):
             for path, data in self._staged.items():
                 temps.append((_temp_beside(path, data), path))
             for folder, files in self._folders.items():
@@ -337,13 +340,34 @@ class Outputs:
                     raise PdplanError(f"cannot write output: {err.strerror or err}", file=path) from None
             for tmp, folder in built:
                 _swap_folder(tmp, folder)
-        finally:
-            for tmp, _ in temps:
-                tmp.unlink(missing_ok=True)
-            for tmp, _ in built:
-                shutil.rmtree(tmp, ignore_errors=True)
         self._staged.clear()
         self._folders.clear()
+
+
+@contextmanager
+def _cleaned(temps: list[tuple[Path, Path]], built: list[tuple[Path, Path]]) -> Iterator[None]:
+    """Remove whatever temp file or folder is left when the block ends (renamed ones are gone)."""
+    try:
+        yield
+    finally:
+        for tmp, _ in temps:
+            tmp.unlink(missing_ok=True)
+        for tmp, _ in built:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextmanager
+def _interrupts_held() -> Iterator[None]:
+    """SIGINT is held back while the block runs and delivered when it ends (signals reach only
+    the main thread, so elsewhere nothing is held)."""
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _encoded(data: bytes | str) -> bytes:

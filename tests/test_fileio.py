@@ -109,3 +109,27 @@ def test_a_folder_is_still_replaced_where_no_exchange_exists(tmp_path, monkeypat
     outputs.commit()
     assert [p.name for p in (tmp_path / "deploy" / "vllm").iterdir()] == ["new.sh"]
     assert [p.name for p in (tmp_path / "deploy").iterdir()] == ["vllm"]
+
+
+def test_ctrl_c_during_commit_waits_for_the_last_rename_and_leaves_no_temp_file(tmp_path, monkeypatch):
+    import signal
+
+    from pdplan import fileio
+    from pdplan.entry import Interrupted, interruptible
+
+    (tmp_path / "a.txt").write_text("old a")
+    (tmp_path / "b.txt").write_text("old b")
+    written = fileio._temp_beside
+
+    def interrupt_while_writing(path, data):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C as the first temp file is written
+        return written(path, data)
+
+    monkeypatch.setattr(fileio, "_temp_beside", interrupt_while_writing)
+    outputs = fileio.Outputs()
+    outputs.put(tmp_path / "a.txt", "new a")
+    outputs.put(tmp_path / "b.txt", "new b")
+    with interruptible(), pytest.raises(Interrupted):
+        outputs.commit()
+    assert (tmp_path / "a.txt").read_text() == "new a" and (tmp_path / "b.txt").read_text() == "new b"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt", "b.txt"]
