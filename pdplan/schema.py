@@ -94,9 +94,17 @@ class Fields:
 
     def _check_range(self, key, value, minimum, exclusive, maximum) -> None:
         if minimum is not None and (value <= minimum if exclusive else value < minimum):
-            raise self.fail(key, f"must be {'>' if exclusive else '>='} {minimum:g}", shown(value))
+            raise self.fail(key, f"must be {'>' if exclusive else '>='} {bound(minimum)}", shown(value))
         if value > maximum:
-            raise self.fail(key, f"must be <= {maximum:g}", shown(value))
+            raise self.fail(key, f"must be <= {bound(maximum)}", shown(value))
+
+
+def bound(value: int | float) -> str:
+    """A limit as a message states it: whole numbers in full with thousands separators
+    (2,147,483,647, not 2.14748e+09), others in the shortest form."""
+    if float(value).is_integer() and abs(value) < 1e16:
+        return f"{int(value):,}"
+    return f"{value:g}"
 
 
 def _finite(value: int | float) -> bool:

@@ -164,5 +164,5 @@ def test_a_plan_keeps_how_its_shapes_were_timed(tmp_path):
 def test_a_pool_with_more_replicas_than_any_fleet_is_refused(tmp_path):
     path = tmp_path / "plan.yaml"
     path.write_text((ROOT / "examples" / "plan_disagg.yaml").read_text().replace("replicas: 2", "replicas: 100000000", 1))
-    with pytest.raises(PdplanError, match=r"plan.yaml:\d+: pools\[0\].replicas must be <= 10000, got 100000000"):
+    with pytest.raises(PdplanError, match=r"plan.yaml:\d+: pools\[0\].replicas must be <= 10,000, got 100000000"):
         load_plan(path)

@@ -39,6 +39,7 @@ from pdplan.errors import InfeasibleError
 from pdplan.hardware import Cluster, get_gpu
 from pdplan.placement import Candidate, Fleet
 from pdplan.placement.problem import money_units
+from pdplan.placement.solve import interruptible_solve
 
 MODE_PHASES = {"disaggregated": ("prefill", "decode"), "colocated": ("colocated",)}
 
@@ -205,7 +206,7 @@ def _solve(day: Day, usable: dict[str, list[Candidate]], mode: str, mixed: Candi
     solver.parameters.max_time_in_seconds = day.time_limit_s
     solver.parameters.random_seed = day.seed
     solver.parameters.num_workers = 1  # the chosen optimum among ties is identical run to run
-    status = solver.solve(model)
+    status = interruptible_solve(solver, model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise InfeasibleError("the cluster cannot hold every window's pools at once (GPU inventory)")
     shapes = {p: next(c for c in usable[p] if solver.value(chosen[c])) for p in phases}

@@ -202,15 +202,7 @@ def load_spec(path: Path) -> GridSpec:
         failure_policy=top.string("failure_policy", "retry", choices=list(FAILURE_POLICIES)),
         seeds=top.integer("seeds", 3, minimum=1, maximum=limits.MAX_RUNS),
         max_rounds=top.integer("max_rounds", DEFAULT_GRID_ROUNDS, minimum=1, maximum=limits.MAX_CHECKS),
-        seed=_seed(top), dimensions=tuple(dimensions))
-
-
-def _seed(top: Fields) -> int:
-    """The grid's seed: CP-SAT's is a 32-bit integer (the bound printed in full, not as 2.14748e+09)."""
-    seed = top.integer("seed", 0, minimum=0)
-    if seed > limits.MAX_SEED:
-        raise top.fail("seed", f"must be between 0 and {limits.MAX_SEED:,}", seed)
-    return seed
+        seed=top.integer("seed", 0, minimum=0, maximum=limits.MAX_SEED), dimensions=tuple(dimensions))
 
 
 def with_vary(spec: GridSpec, varied: list[tuple[str, tuple]]) -> GridSpec:
