@@ -44,6 +44,26 @@ def interruptible() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
 
 
+@contextmanager
+def interrupts_held() -> Iterator[None]:
+    """Within, Ctrl-C waits: it is noted, and raised again when the block ends, for steps that must
+    not be cut in two (renaming outputs into place, starting worker processes). Deferred at the
+    Python handler, not by masking the signal: the kernel hands a signal sent to the process to
+    any thread that does not mask it. Only the main thread runs handlers, so elsewhere nothing
+    changes."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught:
+            signal.raise_signal(signal.SIGINT)  # as if it came now, to the handler in force before
+
+
 def interrupted() -> NoReturn:
     """End the command as interrupted: the one line on stderr, exit 130."""
     sys.stderr.write(f"{MESSAGE}\n")

@@ -7,11 +7,9 @@ import errno
 import hashlib
 import os
 import shutil
-import signal
 import stat
 import sys
 import tempfile
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -19,6 +17,7 @@ from typing import Any, BinaryIO, Iterator
 import yaml
 
 from pdplan import limits
+from pdplan.entry import interrupts_held
 from pdplan.errors import PdplanError
 
 
@@ -328,7 +327,7 @@ class Outputs:
         output new, and no temp file."""
         temps: list[tuple[Path, Path]] = []
         built: list[tuple[Path, Path]] = []
-        with _interrupts_held(), _cleaned(temps, built):
+        with interrupts_held(), _cleaned(temps, built):
             for path, data in self._staged.items():
                 temps.append((_temp_beside(path, data), path))
             for folder, files in self._folders.items():
@@ -354,20 +353,6 @@ def _cleaned(temps: list[tuple[Path, Path]], built: list[tuple[Path, Path]]) -> 
             tmp.unlink(missing_ok=True)
         for tmp, _ in built:
             shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextmanager
-def _interrupts_held() -> Iterator[None]:
-    """SIGINT is held back while the block runs and delivered when it ends (signals reach only
-    the main thread, so elsewhere nothing is held)."""
-    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _encoded(data: bytes | str) -> bytes:

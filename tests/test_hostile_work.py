@@ -367,3 +367,35 @@ def test_ctrl_c_ends_a_running_solve_at_once_instead_of_only_the_solve():
         interruptible_solve(solver, model)
     timer.join()
     assert time.perf_counter() - started < 5
+
+
+def children(pid: int) -> list[int]:
+    try:
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
+        return []
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc to find the moment")
+def test_ctrl_c_during_a_grid_ends_its_running_cells_instead_of_waiting_for_them(work, tmp_path):
+    """Leaving the process pool would wait for every cell in flight; Ctrl-C ends them."""
+    make(work, {"t.csv": TRACE})
+    before = snapshot(work)
+
+    def cells_running(process) -> bool:  # a worker has loaded the solver: a cell is under way
+        return any(mapped(child, "ortools") for child in children(process.pid))
+
+    started = []
+    argv = ENTRIES["python-m"] + ["sensitivity", "grid", "--trace", "t.csv", "--vary", "rate=1,2", "--jobs", "2",
+                                  "--out", "grid.csv"]
+    code, out, err = interrupt(argv, work, lambda p: cells_running(p) and not started.append(time.monotonic()),
+                               tmp_path / "cache")
+    assert time.monotonic() - started[0] < 15
+    assert (code, err) == (130, "Interrupted\n")
+    assert snapshot(work) == before
+
+
+def test_a_grid_bandwidth_below_a_megabyte_per_second_is_refused_like_a_cluster_link(run_cli, work):
+    make(work, {"t.csv": TRACE})
+    refused(run_cli, work, ("sensitivity", "grid", "--trace", "t.csv", "--vary", "bandwidth=1e-300,1", "--out",
+                            "g.csv"), ["--vary bandwidth: values must be in [0.001, 1,000,000], got 1e-300"])

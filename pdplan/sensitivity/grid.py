@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pdplan import limits
+from pdplan.entry import interrupts_held
 from pdplan.errors import PdplanError
 from pdplan.sensitivity.cell import Base, CellResult, run_cell
 from pdplan.sensitivity.coordinates import cell_cluster
@@ -139,14 +140,27 @@ def _run_local(base: Base, cells: list[dict], order: tuple[list[int], list[int]]
     # Workers ignore Ctrl-C: the terminal sends it to them too, and the parent alone ends the run.
     with ProcessPoolExecutor(max_workers=min(jobs, len(cells)), mp_context=context, initializer=signal.signal,
                              initargs=(signal.SIGINT, signal.SIG_IGN)) as pool:
-        for phase in order:
-            pending = {pool.submit(run_cell, base, i, cells[i]): i for i in phase}
-            while pending:
-                done, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    results[pending.pop(future)] = future.result()
-                    progress(len(results), len(cells))
+        try:
+            for phase in order:
+                with interrupts_held():  # a worker cut off while it starts would print a traceback
+                    pending = {pool.submit(run_cell, base, i, cells[i]): i for i in phase}
+                while pending:
+                    done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        results[pending.pop(future)] = future.result()
+                        progress(len(results), len(cells))
+        except BaseException:  # Ctrl-C or a failed cell: the cells still running are not awaited
+            _stop(pool)
+            raise
     return results
+
+
+def _stop(pool: ProcessPoolExecutor) -> None:
+    """End a pool's workers now, dropping the cells they run (leaving the ``with`` block would wait
+    for each to finish, minutes for a large cell)."""
+    for process in list((pool._processes or {}).values()):  # terminate_workers() from Python 3.14 on
+        process.terminate()  # first: a worker still starting would find the pool's queues gone
+    pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _run_ray(base: Base, cells: list[dict], order: tuple[list[int], list[int]], *, jobs: int, address: str | None,

@@ -33,7 +33,7 @@ from pdplan import limits
 from pdplan.inputs import model_file, profile_inputs
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
-from pdplan.schema import Fields
+from pdplan.schema import Fields, bound
 
 FORMAT_VERSION = 1
 
@@ -72,14 +72,14 @@ class Dimension:
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise where(f"takes numbers ({self.unit}), got {value!r}")
         if value < self.low or (self.above and value == self.low) or value > self.high:
-            bound = "(" if self.above else "["
-            raise where(f"values must be in {bound}{self.low:g}, {self.high:g}], got {value!r}")
+            opening = "(" if self.above else "["
+            raise where(f"values must be in {opening}{bound(self.low)}, {bound(self.high)}], got {value!r}")
         return float(value)
 
 
 DIMENSIONS = {d.name: d for d in (
     Dimension("bandwidth", "KV link bandwidth per GPU across nodes (the cluster's inter-node path)", "GB/s",
-              0, limits.MAX_BANDWIDTH_GB_S, above=True),
+              limits.MIN_BANDWIDTH_GB_S, limits.MAX_BANDWIDTH_GB_S),
     Dimension("prompt_scale", "every prompt length times this (rounded, at least 1 token)", "×", 0, 100, above=True),
     Dimension("output_scale", "every output length times this (rounded, at least 1 token)", "×", 0, 100, above=True),
     Dimension("rate", "target rate the plans must serve", "req/s", 0, limits.MAX_RATE_RPS, above=True),
