@@ -377,11 +377,17 @@ def _geometry(model: ModelSpec) -> tuple:
             model.vocab, model.mlp_matrices)
 
 
+def model_file(name_or_path: str | None) -> Path | None:
+    """The model YAML ``--model`` names, or None for a catalog name: a name ending in .yaml or
+    .yml is a file (commands check their outputs against it)."""
+    return Path(name_or_path) if name_or_path is not None and name_or_path.endswith((".yaml", ".yml")) else None
+
+
 def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
     """An embedded model by name (``llama-3.1-70b``, or at a precision: ``llama-3.1-70b@fp8``), or a
     user's model YAML by path; ``dtype``/``kv_dtype`` set the precision it is served at."""
     catalog = model_catalog()
-    if name_or_path.endswith((".yaml", ".yml")):
+    if model_file(name_or_path) is not None:
         model = load_model(name_or_path)
         known = catalog.get(model.base_name)
         if known is not None and _geometry(known) != _geometry(model):

@@ -334,6 +334,14 @@ def profile_files(path: str | Path) -> list[Path]:
     return [path]
 
 
+def profile_inputs(profiles: Path | None) -> tuple[Path, ...]:
+    """``--profiles`` as a command's inputs: the file, or the folder and every profile in it (an
+    output inside the folder would replace a profile, or be read as one next time)."""
+    if profiles is None:
+        return ()
+    return (profiles, *profile_files(profiles)) if profiles.is_dir() else (profiles,)
+
+
 def profile_file_name(profile: PhaseProfile) -> str:
     """The conventional file name of a profile: ``{model}_{gpu}_tp{T}_pp{P}.yaml``."""
     return f"{profile.model}_{profile.gpu}_tp{profile.tp}_pp{profile.pp}.yaml"

@@ -399,3 +399,13 @@ def test_a_grid_bandwidth_below_a_megabyte_per_second_is_refused_like_a_cluster_
     make(work, {"t.csv": TRACE})
     refused(run_cli, work, ("sensitivity", "grid", "--trace", "t.csv", "--vary", "bandwidth=1e-300,1", "--out",
                             "g.csv"), ["--vary bandwidth: values must be in [0.001, 1,000,000], got 1e-300"])
+
+
+@pytest.mark.parametrize("kind", ALIASES)
+def test_simulate_refuses_an_output_onto_the_model_yaml_its_plan_names(run_cli, work, kind):
+    from test_hostile_paths import FILES
+
+    make(work, {"t.csv": TRACE, "m.yaml": FILES["m.yaml"], "plan.yaml": FILES["plan.yaml"].replace(
+        "model: llama2-70b", "model: m.yaml")})
+    refused(run_cli, work, ("simulate", "t.csv", "--plan", "plan.yaml", "--out", alias(kind, work, "m.yaml")),
+            ["--out would overwrite the input m.yaml"])

@@ -41,8 +41,8 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop_goodput, instance_goodput
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
-from pdplan.inputs import model_file, profile_inputs
-from pdplan.modelspec import get_model
+from pdplan.modelspec import get_model, model_file
+from pdplan.profiles import profile_inputs
 from pdplan.report import plot_attainment_curve
 
 PHASES = ("colocated", "decode", "prefill")

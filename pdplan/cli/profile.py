@@ -20,8 +20,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.profile_import import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
-from pdplan.inputs import model_file
-from pdplan.modelspec import get_model
+from pdplan.modelspec import get_model, model_file
 from pdplan.profiles import (PhaseProfile, load_profile, profile_file_name, profile_files, profile_yaml,
                              shipped_profiles_dir)
 from pdplan.roofline import DEFAULT_EFFICIENCY, roofline_profile

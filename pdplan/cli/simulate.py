@@ -31,6 +31,8 @@ from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.manifest.plan import read_plan
+from pdplan.modelspec import model_file
+from pdplan.profiles import profile_inputs
 from pdplan.sim import simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.slo import parse_threshold_s, slo_from_flags
@@ -72,10 +74,11 @@ def simulate(
     if rate is not None and concurrency is not None:
         raise PdplanError("give either --rate (open loop) or --concurrency (closed loop), not both", field="concurrency")
     check_seed(seed)
-    outputs = Outputs(trace, plan, profiles)
+    the_plan, planned = read_plan(plan)  # a manifest's SLO is the default; a plan file has none
+    models = {model_file(pool.model) for pool in the_plan.pools} - {None}
+    outputs = Outputs(trace, plan, *profile_inputs(profiles), *sorted(models))
     if out is not None:
         outputs.claim(out, "--out")
-    the_plan, planned = read_plan(plan)  # a manifest's SLO is the default; a plan file has none
     ttft = _planned(planned, "ttft", DEFAULT_TTFT_S) if ttft is None else parse_threshold_s(ttft, "ttft")
     tpot = _planned(planned, "tpot", DEFAULT_TPOT_S) if tpot is None else parse_threshold_s(tpot, "tpot")
     if attainment is None:

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Callable
 
 from pdplan import limits
-from pdplan.inputs import model_file, profile_inputs
+from pdplan.modelspec import model_file
+from pdplan.profiles import profile_inputs
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields, bound
