@@ -14,7 +14,9 @@ import io
 import os
 import signal
 import zipfile
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import pytest
@@ -248,6 +250,36 @@ class Timeout(Exception):
     pass
 
 
+@contextmanager
+def bound(seconds: int, what: str) -> Iterator[None]:
+    """Fail ``what`` when it runs longer than ``seconds`` (SIGALRM, so the main thread only)."""
+    def give_up(signum, frame):
+        raise Timeout(f"{what} did not end within {seconds} s")
+
+    previous = signal.signal(signal.SIGALRM, give_up)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def refused(run_cli, work: Path, args: tuple, fragments: list[str], *, seconds: int = 30) -> str:
+    """Run ``pdplan ARGS`` in ``work``: exit 2, one ``Error:`` line holding every fragment, no
+    traceback, nothing in ``work`` created or changed, within ``seconds``. Returns the line."""
+    before = snapshot(work)
+    with bound(seconds, " ".join(map(str, args))):
+        code, out, err = run_cli(*args)
+    assert code == 2, err
+    assert out == "" and err.startswith("Error: ") and err.count("\n") == 1, err
+    assert "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err, err
+    assert snapshot(work) == before
+    return err
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_hostile_input_is_one_error_line_exit_2_and_writes_nothing(case, run_cli, tmp_path, monkeypatch):
     args, files, fragments = CASES[case]
@@ -256,24 +288,7 @@ def test_hostile_input_is_one_error_line_exit_2_and_writes_nothing(case, run_cli
     make(workdir, files)
     monkeypatch.chdir(workdir)
     monkeypatch.setenv("PDPLAN_CACHE_DIR", str(tmp_path / "cache"))
-    before = snapshot(workdir)
-
-    def give_up(signum, frame):
-        raise Timeout(f"{case} did not end within its bound")
-
-    previous = signal.signal(signal.SIGALRM, give_up)
-    signal.alarm(60)
-    try:
-        code, out, err = run_cli(*args)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-    assert code == 2, err
-    assert out == "" and err.startswith("Error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in err, err
-    assert snapshot(workdir) == before
+    refused(run_cli, workdir, args, fragments, seconds=60)
     assert not (tmp_path / "cache").exists() or case.startswith(("optimize", "out-and"))
 
 

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import typing
 from pathlib import Path
 
 import pytest
 import typer
 
-from test_hostile_input import CLUSTER, NATIVE, PLAN, PROFILE, ROOT, ROWS, SLO, snapshot
+from test_hostile_input import CLUSTER, NATIVE, PLAN, PROFILE, ROOT, ROWS, SLO, bound, snapshot
 
 GRID = "pdplan_grid: 1\ntrace: t.csv\nmodel: llama2-70b\ncluster: c.yaml\nvary:\n  rate: [1, 2]\n"
 BENCH = json.dumps({"num_prompts": 3, "completed": 3, "max_concurrency": 1, "request_rate": "inf",
@@ -88,10 +87,6 @@ CASES = [(command, slot, kind) for command, (_, slots) in COMMANDS.items() for s
          for kind in HOSTILE if not (kind == "folder" and slot in FOLDERS_WELCOME)]
 
 
-class Timeout(Exception):
-    pass
-
-
 @pytest.mark.parametrize("command,slot,kind", CASES, ids=[f"{c}-{s}-{k}" for c, s, k in CASES])
 def test_an_input_that_is_no_readable_file_is_one_error_line_naming_it(command, slot, kind, run_cli, tmp_path,
                                                                        monkeypatch, manifests):
@@ -106,16 +101,8 @@ def test_an_input_that_is_no_readable_file_is_one_error_line_naming_it(command, 
     values[slot] = hostile(kind, workdir, slots[slot])
     before = snapshot(workdir)
 
-    def give_up(signum, frame):
-        raise Timeout(f"{command} with {kind} as {slot} did not end within 20 s")
-
-    previous = signal.signal(signal.SIGALRM, give_up)
-    signal.alarm(20)
-    try:
+    with bound(20, f"{command} with {kind} as {slot}"):
         code, out, err = run_cli(*(part.format(**values) for part in argv))
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
     assert code == 2, err
     assert err.startswith("Error: ") and err.count("\n") == 1 and "Traceback" not in err, err
     assert values[slot] in err, err

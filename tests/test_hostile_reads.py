@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import tracemalloc
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.fileio import dump_yaml, load_yaml, sha256_file
 from pdplan.manifest.document import load_manifest, schema, schema_errors, seal
+from test_hostile_input import bound
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
@@ -28,22 +28,10 @@ PROFILE = ROOT / "pdplan" / "data" / "profiles" / "llama2-70b_h100-80gb_tp4_pp1.
 MEMORY_BOUND = 64 * 2**20
 
 
-class Timeout(Exception):
-    pass
-
-
 def run_bounded(run_cli, *args, seconds: int = 30) -> tuple[int, str, str]:
     """``run_cli(*args)``, failing the test if it has not ended within ``seconds``."""
-    def give_up(signum, frame):
-        raise Timeout(f"pdplan {' '.join(map(str, args))} did not end within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, give_up)
-    signal.alarm(seconds)
-    try:
+    with bound(seconds, f"pdplan {' '.join(map(str, args))}"):
         return run_cli(*args)
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def run_in_bounded_memory(run_cli, *args) -> tuple[int, str, str]:

@@ -13,12 +13,11 @@ import subprocess
 import sys
 import threading
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
-from test_hostile_input import NATIVE, ROWS, make, snapshot
+from test_hostile_input import NATIVE, ROWS, bound, make, refused, snapshot
 
 CLUSTER = ("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50, "
            "count: 2}\n")
@@ -30,25 +29,6 @@ TRACE = NATIVE + ROWS
 OPT = ("optimize", "t.csv", "--requests-per-probe", "100", "--tp", "4", "--pp", "1")
 
 
-class Timeout(Exception):
-    pass
-
-
-@contextmanager
-def bound(seconds: int, what: str):
-    """Fail ``what`` when it runs longer than ``seconds`` (SIGALRM; the main thread only)."""
-    def give_up(signum, frame):
-        raise Timeout(f"{what} did not end within {seconds} s")
-
-    previous = signal.signal(signal.SIGALRM, give_up)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
 @pytest.fixture
 def work(tmp_path, monkeypatch) -> Path:
     """An empty working folder, the cache beside it."""
@@ -57,21 +37,6 @@ def work(tmp_path, monkeypatch) -> Path:
     monkeypatch.chdir(folder)
     monkeypatch.setenv("PDPLAN_CACHE_DIR", str(tmp_path / "cache"))
     return folder
-
-
-def refused(run_cli, work: Path, args: tuple, fragments: list[str], *, seconds: int = 30) -> str:
-    """Run ``pdplan ARGS`` in ``work``: exit 2, one ``Error:`` line holding every fragment, no
-    traceback, nothing in ``work`` created or changed, within ``seconds``. Returns the line."""
-    before = snapshot(work)
-    with bound(seconds, " ".join(map(str, args))):
-        code, out, err = run_cli(*args)
-    assert code == 2, err
-    assert out == "" and err.startswith("Error: ") and err.count("\n") == 1, err
-    assert "Traceback" not in err
-    for fragment in fragments:
-        assert fragment in err, err
-    assert snapshot(work) == before
-    return err
 
 
 # --- an infeasible problem names what binds --------------------------------------------------------
