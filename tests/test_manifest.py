@@ -222,3 +222,9 @@ def test_export_refuses_a_manifest_that_does_not_validate(run_cli, manifests, tm
     assert code == 2
     assert "does not validate" in err
     assert not (tmp_path / "deploy").exists()
+
+
+def test_a_violation_prints_as_one_line_whatever_its_field_and_message_hold():
+    from pdplan.manifest.check import Violation
+
+    assert str(Violation("pools[0].x\ny", "got 'a\r\nb'")) == "pools[0].x y: got 'a b'"

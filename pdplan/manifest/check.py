@@ -36,7 +36,8 @@ class Violation:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.field}: {self.message}"
+        """One line, whatever a hand-edited manifest put into the field or the value quoted."""
+        return " ".join(f"{self.field}: {self.message}".split())
 
 
 def check_manifest(manifest: dict, *, strict: bool = False, trace: Path | None = None,
