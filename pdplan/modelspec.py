@@ -8,6 +8,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
+from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GIB, GPU
@@ -336,6 +337,8 @@ def load_model(path: str | Path) -> ModelSpec:
     name = spec.string("name")
     if PRECISION_MARK in name:
         raise spec.fail("name", f"may not hold {PRECISION_MARK!r}: pdplan adds the precision to the name itself", name)
+    if names.model_name(name):
+        raise spec.fail("name", names.model_name(name), name)
     legacy = _DTYPE_OF_BYTES[spec.integer("dtype_bytes", 2, minimum=1, maximum=2)]
     weight = spec.string("weight_dtype", legacy, choices=list(WEIGHT_BYTES))
     kv = spec.string("kv_dtype", default_kv_dtype(weight) if spec.has("weight_dtype") else legacy,

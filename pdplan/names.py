@@ -59,6 +59,19 @@ def node_type(name: str) -> str | None:
             f"{NODE_NAME_MAX} characters")
 
 
+#: A model's name starts the manifest's name, ``<model>[-<precision>]-<decision>`` (lowercased),
+#: which names Kubernetes objects; this leaves room for the longest suffix within a subdomain.
+MODEL_NAME_MAX = 200
+
+
+def model_name(name: str) -> str | None:
+    """A model's name: lowercased, a DNS-1123 subdomain (letters of either case, digits, '-' and
+    '.'), so the manifest named after it is a Kubernetes object name."""
+    problem = _rule(name.lower(), _DNS_SUBDOMAIN, MODEL_NAME_MAX, "a Kubernetes object name once lowercased "
+                    "(letters, digits, '-' and '.', starting and ending with a letter or digit)")
+    return None if problem is None else f"{problem}: the manifest and its objects are named after it"
+
+
 def _rule(name: str, pattern: str, most: int, what: str) -> str | None:
     if len(name) <= most and re.fullmatch(pattern, name):
         return None

@@ -1,5 +1,8 @@
 """Model geometry: the article's worked numbers and the memory-fit rules."""
 
+import json
+from pathlib import Path
+
 import pytest
 
 from pdplan.errors import PdplanError
@@ -236,3 +239,22 @@ def test_fp8_roofline_is_faster_where_gemms_dominate_and_refused_on_a100():
     assert fp8.kv_capacity_tokens > 1.5 * bf16.kv_capacity_tokens
     with pytest.raises(PdplanError, match=r"a100-80gb has no fp8 tensor cores"):
         roofline_profile(get_model("llama-3.1-70b@fp8"), get_gpu("a100-80gb"), 4, 1)
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.parametrize("name", ["my_model", "Llama 2", "m$(id)", "a/b", "-x", "x" * 201])
+def test_a_model_name_that_cannot_name_the_manifest_is_refused_where_it_enters(tmp_path, name):
+    path = tmp_path / "m.yaml"
+    path.write_text((ROOT / "pdplan" / "catalog" / "models" / "llama2-70b.yaml").read_text().replace(
+        "name: llama2-70b", f"name: {json.dumps(name)}"))
+    with pytest.raises(PdplanError, match=r"m.yaml:2: name must be a Kubernetes object name once lowercased"):
+        load_model(path)
+
+
+def test_a_model_name_in_capitals_and_dots_is_welcome(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text((ROOT / "pdplan" / "catalog" / "models" / "llama2-70b.yaml").read_text().replace(
+        "name: llama2-70b", "name: My-Llama-3.1-70B"))
+    assert load_model(path).name == "My-Llama-3.1-70B"
