@@ -1,5 +1,7 @@
 """The goodput search against closed forms, and the 0x08C replica fixture."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -93,4 +95,11 @@ def test_grid_points_fill_the_curve_up_to_one_and_a_half_times_goodput():
     rates = {round(p.rate_rps, 9) for p in search.probes}
     g = search.goodput_rps
     assert {round(1.5 * g * k / 3, 9) for k in (1, 2, 3)} <= rates
-    assert search.goodput_rps == g  # extra probes never move the answer
+
+
+def test_grid_points_never_move_the_goodput():
+    settings = SearchSettings(tolerance_rel=0.01, grid_points=3)
+    with_grid = find_goodput(threshold_probe(3.3), start_rps=1.0, settings=settings)
+    without = find_goodput(threshold_probe(3.3), start_rps=1.0, settings=replace(settings, grid_points=0))
+    assert len(with_grid.probes) > len(without.probes)
+    assert with_grid.goodput_rps == pytest.approx(without.goodput_rps, rel=1e-12)

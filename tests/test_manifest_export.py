@@ -218,12 +218,15 @@ def test_crds_validate_strictly_against_their_upstream_schemas(shared_data, mani
 
 
 def test_llmd_values_validate_strictly_against_the_chart_schema(shared_data, manifest):
-    for doc in _yaml_documents(export_manifest(manifest, "llm-d")):
+    documents = _yaml_documents(export_manifest(manifest, "llm-d"))
+    assert documents
+    for doc in documents:
         _validator(shared_data, "llm-d-modelservice.values.schema.json").validate(doc)
 
 
 def test_deployments_select_their_own_pod_template(manifest):
     deployments = [d for d in _yaml_documents(export_manifest(manifest, "k8s")) if d["kind"] == "Deployment"]
+    assert deployments
     for doc in deployments:
         assert doc["apiVersion"] == "apps/v1"
         selector = doc["spec"]["selector"]["matchLabels"]
