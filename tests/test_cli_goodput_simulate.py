@@ -79,6 +79,20 @@ def test_simulate_json_has_the_documented_keys(run_cli):
     assert "throughput_rps" in result and "utilization" in result
 
 
+def test_simulate_table_shows_each_threshold_the_target_and_the_verdict_the_json_gives(run_cli):
+    args = ("simulate", TRACE, "--plan", PLAN, "--ttft", "5s", "--tpot", "20ms", "--attainment", "0.99")
+    code, out, err = run_cli(*args, "--json")
+    assert code == 0, err
+    assert json.loads(out)["meets_slo"] == {"ttft": True, "tpot": False, "joint": False}
+    code, out, err = run_cli(*args)
+    assert code == 0, err
+    rows = {line.split()[1]: line for line in out.splitlines() if line.startswith("│")}
+    assert "5000 ms" in rows["TTFT"] and rows["TTFT"].split()[-2] == "meets"
+    assert "20 ms" in rows["TPOT"] and rows["TPOT"].split()[-2] == "misses"
+    assert rows["joint"].split()[-2] == "misses"
+    assert "Misses the SLO: attainment target 0.99" in out and "short on TPOT, joint" in out
+
+
 def test_simulate_closed_loop_runs_a_lengths_only_trace_with_c_clients(run_cli, tmp_path):
     lengths = tmp_path / "lengths.csv"
     lengths.write_text("prompt_tokens,output_tokens\n" + "".join(f"{500 + i},{20 + i % 7}\n" for i in range(60)))

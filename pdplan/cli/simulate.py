@@ -96,18 +96,16 @@ def simulate(
         the_plan.compose if compose is None else compose))
     result = run_plan(workload, the_plan, shapes,
                       model=model, seed=seed, rate_rps=rate, concurrency=concurrency)
-    summary = result.summary(ttft, tpot)
+    summary = result.summary(ttft, tpot, target=attainment)
     summary["concurrency"] = concurrency
     summary["profiles"] = {f"{gpu} TP{tp} PP{pp}": p.provenance.source for (_, gpu, tp, pp), p in shapes.items()}
-    summary["meets_slo"] = {clock: (summary["attainment"][clock] or 0) >= attainment
-                            for clock in ("ttft", "tpot", "joint")}
     if out is not None:
         outputs.put(out, result.requests.to_csv(index=False, float_format="%.9g"))
         outputs.commit()
     if json:
         print_json(summary)
     else:
-        _render(summary, the_plan)
+        _render(summary, attainment)
 
 
 def _planned(slo, metric: str, default: float) -> float:
@@ -116,17 +114,26 @@ def _planned(slo, metric: str, default: float) -> float:
     return default if found is None else found
 
 
-def _render(summary: dict, plan) -> None:
+def _render(summary: dict, target: float) -> None:
     loop = "" if summary["concurrency"] is None else f", closed loop of {summary['concurrency']:,} clients"
     table = Table(title=f"Simulated {summary['requests']:,} requests ({summary['mode']}{loop})")
-    for name in ("clock", "p50", "p90", "p99", "mean", "attainment"):
+    for name in ("clock", "p50 (ms)", "p90 (ms)", "p99 (ms)", "mean (ms)", "threshold", "attainment", "verdict"):
         table.add_column(name, justify="right")
+    thresholds = {"ttft": summary["slo"]["ttft_s"], "tpot": summary["slo"]["tpot_s"]}
+    meets = summary["meets_slo"]
     for clock in ("ttft", "tpot", "e2e"):
         stats = summary[clock]
         table.add_row(clock.upper(), *(_ms(stats.get(k)) for k in ("p50", "p90", "p99", "mean")),
-                      _share(summary["attainment"].get(clock)))
-    table.add_row("joint", "", "", "", "", _share(summary["attainment"]["joint"]))
+                      "—" if thresholds.get(clock) is None else f"{thresholds[clock] * 1e3:g} ms",
+                      _share(summary["attainment"].get(clock)), _verdict(meets.get(clock)))
+    table.add_row("joint", "", "", "", "", "both at once", _share(summary["attainment"]["joint"]),
+                  _verdict(meets["joint"]))
     stdout.print(table)
+    short = [clock if clock == "joint" else clock.upper() for clock, ok in meets.items() if not ok]
+    stdout.print(f"{'Meets' if meets['joint'] else 'Misses'} the SLO: attainment target {target:g}, the share of "
+                 "requests within each threshold and within both at once" + (f"; short on {', '.join(short)}"
+                                                                             if short else ""),
+                 markup=False, highlight=False)
     facts = Table(show_header=False)
     facts.add_column(style="bold")
     facts.add_column(justify="right")
@@ -146,6 +153,10 @@ def _render(summary: dict, plan) -> None:
     for label, value in summary["utilization"]["links"].items():
         facts.add_row(f"link into {label}", _share(value))
     stdout.print(facts)
+
+
+def _verdict(meets: bool | None) -> str:
+    return "" if meets is None else ("meets" if meets else "misses")
 
 
 def _ms(value: float | None) -> str:

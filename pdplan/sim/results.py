@@ -112,8 +112,9 @@ class SimResult:
             tpot_ok &= (c["output_tokens"] == 1) | (c["tpot_s"] <= tpot_s)
         return {"ttft": ttft_ok, "tpot": tpot_ok, "joint": ttft_ok & tpot_ok}
 
-    def summary(self, ttft_s: float | None = None, tpot_s: float | None = None) -> dict:
-        """Distribution of each clock, attainment against the thresholds (seconds), load.
+    def summary(self, ttft_s: float | None = None, tpot_s: float | None = None, target: float | None = None) -> dict:
+        """Distribution of each clock, attainment against the thresholds (seconds), load; with a
+        ``target`` attainment, whether each clock and the joint meet it.
 
         Shape::
 
@@ -121,6 +122,7 @@ class SimResult:
              "ttft": {p50, p90, p99, mean}, "tpot": {...}, "e2e": {...},
              "slo": {"ttft_s", "tpot_s"},
              "attainment": {"ttft", "tpot", "joint"},       # fractions of all requests
+             "meets_slo": {"ttft", "tpot", "joint"},        # only with a target: attainment >= target
              "throughput_rps", "span_s",
              "utilization": {"instances": {label: fraction}, "links": {label: fraction}},
              "transfer": {"transfers", "bytes_total", "exposed_s_mean", "exposed_s_p99"},
@@ -143,6 +145,8 @@ class SimResult:
         moved = np.isfinite(c["transfer_end_s"])
         exposed = c["exposed_transfer_s"][moved]
         wait = c["admission_wait_s"][np.isfinite(c["admission_wait_s"])]
+        shares = {k: float(v.mean()) if n else None for k, v in masks.items()}
+        verdict = {} if target is None else {"meets_slo": {k: v is not None and v >= target for k, v in shares.items()}}
         return {
             "mode": self.mode,
             "requests": n,
@@ -153,7 +157,8 @@ class SimResult:
             "tpot": _percentiles(c["tpot_s"][served]),
             "e2e": _percentiles(c["e2e_s"][served]),
             "slo": {"ttft_s": ttft_s, "tpot_s": tpot_s},
-            "attainment": {k: float(v.mean()) if n else None for k, v in masks.items()},
+            "attainment": shares,
+            **verdict,
             "throughput_rps": _clean(served.sum() / span) if span > 0 else None,
             "span_s": span,
             "utilization": {"instances": util, "links": links},
