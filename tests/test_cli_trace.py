@@ -77,6 +77,12 @@ def test_transform_rescales_to_the_target_rate_and_writes_native_csv(run_cli, wo
     assert load_trace("out.csv").arrival_s.tolist() == [0.0, 0.5, 1.0, 2.0]
 
 
+def test_transform_titles_the_statistics_with_the_file_it_wrote(run_cli, workdir):
+    code, out, err = run_cli("trace", "transform", "t.csv", "--rate", "2", "-o", "faster.csv")
+    assert code == 0, err
+    assert out.splitlines()[1] == "faster.csv (native)"
+
+
 def test_transform_window_keeps_requests_from_start_to_start_plus_duration(run_cli, workdir):
     run_json(run_cli, "trace", "transform", "t.csv", "--start", "1", "--duration", "3", "-o", "w.csv")
     assert load_trace("w.csv").prompt_tokens.tolist() == [200, 300]

@@ -167,15 +167,14 @@ def _print_written(summary: dict, as_json: bool) -> None:
         return
     stdout.print(f"Wrote {summary['path']} ({summary['stats']['requests']:,} requests)",
                  markup=False, highlight=False)
-    _print_stats_dict(summary["stats"])
+    _print_stats_dict(summary["stats"], f"{summary['path']} (native)")
 
 
 def _print_stats(result: wl.TraceStats) -> None:
-    _print_stats_dict(result.to_dict())
+    _print_stats_dict(result.to_dict(), f"{result.source} ({result.format})")
 
 
-def _print_stats_dict(stats: dict) -> None:
-    title = f"{stats['source'] or 'synthetic trace'} ({stats['format']})"
+def _print_stats_dict(stats: dict, title: str) -> None:
     table = Table(title=title, title_justify="left")
     table.add_column("statistic")
     table.add_column("value", justify="right")
