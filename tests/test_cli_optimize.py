@@ -339,6 +339,30 @@ def test_node_redundancy_plans_pass_with_each_node_removed(optimize, run_cli, tm
         assert summary["meets_slo"]["ttft"] and summary["meets_slo"]["tpot"], node
 
 
+@pytest.fixture
+def small_case(tmp_path):
+    """A 400-request slice of the trace and a cluster of three 8-GPU H100 nodes: a fast run."""
+    trace, cluster = tmp_path / "slice.csv", tmp_path / "h100.yaml"
+    trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[:401]))
+    cluster.write_text("nodes:\n  - {name: h100, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450, "
+                       "inter_node_gb_s: 50, count: 3}\n")
+    return trace, ("--cluster", cluster, "--tp", "4", "--no-compose")
+
+
+def test_without_redundancy_is_the_answer_the_same_request_gets_without_it(optimize, small_case):
+    trace, flags = small_case
+    code, out, err = optimize(*flags, "--redundancy", "node", "--json", trace=trace)
+    assert code == 0, err
+    red = json.loads(out)["redundancy"]
+    plain = json.loads(optimize(*flags, "--json", trace=trace)[1])
+    free = red["without_redundancy"]
+    assert (free["gpus_total"], round(free["value"] * 100)) == (plain["gpus_total"], round(plain["cost_per_hour"] * 100))
+    assert (free["fleet"], free["decision"]) == (plain["fleet"], plain["decision"])
+    text = optimize(*flags, "--redundancy", "node", trace=trace)[1]
+    costs = json.loads(out)["cost_per_hour"] - plain["cost_per_hour"]
+    assert f"redundancy costs +${costs:,.2f} (cost) over the answer without it ({plain['gpus_total']} GPUs" in text
+
+
 @pytest.mark.slow
 def test_fleet_all_on_azure_conv_verifies_every_fleet(run_cli, shared_data, tmp_path):
     code, out, err = run_cli("optimize", shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv",

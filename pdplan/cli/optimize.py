@@ -448,16 +448,23 @@ def _verification_line(v: dict) -> str:
 def _search_line(doc: dict) -> str:
     s = doc["search"]
     name = doc["solver"]["objective_name"]
-    fmt = money if name == "cost" else (lambda v: f"{v:.4g}")
     if s["lower_bound"] is None or s["verified"] is None:
         return f"search: {s['checks']} end-to-end checks"
     proof = ("no cheaper plan above the search floor passes" if s["proven"]
              else "the check budget ran out before cheaper plans were ruled out")
     gap = "" if s["gap"] is None else f", gap {s['gap']:+.1%}"
-    return (f"search: integer-program bound {fmt(s['lower_bound'])}, verified {fmt(s['verified'])}{gap} "
+    return (f"search: integer-program bound {objective_text(s['lower_bound'], name)}, "
+            f"verified {objective_text(s['verified'], name)}{gap} "
             f"({s['checks']} checks, {doc['run']['end_to_end_simulations']} end-to-end simulations run; {proof})")
 
 
+
+
+def objective_text(value: float, name: str, signed: bool = False) -> str:
+    """A value of the objective ``name``: dollars per hour for cost, else the number."""
+    if name != "cost":
+        return f"{value:{'+' if signed else ''}.4g}"
+    return ("-" if value < 0 else "+" if signed else "") + money(abs(value))
 
 
 def shapes_text(pool: dict | None) -> str:
@@ -530,7 +537,9 @@ def _facts_table(doc: dict) -> None:
         worst = red.get("worst_case")
         text = "—" if worst is None else f"worst loss: {worst['lost']} (short by {max(0.0, worst['worst_shortfall']):.3f})"
         if "redundancy_costs" in red:
-            text += f"; redundancy costs {red['redundancy_costs']:+.4g} ({doc['solver']['objective_name']})"
+            name, free = doc["solver"]["objective_name"], red["without_redundancy"]
+            text += (f"; redundancy costs {objective_text(red['redundancy_costs'], name, signed=True)} ({name}) "
+                     f"over the answer without it ({free['gpus_total']} GPUs, {objective_text(free['value'], name)})")
         table.add_row(f"redundancy ({red['mode']})", text)
     s = doc["solver"]
     table.add_row("solver", f"{s['status']}, objective {s['objective']:.6g}, bound {s['bound']:.6g}, gap {s['gap']:.2%}")

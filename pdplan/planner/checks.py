@@ -96,15 +96,17 @@ class Verifier:
                        name=name)
 
     def check(self, solution: Solution, *, mode: str, affinity: str, fleet: str,
-              rate_rps: float | None = None) -> Checked:
-        """Place ``solution`` as a plan and verify it at ``rate_rps`` (default: the target)."""
+              rate_rps: float | None = None, redundancy: str | None = None) -> Checked:
+        """Place ``solution`` as a plan and verify it at ``rate_rps`` (default: the target), with
+        each loss ``redundancy`` (default: the request's) asks it to survive."""
         request = self.request
         mixed = ", with a mixed pool" if solution.mixed else ""
         plan = self.plan(solution, mode=mode, affinity=affinity,
                          name=f"{request.model.name} {mode} ({fleet}" + (f", {affinity} affinity{mixed})"
                                                                           if mode != "colocated" else ")"))
         rate = request.target_rps if rate_rps is None else rate_rps
-        verification = self.verify(plan, rate, mode=mode, lost=losses(solution, plan, request.redundancy))
+        lost = losses(solution, plan, request.redundancy if redundancy is None else redundancy)
+        verification = self.verify(plan, rate, mode=mode, lost=lost)
         return Checked(solution=solution, plan=plan, verification=verification)
 
     def goodput(self, plan: Plan, *, mode: str, start_rps: float) -> Search:

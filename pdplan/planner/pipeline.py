@@ -63,7 +63,7 @@ class PlanReport:
     fleets: tuple[FleetResult, ...]
     chosen: SearchResult | None            #: the search whose verified plan is the answer
     end_to_end: Search | None              #: the answer's own goodput, the whole plan simulated
-    without_redundancy: SearchResult | None  #: the same search without the redundancy asked for
+    without_redundancy: SearchResult | None  #: the answer of the same request without redundancy
     simulations: int                       #: end-to-end simulation runs this invocation ran
     cache_hits: int
     cache_misses: int
@@ -146,7 +146,7 @@ class Searches:
     def _search(self, request: PlanRequest, base: Problem) -> SearchResult:
         def check(solution, rate_rps=None) -> Checked:
             return self.verifier.check(solution, mode=base.mode, affinity=base.affinity, fleet=base.fleet.label,
-                                       rate_rps=rate_rps)
+                                       rate_rps=rate_rps, redundancy=base.redundancy)
 
         if request.objective != "goodput":
             return verified_search(request, base, check)
@@ -169,11 +169,12 @@ class Searches:
         return replace(found, first=first, best=verified, tried=(claimed, verified), proven=True,
                        end_to_end=search)
 
-    def fleet(self, fleet: Fleet) -> FleetResult:
-        affinities = [self.run(fleet, "disaggregated", a) for a in self.request.affinities]
-        mixed = self.run(fleet, "disaggregated", "high", mixed=True) if self.request.mixed else None
-        return FleetResult(fleet=fleet, disaggregated=pick(affinities, self.request.objective),
-                           colocated=self.run(fleet, "colocated", "high"), objective=self.request.objective,
+    def fleet(self, fleet: Fleet, request: PlanRequest | None = None) -> FleetResult:
+        request = request or self.request
+        affinities = [self.run(fleet, "disaggregated", a, request) for a in request.affinities]
+        mixed = self.run(fleet, "disaggregated", "high", request, mixed=True) if request.mixed else None
+        return FleetResult(fleet=fleet, disaggregated=pick(affinities, request.objective),
+                           colocated=self.run(fleet, "colocated", "high", request), objective=request.objective,
                            mixed=mixed)
 
 
@@ -203,22 +204,28 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
         if progress is not None:
             progress(f"verified search {fleet.label}", i, len(request.fleets))
         fleets.append(searches.fleet(fleet))
-    found = [best for best in (f.best_in(request.mode) for f in fleets) if best is not None]
-    if not found and all(r.first is None for f in fleets for r in f.searches(request.mode)):
+    if all(f.best_in(request.mode) is None for f in fleets) and all(
+            r.first is None for f in fleets for r in f.searches(request.mode)):
         raise InfeasibleError(no_plan_message(request, fleets, searches))
-    chosen = reduce(lambda a, b: better(a, b, request.objective), found) if found else None
+    chosen = best_of(fleets, request)
     end_to_end = without = None
     if chosen is not None:
         end_to_end = chosen.end_to_end
         if end_to_end is None and headroom:
             end_to_end = verifier.goodput(chosen.best.plan, mode=chosen.mode,
                                           start_rps=chosen.best.verification.rate_rps)
-        if request.redundancy != "none":
-            without = searches.run(chosen.fleet, chosen.mode, chosen.affinity, replace(request, redundancy="none"),
-                                   mixed=chosen.best.solution.mixed)
+        if request.redundancy != "none":  # the answer the same request gets without redundancy
+            free = replace(request, redundancy="none")
+            without = best_of([searches.fleet(f, free) for f in request.fleets], free)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
                       fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
                       simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses)
+
+
+def best_of(fleets: list[FleetResult], request: PlanRequest) -> SearchResult | None:
+    """The search with the best verified plan over ``fleets`` in the mode asked for (None: none passed)."""
+    found = [best for best in (f.best_in(request.mode) for f in fleets) if best is not None]
+    return reduce(lambda a, b: better(a, b, request.objective), found) if found else None
 
 
 def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: Searches) -> str:

@@ -167,7 +167,8 @@ def _redundancy(report: PlanReport) -> dict:
     free = report.without_redundancy
     if free is not None and free.best is not None:
         ours, theirs = answer.value(request.objective), free.best.value(request.objective)
-        doc["without_redundancy"] = {"value": theirs, "gpus_total": free.best.solution.gpus_total}
+        doc["without_redundancy"] = {"value": theirs, "gpus_total": free.best.solution.gpus_total,
+                                     "fleet": free.fleet.name, "decision": free.mode}
         doc["redundancy_costs"] = ours - theirs
     return doc
 
