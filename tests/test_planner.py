@@ -106,6 +106,19 @@ def test_when_the_cheapest_fleet_misses_end_to_end_a_fleet_that_passes_is_the_an
     assert capped.disaggregated.first.usd_per_hour < report.answer.solution.usd_per_hour
 
 
+def test_the_margin_is_over_the_best_plan_of_the_other_mode_on_any_fleet(tmp_path):
+    """Colocated wins on a fleet whose own disaggregated plan is not the cheapest one in the table."""
+    cluster = load_cluster(default_cluster_path())
+    report = planner.optimize(request(tps=(4,), fleets=resolve_fleets("all", cluster)), cache=ResultCache(tmp_path))
+    cents = {f.fleet.name: round(f.disaggregated.best.solution.usd_per_hour * 100) for f in report.fleets
+             if f.disaggregated.best is not None}
+    cheapest = min(cents, key=cents.get)
+    assert report.chosen.mode == "colocated" and cents[report.chosen.fleet.name] > cents[cheapest]
+    doc = planner.report_to_dict(report)
+    assert (doc["margin_over"]["decision"], doc["margin_over"]["fleet"]) == ("disaggregated", cheapest)
+    assert doc["margin"] == pytest.approx(1 - doc["cost_per_hour"] * 100 / cents[cheapest], abs=1e-4)
+
+
 def test_when_nothing_passes_there_is_no_answer_and_the_closest_plan_is_reported(monkeypatch, tmp_path):
     scripted(monkeypatch, lambda plan: False)
     report = planner.optimize(request(max_checks=2), cache=ResultCache(tmp_path))

@@ -333,9 +333,9 @@ def _check_numbers(*, objective: str, target_rate: float | None, peak: bool, max
         raise PdplanError("--objective goodput finds the highest rate itself; drop --target-rate/--peak",
                           field="target_rate")
     within("--target-rate", target_rate, 0, limits.MAX_RATE_RPS, above=True)
-    within("--max-gpus", max_gpus, 0, limits.MAX_GPUS)
-    within("--max-cost", max_cost, 0, limits.MAX_USD_PER_HOUR)
-    within("--max-power", max_power, 0, limits.MAX_WATTS)
+    within("--max-gpus", max_gpus, 1, limits.MAX_GPUS)  # a budget of nothing holds no plan: said before any work
+    within("--max-cost", max_cost, 0, limits.MAX_USD_PER_HOUR, above=True)
+    within("--max-power", max_power, 0, limits.MAX_WATTS, above=True)
     within("--link-headroom", link_headroom, 0, 1, above=True)
     within("--time-limit", time_limit, 0, limits.MAX_TIME_LIMIT_S, above=True)
     within("--seeds", seeds, 1, limits.MAX_RUNS)

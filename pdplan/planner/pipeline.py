@@ -83,17 +83,23 @@ class PlanReport:
         return None if self.chosen is None else next(f for f in self.fleets if f.fleet == self.chosen.fleet)
 
     @property
-    def margin(self) -> float | None:
-        """How much better the answer is than the other mode of its fleet, as a fraction of the
-        other's objective (cost, GPUs or power saved; goodput gained); None if only one passed."""
+    def rival(self) -> SearchResult | None:
+        """The best verified plan of the other mode over every fleet (disaggregated when the answer
+        is colocated, and the other way round): what the margin is measured against."""
         if self.chosen is None:
             return None
-        fleet = self.fleet
-        other = fleet.colocated if self.chosen.mode == "disaggregated" else fleet.disaggregated
-        objective = self.request.objective
-        if other.best is None or not other.best.value(objective):
+        other = [f.colocated if self.chosen.mode == "disaggregated" else f.disaggregated for f in self.fleets]
+        found = [r for r in other if r.best is not None]
+        return reduce(lambda a, b: better(a, b, self.request.objective), found) if found else None
+
+    @property
+    def margin(self) -> float | None:
+        """How much better the answer is than the :attr:`rival`, as a fraction of the rival's
+        objective (cost, GPUs or power saved; goodput gained); None if the other mode has no plan."""
+        rival, objective = self.rival, self.request.objective
+        if rival is None or not rival.best.value(objective):
             return None
-        ours, theirs = self.answer.value(objective), other.best.value(objective)
+        ours, theirs = self.answer.value(objective), rival.best.value(objective)
         return (ours - theirs if objective == "goodput" else theirs - ours) / theirs
 
 

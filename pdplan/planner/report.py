@@ -214,6 +214,9 @@ def report_to_dict(report: PlanReport) -> dict:
         "goodput_rps": solution.goodput_rps,
         "goodput_per_gpu": solution.goodput_rps / solution.gpus_total,
         "margin": report.margin,
+        "margin_over": None if report.margin is None else {
+            "decision": report.rival.mode, "fleet": report.rival.fleet.name, "fleet_alias": report.rival.fleet.alias,
+            "value": report.rival.best.value(request.objective)},
         "attainment": {k: v.mean for k, v in verification.clocks.items()},
         "meets_slo": verification.passed,
         "verification": verification.to_dict(),
