@@ -48,16 +48,26 @@ def shared_cache(tmp_path_factory) -> Path:
 
 
 @pytest.mark.parametrize("flags, binding", [
-    (("--max-gpus", "0"), "the GPU, cost or power budget is too small"),
-    (("--max-gpus", "0", "--objective", "goodput"), "the GPU, cost or power budget is too small"),
+    (("--max-gpus", "1"), "the GPU, cost or power budget is too small"),
+    (("--max-gpus", "1", "--objective", "goodput"), "the GPU, cost or power budget is too small"),
     (("--cluster", "c.yaml"), "the cluster's node counts cannot hold enough instances"),
     (("--cluster", "c.yaml", "--objective", "goodput"), "the cluster's node counts cannot hold enough instances"),
-], ids=["no-gpu-budget", "no-gpu-budget-for-goodput", "no-nodes", "no-nodes-for-goodput"])
+], ids=["one-gpu-budget", "one-gpu-budget-for-goodput", "no-nodes", "no-nodes-for-goodput"])
 def test_an_infeasible_problem_is_one_line_naming_the_binding_constraint(run_cli, work, shared_cache, monkeypatch,
                                                                         flags, binding):
     monkeypatch.setenv("PDPLAN_CACHE_DIR", str(shared_cache))
     make(work, {"t.csv": TRACE, "c.yaml": CLUSTER.replace("count: 2", "count: 0")})
     refused(run_cli, work, OPT + flags, [binding])
+
+
+@pytest.mark.parametrize("flags, message", [
+    (("--max-gpus", "0"), "--max-gpus must be >= 1, got 0"),
+    (("--max-cost", "0"), "--max-cost must be > 0 and <= 1,000,000,000, got 0.0"),
+    (("--max-power", "0"), "--max-power must be > 0 and <= 10,000,000,000, got 0.0"),
+], ids=["gpus", "cost", "power"])
+def test_a_budget_of_nothing_is_refused_before_any_work(run_cli, work, flags, message):
+    make(work, {"t.csv": TRACE})
+    refused(run_cli, work, OPT + flags, [message], seconds=5)
 
 
 # --- no output lands on an input ------------------------------------------------------------------
