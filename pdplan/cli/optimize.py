@@ -185,8 +185,9 @@ def optimize(
     affinity; each proposal is simulated end to end (routing, KV transfer, admission) on several
     runs, misses raise the failing pool and passes try cheaper plans. Only a plan that passes is the
     answer; when none does, the closest is shown with what it misses, and the exit code is 1.
-    Defaults: llama2-70b, the shipped profiles (rooflines for unmeasured shapes), the example
-    A100 + H100 cluster, p90 TTFT <= 1 s and p90 TPOT <= 100 ms at the trace's mean rate.
+    Defaults: llama2-70b; each shape timed by its shipped measured profile, else composed from
+    vLLM's measured operators (the optional extra pdplan\\[aic]), else by a roofline; the example
+    A100 + H100 cluster; p90 TTFT <= 1 s and p90 TPOT <= 100 ms at the trace's mean rate.
     """
     _check_choices(objective, affinity, pool_shapes, redundancy, verify_rule, mode)
     if connector not in CONNECTORS:

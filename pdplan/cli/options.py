@@ -58,7 +58,7 @@ KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache pre
 
 EngineOpt = Annotated[str | None, typer.Option(
     "--engine", help="Serving engine: vllm, sglang or trtllm. Its measured operators compose profiles for shapes "
-                     "without a measured one (optional extra pdplan[aic]; default vLLM's) and its fitted "
+                     "without a measured one (optional extra pdplan\\[aic]; default vLLM's) and its fitted "
                      "efficiencies time rooflines (default the Splitwise 2023 calibration).", show_default=False)]
 EngineVersionOpt = Annotated[str | None, typer.Option(
     "--engine-version", help="Engine version of the operator tables; default the newest measured for each GPU.",

@@ -280,7 +280,7 @@ def compose(
     """Compose prefill and decode profiles from AIConfigurator's measured operators (GEMM, attention,
     all-reduce) for one engine and version, fitted into the profile format the simulator reads.
 
-    Needs the optional extra: pip install 'pdplan[aic]'. The profile's provenance names the tables,
+    Needs the optional extra: pip install 'pdplan\\[aic]'. The profile's provenance names the tables,
     the engine versions, the held-out fit error and any query outside the measured grids.
     """
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)

@@ -72,7 +72,7 @@ def grid(
                                       "CPUs).")] = os.cpu_count() or 1,
     executor: Annotated[str, typer.Option(
         "--executor", help="local (a process pool) or ray (tasks on a Ray cluster; pip install "
-                           "'pdplan[ray]').")] = "local",
+                           "'pdplan\\[ray]').")] = "local",
     address: Annotated[str | None, typer.Option(
         "--address", help="Ray cluster address (ray://host:10001 or host:6379); default a local Ray.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="CSV with one row per cell.")] = None,
