@@ -529,8 +529,10 @@ def _facts_table(doc: dict) -> None:
     table.add_row("pool capacity (min over phases)", f"{doc['goodput_rps']:.3g} req/s, "
                                                      f"{doc['goodput_per_gpu']:.3g} per GPU (integer program)")
     if doc["margin"] is not None:
-        other = "colocated" if doc["decision"] == "disaggregated" else "disaggregated"
-        table.add_row(f"margin over {other}", f"{doc['margin']:+.1%} ({doc['solver']['objective_name']}, both verified)")
+        other = doc["margin_over"]
+        fleet = other["fleet"] + (f" ({other['fleet_alias']})" if other["fleet_alias"] else "")
+        table.add_row(f"margin over {other['decision']}", f"{doc['margin']:+.1%} ({doc['solver']['objective_name']}, "
+                                                         f"both verified; the best {other['decision']} plan, on {fleet})")
     headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"
     table.add_row("end-to-end goodput", f"{doc['end_to_end_goodput_rps']:.3g} req/s{headroom}, the whole plan verified")
     red = doc["redundancy"]
