@@ -76,11 +76,23 @@ def test_the_answer_passes_every_objective_at_the_lower_end_of_its_interval(answ
     assert answer["attainment"]["joint"] <= min(answer["attainment"]["ttft"], answer["attainment"]["tpot"])
 
 
-def test_search_reports_the_program_bound_the_verified_cost_and_the_gap(answer):
+def test_search_reports_the_program_estimate_the_verified_cost_and_the_gap(answer):
     s = answer["search"]
     assert s["verified"] == pytest.approx(answer["cost_per_hour"])
-    assert s["gap"] == pytest.approx((s["verified"] - s["lower_bound"]) / s["verified"])
+    assert s["gap"] == pytest.approx((s["verified"] - s["program_estimate"]) / s["verified"])
+    assert s["lower_bound"] == s["program_estimate"] and s["is_bound"] is False
     assert s["checks"] >= 1 and answer["run"]["end_to_end_simulations"] >= 3
+
+
+def test_a_negative_gap_is_printed_as_such_and_the_estimate_is_not_called_a_bound():
+    from pdplan.cli.optimize import _search_line
+    doc = {"search": {"program_estimate": 10.0, "lower_bound": 10.0, "verified": 9.0, "gap": -1 / 9, "checks": 2,
+                      "proven": True},
+           "solver": {"objective_name": "cost"}, "run": {"end_to_end_simulations": 6}}
+    line = _search_line(doc)
+    assert line.startswith("search: integer-program estimate $10.00 (from pool capacities, not a bound), "
+                           "verified $9.00, gap -11.1%, the simulation passed a plan the program counts short")
+    assert "bound $" not in line
 
 
 def test_totals_add_up_over_the_chosen_pools(answer):
@@ -194,7 +206,7 @@ def test_the_verification_line_and_the_search_gap_are_printed(optimize):
     code, out, _ = optimize()
     assert code == 0
     assert "verification: PASSES at 4.04 req/s on 3 runs × 2,000 requests (seeds 0, 1, 2" in out
-    assert "search: integer-program bound $" in out and ", verified $" in out
+    assert "search: integer-program estimate $" in out and "(from pool capacities, not a bound), verified $" in out
 
 
 def test_goodput_objective_within_a_gpu_budget(optimize):

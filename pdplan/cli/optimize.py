@@ -449,12 +449,15 @@ def _verification_line(v: dict) -> str:
 def _search_line(doc: dict) -> str:
     s = doc["search"]
     name = doc["solver"]["objective_name"]
-    if s["lower_bound"] is None or s["verified"] is None:
+    if s["program_estimate"] is None or s["verified"] is None:
         return f"search: {s['checks']} end-to-end checks"
     proof = ("no cheaper plan above the search floor passes" if s["proven"]
              else "the check budget ran out before cheaper plans were ruled out")
     gap = "" if s["gap"] is None else f", gap {s['gap']:+.1%}"
-    return (f"search: integer-program bound {objective_text(s['lower_bound'], name)}, "
+    if s["gap"] is not None and s["gap"] < 0:
+        gap += ", the simulation passed a plan the program counts short"
+    return (f"search: integer-program estimate {objective_text(s['program_estimate'], name)} (from pool capacities, "
+            f"not a bound), "
             f"verified {objective_text(s['verified'], name)}{gap} "
             f"({s['checks']} checks, {doc['run']['end_to_end_simulations']} end-to-end simulations run; {proof})")
 

@@ -21,7 +21,7 @@ For one fleet, mode and affinity:
    tried, or the whole cluster, with no floor at all: the simulation, not the decomposition,
    decides which of the plans the cluster holds serve.
 
-The program's optimum at the target is the lower bound the decomposition claims; the report
+The program's optimum at the target is the decomposition's estimate, not a bound: the report
 gives it beside the verified cost and the gap between them (negative when the simulation finds
 the decomposition pessimistic).
 """
@@ -80,7 +80,7 @@ class SearchResult:
         return min(self.tried, key=lambda c: c.verification.worst_shortfall, default=None)
 
     def gap(self, objective: str) -> float | None:
-        """(verified − lower bound) / verified, the program's optimism about the best plan."""
+        """(verified − the program's estimate) / verified, the program's optimism about the best plan."""
         if self.best is None or self.first is None or objective == "goodput":
             return None
         verified = self.best.value(objective)
