@@ -15,9 +15,9 @@ from pdplan.entry import Interrupted, interruptible, interrupted
 from pdplan.errors import PdplanError
 
 try:  # typer >= 0.20 carries its own copy of click
-    from typer._click import exceptions as click_errors
+    from typer._click import Context, exceptions as click_errors
 except ImportError:  # pragma: no cover - older typer on the real click
-    from click import exceptions as click_errors
+    from click import Context, exceptions as click_errors
 
 app = typer.Typer(
     name="pdplan",
@@ -50,7 +50,18 @@ app.command("export")(_manifest.export)
 @cache
 def _command():
     """The click command typer builds from the app: once per process, not on every call (70 ms)."""
-    return typer.main.get_command(app)
+    return _flags_without_values(typer.main.get_command(app))
+
+
+def _flags_without_values(command):
+    """The command with every flag's value placeholder empty, --help's included: a flag takes no
+    value, yet typer's help shows one (``<bool>``) unless the flag's metavar says otherwise."""
+    for param in (*command.params, command.get_help_option(Context(command))):
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    for sub in getattr(command, "commands", {}).values():
+        _flags_without_values(sub)
+    return command
 
 
 @app.callback()
