@@ -375,6 +375,13 @@ def test_without_redundancy_is_the_answer_the_same_request_gets_without_it(optim
     assert f"redundancy costs +${costs:,.2f} (cost) over the answer without it ({plain['gpus_total']} GPUs" in text
 
 
+def test_the_pools_table_says_how_pool_capacity_was_obtained(optimize, small_case):
+    trace, flags = small_case
+    out = " ".join(optimize(*flags, trace=trace)[1].split())
+    assert ("pool capacity: the goodput of all its replicas behind the router, simulated; it can exceed "
+            "replicas × goodput/instance, since pooled replicas absorb each other's bursts") in out
+
+
 @pytest.mark.slow
 def test_fleet_all_on_azure_conv_verifies_every_fleet(run_cli, shared_data, tmp_path):
     code, out, err = run_cli("optimize", shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv",

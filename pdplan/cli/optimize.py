@@ -521,6 +521,9 @@ def _plan_table(doc: dict) -> None:
         table.add_row("colocated baseline total", "", "", "", "", "", "", money(base["cost_per_hour"]),
                       f"{base['power_w'] / 1e3:.2f}")
     stdout.print(table)
+    stdout.print("  pool capacity: the goodput of all its replicas behind the router, simulated; it can exceed "
+                 "replicas × goodput/instance, since pooled replicas absorb each other's bursts",
+                 markup=False, highlight=False)
 
 
 def _facts_table(doc: dict) -> None:
