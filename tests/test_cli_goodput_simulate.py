@@ -176,11 +176,14 @@ def test_bad_plan_file_names_file_line_and_field(run_cli, tmp_path):
     assert err.startswith(f"Error: {plan}:") and "replicas must be >= 1, got 0" in err
 
 
-def test_decode_curve_names_its_ttft_clock_the_admission_wait(run_cli):
+def test_decode_curve_heads_its_ttft_column_the_share_within_the_admission_wait_threshold(run_cli):
     code, out, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
-                             "--phase", "decode", "--requests-per-probe", "200", "--grid", "0")
+                             "--phase", "decode", "--requests-per-probe", "200", "--grid", "0",
+                             "--ttft", "2s", "--tpot", "100ms", "--admission-share", "0.25")
     assert code == 0, err
-    assert "admission wait" in out
+    header = next(line for line in out.splitlines() if "rate req/s" in line)
+    assert [cell.strip() for cell in header.strip("┃").split("┃")] == [
+        "rate req/s", "admission wait ≤ 500 ms (share)", "TPOT ≤ 100 ms (share)", "joint (share)", "meets"]
 
 
 @pytest.mark.parametrize("ttft,tpot", [("1s", "100ms"), ("1000ms", "0.1s"), ("1", "0.1")])

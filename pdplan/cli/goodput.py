@@ -39,7 +39,7 @@ from pdplan.cli.options import (
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop_goodput, instance_goodput
+from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop_goodput, instance_goodput, phase_slo
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model, model_file
 from pdplan.profiles import profile_inputs
@@ -164,8 +164,8 @@ def _closed_loop(workload, profile, phase, objectives, settings, policy, chunk, 
     stdout.print(f"{profile.shape} ({phase}): {result.clients} clients meet the SLO, drawing "
                  f"{result.throughput_rps:.3f} req/s (simulated closed loops; profile {source})",
                  markup=False, highlight=False)
-    table = Table(title="Closed loops")
-    for name in ("clients", "req/s", "TTFT", "TPOT", "joint", "meets"):
+    table = Table(title="Closed loops (attainment: the share of requests within each threshold)")
+    for name in ("clients", "req/s", *_attainment_columns(objectives, phase, admission_share), "meets"):
         table.add_column(name, justify="right")
     for p in result.probes:
         table.add_row(str(p.clients), f"{p.throughput_rps:.3f}", _share(p.probe.attainment_ttft),
@@ -190,14 +190,24 @@ def _render(result: InstanceGoodput, source: str, objectives) -> None:
     summary.add_row("probes", f"{len(result.probes)} × {result.requests_per_probe} requests "
                               f"({result.settings.arrivals} arrivals, tolerance {result.settings.tolerance_rel:g})")
     stdout.print(summary)
-    curve = Table(title="Attainment curve")
-    ttft = "admission wait" if result.phase == "decode" else "TTFT"  # what a decode instance's TTFT clock measures
-    for name in ("rate req/s", ttft, "TPOT", "joint", "meets"):
+    curve = Table(title="Attainment curve (the share of requests within each threshold)")
+    for name in ("rate req/s", *_attainment_columns(objectives, result.phase, result.admission_share), "meets"):
         curve.add_column(name, justify="right")
     for p in result.probes:
         curve.add_row(f"{p.rate_rps:.3f}", _share(p.attainment_ttft), _share(p.attainment_tpot),
                       _share(p.attainment_joint), "yes" if p.meets else ("saturated" if p.saturated else "no"))
     stdout.print(curve)
+
+
+def _attainment_columns(slo, phase: str, admission_share: float) -> tuple[str, str, str]:
+    """Headers of the TTFT, TPOT and joint attainment columns, each naming its clock and the
+    threshold it is judged on alone; a decode instance's TTFT clock measures its admission wait."""
+    judged = phase_slo(slo, phase, admission_share)
+    heads = []
+    for clock, metric in (("admission wait" if phase == "decode" else "TTFT", "ttft"), ("TPOT", "tpot")):
+        threshold = judged.threshold_s(metric)
+        heads.append(f"{clock} (share)" if threshold is None else f"{clock} ≤ {threshold * 1e3:g} ms (share)")
+    return heads[0], heads[1], "joint (share)"
 
 
 def _share(value: float | None) -> str:
