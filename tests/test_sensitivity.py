@@ -6,14 +6,19 @@ from __future__ import annotations
 import json
 import math
 import struct
+from types import SimpleNamespace
 
 import numpy as np
 import pandas as pd
 import pytest
 
+from pdplan.cli import output
+from pdplan.cli.sensitivity import render
 from pdplan.hardware import GB, default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
 from pdplan.profiles import shipped_profiles
+from pdplan.sensitivity import GridResult
+from pdplan.sensitivity.cell import CellResult
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload, shared_prefixes
 from pdplan.sensitivity.margin import net_margin, variants
 from pdplan.sim import Link, Plan, Pool
@@ -228,6 +233,23 @@ def test_the_ray_executor_writes_the_same_csv_as_the_local_one(tmp_path, cache):
                       "--out", paths[executor])
         assert code in (0, None)
     assert paths["ray"].read_bytes() == paths["local"].read_bytes()
+
+
+# --- the grid in words and as a table, on hand-made cells -------------------------------------------
+
+def hand_cell(index: int, decision: str, **coords) -> CellResult:
+    return CellResult(index=index, coords=coords, compare="rate", margin_ms=0.0, colocated=None,
+                      disaggregated=None, margin=None, decision=decision, reason="")
+
+
+def test_the_grid_table_names_each_plan_s_verdict_column_for_its_mode(capsys, monkeypatch):
+    monkeypatch.setattr(output.stdout, "width", 400)
+    dimensions = (("bandwidth", (10.0,)),)
+    result = GridResult(dimensions=dimensions, cells=(hand_cell(0, "INFEASIBLE", bandwidth=10.0),))
+    render(result, result.rows(), SimpleNamespace(compare="rate", target_rps=2.0))
+    header = next(line for line in capsys.readouterr().out.splitlines() if "bandwidth" in line)
+    columns = [cell.strip() for cell in header.strip("┃").split("┃")]
+    assert columns[1:5] == ["colocated $/h", "colocated verdict", "P/D $/h", "P/D verdict"]
 
 
 # --- bad specs -------------------------------------------------------------------------------------

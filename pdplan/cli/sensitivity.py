@@ -190,8 +190,8 @@ def render(result: GridResult, rows: list[dict], base: Base) -> None:
     for name in result.names:
         table.add_column(name, justify="right")
     budget = base.compare == "budget"
-    plans = (("colocated $/h", "colocated req/s", "verdict", "P/D $/h", "P/D req/s", "verdict") if budget
-             else ("colocated $/h", "verdict", "P/D $/h", "verdict"))
+    plans = (("colocated $/h", "colocated req/s", "colocated verdict", "P/D $/h", "P/D req/s", "P/D verdict")
+             if budget else ("colocated $/h", "colocated verdict", "P/D $/h", "P/D verdict"))
     for name in (*plans, "T_saved", "T_xfer", "T_route", "T_fail", "ΔT", "decision"):
         table.add_column(name, justify="right")
     table.add_column("why")
