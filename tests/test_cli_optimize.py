@@ -95,6 +95,34 @@ def test_a_negative_gap_is_printed_as_such_and_the_estimate_is_not_called_a_boun
     assert "bound $" not in line
 
 
+def test_a_search_of_one_check_and_one_simulation_says_so_in_the_singular():
+    from pdplan.cli.optimize import _search_line
+    doc = {"search": {"program_estimate": 9.0, "verified": 9.0, "gap": 0.0, "checks": 1, "proven": True},
+           "solver": {"objective_name": "cost"}, "run": {"end_to_end_simulations": 1}}
+    assert "(1 check, 1 end-to-end simulation run; " in _search_line(doc)
+    doc["search"]["verified"] = None
+    assert _search_line(doc) == "search: 1 end-to-end check"
+
+
+def test_a_verification_of_one_run_surviving_one_loss_says_so_in_the_singular():
+    from pdplan.cli.optimize import _verification_line
+    interval = {"mean": 0.95, "low": 0.93, "high": 0.97}
+    v = {"seeds": [0], "rule": "lower", "passed": True, "losses": [{"lost": "node h100-0"}], "rate_rps": 4.0,
+         "requests": [2000], "joint": interval,
+         "per_objective": [{"metric": "ttft", "threshold_s": 1.0, "target": 0.9, **interval}]}
+    line = _verification_line(v)
+    assert " on 1 run × 2,000 requests " in line and line.endswith("; survives 1 distinct loss")
+
+
+def test_the_node_map_shows_an_instance_on_one_gpu_by_its_index_and_on_several_by_their_range(capsys, monkeypatch):
+    from pdplan.cli import output
+    from pdplan.cli.optimize import _nodes_table
+    monkeypatch.setattr(output.stdout, "width", 200)
+    _nodes_table({"nodes": [{"instance": "decode-0", "pp": 1, "stages": [{"node": "h100-0", "gpus": [4]}]},
+                            {"instance": "prefill-0", "pp": 1, "stages": [{"node": "h100-0", "gpus": [0, 1, 2, 3]}]}]})
+    assert "decode-0 (4), prefill-0 (0-3)" in capsys.readouterr().out
+
+
 def test_totals_add_up_over_the_chosen_pools(answer):
     doc = answer
     assert doc["gpus_total"] == sum(p["tp"] * p["pp"] * p["replicas"] for p in doc["pools"])

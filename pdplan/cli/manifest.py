@@ -10,7 +10,7 @@ from rich.table import Table
 
 from pdplan import names
 from pdplan.cli.options import FormatOpt, load_workload, profile_source
-from pdplan.cli.output import print_json, stderr, stdout
+from pdplan.cli.output import counted, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.manifest.check import check_manifest, refuse_unreadable_inputs
@@ -77,7 +77,7 @@ def validate(
         print_json({"valid": not violations, "violations": [{"field": v.field, "message": v.message}
                                                              for v in violations], "resimulated": rerun})
     elif violations:
-        stderr.print(f"{manifest}: INVALID ({len(violations)} violation{'s' if len(violations) > 1 else ''})",
+        stderr.print(f"{manifest}: INVALID ({counted(len(violations), 'violation')})",
                      markup=False, highlight=False)
         for v in violations:
             stdout.print(f"  {v}", markup=False, highlight=False)
@@ -104,7 +104,7 @@ def diff(
     elif not changes:
         stdout.print("no differences", markup=False, highlight=False)
     else:
-        table = Table(title=f"{a} → {b}: {len(changes)} field{'s' if len(changes) > 1 else ''} differ")
+        table = Table(title=f"{a} → {b}: {counted(len(changes), 'changed field')}")
         for name in ("section", "field", "change", "a", "b"):
             table.add_column(name)
         for c in changes:

@@ -40,7 +40,7 @@ from pdplan.cli.options import (
     search_settings,
     slo_from_options,
 )
-from pdplan.cli.output import money, number, print_json, stderr, stdout
+from pdplan.cli.output import counted, money, number, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs, dump_yaml
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
@@ -414,7 +414,7 @@ def _profiles_line(doc: dict) -> str:
 
 def _render_miss(report: PlanReport, doc: dict) -> None:
     """No plan passed: say so, show the fleets and the closest plan with what it misses."""
-    stderr.print(f"No plan passes the end-to-end simulation within {report.request.max_checks} checks per fleet, "
+    stderr.print(f"No plan passes the end-to-end simulation within {counted(report.request.max_checks, 'check')} per fleet, "
                  "mode and affinity; nothing was written.", markup=False, highlight=False)
     _fleets_table(doc)
     closest = doc["closest"]
@@ -440,8 +440,8 @@ def _verification_line(v: dict) -> str:
                            f"[{o['low']:.3f}, {o['high']:.3f}] vs {o['target']:g}" for o in v["per_objective"])
     j = v["joint"]
     verdict = "PASSES" if v["passed"] else "MISSES"
-    losses = f"; survives {len(v['losses'])} distinct losses" if v["losses"] and v["passed"] else ""
-    return (f"verification: {verdict} at {v['rate_rps']:.3g} req/s on {runs} run{'s' if runs > 1 else ''} × "
+    losses = f"; survives {counted(len(v['losses']), 'distinct loss', 'distinct losses')}" if v["losses"] and v["passed"] else ""
+    return (f"verification: {verdict} at {v['rate_rps']:.3g} req/s on {counted(runs, 'run')} × "
             f"{v['requests'][0]:,} requests (seeds {', '.join(map(str, v['seeds']))}; rule: {rule}): {objectives}; "
             f"joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]{losses}")
 
@@ -450,7 +450,7 @@ def _search_line(doc: dict) -> str:
     s = doc["search"]
     name = doc["solver"]["objective_name"]
     if s["program_estimate"] is None or s["verified"] is None:
-        return f"search: {s['checks']} end-to-end checks"
+        return f"search: {counted(s['checks'], 'end-to-end check')}"
     proof = ("no cheaper plan above the search floor passes" if s["proven"]
              else "the check budget ran out before cheaper plans were ruled out")
     gap = "" if s["gap"] is None else f", gap {s['gap']:+.1%}"
@@ -459,7 +459,8 @@ def _search_line(doc: dict) -> str:
     return (f"search: integer-program estimate {objective_text(s['program_estimate'], name)} (from pool capacities, "
             f"not a bound), "
             f"verified {objective_text(s['verified'], name)}{gap} "
-            f"({s['checks']} checks, {doc['run']['end_to_end_simulations']} end-to-end simulations run; {proof})")
+            f"({counted(s['checks'], 'check')}, {counted(doc['run']['end_to_end_simulations'], 'end-to-end simulation')} "
+            f"run; {proof})")
 
 
 
@@ -577,7 +578,7 @@ def _nodes_table(doc: dict) -> None:
         for stage, placed in enumerate(inst["stages"]):
             gpus = placed["gpus"]
             label = f"{inst['instance']}" + (f" stage {stage}" if inst["pp"] > 1 else "")
-            nodes.setdefault(placed["node"], []).append(f"{label} ({gpus[0]}-{gpus[-1]})")
+            nodes.setdefault(placed["node"], []).append(f"{label} ({gpus[0]}" + (f"-{gpus[-1]})" if len(gpus) > 1 else ")"))
     for node in sorted(nodes, key=lambda n: (n.rsplit("-", 1)[0], int(n.rsplit("-", 1)[1]))):
         table.add_row(node, ", ".join(nodes[node]))
     stdout.print(table)

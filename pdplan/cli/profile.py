@@ -15,7 +15,7 @@ from rich.table import Table
 from pdplan import limits
 from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, within
 from pdplan.compose import tables
-from pdplan.cli.output import print_json, stderr, stdout
+from pdplan.cli.output import counted, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.profile_import import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
@@ -168,7 +168,7 @@ def fit(
     if as_json:
         print_json(rows)
     else:
-        _render(rows, f"Wrote {len(rows)} profile{'s' if len(rows) != 1 else ''} "
+        _render(rows, f"Wrote {counted(len(rows), 'profile')} "
                       f"from {_portable(src)}")
 
 

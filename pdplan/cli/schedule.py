@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from pdplan.cli.output import print_json, stdout
+from pdplan.cli.output import counted, print_json, stdout
 from pdplan.schedule import VerifiedSchedule, WindowedReport
 
 
@@ -67,8 +67,7 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     s = chosen.schedule
     shapes = " + ".join(f"{c.phase} {c.gpu} TP{c.tp}" + (f" PP{c.pp}" if c.pp > 1 else "") for c in s.shapes.values())
     stdout.print(f"[bold]{report.request.model.name}: {s.mode} over {len(report.windows)} windows[/bold] ({shapes}); "
-                 f"every window verified end to end on its own requests ({chosen.rounds} program round"
-                 f"{'s' if chosen.rounds > 1 else ''})", highlight=False)
+                 f"every window verified end to end on its own requests ({counted(chosen.rounds, 'program round')})", highlight=False)
     table = Table(title="Schedule (replicas per window; changes = instances joining or leaving a pool as the window "
                         "starts, each drained first)")
     for name in ("window", "start", "req/s", *[f"{p} replicas" for p in s.shapes], "changes", "GPUs", "joint",
@@ -114,7 +113,7 @@ def _timeline(timeline) -> None:
     missed = [v.window for v in timeline.windows if not v.passed]
     verdict = "every window passes" if not missed else f"windows {', '.join(map(str, missed))} MISS"
     stdout.print(f"whole schedule on the whole trace, changes drained first: {verdict} "
-                 f"({timeline.passes} timeline simulation{'s' if timeline.passes > 1 else ''} until rejoin times "
+                 f"({counted(timeline.passes, 'timeline simulation')} until rejoin times "
                  "settled)", markup=False, highlight=False)
 
 
