@@ -17,7 +17,7 @@ from pdplan.cli.sensitivity import render
 from pdplan.hardware import GB, default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
 from pdplan.profiles import shipped_profiles
-from pdplan.sensitivity import GridResult
+from pdplan.sensitivity import GridResult, cell_coordinates, summary_text
 from pdplan.sensitivity.cell import CellResult
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload, shared_prefixes
 from pdplan.sensitivity.margin import net_margin, variants
@@ -240,6 +240,34 @@ def test_the_ray_executor_writes_the_same_csv_as_the_local_one(tmp_path, cache):
 def hand_cell(index: int, decision: str, **coords) -> CellResult:
     return CellResult(index=index, coords=coords, compare="rate", margin_ms=0.0, colocated=None,
                       disaggregated=None, margin=None, decision=decision, reason="")
+
+
+def hand_grid(dimensions: tuple[tuple[str, tuple], ...], wins: set[tuple]) -> tuple[CellResult, ...]:
+    """A cell per coordinate combination: ENABLE_PD where its coordinates are in ``wins``, else COLOCATE."""
+    return tuple(hand_cell(i, "ENABLE_PD" if tuple(coords.values()) in wins else "COLOCATE", **coords)
+                 for i, coords in enumerate(cell_coordinates(dimensions)))
+
+
+def test_the_summary_names_each_threshold_along_a_dimension_with_the_other_one_held():
+    # P/D wins at (10, 2×), (100, 1×), (100, 2×). Along prompt_scale: at 10 GB/s it wins from 2×, at
+    # 100 GB/s from 1×. Along bandwidth: at 1× it wins from 100 GB/s, at 2× from 10 GB/s; at 0.5× never.
+    dimensions = (("bandwidth", (1.0, 10.0, 100.0)), ("prompt_scale", (0.5, 1.0, 2.0)))
+    cells = hand_grid(dimensions, {(10.0, 2.0), (100.0, 1.0), (100.0, 2.0)})
+    assert summary_text(dimensions, cells) == (
+        "P/D wins in 3 of 9 cells (COLOCATE 6); "
+        "below bandwidth 100 GB/s it stops paying, prompt_scale held at 1×; "
+        "below bandwidth 10 GB/s it stops paying, prompt_scale held at 2×; "
+        "below prompt_scale 2× it stops paying, bandwidth held at 10 GB/s; "
+        "below prompt_scale 1× it stops paying, bandwidth held at 100 GB/s.")
+
+
+def test_the_summary_says_a_threshold_shared_by_several_settings_once():
+    # P/D wins only at 2× whatever the bandwidth: one threshold along prompt_scale, none along bandwidth.
+    dimensions = (("bandwidth", (10.0, 100.0)), ("prompt_scale", (1.0, 2.0)), ("gpu", ("h100-80gb",)))
+    cells = hand_grid(dimensions, {(10.0, 2.0, "h100-80gb"), (100.0, 2.0, "h100-80gb")})
+    assert summary_text(dimensions, cells) == (
+        "P/D wins in 2 of 4 cells (COLOCATE 2); below prompt_scale 2× it stops paying, "
+        "bandwidth held at 10 GB/s or 100 GB/s.")
 
 
 def test_the_grid_table_names_each_plan_s_verdict_column_for_its_mode(capsys, monkeypatch):
