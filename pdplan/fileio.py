@@ -11,6 +11,7 @@ import stat
 import sys
 import tempfile
 from contextlib import contextmanager
+from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
@@ -421,17 +422,25 @@ _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
 
 
+@cache
+def _renameat2():
+    """The C library's renameat2(2), loaded once; None off Linux or before glibc 2.28."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        function = ctypes.CDLL(None, use_errno=True).renameat2
+    except (OSError, AttributeError):
+        return None
+    function.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
+    return function
+
+
 def _exchange(a: Path, b: Path) -> bool:
     """Swap the names ``a`` and ``b`` atomically (renameat2(2) with RENAME_EXCHANGE); False where
     the platform, the C library or the file system cannot, so the caller falls back."""
-    if not sys.platform.startswith("linux"):
+    renameat2 = _renameat2()
+    if renameat2 is None:
         return False
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):  # a C library older than glibc 2.28
-        return False
-    renameat2.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint)
     if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
         return True
     error = ctypes.get_errno()
