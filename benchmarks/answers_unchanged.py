@@ -1,0 +1,108 @@
+"""Shows that a change of code leaves pdplan's answers as they were: five jobs, run at two revisions.
+
+Each job runs once at BASE (checked out into a temporary git worktree) and once in this checkout,
+each with an empty goodput cache of its own, and their answers are compared: the whole `--json`
+document less wall-clock times and cache hits, and the manifest's pools, placement, transfer and
+predictions. Input digests may differ where a moved file is read (none of the jobs reads one).
+
+    python benchmarks/answers_unchanged.py [BASE]      # default BASE: the commit before issue 19's moves
+
+Prints one line per job (identical, or the first differing paths) and exits 1 on any difference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+BASE = "4913a87"
+CHAT = "traces/chat_poisson_2k.csv"
+CODE = "traces/code_bursty_2k.csv"
+JOBS = {
+    "main job": ["optimize", CHAT],
+    "disaggregated": ["optimize", CHAT, "--mode", "disaggregated"],
+    "code --fleet all": ["optimize", CODE, "--fleet", "all"],
+    "windows": ["optimize", CODE, "--windows", "120s", "--fleet", "HH"],
+    "grid": ["sensitivity", "grid", "--trace", CHAT, "--vary", "bandwidth=1,100", "--jobs", "1"],
+}
+MANIFEST_PARTS = ("pools", "placement", "transfer", "predictions")
+# Keys whose values are wall-clock or cache state, not answers.
+VOLATILE = {"wall_s", "solver_wall_s", "elapsed_s", "seconds", "cache_hits", "cache_misses", "solve_s", "cached"}
+
+
+def strip(value):
+    """The document without wall-clock times and cache state."""
+    if isinstance(value, dict):
+        return {k: strip(v) for k, v in value.items() if k not in VOLATILE and not (k == "dir" and "hits" in value)}
+    if isinstance(value, list):
+        return [strip(v) for v in value]
+    return value
+
+
+def differences(a, b, path="") -> list[str]:
+    """Paths at which two JSON-like values differ, first ones first."""
+    if type(a) is not type(b):
+        return [path or "/"]
+    if isinstance(a, dict):
+        out = [f"{path}/{k}" for k in sorted(set(a) ^ set(b))]
+        for k in sorted(set(a) & set(b)):
+            out += differences(a[k], b[k], f"{path}/{k}")
+        return out
+    if isinstance(a, list):
+        if len(a) != len(b):
+            return [f"{path} (length {len(a)} vs {len(b)})"]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}/{i}")]
+    return [] if a == b else [path or "/"]
+
+
+def answer(tree: Path, args: list[str], scratch: Path) -> dict:
+    """One job's answer at one tree: its JSON and, for optimize, the manifest's parts."""
+    scratch.mkdir(parents=True)
+    env = {**os.environ, "PYTHONPATH": str(tree), "PDPLAN_CACHE_DIR": str(scratch / "cache")}
+    extra = ["--out", str(scratch / "manifest.yaml")] if args[0] == "optimize" else []
+    done = subprocess.run([sys.executable, "-m", "pdplan", *args, *extra, "--json"], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    got = {"exit": done.returncode, "json": strip(json.loads(done.stdout)) if done.stdout.strip() else None}
+    manifest = scratch / "manifest.yaml"
+    if manifest.exists():
+        doc = yaml.safe_load(manifest.read_text())
+        got["manifest"] = {part: doc.get(part) for part in MANIFEST_PARTS}
+    if done.returncode not in (0, 1):
+        got["stderr"] = done.stderr.strip().splitlines()[-1:]
+    return got
+
+
+def main() -> int:
+    base = sys.argv[1] if len(sys.argv) > 1 else BASE
+    with tempfile.TemporaryDirectory(prefix="pdplan-answers-") as tmp:
+        old = Path(tmp) / "base"
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-q", str(old), base], check=True)
+        try:
+            started = time.perf_counter()
+            with ThreadPoolExecutor(max_workers=2) as pool:
+                futures = {name: (pool.submit(answer, old, args, Path(tmp) / "a" / str(i)),
+                                  pool.submit(answer, ROOT, args, Path(tmp) / "b" / str(i)))
+                           for i, (name, args) in enumerate(JOBS.items())}
+                changed = 0
+                for name, (before, after) in futures.items():
+                    diff = differences(before.result(), after.result())
+                    changed += bool(diff)
+                    print(f"{name:<18} {'identical' if not diff else 'DIFFERS at ' + ', '.join(diff[:6])}")
+            print(f"{len(JOBS)} jobs at {base} and here, {time.perf_counter() - started:.0f} s; "
+                  f"{changed} differ")
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(old)], check=True)
+    return 1 if changed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
