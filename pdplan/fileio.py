@@ -18,7 +18,7 @@ from typing import Any, BinaryIO, Iterator
 import yaml
 
 from pdplan import limits
-from pdplan.entry import interrupts_held
+from pdplan.interrupts import interrupts_held
 from pdplan.errors import PdplanError
 
 

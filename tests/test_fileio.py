@@ -115,7 +115,7 @@ def test_ctrl_c_during_commit_waits_for_the_last_rename_and_leaves_no_temp_file(
     import signal
 
     from pdplan import fileio
-    from pdplan.entry import Interrupted, interruptible
+    from pdplan.interrupts import Interrupted, interruptible
 
     (tmp_path / "a.txt").write_text("old a")
     (tmp_path / "b.txt").write_text("old b")

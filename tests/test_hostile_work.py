@@ -323,7 +323,7 @@ def test_ctrl_c_ends_a_running_solve_at_once_instead_of_only_the_solve():
     """CP-SAT's own Ctrl-C handling would end the solve and let pdplan go on with what it found."""
     from ortools.sat.python import cp_model
 
-    from pdplan.entry import Interrupted, interruptible
+    from pdplan.interrupts import Interrupted, interruptible
     from pdplan.placement.solve import interruptible_solve
 
     model = cp_model.CpModel()

@@ -11,7 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from pdplan.entry import Interrupted, interruptible, interrupted
+from pdplan.interrupts import Interrupted, interruptible, interrupted
 from pdplan.errors import PdplanError
 
 try:  # typer >= 0.20 carries its own copy of click

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pdplan import limits
-from pdplan.entry import interrupts_held
+from pdplan.interrupts import interrupts_held
 from pdplan.errors import PdplanError
 from pdplan.sensitivity.cell import Base, CellResult, run_cell
 from pdplan.sensitivity.coordinates import cell_cluster
