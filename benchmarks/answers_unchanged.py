@@ -35,16 +35,14 @@ JOBS = {
     "grid": ["sensitivity", "grid", "--trace", CHAT, "--vary", "bandwidth=1,100", "--jobs", "1"],
 }
 MANIFEST_PARTS = ("pools", "placement", "transfer", "predictions")
-# Keys whose values are wall-clock or cache state, not answers.
-VOLATILE = {"wall_s", "solver_wall_s", "elapsed_s", "seconds", "cache_hits", "cache_misses", "solve_s", "cached"}
+# The two fields of the optimize document that are not answers: the solver's wall time and where the cache was.
+VOLATILE = {("run", "solver_wall_s"), ("run", "cache", "dir")}
 
 
-def strip(value):
-    """The document without wall-clock times and cache state."""
+def strip(value, path=()):
+    """The document without the fields in VOLATILE."""
     if isinstance(value, dict):
-        return {k: strip(v) for k, v in value.items() if k not in VOLATILE and not (k == "dir" and "hits" in value)}
-    if isinstance(value, list):
-        return [strip(v) for v in value]
+        return {k: strip(v, (*path, k)) for k, v in value.items() if (*path, k) not in VOLATILE}
     return value
 
 
