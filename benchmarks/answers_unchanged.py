@@ -2,7 +2,7 @@
 
 Each job runs once at BASE (checked out into a temporary git worktree) and once in this checkout,
 each with an empty goodput cache of its own, and their answers are compared: the whole `--json`
-document less wall-clock times and cache hits, and the manifest's pools, placement, transfer and
+document less the solver's wall time and the cache folder, and the manifest's pools, placement, transfer and
 predictions. Input digests may differ where a moved file is read (none of the jobs reads one).
 
     python benchmarks/answers_unchanged.py [BASE]      # default BASE: the commit before issue 19's moves
