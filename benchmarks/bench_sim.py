@@ -27,7 +27,7 @@ TARGET_RPS = 200_000
 
 
 def _profiles():
-    from pdplan.profiles import shipped_profiles
+    from pdplan.latency.profile import shipped_profiles
     from pdplan.sim.handbuilt import llama2_70b_a100_tp4
 
     key = ("llama2-70b", "a100-80gb", 4, 1)

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pdplan.profile_fit import DECODE, PREFILL, fit_phase, selection_heldout_errors
-from pdplan.profile_import import read_splitwise
+from pdplan.latency.fit import DECODE, PREFILL, fit_phase, selection_heldout_errors
+from pdplan.latency.importers import read_splitwise
 
 ROOT = Path(__file__).resolve().parent.parent
 BOUND = 0.10

@@ -5,7 +5,7 @@
 The roofline's fixed cost per layer per iteration was fitted once, on Splitwise's 2023 A100/H100
 measurements (260 µs, ``roofline_fit.py``); today's engines run far leaner steps. For each engine
 (vLLM, SGLang, TensorRT-LLM) this script times the composition grid of every shape below from
-AIConfigurator's measured operators (``pdplan.compose``), and picks the (compute efficiency,
+AIConfigurator's measured operators (``pdplan.latency.compose``), and picks the (compute efficiency,
 bandwidth efficiency, per-layer overhead) grid point minimising the mean of the prefill and
 decode MAPE against them, as ``roofline_fit.py`` does against Splitwise. It prints the fit and its
 error per model and GPU; ``--write`` stores it in ``pdplan/catalog/roofline_engines.yaml``, from
@@ -21,13 +21,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pdplan.compose import tables
-from pdplan.compose.profile import composed_points
+from pdplan.latency.compose import tables
+from pdplan.latency.compose.profile import composed_points
 from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_write_text, dump_yaml
 from pdplan.hardware import get_gpu
 from pdplan.modelspec import get_model, shape_rejection
-from pdplan.roofline_calibration import CalibrationPoints, calibrate_efficiency, roofline_errors
+from pdplan.latency.roofline_fit import CalibrationPoints, calibrate_efficiency, roofline_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("llama-3.1-8b", "llama-3.1-8b@fp8", "qwen3-32b", "qwen3-32b@fp8", "llama-3.1-70b@fp8")

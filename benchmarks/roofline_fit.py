@@ -3,7 +3,7 @@
     python benchmarks/roofline_fit.py [DATA_FOLDER]
 
 DATA_FOLDER defaults to ../shared/data. Prints the grid optimum, the error of the shipped
-defaults (pdplan.roofline.DEFAULT_EFFICIENCY) per GPU and TP, the pure two-factor roofline for
+defaults (pdplan.latency.roofline.DEFAULT_EFFICIENCY) per GPU and TP, the pure two-factor roofline for
 comparison, held-out shapes (bloom-176b, the capped H100), and the measured power-cap slowdown. Exits 1 when the shipped defaults are not the
 grid optimum.
 """
@@ -18,8 +18,8 @@ import pandas as pd
 
 from pdplan.hardware import gpu_catalog
 from pdplan.modelspec import get_model
-from pdplan.roofline import DEFAULT_EFFICIENCY, MEASURED_COMPUTE_SLOWDOWN
-from pdplan.roofline_calibration import calibrate_efficiency, load_splitwise_points, roofline_errors
+from pdplan.latency.roofline import DEFAULT_EFFICIENCY, MEASURED_COMPUTE_SLOWDOWN
+from pdplan.latency.roofline_fit import calibrate_efficiency, load_splitwise_points, roofline_errors
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,7 +80,7 @@ def main(argv: list[str]) -> int:
               f"shipped slowdown {MEASURED_COMPUTE_SLOWDOWN[capped]}")
 
     if best != DEFAULT_EFFICIENCY:
-        print("\nDEFAULT_EFFICIENCY is not the grid optimum: update pdplan/roofline.py")
+        print("\nDEFAULT_EFFICIENCY is not the grid optimum: update pdplan/latency/roofline.py")
         return 1
     return 0
 

@@ -14,7 +14,7 @@ from typing import Callable
 import numpy as np
 
 from pdplan.errors import PdplanError
-from pdplan.profiles import PhaseProfile
+from pdplan.latency.profile import PhaseProfile
 from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, service_moments
 from pdplan.sim import SimResult, simulate_pool
 from pdplan.slo import SLO, Objective, attainment

@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pdplan.calibration.bench import read_bench
-from pdplan.calibration.fit import Schedule, corrected, replay
-from pdplan.calibration.bench import BenchRun
+from pdplan.latency.calibration.bench import read_bench
+from pdplan.latency.calibration.fit import EngineBatching, corrected, replay
+from pdplan.latency.calibration.bench import BenchRun
 from pdplan.errors import PdplanError
-from pdplan.profiles import load_profile, save_profile, shipped_profiles
+from pdplan.latency.profile import load_profile, save_profile, shipped_profiles
 
 BASE = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]
 TRUTH = dict(prefill=1.3, decode=0.8, iteration_s=0.004)
@@ -24,7 +24,7 @@ def vllm_result(path: Path, clients: int, seed: int = 0, n: int = 300) -> Path:
     run = BenchRun(file=str(path), format="vllm-bench", concurrency=clients, rate_rps=None,
                    prompt_tokens=prompts, output_tokens=outputs)
     truth = corrected(BASE, TRUTH["prefill"], TRUTH["decode"], TRUTH["iteration_s"])
-    ttft, tpot = replay(truth, run, Schedule())
+    ttft, tpot = replay(truth, run, EngineBatching())
     itls = [[float(t)] * (int(o) - 1) for t, o in zip(tpot, outputs)]
     path.write_text(json.dumps({
         "date": "20261201-120000", "endpoint_type": "openai", "backend": "vllm", "model_id": "llama2-70b",

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pdplan.compose import tables
+from pdplan.latency.compose import tables
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "smoke_uniform_200.csv"

@@ -168,7 +168,7 @@ def test_written_plan_passes_pdplan_simulate_under_the_same_slo(optimize, run_cl
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("pdplan.compose.tables", fromlist=["installed"]).installed(),
+@pytest.mark.skipif(not __import__("pdplan.latency.compose.tables", fromlist=["installed"]).installed(),
                     reason="composed profiles need the optional extra pdplan[aic]")
 def test_simulate_times_a_written_plan_with_the_engine_it_was_planned_with(optimize, run_cli, tmp_path):
     code, out, err = optimize("--model", "llama-3.1-8b", "--cluster", ROOT / "examples" / "cluster_h200.yaml",
@@ -422,7 +422,7 @@ def test_fleet_all_on_azure_conv_verifies_every_fleet(run_cli, shared_data, tmp_
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("pdplan.compose.tables", fromlist=["installed"]).installed(),
+@pytest.mark.skipif(not __import__("pdplan.latency.compose.tables", fromlist=["installed"]).installed(),
                     reason="README's install brings the optional extra pdplan[aic], whose composed profiles the excerpt shows")
 def test_readme_shows_what_the_main_job_prints(run_cli, tmp_path):
     """README's excerpt of `pdplan optimize traces/chat_poisson_2k.csv`: head, verification, search."""
@@ -469,7 +469,7 @@ def _pool_profiles(doc: dict) -> set[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("pdplan.compose.tables", fromlist=["installed"]).installed(),
+@pytest.mark.skipif(not __import__("pdplan.latency.compose.tables", fromlist=["installed"]).installed(),
                     reason="composed profiles need the optional extra pdplan[aic]")
 def test_llama_3_1_70b_fp8_on_h200_is_planned_on_composed_profiles_and_says_so(optimize):
     code, out, err = optimize("--model", "llama-3.1-70b", "--dtype", "fp8", "--cluster", EXAMPLES / "cluster_h200.yaml",
@@ -483,7 +483,7 @@ def test_llama_3_1_70b_fp8_on_h200_is_planned_on_composed_profiles_and_says_so(o
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not __import__("pdplan.compose.tables", fromlist=["installed"]).installed(),
+@pytest.mark.skipif(not __import__("pdplan.latency.compose.tables", fromlist=["installed"]).installed(),
                     reason="composed profiles need the optional extra pdplan[aic]")
 def test_qwen3_32b_on_b200_uses_the_named_engine_s_operators(optimize):
     code, out, err = optimize("--model", "qwen3-32b", "--cluster", EXAMPLES / "cluster_b200.yaml", "--engine", "trtllm",
@@ -494,7 +494,7 @@ def test_qwen3_32b_on_b200_uses_the_named_engine_s_operators(optimize):
 
 @pytest.mark.slow
 def test_without_the_tables_the_same_plan_runs_on_rooflines_and_says_why(optimize, monkeypatch):
-    from pdplan.compose import tables
+    from pdplan.latency.compose import tables
     monkeypatch.setattr(tables, "installed", lambda: False)
     code, out, err = optimize("--model", "qwen3-32b", "--cluster", EXAMPLES / "cluster_b200.yaml", "--engine", "sglang",
                               "--target-rate", "20", "--ttft", "1s", "--tpot", "30ms", "--json")

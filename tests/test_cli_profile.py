@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from pdplan.profiles import shipped_profiles_dir
+from pdplan.latency.profile import shipped_profiles_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -61,7 +61,7 @@ def files_in(folder: Path) -> list[str]:
 @pytest.fixture(autouse=True)
 def _cache(tmp_path, monkeypatch):
     monkeypatch.setenv("PDPLAN_CACHE_DIR", str(tmp_path / "cache"))
-    import pdplan.calibration.fit  # noqa: F401 - imported before any memory is measured
+    import pdplan.latency.calibration.fit  # noqa: F401 - imported before any memory is measured
     import pdplan.manifest.plan  # noqa: F401
 
 

@@ -14,8 +14,8 @@ from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.hardware import load_cluster
 from pdplan.modelspec import load_model
-from pdplan.profile_import import read_points_csv, read_splitwise
-from pdplan.profiles import load_profile
+from pdplan.latency.importers import read_points_csv, read_splitwise
+from pdplan.latency.profile import load_profile
 from pdplan.sim.plan import load_plan
 from pdplan.slo import load_slo
 from pdplan.workload import load_trace

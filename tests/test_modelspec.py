@@ -230,7 +230,7 @@ def test_model_file_may_not_put_a_precision_mark_in_its_name(tmp_path):
 
 
 def test_fp8_roofline_is_faster_where_gemms_dominate_and_refused_on_a100():
-    from pdplan.roofline import roofline_profile
+    from pdplan.latency.roofline import roofline_profile
     h100 = get_gpu("h100-80gb")
     bf16 = roofline_profile(get_model("llama-3.1-70b"), h100, 4, 1)
     fp8 = roofline_profile(get_model("llama-3.1-70b@fp8"), h100, 4, 1)

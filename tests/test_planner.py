@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from pdplan.profile_source import ProfileSource
+from pdplan.latency.source import ProfileSource
 from pdplan import planner
 from pdplan.cache import ResultCache
 from pdplan.goodput import SearchSettings
@@ -14,7 +14,7 @@ from pdplan.hardware import Cluster, NodeType, default_cluster_path, get_gpu, lo
 from pdplan.modelspec import get_model
 from pdplan.placement import Candidate, Problem, resolve_fleets, solve
 from pdplan.planner.checks import Verifier
-from pdplan.profiles import shipped_profiles
+from pdplan.latency.profile import shipped_profiles
 from pdplan.slo import slo_from_flags
 from pdplan.verify import RunRecord, judge
 from pdplan.workload import head, load_trace

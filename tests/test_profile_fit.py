@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pdplan.errors import PdplanError
-from pdplan.profile_fit import (DECODE, FLOOR_POLY, POLY, PREFILL, Basis, ShapePoints,
+from pdplan.latency.fit import (DECODE, FLOOR_POLY, POLY, PREFILL, Basis, ShapePoints,
                                 decode_point, fit_basis, fit_phase, fit_profile, nnls_relative,
                                 prefill_point)
 
@@ -170,7 +170,7 @@ def test_fit_profile_records_fit_quality_and_provenance():
 @pytest.mark.slow
 def test_heldout_error_within_ten_percent_for_every_llama2_shape_of_splitwise(shared_data):
     """Acceptance: leave-one-out MAPE ≤ 10% for prefill and decode on every llama2-70b shape."""
-    from pdplan.profile_import import read_splitwise
+    from pdplan.latency.importers import read_splitwise
 
     shapes = [s for s in read_splitwise(shared_data / "profiles" / "splitwise_perf_model.csv")
               if s.model == "llama2-70b"]
@@ -182,7 +182,7 @@ def test_heldout_error_within_ten_percent_for_every_llama2_shape_of_splitwise(sh
 
 
 def test_a_fit_that_cannot_be_determined_says_which_points_to_add():
-    from pdplan.profile_fit import decode_point
+    from pdplan.latency.fit import decode_point
     same_batch = [decode_point(batch_size=8, context_tokens=8 * c, latency_s=0.01 + c * 1e-6) for c in (100, 400, 900, 1600)]
     with pytest.raises(PdplanError, match=r"add at least 1 measured point at another batch size \(every point has "
                                           r"batch size 8\)"):

@@ -2,13 +2,13 @@
 
 import pytest
 
-from pdplan.compose import tables
+from pdplan.latency.compose import tables
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.modelspec import get_model
-from pdplan.profile_source import ProfileSource
-from pdplan.profiles import shipped_profiles
-from pdplan.roofline import roofline_profile
+from pdplan.latency.source import ProfileSource
+from pdplan.latency.profile import shipped_profiles
+from pdplan.latency.roofline import roofline_profile
 
 needs_extra = pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
 LLAMA2, LLAMA31 = get_model("llama2-70b"), get_model("llama-3.1-70b@fp8")
@@ -69,7 +69,7 @@ def test_an_unknown_engine_is_refused_with_the_known_ones():
 
 def test_user_profiles_add_to_the_shipped_ones_and_win_where_both_have_a_shape(tmp_path):
     from pdplan.cli.options import measured_profiles
-    from pdplan.profiles import save_profile
+    from pdplan.latency.profile import save_profile
 
     mine = roofline_profile(LLAMA2, H100, 4, 1, compute_efficiency=0.3)   # a shape the shipped set has
     new = roofline_profile(LLAMA2, H100, 8, 2)                             # and one it lacks
@@ -84,7 +84,7 @@ def test_user_profiles_add_to_the_shipped_ones_and_win_where_both_have_a_shape(t
 @needs_extra
 def test_a_composed_profile_comes_back_from_the_cache_unchanged(tmp_path):
     from pdplan.cache import ResultCache
-    from pdplan.profiles import profile_to_dict
+    from pdplan.latency.profile import profile_to_dict
 
     cold, warm = ResultCache(tmp_path), ResultCache(tmp_path)
     first = ProfileSource({}).profile(LLAMA31, H100, 4, 1, cache=cold)

@@ -3,7 +3,7 @@
 import pytest
 
 from pdplan.errors import PdplanError
-from pdplan.profiles import load_profile, profile_files, shipped_profiles_dir
+from pdplan.latency.profile import load_profile, profile_files, shipped_profiles_dir
 
 
 def test_every_shipped_profile_loads_with_positive_latencies():

@@ -10,8 +10,8 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import GPU, get_gpu
 from pdplan.modelspec import ModelSpec, decode_work, get_model, lower_bound_s, prefill_work
 from pdplan.network import network_for
-from pdplan.profiles import load_profile, save_profile
-from pdplan.roofline import (
+from pdplan.latency.profile import load_profile, save_profile
+from pdplan.latency.roofline import (
     CALIBRATION,
     DEFAULT_EFFICIENCY,
     DEFAULT_MAX_PREFILL_BATCH_TOKENS,
@@ -19,7 +19,7 @@ from pdplan.roofline import (
     pipeline_hops,
     roofline_profile,
 )
-from pdplan.roofline_calibration import calibrate_efficiency, load_splitwise_points, roofline_errors
+from pdplan.latency.roofline_fit import calibrate_efficiency, load_splitwise_points, roofline_errors
 
 LLAMA70 = get_model("llama2-70b")
 H100, A100, H100CAP = get_gpu("h100-80gb"), get_gpu("a100-80gb"), get_gpu("h100-80gb-pcap")
@@ -255,7 +255,7 @@ def test_profile_roofline_refuses_a_shape_that_cannot_hold_the_weights(run_cli):
 
 
 def test_each_engine_has_a_fitted_roofline_leaner_than_the_splitwise_2023_case():
-    from pdplan.roofline import efficiency_for
+    from pdplan.latency.roofline import efficiency_for
     for engine in ("vllm", "sglang", "trtllm"):
         fitted = efficiency_for(engine)
         assert fitted.layer_overhead_s < DEFAULT_EFFICIENCY.layer_overhead_s / 4
@@ -265,6 +265,6 @@ def test_each_engine_has_a_fitted_roofline_leaner_than_the_splitwise_2023_case()
 
 
 def test_an_engine_without_a_roofline_fit_is_refused_with_the_known_ones():
-    from pdplan.roofline import efficiency_for
+    from pdplan.latency.roofline import efficiency_for
     with pytest.raises(PdplanError, match=r"no roofline fit for engine 'tgi' \(known: splitwise-2023, vllm"):
         efficiency_for("tgi")

@@ -380,8 +380,8 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     from pdplan.planner import PlanRequest
     from pdplan.planner.plans import Spill
     from pdplan.planner.measure import measure, pool_candidates
-    from pdplan.profile_source import ProfileSource
-    from pdplan.profiles import shipped_profiles
+    from pdplan.latency.source import ProfileSource
+    from pdplan.latency.profile import shipped_profiles
     from pdplan.schedule.program import Schedule
     from pdplan.schedule.search import VerifiedSchedule, WindowChecker
     from pdplan.schedule.timeline import simulate_timeline

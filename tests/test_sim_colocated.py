@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.sim import simulate, simulate_colocated_instance
-from pdplan.profiles import shipped_profiles
+from pdplan.latency.profile import shipped_profiles
 from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Plan, Pool
 

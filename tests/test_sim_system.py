@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from pdplan.modelspec import get_model
 from pdplan.sim import simulate
-from pdplan.profiles import shipped_profiles
+from pdplan.latency.profile import shipped_profiles
 from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Link, Plan, Pool
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from pdplan.profile_source import ProfileSource
+from pdplan.latency.source import ProfileSource
 from pdplan import planner
 from pdplan.cache import ResultCache
 from pdplan.errors import InfeasibleError
@@ -21,7 +21,7 @@ from pdplan.hardware import Cluster, NodeType, get_gpu
 from pdplan.modelspec import get_model
 from pdplan.placement import ANY, Problem, money_units, solve
 from pdplan.planner.checks import Verifier
-from pdplan.profiles import shipped_profiles
+from pdplan.latency.profile import shipped_profiles
 from pdplan.slo import slo_from_flags
 from pdplan.workload import head, load_trace
 

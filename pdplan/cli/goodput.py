@@ -42,7 +42,7 @@ from pdplan.fileio import Outputs
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop_goodput, instance_goodput, phase_slo
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model, model_file
-from pdplan.profiles import profile_inputs
+from pdplan.latency.profile import profile_inputs
 from pdplan.report import plot_attainment_curve
 
 PHASES = ("colocated", "decode", "prefill")

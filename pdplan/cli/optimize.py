@@ -46,7 +46,7 @@ from pdplan.fileio import Outputs, dump_yaml
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
 from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
 from pdplan.modelspec import get_model, model_file
-from pdplan.profiles import profile_inputs
+from pdplan.latency.profile import profile_inputs
 from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
 from pdplan.planner.request import MODES
 from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict

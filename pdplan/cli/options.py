@@ -11,8 +11,8 @@ import typer
 from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
-from pdplan.profile_source import ProfileSource
-from pdplan.profiles import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
+from pdplan.latency.source import ProfileSource
+from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
 from pdplan.slo import SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.workload import FORMATS, Workload, load_trace
 

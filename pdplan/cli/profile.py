@@ -14,16 +14,16 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, within
-from pdplan.compose import tables
+from pdplan.latency.compose import tables
 from pdplan.cli.output import counted, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.profile_import import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
+from pdplan.latency.importers import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model, model_file
-from pdplan.profiles import (PhaseProfile, load_profile, profile_file_name, profile_files, profile_yaml,
+from pdplan.latency.profile import (PhaseProfile, load_profile, profile_file_name, profile_files, profile_yaml,
                              shipped_profiles_dir)
-from pdplan.roofline import DEFAULT_EFFICIENCY, roofline_profile
+from pdplan.latency.roofline import DEFAULT_EFFICIENCY, roofline_profile
 
 app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_is_help=True)
 
@@ -288,7 +288,7 @@ def compose(
     outputs = Outputs(model_file(model))
     if output is not None:
         outputs.claim(output, "--output")
-    from pdplan.compose.profile import composed_profile  # the extra's tables load only here
+    from pdplan.latency.compose.profile import composed_profile  # the extra's tables load only here
 
     tables.package_root()  # a clear error naming the extra when it is missing
     profile = composed_profile(get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu), tp, pp,
@@ -324,8 +324,8 @@ def calibrate(
 
     The written profile's provenance holds the factors and the error before and after.
     """
-    from pdplan.calibration.bench import FORMATS, read_bench
-    from pdplan.calibration.fit import Schedule, calibrate as fit, calibrated_profile
+    from pdplan.latency.calibration.bench import FORMATS, read_bench
+    from pdplan.latency.calibration.fit import EngineBatching, calibrate as fit, calibrated_profile
 
     if policy not in ("chunked", "prefill-first"):
         raise PdplanError(f"--policy must be one of chunked, prefill-first, got {policy!r}", field="policy")
@@ -336,7 +336,7 @@ def calibrate(
     outputs.claim(output, "--output")
     base = load_profile(profile_file)
     runs = [read_bench(path, format) for path in bench]
-    schedule = Schedule(policy=policy, tokens=chunk)
+    schedule = EngineBatching(policy=policy, tokens=chunk)
     with stderr.status("replaying the benchmark load", spinner="dots") if stderr.is_terminal and not as_json \
             else nullcontext():
         result = fit(base, runs, schedule)

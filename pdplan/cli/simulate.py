@@ -32,7 +32,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.manifest.plan import read_plan
 from pdplan.modelspec import model_file
-from pdplan.profiles import profile_inputs
+from pdplan.latency.profile import profile_inputs
 from pdplan.sim import simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.slo import parse_threshold_s, slo_from_flags

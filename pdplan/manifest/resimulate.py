@@ -12,7 +12,7 @@ from pathlib import Path
 
 from pdplan.manifest.check import Violation
 from pdplan.manifest.plan import manifest_slo, plan_of_manifest
-from pdplan.profile_source import ProfileSource
+from pdplan.latency.source import ProfileSource
 from pdplan.sim import simulate
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.verify import judge, run_record, run_workloads

@@ -21,7 +21,7 @@ from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate
 from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
-from pdplan.profiles import PhaseProfile, profile_to_dict
+from pdplan.latency.profile import PhaseProfile, profile_to_dict
 from pdplan.slo import SLO
 from pdplan.workload import Workload
 

@@ -11,7 +11,7 @@ from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import ANY, POOL_SHAPES, REDUNDANCY, Fleet
 from pdplan.planner.plans import Spill
-from pdplan.profile_source import ProfileSource
+from pdplan.latency.source import ProfileSource
 from pdplan.slo import SLO
 from pdplan.verify import DEFAULT_RUNS, RULES
 from pdplan.workload import Workload

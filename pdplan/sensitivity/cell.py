@@ -31,7 +31,7 @@ from pdplan.placement import resolve_fleets
 from pdplan.planner import PlanRequest, optimize
 from pdplan.planner.pipeline import better
 from pdplan.planner.search import Checked
-from pdplan.profile_source import ProfileSource
+from pdplan.latency.source import ProfileSource
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload
 from pdplan.sensitivity.margin import Margin, net_margin
 from pdplan.slo import SLO

@@ -31,7 +31,7 @@ from typing import Callable
 
 from pdplan import limits
 from pdplan.modelspec import model_file
-from pdplan.profiles import profile_inputs
+from pdplan.latency.profile import profile_inputs
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields, bound

@@ -78,7 +78,7 @@ import numpy as np
 from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.modelspec import ModelSpec
-from pdplan.profiles import LatencyModel, PhaseProfile
+from pdplan.latency.profile import LatencyModel, PhaseProfile
 from pdplan.sim import fast
 from pdplan.sim.plan import Plan, resolve_pools
 from pdplan.sim.results import SimResult, derive_columns
@@ -510,7 +510,7 @@ def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec |
     ``workload`` is a :class:`pdplan.workload.Workload` or a mapping with ``arrival_s``,
     ``prompt_tokens``, ``output_tokens`` and optionally ``hash_values``, ``hash_offsets``,
     ``block_tokens``. ``profiles`` maps (model, gpu, tp, pp) to :class:`PhaseProfile`
-    (e.g. ``pdplan.profiles.shipped_profiles()``); a pool without one raises PdplanError
+    (e.g. ``pdplan.latency.profile.shipped_profiles()``); a pool without one raises PdplanError
     naming the plan file and the pool. ``model`` (required for disaggregated plans) gives KV
     bytes per token and the layer count; every pool must serve it. ``rate_rps`` rescales the
     arrivals to that mean rate first (same burst shape). ``seed`` draws the plan's KV transfer

@@ -1,6 +1,6 @@
 """Small hand-written phase profiles for tests and benchmarks of the simulator.
 
-Not for planning: shipped and fitted profiles live in :mod:`pdplan.profiles`. These exist so the
+Not for planning: shipped and fitted profiles live in :mod:`pdplan.latency.profile`. These exist so the
 simulator can be exercised without them, with numbers a reader can check by hand.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
-from pdplan.profiles import LatencyModel, PhaseProfile, Provenance, Segment
+from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
 
 
 def latency_model_ms(segments: Sequence[tuple[int, Sequence[Sequence[float]]]]) -> LatencyModel:

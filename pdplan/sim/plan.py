@@ -61,7 +61,7 @@ from pdplan import limits
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GB, get_gpu
 from pdplan.modelspec import ModelSpec, get_model
-from pdplan.profiles import PhaseProfile
+from pdplan.latency.profile import PhaseProfile
 from pdplan.schema import Fields
 
 FORMAT_VERSION = 1
@@ -265,7 +265,7 @@ def plan_model(plan: Plan) -> ModelSpec:
 
 
 def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
-    """A profile for every pool from ``source`` (a :class:`pdplan.profile_source.ProfileSource`:
+    """A profile for every pool from ``source`` (a :class:`pdplan.latency.source.ProfileSource`:
     measured, else composed, else roofline). A shape that cannot hold the model names the plan
     file and the pool.
     """
@@ -413,7 +413,7 @@ def parse_plan(data, path: str | Path) -> Plan:
         raise top.fail("name", "must be a string", name)
     timing = {}
     if top.has("profiles"):
-        from pdplan.compose.tables import ENGINES  # the names only; no table is read
+        from pdplan.latency.compose.tables import ENGINES  # the names only; no table is read
 
         spec = top.mapping("profiles")
         spec.reject_unknown(_PROFILE_FIELDS)

@@ -1,6 +1,6 @@
 """Calibration of the roofline's efficiency factors against measured prompt and token times.
 
-:data:`pdplan.roofline.DEFAULT_EFFICIENCY` is the grid point :func:`calibrate_efficiency` picks
+:data:`pdplan.latency.roofline.DEFAULT_EFFICIENCY` is the grid point :func:`calibrate_efficiency` picks
 on Splitwise's llama2-70b measurements (``benchmarks/roofline_fit.py`` reruns it);
 :func:`roofline_errors` reports how far any efficiency setting sits from measured times.
 """
@@ -17,8 +17,8 @@ import pandas as pd
 from pdplan.fileio import sha256_file
 from pdplan.hardware import GPU
 from pdplan.modelspec import ModelSpec
-from pdplan.profile_import import read_splitwise
-from pdplan.roofline import DEFAULT_EFFICIENCY, Efficiency, phase_terms
+from pdplan.latency.importers import read_splitwise
+from pdplan.latency.roofline import DEFAULT_EFFICIENCY, Efficiency, phase_terms
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationPoints:
@@ -34,7 +34,7 @@ def load_splitwise_points(path: str | Path, model: str = "llama2-70b",
                           gpus: tuple[str, ...] = ("a100-80gb", "h100-80gb")) -> CalibrationPoints:
     """Splitwise's measured prompt and token times as roofline calibration points.
 
-    The points are the ones :func:`pdplan.profile_import.read_splitwise` reads for the measured
+    The points are the ones :func:`pdplan.latency.importers.read_splitwise` reads for the measured
     profiles (same features, same rejected decode runs), with repeats of one grid point averaged.
     One more rule for prefill: a point whose prompt time is below that of a smaller batch at the
     same prompt length is an outlier (more work cannot take less time) and is dropped, by name.

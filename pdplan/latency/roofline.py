@@ -15,7 +15,7 @@ measured llama2-70b prompt and token times (:data:`DEFAULT_EFFICIENCY`). t_comm 
 all-reduces per layer plus pp − 1 pipeline hops, from :mod:`pdplan.network`.
 
 Both phases are linear in their profile features, prefill in ``(1, Σl, Σl²)`` and decode in
-``(1, B, Σctx)``, so a roofline is a :class:`~pdplan.profiles.LatencyModel` of two pieces. A
+``(1, B, Σctx)``, so a roofline is a :class:`~pdplan.latency.profile.LatencyModel` of two pieces. A
 PP > 1 roofline is one batch through every stage: the sum of the stage times, which counts each
 layer, each weight and each all-reduce once, plus the hops between stages.
 """
@@ -40,7 +40,7 @@ from pdplan.modelspec import (
     shape_rejection,
 )
 from pdplan.network import network_for
-from pdplan.profiles import LatencyModel, PhaseProfile, Provenance, Segment
+from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -4,7 +4,7 @@ A step is the operator list AIConfigurator's LLaMA model runs, per layer: add+no
 GEMM, attention, the output projection, add+norm, the gate/up GEMM, the activation, the down
 GEMM and two TP all-reduces; once per step the embedding (and its all-reduce) and the logits
 GEMM; and pp − 1 pipeline hops. GEMMs, attention and all-reduces come from the measured tables
-(:mod:`pdplan.compose.tables`); the memory-bound element-wise kernels and the pipeline hops use
+(:mod:`pdplan.latency.compose.tables`); the memory-bound element-wise kernels and the pipeline hops use
 AIConfigurator's analytic formulas with its system constants (bytes / (bandwidth × its
 empirical factor) + its constant latency). A PP instance is timed as one batch through every
 stage, like the roofline: each layer counted once, plus the hops.
@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from pdplan.compose import tables
-from pdplan.compose.tables import Extrapolated
+from pdplan.latency.compose import tables
+from pdplan.latency.compose.tables import Extrapolated
 from pdplan.errors import PdplanError
 from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
-from pdplan.roofline import pipeline_hops
+from pdplan.latency.roofline import pipeline_hops
 
 
 @dataclass

@@ -2,8 +2,8 @@
 
 A phase (prefill or decode) of one instance shape is measured at a few grid points: a batch size
 and the phase's features — ``(1, Σl, Σl²)`` for prefill, ``(1, B, Σctx)`` for decode (see
-:mod:`pdplan.profiles`). :func:`fit_phase` turns those points into a
-:class:`~pdplan.profiles.LatencyModel` in five steps, each a stated rule:
+:mod:`pdplan.latency.profile`). :func:`fit_phase` turns those points into a
+:class:`~pdplan.latency.profile.LatencyModel` in five steps, each a stated rule:
 
 1. **Repeats.** Points with the same batch size and features are repeats of one grid point; the
    grid point's latency is their median. With three or more repeats, a repeat more than
@@ -60,8 +60,8 @@ from typing import Iterable, Sequence
 import numpy as np
 from scipy.optimize import nnls
 
-from pdplan.errors import PdplanError
-from pdplan.profiles import LatencyModel, PhaseProfile, Provenance, Segment
+from pdplan.errors import InternalError, PdplanError
+from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -96,15 +96,15 @@ class MeasuredPoint:
 
     def __post_init__(self):
         if self.phase not in PHASES:
-            raise ValueError(f"phase must be one of {', '.join(PHASES)}, got {self.phase!r}")
+            raise InternalError(f"phase must be one of {', '.join(PHASES)}, got {self.phase!r}")
         if self.batch_size < 1:
-            raise ValueError("batch_size must be >= 1")
+            raise InternalError("batch_size must be >= 1")
         if len(self.features) != 3 or self.features[0] != 1.0:
-            raise ValueError("features must be a triple starting with 1")
+            raise InternalError("features must be a triple starting with 1")
         if not all(math.isfinite(x) and x >= 0 for x in self.features):
-            raise ValueError("features must be finite and >= 0")
+            raise InternalError("features must be finite and >= 0")
         if not (math.isfinite(self.latency_s) and self.latency_s > 0):
-            raise ValueError("latency_s must be a finite number > 0")
+            raise InternalError("latency_s must be a finite number > 0")
 
 
 def prefill_point(*, batch_size: int, prompt_tokens: int, latency_s: float, origin: str = "",
@@ -159,7 +159,7 @@ class Basis:
 
     def __post_init__(self):
         if self.threshold is not None and self.threshold < 2:
-            raise ValueError("threshold must be >= 2")
+            raise InternalError("threshold must be >= 2")
 
     @property
     def name(self) -> str:
@@ -500,7 +500,7 @@ def fit_phase(points: Sequence[MeasuredPoint], phase: str, *, file: str | None =
     candidates (default :func:`candidate_bases`).
     """
     if phase not in PHASES:
-        raise ValueError(f"phase must be one of {', '.join(PHASES)}")
+        raise InternalError(f"phase must be one of {', '.join(PHASES)}")
     grid, reports = _prepared(points, phase, file, what)
     candidates = tuple(bases) if bases is not None else candidate_bases(grid.batch)
     scored = [(b, _heldout(b, grid.features, grid.batch, grid.latency)) for b in candidates]

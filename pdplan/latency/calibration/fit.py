@@ -28,8 +28,8 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize
 
-from pdplan.calibration.bench import BenchRun, statistics
-from pdplan.profiles import LatencyModel, PhaseProfile, Segment
+from pdplan.latency.calibration.bench import BenchRun, statistics
+from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
 from pdplan.sim import simulate_pool
 from pdplan.workload import poisson_arrivals
 
@@ -40,7 +40,7 @@ MAX_REPLAY_REQUESTS = 4000
 
 
 @dataclass(frozen=True)
-class Schedule:
+class EngineBatching:
     """How the benchmarked engine batches, as the simulator's colocated policies express it."""
 
     policy: str = "chunked"           #: "chunked" or "prefill-first"
@@ -57,7 +57,7 @@ def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, 
     return replace(profile, prefill=apply(profile.prefill, prefill_scale), decode=apply(profile.decode, decode_scale))
 
 
-def replay(profile: PhaseProfile, run: BenchRun, schedule: Schedule, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Per-request TTFT and TPOT (seconds) of the benchmark's load on one instance of ``profile``."""
     n = min(len(run.prompt_tokens), MAX_REPLAY_REQUESTS)
     workload = {"prompt_tokens": run.prompt_tokens[:n], "output_tokens": run.output_tokens[:n]}
@@ -95,7 +95,7 @@ class Calibration:
         return float(np.mean(np.abs(list(errs.values())))) if errs else float("nan")
 
 
-def calibrate(profile: PhaseProfile, runs: list[BenchRun], schedule: Schedule = Schedule()) -> Calibration:
+def calibrate(profile: PhaseProfile, runs: list[BenchRun], schedule: EngineBatching = EngineBatching()) -> Calibration:
     """Fit (s_p, s_d, c) so every replayed benchmark run matches its measured statistics."""
     measured = {f"run{i + 1}_{clock}": stats for i, run in enumerate(runs)
                 for clock, stats in run.statistics().items()}
@@ -178,7 +178,7 @@ def _simplex(center: np.ndarray, size: float) -> np.ndarray:
 
 
 def calibrated_profile(profile: PhaseProfile, runs: list[BenchRun], result: Calibration,
-                       schedule: Schedule) -> PhaseProfile:
+                       schedule: EngineBatching) -> PhaseProfile:
     """The corrected profile, its provenance holding the runs, the factors and the errors."""
     from pdplan.fileio import sha256_file
 

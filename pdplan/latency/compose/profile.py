@@ -1,10 +1,10 @@
 """Composed profiles: step times summed from measured operators, fitted into pdplan's format.
 
-:class:`~pdplan.compose.step.Step` gives the time of any prefill batch or decode step; the
-simulator reads a :class:`~pdplan.profiles.PhaseProfile`. :func:`composed_profile` times a grid
+:class:`~pdplan.latency.compose.step.Step` gives the time of any prefill batch or decode step; the
+simulator reads a :class:`~pdplan.latency.profile.PhaseProfile`. :func:`composed_profile` times a grid
 of batches — prefill: 1–32 prompts of 64–16,384 tokens up to the batch cap; decode: 1–512
 requests holding 64–32,768 tokens each, within the KV capacity — and fits them with the same
-rules as measured points (:func:`pdplan.profile_fit.fit_profile`), so a composed profile reports
+rules as measured points (:func:`pdplan.latency.fit.fit_profile`), so a composed profile reports
 its held-out fit error like a measured one. Its provenance names the tables, engine versions and
 any query outside the measured grids.
 """
@@ -14,14 +14,14 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
-from pdplan.compose import tables
-from pdplan.compose.step import Step
+from pdplan.latency.compose import tables
+from pdplan.latency.compose.step import Step
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
-from pdplan.profile_fit import ShapePoints, decode_point, fit_profile, prefill_point
-from pdplan.profiles import PhaseProfile, profile_from_dict, profile_to_dict
-from pdplan.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
+from pdplan.latency.fit import ShapePoints, decode_point, fit_profile, prefill_point
+from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
+from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
 PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)

@@ -5,9 +5,9 @@ A plan's shapes are timed by the best evidence there is for each:
 1. **measured** — a profile fitted from end-to-end measurements of that very (model, precision,
    GPU, TP, PP) shape (the shipped Splitwise and DistServe fits, or the user's ``--profiles``);
 2. **composed** — summed from AIConfigurator's measured operators for the chosen serving engine
-   and version (:mod:`pdplan.compose`), when the optional extra ``pdplan[aic]`` is installed and
+   and version (:mod:`pdplan.latency.compose`), when the optional extra ``pdplan[aic]`` is installed and
    it has tables for the GPU;
-3. **roofline** — derived from the GPU's datasheet (:mod:`pdplan.roofline`), with the named
+3. **roofline** — derived from the GPU's datasheet (:mod:`pdplan.latency.roofline`), with the named
    engine's fitted efficiencies, or the Splitwise 2023 calibration when no engine is named.
 
 Every profile records which in ``provenance.source``; when a shape falls back past composition
@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from pdplan.cache import ResultCache, cache_key
-from pdplan.compose import tables
+from pdplan.latency.compose import tables
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.modelspec import ModelSpec
-from pdplan.profiles import PhaseProfile, profile_from_dict, profile_to_dict
-from pdplan.roofline import roofline_profile
+from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
+from pdplan.latency.roofline import roofline_profile
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ class ProfileSource:
 
     def _composed(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
                   cache: ResultCache | None) -> PhaseProfile:
-        from pdplan.compose.profile import composed_profile  # reads parquet: only with the extra
+        from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
         engine = self.engine or tables.DEFAULT_ENGINE
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine,  # noqa: E731

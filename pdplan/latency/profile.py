@@ -27,7 +27,7 @@ from typing import Sequence
 import numpy as np
 import yaml
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan import limits
 from pdplan.fileio import atomic_write_text, load_yaml, significant
 from pdplan.schema import Fields, shown
@@ -47,11 +47,11 @@ class Segment:
 
     def __post_init__(self):
         if self.min_batch < 1:
-            raise ValueError("min_batch must be >= 1")
+            raise InternalError("min_batch must be >= 1")
         if not self.pieces_s or any(len(p) != 3 for p in self.pieces_s):
-            raise ValueError("a segment needs at least one piece of three coefficients")
+            raise InternalError("a segment needs at least one piece of three coefficients")
         if not np.all(np.isfinite(self.pieces_s)):
-            raise ValueError("coefficients must be finite")
+            raise InternalError("coefficients must be finite")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,7 +63,7 @@ class LatencyModel:
     def __post_init__(self):
         starts = [s.min_batch for s in self.segments]
         if not starts or starts[0] != 1 or starts != sorted(set(starts)):
-            raise ValueError("segments must start at min_batch 1 and increase strictly")
+            raise InternalError("segments must start at min_batch 1 and increase strictly")
 
     def segment_for(self, batch: int) -> Segment:
         chosen = self.segments[0]
@@ -107,7 +107,7 @@ class Provenance:
 
     def __post_init__(self):
         if self.source not in SOURCES:
-            raise ValueError(f"source must be one of {', '.join(SOURCES)}")
+            raise InternalError(f"source must be one of {', '.join(SOURCES)}")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,9 +126,9 @@ class PhaseProfile:
 
     def __post_init__(self):
         if self.tp < 1 or self.pp < 1:
-            raise ValueError("tp and pp must be >= 1")
+            raise InternalError("tp and pp must be >= 1")
         if self.kv_capacity_tokens < 1 or self.max_prefill_batch_tokens < 1:
-            raise ValueError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
+            raise InternalError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
 
     @property
     def key(self) -> tuple[str, str, int, int]:
