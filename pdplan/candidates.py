@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
+from pdplan.shape import InstanceShape
 
 DEFAULT_TPS = (1, 2, 4, 8)
 DEFAULT_PPS = (1, 2, 4)
@@ -18,24 +19,17 @@ DEFAULT_CHUNKS = (512, 2048)
 
 
 @dataclass(frozen=True, kw_only=True)
-class Shape:
+class Shape(InstanceShape):
     """One instance configuration for one phase."""
 
     phase: str                    #: "prefill", "decode" or "colocated"
-    gpu: str
-    tp: int
-    pp: int
     policy: str | None = None     #: colocated only: "chunked" or "prefill-first"
     chunk_tokens: int | None = None
 
     @property
-    def gpus(self) -> int:
-        return self.tp * self.pp
-
-    @property
     def label(self) -> str:
         extra = f" {self.policy}" + (f" {self.chunk_tokens}" if self.chunk_tokens else "") if self.policy else ""
-        return f"{self.phase} {self.gpu} TP{self.tp} PP{self.pp}{extra}"
+        return f"{self.phase} {self.shape_label()}{extra}"
 
 
 @dataclass(frozen=True, kw_only=True)

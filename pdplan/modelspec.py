@@ -13,6 +13,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GIB, GPU
 from pdplan.schema import Fields
+from pdplan.shape import shape_label
 
 
 #: Bytes one weight takes per dtype (nvfp4: 4-bit values plus one 8-bit scale per 16 of them).
@@ -203,7 +204,7 @@ def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_no
     (then heads are replicated); PP is at most the layer count (uneven splits are allowed); the
     weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
     """
-    shape = f"TP{tp} PP{pp} {gpu.name}"
+    shape = shape_label(gpu.name, tp, pp)
     if tp < 1 or pp < 1:
         return f"{shape}: TP and PP must be >= 1"
     if model.weight_dtype not in gpu.dtypes:

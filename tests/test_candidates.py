@@ -16,7 +16,7 @@ def test_llama2_70b_on_one_a100_is_rejected_for_its_weights():
     kept, rejected = enumerate_shapes(get_model("llama2-70b"), CLUSTER, largest_request_tokens=4096,
                                       phases=("prefill",))
     reasons = {r.shape.label: r.reason for r in rejected}
-    assert reasons["prefill a100-80gb TP1 PP1"].startswith("TP1 PP1 a100-80gb: weights 128.5 GiB per GPU")
+    assert reasons["prefill a100-80gb TP1 PP1"].startswith("a100-80gb TP1 PP1: weights 128.5 GiB per GPU")
     assert any(s.label == "prefill a100-80gb TP4 PP1" for s in kept)
 
 

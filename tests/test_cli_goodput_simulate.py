@@ -121,7 +121,7 @@ BAD = [
     (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "both"),
      "Error: --phase must be one of colocated, decode, prefill, got 'both'"),
     (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--phase", "prefill"),
-     "Error: llama2-70b TP1 PP1 a100-80gb: weights 128.5 GiB per GPU > 72.0 GiB usable (90% of 80 GiB)"),
+     "Error: llama2-70b a100-80gb TP1 PP1: weights 128.5 GiB per GPU > 72.0 GiB usable (90% of 80 GiB)"),
     (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "prefill",
       "--attainment", "1.5"), "Error: --attainment must be in (0, 1], got 1.5"),
     (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "colocated",

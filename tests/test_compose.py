@@ -13,6 +13,7 @@ import pandas as pd  # noqa: E402
 from pdplan.latency.compose import tables  # noqa: E402
 from pdplan.latency.compose.profile import composed_profile  # noqa: E402
 from pdplan.latency.compose.step import Step  # noqa: E402
+from pdplan.shape import InstanceShape  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated, Grid  # noqa: E402
 from pdplan.errors import PdplanError  # noqa: E402
 from pdplan.hardware import get_gpu  # noqa: E402
@@ -82,14 +83,14 @@ def test_engine_versions_order_as_releases():
 def test_a_decode_step_is_never_faster_than_reading_the_weights_at_peak_bandwidth(name, gpu, tp):
     model, device = get_model(name), get_gpu(gpu)
     versions = tables.choose_versions(gpu, "vllm", None)
-    step = Step(model=model, gpu=gpu, tp=tp, pp=1, engine="vllm", versions=versions)
+    step = Step(model=model, shape=InstanceShape(gpu=gpu, tp=tp, pp=1), engine="vllm", versions=versions)
     floor = streamed_weight_bytes_per_gpu(model, tp) / device.hbm_bytes_per_s
     assert floor < step.decode_s(1, 1024) < 6 * floor  # small-m GEMMs reach 20-80% of HBM bandwidth
 
 
 def test_a_large_prefill_is_never_faster_than_its_flops_at_peak_throughput():
     model, gpu = get_model("llama-3.1-70b@fp8"), get_gpu("h100-80gb")
-    step = Step(model=model, gpu="h100-80gb", tp=4, pp=1, engine="vllm", versions=H100_VLLM)
+    step = Step(model=model, shape=InstanceShape(gpu="h100-80gb", tp=4, pp=1), engine="vllm", versions=H100_VLLM)
     tokens = 8192
     flops = 2 * model.layers * model.params_per_layer * tokens / 4
     assert flops / gpu.tensor_flops("fp8") < step.prefill_s(1, tokens) < 4 * flops / gpu.tensor_flops("fp8")
@@ -97,7 +98,7 @@ def test_a_large_prefill_is_never_faster_than_its_flops_at_peak_throughput():
 
 def test_more_tensor_parallelism_shortens_the_decode_step():
     model = get_model("llama-3.1-70b@fp8")
-    times = [Step(model=model, gpu="h100-80gb", tp=tp, pp=1, engine="vllm", versions=H100_VLLM).decode_s(16, 2048)
+    times = [Step(model=model, shape=InstanceShape(gpu="h100-80gb", tp=tp, pp=1), engine="vllm", versions=H100_VLLM).decode_s(16, 2048)
              for tp in (2, 4, 8)]
     assert times[0] > times[1] > times[2]
 

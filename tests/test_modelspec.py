@@ -83,7 +83,7 @@ def test_catalog_has_the_models_the_planner_needs():
 
 def test_llama2_70b_does_not_fit_one_a100():
     reason = shape_rejection(get_model("llama2-70b"), get_gpu("a100-80gb"), 1, 1)
-    assert reason.startswith("TP1 PP1 a100-80gb: weights 128.5 GiB per GPU > 72.0 GiB usable")
+    assert reason.startswith("a100-80gb TP1 PP1: weights 128.5 GiB per GPU > 72.0 GiB usable")
 
 
 def test_tensor_parallelism_splits_weights_and_kv_heads():

@@ -147,7 +147,7 @@ def test_points_profiles_take_kv_capacity_from_geometry_and_skip_shapes_that_do_
     assert profile.kv_capacity_tokens == kv_capacity_tokens(get_model("llama2-70b"),
                                                             get_gpu("a100-80gb"), 4, 1, 0.9)
     assert profile.max_prefill_batch_tokens == 4 * 4096     # the largest measured batch
-    assert result.skipped == ("llama2-70b a100-80gb TP1 PP1: does not fit (TP1 PP1 a100-80gb: "
+    assert result.skipped == ("llama2-70b a100-80gb TP1 PP1: does not fit (a100-80gb TP1 PP1: "
                               "weights 128.5 GiB per GPU > 72.0 GiB usable (90% of 80 GiB))",)
 
 

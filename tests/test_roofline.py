@@ -119,7 +119,7 @@ def test_stage_boundaries_cross_nodes_where_the_packing_does():
 def test_a100_tp1_llama2_70b_is_refused_naming_the_weights():
     with pytest.raises(PdplanError) as err:
         roofline_profile(LLAMA70, A100, 1, 1)
-    assert str(err.value) == ("llama2-70b TP1 PP1 a100-80gb: weights 128.5 GiB per GPU > 72.0 GiB "
+    assert str(err.value) == ("llama2-70b a100-80gb TP1 PP1: weights 128.5 GiB per GPU > 72.0 GiB "
                               "usable (90% of 80 GiB)")
 
 
@@ -250,7 +250,7 @@ def test_profile_roofline_refuses_a_shape_that_cannot_hold_the_weights(run_cli):
     code, out, err = run_cli("profile", "roofline", "--model", "llama2-70b", "--gpu", "a100-80gb",
                              "--tp", "1", "--pp", "1")
     assert (code, out) == (2, "")
-    assert err == ("Error: llama2-70b TP1 PP1 a100-80gb: weights 128.5 GiB per GPU > 72.0 GiB usable "
+    assert err == ("Error: llama2-70b a100-80gb TP1 PP1: weights 128.5 GiB per GPU > 72.0 GiB usable "
                    "(90% of 80 GiB)\n")
 
 

@@ -62,6 +62,7 @@ from scipy.optimize import nnls
 
 from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
+from pdplan.shape import InstanceShape
 
 PREFILL = "prefill"
 DECODE = "decode"
@@ -125,13 +126,10 @@ def decode_point(*, batch_size: int, context_tokens: float, latency_s: float, or
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShapePoints:
+class ShapePoints(InstanceShape):
     """Everything a source file says about one (model, GPU, TP, PP) shape: its measured points."""
 
     model: str
-    gpu: str
-    tp: int
-    pp: int
     points: tuple[MeasuredPoint, ...]
     source: str                              #: the source file, as provenance records it
     sha256: str | None = None
@@ -145,7 +143,7 @@ class ShapePoints:
 
     @property
     def shape(self) -> str:
-        return f"{self.model} {self.gpu} TP{self.tp} PP{self.pp}"
+        return f"{self.model} {self.shape_label()}"
 
 
 # --- bases ---------------------------------------------------------------------------------------

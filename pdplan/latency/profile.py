@@ -31,6 +31,7 @@ from pdplan.errors import InternalError, PdplanError
 from pdplan import limits
 from pdplan.fileio import atomic_write_text, load_yaml, significant
 from pdplan.schema import Fields, shown
+from pdplan.shape import InstanceShape
 
 PREFILL_FEATURES = ("1", "sum_prompt_tokens", "sum_prompt_tokens_sq")
 DECODE_FEATURES = ("1", "batch_size", "sum_context_tokens")
@@ -111,13 +112,10 @@ class Provenance:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PhaseProfile:
+class PhaseProfile(InstanceShape):
     """Latency of both phases, and the memory limits, of one (model, GPU, TP, PP) instance shape."""
 
     model: str
-    gpu: str
-    tp: int
-    pp: int
     prefill: LatencyModel            #: seconds for one prefill batch over features (1, Σl, Σl²)
     decode: LatencyModel             #: seconds for one decode step over features (1, B, Σctx)
     kv_capacity_tokens: int          #: KV tokens the instance can hold
@@ -135,12 +133,8 @@ class PhaseProfile:
         return (self.model, self.gpu, self.tp, self.pp)
 
     @property
-    def gpus(self) -> int:
-        return self.tp * self.pp
-
-    @property
     def shape(self) -> str:
-        return f"{self.model} {self.gpu} TP{self.tp} PP{self.pp}"
+        return f"{self.model} {self.shape_label()}"
 
     def prefill_time_s(self, prompt_lengths: Sequence[int]) -> float:
         """Seconds for one prefill batch of these prompts."""

@@ -16,6 +16,7 @@ from functools import cache
 
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.step import Step
+from pdplan.shape import InstanceShape
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
@@ -78,7 +79,7 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
                  max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> tuple[Step, int, int]:
     """The shape's operator tables, its KV capacity and its prefill batch cap."""
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
-    step = Step(model=model, gpu=gpu.physical, tp=tp, pp=pp, engine=engine, versions=versions,
+    step = Step(model=model, shape=InstanceShape(gpu=gpu.physical, tp=tp, pp=pp), engine=engine, versions=versions,
                 gpus_per_node=gpus_per_node)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
     return step, capacity, min(max_prefill_batch_tokens, capacity)

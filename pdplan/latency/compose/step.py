@@ -23,23 +23,22 @@ from pdplan.latency.compose.tables import Extrapolated
 from pdplan.errors import PdplanError
 from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
 from pdplan.latency.roofline import pipeline_hops
+from pdplan.shape import InstanceShape
 
 
 @dataclass
 class Step:
-    """The operator tables of one (model, GPU, TP, PP, engine, version) and the step times they give."""
+    """The operator tables of one (model, shape, engine, version) and the step times they give."""
 
     model: ModelSpec
-    gpu: str
-    tp: int
-    pp: int
+    shape: InstanceShape        #: on the physical GPU the tables measured
     engine: str
     versions: dict[str, str]
     gpus_per_node: int = 8
     log: Extrapolated = field(default_factory=Extrapolated)
 
     def __post_init__(self):
-        system = tables.system_for(self.gpu)
+        system = tables.system_for(self.shape.gpu)
         self.system, self.spec = system, tables.system_spec(system)
         self.gemm = tables.gemm_grid(system, self.engine, self.versions["gemm"], self.model.weight_dtype)
         self.bf16_gemm = tables.gemm_grid(system, self.engine, self.versions["gemm"], "bf16")
@@ -48,20 +47,20 @@ class Step:
         self.generation = tables.attention_lines(system, self.engine, self.versions["generation_attention"],
                                                  "generation", self.model.head_dim, self.model.kv_dtype)
         self.all_reduce = None
-        if self.tp > 1:
+        if self.shape.tp > 1:
             if "all_reduce" not in self.versions:
-                raise PdplanError(f"no {self.engine} all-reduce measurements on {self.gpu} for TP {self.tp}",
+                raise PdplanError(f"no {self.engine} all-reduce measurements on {self.shape.gpu} for TP {self.shape.tp}",
                                   field="tp")
             self.all_reduce = tables.all_reduce_grid(system, self.engine, self.versions["all_reduce"])
             sizes = tables.measured_group_sizes(self.all_reduce)
-            if self.tp not in sizes:
-                raise PdplanError(f"no {self.engine} all-reduce measured over {self.tp} GPUs on {self.gpu} "
+            if self.shape.tp not in sizes:
+                raise PdplanError(f"no {self.engine} all-reduce measured over {self.shape.tp} GPUs on {self.shape.gpu} "
                                   f"(measured: {', '.join(map(str, sizes))})", field="tp")
         m = self.model
-        self.q_heads = m.q_heads // self.tp
-        self.kv_heads = kv_heads_per_gpu(m, self.tp)
-        if m.q_heads % self.tp:
-            raise PdplanError(f"TP {self.tp} does not divide {m.q_heads} query heads", field="tp")
+        self.q_heads = m.q_heads // self.shape.tp
+        self.kv_heads = kv_heads_per_gpu(m, self.shape.tp)
+        if m.q_heads % self.shape.tp:
+            raise PdplanError(f"TP {self.shape.tp} does not divide {m.q_heads} query heads", field="tp")
 
     # --- operators --------------------------------------------------------------------------------
     def _gemm(self, rows: float, n: int, k: int, grid=None) -> float:
@@ -74,17 +73,17 @@ class Step:
     def _all_reduce(self, rows: float) -> float:
         if self.all_reduce is None:
             return 0.0
-        return self.all_reduce((rows * self.model.hidden, self.tp), self.log)
+        return self.all_reduce((rows * self.model.hidden, self.shape.tp), self.log)
 
     def _hops(self, rows: float) -> float:
-        inside, across = pipeline_hops(self.tp, self.pp, self.gpus_per_node)
+        inside, across = pipeline_hops(self.shape.tp, self.shape.pp, self.gpus_per_node)
         nbytes = rows * self.model.hidden * ACTIVATION_BYTES
         return (inside * (nbytes / self.spec.intra_node_bw + self.spec.p2p_latency_s)
                 + across * (nbytes / self.spec.inter_node_bw + self.spec.p2p_latency_s))
 
     def _layers(self, rows: float, attention: float) -> float:
         """Every layer's operators for ``rows`` token rows, attention given."""
-        m, tp = self.model, self.tp
+        m, tp = self.model, self.shape.tp
         h, d = m.hidden, m.head_dim
         ffn = m.ffn // tp
         up = 2 * ffn if m.mlp_matrices == 3 else ffn
@@ -102,7 +101,7 @@ class Step:
         """Embedding gather and its all-reduce, the logits GEMM (bf16), the pipeline hops."""
         m = self.model
         return (self._memory(rows * m.hidden * ACTIVATION_BYTES) + self._all_reduce(rows)
-                + self._gemm(logit_rows, -(-m.vocab // self.tp), m.hidden, self.bf16_gemm)
+                + self._gemm(logit_rows, -(-m.vocab // self.shape.tp), m.hidden, self.bf16_gemm)
                 + self._hops(rows))
 
     # --- phases -----------------------------------------------------------------------------------

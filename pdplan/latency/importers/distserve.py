@@ -13,6 +13,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import read_text, sha256_file
 from pdplan.latency.importers.common import ImportResult, csv_rows, source_label
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
+from pdplan.shape import shape_label
 
 #: DistServe's context-stage ``max_tokens_per_batch`` in its examples and launch scripts.
 DISTSERVE_MAX_TOKENS_PER_BATCH = 16384
@@ -125,7 +126,7 @@ def read_distserve(path: str | Path, max_num_tokens_path: str | Path, *, gpu: st
             tp = int(tp_key)
             capacity = capacities.get((model_key, tp, 1))
             if capacity is None:
-                skipped.append(f"{model} {gpu} TP{tp} PP1: no row ({model_key}, {tp}, 1) in "
+                skipped.append(f"{model} {shape_label(gpu, tp, 1)}: no row ({model_key}, {tp}, 1) in "
                                f"{table_label}, so it does not fit in memory")
                 continue
             profiles.append(PhaseProfile(

@@ -10,6 +10,7 @@ import yaml
 from pdplan.errors import PdplanError
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.export import shell
+from pdplan.shape import shape_label
 
 # Node label that the node map's node names are matched against (set by the kubelet).
 NODE_NAME_LABEL = "kubernetes.io/hostname"
@@ -212,7 +213,7 @@ def instance_preamble(manifest: dict, fmt: str, inst: Instance) -> list[str]:
     for an instance spanning nodes the NODE_RANK argument each node's copy is run with."""
     pool = inst.pool
     lines = script_preamble(manifest, fmt, f"instance {inst.name} of pool {pool['name']} ({pool['phase']}, "
-                                           f"{pool['gpu']} TP{pool['tp']} PP{pool['pp']}) on {', '.join(inst.nodes)}")
+                                           f"{shape_label(pool['gpu'], pool['tp'], pool['pp'])}) on {', '.join(inst.nodes)}")
     if inst.gpu_indices:
         lines.append(shell.export("CUDA_VISIBLE_DEVICES", ",".join(map(str, inst.gpu_indices))))
     if inst.spans_nodes:
