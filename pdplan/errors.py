@@ -34,3 +34,7 @@ class PdplanError(Exception):
 
 class InfeasibleError(PdplanError):
     """The inputs are well formed but no plan satisfies them; the message names the binding constraint."""
+
+
+class InternalError(Exception):
+    """A bug in pdplan, not bad input: an invariant the code itself should have kept."""

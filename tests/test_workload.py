@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.workload import (
     LengthDist,
     Workload,
@@ -217,7 +217,7 @@ def test_workload_checks_its_values_when_built_in_memory(fields, message):
 
 
 def test_workload_rejects_arrays_of_the_wrong_dtype():
-    with pytest.raises(TypeError, match="prompt_tokens must be a 1-D numpy array of int64"):
+    with pytest.raises(InternalError, match="prompt_tokens must be a 1-D numpy array of int64"):
         Workload(prompt_tokens=np.array([1.0]), output_tokens=np.array([1]))
 
 
