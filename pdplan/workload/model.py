@@ -139,6 +139,11 @@ class Workload:
         return h.hexdigest()
 
 
+def is_int64(value: object) -> bool:
+    """Whether ``value`` is a Python integer (not a bool) that fits int64, as a read hash id must."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+
+
 def max_blocks(prompt_tokens: np.ndarray, block_tokens: int) -> np.ndarray:
     """Most prefix blocks a prompt can have: ceil(prompt_tokens / block_tokens)."""
     return -(-prompt_tokens // block_tokens)
