@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar
 
 from pdplan import __version__
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import atomic_write_text
 
 T = TypeVar("T")
@@ -77,8 +77,8 @@ class ResultCache:
         if value is not None:
             try:
                 decoded = decode(value)
-            except (KeyError, TypeError, ValueError, AttributeError, IndexError, PdplanError):
-                decoded = None
+            except (KeyError, TypeError, ValueError, AttributeError, IndexError, PdplanError, InternalError):
+                decoded = None  # a value a domain object refuses (InternalError) is as unsound as a malformed one
             if decoded is not None:
                 self.hits += 1
                 return decoded

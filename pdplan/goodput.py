@@ -13,7 +13,7 @@ from typing import Callable
 
 import numpy as np
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, service_moments
 from pdplan.sim import SimResult, simulate_pool
@@ -46,13 +46,13 @@ class SearchSettings:
 
     def __post_init__(self):
         if not 0 < self.tolerance_rel < 1:
-            raise ValueError("tolerance_rel must be in (0, 1)")
+            raise InternalError("tolerance_rel must be in (0, 1)")
         if self.max_probes < 2 or self.requests_per_probe < 1:
-            raise ValueError("max_probes must be >= 2 and requests_per_probe >= 1")
+            raise InternalError("max_probes must be >= 2 and requests_per_probe >= 1")
         if self.arrivals not in ("trace", "poisson"):
-            raise ValueError("arrivals must be 'trace' or 'poisson'")
+            raise InternalError("arrivals must be 'trace' or 'poisson'")
         if self.grid_points < 0:
-            raise ValueError("grid_points must be >= 0")
+            raise InternalError("grid_points must be >= 0")
 
 
 SEARCH_FIELDS = tuple(f.name for f in fields(SearchSettings))
@@ -125,7 +125,7 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
     ``NOTHING_BELOW`` × the start), so it never overstates.
     """
     if not start_rps > 0:
-        raise ValueError("start_rps must be > 0")
+        raise InternalError("start_rps must be > 0")
     probes: dict[float, Probe] = {}
 
     def run(rate: float) -> Probe:
@@ -153,35 +153,11 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
     return Search(goodput_rps=lo, probes=tuple(probes[r] for r in sorted(probes)))
 
 
-def system_goodput(prefill_rps: float, prefill_replicas: int, decode_rps: float,
-                   decode_replicas: int) -> float:
-    """``min(n_p · g_p, n_d · g_d)``: the smaller phase pool bottlenecks the system (0x08C)."""
-    return min(prefill_replicas * prefill_rps, decode_replicas * decode_rps)
-
-
 def replicas_for(target_rps: float, goodput_rps: float) -> int:
     """``n = ceil(R_target / g)`` replicas of one configuration (0x08C)."""
     if goodput_rps <= 0:
-        raise ValueError("an instance with zero goodput cannot serve any target")
+        raise InternalError("an instance with zero goodput cannot serve any target")
     return math.ceil(target_rps / goodput_rps - 1e-12)
-
-
-def per_gpu(system_rps: float, gpus_total: int) -> float:
-    """Goodput per GPU divides by all GPUs in both pools (0x0A)."""
-    return system_rps / gpus_total
-
-
-def mixed_pool_goodput(prompt_machines: int, prompt_rps: float, token_machines: int, token_rps: float,
-                       borrowed: int, mixed_rps: float) -> float:
-    """Splitwise mixed pool ``min((N_P − b)g_P + b·g_M, N_T·g_T + b·g_M)`` (0x08G).
-
-    A borrowed prompt machine runs both phases of its own requests, so its mixed rate g_M counts
-    once on each side; it is not a second machine (2×6, 2×4, b = 1, g_M = 4 → 10 rps, from 8).
-    """
-    if not 0 <= borrowed <= prompt_machines:
-        raise ValueError("borrowed must be between 0 and the prompt machines")
-    return min((prompt_machines - borrowed) * prompt_rps + borrowed * mixed_rps,
-               token_machines * token_rps + borrowed * mixed_rps)
 
 
 # --- per-instance goodput (DistServe's Algorithm 1, with DESIGN.md's decode rule) ---------------
@@ -366,7 +342,7 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
     grows). A colocated instance's overload shows directly in its TTFT, which includes the queue.
     """
     if phase not in ("prefill", "decode", "colocated"):
-        raise ValueError("phase must be prefill, decode or colocated")
+        raise InternalError("phase must be prefill, decode or colocated")
     judged = phase_slo(slo, phase, admission_share)
     md1 = mg1 = None
     ttft = judged.threshold_s("ttft")

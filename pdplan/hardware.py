@@ -7,7 +7,7 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan import limits
 from pdplan.fileio import load_yaml
 from pdplan.names import node_type as node_type_problem
@@ -40,11 +40,11 @@ class GPU:
         for name in ("memory_bytes", "flops_per_s", "hbm_bytes_per_s", "nvlink_bytes_per_s",
                      "network_bytes_per_s", "tdp_w"):
             if not getattr(self, name) > 0:
-                raise ValueError(f"GPU {self.name}: {name} must be > 0, got {getattr(self, name)!r}")
+                raise InternalError(f"GPU {self.name}: {name} must be > 0, got {getattr(self, name)!r}")
         if not 0 < self.power_cap_fraction <= 1:
-            raise ValueError(f"GPU {self.name}: power_cap_fraction must be in (0, 1]")
+            raise InternalError(f"GPU {self.name}: power_cap_fraction must be in (0, 1]")
         if self.fp8_flops_per_s < 0 or self.fp4_flops_per_s < 0 or self.nvlink_domain < 1:
-            raise ValueError(f"GPU {self.name}: FP8/FP4 throughput must be >= 0 and nvlink_domain >= 1")
+            raise InternalError(f"GPU {self.name}: FP8/FP4 throughput must be >= 0 and nvlink_domain >= 1")
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -134,9 +134,9 @@ class NodeType:
 
     def __post_init__(self):
         if self.gpus_per_node < 1:
-            raise ValueError(f"node {self.name}: gpus_per_node must be >= 1")
+            raise InternalError(f"node {self.name}: gpus_per_node must be >= 1")
         if self.count is not None and self.count < 0:
-            raise ValueError(f"node {self.name}: count must be >= 0")
+            raise InternalError(f"node {self.name}: count must be >= 0")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -150,7 +150,7 @@ class Cluster:
 
     def __post_init__(self):
         if self.energy_usd_per_kwh < 0 or self.pue < 1:
-            raise ValueError("energy_usd_per_kwh must be >= 0 and pue >= 1")
+            raise InternalError("energy_usd_per_kwh must be >= 0 and pue >= 1")
 
     def node(self, name: str) -> NodeType:
         for node in self.nodes:

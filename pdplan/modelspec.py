@@ -9,7 +9,7 @@ from importlib import resources
 from pathlib import Path
 
 from pdplan import names
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GIB, GPU
 from pdplan.schema import Fields
@@ -49,15 +49,15 @@ class ModelSpec:
     def __post_init__(self):
         for name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters"):
             if getattr(self, name) < 1:
-                raise ValueError(f"model {self.name}: {name} must be >= 1")
+                raise InternalError(f"model {self.name}: {name} must be >= 1")
         if self.weight_dtype not in WEIGHT_BYTES or self.kv_dtype not in KV_BYTES:
-            raise ValueError(f"model {self.name}: weight dtype must be one of {', '.join(WEIGHT_BYTES)} and KV "
+            raise InternalError(f"model {self.name}: weight dtype must be one of {', '.join(WEIGHT_BYTES)} and KV "
                              f"dtype one of {', '.join(KV_BYTES)}")
         if self.q_heads % self.kv_heads:
-            raise ValueError(f"model {self.name}: q_heads ({self.q_heads}) must be a multiple of "
+            raise InternalError(f"model {self.name}: q_heads ({self.q_heads}) must be a multiple of "
                              f"kv_heads ({self.kv_heads})")
         if self.mlp_matrices not in (2, 3):
-            raise ValueError(f"model {self.name}: mlp_matrices must be 2 or 3")
+            raise InternalError(f"model {self.name}: mlp_matrices must be 2 or 3")
 
     @property
     def params_per_layer(self) -> int:
@@ -191,7 +191,7 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int,
     Returns 0 when the weights alone do not fit.
     """
     if not 0 < memory_utilization <= 1:
-        raise ValueError("memory_utilization must be in (0, 1]")
+        raise InternalError("memory_utilization must be in (0, 1]")
     free = int(gpu.memory_bytes * memory_utilization) - weight_bytes_per_gpu(model, tp, pp)
     return max(0, free // kv_bytes_per_token_per_gpu(model, tp, pp))
 

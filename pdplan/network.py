@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import atomic_write_text, dump_yaml, load_yaml, sha256_file
 from pdplan.hardware import GPU
 from pdplan.schema import Fields
@@ -49,7 +49,7 @@ def transfer_factor(collective: str, num_workers: int) -> float:
         return 2.0 * (num_workers - 1) / num_workers
     if collective == "send_recv":
         return 1.0
-    raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
+    raise InternalError(f"collective must be one of {', '.join(COLLECTIVES)}, got {collective!r}")
 
 
 def collective_time_s(alpha_s: float, beta_bytes_per_s: float, collective: str, num_workers: int,
@@ -75,13 +75,13 @@ class CollectiveFit:
 
     def __post_init__(self):
         if self.collective not in COLLECTIVES:
-            raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}")
+            raise InternalError(f"collective must be one of {', '.join(COLLECTIVES)}")
         if self.scope not in SCOPES:
-            raise ValueError(f"scope must be one of {', '.join(SCOPES)}")
+            raise InternalError(f"scope must be one of {', '.join(SCOPES)}")
         if self.num_workers < 2 or self.devices_per_node < 1:
-            raise ValueError("num_workers must be >= 2 and devices_per_node >= 1")
+            raise InternalError("num_workers must be >= 2 and devices_per_node >= 1")
         if self.alpha_s < 0 or not self.beta_bytes_per_s > 0:
-            raise ValueError("alpha_s must be >= 0 and beta_bytes_per_s > 0")
+            raise InternalError("alpha_s must be >= 0 and beta_bytes_per_s > 0")
 
     def time_s(self, size_bytes: float, num_workers: int | None = None) -> float:
         """Seconds for one collective of ``size_bytes`` (over ``num_workers``, default the fit's)."""
@@ -119,7 +119,7 @@ class GpuNetwork:
     def all_reduce_s(self, num_workers: int, size_bytes: float, *, intra_node: bool = True) -> float:
         """Seconds for a ring all-reduce of ``size_bytes`` over ``num_workers`` GPUs (0 for one)."""
         if num_workers < 1:
-            raise ValueError("num_workers must be >= 1")
+            raise InternalError("num_workers must be >= 1")
         if num_workers == 1:
             return 0.0
         return self.fit_for("all_reduce", num_workers, intra_node=intra_node).time_s(
@@ -138,7 +138,7 @@ _MEASUREMENT_COLUMNS = ("num_workers", "size", "devices_per_node")
 def load_measurements(path: str | Path, collective: str) -> pd.DataFrame:
     """One Vidur collective CSV, validated: ``size`` (bytes), ``time_s`` (the mean), group shape."""
     if collective not in COLLECTIVES:
-        raise ValueError(f"collective must be one of {', '.join(COLLECTIVES)}")
+        raise InternalError(f"collective must be one of {', '.join(COLLECTIVES)}")
     try:
         frame = pd.read_csv(path)
     except FileNotFoundError:

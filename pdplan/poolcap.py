@@ -33,6 +33,8 @@ import math
 from dataclasses import dataclass
 from typing import Callable
 
+from pdplan.errors import InternalError
+
 #: The largest pool simulated per shape; beyond it c(n) extrapolates at its per-replica rate.
 MAX_SAMPLED_REPLICAS = 32
 
@@ -47,9 +49,9 @@ class PoolCurve:
     def __post_init__(self):
         sizes = [n for n, _ in self.samples]
         if not sizes or sizes[0] != 1 or sizes != sorted(set(sizes)):
-            raise ValueError("samples must start at 1 replica and rise strictly")
+            raise InternalError("samples must start at 1 replica and rise strictly")
         if any(not (math.isfinite(c) and c >= 0) for _, c in self.samples):
-            raise ValueError("sampled capacities must be finite and >= 0")
+            raise InternalError("sampled capacities must be finite and >= 0")
 
     @classmethod
     def linear(cls, goodput_rps: float) -> "PoolCurve":

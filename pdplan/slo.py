@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan import limits
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields
@@ -27,11 +27,11 @@ class Objective:
 
     def __post_init__(self):
         if self.metric not in METRICS:
-            raise ValueError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
+            raise InternalError(f"metric must be one of {', '.join(METRICS)}, got {self.metric!r}")
         if not self.threshold_s > 0:
-            raise ValueError(f"threshold_s must be > 0, got {self.threshold_s!r}")
+            raise InternalError(f"threshold_s must be > 0, got {self.threshold_s!r}")
         if not 0 < self.attainment <= 1:
-            raise ValueError(f"attainment must be in (0, 1], got {self.attainment!r}")
+            raise InternalError(f"attainment must be in (0, 1], got {self.attainment!r}")
 
     @property
     def label(self) -> str:
@@ -46,7 +46,7 @@ class SLO:
 
     def __post_init__(self):
         if not self.objectives:
-            raise ValueError("an SLO needs at least one objective")
+            raise InternalError("an SLO needs at least one objective")
 
     def for_metric(self, metric: str) -> tuple[Objective, ...]:
         return tuple(o for o in self.objectives if o.metric == metric)

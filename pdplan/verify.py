@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import stats
 
+from pdplan.errors import InternalError
 from pdplan.goodput import joint_attainment, per_request_clocks
 from pdplan.sim import SimResult
 from pdplan.slo import SLO, Objective, attainment
@@ -176,7 +177,7 @@ class LossCheck:
 def run_workloads(workload: Workload, rate_rps: float, *, runs: int, seed: int, arrivals: str) -> list[Workload]:
     """The R request streams a plan is verified on (see the module docstring)."""
     if runs < 1:
-        raise ValueError("runs must be >= 1")
+        raise InternalError("runs must be >= 1")
     if len(workload) > MAX_RUN_REQUESTS:
         workload = head(workload, MAX_RUN_REQUESTS)
     if arrivals == "poisson" or not workload.has_arrivals:
@@ -189,7 +190,7 @@ def judge(records: list[RunRecord], slo: SLO, *, rule: str, rate_rps: float, see
           mode: str, losses: tuple[LossCheck, ...] = ()) -> Verification:
     """The verdict from the runs' records."""
     if rule not in RULES:
-        raise ValueError(f"rule must be one of {', '.join(RULES)}")
+        raise InternalError(f"rule must be one of {', '.join(RULES)}")
     checks = []
     for i, objective in enumerate(slo.objectives):
         values = [r.objectives[i] for r in records]

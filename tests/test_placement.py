@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from pdplan.errors import InfeasibleError
+from pdplan.errors import InfeasibleError, InternalError
 from pdplan.hardware import Cluster, NodeType, get_gpu
 from pdplan.placement import ALIASES, Candidate, Problem, node_patterns, pair, serves, solve
 
@@ -375,7 +375,7 @@ def test_a_plan_still_runs_each_phase_when_mixed_machines_are_cheaper():
 
 
 def test_mixed_machines_need_a_disaggregated_plan_at_high_affinity():
-    with pytest.raises(ValueError, match="high node affinity"):
+    with pytest.raises(InternalError, match="high node affinity"):
         Problem(candidates=SEED_FIXTURE, cluster=cluster_of(node()), mode="colocated", target_rps=10,
                 objective="gpus", mixed=True)
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.workload import (
     LengthDist,
     Workload,
@@ -151,7 +151,7 @@ def test_sort_orders_arrivals_stably_and_moves_ids_and_hashes(trace_file):
 
 
 def test_reading_in_chunks_keeps_every_row_and_physical_line_numbers(trace_file, monkeypatch):
-    monkeypatch.setattr("pdplan.workload.formats.CHUNK_ROWS", 2)
+    monkeypatch.setattr("pdplan.workload.formats.csvfile.CHUNK_ROWS", 2)
     rows = "".join(f"{t},{t + 1},1\n" for t in range(7))
     assert load_trace(trace_file(NATIVE + rows)).prompt_tokens.tolist() == list(range(1, 8))
     # header on line 1, rows on lines 2-8, a blank line 9, the bad row on line 10 (in chunk 4)
@@ -217,7 +217,7 @@ def test_workload_checks_its_values_when_built_in_memory(fields, message):
 
 
 def test_workload_rejects_arrays_of_the_wrong_dtype():
-    with pytest.raises(TypeError, match="prompt_tokens must be a 1-D numpy array of int64"):
+    with pytest.raises(InternalError, match="prompt_tokens must be a 1-D numpy array of int64"):
         Workload(prompt_tokens=np.array([1.0]), output_tokens=np.array([1]))
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from pdplan import __version__, limits
+from pdplan.errors import InternalError
 from pdplan.fileio import WRITTEN_DIGITS, sha256_file, update_digest
 from pdplan.hardware import get_gpu
 from pdplan.manifest.document import API_VERSION, KIND, digest, seal
@@ -81,7 +82,7 @@ def build_manifest(report: PlanReport, plan: Plan, inputs: Inputs, *, identity: 
                    release: Release = Release(), seed: int = 0, timestamp: str | None = None) -> dict:
     """The sealed manifest of ``report``'s verified answer, whose simulator plan is ``plan``."""
     if report.answer is None:
-        raise ValueError("only a verified answer has a manifest")
+        raise InternalError("only a verified answer has a manifest")
     doc = report_to_dict(report)
     request = report.request
     model = request.model

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from pdplan import limits
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import WRITTEN_DIGITS, load_yaml, significant
 from pdplan.schema import shown
 
@@ -49,7 +49,7 @@ def rounded(data: Any) -> Any:
         return {k: rounded(v) for k, v in data.items()}
     if isinstance(data, (list, tuple)):
         return [rounded(v) for v in data]
-    raise TypeError(f"a manifest holds plain data, not {type(data).__name__}")
+    raise InternalError(f"a manifest holds plain data, not {type(data).__name__}")
 
 
 def canonical(data: Any) -> bytes:

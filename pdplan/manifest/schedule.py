@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections import Counter
 
 from pdplan import __version__
+from pdplan.errors import InternalError
 from pdplan.fileio import WRITTEN_DIGITS
 from pdplan.manifest.build import Inputs, input_files, node_map
 from pdplan.manifest.check import Violation, catalog_gpu, node_map_violations, stale_inputs, tampering
@@ -34,7 +35,7 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
     :class:`~pdplan.schedule.search.WindowedReport` whose every window passed)."""
     chosen = report.chosen
     if chosen is None:
-        raise ValueError("only a schedule whose every window passed is written")
+        raise InternalError("only a schedule whose every window passed is written")
     request, s = report.request, chosen.schedule
     files = input_files(inputs)
     pools = {pool.name: pool for check in chosen.checks for pool in check.plan.pools}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from pdplan.errors import InternalError
 from pdplan.hardware import Cluster, NodeType
 from pdplan.placement.fleets import ANY, Fleet
 from pdplan.poolcap import PoolCurve
@@ -52,9 +53,9 @@ class Candidate:
 
     def __post_init__(self):
         if self.phase not in PHASES:
-            raise ValueError(f"phase must be one of {', '.join(PHASES)}")
+            raise InternalError(f"phase must be one of {', '.join(PHASES)}")
         if self.tp < 1 or self.pp < 1 or self.goodput_rps < 0:
-            raise ValueError("tp, pp must be >= 1 and goodput_rps >= 0")
+            raise InternalError("tp, pp must be >= 1 and goodput_rps >= 0")
 
     @property
     def gpus(self) -> int:
@@ -126,29 +127,29 @@ class Problem:
 
     def __post_init__(self):
         if self.mode not in ("disaggregated", "colocated"):
-            raise ValueError("mode must be 'disaggregated' or 'colocated'")
+            raise InternalError("mode must be 'disaggregated' or 'colocated'")
         if self.objective not in OBJECTIVES:
-            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}")
+            raise InternalError(f"objective must be one of {', '.join(OBJECTIVES)}")
         if (self.target_rps is None) != (self.objective == "goodput"):
-            raise ValueError("give target_rps exactly when the objective is not goodput")
+            raise InternalError("give target_rps exactly when the objective is not goodput")
         if self.affinity not in ("high", "low"):
-            raise ValueError("affinity must be 'high' or 'low'")
+            raise InternalError("affinity must be 'high' or 'low'")
         if self.affinity == "low" and self.mode != "disaggregated":
-            raise ValueError("low node affinity pairs prefill and decode stages; it needs mode disaggregated")
+            raise InternalError("low node affinity pairs prefill and decode stages; it needs mode disaggregated")
         if not 0 < self.link_headroom <= 1:
-            raise ValueError("link_headroom must be in (0, 1]")
+            raise InternalError("link_headroom must be in (0, 1]")
         if self.pool_shapes not in POOL_SHAPES:
-            raise ValueError(f"pool_shapes must be one of {', '.join(POOL_SHAPES)}")
+            raise InternalError(f"pool_shapes must be one of {', '.join(POOL_SHAPES)}")
         if self.redundancy not in REDUNDANCY:
-            raise ValueError(f"redundancy must be one of {', '.join(REDUNDANCY)}")
+            raise InternalError(f"redundancy must be one of {', '.join(REDUNDANCY)}")
         if self.below is not None and self.objective == "goodput":
-            raise ValueError("a ceiling (below) needs a cost, gpus or power objective")
+            raise InternalError("a ceiling (below) needs a cost, gpus or power objective")
         if self.strongest and self.below is None:
-            raise ValueError("strongest needs a ceiling (below)")
+            raise InternalError("strongest needs a ceiling (below)")
         if self.max_mixed is not None and self.max_mixed < 0:
-            raise ValueError("max_mixed must be >= 0")
+            raise InternalError("max_mixed must be >= 0")
         if self.mixed and (self.mode, self.affinity) != ("disaggregated", "high"):
-            raise ValueError("a mixed pool joins a disaggregated plan at high node affinity")
+            raise InternalError("a mixed pool joins a disaggregated plan at high node affinity")
 
     @property
     def phases(self) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import asdict
 
 from pdplan.cache import ResultCache, cache_key
+from pdplan.errors import PdplanError
 from pdplan.goodput import Probe, Search, find_goodput
 from pdplan.placement import Solution
 from pdplan.planner.measure import profile_digest
@@ -47,12 +48,12 @@ class Verifier:
         return self._memo[key]
 
     def _decode(self, stored: list) -> list[RunRecord]:
-        """Cached runs, refused (ValueError) unless there is one per seed with a share per objective."""
+        """Cached runs, refused (PdplanError: the cache reads it as a miss) unless there is one per seed with a share per objective."""
         records = [RunRecord(**{**r, "objectives": tuple(r["objectives"])}) for r in stored]
         objectives = len(self.request.slo.objectives)
         if len(records) != self.request.runs or any(
                 len(r.objectives) != objectives or not all(0 <= a <= 1 for a in r.objectives) for r in records):
-            raise ValueError("cached runs do not fit this check")
+            raise PdplanError("cached runs do not fit this check")
         return records
 
     def _runs(self, rate_rps: float) -> list:

@@ -16,6 +16,7 @@ from typing import Callable
 from pdplan import limits
 from pdplan.cache import ResultCache, cache_key
 from pdplan.candidates import Rejected, Shape, enumerate_shapes
+from pdplan.errors import PdplanError
 from pdplan.goodput import InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate
@@ -69,7 +70,7 @@ def cached_instance_goodput(workload: Workload, profile: PhaseProfile, *, phase:
 
 
 def decode_goodput(entry: dict) -> InstanceGoodput:
-    """A cached instance goodput, refused (ValueError) unless its rates are sound."""
+    """A cached instance goodput, refused (PdplanError: the cache reads it as a miss) unless its rates are sound."""
     result = InstanceGoodput.from_dict(entry)
     rate(result.goodput_rps)
     for probe in result.probes:
@@ -80,7 +81,7 @@ def decode_goodput(entry: dict) -> InstanceGoodput:
 def rate(value: object) -> float:
     """A cached rate: a finite number of requests per second within pdplan's range."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= limits.MAX_RATE_RPS:
-        raise ValueError(f"not a rate: {value!r}")
+        raise PdplanError(f"not a rate: {value!r}", field="rate_rps")
     return float(value)
 
 

@@ -1,12 +1,14 @@
 """Request traces: the ``Workload`` object and everything that reads, summarises, reshapes or makes one.
 
 Modules: :mod:`.model` (the object, validated once), :mod:`.formats` (native CSV, Azure LLM trace,
-Mooncake JSONL, BurstGPT, lengths-only CSV; reading with row-numbered errors, and writing),
+Mooncake JSONL, BurstGPT, lengths-only CSV, one module each; reading with row-numbered errors, and writing),
 :mod:`.stats` (lengths, rates, burstiness, prefix reuse), :mod:`.reshape` (rescaling, subsets,
 windows, new arrival processes) and :mod:`.synth` (synthetic traces from length specs).
 """
 
-from pdplan.workload.formats import CHUNK_ROWS, FORMATS, load_trace, native_csv
+from pdplan.workload.formats import FORMATS, load_trace
+from pdplan.workload.formats.csvfile import CHUNK_ROWS
+from pdplan.workload.formats.native import native_csv
 from pdplan.workload.model import DEFAULT_BLOCK_TOKENS, NO_ARRIVALS_HINT, Workload, max_blocks
 from pdplan.workload.reshape import (
     diurnal_arrivals,

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from pdplan import limits
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 
 DEFAULT_BLOCK_TOKENS = 512
 """Tokens per prefix-hash block (Mooncake's block size)."""
@@ -84,7 +84,7 @@ class Workload:
         if not isinstance(self.block_tokens, int) or self.block_tokens < 1:
             raise PdplanError(f"block_tokens must be an integer >= 1, got {self.block_tokens!r}")
         if (self.hash_values is None) != (self.hash_offsets is None):
-            raise ValueError("hash_values and hash_offsets go together: give both or neither")
+            raise InternalError("hash_values and hash_offsets go together: give both or neither")
         if self.hash_values is not None:
             self._check_hashes(n)
         if not isinstance(self.failed_requests, int) or self.failed_requests < 0:
@@ -95,7 +95,7 @@ class Workload:
         check_array("hash_offsets", self.hash_offsets, np.int64, n + 1)
         offsets = self.hash_offsets
         if offsets[0] != 0 or offsets[-1] != self.hash_values.size or np.any(np.diff(offsets) < 0):
-            raise ValueError("hash_offsets must rise from 0 to len(hash_values)")
+            raise InternalError("hash_offsets must rise from 0 to len(hash_values)")
         bad = first_true(np.diff(offsets) > max_blocks(self.prompt_tokens, self.block_tokens))
         if bad is not None:
             raise PdplanError(f"request {bad} has {offsets[bad + 1] - offsets[bad]} prefix blocks, "
@@ -139,6 +139,11 @@ class Workload:
         return h.hexdigest()
 
 
+def is_int64(value: object) -> bool:
+    """Whether ``value`` is a Python integer (not a bool) that fits int64, as a read hash id must."""
+    return isinstance(value, int) and not isinstance(value, bool) and -(2**63) <= value < 2**63
+
+
 def max_blocks(prompt_tokens: np.ndarray, block_tokens: int) -> np.ndarray:
     """Most prefix blocks a prompt can have: ceil(prompt_tokens / block_tokens)."""
     return -(-prompt_tokens // block_tokens)
@@ -146,9 +151,9 @@ def max_blocks(prompt_tokens: np.ndarray, block_tokens: int) -> np.ndarray:
 
 def check_array(name: str, array: object, dtype: type, size: int | None) -> int:
     if not isinstance(array, np.ndarray) or array.ndim != 1 or array.dtype != dtype:
-        raise TypeError(f"{name} must be a 1-D numpy array of {np.dtype(dtype)}")
+        raise InternalError(f"{name} must be a 1-D numpy array of {np.dtype(dtype)}")
     if size is not None and array.size != size:
-        raise ValueError(f"{name} has {array.size} entries, expected {size}")
+        raise InternalError(f"{name} has {array.size} entries, expected {size}")
     return int(array.size)
 
 

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.workload.model import Rows, Workload, require_arrivals
 
 
@@ -21,7 +21,7 @@ def generator(rng: np.random.Generator | int) -> np.random.Generator:
         if rng < 0:
             raise PdplanError(f"seed must be an integer >= 0, got {int(rng)}", field="seed")
         return np.random.default_rng(int(rng))
-    raise TypeError("rng must be a numpy.random.Generator or an int seed")
+    raise InternalError("rng must be a numpy.random.Generator or an int seed")
 
 
 def positive(name: str, value: float) -> float:

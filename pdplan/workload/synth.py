@@ -75,16 +75,21 @@ def _whole(value: float) -> bool:
     return float(value).is_integer()
 
 
+def _finite(text: str) -> float | None:
+    """``text`` as a finite number, or None when it is not one."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def parse_length_dist(text: str, *, what: str = "length") -> LengthDist:
     """Parse ``KIND:P1[:P2...]``; errors name ``what`` (e.g. ``--prompt``)."""
     kind, *raw = text.strip().split(":")
-    try:
-        params = tuple(float(v) for v in raw)
-        if not all(math.isfinite(v) for v in params):
-            raise ValueError
-    except ValueError:
-        raise PdplanError(f"{what} {text!r}: parameters must be finite numbers ({LENGTH_SPEC_HELP})",
-                          field=what) from None
+    params = tuple(_finite(v) for v in raw)
+    if None in params:
+        raise PdplanError(f"{what} {text!r}: parameters must be finite numbers ({LENGTH_SPEC_HELP})", field=what)
     try:
         return LengthDist(kind=kind, params=params)
     except PdplanError as err:

@@ -13,6 +13,8 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from pdplan.errors import InternalError
+
 #: A shell variable name (POSIX: letters, digits and '_', not starting with a digit).
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: What could end a comment line or garble a terminal: C0 controls, DEL, C1 controls, and
@@ -28,7 +30,7 @@ class Var:
 
     def __post_init__(self):
         if not _VARIABLE.fullmatch(self.name):
-            raise ValueError(f"not a shell variable name: {self.name!r}")
+            raise InternalError(f"not a shell variable name: {self.name!r}")
 
     def __str__(self) -> str:
         return f'"${self.name}"'
