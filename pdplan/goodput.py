@@ -15,6 +15,7 @@ import numpy as np
 
 from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import PhaseProfile
+from pdplan.shape import InstanceShape
 from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, service_moments
 from pdplan.sim import SimResult, simulate_pool
 from pdplan.slo import SLO, Objective, attainment
@@ -168,14 +169,11 @@ DEFAULT_ADMISSION_SHARE = 0.1
 
 
 @dataclass(frozen=True, kw_only=True)
-class InstanceGoodput:
+class InstanceGoodput(InstanceShape):
     """Goodput of one instance shape for one phase, with the evidence behind it."""
 
     phase: str                       #: "prefill", "decode" or "colocated"
     model: str
-    gpu: str
-    tp: int
-    pp: int
     policy: str | None
     chunk_tokens: int | None
     goodput_rps: float
@@ -186,10 +184,6 @@ class InstanceGoodput:
     requests_per_probe: int
     settings: SearchSettings
     admission_share: float
-
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp
 
     @property
     def goodput_per_gpu(self) -> float:

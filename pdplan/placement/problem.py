@@ -9,6 +9,7 @@ from pdplan.errors import InternalError
 from pdplan.hardware import Cluster, NodeType
 from pdplan.placement.fleets import ANY, Fleet
 from pdplan.poolcap import PoolCurve
+from pdplan.shape import InstanceShape, shape_label
 
 PHASES = ("prefill", "decode", "colocated", "mixed")
 OBJECTIVES = ("cost", "gpus", "power", "goodput")
@@ -39,13 +40,10 @@ def money_units(usd: float) -> int:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Candidate:
+class Candidate(InstanceShape):
     """One instance shape with its measured goodput and pool capacity curve c(n)."""
 
     phase: str
-    gpu: str
-    tp: int
-    pp: int
     goodput_rps: float                  #: one instance alone, c(1)
     kv_bytes_per_request: float = 0.0   #: mean handoff bytes per request (disaggregated phases)
     chunk_tokens: int | None = None     #: colocated: the chunked-prefill budget goodput was measured at
@@ -58,12 +56,14 @@ class Candidate:
             raise InternalError("tp, pp must be >= 1 and goodput_rps >= 0")
 
     @property
-    def gpus(self) -> int:
-        return self.tp * self.pp
+    def label(self) -> str:
+        return f"{self.phase} {self.shape_label()}"
 
     @property
-    def label(self) -> str:
-        return f"{self.phase} {self.gpu} TP{self.tp} PP{self.pp}"
+    def sort_key(self) -> tuple:
+        """Where it stands among the units of a plan's counts (candidates before segments)."""
+        return (0, self.phase, self.gpu, self.tp, self.pp, self.goodput_rps, self.kv_bytes_per_request,
+                self.chunk_tokens or 0)
 
     @property
     def pool_curve(self) -> PoolCurve:
@@ -87,7 +87,7 @@ Counts = tuple[tuple[object, int], ...]
 
 def counts_of(mapping: dict) -> Counts:
     """A hashable, ordered form of {unit: count} with the zero counts dropped."""
-    return tuple(sorted(((k, v) for k, v in mapping.items() if v), key=lambda kv: repr(kv[0])))
+    return tuple(sorted(((k, v) for k, v in mapping.items() if v), key=lambda kv: kv[0].sort_key))
 
 
 def dominated(counts: dict, by: Counts) -> bool:
@@ -190,6 +190,11 @@ class Segment:
     b: int
 
     @property
+    def sort_key(self) -> tuple:
+        """Where it stands among the units of a plan's counts (after every candidate)."""
+        return (1, self.node.name, self.prefill.sort_key, self.decode.sort_key, self.a, self.b)
+
+    @property
     def capacity_rps(self) -> float:
         return min(self.prefill.capacity_rps(self.a), self.decode.capacity_rps(self.b))
 
@@ -209,8 +214,10 @@ class Segment:
 
     @property
     def label(self) -> str:
-        return (f"segment {self.node.name}: {self.a}x {self.prefill.gpu} TP{self.prefill.tp} + "
-                f"{self.b}x {self.decode.gpu} TP{self.decode.tp}, PP{self.prefill.pp}")
+        # One stage of each shape (the segment's PP is shared, so it is said once).
+        prefill = shape_label(self.prefill.gpu, self.prefill.tp, 1, compact=True)
+        decode = shape_label(self.decode.gpu, self.decode.tp, 1, compact=True)
+        return f"segment {self.node.name}: {self.a}x {prefill} + {self.b}x {decode}, PP{self.prefill.pp}"
 
 
 @dataclass(frozen=True, kw_only=True)
