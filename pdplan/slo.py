@@ -111,12 +111,17 @@ def load_slo(path: str | Path) -> SLO:
     objectives = []
     for item in top.items("objectives"):
         item.reject_unknown({"metric", "threshold_ms", "attainment"})
-        objectives.append(Objective(
-            metric=item.string("metric", choices=list(METRICS)),
-            threshold_s=item.number("threshold_ms", minimum=0, exclusive=True, maximum=limits.MAX_LATENCY_MS) / 1e3,
-            attainment=item.number("attainment", minimum=0, exclusive=True, maximum=1),
-        ))
+        objectives.append(objective_from_fields(item))
     return SLO(objectives=tuple(objectives))
+
+
+def objective_from_fields(item: Fields) -> Objective:
+    """One objective as SLO files and manifests write it: ``{metric, threshold_ms, attainment}``."""
+    threshold_s = item.number("threshold_ms", minimum=0, exclusive=True, maximum=limits.MAX_LATENCY_MS) / 1e3
+    if not threshold_s > 0:  # a positive millisecond count so small that it is no time in seconds
+        raise item.fail("threshold_ms", "must be a latency > 0 in seconds too", item.data["threshold_ms"])
+    return Objective(metric=item.string("metric", choices=list(METRICS)), threshold_s=threshold_s,
+                     attainment=item.number("attainment", minimum=0, exclusive=True, maximum=1))
 
 
 def attainment(values_s: np.ndarray, threshold_s: float) -> float:

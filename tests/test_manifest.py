@@ -80,6 +80,16 @@ def test_simulate_reads_a_manifest_under_its_own_slo_unless_flags_say_otherwise(
     assert json.loads(out)["slo"]["ttft_s"] == 2.0 and json.loads(out)["meets_slo"]["joint"]
 
 
+def test_a_manifest_threshold_too_small_to_be_seconds_is_refused_naming_the_field(run_cli, manifests, tmp_path):
+    manifest = load(manifests["disaggregated"])
+    manifest["workload"]["slo"]["objectives"][0]["threshold_ms"] = 1e-323  # > 0, but 0.0 once in seconds
+    edited = write(tmp_path / "tiny.yaml", manifest)
+    code, out, err = run_cli("simulate", TRACE, "--plan", edited, "--json")
+    assert (code, out) == (2, "")
+    assert err.startswith(f"Error: {edited}") and err.count("\n") == 1
+    assert "workload.slo.objectives[0].threshold_ms must be a latency > 0 in seconds too" in err
+
+
 def test_resimulating_reproduces_the_predicted_attainment(run_cli, manifests):
     code, out, err = run_cli("validate", manifests["disaggregated"], "--trace", TRACE, "--resimulate", "--json")
     assert code == 0, err

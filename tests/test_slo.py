@@ -48,11 +48,13 @@ BAD_SLO_FILES = [
      r"slo.yaml:2: objectives\[0\].threshold_ms must be > 0, got -1"),
     ("objectives:\n  - {metric: ttft, attainment: 0.9}\n",
      r"slo.yaml:2: missing required field objectives\[0\].threshold_ms"),
+    ("objectives:\n  - {metric: ttft, threshold_ms: 1.0e-323, attainment: 0.9}\n",
+     r"slo.yaml:2: objectives\[0\].threshold_ms must be a latency > 0 in seconds too, got 1e-323"),
 ]
 
 
 @pytest.mark.parametrize("text,message", BAD_SLO_FILES,
-                         ids=["empty", "unknown-metric", "attainment-above-one", "negative", "missing"])
+                         ids=["empty", "unknown-metric", "attainment-above-one", "negative", "missing", "no-time-in-seconds"])
 def test_bad_slo_file_names_file_line_and_field(tmp_path, text, message):
     path = tmp_path / "slo.yaml"
     path.write_text(text)

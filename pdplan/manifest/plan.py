@@ -8,7 +8,8 @@ from pathlib import Path
 from pdplan.fileio import load_yaml
 from pdplan.manifest.document import is_manifest, read_manifest
 from pdplan.sim.plan import FORMAT_VERSION, Plan, parse_plan
-from pdplan.slo import SLO, Objective
+from pdplan.schema import Fields
+from pdplan.slo import SLO, objective_from_fields
 
 
 def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
@@ -30,10 +31,10 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
     return parse_plan(doc, path)
 
 
-def manifest_slo(manifest: dict) -> SLO:
-    return SLO(objectives=tuple(Objective(metric=o["metric"], threshold_s=o["threshold_ms"] / 1e3,
-                                          attainment=o["attainment"])
-                                for o in manifest["workload"]["slo"]["objectives"]))
+def manifest_slo(manifest: dict, path: str | Path) -> SLO:
+    """The SLO a (schema-checked) manifest was planned under, read by the SLO file's own rules."""
+    slo = Fields(manifest["workload"], path, "workload").mapping("slo")
+    return SLO(objectives=tuple(objective_from_fields(item) for item in slo.items("objectives")))
 
 
 def read_plan(path: str | Path) -> tuple[Plan, SLO | None]:
@@ -42,4 +43,4 @@ def read_plan(path: str | Path) -> tuple[Plan, SLO | None]:
     if not is_manifest(data):
         return parse_plan(data, path), None
     manifest = read_manifest(path, data)
-    return plan_of_manifest(manifest, path), manifest_slo(manifest)
+    return plan_of_manifest(manifest, path), manifest_slo(manifest, path)

@@ -29,7 +29,7 @@ def resimulate(manifest: dict, workload: Workload, source: ProfileSource, *, pat
     plan = plan_of_manifest(manifest, path)
     profiles = plan_profiles(plan, source)
     verification = manifest["predictions"]["verification"]
-    slo = manifest_slo(manifest)
+    slo = manifest_slo(manifest, path)
     runs = run_workloads(workload, verification["rate_rps"], runs=len(verification["seeds"]),
                          seed=verification["base_seed"], arrivals=manifest["workload"]["arrivals"])
     model = plan_model(plan)
