@@ -22,13 +22,13 @@ modelling choices are listed there), :mod:`.fast` (the compiled event loop),
 """
 
 from pdplan.sim.engine import (
-    as_requests,
     simulate,
     simulate_colocated_instance,
     simulate_decode_instance,
     simulate_pool,
     simulate_prefill_instance,
 )
+from pdplan.sim.layout import as_requests
 from pdplan.sim.plan import Link, Plan, Pool, load_plan, resolve_pools
 from pdplan.sim.results import COLUMNS, SimResult
 from pdplan.sim.transfer import layer_visibility, request_completion

@@ -17,7 +17,7 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from pdplan.sim.core import Environment
-from pdplan.sim.engine import Layout, Requests, cache_capacities, rejected_mask
+from pdplan.sim.layout import Layout, Requests, cache_capacities, rejected_mask
 from pdplan.sim.transfer import layer_visibility, uniform_layer_ready_s
 
 ARRIVAL, PREFILL_DONE, PREFILL_FREE, KV_VISIBLE, BOUNDARY, TRANSFER_FAILED = 0, 1, 2, 3, 4, 5
