@@ -17,10 +17,8 @@ request) written for speed with numba:
 * a decode batch whose membership does not change is advanced many steps at once in closed
   form (:func:`decode_run_s`), so the number of events grows with requests, not with tokens.
 
-Event priorities at equal times (the oracle uses the same numbers): arrival 0, prefill batch
-done 1, prefill first stage free 2, KV visible at decode 3, decode / colocated iteration
-boundary 4. So a request whose KV becomes visible exactly at a step boundary joins that
-boundary's admission, and routing at time t sees the loads before the finishes at t.
+Event priorities at equal times are those of :mod:`pdplan.sim.events`, which the oracle reads
+too (numba compiles the imported integers in as constants).
 
 Latency models are flattened into ``tab_i`` (rows: seg_ptr, seg_min, piece_ptr) and ``pieces``:
 model m owns segments ``seg_ptr[m] .. seg_ptr[m+1]``, segment s starts at batch ``seg_min[s]``
@@ -34,6 +32,8 @@ import math
 
 import numpy as np
 from numba import njit
+
+from pdplan.sim.events import BOUNDARY, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
 
 # --- field rows ----------------------------------------------------------------------------------
 
@@ -72,14 +72,7 @@ DI_FIELDS = 29
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY = range(4)
 DF_FIELDS = 4
 
-# event priorities (see module docstring)
-PRI_ARRIVAL = 0
-PRI_PREFILL_DONE = 1
-PRI_PREFILL_FREE = 2
-PRI_KV_VISIBLE = 3
-PRI_BOUNDARY = 4
-PRI_TRANSFER_FAILED = 5
-_SEQ_BITS = 56
+_SEQ_BITS = 56  # heap key: priority << 56 | sequence number
 
 # what a failed KV transfer costs: resend the cache, or run the prefill again
 FAILURE_RETRY = 0
@@ -385,7 +378,7 @@ def _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, i, t, model):
     df[F_RUN_T0, i] = t
     di[D_RUN_K, i] = k
     end = t + decode_run_s(tab_i, pieces, model, di[D_B, i], float(di[D_S, i]), k)
-    _push(ht, hi, hs, end, np.int64(PRI_BOUNDARY), i, di[D_VERSION, i])
+    _push(ht, hi, hs, end, np.int64(BOUNDARY), i, di[D_VERSION, i])
 
 
 @njit(cache=True)
@@ -397,7 +390,7 @@ def _cut_run(di, df, tab_i, pieces, ht, hi, hs, i, t, model):
         di[D_VERSION, i] += 1
         di[D_RUN_K, i] = j
         end = df[F_RUN_T0, i] + decode_run_s(tab_i, pieces, model, di[D_B, i], float(di[D_S, i]), j)
-        _push(ht, hi, hs, end, np.int64(PRI_BOUNDARY), i, di[D_VERSION, i])
+        _push(ht, hi, hs, end, np.int64(BOUNDARY), i, di[D_VERSION, i])
 
 
 @njit(cache=True)
@@ -407,7 +400,7 @@ def _plan_start(di, ht, hi, hs, i, t):
     di[D_MODE, i] = _STARTING
     di[D_RUN_K, i] = 0
     di[D_VERSION, i] += 1
-    _push(ht, hi, hs, t, np.int64(PRI_BOUNDARY), i, di[D_VERSION, i])
+    _push(ht, hi, hs, t, np.int64(BOUNDARY), i, di[D_VERSION, i])
 
 
 @njit(cache=True, inline="always")
@@ -494,10 +487,10 @@ def _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, b):
         rt[T_P_START, r] = t
         rt[T_P_END, r] = c
         r = rq[R_Q_NEXT, r]
-    _push(ht, hi, hs, c, np.int64(PRI_PREFILL_DONE), p, b)
+    _push(ht, hi, hs, c, np.int64(PREFILL_DONE), p, b)
     if stages > 1:
         pi[P_FREE_PENDING, p] = 1
-        _push(ht, hi, hs, pf[p, 1], np.int64(PRI_PREFILL_FREE), p, np.int64(-1))
+        _push(ht, hi, hs, pf[p, 1], np.int64(PREFILL_FREE), p, np.int64(-1))
     return True
 
 
@@ -601,14 +594,14 @@ def _book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, h
     if fails > 0 and failure == FAILURE_RECOMPUTE:
         rq[R_FAILS, r] = fails - 1
         rt[T_X_END, r] = visible
-        _push(ht, hi, hs, visible, np.int64(PRI_TRANSFER_FAILED), d, r)
+        _push(ht, hi, hs, visible, np.int64(TRANSFER_FAILED), d, r)
         return
     if fails > 0:  # retry: each resend starts when the failed attempt has landed
         visible += fails * attempt
         df[F_LINK_FREE, d] = visible
         df[F_LINK_BUSY, d] += fails * attempt
     rt[T_X_END, r] = visible
-    _push(ht, hi, hs, max(visible, end + route), np.int64(PRI_KV_VISIBLE), d, r)
+    _push(ht, hi, hs, max(visible, end + route), np.int64(KV_VISIBLE), d, r)
 
 
 @njit(cache=True)
@@ -634,7 +627,7 @@ def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, p):
     _append(rq, pi, p, r, P_Q_HEAD, P_Q_TAIL, R_Q_NEXT)
     if pf[p, 1] <= t and pi[P_FREE_PENDING, p] == 0:
         pi[P_FREE_PENDING, p] = 1
-        _push(ht, hi, hs, t, np.int64(PRI_PREFILL_FREE), p, np.int64(-1))
+        _push(ht, hi, hs, t, np.int64(PREFILL_FREE), p, np.int64(-1))
 
 
 @njit(cache=True)
@@ -734,11 +727,11 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 d = _least_loaded(di, need, dav_ptr, dav_t, t, 0, n_dec)
                 di[D_LOAD, d] += need
                 rq[R_D_INST, r] = d
-                _push(ht, hi, hs, t, np.int64(PRI_KV_VISIBLE), d, r)
+                _push(ht, hi, hs, t, np.int64(KV_VISIBLE), d, r)
         else:
             t, priority, a, b = _pop(ht, hi, hs)
             events += 1
-            if priority == PRI_PREFILL_DONE:
+            if priority == PREFILL_DONE:
                 r = bi[0, b]
                 for _ in range(bi[1, b]):
                     pi[P_PENDING, a] -= rq[R_PROMPT, r]
@@ -751,13 +744,13 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                     r = rq[R_Q_NEXT, r]
                 if pi[P_PP, a] == 1:
                     start_p = a
-            elif priority == PRI_PREFILL_FREE:
+            elif priority == PREFILL_FREE:
                 pi[P_FREE_PENDING, a] = 0
                 start_p = a
-            elif priority == PRI_KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
+            elif priority == KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
                 head, tail = (D_K_HEAD, D_K_TAIL) if di[D_MIXED, a] == 1 else (D_W_HEAD, D_W_TAIL)
                 _queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, b, t, head, tail, True)
-            elif priority == PRI_TRANSFER_FAILED:  # recompute: back to the prefill pool
+            elif priority == TRANSFER_FAILED:  # recompute: back to the prefill pool
                 d, r = a, b
                 di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
                 _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, _pick_prefill(pi, pav_ptr, pav_t, t))
@@ -818,7 +811,7 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
             di[D_IT_FIRST, c] = first
             di[D_IT_N, c] = n
             df[F_BUSY, c] += duration
-            _push(ht, hi, hs, t + duration, np.int64(PRI_BOUNDARY), c, di[D_VERSION, c])
+            _push(ht, hi, hs, t + duration, np.int64(BOUNDARY), c, di[D_VERSION, c])
             return
     else:
         budget = di[D_CHUNK, c] - di[D_B, c]
@@ -857,7 +850,7 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
             di[D_MODE, c] = _ITERATION
             di[D_IT_N, c] = di[D_B, c]  # decode rows riding along this iteration
             df[F_BUSY, c] += duration
-            _push(ht, hi, hs, t + duration, np.int64(PRI_BOUNDARY), c, di[D_VERSION, c])
+            _push(ht, hi, hs, t + duration, np.int64(BOUNDARY), c, di[D_VERSION, c])
             return
     _run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, c, t)
 
