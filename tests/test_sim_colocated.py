@@ -7,8 +7,8 @@ from hypothesis import strategies as st
 
 from pdplan.sim import simulate, simulate_colocated_instance
 from pdplan.profiles import shipped_profiles
-from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Plan, Pool
+from tests.handbuilt import handbuilt_profile
 
 PREFILL_MS = [(1, [[20.0, 0.0, 0.0], [10.0, 0.05, 1e-5]]), (3, [[15.0, 0.06, 1e-5]])]
 DECODE_MS = [(1, [[20.0, 0.5, 0.001], [30.0, 0.1, 0.0005]]), (6, [[25.0, 0.3, 0.002]])]

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from pdplan.sim import simulate_decode_instance
 from pdplan.sim.fast.latency import LatencyTable, decode_run_s, steps_to_reach
-from pdplan.sim.handbuilt import handbuilt_profile, latency_model_ms
+from tests.handbuilt import handbuilt_profile, latency_model_ms
 
 #: two pieces that cross as the context grows, and a second batch segment
 DECODE_MS = [(1, [[20.0, 0.5, 0.001], [30.0, 0.1, 0.0005]]), (6, [[25.0, 0.3, 0.002], [40.0, 0.0, 0.0]])]

@@ -10,7 +10,7 @@ import pytest
 from pdplan.errors import PdplanError
 from pdplan.modelspec import get_model
 from pdplan.sim import load_plan, simulate
-from pdplan.sim.handbuilt import llama2_70b_a100_tp4
+from tests.handbuilt import llama2_70b_a100_tp4
 
 ROOT = Path(__file__).resolve().parent.parent
 
