@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdplan.errors import PdplanError
 from pdplan.sim import simulate, simulate_colocated_instance
 from pdplan.profiles import shipped_profiles
 from pdplan.sim.plan import Plan, Pool
@@ -64,7 +65,7 @@ def test_prefill_first_stalls_decodes_while_a_prompt_runs():
 
 
 def test_chunked_policy_refuses_a_zero_token_budget():
-    with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
+    with pytest.raises(PdplanError, match="chunk_tokens must be >= 1"):
         simulate_colocated_instance(random_trace(0), colo_profile(), policy="chunked", chunk_tokens=0)
 
 

@@ -120,7 +120,7 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
     elif engine == "reference":
         raw, busy, links, events = run_reference(layout, requests, concurrency or 0, failures)
     else:
-        raise ValueError("engine must be 'fast' or 'reference'")
+        raise PdplanError(f"engine must be 'fast' or 'reference', got {engine!r}", field="engine")
     # no handoff, no failure: rejected, never decoded, or run whole on one mixed machine
     moved = ~raw["rejected"] & (raw["decode_instance"] >= 0) & (raw["prefill_instance"] != raw["decode_instance"])
     raw["transfer_failures"] = np.where(moved, failures, 0)
@@ -172,13 +172,14 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
     """
     if phase == "colocated":
         if policy not in ("prefill-first", "chunked"):
-            raise ValueError("policy must be 'prefill-first' or 'chunked'")
+            raise PdplanError(f"policy must be 'prefill-first' or 'chunked', got {policy!r}", field="policy")
         if (policy == "chunked") != (chunk_tokens is not None):
-            raise ValueError("chunk_tokens is required by, and only by, the chunked policy")
+            raise PdplanError("chunk_tokens is required by, and only by, the chunked policy", field="chunk_tokens")
         if chunk_tokens is not None and chunk_tokens < 1:
-            raise ValueError("chunk_tokens must be >= 1")  # 0 would mean "no chunking" in the layout
+            # 0 would mean "no chunking" in the layout
+            raise PdplanError(f"chunk_tokens must be >= 1, got {chunk_tokens}", field="chunk_tokens")
     elif phase not in ("prefill", "decode"):
-        raise ValueError("phase must be prefill, decode or colocated")
+        raise PdplanError(f"phase must be prefill, decode or colocated, got {phase!r}", field="phase")
     layout = layout_single(phase, profile, policy=policy, chunk_tokens=chunk_tokens,
                            max_prefill_batch_tokens=max_prefill_batch_tokens, replicas=replicas)
     requests = as_requests(workload, rate_rps=rate_rps, closed_loop=concurrency is not None)

@@ -64,20 +64,23 @@ def as_requests(workload: Any, *, rate_rps: float | None = None, closed_loop: bo
     output = np.ascontiguousarray(get("output_tokens"), dtype=np.int64)
     n = arrival.size
     if arrival.ndim != 1 or prompt.shape != (n,) or output.shape != (n,):
-        raise ValueError("arrival_s, prompt_tokens and output_tokens must be 1-D of one length")
+        raise PdplanError("arrival_s, prompt_tokens and output_tokens must be 1-D of one length", file=source,
+                          field="prompt_tokens")
     if n and (not np.all(np.isfinite(arrival)) or np.any(np.diff(arrival) < 0)):
-        raise ValueError("arrival_s must be finite and non-decreasing")
-    if np.any(prompt < 1) or np.any(output < 1):
-        raise ValueError("prompt_tokens and output_tokens must be >= 1")
+        raise PdplanError("arrival_s must be finite and non-decreasing", file=source, field="arrival_s")
+    for name, tokens in (("prompt_tokens", prompt), ("output_tokens", output)):
+        if np.any(tokens < 1):
+            raise PdplanError(f"{name} must be >= 1, got {int(tokens.min())}", file=source, field=name)
     values, offsets = get("hash_values"), get("hash_offsets")
     block = get("block_tokens")
     if values is not None and offsets is not None and len(values):
         values = np.ascontiguousarray(values, dtype=np.int64)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         if offsets.shape != (n + 1,) or offsets[0] != 0 or offsets[-1] != values.size:
-            raise ValueError("hash_offsets must have n + 1 entries rising from 0 to len(hash_values)")
+            raise PdplanError("hash_offsets must have n + 1 entries rising from 0 to len(hash_values)", file=source,
+                              field="hash_offsets")
         if block is None:
-            raise ValueError("prefix hashes need block_tokens")
+            raise PdplanError("prefix hashes need block_tokens", file=source, field="block_tokens")
     else:
         values = offsets = None
     if rate_rps is not None:
@@ -155,7 +158,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             bandwidth[i, j] = link.bandwidth_bytes_per_s
             setup[i, j] = link.setup_s
     if not plan.colocated and model is None:
-        raise ValueError("a disaggregated plan needs the model (KV bytes per token, layers)")
+        raise PdplanError("a disaggregated plan needs the model (KV bytes per token, layers)", file=plan.source,
+                          field="model")
     if model is not None:
         for i, pool in enumerate(plan.pools):
             if pool.model != model.name:
@@ -179,9 +183,10 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
     with no other phase: one instance alone, or one pool judged alone."""
     cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
     if not 1 <= cap <= profile.max_prefill_batch_tokens:
-        raise ValueError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}]")
+        raise PdplanError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}], got {cap}",
+                          field="max_prefill_batch_tokens")
     if replicas < 1:
-        raise ValueError("replicas must be >= 1")
+        raise PdplanError(f"replicas must be >= 1, got {replicas}", field="replicas")
     return Layout(mode="colocated" if phase == "colocated" else phase,
                   labels=tuple(f"{phase}/{i}" for i in range(replicas)), phases=(phase,) * replicas,
                   profiles=(profile,) * replicas, pool_slot=(0,) * replicas, policy=(policy,) * replicas,
@@ -230,7 +235,8 @@ def instance_availability(plan: Plan, availability: Mapping) -> tuple[tuple[tupl
     for pool in plan.pools:
         spans = availability.get(pool.name)
         if spans is not None and len(spans) != pool.replicas:
-            raise ValueError(f"availability of pool {pool.name!r} needs one list per replica ({pool.replicas})")
+            raise PdplanError(f"availability of pool {pool.name!r} needs one list per replica ({pool.replicas}), "
+                              f"got {len(spans)}", field="availability")
         for replica in range(pool.replicas):
             found.append(((-np.inf, np.inf),) if spans is None else tuple(map(tuple, spans[replica])))
     return tuple(found)

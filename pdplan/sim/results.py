@@ -72,8 +72,7 @@ class SimResult:
     notes: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        assert self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}"  # set by the engine
 
     def __len__(self) -> int:
         return int(self.columns["arrival_s"].size)
