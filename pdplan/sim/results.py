@@ -1,6 +1,6 @@
 """What a simulation returns: one record per request and the summary against two SLO clocks.
 
-Clocks (DESIGN.md "Clocks and units"):
+Clocks (docs/design.md, "Clocks and units"):
 
 * TTFT = arrival → first token visible. Disaggregated: prefill queue + prefill + exposed
   transfer + decode admission delay; the first token is streamed by the decode instance once
