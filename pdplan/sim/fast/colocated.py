@@ -1,5 +1,10 @@
-"""Colocated instances (both phases on one instance) and Splitwise's mixed machines, and the
-colocated event loop."""
+"""Colocated instances (both phases on one instance, one iteration at a time), Splitwise's mixed
+machines (colocated batching inside a disaggregated plan) and the colocated event loop.
+
+Policies: prefill-first (vLLM's default: waiting prompts run as one FCFS batch while decodes
+stall) and chunked (Sarathi-Serve: each iteration's token budget goes to the active decodes
+first, then to prompt chunks).
+"""
 
 from __future__ import annotations
 
@@ -171,15 +176,14 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, av_ptr, av_t, heap_ca
     ht, hi, hs = new_heap(heap_capacity)
     cursor = np.zeros(2, np.int64)  # next arrival, events processed
     while True:
-        t, priority, c, b = next_event(rt, rejected, cl, ht, hi, hs, cursor)
+        t, priority, a, b = next_event(rt, rejected, cl, ht, hi, hs, cursor)
         if priority < 0:
             return cursor[1]
-        if priority == ARRIVAL:
-            r = c
-            need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+        if priority == ARRIVAL:  # a is the request
+            need = rq[R_PROMPT, a] + rq[R_OUTPUT, a]
             c = least_outstanding(di, need, av_ptr, av_t, t, 0)
             di[D_LOAD, c] += need
-            rq[R_P_INST, r] = c
-            colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t)
-        elif b == di[D_VERSION, c]:  # a boundary that was not cancelled by a cut
-            _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl)
+            rq[R_P_INST, a] = c
+            colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, a, t)
+        elif b == di[D_VERSION, a]:  # instance a's boundary, not cancelled by a cut
+            _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)
