@@ -6,7 +6,7 @@ TRACE_CSV defaults to ../shared/data/traces/AzureLLMInferenceTrace_conv.csv (19,
 Runs examples/plan_colocated.yaml (4 colocated llama2-70b, chunked 512) and
 examples/plan_disagg.yaml (2 prefill + 2 decode, layer streaming) at the trace's own rate, on
 one core. Profiles: the shipped llama2-70b a100-80gb TP4 profile when present, else the
-hand-built stand-in (pdplan.sim.handbuilt). Prints, per plan, the first call's time (numba
+hand-built stand-in (tests/handbuilt.py). Prints, per plan, the first call's time (numba
 compile, or loading its cache), the best and median of N timed runs of ``simulate`` end to end
 (workload in, per-request records and clocks out), requests simulated per second, and events
 per request; then a few SLO numbers so the run is seen to be doing real work. Exits 1 below
@@ -28,7 +28,10 @@ TARGET_RPS = 200_000
 
 def _profiles():
     from pdplan.latency.profile import shipped_profiles
-    from pdplan.sim.handbuilt import llama2_70b_a100_tp4
+    import sys
+
+    sys.path.insert(0, str(ROOT))  # the stand-in is a test helper
+    from tests.handbuilt import llama2_70b_a100_tp4
 
     key = ("llama2-70b", "a100-80gb", 4, 1)
     try:
@@ -38,7 +41,7 @@ def _profiles():
     if key in shipped:
         return {key: shipped[key]}, "shipped"
     stand_in = llama2_70b_a100_tp4()
-    return {key: stand_in}, "hand-built stand-in (pdplan.sim.handbuilt)"
+    return {key: stand_in}, "hand-built stand-in (tests/handbuilt.py)"
 
 
 def main() -> int:

@@ -14,9 +14,9 @@ from pdplan.goodput import (
     prefill_saturation,
     probe_workload,
 )
-from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.slo import slo_from_flags
 from pdplan.workload import Workload
+from tests.handbuilt import handbuilt_profile
 
 D_MS = 100.0  # constant prefill time of one prompt
 

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdplan.errors import PdplanError
 from pdplan.sim import simulate
 from pdplan.sim.plan import Plan
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, link, pool, random_trace
@@ -38,7 +39,7 @@ def test_when_no_instance_takes_requests_the_router_still_places_them():
 
 
 def test_availability_names_one_list_per_replica():
-    with pytest.raises(ValueError, match="one list per replica"):
+    with pytest.raises(PdplanError, match="one list per replica"):
         simulate(random_trace(1, n=5), TWO_BY_TWO, PROFILES, model=MODEL, availability={"p": [[(0, 1)]]})
 
 

@@ -5,10 +5,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from pdplan.errors import PdplanError
 from pdplan.sim import simulate, simulate_colocated_instance
 from pdplan.latency.profile import shipped_profiles
-from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Plan, Pool
+from tests.handbuilt import handbuilt_profile
 
 PREFILL_MS = [(1, [[20.0, 0.0, 0.0], [10.0, 0.05, 1e-5]]), (3, [[15.0, 0.06, 1e-5]])]
 DECODE_MS = [(1, [[20.0, 0.5, 0.001], [30.0, 0.1, 0.0005]]), (6, [[25.0, 0.3, 0.002]])]
@@ -64,7 +65,7 @@ def test_prefill_first_stalls_decodes_while_a_prompt_runs():
 
 
 def test_chunked_policy_refuses_a_zero_token_budget():
-    with pytest.raises(ValueError, match="chunk_tokens must be >= 1"):
+    with pytest.raises(PdplanError, match="chunk_tokens must be >= 1"):
         simulate_colocated_instance(random_trace(0), colo_profile(), policy="chunked", chunk_tokens=0)
 
 

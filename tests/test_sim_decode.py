@@ -10,9 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.sim import simulate_decode_instance
-from pdplan.sim.engine import _LatencyTable
-from pdplan.sim.fast import decode_run_s, steps_to_reach
-from pdplan.sim.handbuilt import handbuilt_profile, latency_model_ms
+from pdplan.sim.fast.latency import LatencyTable, decode_run_s, steps_to_reach
+from tests.handbuilt import handbuilt_profile, latency_model_ms
 
 #: two pieces that cross as the context grows, and a second batch segment
 DECODE_MS = [(1, [[20.0, 0.5, 0.001], [30.0, 0.1, 0.0005]]), (6, [[25.0, 0.3, 0.002], [40.0, 0.0, 0.0]])]
@@ -39,7 +38,7 @@ def assert_same_records(fast, reference):
 
 
 def table_for(model):
-    table = _LatencyTable()
+    table = LatencyTable()
     table.index(model)
     return table.arrays()
 

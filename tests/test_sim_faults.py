@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
 from pdplan.sim import simulate
-from pdplan.sim.engine import layout_from_plan, transfer_failures
+from pdplan.sim.engine import transfer_failures
+from pdplan.sim.layout import layout_from_plan
 from pdplan.sim.plan import Plan, load_plan, plan_to_dict
 from tests.test_sim_system import HETEROGENEOUS, KV, MODEL, PROFILES, assert_same, link, pool, random_trace
 

@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from pdplan.errors import PdplanError
 from pdplan.sim import simulate
 from pdplan.sim import Link, Pool
-from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Plan, load_plan, plan_to_dict
+from tests.handbuilt import handbuilt_profile
 from tests.conftest import ROOT, TRACE
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, pool, random_trace
 

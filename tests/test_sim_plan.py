@@ -10,7 +10,7 @@ import pytest
 from pdplan.errors import PdplanError
 from pdplan.modelspec import get_model
 from pdplan.sim import load_plan, simulate
-from pdplan.sim.handbuilt import llama2_70b_a100_tp4
+from tests.handbuilt import llama2_70b_a100_tp4
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -125,6 +125,31 @@ def test_a_pool_serving_another_model_than_the_simulation_is_refused(tmp_path):
     trace = {"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [2]}
     with pytest.raises(PdplanError, match="serves model 'llama2-70b' but the simulation was given 'opt-13b'"):
         simulate(trace, load_plan(write(tmp_path, GOOD)), {profile.key: profile}, model=get_model("opt-13b"))
+
+
+def test_a_plan_built_in_code_names_the_broken_field():
+    from pdplan.sim.plan import Plan, Pool
+
+    with pytest.raises(PdplanError, match="pool p: tp, pp and replicas must be >= 1") as err:
+        Pool(name="p", phase="prefill", model="llama2-70b", gpu="a100-80gb", tp=0)
+    assert err.value.field == "tp"
+    pools = (Pool(name="c", phase="colocated", model="llama2-70b", gpu="a100-80gb", policy="prefill-first"),)
+    with pytest.raises(PdplanError, match="^plan.yaml: failure_rate must be in") as err:
+        Plan(pools=pools, failure_rate=0.9, source="plan.yaml")
+    assert err.value.field == "failure_rate"
+
+
+def test_bad_workload_arrays_name_the_field():
+    profile = llama2_70b_a100_tp4()
+    plan = load_plan(ROOT / "examples" / "plan_disagg.yaml")
+    trace = {"arrival_s": [1.0, 0.0], "prompt_tokens": [10, 10], "output_tokens": [2, 2], "source": "t.csv"}
+    with pytest.raises(PdplanError, match="^t.csv: arrival_s must be finite and non-decreasing") as err:
+        simulate(trace, plan, {profile.key: profile}, model=get_model("llama2-70b"))
+    assert err.value.field == "arrival_s"
+    trace = {"arrival_s": [0.0, 1.0], "prompt_tokens": [10, 10], "output_tokens": [2, 0]}
+    with pytest.raises(PdplanError, match="output_tokens must be >= 1, got 0") as err:
+        simulate(trace, plan, {profile.key: profile}, model=get_model("llama2-70b"))
+    assert err.value.field == "output_tokens"
 
 
 def test_a_loaded_plan_simulates():

@@ -5,7 +5,7 @@ import pytest
 
 from pdplan.queueing import inter_op_ttft_s, md1_ttft_s
 from pdplan.sim import simulate_prefill_instance
-from pdplan.sim.handbuilt import handbuilt_profile
+from tests.handbuilt import handbuilt_profile
 
 
 def constant_prefill(service_s: float, *, cap: int = 1, pp: int = 1):

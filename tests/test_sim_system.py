@@ -8,8 +8,8 @@ from hypothesis import strategies as st
 from pdplan.modelspec import get_model
 from pdplan.sim import simulate
 from pdplan.latency.profile import shipped_profiles
-from pdplan.sim.handbuilt import handbuilt_profile
 from pdplan.sim.plan import Link, Plan, Pool
+from tests.handbuilt import handbuilt_profile
 
 MODEL = get_model("llama2-70b")
 KV = MODEL.kv_bytes_per_token  # 327,680 B

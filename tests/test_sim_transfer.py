@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.sim import layer_visibility, request_completion
-from pdplan.sim.fast import layer_schedule_end
+from pdplan.sim.fast.links import layer_schedule_end
 from pdplan.sim.transfer import uniform_layer_ready_s
 
 READY_S = [0.025, 0.050, 0.075, 0.100]

@@ -15,20 +15,22 @@ API (stable; used by goodput search and the ``pdplan simulate`` / ``pdplan goodp
     SimResult.attainment_masks(ttft_s, tpot_s)   # per-request pass/fail per clock and joint
     layer_visibility(ready_s, transfer_s), request_completion(ready_s, transfer_s)   # 0x08I
 
-Modules: :mod:`.plan` (the plan file), :mod:`.engine` (flattening a plan and running it; the
-modelling choices are listed there), :mod:`.fast` (the compiled event loop),
-:mod:`.reference` with :mod:`.core` (the slow token-by-token oracle the tests compare against),
-:mod:`.transfer` (transfer-schedule recurrences) and :mod:`.results` (records and summary).
+Modules: :mod:`.plan` (the plan file), :mod:`.layout` (requests and the plan flattened into
+instances: what both engines read), :mod:`.engine` (running a layout; the modelling choices are
+listed there), :mod:`.events` (event priorities, shared by both engines), :mod:`.fast` (the
+compiled engine, a package), :mod:`.reference` with :mod:`.core` (the slow token-by-token oracle
+the tests compare against), :mod:`.transfer` (transfer-schedule recurrences) and
+:mod:`.results` (records and summary).
 """
 
 from pdplan.sim.engine import (
-    as_requests,
     simulate,
     simulate_colocated_instance,
     simulate_decode_instance,
     simulate_pool,
     simulate_prefill_instance,
 )
+from pdplan.sim.layout import as_requests
 from pdplan.sim.plan import Link, Plan, Pool, load_plan, resolve_pools
 from pdplan.sim.results import COLUMNS, SimResult
 from pdplan.sim.transfer import layer_visibility, request_completion

@@ -25,8 +25,7 @@ class Environment:
 
     def schedule(self, time_s: float, priority: int, callback: Callable[..., Any], *args: Any) -> None:
         """Run ``callback(*args)`` at ``time_s``; lower priority first among equal times."""
-        if time_s < self.now:
-            raise ValueError(f"cannot schedule in the past ({time_s} < {self.now})")
+        assert time_s >= self.now, f"cannot schedule in the past ({time_s} < {self.now})"
         heapq.heappush(self._heap, (time_s, priority, self._seq, callback, args))
         self._seq += 1
 

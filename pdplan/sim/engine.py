@@ -70,7 +70,6 @@ Modelling choices, stated once:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
@@ -78,383 +77,13 @@ import numpy as np
 from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.modelspec import ModelSpec
-from pdplan.latency.profile import LatencyModel, PhaseProfile
-from pdplan.sim import fast
-from pdplan.sim.plan import Plan, resolve_pools
+from pdplan.latency.profile import PhaseProfile
+from pdplan.sim.fast import run_fast
+from pdplan.sim.layout import (Layout, Requests, as_requests, instance_availability,
+                               layout_from_plan, layout_single)
+from pdplan.sim.plan import Plan
+from pdplan.sim.reference import run_reference
 from pdplan.sim.results import SimResult, derive_columns
-from pdplan.workload import rescaled_arrivals
-
-
-# --- requests ------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class Requests:
-    """The per-request arrays an engine reads."""
-
-    arrival_s: np.ndarray       #: float64, non-decreasing
-    prompt_tokens: np.ndarray   #: int64 >= 1
-    output_tokens: np.ndarray   #: int64 >= 1
-    hash_values: np.ndarray | None = None   #: int64 CSR values (prefix-block ids)
-    hash_offsets: np.ndarray | None = None  #: int64 CSR offsets, n + 1
-    block_tokens: int | None = None         #: tokens per prefix block
-
-    def __len__(self) -> int:
-        return int(self.arrival_s.size)
-
-    @property
-    def has_hashes(self) -> bool:
-        return self.hash_values is not None and self.hash_values.size > 0
-
-
-def as_requests(workload: Any, *, rate_rps: float | None = None, closed_loop: bool = False) -> Requests:
-    """Requests from a :class:`pdplan.workload.Workload` or a mapping of arrays with the same names.
-
-    ``rate_rps`` rescales every inter-arrival gap by one factor so that the mean rate
-    (n / (last − first arrival)) becomes ``rate_rps``, keeping burst shape
-    (``pdplan.workload.rescale_rate``). A ``closed_loop`` ignores the arrival times (a
-    lengths-only trace included): the engine writes them as clients send.
-    """
-    def get(name, default=None):
-        if isinstance(workload, Mapping):
-            return workload.get(name, default)
-        return getattr(workload, name, default)
-
-    arrival = np.zeros(len(get("prompt_tokens"))) if closed_loop else get("arrival_s")
-    source = get("source")
-    if arrival is None:
-        raise PdplanError("the workload has no arrival times (a lengths-only trace); give it an "
-                          "arrival process first, e.g. --arrivals poisson --rate R", file=source)
-    arrival = np.ascontiguousarray(arrival, dtype=np.float64)
-    prompt = np.ascontiguousarray(get("prompt_tokens"), dtype=np.int64)
-    output = np.ascontiguousarray(get("output_tokens"), dtype=np.int64)
-    n = arrival.size
-    if arrival.ndim != 1 or prompt.shape != (n,) or output.shape != (n,):
-        raise ValueError("arrival_s, prompt_tokens and output_tokens must be 1-D of one length")
-    if n and (not np.all(np.isfinite(arrival)) or np.any(np.diff(arrival) < 0)):
-        raise ValueError("arrival_s must be finite and non-decreasing")
-    if np.any(prompt < 1) or np.any(output < 1):
-        raise ValueError("prompt_tokens and output_tokens must be >= 1")
-    values, offsets = get("hash_values"), get("hash_offsets")
-    block = get("block_tokens")
-    if values is not None and offsets is not None and len(values):
-        values = np.ascontiguousarray(values, dtype=np.int64)
-        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
-        if offsets.shape != (n + 1,) or offsets[0] != 0 or offsets[-1] != values.size:
-            raise ValueError("hash_offsets must have n + 1 entries rising from 0 to len(hash_values)")
-        if block is None:
-            raise ValueError("prefix hashes need block_tokens")
-    else:
-        values = offsets = None
-    if rate_rps is not None:
-        if not (isinstance(rate_rps, (int, float)) and np.isfinite(rate_rps) and rate_rps > 0):
-            raise PdplanError(f"rate_rps must be a finite number > 0, got {rate_rps!r}", field="rate_rps")
-        if not n or float(arrival[-1] - arrival[0]) <= 0:
-            raise PdplanError(f"cannot rescale: all {n} arrivals fall at one instant", file=source,
-                              field="arrival_s")
-        arrival = rescaled_arrivals(arrival, rate_rps)
-    return Requests(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
-                    hash_values=values, hash_offsets=offsets,
-                    block_tokens=None if block is None else int(block))
-
-
-# --- instances -----------------------------------------------------------------------------------
-
-@dataclass(frozen=True, kw_only=True, eq=False)
-class Layout:
-    """A plan flattened into integer-indexed instances (global ids in plan order)."""
-
-    mode: str                               #: "disaggregated", "colocated", "prefill", "decode"
-    labels: tuple[str, ...]                 #: "<pool>/<replica>" per instance
-    phases: tuple[str, ...]
-    profiles: tuple[PhaseProfile, ...]
-    pool_slot: tuple[int, ...]              #: index of the instance's pool among its phase's pools
-    policy: tuple[str | None, ...]          #: colocated policy per instance
-    chunk_tokens: tuple[int, ...]           #: chunked budget per instance (0 if none)
-    cache_blocks: tuple[int | None, ...]    #: prefix LRU capacity per decode instance (None: derive)
-    batch_tokens: tuple[int, ...]           #: FCFS prefill batch cap per instance
-    link_bandwidth: np.ndarray              #: bytes/s [prefill pool slot, decode pool slot]
-    link_setup: np.ndarray                  #: seconds [prefill pool slot, decode pool slot]
-    schedule: str = "request"
-    layers: int = 1
-    kv_bytes_per_token: int = 0
-    block_tokens: int | None = None         #: the plan's stated block size, if any
-    failure_rate: float = 0.0               #: probability that one KV transfer attempt fails
-    failure_policy: str = "retry"           #: "retry" (resend the KV) or "recompute" (prefill again)
-    route_s: float = 0.0                    #: the router's hop from prefill to decode
-    #: per instance, the [from, until) intervals in which it takes new requests (None: always)
-    availability: tuple[tuple[tuple[float, float], ...], ...] | None = None
-    spill_tokens: int = 0                   #: mixed pool: prefill queue (pending tokens) above which arrivals spill
-    kv_share: float = 1.0                   #: mixed pool: decode KV share above which decodes spill
-
-    def ids(self, phase: str) -> np.ndarray:
-        return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
-
-
-def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
-    """Resolve each pool's profile and list its replicas as instances."""
-    resolved = resolve_pools(plan, profiles)
-    labels, phases, profs, slots, policies, chunks, caches, caps = [], [], [], [], [], [], [], []
-    receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # the link matrix's columns
-    slot_of = {"prefill": 0, "colocated": 0}
-    for pool, profile in zip(plan.pools, resolved):
-        if pool.phase in ("decode", "mixed"):
-            slot = receivers.index(pool)
-        else:
-            slot = slot_of[pool.phase]
-            slot_of[pool.phase] += 1
-        for replica in range(pool.replicas):
-            labels.append(f"{pool.name}/{replica}")
-            phases.append(pool.phase)
-            profs.append(profile)
-            slots.append(slot)
-            policies.append(pool.policy)
-            chunks.append(pool.chunk_tokens or 0)
-            caches.append(pool.prefix_cache_blocks)
-            caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
-    pre, dec = plan.pools_of("prefill"), receivers
-    bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
-    setup = np.zeros_like(bandwidth)
-    for i, src in enumerate(pre):
-        for j, dst in enumerate(dec):
-            link = plan.link(src.name, dst.name)
-            bandwidth[i, j] = link.bandwidth_bytes_per_s
-            setup[i, j] = link.setup_s
-    if not plan.colocated and model is None:
-        raise ValueError("a disaggregated plan needs the model (KV bytes per token, layers)")
-    if model is not None:
-        for i, pool in enumerate(plan.pools):
-            if pool.model != model.name:
-                raise PdplanError(f"pool {pool.name!r} serves model {pool.model!r} but the simulation "
-                                  f"was given {model.name!r}", file=plan.source, field=f"pools[{i}].model")
-    return Layout(mode="colocated" if plan.colocated else "disaggregated", labels=tuple(labels),
-                  phases=tuple(phases), profiles=tuple(profs), pool_slot=tuple(slots),
-                  policy=tuple(policies), chunk_tokens=tuple(chunks), cache_blocks=tuple(caches),
-                  batch_tokens=tuple(caps), link_bandwidth=bandwidth, link_setup=setup, schedule=plan.transfer_schedule,
-                  layers=model.layers if model is not None else 1,
-                  kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0,
-                  block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
-                  failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
-                  kv_share=plan.kv_share)
-
-
-def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
-                  chunk_tokens: int | None = None, max_prefill_batch_tokens: int | None = None,
-                  replicas: int = 1) -> Layout:
-    """``replicas`` instances of ``phase`` ("prefill", "decode" or "colocated") behind the router,
-    with no other phase: one instance alone, or one pool judged alone."""
-    cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
-    if not 1 <= cap <= profile.max_prefill_batch_tokens:
-        raise ValueError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}]")
-    if replicas < 1:
-        raise ValueError("replicas must be >= 1")
-    return Layout(mode="colocated" if phase == "colocated" else phase,
-                  labels=tuple(f"{phase}/{i}" for i in range(replicas)), phases=(phase,) * replicas,
-                  profiles=(profile,) * replicas, pool_slot=(0,) * replicas, policy=(policy,) * replicas,
-                  chunk_tokens=(chunk_tokens or 0,) * replicas, cache_blocks=(0,) * replicas,
-                  batch_tokens=(cap,) * replicas,
-                  link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)))
-
-
-def rejected_mask(layout: Layout, requests: Requests) -> np.ndarray:
-    """Requests whose prompt + output exceed the KV capacity of every instance that holds KV."""
-    if layout.mode == "prefill":
-        return np.zeros(len(requests), dtype=bool)
-    holders = ("colocated",) if layout.mode == "colocated" else ("decode", "mixed")
-    capacity = max(p.kv_capacity_tokens for p, ph in zip(layout.profiles, layout.phases) if ph in holders)
-    return (requests.prompt_tokens + requests.output_tokens) > capacity
-
-
-# --- the compiled engine -------------------------------------------------------------------------
-
-class _LatencyTable:
-    """LatencyModels flattened for the kernels; ``index(model)`` gives a model's number."""
-
-    def __init__(self):
-        self.models: list[LatencyModel] = []
-
-    def index(self, model: LatencyModel) -> int:
-        for i, known in enumerate(self.models):
-            if known is model:
-                return i
-        self.models.append(model)
-        return len(self.models) - 1
-
-    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """(tab_i, pieces): rows seg_ptr, seg_min, piece_ptr of tab_i; pieces (n, 3) in seconds."""
-        seg_ptr, seg_min, piece_ptr, pieces = [0], [], [0], []
-        for model in self.models:
-            for segment in model.segments:
-                seg_min.append(segment.min_batch)
-                pieces.extend(segment.pieces_s)
-                piece_ptr.append(len(pieces))
-            seg_ptr.append(len(seg_min))
-        width = max(len(seg_ptr), len(piece_ptr))
-        tab_i = np.zeros((3, width), np.int64)
-        for row, values in enumerate((seg_ptr, seg_min, piece_ptr)):
-            tab_i[row, :len(values)] = values
-        return tab_i, np.array(pieces, np.float64).reshape(-1, 3)
-
-
-def _block_tokens(layout: Layout, requests: Requests) -> int:
-    if layout.block_tokens is not None and requests.block_tokens is not None \
-            and layout.block_tokens != requests.block_tokens:
-        raise PdplanError(f"the plan's block_tokens ({layout.block_tokens}) differs from the "
-                          f"workload's prefix-hash block size ({requests.block_tokens})",
-                          field="transfer.block_tokens")
-    return requests.block_tokens or layout.block_tokens or 0
-
-
-def cache_capacities(layout: Layout, requests: Requests) -> list[int]:
-    """Prefix-LRU capacity (blocks) of each decode instance, in decode order."""
-    block = _block_tokens(layout, requests)
-    caps = []
-    for i in layout.ids("decode"):
-        stated = layout.cache_blocks[i]
-        if stated is not None:
-            caps.append(stated)
-        else:
-            caps.append(layout.profiles[i].kv_capacity_tokens // block if block else 0)
-    return caps
-
-
-def _heap_capacity(n: int, layout: Layout) -> int:
-    # live events: ≤ n KV-visible + one planned boundary per instance + PP batches per prefill
-    # instance; stale boundaries: ≤ one per request (a cut happens only when a request arrives)
-    stages = sum(p.pp for p in layout.profiles)
-    return 2 * n + 4 * (len(layout.labels) + stages) + 64
-
-
-def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per-request state for the kernels: integer rows ``rq`` and time rows ``rt``. In a closed
-    loop the first ``concurrency`` requests arrive at 0 and the others when the kernel
-    releases them."""
-    n = len(requests)
-    rq = np.full((fast.RQ_FIELDS, n), -1, np.int64)
-    rq[fast.R_PROMPT] = requests.prompt_tokens
-    rq[fast.R_OUTPUT] = requests.output_tokens
-    rq[[fast.R_FIN_STEP, fast.R_XBYTES, fast.R_PF_DONE, fast.R_CHUNK, fast.R_FAILS]] = 0
-    rt = np.full((fast.RT_FIELDS, n), np.nan)
-    if concurrency:
-        rt[fast.T_ARRIVAL] = np.inf
-        rt[fast.T_ARRIVAL, :concurrency] = 0.0
-    else:
-        rt[fast.T_ARRIVAL] = requests.arrival_s
-    return rq, rt
-
-
-def _instance_state(profiles: list[PhaseProfile], table: _LatencyTable) -> tuple[np.ndarray, np.ndarray]:
-    """Decode / colocated instance state ``di`` (integer rows) and ``df`` (float rows)."""
-    di = np.zeros((fast.DI_FIELDS, len(profiles)), np.int64)
-    for row in (fast.D_ROOT, fast.D_W_HEAD, fast.D_W_TAIL, fast.D_PF_HEAD, fast.D_PF_TAIL,
-                fast.D_IT_FIRST, fast.D_LRU_HEAD, fast.D_LRU_TAIL, fast.D_K_HEAD, fast.D_K_TAIL):
-        di[row] = -1
-    di[fast.D_CAP] = [p.kv_capacity_tokens for p in profiles]
-    di[fast.D_MODEL] = [table.index(p.decode) for p in profiles]
-    di[fast.D_M_PREFILL] = [table.index(p.prefill) for p in profiles]
-    return di, np.zeros((fast.DF_FIELDS, len(profiles)))
-
-
-def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures: np.ndarray | None = None
-             ) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int]:
-    """Run the compiled engine; returns raw per-request arrays, busy seconds per instance,
-    busy seconds per ingress link and the event count. ``concurrency`` > 0 runs a closed loop
-    of that many clients (the requests' arrival times are then ignored, their order kept).
-    ``failures`` gives each request's failed KV transfer attempts (none by default)."""
-    n = len(requests)
-    rejected = np.ascontiguousarray(rejected_mask(layout, requests), dtype=np.bool_)
-    rq, rt = _request_state(requests, concurrency)
-    if failures is not None:
-        rq[fast.R_FAILS] = failures
-    cl = np.array([concurrency, min(concurrency, n)], np.int64)
-    table = _LatencyTable()
-    busy = np.zeros(len(layout.labels))
-    links: dict[str, float] = {}
-    heap = _heap_capacity(n, layout)
-
-    if layout.mode == "colocated":
-        ids = layout.ids("colocated")
-        di, df = _instance_state([layout.profiles[i] for i in ids], table)
-        di[fast.D_POLICY] = [fast.POLICY_CHUNKED if layout.policy[i] == "chunked"
-                             else fast.POLICY_PREFILL_FIRST for i in ids]
-        di[fast.D_CHUNK] = [layout.chunk_tokens[i] for i in ids]
-        di[fast.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in ids]
-        tab_i, pieces = table.arrays()
-        events = fast.run_colocated(rq, rt, rejected, tab_i, pieces, di, df, *availability_csr(layout, ids), heap, cl)
-        inst = rq[fast.R_P_INST]
-        glob = np.where(inst >= 0, ids[np.maximum(inst, 0)], -1)
-        busy[ids] = df[fast.F_BUSY]
-        return _raw(requests, rejected, rq, rt, glob, glob.copy()), busy, links, int(events)
-
-    pids = layout.ids("prefill")
-    dids = np.concatenate([layout.ids("decode"), layout.ids("mixed")])  # mixed machines after decode
-    n_dec = len(layout.ids("decode"))
-    pprofs = [layout.profiles[i] for i in pids]
-    pi = np.zeros((fast.PI_FIELDS, len(pids)), np.int64)
-    pi[[fast.P_Q_HEAD, fast.P_Q_TAIL]] = -1
-    pi[fast.P_MODEL] = [table.index(p.prefill) for p in pprofs]
-    pi[fast.P_PP] = [p.pp for p in pprofs]
-    pi[fast.P_CAP] = [layout.batch_tokens[i] for i in pids]
-    pi[fast.P_POOL] = [layout.pool_slot[i] for i in pids]
-    pf = np.zeros((len(pids), 1 + max([p.pp for p in pprofs], default=1)))
-    di, df = _instance_state([layout.profiles[i] for i in dids], table)
-    di[fast.D_POOL] = [layout.pool_slot[i] for i in dids]
-    di[fast.D_MIXED, n_dec:] = 1
-    di[fast.D_POLICY, n_dec:] = fast.POLICY_CHUNKED
-    di[fast.D_CHUNK] = [layout.chunk_tokens[i] for i in dids]
-    di[fast.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in dids]
-
-    block = _block_tokens(layout, requests) if len(dids) else 0
-    n_hash = 0
-    hash_vals, hash_ptr = np.zeros(1, np.int64), np.zeros(n + 1, np.int64)
-    if requests.has_hashes and len(dids) and len(pids):
-        caps = cache_capacities(layout, requests)
-        if any(caps):
-            unique, dense = np.unique(requests.hash_values, return_inverse=True)
-            hash_vals = np.ascontiguousarray(dense.ravel(), dtype=np.int64)
-            hash_ptr = np.ascontiguousarray(requests.hash_offsets, dtype=np.int64)
-            n_hash = int(unique.size)
-            di[fast.D_LRU_CAP, :n_dec] = caps
-    lru = np.full((3, max(1, len(dids) * n_hash)), -1, np.int32)
-    lru[2] = 0
-    link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
-    tab_i, pieces = table.arrays()
-    events = fast.run_disaggregated(
-        rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
-        0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
-        link, fast.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fast.FAILURE_RETRY,
-        float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids), n_dec,
-        int(layout.spill_tokens), float(layout.kv_share), heap + 2 * int(rq[fast.R_FAILS].sum()), cl)
-    pinst, dinst = rq[fast.R_P_INST], rq[fast.R_D_INST]
-    pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
-    dglob = np.where(dinst >= 0, dids[np.maximum(dinst, 0)], -1) if len(dids) else np.full(n, -1)
-    whole = (pinst < 0) & (dinst >= n_dec)  # ran whole on a mixed machine: both phases there
-    pglob = np.where(whole, dglob, pglob)
-    busy[pids] = pf[:, 0]
-    busy[dids] = df[fast.F_BUSY]
-    if len(pids) and len(dids):
-        links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fast.F_LINK_BUSY])}
-    return _raw(requests, rejected, rq, rt, pglob, dglob), busy, links, int(events)
-
-
-def availability_csr(layout: Layout, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The intervals of instances ``ids`` for the kernels: pointers (len + 1) and [from, until) rows."""
-    spans = [((-np.inf, np.inf),) if layout.availability is None else layout.availability[i] for i in ids]
-    ptr = np.zeros(len(spans) + 1, np.int64)
-    np.cumsum([len(s) for s in spans], out=ptr[1:])
-    rows = np.array([span for s in spans for span in s], np.float64).reshape(-1, 2).T.copy()
-    return ptr, rows if rows.size else np.zeros((2, 1))
-
-
-def _raw(requests: Requests, rejected, rq, rt, prefill_instance, decode_instance) -> dict[str, np.ndarray]:
-    return {
-        "arrival_s": rt[fast.T_ARRIVAL].copy(), "prompt_tokens": requests.prompt_tokens,
-        "output_tokens": requests.output_tokens, "rejected": rejected,
-        "prefill_instance": prefill_instance, "decode_instance": decode_instance,
-        "prefill_start_s": rt[fast.T_P_START], "prefill_end_s": rt[fast.T_P_END],
-        "transfer_start_s": rt[fast.T_X_START], "transfer_end_s": rt[fast.T_X_END],
-        "transfer_bytes": rq[fast.R_XBYTES].copy(), "first_token_s": rt[fast.T_FIRST],
-        "finish_s": rt[fast.T_FINISH],
-    }
 
 
 def _result(layout: Layout, requests: Requests, raw, busy, links, events, *, seed: int,
@@ -489,10 +118,9 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
     if engine == "fast":
         raw, busy, links, events = run_fast(layout, requests, concurrency or 0, failures)
     elif engine == "reference":
-        from pdplan.sim.reference import run_reference
         raw, busy, links, events = run_reference(layout, requests, concurrency or 0, failures)
     else:
-        raise ValueError("engine must be 'fast' or 'reference'")
+        raise PdplanError(f"engine must be 'fast' or 'reference', got {engine!r}", field="engine")
     # no handoff, no failure: rejected, never decoded, or run whole on one mixed machine
     moved = ~raw["rejected"] & (raw["decode_instance"] >= 0) & (raw["prefill_instance"] != raw["decode_instance"])
     raw["transfer_failures"] = np.where(moved, failures, 0)
@@ -530,19 +158,6 @@ def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec |
     return run(layout, requests, seed=seed, rate_rps=rate_rps, engine=engine, concurrency=concurrency)
 
 
-def instance_availability(plan: Plan, availability: Mapping) -> tuple[tuple[tuple[float, float], ...], ...]:
-    """Per instance, in layout order, its intervals from ``availability`` (pool name → one list of
-    [from, until) intervals per replica; a pool it does not name takes requests always)."""
-    found = []
-    for pool in plan.pools:
-        spans = availability.get(pool.name)
-        if spans is not None and len(spans) != pool.replicas:
-            raise ValueError(f"availability of pool {pool.name!r} needs one list per replica ({pool.replicas})")
-        for replica in range(pool.replicas):
-            found.append(((-np.inf, np.inf),) if spans is None else tuple(map(tuple, spans[replica])))
-    return tuple(found)
-
-
 def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas: int = 1,
                   policy: str | None = None, chunk_tokens: int | None = None,
                   max_prefill_batch_tokens: int | None = None, seed: int = 0,
@@ -557,13 +172,14 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
     """
     if phase == "colocated":
         if policy not in ("prefill-first", "chunked"):
-            raise ValueError("policy must be 'prefill-first' or 'chunked'")
+            raise PdplanError(f"policy must be 'prefill-first' or 'chunked', got {policy!r}", field="policy")
         if (policy == "chunked") != (chunk_tokens is not None):
-            raise ValueError("chunk_tokens is required by, and only by, the chunked policy")
+            raise PdplanError("chunk_tokens is required by, and only by, the chunked policy", field="chunk_tokens")
         if chunk_tokens is not None and chunk_tokens < 1:
-            raise ValueError("chunk_tokens must be >= 1")  # 0 would mean "no chunking" in the layout
+            # 0 would mean "no chunking" in the layout
+            raise PdplanError(f"chunk_tokens must be >= 1, got {chunk_tokens}", field="chunk_tokens")
     elif phase not in ("prefill", "decode"):
-        raise ValueError("phase must be prefill, decode or colocated")
+        raise PdplanError(f"phase must be prefill, decode or colocated, got {phase!r}", field="phase")
     layout = layout_single(phase, profile, policy=policy, chunk_tokens=chunk_tokens,
                            max_prefill_batch_tokens=max_prefill_batch_tokens, replicas=replicas)
     requests = as_requests(workload, rate_rps=rate_rps, closed_loop=concurrency is not None)

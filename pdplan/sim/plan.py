@@ -101,33 +101,35 @@ class Pool:
     #: profile's (a plan may lower it, e.g. to Splitwise's 2048, never raise it)
 
     def __post_init__(self):
+        def fail(field: str, rule: str) -> PdplanError:
+            return PdplanError(f"pool {self.name}: {rule}", field=field)
+
         if self.phase not in PHASES:
-            raise ValueError(f"pool {self.name}: phase must be one of {', '.join(PHASES)}")
+            raise fail("phase", f"phase must be one of {', '.join(PHASES)}")
         if self.tp < 1 or self.pp < 1 or self.replicas < 1:
-            raise ValueError(f"pool {self.name}: tp, pp and replicas must be >= 1")
+            raise fail("tp", "tp, pp and replicas must be >= 1")
         if self.phase == "mixed" and self.policy != "chunked":
-            raise ValueError(f"pool {self.name}: a mixed pool batches both phases: policy chunked")
+            raise fail("policy", "a mixed pool batches both phases: policy chunked")
         if self.phase in ("colocated", "mixed"):
             if self.policy not in POLICIES:
-                raise ValueError(f"pool {self.name}: policy must be one of {', '.join(POLICIES)}")
+                raise fail("policy", f"policy must be one of {', '.join(POLICIES)}")
             if (self.policy == "chunked") != (self.chunk_tokens is not None):
-                raise ValueError(f"pool {self.name}: chunk_tokens is required by, and only by, "
-                                 "the chunked policy")
+                raise fail("chunk_tokens", "chunk_tokens is required by, and only by, the chunked policy")
             if self.chunk_tokens is not None and self.chunk_tokens < 1:
-                raise ValueError(f"pool {self.name}: chunk_tokens must be >= 1")
+                raise fail("chunk_tokens", "chunk_tokens must be >= 1")
         elif self.policy is not None or self.chunk_tokens is not None:
-            raise ValueError(f"pool {self.name}: policy and chunk_tokens apply to colocated and mixed pools")
+            raise fail("policy", "policy and chunk_tokens apply to colocated and mixed pools")
         if self.max_prefill_batch_tokens is not None:
             if self.phase == "decode" or self.policy == "chunked":
-                raise ValueError(f"pool {self.name}: max_prefill_batch_tokens applies to prefill "
-                                 "and prefill-first pools")
+                raise fail("max_prefill_batch_tokens",
+                           "max_prefill_batch_tokens applies to prefill and prefill-first pools")
             if self.max_prefill_batch_tokens < 1:
-                raise ValueError(f"pool {self.name}: max_prefill_batch_tokens must be >= 1")
+                raise fail("max_prefill_batch_tokens", "max_prefill_batch_tokens must be >= 1")
         if self.prefix_cache_blocks is not None:
             if self.phase != "decode":
-                raise ValueError(f"pool {self.name}: prefix_cache_blocks applies to decode pools")
+                raise fail("prefix_cache_blocks", "prefix_cache_blocks applies to decode pools")
             if self.prefix_cache_blocks < 0:
-                raise ValueError(f"pool {self.name}: prefix_cache_blocks must be >= 0")
+                raise fail("prefix_cache_blocks", "prefix_cache_blocks must be >= 0")
 
     @property
     def shape(self) -> tuple[str, str, int, int]:
@@ -150,9 +152,9 @@ class Link:
 
     def __post_init__(self):
         if not self.bandwidth_bytes_per_s > 0:
-            raise ValueError("link bandwidth must be > 0")
+            raise PdplanError("link bandwidth must be > 0", field="bandwidth_bytes_per_s")
         if self.setup_s < 0:
-            raise ValueError("link setup must be >= 0")
+            raise PdplanError("link setup must be >= 0", field="setup_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -178,34 +180,39 @@ class Plan:
     kv_share: float = DEFAULT_KV_SHARE        #: mixed pool: decode KV share above which decodes spill
 
     def __post_init__(self):
+        def fail(field: str, rule: str) -> PdplanError:
+            return PdplanError(rule, file=self.source, field=field)
+
         if not self.pools:
-            raise ValueError("a plan needs at least one pool")
+            raise fail("pools", "a plan needs at least one pool")
         names = [p.name for p in self.pools]
         if len(set(names)) != len(names):
-            raise ValueError("pool names must be unique")
+            raise fail("pools", "pool names must be unique")
         if self.transfer_schedule not in SCHEDULES:
-            raise ValueError(f"transfer_schedule must be one of {', '.join(SCHEDULES)}")
+            raise fail("transfer_schedule", f"transfer_schedule must be one of {', '.join(SCHEDULES)}")
         phases = {p.phase for p in self.pools}
         if "colocated" in phases and phases != {"colocated"}:
-            raise ValueError("a plan is either colocated or disaggregated, not both")
+            raise fail("pools", "a plan is either colocated or disaggregated, not both")
         if phases != {"colocated"} and phases - {"mixed"} != {"prefill", "decode"}:
-            raise ValueError("a disaggregated plan needs at least one prefill and one decode pool")
+            raise fail("pools", "a disaggregated plan needs at least one prefill and one decode pool")
         by_name = {p.name: p for p in self.pools}
         for link in self.links:
             if by_name.get(link.from_pool, None) is None or by_name[link.from_pool].phase != "prefill":
-                raise ValueError(f"link from {link.from_pool!r}: not a prefill pool")
+                raise fail("links", f"link from {link.from_pool!r}: not a prefill pool")
             if by_name.get(link.to_pool, None) is None or by_name[link.to_pool].phase not in ("decode", "mixed"):
-                raise ValueError(f"link to {link.to_pool!r}: not a decode or mixed pool")
+                raise fail("links", f"link to {link.to_pool!r}: not a decode or mixed pool")
         if self.block_tokens is not None and self.block_tokens < 1:
-            raise ValueError("block_tokens must be >= 1")
+            raise fail("block_tokens", "block_tokens must be >= 1")
         if not 0 <= self.failure_rate <= MAX_FAILURE_RATE:
-            raise ValueError(f"failure_rate must be in [0, {MAX_FAILURE_RATE}]")
+            raise fail("failure_rate", f"failure_rate must be in [0, {MAX_FAILURE_RATE}]")
         if self.failure_policy not in FAILURE_POLICIES:
-            raise ValueError(f"failure_policy must be one of {', '.join(FAILURE_POLICIES)}")
+            raise fail("failure_policy", f"failure_policy must be one of {', '.join(FAILURE_POLICIES)}")
         if not 0 <= self.route_s <= MAX_ROUTE_S:
-            raise ValueError(f"route_s must be in [0, {MAX_ROUTE_S}]")
-        if self.spill_tokens < 0 or not 0 < self.kv_share <= 1:
-            raise ValueError("spill_tokens must be >= 0 and kv_share in (0, 1]")
+            raise fail("route_s", f"route_s must be in [0, {MAX_ROUTE_S}]")
+        if self.spill_tokens < 0:
+            raise fail("spill_tokens", "spill_tokens must be >= 0")
+        if not 0 < self.kv_share <= 1:
+            raise fail("kv_share", "kv_share must be in (0, 1]")
 
     @property
     def colocated(self) -> bool:

@@ -6,8 +6,7 @@ no closed forms and no arrays: every decode step is its own event whose time com
 0x08I recurrence layer by layer, and the prefix cache is an ``OrderedDict``. It is slow (pure
 Python, O(tokens) events) and exists so tests can check the compiled engine request by request.
 
-Event priorities at equal times match the compiled engine: arrival 0, prefill done 1, prefill
-first stage free 2, KV visible 3, step / iteration boundary 4.
+Event priorities at equal times are the compiled engine's, from :mod:`pdplan.sim.events`.
 """
 
 from __future__ import annotations
@@ -17,10 +16,9 @@ from collections import OrderedDict, deque
 import numpy as np
 
 from pdplan.sim.core import Environment
-from pdplan.sim.engine import Layout, Requests, cache_capacities, rejected_mask
+from pdplan.sim.events import ARRIVAL, BOUNDARY, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
+from pdplan.sim.layout import Layout, Requests, cache_capacities, rejected_mask
 from pdplan.sim.transfer import layer_visibility, uniform_layer_ready_s
-
-ARRIVAL, PREFILL_DONE, PREFILL_FREE, KV_VISIBLE, BOUNDARY, TRANSFER_FAILED = 0, 1, 2, 3, 4, 5
 
 
 class _Records:

@@ -1,6 +1,6 @@
 """What a simulation returns: one record per request and the summary against two SLO clocks.
 
-Clocks (DESIGN.md "Clocks and units"):
+Clocks (docs/design.md, "Clocks and units"):
 
 * TTFT = arrival → first token visible. Disaggregated: prefill queue + prefill + exposed
   transfer + decode admission delay; the first token is streamed by the decode instance once
@@ -72,8 +72,7 @@ class SimResult:
     notes: dict = field(default_factory=dict)
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {', '.join(MODES)}")
+        assert self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}"  # set by the engine
 
     def __len__(self) -> int:
         return int(self.columns["arrival_s"].size)

@@ -1,0 +1,198 @@
+"""Decode batches, shared by decode, colocated and mixed instances: joining, stepping, leaving.
+
+Without preemption a batch only ever loses its requests in FIN_STEP order, so the active set is
+a min-heap on FIN_STEP with insert and delete-min: a pairing heap threaded through the
+per-request CHILD / SIBLING fields (no per-instance storage, O(1) insert, O(log B) amortised
+delete), which keeps a boundary O(log B) instead of a scan of the batch. A running batch plans
+its next boundary where its first member finishes and is cut short when a waiting request
+could join earlier.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pdplan.sim.events import BOUNDARY
+from pdplan.sim.fast.clock import push, release
+from pdplan.sim.fast.fields import (DECODE_RUN, D_B, D_CAP, D_LOAD, D_MODE, D_MODEL, D_RESERVED, D_ROOT,
+                                    D_RUN_K, D_S, D_STEPS, D_VERSION, D_W_HEAD, D_W_TAIL, F_BUSY, F_RUN_T0,
+                                    IDLE, R_CHILD, R_FIN_STEP, R_OUTPUT, R_PROMPT, R_SIBLING, R_W_NEXT,
+                                    STARTING, T_FINISH, T_FIRST)
+from pdplan.sim.fast.latency import decode_run_s, steps_to_reach
+
+
+@njit(cache=True, inline="always")
+def _meld(rq, a, b):
+    """Merge two heap-ordered trees; the root that finishes later becomes the other's child."""
+    if a < 0:
+        return b
+    if b < 0:
+        return a
+    if rq[R_FIN_STEP, b] < rq[R_FIN_STEP, a] or (rq[R_FIN_STEP, b] == rq[R_FIN_STEP, a] and b < a):
+        a, b = b, a
+    rq[R_SIBLING, b] = rq[R_CHILD, a]
+    rq[R_CHILD, a] = b
+    return a
+
+
+@njit(cache=True)
+def _delete_min(rq, root):
+    """Remove ``root`` from its heap; returns the new root (two-pass pairing of its children)."""
+    paired = -1  # first pass: meld children in pairs, left to right, onto a stack
+    c = rq[R_CHILD, root]
+    while c >= 0:
+        a = c
+        b = rq[R_SIBLING, a]
+        rq[R_SIBLING, a] = -1
+        if b >= 0:
+            c = rq[R_SIBLING, b]
+            rq[R_SIBLING, b] = -1
+            a = _meld(rq, a, b)
+        else:
+            c = -1
+        rq[R_SIBLING, a] = paired
+        paired = a
+    result = -1  # second pass: meld the stack, right to left
+    while paired >= 0:
+        nxt = rq[R_SIBLING, paired]
+        rq[R_SIBLING, paired] = -1
+        result = _meld(rq, result, paired)
+        paired = nxt
+    rq[R_CHILD, root] = -1
+    return result
+
+
+@njit(cache=True)
+def activate(rq, rt, di, i, r, t, cl):
+    """Request r joins batch i with its first token out at t (its KV reserved by the caller)."""
+    rt[T_FIRST, r] = t
+    need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+    if rq[R_OUTPUT, r] == 1:  # the prefill's token was the only one
+        rt[T_FINISH, r] = t
+        release(rt, cl, t)
+        di[D_RESERVED, i] -= need
+        di[D_LOAD, i] -= need
+        return
+    rq[R_FIN_STEP, r] = di[D_STEPS, i] + rq[R_OUTPUT, r] - 1
+    rq[R_CHILD, r] = -1
+    rq[R_SIBLING, r] = -1
+    di[D_ROOT, i] = _meld(rq, di[D_ROOT, i], r)
+    di[D_B, i] += 1
+    di[D_S, i] += rq[R_PROMPT, r] + 1  # context at its first step: the prompt and the first token
+
+
+@njit(cache=True)
+def advance(rq, rt, di, df, i, t, k, cl):
+    """Run k steps of batch i ending at t; requests at their last token leave and free KV."""
+    if k <= 0:
+        return
+    df[F_BUSY, i] += t - df[F_RUN_T0, i]
+    di[D_STEPS, i] += k
+    di[D_S, i] += di[D_B, i] * k
+    while di[D_ROOT, i] >= 0 and rq[R_FIN_STEP, di[D_ROOT, i]] == di[D_STEPS, i]:
+        r = di[D_ROOT, i]
+        di[D_ROOT, i] = _delete_min(rq, r)
+        rt[T_FINISH, r] = t
+        release(rt, cl, t)
+        need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+        di[D_S, i] -= need  # its context after the last step is prompt + output
+        di[D_B, i] -= 1
+        di[D_RESERVED, i] -= need
+        di[D_LOAD, i] -= need
+
+
+@njit(cache=True)
+def _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, i, t, model):
+    """Batch i runs unchanged from t until its first request finishes; schedule that boundary."""
+    k = rq[R_FIN_STEP, di[D_ROOT, i]] - di[D_STEPS, i]
+    df[F_RUN_T0, i] = t
+    di[D_RUN_K, i] = k
+    end = t + decode_run_s(tab_i, pieces, model, di[D_B, i], float(di[D_S, i]), k)
+    push(ht, hi, hs, end, np.int64(BOUNDARY), i, di[D_VERSION, i])
+
+
+@njit(cache=True)
+def _cut_run(di, df, tab_i, pieces, ht, hi, hs, i, t, model):
+    """Stop batch i's planned stretch at the first step boundary at or after t."""
+    j = steps_to_reach(tab_i, pieces, model, di[D_B, i], float(di[D_S, i]), di[D_RUN_K, i],
+                       t - df[F_RUN_T0, i])
+    if j < di[D_RUN_K, i]:
+        di[D_VERSION, i] += 1
+        di[D_RUN_K, i] = j
+        end = df[F_RUN_T0, i] + decode_run_s(tab_i, pieces, model, di[D_B, i], float(di[D_S, i]), j)
+        push(ht, hi, hs, end, np.int64(BOUNDARY), i, di[D_VERSION, i])
+
+
+@njit(cache=True)
+def plan_start(di, ht, hi, hs, i, t):
+    """Idle instance i plans a zero-step boundary at t: work starts once every event of this
+    instant with a lower priority (arrivals, KV landing) has queued its request."""
+    di[D_MODE, i] = STARTING
+    di[D_RUN_K, i] = 0
+    di[D_VERSION, i] += 1
+    push(ht, hi, hs, t, np.int64(BOUNDARY), i, di[D_VERSION, i])
+
+
+@njit(cache=True, inline="always")
+def append(rq, di, i, r, head, tail, link):
+    """Append request r to instance i's FIFO (head/tail rows of ``di``, a decode or a prefill
+    instance table; link row of rq)."""
+    rq[link, r] = -1
+    if di[tail, i] >= 0:
+        rq[link, di[tail, i]] = r
+    else:
+        di[head, i] = r
+    di[tail, i] = r
+
+
+@njit(cache=True)
+def take_if_fits(rq, di, i, head, tail):
+    """The head of instance i's FIFO (head/tail rows, linked by W_NEXT) with its prompt + output
+    reserved, if they fit the KV not reserved; else -1: the head stalls and nothing behind it
+    overtakes."""
+    r = di[head, i]
+    if r < 0 or di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] > di[D_CAP, i]:
+        return -1
+    di[head, i] = rq[R_W_NEXT, r]
+    if di[head, i] < 0:
+        di[tail, i] = -1
+    di[D_RESERVED, i] += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+    return r
+
+
+@njit(cache=True)
+def queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, i, r, t, head, tail, may_cut):
+    """Queue request r on instance i's FIFO (head/tail rows). An idle instance plans a boundary
+    now (with everything else landing now); a decode stretch is cut at its next step boundary when
+    r heads the queue and fits (and ``may_cut``), so it joins there instead of the planned one."""
+    was_empty = di[head, i] < 0
+    append(rq, di, i, r, head, tail, R_W_NEXT)
+    if di[D_MODE, i] == IDLE:
+        plan_start(di, ht, hi, hs, i, t)
+    elif di[D_MODE, i] == DECODE_RUN and was_empty and may_cut and \
+            di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i]:
+        _cut_run(di, df, tab_i, pieces, ht, hi, hs, i, t, di[D_MODEL, i])
+
+
+@njit(cache=True)
+def decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
+    """Batch d reaches a step boundary at t after k steps: finishes leave, waiting KV joins (FIFO,
+    while its prompt + output tokens fit the KV not reserved), and the next stretch is planned."""
+    advance(rq, rt, di, df, d, t, k, cl)
+    r = take_if_fits(rq, di, d, D_W_HEAD, D_W_TAIL)
+    while r >= 0:
+        activate(rq, rt, di, d, r, t, cl)
+        r = take_if_fits(rq, di, d, D_W_HEAD, D_W_TAIL)
+    di[D_VERSION, d] += 1
+    run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
+
+
+@njit(cache=True)
+def run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
+    """Instance d runs its decode batch from t on (until the next boundary), or idles when empty."""
+    if di[D_B, d] > 0:
+        di[D_MODE, d] = DECODE_RUN
+        _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
+    else:
+        di[D_MODE, d] = IDLE

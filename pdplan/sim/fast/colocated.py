@@ -1,0 +1,189 @@
+"""Colocated instances (both phases on one instance, one iteration at a time), Splitwise's mixed
+machines (colocated batching inside a disaggregated plan) and the colocated event loop.
+
+Policies: prefill-first (vLLM's default: waiting prompts run as one FCFS batch while decodes
+stall) and chunked (Sarathi-Serve: each iteration's token budget goes to the active decodes
+first, then to prompt chunks).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pdplan.sim.events import ARRIVAL, BOUNDARY
+from pdplan.sim.fast.batch import activate, advance, append, queue_and_wake, run_or_idle, take_if_fits
+from pdplan.sim.fast.clock import new_heap, next_event, push
+from pdplan.sim.fast.fields import (DECODE_RUN, D_B, D_CAP, D_CHUNK, D_IT_FIRST, D_IT_N, D_K_HEAD, D_K_TAIL,
+                                    D_LOAD, D_MODE, D_MODEL, D_M_PREFILL, D_PF_HEAD, D_PF_TAIL, D_POLICY,
+                                    D_RESERVED, D_RUN_K, D_S, D_TOKEN_CAP, D_VERSION, D_W_HEAD, D_W_TAIL,
+                                    F_BUSY, F_RUN_T0, ITERATION, POLICY_PREFILL_FIRST, R_CHUNK, R_OUTPUT,
+                                    R_PF_DONE, R_PF_NEXT, R_PROMPT, R_P_INST, R_W_NEXT, STARTING, T_P_END,
+                                    T_P_START)
+from pdplan.sim.fast.latency import latency_s, mixed_iteration_s
+from pdplan.sim.fast.routing import least_outstanding
+
+
+@njit(cache=True)
+def colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t):
+    """Request r (routed, its load counted) queues for its prompt at colocated or mixed instance c;
+    a running stretch is cut only if a prompt could start at its next step boundary."""
+    room = di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, c]
+    queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t, D_W_HEAD, D_W_TAIL, room)
+
+
+@njit(cache=True)
+def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
+    """Choose what colocated instance c runs from t: a prefill batch, a mixed chunk iteration,
+    a stretch of decode-only steps, or nothing.
+
+    prefill-first (vLLM default): queued prompts whose KV fits run as one FCFS batch under the
+    token cap while decodes stall. chunked (Sarathi-Serve): every active decode takes one token
+    of the iteration's budget, the rest goes to prompt chunks in FCFS order, continuing a
+    partly prefilled prompt first. Decode-only stretches advance in closed form.
+    """
+    di[D_VERSION, c] += 1
+    if di[D_POLICY, c] == POLICY_PREFILL_FIRST:
+        n = 0
+        tok = 0
+        tok2 = 0.0
+        first = di[D_W_HEAD, c]
+        while di[D_W_HEAD, c] >= 0:
+            r = di[D_W_HEAD, c]
+            length = rq[R_PROMPT, r]
+            if n > 0 and tok + length > di[D_TOKEN_CAP, c]:
+                break
+            if di[D_RESERVED, c] + length + rq[R_OUTPUT, r] > di[D_CAP, c]:
+                break
+            di[D_W_HEAD, c] = rq[R_W_NEXT, r]
+            if di[D_W_HEAD, c] < 0:
+                di[D_W_TAIL, c] = -1
+            di[D_RESERVED, c] += length + rq[R_OUTPUT, r]
+            rt[T_P_START, r] = t
+            n += 1
+            tok += length
+            tok2 += float(length) * float(length)
+        if n > 0:
+            duration = latency_s(tab_i, pieces, di[D_M_PREFILL, c], n, float(tok), tok2)
+            di[D_MODE, c] = ITERATION
+            di[D_IT_FIRST, c] = first
+            di[D_IT_N, c] = n
+            df[F_BUSY, c] += duration
+            push(ht, hi, hs, t + duration, np.int64(BOUNDARY), c, di[D_VERSION, c])
+            return
+    else:
+        budget = di[D_CHUNK, c] - di[D_B, c]
+        chunks = 0
+        sum_c = 0
+        sum_c2 = 0.0
+        if budget > 0:
+            # partly prefilled prompts first, in admission order
+            r = di[D_PF_HEAD, c]
+            while r >= 0 and budget > 0:
+                take = min(budget, rq[R_PROMPT, r] - rq[R_PF_DONE, r])
+                rq[R_CHUNK, r] = take
+                budget -= take
+                chunks += 1
+                sum_c += take
+                o = float(rq[R_PF_DONE, r])
+                sum_c2 += (o + take) * (o + take) - o * o
+                r = rq[R_PF_NEXT, r]
+            # then new prompts whose KV fits
+            while budget > 0:
+                r = take_if_fits(rq, di, c, D_W_HEAD, D_W_TAIL)
+                if r < 0:
+                    break
+                rt[T_P_START, r] = t
+                rq[R_PF_DONE, r] = 0
+                append(rq, di, c, r, D_PF_HEAD, D_PF_TAIL, R_PF_NEXT)
+                take = min(budget, rq[R_PROMPT, r])
+                rq[R_CHUNK, r] = take
+                budget -= take
+                chunks += 1
+                sum_c += take
+                sum_c2 += float(take) * float(take)
+        if chunks > 0:
+            duration = mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, c], di[D_MODEL, c], di[D_B, c],
+                                         float(di[D_S, c]), chunks, float(sum_c), sum_c2)
+            di[D_MODE, c] = ITERATION
+            di[D_IT_N, c] = di[D_B, c]  # decode rows riding along this iteration
+            df[F_BUSY, c] += duration
+            push(ht, hi, hs, t + duration, np.int64(BOUNDARY), c, di[D_VERSION, c])
+            return
+    run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, c, t)
+
+
+@njit(cache=True)
+def _colo_finish(rq, rt, di, df, c, t, cl):
+    """What colocated (or mixed) instance c was running completes at t."""
+    if di[D_MODE, c] == DECODE_RUN:
+        advance(rq, rt, di, df, c, t, di[D_RUN_K, c], cl)
+    elif di[D_MODE, c] == STARTING:
+        pass
+    elif di[D_POLICY, c] == POLICY_PREFILL_FIRST:
+        # the whole batch completes its prompts; each gets its first token now (decodes stalled)
+        r = di[D_IT_FIRST, c]
+        for _ in range(di[D_IT_N, c]):
+            nxt = rq[R_W_NEXT, r]
+            rt[T_P_END, r] = t
+            activate(rq, rt, di, c, r, t, cl)
+            r = nxt
+    else:
+        if di[D_IT_N, c] > 0:
+            # the decode rows took one step; the iteration's time is already in busy
+            df[F_RUN_T0, c] = t
+            advance(rq, rt, di, df, c, t, np.int64(1), cl)
+        r = di[D_PF_HEAD, c]
+        while r >= 0 and rq[R_CHUNK, r] > 0:
+            nxt = rq[R_PF_NEXT, r]
+            rq[R_PF_DONE, r] += rq[R_CHUNK, r]
+            rq[R_CHUNK, r] = 0
+            if rq[R_PF_DONE, r] == rq[R_PROMPT, r]:
+                di[D_PF_HEAD, c] = nxt
+                if nxt < 0:
+                    di[D_PF_TAIL, c] = -1
+                rt[T_P_END, r] = t
+                activate(rq, rt, di, c, r, t, cl)
+            r = nxt
+
+
+@njit(cache=True)
+def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
+    """Colocated instance c finishes what it was running at t (nothing, if it was starting),
+    then plans what comes next."""
+    _colo_finish(rq, rt, di, df, c, t, cl)
+    _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
+
+
+@njit(cache=True)
+def mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
+    """Mixed machine c finishes what it ran, admits requests whose KV arrived (FIFO, while their
+    prompt + output fit the KV not reserved), then plans what comes next."""
+    _colo_finish(rq, rt, di, df, c, t, cl)
+    r = take_if_fits(rq, di, c, D_K_HEAD, D_K_TAIL)
+    while r >= 0:
+        activate(rq, rt, di, c, r, t, cl)
+        r = take_if_fits(rq, di, c, D_K_HEAD, D_K_TAIL)
+    _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
+
+
+@njit(cache=True)
+def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, av_ptr, av_t, heap_capacity, cl):
+    """Simulate colocated instances in place on the state arrays; routing by least outstanding
+    tokens (prompt + output of requests routed and not finished) among the instances taking
+    requests (``av_ptr``/``av_t``: each instance's intervals), ties → lowest index. Returns the
+    number of events processed."""
+    ht, hi, hs = new_heap(heap_capacity)
+    cursor = np.zeros(2, np.int64)  # next arrival, events processed
+    while True:
+        t, priority, a, b = next_event(rt, rejected, cl, ht, hi, hs, cursor)
+        if priority < 0:
+            return cursor[1]
+        if priority == ARRIVAL:  # a is the request
+            need = rq[R_PROMPT, a] + rq[R_OUTPUT, a]
+            c = least_outstanding(di, need, av_ptr, av_t, t, 0)
+            di[D_LOAD, c] += need
+            rq[R_P_INST, a] = c
+            colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, a, t)
+        elif b == di[D_VERSION, a]:  # instance a's boundary, not cancelled by a cut
+            _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)

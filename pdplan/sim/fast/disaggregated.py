@@ -1,0 +1,175 @@
+"""The disaggregated event loop: prefill instances feeding decode (and mixed) instances over KV links."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pdplan.sim.events import ARRIVAL, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
+from pdplan.sim.fast.batch import append, decode_boundary, queue_and_wake
+from pdplan.sim.fast.clock import new_heap, next_event, push, release
+from pdplan.sim.fast.colocated import colo_arrive, mixed_boundary
+from pdplan.sim.fast.fields import (D_K_HEAD, D_K_TAIL, D_LOAD, D_MIXED, D_RUN_K, D_VERSION, D_W_HEAD,
+                                    D_W_TAIL, P_CAP, P_FREE_PENDING, P_MODEL, P_PENDING, P_PP, P_Q_HEAD,
+                                    P_Q_TAIL, R_D_INST, R_FAILS, R_OUTPUT, R_PROMPT, R_P_INST, R_Q_NEXT,
+                                    T_P_END, T_P_START)
+from pdplan.sim.fast.latency import latency_s
+from pdplan.sim.fast.links import book_transfer
+from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefill
+
+
+@njit(cache=True)
+def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, p):
+    """Queue request r at prefill instance p; an idle first stage forms its batch after every
+    arrival at this instant."""
+    pi[P_PENDING, p] += rq[R_PROMPT, r]
+    rq[R_P_INST, r] = p
+    append(rq, pi, p, r, P_Q_HEAD, P_Q_TAIL, R_Q_NEXT)
+    if pf[p, 1] <= t and pi[P_FREE_PENDING, p] == 0:
+        pi[P_FREE_PENDING, p] = 1
+        push(ht, hi, hs, t, np.int64(PREFILL_FREE), p, np.int64(-1))
+
+
+@njit(cache=True)
+def _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, b):
+    """Start batch number b on prefill instance p at t if its first stage is free and work is
+    queued; returns True if it did.
+
+    FCFS under the token cap without reordering: take queued prompts while the total stays
+    within the cap; a first prompt longer than the cap runs alone. With PP = k the batch passes
+    k stages of latency/k each, one batch per stage at a time, so up to k batches are in flight.
+    """
+    if pi[P_Q_HEAD, p] < 0 or pf[p, 1] > t:
+        return False
+    cap = pi[P_CAP, p]
+    first = pi[P_Q_HEAD, p]
+    r = first
+    n = 0
+    tok = 0
+    tok2 = 0.0
+    while r >= 0:
+        length = rq[R_PROMPT, r]
+        if n > 0 and tok + length > cap:
+            break
+        n += 1
+        tok += length
+        tok2 += float(length) * float(length)
+        r = rq[R_Q_NEXT, r]
+    pi[P_Q_HEAD, p] = r
+    if r < 0:
+        pi[P_Q_TAIL, p] = -1
+    duration = latency_s(tab_i, pieces, pi[P_MODEL, p], n, float(tok), tok2)
+    stages = pi[P_PP, p]
+    c = t
+    for s in range(stages):
+        c = max(c, pf[p, 1 + s]) + duration / stages
+        pf[p, 1 + s] = c
+    pf[p, 0] += duration / stages
+    bi[0, b] = first
+    bi[1, b] = n
+    bt[b] = t
+    r = first
+    for _ in range(n):
+        rt[T_P_START, r] = t
+        rt[T_P_END, r] = c
+        r = rq[R_Q_NEXT, r]
+    push(ht, hi, hs, c, np.int64(PREFILL_DONE), p, b)
+    if stages > 1:
+        pi[P_FREE_PENDING, p] = 1
+        push(ht, hi, hs, pf[p, 1], np.int64(PREFILL_FREE), p, np.int64(-1))
+    return True
+
+
+@njit(cache=True)
+def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr,
+                      n_hash, block_tokens, schedule, layers, kv_bytes, link, failure, route,
+                      pav_ptr, pav_t, dav_ptr, dav_t, n_dec, spill_tokens, kv_share, heap_capacity, cl):
+    """Simulate prefill instances feeding decode instances over ingress links, in place on the
+    state arrays; returns the number of events processed.
+
+    With no prefill instances, requests reach decode with their KV visible at arrival (a
+    decode instance judged alone). With no decode instances, requests end at prefill (a
+    prefill instance judged alone). ``cl`` is (clients, next request to release): 0 clients is
+    the open loop. ``failure`` is FAILURE_RETRY or FAILURE_RECOMPUTE (what a failed transfer
+    costs; ``rq[R_FAILS]`` says how many of each request's attempts fail) and ``route`` the
+    router's hop to decode, in seconds. ``pav_*``/``dav_*`` give each prefill and decode instance
+    the intervals in which it takes new requests (CSR: pointers, then [from, until) rows); out of
+    them it only finishes the work it holds (a drain).
+
+    Splitwise's mixed pool: ``di``'s instances past the first ``n_dec`` are mixed machines. A
+    request arriving while the shortest prefill queue holds more than ``spill_tokens`` pending
+    prompt tokens runs whole on the least loaded mixed machine (chunked, as colocated); a
+    prefilled request whose decode instance would pass ``kv_share`` of its KV capacity decodes
+    on one (its KV sent there).
+    """
+    n = rq.shape[1]
+    n_p = pi.shape[1]
+    n_d = di.shape[1]
+    ht, hi, hs = new_heap(heap_capacity)
+    most = max(n + rq[R_FAILS].sum(), 1)     # batches: each prefill (recomputed ones too) at most one
+    bi = np.empty((2, most), np.int64)       # batch: first request, size
+    bt = np.empty(most)                      # batch start
+    n_batches = 0
+    cursor = np.zeros(2, np.int64)           # next arrival, events processed
+    while True:
+        t, priority, a, b = next_event(rt, rejected, cl, ht, hi, hs, cursor)
+        if priority < 0:
+            return cursor[1]
+        start_p = -1  # a prefill instance that may start a batch now
+        if priority == ARRIVAL:
+            r = a
+            spill = -1
+            p = pick_prefill(pi, pav_ptr, pav_t, t) if n_p > 0 else -1
+            if p >= 0 and n_dec < n_d and pi[P_PENDING, p] > spill_tokens:  # the queue it would join
+                spill = least_outstanding(di, rq[R_PROMPT, r] + rq[R_OUTPUT, r], dav_ptr, dav_t, t, n_dec)
+            if spill >= 0:  # the whole request runs on a mixed machine
+                di[D_LOAD, spill] += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+                rq[R_D_INST, r] = spill
+                colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, spill, r, t)
+            elif n_p > 0:
+                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, p)
+            else:
+                # decode alone: the KV is visible at arrival; route now
+                need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+                d = least_loaded(di, need, dav_ptr, dav_t, t, 0, n_dec)
+                di[D_LOAD, d] += need
+                rq[R_D_INST, r] = d
+                push(ht, hi, hs, t, np.int64(KV_VISIBLE), d, r)
+        elif priority == PREFILL_DONE:
+            r = bi[0, b]
+            for _ in range(bi[1, b]):
+                pi[P_PENDING, a] -= rq[R_PROMPT, r]
+                if n_d == 0:  # a prefill instance alone: the request ends here
+                    release(rt, cl, t)
+                if n_d > 0 and schedule == 0:
+                    book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
+                                   n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
+                                   dav_ptr, dav_t, n_dec, kv_share, r, a, bt[b], t)
+                r = rq[R_Q_NEXT, r]
+            if pi[P_PP, a] == 1:
+                start_p = a
+        elif priority == PREFILL_FREE:
+            pi[P_FREE_PENDING, a] = 0
+            start_p = a
+        elif priority == KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
+            head, tail = (D_K_HEAD, D_K_TAIL) if di[D_MIXED, a] == 1 else (D_W_HEAD, D_W_TAIL)
+            queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, b, t, head, tail, True)
+        elif priority == TRANSFER_FAILED:  # recompute: back to the prefill pool
+            d, r = a, b
+            di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+            _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pick_prefill(pi, pav_ptr, pav_t, t))
+        elif b == di[D_VERSION, a] and di[D_MIXED, a] == 1:
+            mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)
+        elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
+            decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a], cl)
+        if start_p >= 0 and _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs,
+                                           start_p, t, n_batches):
+            b = n_batches
+            n_batches += 1
+            if n_d > 0 and schedule == 1:  # per-layer streaming books the link as the batch starts
+                r = bi[0, b]
+                for _ in range(bi[1, b]):
+                    book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
+                                   n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
+                                   dav_ptr, dav_t, n_dec, kv_share, r, start_p, t, rt[T_P_END, r])
+                    r = rq[R_Q_NEXT, r]

@@ -1,0 +1,151 @@
+"""Latency models as flat arrays, and the step times the kernels read from them.
+
+Latency models are flattened into ``tab_i`` (rows: seg_ptr, seg_min, piece_ptr) and ``pieces``:
+model m owns segments ``seg_ptr[m] .. seg_ptr[m+1]``, segment s starts at batch ``seg_min[s]``
+and owns rows ``piece_ptr[s] .. piece_ptr[s+1]`` of ``pieces`` (seconds per unit of features
+(1, x1, x2)); the latency is the largest piece of the segment in force. A decode batch whose
+membership does not change is advanced many steps at once in closed form
+(:func:`decode_run_s`), so the number of events grows with requests, not with tokens.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from pdplan.latency.profile import LatencyModel
+
+
+class LatencyTable:
+    """LatencyModels flattened for the kernels; ``index(model)`` gives a model's number."""
+
+    def __init__(self):
+        self.models: list[LatencyModel] = []
+
+    def index(self, model: LatencyModel) -> int:
+        for i, known in enumerate(self.models):
+            if known is model:
+                return i
+        self.models.append(model)
+        return len(self.models) - 1
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """(tab_i, pieces): rows seg_ptr, seg_min, piece_ptr of tab_i; pieces (n, 3) in seconds."""
+        seg_ptr, seg_min, piece_ptr, pieces = [0], [], [0], []
+        for model in self.models:
+            for segment in model.segments:
+                seg_min.append(segment.min_batch)
+                pieces.extend(segment.pieces_s)
+                piece_ptr.append(len(pieces))
+            seg_ptr.append(len(seg_min))
+        width = max(len(seg_ptr), len(piece_ptr))
+        tab_i = np.zeros((3, width), np.int64)
+        for row, values in enumerate((seg_ptr, seg_min, piece_ptr)):
+            tab_i[row, :len(values)] = values
+        return tab_i, np.array(pieces, np.float64).reshape(-1, 3)
+
+
+@njit(cache=True)
+def _segment(tab_i, m, batch):
+    """The segment of model m in force at this batch size (largest min_batch <= batch)."""
+    chosen = tab_i[0, m]
+    for s in range(tab_i[0, m] + 1, tab_i[0, m + 1]):
+        if batch >= tab_i[1, s]:
+            chosen = s
+    return chosen
+
+
+@njit(cache=True)
+def latency_s(tab_i, pieces, m, batch, x1, x2):
+    """Seconds of model m at features (1, x1, x2) for a batch of ``batch`` requests."""
+    s = _segment(tab_i, m, batch)
+    best = -np.inf
+    for p in range(tab_i[2, s], tab_i[2, s + 1]):
+        v = pieces[p, 0] + pieces[p, 1] * x1 + pieces[p, 2] * x2
+        if v > best:
+            best = v
+    return best
+
+
+@njit(cache=True)
+def decode_run_s(tab_i, pieces, m, batch, context, steps):
+    """Seconds of ``steps`` decode steps of a fixed batch holding ``context`` tokens at the first.
+
+    Step j costs ``max_p (a_p + b_p·B + c_p·(S + j·B))``: every piece is a line in j, so the
+    sum over a stretch where one piece is the largest is an arithmetic series. The largest
+    piece of a set of lines can only hand over to a steeper one as j grows (the maximum is
+    convex), so we walk from j = 0, sum the current piece up to the first step at which a
+    steeper piece overtakes it, and continue from there: at most one stretch per piece.
+    """
+    if steps <= 0:
+        return 0.0
+    s = _segment(tab_i, m, batch)
+    p0 = tab_i[2, s]
+    p1 = tab_i[2, s + 1]
+    total = 0.0
+    j = 0
+    while j < steps:
+        # the piece in force at step j: the largest value, ties to the steeper
+        best_alpha = pieces[p0, 0] + pieces[p0, 1] * batch + pieces[p0, 2] * context
+        best_gamma = pieces[p0, 2] * batch
+        best_value = best_alpha + best_gamma * j
+        for p in range(p0 + 1, p1):
+            alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * context
+            gamma = pieces[p, 2] * batch
+            value = alpha + gamma * j
+            if value > best_value or (value == best_value and gamma > best_gamma):
+                best_alpha, best_gamma, best_value = alpha, gamma, value
+        # the first step at which a steeper piece is strictly larger
+        j_next = steps
+        for p in range(p0, p1):
+            gamma = pieces[p, 2] * batch
+            if gamma > best_gamma:
+                alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * context
+                cross = (best_alpha - alpha) / (gamma - best_gamma)
+                if cross < j_next:
+                    jc = max(j + 1, int(math.floor(cross)) + 1)
+                    if jc < j_next:
+                        j_next = jc
+        n = j_next - j
+        total += n * best_alpha + best_gamma * (j + j_next - 1) * n * 0.5
+        j = j_next
+    return total
+
+
+@njit(cache=True)
+def steps_to_reach(tab_i, pieces, m, batch, context, max_steps, elapsed):
+    """Fewest steps (1 .. max_steps) of a fixed batch whose run takes at least ``elapsed`` seconds.
+
+    That is the index of the first step boundary at or after a moment ``elapsed`` into the
+    run: where a request that arrives then can join the batch. Binary search over the closed form.
+    """
+    lo = 1
+    hi = max_steps
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if decode_run_s(tab_i, pieces, m, batch, context, mid) >= elapsed:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+@njit(cache=True)
+def mixed_iteration_s(tab_i, pieces, m_prefill, m_decode, batch, context, chunks, sum_c, sum_c2):
+    """One colocated iteration: B decode rows plus prefill chunks with features (Σc, Σc²-pairs).
+
+    Mixed cost = decode step + (prefill chunk cost − prefill cost of an empty batch): the
+    constant of the prefill model is the fixed per-iteration cost (weights read once, launch),
+    which the decode step already pays (0x02B). Pure iterations are just the phase's model.
+    """
+    if chunks == 0:
+        return latency_s(tab_i, pieces, m_decode, batch, float(batch), context)
+    pre = latency_s(tab_i, pieces, m_prefill, chunks, sum_c, sum_c2)
+    if batch == 0:
+        return pre
+    extra = pre - latency_s(tab_i, pieces, m_prefill, chunks, 0.0, 0.0)
+    if extra < 0.0:
+        extra = 0.0
+    return latency_s(tab_i, pieces, m_decode, batch, float(batch), context) + extra

@@ -1,0 +1,143 @@
+"""KV links: routing a prefilled request to decode and booking its transfer on the ingress.
+
+Each decode instance has one ingress that sends booked transfers one at a time in booking order;
+a prompt block already in the destination's prefix LRU is not sent.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pdplan.sim.events import KV_VISIBLE, TRANSFER_FAILED
+from pdplan.sim.fast.clock import push
+from pdplan.sim.fast.fields import (D_CAP, D_LOAD, D_LRU_CAP, D_LRU_COUNT, D_LRU_HEAD, D_LRU_TAIL, D_POOL,
+                                    FAILURE_RECOMPUTE, F_LINK_BUSY, F_LINK_FREE, P_POOL, R_D_INST, R_FAILS,
+                                    R_OUTPUT, R_PROMPT, R_XBYTES, T_X_END, T_X_START)
+from pdplan.sim.fast.routing import least_loaded
+
+
+@njit(cache=True)
+def layer_schedule_end(free, start, end, setup, payload, layers):
+    """When the last layer of a per-layer streamed transfer is visible (0x08I, closed form).
+
+    Layer l is ready at r_l = start + (l+1)/L·(end − start) and v_l = max(r_l, v_{l−1}) + x_l
+    with v_{−1} = ``free`` (the ingress is busy until then), x_0 = setup + x and x_l = x =
+    payload/L. Unrolled, v_{L−1} = max(free + Σx, max_j (r_j + Σ_{i≥j} x_i)); the j-terms are
+    linear in j for j ≥ 1, so only j = 0, 1 and L−1 can win, and j = 1 beats j = 0 only when
+    the layers come slower than they are sent, in which case j = L−1 beats both. Hence
+    v_{L−1} = max(free + setup + payload, r_0 + setup + payload, end + x)
+    (tests check it against the recurrence).
+    """
+    ready0 = start + (end - start) / layers
+    return max(max(free, ready0) + setup + payload, end + payload / layers)
+
+
+@njit(cache=True)
+def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, r):
+    """Prompt tokens decode instance d does not hold yet; the prompt's blocks become MRU there.
+
+    A block already cached at the destination is not sent (0x01A: transfer set U \\ V_D). Blocks
+    are inserted at booking time: transfers into one instance complete in booking order, so a
+    later request on the same ingress finds them visible by the time its own KV is.
+    ``lru`` rows: previous, next, present, over d·n_hash + block.
+    """
+    tokens = rq[R_PROMPT, r]
+    if n_hash == 0 or di[D_LRU_CAP, d] == 0:
+        return tokens
+    base = d * n_hash
+    for b in range(hash_ptr[r], hash_ptr[r + 1]):
+        h = hash_vals[b]
+        x = base + h
+        if lru[2, x]:
+            lo = (b - hash_ptr[r]) * block_tokens
+            if lo < rq[R_PROMPT, r]:
+                tokens -= min(block_tokens, rq[R_PROMPT, r] - lo)
+            if di[D_LRU_HEAD, d] != h:  # unlink, then move to the front
+                p = lru[0, x]
+                q = lru[1, x]
+                lru[1, base + p] = q
+                if q >= 0:
+                    lru[0, base + q] = p
+                else:
+                    di[D_LRU_TAIL, d] = p
+                lru[0, x] = -1
+                lru[1, x] = di[D_LRU_HEAD, d]
+                lru[0, base + di[D_LRU_HEAD, d]] = h
+                di[D_LRU_HEAD, d] = h
+            continue
+        lru[2, x] = 1
+        lru[0, x] = -1
+        lru[1, x] = di[D_LRU_HEAD, d]
+        if di[D_LRU_HEAD, d] >= 0:
+            lru[0, base + di[D_LRU_HEAD, d]] = h
+        else:
+            di[D_LRU_TAIL, d] = h
+        di[D_LRU_HEAD, d] = h
+        di[D_LRU_COUNT, d] += 1
+        if di[D_LRU_COUNT, d] > di[D_LRU_CAP, d]:  # evict the least recently used
+            old = base + di[D_LRU_TAIL, d]
+            di[D_LRU_TAIL, d] = lru[0, old]
+            lru[1, base + di[D_LRU_TAIL, d]] = -1
+            lru[2, old] = 0
+            di[D_LRU_COUNT, d] -= 1
+    return tokens
+
+
+@njit(cache=True)
+def book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs, n_hash, block_tokens,
+                   schedule, layers, kv_bytes, failure, route, dav_ptr, dav_t, n_dec, kv_share, r, p, start, end):
+    """Route request r to a decode instance and queue its KV on that instance's ingress link.
+
+    Request schedule (0x08I): C = max(link free, prefill end) + setup + bytes/bw.
+    Layer schedule: :func:`layer_schedule_end`. ``link`` is [bandwidth, setup] × prefill pool ×
+    decode pool. The ingress sends booked bytes in booking order as soon as they are ready and
+    is free again once they are sent: a streamed request leaves the gaps between its layers to
+    later bookings, so the link's backlog clears at max(free, first layer ready) + setup + bytes/bw.
+
+    A failing attempt is found out when it lands. Retry: the whole cache is sent again at once,
+    ``setup + bytes/bw`` per failure, holding the ingress. Recompute: the attempt is dropped and
+    the request goes back to the prefill pool (a TRANSFER_FAILED event when it lands). The decode
+    side takes the request no earlier than ``route`` after its prefill ends (the router's hop).
+
+    Decode instances are ``di``'s first ``n_dec``; the rest are mixed machines, which take the
+    decode when the chosen decode instance's routed KV would pass ``kv_share`` of its capacity.
+    """
+    need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+    now = end if schedule == 0 else start  # routed as it books
+    d = least_loaded(di, need, dav_ptr, dav_t, now, 0, n_dec)
+    if n_dec < di.shape[1] and (d < 0 or di[D_LOAD, d] + need > kv_share * di[D_CAP, d]):
+        m = least_loaded(di, need, dav_ptr, dav_t, now, n_dec, -1)
+        if m >= 0:
+            d = m
+    di[D_LOAD, d] += need
+    nbytes = _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, r) * kv_bytes
+    bandwidth = link[0, pi[P_POOL, p], di[D_POOL, d]]
+    setup = link[1, pi[P_POOL, p], di[D_POOL, d]]
+    attempt = setup + nbytes / bandwidth
+    free = df[F_LINK_FREE, d]
+    if schedule == 0:
+        begin = max(free, end)
+        visible = begin + attempt
+    else:
+        begin = max(free, start + (end - start) / layers)
+        visible = layer_schedule_end(free, start, end, setup, nbytes / bandwidth, layers)
+    # the ingress is work-conserving: its booked bytes are done by begin + setup + payload; a
+    # streamed request does not hold it while its last layers are still being computed
+    df[F_LINK_FREE, d] = begin + attempt
+    df[F_LINK_BUSY, d] += attempt
+    rt[T_X_START, r] = begin
+    rq[R_XBYTES, r] = nbytes
+    rq[R_D_INST, r] = d
+    fails = rq[R_FAILS, r]
+    if fails > 0 and failure == FAILURE_RECOMPUTE:
+        rq[R_FAILS, r] = fails - 1
+        rt[T_X_END, r] = visible
+        push(ht, hi, hs, visible, np.int64(TRANSFER_FAILED), d, r)
+        return
+    if fails > 0:  # retry: each resend starts when the failed attempt has landed
+        visible += fails * attempt
+        df[F_LINK_FREE, d] = visible
+        df[F_LINK_BUSY, d] += fails * attempt
+    rt[T_X_END, r] = visible
+    push(ht, hi, hs, max(visible, end + route), np.int64(KV_VISIBLE), d, r)

@@ -1,0 +1,152 @@
+"""From a layout and requests to the kernels' arrays and back to per-request records."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pdplan.latency.profile import PhaseProfile
+from pdplan.sim.fast import fields
+from pdplan.sim.fast.colocated import run_colocated
+from pdplan.sim.fast.disaggregated import run_disaggregated
+from pdplan.sim.fast.latency import LatencyTable
+from pdplan.sim.layout import Layout, Requests, cache_capacities, prefix_block_tokens, rejected_mask
+
+
+def _heap_capacity(n: int, layout: Layout) -> int:
+    # live events: ≤ n KV-visible + one planned boundary per instance + PP batches per prefill
+    # instance; stale boundaries: ≤ one per request (a cut happens only when a request arrives)
+    stages = sum(p.pp for p in layout.profiles)
+    return 2 * n + 4 * (len(layout.labels) + stages) + 64
+
+
+def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per-request state for the kernels: integer rows ``rq`` and time rows ``rt``. In a closed
+    loop the first ``concurrency`` requests arrive at 0 and the others when the kernel
+    releases them."""
+    n = len(requests)
+    rq = np.full((fields.RQ_FIELDS, n), -1, np.int64)
+    rq[fields.R_PROMPT] = requests.prompt_tokens
+    rq[fields.R_OUTPUT] = requests.output_tokens
+    rq[[fields.R_FIN_STEP, fields.R_XBYTES, fields.R_PF_DONE, fields.R_CHUNK, fields.R_FAILS]] = 0
+    rt = np.full((fields.RT_FIELDS, n), np.nan)
+    if concurrency:
+        rt[fields.T_ARRIVAL] = np.inf
+        rt[fields.T_ARRIVAL, :concurrency] = 0.0
+    else:
+        rt[fields.T_ARRIVAL] = requests.arrival_s
+    return rq, rt
+
+
+def _instance_state(profiles: list[PhaseProfile], table: LatencyTable) -> tuple[np.ndarray, np.ndarray]:
+    """Decode / colocated instance state ``di`` (integer rows) and ``df`` (float rows)."""
+    di = np.zeros((fields.DI_FIELDS, len(profiles)), np.int64)
+    for row in (fields.D_ROOT, fields.D_W_HEAD, fields.D_W_TAIL, fields.D_PF_HEAD, fields.D_PF_TAIL,
+                fields.D_IT_FIRST, fields.D_LRU_HEAD, fields.D_LRU_TAIL, fields.D_K_HEAD, fields.D_K_TAIL):
+        di[row] = -1
+    di[fields.D_CAP] = [p.kv_capacity_tokens for p in profiles]
+    di[fields.D_MODEL] = [table.index(p.decode) for p in profiles]
+    di[fields.D_M_PREFILL] = [table.index(p.prefill) for p in profiles]
+    return di, np.zeros((fields.DF_FIELDS, len(profiles)))
+
+
+def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures: np.ndarray | None = None
+             ) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int]:
+    """Run the compiled engine; returns raw per-request arrays, busy seconds per instance,
+    busy seconds per ingress link and the event count. ``concurrency`` > 0 runs a closed loop
+    of that many clients (the requests' arrival times are then ignored, their order kept).
+    ``failures`` gives each request's failed KV transfer attempts (none by default)."""
+    n = len(requests)
+    rejected = np.ascontiguousarray(rejected_mask(layout, requests), dtype=np.bool_)
+    rq, rt = _request_state(requests, concurrency)
+    if failures is not None:
+        rq[fields.R_FAILS] = failures
+    cl = np.array([concurrency, min(concurrency, n)], np.int64)
+    table = LatencyTable()
+    busy = np.zeros(len(layout.labels))
+    links: dict[str, float] = {}
+    heap = _heap_capacity(n, layout)
+
+    if layout.mode == "colocated":
+        ids = layout.ids("colocated")
+        di, df = _instance_state([layout.profiles[i] for i in ids], table)
+        di[fields.D_POLICY] = [fields.POLICY_CHUNKED if layout.policy[i] == "chunked"
+                             else fields.POLICY_PREFILL_FIRST for i in ids]
+        di[fields.D_CHUNK] = [layout.chunk_tokens[i] for i in ids]
+        di[fields.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in ids]
+        tab_i, pieces = table.arrays()
+        events = run_colocated(rq, rt, rejected, tab_i, pieces, di, df, *availability_csr(layout, ids), heap, cl)
+        inst = rq[fields.R_P_INST]
+        glob = np.where(inst >= 0, ids[np.maximum(inst, 0)], -1)
+        busy[ids] = df[fields.F_BUSY]
+        return _raw(requests, rejected, rq, rt, glob, glob.copy()), busy, links, int(events)
+
+    pids = layout.ids("prefill")
+    dids = np.concatenate([layout.ids("decode"), layout.ids("mixed")])  # mixed machines after decode
+    n_dec = len(layout.ids("decode"))
+    pprofs = [layout.profiles[i] for i in pids]
+    pi = np.zeros((fields.PI_FIELDS, len(pids)), np.int64)
+    pi[[fields.P_Q_HEAD, fields.P_Q_TAIL]] = -1
+    pi[fields.P_MODEL] = [table.index(p.prefill) for p in pprofs]
+    pi[fields.P_PP] = [p.pp for p in pprofs]
+    pi[fields.P_CAP] = [layout.batch_tokens[i] for i in pids]
+    pi[fields.P_POOL] = [layout.pool_slot[i] for i in pids]
+    pf = np.zeros((len(pids), 1 + max([p.pp for p in pprofs], default=1)))
+    di, df = _instance_state([layout.profiles[i] for i in dids], table)
+    di[fields.D_POOL] = [layout.pool_slot[i] for i in dids]
+    di[fields.D_MIXED, n_dec:] = 1
+    di[fields.D_POLICY, n_dec:] = fields.POLICY_CHUNKED
+    di[fields.D_CHUNK] = [layout.chunk_tokens[i] for i in dids]
+    di[fields.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in dids]
+
+    block = prefix_block_tokens(layout, requests) if len(dids) else 0
+    n_hash = 0
+    hash_vals, hash_ptr = np.zeros(1, np.int64), np.zeros(n + 1, np.int64)
+    if requests.has_hashes and len(dids) and len(pids):
+        caps = cache_capacities(layout, requests)
+        if any(caps):
+            unique, dense = np.unique(requests.hash_values, return_inverse=True)
+            hash_vals = np.ascontiguousarray(dense.ravel(), dtype=np.int64)
+            hash_ptr = np.ascontiguousarray(requests.hash_offsets, dtype=np.int64)
+            n_hash = int(unique.size)
+            di[fields.D_LRU_CAP, :n_dec] = caps
+    lru = np.full((3, max(1, len(dids) * n_hash)), -1, np.int32)
+    lru[2] = 0
+    link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
+    tab_i, pieces = table.arrays()
+    events = run_disaggregated(
+        rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
+        0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
+        link, fields.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fields.FAILURE_RETRY,
+        float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids), n_dec,
+        int(layout.spill_tokens), float(layout.kv_share), heap + 2 * int(rq[fields.R_FAILS].sum()), cl)
+    pinst, dinst = rq[fields.R_P_INST], rq[fields.R_D_INST]
+    pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
+    dglob = np.where(dinst >= 0, dids[np.maximum(dinst, 0)], -1) if len(dids) else np.full(n, -1)
+    whole = (pinst < 0) & (dinst >= n_dec)  # ran whole on a mixed machine: both phases there
+    pglob = np.where(whole, dglob, pglob)
+    busy[pids] = pf[:, 0]
+    busy[dids] = df[fields.F_BUSY]
+    if len(pids) and len(dids):
+        links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fields.F_LINK_BUSY])}
+    return _raw(requests, rejected, rq, rt, pglob, dglob), busy, links, int(events)
+
+
+def availability_csr(layout: Layout, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The intervals of instances ``ids`` for the kernels: pointers (len + 1) and [from, until) rows."""
+    spans = [((-np.inf, np.inf),) if layout.availability is None else layout.availability[i] for i in ids]
+    ptr = np.zeros(len(spans) + 1, np.int64)
+    np.cumsum([len(s) for s in spans], out=ptr[1:])
+    rows = np.array([span for s in spans for span in s], np.float64).reshape(-1, 2).T.copy()
+    return ptr, rows if rows.size else np.zeros((2, 1))
+
+
+def _raw(requests: Requests, rejected, rq, rt, prefill_instance, decode_instance) -> dict[str, np.ndarray]:
+    return {
+        "arrival_s": rt[fields.T_ARRIVAL].copy(), "prompt_tokens": requests.prompt_tokens,
+        "output_tokens": requests.output_tokens, "rejected": rejected,
+        "prefill_instance": prefill_instance, "decode_instance": decode_instance,
+        "prefill_start_s": rt[fields.T_P_START], "prefill_end_s": rt[fields.T_P_END],
+        "transfer_start_s": rt[fields.T_X_START], "transfer_end_s": rt[fields.T_X_END],
+        "transfer_bytes": rq[fields.R_XBYTES].copy(), "first_token_s": rt[fields.T_FIRST],
+        "finish_s": rt[fields.T_FINISH],
+    }

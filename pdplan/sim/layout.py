@@ -1,0 +1,242 @@
+"""What an engine reads: the requests as arrays and the plan flattened into instances.
+
+Both engines (the compiled one in :mod:`pdplan.sim.fast` and the oracle in
+:mod:`pdplan.sim.reference`) take a :class:`Requests` and a :class:`Layout` and agree on which
+requests are rejected (:func:`rejected_mask`) and how large each decode instance's prefix cache
+is (:func:`cache_capacities`); the modelling choices they share are listed in
+:mod:`pdplan.sim.engine`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+import numpy as np
+
+from pdplan.errors import PdplanError
+from pdplan.modelspec import ModelSpec
+from pdplan.latency.profile import PhaseProfile
+from pdplan.sim.plan import Plan, resolve_pools
+from pdplan.workload import rescaled_arrivals
+
+# --- requests ------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Requests:
+    """The per-request arrays an engine reads."""
+
+    arrival_s: np.ndarray       #: float64, non-decreasing
+    prompt_tokens: np.ndarray   #: int64 >= 1
+    output_tokens: np.ndarray   #: int64 >= 1
+    hash_values: np.ndarray | None = None   #: int64 CSR values (prefix-block ids)
+    hash_offsets: np.ndarray | None = None  #: int64 CSR offsets, n + 1
+    block_tokens: int | None = None         #: tokens per prefix block
+
+    def __len__(self) -> int:
+        return int(self.arrival_s.size)
+
+    @property
+    def has_hashes(self) -> bool:
+        return self.hash_values is not None and self.hash_values.size > 0
+
+
+def as_requests(workload: Any, *, rate_rps: float | None = None, closed_loop: bool = False) -> Requests:
+    """Requests from a :class:`pdplan.workload.Workload` or a mapping of arrays with the same names.
+
+    ``rate_rps`` rescales every inter-arrival gap by one factor so that the mean rate
+    (n / (last − first arrival)) becomes ``rate_rps``, keeping burst shape
+    (``pdplan.workload.rescale_rate``). A ``closed_loop`` ignores the arrival times (a
+    lengths-only trace included): the engine writes them as clients send.
+    """
+    def get(name, default=None):
+        if isinstance(workload, Mapping):
+            return workload.get(name, default)
+        return getattr(workload, name, default)
+
+    arrival = np.zeros(len(get("prompt_tokens"))) if closed_loop else get("arrival_s")
+    source = get("source")
+    if arrival is None:
+        raise PdplanError("the workload has no arrival times (a lengths-only trace); give it an "
+                          "arrival process first, e.g. --arrivals poisson --rate R", file=source)
+    arrival = np.ascontiguousarray(arrival, dtype=np.float64)
+    prompt = np.ascontiguousarray(get("prompt_tokens"), dtype=np.int64)
+    output = np.ascontiguousarray(get("output_tokens"), dtype=np.int64)
+    n = arrival.size
+    if arrival.ndim != 1 or prompt.shape != (n,) or output.shape != (n,):
+        raise PdplanError("arrival_s, prompt_tokens and output_tokens must be 1-D of one length", file=source,
+                          field="prompt_tokens")
+    if n and (not np.all(np.isfinite(arrival)) or np.any(np.diff(arrival) < 0)):
+        raise PdplanError("arrival_s must be finite and non-decreasing", file=source, field="arrival_s")
+    for name, tokens in (("prompt_tokens", prompt), ("output_tokens", output)):
+        if np.any(tokens < 1):
+            raise PdplanError(f"{name} must be >= 1, got {int(tokens.min())}", file=source, field=name)
+    values, offsets = get("hash_values"), get("hash_offsets")
+    block = get("block_tokens")
+    if values is not None and offsets is not None and len(values):
+        values = np.ascontiguousarray(values, dtype=np.int64)
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+        if offsets.shape != (n + 1,) or offsets[0] != 0 or offsets[-1] != values.size:
+            raise PdplanError("hash_offsets must have n + 1 entries rising from 0 to len(hash_values)", file=source,
+                              field="hash_offsets")
+        if block is None:
+            raise PdplanError("prefix hashes need block_tokens", file=source, field="block_tokens")
+    else:
+        values = offsets = None
+    if rate_rps is not None:
+        if not (isinstance(rate_rps, (int, float)) and np.isfinite(rate_rps) and rate_rps > 0):
+            raise PdplanError(f"rate_rps must be a finite number > 0, got {rate_rps!r}", field="rate_rps")
+        if not n or float(arrival[-1] - arrival[0]) <= 0:
+            raise PdplanError(f"cannot rescale: all {n} arrivals fall at one instant", file=source,
+                              field="arrival_s")
+        arrival = rescaled_arrivals(arrival, rate_rps)
+    return Requests(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
+                    hash_values=values, hash_offsets=offsets,
+                    block_tokens=None if block is None else int(block))
+
+
+# --- instances -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class Layout:
+    """A plan flattened into integer-indexed instances (global ids in plan order)."""
+
+    mode: str                               #: "disaggregated", "colocated", "prefill", "decode"
+    labels: tuple[str, ...]                 #: "<pool>/<replica>" per instance
+    phases: tuple[str, ...]
+    profiles: tuple[PhaseProfile, ...]
+    pool_slot: tuple[int, ...]              #: index of the instance's pool among its phase's pools
+    policy: tuple[str | None, ...]          #: colocated policy per instance
+    chunk_tokens: tuple[int, ...]           #: chunked budget per instance (0 if none)
+    cache_blocks: tuple[int | None, ...]    #: prefix LRU capacity per decode instance (None: derive)
+    batch_tokens: tuple[int, ...]           #: FCFS prefill batch cap per instance
+    link_bandwidth: np.ndarray              #: bytes/s [prefill pool slot, decode pool slot]
+    link_setup: np.ndarray                  #: seconds [prefill pool slot, decode pool slot]
+    schedule: str = "request"
+    layers: int = 1
+    kv_bytes_per_token: int = 0
+    block_tokens: int | None = None         #: the plan's stated block size, if any
+    failure_rate: float = 0.0               #: probability that one KV transfer attempt fails
+    failure_policy: str = "retry"           #: "retry" (resend the KV) or "recompute" (prefill again)
+    route_s: float = 0.0                    #: the router's hop from prefill to decode
+    #: per instance, the [from, until) intervals in which it takes new requests (None: always)
+    availability: tuple[tuple[tuple[float, float], ...], ...] | None = None
+    spill_tokens: int = 0                   #: mixed pool: prefill queue (pending tokens) above which arrivals spill
+    kv_share: float = 1.0                   #: mixed pool: decode KV share above which decodes spill
+
+    def ids(self, phase: str) -> np.ndarray:
+        return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
+
+
+def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
+    """Resolve each pool's profile and list its replicas as instances."""
+    resolved = resolve_pools(plan, profiles)
+    labels, phases, profs, slots, policies, chunks, caches, caps = [], [], [], [], [], [], [], []
+    receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # the link matrix's columns
+    slot_of = {"prefill": 0, "colocated": 0}
+    for pool, profile in zip(plan.pools, resolved):
+        if pool.phase in ("decode", "mixed"):
+            slot = receivers.index(pool)
+        else:
+            slot = slot_of[pool.phase]
+            slot_of[pool.phase] += 1
+        for replica in range(pool.replicas):
+            labels.append(f"{pool.name}/{replica}")
+            phases.append(pool.phase)
+            profs.append(profile)
+            slots.append(slot)
+            policies.append(pool.policy)
+            chunks.append(pool.chunk_tokens or 0)
+            caches.append(pool.prefix_cache_blocks)
+            caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
+    pre, dec = plan.pools_of("prefill"), receivers
+    bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
+    setup = np.zeros_like(bandwidth)
+    for i, src in enumerate(pre):
+        for j, dst in enumerate(dec):
+            link = plan.link(src.name, dst.name)
+            bandwidth[i, j] = link.bandwidth_bytes_per_s
+            setup[i, j] = link.setup_s
+    if not plan.colocated and model is None:
+        raise PdplanError("a disaggregated plan needs the model (KV bytes per token, layers)", file=plan.source,
+                          field="model")
+    if model is not None:
+        for i, pool in enumerate(plan.pools):
+            if pool.model != model.name:
+                raise PdplanError(f"pool {pool.name!r} serves model {pool.model!r} but the simulation "
+                                  f"was given {model.name!r}", file=plan.source, field=f"pools[{i}].model")
+    return Layout(mode="colocated" if plan.colocated else "disaggregated", labels=tuple(labels),
+                  phases=tuple(phases), profiles=tuple(profs), pool_slot=tuple(slots),
+                  policy=tuple(policies), chunk_tokens=tuple(chunks), cache_blocks=tuple(caches),
+                  batch_tokens=tuple(caps), link_bandwidth=bandwidth, link_setup=setup, schedule=plan.transfer_schedule,
+                  layers=model.layers if model is not None else 1,
+                  kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0,
+                  block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
+                  failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
+                  kv_share=plan.kv_share)
+
+
+def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
+                  chunk_tokens: int | None = None, max_prefill_batch_tokens: int | None = None,
+                  replicas: int = 1) -> Layout:
+    """``replicas`` instances of ``phase`` ("prefill", "decode" or "colocated") behind the router,
+    with no other phase: one instance alone, or one pool judged alone."""
+    cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
+    if not 1 <= cap <= profile.max_prefill_batch_tokens:
+        raise PdplanError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}], got {cap}",
+                          field="max_prefill_batch_tokens")
+    if replicas < 1:
+        raise PdplanError(f"replicas must be >= 1, got {replicas}", field="replicas")
+    return Layout(mode="colocated" if phase == "colocated" else phase,
+                  labels=tuple(f"{phase}/{i}" for i in range(replicas)), phases=(phase,) * replicas,
+                  profiles=(profile,) * replicas, pool_slot=(0,) * replicas, policy=(policy,) * replicas,
+                  chunk_tokens=(chunk_tokens or 0,) * replicas, cache_blocks=(0,) * replicas,
+                  batch_tokens=(cap,) * replicas,
+                  link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)))
+
+
+def rejected_mask(layout: Layout, requests: Requests) -> np.ndarray:
+    """Requests whose prompt + output exceed the KV capacity of every instance that holds KV."""
+    if layout.mode == "prefill":
+        return np.zeros(len(requests), dtype=bool)
+    holders = ("colocated",) if layout.mode == "colocated" else ("decode", "mixed")
+    capacity = max(p.kv_capacity_tokens for p, ph in zip(layout.profiles, layout.phases) if ph in holders)
+    return (requests.prompt_tokens + requests.output_tokens) > capacity
+
+
+def prefix_block_tokens(layout: Layout, requests: Requests) -> int:
+    """Tokens per prefix block: the workload's, which must agree with the plan's when both state one."""
+    if layout.block_tokens is not None and requests.block_tokens is not None \
+            and layout.block_tokens != requests.block_tokens:
+        raise PdplanError(f"the plan's block_tokens ({layout.block_tokens}) differs from the "
+                          f"workload's prefix-hash block size ({requests.block_tokens})",
+                          field="transfer.block_tokens")
+    return requests.block_tokens or layout.block_tokens or 0
+
+
+def cache_capacities(layout: Layout, requests: Requests) -> list[int]:
+    """Prefix-LRU capacity (blocks) of each decode instance, in decode order."""
+    block = prefix_block_tokens(layout, requests)
+    caps = []
+    for i in layout.ids("decode"):
+        stated = layout.cache_blocks[i]
+        if stated is not None:
+            caps.append(stated)
+        else:
+            caps.append(layout.profiles[i].kv_capacity_tokens // block if block else 0)
+    return caps
+
+
+
+def instance_availability(plan: Plan, availability: Mapping) -> tuple[tuple[tuple[float, float], ...], ...]:
+    """Per instance, in layout order, its intervals from ``availability`` (pool name → one list of
+    [from, until) intervals per replica; a pool it does not name takes requests always)."""
+    found = []
+    for pool in plan.pools:
+        spans = availability.get(pool.name)
+        if spans is not None and len(spans) != pool.replicas:
+            raise PdplanError(f"availability of pool {pool.name!r} needs one list per replica ({pool.replicas}), "
+                              f"got {len(spans)}", field="availability")
+        for replica in range(pool.replicas):
+            found.append(((-np.inf, np.inf),) if spans is None else tuple(map(tuple, spans[replica])))
+    return tuple(found)
