@@ -63,6 +63,7 @@ from pdplan.hardware import GB, get_gpu
 from pdplan.modelspec import ModelSpec, get_model
 from pdplan.latency.profile import PhaseProfile
 from pdplan.schema import Fields
+from pdplan.shape import InstanceShape, shape_label
 
 FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
@@ -84,15 +85,13 @@ MAX_ROUTE_S = 10.0
 
 
 @dataclass(frozen=True, kw_only=True)
-class Pool:
-    """``replicas`` identical instances of one (model, gpu, tp, pp) shape serving one phase."""
+class Pool(InstanceShape):
+    """``replicas`` identical instances of one (model, gpu, tp, pp) shape serving one phase
+    (a prefill instance keeps PP batches in flight)."""
 
     name: str
     phase: str                          #: "prefill", "decode" or "colocated"
     model: str                          #: model name, as in the model catalog and the profiles
-    gpu: str                            #: GPU type name, as in the profiles
-    tp: int = 1                         #: tensor-parallel degree
-    pp: int = 1                         #: pipeline-parallel degree (prefill keeps PP batches in flight)
     replicas: int = 1                   #: identical instances
     policy: str | None = None           #: colocated only: "prefill-first" or "chunked"
     chunk_tokens: int | None = None     #: chunked only: tokens per iteration (decodes count one each)
@@ -248,9 +247,8 @@ def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tu
     for i, pool in enumerate(plan.pools):
         profile = profiles.get(pool.shape)
         if profile is None:
-            model, gpu, tp, pp = pool.shape
-            known = ", ".join(sorted(f"{m} {g} TP{t} PP{p}" for m, g, t, p in profiles)) or "none"
-            raise PdplanError(f"pool {pool.name!r} needs a profile for {model} {gpu} TP{tp} PP{pp}, "
+            known = ", ".join(sorted(f"{m} {shape_label(g, t, p)}" for m, g, t, p in profiles)) or "none"
+            raise PdplanError(f"pool {pool.name!r} needs a profile for {pool.model} {pool.shape_label()}, "
                               f"which is not loaded (loaded: {known})", file=plan.source,
                               field=f"pools[{i}]")
         cap = pool.max_prefill_batch_tokens
