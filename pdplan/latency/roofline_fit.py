@@ -17,6 +17,7 @@ import pandas as pd
 from pdplan.fileio import sha256_file
 from pdplan.hardware import GPU
 from pdplan.modelspec import ModelSpec
+from pdplan.shape import shape_label
 from pdplan.latency.importers import read_splitwise
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, Efficiency, phase_terms
 
@@ -60,7 +61,7 @@ def load_splitwise_points(path: str | Path, model: str = "llama2-70b",
         for index, row in series.sort_values("batch").iterrows():
             if row["measured_s"] < slowest:
                 keep[prefill.index.get_loc(index)] = False
-                outliers.add(f"{row['gpu']} TP{row['tp']} prefill B={row['batch']}x"
+                outliers.add(f"{shape_label(row['gpu'], row['tp'], 1, compact=True)} prefill B={row['batch']}x"
                              f"{row['f1'] / row['batch']:.0f}: {row['measured_s'] * 1e3:.0f} ms < "
                              f"{slowest * 1e3:.0f} ms at a smaller batch")
             slowest = max(slowest, row["measured_s"])
