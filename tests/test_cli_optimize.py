@@ -442,17 +442,17 @@ def test_readme_shows_what_the_main_job_prints(run_cli, tmp_path):
 
 
 def test_the_fleet_plot_marks_the_winner_misses_and_infeasible_fleets(monkeypatch):
-    from pdplan import report
+    from pdplan import plots
 
     drawn = {}
-    monkeypatch.setattr(report, "figure_png", lambda fig: drawn.setdefault("fig", fig))
+    monkeypatch.setattr(plots, "figure_png", lambda fig: drawn.setdefault("fig", fig))
     rows = [{"fleet": "a100-80gb/a100-80gb", "alias": "AA", "feasible": False, "meets_slo": None,
              "cost_per_hour": None, "colocated_cost_per_hour": None, "power_w": None},
             {"fleet": "h100-80gb/h100-80gb", "alias": "HH", "feasible": True, "meets_slo": True,
              "cost_per_hour": 10.0, "colocated_cost_per_hour": 12.0, "power_w": 5600},
             {"fleet": "h100-80gb/h100-80gb-pcap", "alias": "HHcap", "feasible": True, "meets_slo": False,
              "cost_per_hour": 9.0, "colocated_cost_per_hour": 12.0, "power_w": 4700}]
-    report.plot_fleets(rows, winner="h100-80gb/h100-80gb")
+    plots.plot_fleets(rows, winner="h100-80gb/h100-80gb")
     texts = [t.get_text() for ax in drawn["fig"].axes for t in ax.texts]
     assert texts.count("MISSES") == 1 and texts.count("infeasible") == 1 and texts.count("chosen") == 1
     hatched = [bar.get_hatch() for bar in drawn["fig"].axes[0].patches]

@@ -53,7 +53,7 @@ from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize
 from pdplan.planner.curves import cost_curves, goodput_per_gpu
 from pdplan.planner.plans import Spill
 from pdplan.cli.schedule import render as render_schedule, report_to_dict as schedule_document
-from pdplan.report import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, plot_schedule
+from pdplan.plots import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, plot_schedule
 from pdplan.schedule import cut, plan_windows, window_starts
 from pdplan.schedule.windows import windows_file
 from pdplan.manifest import Identity, Inputs, Release, build_manifest
