@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import matplotlib
 
@@ -14,6 +14,9 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
 from pdplan.goodput import Probe  # noqa: E402
+
+if TYPE_CHECKING:
+    from pdplan.planner.curves import PlanBar
 
 
 def figure_png(fig) -> bytes:
@@ -52,40 +55,45 @@ def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: f
     return figure_png(fig)
 
 
-def plot_fleets(fleets: Sequence[dict], *, winner: str | None = None) -> bytes:
-    """Cost and power per fleet, disaggregated beside colocated (the ``fleets`` rows of optimize).
+#: Bar colour per kind of plan in the fleets plot.
+KIND_COLOURS = {"disaggregated": "tab:blue", "disaggregated + mixed": "tab:green", "colocated": "tab:orange"}
 
-    A fleet whose disaggregated plan misses the SLO end to end is hatched and labelled MISSES; an
-    infeasible one has no bar and says so; the chosen fleet is labelled "chosen".
+
+def plot_fleets(bars: Sequence[PlanBar]) -> bytes:
+    """Cost and power of every fleet's plans, one bar per kind of plan (the bars of
+    :func:`pdplan.planner.curves.fleet_bars`). A plan that misses the SLO end to end is hatched
+    and labelled MISSES; a kind with no plan says so; the chosen plan's bars are outlined and
+    labelled "chosen" in both panels.
     """
-    names = [f["alias"] or f["fleet"].replace("/", "/\n") for f in fleets]
-    x = list(range(len(names)))
+    fleets = list(dict.fromkeys(b.fleet for b in bars))
+    kinds = [k for k in KIND_COLOURS if any(b.kind == k for b in bars)]
+    names = [f.replace("/", "/\n") for f in fleets]
     fig, (cost_ax, power_ax) = plt.subplots(1, 2, figsize=(max(9, 1.4 * len(names) + 3), 4.4))
-    width = 0.38
-    bars = cost_ax.bar([i - width / 2 for i in x], [f["cost_per_hour"] or 0 for f in fleets], width,
-                       label="disaggregated")
-    cost_ax.bar([i + width / 2 for i in x], [f["colocated_cost_per_hour"] or 0 for f in fleets], width,
-                label="colocated")
-    power = power_ax.bar(x, [(f["power_w"] or 0) / 1e3 for f in fleets], width * 1.5, color="tab:orange")
-    top = max([f["cost_per_hour"] or 0 for f in fleets] + [f["colocated_cost_per_hour"] or 0 for f in fleets] + [1])
-    for i, f in enumerate(fleets):
-        if not f["feasible"]:
-            cost_ax.text(i, 0.02 * top, "infeasible", rotation=90, ha="center", va="bottom", fontsize=8)
-        elif not f["meets_slo"]:
-            for bar in (bars[i], power[i]):
-                bar.set_hatch("//")
-                bar.set_edgecolor("tab:red")
-            cost_ax.text(i - width / 2, (f["cost_per_hour"] or 0) + 0.02 * top, "MISSES", ha="center",
-                         va="bottom", fontsize=8, color="tab:red", rotation=90)
-        if winner is not None and f["fleet"] == winner:
-            cost_ax.annotate("chosen", (i, top * 1.02), ha="center", fontsize=9, fontweight="bold")
-    cost_ax.set_ylim(0, top * 1.15)
-    cost_ax.set_ylabel("USD per hour")
-    power_ax.set_ylabel("kW (disaggregated, at power limits)")
-    for ax in (cost_ax, power_ax):
-        ax.set_xticks(x, names, fontsize=8)
+    width = 0.8 / max(1, len(kinds))
+    for ax, value, scale in ((cost_ax, "usd_per_hour", 1.0), (power_ax, "power_w", 1e-3)):
+        top = max([(getattr(b, value) or 0) * scale for b in bars] + [1e-9])
+        for bar in bars:
+            x = fleets.index(bar.fleet) + (kinds.index(bar.kind) - (len(kinds) - 1) / 2) * width
+            height = (getattr(bar, value) or 0) * scale
+            drawn = ax.bar(x, height, width, color=KIND_COLOURS[bar.kind])[0]
+            if getattr(bar, value) is None:
+                ax.text(x, 0.02 * top, "no plan", rotation=90, ha="center", va="bottom", fontsize=8)
+            elif not bar.passes:
+                drawn.set_hatch("//")
+                drawn.set_edgecolor("tab:red")
+                ax.text(x, height + 0.02 * top, "MISSES", ha="center", va="bottom", fontsize=8, color="tab:red",
+                        rotation=90)
+            if bar.chosen:
+                drawn.set_edgecolor("black")
+                drawn.set_linewidth(2)
+                ax.annotate("chosen", (x, height + 0.02 * top), ha="center", va="bottom", fontsize=9,
+                            fontweight="bold")
+        ax.set_ylim(0, top * 1.25)
+        ax.set_xticks(range(len(names)), names, fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
-    cost_ax.legend(loc="lower left")
+    cost_ax.set_ylabel("USD per hour")
+    power_ax.set_ylabel("kW at power limits")
+    cost_ax.legend(handles=[Patch(color=KIND_COLOURS[k], label=k) for k in kinds], loc="lower left", fontsize=8)
     fig.suptitle("Fleets at the target rate (hatched: misses the SLO end to end)")
     fig.tight_layout()
     return figure_png(fig)

@@ -1,5 +1,6 @@
-"""What the plots of ``optimize --plot`` show beyond the answer: each shape's goodput per GPU, and
-the integer program's cost at rates around the target for both modes of the chosen fleet.
+"""What the plots of ``optimize --plot`` show beyond the answer: each fleet's plans with the chosen
+one marked, each shape's goodput per GPU, and the integer program's cost at rates around the
+target for both modes of the chosen fleet.
 
 The cost curve is the decomposition's estimate (pool capacity curves, each point simulated, under
 the program's placement rules), not a verified plan per rate: the plot says so and marks the
@@ -20,6 +21,35 @@ from pdplan.placement import solve
 
 #: Rates of the cost curve, as fractions of the target (the pool curves reach CURVE_HEADROOM).
 CURVE_POINTS = 10
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlanBar:
+    """One fleet's plan of one kind: the verified one, else the one that missed least."""
+
+    fleet: str                   #: Splitwise's alias, else the fleet's name
+    kind: str                    #: "disaggregated", "disaggregated + mixed" or "colocated"
+    usd_per_hour: float | None   #: None: the program found no plan to check
+    power_w: float | None
+    passes: bool                 #: verified end to end
+    chosen: bool                 #: this plan is the answer
+
+
+def fleet_bars(report: PlanReport) -> list[PlanBar]:
+    """Every fleet's plans in the order the fleets were searched, disaggregated (then with mixed
+    machines) before colocated; the one whose search is the answer's is ``chosen``."""
+    bars = []
+    for fleet in report.fleets:
+        for search in fleet.searches():
+            shown = search.best or search.closest
+            kind = "disaggregated + mixed" if search is fleet.mixed else search.mode
+            bars.append(PlanBar(
+                fleet=fleet.fleet.alias or fleet.fleet.name, kind=kind,
+                usd_per_hour=None if shown is None else shown.solution.usd_per_hour,
+                power_w=None if shown is None else shown.solution.power_w,
+                passes=search.best is not None,
+                chosen=report.answer is not None and search is report.chosen))
+    return bars
 
 
 @dataclass(frozen=True, kw_only=True)
