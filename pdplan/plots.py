@@ -159,18 +159,26 @@ COST_INCHES = (7.0, 4.4)
 
 def plot_goodput_per_gpu(shapes: Sequence) -> bytes:
     """Per-instance goodput per GPU of every measured shape, one panel per phase, best first (the
-    ``goodput_per_gpu`` of :mod:`pdplan.planner.curves`)."""
+    ``goodput_per_gpu`` of :mod:`pdplan.planner.curves`); the shapes the answer runs are
+    highlighted and their labels set in bold."""
     phases = [p for p in ("prefill", "decode", "colocated") if any(s.phase == p for s in shapes)]
     fig, axes = plt.subplots(1, max(1, len(phases)), figsize=SHAPES_INCHES, squeeze=False)
     for ax, phase in zip(axes.flat, phases):
         mine = sorted((s for s in shapes if s.phase == phase), key=lambda s: -s.goodput_per_gpu)
-        ax.barh(range(len(mine)), [s.goodput_per_gpu for s in mine], color="tab:blue")
+        ax.barh(range(len(mine)), [s.goodput_per_gpu for s in mine],
+                color=["tab:orange" if s.chosen else "tab:blue" for s in mine])
         ax.set_yticks(range(len(mine)), [s.label.removeprefix(f"{phase} ") for s in mine], fontsize=6)
+        for tick, shape in zip(ax.get_yticklabels(), mine):
+            if shape.chosen:
+                tick.set_fontweight("bold")
         ax.invert_yaxis()
-        ax.set_xlabel("goodput per GPU (req/s), one instance")
         ax.set_title(phase)
         ax.grid(True, axis="x", alpha=0.3)
+    fig.supxlabel("goodput per GPU (req/s), one instance alone", fontsize=10)
     fig.suptitle("Simulated per-instance goodput per GPU by shape")
+    if any(s.chosen for s in shapes):
+        fig.legend(handles=[Patch(color="tab:orange", label="shape of the chosen plan")], loc="upper right",
+                   fontsize=8)
     fig.tight_layout()
     return figure_png(fig)
 

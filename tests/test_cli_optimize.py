@@ -561,6 +561,15 @@ def test_the_fleet_bars_mark_the_answer_s_own_plan_as_chosen(smoke_report):
     assert [b.kind for b in bars] == ["disaggregated", "colocated"] * len(smoke_report.fleets)
 
 
+def test_the_goodput_bars_mark_exactly_the_shapes_the_answer_runs(smoke_report):
+    from pdplan.planner.curves import goodput_per_gpu
+
+    chosen = [s for s in goodput_per_gpu(smoke_report) if s.chosen]
+    used = {c.label for c in smoke_report.answer.solution.replicas}  # the shape without its policy
+    assert len(chosen) == len(used) >= 1
+    assert all(any(s.label == u or s.label.startswith(f"{u} ") for u in used) for s in chosen)
+
+
 def test_the_cost_curve_never_falls_as_the_rate_rises_and_meets_the_programs_optimum_at_the_target(smoke_report):
     from pdplan.planner.curves import CURVE_POINTS, cost_curves
 

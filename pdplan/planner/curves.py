@@ -54,16 +54,21 @@ def fleet_bars(report: PlanReport) -> list[PlanBar]:
 
 @dataclass(frozen=True, kw_only=True)
 class ShapeGoodput:
-    """One measured shape: phase, label and per-instance goodput per GPU."""
+    """One measured shape: phase, label, per-instance goodput per GPU, and whether the answer runs it."""
 
     phase: str
     label: str
     goodput_per_gpu: float
+    chosen: bool = False
 
 
 def goodput_per_gpu(report: PlanReport) -> list[ShapeGoodput]:
-    """Every shape with positive goodput, its simulated per-instance goodput divided by its GPUs."""
-    return [ShapeGoodput(phase=m.shape.phase, label=m.shape.label, goodput_per_gpu=m.goodput.goodput_rps / m.shape.gpus)
+    """Every shape with positive goodput, its simulated per-instance goodput divided by its GPUs;
+    ``chosen`` when a pool of the answer runs that shape."""
+    answer = report.answer
+    used = set() if answer is None else {(c.phase, c.gpu, c.tp, c.pp, c.chunk_tokens) for c in answer.solution.replicas}
+    return [ShapeGoodput(phase=m.shape.phase, label=m.shape.label, goodput_per_gpu=m.goodput.goodput_rps / m.shape.gpus,
+                         chosen=(m.shape.phase, m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.chunk_tokens) in used)
             for m in report.measured if m.goodput.goodput_rps > 0]
 
 
