@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import itertools
+import math
 from typing import TYPE_CHECKING, Sequence
 
 import matplotlib
@@ -197,12 +198,30 @@ def plot_cost_vs_rate(curves: dict, verified: dict, target_rps: float) -> bytes:
     ax.axvline(target_rps, color="grey", linestyle=":", linewidth=1, label=f"target {target_rps:.3g} req/s")
     ax.set_xlabel("rate (requests/s)")
     ax.set_ylabel("USD per hour")
-    ax.set_title("Cost versus rate of the chosen fleet: where the curves cross, splitting starts to pay")
-    ax.title.set_fontsize(9)
+    ax.set_title(f"Cost versus rate of the chosen fleet: {cost_reading(curves)}", fontsize=9, wrap=True)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return figure_png(fig)
+
+
+def cost_reading(curves: dict) -> str:
+    """What the cost curves say, compared at the rates where both modes have a plan: the rates
+    between which they cross (and whether splitting starts or stops paying there), or which mode
+    costs no more over the whole range when they do not cross."""
+    both = [(r, d - c) for (r, d), (_, c) in zip(curves.get("disaggregated", ()), curves.get("colocated", ()))
+            if d is not None and c is not None]
+    if not both:
+        return "no rate where both modes have a plan"
+    span = f"{both[0][0]:.3g}–{both[-1][0]:.3g} req/s"
+    signed = [(r, math.copysign(1, delta)) for r, delta in both if abs(delta) > 1e-9]
+    for (low, before), (high, after) in zip(signed, signed[1:]):
+        if before != after:
+            turn = "starts to pay" if after < 0 else "stops paying"
+            return f"the curves cross between {low:.3g} and {high:.3g} req/s, where splitting {turn}"
+    if signed and signed[0][1] < 0:
+        return f"disaggregated costs no more than colocated at every rate of {span}"
+    return f"colocated costs no more than disaggregated at every rate of {span}"
 
 
 def plot_schedule(doc: dict) -> bytes:

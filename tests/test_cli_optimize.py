@@ -532,6 +532,21 @@ def test_plot_writes_goodput_per_gpu_by_shape_and_cost_versus_rate(optimize, tmp
     assert png_size((tmp_path / "plots" / "cost_vs_rate.png").read_bytes()) == (840, 528)
 
 
+@pytest.mark.parametrize("disaggregated,colocated,reading", [
+    ([9, 8, 6, 5], [6, 6, 7, 8], "the curves cross between 2 and 3 req/s, where splitting starts to pay"),
+    ([4, 6, 9, 9], [6, 6, 6, 6], "the curves cross between 1 and 3 req/s, where splitting stops paying"),
+    ([4.6, 6.1, 9, 9], [3, 6.1, 6.1, 6.1], "colocated costs no more than disaggregated at every rate of 1–4 req/s"),
+    ([3, None, 5, 5], [4, 6, None, 6], "disaggregated costs no more than colocated at every rate of 1–4 req/s"),
+    ([None] * 4, [3] * 4, "no rate where both modes have a plan"),
+], ids=["starts", "stops", "colocated-throughout", "disaggregated-throughout", "one-mode"])
+def test_the_cost_plot_says_the_curves_cross_only_when_they_do(disaggregated, colocated, reading):
+    from pdplan.plots import cost_reading
+
+    rates = [1.0, 2.0, 3.0, 4.0]
+    curves = {"disaggregated": list(zip(rates, disaggregated)), "colocated": list(zip(rates, colocated))}
+    assert cost_reading(curves) == reading
+
+
 @pytest.fixture(scope="module")
 def smoke_report():
     """The planner's report on the smoke trace at 4 req/s (a colocated answer), for the plot inputs."""

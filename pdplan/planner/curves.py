@@ -4,8 +4,8 @@ target for both modes of the chosen fleet.
 
 The cost curve is the decomposition's estimate (pool capacity curves, each point simulated, under
 the program's placement rules), not a verified plan per rate: the plot says so and marks the
-plans the end-to-end simulation passed at the target. Where the two curves cross is the rate at
-which splitting starts (or stops) paying on cost.
+plans the end-to-end simulation passed at the target. Where the two curves cross, if they do in
+the range, is the rate at which splitting starts (or stops) paying on cost.
 """
 
 from __future__ import annotations
