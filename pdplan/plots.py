@@ -13,6 +13,7 @@ import matplotlib
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from pdplan.goodput import Probe  # noqa: E402
 
@@ -226,7 +227,8 @@ def cost_reading(curves: dict) -> str:
 
 def plot_schedule(doc: dict) -> bytes:
     """Replicas per pool over the windows (steps) against each window's rate, with the static peak
-    plan's GPUs beside the schedule's (the ``optimize --windows`` JSON document)."""
+    plan's GPUs beside the schedule's (the ``optimize --windows`` JSON document); the windows the
+    static mean plan misses are shaded in both panels."""
     windows = doc["windows"]
     starts = [w["start_s"] / 3600 for w in windows] + [windows[-1]["end_s"] / 3600]
     fig, (pools, gpus) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
@@ -237,17 +239,30 @@ def plot_schedule(doc: dict) -> bytes:
     rate.stairs([w["rate_rps"] for w in windows], starts, color="grey", linestyle="--", label="window rate")
     rate.set_ylabel("requests/s")
     pools.set_ylabel("replicas")
-    pools.legend(loc="upper left", fontsize=8)
-    rate.legend(loc="upper right", fontsize=8)
     for kind, style in (("schedule", "-"), ("static_peak", ":"), ("static_mean", "--")):
         if doc.get(kind):
             gpus.stairs([w["gpus"] for w in doc[kind]["windows"]], starts, linestyle=style,
                         label=f"{kind.replace('_', ' ')}: {doc[kind]['gpu_hours']:,.1f} GPU-h")
+    for ax in (pools, gpus):
+        for i, (start, end) in enumerate(static_mean_misses(doc)):
+            ax.axvspan(start, end, color="tab:red", alpha=0.12, linewidth=0,
+                       label="static mean plan misses" if i == 0 and ax is gpus else None)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+    pools.legend(loc="upper left", fontsize=8)
+    rate.legend(loc="upper right", fontsize=8)
     gpus.set_ylabel("GPUs")
     gpus.set_xlabel("hours from the trace's first arrival")
     gpus.legend(fontsize=8)
-    for ax in (pools, gpus):
-        ax.grid(True, alpha=0.3)
     fig.suptitle("Replicas per window, verified window by window, against static plans")
     fig.tight_layout()
     return figure_png(fig)
+
+
+def static_mean_misses(doc: dict) -> list[tuple[float, float]]:
+    """(start, end) in hours of each window the static mean plan misses (none without that plan)."""
+    mean = doc.get("static_mean")
+    if not mean:
+        return []
+    return [(w["start_s"] / 3600, w["end_s"] / 3600)
+            for w, judged in zip(doc["windows"], mean["windows"]) if not judged["passed"]]
