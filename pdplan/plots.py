@@ -110,8 +110,9 @@ PANEL_INCHES = (4.8, 3.6)
 def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, tuple]],
               *, margin_ms: float, show) -> bytes:
     """A sensitivity heatmap over dimensions ``x`` and ``y``: each cell coloured by its decision
-    and labelled with ΔT in ms; one panel per setting of the ``panels`` dimensions. ``show(name,
-    value)`` writes a coordinate as people read it."""
+    and labelled with ΔT in ms and what each mode's plan costs (:func:`cell_text`); one panel per
+    setting of the ``panels`` dimensions. ``show(name, value)`` writes a coordinate as people
+    read it."""
     settings = panel_settings(panels)
     columns = min(3, len(settings))
     lines = -(-len(settings) // columns)
@@ -125,8 +126,7 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
             i, j = xs.index(row[x]), ys.index(row[y])
             ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, facecolor=DECISION_COLOURS[row["decision"]],
                                        edgecolor="white", linewidth=2))
-            delta = row["delta_t_ms"]
-            ax.text(i, j, "—" if delta is None else f"{delta:+.1f}", ha="center", va="center", fontsize=9)
+            ax.text(i, j, cell_text(row), ha="center", va="center", fontsize=8, linespacing=1.3)
         ax.set_xlim(-0.5, len(xs) - 0.5)
         ax.set_ylim(-0.5, len(ys) - 0.5)
         ax.set_xticks(range(len(xs)), [show(x, v) for v in xs])
@@ -138,9 +138,26 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
         ax.set_visible(False)
     fig.legend(handles=[Patch(color=c, label=d) for d, c in DECISION_COLOURS.items()], loc="lower center",
                ncol=3, fontsize=9)
-    fig.suptitle(f"P/D net margin ΔT per request, ms (margin {margin_ms:g} ms)")
+    compared = "verified rate within the budget" if any(r["compare"] == "budget" for r in rows) else "cost per hour"
+    fig.suptitle(f"P/D net margin ΔT per request, ms (margin {margin_ms:g} ms)\nand each mode's {compared}",
+                 fontsize=11)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return figure_png(fig)
+
+
+def cell_text(row: dict) -> str:
+    """A heatmap cell's label: ΔT in ms, then what decides beside it for each mode's plan, its
+    cost per hour (or, comparing within a budget, its verified rate); "—" where there is none."""
+    delta = row["delta_t_ms"]
+    lines = ["ΔT —" if delta is None else f"ΔT {delta:+.1f}"]
+    for mode, prefix in (("colocated", "colocated"), ("P/D", "pd")):
+        if row["compare"] == "budget":
+            rate = row[f"{prefix}_rate_rps"]
+            lines.append(f"{mode} " + ("—" if rate is None else f"{rate:.3g} req/s"))
+        else:
+            usd = row[f"{prefix}_usd_per_hour"]
+            lines.append(f"{mode} " + ("—" if usd is None else f"${usd:,.2f}"))
+    return "\n".join(lines)
 
 
 def panel_settings(panels: Sequence[tuple[str, tuple]]) -> list[tuple[tuple[str, object], ...]]:
