@@ -58,7 +58,8 @@ def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: f
 
 
 #: Bar colour per kind of plan in the fleets plot.
-KIND_COLOURS = {"disaggregated": "tab:blue", "disaggregated + mixed": "tab:green", "colocated": "tab:orange"}
+KIND_COLOURS = {"disaggregated": "tab:blue", "disaggregated, mixed machines allowed": "tab:green",
+                "colocated": "tab:orange"}
 
 
 def plot_fleets(bars: Sequence[PlanBar]) -> bytes:
@@ -95,9 +96,10 @@ def plot_fleets(bars: Sequence[PlanBar]) -> bytes:
         ax.grid(True, axis="y", alpha=0.3)
     cost_ax.set_ylabel("USD per hour")
     power_ax.set_ylabel("kW at power limits")
-    cost_ax.legend(handles=[Patch(color=KIND_COLOURS[k], label=k) for k in kinds], loc="lower left", fontsize=8)
+    fig.legend(handles=[Patch(color=KIND_COLOURS[k], label=k) for k in kinds], loc="lower center", ncol=len(kinds),
+               fontsize=8)
     fig.suptitle("Fleets at the target rate (hatched: misses the SLO end to end)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return figure_png(fig)
 
 

@@ -28,7 +28,7 @@ class PlanBar:
     """One fleet's plan of one kind: the verified one, else the one that missed least."""
 
     fleet: str                   #: Splitwise's alias, else the fleet's name
-    kind: str                    #: "disaggregated", "disaggregated + mixed" or "colocated"
+    kind: str                    #: "disaggregated", "disaggregated, mixed machines allowed" or "colocated"
     usd_per_hour: float | None   #: None: the program found no plan to check
     power_w: float | None
     passes: bool                 #: verified end to end
@@ -36,13 +36,14 @@ class PlanBar:
 
 
 def fleet_bars(report: PlanReport) -> list[PlanBar]:
-    """Every fleet's plans in the order the fleets were searched, disaggregated (then with mixed
-    machines) before colocated; the one whose search is the answer's is ``chosen``."""
+    """Every fleet's plans in the order the fleets were searched, disaggregated (then, with
+    ``--mixed``, the search that may add mixed machines) before colocated; the one whose search
+    is the answer's is ``chosen``."""
     bars = []
     for fleet in report.fleets:
         for search in fleet.searches():
             shown = search.best or search.closest
-            kind = "disaggregated + mixed" if search is fleet.mixed else search.mode
+            kind = "disaggregated, mixed machines allowed" if search is fleet.mixed else search.mode
             bars.append(PlanBar(
                 fleet=fleet.fleet.alias or fleet.fleet.name, kind=kind,
                 usd_per_hour=None if shown is None else shown.solution.usd_per_hour,
