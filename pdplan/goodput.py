@@ -161,7 +161,7 @@ def replicas_for(target_rps: float, goodput_rps: float) -> int:
     return math.ceil(target_rps / goodput_rps - 1e-12)
 
 
-# --- per-instance goodput (DistServe's Algorithm 1, with DESIGN.md's decode rule) ---------------
+# --- per-instance goodput (DistServe's Algorithm 1, with the decode rule of docs/design.md) -------
 
 #: Share of each TTFT threshold that a decode instance's admission wait may use when phases are
 #: judged alone; prefill keeps the rest. The end-to-end simulation is the final judge.
@@ -272,8 +272,9 @@ def phase_slo(slo: SLO, phase: str, admission_share: float) -> SLO:
 
     Prefill: each TTFT objective at (1 − share) of its threshold. Decode: each TPOT objective,
     plus each TTFT objective applied to the admission wait at ``share`` of its threshold (the
-    wait for decode admission is part of TTFT, DESIGN.md). Colocated: the SLO as given. Share 0
-    judges prefill on the whole TTFT and decode on TPOT alone, as DistServe does.
+    wait for decode admission is part of TTFT: docs/design.md, "Clocks and units"). Colocated:
+    the SLO as given. Share 0 judges prefill on the whole TTFT and decode on TPOT alone, as
+    DistServe does.
     """
     if phase == "colocated":
         return slo
@@ -313,7 +314,7 @@ def prefill_saturation(workload: Workload, profile: PhaseProfile) -> float:
 
 
 def decode_saturation(workload: Workload, profile: PhaseProfile) -> float:
-    """Closed-form decode throughput with the batch at its KV limit (DESIGN.md's decode rule).
+    """Closed-form decode throughput with the batch at its KV limit (docs/design.md, "Decode rule").
 
     Largest batch B* = KV capacity / mean (prompt + output); its step at mean context
     B*·(mean prompt + mean output / 2); throughput B* / (step · (mean output − 1)).

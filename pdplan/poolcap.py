@@ -6,7 +6,7 @@ instance must keep its queue short at every moment on its own; n instances behin
 shortest-queue router absorb each other's bursts, so the p90 wait at a given utilisation falls as
 n grows and c(n) > n·c(1) (a shared M/G/n queue beats n separate M/G/1 queues at equal load).
 
-The model, in DESIGN.md's terms:
+The model (docs/design.md, "Pool capacity c(n)"):
 
 * **Samples.** c(n) is the goodput (the same bisection over simulated rates, the phase judged
   alone against its share of the SLO) of a pool of n replicas, each probe carrying

@@ -441,22 +441,28 @@ def test_readme_shows_what_the_main_job_prints(run_cli, tmp_path):
         assert b == pytest.approx(a, rel=1e-3, abs=2e-3), (a, b)
 
 
-def test_the_fleet_plot_marks_the_winner_misses_and_infeasible_fleets(monkeypatch):
-    from pdplan import report
+def test_the_fleet_plot_marks_the_chosen_plan_misses_and_kinds_without_a_plan(monkeypatch):
+    from pdplan import plots
+    from pdplan.planner.curves import PlanBar
 
     drawn = {}
-    monkeypatch.setattr(report, "figure_png", lambda fig: drawn.setdefault("fig", fig))
-    rows = [{"fleet": "a100-80gb/a100-80gb", "alias": "AA", "feasible": False, "meets_slo": None,
-             "cost_per_hour": None, "colocated_cost_per_hour": None, "power_w": None},
-            {"fleet": "h100-80gb/h100-80gb", "alias": "HH", "feasible": True, "meets_slo": True,
-             "cost_per_hour": 10.0, "colocated_cost_per_hour": 12.0, "power_w": 5600},
-            {"fleet": "h100-80gb/h100-80gb-pcap", "alias": "HHcap", "feasible": True, "meets_slo": False,
-             "cost_per_hour": 9.0, "colocated_cost_per_hour": 12.0, "power_w": 4700}]
-    report.plot_fleets(rows, winner="h100-80gb/h100-80gb")
-    texts = [t.get_text() for ax in drawn["fig"].axes for t in ax.texts]
-    assert texts.count("MISSES") == 1 and texts.count("infeasible") == 1 and texts.count("chosen") == 1
-    hatched = [bar.get_hatch() for bar in drawn["fig"].axes[0].patches]
-    assert hatched.count("//") == 1
+    monkeypatch.setattr(plots, "figure_png", lambda fig: drawn.setdefault("fig", fig))
+    bars = [PlanBar(fleet="AA", kind="disaggregated", usd_per_hour=None, power_w=None, passes=False, chosen=False),
+            PlanBar(fleet="AA", kind="colocated", usd_per_hour=12.0, power_w=6400, passes=True, chosen=False),
+            PlanBar(fleet="HH", kind="disaggregated", usd_per_hour=10.0, power_w=5600, passes=True, chosen=False),
+            PlanBar(fleet="HH", kind="colocated", usd_per_hour=6.0, power_w=2800, passes=True, chosen=True),
+            PlanBar(fleet="HHcap", kind="disaggregated", usd_per_hour=9.0, power_w=4700, passes=False, chosen=False),
+            PlanBar(fleet="HHcap", kind="colocated", usd_per_hour=6.0, power_w=2800, passes=True, chosen=False)]
+    plots.plot_fleets(bars)
+    cost, power = drawn["fig"].axes
+    for ax in (cost, power):  # both panels show every plan, the chosen colocated one included
+        texts = [t.get_text() for t in ax.texts]
+        assert texts.count("MISSES") == 1 and texts.count("no plan") == 1 and texts.count("chosen") == 1
+        assert [bar.get_hatch() for bar in ax.patches].count("//") == 1
+        chosen = next(t for t in ax.texts if t.get_text() == "chosen")
+        outlined = [bar for bar in ax.patches if bar.get_linewidth() == 2]
+        assert len(outlined) == 1 and outlined[0].get_x() + outlined[0].get_width() / 2 == pytest.approx(chosen.xy[0])
+    assert sorted(bar.get_height() for bar in power.patches) == pytest.approx([0, 2.8, 2.8, 4.7, 5.6, 6.4])
 
 
 # --- today's models, precisions and GPUs (composed profiles from the optional extra) -----------------
@@ -526,20 +532,63 @@ def test_plot_writes_goodput_per_gpu_by_shape_and_cost_versus_rate(optimize, tmp
     assert png_size((tmp_path / "plots" / "cost_vs_rate.png").read_bytes()) == (840, 528)
 
 
-def test_the_cost_curve_never_falls_as_the_rate_rises_and_meets_the_programs_optimum_at_the_target():
+@pytest.mark.parametrize("disaggregated,colocated,reading", [
+    ([9, 8, 6, 5], [6, 6, 7, 8], "the curves cross between 2 and 3 req/s, where splitting starts to pay"),
+    ([4, 6, 9, 9], [6, 6, 6, 6], "the curves cross between 1 and 3 req/s, where splitting stops paying"),
+    ([4.6, 6.1, 9, 9], [3, 6.1, 6.1, 6.1], "colocated costs no more than disaggregated at every rate of 1–4 req/s"),
+    ([3, None, 5, 5], [4, 6, None, 6], "disaggregated costs no more than colocated at every rate of 1–4 req/s"),
+    ([None] * 4, [3] * 4, "no rate where both modes have a plan"),
+], ids=["starts", "stops", "colocated-throughout", "disaggregated-throughout", "one-mode"])
+def test_the_cost_plot_says_the_curves_cross_only_when_they_do(disaggregated, colocated, reading):
+    from pdplan.plots import cost_reading
+
+    rates = [1.0, 2.0, 3.0, 4.0]
+    curves = {"disaggregated": list(zip(rates, disaggregated)), "colocated": list(zip(rates, colocated))}
+    assert cost_reading(curves) == reading
+
+
+@pytest.fixture(scope="module")
+def smoke_report():
+    """The planner's report on the smoke trace at 4 req/s (a colocated answer), for the plot inputs."""
     from pdplan.cache import ResultCache
     from pdplan.cli.options import profile_source
     from pdplan.hardware import default_cluster_path, load_cluster
     from pdplan.modelspec import get_model
     from pdplan.planner import PlanRequest, optimize as plan
-    from pdplan.planner.curves import CURVE_POINTS, cost_curves
     from pdplan.slo import slo_from_flags
     from pdplan.workload import load_trace
 
     workload = load_trace(TRACE.parent / "smoke_uniform_200.csv")
-    report = plan(PlanRequest(workload=workload, model=get_model("llama2-70b"), profiles=profile_source(None),
-                              cluster=load_cluster(default_cluster_path()), slo=slo_from_flags(1.0, 0.1, 0.9),
-                              target_rps=4.0, max_checks=4), cache=ResultCache(enabled=False))
+    return plan(PlanRequest(workload=workload, model=get_model("llama2-70b"), profiles=profile_source(None),
+                            cluster=load_cluster(default_cluster_path()), slo=slo_from_flags(1.0, 0.1, 0.9),
+                            target_rps=4.0, max_checks=4), cache=ResultCache(enabled=False))
+
+
+def test_the_fleet_bars_mark_the_answer_s_own_plan_as_chosen(smoke_report):
+    from pdplan.planner.curves import fleet_bars
+
+    bars = fleet_bars(smoke_report)
+    chosen = [b for b in bars if b.chosen]
+    answer = smoke_report.answer.solution
+    assert smoke_report.chosen.mode == "colocated"
+    assert len(chosen) == 1 and chosen[0].kind == "colocated" and chosen[0].passes
+    assert (chosen[0].usd_per_hour, chosen[0].power_w) == (answer.usd_per_hour, answer.power_w)
+    assert [b.kind for b in bars] == ["disaggregated", "colocated"] * len(smoke_report.fleets)
+
+
+def test_the_goodput_bars_mark_exactly_the_shapes_the_answer_runs(smoke_report):
+    from pdplan.planner.curves import goodput_per_gpu
+
+    chosen = [s for s in goodput_per_gpu(smoke_report) if s.chosen]
+    used = {c.label for c in smoke_report.answer.solution.replicas}  # the shape without its policy
+    assert len(chosen) == len(used) >= 1
+    assert all(any(s.label == u or s.label.startswith(f"{u} ") for u in used) for s in chosen)
+
+
+def test_the_cost_curve_never_falls_as_the_rate_rises_and_meets_the_programs_optimum_at_the_target(smoke_report):
+    from pdplan.planner.curves import CURVE_POINTS, cost_curves
+
+    report = smoke_report
     curves = cost_curves(report)
     for mode, points in curves.items():
         costs = [c for _, c in points if c is not None]

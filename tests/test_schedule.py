@@ -235,6 +235,16 @@ def test_the_schedule_plot_is_a_png_of_the_stated_size(day):
     assert (int.from_bytes(data[16:20], "big"), int.from_bytes(data[20:24], "big")) == (1080, 720)
 
 
+def test_the_schedule_plot_shades_the_windows_the_static_mean_plan_misses():
+    from pdplan.plots import static_mean_misses
+
+    doc = {"windows": [{"start_s": 0.0, "end_s": 1800.0}, {"start_s": 1800.0, "end_s": 3600.0},
+                       {"start_s": 3600.0, "end_s": 5400.0}],
+           "static_mean": {"windows": [{"passed": True}, {"passed": False}, {"passed": False}]}}
+    assert static_mean_misses(doc) == [(0.5, 1.0), (1.0, 1.5)]
+    assert static_mean_misses({**doc, "static_mean": None}) == []
+
+
 @pytest.mark.parametrize("flags,named", [(("--target-rate", "2"), "target_rate"),
                                          (("--objective", "goodput"), "objective"),
                                          (("--change-cost", "-1"), "change-cost"), (("--fleet", "all"), "fleet"),

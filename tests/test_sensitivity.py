@@ -205,6 +205,18 @@ def test_the_heatmap_is_a_png_of_the_stated_size(grid):
     assert png_size(grid["png"]) == (576, 504)  # one 4.8 × 3.6 in panel plus the legend strip, 120 dpi
 
 
+@pytest.mark.parametrize("compare,reading", [
+    ("rate", "ΔT -1196.0\ncolocated $36.50\nP/D —"),
+    ("budget", "ΔT -1196.0\ncolocated 1.91 req/s\nP/D —"),
+])
+def test_a_heatmap_cell_shows_what_each_mode_s_plan_costs_beside_its_margin(compare, reading):
+    from pdplan.plots import cell_text
+
+    row = {"compare": compare, "delta_t_ms": -1196.04, "colocated_usd_per_hour": 36.5, "colocated_rate_rps": 1.90819,
+           "pd_usd_per_hour": None, "pd_rate_rps": None}
+    assert cell_text(row) == reading
+
+
 def test_json_carries_the_cells_and_a_summary_in_words(grid):
     doc = grid["doc"]
     assert doc["dimensions"] == {"bandwidth": [0.5, 2.0, 8.0, 100.0], "failure_rate": [0.0, 0.2], "gpu": ["h100-80gb"]}

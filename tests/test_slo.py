@@ -12,7 +12,7 @@ def test_attainment_is_the_share_within_threshold():
 
 
 def test_a_request_without_the_clock_passes_it():
-    """One output token has no TPOT (DESIGN.md): NaN counts as meeting the TPOT clock."""
+    """One output token has no TPOT (docs/design.md, "Clocks and units"): NaN counts as meeting the TPOT clock."""
     assert attainment(np.array([np.nan, 0.5]), 0.1) == 0.5
 
 

@@ -43,7 +43,7 @@ from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model, model_file
 from pdplan.latency.profile import profile_inputs
-from pdplan.report import plot_attainment_curve
+from pdplan.plots import plot_attainment_curve
 
 PHASES = ("colocated", "decode", "prefill")
 POLICIES = ("chunked", "prefill-first")

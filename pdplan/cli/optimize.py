@@ -50,10 +50,10 @@ from pdplan.latency.profile import profile_inputs
 from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
 from pdplan.planner.request import MODES
 from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
-from pdplan.planner.curves import cost_curves, goodput_per_gpu
+from pdplan.planner.curves import cost_curves, fleet_bars, goodput_per_gpu
 from pdplan.planner.plans import Spill
 from pdplan.cli.schedule import render as render_schedule, report_to_dict as schedule_document
-from pdplan.report import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, plot_schedule
+from pdplan.plots import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, plot_schedule
 from pdplan.schedule import cut, plan_windows, window_starts
 from pdplan.schedule.windows import windows_file
 from pdplan.manifest import Identity, Inputs, Release, build_manifest
@@ -274,7 +274,7 @@ def optimize(
                 timestamp=datetime.now(timezone.utc).isoformat(timespec="seconds") if timestamp else None)
             outputs.put(out, dump_yaml(manifest))
         if plot is not None:
-            outputs.put(plot / "fleets.png", plot_fleets(document["fleets"], winner=document["fleet"]), "--plot")
+            outputs.put(plot / "fleets.png", plot_fleets(fleet_bars(report)), "--plot")
             outputs.put(plot / "goodput_per_gpu.png", plot_goodput_per_gpu(goodput_per_gpu(report)), "--plot")
             if rate is not None:
                 fleet = report.fleet

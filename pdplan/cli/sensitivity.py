@@ -19,7 +19,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
-from pdplan.report import plot_grid
+from pdplan.plots import plot_grid
 from pdplan.sensitivity import (DIMENSIONS, Base, GridResult, GridSpec, check_executor, load_spec, parse_vary,
                                 run_grid, summary_text, with_vary)
 from pdplan.sensitivity.spec import AFFINITIES, FAILURE_POLICIES

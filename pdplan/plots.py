@@ -5,15 +5,20 @@ from __future__ import annotations
 
 import io
 import itertools
-from typing import Sequence
+import math
+from typing import TYPE_CHECKING, Sequence
 
 import matplotlib
 
 matplotlib.use("Agg")  # files only, never a window
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from pdplan.goodput import Probe  # noqa: E402
+
+if TYPE_CHECKING:
+    from pdplan.planner.curves import PlanBar
 
 
 def figure_png(fig) -> bytes:
@@ -52,42 +57,49 @@ def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: f
     return figure_png(fig)
 
 
-def plot_fleets(fleets: Sequence[dict], *, winner: str | None = None) -> bytes:
-    """Cost and power per fleet, disaggregated beside colocated (the ``fleets`` rows of optimize).
+#: Bar colour per kind of plan in the fleets plot.
+KIND_COLOURS = {"disaggregated": "tab:blue", "disaggregated, mixed machines allowed": "tab:green",
+                "colocated": "tab:orange"}
 
-    A fleet whose disaggregated plan misses the SLO end to end is hatched and labelled MISSES; an
-    infeasible one has no bar and says so; the chosen fleet is labelled "chosen".
+
+def plot_fleets(bars: Sequence[PlanBar]) -> bytes:
+    """Cost and power of every fleet's plans, one bar per kind of plan (the bars of
+    :func:`pdplan.planner.curves.fleet_bars`). A plan that misses the SLO end to end is hatched
+    and labelled MISSES; a kind with no plan says so; the chosen plan's bars are outlined and
+    labelled "chosen" in both panels.
     """
-    names = [f["alias"] or f["fleet"].replace("/", "/\n") for f in fleets]
-    x = list(range(len(names)))
+    fleets = list(dict.fromkeys(b.fleet for b in bars))
+    kinds = [k for k in KIND_COLOURS if any(b.kind == k for b in bars)]
+    names = [f.replace("/", "/\n") for f in fleets]
     fig, (cost_ax, power_ax) = plt.subplots(1, 2, figsize=(max(9, 1.4 * len(names) + 3), 4.4))
-    width = 0.38
-    bars = cost_ax.bar([i - width / 2 for i in x], [f["cost_per_hour"] or 0 for f in fleets], width,
-                       label="disaggregated")
-    cost_ax.bar([i + width / 2 for i in x], [f["colocated_cost_per_hour"] or 0 for f in fleets], width,
-                label="colocated")
-    power = power_ax.bar(x, [(f["power_w"] or 0) / 1e3 for f in fleets], width * 1.5, color="tab:orange")
-    top = max([f["cost_per_hour"] or 0 for f in fleets] + [f["colocated_cost_per_hour"] or 0 for f in fleets] + [1])
-    for i, f in enumerate(fleets):
-        if not f["feasible"]:
-            cost_ax.text(i, 0.02 * top, "infeasible", rotation=90, ha="center", va="bottom", fontsize=8)
-        elif not f["meets_slo"]:
-            for bar in (bars[i], power[i]):
-                bar.set_hatch("//")
-                bar.set_edgecolor("tab:red")
-            cost_ax.text(i - width / 2, (f["cost_per_hour"] or 0) + 0.02 * top, "MISSES", ha="center",
-                         va="bottom", fontsize=8, color="tab:red", rotation=90)
-        if winner is not None and f["fleet"] == winner:
-            cost_ax.annotate("chosen", (i, top * 1.02), ha="center", fontsize=9, fontweight="bold")
-    cost_ax.set_ylim(0, top * 1.15)
-    cost_ax.set_ylabel("USD per hour")
-    power_ax.set_ylabel("kW (disaggregated, at power limits)")
-    for ax in (cost_ax, power_ax):
-        ax.set_xticks(x, names, fontsize=8)
+    width = 0.8 / max(1, len(kinds))
+    for ax, value, scale in ((cost_ax, "usd_per_hour", 1.0), (power_ax, "power_w", 1e-3)):
+        top = max([(getattr(b, value) or 0) * scale for b in bars] + [1e-9])
+        for bar in bars:
+            x = fleets.index(bar.fleet) + (kinds.index(bar.kind) - (len(kinds) - 1) / 2) * width
+            height = (getattr(bar, value) or 0) * scale
+            drawn = ax.bar(x, height, width, color=KIND_COLOURS[bar.kind])[0]
+            if getattr(bar, value) is None:
+                ax.text(x, 0.02 * top, "no plan", rotation=90, ha="center", va="bottom", fontsize=8)
+            elif not bar.passes:
+                drawn.set_hatch("//")
+                drawn.set_edgecolor("tab:red")
+                ax.text(x, height + 0.02 * top, "MISSES", ha="center", va="bottom", fontsize=8, color="tab:red",
+                        rotation=90)
+            if bar.chosen:
+                drawn.set_edgecolor("black")
+                drawn.set_linewidth(2)
+                ax.annotate("chosen", (x, height + 0.02 * top), ha="center", va="bottom", fontsize=9,
+                            fontweight="bold")
+        ax.set_ylim(0, top * 1.25)
+        ax.set_xticks(range(len(names)), names, fontsize=8)
         ax.grid(True, axis="y", alpha=0.3)
-    cost_ax.legend(loc="lower left")
+    cost_ax.set_ylabel("USD per hour")
+    power_ax.set_ylabel("kW at power limits")
+    fig.legend(handles=[Patch(color=KIND_COLOURS[k], label=k) for k in kinds], loc="lower center", ncol=len(kinds),
+               fontsize=8)
     fig.suptitle("Fleets at the target rate (hatched: misses the SLO end to end)")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06, 1, 1))
     return figure_png(fig)
 
 
@@ -100,8 +112,9 @@ PANEL_INCHES = (4.8, 3.6)
 def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, tuple]],
               *, margin_ms: float, show) -> bytes:
     """A sensitivity heatmap over dimensions ``x`` and ``y``: each cell coloured by its decision
-    and labelled with ΔT in ms; one panel per setting of the ``panels`` dimensions. ``show(name,
-    value)`` writes a coordinate as people read it."""
+    and labelled with ΔT in ms and what each mode's plan costs (:func:`cell_text`); one panel per
+    setting of the ``panels`` dimensions. ``show(name, value)`` writes a coordinate as people
+    read it."""
     settings = panel_settings(panels)
     columns = min(3, len(settings))
     lines = -(-len(settings) // columns)
@@ -115,8 +128,7 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
             i, j = xs.index(row[x]), ys.index(row[y])
             ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, facecolor=DECISION_COLOURS[row["decision"]],
                                        edgecolor="white", linewidth=2))
-            delta = row["delta_t_ms"]
-            ax.text(i, j, "—" if delta is None else f"{delta:+.1f}", ha="center", va="center", fontsize=9)
+            ax.text(i, j, cell_text(row), ha="center", va="center", fontsize=8, linespacing=1.3)
         ax.set_xlim(-0.5, len(xs) - 0.5)
         ax.set_ylim(-0.5, len(ys) - 0.5)
         ax.set_xticks(range(len(xs)), [show(x, v) for v in xs])
@@ -128,9 +140,26 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
         ax.set_visible(False)
     fig.legend(handles=[Patch(color=c, label=d) for d, c in DECISION_COLOURS.items()], loc="lower center",
                ncol=3, fontsize=9)
-    fig.suptitle(f"P/D net margin ΔT per request, ms (margin {margin_ms:g} ms)")
+    compared = "verified rate within the budget" if any(r["compare"] == "budget" for r in rows) else "cost per hour"
+    fig.suptitle(f"P/D net margin ΔT per request, ms (margin {margin_ms:g} ms)\nand each mode's {compared}",
+                 fontsize=11)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     return figure_png(fig)
+
+
+def cell_text(row: dict) -> str:
+    """A heatmap cell's label: ΔT in ms, then what decides beside it for each mode's plan, its
+    cost per hour (or, comparing within a budget, its verified rate); "—" where there is none."""
+    delta = row["delta_t_ms"]
+    lines = ["ΔT —" if delta is None else f"ΔT {delta:+.1f}"]
+    for mode, prefix in (("colocated", "colocated"), ("P/D", "pd")):
+        if row["compare"] == "budget":
+            rate = row[f"{prefix}_rate_rps"]
+            lines.append(f"{mode} " + ("—" if rate is None else f"{rate:.3g} req/s"))
+        else:
+            usd = row[f"{prefix}_usd_per_hour"]
+            lines.append(f"{mode} " + ("—" if usd is None else f"${usd:,.2f}"))
+    return "\n".join(lines)
 
 
 def panel_settings(panels: Sequence[tuple[str, tuple]]) -> list[tuple[tuple[str, object], ...]]:
@@ -151,18 +180,26 @@ COST_INCHES = (7.0, 4.4)
 
 def plot_goodput_per_gpu(shapes: Sequence) -> bytes:
     """Per-instance goodput per GPU of every measured shape, one panel per phase, best first (the
-    ``goodput_per_gpu`` of :mod:`pdplan.planner.curves`)."""
+    ``goodput_per_gpu`` of :mod:`pdplan.planner.curves`); the shapes the answer runs are
+    highlighted and their labels set in bold."""
     phases = [p for p in ("prefill", "decode", "colocated") if any(s.phase == p for s in shapes)]
     fig, axes = plt.subplots(1, max(1, len(phases)), figsize=SHAPES_INCHES, squeeze=False)
     for ax, phase in zip(axes.flat, phases):
         mine = sorted((s for s in shapes if s.phase == phase), key=lambda s: -s.goodput_per_gpu)
-        ax.barh(range(len(mine)), [s.goodput_per_gpu for s in mine], color="tab:blue")
+        ax.barh(range(len(mine)), [s.goodput_per_gpu for s in mine],
+                color=["tab:orange" if s.chosen else "tab:blue" for s in mine])
         ax.set_yticks(range(len(mine)), [s.label.removeprefix(f"{phase} ") for s in mine], fontsize=6)
+        for tick, shape in zip(ax.get_yticklabels(), mine):
+            if shape.chosen:
+                tick.set_fontweight("bold")
         ax.invert_yaxis()
-        ax.set_xlabel("goodput per GPU (req/s), one instance")
         ax.set_title(phase)
         ax.grid(True, axis="x", alpha=0.3)
+    fig.supxlabel("goodput per GPU (req/s), one instance alone", fontsize=10)
     fig.suptitle("Simulated per-instance goodput per GPU by shape")
+    if any(s.chosen for s in shapes):
+        fig.legend(handles=[Patch(color="tab:orange", label="shape of the chosen plan")], loc="upper right",
+                   fontsize=8)
     fig.tight_layout()
     return figure_png(fig)
 
@@ -181,17 +218,36 @@ def plot_cost_vs_rate(curves: dict, verified: dict, target_rps: float) -> bytes:
     ax.axvline(target_rps, color="grey", linestyle=":", linewidth=1, label=f"target {target_rps:.3g} req/s")
     ax.set_xlabel("rate (requests/s)")
     ax.set_ylabel("USD per hour")
-    ax.set_title("Cost versus rate of the chosen fleet: where the curves cross, splitting starts to pay")
-    ax.title.set_fontsize(9)
+    ax.set_title(f"Cost versus rate of the chosen fleet: {cost_reading(curves)}", fontsize=9, wrap=True)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
     return figure_png(fig)
 
 
+def cost_reading(curves: dict) -> str:
+    """What the cost curves say, compared at the rates where both modes have a plan: the rates
+    between which they cross (and whether splitting starts or stops paying there), or which mode
+    costs no more over the whole range when they do not cross."""
+    both = [(r, d - c) for (r, d), (_, c) in zip(curves.get("disaggregated", ()), curves.get("colocated", ()))
+            if d is not None and c is not None]
+    if not both:
+        return "no rate where both modes have a plan"
+    span = f"{both[0][0]:.3g}–{both[-1][0]:.3g} req/s"
+    signed = [(r, math.copysign(1, delta)) for r, delta in both if abs(delta) > 1e-9]
+    for (low, before), (high, after) in zip(signed, signed[1:]):
+        if before != after:
+            turn = "starts to pay" if after < 0 else "stops paying"
+            return f"the curves cross between {low:.3g} and {high:.3g} req/s, where splitting {turn}"
+    if signed and signed[0][1] < 0:
+        return f"disaggregated costs no more than colocated at every rate of {span}"
+    return f"colocated costs no more than disaggregated at every rate of {span}"
+
+
 def plot_schedule(doc: dict) -> bytes:
     """Replicas per pool over the windows (steps) against each window's rate, with the static peak
-    plan's GPUs beside the schedule's (the ``optimize --windows`` JSON document)."""
+    plan's GPUs beside the schedule's (the ``optimize --windows`` JSON document); the windows the
+    static mean plan misses are shaded in both panels."""
     windows = doc["windows"]
     starts = [w["start_s"] / 3600 for w in windows] + [windows[-1]["end_s"] / 3600]
     fig, (pools, gpus) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
@@ -202,17 +258,30 @@ def plot_schedule(doc: dict) -> bytes:
     rate.stairs([w["rate_rps"] for w in windows], starts, color="grey", linestyle="--", label="window rate")
     rate.set_ylabel("requests/s")
     pools.set_ylabel("replicas")
-    pools.legend(loc="upper left", fontsize=8)
-    rate.legend(loc="upper right", fontsize=8)
     for kind, style in (("schedule", "-"), ("static_peak", ":"), ("static_mean", "--")):
         if doc.get(kind):
             gpus.stairs([w["gpus"] for w in doc[kind]["windows"]], starts, linestyle=style,
                         label=f"{kind.replace('_', ' ')}: {doc[kind]['gpu_hours']:,.1f} GPU-h")
+    for ax in (pools, gpus):
+        for i, (start, end) in enumerate(static_mean_misses(doc)):
+            ax.axvspan(start, end, color="tab:red", alpha=0.12, linewidth=0,
+                       label="static mean plan misses" if i == 0 and ax is gpus else None)
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.grid(True, alpha=0.3)
+    pools.legend(loc="upper left", fontsize=8)
+    rate.legend(loc="upper right", fontsize=8)
     gpus.set_ylabel("GPUs")
     gpus.set_xlabel("hours from the trace's first arrival")
     gpus.legend(fontsize=8)
-    for ax in (pools, gpus):
-        ax.grid(True, alpha=0.3)
     fig.suptitle("Replicas per window, verified window by window, against static plans")
     fig.tight_layout()
     return figure_png(fig)
+
+
+def static_mean_misses(doc: dict) -> list[tuple[float, float]]:
+    """(start, end) in hours of each window the static mean plan misses (none without that plan)."""
+    mean = doc.get("static_mean")
+    if not mean:
+        return []
+    return [(w["start_s"] / 3600, w["end_s"] / 3600)
+            for w, judged in zip(doc["windows"], mean["windows"]) if not judged["passed"]]
