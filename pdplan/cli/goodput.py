@@ -12,6 +12,7 @@ from rich.table import Table
 from pdplan import limits
 from pdplan.cli.options import (
     within,
+    choice,
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
@@ -39,41 +40,42 @@ from pdplan.cli.options import (
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop_goodput, instance_goodput, phase_slo
+from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, SearchSettings, closed_loop_goodput, instance_goodput, phase_slo
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model, model_file
 from pdplan.profiles import profile_inputs
 from pdplan.report import plot_attainment_curve
+from pdplan.slo import DEFAULT_ATTAINMENT
+from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy
 
-PHASES = ("colocated", "decode", "prefill")
-POLICIES = ("chunked", "prefill-first")
 
 
 def goodput(
     trace: TraceArg,
     model: Annotated[str, typer.Option("--model", help="Model name from the catalog, or a model YAML.")],
     gpu: Annotated[str, typer.Option("--gpu", help="GPU type from the catalog.")],
-    phase: Annotated[str, typer.Option("--phase", help="prefill, decode or colocated.")],
+    phase: Annotated[Phase, choice("--phase", INSTANCE_PHASES, help="prefill, decode or colocated.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    policy: Annotated[str, typer.Option("--policy", help="Colocated scheduling: chunked or prefill-first.")] = "prefill-first",
+    policy: Annotated[Policy, choice(
+        "--policy", Policy, help="Colocated scheduling: chunked or prefill-first.")] = Policy.PREFILL_FIRST,
     chunk: Annotated[int | None, typer.Option("--chunk", help="Chunked-prefill token budget per iteration.")] = None,
     ttft: TtftOpt = None,
     tpot: TpotOpt = None,
-    attainment: AttainmentOpt = 0.9,
+    attainment: AttainmentOpt = DEFAULT_ATTAINMENT,
     slo: SloFileOpt = None,
     profiles: ProfilesOpt = None,
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
-    arrivals: ArrivalsOpt = "trace",
-    requests_per_probe: RequestsOpt = 2000,
-    tolerance: ToleranceOpt = 0.02,
+    arrivals: ArrivalsOpt = SearchSettings.arrivals,
+    requests_per_probe: RequestsOpt = SearchSettings.requests_per_probe,
+    tolerance: ToleranceOpt = SearchSettings.tolerance_rel,
     grid: GridOpt = 6,
     admission_share: AdmissionShareOpt = DEFAULT_ADMISSION_SHARE,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = SearchSettings.seed,
     format: FormatOpt = None,
     closed_loop: Annotated[bool, typer.Option(
         "--closed-loop", help="Probe closed loops instead of rates: the most concurrent clients (each sending its "
@@ -92,10 +94,6 @@ def goodput(
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
-    if phase not in PHASES:
-        raise PdplanError(f"--phase must be one of {', '.join(PHASES)}, got {phase!r}", field="phase")
-    if policy not in POLICIES:
-        raise PdplanError(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}", field="policy")
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
                           field="chunk")

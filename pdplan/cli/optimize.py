@@ -16,6 +16,7 @@ from pdplan.candidates import DEFAULT_PPS, DEFAULT_TPS
 from pdplan import limits
 from pdplan.cli.options import (
     within,
+    choice,
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
@@ -43,13 +44,12 @@ from pdplan.cli.options import (
 from pdplan.cli.output import counted, money, number, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs, dump_yaml
-from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings
+from pdplan.goodput import SearchSettings
 from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
 from pdplan.modelspec import get_model, model_file
 from pdplan.profiles import profile_inputs
-from pdplan.placement import ALIASES, OBJECTIVES, POOL_SHAPES, REDUNDANCY, resolve_fleets
-from pdplan.planner.request import MODES
-from pdplan.planner import DEFAULT_MAX_CHECKS, PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
+from pdplan.placement import ALIASES, ANY, resolve_fleets
+from pdplan.planner import PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
 from pdplan.planner.curves import cost_curves, goodput_per_gpu
 from pdplan.planner.plans import Spill
 from pdplan.cli.schedule import render as render_schedule, report_to_dict as schedule_document
@@ -59,7 +59,8 @@ from pdplan.schedule.windows import windows_file
 from pdplan.manifest import Identity, Inputs, Release, build_manifest
 from pdplan.manifest.build import CONNECTORS, UNKNOWN
 from pdplan.manifest.schedule import build_schedule
-from pdplan.verify import DEFAULT_RUNS, RULES
+from pdplan.slo import DEFAULT_ATTAINMENT
+from pdplan.vocabulary import Affinity, Mode, Objective, PoolShapes, Redundancy, Rule
 from pdplan.workload import peak_rate_rps
 
 DEFAULT_MODEL = "llama2-70b"
@@ -78,7 +79,7 @@ def optimize(
         "--cluster", help=f"Cluster YAML; default the shipped example ({default_cluster_path()}).")] = None,
     ttft: TtftOpt = None,
     tpot: TpotOpt = None,
-    attainment: AttainmentOpt = 0.9,
+    attainment: AttainmentOpt = DEFAULT_ATTAINMENT,
     slo: SloFileOpt = None,
     target_rate: Annotated[float | None, typer.Option(
         "--target-rate", help="Rate the plan must serve (req/s); default the trace's mean rate.")] = None,
@@ -94,48 +95,52 @@ def optimize(
     fleet: Annotated[str, typer.Option(
         "--fleet", help="GPU types per pool: any (free choice), all (every prefill/decode GPU pair the "
                         "cluster holds, power-capped decode included), a pair PREFILL_GPU/DECODE_GPU, or "
-                        f"Splitwise's {', '.join(ALIASES)}.")] = "any",
-    objective: Annotated[str, typer.Option(
-        "--objective", help="cost, gpus or power (minimised at the target rate), or goodput (maximised "
-                            "within --max-gpus/--max-cost/--max-power).")] = "cost",
-    mode: Annotated[str, typer.Option(
-        "--mode", help="auto: the better of P/D and colocated; disaggregated or colocated: answer with that mode "
-                       "(both are still verified, and the margin says what the other would save).")] = "auto",
-    affinity: Annotated[str, typer.Option(
-        "--affinity", help="KV path: high (handoffs cross nodes), low (prefill and decode stages share "
-                           "nodes, DistServe's low affinity) or auto (the better of both).")] = "auto",
+                        f"Splitwise's {', '.join(ALIASES)}.")] = ANY.name,
+    objective: Annotated[Objective, choice(
+        "--objective", Objective, help="cost, gpus or power (minimised at the target rate), or goodput (maximised "
+                                       "within --max-gpus/--max-cost/--max-power).")] = PlanRequest.objective,
+    mode: Annotated[Mode, choice(
+        "--mode", Mode, help="auto: the better of P/D and colocated; disaggregated or colocated: answer with that "
+                             "mode (both are still verified, and the margin says what the other would "
+                             "save).")] = PlanRequest.mode,
+    affinity: Annotated[Affinity, choice(
+        "--affinity", Affinity, help="KV path: high (handoffs cross nodes), low (prefill and decode stages share "
+                                     "nodes, DistServe's low affinity) or auto (the better of "
+                                     "both).")] = PlanRequest.affinity,
     tp: Annotated[list[int] | None, typer.Option(
         "--tp", help=f"Tensor-parallel degrees to consider (repeatable); default {', '.join(map(str, DEFAULT_TPS))}.",
         show_default=False)] = None,
     pp: Annotated[list[int] | None, typer.Option(
         "--pp", help=f"Pipeline-parallel degrees to consider (repeatable); default {', '.join(map(str, DEFAULT_PPS))}.",
         show_default=False)] = None,
-    pool_shapes: Annotated[str, typer.Option(
-        "--pool-shapes", help="one: one shape per phase and GPU type, as deployers run pools; mixed: let "
-                              "the program mix shapes in a pool.")] = "one",
-    redundancy: Annotated[str, typer.Option(
-        "--redundancy", help="none, instance or node: the plan must also pass with any one instance (or "
-                             "node) of each pool lost, verified by simulation.")] = "none",
+    pool_shapes: Annotated[PoolShapes, choice(
+        "--pool-shapes", PoolShapes, help="one: one shape per phase and GPU type, as deployers run pools; mixed: "
+                                          "let the program mix shapes in a pool.")] = PlanRequest.pool_shapes,
+    redundancy: Annotated[Redundancy, choice(
+        "--redundancy", Redundancy, help="none, instance or node: the plan must also pass with any one instance "
+                                         "(or node) of each pool lost, verified by "
+                                         "simulation.")] = PlanRequest.redundancy,
     seeds: Annotated[int, typer.Option(
         "--seeds", help="Verification runs: the trace replayed at the target rate, then Poisson resamples "
-                        "of it; each objective gets a 95% interval over the runs.")] = DEFAULT_RUNS,
-    verify_rule: Annotated[str, typer.Option(
-        "--verify-rule", help="lower: a plan passes when each objective's interval lower end meets its "
-                              "target; mean: when its mean does.")] = "lower",
+                        "of it; each objective gets a 95% interval over the runs.")] = PlanRequest.runs,
+    verify_rule: Annotated[Rule, choice(
+        "--verify-rule", Rule, help="lower: a plan passes when each objective's interval lower end meets its "
+                                    "target; mean: when its mean does.")] = PlanRequest.rule,
     max_gpus: Annotated[int | None, typer.Option("--max-gpus", help="GPU budget.")] = None,
     max_cost: Annotated[float | None, typer.Option("--max-cost", help="Budget in USD per hour.")] = None,
     max_power: Annotated[float | None, typer.Option("--max-power", help="Budget in watts (power limits).")] = None,
     link_headroom: Annotated[float, typer.Option(
-        "--link-headroom", help="Share of a KV link's bandwidth the handoff may use.")] = 0.8,
-    time_limit: Annotated[float, typer.Option("--time-limit", help="CP-SAT time limit per solve, seconds.")] = 10.0,
+        "--link-headroom", help="Share of a KV link's bandwidth the handoff may use.")] = PlanRequest.link_headroom,
+    time_limit: Annotated[float, typer.Option(
+        "--time-limit", help="CP-SAT time limit per solve, seconds.")] = PlanRequest.time_limit_s,
     max_rounds: Annotated[int, typer.Option(
         "--max-rounds", help="End-to-end checks per fleet, mode and node affinity: misses raise the failing "
-                             "pool, passes try cheaper plans.")] = DEFAULT_MAX_CHECKS,
-    arrivals: ArrivalsOpt = "trace",
-    requests_per_probe: RequestsOpt = SearchSettings().requests_per_probe,
-    tolerance: ToleranceOpt = 0.02,
-    admission_share: AdmissionShareOpt = DEFAULT_ADMISSION_SHARE,
-    seed: SeedOpt = 0,
+                             "pool, passes try cheaper plans.")] = PlanRequest.max_checks,
+    arrivals: ArrivalsOpt = SearchSettings.arrivals,
+    requests_per_probe: RequestsOpt = SearchSettings.requests_per_probe,
+    tolerance: ToleranceOpt = SearchSettings.tolerance_rel,
+    admission_share: AdmissionShareOpt = PlanRequest.admission_share,
+    seed: SeedOpt = SearchSettings.seed,
     format: FormatOpt = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the deployment manifest of the chosen plan (pdplan validate / diff / export read it, "
@@ -148,7 +153,7 @@ def optimize(
     adapter: Annotated[str, typer.Option("--adapter", help="Manifest identity: LoRA adapter, or none.")] = UNKNOWN,
     position: Annotated[str, typer.Option("--position", help="Manifest identity: position/RoPE policy.")] = UNKNOWN,
     connector: Annotated[str, typer.Option(
-        "--connector", help=f"KV connector the manifest names: {', '.join(CONNECTORS)}.")] = "nixl",
+        "--connector", help=f"KV connector the manifest names: {', '.join(CONNECTORS)}.")] = Release.connector,
     timestamp: Annotated[bool, typer.Option(
         "--timestamp", help="Record the creation time in the manifest (it is then no longer byte-identical "
                             "across runs).")] = False,
@@ -159,7 +164,7 @@ def optimize(
                         "the answer when it is the best; the plain P/D plan is reported beside it.")] = False,
     mixed_max: Annotated[int, typer.Option(
         "--mixed-max", help="Mixed pool: the most mixed instances a plan may add (Splitwise's mixed pool is a "
-                            "buffer beside the prefill and decode pools).")] = 8,
+                            "buffer beside the prefill and decode pools).")] = PlanRequest.mixed_max,
     mixed_spill_tokens: Annotated[int, typer.Option(
         "--mixed-spill-tokens", help="Mixed pool: a request runs whole on a mixed machine when the shortest "
                                      "prefill queue holds more pending prompt tokens than this.")] = Spill().prefill_queue_tokens,
@@ -189,7 +194,6 @@ def optimize(
     vLLM's measured operators (the optional extra pdplan\\[aic]), else by a roofline; the example
     A100 + H100 cluster; p90 TTFT <= 1 s and p90 TPOT <= 100 ms at the trace's mean rate.
     """
-    _check_choices(objective, affinity, pool_shapes, redundancy, verify_rule, mode)
     if connector not in CONNECTORS:
         raise PdplanError(f"--connector must be one of {', '.join(CONNECTORS)}, got {connector!r}", field="connector")
     if peak and target_rate is not None:
@@ -344,15 +348,6 @@ def _check_numbers(*, objective: str, target_rate: float | None, peak: bool, max
     for values, flag, high in ((tps, "--tp", MAX_GPUS_PER_NODE), (pps, "--pp", limits.MAX_PIPELINE_STAGES)):
         for value in values or ():
             within(flag, value, 1, high)
-
-
-def _check_choices(objective: str, affinity: str, pool_shapes: str, redundancy: str, rule: str, mode: str) -> None:
-    for flag, value, choices in (("--mode", mode, MODES), ("--objective", objective, OBJECTIVES), ("--affinity", affinity, ("auto", "high", "low")),
-                                 ("--pool-shapes", pool_shapes, POOL_SHAPES), ("--redundancy", redundancy, REDUNDANCY),
-                                 ("--verify-rule", rule, RULES)):
-        if value not in choices:
-            raise PdplanError(f"{flag} must be one of {', '.join(sorted(choices))}, got {value!r}",
-                              field=flag.lstrip("-"))
 
 
 # --- rendering ----------------------------------------------------------------------------------

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Iterable
 
 import typer
 
@@ -13,8 +14,25 @@ from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
 from pdplan.profile_source import ProfileSource
 from pdplan.profiles import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
-from pdplan.slo import SLO, load_slo, parse_threshold_s, slo_from_flags
+from pdplan.slo import (DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s,
+                        slo_from_flags)
+from pdplan.vocabulary import Arrivals
 from pdplan.workload import FORMATS, Workload, load_trace
+
+def choice(flag: str, words: Iterable[StrEnum], **option) -> typer.models.OptionInfo:
+    """A flag taking one word of a vocabulary set: the member is what the command receives, the
+    words are its metavar, and any other word is refused as ``FLAG must be one of …, got …``."""
+    words = tuple(words)
+
+    def parse(value: str) -> StrEnum:
+        for word in words:
+            if value == word:
+                return word
+        raise PdplanError(f"{flag} must be one of {', '.join(sorted(words))}, got {value!r}",
+                          field=flag.lstrip("-").replace("-", "_"))
+
+    return typer.Option(flag, parser=parse, **option)
+
 
 TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
                                                "BurstGPT CSV or a lengths-only CSV; a regular file of at most "
@@ -38,8 +56,8 @@ ProfilesOpt = Annotated[Path | None, typer.Option(
     "--profiles", help=f"Your measured profile file or folder, added to the shipped ones ({shipped_profiles_dir()}; "
                        "yours win for a shape both have). Shapes without a measured profile are composed from "
                        "measured operators (--engine), else use a roofline.")]
-ArrivalsOpt = Annotated[str, typer.Option(
-    "--arrivals", help="How a probe reaches a rate: trace (rescale the trace, burst shape kept) or "
+ArrivalsOpt = Annotated[Arrivals, choice(
+    "--arrivals", Arrivals, help="How a probe reaches a rate: trace (rescale the trace, burst shape kept) or "
                        "poisson (Poisson arrivals, lengths resampled from the trace).")]
 RequestsOpt = Annotated[int, typer.Option("--requests-per-probe", help="Requests simulated at each probed rate.")]
 ToleranceOpt = Annotated[float, typer.Option(
@@ -66,8 +84,6 @@ EngineVersionOpt = Annotated[str | None, typer.Option(
 ComposeOpt = Annotated[bool, typer.Option(
     "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile "
                                    "exists (else the roofline).")]
-
-DEFAULT_TTFT_S, DEFAULT_TPOT_S, DEFAULT_ATTAINMENT = 1.0, 0.1, 0.9
 
 
 def slo_from_options(ttft: str | None, tpot: str | None, attainment: float, slo_file: Path | None) -> SLO:
@@ -115,11 +131,9 @@ GridOpt = Annotated[int, typer.Option("--grid", help="Extra probes, evenly space
                                                      "to draw the attainment curve a(λ).")]
 
 
-def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, seed: int,
+def search_settings(tolerance: float, requests_per_probe: int, arrivals: Arrivals, seed: int,
                     grid_points: int = 0) -> SearchSettings:
     """Search settings from flags, with flag names in the errors."""
-    if arrivals not in ("trace", "poisson"):
-        raise PdplanError(f"--arrivals must be one of poisson, trace, got {arrivals!r}", field="arrivals")
     if not 0 < tolerance < 1:
         raise PdplanError(f"--tolerance must be in (0, 1), got {tolerance!r}", field="tolerance")
     if requests_per_probe < 2:  # a rate needs two arrivals to be measured

@@ -13,7 +13,7 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cache import default_cache_dir
-from pdplan.cli.options import JsonOpt, load_workload, profile_source, trace_rate_rps, within
+from pdplan.cli.options import JsonOpt, choice, load_workload, profile_source, trace_rate_rps, within
 from pdplan.cli.output import money, number, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
@@ -22,8 +22,8 @@ from pdplan.modelspec import get_model
 from pdplan.report import plot_grid
 from pdplan.sensitivity import (DIMENSIONS, Base, GridResult, GridSpec, check_executor, load_spec, parse_vary,
                                 run_grid, summary_text, with_vary)
-from pdplan.sensitivity.spec import AFFINITIES, FAILURE_POLICIES
 from pdplan.slo import parse_threshold_s, slo_from_flags
+from pdplan.vocabulary import Affinity, Executor, FailurePolicy
 
 app = typer.Typer(help="Sensitivity of the P/D decision to workload, topology, faults and prices.",
                   no_args_is_help=True)
@@ -57,12 +57,12 @@ def grid(
     attainment: Annotated[float | None, typer.Option("--attainment", help="Share of requests within each "
                                                      "threshold.")] = None,
     fleet: Annotated[str | None, typer.Option("--fleet", help="GPU types per pool, as optimize --fleet.")] = None,
-    affinity: Annotated[str | None, typer.Option(
-        "--affinity", help="KV path: high (handoffs cross nodes, the grid's default, so the bandwidth "
-                           "dimension is the path they take), low or auto.")] = None,
-    failure_policy: Annotated[str | None, typer.Option(
-        "--failure-policy", help="What a failed KV transfer costs: retry (resend) or recompute (prefill "
-                                 "again).")] = None,
+    affinity: Annotated[Affinity | None, choice(
+        "--affinity", Affinity, help="KV path: high (handoffs cross nodes, the grid's default, so the bandwidth "
+                                     "dimension is the path they take), low or auto.")] = None,
+    failure_policy: Annotated[FailurePolicy | None, choice(
+        "--failure-policy", FailurePolicy, help="What a failed KV transfer costs: retry (resend) or recompute "
+                                                "(prefill again).")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Verification runs per check.")] = None,
     max_rounds: Annotated[int | None, typer.Option(
         "--max-rounds", help="End-to-end checks per fleet, mode and affinity in each cell.")] = None,
@@ -70,9 +70,9 @@ def grid(
                                              "failures).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="Cells run at once (local processes, or a local Ray's "
                                       "CPUs).")] = os.cpu_count() or 1,
-    executor: Annotated[str, typer.Option(
-        "--executor", help="local (a process pool) or ray (tasks on a Ray cluster; pip install "
-                           "'pdplan\\[ray]').")] = "local",
+    executor: Annotated[Executor, choice(
+        "--executor", Executor, help="local (a process pool) or ray (tasks on a Ray cluster; pip install "
+                                     "'pdplan\\[ray]').")] = Executor.LOCAL,
     address: Annotated[str | None, typer.Option(
         "--address", help="Ray cluster address (ray://host:10001 or host:6379); default a local Ray.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="CSV with one row per cell.")] = None,
@@ -140,12 +140,6 @@ def grid(
 def override(spec: GridSpec, **flags) -> GridSpec:
     """The grid file's settings with every flag that was given in their place."""
     given = {key: value for key, value in flags.items() if value is not None}
-    if "affinity" in given and given["affinity"] not in AFFINITIES:
-        raise PdplanError(f"--affinity must be one of {', '.join(AFFINITIES)}, got {given['affinity']!r}",
-                          field="affinity")
-    if "failure_policy" in given and given["failure_policy"] not in FAILURE_POLICIES:
-        raise PdplanError(f"--failure-policy must be one of {', '.join(FAILURE_POLICIES)}, got "
-                          f"{given['failure_policy']!r}", field="failure_policy")
     within("--target-rate", given.get("target_rate"), 0, limits.MAX_RATE_RPS, above=True)
     within("--seeds", given.get("seeds"), 1, limits.MAX_RUNS)
     within("--max-rounds", given.get("max_rounds"), 1, limits.MAX_CHECKS)

@@ -24,8 +24,9 @@ from pdplan.interrupts import interrupts_held
 from pdplan.errors import PdplanError
 from pdplan.sensitivity.cell import Base, CellResult, run_cell
 from pdplan.sensitivity.coordinates import cell_cluster
+from pdplan.vocabulary import Executor
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = tuple(Executor)
 #: Dimensions that change neither the workload nor the SLO: their cells share per-shape goodput.
 SHARED_MEASUREMENT = ("bandwidth", "failure_rate", "route_ms", "price_ratio", "rate")
 
