@@ -110,6 +110,14 @@ class Arrivals(StrEnum):
     POISSON = "poisson"
 
 
+class Connector(StrEnum):
+    """The KV connector a manifest names (vLLM's connectors, in the order the CLI lists them)."""
+
+    NIXL = "nixl"
+    MOONCAKE = "mooncake"
+    LMCACHE = "lmcache"
+
+
 class Executor(StrEnum):
     """Where a sensitivity grid runs its cells: local processes, or a Ray cluster."""
 

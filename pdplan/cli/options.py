@@ -19,16 +19,17 @@ from pdplan.slo import (DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_thr
 from pdplan.vocabulary import Arrivals
 from pdplan.workload import FORMATS, Workload, load_trace
 
-def choice(flag: str, words: Iterable[StrEnum], **option) -> typer.models.OptionInfo:
-    """A flag taking one word of a vocabulary set: the member is what the command receives, the
-    words are its metavar, and any other word is refused as ``FLAG must be one of …, got …``."""
+def choice(flag: str, words: Iterable[StrEnum], *, sort: bool = True, **option) -> typer.models.OptionInfo:
+    """A flag taking one word of a vocabulary set: the member is what the command receives, and
+    any other word is refused as ``FLAG must be one of …, got …`` (the words sorted, unless not ``sort``)."""
     words = tuple(words)
+    listed = sorted(words) if sort else words
 
     def parse(value: str) -> StrEnum:
         for word in words:
             if value == word:
                 return word
-        raise PdplanError(f"{flag} must be one of {', '.join(sorted(words))}, got {value!r}",
+        raise PdplanError(f"{flag} must be one of {', '.join(listed)}, got {value!r}",
                           field=flag.lstrip("-").replace("-", "_"))
 
     return typer.Option(flag, parser=parse, **option)
@@ -107,16 +108,6 @@ def profile_source(path: Path | None, engine: str | None = None, engine_version:
                    compose: bool = True) -> ProfileSource:
     """Per shape: the measured profile, else a composed one, else the roofline."""
     return ProfileSource(measured_profiles(path), engine=engine, engine_version=engine_version, compose=compose)
-
-
-def trace_rate_rps(workload: Workload, trace: Path) -> float:
-    """The trace's mean rate (requests over first to last arrival), the default target."""
-    if not workload.has_arrivals:
-        raise PdplanError("trace has no arrival times; give --target-rate", file=trace)
-    duration = float(workload.arrival_s[-1] - workload.arrival_s[0])
-    if duration <= 0:
-        raise PdplanError("all arrivals fall at one instant; give --target-rate", file=trace)
-    return len(workload) / duration
 
 
 def load_workload(trace: Path, format: str | None) -> Workload:

@@ -13,12 +13,13 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cache import default_cache_dir
-from pdplan.cli.options import JsonOpt, choice, load_workload, profile_source, trace_rate_rps, within
+from pdplan.cli.options import JsonOpt, choice, load_workload, profile_source, within
 from pdplan.cli.output import money, number, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
+from pdplan.planner.target import target_rate
 from pdplan.report import plot_grid
 from pdplan.sensitivity import (DIMENSIONS, Base, GridResult, GridSpec, check_executor, load_spec, parse_vary,
                                 run_grid, summary_text, with_vary)
@@ -165,7 +166,7 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
               budget: float | None, cache_dir: Path | None, use_cache: bool) -> Base:
     """The loaded inputs every cell starts from."""
     workload = load_workload(spec.trace, None)
-    rate = spec.target_rate if spec.target_rate is not None else trace_rate_rps(workload, spec.trace)
+    rate = target_rate(workload, spec.trace, given=spec.target_rate)
     slo = slo_from_flags(parse_threshold_s(ttft, "ttft") if ttft else spec.slo["ttft_ms"] / 1e3,
                          parse_threshold_s(tpot, "tpot") if tpot else spec.slo["tpot_ms"] / 1e3,
                          spec.slo["attainment"] if attainment is None else attainment)

@@ -26,6 +26,7 @@ from pdplan.planner import PlanReport, report_to_dict
 from pdplan.planner.measure import mean_kv_bytes_per_request
 from pdplan.planner.plans import pool_name
 from pdplan.sim.plan import Plan
+from pdplan.vocabulary import Connector
 from pdplan.workload import trace_stats
 
 UNKNOWN = "unknown"
@@ -35,7 +36,8 @@ ROLLBACK = ("STOP_NEW_ROUTES", "ADVANCE_ROUTE_EPOCH", "DRAIN_OR_ABORT_TRANSFERS"
             "DISABLE_CONNECTOR", "REVOKE_CAPABILITIES", "RECLAIM_UNPUBLISHED", "ROLLBACK_COMPLETE")
 RELEASE_STAGES = ("SHADOW", "CANARY", "ACTIVE")
 #: vLLM's connector class per KV connector (checked against vLLM 0.33's registered connectors).
-CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector", "lmcache": "LMCacheConnectorV1"}
+CONNECTORS = {Connector.NIXL: "NixlConnector", Connector.MOONCAKE: "MooncakeConnector",
+              Connector.LMCACHE: "LMCacheConnectorV1"}
 #: vLLM's KV roles: a mixed machine (Splitwise's mixed pool) both prefills and takes handoffs.
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "mixed": "kv_both"}
 #: Simulator pool settings a manifest carries, to rebuild the plan it was verified as.
@@ -61,7 +63,7 @@ class Identity:
 class Release:
     """The promotion gates (0x0FF) a canary must hold before P/D becomes active."""
 
-    connector: str = "nixl"
+    connector: Connector = Connector.NIXL
     canary_share: float = 0.05
     transfer_failure_rate_max: float = 0.001
 
