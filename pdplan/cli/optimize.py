@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from contextlib import contextmanager
-from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Annotated, Callable, Iterator
@@ -47,15 +46,16 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs, dump_yaml
 from pdplan.goodput import SearchSettings
 from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
-from pdplan.manifest import Identity, Inputs, Release, build_manifest
+from pdplan.manifest import Identity, Release, build_manifest
 from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.schedule import build_schedule
-from pdplan.modelspec import get_model, model_file
+from pdplan.modelspec import DEFAULT_MODEL, get_model, model_file
 from pdplan.placement import ALIASES, ANY, resolve_fleets
 from pdplan.planner import PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
 from pdplan.planner.curves import cost_curves, goodput_per_gpu
 from pdplan.planner.plans import Spill
 from pdplan.planner.report import windowed_to_dict
+from pdplan.planner.request import Inputs
 from pdplan.planner.target import target_rate as plan_rate
 from pdplan.planner.windowed import MAX_CHANGE_GPU_MINUTES, check_windowed, trace_windows
 from pdplan.profiles import profile_inputs
@@ -65,8 +65,6 @@ from pdplan.schedule.search import DEFAULT_CHANGE_GPU_MINUTES
 from pdplan.schedule.windows import windows_file
 from pdplan.slo import DEFAULT_ATTAINMENT
 from pdplan.vocabulary import Affinity, Connector, Mode, Objective, PoolShapes, Redundancy, Rule
-
-DEFAULT_MODEL = "llama2-70b"
 
 
 def optimize(
@@ -143,7 +141,7 @@ def optimize(
     requests_per_probe: RequestsOpt = SearchSettings.requests_per_probe,
     tolerance: ToleranceOpt = SearchSettings.tolerance_rel,
     admission_share: AdmissionShareOpt = PlanRequest.admission_share,
-    seed: SeedOpt = SearchSettings.seed,
+    seed: SeedOpt = PlanRequest.seed,
     format: FormatOpt = None,
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the deployment manifest of the chosen plan (pdplan validate / diff / export read it, "
@@ -221,11 +219,11 @@ def optimize(
         time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, rule=verify_rule, redundancy=redundancy,
         pool_shapes=pool_shapes, mode=mode, mixed=mixed, mixed_max=mixed_max,
         spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share),
-        tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS, pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS)
+        tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS, pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS,
+        seed=seed, inputs=Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
+                                 model=model_file(model)))
     cache = ResultCache(cache_dir, enabled=not no_cache,
                         warn=lambda message: stderr.print(f"warning: {message}", markup=False, highlight=False))
-    inputs = Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
-                    model=model_file(model))
     created = datetime.now(timezone.utc).isoformat(timespec="seconds") if timestamp else None
     with progress_bar(json) as advance:
         if cut is not None:
@@ -234,18 +232,16 @@ def optimize(
             report = run_optimize(request, cache=cache, progress=advance)
     if cut is not None:
         if out is not None and windowed.chosen is not None:
-            outputs.put(out, dump_yaml(build_schedule(windowed, inputs, seed=seed, timestamp=created)))
+            outputs.put(out, dump_yaml(build_schedule(windowed, timestamp=created)))
         _windowed_output(windowed, outputs, plot, json)
         return
     document = report_to_dict(report)
     document["run"]["cache"]["dir"] = None if no_cache else str(cache.folder)
     if report.answer is not None:
         if out is not None:
-            timed = replace(report.answer.plan, engine=engine, engine_version=engine_version, compose=compose)
             identity = Identity(checkpoint=checkpoint, revision=revision, tokenizer=tokenizer, adapter=adapter,
                                 position=position)
-            outputs.put(out, dump_yaml(build_manifest(report, timed, inputs, identity=identity,
-                                                      release=Release(connector=connector), seed=seed,
+            outputs.put(out, dump_yaml(build_manifest(report, identity=identity, release=Release(connector=connector),
                                                       timestamp=created)))
         if plot is not None:
             _plots(report, document, plot, outputs)

@@ -127,7 +127,7 @@ def base_problem(request: PlanRequest, candidates: tuple[Candidate, ...], fleet:
                    target_rps=request.target_rps, fleet=fleet, objective=request.objective,
                    link_headroom=request.link_headroom, affinity=affinity, max_gpus=request.max_gpus,
                    max_usd_per_hour=request.max_usd_per_hour, max_power_w=request.max_power_w,
-                   time_limit_s=request.time_limit_s, seed=request.settings.seed, pool_shapes=request.pool_shapes,
+                   time_limit_s=request.time_limit_s, seed=request.seed, pool_shapes=request.pool_shapes,
                    redundancy=request.redundancy, mixed=mixed, max_mixed=request.mixed_max if mixed else None)
 
 

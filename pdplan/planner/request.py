@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.errors import PdplanError
@@ -19,6 +20,17 @@ from pdplan.workload import Workload
 
 #: End-to-end checks one search (a fleet, mode and affinity) may run.
 DEFAULT_MAX_CHECKS = 24
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """The files a plan was made from, as the user named them (paths are recorded as given, so a
+    manifest does not depend on the machine's folder layout)."""
+
+    trace: Path
+    cluster: Path | None = None          #: None: the shipped example cluster
+    profiles: tuple[Path, ...] = ()
+    model: Path | None = None            #: a model YAML, when the model is not from the catalog
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,8 +69,12 @@ class PlanRequest:
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
     mixed_max: int = 8                  #: mixed instances a plan may add at most
     spill: Spill = Spill()              #: when work spills to mixed machines
+    seed: int = 0                       #: the run's seed: every draw (probes, verification runs, CP-SAT)
+    inputs: Inputs | None = None        #: the files read, which manifests record (None: built in memory)
 
     def __post_init__(self):
+        if self.settings.seed != self.seed:  # the goodput searches draw from the run's seed
+            object.__setattr__(self, "settings", replace(self.settings, seed=self.seed))
         if self.mode not in tuple(Mode):
             raise PdplanError(f"--mode must be one of {', '.join(Mode)}, got {self.mode!r}", field="mode")
         if self.affinity not in tuple(Affinity):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from pdplan import limits
-from pdplan.modelspec import model_file
+from pdplan.modelspec import DEFAULT_MODEL, model_file
 from pdplan.profiles import profile_inputs
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
@@ -112,7 +112,7 @@ class GridSpec:
     """Base inputs and the dimensions a grid varies, validated."""
 
     trace: Path | None = None           #: required by the time a grid runs (file or --trace)
-    model: str = "llama2-70b"
+    model: str = DEFAULT_MODEL
     cluster: Path | None = None
     profiles: Path | None = None
     slo: dict = field(default_factory=lambda: dict(DEFAULT_SLO))  #: ttft_ms, tpot_ms, attainment
