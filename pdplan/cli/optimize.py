@@ -236,7 +236,6 @@ def optimize(
         _windowed_output(windowed, outputs, plot, json)
         return
     document = report_to_dict(report)
-    document["run"]["cache"]["dir"] = None if no_cache else str(cache.folder)
     if report.answer is not None:
         if out is not None:
             identity = Identity(checkpoint=checkpoint, revision=revision, tokenizer=tokenizer, adapter=adapter,

@@ -284,7 +284,7 @@ def _counts(checked: Checked) -> dict:
 def _run(report: PlanReport) -> dict:
     """What differs between two runs on the same inputs and seed (the cache and the clock), kept
     apart so that the rest of the document is byte-identical."""
-    return {"cache": {"hits": report.cache_hits, "misses": report.cache_misses},
+    return {"cache": {"hits": report.cache_hits, "misses": report.cache_misses, "dir": report.cache_dir},
             "end_to_end_simulations": report.simulations,
             "solver_wall_s": None if report.answer is None else significant(report.answer.solution.wall_s, 2)}
 

@@ -36,6 +36,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields, bound
 from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S
+from pdplan.verify import DEFAULT_RUNS
 from pdplan.vocabulary import Affinity, FailurePolicy
 
 FORMAT_VERSION = 1
@@ -120,7 +121,7 @@ class GridSpec:
     fleet: str = "any"
     affinity: Affinity = Affinity.HIGH
     failure_policy: FailurePolicy = FailurePolicy.RETRY
-    seeds: int = 3
+    seeds: int = DEFAULT_RUNS           #: verification runs per check, as optimize's
     max_rounds: int = DEFAULT_GRID_ROUNDS
     seed: int = 0
     dimensions: tuple[tuple[str, tuple], ...] = ()   #: (name, values) in the order given
