@@ -9,20 +9,20 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pdplan import limits
 from pdplan.cache import default_cache_dir
 from pdplan.cli.options import JsonOpt, choice, load_workload, profile_source, within
-from pdplan.cli.output import money, number, print_json, stderr, stdout
+from pdplan.cli.output import stderr
+from pdplan.cli.sensitivity_render import render
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
 from pdplan.planner.target import target_rate
 from pdplan.report import plot_grid
-from pdplan.sensitivity import (DIMENSIONS, Base, GridResult, GridSpec, check_executor, load_spec, parse_vary,
-                                run_grid, summary_text, with_vary)
+from pdplan.sensitivity import (DIMENSIONS, Base, GridSpec, check_executor, load_spec, parse_vary,
+                                run_grid, with_vary)
 from pdplan.slo import parse_threshold_s, slo_from_flags
 from pdplan.vocabulary import Affinity, Executor, FailurePolicy
 
@@ -129,13 +129,7 @@ def grid(
         outputs.put(plot, plot_grid(rows, x, y, panels, margin_ms=margin,
                                     show=lambda name, value: DIMENSIONS[name].show(value)), "--plot")
     outputs.commit()
-    summary = summary_text(the_spec.dimensions, result.cells)
-    if json:
-        print_json({"dimensions": {n: list(v) for n, v in the_spec.dimensions}, "compare": base.compare,
-                    "margin_ms": margin, "target_rps": base.target_rps, "summary": summary, "cells": rows})
-        return
-    render(result, rows, base)
-    stdout.print(summary, markup=False, highlight=False)
+    render(result, base, json)
 
 
 def override(spec: GridSpec, **flags) -> GridSpec:
@@ -175,33 +169,3 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
                 affinity=spec.affinity, failure_policy=spec.failure_policy, runs=spec.seeds,
                 max_checks=spec.max_rounds, seed=spec.seed, margin_ms=margin_ms, budget_usd_per_hour=budget,
                 cache_dir=None if cache_dir is None else str(cache_dir), use_cache=use_cache)
-
-
-def render(result: GridResult, rows: list[dict], base: Base) -> None:
-    """One table row per cell: coordinates, both plans' cost and verdict, the terms, the decision."""
-    what = (f"at {base.target_rps:.3g} req/s" if base.compare == "rate"
-            else f"within ${base.budget_usd_per_hour:,.2f} per hour")
-    table = Table(title=f"Sensitivity grid: best verified colocated vs P/D plan {what} (ms per request)")
-    for name in result.names:
-        table.add_column(name, justify="right")
-    budget = base.compare == "budget"
-    plans = (("colocated $/h", "colocated req/s", "colocated verdict", "P/D $/h", "P/D req/s", "P/D verdict")
-             if budget else ("colocated $/h", "colocated verdict", "P/D $/h", "P/D verdict"))
-    for name in (*plans, "T_saved", "T_xfer", "T_route", "T_fail", "ΔT", "decision"):
-        table.add_column(name, justify="right")
-    table.add_column("why")
-    for row in rows:
-        plans = [cell for prefix in ("colocated", "pd") for cell in (
-            money(row[f"{prefix}_usd_per_hour"]), *([number(row[f"{prefix}_rate_rps"])] if budget else []),
-            row[f"{prefix}_verdict"] or "—")]
-        table.add_row(*[DIMENSIONS[n].show(row[n]) for n in result.names], *plans,
-                      *[_ms(row[c]) for c in ("t_saved_ms", "t_transfer_exposed_ms", "t_route_ms", "t_failure_ms",
-                                              "delta_t_ms")],
-                      row["decision"], row["reason"])
-    stdout.print(table)
-
-
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{round(value, 1) or 0.0:+.1f}"
