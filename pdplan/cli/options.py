@@ -19,6 +19,7 @@ from pdplan.slo import (DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_thr
 from pdplan.vocabulary import Arrivals
 from pdplan.workload import FORMATS, Workload, load_trace
 
+
 def choice(flag: str, words: Iterable[StrEnum], *, sort: bool = True, **option) -> typer.models.OptionInfo:
     """A flag taking one word of a vocabulary set: the member is what the command receives, and
     any other word is refused as ``FLAG must be one of …, got …`` (the words sorted, unless not ``sort``)."""
