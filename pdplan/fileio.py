@@ -11,6 +11,7 @@ import stat
 import sys
 import tempfile
 from contextlib import contextmanager
+from enum import StrEnum
 from functools import cache
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
@@ -477,6 +478,13 @@ def significant(value: float | None, digits: int = WRITTEN_DIGITS) -> float | No
     return None if value is None else float(f"{value:.{digits}g}")
 
 
+class _Dumper(yaml.SafeDumper):
+    """The safe dumper, writing a vocabulary word (a StrEnum member) as the plain string it is."""
+
+
+_Dumper.add_multi_representer(StrEnum, lambda dumper, word: dumper.represent_str(str(word)))
+
+
 def dump_yaml(data: Any) -> str:
     """YAML text with keys in the order given, so outputs are byte-stable."""
-    return yaml.safe_dump(data, sort_keys=False, default_flow_style=False, allow_unicode=True)
+    return yaml.dump(data, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True)

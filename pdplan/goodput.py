@@ -8,7 +8,7 @@ forms and reused for prefill, decode and colocated instances alike.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Callable
 
 import numpy as np
@@ -231,6 +231,12 @@ class InstanceGoodput(InstanceShape):
                    admission_share=data["admission_share"])
 
 
+def probe_settings(workload: Workload, settings: SearchSettings) -> SearchSettings:
+    """The settings probes of ``workload`` run with: a lengths-only trace has no arrivals to
+    rescale, so its probes are Poisson."""
+    return settings if workload.has_arrivals else replace(settings, arrivals="poisson")
+
+
 def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings,
                    replicas: int = 1) -> Workload:
     """The requests one probe simulates at ``rate_rps``: ``requests_per_probe`` per replica, so
@@ -244,7 +250,7 @@ def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings
     from ``settings.seed``. Lengths-only traces always take ``poisson``.
     """
     wanted = settings.requests_per_probe * replicas
-    if settings.arrivals == "poisson" or not workload.has_arrivals:
+    if probe_settings(workload, settings).arrivals == "poisson":
         return replace_arrivals(workload, rate_rps=rate_rps, n_requests=wanted, rng=settings.seed)
     return rescale_rate(thin(workload, wanted, rng=settings.seed), rate_rps)
 

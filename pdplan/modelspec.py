@@ -121,6 +121,8 @@ class ModelSpec:
 
 
 PRECISION_MARK = "@"
+#: The model planned for when none is named (optimize, sensitivity grids).
+DEFAULT_MODEL = "llama2-70b"
 
 
 def default_kv_dtype(weight_dtype: str) -> str:

@@ -15,6 +15,8 @@ from pdplan.fileio import load_yaml
 from pdplan.schema import Fields
 
 METRICS = ("e2e", "tpot", "ttft")
+#: The SLO when none is given: p90 TTFT <= 1 s and p90 TPOT <= 100 ms.
+DEFAULT_TTFT_S, DEFAULT_TPOT_S, DEFAULT_ATTAINMENT = 1.0, 0.1, 0.9
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -30,10 +30,11 @@ from pdplan.errors import InternalError
 from pdplan.goodput import joint_attainment, per_request_clocks
 from pdplan.sim import SimResult
 from pdplan.slo import SLO, Objective, attainment
+from pdplan.vocabulary import Rule
 from pdplan.workload import Workload, head, poisson_resample, replace_arrivals, rescale_rate
 
 DEFAULT_RUNS = 3
-RULES = ("lower", "mean")
+RULES = tuple(Rule)
 #: Runs simulate at most this many requests each (the trace's first ones beyond it).
 MAX_RUN_REQUESTS = 200_000
 

@@ -85,40 +85,40 @@ def test_search_reports_the_program_estimate_the_verified_cost_and_the_gap(answe
 
 
 def test_a_negative_gap_is_printed_as_such_and_the_estimate_is_not_called_a_bound():
-    from pdplan.cli.optimize import _search_line
+    from pdplan.cli.optimize_render import search_line
     doc = {"search": {"program_estimate": 10.0, "lower_bound": 10.0, "verified": 9.0, "gap": -1 / 9, "checks": 2,
                       "proven": True},
            "solver": {"objective_name": "cost"}, "run": {"end_to_end_simulations": 6}}
-    line = _search_line(doc)
+    line = search_line(doc)
     assert line.startswith("search: integer-program estimate $10.00 (from pool capacities, not a bound), "
                            "verified $9.00, gap -11.1%, the simulation passed a plan the program counts short")
     assert "bound $" not in line
 
 
 def test_a_search_of_one_check_and_one_simulation_says_so_in_the_singular():
-    from pdplan.cli.optimize import _search_line
+    from pdplan.cli.optimize_render import search_line
     doc = {"search": {"program_estimate": 9.0, "verified": 9.0, "gap": 0.0, "checks": 1, "proven": True},
            "solver": {"objective_name": "cost"}, "run": {"end_to_end_simulations": 1}}
-    assert "(1 check, 1 end-to-end simulation run; " in _search_line(doc)
+    assert "(1 check, 1 end-to-end simulation run; " in search_line(doc)
     doc["search"]["verified"] = None
-    assert _search_line(doc) == "search: 1 end-to-end check"
+    assert search_line(doc) == "search: 1 end-to-end check"
 
 
 def test_a_verification_of_one_run_surviving_one_loss_says_so_in_the_singular():
-    from pdplan.cli.optimize import _verification_line
+    from pdplan.cli.optimize_render import verification_line
     interval = {"mean": 0.95, "low": 0.93, "high": 0.97}
     v = {"seeds": [0], "rule": "lower", "passed": True, "losses": [{"lost": "node h100-0"}], "rate_rps": 4.0,
          "requests": [2000], "joint": interval,
          "per_objective": [{"metric": "ttft", "threshold_s": 1.0, "target": 0.9, **interval}]}
-    line = _verification_line(v)
+    line = verification_line(v)
     assert " on 1 run × 2,000 requests " in line and line.endswith("; survives 1 distinct loss")
 
 
 def test_the_node_map_shows_an_instance_on_one_gpu_by_its_index_and_on_several_by_their_range(capsys, monkeypatch):
     from pdplan.cli import output
-    from pdplan.cli.optimize import _nodes_table
+    from pdplan.cli.optimize_render import nodes_table
     monkeypatch.setattr(output.stdout, "width", 200)
-    _nodes_table({"nodes": [{"instance": "decode-0", "pp": 1, "stages": [{"node": "h100-0", "gpus": [4]}]},
+    nodes_table({"nodes": [{"instance": "decode-0", "pp": 1, "stages": [{"node": "h100-0", "gpus": [4]}]},
                             {"instance": "prefill-0", "pp": 1, "stages": [{"node": "h100-0", "gpus": [0, 1, 2, 3]}]}]})
     assert "decode-0 (4), prefill-0 (0-3)" in capsys.readouterr().out
 

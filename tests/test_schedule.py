@@ -431,18 +431,21 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     assert len(timeline.windows) == 3
 
     # The schedule document records the mixed pool and its spill thresholds, and checks them.
-    from pdplan.manifest.build import Inputs
+    from dataclasses import replace
+
     from pdplan.manifest.document import seal
     from pdplan.manifest.schedule import build_schedule, check_schedule
+    from pdplan.planner.request import Inputs
     from pdplan.schedule.search import WindowedReport
 
     verified = VerifiedSchedule(kind="windowed", schedule=schedule, checks=checks, rounds=1, timeline=timeline)
     assert verified.passed, verified.missed
-    report = WindowedReport(request=request, windows=tuple(windows), change_gpu_minutes=5.0,
-                            schedules={"disaggregated": verified}, reasons={}, static_peak=None, static_mean=None)
     trace = tmp_path / "trace.csv"
     trace.write_text("request\n")
-    doc = build_schedule(report, Inputs(trace=trace), seed=0)
+    report = WindowedReport(request=replace(request, inputs=Inputs(trace=trace)), windows=tuple(windows),
+                            change_gpu_minutes=5.0, schedules={"disaggregated": verified}, reasons={},
+                            static_peak=None, static_mean=None)
+    doc = build_schedule(report)
     assert doc["spill"] == {"prefill_queue_tokens": 0, "decode_kv_share": 1.0}
     assert "mixed" in {shape["phase"] for shape in doc["shapes"]}
     assert check_schedule(doc) == []

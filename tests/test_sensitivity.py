@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from pdplan.cli import output
-from pdplan.cli.sensitivity import render
+from pdplan.cli.sensitivity_render import render
 from pdplan.hardware import GB, default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
 from pdplan.latency.profile import shipped_profiles
@@ -286,7 +286,7 @@ def test_the_grid_table_names_each_plan_s_verdict_column_for_its_mode(capsys, mo
     monkeypatch.setattr(output.stdout, "width", 400)
     dimensions = (("bandwidth", (10.0,)),)
     result = GridResult(dimensions=dimensions, cells=(hand_cell(0, "INFEASIBLE", bandwidth=10.0),))
-    render(result, result.rows(), SimpleNamespace(compare="rate", target_rps=2.0))
+    render(result, SimpleNamespace(compare="rate", target_rps=2.0), False)
     header = next(line for line in capsys.readouterr().out.splitlines() if "bandwidth" in line)
     columns = [cell.strip() for cell in header.strip("┃").split("┃")]
     assert columns[1:5] == ["colocated $/h", "colocated verdict", "P/D $/h", "P/D verdict"]

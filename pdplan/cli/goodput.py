@@ -2,24 +2,27 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Callable, Iterator
 
 import typer
 from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pdplan import limits
+from pdplan.cli.goodput_render import profile_label, render, render_closed_loop
 from pdplan.cli.options import (
-    within,
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
+    ComposeOpt,
     DtypeOpt,
-    KvDtypeOpt,
+    EngineOpt,
+    EngineVersionOpt,
     FormatOpt,
     GridOpt,
     JsonOpt,
+    KvDtypeOpt,
     ProfilesOpt,
     RequestsOpt,
     SeedOpt,
@@ -28,52 +31,52 @@ from pdplan.cli.options import (
     TpotOpt,
     TraceArg,
     TtftOpt,
+    choice,
     load_workload,
     profile_source,
-    ComposeOpt,
-    EngineOpt,
-    EngineVersionOpt,
     search_settings,
     slo_from_options,
+    within,
 )
-from pdplan.cli.output import print_json, stderr, stdout
+from pdplan.cli.output import stderr
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.goodput import DEFAULT_ADMISSION_SHARE, InstanceGoodput, closed_loop_goodput, instance_goodput, phase_slo
+from pdplan.goodput import (DEFAULT_ADMISSION_SHARE, SearchSettings, closed_loop_goodput, instance_goodput,
+                            probe_settings)
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model, model_file
 from pdplan.latency.profile import profile_inputs
 from pdplan.plots import plot_attainment_curve
-
-PHASES = ("colocated", "decode", "prefill")
-POLICIES = ("chunked", "prefill-first")
+from pdplan.slo import DEFAULT_ATTAINMENT
+from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy
 
 
 def goodput(
     trace: TraceArg,
     model: Annotated[str, typer.Option("--model", help="Model name from the catalog, or a model YAML.")],
     gpu: Annotated[str, typer.Option("--gpu", help="GPU type from the catalog.")],
-    phase: Annotated[str, typer.Option("--phase", help="prefill, decode or colocated.")],
+    phase: Annotated[Phase, choice("--phase", INSTANCE_PHASES, help="prefill, decode or colocated.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
-    policy: Annotated[str, typer.Option("--policy", help="Colocated scheduling: chunked or prefill-first.")] = "prefill-first",
+    policy: Annotated[Policy, choice(
+        "--policy", Policy, help="Colocated scheduling: chunked or prefill-first.")] = Policy.PREFILL_FIRST,
     chunk: Annotated[int | None, typer.Option("--chunk", help="Chunked-prefill token budget per iteration.")] = None,
     ttft: TtftOpt = None,
     tpot: TpotOpt = None,
-    attainment: AttainmentOpt = 0.9,
+    attainment: AttainmentOpt = DEFAULT_ATTAINMENT,
     slo: SloFileOpt = None,
     profiles: ProfilesOpt = None,
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
-    arrivals: ArrivalsOpt = "trace",
-    requests_per_probe: RequestsOpt = 2000,
-    tolerance: ToleranceOpt = 0.02,
+    arrivals: ArrivalsOpt = SearchSettings.arrivals,
+    requests_per_probe: RequestsOpt = SearchSettings.requests_per_probe,
+    tolerance: ToleranceOpt = SearchSettings.tolerance_rel,
     grid: GridOpt = 6,
     admission_share: AdmissionShareOpt = DEFAULT_ADMISSION_SHARE,
-    seed: SeedOpt = 0,
+    seed: SeedOpt = SearchSettings.seed,
     format: FormatOpt = None,
     closed_loop: Annotated[bool, typer.Option(
         "--closed-loop", help="Probe closed loops instead of rates: the most concurrent clients (each sending its "
@@ -92,10 +95,6 @@ def goodput(
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
-    if phase not in PHASES:
-        raise PdplanError(f"--phase must be one of {', '.join(PHASES)}, got {phase!r}", field="phase")
-    if policy not in POLICIES:
-        raise PdplanError(f"--policy must be one of {', '.join(POLICIES)}, got {policy!r}", field="policy")
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
                           field="chunk")
@@ -105,8 +104,7 @@ def goodput(
     objectives = slo_from_options(ttft, tpot, attainment, slo)
     settings = search_settings(tolerance, requests_per_probe, arrivals, seed, grid)
     workload = load_workload(trace, format)
-    if not workload.has_arrivals:  # probes of a lengths-only trace are Poisson; record what was run
-        settings = search_settings(tolerance, requests_per_probe, "poisson", seed, grid)
+    settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose)
     profile = source.profile(spec, device, tp, pp)
@@ -115,100 +113,29 @@ def goodput(
         if plot is not None:
             raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",
                               field="plot")
-        _closed_loop(workload, profile, phase, objectives, settings, policy, chunk, admission_share,
-                     profile_label(profile, fallback), json)
+        with spinner(f"closed loops on {profile.shape} ({phase})", json) as say:
+            loops = closed_loop_goodput(workload, profile, phase=phase, slo=objectives, settings=settings,
+                                        policy=policy, chunk_tokens=chunk, admission_share=admission_share,
+                                        on_probe=lambda p: say(f"ran {p.clients} clients"))
+        render_closed_loop(loops, profile, phase, objectives, admission_share, profile_label(profile, fallback),
+                           json)
         return
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=stderr, transient=True,
-                  disable=json or not stderr.is_terminal) as progress:
-        task = progress.add_task(f"probing {profile.shape} ({phase})", total=None)
-        result = instance_goodput(
-            workload, profile, phase=phase, slo=objectives, settings=settings,
-            policy=policy if phase == "colocated" else None, chunk_tokens=chunk,
-            admission_share=admission_share,
-            on_probe=lambda p: progress.update(task, description=f"probed {p.rate_rps:.3g} rps"))
+    with spinner(f"probing {profile.shape} ({phase})", json) as say:
+        result = instance_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, policy=policy,
+                                  chunk_tokens=chunk, admission_share=admission_share,
+                                  on_probe=lambda p: say(f"probed {p.rate_rps:.3g} rps"))
     if plot is not None:
         outputs.put(plot, plot_attainment_curve(
             result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
             f"{profile.shape} {phase}", ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT"))
         outputs.commit()
-    if json:
-        print_json({**result.to_dict(), "profile_source": profile.provenance.source,
-                    "profile_method": profile.provenance.method, "profile_fallback": fallback,
-                    "slo": objectives.to_dict()})
-    else:
-        _render(result, profile_label(profile, fallback), objectives)
+    render(result, profile, fallback, objectives, json)
 
 
-def profile_label(profile, fallback: str | None) -> str:
-    """``composed (vllm: operator sum, …)``; a roofline says why nothing better was used."""
-    prov = profile.provenance
-    if prov.source == "roofline":
-        return f"roofline ({fallback})" if fallback else "roofline"
-    return f"{prov.source} ({prov.method})"
-
-
-def _closed_loop(workload, profile, phase, objectives, settings, policy, chunk, admission_share, source: str,
-                 as_json: bool) -> None:
+@contextmanager
+def spinner(what: str, quiet: bool) -> Iterator[Callable[[str], None]]:
+    """A transient spinner on stderr saying ``what`` (none with --json or off a terminal), and its update."""
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=stderr, transient=True, disable=as_json or not stderr.is_terminal) as progress:
-        task = progress.add_task(f"closed loops on {profile.shape} ({phase})", total=None)
-        result = closed_loop_goodput(
-            workload, profile, phase=phase, slo=objectives, settings=settings,
-            policy=policy if phase == "colocated" else None, chunk_tokens=chunk, admission_share=admission_share,
-            on_probe=lambda p: progress.update(task, description=f"ran {p.clients} clients"))
-    if as_json:
-        print_json({"model": profile.model, "gpu": profile.gpu, "tp": profile.tp, "pp": profile.pp, "phase": phase,
-                    "closed_loop": result.to_dict(), "profile": source, "slo": objectives.to_dict()})
-        return
-    stdout.print(f"{profile.shape} ({phase}): {result.clients} clients meet the SLO, drawing "
-                 f"{result.throughput_rps:.3f} req/s (simulated closed loops; profile {source})",
-                 markup=False, highlight=False)
-    table = Table(title="Closed loops (attainment: the share of requests within each threshold)")
-    for name in ("clients", "req/s", *_attainment_columns(objectives, phase, admission_share), "meets"):
-        table.add_column(name, justify="right")
-    for p in result.probes:
-        table.add_row(str(p.clients), f"{p.throughput_rps:.3f}", _share(p.probe.attainment_ttft),
-                      _share(p.probe.attainment_tpot), _share(p.probe.attainment_joint), "yes" if p.probe.meets else "no")
-    stdout.print(table)
-
-
-def _render(result: InstanceGoodput, source: str, objectives) -> None:
-    summary = Table(title=f"Goodput of {result.model} {result.gpu} TP{result.tp} PP{result.pp} ({result.phase})",
-                    show_header=False)
-    summary.add_column(style="bold")
-    summary.add_column(justify="right")
-    missed = "" if result.missed_rps is None else f"; {result.missed_rps:.3f} req/s missed, so it lies in between"
-    summary.add_row("goodput", f"{result.goodput_rps:.3f} req/s (simulated{missed})")
-    summary.add_row("per GPU", f"{result.goodput_per_gpu:.3f} req/s on {result.gpus} GPUs")
-    for label, value in (("M/D/1 bracket", result.md1_rps), ("M/G/1 bracket", result.mg1_rps),
-                         (f"{result.phase} saturation", result.saturation_rps)):
-        if value is not None:
-            summary.add_row(label, f"{value:.3f} req/s (closed form)")
-    summary.add_row("SLO", "; ".join(o.label for o in objectives.objectives))
-    summary.add_row("profile", source)
-    summary.add_row("probes", f"{len(result.probes)} × {result.requests_per_probe} requests "
-                              f"({result.settings.arrivals} arrivals, tolerance {result.settings.tolerance_rel:g})")
-    stdout.print(summary)
-    curve = Table(title="Attainment curve (the share of requests within each threshold)")
-    for name in ("rate req/s", *_attainment_columns(objectives, result.phase, result.admission_share), "meets"):
-        curve.add_column(name, justify="right")
-    for p in result.probes:
-        curve.add_row(f"{p.rate_rps:.3f}", _share(p.attainment_ttft), _share(p.attainment_tpot),
-                      _share(p.attainment_joint), "yes" if p.meets else ("saturated" if p.saturated else "no"))
-    stdout.print(curve)
-
-
-def _attainment_columns(slo, phase: str, admission_share: float) -> tuple[str, str, str]:
-    """Headers of the TTFT, TPOT and joint attainment columns, each naming its clock and the
-    threshold it is judged on alone; a decode instance's TTFT clock measures its admission wait."""
-    judged = phase_slo(slo, phase, admission_share)
-    heads = []
-    for clock, metric in (("admission wait" if phase == "decode" else "TTFT", "ttft"), ("TPOT", "tpot")):
-        threshold = judged.threshold_s(metric)
-        heads.append(f"{clock} (share)" if threshold is None else f"{clock} ≤ {threshold * 1e3:g} ms (share)")
-    return heads[0], heads[1], "joint (share)"
-
-
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+                  console=stderr, transient=True, disable=quiet or not stderr.is_terminal) as progress:
+        task = progress.add_task(what, total=None)
+        yield lambda description: progress.update(task, description=description)

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import math
+from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Iterable
 
 import typer
 
@@ -13,8 +14,27 @@ from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
-from pdplan.slo import SLO, load_slo, parse_threshold_s, slo_from_flags
+from pdplan.slo import (DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s,
+                        slo_from_flags)
+from pdplan.vocabulary import Arrivals
 from pdplan.workload import FORMATS, Workload, load_trace
+
+
+def choice(flag: str, words: Iterable[StrEnum], *, sort: bool = True, **option) -> typer.models.OptionInfo:
+    """A flag taking one word of a vocabulary set: the member is what the command receives, and
+    any other word is refused as ``FLAG must be one of …, got …`` (the words sorted, unless not ``sort``)."""
+    words = tuple(words)
+    listed = sorted(words) if sort else words
+
+    def parse(value: str) -> StrEnum:
+        for word in words:
+            if value == word:
+                return word
+        raise PdplanError(f"{flag} must be one of {', '.join(listed)}, got {value!r}",
+                          field=flag.lstrip("-").replace("-", "_"))
+
+    return typer.Option(flag, parser=parse, **option)
+
 
 TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
                                                "BurstGPT CSV or a lengths-only CSV; a regular file of at most "
@@ -38,8 +58,8 @@ ProfilesOpt = Annotated[Path | None, typer.Option(
     "--profiles", help=f"Your measured profile file or folder, added to the shipped ones ({shipped_profiles_dir()}; "
                        "yours win for a shape both have). Shapes without a measured profile are composed from "
                        "measured operators (--engine), else use a roofline.")]
-ArrivalsOpt = Annotated[str, typer.Option(
-    "--arrivals", help="How a probe reaches a rate: trace (rescale the trace, burst shape kept) or "
+ArrivalsOpt = Annotated[Arrivals, choice(
+    "--arrivals", Arrivals, help="How a probe reaches a rate: trace (rescale the trace, burst shape kept) or "
                        "poisson (Poisson arrivals, lengths resampled from the trace).")]
 RequestsOpt = Annotated[int, typer.Option("--requests-per-probe", help="Requests simulated at each probed rate.")]
 ToleranceOpt = Annotated[float, typer.Option(
@@ -67,8 +87,6 @@ ComposeOpt = Annotated[bool, typer.Option(
     "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile "
                                    "exists (else the roofline).")]
 
-DEFAULT_TTFT_S, DEFAULT_TPOT_S, DEFAULT_ATTAINMENT = 1.0, 0.1, 0.9
-
 
 def slo_from_options(ttft: str | None, tpot: str | None, attainment: float, slo_file: Path | None) -> SLO:
     """An SLO file, or the flags (defaults p90 TTFT ≤ 1 s and p90 TPOT ≤ 100 ms)."""
@@ -93,16 +111,6 @@ def profile_source(path: Path | None, engine: str | None = None, engine_version:
     return ProfileSource(measured_profiles(path), engine=engine, engine_version=engine_version, compose=compose)
 
 
-def trace_rate_rps(workload: Workload, trace: Path) -> float:
-    """The trace's mean rate (requests over first to last arrival), the default target."""
-    if not workload.has_arrivals:
-        raise PdplanError("trace has no arrival times; give --target-rate", file=trace)
-    duration = float(workload.arrival_s[-1] - workload.arrival_s[0])
-    if duration <= 0:
-        raise PdplanError("all arrivals fall at one instant; give --target-rate", file=trace)
-    return len(workload) / duration
-
-
 def load_workload(trace: Path, format: str | None) -> Workload:
     """The trace, refusing one with no requests to plan on."""
     workload = load_trace(trace, format=format)
@@ -115,11 +123,9 @@ GridOpt = Annotated[int, typer.Option("--grid", help="Extra probes, evenly space
                                                      "to draw the attainment curve a(λ).")]
 
 
-def search_settings(tolerance: float, requests_per_probe: int, arrivals: str, seed: int,
+def search_settings(tolerance: float, requests_per_probe: int, arrivals: Arrivals, seed: int,
                     grid_points: int = 0) -> SearchSettings:
     """Search settings from flags, with flag names in the errors."""
-    if arrivals not in ("trace", "poisson"):
-        raise PdplanError(f"--arrivals must be one of poisson, trace, got {arrivals!r}", field="arrivals")
     if not 0 < tolerance < 1:
         raise PdplanError(f"--tolerance must be in (0, 1), got {tolerance!r}", field="tolerance")
     if requests_per_probe < 2:  # a rate needs two arrivals to be measured

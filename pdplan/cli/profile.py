@@ -13,11 +13,12 @@ from rich import box
 from rich.table import Table
 
 from pdplan import limits
-from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, within
+from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, choice, within
 from pdplan.latency.compose import tables
 from pdplan.cli.output import counted, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
+from pdplan.vocabulary import Policy
 from pdplan.latency.importers import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.modelspec import get_model, model_file
@@ -310,9 +311,9 @@ def calibrate(
         "--format", help="vllm-bench (vllm bench serve --save-result, per-request with --save-detailed), "
                          "genai-perf (profile_export_genai_perf.json) or aiperf (profile_export_aiperf.json).")
     ] = "vllm-bench",
-    policy: Annotated[str, typer.Option(
-        "--policy", help="How the benchmarked engine batches: chunked (vLLM, TensorRT-LLM) or prefill-first "
-                         "(SGLang).")] = "chunked",
+    policy: Annotated[Policy, choice(
+        "--policy", Policy, help="How the benchmarked engine batches: chunked (vLLM, TensorRT-LLM) or "
+                                 "prefill-first (SGLang).")] = Policy.CHUNKED,
     chunk: Annotated[int, typer.Option("--chunk", help="Tokens per iteration (chunked) or per prefill batch "
                                                        "(prefill-first), the engine's max_num_batched_tokens.")] = 8192,
     output: Annotated[Path, typer.Option("-o", "--output", help="Calibrated profile YAML to write (atomically).",
@@ -327,8 +328,6 @@ def calibrate(
     from pdplan.latency.calibration.bench import FORMATS, read_bench
     from pdplan.latency.calibration.fit import EngineBatching, calibrate as fit, calibrated_profile
 
-    if policy not in ("chunked", "prefill-first"):
-        raise PdplanError(f"--policy must be one of chunked, prefill-first, got {policy!r}", field="policy")
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)

@@ -9,21 +9,22 @@ from typing import Annotated
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 
 from pdplan import limits
 from pdplan.cache import default_cache_dir
-from pdplan.cli.options import JsonOpt, load_workload, profile_source, trace_rate_rps, within
-from pdplan.cli.output import money, number, print_json, stderr, stdout
+from pdplan.cli.options import JsonOpt, choice, load_workload, profile_source, within
+from pdplan.cli.output import stderr
+from pdplan.cli.sensitivity_render import render
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
+from pdplan.planner.target import target_rate
 from pdplan.plots import plot_grid
-from pdplan.sensitivity import (DIMENSIONS, Base, GridResult, GridSpec, check_executor, load_spec, parse_vary,
-                                run_grid, summary_text, with_vary)
-from pdplan.sensitivity.spec import AFFINITIES, FAILURE_POLICIES
+from pdplan.sensitivity import (DIMENSIONS, Base, GridSpec, check_executor, load_spec, parse_vary,
+                                run_grid, with_vary)
 from pdplan.slo import parse_threshold_s, slo_from_flags
+from pdplan.vocabulary import Affinity, Executor, FailurePolicy
 
 app = typer.Typer(help="Sensitivity of the P/D decision to workload, topology, faults and prices.",
                   no_args_is_help=True)
@@ -57,12 +58,12 @@ def grid(
     attainment: Annotated[float | None, typer.Option("--attainment", help="Share of requests within each "
                                                      "threshold.")] = None,
     fleet: Annotated[str | None, typer.Option("--fleet", help="GPU types per pool, as optimize --fleet.")] = None,
-    affinity: Annotated[str | None, typer.Option(
-        "--affinity", help="KV path: high (handoffs cross nodes, the grid's default, so the bandwidth "
-                           "dimension is the path they take), low or auto.")] = None,
-    failure_policy: Annotated[str | None, typer.Option(
-        "--failure-policy", help="What a failed KV transfer costs: retry (resend) or recompute (prefill "
-                                 "again).")] = None,
+    affinity: Annotated[Affinity | None, choice(
+        "--affinity", Affinity, help="KV path: high (handoffs cross nodes, the grid's default, so the bandwidth "
+                                     "dimension is the path they take), low or auto.")] = None,
+    failure_policy: Annotated[FailurePolicy | None, choice(
+        "--failure-policy", FailurePolicy, help="What a failed KV transfer costs: retry (resend) or recompute "
+                                                "(prefill again).")] = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Verification runs per check.")] = None,
     max_rounds: Annotated[int | None, typer.Option(
         "--max-rounds", help="End-to-end checks per fleet, mode and affinity in each cell.")] = None,
@@ -70,9 +71,9 @@ def grid(
                                              "failures).")] = None,
     jobs: Annotated[int, typer.Option("--jobs", help="Cells run at once (local processes, or a local Ray's "
                                       "CPUs).")] = os.cpu_count() or 1,
-    executor: Annotated[str, typer.Option(
-        "--executor", help="local (a process pool) or ray (tasks on a Ray cluster; pip install "
-                           "'pdplan\\[ray]').")] = "local",
+    executor: Annotated[Executor, choice(
+        "--executor", Executor, help="local (a process pool) or ray (tasks on a Ray cluster; pip install "
+                                     "'pdplan\\[ray]').")] = Executor.LOCAL,
     address: Annotated[str | None, typer.Option(
         "--address", help="Ray cluster address (ray://host:10001 or host:6379); default a local Ray.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="CSV with one row per cell.")] = None,
@@ -128,24 +129,12 @@ def grid(
         outputs.put(plot, plot_grid(rows, x, y, panels, margin_ms=margin,
                                     show=lambda name, value: DIMENSIONS[name].show(value)), "--plot")
     outputs.commit()
-    summary = summary_text(the_spec.dimensions, result.cells)
-    if json:
-        print_json({"dimensions": {n: list(v) for n, v in the_spec.dimensions}, "compare": base.compare,
-                    "margin_ms": margin, "target_rps": base.target_rps, "summary": summary, "cells": rows})
-        return
-    render(result, rows, base)
-    stdout.print(summary, markup=False, highlight=False)
+    render(result, base, json)
 
 
 def override(spec: GridSpec, **flags) -> GridSpec:
     """The grid file's settings with every flag that was given in their place."""
     given = {key: value for key, value in flags.items() if value is not None}
-    if "affinity" in given and given["affinity"] not in AFFINITIES:
-        raise PdplanError(f"--affinity must be one of {', '.join(AFFINITIES)}, got {given['affinity']!r}",
-                          field="affinity")
-    if "failure_policy" in given and given["failure_policy"] not in FAILURE_POLICIES:
-        raise PdplanError(f"--failure-policy must be one of {', '.join(FAILURE_POLICIES)}, got "
-                          f"{given['failure_policy']!r}", field="failure_policy")
     within("--target-rate", given.get("target_rate"), 0, limits.MAX_RATE_RPS, above=True)
     within("--seeds", given.get("seeds"), 1, limits.MAX_RUNS)
     within("--max-rounds", given.get("max_rounds"), 1, limits.MAX_CHECKS)
@@ -171,7 +160,7 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
               budget: float | None, cache_dir: Path | None, use_cache: bool) -> Base:
     """The loaded inputs every cell starts from."""
     workload = load_workload(spec.trace, None)
-    rate = spec.target_rate if spec.target_rate is not None else trace_rate_rps(workload, spec.trace)
+    rate = target_rate(workload, spec.trace, given=spec.target_rate)
     slo = slo_from_flags(parse_threshold_s(ttft, "ttft") if ttft else spec.slo["ttft_ms"] / 1e3,
                          parse_threshold_s(tpot, "tpot") if tpot else spec.slo["tpot_ms"] / 1e3,
                          spec.slo["attainment"] if attainment is None else attainment)
@@ -180,33 +169,3 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
                 affinity=spec.affinity, failure_policy=spec.failure_policy, runs=spec.seeds,
                 max_checks=spec.max_rounds, seed=spec.seed, margin_ms=margin_ms, budget_usd_per_hour=budget,
                 cache_dir=None if cache_dir is None else str(cache_dir), use_cache=use_cache)
-
-
-def render(result: GridResult, rows: list[dict], base: Base) -> None:
-    """One table row per cell: coordinates, both plans' cost and verdict, the terms, the decision."""
-    what = (f"at {base.target_rps:.3g} req/s" if base.compare == "rate"
-            else f"within ${base.budget_usd_per_hour:,.2f} per hour")
-    table = Table(title=f"Sensitivity grid: best verified colocated vs P/D plan {what} (ms per request)")
-    for name in result.names:
-        table.add_column(name, justify="right")
-    budget = base.compare == "budget"
-    plans = (("colocated $/h", "colocated req/s", "colocated verdict", "P/D $/h", "P/D req/s", "P/D verdict")
-             if budget else ("colocated $/h", "colocated verdict", "P/D $/h", "P/D verdict"))
-    for name in (*plans, "T_saved", "T_xfer", "T_route", "T_fail", "ΔT", "decision"):
-        table.add_column(name, justify="right")
-    table.add_column("why")
-    for row in rows:
-        plans = [cell for prefix in ("colocated", "pd") for cell in (
-            money(row[f"{prefix}_usd_per_hour"]), *([number(row[f"{prefix}_rate_rps"])] if budget else []),
-            row[f"{prefix}_verdict"] or "—")]
-        table.add_row(*[DIMENSIONS[n].show(row[n]) for n in result.names], *plans,
-                      *[_ms(row[c]) for c in ("t_saved_ms", "t_transfer_exposed_ms", "t_route_ms", "t_failure_ms",
-                                              "delta_t_ms")],
-                      row["decision"], row["reason"])
-    stdout.print(table)
-
-
-
-
-def _ms(value: float | None) -> str:
-    return "—" if value is None else f"{round(value, 1) or 0.0:+.1f}"

@@ -23,9 +23,6 @@ from pdplan.cli.options import (
     profile_source,
     EngineOpt,
     EngineVersionOpt,
-    DEFAULT_TPOT_S,
-    DEFAULT_TTFT_S,
-    DEFAULT_ATTAINMENT,
 )
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
@@ -35,7 +32,7 @@ from pdplan.modelspec import model_file
 from pdplan.latency.profile import profile_inputs
 from pdplan.sim import simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
-from pdplan.slo import parse_threshold_s, slo_from_flags
+from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S, parse_threshold_s, slo_from_flags
 
 
 def simulate(

@@ -11,14 +11,14 @@ from rich.table import Table
 
 from pdplan import workload as wl
 from pdplan import limits
-from pdplan.cli.options import check_seed, within
+from pdplan.cli.options import check_seed, choice, within
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
+from pdplan.vocabulary import TraceArrivals
 
 app = typer.Typer(help="Inspect, transform and synthesise request traces.", no_args_is_help=True)
 
-ARRIVALS = ("gamma", "poisson", "trace")
 LENGTH_KEYS = ("mean", "p50", "p90", "p99", "max")
 
 TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
@@ -57,9 +57,10 @@ def transform(
     rate: Annotated[float | None, typer.Option(
         "--rate", help="Target mean arrival rate (requests/s). With --arrivals trace the gaps are "
                        "scaled to reach it, keeping the burst shape; required for poisson/gamma.")] = None,
-    arrivals: Annotated[str, typer.Option(
-        "--arrivals", help="trace: keep (and rescale) the trace's arrivals; poisson|gamma: new "
-                           "arrivals at --rate with lengths resampled, with replacement, from the trace.")] = "trace",
+    arrivals: Annotated[TraceArrivals, choice(
+        "--arrivals", TraceArrivals, help="trace: keep (and rescale) the trace's arrivals; poisson|gamma: new "
+                                          "arrivals at --rate with lengths resampled, with replacement, from "
+                                          "the trace.")] = TraceArrivals.TRACE,
     cv: CvOpt = None,
     start: Annotated[float | None, typer.Option(
         "--start", help="Window start, seconds after the first arrival (applied before the rate).")] = None,
@@ -109,7 +110,8 @@ def synth(
                                         show_default=False)],
     output: Annotated[str, typer.Option("--output", help="Output length SPEC, same kinds as --prompt.",
                                         show_default=False)],
-    arrivals: Annotated[str, typer.Option("--arrivals", help="poisson or gamma (needs --cv).")] = "poisson",
+    arrivals: Annotated[TraceArrivals, choice(
+        "--arrivals", TraceArrivals, help="poisson or gamma (needs --cv).")] = TraceArrivals.POISSON,
     cv: CvOpt = None,
     diurnal: Annotated[float, typer.Option(
         "--diurnal", help="Peak-to-trough ratio of a day curve the rate follows (lowest at the start, highest "
@@ -150,8 +152,6 @@ def _check_arrival_flags(arrivals: str, rate: float | None, cv: float | None, se
     within("--cv", cv, 0, 100, above=True)
     within("--requests", requests, 1, limits.MAX_SYNTH_REQUESTS)
     check_seed(seed)
-    if arrivals not in ARRIVALS:
-        raise PdplanError(f"--arrivals must be one of {', '.join(ARRIVALS)}, got {arrivals!r}")
     if arrivals == "gamma" and cv is None:
         raise PdplanError("--arrivals gamma needs --cv")
     if arrivals != "gamma" and cv is not None:

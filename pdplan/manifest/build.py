@@ -11,7 +11,7 @@ verified answer or derived by a named formula.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import resources
 from pathlib import Path
 
@@ -23,10 +23,14 @@ from pdplan.fileio import WRITTEN_DIGITS, sha256_file, update_digest
 from pdplan.hardware import get_gpu
 from pdplan.manifest.document import API_VERSION, KIND, digest, seal
 from pdplan.modelspec import ModelSpec, kv_heads_per_gpu, weight_bytes_per_gpu
-from pdplan.planner import PlanReport, report_to_dict
+from pdplan.planner import PlanReport
 from pdplan.planner.measure import mean_kv_bytes_per_request
 from pdplan.planner.plans import pool_name
+from pdplan.planner.report import links_dict, phase_dict, pools, search_dict
+from pdplan.planner.request import Inputs, PlanRequest
+from pdplan.planner.search import Checked
 from pdplan.sim.plan import Plan
+from pdplan.vocabulary import Connector
 from pdplan.workload import trace_stats
 
 UNKNOWN = "unknown"
@@ -36,7 +40,8 @@ ROLLBACK = ("STOP_NEW_ROUTES", "ADVANCE_ROUTE_EPOCH", "DRAIN_OR_ABORT_TRANSFERS"
             "DISABLE_CONNECTOR", "REVOKE_CAPABILITIES", "RECLAIM_UNPUBLISHED", "ROLLBACK_COMPLETE")
 RELEASE_STAGES = ("SHADOW", "CANARY", "ACTIVE")
 #: vLLM's connector class per KV connector (checked against vLLM 0.33's registered connectors).
-CONNECTORS = {"nixl": "NixlConnector", "mooncake": "MooncakeConnector", "lmcache": "LMCacheConnectorV1"}
+CONNECTORS = {Connector.NIXL: "NixlConnector", Connector.MOONCAKE: "MooncakeConnector",
+              Connector.LMCACHE: "LMCacheConnectorV1"}
 #: vLLM's KV roles: a mixed machine (Splitwise's mixed pool) both prefills and takes handoffs.
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "mixed": "kv_both"}
 #: Simulator pool settings a manifest carries, to rebuild the plan it was verified as.
@@ -62,52 +67,49 @@ class Identity:
 class Release:
     """The promotion gates (0x0FF) a canary must hold before P/D becomes active."""
 
-    connector: str = "nixl"
+    connector: Connector = Connector.NIXL
     canary_share: float = 0.05
     transfer_failure_rate_max: float = 0.001
 
 
-@dataclass(frozen=True, kw_only=True)
-class Inputs:
-    """The files a plan was made from, as the user named them (paths are recorded as given, so a
-    manifest does not depend on the machine's folder layout)."""
-
-    trace: Path
-    cluster: Path | None = None          #: None: the shipped example cluster
-    profiles: tuple[Path, ...] = ()
-    model: Path | None = None            #: a model YAML, when the model is not from the catalog
-
-
-def build_manifest(report: PlanReport, plan: Plan, inputs: Inputs, *, identity: Identity = Identity(),
-                   release: Release = Release(), seed: int = 0, timestamp: str | None = None) -> dict:
-    """The sealed manifest of ``report``'s verified answer, whose simulator plan is ``plan``."""
-    if report.answer is None:
+def build_manifest(report: PlanReport, *, identity: Identity = Identity(), release: Release = Release(),
+                   timestamp: str | None = None) -> dict:
+    """The sealed manifest of ``report``'s verified answer: its simulator plan timed as the
+    request's profile source times it, the files the request read and the seed it ran with."""
+    answer, chosen, request = report.answer, report.chosen, report.request
+    if answer is None:
         raise InternalError("only a verified answer has a manifest")
-    doc = report_to_dict(report)
-    request = report.request
-    model = request.model
-    files = input_files(inputs)
+    files = input_files(request_inputs(request))
+    source = request.profiles
+    plan = replace(answer.plan, engine=source.engine, engine_version=source.engine_version, compose=source.compose)
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {"name": _name(model, doc), **({"created": timestamp} if timestamp else {})},
-        "identity": _identity(model, identity),
-        "workload": _workload(request, files["trace"], doc),
-        "pools": _pools(report, doc, plan),
-        "placement": {"route_epoch": 1, "affinity": doc["affinity"] or "high",
-                      "nodes": node_map(report.answer.solution, request.cluster)},
-        "transfer": _transfer(plan, doc, request, release.connector),
-        "predictions": _predictions(doc, seed),
-        "fallback": _fallback(doc),
+        "metadata": {"name": _name(request.model, chosen.mode), **({"created": timestamp} if timestamp else {})},
+        "identity": _identity(request.model, identity),
+        "workload": _workload(request, files["trace"]),
+        "pools": _pools(report, plan),
+        "placement": {"route_epoch": 1, "affinity": chosen.affinity or "high",
+                      "nodes": node_map(answer.solution, request.cluster)},
+        "transfer": _transfer(plan, links_dict(request, answer, chosen.affinity), request, release.connector),
+        "predictions": _predictions(report),
+        "fallback": _fallback(report),
         "release": _release(request, release),
         "rollback": list(ROLLBACK),
-        "provenance": _provenance(doc, plan, files, seed),
+        "provenance": _provenance(report, plan, files),
     }
     return seal(manifest)
 
 
-def _name(model: ModelSpec, doc: dict) -> str:
-    return f"{model.name.replace('@', '-').replace(',', '-').replace('=', '-')}-{doc['decision']}".lower()
+def request_inputs(request: PlanRequest) -> Inputs:
+    """The files ``request`` was read from, which every document records."""
+    if request.inputs is None:
+        raise InternalError("a document records its input files: the request names none")
+    return request.inputs
+
+
+def _name(model: ModelSpec, mode: str) -> str:
+    return f"{model.name.replace('@', '-').replace(',', '-').replace('=', '-')}-{mode}".lower()
 
 
 def kv_cache_abi(model: ModelSpec, block_tokens: int = KV_BLOCK_TOKENS) -> dict:
@@ -126,22 +128,22 @@ def _identity(model: ModelSpec, identity: Identity) -> dict:
             "kv_bytes_per_token": model.kv_bytes_per_token}
 
 
-def _workload(request, trace: dict, doc: dict) -> dict:
+def _workload(request: PlanRequest, trace: dict) -> dict:
     stats = trace_stats(request.workload)
     return {"trace": {**trace, **{k: getattr(stats, k) for k in ("requests", "duration_s", "mean_rate_rps",
                                                                "peak_rate_rps", "interarrival_cv")},
                       "prompt_tokens": asdict(stats.prompt_tokens), "output_tokens": asdict(stats.output_tokens)},
-            "slo": {"objectives": [{"metric": o["metric"], "threshold_ms": o["threshold_s"] * 1e3,
-                                    "attainment": o["attainment"]} for o in doc["slo"]]},
-            "target_rps": doc["target_rps"],
+            "slo": {"objectives": [{"metric": o.metric, "threshold_ms": o.threshold_s * 1e3,
+                                    "attainment": o.attainment} for o in request.slo.objectives]},
+            "target_rps": request.target_rps,
             "arrivals": request.settings.arrivals}
 
 
-def _pools(report: PlanReport, doc: dict, plan: Plan) -> list[dict]:
+def _pools(report: PlanReport, plan: Plan) -> list[dict]:
     """One entry per simulator pool: its capacity from the optimizer, and its memory plan with
     the KV capacity of the profile its verification ran on."""
     model = report.request.model
-    facts = {(p["phase"], p["gpu"], p["tp"], p["pp"]): p for p in doc["pools"]}
+    facts = {(p["phase"], p["gpu"], p["tp"], p["pp"]): p for p in pools(report.answer.solution, report)}
     profiles = {(m.shape.gpu, m.shape.tp, m.shape.pp): m.profile for m in report.measured}
     found = []
     for pool in plan.pools:
@@ -150,7 +152,7 @@ def _pools(report: PlanReport, doc: dict, plan: Plan) -> list[dict]:
         found.append({
             "name": pool.name, "phase": pool.phase, "model": pool.model, "gpu": pool.gpu, "tp": pool.tp,
             "pp": pool.pp, "replicas": pool.replicas, "gpus": pool.replicas * pool.tp * pool.pp,
-            "engine": doc["engine"],
+            "engine": report.request.profiles.engine,
             "scheduling": {k: getattr(pool, k) for k in SCHEDULING if getattr(pool, k) is not None},
             "capacity": {"per_instance_rps": fact["goodput_rps_per_instance"], "pool_rps": fact["capacity_rps"]},
             "memory": {"gpu_memory_gib": gpu.memory_bytes / GIB, "memory_utilization": MEMORY_UTILIZATION,
@@ -181,14 +183,14 @@ def _node_order(name: str) -> tuple[str, int]:
     return (kind, int(index)) if index.isdigit() else (name, 0)
 
 
-def _transfer(plan: Plan, doc: dict, request, connector: str) -> dict:
+def _transfer(plan: Plan, links: list[dict], request: PlanRequest, connector: Connector) -> dict:
     """The KV handoff: connector, roles, bytes per request (the whole prompt's KV, 0x08D), each
     path's demand against its capacity, and with a mixed pool when work spills to it. A colocated
     plan moves no KV: connector ``none``."""
     if plan.colocated:
         return {"connector": "none", "schedule": None, "roles": {}, "kv_bytes_per_request": None, "paths": []}
     p99_prompt = float(np.percentile(request.workload.prompt_tokens, 99))
-    demand = {(link["from"], link["to"]): link for link in doc["links"]}
+    demand = {(link["from"], link["to"]): link for link in links}
     paths = []
     for link in plan.links:
         row = demand[(link.from_pool, link.to_pool)]
@@ -209,39 +211,46 @@ def _valued(value, source: str) -> dict:
     return {"value": value, "source": source}
 
 
-def _predictions(doc: dict, seed: int) -> dict:
-    v = doc["verification"]
+def _predictions(report: PlanReport) -> dict:
+    request, chosen, solution = report.request, report.chosen, report.answer.solution
+    v = report.answer.verification.to_dict()
     attainment = [{"metric": o["metric"], "threshold_ms": o["threshold_s"] * 1e3, "target": o["target"],
                    "mean": o["mean"], "low": o["low"], "high": o["high"]} for o in v["per_objective"]]
     return {
-        "goodput_rps": _valued(doc["goodput_rps"], "simulated per pool, combined by the integer program"),
-        "end_to_end_goodput_rps": _valued(doc["end_to_end_goodput_rps"], "simulated: the whole plan"),
+        "goodput_rps": _valued(solution.goodput_rps, "simulated per pool, combined by the integer program"),
+        "end_to_end_goodput_rps": _valued(report.end_to_end.goodput_rps, "simulated: the whole plan"),
         "attainment": {"per_objective": attainment, "joint": v["joint"],
                        "source": "simulated: the whole plan, 95% t-intervals over the runs"},
-        "gpus": _valued(doc["gpus_total"], "derived: replicas × TP × PP"),
-        "cost_per_hour": _valued(doc["cost_per_hour"], "derived: GPUs × cluster price"),
-        "power_w": _valued(doc["power_w"], "derived: GPUs × power limit"),
+        "gpus": _valued(solution.gpus_total, "derived: replicas × TP × PP"),
+        "cost_per_hour": _valued(solution.usd_per_hour, "derived: GPUs × cluster price"),
+        "power_w": _valued(solution.power_w, "derived: GPUs × power limit"),
         "verification": {"passed": v["passed"], "rule": v["rule"], "rate_rps": v["rate_rps"],
-                         "seeds": list(v["seeds"]), "requests": list(v["requests"]), "base_seed": seed},
-        "search": doc["search"],
+                         "seeds": list(v["seeds"]), "requests": list(v["requests"]), "base_seed": request.seed},
+        "search": search_dict(chosen, request.objective),
     }
 
 
-def _fallback(doc: dict) -> dict:
+def _fallback(report: PlanReport) -> dict:
     """0x0FF: the same-target colocated plan, evaluated before release, that rollback enables."""
-    if doc["decision"] == "colocated":
+    answer = report.answer
+    if report.chosen.mode == "colocated":
         return {"mode": "colocated", "is_answer": True, "pools": [
-            {k: p[k] for k in ("gpu", "tp", "pp", "replicas")} for p in doc["pools"]],
-            "gpus": doc["gpus_total"], "cost_per_hour": doc["cost_per_hour"],
-            "verified": doc["meets_slo"], "joint_attainment": doc["attainment"]["joint"]}
-    base = doc["colocated_baseline"]
+            {k: p[k] for k in ("gpu", "tp", "pp", "replicas")} for p in pools(answer.solution, report)],
+            **_verified_totals(answer)}
+    base = report.fleet.colocated.best
     if base is None:
         return {"mode": "colocated", "is_answer": False, "pools": [], "gpus": 0, "cost_per_hour": 0.0,
                 "verified": False, "joint_attainment": None}
     return {"mode": "colocated", "is_answer": False,
-            "pools": [{k: s[k] for k in ("gpu", "tp", "pp", "replicas")} for s in base["shapes"]],
-            "gpus": base["gpus_total"], "cost_per_hour": base["cost_per_hour"], "verified": base["meets_slo"],
-            "joint_attainment": base["attainment"]["joint"]}
+            "pools": [{k: s[k] for k in ("gpu", "tp", "pp", "replicas")}
+                      for s in phase_dict(base.solution, "colocated")["shapes"]],
+            **_verified_totals(base)}
+
+
+def _verified_totals(checked: Checked) -> dict:
+    """A checked plan's GPUs and cost, and its verdict with the joint attainment behind it."""
+    return {"gpus": checked.solution.gpus_total, "cost_per_hour": checked.solution.usd_per_hour,
+            "verified": checked.verification.passed, "joint_attainment": checked.verification.clocks["joint"].mean}
 
 
 def _release(request, release: Release) -> dict:
@@ -298,13 +307,15 @@ def input_files(inputs: Inputs) -> dict:
             **({"model": _input(inputs.model, *MODEL)} if inputs.model else {})}
 
 
-def _provenance(doc: dict, plan: Plan, files: dict, seed: int) -> dict:
+def _provenance(report: PlanReport, plan: Plan, files: dict) -> dict:
+    request, solution = report.request, report.answer.solution
     return {
         "pdplan_version": __version__,
         "float_precision": f"{WRITTEN_DIGITS} significant digits",
-        "seed": seed,
+        "seed": request.seed,
         "inputs": files,
         "profiles": {"engine": plan.engine, "engine_version": plan.engine_version, "compose": plan.compose,
-                     "sources": doc["provenance"]["profile_sources"]},
-        "solver": {k: doc["solver"][k] for k in ("status", "objective", "bound", "gap", "objective_name")},
+                     "sources": request.profiles.describe()},
+        "solver": {"status": solution.status, "objective": solution.objective, "bound": solution.bound,
+                   "gap": solution.gap, "objective_name": request.objective},
     }

@@ -20,7 +20,7 @@ from collections import Counter
 from pdplan import __version__
 from pdplan.errors import InternalError
 from pdplan.fileio import WRITTEN_DIGITS
-from pdplan.manifest.build import Inputs, input_files, node_map
+from pdplan.manifest.build import input_files, node_map, request_inputs
 from pdplan.manifest.check import Violation, catalog_gpu, node_map_violations, stale_inputs, tampering
 from pdplan.manifest.document import API_VERSION, SCHEDULE_KIND, schema_errors, seal
 
@@ -30,14 +30,15 @@ JOIN_STEPS = ["LOAD_WEIGHTS", "START_ROUTES"]
 TIME_SLACK_S = 1e-3
 
 
-def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None = None) -> dict:
+def build_schedule(report, *, timestamp: str | None = None) -> dict:
     """The sealed schedule of ``report``'s chosen windowed plan (a
-    :class:`~pdplan.schedule.search.WindowedReport` whose every window passed)."""
+    :class:`~pdplan.schedule.search.WindowedReport` whose every window passed), with the files and
+    seed its request records."""
     chosen = report.chosen
     if chosen is None:
         raise InternalError("only a schedule whose every window passed is written")
     request, s = report.request, chosen.schedule
-    files = input_files(inputs)
+    files = input_files(request_inputs(request))
     pools = {pool.name: pool for check in chosen.checks for pool in check.plan.pools}
     timeline = chosen.timeline
     doc = {
@@ -68,7 +69,7 @@ def build_schedule(report, inputs: Inputs, *, seed: int, timestamp: str | None =
                                             "windows": [{"window": v.window, "passed": v.passed,
                                                          "joint": v.joint.to_dict()} for v in timeline.windows]}},
         "provenance": {"pdplan_version": __version__, "float_precision": f"{WRITTEN_DIGITS} significant digits",
-                       "seed": seed, "inputs": files},
+                       "seed": request.seed, "inputs": files},
     }
     return seal(doc)
 

@@ -10,11 +10,12 @@ from pdplan.hardware import Cluster, NodeType
 from pdplan.placement.fleets import ANY, Fleet
 from pdplan.poolcap import PoolCurve
 from pdplan.shape import InstanceShape, shape_label
+from pdplan.vocabulary import Objective, Phase, PoolShapes, Redundancy
 
-PHASES = ("prefill", "decode", "colocated", "mixed")
-OBJECTIVES = ("cost", "gpus", "power", "goodput")
-POOL_SHAPES = ("one", "mixed")
-REDUNDANCY = ("none", "instance", "node")
+PHASES = tuple(Phase)
+OBJECTIVES = tuple(Objective)
+POOL_SHAPES = tuple(PoolShapes)
+REDUNDANCY = tuple(Redundancy)
 
 MILLI = 1000  # CP-SAT needs integers: rates in milli-requests/s
 MONEY_SCALE = 10_000  # and money in hundredths of a cent per hour

@@ -1,10 +1,11 @@
 """The optimize pipeline: candidate shapes → per-instance goodput and pool capacity → the verified
 search over fleets, modes and affinities → the cheapest plan the end-to-end simulation passed.
 
-Modules: :mod:`.request` (the inputs), :mod:`.measure` (goodput and pool curves, cached),
+Modules: :mod:`.request` (the inputs), :mod:`.target` (the rate a plan serves), :mod:`.windowed`
+(what ``--windows`` takes and refuses), :mod:`.measure` (goodput and pool curves, cached),
 :mod:`.plans` (a placement as a simulator plan, and its losses), :mod:`.checks` (end-to-end
 verification, cached), :mod:`.search` (the two-sided verified search), :mod:`.pipeline` (fleets,
-modes, the answer), :mod:`.report` (the JSON document).
+modes, the answer), :mod:`.report` (the JSON documents, windowed included).
 """
 
 from pdplan.planner.measure import Measured, measure, mean_kv_bytes_per_request, pool_candidates

@@ -29,7 +29,7 @@ class Verifier:
         self._memo: dict[tuple[str, float], list[RunRecord]] = {}
         self._workloads: dict[float, list] = {}
         self._trace = request.workload.digest()
-        self.seeds = tuple(request.settings.seed + r for r in range(request.runs))
+        self.seeds = tuple(request.seed + r for r in range(request.runs))
 
     def records(self, plan: Plan, rate_rps: float) -> list[RunRecord]:
         """The runs of ``plan`` at ``rate_rps``, judged against the request's SLO."""
@@ -39,7 +39,7 @@ class Verifier:
             records = self.cache.get(disk, self._decode)
             if records is None:
                 records = [run_record(simulate(w, plan, self.profiles, model=self.request.model,
-                                               seed=self.request.settings.seed), self.request.slo,
+                                               seed=self.request.seed), self.request.slo,
                                       with_summary=i == 0)
                            for i, w in enumerate(self._runs(rate_rps))]
                 self.simulations += len(records)
@@ -68,7 +68,7 @@ class Verifier:
         return {"verify": plan_key(plan), "trace": self._trace, "rate": rate_rps,
                 "profiles": [profile_digest(self.profiles[s]) for s in shapes],
                 "model": asdict(self.request.model), "slo": self.request.slo.to_dict(), "runs": self.request.runs,
-                "seed": self.request.settings.seed, "arrivals": self.request.settings.arrivals}
+                "seed": self.request.seed, "arrivals": self.request.settings.arrivals}
 
     def verify(self, plan: Plan, rate_rps: float, *, mode: str, lost: list[Loss] = ()) -> Verification:
         """The verdict on ``plan`` at ``rate_rps``, every loss in ``lost`` included."""

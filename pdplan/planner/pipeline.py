@@ -24,6 +24,7 @@ from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import Measured, Progress, measure, pool_candidates
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import Checked, SearchResult, verified_search
+from pdplan.vocabulary import Objective, Redundancy
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +68,7 @@ class PlanReport:
     simulations: int                       #: end-to-end simulation runs this invocation ran
     cache_hits: int
     cache_misses: int
+    cache_dir: str | None = None           #: the result cache's folder (None: the cache was off)
 
     @property
     def answer(self) -> Checked | None:
@@ -127,7 +129,7 @@ def base_problem(request: PlanRequest, candidates: tuple[Candidate, ...], fleet:
                    target_rps=request.target_rps, fleet=fleet, objective=request.objective,
                    link_headroom=request.link_headroom, affinity=affinity, max_gpus=request.max_gpus,
                    max_usd_per_hour=request.max_usd_per_hour, max_power_w=request.max_power_w,
-                   time_limit_s=request.time_limit_s, seed=request.settings.seed, pool_shapes=request.pool_shapes,
+                   time_limit_s=request.time_limit_s, seed=request.seed, pool_shapes=request.pool_shapes,
                    redundancy=request.redundancy, mixed=mixed, max_mixed=request.mixed_max if mixed else None)
 
 
@@ -221,11 +223,12 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
             end_to_end = verifier.goodput(chosen.best.plan, mode=chosen.mode,
                                           start_rps=chosen.best.verification.rate_rps)
         if request.redundancy != "none":  # the answer the same request gets without redundancy
-            free = replace(request, redundancy="none")
+            free = replace(request, redundancy=Redundancy.NONE)
             without = best_of([searches.fleet(f, free) for f in request.fleets], free)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
                       fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
-                      simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses)
+                      simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses,
+                      cache_dir=str(cache.folder) if cache.enabled else None)
 
 
 def best_of(fleets: list[FleetResult], request: PlanRequest) -> SearchResult | None:
@@ -257,7 +260,7 @@ def gpus_needed(request: PlanRequest, candidates: tuple[Candidate, ...]) -> int 
     """The fewest GPUs any fleet and mode needs for the target, node counts and budgets lifted."""
     unbounded = Cluster(nodes=tuple(replace(n, count=None) for n in request.cluster.nodes),
                         energy_usd_per_kwh=request.cluster.energy_usd_per_kwh, pue=request.cluster.pue)
-    lifted = replace(request, max_gpus=None, max_usd_per_hour=None, max_power_w=None, objective="gpus")
+    lifted = replace(request, max_gpus=None, max_usd_per_hour=None, max_power_w=None, objective=Objective.GPUS)
     found = []
     for fleet in request.fleets:
         for mode in ("disaggregated", "colocated"):
@@ -270,7 +273,7 @@ def gpus_needed(request: PlanRequest, candidates: tuple[Candidate, ...]) -> int 
 
 def highest_verified_rate(request: PlanRequest, searches: Searches) -> tuple[float, Checked] | None:
     """The highest rate any fleet and mode sustains within the cluster and budgets, verified."""
-    strongest = replace(request, objective="goodput", target_rps=None)
+    strongest = replace(request, objective=Objective.GOODPUT, target_rps=None)
     best = None
     for fleet in request.fleets:
         for mode in ("disaggregated", "colocated"):

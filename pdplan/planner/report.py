@@ -1,7 +1,9 @@
-"""The ``pdplan optimize --json`` document: the answer, its verification, every fleet, and where
-each number comes from."""
+"""The ``pdplan optimize --json`` documents: the answer, its verification, every fleet, and where
+each number comes from; with ``--windows``, the schedule, its windows and timeline."""
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from pdplan.fileio import significant
 from pdplan.placement import Candidate, Solution
@@ -10,6 +12,10 @@ from pdplan.planner.pipeline import FleetResult, PlanReport
 from pdplan.planner.plans import pool_name
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import SEARCH_FLOOR, Checked, SearchResult
+
+if TYPE_CHECKING:  # the schedule package builds on the planner: its types only annotate here
+    from pdplan.schedule import VerifiedSchedule, WindowedReport
+    from pdplan.schedule.timeline import Timeline
 
 
 def shape_dict(cand: Candidate, replicas: int) -> dict:
@@ -278,7 +284,7 @@ def _counts(checked: Checked) -> dict:
 def _run(report: PlanReport) -> dict:
     """What differs between two runs on the same inputs and seed (the cache and the clock), kept
     apart so that the rest of the document is byte-identical."""
-    return {"cache": {"hits": report.cache_hits, "misses": report.cache_misses},
+    return {"cache": {"hits": report.cache_hits, "misses": report.cache_misses, "dir": report.cache_dir},
             "end_to_end_simulations": report.simulations,
             "solver_wall_s": None if report.answer is None else significant(report.answer.solution.wall_s, 2)}
 
@@ -304,3 +310,50 @@ def _provenance(report: PlanReport) -> dict:
                      for m in report.measured},
         "profile_sources": report.request.profiles.describe(),
     }
+
+
+def schedule_to_dict(result: VerifiedSchedule | None) -> dict | None:
+    """A verified schedule as JSON: shapes, totals and every window's replicas and verdict."""
+    if result is None:
+        return None
+    s = result.schedule
+    return {"kind": result.kind, "mode": s.mode, "passed": result.passed, "rounds": result.rounds,
+            "shapes": {p: {"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "chunk_tokens": c.chunk_tokens}
+                       for p, c in s.shapes.items()},
+            "usd": s.usd, "run_usd": s.run_usd, "change_usd": s.change_usd, "gpu_hours": s.gpu_hours,
+            "solver_status": s.status, "missed_windows": list(result.missed),
+            "windows": [{"window": c.window.index, "replicas": s.replicas[c.window.index],
+                         "joining": s.joins[c.window.index], "leaving": s.leaves[c.window.index],
+                         "gpus": s.gpus(c.window.index),
+                         "passed": c.verification.passed, "joint": c.verification.joint.mean,
+                         "joint_low": c.verification.joint.low} for c in result.checks]}
+
+
+def timeline_to_dict(timeline: Timeline | None) -> dict | None:
+    """The whole schedule simulated with its changes drained first: every change and each window's verdict."""
+    if timeline is None:
+        return None
+    return {"passed": timeline.passed, "passes": timeline.passes, "load_s": timeline.load_s,
+            "changes": [{"window": c.window, "pool": c.pool, "replica": c.replica, "kind": c.kind, "at_s": c.at_s,
+                         "ready_s": c.ready_s, "drain_s": c.drain_s, "took_gpus_of": c.took_gpus_of,
+                         "steps": list(c.steps)} for c in timeline.changes],
+            "windows": [{"window": v.window, "passed": v.passed, "joint": v.joint.mean, "joint_low": v.joint.low,
+                         "objectives": [i.to_dict() for i in v.objectives]} for v in timeline.windows]}
+
+
+def windowed_to_dict(report: WindowedReport) -> dict:
+    """The ``pdplan optimize --windows --json`` document: the windows, the chosen schedule, each mode's,
+    the static plans it is judged against, and the whole-schedule timeline."""
+    chosen = report.chosen
+    return {"decision": None if chosen is None else chosen.schedule.mode,
+            "change_cost_gpu_minutes": report.change_gpu_minutes,
+            "windows": [{"window": w.index, "start_s": w.start_s, "end_s": w.end_s, "requests": len(w.requests),
+                         "mean_rps": w.mean_rps, "peak_rps": w.peak_rps, "rate_rps": w.rate_rps}
+                        for w in report.windows],
+            "schedule": schedule_to_dict(chosen),
+            "by_mode": {mode: schedule_to_dict(s) for mode, s in report.schedules.items()},
+            "reasons": report.reasons,
+            "static_peak": schedule_to_dict(report.static_peak),
+            "static_mean": schedule_to_dict(report.static_mean),
+            "timeline": None if chosen is None else timeline_to_dict(chosen.timeline),
+            "seeds": list(next(iter(c.verification.seeds for c in chosen.checks))) if chosen else []}

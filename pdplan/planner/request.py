@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.errors import PdplanError
@@ -13,12 +14,23 @@ from pdplan.placement import ANY, POOL_SHAPES, REDUNDANCY, Fleet
 from pdplan.planner.plans import Spill
 from pdplan.latency.source import ProfileSource
 from pdplan.slo import SLO
+from pdplan.vocabulary import Affinity, FailurePolicy, Mode, Objective, PoolShapes, Redundancy, Rule, TransferSchedule
 from pdplan.verify import DEFAULT_RUNS, RULES
 from pdplan.workload import Workload
 
 #: End-to-end checks one search (a fleet, mode and affinity) may run.
 DEFAULT_MAX_CHECKS = 24
-MODES = ("auto", "disaggregated", "colocated")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Inputs:
+    """The files a plan was made from, as the user named them (paths are recorded as given, so a
+    manifest does not depend on the machine's folder layout)."""
+
+    trace: Path
+    cluster: Path | None = None          #: None: the shipped example cluster
+    profiles: tuple[Path, ...] = ()
+    model: Path | None = None            #: a model YAML, when the model is not from the catalog
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,8 +44,8 @@ class PlanRequest:
     slo: SLO
     target_rps: float | None            #: None with objective goodput
     fleets: tuple[Fleet, ...] = (ANY,)
-    objective: str = "cost"
-    affinity: str = "auto"              #: "auto", "high" or "low"
+    objective: Objective = Objective.COST
+    affinity: Affinity = Affinity.AUTO
     settings: SearchSettings = field(default_factory=SearchSettings)
     admission_share: float = DEFAULT_ADMISSION_SHARE
     link_headroom: float = 0.8
@@ -43,26 +55,31 @@ class PlanRequest:
     time_limit_s: float = 10.0
     max_checks: int = DEFAULT_MAX_CHECKS  #: end-to-end checks per fleet, mode and affinity
     runs: int = DEFAULT_RUNS            #: verification runs (seeds) per check
-    rule: str = "lower"                 #: pass when the interval's lower end ("lower") or mean meets the target
-    redundancy: str = "none"            #: "instance" or "node": the plan must survive losing one
-    pool_shapes: str = "one"            #: "one" shape per phase and GPU type, or "mixed"
+    rule: Rule = Rule.LOWER             #: pass when the interval's lower end or mean meets the target
+    redundancy: Redundancy = Redundancy.NONE  #: instance or node: the plan must survive losing one
+    pool_shapes: PoolShapes = PoolShapes.ONE
     tps: tuple[int, ...] = DEFAULT_TPS
     pps: tuple[int, ...] = DEFAULT_PPS
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
-    transfer_schedule: str = "layer"
+    transfer_schedule: TransferSchedule = TransferSchedule.LAYER
     failure_rate: float = 0.0           #: probability that one KV transfer attempt fails (simulated)
-    failure_policy: str = "retry"       #: what a failed transfer costs: "retry" or "recompute"
+    failure_policy: FailurePolicy = FailurePolicy.RETRY
     route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
-    mode: str = "auto"                  #: the answer's mode: "auto" (the better), "disaggregated" or "colocated"
+    mode: Mode = Mode.AUTO              #: the answer's mode: the better of both, or the one asked for
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
     mixed_max: int = 8                  #: mixed instances a plan may add at most
     spill: Spill = Spill()              #: when work spills to mixed machines
+    seed: int = 0                       #: the run's seed: every draw (probes, verification runs, CP-SAT)
+    inputs: Inputs | None = None        #: the files read, which manifests record (None: built in memory)
 
     def __post_init__(self):
-        if self.mode not in MODES:
-            raise PdplanError(f"--mode must be one of {', '.join(MODES)}, got {self.mode!r}", field="mode")
-        if self.affinity not in ("auto", "high", "low"):
-            raise PdplanError(f"--affinity must be one of auto, high, low, got {self.affinity!r}", field="affinity")
+        if self.settings.seed != self.seed:  # the goodput searches draw from the run's seed
+            object.__setattr__(self, "settings", replace(self.settings, seed=self.seed))
+        if self.mode not in tuple(Mode):
+            raise PdplanError(f"--mode must be one of {', '.join(Mode)}, got {self.mode!r}", field="mode")
+        if self.affinity not in tuple(Affinity):
+            raise PdplanError(f"--affinity must be one of {', '.join(Affinity)}, got {self.affinity!r}",
+                              field="affinity")
         if self.max_checks < 1:
             raise PdplanError(f"--max-rounds must be >= 1, got {self.max_checks!r}", field="max_rounds")
         if self.runs < 1:
@@ -81,5 +98,5 @@ class PlanRequest:
         check_admission_share(self.admission_share)
 
     @property
-    def affinities(self) -> tuple[str, ...]:
-        return ("high", "low") if self.affinity == "auto" else (self.affinity,)
+    def affinities(self) -> tuple[Affinity, ...]:
+        return (Affinity.HIGH, Affinity.LOW) if self.affinity == Affinity.AUTO else (self.affinity,)

@@ -37,6 +37,8 @@ from pdplan.verify import Verification
 
 #: Program solves (each followed by the windows' verification) one schedule may take.
 MAX_SCHEDULE_ROUNDS = 8
+#: GPU-minutes each GPU of an instance joining or leaving a pool loses (draining, loading weights).
+DEFAULT_CHANGE_GPU_MINUTES = 5.0
 
 Progress = Callable[[str, int, int], None]
 
@@ -134,7 +136,7 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
         schedule = solve_schedule(checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
                                   hours=[w.hours for w in windows], requirements=requirements,
                                   change_gpu_minutes=change_gpu_minutes, static=kind != "windowed",
-                                  mixed_max=request.mixed_max if request.mixed else 0, time_limit_s=request.time_limit_s, seed=request.settings.seed)
+                                  mixed_max=request.mixed_max if request.mixed else 0, time_limit_s=request.time_limit_s, seed=request.seed)
         checks = tuple(checker.check(schedule, w) for w in windows)
         result = VerifiedSchedule(kind=kind, schedule=schedule, checks=checks, rounds=round_)
         if raise_misses and result.passed:
@@ -156,7 +158,8 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
     raise AssertionError("unreachable")
 
 
-def plan_windows(request: PlanRequest, windows: list[Window], *, change_gpu_minutes: float, cache: ResultCache,
+def plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultCache,
+                 change_gpu_minutes: float = DEFAULT_CHANGE_GPU_MINUTES,
                  progress: Progress | None = None) -> WindowedReport:
     """Measure the shapes once, then the windowed schedule per mode and the two static plans."""
     busiest = max(w.rate_rps for w in windows)

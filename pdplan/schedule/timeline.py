@@ -107,12 +107,12 @@ def simulate_timeline(result, request, profiles: dict) -> Timeline:
     loads = {pool.name: load_time_s(request.model, pool.tp * pool.pp) for pool in plan.pools}
     trace = window(request.workload, start_s=0.0)
     runs = run_workloads(trace, len(trace) / float(trace.arrival_s[-1]), runs=request.runs,
-                         seed=request.settings.seed, arrivals=request.settings.arrivals)
+                         seed=request.seed, arrivals=request.settings.arrivals)
     drains: dict[tuple[str, int, int], float] = {}
     changes, passes = (), 0
     for passes in range(1, MAX_PASSES + 1):
         availability, changes = _availability(plan, counts, starts, drains, loads, request.cluster)
-        records = simulate(runs[0], plan, profiles, model=request.model, seed=request.settings.seed,
+        records = simulate(runs[0], plan, profiles, model=request.model, seed=request.seed,
                            availability=availability)
         measured = _drain_ends(plan, records, changes, availability)
         settled = all(abs(measured.get(key, 0.0) - drains.get(key, 0.0)) < SETTLED_S for key in measured)
@@ -120,7 +120,7 @@ def simulate_timeline(result, request, profiles: dict) -> Timeline:
         if settled:
             break
     availability, changes = _availability(plan, counts, starts, drains, loads, request.cluster)
-    results = [simulate(run, plan, profiles, model=request.model, seed=request.settings.seed,
+    results = [simulate(run, plan, profiles, model=request.model, seed=request.seed,
                         availability=availability) for run in runs]
     verdicts = tuple(_judge(results, starts + [math.inf], w, request) for w in range(len(starts)))
     return Timeline(changes=tuple(changes), windows=verdicts, passes=passes, load_s=loads)

@@ -24,7 +24,6 @@ from functools import reduce
 from pdplan.cache import ResultCache
 from pdplan.errors import InfeasibleError
 from pdplan.fileio import significant
-from pdplan.goodput import SearchSettings
 from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import resolve_fleets
@@ -35,6 +34,7 @@ from pdplan.latency.source import ProfileSource
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload
 from pdplan.sensitivity.margin import Margin, net_margin
 from pdplan.slo import SLO
+from pdplan.vocabulary import Affinity, FailurePolicy, Objective
 from pdplan.workload import Workload
 
 DECISIONS = ("ENABLE_PD", "COLOCATE", "INFEASIBLE")
@@ -50,12 +50,12 @@ class Base:
     profiles: ProfileSource
     slo: SLO
     target_rps: float
-    fleet: str = "any"
-    affinity: str = "high"
-    failure_policy: str = "retry"
-    runs: int = 3
-    max_checks: int = 8
-    seed: int = 0
+    fleet: str                          #: the grid's settings (GridSpec holds their defaults)
+    affinity: Affinity
+    failure_policy: FailurePolicy
+    runs: int
+    max_checks: int
+    seed: int
     margin_ms: float = 0.0
     budget_usd_per_hour: float | None = None   #: compare by rate within this budget instead of cost
     cache_dir: str | None = None
@@ -141,8 +141,8 @@ def cell_request(base: Base, coords: dict) -> PlanRequest:
         cluster=cluster, profiles=base.profiles, slo=cell_slo(base.slo, coords),
         target_rps=None if base.budget_usd_per_hour is not None else rate,
         fleets=resolve_fleets(base.fleet, cluster),
-        objective="cost" if base.budget_usd_per_hour is None else "goodput",
-        max_usd_per_hour=base.budget_usd_per_hour, affinity=base.affinity, settings=SearchSettings(seed=base.seed),
+        objective=Objective.COST if base.budget_usd_per_hour is None else Objective.GOODPUT,
+        max_usd_per_hour=base.budget_usd_per_hour, affinity=base.affinity, seed=base.seed,
         max_checks=base.max_checks, runs=base.runs, failure_rate=coords.get("failure_rate", 0.0),
         failure_policy=base.failure_policy, route_s=coords.get("route_ms", 0.0) / 1e3)
 
@@ -183,7 +183,7 @@ def run_cell(base: Base, index: int, coords: dict) -> CellResult:
         rate = request.target_rps or min(colocated.rate_rps, disaggregated.rate_rps)
         profiles = {m.profile.key: m.profile for m in report.measured}
         margin = net_margin(request.workload, colocated.checked.plan, disaggregated.checked.plan, profiles,
-                            model=request.model, rate_rps=rate, runs=request.runs, seed=request.settings.seed,
+                            model=request.model, rate_rps=rate, runs=request.runs, seed=request.seed,
                             arrivals=request.settings.arrivals)
     decision, reason = decide(colocated, disaggregated, margin, base)
     missing = [f"no {label} plan fits: {why_none(report, mode)}" for label, mode, found in (

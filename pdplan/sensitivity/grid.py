@@ -24,8 +24,10 @@ from pdplan.interrupts import interrupts_held
 from pdplan.errors import PdplanError
 from pdplan.sensitivity.cell import Base, CellResult, run_cell
 from pdplan.sensitivity.coordinates import cell_cluster
+from pdplan.sensitivity.summary import summary_text
+from pdplan.vocabulary import Executor
 
-EXECUTORS = ("local", "ray")
+EXECUTORS = tuple(Executor)
 #: Dimensions that change neither the workload nor the SLO: their cells share per-shape goodput.
 SHARED_MEASUREMENT = ("bandwidth", "failure_rate", "route_ms", "price_ratio", "rate")
 
@@ -45,6 +47,13 @@ class GridResult:
 
     def rows(self) -> list[dict]:
         return [cell.row(self.names) for cell in self.cells]
+
+    def to_dict(self, base: Base) -> dict:
+        """The ``pdplan sensitivity grid --json`` document: the dimensions, how plans were compared
+        from ``base``, the summary sentence and every cell's row."""
+        return {"dimensions": {n: list(v) for n, v in self.dimensions}, "compare": base.compare,
+                "margin_ms": base.margin_ms, "target_rps": base.target_rps,
+                "summary": summary_text(self.dimensions, self.cells), "cells": self.rows()}
 
     def csv(self) -> str:
         """The rows as CSV (written by the csv module: a GPU count stays an integer even in a

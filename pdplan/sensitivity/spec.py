@@ -30,11 +30,14 @@ from pathlib import Path
 from typing import Callable
 
 from pdplan import limits
-from pdplan.modelspec import model_file
+from pdplan.modelspec import DEFAULT_MODEL, model_file
 from pdplan.latency.profile import profile_inputs
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields, bound
+from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S
+from pdplan.verify import DEFAULT_RUNS
+from pdplan.vocabulary import Affinity, FailurePolicy
 
 FORMAT_VERSION = 1
 
@@ -98,9 +101,9 @@ DIMENSIONS = {d.name: d for d in (
               "×", 0, 100, above=True),
 )}
 
-DEFAULT_SLO = {"ttft_ms": 1000.0, "tpot_ms": 100.0, "attainment": 0.9}
-AFFINITIES = ("auto", "high", "low")
-FAILURE_POLICIES = ("recompute", "retry")
+DEFAULT_SLO = {"ttft_ms": DEFAULT_TTFT_S * 1e3, "tpot_ms": DEFAULT_TPOT_S * 1e3, "attainment": DEFAULT_ATTAINMENT}
+AFFINITIES = tuple(Affinity)
+FAILURE_POLICIES = tuple(FailurePolicy)
 #: End-to-end checks per search in a grid cell: fewer than optimize's, since a grid runs many.
 DEFAULT_GRID_ROUNDS = 8
 
@@ -110,15 +113,15 @@ class GridSpec:
     """Base inputs and the dimensions a grid varies, validated."""
 
     trace: Path | None = None           #: required by the time a grid runs (file or --trace)
-    model: str = "llama2-70b"
+    model: str = DEFAULT_MODEL
     cluster: Path | None = None
     profiles: Path | None = None
     slo: dict = field(default_factory=lambda: dict(DEFAULT_SLO))  #: ttft_ms, tpot_ms, attainment
     target_rate: float | None = None
     fleet: str = "any"
-    affinity: str = "high"
-    failure_policy: str = "retry"
-    seeds: int = 3
+    affinity: Affinity = Affinity.HIGH
+    failure_policy: FailurePolicy = FailurePolicy.RETRY
+    seeds: int = DEFAULT_RUNS           #: verification runs per check, as optimize's
     max_rounds: int = DEFAULT_GRID_ROUNDS
     seed: int = 0
     dimensions: tuple[tuple[str, tuple], ...] = ()   #: (name, values) in the order given
@@ -192,18 +195,20 @@ def load_spec(path: Path) -> GridSpec:
             dimensions.append((str(name), dimension_values(str(name), vary.data[name],
                                                            lambda rule, n=name: vary.fail(str(n), rule,
                                                                                           show_value=False))))
-    model = top.string("model", "llama2-70b")
+    model = top.string("model", GridSpec.model)
     return GridSpec(
         trace=file("trace"),
         model=str(folder / model) if model.endswith((".yaml", ".yml")) else model,
         cluster=file("cluster"), profiles=file("profiles"), slo=slo,
         target_rate=top.number("target_rate", minimum=0, exclusive=True, maximum=limits.MAX_RATE_RPS)
         if top.has("target_rate") else None,
-        fleet=top.string("fleet", "any"), affinity=top.string("affinity", "high", choices=list(AFFINITIES)),
-        failure_policy=top.string("failure_policy", "retry", choices=list(FAILURE_POLICIES)),
-        seeds=top.integer("seeds", 3, minimum=1, maximum=limits.MAX_RUNS),
-        max_rounds=top.integer("max_rounds", DEFAULT_GRID_ROUNDS, minimum=1, maximum=limits.MAX_CHECKS),
-        seed=top.integer("seed", 0, minimum=0, maximum=limits.MAX_SEED), dimensions=tuple(dimensions))
+        fleet=top.string("fleet", GridSpec.fleet),
+        affinity=Affinity(top.string("affinity", GridSpec.affinity, choices=list(AFFINITIES))),
+        failure_policy=FailurePolicy(top.string("failure_policy", GridSpec.failure_policy,
+                                                choices=list(FAILURE_POLICIES))),
+        seeds=top.integer("seeds", GridSpec.seeds, minimum=1, maximum=limits.MAX_RUNS),
+        max_rounds=top.integer("max_rounds", GridSpec.max_rounds, minimum=1, maximum=limits.MAX_CHECKS),
+        seed=top.integer("seed", GridSpec.seed, minimum=0, maximum=limits.MAX_SEED), dimensions=tuple(dimensions))
 
 
 def with_vary(spec: GridSpec, varied: list[tuple[str, tuple]]) -> GridSpec:

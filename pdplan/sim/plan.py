@@ -64,20 +64,21 @@ from pdplan.modelspec import ModelSpec, get_model
 from pdplan.latency.profile import PhaseProfile
 from pdplan.schema import Fields
 from pdplan.shape import InstanceShape, shape_label
+from pdplan.vocabulary import FailurePolicy, Phase, Policy, TransferSchedule
 
 FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
 #: holds at most 4,096), and each costs simulator memory.
 MAX_REPLICAS = 10_000
-PHASES = ("colocated", "decode", "mixed", "prefill")
+PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
 #: shortest prefill queue (Splitwise's prompt batching threshold)...
 DEFAULT_SPILL_TOKENS = 2048
 #: ...and decodes when their decode instance's routed KV would pass this share of its capacity.
 DEFAULT_KV_SHARE = 1.0
-POLICIES = ("chunked", "prefill-first")
-SCHEDULES = ("layer", "request")
-FAILURE_POLICIES = ("recompute", "retry")
+POLICIES = tuple(Policy)
+SCHEDULES = tuple(TransferSchedule)
+FAILURE_POLICIES = tuple(FailurePolicy)
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.

@@ -26,6 +26,8 @@ from functools import cached_property
 import numpy as np
 import pandas as pd
 
+from pdplan.vocabulary import SimMode
+
 #: per-request columns, in the order of ``SimResult.requests``
 COLUMNS = (
     "arrival_s", "prompt_tokens", "output_tokens",
@@ -36,7 +38,7 @@ COLUMNS = (
     "preemptions", "rejected", "transfer_failures",
 )
 
-MODES = ("colocated", "decode", "disaggregated", "prefill")
+MODES = tuple(SimMode)
 
 
 def _percentiles(values: np.ndarray) -> dict:

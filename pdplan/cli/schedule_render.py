@@ -1,56 +1,12 @@
-"""`pdplan optimize --windows`: the per-window schedule, its verdicts and the static plans beside it."""
+"""What ``pdplan optimize --windows`` prints: the per-window schedule, its verdicts and the static
+plans beside it, and the changes between windows."""
 
 from __future__ import annotations
 
 from rich.table import Table
 
 from pdplan.cli.output import counted, print_json, stdout
-from pdplan.schedule import VerifiedSchedule, WindowedReport
-
-
-def schedule_to_dict(result: VerifiedSchedule | None) -> dict | None:
-    """A verified schedule as JSON: shapes, totals and every window's replicas and verdict."""
-    if result is None:
-        return None
-    s = result.schedule
-    return {"kind": result.kind, "mode": s.mode, "passed": result.passed, "rounds": result.rounds,
-            "shapes": {p: {"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "chunk_tokens": c.chunk_tokens}
-                       for p, c in s.shapes.items()},
-            "usd": s.usd, "run_usd": s.run_usd, "change_usd": s.change_usd, "gpu_hours": s.gpu_hours,
-            "solver_status": s.status, "missed_windows": list(result.missed),
-            "windows": [{"window": c.window.index, "replicas": s.replicas[c.window.index],
-                         "joining": s.joins[c.window.index], "leaving": s.leaves[c.window.index],
-                         "gpus": s.gpus(c.window.index),
-                         "passed": c.verification.passed, "joint": c.verification.joint.mean,
-                         "joint_low": c.verification.joint.low} for c in result.checks]}
-
-
-def timeline_to_dict(timeline) -> dict | None:
-    """The whole schedule simulated with its changes drained first: every change and each window's verdict."""
-    if timeline is None:
-        return None
-    return {"passed": timeline.passed, "passes": timeline.passes, "load_s": timeline.load_s,
-            "changes": [{"window": c.window, "pool": c.pool, "replica": c.replica, "kind": c.kind, "at_s": c.at_s,
-                         "ready_s": c.ready_s, "drain_s": c.drain_s, "took_gpus_of": c.took_gpus_of,
-                         "steps": list(c.steps)} for c in timeline.changes],
-            "windows": [{"window": v.window, "passed": v.passed, "joint": v.joint.mean, "joint_low": v.joint.low,
-                         "objectives": [i.to_dict() for i in v.objectives]} for v in timeline.windows]}
-
-
-def report_to_dict(report: WindowedReport) -> dict:
-    chosen = report.chosen
-    return {"decision": None if chosen is None else chosen.schedule.mode,
-            "change_cost_gpu_minutes": report.change_gpu_minutes,
-            "windows": [{"window": w.index, "start_s": w.start_s, "end_s": w.end_s, "requests": len(w.requests),
-                         "mean_rps": w.mean_rps, "peak_rps": w.peak_rps, "rate_rps": w.rate_rps}
-                        for w in report.windows],
-            "schedule": schedule_to_dict(chosen),
-            "by_mode": {mode: schedule_to_dict(s) for mode, s in report.schedules.items()},
-            "reasons": report.reasons,
-            "static_peak": schedule_to_dict(report.static_peak),
-            "static_mean": schedule_to_dict(report.static_mean),
-            "timeline": None if chosen is None else timeline_to_dict(chosen.timeline),
-            "seeds": list(next(iter(c.verification.seeds for c in chosen.checks))) if chosen else []}
+from pdplan.schedule import WindowedReport
 
 
 def render(report: WindowedReport, doc: dict, as_json: bool) -> None:

@@ -1,0 +1,86 @@
+"""What ``pdplan goodput`` prints: an instance's goodput with its attainment curve, or the closed
+loops it sustains."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from pdplan.cli.output import print_json, stdout
+from pdplan.goodput import ClosedLoopGoodput, InstanceGoodput, phase_slo
+from pdplan.slo import SLO
+
+
+def profile_label(profile, fallback: str | None) -> str:
+    """``composed (vllm: operator sum, …)``; a roofline says why nothing better was used."""
+    prov = profile.provenance
+    if prov.source == "roofline":
+        return f"roofline ({fallback})" if fallback else "roofline"
+    return f"{prov.source} ({prov.method})"
+
+
+def render_closed_loop(result: ClosedLoopGoodput, profile, phase: str, objectives: SLO, admission_share: float,
+                       source: str, as_json: bool) -> None:
+    """The closed-loop answer as JSON, or as a sentence and the table of loops run."""
+    if as_json:
+        print_json({"model": profile.model, "gpu": profile.gpu, "tp": profile.tp, "pp": profile.pp, "phase": phase,
+                    "closed_loop": result.to_dict(), "profile": source, "slo": objectives.to_dict()})
+        return
+    stdout.print(f"{profile.shape} ({phase}): {result.clients} clients meet the SLO, drawing "
+                 f"{result.throughput_rps:.3f} req/s (simulated closed loops; profile {source})",
+                 markup=False, highlight=False)
+    table = Table(title="Closed loops (attainment: the share of requests within each threshold)")
+    for name in ("clients", "req/s", *_attainment_columns(objectives, phase, admission_share), "meets"):
+        table.add_column(name, justify="right")
+    for p in result.probes:
+        table.add_row(str(p.clients), f"{p.throughput_rps:.3f}", _share(p.probe.attainment_ttft),
+                      _share(p.probe.attainment_tpot), _share(p.probe.attainment_joint), "yes" if p.probe.meets else "no")
+    stdout.print(table)
+
+
+def render(result: InstanceGoodput, profile, fallback: str | None, objectives: SLO, as_json: bool) -> None:
+    """The goodput as JSON (with where the profile came from and the SLO), or as a summary and the
+    attainment curve."""
+    if as_json:
+        print_json({**result.to_dict(), "profile_source": profile.provenance.source,
+                    "profile_method": profile.provenance.method, "profile_fallback": fallback,
+                    "slo": objectives.to_dict()})
+        return
+    source = profile_label(profile, fallback)
+    summary = Table(title=f"Goodput of {result.model} {result.gpu} TP{result.tp} PP{result.pp} ({result.phase})",
+                    show_header=False)
+    summary.add_column(style="bold")
+    summary.add_column(justify="right")
+    missed = "" if result.missed_rps is None else f"; {result.missed_rps:.3f} req/s missed, so it lies in between"
+    summary.add_row("goodput", f"{result.goodput_rps:.3f} req/s (simulated{missed})")
+    summary.add_row("per GPU", f"{result.goodput_per_gpu:.3f} req/s on {result.gpus} GPUs")
+    for label, value in (("M/D/1 bracket", result.md1_rps), ("M/G/1 bracket", result.mg1_rps),
+                         (f"{result.phase} saturation", result.saturation_rps)):
+        if value is not None:
+            summary.add_row(label, f"{value:.3f} req/s (closed form)")
+    summary.add_row("SLO", "; ".join(o.label for o in objectives.objectives))
+    summary.add_row("profile", source)
+    summary.add_row("probes", f"{len(result.probes)} × {result.requests_per_probe} requests "
+                              f"({result.settings.arrivals} arrivals, tolerance {result.settings.tolerance_rel:g})")
+    stdout.print(summary)
+    curve = Table(title="Attainment curve (the share of requests within each threshold)")
+    for name in ("rate req/s", *_attainment_columns(objectives, result.phase, result.admission_share), "meets"):
+        curve.add_column(name, justify="right")
+    for p in result.probes:
+        curve.add_row(f"{p.rate_rps:.3f}", _share(p.attainment_ttft), _share(p.attainment_tpot),
+                      _share(p.attainment_joint), "yes" if p.meets else ("saturated" if p.saturated else "no"))
+    stdout.print(curve)
+
+
+def _attainment_columns(slo, phase: str, admission_share: float) -> tuple[str, str, str]:
+    """Headers of the TTFT, TPOT and joint attainment columns, each naming its clock and the
+    threshold it is judged on alone; a decode instance's TTFT clock measures its admission wait."""
+    judged = phase_slo(slo, phase, admission_share)
+    heads = []
+    for clock, metric in (("admission wait" if phase == "decode" else "TTFT", "ttft"), ("TPOT", "tpot")):
+        threshold = judged.threshold_s(metric)
+        heads.append(f"{clock} (share)" if threshold is None else f"{clock} ≤ {threshold * 1e3:g} ms (share)")
+    return heads[0], heads[1], "joint (share)"
+
+
+def _share(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3f}"

@@ -1,0 +1,258 @@
+"""What ``pdplan optimize`` prints: the answer, its verification and search, every fleet, the chosen
+plan, its facts, KV links and node map; or, without an answer, the closest plan and what it misses."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from pdplan.cli.output import counted, money, number, print_json, stderr, stdout
+from pdplan.planner import PlanReport
+
+
+def render(report: PlanReport, doc: dict, explain: bool, as_json: bool) -> None:
+    """The document as JSON; or the answer; or, without one, the closest plan and what it misses."""
+    if as_json:
+        print_json(doc)
+    elif report.answer is None:
+        render_miss(report, doc)
+    else:
+        _answer(report, doc, explain)
+
+
+def _answer(report: PlanReport, doc: dict, explain: bool) -> None:
+    target = doc["target_rps"]
+    fleet = doc["fleet"] + (f" ({doc['fleet_alias']})" if doc["fleet_alias"] else "")
+    decision = doc["decision"] + (" with a mixed pool" if doc["mixed"] else "")
+    head = (f"{report.request.model.name}: {decision} on fleet {fleet}"
+            + (f" at {target:.3g} req/s" if target else ""))
+    stdout.print(f"[bold]{head}[/bold]  ({'; '.join(o.label for o in report.request.slo.objectives)})",
+                 highlight=False)
+    stdout.print(verification_line(doc["verification"]), markup=False, highlight=False)
+    stdout.print(search_line(doc), markup=False, highlight=False)
+    stdout.print(_profiles_line(doc), markup=False, highlight=False)
+    _fleets_table(doc)
+    _plan_table(doc)
+    _facts_table(doc)
+    _links_table(doc)
+    nodes_table(doc)
+    _mixed_line(doc)
+    if explain:
+        _explain(report)
+
+
+def _mixed_line(doc: dict) -> None:
+    """With --mixed: the best verified plan with Splitwise's mixed pool against the plain P/D plan."""
+    found = doc.get("mixed_pool")
+    if found is None:
+        return
+    base = found["baseline"]
+    plain = "no plain P/D plan passes" if base is None else (
+        f"plain P/D: {base['prefill']} prefill + {base['decode']} decode, {money(base['cost_per_hour'])} per hour")
+    if not found["found"]:
+        stdout.print(f"mixed pool: no plan with mixed machines is better and passes end to end; {plain}",
+                     markup=False, highlight=False)
+        return
+    shape = found["mixed_shape"]
+    j = found["verification"]["joint"]
+    verdict = "the answer" if found["chosen"] else "not the answer (another mode or fleet is better)"
+    stdout.print(f"mixed pool: {found['prefill']} prefill + {found['decode']} decode + {found['mixed']} mixed "
+                 f"({shape['gpu']} TP{shape['tp']}" + (f" PP{shape['pp']}" if shape["pp"] > 1 else "")
+                 + f", chunk {shape['chunk_tokens']}), {money(found['cost_per_hour'])} per hour, PASSES end to end "
+                 f"(joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]; spill above {found['spill_tokens']} "
+                 f"queued prompt tokens), {verdict}; {plain}", markup=False, highlight=False)
+
+
+def _profiles_line(doc: dict) -> str:
+    """Which evidence timed the chosen plan's shapes, and why a shape fell back to the roofline."""
+    parts = []
+    for p in doc["pools"]:
+        text = f"{p['gpu']} TP{p['tp']} PP{p['pp']} {p['profile']}"
+        if p["profile_fallback"]:
+            text += f" ({p['profile_fallback']})"
+        if text not in parts:
+            parts.append(text)
+    return f"profiles: {'; '.join(parts)} — {doc['provenance']['profile_sources']}"
+
+
+def render_miss(report: PlanReport, doc: dict) -> None:
+    """No plan passed: say so, show the fleets and the closest plan with what it misses."""
+    stderr.print(f"No plan passes the end-to-end simulation within {counted(report.request.max_checks, 'check')} per fleet, "
+                 "mode and affinity; nothing was written.", markup=False, highlight=False)
+    _fleets_table(doc)
+    closest = doc["closest"]
+    if closest is None:
+        return
+    table = Table(title="Closest plan (it MISSES the SLO)")
+    for name in ("phase", "GPU", "TP", "PP", "replicas"):
+        table.add_column(name, justify="right")
+    for p in closest["pools"]:
+        table.add_row(p["phase"], p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]))
+    stdout.print(table)
+    stdout.print(f"{closest['gpus_total']} GPUs, {money(closest['cost_per_hour'])} per hour", highlight=False)
+    stdout.print(verification_line(closest["verification"]), markup=False, highlight=False)
+    for miss in closest["misses"]:
+        stdout.print(f"  misses {miss}", markup=False, highlight=False)
+
+
+def verification_line(v: dict) -> str:
+    runs = len(v["seeds"])
+    rule = ("each objective's 95% interval lower end meets its target" if v["rule"] == "lower"
+            else "each objective's mean meets its target")
+    objectives = "; ".join(f"{o['metric'].upper()} <= {o['threshold_s'] * 1e3:g} ms: {o['mean']:.3f} "
+                           f"[{o['low']:.3f}, {o['high']:.3f}] vs {o['target']:g}" for o in v["per_objective"])
+    j = v["joint"]
+    verdict = "PASSES" if v["passed"] else "MISSES"
+    losses = f"; survives {counted(len(v['losses']), 'distinct loss', 'distinct losses')}" if v["losses"] and v["passed"] else ""
+    return (f"verification: {verdict} at {v['rate_rps']:.3g} req/s on {counted(runs, 'run')} × "
+            f"{v['requests'][0]:,} requests (seeds {', '.join(map(str, v['seeds']))}; rule: {rule}): {objectives}; "
+            f"joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]{losses}")
+
+
+def search_line(doc: dict) -> str:
+    s = doc["search"]
+    name = doc["solver"]["objective_name"]
+    if s["program_estimate"] is None or s["verified"] is None:
+        return f"search: {counted(s['checks'], 'end-to-end check')}"
+    proof = ("no cheaper plan above the search floor passes" if s["proven"]
+             else "the check budget ran out before cheaper plans were ruled out")
+    gap = "" if s["gap"] is None else f", gap {s['gap']:+.1%}"
+    if s["gap"] is not None and s["gap"] < 0:
+        gap += ", the simulation passed a plan the program counts short"
+    return (f"search: integer-program estimate {objective_text(s['program_estimate'], name)} (from pool capacities, "
+            f"not a bound), "
+            f"verified {objective_text(s['verified'], name)}{gap} "
+            f"({counted(s['checks'], 'check')}, {counted(doc['run']['end_to_end_simulations'], 'end-to-end simulation')} "
+            f"run; {proof})")
+
+
+def objective_text(value: float, name: str, signed: bool = False) -> str:
+    """A value of the objective ``name``: dollars per hour for cost, else the number."""
+    if name != "cost":
+        return f"{value:{'+' if signed else ''}.4g}"
+    return ("-" if value < 0 else "+" if signed else "") + money(abs(value))
+
+
+def shapes_text(pool: dict | None) -> str:
+    """Every shape of a pool with its replicas: ``h100-80gb TP4×2 + a100-80gb TP8 PP2×1``."""
+    if pool is None:
+        return "—"
+    return " + ".join(f"{s['gpu']} TP{s['tp']}" + (f" PP{s['pp']}" if s["pp"] > 1 else "") + f"×{s['replicas']}"
+                      for s in pool["shapes"])
+
+
+def _fleets_table(doc: dict) -> None:
+    table = Table(title="Fleets (each fleet's disaggregated plan, verified end to end; the colocated plan "
+                        "on the same GPUs beside it)")
+    table.add_column("fleet", no_wrap=True)
+    for name in ("prefill", "decode", "GPUs", "$/h", "kW", "capacity", "req/s/GPU", "KV link", "joint",
+                 "verdict", "colocated $/h", "best"):
+        table.add_column(name, justify="right")
+    notes = []
+    for f in doc["fleets"]:
+        name = f["fleet"] + (f" ({f['alias']})" if f["alias"] else "")
+        joint = None if f["attainment"] is None else f["attainment"]["joint"]
+        verdict = "infeasible" if not f["feasible"] else ("passes" if f["verified"] else "MISSES")
+        notes += [f"{name}: {reason}" for reason in (f["reason"], f["colocated_reason"]) if reason]
+        best = f["best_mode"] or "—"
+        if f["fleet"] == doc.get("fleet") and best == doc.get("decision"):
+            best = f"{best} (chosen)"
+        table.add_row(name, shapes_text(f["prefill"]), shapes_text(f["decode"]), number(f["gpus_total"], "d"),
+                      money(f["cost_per_hour"]), number(None if f["power_w"] is None else f["power_w"] / 1e3, ".2f"),
+                      number(f["goodput_rps"]), number(f["goodput_per_gpu"]), number(f["link_utilization"], ".1%"),
+                      number(joint, ".3f"), verdict, money(f["colocated_cost_per_hour"]), best)
+    stdout.print(table)
+    for note in dict.fromkeys(notes):
+        stdout.print(f"  {note}", markup=False, highlight=False)
+
+
+def _plan_table(doc: dict) -> None:
+    table = Table(title=f"Chosen plan ({doc['decision']}, {doc['affinity'] or 'high'} node affinity)")
+    for name in ("phase", "GPU", "TP", "PP", "replicas", "goodput/instance", "pool capacity", "$/h", "kW", "profile"):
+        table.add_column(name, justify="right")
+    for p in doc["pools"]:
+        phase = p["phase"] + (f" (chunk {p['chunk_tokens']})" if p["chunk_tokens"] else "")
+        table.add_row(phase, p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]),
+                      f"{p['goodput_rps_per_instance']:.3g} req/s", f"{p['capacity_rps']:.3g} req/s",
+                      money(p["usd_per_hour"]), f"{p['power_w'] / 1e3:.2f}", p["profile"])
+    base = doc["colocated_baseline"]
+    if base is not None and doc["decision"] == "disaggregated":
+        for s in base["shapes"]:
+            table.add_row("colocated baseline", s["gpu"], str(s["tp"]), str(s["pp"]), str(s["replicas"]),
+                          f"{s['goodput_rps_per_instance']:.3g} req/s", f"{s['capacity_rps']:.3g} req/s", "", "")
+        table.add_row("colocated baseline total", "", "", "", "", "", "", money(base["cost_per_hour"]),
+                      f"{base['power_w'] / 1e3:.2f}")
+    stdout.print(table)
+    stdout.print("  pool capacity: the goodput of all its replicas behind the router, simulated; it can exceed "
+                 "replicas × goodput/instance, since pooled replicas absorb each other's bursts",
+                 markup=False, highlight=False)
+
+
+def _facts_table(doc: dict) -> None:
+    table = Table(show_header=False)
+    table.add_column(style="bold")
+    table.add_column(justify="right")
+    table.add_row("GPUs / cost / power", f"{doc['gpus_total']} / {money(doc['cost_per_hour'])} per hour / "
+                                         f"{doc['power_w'] / 1e3:.2f} kW")
+    table.add_row("pool capacity (min over phases)", f"{doc['goodput_rps']:.3g} req/s, "
+                                                     f"{doc['goodput_per_gpu']:.3g} per GPU (integer program)")
+    if doc["margin"] is not None:
+        other = doc["margin_over"]
+        fleet = other["fleet"] + (f" ({other['fleet_alias']})" if other["fleet_alias"] else "")
+        table.add_row(f"margin over {other['decision']}", f"{doc['margin']:+.1%} ({doc['solver']['objective_name']}, "
+                                                         f"both verified; the best {other['decision']} plan, on {fleet})")
+    headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"
+    table.add_row("end-to-end goodput", f"{doc['end_to_end_goodput_rps']:.3g} req/s{headroom}, the whole plan verified")
+    red = doc["redundancy"]
+    if red["mode"] != "none":
+        worst = red.get("worst_case")
+        text = "—" if worst is None else f"worst loss: {worst['lost']} (short by {max(0.0, worst['worst_shortfall']):.3f})"
+        if "redundancy_costs" in red:
+            name, free = doc["solver"]["objective_name"], red["without_redundancy"]
+            text += (f"; redundancy costs {objective_text(red['redundancy_costs'], name, signed=True)} ({name}) "
+                     f"over the answer without it ({free['gpus_total']} GPUs, {objective_text(free['value'], name)})")
+        table.add_row(f"redundancy ({red['mode']})", text)
+    s = doc["solver"]
+    table.add_row("solver", f"{s['status']}, objective {s['objective']:.6g}, bound {s['bound']:.6g}, gap {s['gap']:.2%}")
+    table.add_row("cache", f"{doc['run']['cache']['hits']} hits, {doc['run']['cache']['misses']} computed")
+    stdout.print(table)
+
+
+def _links_table(doc: dict) -> None:
+    if not doc["links"]:
+        return
+    table = Table(title="KV links (demand at the verified rate vs the placed path)")
+    for name in ("from", "to", "path", "demand GB/s", "capacity GB/s", "use"):
+        table.add_column(name, justify="right")
+    for link in doc["links"]:
+        table.add_row(link["from"], link["to"], link["path"], f"{link['demand_gb_s']:.2f}",
+                      f"{link['capacity_gb_s']:.1f}", f"{link['utilization']:.1%}")
+    stdout.print(table)
+
+
+def nodes_table(doc: dict) -> None:
+    table = Table(title="Node map")
+    for name in ("node", "instances (GPUs)"):
+        table.add_column(name)
+    nodes: dict[str, list[str]] = {}
+    for inst in doc["nodes"]:
+        for stage, placed in enumerate(inst["stages"]):
+            gpus = placed["gpus"]
+            label = f"{inst['instance']}" + (f" stage {stage}" if inst["pp"] > 1 else "")
+            nodes.setdefault(placed["node"], []).append(f"{label} ({gpus[0]}" + (f"-{gpus[-1]})" if len(gpus) > 1 else ")"))
+    for node in sorted(nodes, key=lambda n: (n.rsplit("-", 1)[0], int(n.rsplit("-", 1)[1]))):
+        table.add_row(node, ", ".join(nodes[node]))
+    stdout.print(table)
+
+
+def _explain(report: PlanReport) -> None:
+    """One line per unused shape, so reasons are never cut or wrapped into a cell."""
+    stdout.print("[bold]Shapes not used, and why[/bold]")
+    lines = [f"{r.shape.label}: {r.reason}" for r in report.rejected]
+    lines += [f"{m.shape.label}: no rate meets the SLO on one instance (goodput 0)"
+              for m in report.measured if m.goodput.goodput_rps <= 0]
+    for fleet in report.fleets:  # fleet rules are the user's choice; list links and inventory only
+        for result in (fleet.disaggregated, fleet.colocated):
+            rejections = () if result.first is None else result.first.rejections
+            lines += [f"{rej.candidate.label}: {rej.reason}" for rej in rejections if rej.family != "fleet"]
+    for line in dict.fromkeys(lines):
+        stdout.print(f"  {line}", markup=False, highlight=False)

@@ -1,0 +1,133 @@
+"""The closed sets of words pdplan speaks: phases, modes, affinities, policies and the other choices.
+
+Each set is one :class:`enum.StrEnum`, used by the domain objects and as the CLI's choices. A member
+is its string (``Mode.AUTO == "auto"``, ``f"{Mode.AUTO}"`` is ``auto``, ``json.dumps`` writes
+``"auto"``), so documents and answers read the same words as before; :func:`pdplan.fileio.dump_yaml`
+writes members as plain strings. Member order is the order each set is listed in where order
+matters (the placement program sorts instances by :class:`Phase`).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Phase(StrEnum):
+    """What a pool's instances run: one phase of a disaggregated plan, both (colocated), or either
+    on demand (Splitwise's mixed pool)."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    COLOCATED = "colocated"
+    MIXED = "mixed"
+
+
+#: The phases one instance runs alone, as ``pdplan goodput --phase`` measures it.
+INSTANCE_PHASES = (Phase.PREFILL, Phase.DECODE, Phase.COLOCATED)
+
+
+class Mode(StrEnum):
+    """The mode ``pdplan optimize`` answers with: the better of both, or the one asked for."""
+
+    AUTO = "auto"
+    DISAGGREGATED = "disaggregated"
+    COLOCATED = "colocated"
+
+
+class SimMode(StrEnum):
+    """What one simulation ran: a whole plan (disaggregated or colocated) or one phase's pool alone."""
+
+    COLOCATED = "colocated"
+    DECODE = "decode"
+    DISAGGREGATED = "disaggregated"
+    PREFILL = "prefill"
+
+
+class Affinity(StrEnum):
+    """Where KV handoffs go (DistServe): across nodes (high), within a node (low), or the better (auto)."""
+
+    AUTO = "auto"
+    HIGH = "high"
+    LOW = "low"
+
+
+class Policy(StrEnum):
+    """How a colocated instance schedules prefill against decode."""
+
+    CHUNKED = "chunked"
+    PREFILL_FIRST = "prefill-first"
+
+
+class FailurePolicy(StrEnum):
+    """What a failed KV transfer costs: sending it again, or prefilling again."""
+
+    RECOMPUTE = "recompute"
+    RETRY = "retry"
+
+
+class TransferSchedule(StrEnum):
+    """When KV moves: layer by layer as prefill runs, or the whole request after it."""
+
+    LAYER = "layer"
+    REQUEST = "request"
+
+
+class Objective(StrEnum):
+    """What the placement program minimises at the target rate (cost, gpus, power) or maximises (goodput)."""
+
+    COST = "cost"
+    GPUS = "gpus"
+    POWER = "power"
+    GOODPUT = "goodput"
+
+
+class Redundancy(StrEnum):
+    """What a plan must survive losing: nothing, any one instance of each pool, or any one node."""
+
+    NONE = "none"
+    INSTANCE = "instance"
+    NODE = "node"
+
+
+class PoolShapes(StrEnum):
+    """One shape per phase and GPU type, as deployers run pools, or a mix the program chooses."""
+
+    ONE = "one"
+    MIXED = "mixed"
+
+
+class Rule(StrEnum):
+    """When a verified plan passes: each objective's 95% interval lower end, or its mean, meets the target."""
+
+    LOWER = "lower"
+    MEAN = "mean"
+
+
+class Arrivals(StrEnum):
+    """How a goodput probe reaches a rate: the trace rescaled (burst shape kept), or Poisson arrivals."""
+
+    TRACE = "trace"
+    POISSON = "poisson"
+
+
+class Connector(StrEnum):
+    """The KV connector a manifest names (vLLM's connectors, in the order the CLI lists them)."""
+
+    NIXL = "nixl"
+    MOONCAKE = "mooncake"
+    LMCACHE = "lmcache"
+
+
+class Executor(StrEnum):
+    """Where a sensitivity grid runs its cells: local processes, or a Ray cluster."""
+
+    LOCAL = "local"
+    RAY = "ray"
+
+
+class TraceArrivals(StrEnum):
+    """The arrivals ``pdplan trace`` gives a trace: its own (rescaled), or new Poisson or gamma ones."""
+
+    GAMMA = "gamma"
+    POISSON = "poisson"
+    TRACE = "trace"
