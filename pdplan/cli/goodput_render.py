@@ -46,7 +46,7 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
                     "slo": objectives.to_dict()})
         return
     source = profile_label(profile, fallback)
-    summary = Table(title=f"Goodput of {result.model} {result.gpu} TP{result.tp} PP{result.pp} ({result.phase})",
+    summary = Table(title=f"Goodput of {result.model} {result.shape_label()} ({result.phase})",
                     show_header=False)
     summary.add_column(style="bold")
     summary.add_column(justify="right")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from pdplan.cli.output import counted, money, number, print_json, stderr, stdout
+from pdplan.shape import shape_label
 from pdplan.planner import PlanReport
 
 
@@ -56,8 +57,8 @@ def _mixed_line(doc: dict) -> None:
     j = found["verification"]["joint"]
     verdict = "the answer" if found["chosen"] else "not the answer (another mode or fleet is better)"
     stdout.print(f"mixed pool: {found['prefill']} prefill + {found['decode']} decode + {found['mixed']} mixed "
-                 f"({shape['gpu']} TP{shape['tp']}" + (f" PP{shape['pp']}" if shape["pp"] > 1 else "")
-                 + f", chunk {shape['chunk_tokens']}), {money(found['cost_per_hour'])} per hour, PASSES end to end "
+                 f"({shape_label(shape['gpu'], shape['tp'], shape['pp'], compact=True)}"
+                 f", chunk {shape['chunk_tokens']}), {money(found['cost_per_hour'])} per hour, PASSES end to end "
                  f"(joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]; spill above {found['spill_tokens']} "
                  f"queued prompt tokens), {verdict}; {plain}", markup=False, highlight=False)
 
@@ -66,7 +67,7 @@ def _profiles_line(doc: dict) -> str:
     """Which evidence timed the chosen plan's shapes, and why a shape fell back to the roofline."""
     parts = []
     for p in doc["pools"]:
-        text = f"{p['gpu']} TP{p['tp']} PP{p['pp']} {p['profile']}"
+        text = f"{shape_label(p['gpu'], p['tp'], p['pp'])} {p['profile']}"
         if p["profile_fallback"]:
             text += f" ({p['profile_fallback']})"
         if text not in parts:
@@ -136,7 +137,7 @@ def shapes_text(pool: dict | None) -> str:
     """Every shape of a pool with its replicas: ``h100-80gb TP4×2 + a100-80gb TP8 PP2×1``."""
     if pool is None:
         return "—"
-    return " + ".join(f"{s['gpu']} TP{s['tp']}" + (f" PP{s['pp']}" if s["pp"] > 1 else "") + f"×{s['replicas']}"
+    return " + ".join(f"{shape_label(s['gpu'], s['tp'], s['pp'], compact=True)}×{s['replicas']}"
                       for s in pool["shapes"])
 
 

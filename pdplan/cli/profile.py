@@ -14,6 +14,7 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, choice, within
+from pdplan.shape import shape_label
 from pdplan.latency.compose import tables
 from pdplan.cli.output import counted, print_json, stderr, stdout
 from pdplan.errors import PdplanError
@@ -80,7 +81,7 @@ def _render(rows: list[dict], title: str) -> None:
         table.add_column(name, justify="left" if name == "source" else "right")
     for row in rows:
         table.add_row(
-            f"{row['model']} {row['gpu']} TP{row['tp']} PP{row['pp']}",
+            f"{row['model']} {shape_label(row['gpu'], row['tp'], row['pp'])}",
             f"{row['prefill_ms_512']:.1f}", f"{row['prefill_ms_2048']:.1f}",
             f"{row['decode_ms_b1']:.1f}", f"{row['decode_ms_b32']:.1f}",
             f"{row['kv_capacity_tokens']:,}", f"{row['max_prefill_batch_tokens']:,}",

@@ -21,7 +21,7 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
             stdout.print(f"  {mode}: {text}", markup=False, highlight=False)
         return
     s = chosen.schedule
-    shapes = " + ".join(f"{c.phase} {c.gpu} TP{c.tp}" + (f" PP{c.pp}" if c.pp > 1 else "") for c in s.shapes.values())
+    shapes = " + ".join(f"{c.phase} {c.shape_label(compact=True)}" for c in s.shapes.values())
     stdout.print(f"[bold]{report.request.model.name}: {s.mode} over {len(report.windows)} windows[/bold] ({shapes}); "
                  f"every window verified end to end on its own requests ({counted(chosen.rounds, 'program round')})", highlight=False)
     table = Table(title="Schedule (replicas per window; changes = instances joining or leaving a pool as the window "

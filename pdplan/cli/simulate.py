@@ -95,7 +95,7 @@ def simulate(
                       model=model, seed=seed, rate_rps=rate, concurrency=concurrency)
     summary = result.summary(ttft, tpot, target=attainment)
     summary["concurrency"] = concurrency
-    summary["profiles"] = {f"{gpu} TP{tp} PP{pp}": p.provenance.source for (_, gpu, tp, pp), p in shapes.items()}
+    summary["profiles"] = {p.shape_label(): p.provenance.source for p in shapes.values()}
     if out is not None:
         outputs.put(out, result.requests.to_csv(index=False, float_format="%.9g"))
         outputs.commit()

@@ -306,7 +306,7 @@ def _provenance(report: PlanReport) -> dict:
             "counts short (gap below 0)"),
         "end_to_end_goodput_rps": "simulated: bisection over verified rates of the whole plan",
         "links": "derived: verified rate × mean prompt KV bytes vs the ingress of the placed path",
-        "profiles": {f"{m.shape.gpu} TP{m.shape.tp} PP{m.shape.pp}": m.profile.provenance.source
+        "profiles": {m.shape.shape_label(): m.profile.provenance.source
                      for m in report.measured},
         "profile_sources": report.request.profiles.describe(),
     }

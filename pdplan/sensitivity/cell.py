@@ -126,7 +126,7 @@ class CellResult:
 
 def plan_text(checked: Checked) -> str:
     """``prefill h100-80gb TP2 PP2 ×5 + decode h100-80gb TP4 ×2``: each pool's shape and replicas."""
-    parts = [f"{c.phase} {c.gpu} TP{c.tp}" + (f" PP{c.pp}" if c.pp > 1 else "") + f" ×{k}"
+    parts = [f"{c.phase} {c.shape_label(compact=True)} ×{k}"
              for c, k in sorted(checked.solution.replicas.items(), key=lambda kv: (kv[0].phase != "prefill",
                                                                                    kv[0].label))]
     return " + ".join(parts)
