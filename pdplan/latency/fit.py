@@ -63,9 +63,10 @@ from scipy.optimize import nnls
 from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
 from pdplan.shape import InstanceShape
+from pdplan.vocabulary import Phase
 
-PREFILL = "prefill"
-DECODE = "decode"
+PREFILL = Phase.PREFILL
+DECODE = Phase.DECODE
 PHASES = (PREFILL, DECODE)
 
 REPEAT_FACTOR = 2.0        #: a repeat this far (either way) from its grid point's median is an outlier
