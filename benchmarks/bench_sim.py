@@ -27,8 +27,9 @@ TARGET_RPS = 200_000
 
 
 def _profiles():
-    from pdplan.latency.profile import shipped_profiles
     import sys
+
+    from pdplan.latency.profile import shipped_profiles
 
     sys.path.insert(0, str(ROOT))  # the stand-in is a test helper
     from tests.handbuilt import llama2_70b_a100_tp4

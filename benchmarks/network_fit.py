@@ -12,9 +12,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from pdplan.network import (GPU_SYSTEMS, calibrate, load_network, network_catalog_path,
-                            save_network)
 from pdplan.hardware import gpu_catalog
+from pdplan.network import GPU_SYSTEMS, calibrate, load_network, network_catalog_path, save_network
 
 ROOT = Path(__file__).resolve().parent.parent
 

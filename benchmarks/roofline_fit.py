@@ -17,9 +17,9 @@ import numpy as np
 import pandas as pd
 
 from pdplan.hardware import gpu_catalog
-from pdplan.modelspec import get_model
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, MEASURED_COMPUTE_SLOWDOWN
 from pdplan.latency.roofline_fit import calibrate_efficiency, load_splitwise_points, roofline_errors
+from pdplan.modelspec import get_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -48,11 +48,11 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from pdplan.latency.compose import tables
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
-from pdplan.modelspec import get_model
+from pdplan.latency.compose import tables
 from pdplan.latency.source import ProfileSource
+from pdplan.modelspec import get_model
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool
 

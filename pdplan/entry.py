@@ -7,7 +7,7 @@ here first, with only the standard library loaded.
 
 from __future__ import annotations
 
-from pdplan.interrupts import Interrupted, interruptible, interrupted
+from pdplan.interrupts import Interrupted, interrupted, interruptible
 
 
 def main() -> None:

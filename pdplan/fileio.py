@@ -19,8 +19,8 @@ from typing import Any, BinaryIO, Iterator
 import yaml
 
 from pdplan import limits
-from pdplan.interrupts import interrupts_held
 from pdplan.errors import PdplanError
+from pdplan.interrupts import interrupts_held
 
 
 def input_file(path: str | Path, *, what: str, limit: int) -> Path:

@@ -15,8 +15,8 @@ import numpy as np
 
 from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import PhaseProfile
-from pdplan.shape import InstanceShape
 from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, service_moments
+from pdplan.shape import InstanceShape
 from pdplan.sim import SimResult, simulate_pool
 from pdplan.slo import SLO, Objective, attainment
 from pdplan.workload import Workload, replace_arrivals, rescale_rate, thin

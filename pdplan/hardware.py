@@ -7,8 +7,8 @@ from functools import cache
 from importlib import resources
 from pathlib import Path
 
-from pdplan.errors import InternalError, PdplanError
 from pdplan import limits
+from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.names import node_type as node_type_problem
 from pdplan.schema import Fields, shown

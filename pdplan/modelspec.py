@@ -15,7 +15,6 @@ from pdplan.hardware import GIB, GPU
 from pdplan.schema import Fields
 from pdplan.shape import shape_label
 
-
 #: Bytes one weight takes per dtype (nvfp4: 4-bit values plus one 8-bit scale per 16 of them).
 WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625}
 #: Bytes one K or V scalar takes per dtype.

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pdplan.errors import InternalError, PdplanError
 from pdplan import limits
+from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.schema import Fields
 

@@ -6,10 +6,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pdplan.latency.calibration.bench import read_bench
-from pdplan.latency.calibration.fit import EngineBatching, corrected, replay
-from pdplan.latency.calibration.bench import BenchRun
 from pdplan.errors import PdplanError
+from pdplan.latency.calibration.bench import BenchRun, read_bench
+from pdplan.latency.calibration.fit import EngineBatching, corrected, replay
 from pdplan.latency.profile import load_profile, save_profile, shipped_profiles
 
 BASE = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]

@@ -366,8 +366,8 @@ def test_node_redundancy_plans_pass_with_each_node_removed(optimize, run_cli, tm
     assert len(by_node) >= 2
     from dataclasses import replace
 
-    from pdplan.sim.plan import plan_to_dict
     from pdplan.fileio import dump_yaml
+    from pdplan.sim.plan import plan_to_dict
     for node, lost in by_node.items():
         pools = tuple(replace(p, replicas=p.replicas - len(lost.get(p.name, ()))) for p in plan.pools)
         assert all(p.replicas >= 1 for p in pools), node
@@ -554,7 +554,8 @@ def smoke_report():
     from pdplan.cli.options import profile_source
     from pdplan.hardware import default_cluster_path, load_cluster
     from pdplan.modelspec import get_model
-    from pdplan.planner import PlanRequest, optimize as plan
+    from pdplan.planner import PlanRequest
+    from pdplan.planner import optimize as plan
     from pdplan.slo import slo_from_flags
     from pdplan.workload import load_trace
 

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 
 from pdplan.errors import PdplanError
-
 from pdplan.goodput import (
     InstanceGoodput,
     SearchSettings,

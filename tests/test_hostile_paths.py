@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 import typer
-
 from test_hostile_input import CLUSTER, NATIVE, PLAN, PROFILE, ROOT, ROWS, SLO, bound, snapshot
 
 GRID = "pdplan_grid: 1\ntrace: t.csv\nmodel: llama2-70b\ncluster: c.yaml\nvary:\n  rate: [1, 2]\n"

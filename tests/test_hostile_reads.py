@@ -14,12 +14,12 @@ import tracemalloc
 from pathlib import Path
 
 import pytest
+from test_hostile_input import bound
 
 from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.fileio import dump_yaml, load_yaml, sha256_file
 from pdplan.manifest.document import load_manifest, schema, schema_errors, seal
-from test_hostile_input import bound
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"

@@ -16,7 +16,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from test_hostile_input import NATIVE, ROWS, bound, make, refused, snapshot
 
 CLUSTER = ("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50, "

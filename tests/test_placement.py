@@ -1,9 +1,9 @@
 """CP-SAT placement against the article's fixtures and against exhaustive enumeration."""
 
 import functools
-from dataclasses import replace
 import itertools
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest

@@ -6,15 +6,15 @@ from pathlib import Path
 
 import pytest
 
-from pdplan.latency.source import ProfileSource
 from pdplan import planner
 from pdplan.cache import ResultCache
 from pdplan.goodput import SearchSettings
 from pdplan.hardware import Cluster, NodeType, default_cluster_path, get_gpu, load_cluster
+from pdplan.latency.profile import shipped_profiles
+from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import get_model
 from pdplan.placement import Candidate, Problem, resolve_fleets, solve
 from pdplan.planner.checks import Verifier
-from pdplan.latency.profile import shipped_profiles
 from pdplan.slo import slo_from_flags
 from pdplan.verify import RunRecord, judge
 from pdplan.workload import head, load_trace

@@ -5,8 +5,8 @@ import math
 import pytest
 
 from pdplan.goodput import SearchSettings, instance_goodput, pool_goodput
-from pdplan.poolcap import MAX_SAMPLED_REPLICAS, PoolCurve, build_curve, sample_sizes
 from pdplan.latency.profile import shipped_profiles
+from pdplan.poolcap import MAX_SAMPLED_REPLICAS, PoolCurve, build_curve, sample_sizes
 from pdplan.sim import simulate_pool
 from pdplan.slo import slo_from_flags
 from pdplan.workload import head, load_trace

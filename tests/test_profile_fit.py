@@ -8,9 +8,20 @@ import numpy as np
 import pytest
 
 from pdplan.errors import PdplanError
-from pdplan.latency.fit import (DECODE, FLOOR_POLY, POLY, PREFILL, Basis, ShapePoints,
-                                decode_point, fit_basis, fit_phase, fit_profile, nnls_relative,
-                                prefill_point)
+from pdplan.latency.fit import (
+    DECODE,
+    FLOOR_POLY,
+    POLY,
+    PREFILL,
+    Basis,
+    ShapePoints,
+    decode_point,
+    fit_basis,
+    fit_phase,
+    fit_profile,
+    nnls_relative,
+    prefill_point,
+)
 
 PROMPTS = (128, 256, 512, 1024, 2048, 4096, 8192)
 

@@ -8,8 +8,6 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU, get_gpu
-from pdplan.modelspec import ModelSpec, decode_work, get_model, lower_bound_s, prefill_work
-from pdplan.network import network_for
 from pdplan.latency.profile import load_profile, save_profile
 from pdplan.latency.roofline import (
     CALIBRATION,
@@ -20,6 +18,8 @@ from pdplan.latency.roofline import (
     roofline_profile,
 )
 from pdplan.latency.roofline_fit import calibrate_efficiency, load_splitwise_points, roofline_errors
+from pdplan.modelspec import ModelSpec, decode_work, get_model, lower_bound_s, prefill_work
+from pdplan.network import network_for
 
 LLAMA70 = get_model("llama2-70b")
 H100, A100, H100CAP = get_gpu("h100-80gb"), get_gpu("a100-80gb"), get_gpu("h100-80gb-pcap")

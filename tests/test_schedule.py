@@ -19,7 +19,8 @@ from pdplan.schedule.program import most_instances
 from pdplan.schedule.timeline import _availability
 from pdplan.sim import Plan, Pool
 from pdplan.workload import load_trace
-from tests.conftest import ROOT, run_main as run
+from tests.conftest import ROOT
+from tests.conftest import run_main as run
 
 SMOKE = ROOT / "traces" / "smoke_uniform_200.csv"
 
@@ -386,12 +387,12 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     run joins and drains the mixed instances like any other."""
     from pdplan.cache import ResultCache
     from pdplan.goodput import SearchSettings
+    from pdplan.latency.profile import shipped_profiles
+    from pdplan.latency.source import ProfileSource
     from pdplan.modelspec import get_model
     from pdplan.planner import PlanRequest
-    from pdplan.planner.plans import Spill
     from pdplan.planner.measure import measure, pool_candidates
-    from pdplan.latency.source import ProfileSource
-    from pdplan.latency.profile import shipped_profiles
+    from pdplan.planner.plans import Spill
     from pdplan.schedule.program import Schedule
     from pdplan.schedule.search import VerifiedSchedule, WindowChecker
     from pdplan.schedule.timeline import simulate_timeline

@@ -15,8 +15,8 @@ import pytest
 from pdplan.cli import output
 from pdplan.cli.sensitivity_render import render
 from pdplan.hardware import GB, default_cluster_path, load_cluster
-from pdplan.modelspec import get_model
 from pdplan.latency.profile import shipped_profiles
+from pdplan.modelspec import get_model
 from pdplan.sensitivity import GridResult, cell_coordinates, summary_text
 from pdplan.sensitivity.cell import CellResult
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload, shared_prefixes
@@ -24,7 +24,8 @@ from pdplan.sensitivity.margin import net_margin, variants
 from pdplan.sim import Link, Plan, Pool
 from pdplan.slo import slo_from_flags
 from pdplan.workload import interarrival_cv, load_trace, prefix_reuse_fraction
-from tests.conftest import ROOT, run_main as run
+from tests.conftest import ROOT
+from tests.conftest import run_main as run
 
 SMOKE = ROOT / "traces" / "smoke_uniform_200.csv"
 MODEL = get_model("llama2-70b")

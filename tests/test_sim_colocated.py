@@ -6,8 +6,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
-from pdplan.sim import simulate, simulate_colocated_instance
 from pdplan.latency.profile import shipped_profiles
+from pdplan.sim import simulate, simulate_colocated_instance
 from pdplan.sim.plan import Plan, Pool
 from tests.handbuilt import handbuilt_profile
 

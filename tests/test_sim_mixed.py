@@ -10,11 +10,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
-from pdplan.sim import simulate
-from pdplan.sim import Link, Pool
+from pdplan.sim import Link, Pool, simulate
 from pdplan.sim.plan import Plan, load_plan, plan_to_dict
-from tests.handbuilt import handbuilt_profile
 from tests.conftest import ROOT, TRACE
+from tests.handbuilt import handbuilt_profile
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, pool, random_trace
 
 MIXED = pool("mx", "mixed", policy="chunked", chunk_tokens=512, replicas=2)

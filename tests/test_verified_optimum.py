@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from pdplan.latency.source import ProfileSource
 from pdplan import planner
 from pdplan.cache import ResultCache
 from pdplan.errors import InfeasibleError
 from pdplan.goodput import SearchSettings
 from pdplan.hardware import Cluster, NodeType, get_gpu
+from pdplan.latency.profile import shipped_profiles
+from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import get_model
 from pdplan.placement import ANY, Problem, money_units, solve
 from pdplan.planner.checks import Verifier
-from pdplan.latency.profile import shipped_profiles
 from pdplan.slo import slo_from_flags
 from pdplan.workload import head, load_trace
 

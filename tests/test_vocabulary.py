@@ -28,9 +28,11 @@ def test_a_word_is_its_string_in_json_yaml_and_text():
 
 
 def test_the_module_sets_keep_their_words_and_order():
-    from pdplan.placement.problem import OBJECTIVES, PHASES as PLACED_PHASES, POOL_SHAPES, REDUNDANCY
+    from pdplan.placement.problem import OBJECTIVES, POOL_SHAPES, REDUNDANCY
+    from pdplan.placement.problem import PHASES as PLACED_PHASES
     from pdplan.sensitivity.spec import AFFINITIES, FAILURE_POLICIES
-    from pdplan.sim.plan import FAILURE_POLICIES as SIM_FAILURE_POLICIES, PHASES, POLICIES, SCHEDULES
+    from pdplan.sim.plan import FAILURE_POLICIES as SIM_FAILURE_POLICIES
+    from pdplan.sim.plan import PHASES, POLICIES, SCHEDULES
     from pdplan.sim.results import MODES
     from pdplan.verify import RULES
 
@@ -91,9 +93,9 @@ def test_a_trace_with_no_arrival_times_needs_a_target_rate(tmp_path):
 def test_the_run_seed_on_the_request_is_the_seed_the_goodput_searches_draw_from():
     from pdplan.goodput import SearchSettings
     from pdplan.hardware import default_cluster_path, load_cluster
+    from pdplan.latency.source import ProfileSource
     from pdplan.modelspec import get_model
     from pdplan.planner import PlanRequest
-    from pdplan.latency.source import ProfileSource
     from pdplan.slo import slo_from_flags
 
     request = PlanRequest(workload=load_trace(SMOKE), model=get_model("llama2-70b"),

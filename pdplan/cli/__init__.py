@@ -11,13 +11,15 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from pdplan.interrupts import Interrupted, interruptible, interrupted
 from pdplan.errors import PdplanError
+from pdplan.interrupts import Interrupted, interrupted, interruptible
 
 try:  # typer >= 0.20 carries its own copy of click
-    from typer._click import Context, exceptions as click_errors
+    from typer._click import Context
+    from typer._click import exceptions as click_errors
 except ImportError:  # pragma: no cover - older typer on the real click
-    from click import Context, exceptions as click_errors
+    from click import Context
+    from click import exceptions as click_errors
 
 app = typer.Typer(
     name="pdplan",

@@ -41,11 +41,16 @@ from pdplan.cli.options import (
 from pdplan.cli.output import stderr
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.goodput import (DEFAULT_ADMISSION_SHARE, SearchSettings, closed_loop_goodput, instance_goodput,
-                            probe_settings)
+from pdplan.goodput import (
+    DEFAULT_ADMISSION_SHARE,
+    SearchSettings,
+    closed_loop_goodput,
+    instance_goodput,
+    probe_settings,
+)
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
-from pdplan.modelspec import get_model, model_file
 from pdplan.latency.profile import profile_inputs
+from pdplan.modelspec import get_model, model_file
 from pdplan.plots import plot_attainment_curve
 from pdplan.slo import DEFAULT_ATTAINMENT
 from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy

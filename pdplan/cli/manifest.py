@@ -15,10 +15,12 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.manifest.check import check_manifest, refuse_unreadable_inputs
 from pdplan.manifest.diff import diff_manifests
-from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, read_manifest, schema as manifest_schema
-from pdplan.manifest.schedule import check_schedule
+from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, read_manifest
+from pdplan.manifest.document import schema as manifest_schema
 from pdplan.manifest.export import FORMATS, export_manifest
-from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE, resimulate as rerun_plan
+from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE
+from pdplan.manifest.resimulate import resimulate as rerun_plan
+from pdplan.manifest.schedule import check_schedule
 from pdplan.schema import shown
 
 ManifestArg = Annotated[Path, typer.Argument(help="Deployment manifest written by pdplan optimize --out.",

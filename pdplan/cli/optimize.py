@@ -46,19 +46,20 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs, dump_yaml
 from pdplan.goodput import SearchSettings
 from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluster
+from pdplan.latency.profile import profile_inputs
 from pdplan.manifest import Identity, Release, build_manifest
 from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.schedule import build_schedule
 from pdplan.modelspec import DEFAULT_MODEL, get_model, model_file
 from pdplan.placement import ALIASES, ANY, resolve_fleets
-from pdplan.planner import PlanReport, PlanRequest, optimize as run_optimize, report_to_dict
+from pdplan.planner import PlanReport, PlanRequest, report_to_dict
+from pdplan.planner import optimize as run_optimize
 from pdplan.planner.curves import cost_curves, fleet_bars, goodput_per_gpu
 from pdplan.planner.plans import Spill
 from pdplan.planner.report import windowed_to_dict
 from pdplan.planner.request import Inputs
 from pdplan.planner.target import target_rate as plan_rate
 from pdplan.planner.windowed import MAX_CHANGE_GPU_MINUTES, check_windowed, trace_windows
-from pdplan.latency.profile import profile_inputs
 from pdplan.plots import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, plot_schedule
 from pdplan.schedule import plan_windows
 from pdplan.schedule.search import DEFAULT_CHANGE_GPU_MINUTES

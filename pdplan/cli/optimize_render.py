@@ -6,8 +6,8 @@ from __future__ import annotations
 from rich.table import Table
 
 from pdplan.cli.output import counted, money, number, print_json, stderr, stdout
-from pdplan.shape import shape_label
 from pdplan.planner import PlanReport
+from pdplan.shape import shape_label
 
 
 def render(report: PlanReport, doc: dict, explain: bool, as_json: bool) -> None:

@@ -12,10 +12,9 @@ import typer
 from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
-from pdplan.latency.source import ProfileSource
 from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
-from pdplan.slo import (DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s,
-                        slo_from_flags)
+from pdplan.latency.source import ProfileSource
+from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.vocabulary import Arrivals
 from pdplan.workload import FORMATS, Workload, load_trace
 

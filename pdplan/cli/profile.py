@@ -14,18 +14,24 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, choice, within
-from pdplan.shape import shape_label
-from pdplan.latency.compose import tables
 from pdplan.cli.output import counted, print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.vocabulary import Policy
-from pdplan.latency.importers import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
-from pdplan.modelspec import get_model, model_file
-from pdplan.latency.profile import (PhaseProfile, load_profile, profile_file_name, profile_files, profile_yaml,
-                             shipped_profiles_dir)
+from pdplan.latency.compose import tables
+from pdplan.latency.importers import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
+from pdplan.latency.profile import (
+    PhaseProfile,
+    load_profile,
+    profile_file_name,
+    profile_files,
+    profile_yaml,
+    shipped_profiles_dir,
+)
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, roofline_profile
+from pdplan.modelspec import get_model, model_file
+from pdplan.shape import shape_label
+from pdplan.vocabulary import Policy
 
 app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_is_help=True)
 
@@ -327,7 +333,8 @@ def calibrate(
     The written profile's provenance holds the factors and the error before and after.
     """
     from pdplan.latency.calibration.bench import FORMATS, read_bench
-    from pdplan.latency.calibration.fit import EngineBatching, calibrate as fit, calibrated_profile
+    from pdplan.latency.calibration.fit import EngineBatching, calibrated_profile
+    from pdplan.latency.calibration.fit import calibrate as fit
 
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")

@@ -21,8 +21,7 @@ from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.modelspec import get_model
 from pdplan.planner.target import target_rate
 from pdplan.plots import plot_grid
-from pdplan.sensitivity import (DIMENSIONS, Base, GridSpec, check_executor, load_spec, parse_vary,
-                                run_grid, with_vary)
+from pdplan.sensitivity import DIMENSIONS, Base, GridSpec, check_executor, load_spec, parse_vary, run_grid, with_vary
 from pdplan.slo import parse_threshold_s, slo_from_flags
 from pdplan.vocabulary import Affinity, Executor, FailurePolicy
 

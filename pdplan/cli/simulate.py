@@ -10,8 +10,8 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cli.options import (
-    check_seed,
-    within,
+    EngineOpt,
+    EngineVersionOpt,
     FormatOpt,
     JsonOpt,
     ProfilesOpt,
@@ -19,17 +19,17 @@ from pdplan.cli.options import (
     TpotOpt,
     TraceArg,
     TtftOpt,
+    check_seed,
     load_workload,
     profile_source,
-    EngineOpt,
-    EngineVersionOpt,
+    within,
 )
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
+from pdplan.latency.profile import profile_inputs
 from pdplan.manifest.plan import read_plan
 from pdplan.modelspec import model_file
-from pdplan.latency.profile import profile_inputs
 from pdplan.sim import simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S, parse_threshold_s, slo_from_flags

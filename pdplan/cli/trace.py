@@ -9,8 +9,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from pdplan import workload as wl
 from pdplan import limits
+from pdplan import workload as wl
 from pdplan.cli.options import check_seed, choice, within
 from pdplan.cli.output import print_json, stdout
 from pdplan.errors import PdplanError

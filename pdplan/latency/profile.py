@@ -27,8 +27,8 @@ from typing import Sequence
 import numpy as np
 import yaml
 
-from pdplan.errors import InternalError, PdplanError
 from pdplan import limits
+from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import atomic_write_text, load_yaml, significant
 from pdplan.schema import Fields, shown
 from pdplan.shape import InstanceShape

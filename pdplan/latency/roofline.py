@@ -31,6 +31,7 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GPU
+from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
 from pdplan.modelspec import (
     ACTIVATION_BYTES,
     ModelSpec,
@@ -40,7 +41,6 @@ from pdplan.modelspec import (
     shape_rejection,
 )
 from pdplan.network import network_for
-from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,10 +16,11 @@ import pandas as pd
 
 from pdplan.fileio import sha256_file
 from pdplan.hardware import GPU
-from pdplan.modelspec import ModelSpec
-from pdplan.shape import shape_label
 from pdplan.latency.importers import read_splitwise
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, Efficiency, phase_terms
+from pdplan.modelspec import ModelSpec
+from pdplan.shape import shape_label
+
 
 @dataclass(frozen=True, kw_only=True)
 class CalibrationPoints:

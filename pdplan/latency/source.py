@@ -20,12 +20,12 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from pdplan.cache import ResultCache, cache_key
-from pdplan.latency.compose import tables
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
-from pdplan.modelspec import ModelSpec
+from pdplan.latency.compose import tables
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import roofline_profile
+from pdplan.modelspec import ModelSpec
 
 
 @dataclass(frozen=True)

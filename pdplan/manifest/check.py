@@ -17,8 +17,7 @@ from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.fileio import input_file
 from pdplan.hardware import get_gpu
-from pdplan.manifest.build import (CLUSTER, GIB, KV_ROLES, PROFILES, ROLLBACK, TRACE, UNKNOWN, input_sha256,
-                                   kv_cache_abi)
+from pdplan.manifest.build import CLUSTER, GIB, KV_ROLES, PROFILES, ROLLBACK, TRACE, UNKNOWN, input_sha256, kv_cache_abi
 from pdplan.manifest.document import content_hash, digest, schema_errors, section_hashes
 from pdplan.modelspec import KV_BYTES, get_model, weight_bytes_per_gpu
 from pdplan.placement import serves

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from pdplan.fileio import load_yaml
 from pdplan.manifest.document import is_manifest, read_manifest
-from pdplan.sim.plan import FORMAT_VERSION, Plan, parse_plan
 from pdplan.schema import Fields
+from pdplan.sim.plan import FORMAT_VERSION, Plan, parse_plan
 from pdplan.slo import SLO, objective_from_fields
 
 

@@ -11,7 +11,7 @@ from ortools.sat.python import cp_model
 
 from pdplan.errors import InfeasibleError
 from pdplan.placement.model import Model, build_model, objective_scale
-from pdplan.placement.problem import Instance, PHASES, Problem, Solution, counts_of, serves
+from pdplan.placement.problem import PHASES, Instance, Problem, Solution, counts_of, serves
 
 
 def solve(problem: Problem) -> Solution:

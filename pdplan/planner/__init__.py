@@ -8,7 +8,7 @@ verification, cached), :mod:`.search` (the two-sided verified search), :mod:`.pi
 modes, the answer), :mod:`.report` (the JSON documents, windowed included).
 """
 
-from pdplan.planner.measure import Measured, measure, mean_kv_bytes_per_request, pool_candidates
+from pdplan.planner.measure import Measured, mean_kv_bytes_per_request, measure, pool_candidates
 from pdplan.planner.pipeline import FleetResult, PlanReport, optimize
 from pdplan.planner.plans import LINK_SETUP_S, losses, plan_of
 from pdplan.planner.report import report_to_dict

@@ -15,9 +15,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from pdplan.errors import InfeasibleError
+from pdplan.placement import solve
 from pdplan.planner.measure import CURVE_HEADROOM
 from pdplan.planner.pipeline import PlanReport, base_problem
-from pdplan.placement import solve
 
 #: Rates of the cost curve, as fractions of the target (the pool curves reach CURVE_HEADROOM).
 CURVE_POINTS = 10

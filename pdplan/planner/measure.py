@@ -18,11 +18,11 @@ from pdplan.cache import ResultCache, cache_key
 from pdplan.candidates import Rejected, Shape, enumerate_shapes
 from pdplan.errors import PdplanError
 from pdplan.goodput import InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
+from pdplan.latency.profile import PhaseProfile, profile_to_dict
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate
 from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
-from pdplan.latency.profile import PhaseProfile, profile_to_dict
 from pdplan.slo import SLO
 from pdplan.workload import Workload
 

@@ -9,13 +9,13 @@ from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.errors import PdplanError
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings, check_admission_share
 from pdplan.hardware import Cluster
+from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import ANY, POOL_SHAPES, REDUNDANCY, Fleet
 from pdplan.planner.plans import Spill
-from pdplan.latency.source import ProfileSource
 from pdplan.slo import SLO
-from pdplan.vocabulary import Affinity, FailurePolicy, Mode, Objective, PoolShapes, Redundancy, Rule, TransferSchedule
 from pdplan.verify import DEFAULT_RUNS, RULES
+from pdplan.vocabulary import Affinity, FailurePolicy, Mode, Objective, PoolShapes, Redundancy, Rule, TransferSchedule
 from pdplan.workload import Workload
 
 #: End-to-end checks one search (a fleet, mode and affinity) may run.

@@ -25,12 +25,12 @@ from pdplan.cache import ResultCache
 from pdplan.errors import InfeasibleError
 from pdplan.fileio import significant
 from pdplan.hardware import Cluster
+from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import resolve_fleets
 from pdplan.planner import PlanRequest, optimize
 from pdplan.planner.pipeline import better
 from pdplan.planner.search import Checked
-from pdplan.latency.source import ProfileSource
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload
 from pdplan.sensitivity.margin import Margin, net_margin
 from pdplan.slo import SLO

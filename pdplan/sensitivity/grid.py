@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from pdplan import limits
-from pdplan.interrupts import interrupts_held
 from pdplan.errors import PdplanError
+from pdplan.interrupts import interrupts_held
 from pdplan.sensitivity.cell import Base, CellResult, run_cell
 from pdplan.sensitivity.coordinates import cell_cluster
 from pdplan.sensitivity.summary import summary_text

@@ -30,10 +30,10 @@ from pathlib import Path
 from typing import Callable
 
 from pdplan import limits
-from pdplan.modelspec import DEFAULT_MODEL, model_file
-from pdplan.latency.profile import profile_inputs
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
+from pdplan.latency.profile import profile_inputs
+from pdplan.modelspec import DEFAULT_MODEL, model_file
 from pdplan.schema import Fields, bound
 from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S
 from pdplan.verify import DEFAULT_RUNS

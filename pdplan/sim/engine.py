@@ -76,11 +76,10 @@ import numpy as np
 
 from pdplan import limits
 from pdplan.errors import PdplanError
-from pdplan.modelspec import ModelSpec
 from pdplan.latency.profile import PhaseProfile
+from pdplan.modelspec import ModelSpec
 from pdplan.sim.fast import run_fast
-from pdplan.sim.layout import (Layout, Requests, as_requests, instance_availability,
-                               layout_from_plan, layout_single)
+from pdplan.sim.layout import Layout, Requests, as_requests, instance_availability, layout_from_plan, layout_single
 from pdplan.sim.plan import Plan
 from pdplan.sim.reference import run_reference
 from pdplan.sim.results import SimResult, derive_columns

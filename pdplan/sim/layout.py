@@ -15,8 +15,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from pdplan.errors import PdplanError
-from pdplan.modelspec import ModelSpec
 from pdplan.latency.profile import PhaseProfile
+from pdplan.modelspec import ModelSpec
 from pdplan.sim.plan import Plan, resolve_pools
 from pdplan.workload import rescaled_arrivals
 

@@ -56,12 +56,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
-from pdplan.errors import PdplanError
 from pdplan import limits
+from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GB, get_gpu
-from pdplan.modelspec import ModelSpec, get_model
 from pdplan.latency.profile import PhaseProfile
+from pdplan.modelspec import ModelSpec, get_model
 from pdplan.schema import Fields
 from pdplan.shape import InstanceShape, shape_label
 from pdplan.vocabulary import FailurePolicy, Phase, Policy, TransferSchedule

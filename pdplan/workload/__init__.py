@@ -31,7 +31,14 @@ from pdplan.workload.stats import (
     prefix_reuse_fraction,
     trace_stats,
 )
-from pdplan.workload.synth import LENGTH_KINDS, LENGTH_SPEC_HELP, MAX_SPEC_TOKENS, LengthDist, parse_length_dist, synthesize
+from pdplan.workload.synth import (
+    LENGTH_KINDS,
+    LENGTH_SPEC_HELP,
+    MAX_SPEC_TOKENS,
+    LengthDist,
+    parse_length_dist,
+    synthesize,
+)
 
 __all__ = [
     "CHUNK_ROWS", "DEFAULT_BLOCK_TOKENS", "FORMATS", "LENGTH_KINDS", "LENGTH_SPEC_HELP", "MAX_SPEC_TOKENS",

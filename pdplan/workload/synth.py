@@ -12,7 +12,6 @@ from pdplan.errors import PdplanError
 from pdplan.workload.model import Workload
 from pdplan.workload.reshape import diurnal_arrivals, gamma_arrivals, generator
 
-
 LENGTH_KINDS = ("const", "lognormal", "uniform")
 
 MAX_SPEC_TOKENS = limits.MAX_TOKENS_PER_REQUEST

@@ -14,15 +14,15 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
-from pdplan.latency.compose import tables
-from pdplan.latency.compose.step import Step
-from pdplan.shape import InstanceShape
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
-from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
+from pdplan.latency.compose import tables
+from pdplan.latency.compose.step import Step
 from pdplan.latency.fit import ShapePoints, decode_point, fit_profile, prefill_point
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
+from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
+from pdplan.shape import InstanceShape
 
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
 PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pdplan.errors import PdplanError
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.tables import Extrapolated
-from pdplan.errors import PdplanError
-from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
 from pdplan.latency.roofline import pipeline_hops
+from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
 from pdplan.shape import InstanceShape
 
 

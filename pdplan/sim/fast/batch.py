@@ -15,10 +15,34 @@ from numba import njit
 
 from pdplan.sim.events import BOUNDARY
 from pdplan.sim.fast.clock import push, release
-from pdplan.sim.fast.fields import (DECODE_RUN, D_B, D_CAP, D_LOAD, D_MODE, D_MODEL, D_RESERVED, D_ROOT,
-                                    D_RUN_K, D_S, D_STEPS, D_VERSION, D_W_HEAD, D_W_TAIL, F_BUSY, F_RUN_T0,
-                                    IDLE, R_CHILD, R_FIN_STEP, R_OUTPUT, R_PROMPT, R_SIBLING, R_W_NEXT,
-                                    STARTING, T_FINISH, T_FIRST)
+from pdplan.sim.fast.fields import (
+    D_B,
+    D_CAP,
+    D_LOAD,
+    D_MODE,
+    D_MODEL,
+    D_RESERVED,
+    D_ROOT,
+    D_RUN_K,
+    D_S,
+    D_STEPS,
+    D_VERSION,
+    D_W_HEAD,
+    D_W_TAIL,
+    DECODE_RUN,
+    F_BUSY,
+    F_RUN_T0,
+    IDLE,
+    R_CHILD,
+    R_FIN_STEP,
+    R_OUTPUT,
+    R_PROMPT,
+    R_SIBLING,
+    R_W_NEXT,
+    STARTING,
+    T_FINISH,
+    T_FIRST,
+)
 from pdplan.sim.fast.latency import decode_run_s, steps_to_reach
 
 

@@ -14,12 +14,44 @@ from numba import njit
 from pdplan.sim.events import ARRIVAL, BOUNDARY
 from pdplan.sim.fast.batch import activate, advance, append, queue_and_wake, run_or_idle, take_if_fits
 from pdplan.sim.fast.clock import new_heap, next_event, push
-from pdplan.sim.fast.fields import (DECODE_RUN, D_B, D_CAP, D_CHUNK, D_IT_FIRST, D_IT_N, D_K_HEAD, D_K_TAIL,
-                                    D_LOAD, D_MODE, D_MODEL, D_M_PREFILL, D_PF_HEAD, D_PF_TAIL, D_POLICY,
-                                    D_RESERVED, D_RUN_K, D_S, D_TOKEN_CAP, D_VERSION, D_W_HEAD, D_W_TAIL,
-                                    F_BUSY, F_RUN_T0, ITERATION, POLICY_PREFILL_FIRST, R_CHUNK, R_OUTPUT,
-                                    R_PF_DONE, R_PF_NEXT, R_PROMPT, R_P_INST, R_W_NEXT, STARTING, T_P_END,
-                                    T_P_START)
+from pdplan.sim.fast.fields import (
+    D_B,
+    D_CAP,
+    D_CHUNK,
+    D_IT_FIRST,
+    D_IT_N,
+    D_K_HEAD,
+    D_K_TAIL,
+    D_LOAD,
+    D_M_PREFILL,
+    D_MODE,
+    D_MODEL,
+    D_PF_HEAD,
+    D_PF_TAIL,
+    D_POLICY,
+    D_RESERVED,
+    D_RUN_K,
+    D_S,
+    D_TOKEN_CAP,
+    D_VERSION,
+    D_W_HEAD,
+    D_W_TAIL,
+    DECODE_RUN,
+    F_BUSY,
+    F_RUN_T0,
+    ITERATION,
+    POLICY_PREFILL_FIRST,
+    R_CHUNK,
+    R_OUTPUT,
+    R_P_INST,
+    R_PF_DONE,
+    R_PF_NEXT,
+    R_PROMPT,
+    R_W_NEXT,
+    STARTING,
+    T_P_END,
+    T_P_START,
+)
 from pdplan.sim.fast.latency import latency_s, mixed_iteration_s
 from pdplan.sim.fast.routing import least_outstanding
 

@@ -9,10 +9,31 @@ from pdplan.sim.events import ARRIVAL, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, T
 from pdplan.sim.fast.batch import append, decode_boundary, queue_and_wake
 from pdplan.sim.fast.clock import new_heap, next_event, push, release
 from pdplan.sim.fast.colocated import colo_arrive, mixed_boundary
-from pdplan.sim.fast.fields import (D_K_HEAD, D_K_TAIL, D_LOAD, D_MIXED, D_RUN_K, D_VERSION, D_W_HEAD,
-                                    D_W_TAIL, P_CAP, P_FREE_PENDING, P_MODEL, P_PENDING, P_PP, P_Q_HEAD,
-                                    P_Q_TAIL, R_D_INST, R_FAILS, R_OUTPUT, R_PROMPT, R_P_INST, R_Q_NEXT,
-                                    T_P_END, T_P_START)
+from pdplan.sim.fast.fields import (
+    D_K_HEAD,
+    D_K_TAIL,
+    D_LOAD,
+    D_MIXED,
+    D_RUN_K,
+    D_VERSION,
+    D_W_HEAD,
+    D_W_TAIL,
+    P_CAP,
+    P_FREE_PENDING,
+    P_MODEL,
+    P_PENDING,
+    P_PP,
+    P_Q_HEAD,
+    P_Q_TAIL,
+    R_D_INST,
+    R_FAILS,
+    R_OUTPUT,
+    R_P_INST,
+    R_PROMPT,
+    R_Q_NEXT,
+    T_P_END,
+    T_P_START,
+)
 from pdplan.sim.fast.latency import latency_s
 from pdplan.sim.fast.links import book_transfer
 from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefill

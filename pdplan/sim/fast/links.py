@@ -11,9 +11,26 @@ from numba import njit
 
 from pdplan.sim.events import KV_VISIBLE, TRANSFER_FAILED
 from pdplan.sim.fast.clock import push
-from pdplan.sim.fast.fields import (D_CAP, D_LOAD, D_LRU_CAP, D_LRU_COUNT, D_LRU_HEAD, D_LRU_TAIL, D_POOL,
-                                    FAILURE_RECOMPUTE, F_LINK_BUSY, F_LINK_FREE, P_POOL, R_D_INST, R_FAILS,
-                                    R_OUTPUT, R_PROMPT, R_XBYTES, T_X_END, T_X_START)
+from pdplan.sim.fast.fields import (
+    D_CAP,
+    D_LOAD,
+    D_LRU_CAP,
+    D_LRU_COUNT,
+    D_LRU_HEAD,
+    D_LRU_TAIL,
+    D_POOL,
+    F_LINK_BUSY,
+    F_LINK_FREE,
+    FAILURE_RECOMPUTE,
+    P_POOL,
+    R_D_INST,
+    R_FAILS,
+    R_OUTPUT,
+    R_PROMPT,
+    R_XBYTES,
+    T_X_END,
+    T_X_START,
+)
 from pdplan.sim.fast.routing import least_loaded
 
 
