@@ -1,4 +1,4 @@
-"""The one base class for bad input, and the message shape every loader uses."""
+"""The one base class for bad input, the message shape every loader uses, and the error for a bug."""
 
 from __future__ import annotations
 
