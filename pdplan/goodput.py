@@ -34,6 +34,10 @@ class Probe:
     saturated: bool = False         #: offered rate above what the instance can drain
 
 
+#: The seed every draw of a run starts from unless the run names one (probes, verification, CP-SAT).
+DEFAULT_SEED = 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class SearchSettings:
     """How hard to look: bisection tolerance, probe budget and probe size."""
@@ -42,7 +46,6 @@ class SearchSettings:
     max_probes: int = 40
     requests_per_probe: int = 2000  #: the one default of goodput and optimize, so their figures agree
     arrivals: str = "trace"         #: "trace" (rescaled, burst shape kept) or "poisson"
-    seed: int = 0
     grid_points: int = 0            #: extra rates, evenly spaced up to 1.5 × goodput, for the curve
 
     def __post_init__(self):
@@ -183,6 +186,7 @@ class InstanceGoodput(InstanceShape):
     probes: tuple[Probe, ...]
     requests_per_probe: int
     settings: SearchSettings
+    seed: int                        #: the run's seed every probe drew from
     admission_share: float
 
     @property
@@ -210,7 +214,7 @@ class InstanceGoodput(InstanceShape):
             "requests_per_probe": self.requests_per_probe,
             "tolerance_rel": self.settings.tolerance_rel,
             "arrivals": self.settings.arrivals,
-            "seed": self.settings.seed,
+            "seed": self.seed,
             "max_probes": self.settings.max_probes,
             "grid_points": self.settings.grid_points,
             "admission_share": self.admission_share,
@@ -227,7 +231,7 @@ class InstanceGoodput(InstanceShape):
                    policy=data["policy"], chunk_tokens=data["chunk_tokens"], goodput_rps=data["goodput_rps"],
                    md1_rps=data["bracket"]["md1_rps"], mg1_rps=data["bracket"]["mg1_rps"],
                    saturation_rps=data["saturation_rps"], probes=probes,
-                   requests_per_probe=data["requests_per_probe"], settings=settings,
+                   requests_per_probe=data["requests_per_probe"], settings=settings, seed=data["seed"],
                    admission_share=data["admission_share"])
 
 
@@ -238,7 +242,7 @@ def probe_settings(workload: Workload, settings: SearchSettings) -> SearchSettin
 
 
 def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings,
-                   replicas: int = 1) -> Workload:
+                   replicas: int = 1, *, seed: int = DEFAULT_SEED) -> Workload:
     """The requests one probe simulates at ``rate_rps``: ``requests_per_probe`` per replica, so
     each instance of a pool sees as many requests as one instance alone.
 
@@ -247,12 +251,12 @@ def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings
     its rate swings in every probe, and one replica of a pool of n then sees the same process
     as one instance alone (a router thins the stream it splits), so c(n) and c(1) compare.
     ``poisson``: requests with lengths resampled from the trace and Poisson arrivals. Both draw
-    from ``settings.seed``. Lengths-only traces always take ``poisson``.
+    from ``seed``. Lengths-only traces always take ``poisson``.
     """
     wanted = settings.requests_per_probe * replicas
     if probe_settings(workload, settings).arrivals == "poisson":
-        return replace_arrivals(workload, rate_rps=rate_rps, n_requests=wanted, rng=settings.seed)
-    return rescale_rate(thin(workload, wanted, rng=settings.seed), rate_rps)
+        return replace_arrivals(workload, rate_rps=rate_rps, n_requests=wanted, rng=seed)
+    return rescale_rate(thin(workload, wanted, rng=seed), rate_rps)
 
 
 def per_request_clocks(result: SimResult) -> dict[str, np.ndarray]:
@@ -332,8 +336,8 @@ def decode_saturation(workload: Workload, profile: PhaseProfile) -> float:
 
 
 def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
-                     settings: SearchSettings, policy: str | None = None, chunk_tokens: int | None = None,
-                     admission_share: float = DEFAULT_ADMISSION_SHARE,
+                     settings: SearchSettings, seed: int = DEFAULT_SEED, policy: str | None = None,
+                     chunk_tokens: int | None = None, admission_share: float = DEFAULT_ADMISSION_SHARE,
                      on_probe: Callable[[Probe], None] | None = None) -> InstanceGoodput:
     """Per-instance goodput of ``profile`` for ``phase`` (0x08C), found by simulated bisection.
 
@@ -354,14 +358,14 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
     saturation = instance_saturation(workload, profile, phase)
     # Start at the P–K bracket; a decode instance has none, so at half its saturation.
     start = mg1 or md1 or (saturation / 2 if saturation else 1.0)
-    search = pool_goodput(workload, profile, phase=phase, slo=slo, settings=settings, policy=policy,
+    search = pool_goodput(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed, policy=policy,
                           chunk_tokens=chunk_tokens, admission_share=admission_share, start_rps=start,
                           on_probe=on_probe)
     return InstanceGoodput(
         phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp,
         policy=policy if phase == "colocated" else None, chunk_tokens=chunk_tokens,
         goodput_rps=search.goodput_rps, md1_rps=md1, mg1_rps=mg1, saturation_rps=saturation,
-        probes=search.probes, requests_per_probe=settings.requests_per_probe, settings=settings,
+        probes=search.probes, requests_per_probe=settings.requests_per_probe, settings=settings, seed=seed,
         admission_share=admission_share)
 
 
@@ -375,7 +379,8 @@ def instance_saturation(workload: Workload, profile: PhaseProfile, phase: str) -
 
 
 def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO, settings: SearchSettings,
-                 start_rps: float, replicas: int = 1, policy: str | None = None, chunk_tokens: int | None = None,
+                 start_rps: float, seed: int = DEFAULT_SEED, replicas: int = 1, policy: str | None = None,
+                 chunk_tokens: int | None = None,
                  admission_share: float = DEFAULT_ADMISSION_SHARE,
                  on_probe: Callable[[Probe], None] | None = None) -> Search:
     """Goodput of ``replicas`` instances of one shape behind the router, the phase judged alone
@@ -389,10 +394,10 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
     saturation = None if single is None else replicas * single
 
     def probe(rate: float) -> Probe:
-        requests = probe_workload(workload, rate, settings, replicas)
+        requests = probe_workload(workload, rate, settings, replicas, seed=seed)
         result = simulate_pool(requests, profile, phase=phase, replicas=replicas,
                                policy=(policy or "prefill-first") if phase == "colocated" else None,
-                               chunk_tokens=chunk_tokens, seed=settings.seed)
+                               chunk_tokens=chunk_tokens, seed=seed)
         return probe_from_clocks(rate, judged, per_request_clocks(result),
                                  saturated=saturation is not None and rate > saturation)
 
@@ -427,8 +432,9 @@ class ClosedLoopGoodput:
 
 
 def closed_loop_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
-                        settings: SearchSettings, policy: str | None = None, chunk_tokens: int | None = None,
-                        admission_share: float = DEFAULT_ADMISSION_SHARE, max_clients: int = 65536,
+                        settings: SearchSettings, seed: int = DEFAULT_SEED, policy: str | None = None,
+                        chunk_tokens: int | None = None, admission_share: float = DEFAULT_ADMISSION_SHARE,
+                        max_clients: int = 65536,
                         on_probe: Callable[[ClientsProbe], None] | None = None) -> ClosedLoopGoodput:
     """The largest concurrency C whose closed loop (C clients, each sending its next request when
     its last one ends, as benchmark tools drive a server) meets the SLO on one instance, the
@@ -438,7 +444,7 @@ def closed_loop_goodput(workload: Workload, profile: PhaseProfile, *, phase: str
     kept, their arrival times ignored). Throughput is requests over the run's span.
     """
     judged = phase_slo(slo, phase, admission_share)
-    requests = thin(workload, settings.requests_per_probe, rng=settings.seed)
+    requests = thin(workload, settings.requests_per_probe, rng=seed)
     runs: dict[int, ClientsProbe] = {}
 
     def run(clients: int) -> ClientsProbe:
@@ -446,7 +452,7 @@ def closed_loop_goodput(workload: Workload, profile: PhaseProfile, *, phase: str
             result = simulate_pool({"prompt_tokens": requests.prompt_tokens, "output_tokens": requests.output_tokens},
                                    profile, phase=phase, concurrency=clients,
                                    policy=(policy or "prefill-first") if phase == "colocated" else None,
-                                   chunk_tokens=chunk_tokens, seed=settings.seed)
+                                   chunk_tokens=chunk_tokens, seed=seed)
             throughput = result.summary()["throughput_rps"] or 0.0
             runs[clients] = ClientsProbe(clients=clients, throughput_rps=throughput,
                                          probe=probe_from_clocks(throughput, judged, per_request_clocks(result)))

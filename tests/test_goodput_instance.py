@@ -110,6 +110,16 @@ def test_probe_workload_draws_from_the_whole_trace_in_order_at_the_probe_rate():
     assert np.diff(probe.arrival_s)[slow[1:]].mean() > 5 * np.diff(probe.arrival_s)[~slow[1:]].mean()
 
 
+def test_a_probe_draws_its_requests_from_the_run_seed_alone():
+    workload = Workload(arrival_s=np.arange(1000) * 0.5, prompt_tokens=np.arange(1, 1001),
+                        output_tokens=np.full(1000, 2))
+    settings = SearchSettings(requests_per_probe=100)
+    drawn = {seed: probe_workload(workload, 5.0, settings, seed=seed).prompt_tokens for seed in (1, 1, 2)}
+    again = probe_workload(workload, 5.0, settings, seed=1).prompt_tokens
+    assert np.array_equal(drawn[1], again)
+    assert not np.array_equal(drawn[1], drawn[2])
+
+
 def test_a_pool_probe_carries_requests_per_probe_for_each_replica():
     workload = even_trace(n=1000)
     assert len(probe_workload(workload, 5.0, SearchSettings(requests_per_probe=100), replicas=4)) == 400

@@ -88,18 +88,3 @@ def test_a_trace_with_no_arrival_times_needs_a_target_rate(tmp_path):
     assert target_rate(workload, lengths, given=2.0) == 2.0
     with pytest.raises(PdplanError, match="trace has no arrival times; give --target-rate"):
         target_rate(workload, lengths)
-
-
-def test_the_run_seed_on_the_request_is_the_seed_the_goodput_searches_draw_from():
-    from pdplan.goodput import SearchSettings
-    from pdplan.hardware import default_cluster_path, load_cluster
-    from pdplan.latency.source import ProfileSource
-    from pdplan.modelspec import get_model
-    from pdplan.planner import PlanRequest
-    from pdplan.slo import slo_from_flags
-
-    request = PlanRequest(workload=load_trace(SMOKE), model=get_model("llama2-70b"),
-                          cluster=load_cluster(default_cluster_path()), profiles=ProfileSource({}, compose=False),
-                          slo=slo_from_flags(1.0, 0.1, 0.9), target_rps=1.0, seed=7,
-                          settings=SearchSettings(requests_per_probe=100))
-    assert request.settings.seed == 7 and request.settings.requests_per_probe == 100

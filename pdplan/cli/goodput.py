@@ -31,6 +31,7 @@ from pdplan.cli.options import (
     TpotOpt,
     TraceArg,
     TtftOpt,
+    check_seed,
     choice,
     load_workload,
     profile_source,
@@ -43,6 +44,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.goodput import (
     DEFAULT_ADMISSION_SHARE,
+    DEFAULT_SEED,
     SearchSettings,
     closed_loop_goodput,
     instance_goodput,
@@ -81,7 +83,7 @@ def goodput(
     tolerance: ToleranceOpt = SearchSettings.tolerance_rel,
     grid: GridOpt = 6,
     admission_share: AdmissionShareOpt = DEFAULT_ADMISSION_SHARE,
-    seed: SeedOpt = SearchSettings.seed,
+    seed: SeedOpt = DEFAULT_SEED,
     format: FormatOpt = None,
     closed_loop: Annotated[bool, typer.Option(
         "--closed-loop", help="Probe closed loops instead of rates: the most concurrent clients (each sending its "
@@ -107,7 +109,8 @@ def goodput(
     if plot is not None:
         outputs.claim(plot, "--plot")
     objectives = slo_from_options(ttft, tpot, attainment, slo)
-    settings = search_settings(tolerance, requests_per_probe, arrivals, seed, grid)
+    check_seed(seed)
+    settings = search_settings(tolerance, requests_per_probe, arrivals, grid)
     workload = load_workload(trace, format)
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
@@ -119,14 +122,15 @@ def goodput(
             raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",
                               field="plot")
         with spinner(f"closed loops on {profile.shape} ({phase})", json) as say:
-            loops = closed_loop_goodput(workload, profile, phase=phase, slo=objectives, settings=settings,
+            loops = closed_loop_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, seed=seed,
                                         policy=policy, chunk_tokens=chunk, admission_share=admission_share,
                                         on_probe=lambda p: say(f"ran {p.clients} clients"))
         render_closed_loop(loops, profile, phase, objectives, admission_share, profile_label(profile, fallback),
                            json)
         return
     with spinner(f"probing {profile.shape} ({phase})", json) as say:
-        result = instance_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, policy=policy,
+        result = instance_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, seed=seed,
+                                  policy=policy,
                                   chunk_tokens=chunk, admission_share=admission_share,
                                   on_probe=lambda p: say(f"probed {p.rate_rps:.3g} rps"))
     if plot is not None:

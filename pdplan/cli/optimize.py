@@ -33,6 +33,7 @@ from pdplan.cli.options import (
     TpotOpt,
     TraceArg,
     TtftOpt,
+    check_seed,
     choice,
     load_workload,
     profile_source,
@@ -206,7 +207,8 @@ def optimize(
         outputs.claim(out, "--out")
     if plot is not None:
         outputs.claim(plot, "--plot", folder=True)
-    settings = search_settings(tolerance, requests_per_probe, arrivals, seed)
+    check_seed(seed)
+    settings = search_settings(tolerance, requests_per_probe, arrivals)
     workload = load_workload(trace, format)
     cut = None if windows is None else trace_windows(workload, trace, windows, peak=peak)
     rate = plan_rate(workload, trace, given=target_rate, objective=objective, peak=peak, windowed=cut is not None)

@@ -122,7 +122,7 @@ GridOpt = Annotated[int, typer.Option("--grid", help="Extra probes, evenly space
                                                      "to draw the attainment curve a(λ).")]
 
 
-def search_settings(tolerance: float, requests_per_probe: int, arrivals: Arrivals, seed: int,
+def search_settings(tolerance: float, requests_per_probe: int, arrivals: Arrivals,
                     grid_points: int = 0) -> SearchSettings:
     """Search settings from flags, with flag names in the errors."""
     if not 0 < tolerance < 1:
@@ -132,9 +132,8 @@ def search_settings(tolerance: float, requests_per_probe: int, arrivals: Arrival
                           field="requests_per_probe")
     within("--requests-per-probe", requests_per_probe, 2, limits.MAX_REQUESTS_PER_PROBE)
     within("--grid", grid_points, 0, limits.MAX_GRID_POINTS)
-    check_seed(seed)
     return SearchSettings(tolerance_rel=tolerance, requests_per_probe=requests_per_probe, arrivals=arrivals,
-                          seed=seed, grid_points=grid_points)
+                          grid_points=grid_points)
 
 
 def within(flag: str, value: float | None, low: float, high: float, *, above: bool = False) -> None:

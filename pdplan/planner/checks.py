@@ -60,7 +60,7 @@ class Verifier:
         if rate_rps not in self._workloads:
             s = self.request.settings
             self._workloads[rate_rps] = run_workloads(self.request.workload, rate_rps, runs=self.request.runs,
-                                                      seed=s.seed, arrivals=s.arrivals)
+                                                      seed=self.request.seed, arrivals=s.arrivals)
         return self._workloads[rate_rps]
 
     def _key_parts(self, plan: Plan, rate_rps: float) -> dict:

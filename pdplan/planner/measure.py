@@ -47,23 +47,23 @@ def profile_digest(profile: PhaseProfile) -> str:
 
 
 def goodput_key_parts(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO, settings: SearchSettings,
-                      policy: str | None, chunk_tokens: int | None, admission_share: float) -> dict:
+                      seed: int, policy: str | None, chunk_tokens: int | None, admission_share: float) -> dict:
     """Everything one shape's goodput depends on; ``pdplan goodput`` and ``optimize`` key alike."""
     return {"trace": workload.digest(), "profile": profile_digest(profile), "slo": slo.to_dict(),
             "phase": phase, "policy": policy, "chunk": chunk_tokens, "settings": asdict(settings),
-            "admission_share": admission_share}
+            "seed": seed, "admission_share": admission_share}
 
 
 def cached_instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
-                            settings: SearchSettings, policy: str | None, chunk_tokens: int | None,
+                            settings: SearchSettings, seed: int, policy: str | None, chunk_tokens: int | None,
                             admission_share: float, cache: ResultCache) -> InstanceGoodput:
     """:func:`pdplan.goodput.instance_goodput`, from the cache when the inputs match."""
-    key = cache_key(goodput_key_parts(workload, profile, phase=phase, slo=slo, settings=settings, policy=policy,
-                                      chunk_tokens=chunk_tokens, admission_share=admission_share))
+    key = cache_key(goodput_key_parts(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed,
+                                      policy=policy, chunk_tokens=chunk_tokens, admission_share=admission_share))
     cached = cache.get(key, decode_goodput)
     if cached is not None:
         return cached
-    result = instance_goodput(workload, profile, phase=phase, slo=slo, settings=settings, policy=policy,
+    result = instance_goodput(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed, policy=policy,
                               chunk_tokens=chunk_tokens, admission_share=admission_share)
     cache.put(key, result.to_dict())
     return result
@@ -98,7 +98,7 @@ def measure(request: PlanRequest, cache: ResultCache,
         profile = request.profiles.profile(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp, shape.pp,
                                            cache=cache)
         result = cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
-                                         settings=request.settings, policy=shape.policy,
+                                         settings=request.settings, seed=request.seed, policy=shape.policy,
                                          chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
                                          cache=cache)
         measured.append(Measured(shape=shape, profile=profile, goodput=result))
@@ -165,8 +165,8 @@ def mixed_candidates(candidates: list[Candidate], kv_bytes: float) -> list[Candi
 def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: ResultCache) -> PoolCurve:
     """c(n) of one shape, each sampled pool size from the cache where the inputs match."""
     parts = goodput_key_parts(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
-                              settings=request.settings, policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
-                              admission_share=request.admission_share)
+                              settings=request.settings, seed=request.seed, policy=m.shape.policy,
+                              chunk_tokens=m.shape.chunk_tokens, admission_share=request.admission_share)
 
     def sample(replicas: int, start_rps: float) -> float:
         key = cache_key({**parts, "replicas": replicas})
@@ -174,7 +174,7 @@ def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: R
         if cached is not None:
             return cached
         search = pool_goodput(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
-                              settings=request.settings, start_rps=start_rps, replicas=replicas,
+                              settings=request.settings, seed=request.seed, start_rps=start_rps, replicas=replicas,
                               policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
                               admission_share=request.admission_share)
         cache.put(key, {"replicas": replicas, "capacity_rps": search.goodput_rps, "missed_rps": search.missed_rps,

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.errors import PdplanError
-from pdplan.goodput import DEFAULT_ADMISSION_SHARE, SearchSettings, check_admission_share
+from pdplan.goodput import DEFAULT_ADMISSION_SHARE, DEFAULT_SEED, SearchSettings, check_admission_share
 from pdplan.hardware import Cluster
 from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
@@ -69,12 +69,10 @@ class PlanRequest:
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
     mixed_max: int = 8                  #: mixed instances a plan may add at most
     spill: Spill = Spill()              #: when work spills to mixed machines
-    seed: int = 0                       #: the run's seed: every draw (probes, verification runs, CP-SAT)
+    seed: int = DEFAULT_SEED            #: the run's seed: every draw (probes, verification runs, CP-SAT)
     inputs: Inputs | None = None        #: the files read, which manifests record (None: built in memory)
 
     def __post_init__(self):
-        if self.settings.seed != self.seed:  # the goodput searches draw from the run's seed
-            object.__setattr__(self, "settings", replace(self.settings, seed=self.seed))
         if self.mode not in tuple(Mode):
             raise PdplanError(f"--mode must be one of {', '.join(Mode)}, got {self.mode!r}", field="mode")
         if self.affinity not in tuple(Affinity):
