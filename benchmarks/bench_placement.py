@@ -37,7 +37,8 @@ def cluster_of(gpus: int) -> Cluster:
 def candidates(rng: np.random.Generator) -> tuple[Candidate, ...]:
     speed = {"a100-80gb": 1.0, "h100-80gb": 1.9, "h100-80gb-pcap": 1.6}
     out = []
-    for phase, gpus in (("prefill", ("a100-80gb", "h100-80gb")), ("decode", ("a100-80gb", "h100-80gb", "h100-80gb-pcap")),
+    for phase, gpus in (("prefill", ("a100-80gb", "h100-80gb")),
+                        ("decode", ("a100-80gb", "h100-80gb", "h100-80gb-pcap")),
                         ("colocated", ("a100-80gb", "h100-80gb"))):
         for gpu in gpus:
             for tp in (1, 2, 4, 8):

@@ -51,7 +51,8 @@ def main() -> int:
     for kind in ("schedule", "static_peak", "static_mean"):
         p = doc[kind]
         if p is not None:
-            print(f"  {kind:<12} {p['gpu_hours']:8.2f} GPU-h  ${p['usd']:8.2f}  windows missed {len(p['missed_windows'])}")
+            print(f"  {kind:<12} {p['gpu_hours']:8.2f} GPU-h  ${p['usd']:8.2f}  "
+                  f"windows missed {len(p['missed_windows'])}")
     return 0
 
 

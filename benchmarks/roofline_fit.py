@@ -4,8 +4,8 @@
 
 DATA_FOLDER defaults to ../shared/data. Prints the grid optimum, the error of the shipped
 defaults (pdplan.latency.roofline.DEFAULT_EFFICIENCY) per GPU and TP, the pure two-factor roofline for
-comparison, held-out shapes (bloom-176b, the capped H100), and the measured power-cap slowdown. Exits 1 when the shipped defaults are not the
-grid optimum.
+comparison, held-out shapes (bloom-176b, the capped H100), and the measured power-cap slowdown. Exits 1
+when the shipped defaults are not the grid optimum.
 """
 
 from __future__ import annotations

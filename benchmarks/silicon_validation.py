@@ -192,13 +192,15 @@ def main(argv: list[str]) -> int:
     print(table.to_string(index=False, float_format=lambda x: f"{x:.1%}"))
     print("\noverall (median / p90 absolute error, median signed error):")
     for kind, part in results.groupby("kind", sort=True):
-        print(f"  {kind:9s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} / {part.ttft_ape.quantile(0.9):6.1%}"
-              f" ({part.ttft_signed.median():+.1%})   TPOT {part.tpot_ape.median():6.1%} / "
+        print(f"  {kind:9s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} / "
+              f"{part.ttft_ape.quantile(0.9):6.1%} ({part.ttft_signed.median():+.1%})   "
+              f"TPOT {part.tpot_ape.median():6.1%} / "
               f"{part.tpot_ape.quantile(0.9):6.1%} ({part.tpot_signed.median():+.1%})")
     print("\nby measurement collection (median absolute error, median signed error):")
     for (harness, kind), part in results.groupby(["harness", "kind"], sort=True):
         print(f"  {harness:16s} {kind:15s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} "
-              f"({part.ttft_signed.median():+.1%})   TPOT {part.tpot_ape.median():6.1%} ({part.tpot_signed.median():+.1%})")
+              f"({part.ttft_signed.median():+.1%})   "
+              f"TPOT {part.tpot_ape.median():6.1%} ({part.tpot_signed.median():+.1%})")
     for (kind, reason), count in sorted(skipped.items()):
         print(f"  skipped {count} {kind} rows: {reason}")
     return 0

@@ -66,8 +66,8 @@ class GPU:
         return self.base or self.name
 
 
-_GPU_FIELDS = {"memory_gib", "bf16_tflops", "fp8_tflops", "fp4_tflops", "nvlink_domain", "hbm_tb_s", "nvlink_gb_s", "network_gb_s", "tdp_w",
-               "usd_per_hour", "base", "power_cap_fraction", "sources"}
+_GPU_FIELDS = {"memory_gib", "bf16_tflops", "fp8_tflops", "fp4_tflops", "nvlink_domain", "hbm_tb_s", "nvlink_gb_s",
+               "network_gb_s", "tdp_w", "usd_per_hour", "base", "power_cap_fraction", "sources"}
 
 
 def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU:
@@ -250,7 +250,8 @@ def load_cluster(path: str | Path) -> Cluster:
             count=None if count == "unbounded" else count,
         ))
     return Cluster(nodes=tuple(nodes), source=str(path),
-                   energy_usd_per_kwh=top.number("energy_usd_per_kwh", 0.0, minimum=0, maximum=limits.MAX_ENERGY_USD_PER_KWH),
+                   energy_usd_per_kwh=top.number("energy_usd_per_kwh", 0.0, minimum=0,
+                                                 maximum=limits.MAX_ENERGY_USD_PER_KWH),
                    pue=top.number("pue", 1.0, minimum=1, maximum=limits.MAX_PUE))
 
 

@@ -201,9 +201,9 @@ def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_no
                     memory_utilization: float = 0.9, kv_reserve_tokens: int = 0) -> str | None:
     """Why (tp, pp) on ``gpu`` cannot serve ``model``, in one sentence; None when it can.
 
-    Rules: the GPU runs the weight precision; a TP group stays inside one node; TP divides the K/V heads or is a multiple of them
-    (then heads are replicated); PP is at most the layer count (uneven splits are allowed); the
-    weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
+    Rules: the GPU runs the weight precision; a TP group stays inside one node; TP divides the K/V heads
+    or is a multiple of them (then heads are replicated); PP is at most the layer count (uneven splits
+    are allowed); the weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
     """
     shape = shape_label(gpu.name, tp, pp)
     if tp < 1 or pp < 1:

@@ -98,7 +98,8 @@ def test_vllm_detailed_result_skips_failed_requests_and_derives_tpot_from_itls(t
 
 GENAI = {"time_to_first_token": {"unit": "ms", "avg": 45.1, "p50": 44.8, "p90": 48.7, "p99": 52.3},
          "inter_token_latency": {"unit": "ms", "avg": 11.2, "p50": 11.1, "p90": 12.0, "p99": 13.4},
-         "input_sequence_length": {"unit": "tokens", "avg": 550.0}, "output_sequence_length": {"unit": "tokens", "avg": 128.0},
+         "input_sequence_length": {"unit": "tokens", "avg": 550.0},
+         "output_sequence_length": {"unit": "tokens", "avg": 128.0},
          "request_count": {"unit": "count", "avg": 100}}
 
 
@@ -134,13 +135,16 @@ BAD = [
                     "mean_ttft_ms": 1, "mean_tpot_ms": 1}, r": max_concurrency must be an integer"),
     ("genai-perf", GENAI | {"input_config": {"perf_analyzer": {"stimulus": {"concurrency": 2.5}}}},
      r": input_config.perf_analyzer.stimulus.concurrency must be a whole number of clients, got '2.5'"),
-    ("aiperf", GENAI | {"input_config": {"loadgen": {"request_rate": 0}}}, r": input_config.loadgen.request_rate must be > 0"),
+    ("aiperf", GENAI | {"input_config": {"loadgen": {"request_rate": 0}}},
+     r": input_config.loadgen.request_rate must be > 0"),
     ("vllm-bench", {"max_concurrency": 8, "completed": 3, "total_input_tokens": 3, "total_output_tokens": 3},
      r"holds no TTFT and TPOT measurements"),
-    ("genai-perf", {k: v for k, v in GENAI.items() if k != "time_to_first_token"} | {"input_config": {"concurrency": 1}},
+    ("genai-perf",
+     {k: v for k, v in GENAI.items() if k != "time_to_first_token"} | {"input_config": {"concurrency": 1}},
      r"time_to_first_token is missing"),
     ("genai-perf", GENAI | {"input_config": {"concurrency": 1},
-                            "inter_token_latency": {"unit": "fortnights", "avg": 1}}, r"inter_token_latency.unit must be one of"),
+                            "inter_token_latency": {"unit": "fortnights", "avg": 1}},
+     r"inter_token_latency.unit must be one of"),
     ("aiperf", GENAI | {"input_config": {"phases": [{"name": "profiling", "type": "burst"}]}},
      r"input_config.phases\[0\].type must be concurrency or a request rate"),
     ("aiperf", GENAI, r"input_config is missing"),

@@ -147,8 +147,8 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=["phase", "does-not-fit", "attainment", "chunk",
-                                                    "chunk-zero", "missing-plan", "rate", "simulate-ttft", "simulate-tpot",
-                                                    "simulate-ttft-inf", "ttft-in-ms-by-mistake",
+                                                    "chunk-zero", "missing-plan", "rate", "simulate-ttft",
+                                                    "simulate-tpot", "simulate-ttft-inf", "ttft-in-ms-by-mistake",
                                                     "tpot-in-ms-by-mistake", "simulate-attainment",
                                                     "rate-and-concurrency", "concurrency-zero"])
 def test_bad_input_exits_2_with_one_line(run_cli, args, message):

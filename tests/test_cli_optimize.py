@@ -199,13 +199,15 @@ def test_fleet_all_compares_every_gpu_pair_of_the_cluster_with_aliases(optimize,
 
 def test_fleet_all_on_an_h100_and_h200_cluster_compares_h200_pools(optimize, tmp_path):
     cluster = tmp_path / "hopper.yaml"
-    cluster.write_text("nodes:\n"
-                       "  - {name: h100, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50, count: 2}\n"
-                       "  - {name: h200, gpu: h200-141gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50, count: 2}\n")
+    cluster.write_text(
+        "nodes:\n"
+        "  - {name: h100, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50, count: 2}\n"
+        "  - {name: h200, gpu: h200-141gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50, count: 2}\n")
     code, out, err = optimize("--cluster", cluster, "--fleet", "all", "--tp", "4", "--pp", "1", "--json")
     assert code == 0, err
     names = [f["fleet"] for f in json.loads(out)["fleets"]]
-    assert {"h200-141gb/h100-80gb", "h200-141gb/h200-141gb", "h100-80gb/h200-141gb", "h200-141gb/h100-80gb-pcap"} <= set(names)
+    assert {"h200-141gb/h100-80gb", "h200-141gb/h200-141gb", "h100-80gb/h200-141gb",
+            "h200-141gb/h100-80gb-pcap"} <= set(names)
 
 
 def test_fleet_rows_name_exact_gpu_types_and_every_shape(optimize):
@@ -396,7 +398,8 @@ def test_without_redundancy_is_the_answer_the_same_request_gets_without_it(optim
     red = json.loads(out)["redundancy"]
     plain = json.loads(optimize(*flags, "--json", trace=trace)[1])
     free = red["without_redundancy"]
-    assert (free["gpus_total"], round(free["value"] * 100)) == (plain["gpus_total"], round(plain["cost_per_hour"] * 100))
+    assert ((free["gpus_total"], round(free["value"] * 100))
+            == (plain["gpus_total"], round(plain["cost_per_hour"] * 100)))
     assert (free["fleet"], free["decision"]) == (plain["fleet"], plain["decision"])
     text = optimize(*flags, "--redundancy", "node", trace=trace)[1]
     costs = json.loads(out)["cost_per_hour"] - plain["cost_per_hour"]
@@ -423,7 +426,8 @@ def test_fleet_all_on_azure_conv_verifies_every_fleet(run_cli, shared_data, tmp_
 
 @pytest.mark.slow
 @pytest.mark.skipif(not __import__("pdplan.latency.compose.tables", fromlist=["installed"]).installed(),
-                    reason="README's install brings the optional extra pdplan[aic], whose composed profiles the excerpt shows")
+                    reason="README's install brings the optional extra pdplan[aic], "
+                           "whose composed profiles the excerpt shows")
 def test_readme_shows_what_the_main_job_prints(run_cli, tmp_path):
     """README's excerpt of `pdplan optimize traces/chat_poisson_2k.csv`: head, verification, search."""
     readme = (ROOT / "README.md").read_text()
@@ -507,7 +511,8 @@ def test_without_the_tables_the_same_plan_runs_on_rooflines_and_says_why(optimiz
     assert code == 0, err
     doc = json.loads(out)
     assert _pool_profiles(doc) == {"roofline"}
-    assert {p["profile_fallback"] for p in doc["pools"]} == {"operator tables not installed (pip install 'pdplan[aic]')"}
+    assert ({p["profile_fallback"] for p in doc["pools"]}
+            == {"operator tables not installed (pip install 'pdplan[aic]')"})
     assert "rooflines fitted for sglang" in doc["provenance"]["profile_sources"]
 
 

@@ -98,7 +98,8 @@ def test_a_large_prefill_is_never_faster_than_its_flops_at_peak_throughput():
 
 def test_more_tensor_parallelism_shortens_the_decode_step():
     model = get_model("llama-3.1-70b@fp8")
-    times = [Step(model=model, shape=InstanceShape(gpu="h100-80gb", tp=tp, pp=1), engine="vllm", versions=H100_VLLM).decode_s(16, 2048)
+    times = [Step(model=model, shape=InstanceShape(gpu="h100-80gb", tp=tp, pp=1), engine="vllm",
+                  versions=H100_VLLM).decode_s(16, 2048)
              for tp in (2, 4, 8)]
     assert times[0] > times[1] > times[2]
 

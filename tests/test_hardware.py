@@ -42,7 +42,8 @@ def test_unbounded_node_count_is_none(tmp_path):
     assert load_cluster(path).nodes[0].count is None
 
 
-NODE = "  - name: a\n    gpu: a100-80gb\n    gpus_per_node: 8\n    intra_node_gb_s: 300\n    inter_node_gb_s: 25\n    count: 2\n"
+NODE = ("  - name: a\n    gpu: a100-80gb\n    gpus_per_node: 8\n"
+        "    intra_node_gb_s: 300\n    inter_node_gb_s: 25\n    count: 2\n")
 
 BAD_CLUSTERS = [
     ("", r"c.yaml: top level must be a mapping, got NoneType"),
@@ -50,8 +51,8 @@ BAD_CLUSTERS = [
     ("nodes:\n" + NODE.replace("gpus_per_node: 8", "gpus_per_node: 0"),
      r"c.yaml:4: nodes\[0\].gpus_per_node must be >= 1, got 0"),
     ("nodes:\n" + NODE.replace("a100-80gb", "tpu-v5"),
-     r"c.yaml:3: nodes\[0\].gpu must be one of a100-80gb, b200-180gb, gb200-185gb, h100-80gb, h100-80gb-pcap, h200-141gb, "
-     r"got 'tpu-v5'"),
+     r"c.yaml:3: nodes\[0\].gpu must be one of a100-80gb, b200-180gb, gb200-185gb, h100-80gb, h100-80gb-pcap, "
+     r"h200-141gb, got 'tpu-v5'"),
     ("nodes:\n" + NODE.replace("    count: 2\n", ""), None),
     ("nodes:\n" + NODE + NODE, r"c.yaml:8: nodes\[1\].name must be unique across nodes, got 'a'"),
     ("nodes:\n" + NODE.replace("inter_node_gb_s: 25", "inter_node_gb_s: -1"),

@@ -110,8 +110,8 @@ def _writer_cases() -> list[tuple]:
 
     cases = [(command, slot, flag) for command, flags in WRITES.items() for flag, target in flags.items()
              for slot in COMMANDS[command][1] if target == "file"]
-    return cases + [("sensitivity grid (its own files)", slot, flag) for slot in ("trace", "model", "cluster", "profiles")
-                    for flag in ("--out", "--plot")]
+    return cases + [("sensitivity grid (its own files)", slot, flag)
+                    for slot in ("trace", "model", "cluster", "profiles") for flag in ("--out", "--plot")]
 
 
 WRITER_CASES = _writer_cases()

@@ -202,7 +202,8 @@ def test_diff_lists_what_changed_between_modes_by_section(run_cli, manifests):
     assert sections == sorted(sections, key=["identity", "workload", "pools", "placement", "transfer",
                                              "predictions", "fallback", "release", "rollback", "provenance",
                                              "other"].index)
-    assert {"field": "transfer.connector", "section": "transfer", "change": "changed", "a": "none", "b": "nixl"} in changes
+    assert ({"field": "transfer.connector", "section": "transfer", "change": "changed", "a": "none", "b": "nixl"}
+            in changes)
 
 
 def test_an_old_plan_file_still_loads_in_simulate(run_cli, tmp_path):

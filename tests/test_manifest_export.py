@@ -111,7 +111,8 @@ def _requested_gpus(fmt: str, files: dict[str, str]) -> int:
         if fmt == "dynamo":
             for c in doc["spec"]["components"]:
                 limit = c["podTemplate"]["spec"]["containers"][0].get("resources", {}).get("limits", {})
-                total += c["replicas"] * c.get("multinode", {}).get("nodeCount", 1) * int(limit.get("nvidia.com/gpu", 0))
+                total += (c["replicas"] * c.get("multinode", {}).get("nodeCount", 1)
+                          * int(limit.get("nvidia.com/gpu", 0)))
         elif fmt == "llm-d":
             for section in (doc["prefill"], doc["decode"]):
                 if section["create"]:

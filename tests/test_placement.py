@@ -52,7 +52,8 @@ def test_768_mib_per_s_handoff_fits_a_4_gib_per_s_path():
 
 
 def test_768_mib_per_s_handoff_is_rejected_on_a_256_mib_per_s_path():
-    with pytest.raises(InfeasibleError, match=r"decode a100-80gb TP2 PP1: KV handoff 0.81 GB/s at 12 rps > 100% of 0.3 GB/s"):
+    with pytest.raises(InfeasibleError,
+                       match=r"decode a100-80gb TP2 PP1: KV handoff 0.81 GB/s at 12 rps > 100% of 0.3 GB/s"):
         solve(Problem(candidates=with_kv(FIXTURE, 64 * MIB), cluster=cluster_of(node(inter=128 * MIB)),
                       mode="disaggregated", target_rps=10, objective="gpus", link_headroom=1.0))
 
@@ -133,8 +134,10 @@ def brute_force(problem):
         in_use = [(c.phase, c.gpu) for c, k in zip(cands, counts) if k]
         if problem.pool_shapes == "one" and len(in_use) != len(set(in_use)):
             continue
-        ok = all(sum(k for c, k in zip(cands, counts) if c.phase == p) for p in problem.phases) and all(sum(math.floor(c.goodput_rps * 1000 + 1e-9) * k for c, k in zip(cands, counts) if serves(c.phase, p))
-                 >= math.ceil(problem.target_rps * 1000 - 1e-9) for p in problem.phases)
+        ok = (all(sum(k for c, k in zip(cands, counts) if c.phase == p) for p in problem.phases)
+              and all(sum(math.floor(c.goodput_rps * 1000 + 1e-9) * k
+                          for c, k in zip(cands, counts) if serves(c.phase, p))
+                      >= math.ceil(problem.target_rps * 1000 - 1e-9) for p in problem.phases))
         if not ok:
             continue
         by_type = {}

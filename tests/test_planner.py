@@ -25,9 +25,9 @@ TRACE = Path(__file__).resolve().parent.parent / "traces" / "chat_poisson_2k.csv
 def request(**overrides):
     cluster = load_cluster(default_cluster_path())
     fields = dict(workload=head(load_trace(TRACE), 600), model=get_model("llama2-70b"), cluster=cluster,
-                  profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(1.0, 0.1, 0.9), target_rps=4.0,
-                  fleets=resolve_fleets("HH", cluster), affinity="high", settings=SearchSettings(requests_per_probe=300),
-                  tps=(2, 4), pps=(1,))
+                  profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(1.0, 0.1, 0.9),
+                  target_rps=4.0, fleets=resolve_fleets("HH", cluster), affinity="high",
+                  settings=SearchSettings(requests_per_probe=300), tps=(2, 4), pps=(1,))
     return planner.PlanRequest(**{**fields, **overrides})
 
 

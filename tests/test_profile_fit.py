@@ -194,7 +194,8 @@ def test_heldout_error_within_ten_percent_for_every_llama2_shape_of_splitwise(sh
 
 def test_a_fit_that_cannot_be_determined_says_which_points_to_add():
     from pdplan.latency.fit import decode_point
-    same_batch = [decode_point(batch_size=8, context_tokens=8 * c, latency_s=0.01 + c * 1e-6) for c in (100, 400, 900, 1600)]
+    same_batch = [decode_point(batch_size=8, context_tokens=8 * c, latency_s=0.01 + c * 1e-6)
+                  for c in (100, 400, 900, 1600)]
     with pytest.raises(PdplanError, match=r"add at least 1 measured point at another batch size \(every point has "
                                           r"batch size 8\)"):
         fit_phase(same_batch, "decode")

@@ -198,8 +198,10 @@ def test_dynamo_results_folder_reads_both_interpolation_files(tmp_path):
 
 @pytest.mark.parametrize("override, message", [
     (dict(z_itl=np.array([10.0, 11, np.nan, 10.5, 12, 18, 25])), r"z_itl\[2\] must be a finite number > 0, got nan"),
-    (dict(x_kv_usage=np.array([0.01, 0.05, 1.5, 0.02, 0.1, 0.4, 0.8])), r"x_kv_usage\[2\] must be a fraction in \(0, 1\]"),
-    (dict(x_kv_usage=np.array([0.001, 0.05, 0.2, 0.02, 0.1, 0.4, 0.8])), r"x_kv_usage\[0\] = 0\.001 of 100000 KV tokens at context 1000 holds 0\.10 requests"),
+    (dict(x_kv_usage=np.array([0.01, 0.05, 1.5, 0.02, 0.1, 0.4, 0.8])),
+     r"x_kv_usage\[2\] must be a fraction in \(0, 1\]"),
+    (dict(x_kv_usage=np.array([0.001, 0.05, 0.2, 0.02, 0.1, 0.4, 0.8])),
+     r"x_kv_usage\[0\] = 0\.001 of 100000 KV tokens at context 1000 holds 0\.10 requests"),
     (dict(prefill_ttft=np.array([1.0, 2.0])), r"prefill_ttft has 2 values, prefill_isl 6"),
 ], ids=["nan", "usage-over-one", "less-than-a-request", "length-mismatch"])
 def test_dynamo_bad_array_names_file_and_element(tmp_path, override, message):

@@ -66,7 +66,8 @@ NODE = NodeType(name="h", gpu=get_gpu("h100-80gb"), gpus_per_node=8, intra_node_
                 inter_node_bytes_per_s=5e10, count=1)
 CLUSTER = Cluster(nodes=(NODE,))
 SHAPES = (
-    Candidate(phase="prefill", gpu="h100-80gb", tp=2, pp=1, goodput_rps=1.0, curve=PoolCurve(samples=((1, 1.0), (2, 2.4)))),
+    Candidate(phase="prefill", gpu="h100-80gb", tp=2, pp=1, goodput_rps=1.0,
+              curve=PoolCurve(samples=((1, 1.0), (2, 2.4)))),
     Candidate(phase="prefill", gpu="h100-80gb", tp=4, pp=1, goodput_rps=2.2),
     Candidate(phase="decode", gpu="h100-80gb", tp=2, pp=1, goodput_rps=1.5),
     Candidate(phase="decode", gpu="h100-80gb", tp=1, pp=1, goodput_rps=0.6),
@@ -88,7 +89,8 @@ def brute_force(change_minutes: float, static: bool = False) -> float:
                    or pre.gpus * p + dec.gpus * d > 8 for (p, d), r in zip(counts, RATES)):
                 continue
             run = sum(h * (price[pre] * p + price[dec] * d) for h, (p, d) in zip(HOURS, counts))
-            moves = sum(price[c] * abs(a[i] - b[i]) for a, b in zip(counts, counts[1:]) for i, c in enumerate((pre, dec)))
+            moves = sum(price[c] * abs(a[i] - b[i])
+                        for a, b in zip(counts, counts[1:]) for i, c in enumerate((pre, dec)))
             best = min(best, run + change_minutes / 60 * moves)
     return best
 
@@ -126,7 +128,8 @@ def brute_force_with_mixed(change_minutes: float, most_mixed: int) -> float:
                       if sum(c.gpus * k for c, k in zip(units, counts)) <= 8]
         for plan in itertools.product(per_window, repeat=len(HOURS)):
             if any(pre.capacity_rps(p) + MIXED.capacity_rps(m) < r * (1 - 1e-12)
-                   or dec.capacity_rps(d) + MIXED.capacity_rps(m) < r * (1 - 1e-12) for (p, d, m), r in zip(plan, RATES)):
+                   or dec.capacity_rps(d) + MIXED.capacity_rps(m) < r * (1 - 1e-12)
+                   for (p, d, m), r in zip(plan, RATES)):
                 continue
             run = sum(h * sum(price[c] * k for c, k in zip(units, counts)) for h, counts in zip(HOURS, plan))
             moves = sum(price[c] * abs(a[i] - b[i]) for a, b in zip(plan, plan[1:]) for i, c in enumerate(units))

@@ -151,8 +151,8 @@ def grid(tmp_path_factory, cache):
     code, out = run("sensitivity", "grid", "--trace", SMOKE, *GRID, "--jobs", "2", "--cache-dir", cache,
                     "--out", folder / "grid.csv", "--plot", folder / "heatmap.png", "--json")
     assert code in (0, None)
-    return {"doc": json.loads(out), "csv": pd.read_csv(folder / "grid.csv"), "png": (folder / "heatmap.png").read_bytes(),
-            "folder": folder, "cache": cache}
+    return {"doc": json.loads(out), "csv": pd.read_csv(folder / "grid.csv"),
+            "png": (folder / "heatmap.png").read_bytes(), "folder": folder, "cache": cache}
 
 
 def test_gpu_counts_are_written_as_integers(grid):

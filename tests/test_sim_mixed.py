@@ -141,7 +141,8 @@ def test_the_summary_counts_what_the_mixed_pool_took():
 
 
 def test_the_example_mixed_plan_runs_and_its_mixed_machine_takes_work(run_cli):
-    code, out, err = run_cli("simulate", TRACE, "--plan", ROOT / "examples" / "plan_mixed.yaml", "--rate", "8", "--json")
+    code, out, err = run_cli("simulate", TRACE, "--plan", ROOT / "examples" / "plan_mixed.yaml",
+                             "--rate", "8", "--json")
     assert code == 0, err
     assert json.loads(out)["mixed"]["whole_requests"] > 0
 

@@ -68,7 +68,8 @@ BAD = [
      "default_link.bandwidth_gb_s must be >= 0.001, got 0"),
     ("no-link", GOOD.replace("default_link:\n  bandwidth_gb_s: 25\n  setup_ms: 0.5\n", ""), None,
      "links has no link from 'prefill' to 'decode' and there is no default_link"),
-    ("policy-on-decode", GOOD + "    policy: chunked\n", 19, "pools[1].policy applies only to colocated and mixed pools"),
+    ("policy-on-decode", GOOD + "    policy: chunked\n", 19,
+     "pools[1].policy applies only to colocated and mixed pools"),
     ("duplicate-pool", GOOD.replace("name: decode", "name: prefill"), 14,
      "pools[1].name must be unique across pools, got 'prefill'"),
     ("only-prefill", GOOD.split("  - name: decode")[0], None,
@@ -188,6 +189,7 @@ def test_a_plan_keeps_how_its_shapes_were_timed(tmp_path):
 
 def test_a_pool_with_more_replicas_than_any_fleet_is_refused(tmp_path):
     path = tmp_path / "plan.yaml"
-    path.write_text((ROOT / "examples" / "plan_disagg.yaml").read_text().replace("replicas: 2", "replicas: 100000000", 1))
+    path.write_text((ROOT / "examples" / "plan_disagg.yaml").read_text()
+                    .replace("replicas: 2", "replicas: 100000000", 1))
     with pytest.raises(PdplanError, match=r"plan.yaml:\d+: pools\[0\].replicas must be <= 10,000, got 100000000"):
         load_plan(path)

@@ -54,7 +54,8 @@ BAD_SLO_FILES = [
 
 
 @pytest.mark.parametrize("text,message", BAD_SLO_FILES,
-                         ids=["empty", "unknown-metric", "attainment-above-one", "negative", "missing", "no-time-in-seconds"])
+                         ids=["empty", "unknown-metric", "attainment-above-one", "negative", "missing",
+                              "no-time-in-seconds"])
 def test_bad_slo_file_names_file_line_and_field(tmp_path, text, message):
     path = tmp_path / "slo.yaml"
     path.write_text(text)

@@ -47,7 +47,8 @@ def request(model, gpu, tps, rate, ttft, tpot):
     cluster = Cluster(nodes=(NodeType(name="node", gpu=get_gpu(gpu), gpus_per_node=8, intra_node_bytes_per_s=300e9,
                                       inter_node_bytes_per_s=25e9, count=GPUS // 8),))
     return planner.PlanRequest(workload=head(load_trace(TRACE), 600), model=get_model(model), cluster=cluster,
-                               profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(ttft, tpot, 0.9), target_rps=rate,
+                               profiles=ProfileSource(shipped_profiles(), compose=False),
+                               slo=slo_from_flags(ttft, tpot, 0.9), target_rps=rate,
                                fleets=(ANY,), affinity="high", settings=SearchSettings(requests_per_probe=300),
                                tps=tps, pps=(1,), max_checks=40)
 

@@ -47,8 +47,10 @@ def test_the_module_sets_keep_their_words_and_order():
 
 
 @pytest.mark.parametrize("args,message", [
-    (("optimize", str(SMOKE), "--mode", "both"), "Error: --mode must be one of auto, colocated, disaggregated, got 'both'"),
-    (("optimize", str(SMOKE), "--connector", "ucx"), "Error: --connector must be one of nixl, mooncake, lmcache, got 'ucx'"),
+    (("optimize", str(SMOKE), "--mode", "both"),
+     "Error: --mode must be one of auto, colocated, disaggregated, got 'both'"),
+    (("optimize", str(SMOKE), "--connector", "ucx"),
+     "Error: --connector must be one of nixl, mooncake, lmcache, got 'ucx'"),
     (("optimize", str(SMOKE), "--arrivals", "gamma"), "Error: --arrivals must be one of poisson, trace, got 'gamma'"),
     (("sensitivity", "grid", "--trace", str(SMOKE), "--affinity", "near"),
      "Error: --affinity must be one of auto, high, low, got 'near'"),

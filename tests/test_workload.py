@@ -207,7 +207,8 @@ def test_native_csv_of_a_lengths_only_workload_asks_for_an_arrival_process():
 
 @pytest.mark.parametrize("fields, message", [
     (dict(prompt=[1, 0]), "prompt_tokens must be an integer from 1 to 10,000,000, got 0 at request 1"),
-    (dict(arrival_s=[0.0, 2.0, 1.0]), r"arrival_s must be finite, within ±1e\+10 s and non-decreasing, got 1.0 at request 2"),
+    (dict(arrival_s=[0.0, 2.0, 1.0]),
+     r"arrival_s must be finite, within ±1e\+10 s and non-decreasing, got 1.0 at request 2"),
     (dict(prompt=[1, 1], request_id=np.array(["a", "a"], dtype=object)),
      "request_id must be unique, got 'a' again at request 1"),
 ], ids=["zero-prompt", "decreasing-arrivals", "repeated-id"])

@@ -33,7 +33,8 @@ def render_closed_loop(result: ClosedLoopGoodput, profile, phase: str, objective
         table.add_column(name, justify="right")
     for p in result.probes:
         table.add_row(str(p.clients), f"{p.throughput_rps:.3f}", _share(p.probe.attainment_ttft),
-                      _share(p.probe.attainment_tpot), _share(p.probe.attainment_joint), "yes" if p.probe.meets else "no")
+                      _share(p.probe.attainment_tpot), _share(p.probe.attainment_joint),
+                      "yes" if p.probe.meets else "no")
     stdout.print(table)
 
 

@@ -71,7 +71,8 @@ from pdplan.vocabulary import Affinity, Connector, Mode, Objective, PoolShapes, 
 
 def optimize(
     trace: TraceArg,
-    model: Annotated[str, typer.Option("--model", help="Model name from the catalog, or a model YAML.")] = DEFAULT_MODEL,
+    model: Annotated[str, typer.Option(
+        "--model", help="Model name from the catalog, or a model YAML.")] = DEFAULT_MODEL,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     profiles: ProfilesOpt = None,
@@ -148,11 +149,13 @@ def optimize(
     out: Annotated[Path | None, typer.Option(
         "--out", help="Write the deployment manifest of the chosen plan (pdplan validate / diff / export read it, "
                       "and so does pdplan simulate --plan); only a verified plan is written. With --windows: the "
-                      "schedule (each window's pools and node map, every change drained first; validate reads it).")] = None,
+                      "schedule (each window's pools and node map, every change drained first; validate "
+                      "reads it).")] = None,
     checkpoint: Annotated[str, typer.Option("--checkpoint", help="Manifest identity: checkpoint id (e.g. a "
                                             "Hugging Face repo).")] = UNKNOWN,
     revision: Annotated[str, typer.Option("--revision", help="Manifest identity: checkpoint revision.")] = UNKNOWN,
-    tokenizer: Annotated[str, typer.Option("--tokenizer", help="Manifest identity: tokenizer id and revision.")] = UNKNOWN,
+    tokenizer: Annotated[str, typer.Option(
+        "--tokenizer", help="Manifest identity: tokenizer id and revision.")] = UNKNOWN,
     adapter: Annotated[str, typer.Option("--adapter", help="Manifest identity: LoRA adapter, or none.")] = UNKNOWN,
     position: Annotated[str, typer.Option("--position", help="Manifest identity: position/RoPE policy.")] = UNKNOWN,
     connector: Annotated[Connector, choice(
@@ -170,11 +173,13 @@ def optimize(
         "--mixed-max", help="Mixed pool: the most mixed instances a plan may add (Splitwise's mixed pool is a "
                             "buffer beside the prefill and decode pools).")] = PlanRequest.mixed_max,
     mixed_spill_tokens: Annotated[int, typer.Option(
-        "--mixed-spill-tokens", help="Mixed pool: a request runs whole on a mixed machine when the shortest "
-                                     "prefill queue holds more pending prompt tokens than this.")] = Spill().prefill_queue_tokens,
+        "--mixed-spill-tokens",
+        help="Mixed pool: a request runs whole on a mixed machine when the shortest prefill queue holds "
+             "more pending prompt tokens than this.")] = Spill().prefill_queue_tokens,
     mixed_kv_share: Annotated[float, typer.Option(
-        "--mixed-kv-share", help="Mixed pool: a prefilled request decodes on a mixed machine when its decode "
-                                 "instance's routed KV would pass this share of its capacity.")] = Spill().decode_kv_share,
+        "--mixed-kv-share",
+        help="Mixed pool: a prefilled request decodes on a mixed machine when its decode instance's routed "
+             "KV would pass this share of its capacity.")] = Spill().decode_kv_share,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Folder for PNG plots: fleets.png (cost and power per fleet), goodput_per_gpu.png (each "
                        "shape's simulated goodput per GPU by phase), cost_vs_rate.png (the chosen fleet's cost "

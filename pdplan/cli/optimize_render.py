@@ -77,8 +77,8 @@ def _profiles_line(doc: dict) -> str:
 
 def render_miss(report: PlanReport, doc: dict) -> None:
     """No plan passed: say so, show the fleets and the closest plan with what it misses."""
-    stderr.print(f"No plan passes the end-to-end simulation within {counted(report.request.max_checks, 'check')} per fleet, "
-                 "mode and affinity; nothing was written.", markup=False, highlight=False)
+    stderr.print(f"No plan passes the end-to-end simulation within {counted(report.request.max_checks, 'check')} "
+                 "per fleet, mode and affinity; nothing was written.", markup=False, highlight=False)
     _fleets_table(doc)
     closest = doc["closest"]
     if closest is None:
@@ -103,10 +103,11 @@ def verification_line(v: dict) -> str:
                            f"[{o['low']:.3f}, {o['high']:.3f}] vs {o['target']:g}" for o in v["per_objective"])
     j = v["joint"]
     verdict = "PASSES" if v["passed"] else "MISSES"
-    losses = f"; survives {counted(len(v['losses']), 'distinct loss', 'distinct losses')}" if v["losses"] and v["passed"] else ""
+    losses = (f"; survives {counted(len(v['losses']), 'distinct loss', 'distinct losses')}"
+              if v["losses"] and v["passed"] else "")
     return (f"verification: {verdict} at {v['rate_rps']:.3g} req/s on {counted(runs, 'run')} × "
-            f"{v['requests'][0]:,} requests (seeds {', '.join(map(str, v['seeds']))}; rule: {rule}): {objectives}; "
-            f"joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]{losses}")
+            f"{v['requests'][0]:,} requests (seeds {', '.join(map(str, v['seeds']))}; rule: {rule}): "
+            f"{objectives}; joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]{losses}")
 
 
 def search_line(doc: dict) -> str:
@@ -122,8 +123,8 @@ def search_line(doc: dict) -> str:
     return (f"search: integer-program estimate {objective_text(s['program_estimate'], name)} (from pool capacities, "
             f"not a bound), "
             f"verified {objective_text(s['verified'], name)}{gap} "
-            f"({counted(s['checks'], 'check')}, {counted(doc['run']['end_to_end_simulations'], 'end-to-end simulation')} "
-            f"run; {proof})")
+            f"({counted(s['checks'], 'check')}, "
+            f"{counted(doc['run']['end_to_end_simulations'], 'end-to-end simulation')} run; {proof})")
 
 
 def objective_text(value: float, name: str, signed: bool = False) -> str:
@@ -199,21 +200,24 @@ def _facts_table(doc: dict) -> None:
     if doc["margin"] is not None:
         other = doc["margin_over"]
         fleet = other["fleet"] + (f" ({other['fleet_alias']})" if other["fleet_alias"] else "")
-        table.add_row(f"margin over {other['decision']}", f"{doc['margin']:+.1%} ({doc['solver']['objective_name']}, "
-                                                         f"both verified; the best {other['decision']} plan, on {fleet})")
+        table.add_row(f"margin over {other['decision']}",
+                      f"{doc['margin']:+.1%} ({doc['solver']['objective_name']}, both verified; "
+                      f"the best {other['decision']} plan, on {fleet})")
     headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"
     table.add_row("end-to-end goodput", f"{doc['end_to_end_goodput_rps']:.3g} req/s{headroom}, the whole plan verified")
     red = doc["redundancy"]
     if red["mode"] != "none":
         worst = red.get("worst_case")
-        text = "—" if worst is None else f"worst loss: {worst['lost']} (short by {max(0.0, worst['worst_shortfall']):.3f})"
+        text = ("—" if worst is None
+                else f"worst loss: {worst['lost']} (short by {max(0.0, worst['worst_shortfall']):.3f})")
         if "redundancy_costs" in red:
             name, free = doc["solver"]["objective_name"], red["without_redundancy"]
             text += (f"; redundancy costs {objective_text(red['redundancy_costs'], name, signed=True)} ({name}) "
                      f"over the answer without it ({free['gpus_total']} GPUs, {objective_text(free['value'], name)})")
         table.add_row(f"redundancy ({red['mode']})", text)
     s = doc["solver"]
-    table.add_row("solver", f"{s['status']}, objective {s['objective']:.6g}, bound {s['bound']:.6g}, gap {s['gap']:.2%}")
+    table.add_row("solver", f"{s['status']}, objective {s['objective']:.6g}, bound {s['bound']:.6g}, "
+                            f"gap {s['gap']:.2%}")
     table.add_row("cache", f"{doc['run']['cache']['hits']} hits, {doc['run']['cache']['misses']} computed")
     stdout.print(table)
 
@@ -239,7 +243,8 @@ def nodes_table(doc: dict) -> None:
         for stage, placed in enumerate(inst["stages"]):
             gpus = placed["gpus"]
             label = f"{inst['instance']}" + (f" stage {stage}" if inst["pp"] > 1 else "")
-            nodes.setdefault(placed["node"], []).append(f"{label} ({gpus[0]}" + (f"-{gpus[-1]})" if len(gpus) > 1 else ")"))
+            nodes.setdefault(placed["node"], []).append(
+                f"{label} ({gpus[0]}" + (f"-{gpus[-1]})" if len(gpus) > 1 else ")"))
     for node in sorted(nodes, key=lambda n: (n.rsplit("-", 1)[0], int(n.rsplit("-", 1)[1]))):
         table.add_row(node, ", ".join(nodes[node]))
     stdout.print(table)

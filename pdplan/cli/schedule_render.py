@@ -23,7 +23,8 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     s = chosen.schedule
     shapes = " + ".join(f"{c.phase} {c.shape_label(compact=True)}" for c in s.shapes.values())
     stdout.print(f"[bold]{report.request.model.name}: {s.mode} over {len(report.windows)} windows[/bold] ({shapes}); "
-                 f"every window verified end to end on its own requests ({counted(chosen.rounds, 'program round')})", highlight=False)
+                 f"every window verified end to end on its own requests "
+                 f"({counted(chosen.rounds, 'program round')})", highlight=False)
     table = Table(title="Schedule (replicas per window; changes = instances joining or leaving a pool as the window "
                         "starts, each drained first)")
     for name in ("window", "start", "req/s", *[f"{p} replicas" for p in s.shapes], "changes", "GPUs", "joint",
@@ -32,8 +33,8 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     for check in chosen.checks:
         w, i = check.window, check.window.index
         table.add_row(str(i), _clock(w.start_s), f"{w.rate_rps:.3g}", *[str(s.replicas[i][p]) for p in s.shapes],
-                      str(sum(s.joins[i].values()) + sum(s.leaves[i].values())), str(s.gpus(i)), f"{check.verification.joint.mean:.3f}",
-                      "passes" if check.verification.passed else "MISSES")
+                      str(sum(s.joins[i].values()) + sum(s.leaves[i].values())), str(s.gpus(i)),
+                      f"{check.verification.joint.mean:.3f}", "passes" if check.verification.passed else "MISSES")
     stdout.print(table)
     totals = Table(title="Against static plans (each its own cheapest shapes, the same replicas all day)")
     for name in ("plan", "GPU-hours", "USD", "windows missed", "vs static peak"):
@@ -48,8 +49,8 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     stdout.print(totals)
     _timeline(chosen.timeline)
     if s.change_usd:
-        stdout.print(f"change cost: ${s.change_usd:,.2f} of the windowed total ({report.change_gpu_minutes:g} GPU-minutes "
-                     "per GPU of each instance joining or leaving a pool)", markup=False, highlight=False)
+        stdout.print(f"change cost: ${s.change_usd:,.2f} of the windowed total ({report.change_gpu_minutes:g} "
+                     "GPU-minutes per GPU of each instance joining or leaving a pool)", markup=False, highlight=False)
 
 
 def _timeline(timeline) -> None:

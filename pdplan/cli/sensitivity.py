@@ -163,7 +163,8 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
     slo = slo_from_flags(parse_threshold_s(ttft, "ttft") if ttft else spec.slo["ttft_ms"] / 1e3,
                          parse_threshold_s(tpot, "tpot") if tpot else spec.slo["tpot_ms"] / 1e3,
                          spec.slo["attainment"] if attainment is None else attainment)
-    return Base(workload=workload, model=get_model(spec.model), cluster=load_cluster(spec.cluster or default_cluster_path()),
+    return Base(workload=workload, model=get_model(spec.model),
+                cluster=load_cluster(spec.cluster or default_cluster_path()),
                 profiles=profile_source(spec.profiles), slo=slo, target_rps=rate, fleet=spec.fleet,
                 affinity=spec.affinity, failure_policy=spec.failure_policy, runs=spec.seeds,
                 max_checks=spec.max_rounds, seed=spec.seed, margin_ms=margin_ms, budget_usd_per_hour=budget,

@@ -69,7 +69,8 @@ def simulate(
     within("--rate", rate, 0, limits.MAX_RATE_RPS, above=True)
     within("--concurrency", concurrency, 1, limits.MAX_CONCURRENCY)
     if rate is not None and concurrency is not None:
-        raise PdplanError("give either --rate (open loop) or --concurrency (closed loop), not both", field="concurrency")
+        raise PdplanError("give either --rate (open loop) or --concurrency (closed loop), not both",
+                          field="concurrency")
     check_seed(seed)
     the_plan, planned = read_plan(plan)  # a manifest's SLO is the default; a plan file has none
     models = {model_file(pool.model) for pool in the_plan.pools} - {None}
@@ -140,7 +141,8 @@ def _render(summary: dict, target: float) -> None:
     transfer = summary["transfer"]
     if transfer["transfers"]:
         facts.add_row("KV moved", f"{transfer['bytes_total'] / 1e9:.2f} GB in {transfer['transfers']:,} transfers")
-        facts.add_row("exposed transfer mean / p99", f"{_ms(transfer['exposed_s_mean'])} / {_ms(transfer['exposed_s_p99'])} ms")
+        facts.add_row("exposed transfer mean / p99",
+                      f"{_ms(transfer['exposed_s_mean'])} / {_ms(transfer['exposed_s_p99'])} ms")
     if "mixed" in summary:
         mixed = summary["mixed"]
         facts.add_row("mixed pool took", f"{mixed['whole_requests']:,} whole requests, {mixed['decodes']:,} decodes "

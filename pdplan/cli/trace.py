@@ -42,7 +42,7 @@ def stats(trace: TraceArg, format: FormatOpt = None, sort: SortOpt = False, json
     mean_rate_rps is requests / duration_s (first to last arrival).
     peak_rate_rps is the most arrivals in any half-open 60 s window [t, t+60) divided by 60; requests / duration_s for a trace shorter than 60 s.
     prefix_reuse_fraction is the share of prefix blocks whose hash id appeared in an earlier request.
-    """
+    """  # noqa: E501  (typer prints this help line by line; a wrap would split the peak_rate_rps line)
     result = wl.trace_stats(wl.load_trace(trace, format=format, sort=sort))
     if json:
         print_json(result.to_dict())

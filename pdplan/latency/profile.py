@@ -90,7 +90,9 @@ class LatencyModel:
 class Provenance:
     """Where a profile's numbers come from and how well its fit holds."""
 
-    source: str                      #: measured (fitted from points), composed (from measured operators), calibrated (corrected by a benchmark run) or roofline (derived)
+    #: measured (fitted from points), composed (from measured operators), calibrated (corrected by a
+    #: benchmark run) or roofline (derived)
+    source: str
     method: str                      #: e.g. "nnls-relative/poly", "nnls-relative/floor+poly"
     file: str | None = None          #: data file the points came from
     sha256: str | None = None
@@ -240,7 +242,8 @@ def _model_from_fields(spec: Fields, features: tuple[str, ...]) -> LatencyModel:
         for piece in pieces:
             for c in piece:
                 if isinstance(c, bool) or not isinstance(c, (int, float)) or not abs(c) <= limits.MAX_LATENCY_MS:
-                    raise seg.fail("pieces_ms", f"coefficients must be finite numbers within ±{limits.MAX_LATENCY_MS:g}",
+                    raise seg.fail("pieces_ms",
+                                   f"coefficients must be finite numbers within ±{limits.MAX_LATENCY_MS:g}",
                                    shown(c))
         segments.append(Segment(min_batch=start,
                                 pieces_s=tuple(tuple(float(c) / 1e3 for c in p) for p in pieces)))

@@ -343,9 +343,9 @@ def _efficiency_note(efficiency: Efficiency, engine: str | None) -> str:
 def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
            memory_utilization: float, gpus_per_node: int, engine: str | None = None) -> str:
     parts = [
-        "Derived, not measured: transformer FLOPs (linear layers and causal attention pairs) and state bytes (weights + output head read once per "
-        f"iteration, K/V read and written) over the GPU catalog's peak {model.weight_dtype} FLOP/s for matrix products, "
-        "bf16 for attention, and its HBM bandwidth.",
+        "Derived, not measured: transformer FLOPs (linear layers and causal attention pairs) and state bytes "
+        "(weights + output head read once per iteration, K/V read and written) over the GPU catalog's peak "
+        f"{model.weight_dtype} FLOP/s for matrix products, bf16 for attention, and its HBM bandwidth.",
         _efficiency_note(efficiency, engine),
         f"Decode context Σctx is the tokens the batch holds before the step (each request also "
         f"attends to its new token); KV capacity at {memory_utilization:.0%} of HBM.",

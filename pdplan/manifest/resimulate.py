@@ -23,7 +23,8 @@ from pdplan.workload import Workload
 RESIMULATE_TOLERANCE = 0.005
 
 
-def resimulate(manifest: dict, workload: Workload, source: ProfileSource, *, path: Path) -> tuple[dict, list[Violation]]:
+def resimulate(manifest: dict, workload: Workload, source: ProfileSource, *,
+               path: Path) -> tuple[dict, list[Violation]]:
     """The re-derived attainment per objective and joint, and where it departs from the manifest;
     ``source`` times the shapes (the CLI builds it with the manifest's engine and composition)."""
     plan = plan_of_manifest(manifest, path)

@@ -51,8 +51,9 @@ def build_schedule(report, *, timestamp: str | None = None) -> dict:
         "workload": {"trace": {**files["trace"], "requests": len(request.workload)}, "slo": request.slo.to_dict(),
                      "windows": len(report.windows), "change_cost_gpu_minutes": report.change_gpu_minutes,
                      "mode": s.mode},
-        "shapes": [{"pool": name, "phase": p.phase, "gpu": p.gpu, "tp": p.tp, "pp": p.pp, "gpus_per_instance": p.tp * p.pp,
-                    "chunk_tokens": p.chunk_tokens} for name, p in sorted(pools.items())],
+        "shapes": [{"pool": name, "phase": p.phase, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
+                    "gpus_per_instance": p.tp * p.pp, "chunk_tokens": p.chunk_tokens}
+                   for name, p in sorted(pools.items())],
         **_spill(chosen.checks),
         "inventory": [{"node_type": n.name, "gpu": n.gpu.name, "gpus_per_node": n.gpus_per_node, "count": n.count}
                       for n in request.cluster.nodes],
@@ -118,7 +119,8 @@ def _window(where: str, window: dict, shapes: dict, inventory: dict) -> list[Vio
         elif all(n["count"] is not None for n in owned):
             total = sum(n["gpus_per_node"] * n["count"] for n in owned)
             if used > total:
-                found.append(Violation(f"{where}.replicas", f"uses {used} {hardware} GPUs; the inventory holds {total}"))
+                found.append(Violation(f"{where}.replicas",
+                                       f"uses {used} {hardware} GPUs; the inventory holds {total}"))
     for j, node in enumerate(window["nodes"]):
         kind = inventory.get(node["node_type"])
         index = node["node"].rpartition("-")[2]

@@ -112,8 +112,10 @@ def _explain_no_candidates(problem: Problem, built: Model) -> str:
     detail = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
     families = sorted({r.family for r in built.rejections if r.candidate.phase in missing})
     which = " and ".join(families) if families else "goodput"
+    why = (": " + detail if detail
+           else "; no shape meets the SLO on its own even at a low rate, so relax the SLO or allow larger shapes")
     return (f"no {problem.mode} plan ({problem.fleet.label}): no usable {'/'.join(missing)} shape "
-            f"({which} rules them out{': ' + detail if detail else '; no shape meets the SLO on its own even at a low rate, so relax the SLO or allow larger shapes'})")
+            f"({which} rules them out{why})")
 
 
 def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status: int, wall: float) -> Solution:

@@ -48,7 +48,8 @@ class Verifier:
         return self._memo[key]
 
     def _decode(self, stored: list) -> list[RunRecord]:
-        """Cached runs, refused (PdplanError: the cache reads it as a miss) unless there is one per seed with a share per objective."""
+        """Cached runs, refused (PdplanError: the cache reads it as a miss) unless there is one per seed with a
+        share per objective."""
         records = [RunRecord(**{**r, "objectives": tuple(r["objectives"])}) for r in stored]
         objectives = len(self.request.slo.objectives)
         if len(records) != self.request.runs or any(

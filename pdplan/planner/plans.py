@@ -36,7 +36,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
     every pool that decodes (decode and mixed), with the transfer failures and router hop the
     plan must survive, and the spill thresholds of a mixed pool."""
     shapes = {}  # pool → the candidate shape it runs
-    for cand, replicas in sorted(solution.replicas.items(), key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
+    for cand, replicas in sorted(solution.replicas.items(),
+                                 key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
         chunked = cand.phase in ("colocated", "mixed")
         extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if chunked else {}
         pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,

@@ -234,8 +234,9 @@ def report_to_dict(report: PlanReport) -> dict:
         "links": links_dict(request, answer, chosen.affinity),
         "solver": {"status": solution.status, "objective": solution.objective, "bound": solution.bound,
                    "gap": solution.gap, "objective_name": request.objective},
-        "rounds": [{"round": i + 1, "pools": [shape_dict(c, k) | {"phase": c.phase}
-                                              for c, k in sorted(c.solution.replicas.items(), key=lambda ck: ck[0].label)],
+        "rounds": [{"round": i + 1,
+                    "pools": [shape_dict(c, k) | {"phase": c.phase}
+                              for c, k in sorted(c.solution.replicas.items(), key=lambda ck: ck[0].label)],
                     "gpus_total": c.solution.gpus_total, "value": c.value(request.objective),
                     "attainment": {k: v.mean for k, v in c.verification.clocks.items()},
                     "meets": c.verification.passed}
@@ -270,9 +271,9 @@ def _mixed(report: PlanReport) -> dict | None:
         "found": True, "chosen": report.answer is found,
         "mixed_shape": {"gpu": pool.gpu, "tp": pool.tp, "pp": pool.pp, "chunk_tokens": pool.chunk_tokens},
         "spill_tokens": found.plan.spill_tokens, "kv_share": found.plan.kv_share,
-        "max_mixed": report.request.mixed_max, "gpus_total": found.solution.gpus_total, "cost_per_hour": found.solution.usd_per_hour,
-        "ledger_rps": found.solution.goodput_rps, "verification": found.verification.to_dict(),
-        "checks": len(search.tried)}
+        "max_mixed": report.request.mixed_max, "gpus_total": found.solution.gpus_total,
+        "cost_per_hour": found.solution.usd_per_hour, "ledger_rps": found.solution.goodput_rps,
+        "verification": found.verification.to_dict(), "checks": len(search.tried)}
 
 
 def _counts(checked: Checked) -> dict:

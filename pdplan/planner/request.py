@@ -83,7 +83,8 @@ class PlanRequest:
         if self.runs < 1:
             raise PdplanError(f"--seeds must be >= 1, got {self.runs!r}", field="seeds")
         if self.rule not in RULES:
-            raise PdplanError(f"--verify-rule must be one of {', '.join(RULES)}, got {self.rule!r}", field="verify_rule")
+            raise PdplanError(f"--verify-rule must be one of {', '.join(RULES)}, got {self.rule!r}",
+                              field="verify_rule")
         if self.redundancy not in REDUNDANCY:
             raise PdplanError(f"--redundancy must be one of {', '.join(REDUNDANCY)}, got {self.redundancy!r}",
                               field="redundancy")

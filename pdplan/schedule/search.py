@@ -136,7 +136,8 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
         schedule = solve_schedule(checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
                                   hours=[w.hours for w in windows], requirements=requirements,
                                   change_gpu_minutes=change_gpu_minutes, static=kind != "windowed",
-                                  mixed_max=request.mixed_max if request.mixed else 0, time_limit_s=request.time_limit_s, seed=request.seed)
+                                  mixed_max=request.mixed_max if request.mixed else 0,
+                                  time_limit_s=request.time_limit_s, seed=request.seed)
         checks = tuple(checker.check(schedule, w) for w in windows)
         result = VerifiedSchedule(kind=kind, schedule=schedule, checks=checks, rounds=round_)
         if raise_misses and result.passed:

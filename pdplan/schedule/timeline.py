@@ -98,8 +98,8 @@ def whole_day_plan(result) -> Plan:
 
 
 def simulate_timeline(result, request, profiles: dict) -> Timeline:
-    """Simulate ``result``'s schedule (a :class:`~pdplan.schedule.search.VerifiedSchedule`) on the whole trace with drain-first changes and judge each
-    window (see the module docstring)."""
+    """Simulate ``result``'s schedule (a :class:`~pdplan.schedule.search.VerifiedSchedule`) on the whole
+    trace with drain-first changes and judge each window (see the module docstring)."""
     plan = whole_day_plan(result)
     checks = result.checks
     counts = [{pool.name: pool.replicas for pool in c.plan.pools} for c in checks]

@@ -15,6 +15,6 @@ from pdplan.sensitivity.summary import summary_text
 
 __all__ = [
     "DECISIONS", "DIMENSIONS", "EXECUTORS", "Base", "CellResult", "GridResult", "GridSpec", "Margin",
-    "cell_coordinates", "check_executor", "load_spec", "net_margin", "parse_vary", "run_cell", "run_grid", "summary_text",
-    "with_vary",
+    "cell_coordinates", "check_executor", "load_spec", "net_margin", "parse_vary", "run_cell", "run_grid",
+    "summary_text", "with_vary",
 ]

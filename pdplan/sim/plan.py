@@ -329,7 +329,8 @@ def _pool(spec: Fields) -> Pool:
         batch_cap = spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS)
     return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"),
                 gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
-                pp=spec.integer("pp", 1, minimum=1, maximum=limits.MAX_PIPELINE_STAGES), replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
+                pp=spec.integer("pp", 1, minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
+                replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks,
                 max_prefill_batch_tokens=batch_cap)
 

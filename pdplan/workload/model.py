@@ -72,8 +72,8 @@ class Workload:
             if bad is None:
                 bad = first_decrease(self.arrival_s)
             if bad is not None:
-                raise PdplanError(f"arrival_s must be finite, within ±{limits.MAX_TRACE_SECONDS:g} s and non-decreasing, got "
-                                  f"{self.arrival_s[bad]} at request {bad}",
+                raise PdplanError(f"arrival_s must be finite, within ±{limits.MAX_TRACE_SECONDS:g} s and "
+                                  f"non-decreasing, got {self.arrival_s[bad]} at request {bad}",
                                   file=self.source, field="arrival_s")
         if self.request_id is not None:
             check_array("request_id", self.request_id, np.object_, n)

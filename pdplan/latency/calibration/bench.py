@@ -278,7 +278,8 @@ def _aggregate(doc: _Doc, fmt: str, concurrency: float | None, rate: float | Non
     tpot = _metric(doc, "inter_token_latency", seconds=True)
     if not ttft or not tpot:
         raise doc.fail("time_to_first_token" if not ttft else "inter_token_latency", "is missing")
-    isl, osl = _metric(doc, "input_sequence_length", seconds=False), _metric(doc, "output_sequence_length", seconds=False)
+    isl, osl = (_metric(doc, "input_sequence_length", seconds=False),
+                _metric(doc, "output_sequence_length", seconds=False))
     if not isl or "mean" not in isl or not osl or "mean" not in osl:
         raise doc.fail("input_sequence_length" if not isl or "mean" not in isl else "output_sequence_length",
                        "needs its avg")

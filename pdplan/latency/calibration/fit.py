@@ -57,7 +57,8 @@ def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, 
     return replace(profile, prefill=apply(profile.prefill, prefill_scale), decode=apply(profile.decode, decode_scale))
 
 
-def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching,
+           seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Per-request TTFT and TPOT (seconds) of the benchmark's load on one instance of ``profile``."""
     n = min(len(run.prompt_tokens), MAX_REPLAY_REQUESTS)
     workload = {"prompt_tokens": run.prompt_tokens[:n], "output_tokens": run.output_tokens[:n]}
@@ -67,7 +68,8 @@ def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching, seed:
     chunked = schedule.policy == "chunked"
     result = simulate_pool(workload, profile, phase="colocated", policy=schedule.policy,
                            chunk_tokens=schedule.tokens if chunked else None,
-                           max_prefill_batch_tokens=None if chunked else min(schedule.tokens, profile.max_prefill_batch_tokens),
+                           max_prefill_batch_tokens=(None if chunked
+                                                     else min(schedule.tokens, profile.max_prefill_batch_tokens)),
                            concurrency=run.concurrency)
     served = ~np.asarray(result["rejected"])
     return np.asarray(result["ttft_s"])[served], np.asarray(result["tpot_s"])[served]
@@ -188,7 +190,8 @@ def calibrated_profile(profile: PhaseProfile, runs: list[BenchRun], result: Cali
               ("schedule", f"{schedule.policy} {schedule.tokens}"),
               ("prefill_scale", result.prefill_scale), ("decode_scale", result.decode_scale),
               ("iteration_ms", result.iteration_s * 1e3),
-              ("error_before", Calibration.mean_abs(result.before)), ("error_after", Calibration.mean_abs(result.after)),
+              ("error_before", Calibration.mean_abs(result.before)),
+              ("error_after", Calibration.mean_abs(result.after)),
               ("undetermined", ", ".join(result.undetermined) or "none"))
     method = (f"calibrated: prefill x{result.prefill_scale:.4g}, decode x{result.decode_scale:.4g}, "
               f"+{result.iteration_s * 1e3:.4g} ms per iteration; base {prov.source} ({prov.method})")

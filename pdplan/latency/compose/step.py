@@ -49,8 +49,8 @@ class Step:
         self.all_reduce = None
         if self.shape.tp > 1:
             if "all_reduce" not in self.versions:
-                raise PdplanError(f"no {self.engine} all-reduce measurements on {self.shape.gpu} for TP {self.shape.tp}",
-                                  field="tp")
+                raise PdplanError(f"no {self.engine} all-reduce measurements on {self.shape.gpu} "
+                                  f"for TP {self.shape.tp}", field="tp")
             self.all_reduce = tables.all_reduce_grid(system, self.engine, self.versions["all_reduce"])
             sizes = tables.measured_group_sizes(self.all_reduce)
             if self.shape.tp not in sizes:

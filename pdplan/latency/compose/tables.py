@@ -318,8 +318,9 @@ def attention_s(lines: dict[tuple[int, int], Grid], q_heads: int, kv_heads: int,
 @cache
 def all_reduce_grid(system: str, engine: str, version: str) -> Grid:
     frame = _read(system, engine, "all_reduce", version, ["num_gpus", "message_size", "latency"])
-    return Grid.from_frame(frame.rename(columns={"message_size": "elements"}).loc[:, ["elements", "num_gpus", "latency"]],
-                           ("elements", "num_gpus"), "all-reduce")
+    return Grid.from_frame(
+        frame.rename(columns={"message_size": "elements"}).loc[:, ["elements", "num_gpus", "latency"]],
+        ("elements", "num_gpus"), "all-reduce")
 
 
 def measured_group_sizes(grid: Grid) -> tuple[int, ...]:

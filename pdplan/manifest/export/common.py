@@ -213,7 +213,8 @@ def instance_preamble(manifest: dict, fmt: str, inst: Instance) -> list[str]:
     for an instance spanning nodes the NODE_RANK argument each node's copy is run with."""
     pool = inst.pool
     lines = script_preamble(manifest, fmt, f"instance {inst.name} of pool {pool['name']} ({pool['phase']}, "
-                                           f"{shape_label(pool['gpu'], pool['tp'], pool['pp'])}) on {', '.join(inst.nodes)}")
+                                           f"{shape_label(pool['gpu'], pool['tp'], pool['pp'])}) "
+                                           f"on {', '.join(inst.nodes)}")
     if inst.gpu_indices:
         lines.append(shell.export("CUDA_VISIBLE_DEVICES", ",".join(map(str, inst.gpu_indices))))
     if inst.spans_nodes:
