@@ -41,3 +41,20 @@ class InstanceShape:
     def shape_label(self, *, compact: bool = False) -> str:
         """:func:`shape_label` of this shape."""
         return shape_label(self.gpu, self.tp, self.pp, compact=compact)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelShape(InstanceShape):
+    """One model on one instance shape: what a latency profile and its measured points describe."""
+
+    model: str    #: model name, as in the model catalog
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        """(model, gpu, tp, pp): how profiles are looked up."""
+        return (self.model, self.gpu, self.tp, self.pp)
+
+    @property
+    def shape(self) -> str:
+        """``llama2-70b a100-80gb TP2 PP1``."""
+        return f"{self.model} {self.shape_label()}"

@@ -62,7 +62,7 @@ from scipy.optimize import nnls
 
 from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
-from pdplan.shape import InstanceShape
+from pdplan.shape import ModelShape
 from pdplan.vocabulary import Phase
 
 PREFILL = Phase.PREFILL
@@ -127,24 +127,15 @@ def decode_point(*, batch_size: int, context_tokens: float, latency_s: float, or
 
 
 @dataclass(frozen=True, kw_only=True)
-class ShapePoints(InstanceShape):
+class ShapePoints(ModelShape):
     """Everything a source file says about one (model, GPU, TP, PP) shape: its measured points."""
 
-    model: str
     points: tuple[MeasuredPoint, ...]
     source: str                              #: the source file, as provenance records it
     sha256: str | None = None
     file: str | None = None                  #: the source file as read, for error messages
     kv_capacity_tokens: int | None = None    #: when the source states the KV capacity
     notes: str = ""                          #: how the importer read the source
-
-    @property
-    def key(self) -> tuple[str, str, int, int]:
-        return (self.model, self.gpu, self.tp, self.pp)
-
-    @property
-    def shape(self) -> str:
-        return f"{self.model} {self.shape_label()}"
 
 
 # --- bases ---------------------------------------------------------------------------------------

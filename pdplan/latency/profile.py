@@ -31,7 +31,7 @@ from pdplan import limits
 from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import atomic_write_text, load_yaml, significant
 from pdplan.schema import Fields, shown
-from pdplan.shape import InstanceShape
+from pdplan.shape import ModelShape
 
 PREFILL_FEATURES = ("1", "sum_prompt_tokens", "sum_prompt_tokens_sq")
 DECODE_FEATURES = ("1", "batch_size", "sum_context_tokens")
@@ -114,10 +114,9 @@ class Provenance:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PhaseProfile(InstanceShape):
+class PhaseProfile(ModelShape):
     """Latency of both phases, and the memory limits, of one (model, GPU, TP, PP) instance shape."""
 
-    model: str
     prefill: LatencyModel            #: seconds for one prefill batch over features (1, Σl, Σl²)
     decode: LatencyModel             #: seconds for one decode step over features (1, B, Σctx)
     kv_capacity_tokens: int          #: KV tokens the instance can hold
@@ -129,14 +128,6 @@ class PhaseProfile(InstanceShape):
             raise InternalError("tp and pp must be >= 1")
         if self.kv_capacity_tokens < 1 or self.max_prefill_batch_tokens < 1:
             raise InternalError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
-
-    @property
-    def key(self) -> tuple[str, str, int, int]:
-        return (self.model, self.gpu, self.tp, self.pp)
-
-    @property
-    def shape(self) -> str:
-        return f"{self.model} {self.shape_label()}"
 
     def prefill_time_s(self, prompt_lengths: Sequence[int]) -> float:
         """Seconds for one prefill batch of these prompts."""
