@@ -32,7 +32,9 @@ def choice(flag: str, words: Iterable[StrEnum], *, sort: bool = True, **option) 
         raise PdplanError(f"{flag} must be one of {', '.join(listed)}, got {value!r}",
                           field=flag.lstrip("-").replace("-", "_"))
 
-    return typer.Option(flag, parser=parse, **option)
+    # The help text names the words; a placeholder listing them too widened every command's
+    # option column (``<auto|disaggregated|colocated>``) and squeezed the help beside it.
+    return typer.Option(flag, parser=parse, metavar="<str>", **option)
 
 
 TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
