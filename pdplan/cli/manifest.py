@@ -10,7 +10,7 @@ from rich.table import Table
 
 from pdplan import names
 from pdplan.cli.options import FormatOpt, load_workload, profile_source
-from pdplan.cli.output import counted, print_json, stderr, stdout
+from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.manifest.check import check_manifest, refuse_unreadable_inputs
@@ -22,6 +22,7 @@ from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE
 from pdplan.manifest.resimulate import resimulate as rerun_plan
 from pdplan.manifest.schedule import check_schedule
 from pdplan.schema import shown
+from pdplan.wording import counted
 
 ManifestArg = Annotated[Path, typer.Argument(help="Deployment manifest written by pdplan optimize --out.",
                                              show_default=False)]

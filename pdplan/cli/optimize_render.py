@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from pdplan.cli.output import counted, money, number, print_json, stderr, stdout
+from pdplan.cli.output import money, number, print_json, stderr, stdout
 from pdplan.planner import PlanReport
 from pdplan.shape import shape_label
+from pdplan.wording import counted
 
 
 def render(report: PlanReport, doc: dict, explain: bool, as_json: bool) -> None:

@@ -45,11 +45,6 @@ def money(value: float | None) -> str:
     return "—" if value is None else f"${value:,.2f}"
 
 
-def counted(count: int, noun: str, plural: str | None = None) -> str:
-    """``1 check``, ``2 checks``, ``0 checks``; ``plural`` where adding an s is wrong (losses)."""
-    return f"{count:,} {noun if count == 1 else plural or noun + 's'}"
-
-
 def number(value: float | None, fmt: str = ".3g") -> str:
     """A number as tables show it; — for none."""
     return "—" if value is None else format(value, fmt)

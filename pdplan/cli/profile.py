@@ -14,7 +14,7 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, choice, within
-from pdplan.cli.output import counted, print_json, stderr, stdout
+from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
@@ -32,6 +32,7 @@ from pdplan.latency.roofline import DEFAULT_EFFICIENCY, roofline_profile
 from pdplan.modelspec import get_model, model_file
 from pdplan.shape import shape_label
 from pdplan.vocabulary import Policy
+from pdplan.wording import counted
 
 app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_is_help=True)
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from pdplan.cli.output import counted, print_json, stdout
+from pdplan.cli.output import print_json, stdout
 from pdplan.schedule import WindowedReport
+from pdplan.wording import counted
 
 
 def render(report: WindowedReport, doc: dict, as_json: bool) -> None:

@@ -12,6 +12,7 @@ from pdplan.planner.pipeline import FleetResult, PlanReport
 from pdplan.planner.plans import pool_name
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import SEARCH_FLOOR, Checked, SearchResult
+from pdplan.wording import counted
 
 if TYPE_CHECKING:  # the schedule package builds on the planner: its types only annotate here
     from pdplan.schedule import VerifiedSchedule, WindowedReport
@@ -157,7 +158,8 @@ def _why_none(result: SearchResult) -> str | None:
     if result.best is not None:
         return None
     closest = result.closest
-    tried = "" if closest is None else (f"no {result.mode} plan passed in {len(result.tried)} end-to-end checks; "
+    checks = counted(len(result.tried), "end-to-end check")
+    tried = "" if closest is None else (f"no {result.mode} plan passed in {checks}; "
                                         f"closest: " + "; ".join(misses(closest)))
     return "; ".join(part for part in (result.reason, tried) if part)
 
