@@ -76,8 +76,9 @@ def grid(
     address: Annotated[str | None, typer.Option(
         "--address", help="Ray cluster address (ray://host:10001 or host:6379); default a local Ray.")] = None,
     out: Annotated[Path | None, typer.Option("--out", help="CSV with one row per cell.")] = None,
-    plot: Annotated[Path | None, typer.Option("--plot", help="Heatmap PNG: decision as colour, ΔT in each "
-                                              "cell.")] = None,
+    plot: Annotated[Path | None, typer.Option("--plot", help="Heatmap PNG: decision as colour; in each cell ΔT "
+                                              "and each mode's cost per hour (its verified rate with "
+                                              "--budget).")] = None,
     plot_axes: Annotated[str | None, typer.Option(
         "--plot-axes", help="X,Y: the two dimensions of the heatmap (default the first two); the others "
                             "become panels.")] = None,
