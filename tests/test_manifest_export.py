@@ -15,6 +15,8 @@ from pdplan.errors import PdplanError
 from pdplan.manifest.export import FORMATS, export_manifest
 
 REMOVED_KV_KEYS = {"kv_rank", "kv_parallel_size", "kv_ip", "kv_buffer_size"}
+#: The Kubernetes API the core objects are checked against (a version kubernetes-validate ships).
+KUBERNETES_VERSION = "1.33.0"
 CRD_SCHEMAS = {"DynamoGraphDeployment": "dynamo.dynamographdeployment.v1beta1.schema.json",
                "LeaderWorkerSet": "lws.leaderworkerset.v1.schema.json"}
 
@@ -216,6 +218,18 @@ def test_crds_validate_strictly_against_their_upstream_schemas(shared_data, mani
             _validator(shared_data, CRD_SCHEMAS[doc["kind"]]).validate(doc)
             checked += 1
     assert checked >= 1
+
+
+def test_core_kubernetes_objects_validate_strictly_against_the_kubernetes_api(manifest):
+    """Every object of the k8s and Dynamo exports that is not a custom resource passes
+    kubernetes-validate in strict mode (unknown fields refused), as ``kubectl --validate=strict``."""
+    import kubernetes_validate
+
+    documents = _yaml_documents(export_manifest(manifest, "k8s")) + _yaml_documents(export_manifest(manifest, "dynamo"))
+    core = [doc for doc in documents if doc["kind"] not in CRD_SCHEMAS]
+    assert core
+    for doc in core:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
 
 
 def test_llmd_values_validate_strictly_against_the_chart_schema(shared_data, manifest):
