@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -14,6 +15,8 @@ from pdplan.errors import PdplanError
 from pdplan.manifest.check import check_manifest
 from pdplan.manifest.document import seal
 from pdplan.manifest.export import FORMATS, export_manifest
+from pdplan.placement import Candidate
+from pdplan.planner.pipeline import unpairable
 from tests.conftest import TRACE
 
 NIXL_DECODE_PP = "nixl-decode-pp: vLLM's NIXL connector refuses a kv_consumer (decode) instance"
@@ -116,3 +119,14 @@ def test_the_nixl_rule_holds_for_nixl_only(runnable):
     assert export_manifest(runnable, "vllm")  # the same pipeline-parallel decode over Mooncake
     with pytest.raises(PdplanError, match="nixl-decode-pp"):
         export_manifest(over_nixl(runnable), "vllm")
+
+
+def test_sglang_equal_tp_keeps_unequal_prefill_and_decode_shapes_out_of_optimize():
+    def shape(phase, tp):
+        return Candidate(phase=phase, gpu="a100-80gb", tp=tp, pp=1, goodput_rps=1)
+
+    candidates = (shape("prefill", 1), shape("prefill", 2), shape("decode", 2))
+    request = SimpleNamespace(profiles=SimpleNamespace(engine="sglang"), connector="nixl")  # what unpairable reads
+    assert unpairable(request, candidates) == ((candidates[0], candidates[2]),)
+    request.profiles.engine = "vllm"
+    assert unpairable(request, candidates) == ()
