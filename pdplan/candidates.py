@@ -1,14 +1,16 @@
 """Candidate instance shapes per phase: which (GPU type, TP, PP, policy) could serve the model.
 
 A shape is kept when its TP group fits a node, TP divides the KV heads (or replicates them), PP
-is at most the layer count, and the weights plus the KV of the largest request fit memory.
-Every rejected shape comes back with its reason, for ``--explain``.
+is at most the layer count, the weights plus the KV of the largest request fit memory, and the
+engine the plan is for can run it in its phase (:mod:`pdplan.engines`). Every rejected shape comes
+back with its reason, for ``--explain``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdplan.engines import shape_refusal
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
 from pdplan.shape import InstanceShape
@@ -52,11 +54,13 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                      phases: tuple[str, ...] = ("prefill", "decode", "colocated"),
                      tps: tuple[int, ...] = DEFAULT_TPS, pps: tuple[int, ...] = DEFAULT_PPS,
                      chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS,
-                     memory_utilization: float = 0.9) -> tuple[list[Shape], list[Rejected]]:
+                     memory_utilization: float = 0.9, engine: str | None = None,
+                     connector: str | None = None) -> tuple[list[Shape], list[Rejected]]:
     """Every shape worth measuring, and every rejected one with its one-sentence reason.
 
     ``largest_request_tokens`` (prompt + output of the trace's largest request) is the KV
     reserve: an instance that cannot hold that request can never serve the whole trace.
+    ``engine`` with its KV ``connector`` keeps only the shapes that engine runs (None: every one).
     """
     kept, rejected = [], []
     for phase in phases:
@@ -70,10 +74,11 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                              memory_utilization=memory_utilization,
                                              kv_reserve_tokens=largest_request_tokens)
                     for shape in _variants(phase, gpu_name, tp, pp, chunk_sizes):
-                        if reason is None:
+                        why = reason or shape_refusal(engine, connector, shape)
+                        if why is None:
                             kept.append(shape)
                         else:
-                            rejected.append(Rejected(shape=shape, reason=reason))
+                            rejected.append(Rejected(shape=shape, reason=why))
     return kept, rejected
 
 

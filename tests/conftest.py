@@ -49,6 +49,10 @@ def run_main(*args) -> tuple[int | None, str]:
 
 
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
+#: optimize flags whose default P/D plan (TP 2 on both sides, decode TP2 PP2) every export format's
+#: engine runs: vLLM's NIXL connector refuses a pipeline-parallel decode, Mooncake has no such rule
+#: (pdplan.engines).
+RUNNABLE_EVERYWHERE = ("--connector", "mooncake")
 IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main", "--tokenizer",
             "meta-llama/Llama-2-70b-hf", "--adapter", "none", "--position", "rope theta=10000")
 
@@ -56,7 +60,8 @@ IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main", "
 @pytest.fixture(scope="session")
 def manifests(tmp_path_factory) -> dict[str, Path]:
     """Manifests ``optimize --out`` wrote on the shipped chat trace, one per mode: "disaggregated"
-    (identity complete) and "colocated" (identity left unknown). Each run takes ~20 s, so once."""
+    (identity complete; its KV goes over Mooncake, so every export format's engine runs its
+    pipeline-parallel decode) and "colocated" (identity left unknown). Each run takes ~20 s, so once."""
     import contextlib
     import io
 
@@ -64,7 +69,7 @@ def manifests(tmp_path_factory) -> dict[str, Path]:
 
     folder = tmp_path_factory.mktemp("manifests")
     found = {}
-    for mode, extra in (("disaggregated", IDENTITY), ("colocated", ())):
+    for mode, extra in (("disaggregated", (*IDENTITY, *RUNNABLE_EVERYWHERE)), ("colocated", ())):
         found[mode] = folder / f"{mode}.yaml"
         with contextlib.redirect_stdout(io.StringIO()), pytest.raises(SystemExit) as stop:
             main(["optimize", str(TRACE), "--requests-per-probe", "300", "--cache-dir", str(folder / "cache"),

@@ -54,7 +54,7 @@ def test_the_manifest_carries_the_whole_decision(manifests):
     assert (pd["apiVersion"], pd["kind"]) == ("pdplan/v1", "DeploymentManifest")
     assert pd["rollback"] == list(ROLLBACK)
     assert pd["placement"]["route_epoch"] == 1
-    assert pd["transfer"]["connector"] == "nixl"
+    assert pd["transfer"]["connector"] == "mooncake"
     assert set(pd["transfer"]["roles"].values()) == {"kv_producer", "kv_consumer"}
     assert pd["predictions"]["gpus"]["value"] == sum(p["gpus"] for p in pd["pools"])
     assert pd["predictions"]["verification"]["passed"]
@@ -202,7 +202,7 @@ def test_diff_lists_what_changed_between_modes_by_section(run_cli, manifests):
     assert sections == sorted(sections, key=["identity", "workload", "pools", "placement", "transfer",
                                              "predictions", "fallback", "release", "rollback", "provenance",
                                              "other"].index)
-    assert ({"field": "transfer.connector", "section": "transfer", "change": "changed", "a": "none", "b": "nixl"}
+    assert ({"field": "transfer.connector", "section": "transfer", "change": "changed", "a": "none", "b": "mooncake"}
             in changes)
 
 

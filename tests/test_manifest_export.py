@@ -177,8 +177,9 @@ def test_colocated_plans_carry_no_kv_transfer(colocated, fmt):
     assert not any("--disaggregation-mode" in tokens for tokens in _tokens(files))
 
 
-def test_vllm_scripts_give_each_instance_its_own_port_gpus_and_side_channel(disaggregated):
-    scripts = {n: t for n, t in export_manifest(disaggregated, "vllm").items() if n != "vllm/router.sh"}
+def test_vllm_scripts_give_each_instance_its_own_port_gpus_and_side_channel(mixed_manifest):
+    nixl_plan = yaml.safe_load(mixed_manifest["manifest"].read_text())
+    scripts = {n: t for n, t in export_manifest(nixl_plan, "vllm").items() if n != "vllm/router.sh"}
     ports = [shlex.split(t, comments=True) for t in scripts.values()]
     ports = [tokens[tokens.index("--port") + 1] for tokens in ports]
     channels = [line for t in scripts.values() for line in t.splitlines() if "VLLM_NIXL_SIDE_CHANNEL_PORT=" in line]

@@ -405,3 +405,13 @@ def test_cp_sat_with_mixed_machines_matches_exhaustive_enumeration(seed):
     assert_solves_to(problem, expected)
     plain = case(seed)[1]  # a mixed shape only adds options
     assert plain is None or expected is not None and expected <= plain
+
+
+def test_shapes_kept_apart_never_run_in_one_plan():
+    """A TP1 prefill is cheaper; kept apart from the TP2 decode (SGLang's equal TP), the plan pays for TP2."""
+    tp1_prefill = Candidate(phase="prefill", gpu="a100-80gb", tp=1, pp=1, goodput_rps=5)
+    problem = Problem(candidates=(tp1_prefill, *FIXTURE), cluster=cluster_of(node()), mode="disaggregated",
+                      target_rps=10, objective="gpus")
+    assert tp1_prefill in solve(problem).replicas
+    apart = solve(replace(problem, apart=((tp1_prefill, FIXTURE[1]),))).replicas
+    assert tp1_prefill not in apart and {c.tp for c in apart} == {2}

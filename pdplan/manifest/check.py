@@ -4,7 +4,8 @@ Each check returns violations as (field path, message); none means valid. The or
 (a manifest that breaks it is not checked further), the content hash (a hand edit is tampering,
 traced to the sections whose hashes changed), consistency (capacity against the target, GPUs per
 node, tensor parallelism inside one node and NVLink domain, memory, link demand, KV roles, the
-KV-cache ABI, the rollback order of 0x0FG, the preregistered fallback of 0x0FF), identity under
+KV-cache ABI, the rollback order of 0x0FG, the preregistered fallback of 0x0FF, the shapes the
+recorded engine can run), identity under
 ``strict``, the inputs' sha256 when they are given, and a re-simulation when asked.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from pdplan import names
+from pdplan import engines, names
 from pdplan.errors import PdplanError
 from pdplan.fileio import input_file
 from pdplan.hardware import get_gpu
@@ -46,7 +47,8 @@ def check_manifest(manifest: dict, *, strict: bool = False, trace: Path | None =
     if errors:
         return [Violation(field, message) for field, message in errors]
     found = tampering(manifest)
-    for check in (_pools, _placement, _transfer, _identity, _fallback_and_rollback, _predictions, name_violations):
+    for check in (_pools, _placement, _transfer, _engine, _identity, _fallback_and_rollback, _predictions,
+                  name_violations):
         found += check(manifest)
     if strict:
         found += _strict_identity(manifest)
@@ -223,6 +225,20 @@ def _transfer(manifest: dict) -> list[Violation]:
             if (src, dst) not in pairs:
                 found.append(Violation("transfer.paths", f"no path from {src} to {dst}"))
     return found
+
+
+def engine_refusal(manifest: dict, engine: str | None) -> str | None:
+    """Why ``engine`` cannot run this manifest's pools with its KV connector (the rule and its
+    reason, see :mod:`pdplan.engines`), or None when it can or no engine is named."""
+    return engines.plan_refusal(engine, manifest["transfer"]["connector"], (
+        engines.Role(phase=p["phase"], tp=p["tp"], pp=p["pp"]) for p in manifest["pools"]))
+
+
+def _engine(manifest: dict) -> list[Violation]:
+    """The engine the plan was made for (``optimize --engine``) can run its shapes."""
+    engine = manifest["provenance"]["profiles"].get("engine")
+    why = engine_refusal(manifest, engine)
+    return [] if why is None else [Violation("provenance.profiles.engine", f"{engine} cannot run this plan: {why}")]
 
 
 def _identity(manifest: dict) -> list[Violation]:

@@ -252,6 +252,7 @@ def build_model(problem: Problem, *, relax: frozenset[str] = frozenset()) -> Mod
         capacity = _pack_segments(built, screened, relax)
     if problem.pool_shapes == "one":
         _one_shape_per_gpu_type(built)
+    _keep_apart(built, problem.apart)
     if problem.fixed is not None:
         _fix(built, problem)
 
@@ -434,13 +435,26 @@ def _pack_segments(built: Model, problem: Problem, relax: frozenset[str]) -> dic
 def _one_shape_per_gpu_type(built: Model) -> None:
     """Deployers run one shape per pool: at most one candidate per (phase, GPU type) in use."""
     groups: dict[tuple[str, str], list] = {}
-    for i, cand in enumerate(built.usable):
-        if cand not in built.use:  # low affinity: a candidate is in use when any of its segments is
-            built.use[cand] = _in_use(built.cp, built.n[cand], f"usec_{i}")
-        groups.setdefault((cand.phase, cand.gpu), []).append(built.use[cand])
+    for cand in built.usable:
+        groups.setdefault((cand.phase, cand.gpu), []).append(_used(built, cand))
     for members in groups.values():
         if len(members) > 1:
             built.cp.add(sum(members) <= 1)
+
+
+def _keep_apart(built: Model, pairs: tuple[tuple[Candidate, Candidate], ...]) -> None:
+    """Shapes the plan's engine cannot run together (:func:`pdplan.engines.pair_refusal`): at most
+    one of each pair in use."""
+    for a, b in pairs:
+        if a in built.usable and b in built.usable:
+            built.cp.add(_used(built, a) + _used(built, b) <= 1)
+
+
+def _used(built: Model, cand: Candidate):
+    """The boolean "candidate in use", made once (low affinity: true when any of its segments is)."""
+    if cand not in built.use:
+        built.use[cand] = _in_use(built.cp, built.n[cand], f"usec_{list(built.usable).index(cand)}")
+    return built.use[cand]
 
 
 def _in_use(model: cp_model.CpModel, count, name: str):

@@ -125,6 +125,7 @@ class Problem:
     strongest: bool = False           #: under ``below``, the plan whose weakest phase is strongest
     mixed: bool = False               #: mixed candidates may run: Splitwise's mixed pool as a third capacity
     max_mixed: int | None = None      #: mixed instances a plan may run at most (None: as many as fit)
+    apart: tuple[tuple[Candidate, Candidate], ...] = ()  #: shape pairs the engine cannot run in one plan
 
     def __post_init__(self):
         if self.mode not in ("disaggregated", "colocated"):

@@ -90,7 +90,8 @@ def measure(request: PlanRequest, cache: ResultCache,
     """Every candidate shape's per-instance goodput, from the cache where the inputs match."""
     largest = int((request.workload.prompt_tokens + request.workload.output_tokens).max())
     shapes, rejected = enumerate_shapes(request.model, request.cluster, largest_request_tokens=largest,
-                                        tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes)
+                                        tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes,
+                                        engine=request.profiles.engine, connector=request.connector)
     measured = []
     for i, shape in enumerate(shapes):
         if progress is not None:

@@ -16,6 +16,7 @@ from functools import reduce
 
 from pdplan.cache import ResultCache
 from pdplan.candidates import Rejected
+from pdplan.engines import pair_refusal
 from pdplan.errors import InfeasibleError, PdplanError
 from pdplan.goodput import Search
 from pdplan.hardware import Cluster
@@ -130,7 +131,16 @@ def base_problem(request: PlanRequest, candidates: tuple[Candidate, ...], fleet:
                    link_headroom=request.link_headroom, affinity=affinity, max_gpus=request.max_gpus,
                    max_usd_per_hour=request.max_usd_per_hour, max_power_w=request.max_power_w,
                    time_limit_s=request.time_limit_s, seed=request.seed, pool_shapes=request.pool_shapes,
-                   redundancy=request.redundancy, mixed=mixed, max_mixed=request.mixed_max if mixed else None)
+                   redundancy=request.redundancy, mixed=mixed, max_mixed=request.mixed_max if mixed else None,
+                   apart=unpairable(request, candidates))
+
+
+def unpairable(request: PlanRequest, candidates: tuple[Candidate, ...]) -> tuple[tuple[Candidate, Candidate], ...]:
+    """The prefill and decode shapes the plan's engine cannot run together (SGLang's equal TP)."""
+    prefills = [c for c in candidates if c.phase == "prefill"]
+    decodes = [c for c in candidates if c.phase == "decode"]
+    return tuple((p, d) for p in prefills for d in decodes
+                 if pair_refusal(request.profiles.engine, request.connector, p, d))
 
 
 class Searches:

@@ -15,7 +15,17 @@ from pdplan.placement import ANY, POOL_SHAPES, REDUNDANCY, Fleet
 from pdplan.planner.plans import Spill
 from pdplan.slo import SLO
 from pdplan.verify import DEFAULT_RUNS, RULES
-from pdplan.vocabulary import Affinity, FailurePolicy, Mode, Objective, PoolShapes, Redundancy, Rule, TransferSchedule
+from pdplan.vocabulary import (
+    Affinity,
+    Connector,
+    FailurePolicy,
+    Mode,
+    Objective,
+    PoolShapes,
+    Redundancy,
+    Rule,
+    TransferSchedule,
+)
 from pdplan.workload import Workload
 
 #: End-to-end checks one search (a fleet, mode and affinity) may run.
@@ -66,6 +76,7 @@ class PlanRequest:
     failure_policy: FailurePolicy = FailurePolicy.RETRY
     route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
     mode: Mode = Mode.AUTO              #: the answer's mode: the better of both, or the one asked for
+    connector: Connector = Connector.NIXL  #: the KV connector the plan's engine (profiles.engine) runs
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
     mixed_max: int = 8                  #: mixed instances a plan may add at most
     spill: Spill = Spill()              #: when work spills to mixed machines

@@ -1,12 +1,16 @@
 """``pdplan export``: turn a deployment manifest into the files a serving stack reads.
 
 Each format lives in its own module; all of them read the manifest through
-:mod:`pdplan.manifest.export.common`, so a plan is interpreted the same way everywhere.
+:mod:`pdplan.manifest.export.common`, so a plan is interpreted the same way everywhere. A format
+starts one engine (:data:`pdplan.engines.FORMAT_ENGINES`); a plan that engine cannot run is refused
+before any file is written, naming the rule.
 """
 
 from __future__ import annotations
 
+from pdplan.engines import FORMAT_ENGINES
 from pdplan.errors import PdplanError
+from pdplan.manifest.check import engine_refusal
 from pdplan.manifest.export import dynamo, k8s, llmd, sglang, vllm
 
 FORMATS = ("vllm", "sglang", "dynamo", "llm-d", "k8s")
@@ -26,6 +30,10 @@ def export_manifest(manifest: dict, fmt: str, *, image: str | None = None) -> di
     writer = _WRITERS.get(fmt)
     if writer is None:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
+    engine = FORMAT_ENGINES[fmt]
+    refusal = engine_refusal(manifest, engine)
+    if refusal:
+        raise PdplanError(f"{fmt} export starts {engine}, which cannot run this plan: {refusal}", field="pools")
     return writer(manifest, image=image)
 
 

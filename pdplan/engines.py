@@ -1,0 +1,138 @@
+"""What each serving engine can run, as data: the rules an engine's source enforces at start.
+
+A rule names the engine, the versions it was read in, the KV connector it holds for (None: every
+connector), what it refuses, and the upstream file and function that refuse it. Only rules read in
+upstream source are here; a capability nobody has read stays out (an engine with no row runs every
+shape pdplan plans). The rules look at a plan's P/D pools (phase, TP, PP); a later data- or
+expert-parallel coordinate is one more rule kind over the same pools.
+
+:func:`shape_refusal` answers for one candidate shape (the optimizer's per-shape rejections),
+:func:`pair_refusal` for a prefill and a decode shape together (the pairing of pools), and
+:func:`plan_refusal` for a whole plan (``validate`` and ``export``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Protocol
+
+#: The engine each export format starts: Dynamo's, llm-d's and the Kubernetes pods run vLLM.
+FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d": "vllm", "k8s": "vllm"}
+
+
+class RoleShape(Protocol):
+    """A pool or candidate as the rules see it: its phase and its parallel sizes."""
+
+    phase: str
+    tp: int
+    pp: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Role:
+    """A manifest pool's phase and parallel sizes, for the rules."""
+
+    phase: str
+    tp: int
+    pp: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rule:
+    """One capability an engine lacks, with where its source says so."""
+
+    name: str                    #: the rule's name in messages and tests
+    engine: str                  #: "vllm", "sglang" or "trtllm"
+    versions: str                #: the versions the rule was read in
+    connector: str | None        #: the KV connector it holds for; None: every connector
+    source: str                  #: upstream repository, path, commit and function
+    says: str                    #: what the engine refuses, in one clause
+
+    def holds_for(self, engine: str, connector: str | None) -> bool:
+        return self.engine == engine and self.connector in (None, connector)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ConsumerPipelineRule(Rule):
+    """A KV consumer (a decode pool) must not be pipeline-parallel."""
+
+    def shape_refusal(self, shape: RoleShape) -> str | None:
+        return self._why(shape) if shape.phase == "decode" and shape.pp > 1 else None
+
+    def pair_refusal(self, prefill: RoleShape, decode: RoleShape) -> str | None:
+        return self.shape_refusal(decode)
+
+    def _why(self, shape: RoleShape) -> str:
+        return f"{self.says} (decode has PP {shape.pp})"
+
+
+@dataclass(frozen=True, kw_only=True)
+class EqualTensorRule(Rule):
+    """Prefill and decode pools must share one TP size."""
+
+    def shape_refusal(self, shape: RoleShape) -> str | None:
+        return None
+
+    def pair_refusal(self, prefill: RoleShape, decode: RoleShape) -> str | None:
+        if prefill.tp == decode.tp:
+            return None
+        return f"{self.says} (prefill TP {prefill.tp}, decode TP {decode.tp})"
+
+
+NIXL_DECODE_PP = ConsumerPipelineRule(
+    name="nixl-decode-pp", engine="vllm", versions="0.33 (read at main 00bd5131)", connector="nixl",
+    source="vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py "
+           "@00bd51312724dc9984e7eaa16fa741863db25c97, NixlBaseConnectorWorker.__init__: raises "
+           "NotImplementedError when kv_role == 'kv_consumer' and pipeline_parallel_size > 1",
+    says="vLLM's NIXL connector refuses a kv_consumer (decode) instance with pipeline parallelism")
+
+SGLANG_EQUAL_TP = EqualTensorRule(
+    name="sglang-equal-tp", engine="sglang", versions="0.5 (AIConfigurator's rule)", connector=None,
+    source="ai-dynamo/aiconfigurator src/aiconfigurator/sdk/task_v2.py @095f58a51c4ca8e61b66ec108d86f223f8d559ce, "
+           "_require_same_tp_gate, applied in src/aiconfigurator/sdk/inference_session.py (SGLang "
+           "disaggregated serving without wide expert parallelism; ai-dynamo/dynamo#5870)",
+    says="SGLang P/D without wide expert parallelism needs equal TP on the prefill and decode sides")
+
+#: Every rule pdplan knows, by engine. TensorRT-LLM has none read yet.
+RULES: tuple[ConsumerPipelineRule | EqualTensorRule, ...] = (NIXL_DECODE_PP, SGLANG_EQUAL_TP)
+
+
+def rules_for(engine: str | None, connector: str | None) -> tuple[ConsumerPipelineRule | EqualTensorRule, ...]:
+    """The rules engine E holds a plan to with this KV connector; none without an engine."""
+    return tuple(rule for rule in RULES if engine is not None and rule.holds_for(engine, connector))
+
+
+def shape_refusal(engine: str | None, connector: str | None, shape: RoleShape) -> str | None:
+    """Why ``engine`` cannot run this one shape: "<rule>: <reason>", or None when it can."""
+    for rule in rules_for(engine, connector):
+        why = rule.shape_refusal(shape)
+        if why:
+            return f"{rule.name}: {why}"
+    return None
+
+
+def pair_refusal(engine: str | None, connector: str | None, prefill: RoleShape, decode: RoleShape) -> str | None:
+    """Why ``engine`` cannot run this prefill shape feeding this decode shape, or None."""
+    for rule in rules_for(engine, connector):
+        why = rule.pair_refusal(prefill, decode)
+        if why:
+            return f"{rule.name}: {why}"
+    return None
+
+
+def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[RoleShape]) -> str | None:
+    """Why ``engine`` cannot run a plan of these pools, naming the first rule it breaks; None when it
+    can. Only a P/D plan's prefill and decode pools face the rules (a colocated plan moves no KV)."""
+    pools = list(pools)
+    prefills = [p for p in pools if p.phase == "prefill"]
+    decodes = [p for p in pools if p.phase == "decode"]
+    for shape in prefills + decodes:
+        why = shape_refusal(engine, connector, shape)
+        if why:
+            return why
+    for prefill in prefills:
+        for decode in decodes:
+            why = pair_refusal(engine, connector, prefill, decode)
+            if why:
+                return why
+    return None

@@ -1,0 +1,132 @@
+"""Engine capabilities: each rule an engine's source enforces refuses its shape in ``optimize
+--engine``, in ``validate`` and in ``export``; a plan that keeps the rules still exports."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import yaml
+
+from pdplan.engines import RULES, Role, plan_refusal
+from pdplan.errors import PdplanError
+from pdplan.manifest.check import check_manifest
+from pdplan.manifest.document import seal
+from pdplan.manifest.export import FORMATS, export_manifest
+from pdplan.placement import Candidate
+from pdplan.planner.pipeline import unpairable
+from tests.conftest import TRACE
+
+NIXL_DECODE_PP = "nixl-decode-pp: vLLM's NIXL connector refuses a kv_consumer (decode) instance"
+SGLANG_EQUAL_TP = "sglang-equal-tp: SGLang P/D without wide expert parallelism needs equal TP"
+
+
+@pytest.fixture(scope="module")
+def runnable(manifests) -> dict:
+    """The P/D fixture: TP 2 on both sides, a pipeline-parallel decode, KV over Mooncake."""
+    manifest = yaml.safe_load(manifests["disaggregated"].read_text())
+    decode = next(p for p in manifest["pools"] if p["phase"] == "decode")
+    assert {p["tp"] for p in manifest["pools"]} == {2} and decode["pp"] > 1
+    return manifest
+
+
+def over_nixl(manifest: dict, *, engine: str | None = None) -> dict:
+    """The plan with its KV over NIXL (and, given, planned for ``engine``), sealed again."""
+    edited = copy.deepcopy(manifest)
+    edited["transfer"].update(connector="nixl", connector_class="NixlConnector")
+    edited["provenance"]["profiles"]["engine"] = engine
+    return seal(edited)
+
+
+def with_prefill_tp(manifest: dict, tp: int, *, engine: str | None = None) -> dict:
+    edited = copy.deepcopy(manifest)
+    next(p for p in edited["pools"] if p["phase"] == "prefill")["tp"] = tp
+    edited["provenance"]["profiles"]["engine"] = engine
+    return seal(edited)
+
+
+def write(path: Path, manifest: dict) -> Path:
+    path.write_text(yaml.safe_dump(manifest, sort_keys=False))
+    return path
+
+
+def test_every_rule_cites_an_upstream_file_and_commit():
+    for rule in RULES:
+        assert "/" in rule.source and "@" in rule.source, rule.name
+
+
+def test_a_colocated_plan_faces_no_kv_rule():
+    assert plan_refusal("vllm", "nixl", [Role(phase="colocated", tp=2, pp=2)]) is None
+
+
+def test_no_engine_named_means_no_rule():
+    assert plan_refusal(None, "nixl", [Role(phase="prefill", tp=1, pp=1), Role(phase="decode", tp=2, pp=2)]) is None
+
+
+# --- nixl-decode-pp ------------------------------------------------------------------------------
+
+def test_nixl_decode_pp_is_rejected_by_optimize_engine_vllm_with_its_reason_in_explain(run_cli, tmp_path):
+    code, out, err = run_cli("optimize", TRACE, "--requests-per-probe", "300", "--cache-dir", tmp_path / "cache",
+                             "--mode", "disaggregated", "--engine", "vllm", "--explain",
+                             "--out", tmp_path / "plan.yaml")
+    assert code == 0, err
+    assert f"decode a100-80gb TP2 PP2: {NIXL_DECODE_PP}" in out
+    plan = yaml.safe_load((tmp_path / "plan.yaml").read_text())
+    assert all(p["pp"] == 1 for p in plan["pools"] if p["phase"] == "decode")
+
+
+def test_nixl_decode_pp_is_refused_by_validate_for_a_plan_made_for_vllm(run_cli, runnable, tmp_path):
+    code, out, _ = run_cli("validate", write(tmp_path / "m.yaml", over_nixl(runnable, engine="vllm")))
+    assert code == 1
+    assert f"provenance.profiles.engine: vllm cannot run this plan: {NIXL_DECODE_PP}" in out
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "dynamo", "llm-d", "k8s"])
+def test_nixl_decode_pp_refuses_every_export_that_starts_vllm(run_cli, runnable, tmp_path, fmt):
+    manifest = write(tmp_path / "m.yaml", over_nixl(runnable))
+    assert run_cli("validate", manifest)[0] == 0  # a plan made for no engine is valid
+    code, _, err = run_cli("export", manifest, "--format", fmt, "--out", tmp_path / "deploy")
+    assert code == 2
+    assert f"{fmt} export starts vllm, which cannot run this plan: {NIXL_DECODE_PP}" in " ".join(err.split())
+    assert not (tmp_path / "deploy").exists()
+
+
+# --- sglang-equal-tp -----------------------------------------------------------------------------
+
+def test_sglang_equal_tp_is_refused_by_validate_for_a_plan_made_for_sglang(runnable):
+    found = [str(v) for v in check_manifest(with_prefill_tp(runnable, 4, engine="sglang"))]
+    assert any(line.startswith(f"provenance.profiles.engine: sglang cannot run this plan: {SGLANG_EQUAL_TP}")
+               for line in found), found
+
+
+def test_sglang_equal_tp_refuses_the_sglang_export(runnable):
+    with pytest.raises(PdplanError, match=f"sglang export starts sglang, which cannot run this plan: "
+                                          f"{SGLANG_EQUAL_TP} on the prefill and decode sides "
+                                          r"\(prefill TP 4, decode TP 2\)"):
+        export_manifest(with_prefill_tp(runnable, 4), "sglang")
+
+
+# --- plans that keep the rules -------------------------------------------------------------------
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_plan_every_engine_runs_exports_in_every_format(runnable, fmt):
+    assert export_manifest(runnable, fmt)
+
+
+def test_the_nixl_rule_holds_for_nixl_only(runnable):
+    assert export_manifest(runnable, "vllm")  # the same pipeline-parallel decode over Mooncake
+    with pytest.raises(PdplanError, match="nixl-decode-pp"):
+        export_manifest(over_nixl(runnable), "vllm")
+
+
+def test_sglang_equal_tp_keeps_unequal_prefill_and_decode_shapes_out_of_optimize():
+    def shape(phase, tp):
+        return Candidate(phase=phase, gpu="a100-80gb", tp=tp, pp=1, goodput_rps=1)
+
+    candidates = (shape("prefill", 1), shape("prefill", 2), shape("decode", 2))
+    request = SimpleNamespace(profiles=SimpleNamespace(engine="sglang"), connector="nixl")  # what unpairable reads
+    assert unpairable(request, candidates) == ((candidates[0], candidates[2]),)
+    request.profiles.engine = "vllm"
+    assert unpairable(request, candidates) == ()
