@@ -56,7 +56,8 @@ IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main", "
 @pytest.fixture(scope="session")
 def manifests(tmp_path_factory) -> dict[str, Path]:
     """Manifests ``optimize --out`` wrote on the shipped chat trace, one per mode: "disaggregated"
-    (identity complete) and "colocated" (identity left unknown). Each run takes ~20 s, so once."""
+    (identity complete) and "colocated" (no identity given: the checkpoint is the catalog model's
+    repository, the rest unknown). Each run takes ~20 s, so once."""
     import contextlib
     import io
 
