@@ -12,7 +12,7 @@ from pdplan import names
 from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GIB, GPU
-from pdplan.schema import Fields
+from pdplan.schema import Fields, shown
 from pdplan.shape import shape_label
 
 #: Bytes one weight takes per dtype (nvfp4: 4-bit values plus one 8-bit scale per 16 of them).
@@ -44,6 +44,7 @@ class ModelSpec:
     mlp_matrices: int = 3  #: 3 for gated (SwiGLU) MLPs, 2 for plain (ReLU/GELU) MLPs
     tied_embeddings: bool = False  #: input embedding and output head share one matrix
     source: str = ""
+    hf_repo: str | None = None  #: its Hugging Face repository, ``owner/name``; None when no hub holds it
 
     def __post_init__(self):
         for name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters"):
@@ -310,7 +311,7 @@ def lower_bound_s(work: WorkVector, flops_per_s: float, bytes_per_s: float) -> f
 
 _MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
                  "parameters", "dtype_bytes", "weight_dtype", "kv_dtype", "mlp_matrices", "tied_embeddings",
-                 "source"}
+                 "source", "hf_repo"}
 #: The first model format's ``dtype_bytes`` (one size for weights and KV) as dtypes.
 _DTYPE_OF_BYTES = {2: "bf16", 1: "fp8"}
 
@@ -327,7 +328,8 @@ PARAMETER_TOLERANCE = 0.02
 
 
 def load_model(path: str | Path) -> ModelSpec:
-    """Read and validate one model YAML; the geometry must agree with the parameter count."""
+    """Read and validate one model YAML; the geometry must agree with the parameter count. Its
+    Hugging Face repository (``hf_repo``) is optional and must be a repository id."""
     spec = Fields(load_yaml(path, what="model file"), path)
     spec.reject_unknown(_MODEL_FIELDS)
     ints = {key: spec.integer(key, minimum=1, maximum=GEOMETRY_LIMITS[key]) for key in GEOMETRY_LIMITS}
@@ -341,6 +343,9 @@ def load_model(path: str | Path) -> ModelSpec:
         raise spec.fail("name", f"may not hold {PRECISION_MARK!r}: pdplan adds the precision to the name itself", name)
     if names.model_name(name):
         raise spec.fail("name", names.model_name(name), name)
+    hf_repo = spec.string("hf_repo") if spec.has("hf_repo") else None
+    if hf_repo is not None and names.hf_repo(hf_repo):
+        raise spec.fail("hf_repo", names.hf_repo(hf_repo), shown(hf_repo))
     legacy = _DTYPE_OF_BYTES[spec.integer("dtype_bytes", 2, minimum=1, maximum=2)]
     weight = spec.string("weight_dtype", legacy, choices=list(WEIGHT_BYTES))
     kv = spec.string("kv_dtype", default_kv_dtype(weight) if spec.has("weight_dtype") else legacy,
@@ -352,6 +357,7 @@ def load_model(path: str | Path) -> ModelSpec:
         mlp_matrices=spec.integer("mlp_matrices", 3, minimum=2, maximum=3),
         tied_embeddings=tied,
         source=str(spec.data.get("source", "")),
+        hf_repo=hf_repo,
         **ints,
     )
     if model.kv_bytes_per_token > MAX_KV_BYTES_PER_TOKEN:  # keeps every KV byte count an int64

@@ -5,9 +5,9 @@ it is, never rewritten. Each rule returns ``None`` for a good name, else what th
 so a loader can raise it with file, line and field and ``validate`` can list it as a violation.
 
 Sources: Kubernetes' "Object Names and IDs" (DNS-1123 labels and subdomains) and "Labels and
-Selectors" (label values, at most 63 characters), and the container image reference grammar
+Selectors" (label values, at most 63 characters), the container image reference grammar
 of distribution/reference (``regexp.go``, ``reference.go``), which Docker, containerd and the
-kubelet parse image names with.
+kubelet parse image names with, and huggingface_hub's repository id check (``validate_repo_id``).
 """
 
 from __future__ import annotations
@@ -97,3 +97,23 @@ def image_reference(image: str) -> str | None:
         return None
     return ("must be an OCI image reference, [registry[:port]/]repository[:tag][@digest] (lowercase "
             f"repository, a tag of letters, digits, '_', '.', '-'; a name of at most {IMAGE_NAME_MAX} characters)")
+
+
+# huggingface_hub's validate_repo_id (src/huggingface_hub/utils/_validators.py: REPO_ID_REGEX and
+# the checks after it): ASCII letters, digits, '_', '-' and '.', each part starting and ending
+# with a letter, digit or '_' (the regex's word boundaries), the name at most 96 characters, no
+# '--' or '..', not ending in '.git'. pdplan asks for the namespace too (the engines download
+# ``owner/name``) and holds it to the same length.
+_HF_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
+HF_REPO_PART_MAX = 96
+
+
+def hf_repo(repo_id: str) -> str | None:
+    """A Hugging Face model repository id, ``owner/name`` (``meta-llama/Llama-2-70b-hf``)."""
+    parts = repo_id.split("/")
+    if (len(parts) == 2 and all(len(p) <= HF_REPO_PART_MAX and re.fullmatch(_HF_PART, p, re.ASCII) for p in parts)
+            and "--" not in repo_id and ".." not in repo_id and not repo_id.endswith(".git")):
+        return None
+    return ("must be a Hugging Face repository id, <owner>/<name>: letters, digits, '_', '-' and '.', each part "
+            f"starting and ending with a letter, digit or '_' and at most {HF_REPO_PART_MAX} characters, no '--' "
+            "or '..', not ending in '.git'")

@@ -61,7 +61,8 @@ IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main", "
 def manifests(tmp_path_factory) -> dict[str, Path]:
     """Manifests ``optimize --out`` wrote on the shipped chat trace, one per mode: "disaggregated"
     (identity complete; its KV goes over Mooncake, so every export format's engine runs its
-    pipeline-parallel decode) and "colocated" (identity left unknown). Each run takes ~20 s, so once."""
+    pipeline-parallel decode) and "colocated" (no identity given: the checkpoint is the catalog
+    model's repository, the rest unknown). Each run takes ~20 s, so once."""
     import contextlib
     import io
 

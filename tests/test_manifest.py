@@ -44,9 +44,14 @@ def test_strict_names_every_unknown_identity_field(run_cli, manifests):
     assert run_cli("validate", manifests["colocated"])[0] == 0
     code, out, _ = run_cli("validate", manifests["colocated"], "--strict")
     assert code == 1
-    for field in ("identity.checkpoint.id", "identity.checkpoint.revision", "identity.tokenizer",
-                  "identity.adapter", "identity.position"):
+    for field in ("identity.checkpoint.revision", "identity.tokenizer", "identity.adapter", "identity.position"):
         assert f"{field}: is unknown" in out
+    assert "identity.checkpoint.id" not in out  # the catalog names llama2-70b's repository
+
+
+def test_the_checkpoint_defaults_to_the_catalog_models_repository(manifests):
+    assert load(manifests["colocated"])["identity"]["checkpoint"] == {"id": "meta-llama/Llama-2-70b-hf",
+                                                                      "revision": "unknown"}
 
 
 def test_the_manifest_carries_the_whole_decision(manifests):

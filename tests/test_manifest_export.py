@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from pdplan.errors import PdplanError
+from pdplan.manifest.document import seal
 from pdplan.manifest.export import FORMATS, export_manifest
 
 REMOVED_KV_KEYS = {"kv_rank", "kv_parallel_size", "kv_ip", "kv_buffer_size"}
@@ -266,12 +267,31 @@ def test_k8s_objects_carry_the_route_epoch_and_manifest_hash(disaggregated):
         assert doc["metadata"]["annotations"]["pdplan.dev/manifest-hash"] == full
 
 
-def test_an_unknown_checkpoint_serves_the_catalog_name_and_says_so(colocated):
+def test_a_manifest_without_a_checkpoint_serves_the_catalog_models_repository(colocated):
+    script = export_manifest(colocated, "vllm")
+    text = next(t for n, t in script.items() if n != "vllm/router.sh")
+    assert "vllm serve meta-llama/Llama-2-70b-hf " in text
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_a_manifest_whose_checkpoint_is_unknown_is_exported_to_no_format(colocated, fmt):
     manifest = copy.deepcopy(colocated)
     manifest["identity"]["checkpoint"]["id"] = "unknown"
-    script = export_manifest(manifest, "vllm")
-    text = next(t for n, t in script.items() if n != "vllm/router.sh")
-    assert f"vllm serve {manifest['identity']['model']}" in text and "checkpoint unknown" in text
+    with pytest.raises(PdplanError, match=r"identity.checkpoint.id is unknown, so the engines have no model to "
+                                          r"load: set it with optimize --checkpoint") as error:
+        export_manifest(manifest, fmt)
+    assert error.value.field == "identity.checkpoint.id"
+
+
+def test_export_of_an_unknown_checkpoint_exits_2_in_one_line_naming_the_flag(run_cli, colocated, tmp_path):
+    manifest = copy.deepcopy(colocated)
+    manifest["identity"]["checkpoint"]["id"] = "unknown"
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(seal(manifest), sort_keys=False))
+    code, _, err = run_cli("export", path, "--format", "k8s", "--out", tmp_path / "deploy")
+    assert code == 2 and len(err.strip().splitlines()) == 1
+    assert "optimize --checkpoint" in err
+    assert not (tmp_path / "deploy").exists()
 
 
 def test_the_image_option_sets_every_pod_image(disaggregated):

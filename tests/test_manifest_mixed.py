@@ -39,6 +39,15 @@ def test_a_mixed_machine_both_produces_and_consumes_kv(manifest):
     assert any(path["to"] == mixed for path in manifest["transfer"]["paths"])
 
 
+def test_handoffs_between_instances_sharing_one_node_are_intra_node_at_its_nvlink_speed(manifest):
+    """The two-node cluster of this case holds the whole answer on one node, so no handoff leaves it:
+    each decoding instance takes its KV over NVLink, 300 GB/s per GPU, not over the 25 GB/s NICs."""
+    assert [node["node"] for node in manifest["placement"]["nodes"]] == ["a100-0"]
+    gpus = {p["name"]: p["tp"] * p["pp"] for p in manifest["pools"]}
+    assert [(path["path"], path["bandwidth_gb_s"]) for path in manifest["transfer"]["paths"]] == [
+        ("intra-node", 300 * gpus[path["to"]]) for path in manifest["transfer"]["paths"]]
+
+
 def test_the_mixed_manifest_validates_and_resimulates(run_cli, mixed_manifest):
     code, out, _ = run_cli("validate", mixed_manifest["manifest"], "--resimulate", "--trace", mixed_manifest["trace"])
     assert code == 0, out

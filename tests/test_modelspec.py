@@ -258,3 +258,36 @@ def test_a_model_name_in_capitals_and_dots_is_welcome(tmp_path):
     path.write_text((ROOT / "pdplan" / "catalog" / "models" / "llama2-70b.yaml").read_text().replace(
         "name: llama2-70b", "name: My-Llama-3.1-70B"))
     assert load_model(path).name == "My-Llama-3.1-70B"
+
+
+# --- identity -------------------------------------------------------------------------------------
+
+def test_each_catalog_model_names_the_hugging_face_repository_its_config_came_from():
+    assert {name: model.hf_repo for name, model in model_catalog().items()} == {
+        "bloom-176b": "bigscience/bloom", "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
+        "llama-3.1-8b": "meta-llama/Llama-3.1-8B", "llama2-70b": "meta-llama/Llama-2-70b-hf",
+        "opt-13b": "facebook/opt-13b", "opt-175b": None,  # given out on request, on no hub
+        "opt-66b": "facebook/opt-66b", "qwen3-32b": "Qwen/Qwen3-32B"}
+
+
+def test_a_precision_keeps_the_models_repository():
+    assert get_model("llama-3.1-70b@fp8").hf_repo == "meta-llama/Llama-3.1-70B"
+
+
+def test_a_user_model_may_omit_its_repository(tmp_path):
+    path = tmp_path / "tiny.yaml"
+    path.write_text("name: tiny\nlayers: 4\nhidden: 64\nq_heads: 8\nkv_heads: 2\nhead_dim: 8\n"
+                    "ffn: 160\nvocab: 1000\nparameters: 291840\n")
+    assert load_model(path).hf_repo is None
+
+
+@pytest.mark.parametrize("repo", ["llama2-70b", "meta-llama/Llama-2-70b-hf/main", "meta-llama/-x", "a/b..c",
+                                  "a--b/c", "a/b.git", "a/b c", "a/b$(id)", "a/" + "b" * 97, "", 70])
+def test_a_repository_that_is_no_hub_id_is_refused_naming_file_line_and_field(tmp_path, repo):
+    path = tmp_path / "m.yaml"
+    path.write_text((ROOT / "pdplan" / "catalog" / "models" / "llama2-70b.yaml").read_text().replace(
+        "hf_repo: meta-llama/Llama-2-70b-hf", f"hf_repo: {json.dumps(repo)}"))
+    with pytest.raises(PdplanError, match=r"m.yaml:14: hf_repo must be (a Hugging Face repository id, <owner>/<name>"
+                                          r"|a non-empty string)") as error:
+        load_model(path)
+    assert error.value.field == "hf_repo"

@@ -15,6 +15,7 @@ from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import get_model
 from pdplan.placement import Candidate, Problem, resolve_fleets, solve
 from pdplan.planner.checks import Verifier
+from pdplan.planner.plans import link_path
 from pdplan.slo import slo_from_flags
 from pdplan.verify import RunRecord, judge
 from pdplan.workload import head, load_trace
@@ -129,8 +130,8 @@ def test_when_nothing_passes_there_is_no_answer_and_the_closest_plan_is_reported
 
 
 def test_the_simulated_link_is_the_nic_of_the_nodes_the_decode_instances_landed_on():
-    def nodes(name, nic, count):
-        return NodeType(name=name, gpu=get_gpu("h100-80gb"), gpus_per_node=8, intra_node_bytes_per_s=450e9,
+    def nodes(name, nic, count):  # one TP4 instance per node: every handoff crosses nodes
+        return NodeType(name=name, gpu=get_gpu("h100-80gb"), gpus_per_node=4, intra_node_bytes_per_s=450e9,
                         inter_node_bytes_per_s=nic, count=count)
 
     cluster = Cluster(nodes=(nodes("slow-nic", 1e9, 2), nodes("fast-nic", 100e9, 0)))
@@ -140,6 +141,28 @@ def test_the_simulated_link_is_the_nic_of_the_nodes_the_decode_instances_landed_
     plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=cluster, mode="disaggregated",
                            affinity="high", transfer_schedule="layer", name="p")
     assert [link.bandwidth_bytes_per_s for link in plan.links] == [4 * 1e9]
+
+
+#: Two 8-GPU H100 nodes with NVLink at 450 GB/s and NICs at 1 GB/s per GPU, and a TP4 shape per phase.
+TWO_NODES = Cluster(nodes=(NodeType(name="h100", gpu=get_gpu("h100-80gb"), gpus_per_node=8,
+                                    intra_node_bytes_per_s=450e9, inter_node_bytes_per_s=1e9, count=2),))
+TP4_PAIR = (Candidate(phase="prefill", gpu="h100-80gb", tp=4, pp=1, goodput_rps=5),
+            Candidate(phase="decode", gpu="h100-80gb", tp=4, pp=1, goodput_rps=5))
+
+
+def test_a_handoff_between_pools_sharing_one_node_takes_its_nvlink_not_its_nic():
+    solution = solve(Problem(candidates=TP4_PAIR, cluster=TWO_NODES, mode="disaggregated", target_rps=4))
+    assert {node for i in solution.instances for node in i.stage_nodes} == {"h100-0"}
+    assert link_path(solution, "high", *TP4_PAIR) == "intra-node"
+    plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=TWO_NODES, mode="disaggregated",
+                           affinity="high", transfer_schedule="layer", name="p")
+    assert [link.bandwidth_bytes_per_s for link in plan.links] == [4 * 450e9]
+
+
+def test_a_handoff_crosses_nodes_when_either_pool_has_an_instance_on_another_node():
+    solution = solve(Problem(candidates=TP4_PAIR, cluster=TWO_NODES, mode="disaggregated", target_rps=9))
+    assert len({node for i in solution.instances for node in i.stage_nodes}) == 2
+    assert link_path(solution, "high", *TP4_PAIR) == "inter-node"
 
 
 def test_losing_a_node_removes_every_instance_with_a_stage_on_it():

@@ -151,8 +151,10 @@ def optimize(
                       "and so does pdplan simulate --plan); only a verified plan is written. With --windows: the "
                       "schedule (each window's pools and node map, every change drained first; validate "
                       "reads it).")] = None,
-    checkpoint: Annotated[str, typer.Option("--checkpoint", help="Manifest identity: checkpoint id (e.g. a "
-                                            "Hugging Face repo).")] = UNKNOWN,
+    checkpoint: Annotated[str | None, typer.Option(
+        "--checkpoint", help="Manifest identity: checkpoint id, the Hugging Face repository or path the engines "
+                             "load. Default: the catalog model's repository; a model YAML's hf_repo; else "
+                             "unknown, which export refuses.")] = None,
     revision: Annotated[str, typer.Option("--revision", help="Manifest identity: checkpoint revision.")] = UNKNOWN,
     tokenizer: Annotated[str, typer.Option(
         "--tokenizer", help="Manifest identity: tokenizer id and revision.")] = UNKNOWN,

@@ -54,13 +54,20 @@ MEMORY_UTILIZATION = 0.9
 
 @dataclass(frozen=True, kw_only=True)
 class Identity:
-    """What the user says about the checkpoint; anything not given is written as ``unknown``."""
+    """What the user says about the checkpoint; anything not given is written as ``unknown``, but
+    the checkpoint, when not given, is the model's Hugging Face repository if it has one."""
 
-    checkpoint: str = UNKNOWN
+    checkpoint: str | None = None
     revision: str = UNKNOWN
     tokenizer: str = UNKNOWN
     adapter: str = UNKNOWN
     position: str = UNKNOWN     #: position/RoPE policy, e.g. "rope theta=500000 llama3-scaling"
+
+    def checkpoint_of(self, model: ModelSpec) -> str:
+        """The checkpoint given, else ``model``'s Hugging Face repository, else ``unknown``."""
+        if self.checkpoint is not None:
+            return self.checkpoint
+        return model.hf_repo or UNKNOWN
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -122,7 +129,7 @@ def kv_cache_abi(model: ModelSpec, block_tokens: int = KV_BLOCK_TOKENS) -> dict:
 
 
 def _identity(model: ModelSpec, identity: Identity) -> dict:
-    return {"model": model.name, "checkpoint": {"id": identity.checkpoint, "revision": identity.revision},
+    return {"model": model.name, "checkpoint": {"id": identity.checkpoint_of(model), "revision": identity.revision},
             "tokenizer": identity.tokenizer, "adapter": identity.adapter, "position": identity.position,
             "weights_dtype": model.weight_dtype, "kv_cache": kv_cache_abi(model),
             "kv_bytes_per_token": model.kv_bytes_per_token}

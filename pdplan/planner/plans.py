@@ -31,10 +31,10 @@ class Spill:
 def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str, affinity: str,
             transfer_schedule: str, name: str, failure_rate: float = 0.0, failure_policy: str = "retry",
             route_s: float = 0.0, spill: Spill = Spill()) -> Plan:
-    """The placement as a simulator plan: one pool per shape, links at the path the placement
-    implies (across nodes for high affinity, inside a node for low) from every prefill pool to
-    every pool that decodes (decode and mixed), with the transfer failures and router hop the
-    plan must survive, and the spill thresholds of a mixed pool."""
+    """The placement as a simulator plan: one pool per shape, links at the bandwidth of the path
+    the placement gives them (:func:`link_path`) from every prefill pool to every pool that
+    decodes (decode and mixed), with the transfer failures and router hop the plan must survive,
+    and the spill thresholds of a mixed pool."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(),
                                  key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
@@ -47,7 +47,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
     if mode == "colocated":
         return Plan(pools=pools, name=name)
     links = [Link(from_pool=src.name, to_pool=dst.name, setup_s=LINK_SETUP_S,
-                  bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, affinity, shapes[dst]))
+                  bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, shapes[dst],
+                                                         link_path(solution, affinity, shapes[src], shapes[dst])))
              for src in pools if src.phase == "prefill" for dst in pools if dst.phase in ("decode", "mixed")]
     thresholds = ({"spill_tokens": spill.prefill_queue_tokens, "kv_share": spill.decode_kv_share}
                   if solution.mixed else {})
@@ -55,12 +56,24 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                 failure_rate=failure_rate, failure_policy=failure_policy, route_s=route_s, **thresholds)
 
 
-def path_bytes_per_s(solution: Solution, cluster: Cluster, affinity: str, decode: Candidate) -> float:
-    """Ingress bandwidth of one decoding instance (decode or mixed) of this shape on the path the placement gave it:
-    the slowest among the node types its instances landed on (the sim has one link per pool)."""
+def link_path(solution: Solution, affinity: str, prefill: Candidate, decoding: Candidate) -> str:
+    """The path a KV handoff from a ``prefill`` instance to a ``decoding`` one (decode or mixed)
+    takes: ``intra-node`` at low affinity (a segment holds prefill stage j and decode stage j on one
+    node, 0x08D) or when every instance of both shapes sits on one and the same node, whatever
+    instance the router pairs; else ``inter-node``."""
+    if affinity == "low":
+        return "intra-node"
+    nodes = {node for i in solution.instances if i.candidate in (prefill, decoding) for node in i.stage_nodes}
+    return "intra-node" if len(nodes) == 1 else "inter-node"
+
+
+def path_bytes_per_s(solution: Solution, cluster: Cluster, decode: Candidate, path: str) -> float:
+    """Ingress bandwidth of one decoding instance (decode or mixed) of this shape on ``path`` (see
+    :func:`link_path`): the slowest among the node types its instances landed on (the sim has one
+    link per pool); inside a node each GPU its NVLink share, across nodes each GPU its NIC."""
     landed = {i.node_type for i in solution.instances if i.candidate == decode}
     nodes = [n for n in cluster.nodes if n.name in landed]
-    if affinity == "low":
+    if path == "intra-node":
         return min(decode.gpus * n.intra_node_bytes_per_s for n in nodes)
     return min(instance_link_bytes_per_s(n, decode.gpus) for n in nodes)
 

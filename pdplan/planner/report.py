@@ -9,7 +9,7 @@ from pdplan.fileio import significant
 from pdplan.placement import Candidate, Solution
 from pdplan.planner.measure import mean_kv_bytes_per_request
 from pdplan.planner.pipeline import FleetResult, PlanReport
-from pdplan.planner.plans import pool_name
+from pdplan.planner.plans import link_path, pool_name
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import SEARCH_FLOOR, Checked, SearchResult
 from pdplan.wording import counted
@@ -64,8 +64,9 @@ def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[di
     Demand: the checked rate's KV bytes (mean prompt × KV bytes per token, 0x08D) split over
     decode pools by their capacity share; a mixed pool takes decodes only when they spill, so its
     link is charged the most it could take, its own capacity's worth, while the decode pools keep
-    the whole demand. Capacity: the pool's ingress on the path the placement uses. ``*_gbps``
-    are gigabits per second (network units), ``*_gb_s`` gigabytes per second.
+    the whole demand. Capacity: the pool's ingress on the path the placement uses
+    (``plans.link_path``). ``*_gbps`` are gigabits per second (network units), ``*_gb_s``
+    gigabytes per second.
     """
     plan, solution = checked.plan, checked.solution
     if plan.colocated:
@@ -75,6 +76,7 @@ def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[di
     decoding = {p.name: p for p in plan.pools if p.phase in ("decode", "mixed")}
     prefill = [p for p in plan.pools if p.phase == "prefill"]
     capacity_rps = {pool_name(c): c.capacity_rps(k) for c, k in solution.replicas.items()}
+    shapes = {pool_name(c): c for c in solution.replicas}
     decode_rps = sum(capacity_rps[name] for name, p in decoding.items() if p.phase == "decode")
     prefill_share = {p.name: p.replicas / sum(q.replicas for q in prefill) for p in prefill}
     out = []
@@ -88,7 +90,8 @@ def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[di
         out.append({"from": link.from_pool, "to": link.to_pool,
                     "demand_gbps": demand * 8 / 1e9, "capacity_gbps": capacity * 8 / 1e9,
                     "demand_gb_s": demand / 1e9, "capacity_gb_s": capacity / 1e9,
-                    "utilization": demand / capacity, "path": "intra-node" if affinity == "low" else "inter-node"})
+                    "utilization": demand / capacity,
+                    "path": link_path(solution, affinity, shapes[link.from_pool], shapes[link.to_pool])})
     return out
 
 
