@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
+from pdplan.shape import InstanceShape
+
 #: The engine each export format starts: Dynamo's, llm-d's and the Kubernetes pods run vLLM.
 FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d": "vllm", "k8s": "vllm"}
 
@@ -29,12 +31,10 @@ class RoleShape(Protocol):
 
 
 @dataclass(frozen=True, kw_only=True)
-class Role:
-    """A manifest pool's phase and parallel sizes, for the rules."""
+class Role(InstanceShape):
+    """A manifest pool's shape and phase, for the rules."""
 
     phase: str
-    tp: int
-    pp: int
 
 
 @dataclass(frozen=True, kw_only=True)

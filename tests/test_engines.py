@@ -58,11 +58,12 @@ def test_every_rule_cites_an_upstream_file_and_commit():
 
 
 def test_a_colocated_plan_faces_no_kv_rule():
-    assert plan_refusal("vllm", "nixl", [Role(phase="colocated", tp=2, pp=2)]) is None
+    assert plan_refusal("vllm", "nixl", [Role(phase="colocated", gpu="h100-80gb", tp=2, pp=2)]) is None
 
 
 def test_no_engine_named_means_no_rule():
-    assert plan_refusal(None, "nixl", [Role(phase="prefill", tp=1, pp=1), Role(phase="decode", tp=2, pp=2)]) is None
+    pools = [Role(phase="prefill", gpu="h100-80gb", tp=1, pp=1), Role(phase="decode", gpu="h100-80gb", tp=2, pp=2)]
+    assert plan_refusal(None, "nixl", pools) is None
 
 
 # --- nixl-decode-pp ------------------------------------------------------------------------------

@@ -231,7 +231,7 @@ def engine_refusal(manifest: dict, engine: str | None) -> str | None:
     """Why ``engine`` cannot run this manifest's pools with its KV connector (the rule and its
     reason, see :mod:`pdplan.engines`), or None when it can or no engine is named."""
     return engines.plan_refusal(engine, manifest["transfer"]["connector"], (
-        engines.Role(phase=p["phase"], tp=p["tp"], pp=p["pp"]) for p in manifest["pools"]))
+        engines.Role(phase=p["phase"], gpu=p["gpu"], tp=p["tp"], pp=p["pp"]) for p in manifest["pools"]))
 
 
 def _engine(manifest: dict) -> list[Violation]:
