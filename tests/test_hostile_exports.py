@@ -149,7 +149,8 @@ def test_an_admitted_image_reaches_every_pod_verbatim(run_cli, manifests, tmp_pa
     code, out, err = run_cli("export", manifests["disaggregated"], "--format", "k8s", "--image", image,
                              "--out", tmp_path)
     assert code == 0, err
-    pods = [c for doc in yaml.safe_load_all(Path(out.split()[0]).read_text())
+    workloads = [doc for doc in yaml.safe_load_all(Path(out.split()[0]).read_text()) if doc["kind"] != "Service"]
+    pods = [c for doc in workloads
             for c in (doc["spec"].get("template") or doc["spec"]["leaderWorkerTemplate"]["workerTemplate"])
             ["spec"]["containers"]]
     assert pods and all(c["image"] == image for c in pods)

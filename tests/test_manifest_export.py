@@ -124,7 +124,7 @@ def _requested_gpus(fmt: str, files: dict[str, str]) -> int:
         elif doc["kind"] == "Deployment":
             limit = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
             total += doc["spec"]["replicas"] * int(limit)
-        else:
+        elif doc["kind"] == "LeaderWorkerSet":  # a Service requests no GPU
             group = doc["spec"]["leaderWorkerTemplate"]
             limit = group["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
             total += doc["spec"]["replicas"] * group["size"] * int(limit)
@@ -239,6 +239,34 @@ def test_llmd_values_validate_strictly_against_the_chart_schema(shared_data, man
     assert documents
     for doc in documents:
         _validator(shared_data, "llm-d-modelservice.values.schema.json").validate(doc)
+
+
+def test_each_deployment_is_reached_through_a_service_of_its_pool_and_gated_on_vllm_health(manifest):
+    documents = _yaml_documents(export_manifest(manifest, "k8s"))
+    services = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Service"}
+    deployments = [d for d in documents if d["kind"] == "Deployment"]
+    assert deployments
+    for deployment in deployments:
+        name = deployment["metadata"]["name"]
+        assert services[name]["spec"]["selector"] == deployment["spec"]["selector"]["matchLabels"]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]
+        assert services[name]["spec"]["ports"][0]["targetPort"] in {p["name"] for p in container["ports"]}
+        assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_a_tensor_parallel_pod_mounts_a_memory_backed_dev_shm(manifest):
+    for doc in _yaml_documents(export_manifest(manifest, "k8s")):
+        if doc["kind"] == "Service":
+            continue
+        template = (doc["spec"]["template"] if doc["kind"] == "Deployment"
+                    else doc["spec"]["leaderWorkerTemplate"]["workerTemplate"])
+        pool = next(p for p in manifest["pools"] if p["name"] == doc["metadata"]["name"])
+        mounts = template["spec"]["containers"][0].get("volumeMounts", [])
+        shm = [m for m in mounts if m["mountPath"] == "/dev/shm"]
+        assert bool(shm) == (pool["tp"] > 1)
+        if shm:
+            volume = next(v for v in template["spec"]["volumes"] if v["name"] == shm[0]["name"])
+            assert volume["emptyDir"] == {"medium": "Memory"}
 
 
 def test_deployments_select_their_own_pod_template(manifest):
