@@ -205,6 +205,14 @@ def test_the_sglang_router_passes_each_prefill_bootstrap_port(disaggregated):
     assert given and given == bootstraps
 
 
+@pytest.mark.parametrize("fmt", ["dynamo", "llm-d", "k8s"])
+def test_a_pod_format_refuses_a_pool_pinned_to_another_engine(colocated, fmt):
+    manifest = copy.deepcopy(colocated)
+    manifest["pools"][0]["engine"] = "sglang"
+    with pytest.raises(PdplanError, match=f"{fmt} export runs vllm pods, but pool .* has engine 'sglang'"):
+        export_manifest(manifest, fmt)
+
+
 def test_sglang_refuses_lmcache(disaggregated):
     manifest = copy.deepcopy(disaggregated)
     manifest["transfer"]["connector"] = "lmcache"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import yaml
 
+from pdplan.engines import FORMAT_ENGINES
 from pdplan.errors import PdplanError
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
@@ -144,11 +145,13 @@ def compact_json(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def require_vllm_engine(manifest: dict, fmt: str) -> None:
-    """The pod formats start vLLM; refuse a plan pinned to another engine."""
+def require_pool_engines(manifest: dict, fmt: str) -> None:
+    """Refuse a plan with a pool pinned to another engine than the one ``fmt`` starts
+    (:data:`pdplan.engines.FORMAT_ENGINES`)."""
+    engine = FORMAT_ENGINES[fmt]
     for pool in manifest["pools"]:
-        if pool.get("engine") not in (None, "vllm"):
-            raise PdplanError(f"{fmt} export runs vLLM pods, but pool {pool['name']} has engine "
+        if pool.get("engine") not in (None, engine):
+            raise PdplanError(f"{fmt} export runs {engine} pods, but pool {pool['name']} has engine "
                               f"{pool['engine']!r}", field="engine")
 
 

@@ -20,7 +20,7 @@ HEALTH_PATH = "/health"
 
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     """``k8s/<name>.yaml``: one multi-document YAML."""
-    common.require_vllm_engine(manifest, "k8s")
+    common.require_pool_engines(manifest, "k8s")
     image = image or DEFAULT_IMAGE
     documents = []
     for pool in common.pools(manifest):
