@@ -33,11 +33,6 @@ class InstanceShape:
         """GPUs one instance occupies."""
         return self.tp * self.pp
 
-    @property
-    def instance(self) -> InstanceShape:
-        """The shape alone, without what a subclass adds: a value to compare, hash and embed."""
-        return InstanceShape(gpu=self.gpu, tp=self.tp, pp=self.pp)
-
     def shape_label(self, *, compact: bool = False) -> str:
         """:func:`shape_label` of this shape."""
         return shape_label(self.gpu, self.tp, self.pp, compact=compact)
