@@ -21,6 +21,13 @@ from pdplan.shape import InstanceShape
 #: The engine each export format starts: Dynamo's, llm-d's and the Kubernetes pods run vLLM.
 FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d": "vllm", "k8s": "vllm"}
 
+#: The serving engines pdplan plans for (AIConfigurator measures each of them).
+ENGINES = ("vllm", "sglang", "trtllm")
+#: The engine a plan is made for when ``optimize`` names none: vLLM, whose operator tables then
+#: compose the profiles and whose pods the default exports start, so its rules hold for the
+#: default search.
+DEFAULT_ENGINE = "vllm"
+
 
 class RoleShape(Protocol):
     """A pool or candidate as the rules see it: its phase and its parallel sizes."""
@@ -92,6 +99,62 @@ SGLANG_EQUAL_TP = EqualTensorRule(
            "_require_same_tp_gate, applied in src/aiconfigurator/sdk/inference_session.py (SGLang "
            "disaggregated serving without wide expert parallelism; ai-dynamo/dynamo#5870)",
     says="SGLang P/D without wide expert parallelism needs equal TP on the prefill and decode sides")
+
+@dataclass(frozen=True, kw_only=True)
+class MixedRouterRule(Rule):
+    """The router a format starts cannot run Splitwise's mixed machines as the plan was verified:
+    a request run whole on a mixed machine when the shortest prefill queue is long, and a decode
+    moved to one when its decode instance's KV fills. A router that picks a prefill worker and a
+    decode worker each by its own policy runs neither rule."""
+
+    router: str                  #: the router (or chart) the format deploys
+
+
+#: The routers that cannot run a mixed pool as verified, and why.
+MIXED_RULES = (
+    MixedRouterRule(
+        name="vllm-router-mixed", engine="vllm", versions="main (read at 0803ed39)", connector=None,
+        router="vllm-router",
+        source="vllm-project/router src/config/validation.rs @0803ed393001c160fe7fa5efc10d0e6778b97fdb, "
+               "ConfigValidator::validate_mode: RoutingMode::VllmPrefillDecode holds a prefill and a decode "
+               "URL list, each side picked by its own policy",
+        says="vllm-router picks a prefill worker and a decode worker each by its own load policy; it has no "
+             "rule that runs a request whole on a mixed machine or moves a decode when KV fills"),
+    MixedRouterRule(
+        name="sglang-mixed", engine="sglang", versions="0.5 (read at 469c63e5)", connector=None,
+        router="sglang-router",
+        source="sgl-project/sglang python/sglang/srt/server_args.py @469c63e54e7d94591617ef9590c6aa26d54dc1bb, "
+               "ServerArgs.add_cli_args: --disaggregation-mode choices null, prefill, decode",
+        says="an SGLang server's disaggregation mode is prefill or decode, never both"),
+    MixedRouterRule(
+        name="dynamo-mixed", engine="vllm", versions="1.x (read at 4806fa82)", connector=None,
+        router="dynamo-frontend",
+        source="ai-dynamo/dynamo components/src/dynamo/common/constants.py "
+               "@4806fa829edb4dbd4d9adfa948552e67630e84ce, DisaggregationMode: agg, prefill, decode",
+        says="a Dynamo worker is aggregated, prefill or decode, and its router sends a P/D request to one "
+             "prefill and one decode worker"),
+    MixedRouterRule(
+        name="llm-d-mixed", engine="vllm", versions="llm-d-modelservice (read at b5d214f5)", connector=None,
+        router="llm-d-modelservice",
+        source="llm-d-incubation/llm-d-modelservice charts/llm-d-modelservice/values.yaml "
+               "@b5d214f57c01aef72275ac3a0ed77b14eaab73e1: a prefill and a decode section, nothing else",
+        says="llm-d-modelservice deploys a prefill and a decode role, nothing that takes both"),
+)
+
+#: The router each export format runs a P/D plan behind (the Kubernetes bundle deploys vllm-router).
+FORMAT_ROUTERS = {"vllm": "vllm-router", "k8s": "vllm-router", "sglang": "sglang-router",
+                  "dynamo": "dynamo-frontend", "llm-d": "llm-d-modelservice"}
+
+
+def mixed_refusal(fmt: str) -> str | None:
+    """Why format ``fmt``'s router cannot run a mixed pool as verified ("<rule>: <reason>"); None
+    when it can. No router read so far can: a plan with ``--mixed`` is a study of Splitwise's
+    design, exported once planned without it."""
+    for rule in MIXED_RULES:
+        if rule.router == FORMAT_ROUTERS[fmt]:
+            return f"{rule.name}: {rule.says}"
+    return None
+
 
 #: Every rule pdplan knows, by engine. TensorRT-LLM has none read yet.
 RULES: tuple[ConsumerPipelineRule | EqualTensorRule, ...] = (NIXL_DECODE_PP, SGLANG_EQUAL_TP)

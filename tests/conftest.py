@@ -98,3 +98,19 @@ def mixed_manifest(tmp_path_factory) -> dict[str, Path]:
                        "--cache-dir", folder / "cache", "--out", out, *IDENTITY)
     assert code == 0
     return {"manifest": out, "trace": trace, "cluster": cluster}
+
+
+def without_mixed(manifest: dict) -> dict:
+    """The mixed manifest as plain P/D: its mixed pool, its instances and its handoffs taken out (no
+    export runs a mixed pool; the rest is a NIXL plan of several instances on one node)."""
+    import copy
+
+    plain = copy.deepcopy(manifest)
+    mixed = {p["name"] for p in plain["pools"] if p["phase"] == "mixed"}
+    plain["pools"] = [p for p in plain["pools"] if p["name"] not in mixed]
+    for node in plain["placement"]["nodes"]:
+        node["instances"] = [slot for slot in node["instances"] if slot["pool"] not in mixed]
+    plain["transfer"]["roles"] = {name: role for name, role in plain["transfer"]["roles"].items() if name not in mixed}
+    plain["transfer"]["paths"] = [path for path in plain["transfer"]["paths"]
+                                  if path["to"] not in mixed and path["from"] not in mixed]
+    return plain

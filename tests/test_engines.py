@@ -10,11 +10,14 @@ from types import SimpleNamespace
 import pytest
 import yaml
 
+from pdplan.candidates import enumerate_shapes
 from pdplan.engines import RULES, Role, plan_refusal
 from pdplan.errors import PdplanError
+from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.manifest.check import check_manifest
 from pdplan.manifest.document import seal
 from pdplan.manifest.export import FORMATS, export_manifest
+from pdplan.modelspec import get_model
 from pdplan.placement import Candidate
 from pdplan.planner.pipeline import unpairable
 from tests.conftest import TRACE
@@ -32,19 +35,29 @@ def runnable(manifests) -> dict:
     return manifest
 
 
+def made_for(manifest: dict, engine: str | None) -> dict:
+    """The manifest as ``optimize --engine engine`` writes it; None: as a manifest written before
+    pdplan recorded the engine whose rules its search kept (it names none)."""
+    edited = copy.deepcopy(manifest)
+    edited["provenance"]["profiles"]["engine"] = engine
+    if engine is None:
+        edited["provenance"]["profiles"].pop("serving_engine", None)
+    else:
+        edited["provenance"]["profiles"]["serving_engine"] = engine
+    return seal(edited)
+
+
 def over_nixl(manifest: dict, *, engine: str | None = None) -> dict:
     """The plan with its KV over NIXL (and, given, planned for ``engine``), sealed again."""
     edited = copy.deepcopy(manifest)
     edited["transfer"].update(connector="nixl", connector_class="NixlConnector")
-    edited["provenance"]["profiles"]["engine"] = engine
-    return seal(edited)
+    return made_for(edited, engine)
 
 
 def with_prefill_tp(manifest: dict, tp: int, *, engine: str | None = None) -> dict:
     edited = copy.deepcopy(manifest)
     next(p for p in edited["pools"] if p["phase"] == "prefill")["tp"] = tp
-    edited["provenance"]["profiles"]["engine"] = engine
-    return seal(edited)
+    return made_for(edited, engine)
 
 
 def write(path: Path, manifest: dict) -> Path:
@@ -68,26 +81,39 @@ def test_no_engine_named_means_no_rule():
 
 # --- nixl-decode-pp ------------------------------------------------------------------------------
 
-def test_nixl_decode_pp_is_rejected_by_optimize_engine_vllm_with_its_reason_in_explain(run_cli, tmp_path):
+def test_the_default_search_keeps_vllms_nixl_rule_and_says_so_in_explain(run_cli, tmp_path):
+    """No --engine: the plan is made for vLLM (its tables compose, its pods are the default exports)."""
     code, out, err = run_cli("optimize", TRACE, "--requests-per-probe", "300", "--cache-dir", tmp_path / "cache",
-                             "--mode", "disaggregated", "--engine", "vllm", "--explain",
-                             "--out", tmp_path / "plan.yaml")
+                             "--mode", "disaggregated", "--explain", "--out", tmp_path / "plan.yaml")
     assert code == 0, err
     assert f"decode a100-80gb TP2 PP2: {NIXL_DECODE_PP}" in out
     plan = yaml.safe_load((tmp_path / "plan.yaml").read_text())
     assert all(p["pp"] == 1 for p in plan["pools"] if p["phase"] == "decode")
+    assert plan["provenance"]["profiles"]["serving_engine"] == "vllm"
+    for fmt in FORMATS:
+        if fmt != "sglang":  # SGLang's equal-TP rule is not vLLM's
+            assert export_manifest(plan, fmt)
+
+
+def test_nixl_decode_pp_is_rejected_for_optimize_engine_vllm():
+    shapes, rejected = enumerate_shapes(get_model("llama2-70b"), load_cluster(default_cluster_path()),
+                                        largest_request_tokens=4096, tps=(2,), pps=(1, 2), engine="vllm",
+                                        connector="nixl")
+    assert {(s.phase, s.pp) for s in shapes if s.phase == "decode"} == {("decode", 1)}
+    assert {r.reason.rsplit(" (", 1)[0] for r in rejected if r.shape.phase == "decode"} == {
+        "nixl-decode-pp: vLLM's NIXL connector refuses a kv_consumer (decode) instance with pipeline parallelism"}
 
 
 def test_nixl_decode_pp_is_refused_by_validate_for_a_plan_made_for_vllm(run_cli, runnable, tmp_path):
     code, out, _ = run_cli("validate", write(tmp_path / "m.yaml", over_nixl(runnable, engine="vllm")))
     assert code == 1
-    assert f"provenance.profiles.engine: vllm cannot run this plan: {NIXL_DECODE_PP}" in out
+    assert f"provenance.profiles.serving_engine: vllm cannot run this plan: {NIXL_DECODE_PP}" in out
 
 
 @pytest.mark.parametrize("fmt", ["vllm", "dynamo", "llm-d", "k8s"])
 def test_nixl_decode_pp_refuses_every_export_that_starts_vllm(run_cli, runnable, tmp_path, fmt):
     manifest = write(tmp_path / "m.yaml", over_nixl(runnable))
-    assert run_cli("validate", manifest)[0] == 0  # a plan made for no engine is valid
+    assert run_cli("validate", manifest)[0] == 0  # an older manifest naming no engine is valid
     code, _, err = run_cli("export", manifest, "--format", fmt, "--out", tmp_path / "deploy")
     assert code == 2
     assert f"{fmt} export starts vllm, which cannot run this plan: {NIXL_DECODE_PP}" in " ".join(err.split())
@@ -98,7 +124,7 @@ def test_nixl_decode_pp_refuses_every_export_that_starts_vllm(run_cli, runnable,
 
 def test_sglang_equal_tp_is_refused_by_validate_for_a_plan_made_for_sglang(runnable):
     found = [str(v) for v in check_manifest(with_prefill_tp(runnable, 4, engine="sglang"))]
-    assert any(line.startswith(f"provenance.profiles.engine: sglang cannot run this plan: {SGLANG_EQUAL_TP}")
+    assert any(line.startswith(f"provenance.profiles.serving_engine: sglang cannot run this plan: {SGLANG_EQUAL_TP}")
                for line in found), found
 
 
@@ -127,7 +153,14 @@ def test_sglang_equal_tp_keeps_unequal_prefill_and_decode_shapes_out_of_optimize
         return Candidate(phase=phase, gpu="a100-80gb", tp=tp, pp=1, goodput_rps=1)
 
     candidates = (shape("prefill", 1), shape("prefill", 2), shape("decode", 2))
-    request = SimpleNamespace(profiles=SimpleNamespace(engine="sglang"), connector="nixl")  # what unpairable reads
+    request = SimpleNamespace(profiles=SimpleNamespace(serving_engine="sglang"), connector="nixl")  # what it reads
     assert unpairable(request, candidates) == ((candidates[0], candidates[2]),)
-    request.profiles.engine = "vllm"
+    request.profiles.serving_engine = "vllm"
     assert unpairable(request, candidates) == ()
+
+
+def test_validate_holds_a_pool_pinned_to_an_engine_to_that_engines_rules(runnable):
+    edited = with_prefill_tp(runnable, 4)
+    edited["pools"][0]["engine"] = "sglang"
+    found = [str(v) for v in check_manifest(seal(edited))]
+    assert any(line.startswith(f"pools[0].engine: sglang cannot run this plan: {SGLANG_EQUAL_TP}") for line in found)

@@ -24,6 +24,7 @@ from pdplan.hardware import load_cluster
 from pdplan.manifest.document import seal
 from pdplan.manifest.export import export_manifest, shell
 from pdplan.manifest.export.common import instances
+from tests.conftest import without_mixed
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
@@ -71,18 +72,17 @@ def spread_over_nodes(manifest: dict) -> dict:
 @pytest.fixture(scope="module")
 def plans(manifests, mixed_manifest) -> dict[str, dict]:
     loaded = {mode: yaml.safe_load(path.read_text()) for mode, path in manifests.items()}
-    loaded["mixed"] = yaml.safe_load(mixed_manifest["manifest"].read_text())
+    loaded["nixl"] = without_mixed(yaml.safe_load(mixed_manifest["manifest"].read_text()))
     loaded["spanning"] = spread_over_nodes(loaded["disaggregated"])
     loaded["spanning colocated"] = spread_over_nodes(loaded["colocated"])
     return loaded
 
 
 def script_exports(plans: dict[str, dict]):
-    """(plan, format, files) of every script format that runs the plan (SGLang runs no mixed pool)."""
+    """(plan, format, files) of every script format and plan."""
     for plan, manifest in plans.items():
         for fmt in SCRIPT_FORMATS:
-            if not (fmt == "sglang" and plan == "mixed"):
-                yield plan, fmt, export_manifest(manifest, fmt)
+            yield plan, fmt, export_manifest(manifest, fmt)
 
 
 # --- names where they enter --------------------------------------------------------------------

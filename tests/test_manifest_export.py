@@ -14,6 +14,7 @@ import yaml
 from pdplan.errors import PdplanError
 from pdplan.manifest.document import seal
 from pdplan.manifest.export import FORMATS, export_manifest
+from tests.conftest import without_mixed
 
 REMOVED_KV_KEYS = {"kv_rank", "kv_parallel_size", "kv_ip", "kv_buffer_size"}
 #: The Kubernetes API the core objects are checked against (a version kubernetes-validate ships).
@@ -179,7 +180,7 @@ def test_colocated_plans_carry_no_kv_transfer(colocated, fmt):
 
 
 def test_vllm_scripts_give_each_instance_its_own_port_gpus_and_side_channel(mixed_manifest):
-    nixl_plan = yaml.safe_load(mixed_manifest["manifest"].read_text())
+    nixl_plan = without_mixed(yaml.safe_load(mixed_manifest["manifest"].read_text()))
     scripts = {n: t for n, t in export_manifest(nixl_plan, "vllm").items() if n != "vllm/router.sh"}
     ports = [shlex.split(t, comments=True) for t in scripts.values()]
     ports = [tokens[tokens.index("--port") + 1] for tokens in ports]

@@ -1,16 +1,15 @@
 """A plan with Splitwise's mixed pool as the answer: placed on nodes, sealed in the manifest,
-validated, re-simulated with its spill thresholds, and exported where the format can run it."""
+validated and re-simulated with its spill thresholds; no export runs it, since no router runs its spill rule."""
 
 from __future__ import annotations
 
 import json
-import shlex
 
-import jsonschema
 import pytest
 import yaml
 
-from pdplan.manifest.export import export_manifest
+from pdplan.engines import MIXED_RULES, mixed_refusal
+from pdplan.manifest.export import FORMATS
 from pdplan.manifest.plan import read_plan
 
 
@@ -68,30 +67,19 @@ def test_a_mixed_pool_without_its_spill_thresholds_is_named(run_cli, mixed_manif
     assert "transfer.spill" in {v["field"] for v in json.loads(out)["violations"]}
 
 
-def test_the_vllm_router_takes_mixed_instances_as_prefill_and_decode_workers(manifest):
-    tokens = shlex.split(export_manifest(manifest, "vllm")["vllm/router.sh"], comments=True)
-    count = {phase: sum(p["replicas"] for p in manifest["pools"] if p["phase"] == phase)
-             for phase in ("prefill", "decode", "mixed")}
-    assert tokens.count("--prefill") == count["prefill"] + count["mixed"]
-    assert tokens.count("--decode") == count["decode"] + count["mixed"]
-
-
-@pytest.mark.parametrize("fmt", ["vllm", "k8s"])
-def test_kv_both_configs_validate_against_the_vllm_schema(shared_data, manifest, fmt):
-    schema = json.loads((shared_data / "schemas" / "vllm.kv_transfer_config.schema.json").read_text())
-    configs = [json.loads(tok) for text in export_manifest(manifest, fmt).values()
-               for tok in shlex.split(text, comments=True) if tok.startswith('{"kv_connector"')]
-    assert "kv_both" in {c["kv_role"] for c in configs}
-    for config in configs:
-        jsonschema.validate(config, schema)
-
-
-@pytest.mark.parametrize("fmt", ["sglang", "dynamo", "llm-d"])
-def test_formats_that_cannot_run_a_mixed_pool_refuse_it_in_one_line(run_cli, mixed_manifest, tmp_path, fmt):
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_refuses_a_mixed_pool_naming_its_routers_rule(run_cli, mixed_manifest, tmp_path, fmt):
+    """No router the exports deploy runs Splitwise's spill rule, under which the pool was verified."""
     code, out, err = run_cli("export", mixed_manifest["manifest"], "--format", fmt, "--out", tmp_path / fmt)
     assert code == 2
-    assert "mixed pool" in err and len(err.strip().splitlines()) == 1
+    assert len(err.strip().splitlines()) == 1
+    assert "cannot run mixed pool" in err and mixed_refusal(fmt) in " ".join(err.split())
     assert not (tmp_path / fmt).exists()
+
+
+def test_every_mixed_rule_cites_an_upstream_file_and_commit():
+    for rule in MIXED_RULES:
+        assert "/" in rule.source and "@" in rule.source, rule.name
 
 
 def test_the_json_names_the_mixed_answer_and_the_plain_plan_beside_it(run_cli, mixed_manifest):

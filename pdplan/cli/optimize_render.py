@@ -6,7 +6,9 @@ from __future__ import annotations
 from rich.table import Table
 
 from pdplan.cli.output import money, number, print_json, stderr, stdout
+from pdplan.engines import pair_refusal
 from pdplan.planner import PlanReport
+from pdplan.planner.pipeline import unpairable
 from pdplan.shape import shape_label
 from pdplan.wording import counted
 
@@ -252,7 +254,8 @@ def nodes_table(doc: dict) -> None:
 
 
 def _explain(report: PlanReport) -> None:
-    """One line per unused shape, so reasons are never cut or wrapped into a cell."""
+    """One line per unused shape, and per prefill and decode pair the engine cannot run together, so
+    reasons are never cut or wrapped into a cell."""
     stdout.print("[bold]Shapes not used, and why[/bold]")
     lines = [f"{r.shape.label}: {r.reason}" for r in report.rejected]
     lines += [f"{m.shape.label}: no rate meets the SLO on one instance (goodput 0)"
@@ -261,5 +264,9 @@ def _explain(report: PlanReport) -> None:
         for result in (fleet.disaggregated, fleet.colocated):
             rejections = () if result.first is None else result.first.rejections
             lines += [f"{rej.candidate.label}: {rej.reason}" for rej in rejections if rej.family != "fleet"]
+    request = report.request
+    lines += [f"{p.label} with {d.label}: kept apart, "
+              f"{pair_refusal(request.profiles.serving_engine, request.connector, p, d)}"
+              for p, d in unpairable(request, report.candidates)]
     for line in dict.fromkeys(lines):
         stdout.print(f"  {line}", markup=False, highlight=False)

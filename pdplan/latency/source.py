@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from pdplan.cache import ResultCache, cache_key
+from pdplan.engines import DEFAULT_ENGINE
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.latency.compose import tables
@@ -45,6 +46,12 @@ class ProfileSource:
             raise PdplanError(f"--engine-version selects AIConfigurator's operator tables, which come with the "
                               f"optional extra: {tables.EXTRA}", field="engine_version")
 
+    @property
+    def serving_engine(self) -> str:
+        """The engine the plan is made for: the one named, else :data:`pdplan.engines.DEFAULT_ENGINE`
+        (its tables compose, its capability rules hold)."""
+        return self.engine or DEFAULT_ENGINE
+
     def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8,
                 cache: ResultCache | None = None) -> PhaseProfile:
         """The shape's profile; a composed one is kept in ``cache`` (composing takes about a second)."""
@@ -66,7 +73,7 @@ class ProfileSource:
                   cache: ResultCache | None) -> PhaseProfile:
         from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
-        engine = self.engine or tables.DEFAULT_ENGINE
+        engine = self.serving_engine
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine,  # noqa: E731
                                         engine_version=self.engine_version, gpus_per_node=gpus_per_node)
         if cache is None:
@@ -100,7 +107,7 @@ class ProfileSource:
             return f"measured profiles, else {roofline} (operator tables not installed: {tables.EXTRA})"
         version = self.engine_version or "newest measured"
         return (f"measured profiles, else composed from AIConfigurator {tables.package_version()} operator tables "
-                f"({self.engine or tables.DEFAULT_ENGINE} {version}), else {roofline}")
+                f"({self.serving_engine} {version}), else {roofline}")
 
 
 def _decode_composed(data: dict) -> PhaseProfile | PdplanError:

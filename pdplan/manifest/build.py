@@ -322,7 +322,7 @@ def _provenance(report: PlanReport, plan: Plan, files: dict) -> dict:
         "seed": request.seed,
         "inputs": files,
         "profiles": {"engine": plan.engine, "engine_version": plan.engine_version, "compose": plan.compose,
-                     "sources": request.profiles.describe()},
+                     "sources": request.profiles.describe(), "serving_engine": request.profiles.serving_engine},
         "solver": {"status": solution.status, "objective": solution.objective, "bound": solution.bound,
                    "gap": solution.gap, "objective_name": request.objective},
     }

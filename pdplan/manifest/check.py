@@ -235,10 +235,20 @@ def engine_refusal(manifest: dict, engine: str | None) -> str | None:
 
 
 def _engine(manifest: dict) -> list[Violation]:
-    """The engine the plan was made for (``optimize --engine``) can run its shapes."""
-    engine = manifest["provenance"]["profiles"].get("engine")
-    why = engine_refusal(manifest, engine)
-    return [] if why is None else [Violation("provenance.profiles.engine", f"{engine} cannot run this plan: {why}")]
+    """The engine the plan was made for can run its shapes: the one its search kept the rules of
+    (``provenance.profiles.serving_engine``; in older manifests the ``optimize --engine`` it named),
+    and any engine a pool is pinned to."""
+    profiles = manifest["provenance"]["profiles"]
+    key = "serving_engine" if profiles.get("serving_engine") else "engine"
+    named = {profiles[key]: f"provenance.profiles.{key}"}
+    for i, pool in enumerate(manifest["pools"]):
+        named.setdefault(pool.get("engine"), f"pools[{i}].engine")
+    found = []
+    for engine, field in named.items():
+        why = engine_refusal(manifest, engine)
+        if why is not None:
+            found.append(Violation(field, f"{engine} cannot run this plan: {why}"))
+    return found
 
 
 def _identity(manifest: dict) -> list[Violation]:

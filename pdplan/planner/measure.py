@@ -91,7 +91,7 @@ def measure(request: PlanRequest, cache: ResultCache,
     largest = int((request.workload.prompt_tokens + request.workload.output_tokens).max())
     shapes, rejected = enumerate_shapes(request.model, request.cluster, largest_request_tokens=largest,
                                         tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes,
-                                        engine=request.profiles.engine, connector=request.connector)
+                                        engine=request.profiles.serving_engine, connector=request.connector)
     measured = []
     for i, shape in enumerate(shapes):
         if progress is not None:

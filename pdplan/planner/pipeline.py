@@ -140,7 +140,7 @@ def unpairable(request: PlanRequest, candidates: tuple[Candidate, ...]) -> tuple
     prefills = [c for c in candidates if c.phase == "prefill"]
     decodes = [c for c in candidates if c.phase == "decode"]
     return tuple((p, d) for p in prefills for d in decodes
-                 if pair_refusal(request.profiles.engine, request.connector, p, d))
+                 if pair_refusal(request.profiles.serving_engine, request.connector, p, d))
 
 
 class Searches:

@@ -57,6 +57,7 @@ from pathlib import Path
 from typing import Mapping
 
 from pdplan import limits
+from pdplan.engines import ENGINES
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GB, get_gpu
@@ -420,8 +421,6 @@ def parse_plan(data, path: str | Path) -> Plan:
         raise top.fail("name", "must be a string", name)
     timing = {}
     if top.has("profiles"):
-        from pdplan.latency.compose.tables import ENGINES  # the names only; no table is read
-
         spec = top.mapping("profiles")
         spec.reject_unknown(_PROFILE_FIELDS)
         if spec.has("engine"):

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cache
 
+from pdplan.engines import DEFAULT_ENGINE
 from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.latency.compose import tables
@@ -47,7 +48,7 @@ def sample_points(step: Step, *, kv_capacity: int, max_batch_tokens: int) -> lis
 
 
 @cache
-def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str = tables.DEFAULT_ENGINE,
+def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str = DEFAULT_ENGINE,
                      engine_version: str | None = None, memory_utilization: float = 0.9,
                      gpus_per_node: int = 8,
                      max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> PhaseProfile:

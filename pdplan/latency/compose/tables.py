@@ -31,12 +31,10 @@ from pathlib import Path
 
 import numpy as np
 
+from pdplan.engines import ENGINES
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 
-ENGINES = ("vllm", "sglang", "trtllm")
-#: The engine whose tables compose profiles when none is named.
-DEFAULT_ENGINE = "vllm"
 #: pdplan GPU type -> AIConfigurator system. A power-capped type has no tables of its own.
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm",
            "b200-180gb": "b200_sxm", "gb200-185gb": "gb200"}

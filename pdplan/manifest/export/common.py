@@ -58,14 +58,6 @@ def is_disaggregated(manifest: dict) -> bool:
     return any(p["phase"] != "colocated" for p in manifest["pools"])
 
 
-def refuse_mixed(manifest: dict, fmt: str, why: str) -> None:
-    """A format that cannot run Splitwise's mixed machines refuses a plan with a mixed pool."""
-    mixed = [p["name"] for p in manifest["pools"] if p["phase"] == "mixed"]
-    if mixed:
-        raise PdplanError(f"{fmt} export cannot run mixed pool {mixed[0]}: {why}; export vllm or k8s, or plan "
-                          "without --mixed", field="pools")
-
-
 def instances(manifest: dict) -> list[Instance]:
     """Every placed instance, pools in serving order, instances by name."""
     stages: dict[tuple[str, str], list[tuple[int, str, list[int]]]] = {}

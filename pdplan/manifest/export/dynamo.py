@@ -21,8 +21,6 @@ _SEMVER_TAG = re.compile(r":v?\d+\.\d+\.\d+$")
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     """``dynamo/<name>.yaml``."""
     common.require_pool_engines(manifest, "dynamo")
-    common.refuse_mixed(manifest, "dynamo", "a Dynamo worker component is a prefill, decode or aggregated "
-                                            "worker, and a graph does not mix aggregated workers into P/D")
     image = image or DEFAULT_IMAGE
     components = [_frontend(image)] + [_worker(manifest, pool, image) for pool in common.pools(manifest)]
     name = manifest["metadata"]["name"]

@@ -24,7 +24,6 @@ _SECTIONS = {"prefill": "prefill", "decode": "decode", "colocated": "decode"}
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     """``llm-d/values.yaml``."""
     common.require_pool_engines(manifest, "llm-d")
-    common.refuse_mixed(manifest, "llm-d", "llm-d-modelservice has only a prefill and a decode section")
     image = image or DEFAULT_IMAGE
     model = common.served_model(manifest)
     sections = {"prefill": {"create": False}, "decode": {"create": False}}

@@ -16,8 +16,6 @@ TRANSFER_BACKENDS = ("nixl", "mooncake")
 
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     """``sglang/<instance>.sh`` per instance and ``sglang/router.sh``; ``image`` is unused."""
-    common.refuse_mixed(manifest, "sglang", "an SGLang server's disaggregation mode is prefill or decode, "
-                                            "not both")
     backend = _transfer_backend(manifest)
     files = {}
     workers: dict[str, list[list[str]]] = {}

@@ -72,9 +72,9 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
 
 
 def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
-    """P/D: vllm-router in P/D mode, mixed instances (kv_both) listed on both sides. Colocated:
-    the same router over plain workers, so both plans are fronted the same way (any
-    OpenAI-compatible load balancer would also do)."""
+    """P/D: vllm-router in P/D mode over the prefill and decode instances. Colocated: the same
+    router over plain workers, so both plans are fronted the same way (any OpenAI-compatible load
+    balancer would also do)."""
     lines = common.script_preamble(manifest, "vllm", "router in front of every instance")
     command = ["vllm-router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
     if common.is_disaggregated(manifest):
@@ -82,19 +82,10 @@ def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
         connector = manifest["transfer"]["connector"]
         if connector in ROUTER_CONNECTORS:
             command += ["--kv-connector", connector]
-        mixed = urls.get("mixed", [])  # kv_both instances: the router may send either phase to them
-        for url in urls.get("prefill", []) + mixed:
+        for url in urls.get("prefill", []):
             command += ["--prefill", url]
-        for url in urls.get("decode", []) + mixed:
+        for url in urls.get("decode", []):
             command += ["--decode", url]
-        if mixed:
-            spill = manifest["transfer"]["spill"]
-            lines.append(shell.comment(
-                f"Mixed instances ({', '.join(mixed)}) are listed as prefill and decode workers. The plan "
-                f"was verified with Splitwise's spill rule: a request runs whole on one when the shortest "
-                f"prefill queue holds more than {spill['prefill_queue_tokens']} prompt tokens, and a "
-                f"decode moves to one when its decode instance's KV would pass "
-                f"{spill['decode_kv_share']:.0%} of its capacity; vllm-router balances by load instead."))
     else:
         command += ["--worker-urls", *urls["colocated"]]
     lines.append(shell.command(command))
