@@ -164,3 +164,16 @@ def test_validate_holds_a_pool_pinned_to_an_engine_to_that_engines_rules(runnabl
     edited["pools"][0]["engine"] = "sglang"
     found = [str(v) for v in check_manifest(seal(edited))]
     assert any(line.startswith(f"pools[0].engine: sglang cannot run this plan: {SGLANG_EQUAL_TP}") for line in found)
+
+
+def test_explain_counts_the_prefill_and_decode_pairs_each_rule_keeps_apart():
+    from pdplan.cli.optimize_render import _kept_apart
+
+    def shape(phase, tp):
+        return Candidate(phase=phase, gpu="a100-80gb", tp=tp, pp=1, goodput_rps=1)
+
+    candidates = (shape("prefill", 1), shape("prefill", 2), shape("decode", 2), shape("decode", 4))
+    report = SimpleNamespace(request=SimpleNamespace(profiles=SimpleNamespace(serving_engine="sglang"),
+                                                     connector="nixl"), candidates=candidates)
+    assert _kept_apart(report) == [f"3 prefill and decode pairs kept apart: {SGLANG_EQUAL_TP} on the prefill and "
+                                   "decode sides"]

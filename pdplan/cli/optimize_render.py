@@ -3,6 +3,8 @@ plan, its facts, KV links and node map; or, without an answer, the closest plan 
 
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.table import Table
 
 from pdplan.cli.output import money, number, print_json, stderr, stdout
@@ -253,6 +255,15 @@ def nodes_table(doc: dict) -> None:
     stdout.print(table)
 
 
+def _kept_apart(report: PlanReport) -> list[str]:
+    """One line per engine rule that keeps prefill and decode shapes out of one plan, with how many
+    pairs it keeps apart (a pair each would be hundreds of lines)."""
+    request = report.request
+    pairs = Counter(pair_refusal(request.profiles.serving_engine, request.connector, p, d).rsplit(" (", 1)[0]
+                    for p, d in unpairable(request, report.candidates))
+    return [f"{counted(n, 'prefill and decode pair')} kept apart: {why}" for why, n in sorted(pairs.items())]
+
+
 def _explain(report: PlanReport) -> None:
     """One line per unused shape, and per prefill and decode pair the engine cannot run together, so
     reasons are never cut or wrapped into a cell."""
@@ -264,9 +275,6 @@ def _explain(report: PlanReport) -> None:
         for result in (fleet.disaggregated, fleet.colocated):
             rejections = () if result.first is None else result.first.rejections
             lines += [f"{rej.candidate.label}: {rej.reason}" for rej in rejections if rej.family != "fleet"]
-    request = report.request
-    lines += [f"{p.label} with {d.label}: kept apart, "
-              f"{pair_refusal(request.profiles.serving_engine, request.connector, p, d)}"
-              for p, d in unpairable(request, report.candidates)]
+    lines += _kept_apart(report)
     for line in dict.fromkeys(lines):
         stdout.print(f"  {line}", markup=False, highlight=False)
