@@ -3,6 +3,7 @@ validated and re-simulated with its spill thresholds; no export runs it, since n
 
 from __future__ import annotations
 
+import copy
 import json
 
 import pytest
@@ -99,3 +100,14 @@ def test_the_json_names_the_mixed_answer_and_the_plain_plan_beside_it(run_cli, m
 def test_mixed_machines_need_high_node_affinity(run_cli, mixed_manifest):
     code, _, err = run_cli("optimize", mixed_manifest["trace"], "--mixed", "--affinity", "low")
     assert code == 2 and "--mixed" in err
+
+
+def test_validate_refuses_an_inter_node_path_between_pools_on_one_node(manifest):
+    from pdplan.manifest.check import check_manifest
+    from pdplan.manifest.document import seal
+
+    edited = copy.deepcopy(manifest)
+    edited["transfer"]["paths"][0]["path"] = "inter-node"
+    found = [str(v) for v in check_manifest(seal(edited))]
+    assert any(line.startswith("transfer.paths[0].path: inter-node, but every instance of") and
+               "sits on node a100-0: the handoff is intra-node" in line for line in found), found

@@ -219,12 +219,29 @@ def _transfer(manifest: dict) -> list[Violation]:
         if path["demand_gb_s"] > path["capacity_gb_s"]:
             found.append(Violation(f"{where}.demand_gb_s", f"KV demand {path['demand_gb_s']:g} GB/s exceeds the "
                                    f"path's {path['capacity_gb_s']:g} GB/s"))
+        found += _path_follows_placement(manifest, where, path)
     pairs = {(p["from"], p["to"]) for p in transfer["paths"]}
     for src in (p["name"] for p in pools if p["phase"] == "prefill"):
         for dst in (p["name"] for p in pools if p["phase"] in DECODING):
             if (src, dst) not in pairs:
                 found.append(Violation("transfer.paths", f"no path from {src} to {dst}"))
     return found
+
+
+def _path_follows_placement(manifest: dict, where: str, path: dict) -> list[Violation]:
+    """A handoff between pools whose instances all sit on one node stays inside it; at high
+    affinity, pools spread over several nodes hand off across them (as the planner derives it,
+    :func:`pdplan.planner.plans.link_path`; at low affinity each segment pairs its stages on a node)."""
+    placement = manifest["placement"]
+    nodes = sorted({node["node"] for node in placement["nodes"] for slot in node["instances"]
+                    if slot["pool"] in (path["from"], path["to"])})
+    if path["path"] == "inter-node" and len(nodes) == 1:
+        return [Violation(f"{where}.path", f"inter-node, but every instance of {path['from']} and {path['to']} "
+                                           f"sits on node {nodes[0]}: the handoff is intra-node")]
+    if path["path"] == "intra-node" and placement.get("affinity") == "high" and len(nodes) > 1:
+        return [Violation(f"{where}.path", f"intra-node, but {path['from']} and {path['to']} sit on "
+                                           f"{len(nodes)} nodes at high affinity: the handoff is inter-node")]
+    return []
 
 
 def engine_refusal(manifest: dict, engine: str | None) -> str | None:
