@@ -87,7 +87,7 @@ class EqualTensorRule(Rule):
 
 
 NIXL_DECODE_PP = ConsumerPipelineRule(
-    name="nixl-decode-pp", engine="vllm", versions="0.33 (read at main 00bd5131)", connector="nixl",
+    name="nixl-decode-pp", engine="vllm", versions="0.33.0 (read in the wheel and at main 00bd5131)", connector="nixl",
     source="vllm-project/vllm vllm/distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py "
            "@00bd51312724dc9984e7eaa16fa741863db25c97, NixlBaseConnectorWorker.__init__: raises "
            "NotImplementedError when kv_role == 'kv_consumer' and pipeline_parallel_size > 1",
@@ -119,7 +119,8 @@ MIXED_RULES = (
                "ConfigValidator::validate_mode: RoutingMode::VllmPrefillDecode holds a prefill and a decode "
                "URL list, each side picked by its own policy",
         says="vllm-router picks a prefill worker and a decode worker each by its own load policy; it has no "
-             "rule that runs a request whole on a mixed machine or moves a decode when KV fills"),
+             "rule that runs a request whole on a mixed machine or moves a decode when KV fills (and vLLM "
+             "0.33 deprecates kv_both with NixlConnector: nixl/connector.py, NixlConnector.__init__)"),
     MixedRouterRule(
         name="sglang-mixed", engine="sglang", versions="0.5 (read at 469c63e5)", connector=None,
         router="sglang-router",
