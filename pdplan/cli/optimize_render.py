@@ -66,6 +66,9 @@ def _mixed_line(doc: dict) -> None:
                  f", chunk {shape['chunk_tokens']}), {money(found['cost_per_hour'])} per hour, PASSES end to end "
                  f"(joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]; spill above {found['spill_tokens']} "
                  f"queued prompt tokens), {verdict}; {plain}", markup=False, highlight=False)
+    if found["chosen"]:
+        stdout.print("  no router the exports deploy runs the spill rule this was verified under, so export refuses "
+                     "a mixed pool: plan without --mixed to deploy", markup=False, highlight=False)
 
 
 def _profiles_line(doc: dict) -> str:
@@ -77,7 +80,8 @@ def _profiles_line(doc: dict) -> str:
             text += f" ({p['profile_fallback']})"
         if text not in parts:
             parts.append(text)
-    return f"profiles: {'; '.join(parts)} — {doc['provenance']['profile_sources']}"
+    return (f"profiles: {'; '.join(parts)} — {doc['provenance']['profile_sources']}; shapes held to "
+            f"{doc['serving_engine']}'s start-up rules")
 
 
 def render_miss(report: PlanReport, doc: dict) -> None:

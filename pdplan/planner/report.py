@@ -193,7 +193,8 @@ def report_to_dict(report: PlanReport) -> dict:
     model = request.model
     doc = {"decision": None, "model": model.name,
            "precision": {"weights": model.weight_dtype, "kv_cache": model.kv_dtype},
-           "engine": request.profiles.engine, "target_rps": request.target_rps, "slo": request.slo.to_dict(),
+           "engine": request.profiles.engine, "serving_engine": request.profiles.serving_engine,
+           "target_rps": request.target_rps, "slo": request.slo.to_dict(),
            "fleets": [fleet_row(f, request) for f in report.fleets]}
     if report.answer is None:
         closest = report.closest
