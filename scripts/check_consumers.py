@@ -27,7 +27,8 @@ environment of its own (their torch pins differ), which it creates under ``--env
      llm-d values to the llm-d-modelservice chart's values.schema.json (the schemas are read from
      ``--schemas``, default ../shared/data/schemas, see its SOURCES.md; Helm itself is not on PyPI,
      npm or Debian, so the chart is not rendered);
-   - scripts to ``bash -n``;
+   - scripts to ``bash -n``, and their own prerequisite checks run in the consumer's environment
+     ("missing" when that environment lacks a package, e.g. a KV connector's: not a failure);
 4. checks that the installed vLLM still raises where pdplan's vLLM rule says it does.
 
 It prints a table manifest × format × consumer → pass/fail/why and exits 1 on any failure.
@@ -228,7 +229,8 @@ class Table:
             shown = fails[0] if fails else results[0]
             verdicts = sorted({r[0] for r in results})
             result = "FAIL" if fails else "/".join(verdicts)
-            count = f" ({len(results) - len(fails)}/{len(results)} pass)" if len(results) > 1 else ""
+            passed = sum(r[0] == "pass" for r in results)
+            count = f" ({passed}/{len(results)} pass)" if len(results) > 1 else ""
             why = f"{shown[1]}: {shown[2]}" if shown[2] else shown[1]
             lines.append((manifest, fmt, consumer, result + count, why[:160]))
         widths = [max(len(row[i]) for row in [header, *lines]) for i in range(4)]
@@ -288,7 +290,7 @@ def drive(options) -> int:
         connector = manifest["transfer"]["connector"]
         for engine in ("vllm", "sglang"):
             refusal = engine_refusal(manifest, engine)
-            table.add(name, "-", f"{engine}, {connector}", "pdplan engine rules", "pass",
+            table.add(name, "-", f"{engine}, {connector}", f"pdplan engine rules ({engine})", "pass",
                       f"refused: {refusal}" if refusal else "runs")
         for fmt in FORMATS:
             try:
@@ -310,6 +312,8 @@ def drive(options) -> int:
                     table.add(name, fmt, file, "bash -n", "pass" if syntax.returncode == 0 else "FAIL",
                               last_line(syntax.stderr))
                     commands = script_commands(text)
+                    env = ("routers" if fmt == "vllm" else "sglang") if file.endswith("/router.sh") else fmt
+                    prerequisites_check(table, pythons.get(env), text, name, fmt, file)
                 else:
                     documents = [d for d in yaml.safe_load_all(text) if d]
                     commands = [c for d in documents for c in container_commands(d)]
@@ -344,6 +348,25 @@ def drive(options) -> int:
     print(table.render())
     print(f"\nexports and manifests: {work}")
     return 1 if table.failed() else 0
+
+
+def prerequisites_check(table, python: Path | None, text: str, manifest: str, fmt: str, file: str) -> None:
+    """Run a script's own prerequisite checks (and nothing else of it) in the consumer's environment:
+    "pass" when it has all, "missing" (not a failure) with the script's message when the environment
+    lacks one, e.g. a KV connector's package nobody installed here."""
+    if python is None:
+        table.add(manifest, fmt, file, "script prerequisites", "n/a", "no environment")
+        return
+    checks = [line for line in text.splitlines() if " >/dev/null 2>&1 || { printf " in line]
+    done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(checks)], capture_output=True, text=True,
+                          env={"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")})
+    if done.returncode == 0:
+        table.add(manifest, fmt, file, "script prerequisites", "pass",
+                  f"checks: {len(checks)}, in {python.parent.parent}")
+    elif done.stderr.startswith("pdplan: "):
+        table.add(manifest, fmt, file, "script prerequisites", "missing", last_line(done.stderr))
+    else:
+        table.add(manifest, fmt, file, "script prerequisites", "FAIL", last_line(done.stderr))
 
 
 def schema_check(table, jsonschema, schema_path: Path, doc: dict, manifest: str, fmt: str, label: str,
