@@ -37,7 +37,7 @@ HOSTILE = {"command substitution": "a$(touch PWNED)", "backticks": "a`touch PWNE
 #: Free text that legitimately reaches a script (a checkpoint id, a manifest's name in a comment).
 FREE_TEXT = "m$(touch PWNED1)`touch PWNED2`;touch PWNED3&touch PWNED4|touch PWNED5 ${IFS}'\"\n touch PWNED6\r\n#"
 SCRIPT_FORMATS = ("vllm", "sglang")
-STUBS = ("vllm", "ray", "python", "vllm-router")
+STUBS = ("vllm", "ray", "python", "python3", "vllm-router")
 
 
 def one_error_line(err: str) -> str:

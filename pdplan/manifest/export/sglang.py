@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pdplan.errors import PdplanError
-from pdplan.manifest.export import common, shell
+from pdplan.manifest.export import common, prerequisites, shell
 
 SERVE_PORT_BASE = 30000       # instance i listens on SERVE_PORT_BASE + i
 BOOTSTRAP_PORT_BASE = 8998    # prefill instance i's bootstrap server (SGLang's default is 8998)
@@ -65,8 +65,15 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
 def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: str | None,
                      bootstrap: int | None) -> str:
     lines = common.instance_preamble(manifest, "sglang", inst)
+    lines += prerequisites.lines(prerequisites.instance("sglang", backend, spans_nodes=inst.spans_nodes),
+                                 f"instance {inst.name}", "python")
     command: list[shell.Word] = _launch_command(manifest, inst, port, backend, bootstrap)
     if inst.spans_nodes:
+        # Node 0 needs no wait of its own: every node's scheduler joins the torch.distributed
+        # rendezvous at --dist-init-addr, which blocks until all TP×PP ranks are there (SGLang 0.5.23,
+        # python/sglang/srt/distributed/bootstrap.py passes tcp://<dist-init-addr> to
+        # parallel_state.init_distributed_environment -> torch.distributed.init_process_group, with
+        # --dist-timeout, default torch's).
         command += ["--node-rank", common.NODE_RANK]
     lines.append(shell.command(command))
     return "\n".join(lines) + "\n"
@@ -76,6 +83,7 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
     """P/D: the router in P/D mode, each prefill with its bootstrap port given explicitly.
     Colocated: the same router over plain workers."""
     lines = common.script_preamble(manifest, "sglang", "router in front of every instance")
+    lines += prerequisites.lines(prerequisites.router("sglang"), "the router", "python")
     command = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
     if common.is_disaggregated(manifest):
         command.append("--pd-disaggregation")

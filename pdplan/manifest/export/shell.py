@@ -69,3 +69,14 @@ def export(name: str, value: str) -> str:
 def comment(text: str) -> str:
     """``# text`` on one line, whatever ``text`` holds."""
     return f"# {_CONTROL.sub(' ', text)}"
+
+
+def require(argv: list[Word], message: str, status: int) -> str:
+    """A line that runs ``argv`` silently and, when it fails, prints ``message`` (one line) to
+    stderr and exits with ``status``."""
+    return f"{line(argv)} >/dev/null 2>&1 || {{ {fail(message, status)}; }}"
+
+
+def fail(message: str, status: int) -> str:
+    """A line that prints ``message`` (one line) to stderr and exits with ``status``."""
+    return f"printf '%s\\n' {shlex.quote(_CONTROL.sub(' ', message))} >&2; exit {int(status)}"

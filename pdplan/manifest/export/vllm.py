@@ -5,12 +5,16 @@ Also the vLLM argument builders that the pod formats (dynamo, llm-d, k8s) reuse.
 
 from __future__ import annotations
 
-from pdplan.manifest.export import common, shell
+from pdplan.manifest.export import common, prerequisites, shell
 
 SERVE_PORT_BASE = 8100          # instance i listens on SERVE_PORT_BASE + i
 NIXL_SIDE_CHANNEL_BASE = 5600   # instance i's NIXL side channel; distinct per instance
 ROUTER_PORT = 8000
 RAY_PORT = 6379
+#: The Python the scripts run: vLLM's image (vllm-project/vllm docker/Dockerfile, vllm-base stage)
+#: installs ``python3`` through update-alternatives and no ``python``; so does vLLM's own LWS helper
+#: (examples/online_serving/multi-node-serving.sh).
+PYTHON = "python3"
 
 # Connectors vllm-router speaks (--kv-connector; it defaults to nixl); others need no flag.
 ROUTER_CONNECTORS = ("nixl", "mooncake")
@@ -35,11 +39,40 @@ def serve_command(manifest: dict, pool: dict, port: int, *, ray: bool) -> list[s
     return command + (["--distributed-executor-backend", "ray"] if ray else [])
 
 
-def ray_launch(serve: list[str], *, rank: shell.Var, leader: shell.Word) -> list[str]:
-    """Shell lines for a multi-node instance: rank 0 starts the Ray head and vLLM, the
-    other nodes join the head's Ray cluster (vLLM places pipeline stages through Ray)."""
+#: How long a multi-node leader waits for its workers to join its Ray cluster, and how often it looks:
+#: vLLM's own LeaderWorkerSet helper, examples/online_serving/multi-node-serving.sh (vllm-project/vllm
+#: @2584e94bc2b500b84af054a71559f04e60c4aec2), ``ray_init_timeout=300`` polled every 5 s.
+RAY_WAIT_SECONDS = 300
+RAY_POLL_SECONDS = 5
+#: Exit status of a leader whose workers did not all join in time.
+RAY_WAIT_FAILED = 1
+#: Succeeds once the Ray cluster this node belongs to has argv[1] live nodes and argv[2] GPUs; prints
+#: what it has. The same count as vLLM's helper above (``sum(node["Alive"] for node in ray.nodes())``),
+#: plus the GPUs, which vLLM's placement group needs one per TP×PP rank
+#: (vllm/v1/executor/ray_utils.py ``initialize_ray_cluster``: a bundle of one GPU per rank).
+_RAY_READY = ('import sys, ray; ray.init(address="auto", logging_level="ERROR"); '
+              'nodes = sum(1 for n in ray.nodes() if n["Alive"]); gpus = ray.cluster_resources().get("GPU", 0); '
+              'print(f"ray cluster: {nodes} nodes, {gpus:g} GPUs"); '
+              'sys.exit(0 if nodes >= int(sys.argv[1]) and gpus >= int(sys.argv[2]) else 1)')
+
+
+def ray_launch(serve: list[str], *, rank: shell.Var, leader: shell.Word, nodes: int, gpus: int) -> list[str]:
+    """Shell lines for a multi-node instance: rank 0 starts the Ray head, waits until all ``nodes``
+    with ``gpus`` GPUs have joined (or gives up after RAY_WAIT_SECONDS with a clear error), then
+    starts vLLM, which places its pipeline stages through Ray; the other nodes join the head's
+    cluster and block. vLLM alone would wait 1800 s for its placement group and then fail with a
+    resource error (ray_utils.py ``_wait_until_pg_ready``, ``PG_WAIT_TIMEOUT``)."""
+    late = (f"pdplan: the Ray cluster of this instance has not reached {nodes} nodes and {gpus} GPUs after "
+            f"{RAY_WAIT_SECONDS} s: its other nodes have not all joined (each runs this instance with its rank; "
+            f"see ray status); vLLM was not started")
     return [f"if [ {shell.word(rank)} = 0 ]; then",
             "  " + shell.line(["ray", "start", "--head", f"--port={RAY_PORT}"]),
+            "  waited=0",
+            "  until " + shell.line([PYTHON, "-c", _RAY_READY, str(nodes), str(gpus)]) + "; do",
+            f'    if [ "$waited" -ge {RAY_WAIT_SECONDS} ]; then {shell.fail(late, RAY_WAIT_FAILED)}; fi',
+            f"    sleep {RAY_POLL_SECONDS}",
+            f"    waited=$((waited + {RAY_POLL_SECONDS}))",
+            "  done",
             "  " + shell.command(serve),
             "fi",
             "exec " + shell.line(["ray", "start", ("--address=", leader, f":{RAY_PORT}"), "--block"])]
@@ -60,12 +93,16 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
 def _instance_script(manifest: dict, inst: common.Instance, port: int, side_channel: int) -> str:
     pool = inst.pool
     lines = common.instance_preamble(manifest, "vllm", inst)
+    connector = manifest["transfer"]["connector"] if pool["phase"] != "colocated" else None
+    lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes),
+                                 f"instance {inst.name}", PYTHON)
     if manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated":
         lines += [shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", inst.nodes[0]),
                   shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel))]
     serve = serve_command(manifest, pool, port, ray=inst.spans_nodes)
     if inst.spans_nodes:
-        lines += ray_launch(serve, rank=common.NODE_RANK, leader=inst.nodes[0])
+        lines += ray_launch(serve, rank=common.NODE_RANK, leader=inst.nodes[0], nodes=len(inst.nodes),
+                            gpus=pool["tp"] * pool["pp"])
     else:
         lines.append(shell.command(serve))
     return "\n".join(lines) + "\n"
@@ -76,6 +113,7 @@ def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
     router over plain workers, so both plans are fronted the same way (any OpenAI-compatible load
     balancer would also do)."""
     lines = common.script_preamble(manifest, "vllm", "router in front of every instance")
+    lines += prerequisites.lines(prerequisites.router("vllm"), "the router", PYTHON)
     command = ["vllm-router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
     if common.is_disaggregated(manifest):
         command.append("--vllm-pd-disaggregation")
@@ -98,7 +136,8 @@ def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool) -> 
     serve = serve_command(manifest, pool, port, ray=spans_nodes)
     if not spans_nodes:
         return serve[:2], serve[2:]
-    script = ray_launch(serve, rank=shell.Var("LWS_WORKER_INDEX"), leader=shell.Var("LWS_LEADER_ADDRESS"))
+    script = ray_launch(serve, rank=shell.Var("LWS_WORKER_INDEX"), leader=shell.Var("LWS_LEADER_ADDRESS"),
+                        nodes=common.pods_per_instance(manifest, pool), gpus=pool["tp"] * pool["pp"])
     return ["/bin/bash", "-c"], ["\n".join(script)]
 
 

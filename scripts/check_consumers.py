@@ -1,0 +1,535 @@
+#!/usr/bin/env python3
+"""Feed every pdplan export to the real programs that read it, and print what each said.
+
+Not part of the test run: it needs vLLM, SGLang, the routers and Dynamo, each in a virtual
+environment of its own (their torch pins differ), which it creates under ``--envs`` (default
+``.consumer-envs/``) or reuses (``--venv NAME=DIR``). Then it:
+
+1. plans the acceptance manifests with ``pdplan optimize`` (the default answer, ``--mode
+   disaggregated``, a multinode ``--tp 8 --pp 2`` plan, a plan with Splitwise's mixed pool, and
+   with ``--sglang-plan`` an ``--engine sglang`` one), validates each and runs pdplan's engine rules
+   (pdplan/engines.py) on it;
+2. exports each to every format; a refusal is a pass when it names a rule (every format must
+   refuse the mixed-pool plan);
+3. hands every export to its consumer:
+
+   - ``vllm serve`` command lines (scripts, pods, Helm values) to vLLM's own ``vllm serve`` parser
+     (``ServeSubcommand`` + ``FlexibleArgumentParser``, its ``validate``), then
+     ``AsyncEngineArgs.from_cli_args`` and ``KVTransferConfig(**json)``;
+   - ``python -m sglang.launch_server`` to SGLang's ``prepare_server_args`` (parse and build
+     ``ServerArgs``; resolving it needs the checkpoint's config from the hub, so it is not run);
+   - ``vllm-router`` to its own ``parse_router_args`` and ``_validate_router_args`` (the
+     ``vllm-router`` program is this Python launcher over the Rust router);
+   - ``sglang_router.launch_router`` to its ``parse_router_args`` and ``_validate_router_args``;
+   - ``python3 -m dynamo.vllm`` / ``dynamo.frontend`` to Dynamo's own argument parsers;
+   - Kubernetes core objects to kubernetes-validate in strict mode, LeaderWorkerSet and
+     DynamoGraphDeployment objects to their CRD's openAPIV3Schema with unknown fields refused,
+     llm-d values to the llm-d-modelservice chart's values.schema.json (the schemas are read from
+     ``--schemas``, default ../shared/data/schemas, see its SOURCES.md; Helm itself is not on PyPI,
+     npm or Debian, so the chart is not rendered);
+   - scripts to ``bash -n``, and their own prerequisite checks run in the consumer's environment
+     ("missing" when that environment lacks a package, e.g. a KV connector's: not a failure);
+4. checks that the installed vLLM still raises where pdplan's vLLM rule says it does.
+
+It prints a table manifest × format × consumer → pass/fail/why and exits 1 on any failure.
+
+    python scripts/check_consumers.py --venv vllm=/path/venv-vllm --venv sglang=/path/venv-sglang
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
+KUBERNETES_VERSION = "1.33.0"
+CRD_SCHEMAS = {"DynamoGraphDeployment": "dynamo.dynamographdeployment.v1beta1.schema.json",
+               "LeaderWorkerSet": "lws.leaderworkerset.v1.schema.json"}
+LLMD_SCHEMA = "llm-d-modelservice.values.schema.json"
+
+#: Each environment: what pip installs into it, and the environment whose packages it sees too.
+#: Dynamo: ai-dynamo 1.6.1 requires aisimulate, which only NVIDIA's own package index publishes, so
+#: its Python packages go in without their dependencies, over the vLLM environment (a .pth file).
+ENVIRONMENTS = {
+    "vllm": {"packages": ["vllm==0.33.0", "kubernetes-validate", "jsonschema"]},
+    "sglang": {"packages": ["sglang==0.5.23", "sglang-router==0.3.2"]},
+    "routers": {"packages": ["vllm-router==0.1.17"]},
+    "dynamo": {"packages": ["--no-deps", "ai-dynamo==1.6.1", "ai-dynamo-runtime==1.6.1"], "over": "vllm"},
+}
+
+MIXED_CLUSTER = ("nodes:\n  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, intra_node_gb_s: 300, "
+                 "inter_node_gb_s: 25, count: 2}\n")
+IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf")
+
+
+# --- environments ------------------------------------------------------------------------------
+
+def environment(name: str, given: dict[str, Path], envs: Path, pythons: dict[str, Path]) -> tuple[Path | None, str]:
+    """The Python of environment ``name``: the one given, else the one under ``envs`` (created and
+    installed when absent). (None, why) when it cannot be had."""
+    folder = given.get(name) or envs / name
+    python = folder / "bin" / "python"
+    spec = ENVIRONMENTS[name]
+    if python.exists():
+        return python, ""
+    if name in given:
+        return None, f"--venv {name}={folder}: no bin/python there"
+    print(f"installing {name} into {folder} ...", flush=True)
+    subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
+    log = envs / f"{name}.log"
+    with log.open("w") as out:
+        code = subprocess.run([str(python), "-m", "pip", "install", *spec["packages"]], stdout=out,
+                              stderr=subprocess.STDOUT).returncode
+    if code:
+        return None, f"pip install {' '.join(spec['packages'])} failed (exit {code}, see {log})"
+    if "over" in spec:
+        base = pythons.get(spec["over"])
+        if base is None:
+            return None, f"needs the {spec['over']} environment"
+        site = subprocess.run([str(base), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+        own = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+        Path(own, f"zz_{spec['over']}_environment.pth").write_text(site + "\n")
+    return python, ""
+
+
+# --- plans -------------------------------------------------------------------------------------
+
+def plans(work: Path, requests: int, sglang: bool) -> dict[str, tuple[list[str], Path]]:
+    """name -> (optimize arguments, manifest path) of the acceptance manifests."""
+    trace600, cluster = work / "chat600.csv", work / "a100x2.yaml"
+    trace600.write_text("".join(TRACE.read_text().splitlines(keepends=True)[:601]))
+    cluster.write_text(MIXED_CLUSTER)
+    probe = ("--requests-per-probe", str(requests))
+    found = {
+        "default": [str(TRACE), *probe, *IDENTITY],
+        "disaggregated": [str(TRACE), *probe, "--mode", "disaggregated", *IDENTITY],
+        "multinode": [str(TRACE), *probe, "--mode", "disaggregated", "--tp", "8", "--pp", "2",
+                      "--connector", "mooncake", *IDENTITY],
+        "mixed": [str(trace600), "--model", "llama2-70b", "--tp", "2", "--tp", "4", "--pp", "1", "--target-rate", "2",
+                  "--ttft", "1", "--tpot", "0.1", "--cluster", str(cluster), "--mixed", "--mixed-spill-tokens", "2048",
+                  "--mode", "disaggregated", "--affinity", "high", *IDENTITY],
+    }
+    if sglang:
+        found["sglang"] = [str(TRACE), *probe, "--mode", "disaggregated", "--engine", "sglang", *IDENTITY]
+    return {name: (args, work / f"{name}.yaml") for name, args in found.items()}
+
+
+def pdplan(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "pdplan", *args], capture_output=True, text=True, env=env)
+
+
+def last_line(text: str) -> str:
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[-1][:300] if lines else ""
+
+
+# --- what each export asks of whom ---------------------------------------------------------------
+
+PROGRAMS = {("vllm", "serve"): "vllm serve", ("vllm-router",): "vllm-router",
+            ("python", "-m", "sglang.launch_server"): "sglang server",
+            ("python", "-m", "sglang_router.launch_router"): "sglang-router",
+            ("python3", "-m", "dynamo.vllm"): "dynamo.vllm", ("python3", "-m", "dynamo.frontend"): "dynamo.frontend"}
+#: The environment each consumer runs in.
+CONSUMER_ENV = {"vllm serve": "vllm", "sglang server": "sglang", "vllm-router": "routers",
+                "sglang-router": "sglang", "dynamo.vllm": "dynamo", "dynamo.frontend": "dynamo",
+                "kubernetes-validate strict": "vllm", "vllm rule source": "vllm"}
+
+
+def command_job(argv: list[str]) -> tuple[str, list[str]] | None:
+    """(consumer, its arguments) of a command line pdplan wrote, or None for one nobody parses."""
+    for prefix, consumer in PROGRAMS.items():
+        if tuple(argv[:len(prefix)]) == prefix:
+            return consumer, argv[len(prefix):]
+    return None
+
+
+def script_commands(text: str) -> list[list[str]]:
+    """Every ``exec`` command line of a bash script (continuation lines joined), rank variables
+    set to 0 and other variables left as their names."""
+    commands, lines = [], text.splitlines()
+    for i, line in enumerate(lines):
+        if not line.lstrip().startswith("exec "):
+            continue
+        command = line.lstrip()[5:]
+        while command.endswith("\\"):
+            i += 1
+            command = command[:-1] + " " + lines[i].strip()
+        argv = shlex.split(command)
+        commands.append(["0" if word in ("$NODE_RANK", "$LWS_WORKER_INDEX") else word for word in argv])
+    return commands
+
+
+def containers(node) -> list[dict]:
+    if isinstance(node, dict):
+        found = [node] if isinstance(node.get("command"), list) and "name" in node else []
+        return found + [c for value in node.values() for c in containers(value)]
+    if isinstance(node, list):
+        return [c for value in node for c in containers(value)]
+    return []
+
+
+def container_commands(node) -> list[list[str]]:
+    result = []
+    for container in containers(node):
+        argv = [*container["command"], *container.get("args", [])]
+        if argv[:2] == ["/bin/bash", "-c"]:
+            result += script_commands(argv[2])
+        else:
+            result.append(argv)
+    return result
+
+
+def strict(node):
+    """Emulate ``kubectl --validate=strict`` on a CRD schema: unknown fields refused wherever the
+    schema lists its fields (see ../shared/data/SOURCES.md, schemas/)."""
+    if isinstance(node, dict):
+        node = {key: strict(value) for key, value in node.items()}
+        if ("properties" in node and "additionalProperties" not in node
+                and not node.get("x-kubernetes-preserve-unknown-fields")):
+            node["additionalProperties"] = False
+        return node
+    if isinstance(node, list):
+        return [strict(value) for value in node]
+    return node
+
+
+class Table:
+    def __init__(self):
+        self.rows: list[tuple[str, str, str, str, str, str]] = []
+
+    def add(self, manifest: str, fmt: str, what: str, consumer: str, result: str, why: str = "") -> None:
+        self.rows.append((manifest, fmt, what, consumer, result, why))
+
+    def failed(self) -> bool:
+        return any(row[4] == "FAIL" for row in self.rows)
+
+    def render(self) -> str:
+        """One line per manifest × format × consumer: pass/FAIL/n/a counts and the first why."""
+        groups: dict[tuple[str, str, str], list[tuple[str, str, str]]] = {}
+        manifests = list(dict.fromkeys(row[0] for row in self.rows))
+        formats = list(dict.fromkeys(row[1] for row in self.rows))
+        ordered = sorted(self.rows, key=lambda row: (manifests.index(row[0]), formats.index(row[1])))
+        for manifest, fmt, what, consumer, result, why in ordered:
+            groups.setdefault((manifest, fmt, consumer), []).append((result, what, why))
+        header = ("manifest", "format", "consumer", "result", "why / what")
+        lines = []
+        for (manifest, fmt, consumer), results in groups.items():
+            fails = [r for r in results if r[0] == "FAIL"]
+            shown = fails[0] if fails else results[0]
+            verdicts = sorted({r[0] for r in results})
+            result = "FAIL" if fails else "/".join(verdicts)
+            passed = sum(r[0] == "pass" for r in results)
+            count = f" ({passed}/{len(results)} pass)" if len(results) > 1 else ""
+            why = f"{shown[1]}: {shown[2]}" if shown[2] else shown[1]
+            lines.append((manifest, fmt, consumer, result + count, why[:160]))
+        widths = [max(len(row[i]) for row in [header, *lines]) for i in range(4)]
+        out = [" | ".join(h.ljust(w) for h, w in zip(header, widths + [0]))]
+        out.append("-+-".join("-" * w for w in widths + [10]))
+        out += [" | ".join(c.ljust(w) for c, w in zip(row, widths + [0])) for row in lines]
+        return "\n".join(out)
+
+
+# --- the driver ----------------------------------------------------------------------------------
+
+def drive(options) -> int:
+    sys.path.insert(0, str(ROOT))
+    import jsonschema
+    import yaml
+
+    from pdplan.engines import FORMAT_ENGINES
+    from pdplan.errors import PdplanError
+    from pdplan.manifest.check import engine_refusal
+    from pdplan.manifest.export import FORMATS, export_manifest
+
+    table = Table()
+    envs = options.envs.resolve()
+    envs.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(prefix="work-", dir=envs)) if options.work is None else options.work.resolve()
+    work.mkdir(parents=True, exist_ok=True)
+    given = dict(options.venv)
+    pythons: dict[str, Path] = {}
+    for name in ENVIRONMENTS:
+        python, why = environment(name, given, envs, pythons)
+        if python is None:
+            table.add("-", "-", name, "environment", "FAIL", why)
+        else:
+            pythons[name] = python
+
+    schemas = options.schemas
+    jobs: dict[str, list[dict]] = {name: [] for name in ENVIRONMENTS}
+
+    def job(consumer: str, manifest: str, fmt: str, what: str, payload) -> None:
+        jobs[CONSUMER_ENV[consumer]].append({"consumer": consumer, "manifest": manifest, "format": fmt,
+                                             "what": what, "payload": payload})
+
+    jobs["vllm"].append({"consumer": "vllm rule source", "manifest": "-", "format": "-",
+                         "what": "nixl-decode-pp", "payload": None})
+    for name, (args, path) in plans(work, options.requests_per_probe, options.sglang_plan).items():
+        if not path.exists():
+            print(f"pdplan optimize for {name} ...", flush=True)
+            done = pdplan("optimize", *args, "--cache-dir", str(work / "cache"), "--out", str(path))
+            if done.returncode:
+                table.add(name, "-", "optimize", "pdplan optimize", "FAIL", last_line(done.stderr or done.stdout))
+                continue
+        checked = pdplan("validate", str(path))
+        table.add(name, "-", path.name, "pdplan validate", "pass" if checked.returncode == 0 else "FAIL",
+                  "" if checked.returncode == 0 else last_line(checked.stdout + checked.stderr))
+        manifest = yaml.safe_load(path.read_text())
+        mixed = any(pool["phase"] == "mixed" for pool in manifest["pools"])
+        connector = manifest["transfer"]["connector"]
+        for engine in ("vllm", "sglang"):
+            refusal = engine_refusal(manifest, engine)
+            table.add(name, "-", f"{engine}, {connector}", f"pdplan engine rules ({engine})", "pass",
+                      f"refused: {refusal}" if refusal else "runs")
+        for fmt in FORMATS:
+            try:
+                files = export_manifest(manifest, fmt)
+            except PdplanError as refused:
+                table.add(name, fmt, "export", "pdplan export", "pass", f"refused: {refused}")
+                continue
+            if mixed:
+                table.add(name, fmt, "export", "pdplan export", "FAIL",
+                          f"exported a mixed pool ({FORMAT_ENGINES[fmt]}'s router does not run one as verified)")
+            else:
+                table.add(name, fmt, "export", "pdplan export", "pass", f"{len(files)} files")
+            for file, text in sorted(files.items()):
+                out = work / name / file
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_text(text)
+                if file.endswith(".sh"):
+                    syntax = subprocess.run(["bash", "-n", str(out)], capture_output=True, text=True)
+                    table.add(name, fmt, file, "bash -n", "pass" if syntax.returncode == 0 else "FAIL",
+                              last_line(syntax.stderr))
+                    commands = script_commands(text)
+                    env = ("routers" if fmt == "vllm" else "sglang") if file.endswith("/router.sh") else fmt
+                    prerequisites_check(table, pythons.get(env), text, name, fmt, file)
+                else:
+                    documents = [d for d in yaml.safe_load_all(text) if d]
+                    commands = [c for d in documents for c in container_commands(d)]
+                    for doc in documents:
+                        kind = doc.get("kind")
+                        label = f"{file} {kind or 'values'} {doc.get('metadata', {}).get('name', '')}".strip()
+                        if kind is None:
+                            schema_check(table, jsonschema, schemas / LLMD_SCHEMA, doc, name, fmt, label,
+                                         "llm-d-modelservice values.schema.json", loose=True)
+                            table.add(name, fmt, label, "helm template", "n/a",
+                                      "Helm is not published on PyPI, npm or Debian; values checked against the "
+                                      "chart's own schema instead")
+                        elif kind in CRD_SCHEMAS:
+                            schema_check(table, jsonschema, schemas / CRD_SCHEMAS[kind], doc, name, fmt, label,
+                                         f"{kind} CRD schema, strict")
+                        else:
+                            job("kubernetes-validate strict", name, fmt, label, doc)
+                for argv in commands:
+                    found = command_job(argv)
+                    if found:
+                        job(found[0], name, fmt, file, found[1])
+    for env, env_jobs in jobs.items():
+        if not env_jobs:
+            continue
+        if env not in pythons:
+            for item in env_jobs:
+                table.add(item["manifest"], item["format"], item["what"], item["consumer"], "FAIL",
+                          f"no {env} environment")
+            continue
+        for item in probe_in(pythons[env], env_jobs, work / f"jobs-{env}.json"):
+            table.add(item["manifest"], item["format"], item["what"], item["consumer"], item["result"], item["why"])
+    print(table.render())
+    print(f"\nexports and manifests: {work}")
+    return 1 if table.failed() else 0
+
+
+def prerequisites_check(table, python: Path | None, text: str, manifest: str, fmt: str, file: str) -> None:
+    """Run a script's own prerequisite checks (and nothing else of it) in the consumer's environment:
+    "pass" when it has all, "missing" (not a failure) with the script's message when the environment
+    lacks one, e.g. a KV connector's package nobody installed here."""
+    if python is None:
+        table.add(manifest, fmt, file, "script prerequisites", "n/a", "no environment")
+        return
+    checks = [line for line in text.splitlines() if " >/dev/null 2>&1 || { printf " in line]
+    done = subprocess.run(["bash", "-c", "set -euo pipefail\n" + "\n".join(checks)], capture_output=True, text=True,
+                          env={"PATH": f"{python.parent}:/usr/bin:/bin", "HOME": os.environ.get("HOME", "/")})
+    if done.returncode == 0:
+        table.add(manifest, fmt, file, "script prerequisites", "pass",
+                  f"checks: {len(checks)}, in {python.parent.parent}")
+    elif done.stderr.startswith("pdplan: "):
+        table.add(manifest, fmt, file, "script prerequisites", "missing", last_line(done.stderr))
+    else:
+        table.add(manifest, fmt, file, "script prerequisites", "FAIL", last_line(done.stderr))
+
+
+def schema_check(table, jsonschema, schema_path: Path, doc: dict, manifest: str, fmt: str, label: str,
+                 consumer: str, loose: bool = False) -> None:
+    if not schema_path.exists():
+        table.add(manifest, fmt, label, consumer, "n/a", f"{schema_path} absent (see --schemas)")
+        return
+    schema = json.loads(schema_path.read_text())
+    validator = jsonschema.Draft7Validator(schema if loose else strict(schema))
+    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    table.add(manifest, fmt, label, consumer, "FAIL" if errors else "pass",
+              f"{'/'.join(map(str, errors[0].absolute_path))}: {errors[0].message[:200]}" if errors else "")
+
+
+def probe_in(python: Path, jobs: list[dict], path: Path) -> list[dict]:
+    """Run the jobs in another environment's Python (this file, --probe) and read its verdicts."""
+    path.write_text(json.dumps(jobs))
+    results = path.with_suffix(".results.json")
+    done = subprocess.run([str(python), __file__, "--probe", str(path), str(results)], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": ""})
+    if done.returncode or not results.exists():
+        return [{**item, "result": "FAIL", "why": f"probe crashed: {last_line(done.stderr)}"} for item in jobs]
+    return json.loads(results.read_text())
+
+
+# --- the probes: run inside a consumer's environment, importing only the consumer ---------------
+
+def probe(jobs_path: str, results_path: str) -> int:
+    jobs = json.loads(Path(jobs_path).read_text())
+    results = []
+    for item in jobs:
+        try:
+            why = PROBES[item["consumer"]](item["payload"])
+            results.append({**item, "result": "pass", "why": why or ""})
+        except SystemExit as stop:
+            results.append({**item, "result": "FAIL", "why": f"argument parser exited {stop.code}"})
+        except BaseException as error:  # noqa: BLE001 - every consumer error is a verdict
+            frame = traceback.extract_tb(error.__traceback__)[-1]
+            results.append({**item, "result": "FAIL",
+                            "why": f"{type(error).__name__}: {str(error)[:200]} ({Path(frame.filename).name}:"
+                                   f"{frame.lineno})"})
+        results[-1].pop("payload", None)
+    Path(results_path).write_text(json.dumps(results))
+    return 0
+
+
+def _vllm_platform() -> None:
+    """Without a GPU vLLM's platform is unspecified and building its config defaults fails; pick the
+    CPU platform first, as vLLM's own CLI does for ``vllm bench`` (vllm/entrypoints/cli/main.py)."""
+    from vllm import platforms
+    if platforms.current_platform.is_unspecified():
+        from vllm.platforms.cpu import CpuPlatform
+        platforms.current_platform = CpuPlatform()
+
+
+def probe_vllm_serve(args: list[str]) -> str:
+    _vllm_platform()
+    from vllm.config import KVTransferConfig
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.cli.serve import ServeSubcommand
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    parser = FlexibleArgumentParser(prog="vllm")
+    serve = ServeSubcommand()
+    serve.subparser_init(parser.add_subparsers(dest="subparser"))
+    parsed = parser.parse_args(["serve", *args])
+    if parsed.model_tag is not None:   # ServeSubcommand.cmd: the positional model wins
+        parsed.model = parsed.model_tag
+    serve.validate(parsed)
+    engine = AsyncEngineArgs.from_cli_args(parsed)
+    kv = ""
+    if "--kv-transfer-config" in args:
+        config = KVTransferConfig(**json.loads(args[args.index("--kv-transfer-config") + 1]))
+        kv = f", {config.kv_connector} {config.kv_role}"
+    return f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}{kv}"
+
+
+def probe_sglang_server(args: list[str]) -> str:
+    from sglang.srt.server_args import prepare_server_args
+
+    server = prepare_server_args(args)
+    return (f"TP{server.tp_size} PP{server.pp_size} {server.disaggregation_mode}; ServerArgs.resolve_once not run "
+            f"(it loads the checkpoint's config from the hub)")
+
+
+def probe_vllm_router(args: list[str]) -> str:
+    from vllm_router.launch_router import parse_router_args
+
+    router = parse_router_args(args)
+    router._validate_router_args()
+    return f"{len(router.prefill_urls)} prefill, {len(router.decode_urls)} decode, {len(router.worker_urls)} workers"
+
+
+def probe_sglang_router(args: list[str]) -> str:
+    from sglang_router.launch_router import parse_router_args
+
+    router = parse_router_args(args)
+    router._validate_router_args()
+    return f"{len(router.prefill_urls)} prefill, {len(router.decode_urls)} decode, {len(router.worker_urls)} workers"
+
+
+def probe_dynamo_vllm(args: list[str]) -> str:
+    _vllm_platform()
+    from dynamo.vllm.args import parse_args
+
+    engine = parse_args(args).engine_args
+    kv = engine.kv_transfer_config
+    return f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}" + (f" {kv.kv_role}" if kv else "")
+
+
+def probe_dynamo_frontend(args: list[str]) -> str:
+    from dynamo.frontend import main as frontend
+
+    sys.argv = ["dynamo.frontend", *args]
+    frontend.parse_args()
+    return ""
+
+
+def probe_kubernetes(doc: dict) -> str:
+    import kubernetes_validate
+
+    kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+    return f"Kubernetes {KUBERNETES_VERSION}"
+
+
+def probe_vllm_rule(_payload) -> str:
+    """pdplan's nixl-decode-pp rule (pdplan/engines.py) against the installed vLLM's source: the
+    NIXL worker still raises NotImplementedError for a kv_consumer with pipeline_parallel_size > 1.
+    Raising it for real needs NIXL and a GPU (the worker registers GPU memory first)."""
+    import vllm
+
+    source = Path(vllm.__file__).parent / "distributed/kv_transfer/kv_connector/v1/nixl/base_worker.py"
+    text = source.read_text()
+    said = '"NixlPushConnector consumer (decode) does not support "\n                    "pipeline_parallel_size > 1."'
+    if 'kv_role == "kv_consumer"' not in text or said not in text:
+        raise AssertionError(f"vLLM {vllm.__version__} no longer raises for a PP decode in {source.name}: "
+                             "review pdplan's nixl-decode-pp rule")
+    return f"vLLM {vllm.__version__} {source.name} raises NotImplementedError for a kv_consumer with PP > 1"
+
+
+PROBES = {"vllm serve": probe_vllm_serve, "sglang server": probe_sglang_server, "vllm-router": probe_vllm_router,
+          "sglang-router": probe_sglang_router, "dynamo.vllm": probe_dynamo_vllm,
+          "dynamo.frontend": probe_dynamo_frontend, "kubernetes-validate strict": probe_kubernetes,
+          "vllm rule source": probe_vllm_rule}
+
+
+def main() -> int:
+    if sys.argv[1:2] == ["--probe"]:
+        return probe(sys.argv[2], sys.argv[3])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--venv", action="append", default=[], metavar="NAME=DIR",
+                        type=lambda text: (text.split("=", 1)[0], Path(text.split("=", 1)[1])),
+                        help=f"reuse an environment ({', '.join(ENVIRONMENTS)}) instead of creating it")
+    parser.add_argument("--envs", type=Path, default=ROOT / ".consumer-envs",
+                        help="where environments not given are created (default .consumer-envs/)")
+    parser.add_argument("--work", type=Path, help="where manifests and exports go (reused: an existing manifest "
+                                                  "is not planned again); default a new folder under --envs")
+    parser.add_argument("--schemas", type=Path, default=ROOT.parent / "shared" / "data" / "schemas",
+                        help="folder of the CRD and chart schemas (default ../shared/data/schemas)")
+    parser.add_argument("--requests-per-probe", type=int, default=300)
+    parser.add_argument("--sglang-plan", action="store_true", help="also plan with --engine sglang")
+    return drive(parser.parse_args())
+
+
+if __name__ == "__main__":
+    sys.exit(main())
