@@ -4,7 +4,9 @@ and one vLLM worker component per pool.
 In ``v1beta1`` a component's pod is its ``podTemplate`` (ai-dynamo/dynamo
 ``deploy/operator/config/crd/bases/nvidia.com_dynamographdeployments.yaml``): the worker's
 container ``main`` carries the Hugging Face token from an optional Secret, the model cache mount
-and CPU, memory and GPU requests; the pod spec its cache volume and node selection. The operator
+and CPU, memory and GPU requests; the pod spec its cache volume and node selection. Dynamo's own
+recipes mount the cache at ``/root/.cache/huggingface`` and name the Secret ``hf-token-secret``
+(``recipes/llama-3-70b/vllm/disagg-multi-node/deploy.yaml``), as vLLM's Kubernetes guide does. The operator
 merges its own health probes into ``main`` and mounts a ``/dev/shm`` (``sharedMemorySize``, 8Gi by
 default), so neither is written here."""
 

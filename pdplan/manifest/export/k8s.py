@@ -130,7 +130,8 @@ def _pod_spec(manifest: dict, pool: dict, image: str, options: pods.PodOptions, 
 
 def router_args(manifest: dict) -> list[str]:
     """vllm-router's arguments: service discovery of this manifest's serving pods in the router's
-    own namespace (``$(POD_NAMESPACE)``, which the kubelet expands from the container's env)."""
+    own namespace (``$(POD_NAMESPACE)``: the kubelet expands ``$(VAR)`` in a container's args from its
+    env, kubernetes ``pkg/kubelet/container/helpers.go`` ExpandContainerCommandAndArgs)."""
     selector = [f"{ENDPOINT_LABEL}=http", f"pdplan.dev/manifest-hash={common.hash_hex(manifest)[:16]}"]
     args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--service-discovery",
             "--service-discovery-port", str(POD_PORT), "--service-discovery-namespace", "$(POD_NAMESPACE)"]
@@ -160,6 +161,8 @@ def _router(manifest: dict, options: pods.PodOptions) -> list[dict]:
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": meta},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": meta,
          "rules": [{"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list", "watch"]}]},
+        # A ServiceAccount subject without a namespace is the binding's own (kubernetes
+        # pkg/registry/rbac/validation/rule.go, appliesToUser), so the bundle applies in any namespace.
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding", "metadata": meta,
          "subjects": [{"kind": "ServiceAccount", "name": ROUTER}],
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": ROUTER}},
