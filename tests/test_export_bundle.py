@@ -323,3 +323,11 @@ def test_the_kustomization_lists_every_object_file(manifest):
     listed = sorted(f"k8s/{resource}" for resource in kustomization["resources"])
     assert listed == sorted(name for name in files if name != "k8s/kustomization.yaml")
     assert f"k8s/{manifest['metadata']['name']}.yaml" in files  # the file name scripts already apply
+
+
+@pytest.mark.parametrize("flag, value", [("--router-image", "Router Image"), ("--hf-token-secret", "hf token\n")])
+def test_a_bad_pod_option_exits_2_in_one_line_and_writes_nothing(run_cli, manifests, tmp_path, flag, value):
+    code, _, err = run_cli("export", manifests["disaggregated"], "--format", "k8s", flag, value,
+                           "--out", tmp_path / "deploy")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and flag in err
+    assert not (tmp_path / "deploy").exists()
