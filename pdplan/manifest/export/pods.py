@@ -68,8 +68,10 @@ def instance_weight_bytes(pool: dict) -> float:
 
 
 def cache_gib(pool: dict) -> int:
-    """Whole GiB of the model cache of one pod: every pod downloads the whole checkpoint (vLLM
-    fetches all weight files whichever ranks it runs), CACHE_MARGIN over the instance's weights."""
+    """Whole GiB of the model cache of one pod: every pod downloads the whole checkpoint (vLLM's
+    default loader fetches every weight file whichever ranks the pod runs, and skips the tensors of
+    other pipeline stages only when loading; vllm-project/vllm
+    ``vllm/model_executor/model_loader/default_loader.py``), CACHE_MARGIN over the instance's weights."""
     return math.ceil(instance_weight_bytes(pool) * CACHE_MARGIN / GIB)
 
 
