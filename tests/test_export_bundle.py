@@ -27,35 +27,6 @@ LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 QUANTITY = {"Gi": GIB, "Mi": 2**20}
 
 
-@pytest.fixture(scope="module")
-def disaggregated(manifests):
-    return yaml.safe_load(manifests["disaggregated"].read_text())
-
-
-@pytest.fixture(scope="module")
-def colocated(manifests):
-    return yaml.safe_load(manifests["colocated"].read_text())
-
-
-@pytest.fixture(scope="module")
-def spanning(disaggregated):
-    """The disaggregated plan with its first multi-stage instance's last stage moved to a new node."""
-    manifest = copy.deepcopy(disaggregated)
-    nodes = manifest["placement"]["nodes"]
-    for node in nodes:
-        stages = [s for s in node["instances"] if s["stage"] > 0]
-        if stages:
-            node["instances"].remove(stages[-1])
-            nodes.append({**node, "node": node["node"] + "-extra", "instances": [stages[-1]]})
-            return manifest
-    pytest.skip("the optimizer chose no pipeline-parallel instance to split over nodes")
-
-
-@pytest.fixture(params=["disaggregated", "colocated", "spanning"])
-def manifest(request):
-    return request.getfixturevalue(request.param)
-
-
 def _objects(files: dict[str, str]) -> list[dict]:
     return [doc for name, text in files.items() if not name.endswith("kustomization.yaml")
             for doc in yaml.safe_load_all(text)]

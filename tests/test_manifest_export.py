@@ -22,36 +22,6 @@ CRD_SCHEMAS = {"DynamoGraphDeployment": "dynamo.dynamographdeployment.v1beta1.sc
                "LeaderWorkerSet": "lws.leaderworkerset.v1.schema.json"}
 
 
-@pytest.fixture(scope="module")
-def disaggregated(manifests):
-    return yaml.safe_load(manifests["disaggregated"].read_text())
-
-
-@pytest.fixture(scope="module")
-def colocated(manifests):
-    return yaml.safe_load(manifests["colocated"].read_text())
-
-
-@pytest.fixture(scope="module")
-def spanning(disaggregated):
-    """The disaggregated plan with its first multi-stage instance's last stage moved to a new node."""
-    manifest = copy.deepcopy(disaggregated)
-    nodes = manifest["placement"]["nodes"]
-    for node in nodes:
-        stages = [s for s in node["instances"] if s["stage"] > 0]
-        if stages:
-            moved = stages[-1]
-            node["instances"].remove(moved)
-            nodes.append({**node, "node": node["node"] + "-extra", "instances": [moved]})
-            return manifest
-    pytest.skip("the optimizer chose no pipeline-parallel instance to split over nodes")
-
-
-@pytest.fixture(params=["disaggregated", "colocated", "spanning"])
-def manifest(request):
-    return request.getfixturevalue(request.param)
-
-
 def _yaml_documents(files: dict[str, str]) -> list[dict]:
     """Every object the export would create (a kustomization is read by kubectl, not created)."""
     return [doc for name, text in files.items() if name.endswith(".yaml") and not name.endswith("kustomization.yaml")
