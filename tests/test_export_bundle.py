@@ -83,6 +83,16 @@ def test_only_a_multinode_groups_leader_is_probed_and_served(spanning):
         assert services[group["metadata"]["name"]]["spec"]["selector"][LWS_WORKER_INDEX] == "0"
 
 
+def test_llmd_probes_a_section_only_when_its_one_pod_serves_http(spanning):
+    """A multinode llm-d section renders one pod template for the whole group, whose workers serve no HTTP."""
+    values = yaml.safe_load(export_manifest(spanning, "llm-d")["llm-d/values.yaml"])
+    sections = [values[key] for key in ("prefill", "decode") if values[key]["create"]]
+    assert {s["parallelism"]["workers"] for s in sections} == {1, 2}
+    for section in sections:
+        probed = "startupProbe" in section["containers"][0].get("extraConfig", {})
+        assert probed == (section["parallelism"]["workers"] == 1)
+
+
 @pytest.mark.parametrize("fmt", ["k8s", "dynamo"])
 def test_every_pods_model_cache_holds_its_instances_weights(manifest, fmt):
     files = export_manifest(manifest, fmt)
