@@ -285,6 +285,17 @@ def test_the_router_discovers_exactly_the_serving_pods_of_each_phase(manifest):
         assert chosen == expected
 
 
+def test_with_mooncake_the_router_learns_each_prefill_pods_bootstrap_port(disaggregated):
+    """vllm-router reads a discovered prefill pod's Mooncake bootstrap port from the annotation
+    vllm.ai/bootstrap-port (src/main.rs); vLLM's prefiller serves it on 8998 by default
+    (docs/features/mooncake_connector_usage.md)."""
+    assert disaggregated["transfer"]["connector"] == "mooncake"
+    for name, role, template in _pool_templates(export_manifest(disaggregated, "k8s")):
+        port = template["metadata"]["annotations"].get("vllm.ai/bootstrap-port")
+        prefill = _pools(disaggregated)[name]["phase"] == "prefill" and role == "serving"
+        assert port == ("8998" if prefill else None)
+
+
 def test_the_router_watches_pods_with_a_role_bound_to_its_service_account(disaggregated):
     objects = {(d["kind"], d["metadata"]["name"]): d for d in _objects(export_manifest(disaggregated, "k8s"))}
     deployment = objects[("Deployment", "router")]

@@ -40,6 +40,12 @@ ROUTER = "router"
 #: Label of the pods that serve vLLM's HTTP API: a Deployment's pods, a LeaderWorkerSet's leaders.
 ENDPOINT_LABEL = "pdplan.dev/endpoint"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+#: With Mooncake, vllm-router asks each prefill server's Mooncake bootstrap server; under service
+#: discovery it reads that port from this pod annotation (vllm-project/router ``src/main.rs``,
+#: ``bootstrap_port_annotation``). vLLM's prefiller serves it on VLLM_MOONCAKE_BOOTSTRAP_PORT,
+#: default 8998 (vllm-project/vllm ``docs/features/mooncake_connector_usage.md``).
+BOOTSTRAP_ANNOTATION = "vllm.ai/bootstrap-port"
+MOONCAKE_BOOTSTRAP_PORT = 8998
 
 
 def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
@@ -80,8 +86,10 @@ def _metadata(manifest: dict, name: str, labels: dict[str, str]) -> dict:
 def _workload(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -> dict:
     size = common.pods_per_instance(manifest, pool)
     labels = _labels(manifest, pool)
-    serving = {"metadata": {"labels": {**labels, ENDPOINT_LABEL: "http"},
-                            "annotations": common.manifest_annotations(manifest)},
+    annotations = common.manifest_annotations(manifest)
+    if pool["phase"] == "prefill" and manifest["transfer"]["connector"] == "mooncake":
+        annotations = {**annotations, BOOTSTRAP_ANNOTATION: str(MOONCAKE_BOOTSTRAP_PORT)}
+    serving = {"metadata": {"labels": {**labels, ENDPOINT_LABEL: "http"}, "annotations": annotations},
                "spec": _pod_spec(manifest, pool, image, options, size, probed=True)}
     if size == 1:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(manifest, pool["name"], labels),
