@@ -69,7 +69,7 @@ def _section(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -
     size = common.pods_per_instance(manifest, pool)
     command, args = vllm.pod_command(manifest, pool, port, spans_nodes=size > 1)
     container = {"name": "vllm", "image": image, "modelCommand": "custom", "command": command, "args": args,
-                 "env": vllm.pod_env(manifest, pool) + pods.hf_env(options)[:1],  # the chart sets HF_HOME
+                 "env": [*vllm.pod_env(manifest, pool), pods.hf_token_env(options)],  # the chart sets HF_HOME
                  "ports": vllm.pod_ports(manifest, pool, port),
                  "resources": pods.resources(manifest, pool), "mountModelVolume": True}
     if size == 1:

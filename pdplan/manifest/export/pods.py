@@ -115,12 +115,15 @@ def resources(manifest: dict, pool: dict) -> dict:
             "limits": {"memory": memory, "nvidia.com/gpu": str(gpus)}}
 
 
+def hf_token_env(options: PodOptions) -> dict:
+    """``HF_TOKEN`` from the Secret's key ``token``, optional so an ungated model starts without it."""
+    return {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": HF_TOKEN_KEY,
+                                                               "optional": True}}}
+
+
 def hf_env(options: PodOptions) -> list[dict]:
-    """``HF_TOKEN`` from the Secret's key ``token``, optional so an ungated model starts without it,
-    and ``HF_HOME`` at the cache volume."""
-    return [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": options.hf_token_secret, "key": HF_TOKEN_KEY,
-                                                                "optional": True}}},
-            {"name": "HF_HOME", "value": HF_HOME}]
+    """The token (:func:`hf_token_env`) and ``HF_HOME`` at the cache volume."""
+    return [hf_token_env(options), {"name": "HF_HOME", "value": HF_HOME}]
 
 
 def cache_volume(pool: dict) -> tuple[dict, dict]:
