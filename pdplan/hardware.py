@@ -10,11 +10,16 @@ from pathlib import Path
 from pdplan import limits
 from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import load_yaml
+from pdplan.names import label_key as label_key_problem
+from pdplan.names import label_value as label_value_problem
 from pdplan.names import node_type as node_type_problem
 from pdplan.schema import Fields, shown
 
 GB = 10**9  # rates (bandwidth) are decimal: 50 GB/s is 50e9 bytes/s
 GIB = 2**30  # HBM sizes are binary: an "80GB" H100 holds 80 GiB
+#: The node label NVIDIA GPU Feature Discovery (NVIDIA/k8s-device-plugin, ``internal/lm/resource.go``,
+#: ``productLabel``) writes on a GPU node: the NVML device name with spaces replaced by '-'.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +39,8 @@ class GPU:
     usd_per_hour: float             #: reference price per GPU-hour
     base: str | None = None         #: physical GPU this type is a setting of (power-capped types)
     power_cap_fraction: float = 1.0  #: fraction of the base GPU's rated power allowed
+    #: Its node label value under GPU_PRODUCT_LABEL, as NVIDIA GPU Feature Discovery writes it; None if unknown
+    product_label: str | None = None
     sources: dict[str, str] = field(default_factory=dict, compare=False)
 
     def __post_init__(self):
@@ -67,7 +74,7 @@ class GPU:
 
 
 _GPU_FIELDS = {"memory_gib", "bf16_tflops", "fp8_tflops", "fp4_tflops", "nvlink_domain", "hbm_tb_s", "nvlink_gb_s",
-               "network_gb_s", "tdp_w", "usd_per_hour", "base", "power_cap_fraction", "sources"}
+               "network_gb_s", "tdp_w", "usd_per_hour", "base", "power_cap_fraction", "gpu_product", "sources"}
 
 
 def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU:
@@ -94,8 +101,18 @@ def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU
         usd_per_hour=spec.number("usd_per_hour", minimum=0, maximum=limits.MAX_USD_PER_GPU_HOUR),
         base=base,
         power_cap_fraction=spec.number("power_cap_fraction", 1.0, minimum=0, exclusive=True, maximum=1),
+        product_label=_label_part(spec, "gpu_product", label_value_problem) if spec.has("gpu_product") else None,
         sources={str(k): str(v) for k, v in (spec.data.get("sources") or {}).items()},
     )
+
+
+def _label_part(spec: Fields, key: str, rule) -> str:
+    """A label key or value read from ``spec[key]``, held to Kubernetes' label syntax."""
+    value = spec.string(key)
+    problem = rule(value)
+    if problem:
+        raise spec.fail(key, problem, shown(value))
+    return value
 
 
 def load_gpu_catalog(path: str | Path) -> dict[str, GPU]:
@@ -131,12 +148,22 @@ class NodeType:
     intra_node_bytes_per_s: float   #: GPU-to-GPU inside the node (NVLink), per GPU, one direction
     inter_node_bytes_per_s: float   #: GPU-to-GPU across nodes (RDMA NIC), per GPU, one direction
     count: int | None               #: nodes available; None means as many as needed (cloud)
+    #: The node label (key, value) that selects these nodes in Kubernetes, as the cluster file names it
+    node_label: tuple[str, str] | None = None
 
     def __post_init__(self):
         if self.gpus_per_node < 1:
             raise InternalError(f"node {self.name}: gpus_per_node must be >= 1")
         if self.count is not None and self.count < 0:
             raise InternalError(f"node {self.name}: count must be >= 0")
+
+    @property
+    def selector(self) -> tuple[str, str] | None:
+        """The node label pods of this type are scheduled by: the cluster file's, else the GPU product
+        label GPU Feature Discovery writes (:data:`GPU_PRODUCT_LABEL`), else None when unknown."""
+        if self.node_label is not None:
+            return self.node_label
+        return None if self.gpu.product_label is None else (GPU_PRODUCT_LABEL, self.gpu.product_label)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,7 +229,7 @@ def energy_usd_per_hour(watts: float, pue: float, usd_per_kwh: float) -> float:
 #: The largest GPU-to-GPU (NVLink) domain sold today is 72 GPUs (GB200 NVL72).
 MAX_GPUS_PER_NODE = 72
 
-_NODE_FIELDS = {"name", "gpu", "gpus_per_node", "intra_node_gb_s", "inter_node_gb_s", "count"}
+_NODE_FIELDS = {"name", "gpu", "gpus_per_node", "intra_node_gb_s", "inter_node_gb_s", "count", "node_label"}
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -248,11 +275,19 @@ def load_cluster(path: str | Path) -> Cluster:
             intra_node_bytes_per_s=spec.bandwidth_gb_s("intra_node_gb_s") * GB,
             inter_node_bytes_per_s=spec.bandwidth_gb_s("inter_node_gb_s") * GB,
             count=None if count == "unbounded" else count,
+            node_label=_node_label(spec) if spec.has("node_label") else None,
         ))
     return Cluster(nodes=tuple(nodes), source=str(path),
                    energy_usd_per_kwh=top.number("energy_usd_per_kwh", 0.0, minimum=0,
                                                  maximum=limits.MAX_ENERGY_USD_PER_KWH),
                    pue=top.number("pue", 1.0, minimum=1, maximum=limits.MAX_PUE))
+
+
+def _node_label(spec: Fields) -> tuple[str, str]:
+    """``node_label: {key: ..., value: ...}``: the Kubernetes node label of a node type."""
+    label = spec.mapping("node_label")
+    label.reject_unknown({"key", "value"})
+    return _label_part(label, "key", label_key_problem), _label_part(label, "value", label_value_problem)
 
 
 def default_cluster_path() -> Path:

@@ -78,6 +78,33 @@ def _rule(name: str, pattern: str, most: int, what: str) -> str | None:
     return f"must be {what} of at most {most} characters"
 
 
+#: Kubernetes label syntax ("Labels and Selectors"; apimachinery validation.IsQualifiedName and
+#: IsValidLabelValue): a key is an optional DNS-1123 subdomain prefix of at most 253 characters and
+#: '/', then a name of at most 63 characters of alphanumerics, '-', '_' and '.', starting and ending
+#: alphanumeric; a value is empty or such a name.
+_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+LABEL_NAME_MAX = 63
+
+
+def label_key(key: str) -> str | None:
+    """A Kubernetes label key, ``[prefix/]name`` (``nvidia.com/gpu.product``)."""
+    prefix, _, name = key.rpartition("/")
+    if (len(name) <= LABEL_NAME_MAX and re.fullmatch(_LABEL_NAME, name, re.ASCII)
+            and (not prefix or (len(prefix) <= DNS_SUBDOMAIN_MAX and re.fullmatch(_DNS_SUBDOMAIN, prefix)))):
+        return None
+    return (f"must be a Kubernetes label key, [prefix/]name: a name of at most {LABEL_NAME_MAX} letters, digits, "
+            f"'-', '_' and '.', starting and ending with a letter or digit, after an optional DNS-1123 subdomain "
+            "prefix and '/'")
+
+
+def label_value(value: str) -> str | None:
+    """A Kubernetes label value (``NVIDIA-H100-80GB-HBM3``); pdplan asks for a non-empty one."""
+    if len(value) <= LABEL_NAME_MAX and re.fullmatch(_LABEL_NAME, value, re.ASCII):
+        return None
+    return (f"must be a Kubernetes label value: at most {LABEL_NAME_MAX} letters, digits, '-', '_' and '.', "
+            "starting and ending with a letter or digit")
+
+
 # distribution/reference's grammar (regexp.go): reference := name [":" tag] ["@" digest].
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
 _DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"

@@ -114,3 +114,42 @@ def without_mixed(manifest: dict) -> dict:
     plain["transfer"]["paths"] = [path for path in plain["transfer"]["paths"]
                                   if path["to"] not in mixed and path["from"] not in mixed]
     return plain
+
+
+@pytest.fixture(scope="session")
+def disaggregated(manifests) -> dict:
+    """The disaggregated manifest as data (tests that change it change a deep copy)."""
+    import yaml
+
+    return yaml.safe_load(manifests["disaggregated"].read_text())
+
+
+@pytest.fixture(scope="session")
+def colocated(manifests) -> dict:
+    """The colocated manifest as data (tests that change it change a deep copy)."""
+    import yaml
+
+    return yaml.safe_load(manifests["colocated"].read_text())
+
+
+@pytest.fixture(scope="session")
+def spanning(disaggregated) -> dict:
+    """The disaggregated plan with its first multi-stage instance's last stage moved to a new node:
+    an instance spanning nodes, which the pod formats run as a multinode group."""
+    import copy
+
+    manifest = copy.deepcopy(disaggregated)
+    nodes = manifest["placement"]["nodes"]
+    for node in nodes:
+        stages = [s for s in node["instances"] if s["stage"] > 0]
+        if stages:
+            node["instances"].remove(stages[-1])
+            nodes.append({**node, "node": node["node"] + "-extra", "instances": [stages[-1]]})
+            return manifest
+    pytest.skip("the optimizer chose no pipeline-parallel instance to split over nodes")
+
+
+@pytest.fixture(params=["disaggregated", "colocated", "spanning"])
+def manifest(request) -> dict:
+    """Each of the three manifests the export tests run on."""
+    return request.getfixturevalue(request.param)

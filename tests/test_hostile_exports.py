@@ -146,14 +146,17 @@ def test_every_form_of_image_reference_is_admitted(image):
 
 def test_an_admitted_image_reaches_every_pod_verbatim(run_cli, manifests, tmp_path):
     image = "registry.example.com:5000/team/vllm:v0.33.0-rc1@sha256:" + "0" * 64
+    router = "registry.example.com/team/vllm-router:v0.1.17"
     code, out, err = run_cli("export", manifests["disaggregated"], "--format", "k8s", "--image", image,
-                             "--out", tmp_path)
+                             "--router-image", router, "--out", tmp_path)
     assert code == 0, err
-    workloads = [doc for doc in yaml.safe_load_all(Path(out.split()[0]).read_text()) if doc["kind"] != "Service"]
-    pods = [c for doc in workloads
-            for c in (doc["spec"].get("template") or doc["spec"]["leaderWorkerTemplate"]["workerTemplate"])
-            ["spec"]["containers"]]
-    assert pods and all(c["image"] == image for c in pods)
+    objects = next(Path(name) for name in out.split() if not name.endswith("kustomization.yaml"))
+    workloads = [d for d in yaml.safe_load_all(objects.read_text()) if d["kind"] in ("Deployment", "LeaderWorkerSet")]
+    templates = [t for d in workloads for t in ([d["spec"]["template"]] if d["kind"] == "Deployment"
+                                                else [d["spec"]["leaderWorkerTemplate"]["leaderTemplate"],
+                                                      d["spec"]["leaderWorkerTemplate"]["workerTemplate"]])]
+    images = {(c["name"], c["image"]) for t in templates for c in t["spec"]["containers"]}
+    assert images == {("vllm", image), ("router", router)}
 
 
 def resealable(manifest: dict, kind: str) -> tuple[str, str, str]:

@@ -23,38 +23,16 @@ CRD_SCHEMAS = {"DynamoGraphDeployment": "dynamo.dynamographdeployment.v1beta1.sc
                "LeaderWorkerSet": "lws.leaderworkerset.v1.schema.json"}
 
 
-@pytest.fixture(scope="module")
-def disaggregated(manifests):
-    return yaml.safe_load(manifests["disaggregated"].read_text())
-
-
-@pytest.fixture(scope="module")
-def colocated(manifests):
-    return yaml.safe_load(manifests["colocated"].read_text())
-
-
-@pytest.fixture(scope="module")
-def spanning(disaggregated):
-    """The disaggregated plan with its first multi-stage instance's last stage moved to a new node."""
-    manifest = copy.deepcopy(disaggregated)
-    nodes = manifest["placement"]["nodes"]
-    for node in nodes:
-        stages = [s for s in node["instances"] if s["stage"] > 0]
-        if stages:
-            moved = stages[-1]
-            node["instances"].remove(moved)
-            nodes.append({**node, "node": node["node"] + "-extra", "instances": [moved]})
-            return manifest
-    pytest.skip("the optimizer chose no pipeline-parallel instance to split over nodes")
-
-
-@pytest.fixture(params=["disaggregated", "colocated", "spanning"])
-def manifest(request):
-    return request.getfixturevalue(request.param)
-
-
 def _yaml_documents(files: dict[str, str]) -> list[dict]:
-    return [doc for name, text in files.items() if name.endswith(".yaml") for doc in yaml.safe_load_all(text)]
+    """Every object the export would create (a kustomization is read by kubectl, not created)."""
+    return [doc for name, text in files.items() if name.endswith(".yaml") and not name.endswith("kustomization.yaml")
+            for doc in yaml.safe_load_all(text)]
+
+
+def _pool_workloads(documents: list[dict]) -> list[dict]:
+    """The Deployments and LeaderWorkerSets that run a pool (not the router)."""
+    return [d for d in documents if d["kind"] in ("Deployment", "LeaderWorkerSet")
+            and "pdplan.dev/pool" in d["metadata"]["labels"]]
 
 
 def _strict(node):
@@ -122,13 +100,14 @@ def _requested_gpus(fmt: str, files: dict[str, str]) -> int:
                 if section["create"]:
                     limit = section["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
                     total += section["replicas"] * section["parallelism"]["workers"] * int(limit)
-        elif doc["kind"] == "Deployment":
-            limit = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
-            total += doc["spec"]["replicas"] * int(limit)
+        elif doc["kind"] == "Deployment":  # the router's requests no GPU
+            limits = doc["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+            total += doc["spec"]["replicas"] * int(limits.get("nvidia.com/gpu", 0))
         elif doc["kind"] == "LeaderWorkerSet":  # a Service requests no GPU
             group = doc["spec"]["leaderWorkerTemplate"]
-            limit = group["workerTemplate"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]
-            total += doc["spec"]["replicas"] * group["size"] * int(limit)
+            gpus = [int(template["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+                    for template in (group.get("leaderTemplate", group["workerTemplate"]), group["workerTemplate"])]
+            total += doc["spec"]["replicas"] * (gpus[0] + (group["size"] - 1) * gpus[1])
     return total
 
 
@@ -238,7 +217,9 @@ def test_core_kubernetes_objects_validate_strictly_against_the_kubernetes_api(ma
 
     documents = _yaml_documents(export_manifest(manifest, "k8s")) + _yaml_documents(export_manifest(manifest, "dynamo"))
     core = [doc for doc in documents if doc["kind"] not in CRD_SCHEMAS]
-    assert core
+    # the pools' Deployments (with their model cache claim templates) and Services, the router's
+    # Deployment, Service, ServiceAccount, Role and RoleBinding
+    assert {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding"} <= {doc["kind"] for doc in core}
     for doc in core:
         kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
 
@@ -253,7 +234,7 @@ def test_llmd_values_validate_strictly_against_the_chart_schema(shared_data, man
 def test_each_deployment_is_reached_through_a_service_of_its_pool_and_gated_on_vllm_health(manifest):
     documents = _yaml_documents(export_manifest(manifest, "k8s"))
     services = {d["metadata"]["name"]: d for d in documents if d["kind"] == "Service"}
-    deployments = [d for d in documents if d["kind"] == "Deployment"]
+    deployments = [d for d in _pool_workloads(documents) if d["kind"] == "Deployment"]
     assert deployments
     for deployment in deployments:
         name = deployment["metadata"]["name"]
@@ -264,9 +245,7 @@ def test_each_deployment_is_reached_through_a_service_of_its_pool_and_gated_on_v
 
 
 def test_a_tensor_parallel_pod_mounts_a_memory_backed_dev_shm(manifest):
-    for doc in _yaml_documents(export_manifest(manifest, "k8s")):
-        if doc["kind"] == "Service":
-            continue
+    for doc in _pool_workloads(_yaml_documents(export_manifest(manifest, "k8s"))):
         template = (doc["spec"]["template"] if doc["kind"] == "Deployment"
                     else doc["spec"]["leaderWorkerTemplate"]["workerTemplate"])
         pool = next(p for p in manifest["pools"] if p["name"] == doc["metadata"]["name"])

@@ -18,6 +18,8 @@ from pdplan.manifest.diff import diff_manifests
 from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, read_manifest
 from pdplan.manifest.document import schema as manifest_schema
 from pdplan.manifest.export import FORMATS, export_manifest
+from pdplan.manifest.export.k8s import DEFAULT_ROUTER_IMAGE as K8S_ROUTER_IMAGE
+from pdplan.manifest.export.pods import DEFAULT_HF_TOKEN_SECRET
 from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE
 from pdplan.manifest.resimulate import resimulate as rerun_plan
 from pdplan.manifest.schedule import check_schedule
@@ -132,10 +134,17 @@ def export(
     image: Annotated[str | None, typer.Option("--image", help="Container image reference for the pods (dynamo, "
                                                               "llm-d, k8s); default the engine's release "
                                                               "image.")] = None,
+    router_image: Annotated[str | None, typer.Option("--router-image", help="Container image reference of the k8s "
+                                                                            "router (vllm-router); default "
+                                                                            f"{K8S_ROUTER_IMAGE}.")] = None,
+    hf_token_secret: Annotated[str, typer.Option("--hf-token-secret", help="Secret the pods (dynamo, llm-d, k8s) read "
+                                                                           "HF_TOKEN from, key 'token'; optional, so "
+                                                                           "an ungated model starts without "
+                                                                           "it.")] = DEFAULT_HF_TOKEN_SECRET,
 ) -> None:
     """Write the configs a serving stack reads, from a manifest that validates: vLLM or SGLang
-    launch scripts and router, a Dynamo DynamoGraphDeployment, llm-d-modelservice Helm values, or
-    Kubernetes Deployments / LeaderWorkerSets with the node map as node affinity."""
+    launch scripts and router, a Dynamo DynamoGraphDeployment, llm-d-modelservice Helm values, or a
+    Kubernetes bundle (Deployments / LeaderWorkerSets, Services, vllm-router, kustomization)."""
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
     problem = None if image is None else names.image_reference(image)
@@ -147,7 +156,7 @@ def export(
         raise PdplanError(f"the manifest does not validate ({violations[0]}); run pdplan validate", file=manifest)
     outputs = Outputs(manifest)
     outputs.claim(out, "--out", folder=True)
-    files = export_manifest(data, format, image=image)
+    files = export_manifest(data, format, image=image, router_image=router_image, hf_token_secret=hf_token_secret)
     inside = {name.removeprefix(f"{format}/"): text for name, text in files.items()}
     outputs.put_folder(out / format, inside, "--out", executable=frozenset(n for n in inside if n.endswith(".sh")))
     outputs.commit()

@@ -380,6 +380,9 @@ def name_violations(manifest: dict) -> list[Violation]:
     for n, node in enumerate(manifest["placement"]["nodes"]):
         follow(f"placement.nodes[{n}].node", node["node"], names.node)
         follow(f"placement.nodes[{n}].node_type", node["node_type"], names.node_type)
+        if "node_label" in node:
+            follow(f"placement.nodes[{n}].node_label.key", node["node_label"]["key"], names.label_key)
+            follow(f"placement.nodes[{n}].node_label.value", node["node_label"]["value"], names.label_value)
         for k, inst in enumerate(node["instances"]):
             follow(f"placement.nodes[{n}].instances[{k}].instance", inst["instance"], names.dns_label)
             owners.setdefault(inst["instance"], set()).add(inst["pool"])

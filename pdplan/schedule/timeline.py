@@ -82,7 +82,13 @@ class Timeline:
 
 def load_time_s(model, gpus: int) -> float:
     """Seconds to load one instance's weights: its bytes per GPU over LOAD_BYTES_PER_S."""
-    return model.weight_bytes / gpus / LOAD_BYTES_PER_S
+    return weight_load_s(model.weight_bytes / gpus)
+
+
+def weight_load_s(bytes_per_gpu: float) -> float:
+    """Seconds for a GPU to load ``bytes_per_gpu`` of weights at LOAD_BYTES_PER_S (every GPU loads
+    its share at once)."""
+    return bytes_per_gpu / LOAD_BYTES_PER_S
 
 
 def whole_day_plan(result) -> Plan:

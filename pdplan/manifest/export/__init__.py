@@ -12,31 +12,36 @@ from __future__ import annotations
 from pdplan.engines import FORMAT_ENGINES, mixed_refusal
 from pdplan.errors import PdplanError
 from pdplan.manifest.check import engine_refusal
-from pdplan.manifest.export import dynamo, k8s, llmd, sglang, vllm
+from pdplan.manifest.export import dynamo, k8s, llmd, pods, sglang, vllm
+from pdplan.manifest.export.pods import DEFAULT_HF_TOKEN_SECRET
 
 FORMATS = ("vllm", "sglang", "dynamo", "llm-d", "k8s")
 
-_WRITERS = {"vllm": vllm.export, "sglang": sglang.export, "dynamo": dynamo.export,
-            "llm-d": llmd.export, "k8s": k8s.export}
+_SCRIPT_WRITERS = {"vllm": vllm.export, "sglang": sglang.export}
+_POD_WRITERS = {"dynamo": dynamo.export, "llm-d": llmd.export, "k8s": k8s.export}
 
 
-def export_manifest(manifest: dict, fmt: str, *, image: str | None = None) -> dict[str, str]:
+def export_manifest(manifest: dict, fmt: str, *, image: str | None = None, router_image: str | None = None,
+                    hf_token_secret: str = DEFAULT_HF_TOKEN_SECRET) -> dict[str, str]:
     """Relative file name -> file text for one format; every name lies under ``<fmt>/``, the
     folder ``pdplan export`` owns and replaces whole.
 
     Deterministic: the same manifest gives byte-identical texts (stable order, no
-    timestamps, no randomness).  ``image`` overrides the container image of the
-    pod-based formats (dynamo, llm-d, k8s); the script formats ignore it.
+    timestamps, no randomness).  ``image`` overrides the container image of the pod formats
+    (dynamo, llm-d, k8s), ``router_image`` the k8s router's, and ``hf_token_secret`` names the
+    Secret their pods read the Hugging Face token from; the script formats ignore all three.
     """
-    writer = _WRITERS.get(fmt)
-    if writer is None:
+    if fmt not in _SCRIPT_WRITERS and fmt not in _POD_WRITERS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
     engine = FORMAT_ENGINES[fmt]
     refusal = engine_refusal(manifest, engine)
     if refusal:
         raise PdplanError(f"{fmt} export starts {engine}, which cannot run this plan: {refusal}", field="pools")
     _refuse_mixed(manifest, fmt)
-    return writer(manifest, image=image)
+    if fmt in _SCRIPT_WRITERS:
+        return _SCRIPT_WRITERS[fmt](manifest, image=image)
+    options = pods.PodOptions(image=image, router_image=router_image, hf_token_secret=hf_token_secret)
+    return _POD_WRITERS[fmt](manifest, options)
 
 
 def _refuse_mixed(manifest: dict, fmt: str) -> None:

@@ -14,9 +14,6 @@ from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.export import shell
 from pdplan.shape import shape_label
 
-# Node label that the node map's node names are matched against (set by the kubelet).
-NODE_NAME_LABEL = "kubernetes.io/hostname"
-
 # The argument a script of an instance spanning nodes is run with on each node (instance_preamble).
 NODE_RANK = shell.Var("NODE_RANK")
 
@@ -160,16 +157,6 @@ def manifest_labels(manifest: dict) -> dict[str, str]:
 
 def manifest_annotations(manifest: dict) -> dict[str, str]:
     return {"pdplan.dev/manifest-hash": manifest["provenance"]["content_hash"]}
-
-
-def node_affinity(nodes: list[str]) -> dict:
-    """Pod affinity that pins pods to the node map's nodes (matched on NODE_NAME_LABEL)."""
-    term = {"matchExpressions": [{"key": NODE_NAME_LABEL, "operator": "In", "values": list(nodes)}]}
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
-
-
-def gpu_resources(count: int) -> dict:
-    return {"limits": {"nvidia.com/gpu": str(count)}}
 
 
 class _PlainDumper(yaml.SafeDumper):

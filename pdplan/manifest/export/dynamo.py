@@ -1,5 +1,14 @@
 """NVIDIA Dynamo: one ``DynamoGraphDeployment`` (``nvidia.com/v1beta1``) with a frontend
-and one vLLM worker component per pool."""
+and one vLLM worker component per pool.
+
+In ``v1beta1`` a component's pod is its ``podTemplate`` (ai-dynamo/dynamo
+``deploy/operator/config/crd/bases/nvidia.com_dynamographdeployments.yaml``): the worker's
+container ``main`` carries the Hugging Face token from an optional Secret, the model cache mount
+and CPU, memory and GPU requests; the pod spec its cache volume and node selection. Dynamo's own
+recipes mount the cache at ``/root/.cache/huggingface`` and name the Secret ``hf-token-secret``
+(``recipes/llama-3-70b/vllm/disagg-multi-node/deploy.yaml``), as vLLM's Kubernetes guide does. The operator
+merges its own health probes into ``main`` and mounts a ``/dev/shm`` (``sharedMemorySize``, 8Gi by
+default), so neither is written here."""
 
 from __future__ import annotations
 
@@ -7,22 +16,24 @@ import re
 
 from pdplan import names
 from pdplan.errors import PdplanError
-from pdplan.manifest.export import common, vllm
+from pdplan.manifest.export import common, pods, vllm
 
 API_VERSION = "nvidia.com/v1beta1"
 DEFAULT_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"
 # Admission needs the runtime version when the main image's tag is not a semantic version.
 RUNTIME_VERSION = "1.6.1"
+#: The frontend pod's requests (an assumption: it tokenizes and routes, no GPU).
+FRONTEND_RESOURCES = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
 
 _COMPONENT_TYPES = {"prefill": "prefill", "decode": "decode", "colocated": "worker"}
 _SEMVER_TAG = re.compile(r":v?\d+\.\d+\.\d+$")
 
 
-def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
+def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
     """``dynamo/<name>.yaml``."""
     common.require_pool_engines(manifest, "dynamo")
-    image = image or DEFAULT_IMAGE
-    components = [_frontend(image)] + [_worker(manifest, pool, image) for pool in common.pools(manifest)]
+    image = options.image or DEFAULT_IMAGE
+    components = [_frontend(image)] + [_worker(manifest, pool, image, options) for pool in common.pools(manifest)]
     name = manifest["metadata"]["name"]
     for component in components:
         _check_object_name(name, component["name"])
@@ -33,7 +44,10 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
                      "annotations": common.manifest_annotations(manifest)},
         "spec": {"backendFramework": "vllm", "components": components},
     }
-    return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=common.header(manifest, "dynamo"))}
+    budgets = "\n".join(pods.budget_comment(pool) for pool in common.pools(manifest))
+    header = (f"{common.header(manifest, 'dynamo')}\nCreate the Secret {options.hf_token_secret} (key "
+              f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}")
+    return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=header)}
 
 
 def _check_object_name(graph: str, component: str) -> None:
@@ -47,17 +61,21 @@ def _check_object_name(graph: str, component: str) -> None:
 
 
 def _frontend(image: str) -> dict:
-    return _component("Frontend", "frontend", 1, _container(image, ["python3", "-m", "dynamo.frontend"], []))
+    container = _container(image, ["python3", "-m", "dynamo.frontend"], [])
+    container["resources"] = FRONTEND_RESOURCES
+    return _component("Frontend", "frontend", 1, container)
 
 
-def _worker(manifest: dict, pool: dict, image: str) -> dict:
+def _worker(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -> dict:
     args = ["--model", common.served_model(manifest), *vllm.engine_args(manifest, pool)]
     if pool["phase"] != "colocated":
         args += ["--disaggregation-mode", pool["phase"]]
     container = _container(image, ["python3", "-m", "dynamo.vllm"], args)
-    container["resources"] = common.gpu_resources(common.gpus_per_pod(manifest, pool))
+    volume, mount = pods.cache_volume(pool)
+    container.update({"env": pods.hf_env(options), "resources": pods.resources(manifest, pool),
+                      "volumeMounts": [mount]})
     component = _component(pool["name"], _COMPONENT_TYPES[pool["phase"]], pool["replicas"], container)
-    component["podTemplate"]["spec"]["affinity"] = common.node_affinity(common.pool_nodes(manifest, pool))
+    component["podTemplate"]["spec"].update({**pods.node_selection(manifest, pool), "volumes": [volume]})
     nodes = common.pods_per_instance(manifest, pool)
     if nodes > 1:  # GPUs per instance = nodeCount × the container's GPU limit
         component["multinode"] = {"nodeCount": nodes}
