@@ -320,3 +320,20 @@ def test_an_unknown_format_is_refused():
     with pytest.raises(PdplanError, match="--format must be one of") as error:
         export_manifest({}, "helm")
     assert error.value.field == "format"
+
+
+def test_mooncake_prefill_scripts_each_get_a_bootstrap_port_the_router_is_given(disaggregated):
+    """vLLM's MooncakeConnector serves prefilled KV from a bootstrap server on VLLM_MOONCAKE_BOOTSTRAP_PORT;
+    vllm-router takes that port as ``--prefill URL PORT`` (vllm_router/router_args.py)."""
+    assert disaggregated["transfer"]["connector"] == "mooncake"
+    files = export_manifest(disaggregated, "vllm")
+    ports = {}
+    for name, text in files.items():
+        for line in text.splitlines():
+            if line.startswith("export VLLM_MOONCAKE_BOOTSTRAP_PORT="):
+                ports[name] = line.split("=", 1)[1]
+    prefills = sum(p["replicas"] for p in disaggregated["pools"] if p["phase"] == "prefill")
+    assert len(ports) == len(set(ports.values())) == prefills
+    tokens = shlex.split(files["vllm/router.sh"], comments=True)
+    given = [tokens[i + 2] for i, t in enumerate(tokens) if t == "--prefill"]
+    assert sorted(given) == sorted(ports.values())

@@ -9,6 +9,10 @@ from pdplan.manifest.export import common, prerequisites, shell
 
 SERVE_PORT_BASE = 8100          # instance i listens on SERVE_PORT_BASE + i
 NIXL_SIDE_CHANNEL_BASE = 5600   # instance i's NIXL side channel; distinct per instance
+#: Mooncake prefill instance i's bootstrap server listens on MOONCAKE_BOOTSTRAP_BASE + i: vLLM's
+#: default VLLM_MOONCAKE_BOOTSTRAP_PORT (vllm/envs.py, 0.33.0), one port per instance so that
+#: several prefill instances share a node; vllm-router takes it as ``--prefill URL PORT``.
+MOONCAKE_BOOTSTRAP_BASE = 8998
 ROUTER_PORT = 8000
 RAY_PORT = 6379
 #: The Python the scripts run: vLLM's image (vllm-project/vllm docker/Dockerfile, vllm-base stage)
@@ -81,16 +85,25 @@ def ray_launch(serve: list[str], *, rank: shell.Var, leader: shell.Word, nodes: 
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     """``vllm/<instance>.sh`` per instance and ``vllm/router.sh``; ``image`` is unused."""
     files = {}
-    urls: dict[str, list[str]] = {}
+    workers: dict[str, list[list[str]]] = {}
     for index, inst in enumerate(common.instances(manifest)):
         port = SERVE_PORT_BASE + index
-        files[common.script_name("vllm", inst)] = _instance_script(manifest, inst, port, NIXL_SIDE_CHANNEL_BASE + index)
-        urls.setdefault(inst.pool["phase"], []).append(f"http://{inst.nodes[0]}:{port}")
-    files["vllm/router.sh"] = _router_script(manifest, urls)
+        bootstrap = MOONCAKE_BOOTSTRAP_BASE + index if _has_bootstrap(manifest, inst.pool) else None
+        files[common.script_name("vllm", inst)] = _instance_script(manifest, inst, port, NIXL_SIDE_CHANNEL_BASE + index,
+                                                                   bootstrap)
+        url = f"http://{inst.nodes[0]}:{port}"
+        workers.setdefault(inst.pool["phase"], []).append([url] if bootstrap is None else [url, str(bootstrap)])
+    files["vllm/router.sh"] = _router_script(manifest, workers)
     return files
 
 
-def _instance_script(manifest: dict, inst: common.Instance, port: int, side_channel: int) -> str:
+def _has_bootstrap(manifest: dict, pool: dict) -> bool:
+    """A Mooncake prefill instance serves its KV through a bootstrap server (vLLM's MooncakeConnector)."""
+    return manifest["transfer"]["connector"] == "mooncake" and pool["phase"] == "prefill"
+
+
+def _instance_script(manifest: dict, inst: common.Instance, port: int, side_channel: int,
+                     bootstrap: int | None) -> str:
     pool = inst.pool
     lines = common.instance_preamble(manifest, "vllm", inst)
     connector = manifest["transfer"]["connector"] if pool["phase"] != "colocated" else None
@@ -99,6 +112,8 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     if manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated":
         lines += [shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", inst.nodes[0]),
                   shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel))]
+    if bootstrap is not None:
+        lines.append(shell.export("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(bootstrap)))
     serve = serve_command(manifest, pool, port, ray=inst.spans_nodes)
     if inst.spans_nodes:
         lines += ray_launch(serve, rank=common.NODE_RANK, leader=inst.nodes[0], nodes=len(inst.nodes),
@@ -108,7 +123,7 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     return "\n".join(lines) + "\n"
 
 
-def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
+def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
     """P/D: vllm-router in P/D mode over the prefill and decode instances. Colocated: the same
     router over plain workers, so both plans are fronted the same way (any OpenAI-compatible load
     balancer would also do)."""
@@ -120,12 +135,12 @@ def _router_script(manifest: dict, urls: dict[str, list[str]]) -> str:
         connector = manifest["transfer"]["connector"]
         if connector in ROUTER_CONNECTORS:
             command += ["--kv-connector", connector]
-        for url in urls.get("prefill", []):
-            command += ["--prefill", url]
-        for url in urls.get("decode", []):
+        for worker in workers.get("prefill", []):  # with Mooncake: URL and bootstrap port
+            command += ["--prefill", *worker]
+        for url, in workers.get("decode", []):
             command += ["--decode", url]
     else:
-        command += ["--worker-urls", *urls["colocated"]]
+        command += ["--worker-urls", *(url for url, in workers["colocated"])]
     lines.append(shell.command(command))
     return "\n".join(lines) + "\n"
 
