@@ -6,9 +6,7 @@ A pool's pods are gated on vLLM's health endpoint (:func:`pods.vllm_probes`); in
 only the leader serves HTTP, so only it is probed and its Service selects leaders (LWS labels a
 group's pods ``leaderworkerset.sigs.k8s.io/worker-index``, 0 for the leader; kubernetes-sigs/lws
 ``api/leaderworkerset/v1/leaderworkerset_types.go``). A pod of a TP > 1 instance mounts a
-memory-backed ``/dev/shm``: a container's default 64 MiB is too small for the tensor-parallel
-ranks' shared memory (vllm-project/production-stack PR #994, "Bus error"), as vLLM's Kubernetes
-guide mounts one.
+memory-backed ``/dev/shm`` (:func:`pods.shm_volume`).
 
 The router finds its workers through Kubernetes service discovery (vllm-project/router
 ``src/main.rs``: ``--service-discovery`` with ``--prefill-selector``/``--decode-selector`` in P/D
@@ -129,9 +127,9 @@ def _pod_spec(manifest: dict, pool: dict, image: str, options: pods.PodOptions, 
         container.update(pods.vllm_probes(pool))
     volume, mount = pods.cache_volume(pool)
     volumes, mounts = [volume], [mount]
-    if pool["tp"] > 1:
-        volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory"}})
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    for shm, shm_mount in pods.shm_volume(pool):
+        volumes.append(shm)
+        mounts.append(shm_mount)
     container["volumeMounts"] = mounts
     return {**pods.node_selection(manifest, pool), "containers": [container], "volumes": volumes}
 

@@ -78,11 +78,16 @@ def _section(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -
         raise PdplanError(f"pool {pool['name']} runs on nodes selected by several label keys "
                           f"({', '.join(labels)}); llm-d-modelservice's acceleratorTypes takes one", field="placement")
     (key, values), = labels.items()
-    return {"create": True, "replicas": pool["replicas"],
-            "parallelism": {"tensor": pool["tp"], "workers": size},
-            # Rendered by the chart as a required node affinity: labelKey In labelValues.
-            "acceleratorTypes": {"labelKey": key, "labelValues": values},
-            "containers": [container]}
+    section = {"create": True, "replicas": pool["replicas"],
+               "parallelism": {"tensor": pool["tp"], "workers": size},
+               # Rendered by the chart as a required node affinity: labelKey In labelValues.
+               "acceleratorTypes": {"labelKey": key, "labelValues": values},
+               "containers": [container]}
+    shm = pods.shm_volume(pool)
+    if shm:  # the section's volumes and the container's volumeMounts, as the chart's values take them
+        section["volumes"] = [volume for volume, _ in shm]
+        container["volumeMounts"] = [mount for _, mount in shm]
+    return section
 
 
 def _label(model: str) -> str:

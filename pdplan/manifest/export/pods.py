@@ -136,6 +136,15 @@ def cache_volume(pool: dict) -> tuple[dict, dict]:
             {"name": "model-cache", "mountPath": HF_HOME})
 
 
+def shm_volume(pool: dict) -> list[tuple[dict, dict]]:
+    """A memory-backed ``/dev/shm`` for a TP > 1 pod, [(volume, mount)], else []: a container's
+    default 64 MiB is too small for the tensor-parallel ranks' shared memory
+    (vllm-project/production-stack PR #994, "Bus error"), as vLLM's Kubernetes guide mounts one."""
+    if pool["tp"] <= 1:
+        return []
+    return [({"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "dshm", "mountPath": "/dev/shm"})]
+
+
 def node_labels(manifest: dict, pool: dict) -> dict[str, list[str]]:
     """Label key -> sorted values that select the nodes of a pool: each node's ``node_label``, or
     for a manifest written before nodes carried one, its GPU's product label
