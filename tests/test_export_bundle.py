@@ -325,11 +325,11 @@ def test_a_bad_pod_option_exits_2_in_one_line_and_writes_nothing(run_cli, manife
     assert not (tmp_path / "deploy").exists()
 
 
-def test_llmd_sections_of_tp_above_1_mount_a_memory_backed_dev_shm(disaggregated):
+def test_llmd_sections_of_several_gpus_mount_a_memory_backed_dev_shm(disaggregated):
     values = yaml.safe_load(export_manifest(disaggregated, "llm-d")["llm-d/values.yaml"])
     for pool in disaggregated["pools"]:
         section = values[pool["phase"]]
         mounts = section["containers"][0].get("volumeMounts", [])
-        assert ({"name": "dshm", "mountPath": "/dev/shm"} in mounts) == (pool["tp"] > 1)
-        if pool["tp"] > 1:
+        assert ({"name": "dshm", "mountPath": "/dev/shm"} in mounts) == (pool["tp"] * pool["pp"] > 1)
+        if pool["tp"] * pool["pp"] > 1:
             assert {"name": "dshm", "emptyDir": {"medium": "Memory"}} in section["volumes"]

@@ -244,14 +244,14 @@ def test_each_deployment_is_reached_through_a_service_of_its_pool_and_gated_on_v
         assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
 
 
-def test_a_tensor_parallel_pod_mounts_a_memory_backed_dev_shm(manifest):
+def test_a_pod_of_several_gpus_mounts_a_memory_backed_dev_shm(manifest):
     for doc in _pool_workloads(_yaml_documents(export_manifest(manifest, "k8s"))):
         template = (doc["spec"]["template"] if doc["kind"] == "Deployment"
                     else doc["spec"]["leaderWorkerTemplate"]["workerTemplate"])
         pool = next(p for p in manifest["pools"] if p["name"] == doc["metadata"]["name"])
         mounts = template["spec"]["containers"][0].get("volumeMounts", [])
         shm = [m for m in mounts if m["mountPath"] == "/dev/shm"]
-        assert bool(shm) == (pool["tp"] > 1)
+        assert bool(shm) == (pool["tp"] * pool["pp"] > 1)
         if shm:
             volume = next(v for v in template["spec"]["volumes"] if v["name"] == shm[0]["name"])
             assert volume["emptyDir"] == {"medium": "Memory"}

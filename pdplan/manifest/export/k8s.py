@@ -5,7 +5,7 @@ kustomization that applies them.
 A pool's pods are gated on vLLM's health endpoint (:func:`pods.vllm_probes`); in a LeaderWorkerSet
 only the leader serves HTTP, so only it is probed and its Service selects leaders (LWS labels a
 group's pods ``leaderworkerset.sigs.k8s.io/worker-index``, 0 for the leader; kubernetes-sigs/lws
-``api/leaderworkerset/v1/leaderworkerset_types.go``). A pod of a TP > 1 instance mounts a
+``api/leaderworkerset/v1/leaderworkerset_types.go``). A pod of several GPUs mounts a
 memory-backed ``/dev/shm`` (:func:`pods.shm_volume`).
 
 The router finds its workers through Kubernetes service discovery (vllm-project/router

@@ -137,10 +137,10 @@ def cache_volume(pool: dict) -> tuple[dict, dict]:
 
 
 def shm_volume(pool: dict) -> list[tuple[dict, dict]]:
-    """A memory-backed ``/dev/shm`` for a TP > 1 pod, [(volume, mount)], else []: a container's
-    default 64 MiB is too small for the tensor-parallel ranks' shared memory
+    """A memory-backed ``/dev/shm`` for a pod of several GPUs (TP or PP > 1), [(volume, mount)], else
+    []: a container's default 64 MiB is too small for the shared memory its ranks exchange through
     (vllm-project/production-stack PR #994, "Bus error"), as vLLM's Kubernetes guide mounts one."""
-    if pool["tp"] <= 1:
+    if pool["tp"] * pool["pp"] <= 1:
         return []
     return [({"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "dshm", "mountPath": "/dev/shm"})]
 
