@@ -7,14 +7,12 @@ so a missing module is really missing."""
 
 from __future__ import annotations
 
-import copy
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from pdplan.manifest.export import export_manifest, prerequisites
 from pdplan.manifest.export.common import instances
@@ -36,26 +34,6 @@ def nodes():
 def cluster_resources():
     return {"GPU": float(os.environ["RAY_GPUS"]) if _ready() else 1.0}
 '''
-
-
-@pytest.fixture(scope="module")
-def disaggregated(manifests) -> dict:
-    """A P/D plan whose KV goes over Mooncake (conftest)."""
-    return yaml.safe_load(manifests["disaggregated"].read_text())
-
-
-@pytest.fixture(scope="module")
-def spanning(disaggregated) -> dict:
-    """The P/D plan with the last stage of its first pipeline-parallel instance on a node of its own."""
-    manifest = copy.deepcopy(disaggregated)
-    nodes = manifest["placement"]["nodes"]
-    for node in nodes:
-        stages = [s for s in node["instances"] if s["stage"] > 0]
-        if stages:
-            node["instances"].remove(stages[-1])
-            nodes.append({**node, "node": node["node"] + "-extra", "instances": [stages[-1]]})
-            return manifest
-    pytest.skip("the optimizer chose no pipeline-parallel instance to split over nodes")
 
 
 class Machine:
