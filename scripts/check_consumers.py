@@ -334,6 +334,13 @@ def drive(options) -> int:
                                 else:
                                     job("kubernetes-validate strict", name, fmt, what, obj)
                                 commands += container_commands(obj)
+                        elif kind == "Kustomization":
+                            missing = [r for r in doc.get("resources", [])
+                                       if (Path(file).parent / r).as_posix() not in files]
+                            table.add(name, fmt, label, "kustomization resources", "FAIL" if missing else "pass",
+                                      f"missing {', '.join(missing)}" if missing else
+                                      f"lists {', '.join(doc.get('resources', []))} (not an API object: "
+                                      "kubectl kustomize reads it)")
                         elif kind in CRD_SCHEMAS:
                             schema_check(table, jsonschema, schemas / CRD_SCHEMAS[kind], doc, name, fmt, label,
                                          f"{kind} CRD schema, strict")
@@ -398,6 +405,17 @@ def helm_template(table, routers: Path | None, chart: Path | None, values: Path,
     return rendered
 
 
+def without_nulls(node):
+    """The object as the API server validates a custom resource: null fields that the schema does
+    not mark nullable are pruned first (Kubernetes docs, "Extend the Kubernetes API with
+    CustomResourceDefinitions", Defaulting and Nullable). Charts render ``env:`` with nothing as null."""
+    if isinstance(node, dict):
+        return {k: without_nulls(v) for k, v in node.items() if v is not None}
+    if isinstance(node, list):
+        return [without_nulls(v) for v in node]
+    return node
+
+
 def schema_check(table, jsonschema, schema_path: Path, doc: dict, manifest: str, fmt: str, label: str,
                  consumer: str, loose: bool = False) -> None:
     if not schema_path.exists():
@@ -405,7 +423,7 @@ def schema_check(table, jsonschema, schema_path: Path, doc: dict, manifest: str,
         return
     schema = json.loads(schema_path.read_text())
     validator = jsonschema.Draft7Validator(schema if loose else strict(schema))
-    errors = sorted(validator.iter_errors(doc), key=lambda e: list(e.absolute_path))
+    errors = sorted(validator.iter_errors(without_nulls(doc)), key=lambda e: list(e.absolute_path))
     table.add(manifest, fmt, label, consumer, "FAIL" if errors else "pass",
               f"{'/'.join(map(str, errors[0].absolute_path))}: {errors[0].message[:200]}" if errors else "")
 
