@@ -76,14 +76,6 @@ def test_fleet_that_excludes_every_shape_is_named():
                       target_rps=10, objective="gpus", fleet=pair(*ALIASES["HH"])))
 
 
-def test_a_phase_with_no_shape_left_to_measure_says_so_rather_than_blaming_goodput():
-    prefill_only = tuple(c for c in FIXTURE if c.phase == "prefill")
-    with pytest.raises(InfeasibleError, match=r"no decode shape was left to measure \(memory, node size or the "
-                                              r"engine's rules rejected each; --explain lists why\)"):
-        solve(Problem(candidates=prefill_only, cluster=cluster_of(node()), mode="disaggregated",
-                      target_rps=10, objective="gpus"))
-
-
 def test_goodput_objective_fills_the_budget():
     sol = solve(Problem(candidates=FIXTURE, cluster=cluster_of(node(count=4)), mode="disaggregated",
                         target_rps=None, objective="goodput", max_gpus=10))

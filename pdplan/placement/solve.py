@@ -111,10 +111,6 @@ def _explain_no_candidates(problem: Problem, built: Model) -> str:
     reasons = [r.reason for r in built.rejections if r.candidate.phase in missing]
     detail = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
     families = sorted({r.family for r in built.rejections if r.candidate.phase in missing})
-    unmeasured = [p for p in missing if not any(c.phase == p for c in problem.candidates)]
-    if unmeasured and not detail:
-        return (f"no {problem.mode} plan ({problem.fleet.label}): no {'/'.join(unmeasured)} shape was left to "
-                "measure (memory, node size or the engine's rules rejected each; --explain lists why)")
     which = " and ".join(families) if families else "goodput"
     why = (": " + detail if detail
            else "; no shape meets the SLO on its own even at a low rate, so relax the SLO or allow larger shapes")
