@@ -207,7 +207,7 @@ def test_precision_is_part_of_the_name_so_profiles_never_cross_precisions():
 
 
 def test_unknown_dtype_is_refused_with_the_known_ones():
-    with pytest.raises(PdplanError, match=r"--dtype must be one of bf16, fp8, fp4, got 'int4'"):
+    with pytest.raises(PdplanError, match=r"--dtype must be one of bf16, fp8, fp4, mxfp4, got 'int4'"):
         get_model("llama-3.1-8b", dtype="int4")
     with pytest.raises(PdplanError, match=r"--kv-dtype must be one of bf16, fp8, got 'fp4'"):
         get_model("llama-3.1-8b@fp4,kv=fp4")
