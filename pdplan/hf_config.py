@@ -92,7 +92,11 @@ class _Config:
         arch = self.architecture()
         layers, hidden = self.integer("num_hidden_layers"), self.integer("hidden_size")
         heads = self.integer("num_attention_heads")
-        kv_heads = self.integer("num_key_value_heads", heads)  # every class: None means multi-head
+        # Every class turns an explicit null into multi-head attention; LlamaConfig's default is that
+        # null, the others default to a number of their own (Qwen3Config: 32), so there it must be stated.
+        if "num_key_value_heads" not in self.data and arch != "LlamaForCausalLM":
+            self.integer("num_key_value_heads")  # refused as missing
+        kv_heads = heads if self.data.get("num_key_value_heads") is None else self.integer("num_key_value_heads")
         if heads % kv_heads:
             raise self.fail("num_key_value_heads", f"must divide num_attention_heads ({heads})", kv_heads)
         values = {"layers": layers, "hidden": hidden, "q_heads": heads, "kv_heads": kv_heads,

@@ -206,8 +206,10 @@ class ModelSpec:
 
     def kv_bytes_for_context(self, tokens: int) -> int:
         """KV bytes of one sequence of ``tokens`` tokens: full-attention layers hold all of them,
-        sliding-window layers at most ``sliding_window`` (vLLM's SlidingWindowSpec frees blocks
-        that leave the window: vllm/v1/kv_cache_interface.py)."""
+        sliding-window layers at most ``sliding_window``. That is the cache's content; an engine
+        holds a little more (vLLM's SlidingWindowSpec.max_memory_usage_bytes, vllm-project/vllm
+        vllm/v1/kv_cache_interface.py at 001cabc: the last window − 1 tokens plus those scheduled,
+        in whole blocks, plus one block)."""
         per_layer = self.kv_bytes_per_token // self.layers
         sliding = len(self.sliding_layers)
         return per_layer * ((self.layers - sliding) * tokens + sliding * min(tokens, self.sliding_window))
@@ -262,8 +264,9 @@ ATTENTION_KINDS = ("gqa", "mla")
 def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int, *, latent_width: int = 0) -> int:
     """KV bytes per token: ``L · 2 · H_kv · d_h · b`` for K/V heads (0x06: 32·2·8·128·2 = 131072 B), or
     ``L · (kv_lora_rank + qk_rope_head_dim) · b`` for multi-head latent attention, which caches the
-    compressed latent and the shared rope key (DeepSeek-V2, arXiv:2405.04434, table 1; vLLM's
-    MLAAttentionSpec: DeepSeek-V3 at bf16 is 61·576·2 = 70272 B) when ``latent_width`` is given."""
+    compressed latent and the shared rope key, when ``latent_width`` is given (DeepSeek-V2,
+    arXiv:2405.04434, table 1; vLLM's MLAAttentionSpec, vllm/v1/kv_cache_interface.py at 001cabc: one
+    head of kv_lora_rank + qk_rope_head_dim per layer. DeepSeek-V3 at bf16: 61·576·2 = 70272 B)."""
     if latent_width:
         return layers * latent_width * dtype_bytes
     return layers * 2 * kv_heads * head_dim * dtype_bytes
