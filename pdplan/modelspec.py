@@ -108,6 +108,8 @@ class ModelSpec:
         if self.sliding_layers:
             return (f"{self.base_name}: step times and memory of sliding-window attention are not modelled yet "
                     f"({len(self.sliding_layers)} layers with a {self.sliding_window}-token window)")
+        if self.weight_dtype == "mxfp4":
+            return f"{self.base_name}: step times of MXFP4 weights are not modelled yet (use --dtype fp4 or fp8)"
         return None
 
     def require_timeable(self) -> None:
@@ -329,6 +331,7 @@ def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_no
     or is a multiple of them (then heads are replicated); PP is at most the layer count (uneven splits
     are allowed); the weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
     """
+    model.require_timeable()
     shape = shape_label(gpu.name, tp, pp)
     if tp < 1 or pp < 1:
         return f"{shape}: TP and PP must be >= 1"

@@ -230,6 +230,11 @@ def test_step_times_of_mixture_of_experts_models_are_refused(name):
         roofline_profile(get_model(name), get_gpu("h200-141gb"), 8, 1)
 
 
+def test_step_times_at_mxfp4_weights_are_refused_even_for_a_dense_model():
+    with pytest.raises(PdplanError, match=r"llama-3.1-8b: step times of MXFP4 weights are not modelled yet"):
+        roofline_profile(get_model("llama-3.1-8b", dtype="mxfp4"), get_gpu("b200-180gb"), 1, 1)
+
+
 def test_optimize_refuses_a_mixture_of_experts_model_on_one_line(run_cli):
     code, out, err = run_cli("optimize", ROOT / "traces/smoke_uniform_200.csv", "--model", "kimi-k2",
                              "--cluster", ROOT / "examples/cluster_h200.yaml")
