@@ -15,6 +15,7 @@ from pathlib import Path
 
 from pdplan import names
 from pdplan.errors import PdplanError
+from pdplan.fileio import read_text
 from pdplan.modelspec import ModelSpec, checked_model, default_kv_dtype, precision_suffix
 
 #: The file a Hugging Face model repository states its architecture in.
@@ -50,13 +51,20 @@ def load_hf_config(path: str | Path) -> ModelSpec:
     """The ModelSpec a Hugging Face config.json describes, served at the precision its
     ``quantization_config`` states (bf16 when it states none)."""
     path = Path(path)
+    text = read_text(path, what="model config")  # refuses FIFOs, devices, folders and oversize files
+    return _Config(_json(text, path), path).model()
+
+
+def _json(text: str, path: Path):
+    """The JSON value of ``text``; malformed, too deep or over-long numbers are input errors."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PdplanError(f"cannot read the model config: {exc.strerror or exc}", file=path, field="model") from None
+        return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise PdplanError(f"is not JSON ({exc.msg} at line {exc.lineno})", file=path, field="model") from None
-    return _Config(data, path).model()
+        raise PdplanError(f"is not JSON ({exc.msg} at line {exc.lineno})", file=path, line=exc.lineno,
+                          field="model") from None
+    except (ValueError, RecursionError):  # an integer of thousands of digits, nesting past the stack
+        raise PdplanError("is not JSON pdplan can read (nested too deep or a number too long)", file=path,
+                          field="model") from None
 
 
 class _Config:
@@ -215,10 +223,8 @@ class _Config:
         sibling = self.path.with_name(self.path.name[: -len(CONFIG_NAME)] + "hf_quant_config.json")
         if not self.path.name.endswith(CONFIG_NAME) or not sibling.is_file():
             return "bf16"
-        try:
-            quant = json.loads(sibling.read_text(encoding="utf-8")).get("quantization", {})
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
-            raise PdplanError("cannot read it as a JSON object", file=sibling, field="quantization") from None
+        top = _json(read_text(sibling, what="quantization config"), sibling)
+        quant = top.get("quantization") if isinstance(top, dict) else None
         algo = quant.get("quant_algo") if isinstance(quant, dict) else None
         if algo not in _QUANT_ALGO:
             raise PdplanError(f"quantization.quant_algo is a quantization pdplan does not read (it reads "

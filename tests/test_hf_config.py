@@ -205,6 +205,16 @@ def test_a_bad_config_exits_2_on_one_line_naming_file_and_key(run_cli, tmp_path,
     assert str(path) in err and key in err
 
 
+@pytest.mark.parametrize("content, rule", [("[" * 100_000 + "]" * 100_000, "nested too deep or a number too long"),
+                                           ('{"num_hidden_layers": ' + "9" * 5000 + "}", "a number too long"),
+                                           ("{not json", "is not JSON"), ("[1, 2]", "top level must be a JSON object")])
+def test_unreadable_json_is_one_error_naming_the_file(tmp_path, content, rule):
+    path = tmp_path / "odd_config.json"
+    path.write_text(content)
+    with pytest.raises(PdplanError, match=rf"odd_config\.json(:\d+)?: .*{rule}"):
+        get_model(str(path))
+
+
 def test_a_model_yaml_with_more_experts_per_token_than_experts_names_its_line(tmp_path):
     text = (MODELS / "mixtral-8x7b.yaml").read_text()
     path = tmp_path / "m.yaml"
