@@ -155,8 +155,10 @@ class ModelSpec:
         return self.hidden * self.experts + (routed + self.shared_experts) * per_expert
 
     def _block_parameters(self, *, active: bool) -> int:
-        return sum(self.attention_params_per_layer + self.mlp_params_per_layer(i, active=active)
-                   for i in range(self.layers))
+        """Attention of every layer, the dense MLPs of the leading dense layers, the MoE MLPs of the rest."""
+        dense = self.dense_layers if self.is_moe else self.layers
+        return (self.layers * self.attention_params_per_layer + dense * self.mlp_params_per_layer(0)
+                + (self.layers - dense) * self.mlp_params_per_layer(self.layers - 1, active=active))
 
     @property
     def geometric_parameters(self) -> int:
