@@ -560,7 +560,8 @@ def model_catalog() -> dict[str, ModelSpec]:
 
 def _geometry(model: ModelSpec) -> tuple:
     return (model.layers, model.hidden, model.q_heads, model.kv_heads, model.head_dim, model.ffn,
-            model.vocab, model.mlp_matrices)
+            model.vocab, model.mlp_matrices, *(getattr(model, k) for k in _EXTRA_LIMITS), model.attention,
+            model.sliding_layers)
 
 
 def model_file(name_or_path: str | None) -> Path | None:

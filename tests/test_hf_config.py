@@ -183,6 +183,16 @@ def test_a_folder_holding_config_json_is_a_model_named_after_the_folder(tmp_path
     assert (model.name, model.experts, model.experts_per_token) == ("mixtral-8x7b", 8, 2)
 
 
+@needs_configs
+def test_a_config_named_like_a_catalog_model_with_other_experts_is_refused(tmp_path):
+    folder = tmp_path / "mixtral-8x7b"
+    folder.mkdir()
+    data = json.loads(config("mistralai--Mixtral-8x7B-v0.1").read_text())
+    (folder / "config.json").write_text(json.dumps({**data, "num_local_experts": 16}))
+    with pytest.raises(PdplanError, match=r"'mixtral-8x7b' is a catalog model with a different geometry"):
+        get_model(str(folder))
+
+
 BAD = [
     ({"num_experts_per_tok": 129, "experts_per_token": 129}, "num_experts_per_tok"),  # gpt-oss-120b has 128 experts
     ({"num_key_value_heads": 7}, "num_key_value_heads"),
