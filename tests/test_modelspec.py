@@ -130,7 +130,7 @@ def test_kv_capacity_is_zero_when_weights_do_not_fit():
 
 
 def test_unknown_model_lists_the_known_ones():
-    with pytest.raises(PdplanError, match=r"unknown model 'gpt-5' \(known: bloom-176b, llama-3.1-70b"):
+    with pytest.raises(PdplanError, match=r"unknown model 'gpt-5' \(known: bloom-176b, deepseek-r1, deepseek-v3"):
         get_model("gpt-5")
 
 
@@ -207,7 +207,7 @@ def test_precision_is_part_of_the_name_so_profiles_never_cross_precisions():
 
 
 def test_unknown_dtype_is_refused_with_the_known_ones():
-    with pytest.raises(PdplanError, match=r"--dtype must be one of bf16, fp8, fp4, got 'int4'"):
+    with pytest.raises(PdplanError, match=r"--dtype must be one of bf16, fp8, fp4, mxfp4, got 'int4'"):
         get_model("llama-3.1-8b", dtype="int4")
     with pytest.raises(PdplanError, match=r"--kv-dtype must be one of bf16, fp8, got 'fp4'"):
         get_model("llama-3.1-8b@fp4,kv=fp4")
@@ -267,7 +267,11 @@ def test_each_catalog_model_names_the_hugging_face_repository_its_config_came_fr
         "bloom-176b": "bigscience/bloom", "llama-3.1-70b": "meta-llama/Llama-3.1-70B",
         "llama-3.1-8b": "meta-llama/Llama-3.1-8B", "llama2-70b": "meta-llama/Llama-2-70b-hf",
         "opt-13b": "facebook/opt-13b", "opt-175b": None,  # given out on request, on no hub
-        "opt-66b": "facebook/opt-66b", "qwen3-32b": "Qwen/Qwen3-32B"}
+        "opt-66b": "facebook/opt-66b", "qwen3-32b": "Qwen/Qwen3-32B",
+        "deepseek-v3": "deepseek-ai/DeepSeek-V3", "deepseek-r1": "deepseek-ai/DeepSeek-R1",
+        "kimi-k2": "moonshotai/Kimi-K2-Instruct", "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
+        "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B", "gpt-oss-120b": "openai/gpt-oss-120b",
+        "gpt-oss-20b": "openai/gpt-oss-20b", "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1"}
 
 
 def test_a_precision_keeps_the_models_repository():

@@ -71,8 +71,9 @@ AdmissionShareOpt = Annotated[float, typer.Option(
                               "judged on the whole TTFT and decode on TPOT, as DistServe does).")]
 
 DtypeOpt = Annotated[str | None, typer.Option(
-    "--dtype", help="Weight precision the model is served at: bf16, fp8 or fp4 (NVFP4); its KV cache follows "
-                    "(fp8 for fp8/fp4 weights) unless --kv-dtype says otherwise. Same as a name suffix: "
+    "--dtype", help="Weight precision the model is served at: bf16, fp8, fp4 (NVFP4) or mxfp4 (gpt-oss's "
+                    "MXFP4); default: a Hugging Face config's quantization_config, else bf16. Its KV cache follows "
+                    "(fp8 for quantized weights) unless --kv-dtype says otherwise. Same as a name suffix: "
                     "llama-3.1-70b@fp8.", show_default=False)]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision: bf16 or fp8.",
                                                 show_default=False)]

@@ -22,7 +22,7 @@ from pdplan.errors import InternalError
 from pdplan.fileio import WRITTEN_DIGITS, sha256_file, update_digest
 from pdplan.hardware import get_gpu
 from pdplan.manifest.document import API_VERSION, KIND, digest, seal
-from pdplan.modelspec import ModelSpec, kv_heads_per_gpu, weight_bytes_per_gpu
+from pdplan.modelspec import KV_BYTES, ModelSpec, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_per_gpu
 from pdplan.planner import PlanReport
 from pdplan.planner.measure import mean_kv_bytes_per_request
 from pdplan.planner.plans import pool_name
@@ -125,7 +125,18 @@ def kv_cache_abi(model: ModelSpec, block_tokens: int = KV_BLOCK_TOKENS) -> dict:
     abi = {"layers": model.layers, "kv_heads": model.kv_heads, "head_dim": model.head_dim,
            "dtype": model.kv_dtype, "block_tokens": block_tokens,
            "layout": "paged, per layer: K and V blocks of [block_tokens, kv_heads, head_dim]"}
+    if model.attention == "mla":  # additive: a GQA model's ABI, and its hash, are as before
+        abi.update(attention="mla", kv_lora_rank=model.kv_lora_rank, qk_rope_head_dim=model.qk_rope_head_dim,
+                   layout="paged, per layer: one block of [block_tokens, kv_lora_rank + qk_rope_head_dim]")
     return {**abi, "hash": digest(abi)}
+
+
+def abi_kv_bytes_per_token(abi: dict) -> int:
+    """KV bytes per token a KV-cache ABI implies (K/V heads, or the latent of multi-head latent
+    attention), by the one formula :func:`pdplan.modelspec.kv_bytes_per_token`."""
+    latent = abi.get("kv_lora_rank", 0) + abi.get("qk_rope_head_dim", 0) if abi.get("attention") == "mla" else 0
+    return kv_bytes_per_token(abi["layers"], abi["kv_heads"], abi["head_dim"], KV_BYTES[abi["dtype"]],
+                              latent_width=latent)
 
 
 def _identity(model: ModelSpec, identity: Identity) -> dict:

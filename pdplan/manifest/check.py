@@ -18,9 +18,20 @@ from pdplan import engines, names
 from pdplan.errors import PdplanError
 from pdplan.fileio import input_file
 from pdplan.hardware import get_gpu
-from pdplan.manifest.build import CLUSTER, GIB, KV_ROLES, PROFILES, ROLLBACK, TRACE, UNKNOWN, input_sha256, kv_cache_abi
+from pdplan.manifest.build import (
+    CLUSTER,
+    GIB,
+    KV_ROLES,
+    PROFILES,
+    ROLLBACK,
+    TRACE,
+    UNKNOWN,
+    abi_kv_bytes_per_token,
+    input_sha256,
+    kv_cache_abi,
+)
 from pdplan.manifest.document import content_hash, digest, schema_errors, section_hashes
-from pdplan.modelspec import KV_BYTES, get_model, weight_bytes_per_gpu
+from pdplan.modelspec import get_model, weight_bytes_per_gpu
 from pdplan.placement import serves
 from pdplan.schema import shown
 
@@ -277,15 +288,17 @@ def _identity(manifest: dict) -> list[Violation]:
     if abi["hash"] != digest(expected):
         found.append(Violation("identity.kv_cache.hash", "does not match the ABI fields (layers, heads, head "
                                                          "dim, dtype, block, layout)"))
-    per_token = abi["layers"] * 2 * abi["kv_heads"] * abi["head_dim"] * KV_BYTES[abi["dtype"]]
+    per_token = abi_kv_bytes_per_token(abi)
+    formula = ("layers × (kv_lora_rank + qk_rope_head_dim) × bytes" if abi.get("attention") == "mla"
+               else "layers × 2 × KV heads × head dim × bytes")
     if identity["kv_bytes_per_token"] != per_token:
         found.append(Violation("identity.kv_bytes_per_token", f"{identity['kv_bytes_per_token']}, but the ABI "
-                               f"gives layers × 2 × KV heads × head dim × bytes = {per_token}"))
+                               f"gives {formula} = {per_token}"))
     model = _model(manifest)
     if model is not None:
         shipped = kv_cache_abi(model, abi["block_tokens"])
-        for key in ("layers", "kv_heads", "head_dim"):
-            if abi[key] != shipped[key]:
+        for key in ("layers", "kv_heads", "head_dim", "attention", "kv_lora_rank", "qk_rope_head_dim"):
+            if abi.get(key) != shipped.get(key):
                 found.append(Violation(f"identity.kv_cache.{key}", f"{abi[key]}, but {model.name} has {shipped[key]}"))
     for i, pool in enumerate(manifest["pools"]):
         if pool["model"] != identity["model"]:

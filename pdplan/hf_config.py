@@ -1,0 +1,251 @@
+"""A model's geometry read from its Hugging Face ``config.json``: supported architectures only,
+every field the geometry needs stated (or defaulted as the architecture's transformers config class
+defaults it), nothing guessed.
+
+The field names and their defaults are those of Hugging Face transformers' configuration classes
+(src/transformers/models/<model>/configuration_<model>.py: LlamaConfig, MistralConfig, MixtralConfig,
+Qwen2Config, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config, GptOssConfig).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from pdplan import names
+from pdplan.errors import PdplanError
+from pdplan.fileio import read_text
+from pdplan.modelspec import ModelSpec, checked_model, default_kv_dtype, precision_suffix
+
+#: The file a Hugging Face model repository states its architecture in.
+CONFIG_NAME = "config.json"
+
+#: Architectures read, by the family of fields they use.
+_DENSE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
+_MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM"}
+#: Architectures whose configs do not state head_dim may derive it as hidden_size / heads
+#: (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config); Qwen3's classes default it to 128 instead,
+#: so for them it must be stated.
+_HEAD_DIM_FROM_HIDDEN = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "MixtralForCausalLM"}
+
+#: Weight precision of a config's ``quantization_config``: ``quant_method`` fp8 (block-scaled FP8,
+#: DeepSeek-V3's ``weight_block_size: [128, 128]``), mxfp4 (gpt-oss), or NVIDIA ModelOpt's
+#: ``quant_algo`` (FP8, NVFP4).
+_QUANT_METHOD = {"fp8": "fp8", "mxfp4": "mxfp4"}
+_QUANT_ALGO = {"FP8": "fp8", "NVFP4": "fp4"}
+
+
+def config_path(name_or_path: str) -> Path | None:
+    """The config.json ``--model`` names: a path ending in .json, or a folder holding a config.json;
+    None for anything else (a catalog name or a model YAML)."""
+    path = Path(name_or_path)
+    if name_or_path.endswith(".json"):
+        return path
+    if (path / CONFIG_NAME).is_file():
+        return path / CONFIG_NAME
+    return None
+
+
+def load_hf_config(path: str | Path) -> ModelSpec:
+    """The ModelSpec a Hugging Face config.json describes, served at the precision its
+    ``quantization_config`` states (bf16 when it states none)."""
+    path = Path(path)
+    text = read_text(path, what="model config")  # refuses FIFOs, devices, folders and oversize files
+    return _Config(_json(text, path), path).model()
+
+
+def _json(text: str, path: Path):
+    """The JSON value of ``text``; malformed, too deep or over-long numbers are input errors."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise PdplanError(f"is not JSON ({exc.msg} at line {exc.lineno})", file=path, line=exc.lineno,
+                          field="model") from None
+    except (ValueError, RecursionError):  # an integer of thousands of digits, nesting past the stack
+        raise PdplanError("is not JSON pdplan can read (nested too deep or a number too long)", file=path,
+                          field="model") from None
+
+
+class _Config:
+    """One config.json under reading: each failure names the file and the key."""
+
+    def __init__(self, data, path: Path):
+        if not isinstance(data, dict):
+            raise PdplanError("top level must be a JSON object", file=path, field="model")
+        self.data, self.path = data, path
+
+    def fail(self, key: str, rule: str, value=None) -> PdplanError:
+        got = "" if value is None else f", got {value!r}"
+        return PdplanError(f"{key} {rule}{got}", file=self.path, field=key)
+
+    def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
+        value = self.data.get(key, default)
+        if value is None:
+            raise self.fail(key, "is missing: pdplan needs it for the model's geometry")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self.fail(key, f"must be an integer >= {minimum}", value)
+        return value
+
+    def architecture(self) -> str:
+        arch = self.data.get("architectures")
+        if not isinstance(arch, list) or len(arch) != 1 or not isinstance(arch[0], str):
+            raise self.fail("architectures", "must list one architecture", arch)
+        if arch[0] not in _DENSE | _MOE:
+            raise self.fail("architectures", f"names an architecture pdplan does not read (it reads: "
+                            f"{', '.join(sorted(_DENSE | _MOE))})", arch[0])
+        return arch[0]
+
+    def model(self) -> ModelSpec:
+        arch = self.architecture()
+        layers, hidden = self.integer("num_hidden_layers"), self.integer("hidden_size")
+        heads = self.integer("num_attention_heads")
+        # Every class turns an explicit null into multi-head attention; LlamaConfig's default is that
+        # null, the others default to a number of their own (Qwen3Config: 32), so there it must be stated.
+        if "num_key_value_heads" not in self.data and arch != "LlamaForCausalLM":
+            self.integer("num_key_value_heads")  # refused as missing
+        kv_heads = heads if self.data.get("num_key_value_heads") is None else self.integer("num_key_value_heads")
+        if heads % kv_heads:
+            raise self.fail("num_key_value_heads", f"must divide num_attention_heads ({heads})", kv_heads)
+        values = {"layers": layers, "hidden": hidden, "q_heads": heads, "kv_heads": kv_heads,
+                  "head_dim": self.head_dim(arch, hidden, heads), "ffn": self.integer("intermediate_size"),
+                  "vocab": self.integer("vocab_size"), "tied_embeddings": self.tied(),
+                  **self.experts(arch), **self.latent(arch), **self.sliding(arch, layers)}
+        if values.get("attention") == "mla":
+            values["kv_heads"] = heads  # each head's K and V are expanded from the one latent
+        weight = self.weight_dtype()
+        kv = default_kv_dtype(weight)
+        name = self.name()
+        probe = checked_model({**values, "name": name, "parameters": 1, "weight_dtype": weight, "kv_dtype": kv},
+                              self._fail_mapped)
+        return checked_model({**values, "name": name + precision_suffix(weight, kv),
+                              "parameters": probe.geometric_parameters, "weight_dtype": weight, "kv_dtype": kv,
+                              "source": f"{self.path.name} ({arch})"}, self._fail_mapped)
+
+    def _fail_mapped(self, key: str, rule: str, value) -> PdplanError:
+        return self.fail(_CONFIG_KEY.get(key, key), rule, value)
+
+    def head_dim(self, arch: str, hidden: int, heads: int) -> int:
+        if arch == "DeepseekV3ForCausalLM":
+            return self.integer("qk_nope_head_dim") + self.integer("qk_rope_head_dim")
+        if self.data.get("head_dim") is not None or arch not in _HEAD_DIM_FROM_HIDDEN:
+            return self.integer("head_dim")
+        if hidden % heads:
+            raise self.fail("num_attention_heads", f"must divide hidden_size ({hidden}) when head_dim is not "
+                            "stated", heads)
+        return hidden // heads
+
+    def tied(self) -> bool:
+        value = self.data.get("tie_word_embeddings", False)  # False in every class read here
+        if not isinstance(value, bool):
+            raise self.fail("tie_word_embeddings", "must be true or false", value)
+        return value
+
+    def experts(self, arch: str) -> dict:
+        if arch in _DENSE:
+            return {}
+        if arch == "DeepseekV3ForCausalLM":
+            if self.integer("moe_layer_freq", 1) != 1:
+                raise self.fail("moe_layer_freq", "other than 1 (MoE layers interleaved with dense ones) is not read",
+                                self.data["moe_layer_freq"])
+            return {"experts": self.integer("n_routed_experts"),
+                    "experts_per_token": self.integer("num_experts_per_tok"),
+                    "shared_experts": self.integer("n_shared_experts", 0, minimum=0),
+                    "expert_ffn": self.integer("moe_intermediate_size"),
+                    "dense_layers": self.integer("first_k_dense_replace", 0, minimum=0)}
+        if arch == "Qwen3MoeForCausalLM":
+            if self.integer("decoder_sparse_step", 1) != 1:
+                raise self.fail("decoder_sparse_step", "other than 1 (MoE on every n-th layer) is not read",
+                                self.data["decoder_sparse_step"])
+            if self.data.get("mlp_only_layers"):
+                raise self.fail("mlp_only_layers", "(dense layers among MoE ones) is not read",
+                                self.data["mlp_only_layers"])
+            return {"experts": self.integer("num_experts"), "experts_per_token": self.integer("num_experts_per_tok"),
+                    "expert_ffn": self.integer("moe_intermediate_size")}
+        # Mixtral and gpt-oss: every layer's MLP is num_local_experts experts of intermediate_size.
+        per_token = self.integer("num_experts_per_tok")
+        if arch == "GptOssForCausalLM" and self.data.get("experts_per_token", per_token) != per_token:
+            raise self.fail("experts_per_token", f"contradicts num_experts_per_tok ({per_token})",
+                            self.data["experts_per_token"])
+        return {"experts": self.integer("num_local_experts"), "experts_per_token": per_token,
+                "expert_ffn": self.integer("intermediate_size")}
+
+    def latent(self, arch: str) -> dict:
+        if arch != "DeepseekV3ForCausalLM":
+            return {}
+        return {"attention": "mla", "kv_lora_rank": self.integer("kv_lora_rank"),
+                "q_lora_rank": self.integer("q_lora_rank", 0, minimum=0),
+                "qk_rope_head_dim": self.integer("qk_rope_head_dim"),
+                "qk_nope_head_dim": self.integer("qk_nope_head_dim"), "v_head_dim": self.integer("v_head_dim")}
+
+    def sliding(self, arch: str, layers: int) -> dict:
+        """Sliding-window layers: gpt-oss names each layer's kind in ``layer_types``; Mistral and
+        Mixtral apply ``sliding_window`` (when not null) to every layer; Qwen2/Qwen3 with
+        ``use_sliding_window`` (its ``max_window_layers`` split) are refused."""
+        if arch == "GptOssForCausalLM":
+            kinds = self.data.get("layer_types")
+            if not isinstance(kinds, list) or len(kinds) != layers:
+                raise self.fail("layer_types", f"must list the kind of each of the {layers} layers", kinds)
+            unknown = sorted({k for k in kinds if k not in ("sliding_attention", "full_attention")}, key=str)
+            if unknown:
+                raise self.fail("layer_types", "holds an attention kind pdplan does not read (it reads "
+                                "sliding_attention, full_attention)", unknown[0])
+            sliding = tuple(i for i, kind in enumerate(kinds) if kind == "sliding_attention")
+            return {"sliding_window": self.integer("sliding_window"), "sliding_layers": sliding} if sliding else {}
+        if self.data.get("use_sliding_window"):
+            raise self.fail("use_sliding_window", "true (sliding window on some layers) is not read", True)
+        if arch in ("MistralForCausalLM", "MixtralForCausalLM") and self.data.get("sliding_window") is not None:
+            return {"sliding_window": self.integer("sliding_window"), "sliding_layers": tuple(range(layers))}
+        return {}
+
+    def weight_dtype(self) -> str:
+        quant = self.data.get("quantization_config")
+        if quant is None:
+            return self.modelopt_dtype()
+
+        if not isinstance(quant, dict):
+            raise self.fail("quantization_config", "must be an object", quant)
+        method, algo = quant.get("quant_method"), quant.get("quant_algo")
+        if method in _QUANT_METHOD:
+            return _QUANT_METHOD[method]
+        if method in (None, "modelopt") and algo in _QUANT_ALGO:
+            return _QUANT_ALGO[algo]
+        if method in (None, "modelopt"):
+            raise self.fail("quantization_config.quant_algo", f"is a quantization pdplan does not read (it reads "
+                            f"{', '.join(_QUANT_ALGO)})", algo)
+        raise self.fail("quantization_config.quant_method", f"is a quantization pdplan does not read (it reads "
+                        f"{', '.join([*_QUANT_METHOD, 'modelopt'])})", method)
+
+    def modelopt_dtype(self) -> str:
+        """The precision NVIDIA ModelOpt checkpoints state beside config.json, in
+        hf_quant_config.json's ``quantization.quant_algo``; bf16 (an unquantized checkpoint is served
+        in 16 bits) when there is no such file."""
+        sibling = self.path.with_name(self.path.name[: -len(CONFIG_NAME)] + "hf_quant_config.json")
+        if not self.path.name.endswith(CONFIG_NAME) or not sibling.is_file():
+            return "bf16"
+        top = _json(read_text(sibling, what="quantization config"), sibling)
+        quant = top.get("quantization") if isinstance(top, dict) else None
+        algo = quant.get("quant_algo") if isinstance(quant, dict) else None
+        if algo not in _QUANT_ALGO:
+            raise PdplanError(f"quantization.quant_algo is a quantization pdplan does not read (it reads "
+                              f"{', '.join(_QUANT_ALGO)}), got {algo!r}", file=sibling, field="quantization.quant_algo")
+        return _QUANT_ALGO[algo]
+
+    def name(self) -> str:
+        """The model's name: the folder holding a config.json, or the file's stem without a
+        ``_config`` suffix (``deepseek-ai--DeepSeek-V3_config.json`` → ``deepseek-ai--deepseek-v3``)."""
+        stem = self.path.parent.name if self.path.name == CONFIG_NAME else re.sub(r"[_-]?config$", "", self.path.stem)
+        name = stem.lower()
+        problem = names.model_name(name)
+        if problem:
+            raise PdplanError(f"the model name taken from the file name, {name!r}, {problem}; rename the file or "
+                              "its folder", file=self.path, field="model")
+        return name
+
+
+#: ModelSpec field → the config.json key that states it (for errors found by the shared checks).
+_CONFIG_KEY = {"layers": "num_hidden_layers", "hidden": "hidden_size", "q_heads": "num_attention_heads",
+               "kv_heads": "num_key_value_heads", "ffn": "intermediate_size", "vocab": "vocab_size",
+               "experts_per_token": "num_experts_per_tok", "shared_experts": "n_shared_experts",
+               "dense_layers": "first_k_dense_replace", "sliding_window": "sliding_window",
+               "sliding_layers": "layer_types"}
