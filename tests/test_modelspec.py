@@ -9,19 +9,16 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.modelspec import (
     ModelSpec,
-    decode_work,
     get_model,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
     kv_capacity_tokens,
     load_model,
-    lower_bound_s,
-    mixed_work,
     model_catalog,
-    prefill_work,
     shape_rejection,
     weight_bytes_per_gpu,
 )
+from pdplan.work import decode_work, lower_bound_s, mixed_work, prefill_work
 
 # The 0x02A executable fixture. The article states the geometry and the three results but not the
 # rows; these rows are derived from the stated results and reproduce all three to the printed digit:

@@ -18,8 +18,9 @@ from pdplan.latency.roofline import (
     roofline_profile,
 )
 from pdplan.latency.roofline_fit import calibrate_efficiency, load_splitwise_points, roofline_errors
-from pdplan.modelspec import ModelSpec, decode_work, get_model, lower_bound_s, prefill_work
+from pdplan.modelspec import ModelSpec, get_model
 from pdplan.network import network_for
+from pdplan.work import decode_work, lower_bound_s, prefill_work
 
 LLAMA70 = get_model("llama2-70b")
 H100, A100, H100CAP = get_gpu("h100-80gb"), get_gpu("a100-80gb"), get_gpu("h100-80gb-pcap")
