@@ -40,10 +40,9 @@ ENDPOINT_LABEL = "pdplan.dev/endpoint"
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 #: With Mooncake, vllm-router asks each prefill server's Mooncake bootstrap server; under service
 #: discovery it reads that port from this pod annotation (vllm-project/router ``src/main.rs``,
-#: ``bootstrap_port_annotation``). vLLM's prefiller serves it on VLLM_MOONCAKE_BOOTSTRAP_PORT,
-#: default 8998 (vllm-project/vllm ``docs/features/mooncake_connector_usage.md``).
+#: ``bootstrap_port_annotation``). Each pod has its own IP, so every prefiller serves it on vLLM's
+#: default port (:data:`vllm.MOONCAKE_BOOTSTRAP_BASE`).
 BOOTSTRAP_ANNOTATION = "vllm.ai/bootstrap-port"
-MOONCAKE_BOOTSTRAP_PORT = 8998
 
 
 def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
@@ -85,8 +84,8 @@ def _workload(manifest: dict, pool: dict, image: str, options: pods.PodOptions) 
     size = common.pods_per_instance(manifest, pool)
     labels = _labels(manifest, pool)
     annotations = common.manifest_annotations(manifest)
-    if pool["phase"] == "prefill" and manifest["transfer"]["connector"] == "mooncake":
-        annotations = {**annotations, BOOTSTRAP_ANNOTATION: str(MOONCAKE_BOOTSTRAP_PORT)}
+    if vllm.has_bootstrap(manifest, pool):
+        annotations = {**annotations, BOOTSTRAP_ANNOTATION: str(vllm.MOONCAKE_BOOTSTRAP_BASE)}
     serving = {"metadata": {"labels": {**labels, ENDPOINT_LABEL: "http"}, "annotations": annotations},
                "spec": _pod_spec(manifest, pool, image, options, size, probed=True)}
     if size == 1:

@@ -157,8 +157,8 @@ def node_labels(manifest: dict, pool: dict) -> dict[str, list[str]]:
         field = f"placement.nodes[{index}].node_label"
         label = node.get("node_label")
         if label is None:
-            gpu = gpu_catalog().get(node["gpu"])
-            product = None if gpu is None else (gpu.product_label or gpu_catalog()[gpu.physical].product_label)
+            gpu = gpu_catalog().get(node["gpu"])  # a capped type inherits its base's product label
+            product = None if gpu is None else gpu.product_label
             if product is None:
                 raise PdplanError(f"node {node['node']} has no node_label and its GPU {node['gpu']!r} no known "
                                   f"{GPU_PRODUCT_LABEL} value; name one in the cluster file (node_label)", field=field)

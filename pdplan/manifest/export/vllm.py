@@ -88,7 +88,7 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     workers: dict[str, list[list[str]]] = {}
     for index, inst in enumerate(common.instances(manifest)):
         port = SERVE_PORT_BASE + index
-        bootstrap = MOONCAKE_BOOTSTRAP_BASE + index if _has_bootstrap(manifest, inst.pool) else None
+        bootstrap = MOONCAKE_BOOTSTRAP_BASE + index if has_bootstrap(manifest, inst.pool) else None
         files[common.script_name("vllm", inst)] = _instance_script(manifest, inst, port, NIXL_SIDE_CHANNEL_BASE + index,
                                                                    bootstrap)
         url = f"http://{inst.nodes[0]}:{port}"
@@ -97,7 +97,7 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     return files
 
 
-def _has_bootstrap(manifest: dict, pool: dict) -> bool:
+def has_bootstrap(manifest: dict, pool: dict) -> bool:
     """A Mooncake prefill instance serves its KV through a bootstrap server (vLLM's MooncakeConnector)."""
     return manifest["transfer"]["connector"] == "mooncake" and pool["phase"] == "prefill"
 
