@@ -86,6 +86,19 @@ def test_a_pass_tries_cheaper_plans_until_none_above_the_floor_is_left(monkeypat
     assert min(report.answer.solution.phase_capacity_rps.values()) >= planner.SEARCH_FLOOR * 10.0 - 1e-9
 
 
+def test_after_a_clear_miss_counted_short_the_descent_tries_only_plans_counting_more_for_that_phase(
+        monkeypatch, tmp_path):
+    judged = scripted(monkeypatch, lambda plan: not plan.colocated and replicas(plan, "prefill") >= 3)
+    report = planner.optimize(request(target_rps=10.0), cache=ResultCache(tmp_path))
+    tried = report.chosen.tried
+    for i, checked in enumerate(tried):
+        capacity = checked.solution.phase_capacity_rps["prefill"]
+        if checked.verification.clear_miss and capacity < 10.0:
+            later = [c.solution.phase_capacity_rps["prefill"] for c in tried[i + 1:]]
+            assert all(c > capacity for c in later)
+    assert judged and report.answer.verification.passed
+
+
 def test_the_answer_is_the_cheapest_plan_that_passed(monkeypatch, tmp_path):
     scripted(monkeypatch, lambda plan: replicas(plan, "decode" if not plan.colocated else "colocated") >= 2)
     report = planner.optimize(request(), cache=ResultCache(tmp_path))

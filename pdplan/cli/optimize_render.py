@@ -127,7 +127,7 @@ def search_line(doc: dict) -> str:
     proof = ("no cheaper plan above the search floor passes" if s["proven"]
              else "the check budget ran out before cheaper plans were ruled out")
     gap = "" if s["gap"] is None else f", gap {s['gap']:+.1%}"
-    if s["gap"] is not None and s["gap"] < 0:
+    if s["gap"] is not None and round(s["gap"], 3) < 0:  # a gap that prints as -0.0% is rounding
         gap += ", the simulation passed a plan the program counts short"
     return (f"search: integer-program estimate {objective_text(s['program_estimate'], name)} (from pool capacities, "
             f"not a bound), "

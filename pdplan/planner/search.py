@@ -13,7 +13,10 @@ For one fleet, mode and affinity:
    one, not dominated by any miss, whose pools reach at least ``SEARCH_FLOOR`` of the target, or
    of what they counted for the best plan when that passed below it (the decomposition is never
    trusted to be more pessimistic than that). A pass becomes the best plan; a
-   miss is excluded with everything it dominates. When no such plan is left, the best plan is
+   miss is excluded with everything it dominates. A clear miss on a phase whose pools the
+   program already counted short of the target is evidence that the decomposition was not
+   pessimistic there: that phase's floor rises just above what the missed plan counted, so the
+   descent stops trying plans that count no more for the phase that failed. When no such plan is left, the best plan is
    the cheapest that passes among all plans above the floor: the search is *proven*. The
    strongest cheaper plan is the likeliest to pass, so good plans come early when the budget
    cannot cover the whole space. When the ascent found no plan that passes (the program had none at the target,
@@ -44,6 +47,8 @@ RAISE_FACTOR = 1.15
 MAX_RAISE = 8.0
 #: The descent never tries plans whose pools reach less than this share of the target.
 SEARCH_FLOOR = 0.75
+#: The program's capacity unit (one milli-req/s): "more than a missed plan counted" is this much more.
+CAPACITY_STEP_RPS = 1e-3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,7 +103,7 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
         first = solve(base)
     except InfeasibleError as err:
         first, found = None, replace(found, reason=str(err))
-    tried, missed = [], Missed()
+    tried, missed = [], Missed(base.target_rps)
     best, solution, targets = None, first, {}
     while solution is not None and len(tried) < request.max_checks:  # ascend
         checked = check(solution)
@@ -110,7 +115,7 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
         solution = _raise_until_changed(missed.excluding(base), solution, checked.verification.failing_phase, targets)
     # Descend from the best plan; without one, from the largest plan tried (or the whole cluster)
     # and with no floor: the decomposition has shown no plan that passes, so it is not trusted.
-    floor = _floor(base, best)
+    floor = _floor(base, best, missed)
     ceiling = _ceiling(base, best, tried)
     proven = False
     while ceiling is not None and len(tried) < request.max_checks:
@@ -123,20 +128,22 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
         tried.append(checked)
         if checked.verification.passed:
             best, ceiling = checked, checked.value(base.objective)
-            floor = _floor(base, best)
         else:
             missed.add(checked)
+        floor = _floor(base, best, missed)
     return replace(found, first=first, best=best, tried=tuple(tried), proven=proven and best is not None)
 
 
-def _floor(base: Problem, best: Checked | None) -> dict[str, float]:
+def _floor(base: Problem, best: Checked | None, missed: "Missed") -> dict[str, float]:
     """The least each phase's pools must reach in the descent: SEARCH_FLOOR of the target, or of
     what the program counted for the best plan when that passed below the target (the
-    decomposition is then known to be that pessimistic); nothing without a plan that passed."""
+    decomposition is then known to be that pessimistic), and more than any plan counted that
+    missed clearly on that phase while counted short; nothing without a plan that passed."""
     if best is None:
         return {phase: 0.0 for phase in base.phases}
     counted = best.solution.phase_capacity_rps
-    return {phase: SEARCH_FLOOR * min(base.target_rps, counted[phase]) for phase in base.phases}
+    return {phase: max(SEARCH_FLOOR * min(base.target_rps, counted[phase]),
+                       missed.counted_short.get(phase, 0.0) + CAPACITY_STEP_RPS) for phase in base.phases}
 
 
 def _ceiling(base: Problem, best: Checked | None, tried: list[Checked]) -> float | None:
@@ -154,12 +161,18 @@ class Missed:
     dominates; a narrow one (only the interval's lower end misses) excludes itself alone, since
     near the edge a larger plan can draw a wider interval than a smaller one."""
 
-    def __init__(self):
+    def __init__(self, target_rps: float | None):
+        self.target_rps = target_rps
         self.clear: list = []
         self.narrow: list = []
+        self.counted_short: dict[str, float] = {}  #: per phase, the most a clear miss on it counted below the target
 
     def add(self, checked: Checked) -> None:
-        (self.clear if checked.verification.clear_miss else self.narrow).append(checked.solution.counts)
+        v, counted = checked.verification, checked.solution.phase_capacity_rps
+        (self.clear if v.clear_miss else self.narrow).append(checked.solution.counts)
+        capacity = counted.get(v.failing_phase) if v.clear_miss else None
+        if capacity is not None and self.target_rps is not None and capacity < self.target_rps:
+            self.counted_short[v.failing_phase] = max(capacity, self.counted_short.get(v.failing_phase, 0.0))
 
     def excluding(self, base: Problem) -> Problem:
         return replace(base, excluded=tuple(self.clear), excluded_exactly=tuple(self.narrow))
