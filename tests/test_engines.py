@@ -95,6 +95,15 @@ def test_the_default_search_keeps_vllms_nixl_rule_and_says_so_in_explain(run_cli
             assert export_manifest(plan, fmt)
 
 
+def test_when_the_engine_rules_out_every_decode_shape_the_answer_says_so_not_goodput(run_cli, tmp_path):
+    code, out, err = run_cli("optimize", TRACE, "--requests-per-probe", "300", "--cache-dir", tmp_path / "cache",
+                             "--mode", "disaggregated", "--tp", "2", "--pp", "2", "--out", tmp_path / "plan.yaml")
+    assert code == 2
+    assert "every decode shape (3) is ruled out before it is measured: nixl-decode-pp" in err
+    assert "goodput rules them out" not in err
+    assert not (tmp_path / "plan.yaml").exists()
+
+
 def test_nixl_decode_pp_is_rejected_for_optimize_engine_vllm():
     shapes, rejected = enumerate_shapes(get_model("llama2-70b"), load_cluster(default_cluster_path()),
                                         largest_request_tokens=4096, tps=(2,), pps=(1, 2), engine="vllm",

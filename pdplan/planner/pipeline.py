@@ -224,7 +224,7 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
         fleets.append(searches.fleet(fleet))
     if all(f.best_in(request.mode) is None for f in fleets) and all(
             r.first is None for f in fleets for r in f.searches(request.mode)):
-        raise InfeasibleError(no_plan_message(request, fleets, searches))
+        raise InfeasibleError(no_plan_message(request, fleets, searches, ruled_out(request, measured, rejected)))
     chosen = best_of(fleets, request)
     end_to_end = without = None
     if chosen is not None:
@@ -247,9 +247,37 @@ def best_of(fleets: list[FleetResult], request: PlanRequest) -> SearchResult | N
     return reduce(lambda a, b: better(a, b, request.objective), found) if found else None
 
 
-def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: Searches) -> str:
+#: The phases each mode asked for needs a shape for.
+MODE_PHASES = {"colocated": ("colocated",), "disaggregated": ("prefill", "decode")}
+
+
+def ruled_out(request: PlanRequest, measured: list, rejected: list[Rejected]) -> str | None:
+    """When every shape of a phase the mode needs was ruled out before any was measured (memory,
+    an engine's start-up rule), that, with the first reasons; None otherwise. Without it the
+    program would only see no shape of that phase, as if goodput had ruled them all out."""
+    modes = MODE_PHASES if request.mode == "auto" else {request.mode: MODE_PHASES[request.mode]}
+    per_mode = [[_ruled_out_text(phase, rejected) for phase in phases
+                 if not any(m.shape.phase == phase for m in measured) and _ruled_out_text(phase, rejected)]
+                for phases in modes.values()]
+    if not all(per_mode):  # a mode still had shapes for every phase: the program's reason stands
+        return None
+    return "; ".join(text for texts in per_mode for text in texts)
+
+
+def _ruled_out_text(phase: str, rejected: list[Rejected]) -> str:
+    shapes = [r for r in rejected if r.shape.phase == phase]
+    reasons = list(dict.fromkeys(r.reason for r in shapes))  # distinct, in order
+    more = f"; and {len(reasons) - 2} other reasons" if len(reasons) > 2 else ""
+    return (f"every {phase} shape ({len(shapes)}) is ruled out before it is measured: {'; '.join(reasons[:2])}{more}"
+            if shapes else "")
+
+
+def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: Searches,
+                    unmeasured: str | None = None) -> str:
     """Why no fleet has a plan; when the cluster's size or the budget binds, also the highest rate
     the cluster serves (verified end to end) and the GPUs the target would need."""
+    if unmeasured is not None:
+        return f"no fleet can serve the target: {unmeasured}"
     reasons = "; ".join(f"{f.fleet.label}: {(f.colocated if request.mode == 'colocated' else f.disaggregated).reason}"
                         for f in fleets)
     message = f"no fleet can serve the target: {reasons}"
