@@ -16,7 +16,8 @@ TTFT and the mean TPOT. Nothing is fitted to this file: it is how we know the mo
 
 The requests each collection's client sent:
 
-* ``2026-04-06.csv`` is SemiAnalysis' InferenceMAX sweep (its grid: ISL/OSL 1k/1k, 1k/8k, 8k/1k,
+* ``2026-04-06.csv``, ``2026-03-25.csv`` and ``db-dump/2026-04-27`` are SemiAnalysis' InferenceMAX sweep
+  (two exports of its results and a dump of its database) (its grid: ISL/OSL 1k/1k, 1k/8k, 8k/1k,
   concurrency 4 to 256, Llama-3.1-70B, DeepSeek-R1 and gpt-oss-120b on H100/H200/B200/GB200 under
   vLLM, SGLang and TensorRT-LLM). Its client is vLLM's old ``benchmark_serving.py`` run with
   ``--random-range-ratio 0.8 --num-prompts 10*C --max-concurrency C --ignore-eos``: each
@@ -58,11 +59,21 @@ from pdplan.sim.plan import Link, Plan, Pool
 
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "Qwen/Qwen3-32B": "qwen3-32b",
-          "nvidia/Qwen3-32B-NVFP4": "qwen3-32b"}
+          "nvidia/Qwen3-32B-NVFP4": "qwen3-32b",
+          # mixture-of-experts models (aggregated rows whose instance is TP x PP on one node)
+          "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
+          "nvidia/DeepSeek-R1-NVFP4": "deepseek-r1", "openai/gpt-oss-120b": "gpt-oss-120b",
+          "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b"}
+MOE = {"deepseek-r1", "deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b"}
 GPUS = {system: gpu for gpu, system in tables.SYSTEMS.items()}
 DTYPES = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+#: gpt-oss ships MXFP4 experts; the collection labels its runs nvfp4 (the 4-bit MoE mode), which on
+#: Hopper, lacking FP4 tensor cores, can only be the checkpoint's MXFP4 weights.
+CHECKPOINT_DTYPES = {"gpt-oss-120b": "mxfp4"}
 SCHEDULING = {"vllm": ("chunked", 8192), "trtllm": ("chunked", 8192), "sglang": ("prefill-first", 8192)}
-INFERENCEMAX, RANGE_RATIO = "2026-04-06.csv", 0.8
+#: SemiAnalysis' InferenceMAX collections: two CSV exports and a dump of its results database, each row
+#: naming the container image and measurement date; one benchmark client (module docstring).
+INFERENCEMAX, RANGE_RATIO = ("2026-04-06.csv", "2026-03-25.csv", "db-dump/2026-04-27"), 0.8
 LINK = Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=50e9, setup_s=0.5e-3)
 
 
@@ -72,8 +83,21 @@ def supported_rows(path) -> pd.DataFrame:
     rows["model"] = rows["model_path"].map(MODELS)
     rows["gpu"] = rows["system"].map(GPUS)
     rows["dtype"] = rows["gemm_quant_mode"].map(DTYPES).fillna("bf16")
+    for model, dtype in CHECKPOINT_DTYPES.items():
+        rows.loc[rows["model"] == model, "dtype"] = dtype
+    rows["ep"] = rows["moe_ep_size"].fillna(1).astype(int)
     rows["concurrency"] = [_concurrency(s, b) for s, b in zip(rows["silicon_data_source"], rows["batch_size"])]
     rows["harness"] = [_harness(s) for s in rows["silicon_data_source"]]
+    moe = rows["model"].isin(MOE)
+    # today's instance: TP x PP on one node, experts split over the TP group (EP 1) or whole over it (EP = TP)
+    one_instance = ((rows["mode"] == "agg") & (rows["attention_dp_size"].fillna(1) == 1)
+                    & (rows["tp_size"].fillna(1) <= 8) & (rows["pp_size"].fillna(1) == 1)
+                    & (rows["ep"].eq(1) | rows["ep"].eq(rows["tp_size"])))
+    outside = rows[moe & ~one_instance]
+    if len(outside):
+        print(f"{len(outside)} mixture-of-experts rows are disaggregated or need attention data parallelism, "
+              f"instances over nodes or EP other than 1 or TP (wide-EP deployments); not replayed")
+    rows = rows[~moe | one_instance]
     return rows[rows["concurrency"] > 0].reset_index(drop=True)
 
 
@@ -87,8 +111,10 @@ def _concurrency(source: str, batch) -> int:
 def _harness(source: str) -> str:
     """Which collection a row comes from: its source file's folder or name (runs of one
     collection share a benchmark client and its settings)."""
-    found = re.search(r"source_file=([^;]+)", str(source))
+    found = re.search(r"source_file=([^;]+)", str(source)) or re.match(r"(db-dump/[^;]+)", str(source))
     path = found.group(1).strip() if found else "unknown"
+    if path.startswith("db-dump/"):
+        return path
     return "gap-analysis" if "aic-auto-gap-analysis" in path else path.rsplit("/", 1)[-1]
 
 
@@ -124,7 +150,7 @@ def requests(row) -> tuple[np.ndarray, np.ndarray]:
     """The input and output lengths of the requests the row's benchmark client sent (module
     docstring), drawn with a seed of the row's."""
     isl, osl, clients = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
-    if row["harness"] != INFERENCEMAX:
+    if row["harness"] not in INFERENCEMAX:
         n = min(2000, max(100, 10 * clients))
         return np.full(n, isl), np.full(n, osl)
     rng = np.random.default_rng(int(row.name))
