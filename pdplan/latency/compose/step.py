@@ -21,6 +21,11 @@ module), add+norm, then the MLP: a dense one on the leading dense layers; on an 
 router GEMM, the shared experts' gate/up GEMM, activation and down GEMM, and the routed experts
 (the MoE table); and the two TP all-reduces. In a decode step the shared experts run beside the
 routed ones (AIConfigurator's ``generation_moe_overlap``: the longer of the two counts).
+AIConfigurator counts DeepSeek's three dense layers as MoE layers and, on vLLM, a second pair of
+all-reduces beside its MoE dispatch pair; here the dense layers run a dense MLP and every layer two
+all-reduces, as vLLM's DeepSeek layer does (o_proj's RowParallelLinear and the FusedMoE reduce once
+each, the shared experts with ``reduce_results=False``: vllm/model_executor/models/deepseek_v2.py
+at 002d607).
 """
 
 from __future__ import annotations
