@@ -81,7 +81,7 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
     """The shape's operator tables, its KV capacity and its prefill batch cap."""
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
     step = Step(model=model, shape=InstanceShape(gpu=gpu.physical, tp=tp, pp=pp), engine=engine, versions=versions,
-                gpus_per_node=gpus_per_node)
+                gpus_per_node=gpus_per_node, engine_version=engine_version)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
     return step, capacity, min(max_prefill_batch_tokens, capacity)
 
@@ -90,6 +90,7 @@ def _notes(step: Step) -> str:
     parts = ["Composed, not measured end to end: per-step operator latencies (GEMM, attention, all-reduce) "
              "measured by AIConfigurator, summed per layer, plus its analytic element-wise and pipeline-hop "
              "formulas; no engine scheduling overhead between steps"]
+    parts.extend(step.notes())
     outside = step.log.text()
     parts.append(f"outside the measured grids: {outside}" if outside else "every query inside the measured grids")
     return "; ".join(parts)

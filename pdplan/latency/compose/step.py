@@ -12,17 +12,32 @@ stage, like the roofline: each layer counted once, plus the hops.
 Prefill runs ``batch`` prompts of ``length`` tokens (m = batch × length rows in every GEMM; only
 the last row of each prompt reaches the logits, as vLLM, SGLang and TensorRT-LLM do); decode runs
 ``batch`` requests holding ``context`` tokens each, one row per request.
+
+A model with routed experts, latent attention or sliding-window layers runs the operator list of
+AIConfigurator's MoE and DeepSeek models instead (:meth:`Step._mixed_layers`, tables read by
+:mod:`pdplan.latency.compose.moe`): per layer add+norm, the attention block (QKV GEMM, attention —
+the window's kernel on a sliding-window layer — and the output projection; or the latent-attention
+module), add+norm, then the MLP: a dense one on the leading dense layers; on an MoE layer the bf16
+router GEMM, the shared experts' gate/up GEMM, activation and down GEMM, and the routed experts
+(the MoE table); and the two TP all-reduces. In a decode step the shared experts run beside the
+routed ones (AIConfigurator's ``generation_moe_overlap``: the longer of the two counts).
+AIConfigurator counts DeepSeek's three dense layers as MoE layers and, on vLLM, a second pair of
+all-reduces beside its MoE dispatch pair; here the dense layers run a dense MLP and every layer two
+all-reduces, as vLLM's DeepSeek layer does (o_proj's RowParallelLinear and the FusedMoE reduce once
+each, the shared experts with ``reduce_results=False``: vllm/model_executor/models/deepseek_v2.py
+at 002d607).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from pdplan.errors import PdplanError
-from pdplan.latency.compose import tables
+from pdplan.latency.compose import moe, tables
 from pdplan.latency.compose.tables import Extrapolated
 from pdplan.latency.roofline import pipeline_hops
-from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
+from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec
 from pdplan.shape import InstanceShape
 
 
@@ -36,16 +51,27 @@ class Step:
     versions: dict[str, str]
     gpus_per_node: int = 8
     log: Extrapolated = field(default_factory=Extrapolated)
+    #: The engine version asked for (None: newest); the MoE and MLA tables pick theirs at or below it.
+    engine_version: str | None = None
+    #: Expert load measured by the MoE table: balanced or power-law; None: AIConfigurator's default
+    #: for the model's family (:func:`pdplan.latency.compose.moe.default_distribution`).
+    distribution: str | None = None
+    #: Routed experts split whole over the TP ranks (moe_ep_size = TP) instead of each expert's width.
+    expert_parallel: bool = False
 
     def __post_init__(self):
         system = tables.system_for(self.shape.gpu)
         self.system, self.spec = system, tables.system_spec(system)
-        self.gemm = tables.gemm_grid(system, self.engine, self.versions["gemm"], self.model.weight_dtype)
+        self.mixed = self.model.is_moe or self.model.attention == "mla" or bool(self.model.sliding_layers)
+        if self.mixed:
+            self._mixed_tables(system)
+        else:
+            self.gemm = tables.gemm_grid(system, self.engine, self.versions["gemm"], self.model.weight_dtype)
+            self.context = tables.attention_lines(system, self.engine, self.versions["context_attention"],
+                                                  "context", self.model.head_dim, self.model.kv_dtype)
+            self.generation = tables.attention_lines(system, self.engine, self.versions["generation_attention"],
+                                                     "generation", self.model.head_dim, self.model.kv_dtype)
         self.bf16_gemm = tables.gemm_grid(system, self.engine, self.versions["gemm"], "bf16")
-        self.context = tables.attention_lines(system, self.engine, self.versions["context_attention"], "context",
-                                              self.model.head_dim, self.model.kv_dtype)
-        self.generation = tables.attention_lines(system, self.engine, self.versions["generation_attention"],
-                                                 "generation", self.model.head_dim, self.model.kv_dtype)
         self.all_reduce = None
         if self.shape.tp > 1:
             if "all_reduce" not in self.versions:
@@ -58,7 +84,7 @@ class Step:
                                   f"(measured: {', '.join(map(str, sizes))})", field="tp")
         m = self.model
         self.q_heads = m.q_heads // self.shape.tp
-        self.kv_heads = kv_heads_per_gpu(m, self.shape.tp)
+        self.kv_heads = math.ceil(m.kv_heads / self.shape.tp)  # one replicated head when tp > H_kv
         if m.q_heads % self.shape.tp:
             raise PdplanError(f"TP {self.shape.tp} does not divide {m.q_heads} query heads", field="tp")
 
@@ -108,10 +134,98 @@ class Step:
     def prefill_s(self, batch: int, length: int) -> float:
         """Seconds to prefill ``batch`` prompts of ``length`` tokens in one step."""
         rows = batch * length
+        if self.mixed:
+            return self._mixed_layers(rows, batch, length, prefill=True) + self._edges(rows, batch)
         attention = tables.attention_s(self.context, self.q_heads, self.kv_heads, batch, length, self.log)
         return self._layers(rows, attention) + self._edges(rows, batch)
 
     def decode_s(self, batch: int, context: int) -> float:
         """Seconds for one decode step of ``batch`` requests holding ``context`` tokens each."""
+        if self.mixed:
+            return self._mixed_layers(batch, batch, context, prefill=False) + self._edges(batch, batch)
         attention = tables.attention_s(self.generation, self.q_heads, self.kv_heads, batch, context, self.log)
         return self._layers(batch, attention) + self._edges(batch, batch)
+
+    def notes(self) -> list[str]:
+        """What the provenance states beyond the tables: the expert load and split of an MoE step."""
+        if not self.model.is_moe:
+            return []
+        tp = self.shape.tp
+        split = ("every expert on the one GPU" if tp == 1
+                 else f"experts split whole over {tp} GPUs (expert parallelism)" if self.expert_parallel
+                 else f"every expert split {tp} ways (tensor parallelism)")
+        return [f"routed experts from AIConfigurator's MoE table ({self.moe_config.dtype}) at a "
+                f"{moe.load_label(self.moe_config.distribution)} expert load, {split}"]
+
+    # --- mixture of experts, latent attention, sliding windows ---------------------------------------
+    def _mixed_tables(self, system: str) -> None:
+        m, engine, tp = self.model, self.engine, self.shape.tp
+        versions = dict(self.versions)
+        self.gemm = tables.gemm_grid_of(system, engine, versions["gemm"], moe.gemm_dtype(m))
+        if self.gemm is None:
+            raise PdplanError(f"no {moe.gemm_dtype(m)} GEMM measurements for {engine} {versions['gemm']} on "
+                              f"{system}", field="dtype")
+        self.latent = None
+        if m.attention == "mla":
+            self.latent = moe.LatentAttention(system, engine, self.engine_version, m, tp)
+            versions.update(self.latent.versions)
+        else:
+            windows = sorted({m.sliding_window} if m.sliding_layers else set()) + [0]
+            self.context = {w: tables.attention_lines(system, engine, versions["context_attention"], "context",
+                                                      m.head_dim, m.kv_dtype, w) for w in windows}
+            self.generation = {w: tables.attention_lines(system, engine, versions["generation_attention"],
+                                                         "generation", m.head_dim, m.kv_dtype, w) for w in windows}
+        if m.is_moe:
+            if m.mlp_matrices != 3:
+                raise PdplanError(f"{m.base_name}: the MoE tables measure gated (SwiGLU) experts only", field="model")
+            distribution = self.distribution or moe.default_distribution(m)
+            if distribution not in moe.DISTRIBUTIONS:
+                raise PdplanError(f"unknown expert load {distribution!r} (measured: {', '.join(moe.DISTRIBUTIONS)})",
+                                  field="distribution")
+            self.moe_config = moe.MoeConfig(hidden=m.hidden, inter=m.expert_ffn, topk=m.experts_per_token,
+                                            experts=m.experts, dtype=moe.moe_dtype(m), distribution=distribution)
+            self.moe_grid, versions["moe"] = moe.moe_grid(system, engine, self.engine_version, self.moe_config,
+                                                          self.expert_parallel)
+            self.moe_width = (m.experts / tp) if self.expert_parallel else (m.expert_ffn / tp)
+        self.versions = versions
+
+    def _attention(self, rows: float, batch: float, length: float, prefill: bool) -> float:
+        """Every layer's attention block, summed over the layers."""
+        m = self.model
+        if self.latent is not None:
+            one = (self.latent.prefill_s if prefill else self.latent.decode_s)(batch, length, self._gemm, self.log)
+            return m.layers * one
+        d, lines = m.head_dim, self.context if prefill else self.generation
+        projections = (self._gemm(rows, (self.q_heads + 2 * self.kv_heads) * d, m.hidden)     # QKV
+                       + self._gemm(rows, m.hidden, self.q_heads * d))                        # output projection
+        sliding = len(m.sliding_layers)
+        total = m.layers * projections
+        for window, count in ((0, m.layers - sliding), (m.sliding_window, sliding)):
+            if count:
+                total += count * tables.attention_s(lines[window], self.q_heads, self.kv_heads, batch, length,
+                                                    self.log)
+        return total
+
+    def _dense_mlp(self, rows: float, width: int) -> float:
+        """Gate/up GEMM, activation and down GEMM of a gated MLP ``width`` wide, split over TP."""
+        per_gpu = width // self.shape.tp
+        up = 2 * per_gpu if self.model.mlp_matrices == 3 else per_gpu
+        return (self._gemm(rows, up, self.model.hidden) + self._memory(rows * (up + per_gpu) * ACTIVATION_BYTES)
+                + self._gemm(rows, self.model.hidden, per_gpu))
+
+    def _moe_mlp(self, rows: float, prefill: bool) -> float:
+        """Router, shared experts and routed experts of one MoE layer."""
+        m = self.model
+        router = self._gemm(rows, m.experts, m.hidden, self.bf16_gemm)
+        routed = self.moe_grid((rows, self.moe_width), self.log)
+        shared = self._dense_mlp(rows, m.shared_experts * m.expert_ffn) if m.shared_experts else 0.0
+        return router + routed + shared if prefill else max(router + routed, shared)
+
+    def _mixed_layers(self, rows: float, batch: float, length: float, prefill: bool) -> float:
+        m = self.model
+        moe_layers = m.layers - m.dense_layers if m.is_moe else 0
+        mlp = (m.layers - moe_layers) * self._dense_mlp(rows, m.ffn) if moe_layers < m.layers else 0.0
+        if moe_layers:
+            mlp += moe_layers * self._moe_mlp(rows, prefill)
+        norms = m.layers * 2 * self._memory(rows * 4 * m.hidden * ACTIVATION_BYTES)
+        return norms + self._attention(rows, batch, length, prefill) + mlp + m.layers * 2 * self._all_reduce(rows)

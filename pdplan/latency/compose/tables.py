@@ -166,6 +166,14 @@ FILES = {"gemm": ("gemm", "gemm_perf.parquet"),
          "context_attention": ("attention", "context_attention_perf.parquet"),
          "generation_attention": ("attention", "generation_attention_perf.parquet"),
          "all_reduce": ("comm", "custom_allreduce_perf.parquet")}
+#: Tables only mixture-of-experts and latent-attention models read (:mod:`pdplan.latency.compose.moe`);
+#: kept apart from :data:`FILES` so a dense model's version choice never looks at them.
+MODEL_FILES = {"moe": ("moe", "moe_perf.parquet"),
+               "mla_context_module": ("mla", "mla_context_module_perf.parquet"),
+               "mla_generation_module": ("mla", "mla_generation_module_perf.parquet"),
+               "context_mla": ("mla", "context_mla_perf.parquet"),
+               "generation_mla": ("mla", "generation_mla_perf.parquet"),
+               "mla_bmm": ("mla_bmm", "mla_bmm_perf.parquet")}
 
 
 def system_for(gpu: str) -> str:
@@ -242,7 +250,7 @@ def _read(system: str, engine: str, table: str, version: str, columns: list[str]
     import pandas as pd  # pyarrow reads parquet; it comes with the extra
     import pyarrow.parquet as pq
 
-    family, filename = FILES[table]
+    family, filename = FILES[table] if table in FILES else MODEL_FILES[table]
     path = package_root() / "systems" / "data" / system / family / engine / version / filename
     try:
         present = set(pq.read_schema(path).names)
@@ -260,30 +268,39 @@ def _read(system: str, engine: str, table: str, version: str, columns: list[str]
 
 @cache
 def gemm_grid(system: str, engine: str, version: str, dtype: str) -> Grid:
-    frame = _read(system, engine, "gemm", version, ["gemm_dtype", "m", "n", "k", "latency"])
-    frame = frame[frame["gemm_dtype"] == GEMM_DTYPES[dtype]]
-    if frame.empty:
+    grid = gemm_grid_of(system, engine, version, GEMM_DTYPES[dtype])
+    if grid is None:
         measured = sorted(k for k, v in GEMM_DTYPES.items() if v in set(
             _read(system, engine, "gemm", version, ["gemm_dtype"])["gemm_dtype"]))
         raise PdplanError(f"no {dtype} GEMM measurements for {engine} {version} on {system} "
                           f"(measured: {', '.join(measured)})", field="dtype")
-    return Grid.from_frame(frame, ("m", "n", "k"), "GEMM")
+    return grid
+
+
+@cache
+def gemm_grid_of(system: str, engine: str, version: str, table_dtype: str) -> Grid | None:
+    """The GEMM grid of one ``gemm_dtype`` of the table (``fp8_block`` included), None when unmeasured."""
+    frame = _read(system, engine, "gemm", version, ["gemm_dtype", "m", "n", "k", "latency"])
+    frame = frame[frame["gemm_dtype"] == table_dtype]
+    return None if frame.empty else Grid.from_frame(frame, ("m", "n", "k"), "GEMM")
 
 
 @cache
 def attention_lines(system: str, engine: str, version: str, phase: str, head_dim: int,
-                    kv_dtype: str) -> dict[tuple[int, int], Grid]:
-    """Per measured (query heads, KV heads) pair, the latency grid over (batch, length)."""
+                    kv_dtype: str, window: int = 0) -> dict[tuple[int, int], Grid]:
+    """Per measured (query heads, KV heads) pair, the latency grid over (batch, length); ``window``
+    selects the rows of a sliding-window kernel (0: full attention)."""
     table = f"{phase}_attention"
     length = "isl" if phase == "context" else "step"
     frame = _read(system, engine, table, version,
                   ["batch_size", length, "num_heads", "num_key_value_heads", "head_dim", "kv_cache_dtype",
                    "window_size", "latency"])
-    frame = frame[(frame["head_dim"] == head_dim) & (frame["window_size"] == 0)
+    frame = frame[(frame["head_dim"] == head_dim) & (frame["window_size"] == window)
                   & (frame["kv_cache_dtype"] == KV_DTYPES[kv_dtype])]
     if frame.empty:
-        raise PdplanError(f"no {phase} attention measurements for head dim {head_dim} with a {kv_dtype} KV cache "
-                          f"for {engine} {version} on {system}", field="model")
+        windowed = f" and a {window}-token sliding window" if window else ""
+        raise PdplanError(f"no {phase} attention measurements for head dim {head_dim}{windowed} with a {kv_dtype} "
+                          f"KV cache for {engine} {version} on {system}", field="model")
     transforms = (None, "square" if phase == "context" else None)
     return {(int(q), int(kv)): Grid.from_frame(part, ("batch_size", length), f"{phase} attention", transforms)
             for (q, kv), part in frame.groupby(["num_heads", "num_key_value_heads"])}

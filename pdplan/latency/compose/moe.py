@@ -1,0 +1,287 @@
+"""Mixture-of-experts and multi-head latent attention operators, from AIConfigurator's tables.
+
+The composed step of a model with routed experts, latent attention (MLA) or sliding-window layers
+(:class:`~pdplan.latency.compose.step.Step`) reads, beside the dense tables of
+:mod:`pdplan.latency.compose.tables`:
+
+* ``moe/<engine>/<version>/moe_perf.parquet`` — one MoE layer's routed experts (routing, both
+  expert GEMMs, activation; the fastest kernel per point), measured per model configuration
+  (hidden size, full expert width ``inter_size``, top-k, experts), per split (``moe_tp_size`` ×
+  ``moe_ep_size``), weight format (``moe_dtype``) and expert-load distribution, over the step's
+  token count. AIConfigurator queries it with the full expert width and the split
+  (``MoE(..., hidden_size, moe_inter_size, topk, num_experts, moe_tp_size, moe_ep_size, quant,
+  distribution)`` in ``sdk/models/moe.py`` and ``sdk/models/deepseek.py`` of aiconfigurator-core
+  0.12.0; the Rust ``MoeOp.query`` passes ``num_tokens``, the tokens of the step, unchanged when
+  attention is not data-parallel).
+* ``mla/<engine>/<version>/mla_{context,generation}_module_perf.parquet`` — vLLM's and TensorRT-LLM's
+  whole latent-attention block of DeepSeek-V3 (``DeepseekV2MLAAttention.forward``: the fused q_a/kv_a
+  down-projection, q_b, the key/value up-projection or its absorbed BMMs, attention and o_proj;
+  AIConfigurator's collector/vllm/collect_mla_module.py), measured per local head count;
+* ``mla/<engine>/<version>/{context,generation}_mla_perf.parquet`` and ``mla_bmm/…`` — the bare MLA
+  attention kernels and the absorbed BMMs, which SGLang has instead of the module: the block is then
+  summed from its GEMMs as AIConfigurator's granular fallback does (``context_mla_granular`` and
+  ``generation_mla_granular`` in ``sdk/models/deepseek.py``).
+
+Routed experts are split like vLLM's and SGLang's default without expert parallelism: each of the
+TP ranks holds every expert at 1/TP of its width (``moe_tp_size`` = TP, ``moe_ep_size`` = 1).
+Expert parallelism (``moe_ep_size`` = TP: whole experts, 1/TP of them per rank) is a Step option.
+Within one model's table line the step interpolates linearly in the token count and in the expert
+width per GPU (inter_size / moe_tp_size; experts per GPU under expert parallelism), the work of a
+rank being proportional to it at a fixed token count; beyond the measured splits it scales
+linearly in that width, counted in the provenance like every query outside a grid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cache
+
+from pdplan.errors import PdplanError
+from pdplan.latency.compose import tables
+from pdplan.latency.compose.tables import Extrapolated, Grid
+
+#: Expert-load distributions the MoE tables measure (tokens per expert: equal, or power-law skewed).
+DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
+
+
+def default_distribution(model) -> str:
+    """AIConfigurator's default expert load for the model's family: ``power_law`` with α = 1.2 for
+    Mixtral, Qwen3-MoE and gpt-oss (``MOEModel.__init__``: ``self._power_law_alpha = 1.2``,
+    sdk/models/moe.py) and α = 1.01 for DeepSeek-V3/R1 and Kimi-K2 (``DeepSeekModel.__init__``:
+    ``self._power_law_alpha = 1.01``, sdk/models/deepseek.py), with ``workload_distribution =
+    "power_law"`` the config default (sdk/config.py), aiconfigurator-core 0.12.0. The DeepSeek
+    family is the one with latent attention."""
+    return "power_law_1.01" if model.attention == "mla" else "power_law_1.2"
+
+
+def load_label(distribution: str) -> str:
+    """``balanced`` or ``power-law (α = 1.2)``, for the provenance."""
+    alpha = distribution.removeprefix("power_law_")
+    return distribution if alpha == distribution else f"power-law (α = {alpha})"
+
+
+def moe_dtype(model) -> str:
+    """The MoE table's ``moe_dtype`` for the model's expert weights, as AIConfigurator maps a
+    checkpoint's quantization (``_infer_quant_modes_from_raw_config`` in sdk/models/helpers.py, aiconfigurator-core
+    0.12.0): block-scaled FP8 (DeepSeek-V3's 128×128 blocks, ``weight_block`` > 0) is ``fp8_block``,
+    per-tensor FP8 ``fp8``, NVFP4 ``nvfp4``, MXFP4 (gpt-oss) ``w4a16_mxfp4``."""
+    if model.weight_dtype == "fp8":
+        return "fp8_block" if getattr(model, "weight_block", 0) > 0 else "fp8"
+    return {"bf16": "bfloat16", "fp4": "nvfp4", "mxfp4": "w4a16_mxfp4"}[model.weight_dtype]
+
+
+def gemm_dtype(model) -> str:
+    """The GEMM table's ``gemm_dtype`` for the model's attention, shared-expert and dense-layer
+    weights. An MXFP4 checkpoint keeps every weight but the experts in bf16 (gpt-oss's
+    quantization_config leaves attention, router, embedding and head unquantized; AIConfigurator sets
+    ``gemm_quant_mode = bfloat16`` for ``quant_algo == "mxfp4"``, sdk/models/helpers.py)."""
+    if model.weight_dtype == "fp8":
+        return "fp8_block" if getattr(model, "weight_block", 0) > 0 else "fp8"
+    return {"bf16": "bfloat16", "fp4": "nvfp4", "mxfp4": "bfloat16"}[model.weight_dtype]
+
+
+def versions_with(system: str, engine: str, table: str) -> list[str]:
+    """Engine versions (oldest first) with ``table`` measured on ``system``."""
+    family, filename = tables.MODEL_FILES[table]
+    folder = tables.package_root() / "systems" / "data" / system / family / engine
+    found = [p.name for p in folder.iterdir() if (p / filename).is_file()] if folder.is_dir() else []
+    return sorted(found, key=tables.version_key)
+
+
+def not_above(versions: list[str], ceiling: str | None) -> list[str]:
+    """The versions a request for ``ceiling`` may use, newest first (None: all)."""
+    keep = [v for v in versions if ceiling is None or tables.version_key(v) <= tables.version_key(ceiling)]
+    return keep[::-1]
+
+
+# --- routed experts ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MoeConfig:
+    """One model's MoE layer as the table keys it."""
+
+    hidden: int
+    inter: int          #: full expert width (the table's inter_size)
+    topk: int
+    experts: int
+    dtype: str          #: moe_dtype
+    distribution: str
+
+    def text(self) -> str:
+        return (f"{self.experts} experts of {self.hidden}×{self.inter}, top-{self.topk}, {self.dtype}, "
+                f"{self.distribution}")
+
+
+@cache
+def _moe_frame(system: str, engine: str, version: str):
+    return tables._read(system, engine, "moe", version,
+                        ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
+                         "moe_tp_size", "moe_ep_size", "distribution", "latency"])
+
+
+def _model_rows(frame, config: MoeConfig):
+    return frame[(frame.hidden_size == config.hidden) & (frame.inter_size == config.inter)
+                 & (frame.topk == config.topk) & (frame.num_experts == config.experts)
+                 & (frame.moe_dtype == config.dtype)]
+
+
+@cache
+def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
+             expert_parallel: bool) -> tuple[Grid, str]:
+    """The model's MoE latency grid over (tokens, width per GPU) and the version measuring it: the
+    newest version not above ``ceiling`` whose table holds the model (tables are collected per
+    release and a model is measured once, so an older table stands in for one not re-measured)."""
+    versions = not_above(versions_with(system, engine, "moe"), ceiling)
+    if not versions:
+        raise PdplanError(f"no {engine} MoE measurements on {system}", field="engine")
+    for version in versions:
+        rows = _model_rows(_moe_frame(system, engine, version), config)
+        rows = rows[rows.distribution == config.distribution] if not rows.empty else rows
+        split = rows[rows.moe_tp_size == 1] if expert_parallel else rows[rows.moe_ep_size == 1]
+        if split.empty:
+            continue
+        if expert_parallel:   # whole experts, experts / moe_ep_size of them per GPU
+            split = split.assign(width=split.num_experts / split.moe_ep_size)
+            column = "experts per GPU"
+        else:                 # every expert at inter_size / moe_tp_size of its width per GPU
+            split = split.assign(width=split.inter_size / split.moe_tp_size)
+            column = "expert width per GPU"
+        grid = Grid.from_frame(split.loc[:, ["num_tokens", "width", "latency"]], ("num_tokens", "width"), "MoE")
+        grid.columns = ("tokens", column)
+        return grid, version
+    newest = _moe_frame(system, engine, versions[0])
+    same_dtype = newest[newest.moe_dtype == config.dtype]
+    models = sorted({f"{h}×{i} top-{k}/{e}" for h, i, k, e in
+                     same_dtype[["hidden_size", "inter_size", "topk", "num_experts"]].itertuples(index=False)})
+    raise PdplanError(f"no {engine} MoE measurement on {system} for {config.text()} "
+                      f"({config.dtype} models measured: {', '.join(models) or 'none'})", field="model")
+
+
+def moe_s(grid: Grid, tokens: float, width: float, log: Extrapolated) -> float:
+    return grid((tokens, width), log)
+
+
+# --- latent attention -------------------------------------------------------------------------------
+
+#: The latent-attention geometry the module tables measure: DeepSeek-V3's (AIConfigurator's
+#: model_configs/deepseek-ai--DeepSeek-V3_config.json; the tables' ``model`` column), per local head count.
+MODULE_GEOMETRY = {"hidden": 7168, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+                   "qk_nope_head_dim": 128, "v_head_dim": 128}
+
+
+def module_fits(model) -> str | None:
+    """Why the DeepSeek-V3 module tables do not describe the model's attention block (None: they do)."""
+    for key, value in MODULE_GEOMETRY.items():
+        if getattr(model, key) != value:
+            return f"{key} {getattr(model, key)} (the module tables measure DeepSeek-V3's {value})"
+    return None
+
+
+@cache
+def mla_module_grid(system: str, engine: str, version: str, phase: str, gemm_type: str, kv_dtype: str) -> Grid:
+    """The MLA module's latency over (batch, length, local heads): prompt length for context (in
+    its square, attention's causal pairs growing so), KV length for generation."""
+    length = "isl" if phase == "context" else "step"
+    frame = tables._read(system, engine, f"mla_{phase}_module", version,
+                         ["gemm_type", "kv_cache_dtype", "num_heads", "batch_size", length, "latency"])
+    frame = frame[(frame.gemm_type == gemm_type) & (frame.kv_cache_dtype == tables.KV_DTYPES[kv_dtype])]
+    if frame.empty:
+        raise PdplanError(f"no {engine} {version} MLA {phase} module measured with {gemm_type} GEMMs and a "
+                          f"{kv_dtype} KV cache on {system}", field="model")
+    transforms = ("square" if phase == "context" else None, None)
+    grid = Grid.from_frame(frame.loc[:, ["batch_size", length, "num_heads", "latency"]],
+                           ("batch_size", length, "num_heads"), f"MLA {phase} module", (None, *transforms))
+    return grid
+
+
+@cache
+def mla_kernel_grid(system: str, engine: str, version: str, phase: str, kv_dtype: str) -> Grid:
+    """The bare MLA attention kernel over (batch, length, local heads)."""
+    length = "isl" if phase == "context" else "step"
+    frame = tables._read(system, engine, f"{phase}_mla", version,
+                         ["kv_cache_dtype", "num_heads", "batch_size", length, "latency"])
+    frame = frame[frame.kv_cache_dtype == tables.KV_DTYPES[kv_dtype]]
+    if frame.empty:
+        raise PdplanError(f"no {engine} {version} MLA {phase} kernel measured with a {kv_dtype} KV cache on "
+                          f"{system}", field="model")
+    transforms = (None, "square" if phase == "context" else None, None)
+    return Grid.from_frame(frame.loc[:, ["batch_size", length, "num_heads", "latency"]],
+                           ("batch_size", length, "num_heads"), f"MLA {phase} attention", transforms)
+
+
+@cache
+def mla_bmm_grid(system: str, engine: str, version: str, which: str, dtype: str) -> Grid:
+    """The absorbed key (``pre``) or value (``post``) BMM over (tokens, local heads)."""
+    frame = tables._read(system, engine, "mla_bmm", version, ["op_name", "bmm_dtype", "num_tokens", "num_heads",
+                                                               "latency"])
+    part = frame[(frame.op_name == f"mla_gen_{which}") & (frame.bmm_dtype == dtype)]
+    if part.empty:
+        part = frame[(frame.op_name == f"mla_gen_{which}") & (frame.bmm_dtype == "bfloat16")]
+    return Grid.from_frame(part.loc[:, ["num_tokens", "num_heads", "latency"]], ("num_tokens", "num_heads"),
+                           f"MLA {which} BMM")
+
+
+@dataclass
+class LatentAttention:
+    """One latent-attention block per layer: the measured module, else its granular operators."""
+
+    system: str
+    engine: str
+    ceiling: str | None
+    model: object
+    tp: int
+
+    def __post_init__(self):
+        m, system, engine = self.model, self.system, self.engine
+        self.heads = m.q_heads / self.tp
+        self.versions: dict[str, str] = {}
+        self.module = self.granular = None
+        gemm_type = gemm_dtype(m)
+        misfit = module_fits(m)
+        module_versions = not_above(versions_with(system, engine, "mla_context_module"), self.ceiling)
+        kernel_versions = not_above(versions_with(system, engine, "context_mla"), self.ceiling)
+        bmm_versions = not_above(versions_with(system, engine, "mla_bmm"), self.ceiling)
+        if module_versions and misfit is None and gemm_type in ("bfloat16", "fp8_block"):
+            version = module_versions[0]
+            self.module = {phase: mla_module_grid(system, engine, version, phase, gemm_type, m.kv_dtype)
+                           for phase in ("context", "generation")}
+            self.versions["mla_module"] = version
+        elif kernel_versions and bmm_versions:
+            version = kernel_versions[0]
+            bmm_dtype = "bfloat16" if m.weight_dtype in ("bf16", "mxfp4") else "fp8"
+            self.granular = {phase: mla_kernel_grid(system, engine, version, phase, m.kv_dtype)
+                             for phase in ("context", "generation")}
+            self.bmm = {which: mla_bmm_grid(system, engine, bmm_versions[0], which, bmm_dtype)
+                        for which in ("pre", "post")}
+            self.versions["mla_attention"] = version
+            self.versions["mla_bmm"] = bmm_versions[0]
+        else:
+            why = misfit or (f"its {gemm_type} projections" if module_versions else "no MLA module table")
+            raise PdplanError(f"no {engine} latent-attention measurement on {system} for {m.base_name}: {why}",
+                              field="model")
+
+    def prefill_s(self, batch: float, length: float, gemm, log: Extrapolated) -> float:
+        if self.module is not None:
+            return self.module["context"]((batch, length, self.heads), log)
+        rows = batch * length
+        return (self._projections(rows, gemm)
+                + gemm(rows, self.heads * (self.model.qk_nope_head_dim + self.model.v_head_dim),
+                       self.model.kv_lora_rank)                                                  # kv_b
+                + self.granular["context"]((batch, length, self.heads), log))
+
+    def decode_s(self, batch: float, context: float, gemm, log: Extrapolated) -> float:
+        if self.module is not None:
+            return self.module["generation"]((batch, context, self.heads), log)
+        return (self._projections(batch, gemm)
+                + self.bmm["pre"]((batch, self.heads), log) + self.bmm["post"]((batch, self.heads), log)
+                + self.granular["generation"]((batch, context, self.heads), log))
+
+    def _projections(self, rows: float, gemm) -> float:
+        """The fused q_a/kv_a down-projection (replicated on every rank), q_b and o_proj (TP-split)."""
+        m = self.model
+        down = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+        q_width = self.heads * (m.qk_nope_head_dim + m.qk_rope_head_dim)
+        q = gemm(rows, q_width, m.q_lora_rank) if m.q_lora_rank else 0.0
+        return (gemm(rows, down if m.q_lora_rank else m.kv_lora_rank + m.qk_rope_head_dim, m.hidden)
+                + (q if m.q_lora_rank else gemm(rows, q_width, m.hidden))
+                + gemm(rows, m.hidden, self.heads * m.v_head_dim))

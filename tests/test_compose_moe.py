@@ -1,0 +1,128 @@
+"""Composed steps of mixture-of-experts, latent-attention and sliding-window models.
+
+The expected values are read from AIConfigurator's parquet tables here, independently of the
+composition. These need the optional extra (pip install 'pdplan[aic]'); without it they skip.
+"""
+
+import dataclasses
+
+import pytest
+
+pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
+
+import pandas as pd  # noqa: E402
+
+from pdplan.errors import PdplanError  # noqa: E402
+from pdplan.latency.compose import moe, tables  # noqa: E402
+from pdplan.latency.compose.step import Step  # noqa: E402
+from pdplan.modelspec import get_model  # noqa: E402
+from pdplan.shape import InstanceShape  # noqa: E402
+
+
+def raw_table(system, family, engine, version, filename):
+    return pd.read_parquet(tables.package_root() / "systems" / "data" / system / family / engine / version / filename)
+
+
+def block_scaled(model):
+    """The model with DeepSeek-V3's 128×128 block-scaled FP8 weights (``weight_block``)."""
+    if "weight_block" in {f.name for f in dataclasses.fields(model)}:
+        return dataclasses.replace(model, weight_block=128)
+    model = dataclasses.replace(model)
+    object.__setattr__(model, "weight_block", 128)  # the field is added with the MoE memory model
+    return model
+
+
+def step(model, gpu, tp, engine="vllm", **options):
+    return Step(model=model, shape=InstanceShape(gpu=gpu, tp=tp, pp=1), engine=engine,
+                versions=tables.choose_versions(gpu, engine, None), **options)
+
+
+def moe_latency_s(system, engine, version, *, hidden, inter, topk, experts, dtype, tp, tokens, distribution):
+    """Fastest measured kernel of one MoE table point (TP-split experts), in seconds."""
+    frame = raw_table(system, "moe", engine, version, "moe_perf.parquet")
+    rows = frame[(frame.hidden_size == hidden) & (frame.inter_size == inter) & (frame.topk == topk)
+                 & (frame.num_experts == experts) & (frame.moe_dtype == dtype) & (frame.moe_tp_size == tp)
+                 & (frame.moe_ep_size == 1) & (frame.num_tokens == tokens) & (frame.distribution == distribution)]
+    assert not rows.empty
+    return rows.latency.min() / 1e3
+
+
+def test_a_decode_steps_routed_experts_cost_the_moe_tables_value_once_per_layer():
+    """Qwen3-235B-A22B (94 MoE layers) at TP 8: only the routed experts depend on the expert load,
+    so two loads' steps differ by 94 times the two table values' difference at 64 tokens."""
+    model = get_model("qwen3-235b-a22b")
+    times = {load: step(model, "h100-80gb", 8, distribution=load).decode_s(64, 2048)
+             for load in ("balanced", "power_law_1.2")}
+    table = {load: moe_latency_s("h100_sxm", "vllm", "0.24.0", hidden=4096, inter=1536, topk=8, experts=128,
+                                 dtype="bfloat16", tp=8, tokens=64, distribution=load)
+             for load in times}
+    assert times["power_law_1.2"] - times["balanced"] == pytest.approx(
+        94 * (table["power_law_1.2"] - table["balanced"]), rel=1e-9)
+
+
+def test_deepseek_routes_experts_on_every_layer_but_its_three_dense_ones():
+    model = block_scaled(get_model("deepseek-v3", dtype="fp8"))
+    times = {load: step(model, "h200-141gb", 8, distribution=load).prefill_s(1, 1024)
+             for load in ("balanced", "power_law_1.01")}
+    table = {load: moe_latency_s("h200_sxm", "vllm", "0.24.0", hidden=7168, inter=2048, topk=8, experts=256,
+                                 dtype="fp8_block", tp=8, tokens=1024, distribution=load)
+             for load in times}
+    assert times["power_law_1.01"] - times["balanced"] == pytest.approx(
+        (61 - 3) * (table["power_law_1.01"] - table["balanced"]), rel=1e-9)
+
+
+def test_the_latent_attention_module_costs_its_measured_time_once_per_layer():
+    """DeepSeek-V3 on vLLM reads the measured MLA module (16 local heads at TP 8); the KV length
+    reaches nothing else in a decode step."""
+    frame = raw_table("h200_sxm", "mla", "vllm", "0.24.0", "mla_generation_module_perf.parquet")
+    frame = frame[(frame.gemm_type == "fp8_block") & (frame.kv_cache_dtype == "fp8") & (frame.num_heads == 16)
+                  & (frame.batch_size == 64)]
+    module = {length: frame[frame.step == length].latency.min() / 1e3 for length in (2048, 8192)}
+    composed = step(block_scaled(get_model("deepseek-v3", dtype="fp8")), "h200-141gb", 8)
+    assert composed.decode_s(64, 8192) - composed.decode_s(64, 2048) == pytest.approx(
+        61 * (module[8192] - module[2048]), rel=1e-9)
+
+
+def test_a_skewed_expert_load_slows_a_large_prefill():
+    model = get_model("qwen3-235b-a22b")
+    balanced = step(model, "h100-80gb", 8, distribution="balanced").prefill_s(1, 8192)
+    skewed = step(model, "h100-80gb", 8, distribution="power_law_1.2").prefill_s(1, 8192)
+    assert skewed > balanced
+
+
+def test_the_expert_load_defaults_to_aiconfigurators_per_family_power_law():
+    # MOEModel: self._power_law_alpha = 1.2; DeepSeekModel: 1.01 (aiconfigurator-core 0.12.0).
+    assert moe.default_distribution(get_model("qwen3-235b-a22b")) == "power_law_1.2"
+    assert moe.default_distribution(get_model("gpt-oss-120b")) == "power_law_1.2"
+    assert moe.default_distribution(get_model("deepseek-v3")) == "power_law_1.01"
+    note = step(get_model("qwen3-30b-a3b"), "h100-80gb", 1).notes()
+    assert note == ["routed experts from AIConfigurator's MoE table (bfloat16) at a power-law (α = 1.2) expert "
+                    "load, every expert on the one GPU"]
+
+
+def test_an_expert_split_finer_than_measured_is_scaled_and_counted():
+    """vLLM's B200 table measures Qwen3-30B-A3B's experts split at most 2 ways (768 wide per GPU)."""
+    composed = step(get_model("qwen3-30b-a3b"), "b200-180gb", 4)
+    composed.decode_s(8, 1024)
+    assert composed.log.text() == "MoE expert width per GPU outside the measured 384–768, scaled linearly (1 queries)"
+
+
+def test_a_model_whose_experts_no_table_measures_is_refused_by_name():
+    model = dataclasses.replace(get_model("qwen3-30b-a3b"), name="qwen3-30b-96x", experts=96)
+    with pytest.raises(PdplanError, match=r"no vllm MoE measurement on h100_sxm for 96 experts of 2048×768, "
+                                          r"top-8, bfloat16, power_law_1.2") as err:
+        step(model, "h100-80gb", 1)
+    assert err.value.field == "model"
+
+
+def test_sliding_window_layers_read_the_windows_own_kernel():
+    """gpt-oss alternates 128-token windows and full attention; a longer context lengthens only
+    the full-attention half of the layers."""
+    composed = step(get_model("gpt-oss-120b", dtype="mxfp4"), "h100-80gb", 1)
+    assert set(composed.generation) == {0, 128}
+    full = composed.generation[0][(64, 8)]
+    log = tables.Extrapolated()
+    growth = composed.decode_s(16, 8192) - composed.decode_s(16, 2048)
+    window = composed.generation[128][(64, 8)]
+    assert growth == pytest.approx(18 * (full((16, 8192), log) - full((16, 2048), log))
+                                   + 18 * (window((16, 8192), log) - window((16, 2048), log)), rel=1e-9)
