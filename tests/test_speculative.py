@@ -269,3 +269,18 @@ def test_exports_of_a_plan_without_speculative_decoding_carry_no_speculative_fla
 
     for fmt in ("vllm", "sglang"):
         assert "speculative" not in "".join(export_manifest(disaggregated, fmt).values())
+
+
+def test_optimize_names_it_in_its_answer_and_its_manifest_records_it(run_cli, tmp_path):
+    import yaml
+
+    out = tmp_path / "m.yaml"
+    code, stdout, err = run_cli("optimize", TRACE, "--requests-per-probe", "50", "--tp", "4", "--pp", "1",
+                                "--mode", "colocated", "--fleet", "AA", "--no-cache", "--json", "--out", out,
+                                "--speculative", "mtp", "--acceptance", "0.8")
+    assert code == 0, err
+    record = {"method": "mtp", "draft_tokens": 1, "acceptance": 0.8, "draft_cost": 0.0125}  # llama2-70b: 1/80
+    assert json.loads(stdout)["provenance"]["speculative"] == record
+    assert yaml.safe_load(out.read_text())["provenance"]["profiles"]["speculative"] == record
+    code, _, err = run_cli("validate", out, "--trace", TRACE, "--resimulate")
+    assert code == 0, err
