@@ -131,3 +131,11 @@ class TraceArrivals(StrEnum):
     GAMMA = "gamma"
     POISSON = "poisson"
     TRACE = "trace"
+
+
+class SpeculativeMethod(StrEnum):
+    """Where speculative decoding's draft tokens come from: the model's own multi-token prediction
+    module (DeepSeek-V3's MTP), or a separate, smaller draft model (Leviathan et al. 2023)."""
+
+    MTP = "mtp"
+    DRAFT = "draft"

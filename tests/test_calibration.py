@@ -15,7 +15,8 @@ BASE = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]
 TRUTH = dict(prefill=1.3, decode=0.8, iteration_s=0.004)
 
 
-def vllm_result(path: Path, clients: int, seed: int = 0, n: int = 300) -> Path:
+def vllm_result(path: Path, clients: int, seed: int = 0, n: int = 300,
+                schedule: EngineBatching = EngineBatching()) -> Path:
     """What `vllm bench serve --save-result --save-detailed` writes, from a run of the simulator
     on the base profile corrected by TRUTH: per-request lengths, TTFTs and ITLs in seconds."""
     rng = np.random.default_rng(seed)
@@ -23,7 +24,7 @@ def vllm_result(path: Path, clients: int, seed: int = 0, n: int = 300) -> Path:
     run = BenchRun(file=str(path), format="vllm-bench", concurrency=clients, rate_rps=None,
                    prompt_tokens=prompts, output_tokens=outputs)
     truth = corrected(BASE, TRUTH["prefill"], TRUTH["decode"], TRUTH["iteration_s"])
-    ttft, tpot = replay(truth, run, EngineBatching())
+    ttft, tpot = replay(truth, run, schedule)
     itls = [[float(t)] * (int(o) - 1) for t, o in zip(tpot, outputs)]
     path.write_text(json.dumps({
         "date": "20261201-120000", "endpoint_type": "openai", "backend": "vllm", "model_id": "llama2-70b",
@@ -58,6 +59,22 @@ def test_a_concurrency_sweep_made_with_known_factors_is_recovered_within_2_perce
     assert prov.source == "calibrated" and record["format"] == "vllm-bench" and record["runs"] == 3
     assert record["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
     assert record["error_after"] < 0.01 < record["error_before"]
+
+
+def test_a_benchmark_of_an_engine_running_mtp_is_replayed_with_it(run_cli, tmp_path, base_file):
+    from pdplan.latency.speculative import SpeculativeDecoding
+
+    mtp = SpeculativeDecoding(method="mtp", acceptance=0.7, draft_tokens=2, draft_cost=1 / 80)  # llama2-70b: L = 80
+    benches = [vllm_result(tmp_path / f"c{c}.json", c, schedule=EngineBatching(speculative=mtp)) for c in (1, 8, 32)]
+    args = [a for b in benches for a in ("--bench", b)]
+    code, out, err = run_cli("profile", "calibrate", base_file, *args, "-o", tmp_path / "cal.yaml", "--json",
+                             "--speculative", "mtp", "--acceptance", "0.7", "--draft-tokens", "2")
+    assert code == 0, err
+    doc = json.loads(out)  # the plain decode step is recovered, not the faster one the engine showed
+    assert doc["decode_scale"] == pytest.approx(TRUTH["decode"], rel=0.02)
+    assert doc["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
+    record = dict(load_profile(tmp_path / "cal.yaml").provenance.calibration)
+    assert record["speculative"].startswith("speculative decoding with multi-token prediction (MTP): 2 draft tokens")
 
 
 def test_one_closed_loop_run_says_the_decode_scale_and_iteration_cost_trade_off(run_cli, tmp_path, base_file):

@@ -12,10 +12,13 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from pdplan import limits
 from pdplan.cli.goodput_render import profile_label, render, render_closed_loop
 from pdplan.cli.options import (
+    AcceptanceOpt,
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
     ComposeOpt,
+    DraftCostOpt,
+    DraftTokensOpt,
     DtypeOpt,
     EngineOpt,
     EngineVersionOpt,
@@ -27,6 +30,7 @@ from pdplan.cli.options import (
     RequestsOpt,
     SeedOpt,
     SloFileOpt,
+    SpeculativeOpt,
     ToleranceOpt,
     TpotOpt,
     TraceArg,
@@ -37,6 +41,7 @@ from pdplan.cli.options import (
     profile_source,
     search_settings,
     slo_from_options,
+    speculative_from_options,
     within,
 )
 from pdplan.cli.output import stderr
@@ -78,6 +83,10 @@ def goodput(
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
+    speculative: SpeculativeOpt = None,
+    draft_tokens: DraftTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
+    draft_cost: DraftCostOpt = None,
     arrivals: ArrivalsOpt = SearchSettings.arrivals,
     requests_per_probe: RequestsOpt = SearchSettings.requests_per_probe,
     tolerance: ToleranceOpt = SearchSettings.tolerance_rel,
@@ -109,12 +118,13 @@ def goodput(
     if plot is not None:
         outputs.claim(plot, "--plot")
     objectives = slo_from_options(ttft, tpot, attainment, slo)
+    drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     check_seed(seed)
     settings = search_settings(tolerance, requests_per_probe, arrivals, grid)
     workload = load_workload(trace, format)
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
-    source = profile_source(profiles, engine, engine_version, compose)
+    source = profile_source(profiles, engine, engine_version, compose, drafting)
     profile = source.profile(spec, device, tp, pp)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp)
     if closed_loop:
@@ -138,7 +148,7 @@ def goodput(
             result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
             f"{profile.shape} {phase}", ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT"))
         outputs.commit()
-    render(result, profile, fallback, objectives, json)
+    render(result, profile, fallback, objectives, json, source.speculative_for(spec))
 
 
 @contextmanager

@@ -38,12 +38,14 @@ def render_closed_loop(result: ClosedLoopGoodput, profile, phase: str, objective
     stdout.print(table)
 
 
-def render(result: InstanceGoodput, profile, fallback: str | None, objectives: SLO, as_json: bool) -> None:
-    """The goodput as JSON (with where the profile came from and the SLO), or as a summary and the
-    attainment curve."""
+def render(result: InstanceGoodput, profile, fallback: str | None, objectives: SLO, as_json: bool,
+           speculative=None) -> None:
+    """The goodput as JSON (with where the profile came from, the speculative decoding it was timed
+    with and the SLO), or as a summary and the attainment curve."""
     if as_json:
         print_json({**result.to_dict(), "profile_source": profile.provenance.source,
                     "profile_method": profile.provenance.method, "profile_fallback": fallback,
+                    "speculative": None if speculative is None else speculative.to_dict(),
                     "slo": objectives.to_dict()})
         return
     source = profile_label(profile, fallback)
@@ -60,6 +62,8 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
             summary.add_row(label, f"{value:.3f} req/s (closed form)")
     summary.add_row("SLO", "; ".join(o.label for o in objectives.objectives))
     summary.add_row("profile", source)
+    if speculative is not None:
+        summary.add_row("speculative", speculative.describe())
     summary.add_row("probes", f"{len(result.probes)} × {result.requests_per_probe} requests "
                               f"({result.settings.arrivals} arrivals, tolerance {result.settings.tolerance_rel:g})")
     stdout.print(summary)

@@ -20,6 +20,7 @@ from pdplan.manifest.document import schema as manifest_schema
 from pdplan.manifest.export import FORMATS, export_manifest
 from pdplan.manifest.export.k8s import DEFAULT_ROUTER_IMAGE as K8S_ROUTER_IMAGE
 from pdplan.manifest.export.pods import DEFAULT_HF_TOKEN_SECRET
+from pdplan.manifest.plan import plan_of_manifest
 from pdplan.manifest.resimulate import RESIMULATE_TOLERANCE
 from pdplan.manifest.resimulate import resimulate as rerun_plan
 from pdplan.manifest.schedule import check_schedule
@@ -74,8 +75,8 @@ def validate(
         violations = check_manifest(data, strict=strict, trace=trace, profiles=profiles, cluster=cluster)
     rerun = None
     if resimulate and not violations:  # a manifest invalid as written is not worth re-running
-        timing = data["provenance"]["profiles"]
-        source = profile_source(profiles, timing["engine"], timing["engine_version"], timing["compose"])
+        timing = plan_of_manifest(data, manifest)  # timed as planned, speculative decoding included
+        source = profile_source(profiles, timing.engine, timing.engine_version, timing.compose, timing.speculative)
         rerun, found = rerun_plan(data, load_workload(trace, format), source, path=manifest)
         violations += found
     if json:

@@ -15,10 +15,13 @@ from pdplan.cache import ResultCache, default_cache_dir
 from pdplan.candidates import DEFAULT_PPS, DEFAULT_TPS
 from pdplan.cli.optimize_render import render
 from pdplan.cli.options import (
+    AcceptanceOpt,
     AdmissionShareOpt,
     ArrivalsOpt,
     AttainmentOpt,
     ComposeOpt,
+    DraftCostOpt,
+    DraftTokensOpt,
     DtypeOpt,
     EngineOpt,
     EngineVersionOpt,
@@ -29,6 +32,7 @@ from pdplan.cli.options import (
     RequestsOpt,
     SeedOpt,
     SloFileOpt,
+    SpeculativeOpt,
     ToleranceOpt,
     TpotOpt,
     TraceArg,
@@ -39,6 +43,7 @@ from pdplan.cli.options import (
     profile_source,
     search_settings,
     slo_from_options,
+    speculative_from_options,
     within,
 )
 from pdplan.cli.output import stderr
@@ -79,6 +84,10 @@ def optimize(
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
+    speculative: SpeculativeOpt = None,
+    draft_tokens: DraftTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
+    draft_cost: DraftCostOpt = None,
     cluster: Annotated[Path | None, typer.Option(
         "--cluster", help=f"Cluster YAML; default the shipped example ({default_cluster_path()}).")] = None,
     ttft: TtftOpt = None,
@@ -209,6 +218,7 @@ def optimize(
                  fleet=fleet, affinity=affinity, redundancy=redundancy, budgets=(max_gpus, max_cost, max_power),
                  link_headroom=link_headroom, time_limit=time_limit, seeds=seeds, max_rounds=max_rounds, tps=tp,
                  pps=pp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share))
+    drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     outputs = Outputs(trace, cluster, *profile_inputs(profiles), slo, model_file(model), windows_file(windows))
     if out is not None:
         outputs.claim(out, "--out")
@@ -222,7 +232,7 @@ def optimize(
     the_cluster = load_cluster(cluster or default_cluster_path())
     request = PlanRequest(
         workload=workload, model=get_model(model, dtype=dtype, kv_dtype=kv_dtype), cluster=the_cluster,
-        profiles=profile_source(profiles, engine, engine_version, compose),
+        profiles=profile_source(profiles, engine, engine_version, compose, drafting),
         slo=slo_from_options(ttft, tpot, attainment, slo), target_rps=rate, fleets=resolve_fleets(fleet, the_cluster),
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,

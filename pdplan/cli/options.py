@@ -14,8 +14,9 @@ from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
 from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
 from pdplan.latency.source import ProfileSource
+from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
-from pdplan.vocabulary import Arrivals
+from pdplan.vocabulary import Arrivals, SpeculativeMethod
 from pdplan.workload import FORMATS, Workload, load_trace
 
 
@@ -88,6 +89,38 @@ EngineVersionOpt = Annotated[str | None, typer.Option(
 ComposeOpt = Annotated[bool, typer.Option(
     "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile "
                                    "exists (else the roofline).")]
+SpeculativeOpt = Annotated[SpeculativeMethod | None, choice(
+    "--speculative", SpeculativeMethod, help="The deployment runs speculative decoding: mtp (the model's own "
+    "multi-token prediction module, DeepSeek-V3 arXiv:2412.19437 section 2.2; the checkpoint must carry one) or "
+    "draft (a separate draft model, Leviathan et al. 2023). Decode steps then emit (1 - A^(K+1)) / (1 - A) tokens "
+    "each in expectation; needs --acceptance. Off unless given.", show_default=False)]
+DraftTokensOpt = Annotated[int | None, typer.Option(
+    "--draft-tokens", help="Draft tokens per verify step (K, vLLM's num_speculative_tokens); default 1.",
+    show_default=False)]
+AcceptanceOpt = Annotated[float | None, typer.Option(
+    "--acceptance", help="Probability that each draft token is accepted (A, in [0, 1)), as measured on the "
+                         "deployment's traffic; required with --speculative.", show_default=False)]
+DraftCostOpt = Annotated[float | None, typer.Option(
+    "--draft-cost", help="One draft token's time as a fraction of a decode step of the model; required for a "
+                         "draft model; default for MTP 1/L (one extra layer of the model's L).",
+    show_default=False)]
+
+
+def speculative_from_options(method: SpeculativeMethod | None, draft_tokens: int | None, acceptance: float | None,
+                             draft_cost: float | None) -> SpeculativeDecoding | None:
+    """Speculative decoding from its flags; None when --speculative is not given (and then none of them may be)."""
+    if method is None:
+        for flag, value in (("--acceptance", acceptance), ("--draft-tokens", draft_tokens),
+                            ("--draft-cost", draft_cost)):
+            if value is not None:
+                raise PdplanError(f"{flag} describes speculative decoding: give --speculative mtp|draft too",
+                                  field=flag.lstrip("-").replace("-", "_"))
+        return None
+    if acceptance is None:
+        raise PdplanError("--speculative needs --acceptance: the probability that each draft token is accepted",
+                          field="acceptance")
+    return SpeculativeDecoding(method=method, acceptance=acceptance, draft_cost=draft_cost,
+                               draft_tokens=1 if draft_tokens is None else draft_tokens)
 
 
 def slo_from_options(ttft: str | None, tpot: str | None, attainment: float, slo_file: Path | None) -> SLO:
@@ -108,9 +141,11 @@ def measured_profiles(path: Path | None) -> dict[tuple[str, str, int, int], Phas
 
 
 def profile_source(path: Path | None, engine: str | None = None, engine_version: str | None = None,
-                   compose: bool = True) -> ProfileSource:
-    """Per shape: the measured profile, else a composed one, else the roofline."""
-    return ProfileSource(measured_profiles(path), engine=engine, engine_version=engine_version, compose=compose)
+                   compose: bool = True, speculative: SpeculativeDecoding | None = None) -> ProfileSource:
+    """Per shape: the measured profile, else a composed one, else the roofline; with the
+    deployment's speculative decoding applied to each."""
+    return ProfileSource(measured_profiles(path), engine=engine, engine_version=engine_version, compose=compose,
+                         speculative=speculative)
 
 
 def load_workload(trace: Path, format: str | None) -> Workload:

@@ -13,7 +13,18 @@ from rich import box
 from rich.table import Table
 
 from pdplan import limits
-from pdplan.cli.options import DtypeOpt, EngineVersionOpt, KvDtypeOpt, choice, within
+from pdplan.cli.options import (
+    AcceptanceOpt,
+    DraftCostOpt,
+    DraftTokensOpt,
+    DtypeOpt,
+    EngineVersionOpt,
+    KvDtypeOpt,
+    SpeculativeOpt,
+    choice,
+    speculative_from_options,
+    within,
+)
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
@@ -326,12 +337,18 @@ def calibrate(
                                                        "(prefill-first), the engine's max_num_batched_tokens.")] = 8192,
     output: Annotated[Path, typer.Option("-o", "--output", help="Calibrated profile YAML to write (atomically).",
                                          show_default=False)] = ...,
+    speculative: SpeculativeOpt = None,
+    draft_tokens: DraftTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
+    draft_cost: DraftCostOpt = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the factors and errors as JSON.")] = False,
 ) -> None:
     """Correct a profile from a real benchmark run: replay the same load in the simulator and fit a
     prefill scale, a decode scale and a fixed per-iteration cost so the simulated TTFT and TPOT match.
 
-    The written profile's provenance holds the factors and the error before and after.
+    The written profile's provenance holds the factors and the error before and after. A benchmark
+    of an engine running speculative decoding is replayed with it (--speculative and its flags); the
+    written profile stays the plain decode step, to be planned with the same flags.
     """
     from pdplan.latency.calibration.bench import FORMATS, read_bench
     from pdplan.latency.calibration.fit import EngineBatching, calibrated_profile
@@ -340,11 +357,14 @@ def calibrate(
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
+    drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     outputs = Outputs(profile_file, *bench)
     outputs.claim(output, "--output")
     base = load_profile(profile_file)
     runs = [read_bench(path, format) for path in bench]
-    schedule = EngineBatching(policy=policy, tokens=chunk)
+    if drafting is not None and drafting.draft_cost is None:  # MTP: one layer of the profile's model
+        drafting = drafting.resolved(get_model(base.model).layers)
+    schedule = EngineBatching(policy=policy, tokens=chunk, speculative=drafting)
     with stderr.status("replaying the benchmark load", spinner="dots") if stderr.is_terminal and not as_json \
             else nullcontext():
         result = fit(base, runs, schedule)

@@ -10,18 +10,23 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cli.options import (
+    AcceptanceOpt,
+    DraftCostOpt,
+    DraftTokensOpt,
     EngineOpt,
     EngineVersionOpt,
     FormatOpt,
     JsonOpt,
     ProfilesOpt,
     SeedOpt,
+    SpeculativeOpt,
     TpotOpt,
     TraceArg,
     TtftOpt,
     check_seed,
     load_workload,
     profile_source,
+    speculative_from_options,
     within,
 )
 from pdplan.cli.output import print_json, stdout
@@ -56,6 +61,10 @@ def simulate(
         "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile exists "
                                        "(else the roofline); default as the plan file says (true when it is silent).",
         show_default=False)] = None,
+    speculative: SpeculativeOpt = None,
+    draft_tokens: DraftTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
+    draft_cost: DraftCostOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write one CSV row per request (atomically).")] = None,
     seed: SeedOpt = 0,
     format: FormatOpt = None,
@@ -72,6 +81,7 @@ def simulate(
         raise PdplanError("give either --rate (open loop) or --concurrency (closed loop), not both",
                           field="concurrency")
     check_seed(seed)
+    drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     the_plan, planned = read_plan(plan)  # a manifest's SLO is the default; a plan file has none
     models = {model_file(pool.model) for pool in the_plan.pools} - {None}
     outputs = Outputs(trace, plan, *profile_inputs(profiles), *sorted(models))
@@ -91,7 +101,7 @@ def simulate(
     # Time the shapes as the plan was timed when it was made, unless a flag says otherwise.
     shapes = plan_profiles(the_plan, profile_source(
         profiles, engine or the_plan.engine, engine_version or the_plan.engine_version,
-        the_plan.compose if compose is None else compose))
+        the_plan.compose if compose is None else compose, drafting or the_plan.speculative))
     result = run_plan(workload, the_plan, shapes,
                       model=model, seed=seed, rate_rps=rate, concurrency=concurrency)
     summary = result.summary(ttft, tpot, target=attainment)

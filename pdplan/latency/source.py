@@ -11,7 +11,9 @@ A plan's shapes are timed by the best evidence there is for each:
    engine's fitted efficiencies, or the Splitwise 2023 calibration when no engine is named.
 
 Every profile records which in ``provenance.source``; when a shape falls back past composition
-the reason is kept (:meth:`ProfileSource.fallback_reason`) so the output can say why.
+the reason is kept (:meth:`ProfileSource.fallback_reason`) so the output can say why. When the
+deployment runs speculative decoding (:mod:`pdplan.latency.speculative`), every profile handed
+out, whatever its source, has its decode model turned into the time per emitted token.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from pdplan.hardware import GPU
 from pdplan.latency.compose import tables
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import roofline_profile
+from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelspec import ModelSpec
 
 
@@ -37,6 +40,7 @@ class ProfileSource:
     engine: str | None = None           #: None: vLLM's tables compose, the Splitwise 2023 fit rooflines
     engine_version: str | None = None   #: a version the user asked for: missing data is then an error
     compose: bool = True                #: False: skip operator composition (measured, else roofline)
+    speculative: SpeculativeDecoding | None = None  #: the deployment's speculative decoding; None: off
     fallbacks: dict = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self):
@@ -54,7 +58,19 @@ class ProfileSource:
 
     def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8,
                 cache: ResultCache | None = None) -> PhaseProfile:
-        """The shape's profile; a composed one is kept in ``cache`` (composing takes about a second)."""
+        """The shape's profile; a composed one is kept in ``cache`` (composing takes about a second),
+        before speculative decoding is applied, so the cached composition is the engine's alone."""
+        found = self._evidence(model, gpu, tp, pp, gpus_per_node, cache)
+        speculative = self.speculative_for(model)
+        return found if speculative is None else speculative.apply(found)
+
+    def speculative_for(self, model: ModelSpec) -> SpeculativeDecoding | None:
+        """The speculative decoding this source applies to ``model``'s profiles (MTP's draft cost resolved)."""
+        return None if self.speculative is None else self.speculative.resolved(model.layers)
+
+    def _evidence(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
+                  cache: ResultCache | None) -> PhaseProfile:
+        """The shape's profile as measured, composed or derived."""
         key = (model.name, gpu.name, tp, pp)
         if key in self.measured:
             return self.measured[key]
@@ -103,12 +119,16 @@ class ProfileSource:
         """One line for the output: which evidence this run may use."""
         roofline = f"rooflines fitted for {self.engine}" if self.engine else "rooflines (Splitwise 2023 calibration)"
         if not self.compose:
-            return f"measured profiles, else {roofline} (composition off)"
+            return f"measured profiles, else {roofline} (composition off){self._speculative_note()}"
         if not tables.installed():
-            return f"measured profiles, else {roofline} (operator tables not installed: {tables.EXTRA})"
+            return (f"measured profiles, else {roofline} (operator tables not installed: {tables.EXTRA})"
+                    f"{self._speculative_note()}")
         version = self.engine_version or "newest measured"
         return (f"measured profiles, else composed from AIConfigurator {tables.package_version()} operator tables "
-                f"({self.serving_engine} {version}), else {roofline}")
+                f"({self.serving_engine} {version}), else {roofline}{self._speculative_note()}")
+
+    def _speculative_note(self) -> str:
+        return "" if self.speculative is None else f"; {self.speculative.describe()}"
 
 
 def _decode_composed(data: dict) -> PhaseProfile | PdplanError:

@@ -88,7 +88,8 @@ def build_manifest(report: PlanReport, *, identity: Identity = Identity(), relea
         raise InternalError("only a verified answer has a manifest")
     files = input_files(request_inputs(request))
     source = request.profiles
-    plan = replace(answer.plan, engine=source.engine, engine_version=source.engine_version, compose=source.compose)
+    plan = replace(answer.plan, engine=source.engine, engine_version=source.engine_version, compose=source.compose,
+                   speculative=source.speculative_for(request.model))
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -338,7 +339,9 @@ def _provenance(report: PlanReport, plan: Plan, files: dict) -> dict:
         "seed": request.seed,
         "inputs": files,
         "profiles": {"engine": plan.engine, "engine_version": plan.engine_version, "compose": plan.compose,
-                     "sources": request.profiles.describe(), "serving_engine": request.profiles.serving_engine},
+                     "sources": request.profiles.describe(), "serving_engine": request.profiles.serving_engine,
+                     # written only when the deployment drafts, so other manifests read (and hash) as before
+                     **({} if plan.speculative is None else {"speculative": plan.speculative.to_dict()})},
         "solver": {"status": solution.status, "objective": solution.objective, "bound": solution.bound,
                    "gap": solution.gap, "objective_name": request.objective},
     }

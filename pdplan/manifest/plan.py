@@ -16,7 +16,8 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
     """The plan a (schema-checked) manifest describes, checked by the plan file's own rules."""
     doc: dict = {"pdplan_plan": FORMAT_VERSION, "name": manifest["metadata"]["name"]}
     timing = manifest["provenance"]["profiles"]
-    timing = {k: timing[k] for k in ("engine", "engine_version", "compose") if timing[k] is not None}
+    timing = {k: timing[k] for k in ("engine", "engine_version", "compose", "speculative")
+              if timing.get(k) is not None}  # speculative: only in manifests of deployments that draft
     if timing:
         doc["profiles"] = timing
     transfer = manifest["transfer"]

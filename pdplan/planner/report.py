@@ -297,6 +297,7 @@ def _run(report: PlanReport) -> dict:
 
 
 def _provenance(report: PlanReport) -> dict:
+    drafting = report.request.profiles.speculative_for(report.request.model)  # decode timed per emitted token
     return {
         "goodput_rps_per_instance": "simulated: bisection over the trace at each probed rate, one instance, "
                                     "the phase judged alone (DistServe's per-phase goodput)",
@@ -316,6 +317,7 @@ def _provenance(report: PlanReport) -> dict:
         "profiles": {m.shape.shape_label(): m.profile.provenance.source
                      for m in report.measured},
         "profile_sources": report.request.profiles.describe(),
+        "speculative": None if drafting is None else drafting.to_dict(),
     }
 
 

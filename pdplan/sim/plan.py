@@ -15,6 +15,15 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
       failure_rate: 0.01           # optional: probability that one KV transfer attempt fails
       failure_policy: retry        # retry (resend the KV) | recompute (prefill again); default retry
       route_ms: 1.0                # optional: the router's hop from prefill to decode (default 0)
+    profiles:                      # optional: how the shapes are timed (optimize writes what it used)
+      engine: vllm                 # engine whose operators compose unmeasured shapes
+                                   # (engine_version: their version; default the newest measured)
+      compose: true                # false: measured, else roofline
+      speculative:                 # optional: the deployment runs speculative decoding
+        method: mtp                # mtp (the model's MTP module) | draft (a draft model)
+        acceptance: 0.8            # probability that each draft token is accepted, in [0, 1)
+        draft_tokens: 1            # draft tokens per verify step (default 1)
+        draft_cost: 0.0125         # one draft token / one decode step; default for mtp 1/L
     default_link:                  # optional; used by prefill→decode pairs without a link entry
       bandwidth_gb_s: 25           # GB/s (10^9 bytes/s), one direction
       setup_ms: 0.5                # fixed cost per transfer
@@ -62,6 +71,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GB, get_gpu
 from pdplan.latency.profile import PhaseProfile
+from pdplan.latency.speculative import SpeculativeDecoding, speculative_from_fields
 from pdplan.modelspec import ModelSpec, get_model
 from pdplan.schema import Fields
 from pdplan.shape import InstanceShape, shape_label
@@ -174,6 +184,7 @@ class Plan:
     engine: str | None = None
     engine_version: str | None = None
     compose: bool = True
+    speculative: SpeculativeDecoding | None = None  #: the deployment's speculative decoding, when it runs one
     failure_rate: float = 0.0           #: probability that one KV transfer attempt fails
     failure_policy: str = "retry"       #: "retry" (resend the KV) or "recompute" (prefill again)
     route_s: float = 0.0                #: the router's hop from prefill to decode
@@ -290,7 +301,7 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
 # --- file ----------------------------------------------------------------------------------------
 
 _TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed"}
-_PROFILE_FIELDS = {"engine", "engine_version", "compose"}
+_PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "replicas", "policy", "chunk_tokens",
                 "prefix_cache_blocks", "max_prefill_batch_tokens"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
@@ -431,6 +442,8 @@ def parse_plan(data, path: str | Path) -> Plan:
             if not isinstance(spec.data["compose"], bool):
                 raise spec.fail("compose", "must be true or false", spec.data["compose"])
             timing["compose"] = spec.data["compose"]
+        if spec.data.get("speculative") is not None:
+            timing["speculative"] = speculative_from_fields(spec.mapping("speculative"))
     return Plan(pools=tuple(pools), links=tuple(links), default_link=default_link,
                 transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path), **faults,
                 **timing)
@@ -447,6 +460,8 @@ def plan_to_dict(plan: Plan) -> dict:
         doc["name"] = plan.name
     timing = {"engine": plan.engine, "engine_version": plan.engine_version}
     timing = {k: v for k, v in timing.items() if v is not None} | ({} if plan.compose else {"compose": False})
+    if plan.speculative is not None:
+        timing["speculative"] = {k: v for k, v in plan.speculative.to_dict().items() if v is not None}
     if timing:
         doc["profiles"] = timing
     if not plan.colocated:

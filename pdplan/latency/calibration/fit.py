@@ -30,6 +30,7 @@ from scipy.optimize import minimize
 
 from pdplan.latency.calibration.bench import BenchRun, statistics
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
+from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.sim import simulate_pool
 from pdplan.workload import poisson_arrivals
 
@@ -45,6 +46,9 @@ class EngineBatching:
 
     policy: str = "chunked"           #: "chunked" or "prefill-first"
     tokens: int = 8192                #: chunk budget per iteration, or prefill batch cap
+    #: the speculative decoding the benchmarked engine ran (its draft cost resolved), replayed with it:
+    #: the profile being corrected stays the engine's plain decode step
+    speculative: SpeculativeDecoding | None = None
 
 
 def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, iteration_s: float) -> PhaseProfile:
@@ -66,6 +70,8 @@ def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching,
         workload["arrival_s"] = (np.zeros(n) if run.rate_rps is None
                                  else poisson_arrivals(n, rate_rps=run.rate_rps, rng=seed))
     chunked = schedule.policy == "chunked"
+    if schedule.speculative is not None:
+        profile = schedule.speculative.apply(profile)
     result = simulate_pool(workload, profile, phase="colocated", policy=schedule.policy,
                            chunk_tokens=schedule.tokens if chunked else None,
                            max_prefill_batch_tokens=(None if chunked
@@ -188,6 +194,7 @@ def calibrated_profile(profile: PhaseProfile, runs: list[BenchRun], result: Cali
     files = sorted({run.file for run in runs})
     record = (("format", runs[0].format), ("runs", float(len(runs))), ("files", ", ".join(files)),
               ("schedule", f"{schedule.policy} {schedule.tokens}"),
+              *(() if schedule.speculative is None else (("speculative", schedule.speculative.describe()),)),
               ("prefill_scale", result.prefill_scale), ("decode_scale", result.decode_scale),
               ("iteration_ms", result.iteration_s * 1e3),
               ("error_before", Calibration.mean_abs(result.before)),

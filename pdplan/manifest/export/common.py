@@ -129,6 +129,19 @@ def kv_transfer_config(manifest: dict, pool: dict) -> dict | None:
     return {"kv_connector": VLLM_CONNECTORS[connector], "kv_role": role}
 
 
+def speculative(manifest: dict) -> dict | None:
+    """The deployment's speculative decoding as the manifest records it (``provenance.profiles.speculative``),
+    None when it runs none. Only MTP can be exported: the engines' MTP drafts with the checkpoint's own
+    module, while a draft model is a checkpoint of its own that the manifest does not name."""
+    found = manifest["provenance"]["profiles"].get("speculative")
+    if found is not None and found["method"] != "mtp":
+        raise PdplanError(f"the plan was timed with speculative decoding by a {found['method']} model, which the "
+                          "manifest does not name, so no engine can be started with it: start the engines with "
+                          "their draft-model flags by hand, or plan with --speculative mtp",
+                          field="provenance.profiles.speculative.method")
+    return found
+
+
 def compact_json(value) -> str:
     """One-line JSON with sorted keys, for command-line arguments."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"))

@@ -10,6 +10,12 @@ BOOTSTRAP_PORT_BASE = 8998    # prefill instance i's bootstrap server (SGLang's 
 DIST_INIT_PORT = 20000        # torch.distributed rendezvous of a multi-node instance
 ROUTER_PORT = 8000
 
+#: SGLang's algorithm for a checkpoint's own MTP module: EAGLE (NEXTN is its alias, resolved to EAGLE;
+#: SGLang 0.5.23, python/sglang/srt/arg_groups/speculative_hook.py), drafting a chain (top-k 1) of
+#: --speculative-num-steps tokens and verifying num_steps + 1 (the same file adjusts num_draft_tokens to
+#: num_steps + 1 when topk is 1; its defaults for DeepseekV3ForCausalLM are 3 steps, top-k 1, 4 tokens).
+MTP_ALGORITHM = "EAGLE"
+
 # SGLang's --disaggregation-transfer-backend values among the manifest's connectors (LMCache is not one).
 TRANSFER_BACKENDS = ("nixl", "mooncake")
 
@@ -53,6 +59,7 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
         command += ["--chunked-prefill-size", str(scheduling["chunk_tokens"])]
     if scheduling.get("max_prefill_batch_tokens"):
         command += ["--max-prefill-tokens", str(scheduling["max_prefill_batch_tokens"])]
+    command += speculative_args(manifest)
     if backend is not None:
         command += ["--disaggregation-mode", pool["phase"], "--disaggregation-transfer-backend", backend]
     if bootstrap is not None:
@@ -60,6 +67,18 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
     if inst.spans_nodes:
         command += ["--nnodes", str(len(inst.nodes)), "--dist-init-addr", f"{inst.nodes[0]}:{DIST_INIT_PORT}"]
     return command
+
+
+def speculative_args(manifest: dict) -> list[str]:
+    """SGLang's MTP flags for a deployment that drafts (none for one that does not), on every instance:
+    a P/D prefill instance drafts the first tokens it hands to decode (SGLang 0.5.23,
+    python/sglang/srt/speculative/eagle_disaggregation.py)."""
+    found = common.speculative(manifest)
+    if found is None:
+        return []
+    steps = found["draft_tokens"]
+    return ["--speculative-algorithm", MTP_ALGORITHM, "--speculative-num-steps", str(steps),
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1)]
 
 
 def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: str | None,

@@ -20,6 +20,11 @@ RAY_PORT = 6379
 #: (examples/online_serving/multi-node-serving.sh).
 PYTHON = "python3"
 
+#: vLLM's speculative method for a checkpoint's own multi-token prediction module: "mtp" (vLLM 0.33.0,
+#: vllm/config/speculative.py: MTPModelTypes lists "deepseek_mtp" and the other per-model names, which
+#: SpeculativeConfig.__post_init__ replaces with "mtp", logging them as deprecated).
+MTP_METHOD = "mtp"
+
 # Connectors vllm-router speaks (--kv-connector; it defaults to nixl); others need no flag.
 ROUTER_CONNECTORS = ("nixl", "mooncake")
 
@@ -34,7 +39,22 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
     kv = common.kv_transfer_config(manifest, pool)
     if kv is not None:
         args += ["--kv-transfer-config", common.compact_json(kv)]
+    drafting = speculative_config(manifest)
+    if drafting is not None:
+        args += ["--speculative-config", common.compact_json(drafting)]
     return args
+
+
+def speculative_config(manifest: dict) -> dict | None:
+    """vLLM's ``--speculative-config`` (JSON, vllm/engine/arg_utils.py reads it with json.loads into
+    SpeculativeConfig) for a deployment that drafts with MTP; None for one that does not. Every pool
+    gets it, prefill too: NixlConnector's handshake refuses a prefill and a decode instance whose
+    EAGLE/MTP setups differ (vLLM 0.33.0, vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py,
+    compatibility version 6; vllm-project/vllm#49230)."""
+    found = common.speculative(manifest)
+    if found is None:
+        return None
+    return {"method": MTP_METHOD, "num_speculative_tokens": found["draft_tokens"]}
 
 
 def serve_command(manifest: dict, pool: dict, port: int, *, ray: bool) -> list[str]:
