@@ -74,6 +74,9 @@ class ProfileSource:
         from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
         engine = self.serving_engine
+        refusal = model.composition_refusal()
+        if refusal is not None:  # the operator sum is a dense decoder's: fall back to the roofline
+            raise PdplanError(refusal, field="model")
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine,  # noqa: E731
                                         engine_version=self.engine_version, gpus_per_node=gpus_per_node)
         if cache is None:
