@@ -407,6 +407,12 @@ def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant
                                      f"evenly over EP {ep}")
     if ep == 1 and model.expert_ffn % tp:
         return "tp", f"TP {tp} does not divide the expert width {model.expert_ffn}"
+    block = model.weight_block if model.weight_dtype == "fp8" else 0
+    if ep == 1 and block and (model.expert_ffn // tp) % block:
+        # vLLM's Fp8MoEMethod.create_weights (quantization/fp8.py): "The output_size of gate's and up's
+        # weight = … is not divisible by weight quantization block_n = …".
+        return "tp", (f"TP {tp} splits each expert to {model.expert_ffn // tp} columns, not a multiple of the "
+                      f"fp8 scale block {block}: use expert parallelism or a smaller TP")
     return None
 
 
@@ -594,11 +600,13 @@ _MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", 
                  "parameters", "dtype_bytes", "weight_dtype", "kv_dtype", "mlp_matrices", "tied_embeddings",
                  "source", "hf_repo", "experts", "experts_per_token", "shared_experts", "expert_ffn",
                  "dense_layers", "attention", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                 "v_head_dim", "sliding_window", "sliding_layers"}
+                 "v_head_dim", "sliding_window", "sliding_layers", "weight_block"}
 #: Optional geometry of mixture-of-experts and latent attention, with the largest value a file may state.
 _EXTRA_LIMITS = {"experts": 2**16, "experts_per_token": 2**16, "shared_experts": 2**16, "expert_ffn": 2**22,
                  "dense_layers": 10_000, "kv_lora_rank": 2**16, "q_lora_rank": 2**16, "qk_rope_head_dim": 2**14,
                  "qk_nope_head_dim": 2**14, "v_head_dim": 2**14, "sliding_window": 10_000_000}
+#: Largest FP8 scale block a model may state (DeepSeek-V3's is 128).
+MAX_WEIGHT_BLOCK = 4096
 #: The first model format's ``dtype_bytes`` (one size for weights and KV) as dtypes.
 _DTYPE_OF_BYTES = {2: "bf16", 1: "fp8"}
 
@@ -647,6 +655,7 @@ def load_model(path: str | Path) -> ModelSpec:
         hf_repo=hf_repo,
         attention=spec.string("attention", "gqa", choices=list(ATTENTION_KINDS)),
         sliding_layers=_layer_list(spec, "sliding_layers", ints["layers"]),
+        weight_block=spec.integer("weight_block", 0, minimum=0, maximum=MAX_WEIGHT_BLOCK),
         **{key: spec.integer(key, 0, minimum=0, maximum=top) for key, top in _EXTRA_LIMITS.items()},
         **ints,
     ), lambda key, rule, value: spec.fail(key, rule, value))
