@@ -109,6 +109,8 @@ class ModelSpec:
         if any(not 0 <= i < self.layers for i in self.sliding_layers) or bool(self.sliding_window) != bool(
                 self.sliding_layers):
             raise InternalError(f"model {self.name}: sliding-window layers need a window and layers in range")
+        if self.weight_block < 0:
+            raise InternalError(f"model {self.name}: weight_block must be >= 0")
 
     @property
     def is_moe(self) -> bool:
@@ -549,9 +551,13 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int, memory_util
     usable = int(gpu.memory_bytes * memory_utilization)
     per_layer = kv_layer_bytes_per_rank(model, tp)
     weights = stage_weight_bytes(model, tp, pp, ep=ep, redundant_experts=redundant_experts)
-    return max(0, min((usable - weight - sliding_window_reserve_bytes(model, gpu, tp, layers))
-                      // (full_attention_layers(model, layers) * per_layer)
-                      for weight, layers in zip(weights, stage_layers(model, pp))))
+    capacities = []
+    for weight, layers in zip(weights, stage_layers(model, pp)):
+        free = usable - weight - sliding_window_reserve_bytes(model, gpu, tp, layers)
+        full = full_attention_layers(model, layers)
+        if free < 0 or full:  # a stage of sliding layers only bounds nothing per token once its windows fit
+            capacities.append(free // (full * per_layer) if full else 0)
+    return max(0, min(capacities))
 
 
 def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int | None = None,
