@@ -269,3 +269,11 @@ def test_validate_names_an_expert_parallel_size_that_places_no_experts():
     model = get_model("deepseek-v3@fp8")
     found = _memory("pools[0]", _pool(model, 8, expert_parallel=3), model)
     assert [v.field for v in found] == ["pools[0].memory.expert_parallel"]
+
+
+def test_a_precision_the_gpu_lacks_exits_2_on_one_line_for_a_moe_model(run_cli):
+    code, out, err = run_cli("profile", "roofline", "--model", "qwen3-30b-a3b", "--dtype", "fp4", "--gpu", "h100-80gb",
+                             "--tp", 1, "--pp", 1)
+    assert code == 2 and not out
+    assert err.strip() == ("Error: qwen3-30b-a3b@fp4 h100-80gb TP1 PP1: h100-80gb has no fp4 tensor cores "
+                           "(it runs bf16, fp8)")
