@@ -16,7 +16,7 @@ from pathlib import Path
 from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.fileio import read_text
-from pdplan.modelspec import ModelSpec, checked_model, default_kv_dtype, precision_suffix
+from pdplan.modelspec import MAX_WEIGHT_BLOCK, ModelSpec, checked_model, default_kv_dtype, precision_suffix
 
 #: The file a Hugging Face model repository states its architecture in.
 CONFIG_NAME = "config.json"
@@ -34,6 +34,8 @@ _HEAD_DIM_FROM_HIDDEN = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCaus
 #: ``quant_algo`` (FP8, NVFP4).
 _QUANT_METHOD = {"fp8": "fp8", "mxfp4": "mxfp4"}
 _QUANT_ALGO = {"FP8": "fp8", "NVFP4": "fp4"}
+#: Modules an MXFP4 config must leave unquantized (gpt-oss's modules_to_not_convert names each).
+_MXFP4_KEPT = ("self_attn", "router", "embed_tokens", "lm_head")
 
 
 def config_path(name_or_path: str) -> Path | None:
@@ -114,6 +116,7 @@ class _Config:
         if values.get("attention") == "mla":
             values["kv_heads"] = heads  # each head's K and V are expanded from the one latent
         weight = self.weight_dtype()
+        values["weight_block"] = self.weight_block(weight)
         kv = default_kv_dtype(weight)
         name = self.name()
         probe = checked_model({**values, "name": name, "parameters": 1, "weight_dtype": weight, "kv_dtype": kv},
@@ -148,6 +151,7 @@ class _Config:
             if self.integer("moe_layer_freq", 1) != 1:
                 raise self.fail("moe_layer_freq", "other than 1 (MoE layers interleaved with dense ones) is not read",
                                 self.data["moe_layer_freq"])
+            self.expert_groups()
             return {"experts": self.integer("n_routed_experts"),
                     "experts_per_token": self.integer("num_experts_per_tok"),
                     "shared_experts": self.integer("n_shared_experts", 0, minimum=0),
@@ -169,6 +173,20 @@ class _Config:
                             self.data["experts_per_token"])
         return {"experts": self.integer("num_local_experts"), "experts_per_token": per_token,
                 "expert_ffn": self.integer("intermediate_size")}
+
+    def expert_groups(self) -> None:
+        """DeepSeek-V3's group-limited routing (DeepseekV3Config ``n_group`` 8, ``topk_group`` 4 by default;
+        DeepSeek-V3, arXiv:2412.19437, 2.1.2): the experts split into n_group equal groups, a token's k
+        experts come from its topk_group best groups, so the groups must divide the experts and hold k."""
+        experts, per_token = self.integer("n_routed_experts"), self.integer("num_experts_per_tok")
+        groups, chosen = self.integer("n_group", 8), self.integer("topk_group", 4)
+        if experts % groups:
+            raise self.fail("n_group", f"must divide n_routed_experts ({experts})", groups)
+        if chosen > groups:
+            raise self.fail("topk_group", f"must be <= n_group ({groups})", chosen)
+        if per_token > chosen * (experts // groups):
+            raise self.fail("num_experts_per_tok", f"exceeds the {chosen * (experts // groups)} experts of "
+                            f"topk_group ({chosen}) groups", per_token)
 
     def latent(self, arch: str) -> dict:
         if arch != "DeepseekV3ForCausalLM":
@@ -215,6 +233,34 @@ class _Config:
                             f"{', '.join(_QUANT_ALGO)})", algo)
         raise self.fail("quantization_config.quant_method", f"is a quantization pdplan does not read (it reads "
                         f"{', '.join([*_QUANT_METHOD, 'modelopt'])})", method)
+
+    def weight_block(self, weight: str) -> int:
+        """Block size of block-scaled FP8 (``quantization_config.weight_block_size``, square blocks, as
+        DeepSeek-V3's [128, 128]); 0 for per-tensor scales or another precision. An MXFP4 config must keep
+        attention, router, embedding and head unquantized, as gpt-oss's ``modules_to_not_convert`` does:
+        pdplan models MXFP4 on the routed experts only (:data:`pdplan.modelspec.EXPERTS_ONLY_DTYPES`)."""
+        quant = self.data.get("quantization_config")
+        if not isinstance(quant, dict):
+            return 0
+        if weight == "mxfp4":
+            kept = quant.get("modules_to_not_convert")
+            if not isinstance(kept, list) or not all(isinstance(k, str) for k in kept):
+                raise self.fail("quantization_config.modules_to_not_convert", "must list the modules MXFP4 leaves "
+                                "unquantized", kept)
+            missing = [part for part in _MXFP4_KEPT if not any(part in k for k in kept)]
+            if missing:
+                raise self.fail("quantization_config.modules_to_not_convert", f"must keep {', '.join(missing)} "
+                                "unquantized: pdplan models MXFP4 on the routed experts only", kept)
+            return 0
+        block = quant.get("weight_block_size")
+        if weight != "fp8" or block is None:
+            return 0
+        if (not isinstance(block, list) or len(block) != 2 or block[0] != block[1]
+                or any(isinstance(b, bool) or not isinstance(b, int) or not 1 <= b <= MAX_WEIGHT_BLOCK
+                       for b in block)):
+            raise self.fail("quantization_config.weight_block_size", f"must be two equal block sides in "
+                            f"[1, {MAX_WEIGHT_BLOCK}]", block)
+        return block[0]
 
     def modelopt_dtype(self) -> str:
         """The precision NVIDIA ModelOpt checkpoints state beside config.json, in

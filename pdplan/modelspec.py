@@ -27,6 +27,22 @@ KV_BYTES = {"bf16": 2, "fp8": 1}
 ACTIVATION_BYTES = 2
 #: Bytes of one embedding or output-head weight: quantized checkpoints keep them in bf16.
 EDGE_WEIGHT_BYTES = 2
+#: Bytes of one weight a quantized checkpoint keeps unquantized (router, and under MXFP4 attention too).
+BF16_WEIGHT_BYTES = 2
+#: Bytes of the scale of one block of block-scaled FP8: DeepSeek-V3's checkpoint stores one float32
+#: ``weight_scale_inv`` per ``weight_block`` × ``weight_block`` tile (config.json
+#: ``quantization_config.weight_block_size: [128, 128]``), 4/128² = 0.00024 B per weight.
+BLOCK_SCALE_BYTES = 4
+#: Weight precisions whose checkpoints quantize the routed experts only: gpt-oss's MXFP4 config.json lists
+#: ``modules_to_not_convert: [model.layers.*.self_attn, model.layers.*.mlp.router, model.embed_tokens,
+#: lm_head]`` (AIConfigurator's model_configs/openai--gpt-oss-120b_config.json), so attention, router,
+#: embedding and head stay bf16. Every other precision quantizes all block matrices but the router.
+EXPERTS_ONLY_DTYPES = ("mxfp4",)
+#: The precision the matrix products of a weight dtype run at, where it is not the weight's own: vLLM runs
+#: MXFP4 experts with bf16 activations on any GPU from compute capability 8.0 (vllm-project/vllm
+#: vllm/model_executor/layers/quantization/mxfp4.py: ``Mxfp4Config.get_min_capability`` 80,
+#: ``get_supported_act_dtypes`` [bfloat16]; the Marlin and Triton backends dequantize to bf16).
+COMPUTE_DTYPE = {"mxfp4": "bf16"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,6 +83,9 @@ class ModelSpec:
     v_head_dim: int = 0
     sliding_window: int = 0  #: tokens a sliding-window layer attends to (0: no such layers)
     sliding_layers: tuple[int, ...] = ()  #: 0-based indices of the sliding-window layers
+    #: Block size of block-scaled FP8 weights (config.json ``quantization_config.weight_block_size``:
+    #: 128 for DeepSeek-V3/R1 and Kimi-K2); 0 for per-tensor scales. Counted only at fp8 weights.
+    weight_block: int = 0
 
     def __post_init__(self):
         for name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters"):
@@ -90,40 +109,63 @@ class ModelSpec:
         if any(not 0 <= i < self.layers for i in self.sliding_layers) or bool(self.sliding_window) != bool(
                 self.sliding_layers):
             raise InternalError(f"model {self.name}: sliding-window layers need a window and layers in range")
+        if self.weight_block < 0:
+            raise InternalError(f"model {self.name}: weight_block must be >= 0")
 
     @property
     def is_moe(self) -> bool:
         return self.experts > 0
 
     def timing_refusal(self) -> str | None:
-        """Why pdplan's step-time and memory models (dense decoders: every weight used by every
-        token, K and V heads in the cache, every layer's KV growing with the context) would give
-        wrong numbers for this model; None when they hold."""
-        if self.is_moe:
-            return (f"{self.base_name}: step times and memory of mixture-of-experts models are not modelled yet "
-                    f"({self.experts} routed experts, {self.experts_per_token} per token)")
-        if self.attention != "gqa":
-            return (f"{self.base_name}: step times and memory of multi-head latent attention are not modelled yet "
-                    f"(cache of kv_lora_rank {self.kv_lora_rank} + qk_rope_head_dim {self.qk_rope_head_dim})")
-        if self.sliding_layers:
-            return (f"{self.base_name}: step times and memory of sliding-window attention are not modelled yet "
-                    f"({len(self.sliding_layers)} layers with a {self.sliding_window}-token window)")
-        if self.weight_dtype == "mxfp4":
-            return f"{self.base_name}: step times of MXFP4 weights are not modelled yet (use --dtype fp4 or fp8)"
+        """Why pdplan's memory and roofline models would give wrong numbers for this model; None when
+        they hold. Mixture-of-experts, latent and sliding-window attention are modelled; MXFP4 is modelled
+        as gpt-oss ships it, on the routed experts only, so a model without routed experts at MXFP4 is not."""
+        if self.weight_dtype in EXPERTS_ONLY_DTYPES and not self.is_moe:
+            return (f"{self.base_name}: {self.weight_dtype} quantizes only routed experts (as gpt-oss ships it) "
+                    f"and this model has none: use --dtype fp4 or fp8")
         return None
 
     def require_timeable(self) -> None:
-        """Refuse (exit 2) a model whose step times or memory the dense formulas would get wrong."""
+        """Refuse (exit 2) a model whose memory or step times pdplan's formulas would get wrong."""
         why = self.timing_refusal()
         if why is not None:
             raise PdplanError(why, field="model")
 
     @property
     def params_per_layer(self) -> int:
-        """P_layer of 0x02A: Q, K/V, output projection and the MLP matrices of one dense block
-        (the step-time formulas' term; refused for models they do not describe)."""
-        self.require_timeable()
+        """P_layer of 0x02A: Q, K/V, output projection and the MLP matrices of one dense block. A
+        mixture-of-experts model has no one such number: compute uses :attr:`active_block_parameters`,
+        weight traffic the experts a batch touches (:mod:`pdplan.work`)."""
+        if self.is_moe:
+            raise InternalError(f"model {self.name}: a mixture-of-experts model has no one P_layer")
         return self.attention_params_per_layer + self.mlp_matrices * self.hidden * self.ffn
+
+    @property
+    def active_block_parameters(self) -> int:
+        """Block parameters one token multiplies by, over all layers: attention, dense MLPs, router,
+        top-k and shared experts (``L · P_layer`` for a dense model); 2 FLOPs each per token."""
+        return self._block_parameters(active=True)
+
+    @property
+    def qk_head_dim(self) -> int:
+        """Dimensions a query and a key dot over per head: d_h, or qk_nope_head_dim + qk_rope_head_dim
+        under MLA (DeepSeek-V2, arXiv:2405.04434, 2.1.3: d_h + d_h^R)."""
+        return self.qk_nope_head_dim + self.qk_rope_head_dim if self.attention == "mla" else self.head_dim
+
+    @property
+    def value_head_dim(self) -> int:
+        """Dimensions of one head's value: d_h, or v_head_dim under MLA."""
+        return self.v_head_dim if self.attention == "mla" else self.head_dim
+
+    @property
+    def moe_layers(self) -> int:
+        """Layers whose MLP is routed experts (0 for a dense model)."""
+        return self.layers - self.dense_layers if self.is_moe else 0
+
+    @property
+    def expert_params(self) -> int:
+        """Parameters of one routed (or shared) expert: ``mlp_matrices · d · expert_ffn``."""
+        return self.mlp_matrices * self.hidden * self.expert_ffn
 
     @property
     def attention_params_per_layer(self) -> int:
@@ -174,7 +216,25 @@ class ModelSpec:
 
     @property
     def weight_bytes_per_param(self) -> float:
-        return WEIGHT_BYTES[self.weight_dtype]
+        """Bytes of one weight at the weight dtype, with its share of FP8 block scales when block-scaled."""
+        scale = BLOCK_SCALE_BYTES / self.weight_block**2 if self.weight_dtype == "fp8" and self.weight_block else 0.0
+        return WEIGHT_BYTES[self.weight_dtype] + scale
+
+    @property
+    def experts_only_quantized(self) -> bool:
+        """True when only the routed experts are at the weight dtype (:data:`EXPERTS_ONLY_DTYPES`)."""
+        return self.weight_dtype in EXPERTS_ONLY_DTYPES
+
+    @property
+    def unquantized_block_params(self) -> int:
+        """Block parameters a quantized checkpoint keeps in bf16 (every layer's): the router always (gpt-oss
+        ``mlp.router``, Qwen3 FP8 ``mlp.gate`` in modules_to_not_convert), and under MXFP4 attention too."""
+        router = self.moe_layers * self.hidden * self.experts
+        if not self.experts_only_quantized:
+            return router
+        dense = self.dense_layers if self.is_moe else self.layers
+        return (router + self.layers * self.attention_params_per_layer + dense * self.mlp_params_per_layer(0)
+                + self.moe_layers * self.shared_experts * self.expert_params)
 
     @property
     def kv_scalar_bytes(self) -> int:
@@ -193,8 +253,11 @@ class ModelSpec:
 
     @property
     def weight_bytes(self) -> int:
-        """All weights, as published (norms included in the blocks)."""
-        return self.weight_bytes_of(self.parameters - self.embedding_params, self.embedding_params)
+        """All weights, as published (norms included in the blocks); the parts a quantized checkpoint keeps
+        in bf16 (:attr:`unquantized_block_params`) at 2 bytes."""
+        kept = self.unquantized_block_params if self.weight_dtype != "bf16" else 0
+        return (self.weight_bytes_of(self.parameters - self.embedding_params - kept, self.embedding_params)
+                + kept * BF16_WEIGHT_BYTES)
 
     @property
     def latent_kv_width(self) -> int:
@@ -276,44 +339,196 @@ def kv_bytes_per_token(layers: int, kv_heads: int, head_dim: int, dtype_bytes: i
     return layers * 2 * kv_heads * head_dim * dtype_bytes
 
 
-# --- sharding over tensor (TP) and pipeline (PP) parallelism -------------------------------------
+# --- sharding over tensor (TP), expert (EP) and pipeline (PP) parallelism --------------------------
 
 def layers_on_largest_stage(model: ModelSpec, pp: int) -> int:
     """Layers on the busiest pipeline stage: an uneven split gives the first stages one extra."""
     return math.ceil(model.layers / pp)
 
 
+def stage_layers(model: ModelSpec, pp: int) -> list[range]:
+    """The layers of each of the ``pp`` stages, in order: whole layers, the first stages one extra."""
+    base, extra = divmod(model.layers, pp)
+    bounds = [0]
+    for stage in range(pp):
+        bounds.append(bounds[-1] + base + (1 if stage < extra else 0))
+    return [range(a, b) for a, b in zip(bounds, bounds[1:])]
+
+
 def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
-    """K/V heads each TP rank stores: H_kv/tp, or one replicated head when tp > H_kv."""
-    model.require_timeable()
+    """K/V heads each TP rank stores: H_kv/tp, or one replicated head when tp > H_kv. Under MLA every
+    rank caches the one whole latent, as one head of kv_lora_rank + qk_rope_head_dim (vLLM's
+    ``MLAAttentionSpec(num_kv_heads=1, …)``, vllm/model_executor/models/deepseek_v2.py at 002d607)."""
+    if model.attention == "mla":
+        return 1
     return math.ceil(model.kv_heads / tp)
 
 
-def weight_bytes_per_gpu(model: ModelSpec, tp: int, pp: int) -> int:
-    """Weight bytes on the fullest GPU of a (tp, pp) instance.
+def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant_experts: int = 0
+                               ) -> tuple[str, str] | None:
+    """(field, sentence) when experts cannot be placed on a (tp, ep) instance as the engines place them;
+    None when they can.
 
-    Blocks split evenly over TP ranks and by whole layers over PP stages; the embedding and the
-    output head are vocabulary-parallel over TP and sit on the first and last stage (both on one
-    stage when pp = 1, shared when tied).
+    Without expert parallelism (ep = 1, vLLM's and SGLang's default) every routed expert is split over
+    the TP ranks, which vLLM's FusedMoE requires to divide its width (``assert intermediate_size %
+    self.tp_size == 0``). With it, EP = TP (vLLM ``--enable-expert-parallel`` in one instance) and each
+    rank holds whole experts, ⌈(E + R)/EP⌉ on the fullest (``determine_expert_map``: the first (E + R) mod
+    EP ranks take one more). R redundant experts (SGLang ``--ep-num-redundant-experts``, vLLM EPLB's
+    ``num_redundant_experts``) need expert parallelism (vLLM: "Redundant experts are only supported with
+    EPLB") and must spread evenly ("EPLB currently only supports even distribution of experts across
+    ranks"). vllm-project/vllm vllm/model_executor/layers/fused_moe/layer.py at 0014ec6,
+    ``FusedMoE.__init__``; sgl-project/sglang python/sglang/srt/server_args.py.
     """
+    if not model.is_moe:
+        if ep != 1 or redundant_experts:
+            return "ep", f"{model.base_name} has no routed experts: expert parallelism and redundant experts need them"
+        return None
+    physical = model.experts + redundant_experts
+    if ep not in (1, tp):
+        return "ep", f"EP {ep} must be 1 (experts split over TP) or equal TP {tp} (whole experts per rank)"
+    if redundant_experts < 0 or (redundant_experts and ep == 1):
+        return "redundant_experts", (f"{redundant_experts} redundant experts need expert parallelism (EP > 1) "
+                                     "and must be >= 0")
+    if ep > physical:
+        return "ep", (f"EP {ep} > {physical} experts ({model.experts} + {redundant_experts} redundant): "
+                      "ranks without experts")
+    if redundant_experts and physical % ep:
+        return "redundant_experts", (f"{model.experts} + {redundant_experts} redundant experts do not spread "
+                                     f"evenly over EP {ep}")
+    if ep == 1 and model.expert_ffn % tp:
+        return "tp", f"TP {tp} does not divide the expert width {model.expert_ffn}"
+    block = model.weight_block if model.weight_dtype == "fp8" else 0
+    if ep == 1 and block and (model.expert_ffn // tp) % block:
+        # vLLM's Fp8MoEMethod.create_weights (quantization/fp8.py): "The output_size of gate's and up's
+        # weight = … is not divisible by weight quantization block_n = …".
+        return "tp", (f"TP {tp} splits each expert to {model.expert_ffn // tp} columns, not a multiple of the "
+                      f"fp8 scale block {block}: use expert parallelism or a smaller TP")
+    return None
+
+
+def _check_placement(model: ModelSpec, tp: int, ep: int, redundant_experts: int) -> None:
+    found = expert_placement_rejection(model, tp, ep, redundant_experts)
+    if found is not None:
+        raise PdplanError(f"{model.name}: {found[1]}", field=found[0])
+
+
+def rank_weight_bytes(model: ModelSpec, tp: int, layers: range, edge_matrices: int, *, ep: int = 1,
+                      redundant_experts: int = 0, experts_read: float | None = None) -> int:
+    """Weight bytes one TP rank holds for ``layers`` plus ``edge_matrices`` vocabulary matrices (or, given
+    ``experts_read``, reads when each MoE layer touches that many routed experts).
+
+    Split over TP: Q and O, K and V while tp ≤ H_kv (past it each rank holds one replicated head, vLLM's
+    QKVParallelLinear), MLA's q_b, kv_b and o projections, dense MLPs and shared experts, routed experts
+    without EP; the embedding and head by vocabulary rows. Replicated on every rank: MLA's q_a and kv_a
+    down-projections (vLLM's DeepseekV2MLAAttention builds them unsplit, a ``ReplicatedLinear`` or
+    ``disable_tp=True``, vllm/model_executor/models/deepseek_v2.py at 002d607) and the router
+    (``ReplicatedLinear``, unquantized). Under EP the fullest rank holds ⌈(E + R)/EP⌉ whole experts per
+    MoE layer (:func:`expert_placement_rejection`). Matrices at the weight dtype, with block scales, are
+    rounded up once; the parts kept in bf16 (:attr:`ModelSpec.unquantized_block_params`) and the edges
+    (bf16) once each.
+    """
+    m, d = model, model.hidden
+    quant_split = quant_rank = bf16_split = bf16_rank = 0
+    for layer in layers:
+        attention_split, attention_rank = m.attention_params_per_layer, 0
+        if m.attention == "mla":
+            attention_rank = d * m.q_lora_rank + d * (m.kv_lora_rank + m.qk_rope_head_dim)
+            attention_split -= attention_rank
+        elif tp > m.kv_heads:
+            attention_rank = 2 * d * m.head_dim * kv_heads_per_gpu(m, tp)
+            attention_split = 2 * d * m.q_heads * m.head_dim
+        moe = m.is_moe and layer >= m.dense_layers
+        dense_split = m.mlp_params_per_layer(layer) if not moe else m.shared_experts * m.expert_params
+        if m.experts_only_quantized:
+            bf16_split += attention_split + dense_split
+            bf16_rank += attention_rank
+        else:
+            quant_split += attention_split + dense_split
+            quant_rank += attention_rank
+        if moe:
+            bf16_rank += d * m.experts
+            if experts_read is not None:
+                quant_split += experts_read * m.expert_params  # EP spreads the touched experts as TP does
+            elif ep > 1:
+                quant_rank += math.ceil((m.experts + redundant_experts) / ep) * m.expert_params
+            else:
+                quant_split += m.experts * m.expert_params
+    return (math.ceil((quant_split / tp + quant_rank) * m.weight_bytes_per_param)
+            + math.ceil((bf16_split / tp + bf16_rank) * BF16_WEIGHT_BYTES)
+            + math.ceil(edge_matrices * m.vocab * d / tp) * EDGE_WEIGHT_BYTES)
+
+
+def stage_edge_matrices(model: ModelSpec, stage: int, pp: int) -> int:
+    """Vocabulary matrices on a stage: the embedding on the first, the head on the last (one matrix when
+    they are tied and share a stage)."""
     if pp == 1:
-        edge_matrices = 1 if model.tied_embeddings else 2
-    else:
-        edge_matrices = 1
-    block_params = layers_on_largest_stage(model, pp) * model.params_per_layer
-    edge_params = edge_matrices * model.vocab * model.hidden
-    return model.weight_bytes_of(block_params, edge_params, tp)
+        return 1 if model.tied_embeddings else 2
+    return int(stage == 0) + int(stage == pp - 1)
+
+
+def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, *, ep: int = 1, redundant_experts: int = 0) -> list[int]:
+    """Weight bytes on one GPU of each pipeline stage (:func:`rank_weight_bytes`)."""
+    model.require_timeable()
+    _check_placement(model, tp, ep, redundant_experts)
+    return [rank_weight_bytes(model, tp, layers, stage_edge_matrices(model, stage, pp), ep=ep,
+                              redundant_experts=redundant_experts)
+            for stage, layers in enumerate(stage_layers(model, pp))]
+
+
+def weight_bytes_per_gpu(model: ModelSpec, tp: int, pp: int, *, ep: int = 1, redundant_experts: int = 0) -> int:
+    """Weight bytes on the fullest GPU of a (tp, pp) instance, experts split over TP (ep = 1) or whole
+    on each of EP = TP ranks with ``redundant_experts`` extra (:func:`rank_weight_bytes`).
+
+    Blocks split by whole layers over PP stages, the first stages one extra; the embedding and the
+    output head are vocabulary-parallel over TP and sit on the first and last stage (both on one stage
+    when pp = 1, shared when tied). Experts that cannot be placed are refused (exit 2) naming the field.
+    """
+    return max(stage_weight_bytes(model, tp, pp, ep=ep, redundant_experts=redundant_experts))
+
+
+def kv_layer_bytes_per_rank(model: ModelSpec, tp: int) -> int:
+    """KV bytes one token occupies in one layer on one TP rank: ``2 · ⌈H_kv/tp⌉ · d_h · b``, or the
+    whole latent ``(kv_lora_rank + qk_rope_head_dim) · b`` under MLA, which TP does not split."""
+    return kv_bytes_per_token(1, kv_heads_per_gpu(model, tp), model.head_dim, model.kv_scalar_bytes,
+                              latent_width=model.latent_kv_width)
+
+
+def full_attention_layers(model: ModelSpec, layers: range) -> int:
+    """Layers among ``layers`` whose KV grows with the context: those that do not slide, or every one
+    when every layer of the model slides (then no saving is claimed)."""
+    if len(model.sliding_layers) == model.layers:
+        return len(layers)
+    return sum(1 for layer in layers if layer not in model.sliding_layers)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelSpec, tp: int, pp: int) -> int:
-    """KV bytes one token occupies on the fullest GPU of a (tp, pp) instance."""
-    return kv_bytes_per_token(layers_on_largest_stage(model, pp), kv_heads_per_gpu(model, tp),
-                              model.head_dim, model.kv_scalar_bytes)
+    """KV bytes one more token of context occupies on the fullest GPU of a (tp, pp) instance: its
+    full-attention layers' (a sliding-window layer's share is bounded by the window instead,
+    :func:`sliding_window_reserve_bytes`)."""
+    per_layer = kv_layer_bytes_per_rank(model, tp)
+    return max(full_attention_layers(model, layers) for layers in stage_layers(model, pp)) * per_layer
 
 
-def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int,
-                       memory_utilization: float = 0.9) -> int:
-    """Tokens of KV an instance can hold: (utilised HBM − weights) / KV bytes per token, per GPU.
+def sliding_window_sequences(gpu: GPU) -> int:
+    """Sequences whose sliding windows pdplan reserves KV room for: vLLM's default ``max_num_seqs`` for
+    its OpenAI server, 1024 on GPUs of 70 GiB or more other than the A100, 256 below
+    (vllm-project/vllm vllm/engine/arg_utils.py, ``EngineArgs.get_batch_defaults``)."""
+    return 1024 if gpu.memory_bytes >= 70 * GIB and not gpu.physical.startswith("a100") else 256
+
+
+def sliding_window_reserve_bytes(model: ModelSpec, gpu: GPU, tp: int, layers: range) -> int:
+    """KV bytes one GPU sets aside for the sliding-window layers among ``layers``: each holds at most the
+    window per sequence (vLLM's SlidingWindowSpec frees blocks behind it; its hybrid KV cache manager,
+    vllm/v1/core/kv_cache_manager.py, shares one block pool between full and sliding layers), reserved
+    for :func:`sliding_window_sequences` sequences."""
+    sliding = len(layers) - full_attention_layers(model, layers)
+    return sliding * model.sliding_window * kv_layer_bytes_per_rank(model, tp) * sliding_window_sequences(gpu)
+
+
+def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int, memory_utilization: float = 0.9, *,
+                       ep: int = 1, redundant_experts: int = 0) -> int:
+    """Tokens of KV an instance can hold: on each stage's GPU, (utilised HBM − weights − sliding-window
+    reserve) / KV bytes per token of its full-attention layers; the least over the stages.
 
     ``memory_utilization`` is the fraction of HBM the engine may use (vLLM's
     ``gpu_memory_utilization``); the rest covers activations, CUDA graphs and fragmentation.
@@ -321,36 +536,53 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int,
     """
     if not 0 < memory_utilization <= 1:
         raise InternalError("memory_utilization must be in (0, 1]")
-    free = int(gpu.memory_bytes * memory_utilization) - weight_bytes_per_gpu(model, tp, pp)
-    return max(0, free // kv_bytes_per_token_per_gpu(model, tp, pp))
+    usable = int(gpu.memory_bytes * memory_utilization)
+    per_layer = kv_layer_bytes_per_rank(model, tp)
+    weights = stage_weight_bytes(model, tp, pp, ep=ep, redundant_experts=redundant_experts)
+    capacities = []
+    for weight, layers in zip(weights, stage_layers(model, pp)):
+        free = usable - weight - sliding_window_reserve_bytes(model, gpu, tp, layers)
+        full = full_attention_layers(model, layers)
+        if free < 0 or full:  # a stage of sliding layers only bounds nothing per token once its windows fit
+            capacities.append(free // (full * per_layer) if full else 0)
+    return max(0, min(capacities))
 
 
 def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int | None = None,
-                    memory_utilization: float = 0.9, kv_reserve_tokens: int = 0) -> str | None:
+                    memory_utilization: float = 0.9, kv_reserve_tokens: int = 0, ep: int = 1,
+                    redundant_experts: int = 0) -> str | None:
     """Why (tp, pp) on ``gpu`` cannot serve ``model``, in one sentence; None when it can.
 
-    Rules: the GPU runs the weight precision; a TP group stays inside one node; TP divides the K/V heads
-    or is a multiple of them (then heads are replicated); PP is at most the layer count (uneven splits
-    are allowed); the weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
+    Rules: the GPU runs the weight precision's matrix products (:data:`COMPUTE_DTYPE`); a TP group stays
+    inside one node; TP divides the K/V heads or is a multiple of them (then heads are replicated), or
+    under MLA divides the attention heads (vLLM: ``assert num_heads % tp_size == 0``); the experts can be
+    placed (:func:`expert_placement_rejection`); PP is at most the layer count (uneven splits are
+    allowed); the weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
     """
     model.require_timeable()
     shape = shape_label(gpu.name, tp, pp)
     if tp < 1 or pp < 1:
         return f"{shape}: TP and PP must be >= 1"
-    if model.weight_dtype not in gpu.dtypes:
+    if COMPUTE_DTYPE.get(model.weight_dtype, model.weight_dtype) not in gpu.dtypes:
         return f"{shape}: {gpu.name} has no {model.weight_dtype} tensor cores (it runs {', '.join(gpu.dtypes)})"
     if gpus_per_node is not None and tp > gpus_per_node:
         return f"{shape}: TP {tp} > {gpus_per_node} GPUs per node"
-    if model.kv_heads % tp and tp % model.kv_heads:
+    if model.attention == "mla":
+        if model.q_heads % tp:
+            return f"{shape}: TP {tp} does not divide {model.q_heads} attention heads"
+    elif model.kv_heads % tp and tp % model.kv_heads:
         return f"{shape}: TP {tp} neither divides nor is a multiple of {model.kv_heads} KV heads"
+    placement = expert_placement_rejection(model, tp, ep, redundant_experts)
+    if placement is not None:
+        return f"{shape}: {placement[1]}"
     if pp > model.layers:
         return f"{shape}: PP {pp} > {model.layers} layers"
-    weights = weight_bytes_per_gpu(model, tp, pp)
+    weights = weight_bytes_per_gpu(model, tp, pp, ep=ep, redundant_experts=redundant_experts)
     usable = int(gpu.memory_bytes * memory_utilization)
     if weights >= usable:
         return (f"{shape}: weights {weights / GIB:.1f} GiB per GPU > {usable / GIB:.1f} GiB usable "
                 f"({memory_utilization:.0%} of {gpu.memory_bytes / GIB:.0f} GiB)")
-    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
+    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, redundant_experts=redundant_experts)
     if capacity < kv_reserve_tokens:
         return f"{shape}: KV room for {capacity} tokens < reserve of {kv_reserve_tokens} tokens"
     return None
@@ -362,11 +594,13 @@ _MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", 
                  "parameters", "dtype_bytes", "weight_dtype", "kv_dtype", "mlp_matrices", "tied_embeddings",
                  "source", "hf_repo", "experts", "experts_per_token", "shared_experts", "expert_ffn",
                  "dense_layers", "attention", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                 "v_head_dim", "sliding_window", "sliding_layers"}
+                 "v_head_dim", "sliding_window", "sliding_layers", "weight_block"}
 #: Optional geometry of mixture-of-experts and latent attention, with the largest value a file may state.
 _EXTRA_LIMITS = {"experts": 2**16, "experts_per_token": 2**16, "shared_experts": 2**16, "expert_ffn": 2**22,
                  "dense_layers": 10_000, "kv_lora_rank": 2**16, "q_lora_rank": 2**16, "qk_rope_head_dim": 2**14,
                  "qk_nope_head_dim": 2**14, "v_head_dim": 2**14, "sliding_window": 10_000_000}
+#: Largest FP8 scale block a model may state (DeepSeek-V3's is 128).
+MAX_WEIGHT_BLOCK = 4096
 #: The first model format's ``dtype_bytes`` (one size for weights and KV) as dtypes.
 _DTYPE_OF_BYTES = {2: "bf16", 1: "fp8"}
 
@@ -415,6 +649,7 @@ def load_model(path: str | Path) -> ModelSpec:
         hf_repo=hf_repo,
         attention=spec.string("attention", "gqa", choices=list(ATTENTION_KINDS)),
         sliding_layers=_layer_list(spec, "sliding_layers", ints["layers"]),
+        weight_block=spec.integer("weight_block", 0, minimum=0, maximum=MAX_WEIGHT_BLOCK),
         **{key: spec.integer(key, 0, minimum=0, maximum=top) for key, top in _EXTRA_LIMITS.items()},
         **ints,
     ), lambda key, rule, value: spec.fail(key, rule, value))

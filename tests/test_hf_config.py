@@ -244,23 +244,58 @@ def test_a_model_yaml_with_an_unknown_attention_kind_is_refused(tmp_path):
 
 # --- what is not modelled yet is refused, not guessed ----------------------------------------------
 
-@pytest.mark.parametrize("name", ["deepseek-v3", "gpt-oss-120b", "mixtral-8x7b"])
-def test_step_times_of_mixture_of_experts_models_are_refused(name):
-    with pytest.raises(PdplanError, match=r"mixture-of-experts models are not modelled yet"):
-        roofline_profile(get_model(name), get_gpu("h200-141gb"), 8, 1)
+@pytest.mark.parametrize("name", ["deepseek-v3@fp8", "gpt-oss-120b@mxfp4", "qwen3-30b-a3b"])
+def test_rooflines_of_mixture_of_experts_models_are_made(name):
+    profile = roofline_profile(get_model(name), get_gpu("h200-141gb"), 8, 1)
+    assert profile.kv_capacity_tokens > 0
 
 
-def test_step_times_at_mxfp4_weights_are_refused_even_for_a_dense_model():
-    with pytest.raises(PdplanError, match=r"llama-3.1-8b: step times of MXFP4 weights are not modelled yet"):
+def test_mxfp4_weights_are_refused_for_a_dense_model():
+    with pytest.raises(PdplanError, match=r"llama-3.1-8b: mxfp4 quantizes only routed experts \(as gpt-oss ships it\)"):
         roofline_profile(get_model("llama-3.1-8b", dtype="mxfp4"), get_gpu("b200-180gb"), 1, 1)
 
 
-def test_optimize_refuses_a_mixture_of_experts_model_on_one_line(run_cli):
-    code, out, err = run_cli("optimize", ROOT / "traces/smoke_uniform_200.csv", "--model", "kimi-k2",
-                             "--cluster", ROOT / "examples/cluster_h200.yaml")
+def test_optimize_refuses_mxfp4_for_a_dense_model_on_one_line(run_cli):
+    code, out, err = run_cli("optimize", ROOT / "traces/smoke_uniform_200.csv", "--model", "llama-3.1-8b", "--dtype",
+                             "mxfp4", "--cluster", ROOT / "examples/cluster_h200.yaml")
     assert code == 2 and not out
-    assert err.strip() == ("Error: kimi-k2: step times and memory of mixture-of-experts models are not modelled "
-                           "yet (384 routed experts, 8 per token)")
+    assert err.strip() == ("Error: llama-3.1-8b: mxfp4 quantizes only routed experts (as gpt-oss ships it) and this "
+                           "model has none: use --dtype fp4 or fp8")
+
+
+# --- block-scaled fp8 and what MXFP4 quantizes -----------------------------------------------------
+
+@needs_configs
+@pytest.mark.parametrize("name", ["deepseek-v3", "deepseek-r1", "kimi-k2"])
+def test_the_catalog_states_the_fp8_block_its_config_states(name):
+    """quantization_config.weight_block_size [128, 128] in each published config."""
+    assert get_model(name).weight_block == get_model(str(config(CATALOG_CONFIGS[name]))).weight_block == 128
+
+
+@needs_configs
+def test_a_per_tensor_or_unquantized_config_has_no_block():
+    assert get_model(str(config("Qwen--Qwen3-235B-A22B"))).weight_block == 0
+    assert get_model(str(config("openai--gpt-oss-120b"))).weight_block == 0
+
+
+BAD_QUANT = [
+    ("deepseek-ai--DeepSeek-V3", {"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 64]}},
+     "quantization_config.weight_block_size"),
+    ("openai--gpt-oss-120b", {"quantization_config": {"quant_method": "mxfp4",
+                                                      "modules_to_not_convert": ["model.embed_tokens", "lm_head"]}},
+     "quantization_config.modules_to_not_convert"),
+    ("deepseek-ai--DeepSeek-V3", {"n_group": 7}, "n_group"),
+    ("deepseek-ai--DeepSeek-V3", {"topk_group": 9}, "topk_group"),
+]
+
+
+@needs_configs
+@pytest.mark.parametrize("stem, changes, key", BAD_QUANT, ids=[key for _, _, key in BAD_QUANT])
+def test_a_config_pdplan_would_mis_size_is_refused_naming_the_key(tmp_path, stem, changes, key):
+    path = write_config(tmp_path, stem, **changes)
+    with pytest.raises(PdplanError, match=rf"config\.json: {key} ") as caught:
+        get_model(str(path))
+    assert caught.value.field == key
 
 
 # --- the manifest's KV-cache ABI -----------------------------------------------------------------

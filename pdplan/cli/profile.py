@@ -311,8 +311,8 @@ def compose(
     from pdplan.latency.compose.profile import composed_profile  # the extra's tables load only here
 
     tables.package_root()  # a clear error naming the extra when it is missing
-    profile = composed_profile(get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu), tp, pp,
-                               engine=engine, engine_version=engine_version)
+    spec = get_model(model, dtype=dtype, kv_dtype=kv_dtype)
+    profile = composed_profile(spec, get_gpu(gpu), tp, pp, engine=engine, engine_version=engine_version)
     _write_and_show(profile, outputs, output, as_json, f"Composed ({engine})")
 
 

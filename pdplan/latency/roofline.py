@@ -34,13 +34,16 @@ from pdplan.hardware import GPU
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
 from pdplan.modelspec import (
     ACTIVATION_BYTES,
+    COMPUTE_DTYPE,
     ModelSpec,
-    kv_bytes_per_token,
+    full_attention_layers,
     kv_capacity_tokens,
-    kv_heads_per_gpu,
+    kv_layer_bytes_per_rank,
+    rank_weight_bytes,
     shape_rejection,
 )
 from pdplan.network import network_for
+from pdplan.work import attention_flops_per_pair, expected_experts_touched, linear_flops
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,14 +142,25 @@ def compute_slowdown(gpu: GPU) -> tuple[float, str]:
 
 # --- the formulas --------------------------------------------------------------------------------
 
+def _attention_coefficients(model: ModelSpec, *, decode: bool) -> tuple[float, float]:
+    """(FLOPs per query-key pair summed over the full-attention layers, the same over the sliding-window
+    layers), from :func:`pdplan.work.attention_flops_per_pair` (4·L·H_q·d_h and 0 for a dense GQA model)."""
+    full = full_attention_layers(model, range(model.layers))
+    per_pair = attention_flops_per_pair(model, decode=decode)
+    return per_pair * full, per_pair * (model.layers - full)
+
+
 def prefill_flops_coefficients(model: ModelSpec) -> tuple[float, float]:
     """FLOPs of one prefill batch per Σl and per Σl² (0x02A, no prior context).
 
     ``F = 2·L·P_layer·Σl + 4·L·H_q·d_h·Σ l(l+1)/2``, so the coefficient of Σl is
-    ``2·L·P_layer + 2·L·H_q·d_h`` and that of Σl² is ``2·L·H_q·d_h``.
+    ``2·L·P_layer + 2·L·H_q·d_h`` and that of Σl² is ``2·L·H_q·d_h``. P_layer is the active one of a
+    mixture-of-experts model (:func:`pdplan.work.linear_flops`); a sliding-window layer's row sees at most
+    W keys, counted as W·Σl (exact for prompts past the window, an upper bound below it).
     """
-    attention = 4.0 * model.layers * model.q_heads * model.head_dim
-    return 2.0 * model.layers * model.params_per_layer + attention / 2, attention / 2
+    attention, sliding = _attention_coefficients(model, decode=False)
+    linear = linear_flops(model, 1)
+    return linear + attention / 2 + sliding * model.sliding_window, attention / 2
 
 
 def decode_flops_coefficients(model: ModelSpec) -> tuple[float, float]:
@@ -154,26 +168,46 @@ def decode_flops_coefficients(model: ModelSpec) -> tuple[float, float]:
 
     Σctx is the context the B requests hold before the step (pdplan's decode feature); each
     request sees its context plus its new row, so 0x02A's ``A_D = Σ s_i = Σctx + B`` and
-    ``F = 2·L·P_layer·B + 4·L·H_q·d_h·(Σctx + B)``.
+    ``F = 2·L·P_layer·B + 4·L·H_q·d_h·(Σctx + B)``; a sliding-window layer's request sees at most W
+    keys, counted as W per request.
     """
-    attention = 4.0 * model.layers * model.q_heads * model.head_dim
-    return 2.0 * model.layers * model.params_per_layer + attention, attention
+    attention, sliding = _attention_coefficients(model, decode=True)
+    return linear_flops(model, 1) + attention + sliding * model.sliding_window, attention
 
 
-def streamed_weight_bytes_per_gpu(model: ModelSpec, tp: int) -> int:
+def streamed_weight_bytes_per_gpu(model: ModelSpec, tp: int, experts_read: float | None = None) -> int:
     """Weight bytes one TP rank reads per iteration, summed over pipeline stages.
 
     Every block matrix and the output head are read once; the input embedding is a gather of
     the batch's rows, not a full read, so it is left out (0x02B's B_weights, plus the head the
-    toy ledger omits).
+    toy ledger omits). A mixture-of-experts layer reads the experts its rows touch, ``experts_read``
+    of them (all when None), split over TP (:func:`pdplan.modelspec.rank_weight_bytes`).
     """
-    return model.weight_bytes_of(model.layers * model.params_per_layer, model.vocab * model.hidden, tp)
+    return rank_weight_bytes(model, tp, range(model.layers), 1, experts_read=experts_read)
 
 
-def kv_bytes_per_token_per_rank(model: ModelSpec, tp: int) -> int:
-    """K/V bytes one token occupies on one TP rank, summed over all layers (0x06 per rank)."""
-    return kv_bytes_per_token(model.layers, kv_heads_per_gpu(model, tp), model.head_dim,
-                              model.kv_scalar_bytes)
+def kv_bytes_per_token_per_rank(model: ModelSpec, tp: int) -> tuple[int, int]:
+    """K/V bytes one token occupies on one TP rank, summed over (full-attention, sliding-window) layers
+    (0x06 per rank; MLA's latent is whole on every rank)."""
+    full = full_attention_layers(model, range(model.layers))
+    per_layer = kv_layer_bytes_per_rank(model, tp)
+    return full * per_layer, (model.layers - full) * per_layer
+
+
+#: Largest decode batch whose touched experts the roofline tracks: from there each MoE layer is taken
+#: to read every expert (the expected untouched fraction, (1 − k/E)^B, is below this).
+UNTOUCHED_FLOOR = 1e-3
+
+
+def decode_expert_batches(model: ModelSpec) -> list[int]:
+    """Batch sizes at which the decode roofline restates the experts read: powers of two from 1 until
+    all but :data:`UNTOUCHED_FLOOR` of the experts are touched; ``[1]`` for a dense model."""
+    if not model.is_moe:
+        return [1]
+    batches = [1]
+    while (1 - model.experts_per_token / model.experts) ** batches[-1] > UNTOUCHED_FLOOR:
+        batches.append(batches[-1] * 2)
+    return batches
 
 
 def tp_all_reduce_s(model: ModelSpec, gpu: GPU, tp: int) -> tuple[float, float]:
@@ -253,29 +287,70 @@ def phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
     """(prefill, decode) roofline terms of a (tp, pp) instance of ``model`` on ``gpu``.
 
     Prefill features (1, Σl, Σl²): compute from :func:`prefill_flops_coefficients`; memory the
-    streamed weights plus the K/V the prompts write. Decode features (1, B, Σctx): compute from
-    :func:`decode_flops_coefficients`; memory the weights plus 0x02A's K/V ledger, reading the
-    ``Σ s_i = Σctx + B`` visible tokens and writing the B new ones, ``(Σctx + 2B)`` tokens. Both
-    carry TP all-reduces and PP hops over N rows (N = Σl or B).
+    streamed weights (every expert: a prefill's rows touch them all) plus the K/V the prompts write.
+    Decode features (1, B, Σctx): compute from :func:`decode_flops_coefficients`; memory the weights plus
+    0x02A's K/V ledger, reading the ``Σ s_i = Σctx + B`` visible tokens and writing the B new ones,
+    ``(Σctx + 2B)`` tokens of the full-attention layers, and each request's window of the sliding ones.
+    Both carry TP all-reduces and PP hops over N rows (N = Σl or B). The decode terms are those of a
+    batch that touches every expert; :func:`decode_segment_terms` gives the smaller batches theirs.
     """
+    return _phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
+
+
+def _phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8,
+                 experts_read: tuple[float, float] | None = None) -> tuple[PhaseTerms, PhaseTerms]:
+    """:func:`phase_terms`, the decode weights read when a batch of B touches ``a + b·B`` experts per MoE
+    layer given ``experts_read = (a, b)`` (every expert when None)."""
     slowdown, _ = compute_slowdown(gpu)
-    # Matrix products run at the weight precision's tensor rate (fp8 weights: W8A8 GEMMs),
-    # attention at bf16; a precision the GPU lacks is refused here, naming the ones it has.
-    gemm = tp * gpu.tensor_flops(model.weight_dtype) / slowdown
+    # Matrix products run at the weight precision's tensor rate (fp8 weights: W8A8 GEMMs; MXFP4 experts
+    # with bf16 activations), attention at bf16; a precision the GPU lacks is refused here, naming the
+    # ones it has.
+    gemm = tp * gpu.tensor_flops(COMPUTE_DTYPE.get(model.weight_dtype, model.weight_dtype)) / slowdown
     attn = tp * gpu.flops_per_s / slowdown
     weights = streamed_weight_bytes_per_gpu(model, tp) / gpu.hbm_bytes_per_s
-    kv = kv_bytes_per_token_per_rank(model, tp) / gpu.hbm_bytes_per_s
+    decode_weights = (weights, 0.0)
+    if experts_read is not None:
+        base = streamed_weight_bytes_per_gpu(model, tp, experts_read=0.0)
+        one = streamed_weight_bytes_per_gpu(model, tp, experts_read=1.0) - base
+        a, b = experts_read
+        decode_weights = ((base + a * one) / gpu.hbm_bytes_per_s, b * one / gpu.hbm_bytes_per_s)
+    kv_full, kv_sliding = (b / gpu.hbm_bytes_per_s for b in kv_bytes_per_token_per_rank(model, tp))
     ar_fixed, ar_row = tp_all_reduce_s(model, gpu, tp)
     pp_fixed, pp_row = pp_send_recv_s(model, gpu, tp, pp, gpus_per_node)
     comm = (ar_fixed + pp_fixed, ar_row + pp_row, 0.0)
-    linear = 2.0 * model.layers * model.params_per_layer
+    linear = linear_flops(model, 1)
     p1, p2 = prefill_flops_coefficients(model)
     d1, d2 = decode_flops_coefficients(model)
+    window_reads = kv_sliding * (1 + model.sliding_window)  # each request's window read, its new row written
     prefill = PhaseTerms(compute_s=(0.0, linear / gemm + (p1 - linear) / attn, p2 / attn),
-                         memory_s=(weights, kv, 0.0), comm_s=comm, layers=model.layers)
+                         memory_s=(weights, kv_full + kv_sliding, 0.0), comm_s=comm, layers=model.layers)
     decode = PhaseTerms(compute_s=(0.0, linear / gemm + (d1 - linear) / attn, d2 / attn),
-                        memory_s=(weights, 2 * kv, kv), comm_s=comm, layers=model.layers)
+                        memory_s=(decode_weights[0], 2 * kv_full + window_reads + decode_weights[1], kv_full),
+                        comm_s=comm, layers=model.layers)
     return prefill, decode
+
+
+def decode_segment_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
+                         gpus_per_node: int = 8) -> list[tuple[int, PhaseTerms]]:
+    """(first batch size, decode terms) per segment of the decode roofline.
+
+    A dense model has one segment. A mixture-of-experts decode step of B requests reads, per MoE layer,
+    the experts its B rows touch, :func:`pdplan.work.expected_experts_touched` (uniform routing): between
+    consecutive :func:`decode_expert_batches` the count is the chord through its values there (concave in
+    B, so the chord is within it), and from the last one every expert.
+    """
+    batches = decode_expert_batches(model)
+    if len(batches) == 1:
+        return [(1, phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)[1])]
+    touched = [expected_experts_touched(model.experts, model.experts_per_token, b) for b in batches]
+    segments = []
+    for i, (lo, hi) in enumerate(zip(batches, batches[1:])):
+        slope = (touched[i + 1] - touched[i]) / (hi - lo)
+        terms = _phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node,
+                             experts_read=(touched[i] - slope * lo, slope))[1]
+        segments.append((lo, terms))
+    segments.append((batches[-1], phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)[1]))
+    return segments
 
 
 def roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
@@ -308,12 +383,14 @@ def roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
                              memory_utilization=memory_utilization, kv_reserve_tokens=1)
     if reason is not None:
         raise PdplanError(f"{model.name} {reason}", field="tp")
-    prefill, decode = phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
+    prefill, _ = phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
+    decode = decode_segment_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
     return PhaseProfile(
         model=model.name, gpu=gpu.name, tp=tp, pp=pp,
         prefill=LatencyModel(segments=(Segment(min_batch=1, pieces_s=prefill.pieces_s(efficiency)),)),
-        decode=LatencyModel(segments=(Segment(min_batch=1, pieces_s=decode.pieces_s(efficiency)),)),
+        decode=LatencyModel(segments=tuple(Segment(min_batch=batch, pieces_s=terms.pieces_s(efficiency))
+                                           for batch, terms in decode)),
         kv_capacity_tokens=capacity,
         max_prefill_batch_tokens=min(max_prefill_batch_tokens, capacity),
         provenance=Provenance(
@@ -350,6 +427,18 @@ def _notes(model: ModelSpec, gpu: GPU, tp: int, pp: int, efficiency: Efficiency,
         f"Decode context Σctx is the tokens the batch holds before the step (each request also "
         f"attends to its new token); KV capacity at {memory_utilization:.0%} of HBM.",
     ]
+    if model.is_moe:
+        parts.append(f"Mixture of experts: compute counts the active parameters ({model.experts_per_token} of "
+                     f"{model.experts} routed experts plus shared ones); a decode step of B requests reads, per MoE "
+                     f"layer, the experts uniform routing touches, E(1 - (1 - k/E)^B), a prefill reads them all; "
+                     f"experts split over TP.")
+    if model.attention == "mla":
+        parts.append("Multi-head latent attention: every TP rank caches the whole latent; prefill attends over "
+                     "qk_nope + qk_rope and v head dims, decode over the latent (W_UK, W_UV absorbed).")
+    if model.sliding_layers:
+        parts.append(f"{len(model.sliding_layers)} sliding-window layers: each request reads at most its "
+                     f"{model.sliding_window}-token window there; KV capacity counts the full-attention layers "
+                     "per token, windows reserved apart.")
     if tp > 1 or pp > 1:
         net = network_for(gpu)
         parts.append(f"Communication constants from {net.system} ({net.note}).")

@@ -177,7 +177,9 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
             "memory": {"gpu_memory_gib": gpu.memory_bytes / GIB, "memory_utilization": MEMORY_UTILIZATION,
                        "weights_gib_per_gpu": weight_bytes_per_gpu(model, pool.tp, pool.pp) / GIB,
                        "kv_capacity_tokens_per_instance": profiles[(pool.gpu, pool.tp, pool.pp)].kv_capacity_tokens,
-                       "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp)},
+                       "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp),
+                       # additive, MoE only: plans split each expert over TP (no --enable-expert-parallel)
+                       **({"expert_parallel": 1} if model.is_moe else {})},
             "profile": {"source": fact["profile"], "method": fact["profile_method"],
                         "fallback": fact["profile_fallback"]},
         })

@@ -141,7 +141,12 @@ def _memory(where: str, pool: dict, model) -> list[Violation]:
     if not _close(memory["gpu_memory_gib"], gpu.memory_bytes / GIB):
         found.append(Violation(f"{where}.memory.gpu_memory_gib", f"{pool['gpu']} has {gpu.memory_bytes / GIB:g} GiB"))
     if model is not None:
-        weights = weight_bytes_per_gpu(model, pool["tp"], pool["pp"]) / GIB
+        ep = memory.get("expert_parallel", 1)  # absent: experts split over TP, as every plan before MoE
+        try:
+            weights = weight_bytes_per_gpu(model, pool["tp"], pool["pp"], ep=ep) / GIB
+        except PdplanError as err:  # experts that cannot be placed, or a model pdplan does not size
+            key = "expert_parallel" if err.field == "ep" else "weights_gib_per_gpu"
+            return [*found, Violation(f"{where}.memory.{key}", err.detail)]
         if not _close(memory["weights_gib_per_gpu"], weights):
             found.append(Violation(f"{where}.memory.weights_gib_per_gpu",
                                    f"{memory['weights_gib_per_gpu']:g} GiB, but {model.name} at TP{pool['tp']} "

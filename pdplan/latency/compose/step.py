@@ -30,14 +30,13 @@ at 002d607).
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from pdplan.errors import PdplanError
 from pdplan.latency.compose import moe, tables
 from pdplan.latency.compose.tables import Extrapolated
 from pdplan.latency.roofline import pipeline_hops
-from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec
+from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
 from pdplan.shape import InstanceShape
 
 
@@ -84,7 +83,7 @@ class Step:
                                   f"(measured: {', '.join(map(str, sizes))})", field="tp")
         m = self.model
         self.q_heads = m.q_heads // self.shape.tp
-        self.kv_heads = math.ceil(m.kv_heads / self.shape.tp)  # one replicated head when tp > H_kv
+        self.kv_heads = kv_heads_per_gpu(m, self.shape.tp)
         if m.q_heads % self.shape.tp:
             raise PdplanError(f"TP {self.shape.tp} does not divide {m.q_heads} query heads", field="tp")
 
