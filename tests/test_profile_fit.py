@@ -11,6 +11,7 @@ from pdplan.errors import PdplanError
 from pdplan.latency.fit import (
     DECODE,
     FLOOR_POLY,
+    OCTAVES,
     POLY,
     PREFILL,
     Basis,
@@ -99,6 +100,43 @@ def test_segmented_basis_never_makes_a_batch_faster_by_crossing_the_threshold():
         three, four = ([[1.0, b * prompt, b * prompt**2]] for b in (3, 4))
         assert model.evaluate(np.array(four), np.array([4]))[0] >= model.evaluate(
             np.array(three), np.array([3]))[0]
+
+
+def moe_decode_ms(batch, context, experts=128, per_token=8):
+    """A mixture-of-experts decode step in ms: weights of the experts B requests touch
+    (E·(1 − (1 − k/E)^B), concave in B) plus a KV read per context token."""
+    touched = experts * (1 - (1 - per_token / experts) ** batch)
+    return 5.0 + 0.2 * touched + 2e-5 * batch * context
+
+
+def moe_decode_points():
+    return [decode_point(batch_size=b, context_tokens=b * ctx, latency_s=moe_decode_ms(b, ctx) / 1e3,
+                         origin=f"B{b}x{ctx}")
+            for b in (1, 2, 4, 8, 16, 32, 64, 128, 256) for ctx in (256, 1024, 4096)]
+
+
+def test_octaves_reproduce_a_step_linear_between_the_measured_batch_sizes():
+    """Within each span of measured batch sizes the octave basis is one plane: a step time that is
+    piecewise linear in B with knots there (and linear in Σctx) is reproduced exactly."""
+    knots = {1: 10.0, 4: 16.0, 16: 22.0, 64: 25.0}
+    step_ms = lambda b, ctx: np.interp(b, list(knots), list(knots.values())) + 1e-4 * b * ctx  # noqa: E731
+    points = [decode_point(batch_size=b, context_tokens=b * ctx, latency_s=step_ms(b, ctx) / 1e3)
+              for b in knots for ctx in (512, 2048, 8192)]
+    x = np.array([p.features for p in points])
+    batch = np.array([p.batch_size for p in points])
+    y = np.array([p.latency_s for p in points])
+    model = fit_basis(OCTAVES, x, batch, y)
+    assert [s.min_batch for s in model.segments] == [1, 4, 16]
+    assert model.evaluate(x, batch) == pytest.approx(y, rel=1e-6)
+    assert model.evaluate(np.array([[1.0, 8.0, 8 * 1024.0]]), np.array([8]))[0] * 1e3 == pytest.approx(
+        step_ms(8, 1024), rel=1e-6)
+
+
+def test_a_concave_moe_decode_step_is_fitted_by_octaves_when_they_hold_out_better():
+    plain = fit_phase(moe_decode_points(), DECODE)
+    concave = fit_phase(moe_decode_points(), DECODE, extra=(OCTAVES,))
+    assert concave.basis == "poly/octaves"
+    assert concave.heldout_mape < 0.5 * plain.heldout_mape
 
 
 def test_outlier_rule_flags_an_injected_10x_point_and_fits_without_it():

@@ -146,24 +146,33 @@ class Basis:
 
     floor: bool = False
     threshold: int | None = None   #: first batch size of the large-batch segment
+    #: one poly per span between consecutive measured batch sizes (no max with the span below): a
+    #: step time concave in B, as a mixture-of-experts decode is while more experts are touched
+    octaves: bool = False
 
     def __post_init__(self):
         if self.threshold is not None and self.threshold < 2:
             raise InternalError("threshold must be >= 2")
+        if self.octaves and (self.floor or self.threshold is not None):
+            raise InternalError("the octave basis has neither floor nor threshold")
 
     @property
     def name(self) -> str:
+        if self.octaves:
+            return "poly/octaves"
         segment = "" if self.threshold is None else f"[B>={self.threshold}]"
         return ("floor+" if self.floor else "") + "poly" + segment
 
     @property
     def level(self) -> int:
-        """0 for poly, 1 for floor+poly, 2 for segmented bases: the order of preference."""
-        return int(self.floor) + int(self.threshold is not None)
+        """0 for poly, 1 for floor+poly, 2 for segmented bases (3 for octaves): the order of preference."""
+        return 3 if self.octaves else int(self.floor) + int(self.threshold is not None)
 
 
 POLY = Basis()
 FLOOR_POLY = Basis(floor=True)
+#: Composed mixture-of-experts decode steps (:mod:`pdplan.latency.compose.profile`).
+OCTAVES = Basis(octaves=True)
 
 
 def candidate_bases(batch_sizes: Iterable[int]) -> tuple[Basis, ...]:
@@ -236,6 +245,36 @@ def _to_model(basis: Basis, floor: float | None, beta: np.ndarray) -> LatencyMod
     ))
 
 
+def _fit_octaves(x: np.ndarray, b: np.ndarray, y: np.ndarray) -> LatencyModel | None:
+    """One poly per span [B_i, B_j] of consecutive measured batch sizes, fitted on the points at
+    both ends (a span widens until its points determine the poly; a last span that cannot is
+    merged into the one before); the span's form holds from B_i to the next span's start."""
+    sizes = sorted(set(int(v) for v in b))
+    starts, i = [], 0
+    while i < len(sizes) - 1:
+        j = i + 1
+        while j < len(sizes) - 1 and not _full_rank(*_span(x, b, y, sizes[i], sizes[j])):
+            j += 1
+        starts.append((sizes[i], sizes[j]))
+        i = j
+    while starts and not _full_rank(*_span(x, b, y, *starts[-1])):
+        if len(starts) == 1:
+            return None
+        starts[-2:] = [(starts[-2][0], starts[-1][1])]
+    if not starts:
+        return None
+    segments = []
+    for lo, hi in starts:
+        beta = nnls_relative(*_span(x, b, y, lo, hi))
+        segments.append(Segment(min_batch=lo if segments else 1, pieces_s=(tuple(float(c) for c in beta),)))
+    return LatencyModel(segments=tuple(segments))
+
+
+def _span(x: np.ndarray, b: np.ndarray, y: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
+    inside = (b >= lo) & (b <= hi)
+    return x[inside], y[inside]
+
+
 def _floor_sizes(n: int, columns: int) -> list[int]:
     sizes = list(range(1, n - columns + 1))
     if len(sizes) > LOO_LIMIT:
@@ -249,6 +288,8 @@ def fit_basis(basis: Basis, features: np.ndarray, batch: np.ndarray,
     x = np.asarray(features, dtype=float)
     b = np.asarray(batch)
     y = np.asarray(latency, dtype=float)
+    if basis.octaves:
+        return _fit_octaves(x, b, y)
     design = _design(basis, x, b)
     columns = design.shape[1]
     if not basis.floor:
@@ -483,16 +524,16 @@ def _what_to_add(grid: "_Grid", phase: str, missing: int) -> str:
 
 
 def fit_phase(points: Sequence[MeasuredPoint], phase: str, *, file: str | None = None,
-              what: str = "", bases: Sequence[Basis] | None = None) -> PhaseFit:
+              what: str = "", bases: Sequence[Basis] | None = None, extra: Sequence[Basis] = ()) -> PhaseFit:
     """Fit one phase's latency model from measured points (module docstring: the five rules).
 
     ``file`` and ``what`` (e.g. the shape) name the source in errors; ``bases`` restricts the
-    candidates (default :func:`candidate_bases`).
+    candidates (default :func:`candidate_bases`), ``extra`` adds to them (:data:`OCTAVES`).
     """
     if phase not in PHASES:
         raise InternalError(f"phase must be one of {', '.join(PHASES)}")
     grid, reports = _prepared(points, phase, file, what)
-    candidates = tuple(bases) if bases is not None else candidate_bases(grid.batch)
+    candidates = (tuple(bases) if bases is not None else candidate_bases(grid.batch)) + tuple(extra)
     scored = [(b, _heldout(b, grid.features, grid.batch, grid.latency)) for b in candidates]
     chosen = _select(scored)
     if chosen is None:
@@ -547,16 +588,17 @@ RULES_NOTE = (f"grid latency = median of repeats; a repeat > {REPEAT_FACTOR:g}x 
 
 
 def fit_profile(shape: ShapePoints, *, kv_capacity_tokens: int,
-                max_prefill_batch_tokens: int | None = None) -> PhaseProfile:
+                max_prefill_batch_tokens: int | None = None, concave_decode: bool = False) -> PhaseProfile:
     """Fit both phases of one shape into a profile with provenance.
 
     ``max_prefill_batch_tokens`` defaults to the largest prompt-token total among the fitted
     prefill points (the model is not trusted beyond what was measured), capped at the KV
-    capacity (a prefill batch must fit its KV).
+    capacity (a prefill batch must fit its KV). ``concave_decode`` lets the decode fit choose
+    :data:`OCTAVES` too (a mixture-of-experts step, which grows ever slower in B).
     """
     file = shape.file if shape.file is not None else shape.source
     prefill = fit_phase(shape.points, PREFILL, file=file, what=shape.shape)
-    decode = fit_phase(shape.points, DECODE, file=file, what=shape.shape)
+    decode = fit_phase(shape.points, DECODE, file=file, what=shape.shape, extra=(OCTAVES,) if concave_decode else ())
     if max_prefill_batch_tokens is None:
         max_prefill_batch_tokens = min(int(prefill.max_sum_tokens), kv_capacity_tokens)
     notes = "; ".join(n for n in (shape.notes, RULES_NOTE) if n)

@@ -67,7 +67,7 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
     shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
                         points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
                         source=source, notes=f"{source}; {_notes(step)}")
-    profile = fit_profile(shape, kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap)
+    profile = fit_profile(shape, kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap, concave_decode=model.is_moe)
     prov = profile.provenance
     profile = replace(profile, provenance=replace(
         prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
