@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
@@ -52,8 +53,9 @@ import pandas as pd
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
+from pdplan.latency.compose.profile import composed_profile
 from pdplan.latency.source import ProfileSource
-from pdplan.modelspec import get_model
+from pdplan.modelspec import ModelSpec, get_model
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool
 
@@ -65,6 +67,8 @@ MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-
           "nvidia/DeepSeek-R1-NVFP4": "deepseek-r1", "openai/gpt-oss-120b": "gpt-oss-120b",
           "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b"}
 MOE = {"deepseek-r1", "deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b"}
+#: Checkpoints whose FP8 weights are block-scaled although their catalog model's precision is not.
+BLOCK_SCALED = {"Qwen/Qwen3-235B-A22B-FP8": 128}
 GPUS = {system: gpu for gpu, system in tables.SYSTEMS.items()}
 DTYPES = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
 #: gpt-oss ships MXFP4 experts; the collection labels its runs nvfp4 (the 4-bit MoE mode), which on
@@ -122,8 +126,15 @@ def _int(value, default: int = 1) -> int:
     return int(value) if pd.notna(value) else default
 
 
+def row_model(row) -> ModelSpec:
+    """The row's model at its precision; the Qwen3-235B-A22B-FP8 checkpoint is block-scaled like
+    DeepSeek's (its config.json: weight_block_size [128, 128])."""
+    model = get_model(row["model"], dtype=row["dtype"])
+    return replace(model, weight_block=BLOCK_SCALED.get(row["model_path"], model.weight_block))
+
+
 def plan_for(row) -> Plan:
-    model = get_model(row["model"], dtype=row["dtype"]).name
+    model = row_model(row).name
     if row["mode"] == "agg":
         policy, tokens = SCHEDULING[row["backend"]]
         chunk = tokens if policy == "chunked" else None
@@ -138,11 +149,13 @@ def plan_for(row) -> Plan:
 
 
 @cache
-def _profile(kind: str, engine: str, model: str, gpu: str, tp: int):
+def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: int = 1):
+    if kind == "composed" and ep > 1:  # experts whole over the TP group: a composition option only
+        return composed_profile(model, get_gpu(gpu), tp, 1, engine=engine, expert_parallel=True)
     source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed")
-    profile = source.profile(get_model(model), get_gpu(gpu), tp, 1)
+    profile = source.profile(model, get_gpu(gpu), tp, 1)
     if kind == "composed" and profile.provenance.source != "composed":
-        raise PdplanError(source.fallback_reason(model, gpu, tp, 1) or "not composed")
+        raise PdplanError(source.fallback_reason(model.name, gpu, tp, 1) or "not composed")
     return profile
 
 
@@ -162,12 +175,14 @@ def requests(row) -> tuple[np.ndarray, np.ndarray]:
 def replay(row, kind: str) -> tuple[float, float]:
     """Simulated mean TTFT and mean TPOT (ms) of the row's run."""
     plan = plan_for(row)
-    profiles = {pool.shape: _profile(kind, row["backend"], pool.model, pool.gpu, pool.tp) for pool in plan.pools}
+    ep = int(row["ep"]) if row["mode"] == "agg" else 1
+    model = row_model(row)
+    profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, ep) for pool in plan.pools}
     clients = int(row["concurrency"])
     prompts, outputs = requests(row)
     n = len(prompts)
     workload = {"arrival_s": np.zeros(n), "prompt_tokens": prompts, "output_tokens": outputs}
-    result = simulate(workload, plan, profiles, model=get_model(plan.pools[0].model), concurrency=clients)
+    result = simulate(workload, plan, profiles, model=model, concurrency=clients)
     served = ~np.asarray(result["rejected"])
     ttft = np.asarray(result["ttft_s"])[served]
     tpot = np.asarray(result["tpot_s"])[served]
@@ -190,8 +205,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--profiles", default="composed,roofline-engine,roofline")
     parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
     parser.add_argument("--csv", default=None, help="write every replayed row here")
+    parser.add_argument("--models", default=None, help="only these catalog models (comma-separated), e.g. the MoE ones")
     args = parser.parse_args(argv)
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+    if args.models:
+        rows = rows[rows["model"].isin(args.models.split(","))]
     if args.rows:
         rows = rows.head(args.rows)
     print(f"{len(rows)} supported rows of silicon_sample.csv (aiconfigurator-core {tables.package_version()})")

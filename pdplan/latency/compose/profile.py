@@ -51,8 +51,10 @@ def sample_points(step: Step, *, kv_capacity: int, max_batch_tokens: int) -> lis
 def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str = DEFAULT_ENGINE,
                      engine_version: str | None = None, memory_utilization: float = 0.9,
                      gpus_per_node: int = 8,
-                     max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> PhaseProfile:
-    """The composed profile of one shape, or a PdplanError saying why none can be made."""
+                     max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
+                     expert_parallel: bool = False) -> PhaseProfile:
+    """The composed profile of one shape, or a PdplanError saying why none can be made;
+    ``expert_parallel``: routed experts whole over the TP ranks (EP = TP) instead of split."""
     reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=gpus_per_node,
                              memory_utilization=memory_utilization, kv_reserve_tokens=1)
     if reason is not None:
@@ -62,7 +64,8 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
                           f"{gpu.physical}; it measures uncapped GPUs)", field="gpu")
     step, capacity, cap = _composition(model, gpu, tp, pp, engine=engine, engine_version=engine_version,
                                        memory_utilization=memory_utilization, gpus_per_node=gpus_per_node,
-                                       max_prefill_batch_tokens=max_prefill_batch_tokens)
+                                       max_prefill_batch_tokens=max_prefill_batch_tokens,
+                                       expert_parallel=expert_parallel)
     source = tables.source_text(step.system, engine, step.versions)
     shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
                         points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
@@ -77,11 +80,12 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
 
 def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, engine_version: str | None,
                  memory_utilization: float, gpus_per_node: int = 8,
-                 max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> tuple[Step, int, int]:
+                 max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
+                 expert_parallel: bool = False) -> tuple[Step, int, int]:
     """The shape's operator tables, its KV capacity and its prefill batch cap."""
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
     step = Step(model=model, shape=InstanceShape(gpu=gpu.physical, tp=tp, pp=pp), engine=engine, versions=versions,
-                gpus_per_node=gpus_per_node, engine_version=engine_version)
+                gpus_per_node=gpus_per_node, engine_version=engine_version, expert_parallel=expert_parallel)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
     return step, capacity, min(max_prefill_batch_tokens, capacity)
 

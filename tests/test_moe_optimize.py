@@ -1,0 +1,46 @@
+"""optimize answers, verified end to end, for the mixture-of-experts models deployments run: DeepSeek-V3
+(FP8) on H200, gpt-oss-120b on H100 and Qwen3-235B-A22B on B200, over the head of the Azure conversation
+trace, with every step time composed from AIConfigurator's measured operators and the output saying so."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+REQUESTS = 2000
+
+
+@pytest.fixture(scope="module")
+def conversation(shared_data, tmp_path_factory) -> Path:
+    """The first 2,000 requests of the Azure LLM 2023 conversation trace."""
+    lines = (shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv").read_text().splitlines()[:REQUESTS + 1]
+    path = tmp_path_factory.mktemp("trace") / "azure_conv_head.csv"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+CASES = [("deepseek-v3", "fp8", "cluster_h200.yaml", "h200-141gb"),
+         ("gpt-oss-120b", "mxfp4", "cluster.yaml", "h100-80gb"),
+         ("qwen3-235b-a22b", "fp8", "cluster_b200.yaml", "b200-180gb")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "dtype", "cluster", "gpu"), CASES, ids=[c[0] for c in CASES])
+def test_optimize_answers_a_moe_model_with_a_verified_plan_timed_by_measured_operators(
+        run_cli, conversation, tmp_path, model, dtype, cluster, gpu):
+    out_file = tmp_path / "plan.yaml"
+    code, out, err = run_cli("optimize", conversation, "--model", model, "--dtype", dtype, "--cluster",
+                             EXAMPLES / cluster, "--requests-per-probe", "300", "--cache-dir", tmp_path / "cache",
+                             "--out", out_file)
+    assert code == 0, err
+    assert "verification: PASSES" in out
+    plan = yaml.safe_load(out_file.read_text())
+    assert plan["identity"]["model"] == f"{model}@{dtype}"
+    assert plan["provenance"]["profiles"]["serving_engine"] == "vllm"
+    chosen = [p for p in plan["pools"] if p["gpu"] == gpu]
+    assert chosen and all(p["profile"]["source"] == "composed" for p in chosen)
