@@ -55,8 +55,9 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
                      expert_parallel: bool = False) -> PhaseProfile:
     """The composed profile of one shape, or a PdplanError saying why none can be made;
     ``expert_parallel``: routed experts whole over the TP ranks (EP = TP) instead of split."""
+    ep = tp if expert_parallel else 1
     reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=gpus_per_node,
-                             memory_utilization=memory_utilization, kv_reserve_tokens=1)
+                             memory_utilization=memory_utilization, kv_reserve_tokens=1, ep=ep)
     if reason is not None:
         raise PdplanError(f"{model.name} {reason}", field="tp")
     if gpu.base is not None:
@@ -86,7 +87,7 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
     step = Step(model=model, shape=InstanceShape(gpu=gpu.physical, tp=tp, pp=pp), engine=engine, versions=versions,
                 gpus_per_node=gpus_per_node, engine_version=engine_version, expert_parallel=expert_parallel)
-    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
+    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=tp if expert_parallel else 1)
     return step, capacity, min(max_prefill_batch_tokens, capacity)
 
 
