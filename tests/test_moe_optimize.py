@@ -24,6 +24,7 @@ def conversation(shared_data, tmp_path_factory) -> Path:
     return path
 
 
+#: model, precision, example cluster, the GPU type planned on (the A100 + H100 example held to its H100s)
 CASES = [("deepseek-v3", "fp8", "cluster_h200.yaml", "h200-141gb"),
          ("gpt-oss-120b", "mxfp4", "cluster.yaml", "h100-80gb"),
          ("qwen3-235b-a22b", "fp8", "cluster_b200.yaml", "b200-180gb")]
@@ -35,12 +36,11 @@ def test_optimize_answers_a_moe_model_with_a_verified_plan_timed_by_measured_ope
         run_cli, conversation, tmp_path, model, dtype, cluster, gpu):
     out_file = tmp_path / "plan.yaml"
     code, out, err = run_cli("optimize", conversation, "--model", model, "--dtype", dtype, "--cluster",
-                             EXAMPLES / cluster, "--requests-per-probe", "300", "--cache-dir", tmp_path / "cache",
-                             "--out", out_file)
+                             EXAMPLES / cluster, "--fleet", f"{gpu}/{gpu}", "--requests-per-probe", "300",
+                             "--cache-dir", tmp_path / "cache", "--out", out_file)
     assert code == 0, err
     assert "verification: PASSES" in out
     plan = yaml.safe_load(out_file.read_text())
     assert plan["identity"]["model"] == f"{model}@{dtype}"
     assert plan["provenance"]["profiles"]["serving_engine"] == "vllm"
-    chosen = [p for p in plan["pools"] if p["gpu"] == gpu]
-    assert chosen and all(p["profile"]["source"] == "composed" for p in chosen)
+    assert plan["pools"] and all(p["gpu"] == gpu and p["profile"]["source"] == "composed" for p in plan["pools"])
