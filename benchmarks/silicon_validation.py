@@ -6,7 +6,8 @@ Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT o
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and
 precision pdplan supports is replayed (mixture-of-experts models: aggregated rows whose instance is
 TP on one node, experts split over the TP group or whole on each rank (EP = TP); the rest, wide
-expert parallelism and disaggregated MoE rows, are counted and left out): the row's concurrency C as a closed loop of C clients
+expert parallelism and disaggregated MoE rows, are counted and left out): the row's concurrency C as a
+closed loop of C clients
 (``simulate --concurrency``), with the requests its collection's benchmark client sent (below),
 on one instance of the row's TP for aggregated rows and on the row's prefill and
 decode pools for disaggregated ones. Each profile kind is run in turn — composed from the

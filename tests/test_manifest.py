@@ -244,3 +244,19 @@ def test_a_violation_prints_as_one_line_whatever_its_field_and_message_hold():
     from pdplan.manifest.check import Violation
 
     assert str(Violation("pools[0].x\ny", "got 'a\r\nb'")) == "pools[0].x y: got 'a b'"
+
+
+def test_a_power_capped_pool_may_sit_on_nodes_of_its_own_hardware_but_no_other():
+    """Splitwise's HHcap: decode on H100s at a lower power limit runs on the H100 nodes."""
+    from pdplan.manifest.check import node_map_violations
+
+    pools = {"decode": {"gpu": "h100-80gb-pcap", "tp": 2, "pp": 1, "replicas": 1}}
+
+    def on(node_gpu):
+        nodes = [{"node": "n-0", "gpu": node_gpu, "gpus": 8,
+                  "instances": [{"pool": "decode", "instance": 0, "stage": 0, "gpu_indices": [0, 1]}]}]
+        return [v.field for v in node_map_violations(pools, nodes, at="placement.nodes",
+                                                     pool_field=lambda name, key: f"pools.{name}.{key}")]
+
+    assert on("h100-80gb") == []
+    assert on("a100-80gb") == ["placement.nodes[0].gpu"]

@@ -132,6 +132,12 @@ def catalog_gpu(name: str):
         return None
 
 
+def _physical(name: str) -> str:
+    """The hardware a GPU type runs on: a power-capped setting's base GPU (Splitwise's HHcap), else itself."""
+    gpu = catalog_gpu(name)
+    return name if gpu is None else gpu.physical
+
+
 def _memory(where: str, pool: dict, model) -> list[Violation]:
     memory = pool["memory"]
     found = []
@@ -187,7 +193,7 @@ def node_map_violations(pools: dict[str, dict], nodes: list[dict], *, at: str, p
             for g in sorted(used & set(indices)):
                 found.append(Violation(f"{where}.gpu_indices", f"GPU {g} is held twice on {node['node']}"))
             used |= set(indices)
-            if node["gpu"] != pool["gpu"]:
+            if node["gpu"] != _physical(pool["gpu"]):  # a power-capped setting runs on its own hardware's nodes
                 found.append(Violation(f"{at}[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
             gpu = catalog_gpu(pool["gpu"])
             room = min(node["gpus"], pool["tp"] if gpu is None else gpu.nvlink_domain)
