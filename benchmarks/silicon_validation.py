@@ -53,7 +53,7 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.source import ProfileSource
-from pdplan.modelspec import get_model
+from pdplan.modelcatalog import get_model
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool
 

@@ -31,7 +31,8 @@ from pdplan.manifest.build import (
     kv_cache_abi,
 )
 from pdplan.manifest.document import content_hash, digest, schema_errors, section_hashes
-from pdplan.modelspec import get_model, weight_bytes_per_gpu
+from pdplan.modelcatalog import get_model
+from pdplan.modelspec import weight_bytes_per_gpu
 from pdplan.placement import serves
 from pdplan.schema import shown
 
