@@ -27,7 +27,8 @@ from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_points
 from pdplan.latency.roofline_fit import CalibrationPoints, calibrate_efficiency, roofline_errors
-from pdplan.modelspec import get_model, shape_rejection
+from pdplan.modelcatalog import get_model
+from pdplan.modelspec import shape_rejection
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ("llama-3.1-8b", "llama-3.1-8b@fp8", "qwen3-32b", "qwen3-32b@fp8", "llama-3.1-70b@fp8")

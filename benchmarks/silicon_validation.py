@@ -58,7 +58,8 @@ from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_profile
 from pdplan.latency.source import ProfileSource
-from pdplan.modelspec import ModelSpec, get_model
+from pdplan.modelcatalog import get_model
+from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool
 

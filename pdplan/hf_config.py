@@ -16,7 +16,8 @@ from pathlib import Path
 from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.fileio import read_text
-from pdplan.modelspec import MAX_WEIGHT_BLOCK, ModelSpec, checked_model, default_kv_dtype, precision_suffix
+from pdplan.modelcatalog import MAX_WEIGHT_BLOCK, checked_model
+from pdplan.modelspec import ModelSpec, default_kv_dtype, precision_suffix
 
 #: The file a Hugging Face model repository states its architecture in.
 CONFIG_NAME = "config.json"
@@ -121,8 +122,9 @@ class _Config:
         name = self.name()
         probe = checked_model({**values, "name": name, "parameters": 1, "weight_dtype": weight, "kv_dtype": kv},
                               self._fail_mapped)
-        return checked_model({**values, "name": name + precision_suffix(weight, kv),
+        return checked_model({**values, "name": name + precision_suffix(weight, kv, weight),
                               "parameters": probe.geometric_parameters, "weight_dtype": weight, "kv_dtype": kv,
+                              "checkpoint_dtype": weight,
                               "source": f"{self.path.name} ({arch})"}, self._fail_mapped)
 
     def _fail_mapped(self, key: str, rule: str, value) -> PdplanError:

@@ -6,7 +6,8 @@ environment of its own (their torch pins differ), which it creates under ``--env
 ``.consumer-envs/``) or reuses (``--venv NAME=DIR``). Then it:
 
 1. plans the acceptance manifests with ``pdplan optimize`` (the default answer, ``--mode
-   disaggregated``, a multinode ``--tp 8 --pp 2`` plan, a plan with Splitwise's mixed pool, and
+   disaggregated``, a multinode ``--tp 8 --pp 2`` plan, a plan with Splitwise's mixed pool, an
+   fp8 plan of a bf16 checkpoint (fp8 KV cache, quantized at load), and
    with ``--sglang-plan`` an ``--engine sglang`` one), validates each and runs pdplan's engine rules
    (pdplan/engines.py) on it;
 2. exports each to every format; a refusal is a pass when it names a rule (every format must
@@ -51,6 +52,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
+SMOKE = ROOT / "traces" / "smoke_uniform_200.csv"
 KUBERNETES_VERSION = "1.33.0"
 CRD_SCHEMAS = {"DynamoGraphDeployment": "dynamo.dynamographdeployment.v1beta1.schema.json",
                "LeaderWorkerSet": "lws.leaderworkerset.v1.schema.json"}
@@ -120,6 +122,8 @@ def plans(work: Path, requests: int, sglang: bool) -> dict[str, tuple[list[str],
                   "--ttft", "1", "--tpot", "0.1", "--cluster", str(cluster), "--mixed", "--mixed-spill-tokens", "2048",
                   "--mode", "disaggregated", "--affinity", "high", *IDENTITY],
     }
+    # fp8 weights and KV cache of a bf16 checkpoint: the KV-cache dtype and the load-time quantization flags.
+    found["fp8"] = [str(SMOKE), *probe, "--model", "llama-3.1-70b@fp8", "--mode", "disaggregated"]
     if sglang:
         found["sglang"] = [str(TRACE), *probe, "--mode", "disaggregated", "--engine", "sglang", *IDENTITY]
     return {name: (args, work / f"{name}.yaml") for name, args in found.items()}
@@ -488,14 +492,34 @@ def probe_vllm_serve(args: list[str]) -> str:
     if "--kv-transfer-config" in args:
         config = KVTransferConfig(**json.loads(args[args.index("--kv-transfer-config") + 1]))
         kv = f", {config.kv_connector} {config.kv_role}"
-    return f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}{kv}"
+    return f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}{kv}, {vllm_precision(engine)}"
+
+
+def vllm_precision(engine) -> str:
+    """The KV-cache dtype through CacheConfig's validator, and the quantization through the checks
+    ModelConfig makes once it has the checkpoint's config (vllm/config/model.py _verify_quantization:
+    a name in QUANTIZATION_METHODS; vllm/config/quantization.py resolve_quantization_config), which the
+    parser alone does not make."""
+    from vllm.config import CacheConfig
+    from vllm.config.quantization import resolve_quantization_config
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+    CacheConfig(cache_dtype=engine.kv_cache_dtype)
+    if engine.quantization is not None:
+        if engine.quantization not in QUANTIZATION_METHODS:
+            raise ValueError(f"Unknown quantization method: {engine.quantization}")
+        resolve_quantization_config(engine.quantization, engine.quantization_config)
+    quantization = engine.quantization or "the checkpoint's"
+    return f"KV {engine.kv_cache_dtype}, quantization {quantization}"
 
 
 def probe_sglang_server(args: list[str]) -> str:
     from sglang.srt.server_args import prepare_server_args
 
     server = prepare_server_args(args)
-    return (f"TP{server.tp_size} PP{server.pp_size} {server.disaggregation_mode}; ServerArgs.resolve_once not run "
+    quantization = server.quantization or "the checkpoint's"
+    return (f"TP{server.tp_size} PP{server.pp_size} {server.disaggregation_mode}, KV {server.kv_cache_dtype}, "
+            f"quantization {quantization}; ServerArgs.resolve_once not run "
             f"(it loads the checkpoint's config from the hub)")
 
 

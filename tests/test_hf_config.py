@@ -16,7 +16,8 @@ from pdplan.hardware import get_gpu
 from pdplan.latency.roofline import roofline_profile
 from pdplan.manifest.build import abi_kv_bytes_per_token, kv_cache_abi
 from pdplan.manifest.check import _identity
-from pdplan.modelspec import WEIGHT_BYTES, get_model, load_model, model_catalog
+from pdplan.modelcatalog import get_model, load_model, model_catalog
+from pdplan.modelspec import WEIGHT_BYTES
 
 try:
     import aiconfigurator_core
@@ -54,7 +55,7 @@ def test_mla_caches_the_latent_and_the_rope_key_per_layer():
     """DeepSeek-V3: 61 layers × (kv_lora_rank 512 + qk_rope_head_dim 64) × 2 bytes = 70,272 at bf16."""
     model = get_model(str(config("deepseek-ai--DeepSeek-V3")), dtype="bf16", kv_dtype="bf16")
     assert model.kv_bytes_per_token == 61 * (512 + 64) * 2 == 70_272
-    assert get_model("deepseek-v3").kv_bytes_per_token == 70_272
+    assert get_model("deepseek-v3@bf16").kv_bytes_per_token == 70_272
 
 
 @needs_configs
@@ -142,9 +143,9 @@ def test_the_configs_quantization_sets_the_weight_precision(stem, dtype):
 
 
 @needs_configs
-def test_dtype_overrides_the_configs_quantization():
+def test_dtype_overrides_the_configs_quantization_and_the_name_says_so():
     model = get_model(str(config("deepseek-ai--DeepSeek-V3")), dtype="bf16")
-    assert (model.weight_dtype, model.name) == ("bf16", "deepseek-ai--deepseek-v3")
+    assert (model.weight_dtype, model.checkpoint_dtype, model.name) == ("bf16", "fp8", "deepseek-ai--deepseek-v3@bf16")
 
 
 # --- reading configs ------------------------------------------------------------------------------
@@ -165,6 +166,13 @@ GEOMETRY = ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab
 def test_each_catalog_entry_states_its_published_configs_geometry(name):
     entry, published = get_model(name), get_model(str(config(CATALOG_CONFIGS[name])))
     assert {k: getattr(entry, k) for k in GEOMETRY} == {k: getattr(published, k) for k in GEOMETRY}
+
+
+@needs_configs
+@pytest.mark.parametrize("name", sorted(CATALOG_CONFIGS))
+def test_each_catalog_entry_is_served_at_its_published_configs_quantization(name):
+    entry, published = get_model(name), get_model(str(config(CATALOG_CONFIGS[name])))
+    assert (entry.checkpoint_dtype, entry.weight_dtype) == (published.checkpoint_dtype, published.weight_dtype)
 
 
 def test_the_catalog_ships_the_current_mixture_of_experts_models():
@@ -307,13 +315,13 @@ def test_a_dense_models_kv_abi_is_unchanged():
 
 
 def test_an_mla_kv_abi_records_the_latent_dims_and_gives_its_bytes():
-    abi = kv_cache_abi(get_model("deepseek-v3"))
+    abi = kv_cache_abi(get_model("deepseek-v3@bf16"))
     assert (abi["attention"], abi["kv_lora_rank"], abi["qk_rope_head_dim"]) == ("mla", 512, 64)
     assert abi_kv_bytes_per_token(abi) == 61 * 576 * 2
 
 
 def test_the_identity_check_accepts_an_mla_abi_and_its_bytes():
-    model = get_model("deepseek-v3")
+    model = get_model("deepseek-v3@bf16")
     identity = {"model": model.name, "weights_dtype": model.weight_dtype, "kv_cache": kv_cache_abi(model),
                 "kv_bytes_per_token": 70_272}
     assert _identity({"identity": identity, "pools": []}) == []

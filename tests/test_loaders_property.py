@@ -15,7 +15,7 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import load_cluster
 from pdplan.latency.importers import read_points_csv, read_splitwise
 from pdplan.latency.profile import load_profile
-from pdplan.modelspec import load_model
+from pdplan.modelcatalog import load_model
 from pdplan.sim.plan import load_plan
 from pdplan.slo import load_slo
 from pdplan.workload import load_trace

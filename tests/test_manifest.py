@@ -51,7 +51,7 @@ def test_strict_names_every_unknown_identity_field(run_cli, manifests):
 
 def test_the_checkpoint_defaults_to_the_catalog_models_repository(manifests):
     assert load(manifests["colocated"])["identity"]["checkpoint"] == {"id": "meta-llama/Llama-2-70b-hf",
-                                                                      "revision": "unknown"}
+                                                                      "revision": "unknown", "dtype": "bf16"}
 
 
 def test_the_manifest_carries_the_whole_decision(manifests):

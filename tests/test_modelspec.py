@@ -7,14 +7,12 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
+from pdplan.modelcatalog import get_model, load_model, model_catalog
 from pdplan.modelspec import (
     ModelSpec,
-    get_model,
     kv_bytes_per_token,
     kv_bytes_per_token_per_gpu,
     kv_capacity_tokens,
-    load_model,
-    model_catalog,
     shape_rejection,
     weight_bytes_per_gpu,
 )
@@ -201,6 +199,40 @@ def test_precision_is_part_of_the_name_so_profiles_never_cross_precisions():
     assert get_model("llama-3.1-70b", kv_dtype="fp8").name == "llama-3.1-70b@bf16,kv=fp8"
     assert get_model("llama-3.1-70b@fp8,kv=bf16").kv_dtype == "bf16"
     assert get_model("llama-3.1-70b@fp8").at_precision("bf16", "bf16").name == "llama-3.1-70b"
+
+
+def test_a_catalog_model_is_served_at_its_published_checkpoints_precision():
+    """Issue 21: the checkpoint's quantization sets the weight precision unless --dtype says otherwise.
+    gpt-oss ships MXFP4 experts, DeepSeek-V3/R1 and Kimi-K2 block-scaled FP8 (their config.json
+    quantization_config); Llama 3.1 ships bf16."""
+    assert {name: (get_model(name).name, get_model(name).weight_dtype) for name in (
+        "gpt-oss-120b", "gpt-oss-20b", "deepseek-v3", "deepseek-r1", "kimi-k2", "llama-3.1-70b")} == {
+        "gpt-oss-120b": ("gpt-oss-120b@mxfp4", "mxfp4"), "gpt-oss-20b": ("gpt-oss-20b@mxfp4", "mxfp4"),
+        "deepseek-v3": ("deepseek-v3@fp8", "fp8"), "deepseek-r1": ("deepseek-r1@fp8", "fp8"),
+        "kimi-k2": ("kimi-k2@fp8", "fp8"), "llama-3.1-70b": ("llama-3.1-70b", "bf16")}
+
+
+def test_a_model_keeps_its_checkpoints_precision_at_any_served_precision():
+    assert get_model("deepseek-v3", dtype="bf16").checkpoint_dtype == "fp8"
+    assert get_model("llama-3.1-70b@fp8").checkpoint_dtype == "bf16"
+    assert get_model("gpt-oss-120b", kv_dtype="bf16").weight_dtype == "mxfp4"
+
+
+def test_a_quantized_checkpoint_served_at_bf16_names_it_and_reads_back_as_planned():
+    model = get_model("deepseek-v3", dtype="bf16")
+    assert model.name == "deepseek-v3@bf16"
+    assert get_model(model.name) == model
+
+
+def test_a_model_file_states_its_checkpoints_precision(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text("name: mini\nlayers: 2\nhidden: 64\nq_heads: 8\nkv_heads: 2\nhead_dim: 8\nffn: 160\n"
+                    "vocab: 100\nparameters: 94720\ncheckpoint_dtype: fp8\n")
+    model = load_model(path)
+    assert (model.name, model.weight_dtype, model.kv_dtype, model.checkpoint_dtype) == ("mini@fp8", "fp8", "fp8", "fp8")
+    path.write_text(path.read_text().replace("fp8", "int4"))
+    with pytest.raises(PdplanError, match=r"checkpoint_dtype"):
+        load_model(path)
 
 
 def test_unknown_dtype_is_refused_with_the_known_ones():

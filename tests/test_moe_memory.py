@@ -15,9 +15,9 @@ import pytest
 from pdplan.errors import PdplanError
 from pdplan.hardware import GIB, get_gpu
 from pdplan.latency.roofline import decode_flops_coefficients, prefill_flops_coefficients, roofline_profile
+from pdplan.modelcatalog import get_model
 from pdplan.modelspec import (
     ModelSpec,
-    get_model,
     kv_bytes_per_token_per_gpu,
     kv_capacity_tokens,
     kv_heads_per_gpu,
@@ -66,7 +66,7 @@ def test_redundant_experts_add_whole_experts_per_rank():
 
 
 def test_deepseek_v3_does_not_fit_eight_h200_at_bf16_but_does_at_fp8():
-    assert "weights" in shape_rejection(get_model("deepseek-v3"), get_gpu("h200-141gb"), 8, 1)
+    assert "weights" in shape_rejection(get_model("deepseek-v3@bf16"), get_gpu("h200-141gb"), 8, 1)
     assert shape_rejection(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 8, 1) is None
 
 

@@ -392,7 +392,7 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     from pdplan.goodput import SearchSettings
     from pdplan.latency.profile import shipped_profiles
     from pdplan.latency.source import ProfileSource
-    from pdplan.modelspec import get_model
+    from pdplan.modelcatalog import get_model
     from pdplan.planner import PlanRequest
     from pdplan.planner.measure import measure, pool_candidates
     from pdplan.planner.plans import Spill

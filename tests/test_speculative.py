@@ -13,7 +13,7 @@ from pdplan.latency.compose import tables
 from pdplan.latency.profile import shipped_profiles
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding, expected_tokens
-from pdplan.modelspec import get_model
+from pdplan.modelcatalog import get_model
 from pdplan.planner.measure import profile_digest
 from pdplan.sim.plan import load_plan
 from pdplan.vocabulary import SpeculativeMethod

@@ -56,7 +56,8 @@ from pdplan.latency.profile import profile_inputs
 from pdplan.manifest import Identity, Release, build_manifest
 from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.schedule import build_schedule
-from pdplan.modelspec import DEFAULT_MODEL, get_model, model_file
+from pdplan.modelcatalog import get_model, model_file
+from pdplan.modelspec import DEFAULT_MODEL
 from pdplan.placement import ALIASES, ANY, resolve_fleets
 from pdplan.planner import PlanReport, PlanRequest, report_to_dict
 from pdplan.planner import optimize as run_optimize

@@ -141,7 +141,10 @@ def abi_kv_bytes_per_token(abi: dict) -> int:
 
 
 def _identity(model: ModelSpec, identity: Identity) -> dict:
-    return {"model": model.name, "checkpoint": {"id": identity.checkpoint_of(model), "revision": identity.revision},
+    # The checkpoint's precision tells an export whether the engines quantize it at load
+    # (export/common.py ``precision``); it is the model's own checkpoint's (catalog or config.json).
+    checkpoint = {"id": identity.checkpoint_of(model), "revision": identity.revision, "dtype": model.checkpoint_dtype}
+    return {"model": model.name, "checkpoint": checkpoint,
             "tokenizer": identity.tokenizer, "adapter": identity.adapter, "position": identity.position,
             "weights_dtype": model.weight_dtype, "kv_cache": kv_cache_abi(model),
             "kv_bytes_per_token": model.kv_bytes_per_token}

@@ -31,7 +31,8 @@ from pdplan.manifest.build import (
     kv_cache_abi,
 )
 from pdplan.manifest.document import content_hash, digest, schema_errors, section_hashes
-from pdplan.modelspec import get_model, weight_bytes_per_gpu
+from pdplan.modelcatalog import get_model
+from pdplan.modelspec import weight_bytes_per_gpu
 from pdplan.placement import serves
 from pdplan.schema import shown
 
@@ -310,7 +311,8 @@ def _identity(manifest: dict) -> list[Violation]:
         shipped = kv_cache_abi(model, abi["block_tokens"])
         for key in ("layers", "kv_heads", "head_dim", "attention", "kv_lora_rank", "qk_rope_head_dim"):
             if abi.get(key) != shipped.get(key):
-                found.append(Violation(f"identity.kv_cache.{key}", f"{abi[key]}, but {model.name} has {shipped[key]}"))
+                found.append(Violation(f"identity.kv_cache.{key}", f"{abi.get(key)}, but {model.name} has "
+                                       f"{shipped.get(key)}"))
     for i, pool in enumerate(manifest["pools"]):
         if pool["model"] != identity["model"]:
             found.append(Violation(f"pools[{i}].model", f"{pool['model']!r} is not the manifest's model "

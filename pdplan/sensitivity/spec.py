@@ -33,7 +33,8 @@ from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.latency.profile import profile_inputs
-from pdplan.modelspec import DEFAULT_MODEL, model_file
+from pdplan.modelcatalog import model_file
+from pdplan.modelspec import DEFAULT_MODEL
 from pdplan.schema import Fields, bound
 from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S
 from pdplan.verify import DEFAULT_RUNS

@@ -72,7 +72,8 @@ from pdplan.fileio import load_yaml
 from pdplan.hardware import GB, get_gpu
 from pdplan.latency.profile import PhaseProfile
 from pdplan.latency.speculative import SpeculativeDecoding, speculative_from_fields
-from pdplan.modelspec import ModelSpec, get_model
+from pdplan.modelcatalog import get_model
+from pdplan.modelspec import ModelSpec
 from pdplan.schema import Fields
 from pdplan.shape import InstanceShape, shape_label
 from pdplan.vocabulary import FailurePolicy, Phase, Policy, TransferSchedule

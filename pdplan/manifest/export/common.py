@@ -12,6 +12,8 @@ from pdplan.errors import PdplanError
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.export import shell
+from pdplan.modelcatalog import model_catalog
+from pdplan.modelspec import PRECISION_MARK, WEIGHT_BYTES
 from pdplan.shape import shape_label
 
 # The argument a script of an instance spanning nodes is run with on each node (instance_preamble).
@@ -44,6 +46,58 @@ def served_model(manifest: dict) -> str:
                           f"optimize --checkpoint (the Hugging Face repository or path of "
                           f"{manifest['identity']['model']})", field="identity.checkpoint.id")
     return checkpoint
+
+
+@dataclass(frozen=True)
+class Precision:
+    """The precisions a deployment must start its engines at, as the manifest records them."""
+
+    weights: str     #: the plan's weight precision (``identity.weights_dtype``)
+    kv: str          #: the plan's KV-cache precision (``identity.kv_cache.dtype``, the KV-cache ABI)
+    checkpoint: str  #: the precision the served checkpoint stores its weights at
+
+    @property
+    def quantized_at_load(self) -> bool:
+        """The engines must quantize the checkpoint as they load it (the plan's weights are below it)."""
+        return self.weights != self.checkpoint
+
+
+def precision(manifest: dict) -> Precision:
+    """The plan's weight and KV precision and its checkpoint's. A manifest written before it recorded
+    the checkpoint's (``identity.checkpoint.dtype``) serves the catalog model's checkpoint when it names
+    that repository, at the precision the catalog states, else a bf16 one. A plan above its checkpoint's
+    precision (bf16 weights of an fp8 checkpoint) cannot be served from it, and is refused."""
+    identity = manifest["identity"]
+    checkpoint = identity["checkpoint"]
+    stated = checkpoint.get("dtype")
+    if stated is None:
+        known = model_catalog().get(identity["model"].split(PRECISION_MARK, 1)[0])
+        stated = known.checkpoint_dtype if known is not None and known.hf_repo == checkpoint["id"] else "bf16"
+    found = Precision(identity["weights_dtype"], identity["kv_cache"]["dtype"], stated)
+    if WEIGHT_BYTES[found.weights] > WEIGHT_BYTES[found.checkpoint]:
+        raise PdplanError(f"the plan serves {identity['model']} at {found.weights} weights, but its checkpoint "
+                          f"{checkpoint['id']} stores them at {found.checkpoint}, and no engine serves a checkpoint "
+                          f"above its own precision: plan at {found.checkpoint} (--dtype {found.checkpoint}) or name "
+                          f"a {found.weights} checkpoint (optimize --checkpoint)", field="identity.weights_dtype")
+    return found
+
+
+def load_quantization(manifest: dict, engine: str, methods: dict[tuple[str, str], str]) -> str | None:
+    """The ``--quantization`` method ``engine`` quantizes the checkpoint with as it loads it (``methods``:
+    the engine's, by checkpoint and plan weight precision); None when the checkpoint already is at the
+    plan's precision (the engine reads its config.json's quantization_config). A plan whose weights
+    the engine cannot quantize to at load is refused."""
+    found = precision(manifest)
+    if not found.quantized_at_load:
+        return None
+    method = methods.get((found.checkpoint, found.weights))
+    if method is None:
+        raise PdplanError(f"the plan serves {manifest['identity']['model']} at {found.weights} weights, but its "
+                          f"checkpoint {manifest['identity']['checkpoint']['id']} stores them at {found.checkpoint} "
+                          f"and {engine} cannot quantize every block matrix to {found.weights} as it loads them: serve "
+                          f"a {found.weights} checkpoint (plan with --model its config.json, and --checkpoint)",
+                          field="identity.weights_dtype")
+    return method
 
 
 def pools(manifest: dict) -> list[dict]:

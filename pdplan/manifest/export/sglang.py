@@ -16,6 +16,17 @@ ROUTER_PORT = 8000
 #: num_steps + 1 when topk is 1; its defaults for DeepseekV3ForCausalLM are 3 steps, top-k 1, 4 tokens).
 MTP_ALGORITHM = "EAGLE"
 
+#: SGLang's ``--kv-cache-dtype`` per KV precision of the plan (SGLang 0.5.23,
+#: python/sglang/srt/arg_groups/fields/model.py ``kv_cache_dtype`` choices: auto, fp8_e5m2, fp8_e4m3, mxfp8,
+#: bf16, bfloat16, nvfp4, fp4_mx_block16); bf16 stated too, not left to "auto" (the model's dtype).
+KV_CACHE_DTYPES = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}
+#: SGLang's ``--quantization`` for a checkpoint quantized as it loads, by (checkpoint, plan) weight precision:
+#: "fp8", "MOE + linear online quantization" (SGLang 0.5.23, python/sglang/srt/arg_groups/choices.py
+#: QUANTIZATION_CHOICES; layers/quantization/fp8.py quantizes the weights after loading when the checkpoint is
+#: not fp8-serialized). No fp4: "nvfp4_online" converts the MoE experts alone, dense layers keep the
+#: checkpoint's precision (layers/quantization/nvfp4_online.py), not what pdplan's fp4 timed.
+LOAD_QUANTIZATION = {("bf16", "fp8"): "fp8"}
+
 # SGLang's --disaggregation-transfer-backend values among the manifest's connectors (LMCache is not one).
 TRANSFER_BACKENDS = ("nixl", "mooncake")
 
@@ -55,6 +66,7 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
                "--host", "0.0.0.0", "--port", str(port),
                # SGLang's static memory fraction (weights + KV pool) stands in for vLLM's utilization.
                "--mem-fraction-static", str(pool["memory"]["memory_utilization"])]
+    command += precision_args(manifest)
     if scheduling.get("chunk_tokens"):
         command += ["--chunked-prefill-size", str(scheduling["chunk_tokens"])]
     if scheduling.get("max_prefill_batch_tokens"):
@@ -67,6 +79,15 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
     if inst.spans_nodes:
         command += ["--nnodes", str(len(inst.nodes)), "--dist-init-addr", f"{inst.nodes[0]}:{DIST_INIT_PORT}"]
     return command
+
+
+def precision_args(manifest: dict) -> list[str]:
+    """The KV-cache dtype the plan's capacity was verified at, and the quantization that brings the
+    checkpoint to the plan's weight precision when it is above it (none when it is at it: SGLang reads
+    the checkpoint's quantization_config)."""
+    args = ["--kv-cache-dtype", KV_CACHE_DTYPES[common.precision(manifest).kv]]
+    method = common.load_quantization(manifest, "SGLang", LOAD_QUANTIZATION)
+    return args + (["--quantization", method] if method else [])
 
 
 def speculative_args(manifest: dict) -> list[str]:

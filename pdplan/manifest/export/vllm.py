@@ -25,14 +25,29 @@ PYTHON = "python3"
 #: SpeculativeConfig.__post_init__ replaces with "mtp", logging them as deprecated).
 MTP_METHOD = "mtp"
 
+#: vLLM's ``--kv-cache-dtype`` per KV precision of the plan (vLLM 0.33.0, vllm/config/cache.py ``CacheDType``:
+#: "fp8" is fp8_e4m3 on CUDA). Stated for bf16 too: "auto" is the model's dtype only when the checkpoint's
+#: quantization_config names no KV quantization, else that (vllm/utils/torch_utils.py
+#: ``resolve_kv_cache_dtype_string``), so a ModelOpt FP8 checkpoint would cache fp8 under a plan verified at bf16.
+KV_CACHE_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
+#: vLLM's ``--quantization`` for a checkpoint quantized as it loads, by (checkpoint, plan) weight precision:
+#: "fp8_per_tensor", FP8 weights with per-tensor scales on linear and MoE layers (vLLM 0.33.0,
+#: vllm/config/quantization.py ``_ONLINE_SHORTHANDS``). Not "fp8": Fp8Config refuses a checkpoint that is not
+#: fp8-serialized ("no longer supports online quantization. Please use `--quantization fp8_per_tensor`",
+#: vllm/model_executor/layers/quantization/fp8.py). No fp4 or mxfp4: "nvfp4_per_token" quantizes the MoE
+#: experts alone and "mxfp4" every linear layer, neither what pdplan's fp4 (every block matrix) or mxfp4
+#: (experts only) timed.
+LOAD_QUANTIZATION = {("bf16", "fp8"): "fp8_per_tensor"}
+
 # Connectors vllm-router speaks (--kv-connector; it defaults to nixl); others need no flag.
 ROUTER_CONNECTORS = ("nixl", "mooncake")
 
 
 def engine_args(manifest: dict, pool: dict) -> list[str]:
-    """vLLM arguments that follow from the pool: parallelism, memory, chunking, KV transfer."""
+    """vLLM arguments that follow from the plan and the pool: precision, parallelism, memory, chunking,
+    KV transfer."""
     args = ["--tensor-parallel-size", str(pool["tp"]), "--pipeline-parallel-size", str(pool["pp"]),
-            "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"])]
+            "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]), *precision_args(manifest)]
     chunk = (pool.get("scheduling") or {}).get("chunk_tokens")
     if chunk:
         args += ["--max-num-batched-tokens", str(chunk)]
@@ -43,6 +58,15 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
     if drafting is not None:
         args += ["--speculative-config", common.compact_json(drafting)]
     return args
+
+
+def precision_args(manifest: dict) -> list[str]:
+    """The KV-cache dtype the plan's capacity was verified at, and the quantization that brings the
+    checkpoint to the plan's weight precision when it is above it (none when it is at it: vLLM reads
+    the checkpoint's quantization_config)."""
+    args = ["--kv-cache-dtype", KV_CACHE_DTYPES[common.precision(manifest).kv]]
+    method = common.load_quantization(manifest, "vLLM", LOAD_QUANTIZATION)
+    return args + (["--quantization", method] if method else [])
 
 
 def speculative_config(manifest: dict) -> dict | None:
