@@ -118,6 +118,8 @@ class _Config:
             values["kv_heads"] = heads  # each head's K and V are expanded from the one latent
         weight = self.weight_dtype()
         values["weight_block"] = self.weight_block(weight)
+        if self.data.get("num_nextn_predict_layers") is not None:  # DeepSeek-V3's multi-token prediction
+            values["mtp_layers"] = self.integer("num_nextn_predict_layers", minimum=0)
         kv = default_kv_dtype(weight)
         name = self.name()
         probe = checked_model({**values, "name": name, "parameters": 1, "weight_dtype": weight, "kv_dtype": kv},

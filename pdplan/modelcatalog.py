@@ -29,8 +29,10 @@ _MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", 
                  "tied_embeddings",
                  "source", "hf_repo", "experts", "experts_per_token", "shared_experts", "expert_ffn",
                  "dense_layers", "attention", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
-                 "v_head_dim", "sliding_window", "sliding_layers", "weight_block"}
+                 "v_head_dim", "sliding_window", "sliding_layers", "weight_block", "mtp_layers"}
 #: Optional geometry of mixture-of-experts and latent attention, with the largest value a file may state.
+#: Most multi-token-prediction modules a model may state (DeepSeek-V3 ships one).
+MAX_MTP_LAYERS = 64
 _EXTRA_LIMITS = {"experts": 2**16, "experts_per_token": 2**16, "shared_experts": 2**16, "expert_ffn": 2**22,
                  "dense_layers": 10_000, "kv_lora_rank": 2**16, "q_lora_rank": 2**16, "qk_rope_head_dim": 2**14,
                  "qk_nope_head_dim": 2**14, "v_head_dim": 2**14, "sliding_window": 10_000_000}
@@ -91,6 +93,7 @@ def load_model(path: str | Path) -> ModelSpec:
         attention=spec.string("attention", "gqa", choices=list(ATTENTION_KINDS)),
         sliding_layers=_layer_list(spec, "sliding_layers", ints["layers"]),
         weight_block=spec.integer("weight_block", 0, minimum=0, maximum=MAX_WEIGHT_BLOCK),
+        mtp_layers=spec.integer("mtp_layers", 0, minimum=0, maximum=MAX_MTP_LAYERS),
         **{key: spec.integer(key, 0, minimum=0, maximum=top) for key, top in _EXTRA_LIMITS.items()},
         **ints,
     ), lambda key, rule, value: spec.fail(key, rule, value))

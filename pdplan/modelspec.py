@@ -83,6 +83,9 @@ class ModelSpec:
     #: Block size of block-scaled FP8 weights (config.json ``quantization_config.weight_block_size``:
     #: 128 for DeepSeek-V3/R1 and Kimi-K2); 0 for per-tensor scales. Counted only at fp8 weights.
     weight_block: int = 0
+    #: Multi-token-prediction modules the checkpoint ships (config.json ``num_nextn_predict_layers``:
+    #: 1 for DeepSeek-V3/R1, 0 for Kimi-K2): what ``--speculative mtp`` drafts with.
+    mtp_layers: int = 0
 
     def __post_init__(self):
         for name in ("layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab", "parameters"):

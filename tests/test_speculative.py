@@ -1,6 +1,7 @@
 """Speculative decoding (MTP or a draft model) as a stated acceptance rate: decode steps become the
 time per emitted token, for every profile a run uses, recorded where the run can be replayed."""
 
+import dataclasses
 import itertools
 import json
 from pathlib import Path
@@ -24,6 +25,9 @@ TRACE = ROOT / "traces" / "smoke_uniform_200.csv"
 PLAN = ROOT / "examples" / "plan_disagg.yaml"
 COLOCATED = ROOT / "examples" / "plan_colocated.yaml"
 LLAMA2, A100 = get_model("llama2-70b"), get_gpu("a100-80gb")
+#: llama2-70b's geometry with one multi-token-prediction module, as DeepSeek-V3 ships one (its measured
+#: profiles still apply: profiles are matched by name).
+LLAMA2_MTP = dataclasses.replace(LLAMA2, mtp_layers=1)
 MTP = SpeculativeDecoding(method=SpeculativeMethod.MTP, acceptance=0.8)
 needs_extra = pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
 
@@ -69,14 +73,14 @@ def test_the_profile_says_what_was_applied_with_its_numbers():
 
 def test_an_mtp_draft_token_costs_one_layer_of_the_models_by_default():
     # AIConfigurator's mtp_scale_factor: a decode iteration is (L + nextn) / L layers' work; llama2-70b has 80.
-    assert ProfileSource({}, speculative=MTP).speculative_for(LLAMA2).draft_cost == 1 / 80
+    assert ProfileSource({}, speculative=MTP).speculative_for(LLAMA2_MTP).draft_cost == 1 / 80
 
 
 def test_every_profile_the_source_hands_out_is_timed_per_emitted_token():
     measured = shipped_profiles()
     for shape in ((4, 1), (2, 2)):  # the shipped measured profile, and a shape only a roofline times
         plain = ProfileSource(measured, compose=False).profile(LLAMA2, A100, *shape)
-        fast = ProfileSource(measured, compose=False, speculative=MTP).profile(LLAMA2, A100, *shape)
+        fast = ProfileSource(measured, compose=False, speculative=MTP).profile(LLAMA2_MTP, A100, *shape)
         assert fast.provenance.source == plain.provenance.source == ("measured" if shape == (4, 1) else "roofline")
         by_hand = MTP.resolved(80).apply(plain)
         assert fast.decode_step_s(32, 32_000) == pytest.approx(by_hand.decode_step_s(32, 32_000), rel=1e-12)
@@ -95,7 +99,7 @@ def test_the_composed_profile_is_cached_before_the_transform(tmp_path):
     from pdplan.cache import ResultCache
 
     cache = ResultCache(tmp_path)
-    model = get_model("llama-3.1-70b@fp8")
+    model = dataclasses.replace(get_model("llama-3.1-70b@fp8"), mtp_layers=1)  # with an MTP module, as DeepSeek-V3
     h100 = get_gpu("h100-80gb")
     fast = ProfileSource({}, speculative=MTP).profile(model, h100, 4, 1, cache=cache)
     plain = ProfileSource({}).profile(model, h100, 4, 1, cache=cache)  # the same key: found, not composed
@@ -138,14 +142,19 @@ def test_bad_speculative_flags_exit_2_with_one_line_naming_the_flag(run_cli, arg
     assert err.startswith(message) and err.count("\n") == 1
 
 
-def test_decode_goodput_rises_with_mtp_and_the_answer_names_it(run_cli):
+#: llama2-70b ships no multi-token-prediction layers: a drafter at MTP's cost for it (one layer of 80).
+DRAFTER = ("--speculative", "draft", "--acceptance", "0.8", "--draft-cost", "0.0125")
+
+
+def test_decode_goodput_rises_with_speculative_decoding_and_the_answer_names_it(run_cli):
     runs = {}
-    for name, extra in (("plain", ()), ("mtp", ("--speculative", "mtp", "--acceptance", "0.8"))):
+    for name, extra in (("plain", ()), ("mtp", DRAFTER)):
         code, out, err = run_cli(*GOODPUT, "--requests-per-probe", "200", "--grid", "0", "--json", *extra)
         assert code == 0, err
         runs[name] = json.loads(out)
     assert runs["plain"]["speculative"] is None
-    assert runs["mtp"]["speculative"] == {"method": "mtp", "draft_tokens": 1, "acceptance": 0.8, "draft_cost": 0.0125}
+    assert runs["mtp"]["speculative"] == {"method": "draft", "draft_tokens": 1, "acceptance": 0.8,
+                                          "draft_cost": 0.0125}
     # at most E / (1 + k·r) = 1.8 / 1.0125 faster: the per-request term grows with the verified rows
     assert 1.3 * runs["plain"]["goodput_rps"] < runs["mtp"]["goodput_rps"] < 1.8 / 1.0125 * runs["plain"]["goodput_rps"]
 
@@ -184,8 +193,9 @@ def _tpot(run_cli, *args) -> float:
 
 @pytest.mark.parametrize("plan", [PLAN, COLOCATED], ids=["disaggregated", "colocated"])
 def test_simulate_replays_the_speculative_decoding_its_plan_records(run_cli, tmp_path, plan):
-    recorded = _with_speculative(plan, tmp_path, "{method: mtp, acceptance: 0.8, draft_tokens: 2}")
-    flagged = _tpot(run_cli, "--plan", plan, "--speculative", "mtp", "--acceptance", "0.8", "--draft-tokens", "2")
+    recorded = _with_speculative(plan, tmp_path,
+                                 "{method: draft, acceptance: 0.8, draft_tokens: 2, draft_cost: 0.0125}")
+    flagged = _tpot(run_cli, "--plan", plan, *DRAFTER, "--draft-tokens", "2")
     assert _tpot(run_cli, "--plan", recorded) == flagged < _tpot(run_cli, "--plan", plan)
 
 
@@ -277,10 +287,24 @@ def test_optimize_names_it_in_its_answer_and_its_manifest_records_it(run_cli, tm
     out = tmp_path / "m.yaml"
     code, stdout, err = run_cli("optimize", TRACE, "--requests-per-probe", "50", "--tp", "4", "--pp", "1",
                                 "--mode", "colocated", "--fleet", "AA", "--no-cache", "--json", "--out", out,
-                                "--speculative", "mtp", "--acceptance", "0.8")
+                                *DRAFTER)
     assert code == 0, err
-    record = {"method": "mtp", "draft_tokens": 1, "acceptance": 0.8, "draft_cost": 0.0125}  # llama2-70b: 1/80
+    record = {"method": "draft", "draft_tokens": 1, "acceptance": 0.8, "draft_cost": 0.0125}
     assert json.loads(stdout)["provenance"]["speculative"] == record
     assert yaml.safe_load(out.read_text())["provenance"]["profiles"]["speculative"] == record
     code, _, err = run_cli("validate", out, "--trace", TRACE, "--resimulate")
     assert code == 0, err
+
+
+def test_mtp_is_refused_for_a_model_without_multi_token_prediction_layers(run_cli):
+    code, out, err = run_cli(*GOODPUT, "--speculative", "mtp", "--acceptance", "0.8")
+    assert code == 2 and out == ""
+    assert "--speculative mtp drafts with the checkpoint's multi-token-prediction layers, and llama2-70b has none" \
+        in err
+
+
+def test_deepseek_v3_ships_one_multi_token_prediction_module():
+    from pdplan.modelcatalog import get_model
+
+    # config.json num_nextn_predict_layers (deepseek-ai/DeepSeek-V3; moonshotai/Kimi-K2-Instruct)
+    assert (get_model("deepseek-v3").mtp_layers, get_model("kimi-k2").mtp_layers) == (1, 0)

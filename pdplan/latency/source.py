@@ -30,6 +30,7 @@ from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_d
 from pdplan.latency.roofline import roofline_profile
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelspec import ModelSpec
+from pdplan.vocabulary import SpeculativeMethod
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,14 @@ class ProfileSource:
 
     def speculative_for(self, model: ModelSpec) -> SpeculativeDecoding | None:
         """The speculative decoding this source applies to ``model``'s profiles (MTP's draft cost resolved)."""
-        return None if self.speculative is None else self.speculative.resolved(model.layers)
+        if self.speculative is None:
+            return None
+        if self.speculative.method == SpeculativeMethod.MTP and not model.mtp_layers:
+            raise PdplanError(f"--speculative mtp drafts with the checkpoint's multi-token-prediction layers, and "
+                              f"{model.base_name} has none (config.json num_nextn_predict_layers): the engines refuse "
+                              f"to start; a separate drafter is --speculative draft with its --draft-cost",
+                              field="speculative")
+        return self.speculative.resolved(model.layers)
 
     def _evidence(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
                   cache: ResultCache | None) -> PhaseProfile:
