@@ -100,6 +100,16 @@ def load_quantization(manifest: dict, engine: str, methods: dict[tuple[str, str]
     return method
 
 
+def precision_args(manifest: dict, engine: str, kv_cache_dtypes: dict[str, str],
+                   methods: dict[tuple[str, str], str]) -> list[str]:
+    """``--kv-cache-dtype`` at the KV precision the plan's capacity was verified at (``kv_cache_dtypes``:
+    the engine's names), and ``--quantization`` when the checkpoint must be brought to the plan's weight
+    precision as it loads (:func:`load_quantization`)."""
+    args = ["--kv-cache-dtype", kv_cache_dtypes[precision(manifest).kv]]
+    method = load_quantization(manifest, engine, methods)
+    return args + (["--quantization", method] if method else [])
+
+
 def pools(manifest: dict) -> list[dict]:
     """Pools in serving order: prefill, decode, mixed, colocated; by name within a phase."""
     return sorted(manifest["pools"], key=lambda p: (_PHASE_ORDER[p["phase"]], p["name"]))

@@ -66,7 +66,7 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
                "--host", "0.0.0.0", "--port", str(port),
                # SGLang's static memory fraction (weights + KV pool) stands in for vLLM's utilization.
                "--mem-fraction-static", str(pool["memory"]["memory_utilization"])]
-    command += precision_args(manifest)
+    command += common.precision_args(manifest, "SGLang", KV_CACHE_DTYPES, LOAD_QUANTIZATION)
     if scheduling.get("chunk_tokens"):
         command += ["--chunked-prefill-size", str(scheduling["chunk_tokens"])]
     if scheduling.get("max_prefill_batch_tokens"):
@@ -79,15 +79,6 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
     if inst.spans_nodes:
         command += ["--nnodes", str(len(inst.nodes)), "--dist-init-addr", f"{inst.nodes[0]}:{DIST_INIT_PORT}"]
     return command
-
-
-def precision_args(manifest: dict) -> list[str]:
-    """The KV-cache dtype the plan's capacity was verified at, and the quantization that brings the
-    checkpoint to the plan's weight precision when it is above it (none when it is at it: SGLang reads
-    the checkpoint's quantization_config)."""
-    args = ["--kv-cache-dtype", KV_CACHE_DTYPES[common.precision(manifest).kv]]
-    method = common.load_quantization(manifest, "SGLang", LOAD_QUANTIZATION)
-    return args + (["--quantization", method] if method else [])
 
 
 def speculative_args(manifest: dict) -> list[str]:

@@ -47,7 +47,8 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
     """vLLM arguments that follow from the plan and the pool: precision, parallelism, memory, chunking,
     KV transfer."""
     args = ["--tensor-parallel-size", str(pool["tp"]), "--pipeline-parallel-size", str(pool["pp"]),
-            "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]), *precision_args(manifest)]
+            "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
+            *common.precision_args(manifest, "vLLM", KV_CACHE_DTYPES, LOAD_QUANTIZATION)]
     chunk = (pool.get("scheduling") or {}).get("chunk_tokens")
     if chunk:
         args += ["--max-num-batched-tokens", str(chunk)]
@@ -58,15 +59,6 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
     if drafting is not None:
         args += ["--speculative-config", common.compact_json(drafting)]
     return args
-
-
-def precision_args(manifest: dict) -> list[str]:
-    """The KV-cache dtype the plan's capacity was verified at, and the quantization that brings the
-    checkpoint to the plan's weight precision when it is above it (none when it is at it: vLLM reads
-    the checkpoint's quantization_config)."""
-    args = ["--kv-cache-dtype", KV_CACHE_DTYPES[common.precision(manifest).kv]]
-    method = common.load_quantization(manifest, "vLLM", LOAD_QUANTIZATION)
-    return args + (["--quantization", method] if method else [])
 
 
 def speculative_config(manifest: dict) -> dict | None:
