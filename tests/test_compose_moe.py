@@ -23,15 +23,6 @@ def raw_table(system, family, engine, version, filename):
     return pd.read_parquet(tables.package_root() / "systems" / "data" / system / family / engine / version / filename)
 
 
-def block_scaled(model):
-    """The model with DeepSeek-V3's 128×128 block-scaled FP8 weights (``weight_block``)."""
-    if "weight_block" in {f.name for f in dataclasses.fields(model)}:
-        return dataclasses.replace(model, weight_block=128)
-    model = dataclasses.replace(model)
-    object.__setattr__(model, "weight_block", 128)  # the field is added with the MoE memory model
-    return model
-
-
 def step(model, gpu, tp, engine="vllm", **options):
     return Step(model=model, shape=InstanceShape(gpu=gpu, tp=tp, pp=1), engine=engine,
                 versions=tables.choose_versions(gpu, engine, None), **options)
@@ -61,7 +52,7 @@ def test_a_decode_steps_routed_experts_cost_the_moe_tables_value_once_per_layer(
 
 
 def test_deepseek_routes_experts_on_every_layer_but_its_three_dense_ones():
-    model = block_scaled(get_model("deepseek-v3", dtype="fp8"))
+    model = get_model("deepseek-v3")  # block-scaled fp8, as published
     times = {load: step(model, "h200-141gb", 8, distribution=load).prefill_s(1, 1024)
              for load in ("balanced", "power_law_1.01")}
     table = {load: moe_latency_s("h200_sxm", "vllm", "0.24.0", hidden=7168, inter=2048, topk=8, experts=256,
@@ -78,7 +69,7 @@ def test_the_latent_attention_module_costs_its_measured_time_once_per_layer():
     frame = frame[(frame.gemm_type == "fp8_block") & (frame.kv_cache_dtype == "fp8") & (frame.num_heads == 16)
                   & (frame.batch_size == 64)]
     module = {length: frame[frame.step == length].latency.min() / 1e3 for length in (2048, 8192)}
-    composed = step(block_scaled(get_model("deepseek-v3", dtype="fp8")), "h200-141gb", 8)
+    composed = step(get_model("deepseek-v3"), "h200-141gb", 8)  # block-scaled fp8, as published
     assert composed.decode_s(64, 8192) - composed.decode_s(64, 2048) == pytest.approx(
         61 * (module[8192] - module[2048]), rel=1e-9)
 
