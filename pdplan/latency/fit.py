@@ -38,7 +38,8 @@ and the phase's features — ``(1, Σl, Σl²)`` for prefill, ``(1, B, Σctx)`` 
    :data:`LOO_LIMIT` points: :data:`K_FOLDS`-fold, folds from a seeded permutation): the model
    fitted without a point predicts it, and MAPE and max error are over those predictions. A basis
    that some fold cannot determine is not a candidate.
-5. **Selection.** Bases come in three levels of complexity (poly; floor+poly; segmented). The
+5. **Selection.** Bases come in levels of complexity (poly; floor+poly; segmented; and, offered only
+   for composed mixture-of-experts decode, :data:`OCTAVES`). The
    lowest held-out MAPE of each level wins it, and a more complex level replaces the simpler
    choice only if it cuts the held-out MAPE below :data:`SIMPLER_MARGIN` (90%) of it, and by at
    least :data:`SIMPLER_MARGIN_ABS` (half a percentage point). The chosen
