@@ -12,12 +12,12 @@ import yaml
 pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-REQUESTS = 2000
+REQUESTS = 1000
 
 
 @pytest.fixture(scope="module")
 def conversation(shared_data, tmp_path_factory) -> Path:
-    """The first 2,000 requests of the Azure LLM 2023 conversation trace."""
+    """The first 1,000 requests of the Azure LLM 2023 conversation trace."""
     lines = (shared_data / "traces" / "AzureLLMInferenceTrace_conv.csv").read_text().splitlines()[:REQUESTS + 1]
     path = tmp_path_factory.mktemp("trace") / "azure_conv_head.csv"
     path.write_text("\n".join(lines) + "\n")
