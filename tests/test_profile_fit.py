@@ -8,19 +8,14 @@ import numpy as np
 import pytest
 
 from pdplan.errors import PdplanError
+from pdplan.latency.bases import FLOOR_POLY, OCTAVES, POLY, Basis, fit_basis, nnls_relative
 from pdplan.latency.fit import (
     DECODE,
-    FLOOR_POLY,
-    OCTAVES,
-    POLY,
     PREFILL,
-    Basis,
     ShapePoints,
     decode_point,
-    fit_basis,
     fit_phase,
     fit_profile,
-    nnls_relative,
     prefill_point,
 )
 

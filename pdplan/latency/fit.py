@@ -56,13 +56,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Sequence
 
 import numpy as np
-from scipy.optimize import nnls
 
 from pdplan.errors import InternalError, PdplanError
-from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
+from pdplan.latency.bases import (
+    FLOOR_POLY,
+    LOO_LIMIT,
+    OCTAVES,
+    POLY,
+    Basis,
+    candidate_bases,
+    fit_basis,
+    full_rank,
+)
+from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance
 from pdplan.shape import ModelShape
 from pdplan.vocabulary import Phase
 
@@ -75,10 +84,8 @@ OUTLIER_FACTOR = 3.0       #: a grid point this far from every held-out simple f
 MAX_OUTLIER_SHARE = 0.2    #: at most this share of grid points is removed as outliers
 SIMPLER_MARGIN = 0.9       #: a more complex basis must reach this fraction of the simpler's MAPE
 SIMPLER_MARGIN_ABS = 0.005  #: ... and also be better by this much (half a percentage point)
-LOO_LIMIT = 40             #: leave-one-out up to this many grid points, K-fold above
 K_FOLDS = 10
 FOLD_SEED = 0
-MAX_THRESHOLDS = 6         #: segmented bases tried per phase (batch-size thresholds)
 MIN_GRID_POINTS = 4        #: three coefficients plus one point to hold out
 
 _FEATURE_TEXT = {PREFILL: ("1", "Σl", "Σl²"), DECODE: ("1", "B", "Σctx")}
@@ -137,179 +144,6 @@ class ShapePoints(ModelShape):
     file: str | None = None                  #: the source file as read, for error messages
     kv_capacity_tokens: int | None = None    #: when the source states the KV capacity
     notes: str = ""                          #: how the importer read the source
-
-
-# --- bases ---------------------------------------------------------------------------------------
-
-@dataclass(frozen=True, kw_only=True)
-class Basis:
-    """A family of latency models: optional floor, optional batch-size threshold."""
-
-    floor: bool = False
-    threshold: int | None = None   #: first batch size of the large-batch segment
-    #: one poly per span between consecutive measured batch sizes (no max with the span below): a
-    #: step time concave in B, as a mixture-of-experts decode is while more experts are touched
-    octaves: bool = False
-
-    def __post_init__(self):
-        if self.threshold is not None and self.threshold < 2:
-            raise InternalError("threshold must be >= 2")
-        if self.octaves and (self.floor or self.threshold is not None):
-            raise InternalError("the octave basis has neither floor nor threshold")
-
-    @property
-    def name(self) -> str:
-        if self.octaves:
-            return "poly/octaves"
-        segment = "" if self.threshold is None else f"[B>={self.threshold}]"
-        return ("floor+" if self.floor else "") + "poly" + segment
-
-    @property
-    def level(self) -> int:
-        """0 for poly, 1 for floor+poly, 2 for segmented bases (3 for octaves): the order of preference."""
-        return 3 if self.octaves else int(self.floor) + int(self.threshold is not None)
-
-
-POLY = Basis()
-FLOOR_POLY = Basis(floor=True)
-#: Composed mixture-of-experts decode steps (:mod:`pdplan.latency.compose.profile`).
-OCTAVES = Basis(octaves=True)
-
-
-def candidate_bases(batch_sizes: Iterable[int]) -> tuple[Basis, ...]:
-    """poly, floor+poly, and floor+poly split at up to :data:`MAX_THRESHOLDS` batch sizes.
-
-    Thresholds are the measured batch sizes above the smallest (evenly thinned when there are
-    more than MAX_THRESHOLDS of them), so each segment holds measured points.
-    """
-    sizes = sorted(set(int(b) for b in batch_sizes))[1:]
-    if len(sizes) > MAX_THRESHOLDS:
-        picks = np.linspace(0, len(sizes) - 1, MAX_THRESHOLDS).round().astype(int)
-        sizes = [sizes[i] for i in sorted(set(picks))]
-    return (POLY, FLOOR_POLY) + tuple(Basis(floor=True, threshold=t) for t in sizes if t >= 2)
-
-
-def nnls_relative(design: np.ndarray, latency: np.ndarray, *, free: Sequence[int] = ()) -> np.ndarray:
-    """Coefficients β minimising ``Σ((design·β − y)/y)²`` with ``β_j ≥ 0`` except for ``free`` j.
-
-    Relative error weights every point by its own size, so a 60 ms point counts as much as a
-    6 s one. Solved with ``scipy.optimize.nnls`` on rows scaled by ``1/y`` against ones; columns
-    are scaled to unit maximum first, and a free coefficient is the difference of two
-    non-negative ones.
-    """
-    x = np.asarray(design, dtype=float)
-    y = np.asarray(latency, dtype=float)
-    scale = np.abs(x).max(axis=0)
-    scale[scale == 0] = 1.0
-    xs = x / scale
-    a = np.hstack([xs] + [-xs[:, [j]] for j in free]) / y[:, None]
-    solution, _ = nnls(a, np.ones(len(y)), maxiter=100 * a.shape[1])
-    beta = solution[:x.shape[1]].copy()
-    for k, j in enumerate(free):
-        beta[j] -= solution[x.shape[1] + k]
-    return beta / scale
-
-
-def _design(basis: Basis, x: np.ndarray, batch: np.ndarray) -> np.ndarray:
-    if basis.threshold is None:
-        return x
-    high = (batch >= basis.threshold).astype(float)
-    low = 1.0 - high
-    return np.column_stack([low, x[:, 1] * low, high, x[:, 1] * high, x[:, 2]])
-
-
-def _free_columns(basis: Basis) -> tuple[int, ...]:
-    if not basis.floor:
-        return ()
-    return (0,) if basis.threshold is None else (0, 2)
-
-
-def _full_rank(design: np.ndarray, latency: np.ndarray) -> bool:
-    if len(design) < design.shape[1]:
-        return False
-    scale = np.abs(design).max(axis=0)
-    if np.any(scale == 0):
-        return False
-    return int(np.linalg.matrix_rank(design / scale / latency[:, None])) == design.shape[1]
-
-
-def _to_model(basis: Basis, floor: float | None, beta: np.ndarray) -> LatencyModel:
-    floor_piece = () if floor is None else ((float(floor), 0.0, 0.0),)
-    if basis.threshold is None:
-        pieces = floor_piece + (tuple(float(c) for c in beta),)
-        return LatencyModel(segments=(Segment(min_batch=1, pieces_s=pieces),))
-    low = (float(beta[0]), float(beta[1]), float(beta[4]))
-    high = (float(beta[2]), float(beta[3]), float(beta[4]))
-    return LatencyModel(segments=(
-        Segment(min_batch=1, pieces_s=floor_piece + (low,)),
-        Segment(min_batch=basis.threshold, pieces_s=floor_piece + (low, high)),
-    ))
-
-
-def _fit_octaves(x: np.ndarray, b: np.ndarray, y: np.ndarray) -> LatencyModel | None:
-    """One poly per span [B_i, B_j] of consecutive measured batch sizes, fitted on the points at
-    both ends (a span widens until its points determine the poly; a last span that cannot is
-    merged into the one before); the span's form holds from B_i to the next span's start."""
-    sizes = sorted(set(int(v) for v in b))
-    starts, i = [], 0
-    while i < len(sizes) - 1:
-        j = i + 1
-        while j < len(sizes) - 1 and not _full_rank(*_span(x, b, y, sizes[i], sizes[j])):
-            j += 1
-        starts.append((sizes[i], sizes[j]))
-        i = j
-    while starts and not _full_rank(*_span(x, b, y, *starts[-1])):
-        if len(starts) == 1:
-            return None
-        starts[-2:] = [(starts[-2][0], starts[-1][1])]
-    if not starts:
-        return None
-    segments = []
-    for lo, hi in starts:
-        beta = nnls_relative(*_span(x, b, y, lo, hi))
-        segments.append(Segment(min_batch=lo if segments else 1, pieces_s=(tuple(float(c) for c in beta),)))
-    return LatencyModel(segments=tuple(segments))
-
-
-def _span(x: np.ndarray, b: np.ndarray, y: np.ndarray, lo: int, hi: int) -> tuple[np.ndarray, np.ndarray]:
-    inside = (b >= lo) & (b <= hi)
-    return x[inside], y[inside]
-
-
-def _floor_sizes(n: int, columns: int) -> list[int]:
-    sizes = list(range(1, n - columns + 1))
-    if len(sizes) > LOO_LIMIT:
-        sizes = sorted(set(np.linspace(1, n - columns, LOO_LIMIT).round().astype(int).tolist()))
-    return sizes
-
-
-def fit_basis(basis: Basis, features: np.ndarray, batch: np.ndarray,
-              latency: np.ndarray) -> LatencyModel | None:
-    """The basis fitted to these points, or None when they cannot determine it."""
-    x = np.asarray(features, dtype=float)
-    b = np.asarray(batch)
-    y = np.asarray(latency, dtype=float)
-    if basis.octaves:
-        return _fit_octaves(x, b, y)
-    design = _design(basis, x, b)
-    columns = design.shape[1]
-    if not basis.floor:
-        if not _full_rank(design, y):
-            return None
-        return _to_model(basis, None, nnls_relative(design, y))
-    order = np.argsort(y, kind="stable")
-    best = None
-    for k in _floor_sizes(len(y), columns):
-        low, rest = order[:k], order[k:]
-        if not _full_rank(design[rest], y[rest]):
-            continue
-        floor = float(np.sum(1 / y[low]) / np.sum(1 / y[low] ** 2))
-        beta = nnls_relative(design[rest], y[rest], free=_free_columns(basis))
-        model = _to_model(basis, floor, beta)
-        sse = float(np.sum((model.evaluate(x, b) / y - 1) ** 2))
-        if best is None or sse < best[0] * (1 - 1e-12):
-            best = (sse, model)
-    return None if best is None else best[1]
 
 
 # --- grid points, repeats and outliers ----------------------------------------------------------
@@ -500,7 +334,7 @@ def _prepared(points: Sequence[MeasuredPoint], phase: str, file: str | None,
         raise _refuse(f"{phase} points cannot determine a fit: {len(grid)} distinct grid points, "
                       f"need at least {MIN_GRID_POINTS} (3 coefficients over ({names}) and one to "
                       f"hold out); {_what_to_add(grid, phase, MIN_GRID_POINTS - len(grid))}", file, what, phase)
-    if not _full_rank(grid.features, grid.latency):
+    if not full_rank(grid.features, grid.latency):
         rank = int(np.linalg.matrix_rank(grid.features / np.maximum(np.abs(grid.features).max(0), 1e-300)))
         raise _refuse(f"{phase} points cannot determine a fit: their features ({names}) span "
                       f"only {rank} of 3 dimensions (rank-deficient design); {_what_to_add(grid, phase, 1)}",
