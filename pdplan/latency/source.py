@@ -61,8 +61,8 @@ class ProfileSource:
                 cache: ResultCache | None = None) -> PhaseProfile:
         """The shape's profile; a composed one is kept in ``cache`` (composing takes about a second),
         before speculative decoding is applied, so the cached composition is the engine's alone."""
+        speculative = self.speculative_for(model)  # refused before any profile is composed
         found = self._evidence(model, gpu, tp, pp, gpus_per_node, cache)
-        speculative = self.speculative_for(model)
         return found if speculative is None else speculative.apply(found)
 
     def speculative_for(self, model: ModelSpec) -> SpeculativeDecoding | None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
 from pdplan.schema import Fields
 from pdplan.vocabulary import SpeculativeMethod
@@ -52,13 +52,13 @@ def expected_tokens(acceptance: float, draft_tokens: int) -> float:
     return (1.0 - acceptance ** (draft_tokens + 1)) / (1.0 - acceptance)
 
 
-def mtp_draft_cost(layers: int, mtp_layers: int = 1) -> float:
+def mtp_draft_cost(layers: int) -> float:
     """One MTP draft token as a fraction of a decode step: one extra transformer layer of the
     model's L, 1/L (DeepSeek-V3 predicts one extra token with one MTP module, arXiv:2412.19437
     section 2.2). AIConfigurator times MTP the same way: ``mtp_scale_factor(nextn, num_layers) =
     (nextn + num_layers) / num_layers`` (aiconfigurator_core 0.12.0, sdk/models/helpers.py), a
     decode iteration evaluating ``num_layers + nextn`` layers' worth of work."""
-    return mtp_layers / layers
+    return 1 / layers
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -105,8 +105,7 @@ class SpeculativeDecoding:
     def factors(self) -> tuple[float, float, float]:
         """What each decode coefficient (a, b, c) is multiplied by: verify plus drafts, per emitted token."""
         if self.draft_cost is None:
-            raise PdplanError("MTP's draft cost needs the model's layer count: resolve it first",
-                              field="draft_cost")
+            raise InternalError("MTP's draft cost needs the model's layer count: resolve it first")
         k, r, e = self.draft_tokens, self.draft_cost, self.expected_tokens
         return (1 + k * r) / e, ((k + 1) + k * r) / e, (1 + k * r) / e
 

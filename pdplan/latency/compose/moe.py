@@ -80,18 +80,9 @@ def gemm_dtype(model) -> str:
     return {"bf16": "bfloat16", "fp4": "nvfp4", "mxfp4": "bfloat16"}[model.weight_dtype]
 
 
-def versions_with(system: str, engine: str, table: str) -> list[str]:
-    """Engine versions (oldest first) with ``table`` measured on ``system``."""
-    family, filename = tables.MODEL_FILES[table]
-    folder = tables.package_root() / "systems" / "data" / system / family / engine
-    found = [p.name for p in folder.iterdir() if (p / filename).is_file()] if folder.is_dir() else []
-    return sorted(found, key=tables.version_key)
-
-
-def not_above(versions: list[str], ceiling: str | None) -> list[str]:
-    """The versions a request for ``ceiling`` may use, newest first (None: all)."""
-    keep = [v for v in versions if ceiling is None or tables.version_key(v) <= tables.version_key(ceiling)]
-    return keep[::-1]
+def newest_not_above(system: str, engine: str, table: str, ceiling: str | None) -> list[str]:
+    """The versions of ``table`` a request for ``ceiling`` may use, newest first (None: all)."""
+    return tables.not_above(tables.versions_with(system, engine, table), ceiling)[::-1]
 
 
 # --- routed experts ---------------------------------------------------------------------------------
@@ -131,7 +122,7 @@ def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
     """The model's MoE latency grid over (tokens, width per GPU) and the version measuring it: the
     newest version not above ``ceiling`` whose table holds the model (tables are collected per
     release and a model is measured once, so an older table stands in for one not re-measured)."""
-    versions = not_above(versions_with(system, engine, "moe"), ceiling)
+    versions = newest_not_above(system, engine, "moe", ceiling)
     if not versions:
         raise PdplanError(f"no {engine} MoE measurements on {system}", field="engine")
     for version in versions:
@@ -238,9 +229,9 @@ class LatentAttention:
         self.module = self.granular = None
         gemm_type = gemm_dtype(m)
         misfit = module_fits(m)
-        module_versions = not_above(versions_with(system, engine, "mla_context_module"), self.ceiling)
-        kernel_versions = not_above(versions_with(system, engine, "context_mla"), self.ceiling)
-        bmm_versions = not_above(versions_with(system, engine, "mla_bmm"), self.ceiling)
+        module_versions = newest_not_above(system, engine, "mla_context_module", self.ceiling)
+        kernel_versions = newest_not_above(system, engine, "context_mla", self.ceiling)
+        bmm_versions = newest_not_above(system, engine, "mla_bmm", self.ceiling)
         if module_versions and misfit is None and gemm_type in ("bfloat16", "fp8_block"):
             version = module_versions[0]
             self.module = {phase: mla_module_grid(system, engine, version, phase, gemm_type, m.kv_dtype)

@@ -183,15 +183,22 @@ def system_for(gpu: str) -> str:
     return SYSTEMS[gpu]
 
 
+def versions_with(system: str, engine: str, table: str) -> list[str]:
+    """Engine versions (oldest first) with ``table`` (:data:`FILES` or :data:`MODEL_FILES`) measured on ``system``."""
+    family, filename = FILES[table] if table in FILES else MODEL_FILES[table]
+    folder = package_root() / "systems" / "data" / system / family / engine
+    found = [p.name for p in folder.iterdir() if (p / filename).is_file()] if folder.is_dir() else []
+    return sorted(found, key=version_key)
+
+
+def not_above(versions: list[str], ceiling: str | None) -> list[str]:
+    """The versions a request for ``ceiling`` may use, oldest first (None: all)."""
+    return [v for v in versions if ceiling is None or version_key(v) <= version_key(ceiling)]
+
+
 def available_versions(gpu: str, engine: str) -> dict[str, list[str]]:
     """Engine versions measured per table on ``gpu`` (oldest first)."""
-    data = package_root() / "systems" / "data" / system_for(gpu)
-    found = {}
-    for table, (family, filename) in FILES.items():
-        folder = data / family / engine
-        versions = [p.name for p in folder.iterdir() if (p / filename).is_file()] if folder.is_dir() else []
-        found[table] = sorted(versions, key=version_key)
-    return found
+    return {table: versions_with(system_for(gpu), engine, table) for table in FILES}
 
 
 def choose_versions(gpu: str, engine: str, version: str | None) -> dict[str, str]:
@@ -208,12 +215,12 @@ def choose_versions(gpu: str, engine: str, version: str | None) -> dict[str, str
                           field="engine_version")
     chosen = {}
     for table in ("gemm", "context_attention", "generation_attention"):
-        older = [v for v in found[table] if version is None or version_key(v) <= version_key(version)]
+        older = not_above(found[table], version)
         if not older:
             raise PdplanError(f"no {table.replace('_', ' ')} table for {engine} {version or ''} on {gpu} "
                               f"(measured: {', '.join(found[table]) or 'none'})", field="engine_version")
         chosen[table] = older[-1]
-    older = [v for v in found["all_reduce"] if version is None or version_key(v) <= version_key(version)]
+    older = not_above(found["all_reduce"], version)
     if older:
         chosen["all_reduce"] = older[-1]
     return chosen
