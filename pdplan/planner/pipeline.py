@@ -256,8 +256,8 @@ def ruled_out(request: PlanRequest, measured: list, rejected: list[Rejected]) ->
     an engine's start-up rule), that, with the first reasons; None otherwise. Without it the
     program would only see no shape of that phase, as if goodput had ruled them all out."""
     modes = MODE_PHASES if request.mode == "auto" else {request.mode: MODE_PHASES[request.mode]}
-    per_mode = [[_ruled_out_text(phase, rejected) for phase in phases
-                 if not any(m.shape.phase == phase for m in measured) and _ruled_out_text(phase, rejected)]
+    unmeasured = {r.shape.phase for r in rejected} - {m.shape.phase for m in measured}
+    per_mode = [[_ruled_out_text(phase, rejected) for phase in phases if phase in unmeasured]
                 for phases in modes.values()]
     if not all(per_mode):  # a mode still had shapes for every phase: the program's reason stands
         return None
@@ -268,8 +268,7 @@ def _ruled_out_text(phase: str, rejected: list[Rejected]) -> str:
     shapes = [r for r in rejected if r.shape.phase == phase]
     reasons = list(dict.fromkeys(r.reason for r in shapes))  # distinct, in order
     more = f"; and {len(reasons) - 2} other reasons" if len(reasons) > 2 else ""
-    return (f"every {phase} shape ({len(shapes)}) is ruled out before it is measured: {'; '.join(reasons[:2])}{more}"
-            if shapes else "")
+    return f"every {phase} shape ({len(shapes)}) is ruled out before it is measured: {'; '.join(reasons[:2])}{more}"
 
 
 def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: Searches,
