@@ -82,12 +82,12 @@ def precision(manifest: dict) -> Precision:
     return found
 
 
-def load_quantization(manifest: dict, engine: str, methods: dict[tuple[str, str], str]) -> str | None:
-    """The ``--quantization`` method ``engine`` quantizes the checkpoint with as it loads it (``methods``:
-    the engine's, by checkpoint and plan weight precision); None when the checkpoint already is at the
-    plan's precision (the engine reads its config.json's quantization_config). A plan whose weights
-    the engine cannot quantize to at load is refused."""
-    found = precision(manifest)
+def load_quantization(manifest: dict, found: Precision, engine: str,
+                      methods: dict[tuple[str, str], str]) -> str | None:
+    """The ``--quantization`` method ``engine`` quantizes the checkpoint with as it loads it to ``found``'s
+    weight precision (``methods``: the engine's, by checkpoint and plan weight precision); None when the
+    checkpoint already is at the plan's precision (the engine reads its config.json's quantization_config).
+    A plan whose weights the engine cannot quantize to at load is refused."""
     if not found.quantized_at_load:
         return None
     method = methods.get((found.checkpoint, found.weights))
@@ -105,8 +105,9 @@ def precision_args(manifest: dict, engine: str, kv_cache_dtypes: dict[str, str],
     """``--kv-cache-dtype`` at the KV precision the plan's capacity was verified at (``kv_cache_dtypes``:
     the engine's names), and ``--quantization`` when the checkpoint must be brought to the plan's weight
     precision as it loads (:func:`load_quantization`)."""
-    args = ["--kv-cache-dtype", kv_cache_dtypes[precision(manifest).kv]]
-    method = load_quantization(manifest, engine, methods)
+    found = precision(manifest)
+    method = load_quantization(manifest, found, engine, methods)
+    args = ["--kv-cache-dtype", kv_cache_dtypes[found.kv]]
     return args + (["--quantization", method] if method else [])
 
 
