@@ -1,7 +1,10 @@
 """The instance shape: what one deployable instance is, declared once.
 
 An instance is a GPU type and how the model is split across its GPUs: tensor parallelism (TP)
-inside a node, pipeline parallelism (PP) across stages. Every object that describes one shape —
+inside a node, pipeline parallelism (PP) across stages, attention data parallelism (DP: ranks that
+each hold their own batch and KV and run attention alone, SGLang's ``--enable-dp-attention --dp``,
+vLLM's ``--data-parallel-size``, TensorRT-LLM's ``enable_attention_dp``) and expert parallelism (EP:
+the GPUs the routed experts are spread over, whole experts per GPU). Every object that describes one shape —
 a candidate, a goodput result, a latency profile, its measured points, a pool — inherits these
 fields from :class:`InstanceShape`, so the GPU count, the label and the key are derived in one
 place, and a coordinate added here (attention data-parallel ranks, expert-parallel size, nodes
@@ -13,11 +16,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-def shape_label(gpu: str, tp: int, pp: int, *, compact: bool = False) -> str:
-    """How a shape reads in every output: ``h100-80gb TP2 PP2``; ``compact`` leaves out PP1."""
+def shape_label(gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1, compact: bool = False) -> str:
+    """How a shape reads in every output: ``h100-80gb TP2 PP2``, ``h200-141gb TP1 DP32 EP32 PP1``;
+    DP and EP show when above 1, and ``compact`` leaves out PP1."""
+    wide = (f" DP{dp}" if dp > 1 else "") + (f" EP{ep}" if ep > 1 else "")
     if compact and pp == 1:
-        return f"{gpu} TP{tp}"
-    return f"{gpu} TP{tp} PP{pp}"
+        return f"{gpu} TP{tp}{wide}"
+    return f"{gpu} TP{tp}{wide} PP{pp}"
+
+
+def shape_key(model: str, gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1) -> tuple:
+    """The profile key of a shape: (model, gpu, tp, pp), with (dp, ep) appended only when either is
+    above 1, so every key of a TP × PP instance (and every profile file) reads as it always has."""
+    if dp > 1 or ep > 1:
+        return (model, gpu, tp, pp, dp, ep)
+    return (model, gpu, tp, pp)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,17 +38,25 @@ class InstanceShape:
     """One instance's GPU type and parallel split; subclasses add what they say about it."""
 
     gpu: str      #: GPU type name, as in the GPU catalog and the profiles
-    tp: int = 1   #: tensor-parallel degree: GPUs per pipeline stage, inside one node
+    tp: int = 1   #: tensor-parallel degree of attention: GPUs per DP rank and stage, inside one node
     pp: int = 1   #: pipeline-parallel degree: stages
+    dp: int = 1   #: attention data-parallel ranks, each with its own batch and KV (1: none)
+    ep: int = 1   #: expert-parallel size: GPUs holding whole routed experts (1: experts split by TP)
 
     @property
     def gpus(self) -> int:
-        """GPUs one instance occupies."""
-        return self.tp * self.pp
+        """GPUs one instance occupies, as the engines count them: an EP32 / DP32 instance of attention
+        TP1 is 32 GPUs (SGLang ``--tp 32 --dp 32``; vLLM ``--data-parallel-size 32``)."""
+        return self.tp * self.dp * self.pp
+
+    @property
+    def is_wide(self) -> bool:
+        """Whether the instance uses attention data parallelism or expert parallelism."""
+        return self.dp > 1 or self.ep > 1
 
     def shape_label(self, *, compact: bool = False) -> str:
         """:func:`shape_label` of this shape."""
-        return shape_label(self.gpu, self.tp, self.pp, compact=compact)
+        return shape_label(self.gpu, self.tp, self.pp, dp=self.dp, ep=self.ep, compact=compact)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,9 +66,10 @@ class ModelShape(InstanceShape):
     model: str    #: model name, as in the model catalog
 
     @property
-    def key(self) -> tuple[str, str, int, int]:
-        """(model, gpu, tp, pp): how profiles are looked up."""
-        return (self.model, self.gpu, self.tp, self.pp)
+    def key(self) -> tuple:
+        """(model, gpu, tp, pp): how profiles are looked up; (model, gpu, tp, pp, dp, ep) for an
+        instance with attention data parallelism or expert parallelism (:func:`shape_key`)."""
+        return shape_key(self.model, self.gpu, self.tp, self.pp, dp=self.dp, ep=self.ep)
 
     @property
     def shape(self) -> str:

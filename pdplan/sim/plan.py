@@ -75,7 +75,7 @@ from pdplan.latency.speculative import SpeculativeDecoding, speculative_from_fie
 from pdplan.modelcatalog import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.schema import Fields
-from pdplan.shape import InstanceShape, shape_label
+from pdplan.shape import InstanceShape, shape_key, shape_label
 from pdplan.vocabulary import FailurePolicy, Phase, Policy, TransferSchedule
 
 FORMAT_VERSION = 1
@@ -120,6 +120,8 @@ class Pool(InstanceShape):
             raise fail("phase", f"phase must be one of {', '.join(PHASES)}")
         if self.tp < 1 or self.pp < 1 or self.replicas < 1:
             raise fail("tp", "tp, pp and replicas must be >= 1")
+        if self.dp < 1 or self.ep < 1:
+            raise fail("dp" if self.dp < 1 else "ep", "dp and ep must be >= 1")
         if self.phase == "mixed" and self.policy != "chunked":
             raise fail("policy", "a mixed pool batches both phases: policy chunked")
         if self.phase in ("colocated", "mixed"):
@@ -144,9 +146,10 @@ class Pool(InstanceShape):
                 raise fail("prefix_cache_blocks", "prefix_cache_blocks must be >= 0")
 
     @property
-    def shape(self) -> tuple[str, str, int, int]:
-        """The profile key (model, gpu, tp, pp)."""
-        return (self.model, self.gpu, self.tp, self.pp)
+    def shape(self) -> tuple:
+        """The profile key (:func:`pdplan.shape.shape_key`): (model, gpu, tp, pp), with (dp, ep) for a
+        wide instance."""
+        return shape_key(self.model, self.gpu, self.tp, self.pp, dp=self.dp, ep=self.ep)
 
 
 @dataclass(frozen=True, kw_only=True)

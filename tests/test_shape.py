@@ -1,0 +1,25 @@
+"""The instance shape: GPUs per instance as the engines count them, labels and profile keys."""
+
+from pdplan.shape import InstanceShape, ModelShape, shape_key, shape_label
+
+
+def test_a_tp_only_instance_occupies_tp_times_pp_gpus():
+    assert InstanceShape(gpu="h100-80gb", tp=4, pp=2).gpus == 8
+
+
+def test_an_attention_dp_instance_counts_each_rank_once_not_ranks_times_ep():
+    # DeepSeek's decode unit: attention TP1 on 32 DP ranks, experts EP32 = 32 GPUs (SGLang --tp 32 --dp 32)
+    assert InstanceShape(gpu="h800-80gb", tp=1, dp=32, ep=32).gpus == 32
+
+
+def test_a_tp_only_key_keeps_its_four_fields():
+    assert ModelShape(model="m", gpu="g", tp=2).key == ("m", "g", 2, 1)
+
+
+def test_a_wide_key_appends_dp_and_ep():
+    assert shape_key("m", "g", 1, 1, dp=8, ep=8) == ("m", "g", 1, 1, 8, 8)
+
+
+def test_labels_show_dp_and_ep_only_when_used():
+    assert shape_label("g", 8, 1) == "g TP8 PP1"
+    assert shape_label("g", 1, 1, dp=16, ep=16, compact=True) == "g TP1 DP16 EP16"
