@@ -50,6 +50,25 @@ class InstanceShape:
         return self.tp * self.dp * self.pp
 
     @property
+    def stage_gpus(self) -> int:
+        """GPUs of one pipeline stage: the attention TP group of every DP rank."""
+        return self.tp * self.dp
+
+    def nodes_per_stage(self, gpus_per_node: int) -> int:
+        """Nodes one stage spans on nodes of ``gpus_per_node`` GPUs: 1 when it fits one node, else
+        whole nodes with the same number of ranks on each (DeepSeek's decode unit: EP144 on 18 nodes
+        of 8); 0 when it cannot be spread evenly or a rank's TP group would leave its node."""
+        if self.tp > gpus_per_node:
+            return 0
+        if self.stage_gpus <= gpus_per_node:
+            return 1
+        return self.stage_gpus // gpus_per_node if self.stage_gpus % gpus_per_node == 0 else 0
+
+    def node_slot(self, gpus_per_node: int) -> int:
+        """GPUs the instance takes on each node it uses (a stage's GPUs, or a whole node when it spans)."""
+        return min(self.stage_gpus, gpus_per_node)
+
+    @property
     def is_wide(self) -> bool:
         """Whether the instance uses attention data parallelism or expert parallelism."""
         return self.dp > 1 or self.ep > 1

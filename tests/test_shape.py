@@ -23,3 +23,22 @@ def test_a_wide_key_appends_dp_and_ep():
 def test_labels_show_dp_and_ep_only_when_used():
     assert shape_label("g", 8, 1) == "g TP8 PP1"
     assert shape_label("g", 1, 1, dp=16, ep=16, compact=True) == "g TP1 DP16 EP16"
+
+
+def test_a_stage_wider_than_a_node_spans_whole_nodes_with_equal_ranks():
+    decode_unit = InstanceShape(gpu="h800-80gb", tp=1, dp=144, ep=144)  # DeepSeek's decode unit
+    assert decode_unit.nodes_per_stage(8) == 18
+    assert decode_unit.node_slot(8) == 8
+
+
+def test_a_stage_that_does_not_spread_evenly_over_nodes_cannot_be_placed():
+    assert InstanceShape(gpu="g", tp=1, dp=12, ep=12).nodes_per_stage(8) == 0
+
+
+def test_a_rank_whose_tp_group_leaves_the_node_cannot_be_placed():
+    assert InstanceShape(gpu="g", tp=16, dp=1).nodes_per_stage(8) == 0
+
+
+def test_a_stage_inside_one_node_takes_its_own_gpus_there():
+    shape = InstanceShape(gpu="g", tp=2, dp=2, ep=4)
+    assert (shape.nodes_per_stage(8), shape.node_slot(8)) == (1, 4)

@@ -191,18 +191,20 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
 
 def node_map(solution, cluster) -> list[dict]:
     """The node map: each node, its GPUs, the Kubernetes node label that selects its type when one is
-    known (:attr:`pdplan.hardware.NodeType.selector`), and the instance stages on it with their GPU indices."""
+    known (:attr:`pdplan.hardware.NodeType.selector`), and the instance stages on it with their GPU indices (and
+    the instance's node rank there when a stage spans nodes)."""
     per_type = {n.name: n.gpus_per_node for n in cluster.nodes}
     labels = {n.name: n.selector for n in cluster.nodes}
     nodes: dict[str, dict] = {}
     for inst in solution.instances:
-        for stage, (node, gpus) in enumerate(zip(inst.stage_nodes, inst.stage_gpus)):
+        for stage, rank, node, gpus in inst.parts():
             label = labels[inst.node_type]
             entry = nodes.setdefault(node, {"node": node, "node_type": inst.node_type, "gpu": inst.candidate.gpu,
                                             "gpus": per_type[inst.node_type],
                                             **({"node_label": {"key": label[0], "value": label[1]}} if label else {}),
                                             "instances": []})
             entry["instances"].append({"instance": inst.id, "pool": pool_name(inst.candidate), "stage": stage,
+                                       **({"node_rank": rank} if inst.nodes_per_stage > 1 else {}),
                                        "gpu_indices": list(gpus)})
     return [nodes[name] for name in sorted(nodes, key=_node_order)]
 

@@ -5,7 +5,9 @@ milli-req/s, piecewise linear over the stretches of the shape's pool curve (so t
 the pooling gain of n replicas behind one router, :mod:`pdplan.poolcap`). Each phase's capacity is the sum over its
 shapes and must reach the phase's requirement (system goodput is the minimum of the phases,
 0x0A). Packing uses node *patterns* (how many TP groups of each size one node holds), which
-keeps the model the same size for 8 GPUs or 4,096. Low node affinity replicates whole segments
+keeps the model the same size for 8 GPUs or 4,096; an instance whose stage is wider than a node
+(attention DP ranks and experts spread over several nodes) takes that many whole nodes of one
+node type, so its ranks share one scale-out fabric. Low node affinity replicates whole segments
 instead. Mixed machines (Splitwise's mixed pool, 0x08G), when allowed, are a third kind of
 capacity that counts in both phases, G_mixed = min(c_P + c_M, c_D + c_M), because each request
 one takes runs both phases on it. Optional families: one shape per (phase, GPU type); capacity that survives losing any
@@ -67,10 +69,10 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
                                         reason=f"{cand.label}: fleet {problem.fleet.label} puts {cand.phase} on "
                                                f"{', '.join(allowed)}"))
             continue
-        nodes = [n for n in problem.cluster.nodes_for(cand.gpu) if n.gpus_per_node >= cand.tp]
+        nodes = [n for n in problem.cluster.nodes_for(cand.gpu) if cand.nodes_per_stage(n.gpus_per_node)]
         if not nodes:
             rejections.append(Rejection(candidate=cand, family="inventory",
-                                        reason=f"{cand.label}: no node type with {cand.tp}+ {cand.gpu} GPUs"))
+                                        reason=f"{cand.label}: {_unplaceable(cand)}"))
             continue
         if cand.phase != "colocated" and problem.affinity == "high":
             rate = cand.peak_rps_per_instance
@@ -87,6 +89,15 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
             nodes = fitting
         usable[cand] = tuple(nodes)
     return usable, rejections
+
+
+def _unplaceable(cand: Candidate) -> str:
+    """Why no node type holds a shape: a DP rank's TP group must sit inside one node, and a stage wider
+    than a node must spread over whole nodes with the same number of ranks on each."""
+    if cand.stage_gpus == cand.tp:
+        return f"no node type with {cand.tp}+ {cand.gpu} GPUs"
+    return (f"no node type of {cand.gpu} holds a TP{cand.tp} rank in one node and spreads {cand.stage_gpus} GPUs "
+            "per stage evenly over whole nodes")
 
 
 # --- node patterns ------------------------------------------------------------------------------
@@ -124,11 +135,13 @@ def segments(problem: Problem, usable: dict[Candidate, tuple[NodeType, ...]]) ->
         if p.pp != d.pp:
             continue
         for node in set(usable[p]) & set(usable[d]):
-            for a in range(1, node.gpus_per_node // p.tp + 1):
-                for b in range(1, (node.gpus_per_node - a * p.tp) // d.tp + 1):
+            if p.stage_gpus > node.gpus_per_node or d.stage_gpus > node.gpus_per_node:
+                continue  # a segment is one node per stage: an instance spanning nodes is not one
+            for a in range(1, node.gpus_per_node // p.stage_gpus + 1):
+                for b in range(1, (node.gpus_per_node - a * p.stage_gpus) // d.stage_gpus + 1):
                     seg = Segment(node=node, prefill=p, decode=d, a=a, b=b)
                     demand = seg.capacity_rps * p.kv_bytes_per_request / p.pp
-                    path = min(a * p.tp, b * d.tp) * node.intra_node_bytes_per_s
+                    path = min(a * p.stage_gpus, b * d.stage_gpus) * node.intra_node_bytes_per_s
                     if link_fits(demand, path, problem.link_headroom):
                         found.append(seg)
                     else:
@@ -169,7 +182,7 @@ def replica_bound(problem: Problem, cand: Candidate, relax: frozenset[str] = fro
     if "inventory" in relax or any(n.count is None for n in nodes):
         by_inventory = math.inf
     else:
-        by_inventory = sum((n.gpus_per_node // cand.tp) * n.count for n in nodes) // cand.pp
+        by_inventory = sum(stages_held(cand, n) for n in nodes) // cand.pp
     bounds = [by_inventory]
     if problem.fixed is not None:
         bounds.append(dict(problem.fixed).get(cand, 0))
@@ -195,6 +208,15 @@ def replica_bound(problem: Problem, cand: Candidate, relax: frozenset[str] = fro
     return int(bound)
 
 
+def stages_held(cand: Candidate, node: NodeType) -> int:
+    """Whole pipeline stages of ``cand`` the nodes of this type hold: several per node when a stage
+    fits in one, one per k nodes when it spans k; 0 when the shape cannot go on it."""
+    spans = cand.nodes_per_stage(node.gpus_per_node)
+    if not spans:
+        return 0
+    return (node.gpus_per_node // cand.node_slot(node.gpus_per_node)) * node.count // spans
+
+
 def instance_units(problem: Problem, cand: Candidate) -> int:
     """One instance's share of the primary objective, in the model's integer units."""
     gpu = problem.cluster.priced_gpu(cand.gpu)
@@ -207,7 +229,8 @@ def lost_per_failure(problem: Problem, cand: Candidate) -> int:
     if problem.redundancy == "instance":
         return 1
     if problem.redundancy == "node":
-        return max(n.gpus_per_node // cand.tp for n in problem.cluster.nodes_for(cand.gpu))
+        return max(n.gpus_per_node // cand.node_slot(n.gpus_per_node) for n in problem.cluster.nodes_for(cand.gpu)
+                   if cand.nodes_per_stage(n.gpus_per_node))
     return 0
 
 
@@ -359,20 +382,22 @@ def _pack_instances(built: Model, problem: Problem, relax: frozenset[str]) -> di
     # z[t, p] = nodes of type t filled with pattern p; TP groups of each size fit the patterns.
     for node in problem.cluster.nodes:
         placed = [c for c in usable if (c, node.name) in built.m]
-        patterns = built.patterns[node.name] = node_patterns(node.gpus_per_node, tuple(c.tp for c in placed))
+        slot = {c: c.node_slot(node.gpus_per_node) for c in placed}
+        parts = {c: c.pp * c.nodes_per_stage(node.gpus_per_node) for c in placed}  # slots one instance takes
+        patterns = built.patterns[node.name] = node_patterns(node.gpus_per_node, tuple(slot.values()))
         if not placed:
             continue
         if node.count is None or "inventory" in relax:
-            node_bound = sum(built.bounds[c] * c.pp for c in placed)
+            node_bound = sum(built.bounds[c] * parts[c] for c in placed)
         else:
             node_bound = node.count
         built.node_bounds[node.name] = node_bound
         for k in range(len(patterns)):
             built.z[node.name, k] = model.new_int_var(0, node_bound, f"z_{node.name}_{k}")
         model.add(sum(built.z[node.name, k] for k in range(len(patterns))) <= node_bound)
-        for size in sorted({c.tp for c in placed}):
+        for size in sorted(set(slot.values())):
             supply = sum(p.get(size, 0) * built.z[node.name, k] for k, p in enumerate(patterns))
-            demand = sum(c.pp * built.m[c, node.name] for c in placed if c.tp == size)
+            demand = sum(parts[c] * built.m[c, node.name] for c in placed if slot[c] == size)
             model.add(supply >= demand)
 
     # cap[c] = c(n[c]); a loss leaves c(n[c] − lost) of that shape and the rest of the phase whole.

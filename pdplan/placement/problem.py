@@ -64,7 +64,7 @@ class Candidate(InstanceShape):
     def sort_key(self) -> tuple:
         """Where it stands among the units of a plan's counts (candidates before segments)."""
         return (0, self.phase, self.gpu, self.tp, self.pp, self.goodput_rps, self.kv_bytes_per_request,
-                self.chunk_tokens or 0)
+                self.chunk_tokens or 0, self.dp, self.ep)
 
     @property
     def pool_curve(self) -> PoolCurve:
@@ -224,14 +224,21 @@ class Segment:
 
 @dataclass(frozen=True, kw_only=True)
 class Instance:
-    """One placed instance: which node holds each PP stage (a TP group inside that node)."""
+    """One placed instance: which node holds each PP stage (a TP group inside that node), or which
+    nodes, with the instance's node ranks, when a stage's DP ranks spread over several."""
 
     id: str
     candidate: Candidate
     node_type: str
-    stage_nodes: tuple[str, ...]
-    stage_gpus: tuple[tuple[int, ...], ...]   #: GPU indices inside each stage's node
+    stage_nodes: tuple[str, ...]              #: per stage (and node rank, when a stage spans nodes)
+    stage_gpus: tuple[tuple[int, ...], ...]   #: GPU indices inside each of those nodes
     segment: int | None = None                #: low affinity: the segment copy it belongs to
+    nodes_per_stage: int = 1                  #: nodes one stage spans (its ranks spread evenly)
+
+    def parts(self) -> tuple[tuple[int, int, str, tuple[int, ...]], ...]:
+        """(stage, node rank, node, GPU indices) of every node the instance uses, stage by stage."""
+        return tuple((i // self.nodes_per_stage, i % self.nodes_per_stage, node, gpus)
+                     for i, (node, gpus) in enumerate(zip(self.stage_nodes, self.stage_gpus)))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -191,8 +191,9 @@ def _expand_segments(problem: Problem, built: Model, solver: cp_model.CpSolver) 
 def _expand_patterns(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
     """Turn pattern counts into a node map: node ids, and for every stage its node and GPUs.
 
-    Nodes are filled in pattern order; TP groups of one size go to slots in the order of
-    (phase, GPU, TP, PP) so the same solution always yields the same map.
+    Nodes are filled in pattern order; groups of one size go to slots in the order of (phase, GPU,
+    TP, DP, PP) so the same solution always yields the same map. A stage wider than a node takes
+    whole nodes, one slot each, its node ranks in order.
     """
     instances = []
     for node in problem.cluster.nodes:
@@ -207,15 +208,17 @@ def _expand_patterns(problem: Problem, built: Model, solver: cp_model.CpSolver) 
                         first += size
                 index += 1
         order = sorted((c for c in built.usable if (c, node.name) in built.m),
-                       key=lambda c: (PHASES.index(c.phase), c.gpu, c.tp, c.pp))
+                       key=lambda c: (PHASES.index(c.phase), c.gpu, c.tp, c.dp, c.ep, c.pp))
         taken: dict[int, int] = {}
         for cand in order:
+            size, spans = cand.node_slot(node.gpus_per_node), cand.nodes_per_stage(node.gpus_per_node)
             for _ in range(solver.value(built.m[cand, node.name])):
-                stages = []
-                for _ in range(cand.pp):
-                    stages.append(slots[cand.tp][taken.get(cand.tp, 0)])
-                    taken[cand.tp] = taken.get(cand.tp, 0) + 1
+                parts = []
+                for _ in range(cand.pp * spans):
+                    parts.append(slots[size][taken.get(size, 0)])
+                    taken[size] = taken.get(size, 0) + 1
                 instances.append(Instance(
                     id=f"{cand.phase}-{len(instances)}", candidate=cand, node_type=node.name,
-                    stage_nodes=tuple(s[0] for s in stages), stage_gpus=tuple(s[1] for s in stages)))
+                    stage_nodes=tuple(s[0] for s in parts), stage_gpus=tuple(s[1] for s in parts),
+                    nodes_per_stage=spans))
     return tuple(instances)

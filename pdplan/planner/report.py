@@ -248,8 +248,9 @@ def report_to_dict(report: PlanReport) -> dict:
                     "meets": c.verification.passed}
                    for i, c in enumerate(chosen.tried)],
         "nodes": [{"instance": i.id, "phase": i.candidate.phase, "gpu": i.candidate.gpu, "tp": i.candidate.tp,
-                   "pp": i.candidate.pp, "stages": [{"node": n, "gpus": list(g)} for n, g in
-                                                   zip(i.stage_nodes, i.stage_gpus)]}
+                   "pp": i.candidate.pp, "stages": [{"node": n, "gpus": list(g),
+                                                    **({"node_rank": r} if i.nodes_per_stage > 1 else {})}
+                                                   for _, r, n, g in i.parts()]}
                   for i in solution.instances],
         "simulation": verification.summary,
         "mixed_pool": _mixed(report),
