@@ -37,6 +37,27 @@ def expected_experts_touched(experts: int, per_token: int, tokens: float) -> flo
     return experts * (1.0 - (1.0 - per_token / experts) ** tokens)
 
 
+#: Bytes per hidden value on the wire: DeepEP dispatches FP8 and combines BF16, the DeepSeek-V3/R1
+#: setting its README benchmarks ("FP8 dispatching and BF16 combining", deepseek-ai/DeepEP README).
+DISPATCH_BYTES, COMBINE_BYTES = 1, 2
+
+
+def cross_node_all_to_all_bytes_per_token(model: ModelSpec, ep: int, nodes: int) -> float:
+    """Bytes one token's forward pass sends over the NICs, each way, when its instance spreads EP
+    experts evenly over ``nodes`` nodes: in every MoE layer the token's hidden state goes to its k
+    routed experts (dispatch) and their outputs come back (combine), and under uniform routing
+    (nodes − 1)/nodes of the k copies live on another node:
+    ``L_moe · d · k · (nodes − 1)/nodes · (b_dispatch + b_combine)``.
+
+    Under balanced load every GPU sends as much as it receives, so this is also each GPU's ingress.
+    DeepSeek-V3's node-limited routing (at most 4 nodes per token) only lowers it; 0 for one node, a
+    dense model or experts split by TP."""
+    if nodes <= 1 or ep <= 1 or not model.is_moe:
+        return 0.0
+    remote = model.experts_per_token * (nodes - 1) / nodes
+    return model.moe_layers * model.hidden * remote * (DISPATCH_BYTES + COMBINE_BYTES)
+
+
 def linear_flops(model: ModelSpec, rows: int) -> float:
     """F_linear(N) = 2 · L · N · P_layer (0x02A; one multiply-add is two FLOPs). A mixture-of-experts
     model multiplies each row by its active parameters only: P_layer is

@@ -54,3 +54,16 @@ def test_inventory_bounds_spanning_instances_by_whole_nodes():
         plan((PREFILL, WIDE_DECODE), h200_nodes(count=8), target=25)
     sol = plan((PREFILL, WIDE_DECODE), h200_nodes(count=9), target=25)
     assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 3, "decode": 3}
+
+
+def test_the_expert_all_to_all_shares_the_nics_with_the_kv_handoff():
+    # 16 GPUs x 50 GiB/s = 800 GiB/s across nodes; 10 rps x (30 + 60) GiB per request = 900 GiB/s
+    busy = Candidate(phase="decode", gpu="h200-141gb", tp=1, dp=16, ep=16, goodput_rps=10,
+                     kv_bytes_per_request=30 * GIB, all_to_all_bytes_per_request=60 * GIB)
+    with pytest.raises(InfeasibleError):
+        solve(Problem(candidates=(PREFILL, busy), cluster=Cluster(nodes=(h200_nodes(count=3),)),
+                      mode="disaggregated", target_rps=10, objective="gpus", link_headroom=1.0))
+    lighter = Candidate(phase="decode", gpu="h200-141gb", tp=1, dp=16, ep=16, goodput_rps=10,
+                        kv_bytes_per_request=30 * GIB, all_to_all_bytes_per_request=40 * GIB)
+    assert solve(Problem(candidates=(PREFILL, lighter), cluster=Cluster(nodes=(h200_nodes(count=3),)),
+                         mode="disaggregated", target_rps=10, objective="gpus", link_headroom=1.0)).gpus_total == 24

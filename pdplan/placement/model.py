@@ -56,7 +56,8 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
 
     Link rule (high node affinity: handoffs cross nodes): an instance at the highest per-replica
     rate its pool curve reaches must push (prefill) or pull (decode) its KV within
-    ``link_headroom`` of its NIC bandwidth.
+    ``link_headroom`` of its NIC bandwidth, together with the expert all-to-all an instance spanning
+    nodes sends over the same NICs.
     """
     usable: dict[Candidate, tuple[NodeType, ...]] = {}
     rejections = []
@@ -74,16 +75,20 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
             rejections.append(Rejection(candidate=cand, family="inventory",
                                         reason=f"{cand.label}: {_unplaceable(cand)}"))
             continue
-        if cand.phase != "colocated" and problem.affinity == "high":
+        crosses = cand.phase != "colocated" and problem.affinity == "high"
+        if crosses or cand.all_to_all_bytes_per_request:
             rate = cand.peak_rps_per_instance
-            demand = rate * cand.kv_bytes_per_request
+            handoff = rate * cand.kv_bytes_per_request if crosses else 0.0
+            demand = handoff + rate * cand.all_to_all_bytes_per_request
             fitting = [n for n in nodes
                        if link_fits(demand, instance_link_bytes_per_s(n, cand.gpus), problem.link_headroom)]
             if not fitting:
                 best = max(instance_link_bytes_per_s(n, cand.gpus) for n in nodes)
+                what = (f"KV handoff {handoff / 1e9:.2f} GB/s" if not cand.all_to_all_bytes_per_request else
+                        f"KV handoff {handoff / 1e9:.2f} GB/s + expert all-to-all {(demand - handoff) / 1e9:.2f} GB/s")
                 rejections.append(Rejection(
                     candidate=cand, family="link",
-                    reason=f"{cand.label}: KV handoff {demand / 1e9:.2f} GB/s at {rate:.3g} rps "
+                    reason=f"{cand.label}: {what} at {rate:.3g} rps "
                            f"> {problem.link_headroom:.0%} of {best / 1e9:.1f} GB/s across nodes"))
                 continue
             nodes = fitting

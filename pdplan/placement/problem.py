@@ -47,6 +47,9 @@ class Candidate(InstanceShape):
     phase: str
     goodput_rps: float                  #: one instance alone, c(1)
     kv_bytes_per_request: float = 0.0   #: mean handoff bytes per request (disaggregated phases)
+    #: mean bytes per request the MoE all-to-all sends across nodes, each way, on an instance spanning
+    #: nodes (:func:`pdplan.work.cross_node_all_to_all_bytes_per_token` × the tokens it runs)
+    all_to_all_bytes_per_request: float = 0.0
     chunk_tokens: int | None = None     #: colocated: the chunked-prefill budget goodput was measured at
     curve: PoolCurve | None = None      #: c(n) behind the router; None: n · goodput (no pooling gain)
 
