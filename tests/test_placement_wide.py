@@ -1,6 +1,11 @@
 """Placing instances whose attention data-parallel ranks and experts span several nodes."""
 
+import itertools
+import math
+
+import numpy as np
 import pytest
+from test_placement import packs
 
 from pdplan.errors import InfeasibleError
 from pdplan.hardware import Cluster, NodeType, get_gpu
@@ -67,3 +72,48 @@ def test_the_expert_all_to_all_shares_the_nics_with_the_kv_handoff():
                         kv_bytes_per_request=30 * GIB, all_to_all_bytes_per_request=40 * GIB)
     assert solve(Problem(candidates=(PREFILL, lighter), cluster=Cluster(nodes=(h200_nodes(count=3),)),
                          mode="disaggregated", target_rps=10, objective="gpus", link_headroom=1.0)).gpus_total == 24
+
+
+def brute_force_gpus(candidates, nodes, target):
+    """Fewest GPUs over every replica vector: each spanning instance takes whole nodes of one type
+    (tried on every type), the rest pack exhaustively into what is left; None when nothing fits."""
+    best = None
+    bounds = [range(0, math.ceil(target / c.goodput_rps) + 1) for c in candidates]
+    for counts in itertools.product(*bounds):
+        if not all(sum(k * c.goodput_rps for c, k in zip(candidates, counts) if c.phase == p) >= target
+                   for p in ("prefill", "decode")):
+            continue
+        spanning = [c for c, k in zip(candidates, counts) for _ in range(k) if c.stage_gpus > c.tp and
+                    c.nodes_per_stage(nodes[0].gpus_per_node) > 1]
+        small = [c.stage_gpus for c, k in zip(candidates, counts) for _ in range(k * c.pp) if c not in spanning]
+        fits = False
+        for types in itertools.product(range(len(nodes)), repeat=len(spanning)):
+            left = [n.count for n in nodes]
+            for cand, t in zip(spanning, types):
+                left[t] -= cand.pp * cand.nodes_per_stage(nodes[t].gpus_per_node)
+            if min(left, default=0) >= 0 and packs(small, [n.gpus_per_node for n, k in zip(nodes, left)
+                                                            for _ in range(k)]):
+                fits = True
+                break
+        if fits:
+            gpus = sum(c.gpus * k for c, k in zip(candidates, counts))
+            best = gpus if best is None else min(best, gpus)
+    return best
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_cp_sat_places_spanning_instances_as_exhaustive_enumeration_does(seed):
+    rng = np.random.default_rng(seed)
+    nodes = tuple(h200_nodes(f"t{i}", count=int(rng.integers(1, 4)), gpus=4) for i in range(int(rng.integers(1, 3))))
+    candidates = (Candidate(phase="prefill", gpu="h200-141gb", tp=2, goodput_rps=float(rng.integers(2, 6))),
+                  Candidate(phase="prefill", gpu="h200-141gb", tp=4, goodput_rps=float(rng.integers(4, 12))),
+                  Candidate(phase="decode", gpu="h200-141gb", tp=1, dp=4, ep=4, goodput_rps=float(rng.integers(3, 8))),
+                  Candidate(phase="decode", gpu="h200-141gb", tp=1, dp=8, ep=8, goodput_rps=float(rng.integers(6, 16))))
+    target = float(rng.integers(4, 14))
+    expected = brute_force_gpus(candidates, nodes, target)
+    if expected is None:
+        with pytest.raises(InfeasibleError):
+            plan(candidates, *nodes, target=target)
+        return
+    sol = plan(candidates, *nodes, target=target)
+    assert sol.status == "OPTIMAL" and sol.gpus_total == expected
