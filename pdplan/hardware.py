@@ -14,6 +14,7 @@ from pdplan.names import label_key as label_key_problem
 from pdplan.names import label_value as label_value_problem
 from pdplan.names import node_type as node_type_problem
 from pdplan.schema import Fields, shown
+from pdplan.shape import InstanceShape
 
 GB = 10**9  # rates (bandwidth) are decimal: 50 GB/s is 50e9 bytes/s
 GIB = 2**30  # HBM sizes are binary: an "80GB" H100 holds 80 GiB
@@ -194,13 +195,20 @@ class Cluster:
         price = nodes[0].gpu.usd_per_hour if nodes else gpu.usd_per_hour
         return replace(gpu, usd_per_hour=price + energy_usd_per_hour(gpu.tdp_w, self.pue, self.energy_usd_per_kwh))
 
-    def instances_of(self, gpu_name: str, tp: int, pp: int) -> int | None:
-        """Instances of TP × PP GPUs of type ``gpu_name`` the nodes hold (TP within a node, PP stages
-        on any nodes); None when node counts are unbounded."""
+    def instances_of(self, gpu_name: str, tp: int, pp: int, dp: int = 1) -> int | None:
+        """Instances of TP × DP × PP GPUs of type ``gpu_name`` the nodes hold (each rank's TP within a
+        node, a stage wider than a node on whole nodes of one type, PP stages on any nodes); None when
+        node counts are unbounded."""
         nodes = self.nodes_for(gpu_name)
         if any(n.count is None for n in nodes):
             return None
-        return sum((n.gpus_per_node // tp) * n.count for n in nodes) // pp
+        shape = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp)
+        stages = 0
+        for n in nodes:
+            spans = shape.nodes_per_stage(n.gpus_per_node)
+            if spans:
+                stages += (n.gpus_per_node // shape.node_slot(n.gpus_per_node)) * n.count // spans
+        return stages // pp
 
     def gpus_of(self, gpu_name: str) -> int | None:
         """GPUs of the hardware that runs ``gpu_name``; None when node counts are unbounded."""

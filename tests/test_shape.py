@@ -42,3 +42,14 @@ def test_a_rank_whose_tp_group_leaves_the_node_cannot_be_placed():
 def test_a_stage_inside_one_node_takes_its_own_gpus_there():
     shape = InstanceShape(gpu="g", tp=2, dp=2, ep=4)
     assert (shape.nodes_per_stage(8), shape.node_slot(8)) == (1, 4)
+
+
+def test_a_cluster_holds_spanning_instances_by_whole_nodes():
+    from pdplan.hardware import Cluster, NodeType, get_gpu
+
+    nodes = NodeType(name="h200", gpu=get_gpu("h200-141gb"), gpus_per_node=8, intra_node_bytes_per_s=1.0,
+                     inter_node_bytes_per_s=1.0, count=5)
+    cluster = Cluster(nodes=(nodes,))
+    assert cluster.instances_of("h200-141gb", 1, 1, dp=16) == 2   # 2 nodes each, 5 nodes
+    assert cluster.instances_of("h200-141gb", 2, 1, dp=2) == 10   # 4 GPUs each, 2 per node
+    assert cluster.instances_of("h200-141gb", 8, 1) == 5

@@ -17,7 +17,9 @@ LINK_SETUP_S = 0.5e-3
 
 
 def pool_name(cand: Candidate) -> str:
-    return f"{cand.phase}-{cand.gpu}-tp{cand.tp}-pp{cand.pp}"
+    """``decode-h200-141gb-tp8-pp1``; a wide shape adds its DP and EP: ``decode-h200-141gb-tp1-pp1-dp16-ep16``."""
+    wide = f"-dp{cand.dp}-ep{cand.ep}" if cand.is_wide else ""
+    return f"{cand.phase}-{cand.gpu}-tp{cand.tp}-pp{cand.pp}{wide}"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,11 +39,11 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
     and the spill thresholds of a mixed pool."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(),
-                                 key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp)):
+                                 key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp, kv[0].dp, kv[0].ep)):
         chunked = cand.phase in ("colocated", "mixed")
         extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if chunked else {}
         pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,
-                    replicas=replicas, **extra)
+                    dp=cand.dp, ep=cand.ep, replicas=replicas, **extra)
         shapes[pool] = cand
     pools = tuple(shapes)
     if mode == "colocated":
