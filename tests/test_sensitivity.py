@@ -371,3 +371,14 @@ def test_with_a_budget_each_mode_serves_its_highest_verified_rate_and_more_wins(
 def test_a_rate_dimension_with_a_budget_exits_2(run_cli):
     code, _, err = run_cli("sensitivity", "grid", "--trace", SMOKE, "--vary", "rate=1,2", "--budget", "20")
     assert code == 2 and "vary.rate" in err
+
+
+def test_an_acceptance_without_speculative_decoding_exits_2_naming_the_flag(run_cli):
+    code, _, err = run_cli("sensitivity", "grid", "--trace", SMOKE, "--vary", "bandwidth=10", "--acceptance", "0.7")
+    assert code == 2 and "--acceptance" in err and err.count("\n") == 1
+
+
+def test_mtp_on_a_checkpoint_without_prediction_layers_exits_2(run_cli, cache):
+    code, _, err = run_cli("sensitivity", "grid", "--trace", SMOKE, "--vary", "bandwidth=10", "--jobs", "1",
+                           "--speculative", "mtp", "--acceptance", "0.7")
+    assert code == 2 and "num_nextn_predict_layers" in err and "Traceback" not in err

@@ -12,7 +12,21 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pdplan import limits
 from pdplan.cache import default_cache_dir
-from pdplan.cli.options import JsonOpt, choice, load_workload, profile_source, within
+from pdplan.cli.options import (
+    AcceptanceOpt,
+    ComposeOpt,
+    DraftCostOpt,
+    DraftTokensOpt,
+    EngineOpt,
+    EngineVersionOpt,
+    JsonOpt,
+    SpeculativeOpt,
+    choice,
+    load_workload,
+    profile_source,
+    speculative_from_options,
+    within,
+)
 from pdplan.cli.output import stderr
 from pdplan.cli.sensitivity_render import render
 from pdplan.errors import PdplanError
@@ -49,6 +63,13 @@ def grid(
     cluster: Annotated[Path | None, typer.Option("--cluster", help="Cluster YAML (overrides the grid file's).")] = None,
     profiles: Annotated[Path | None, typer.Option(
         "--profiles", help="Measured profiles (overrides the grid file's).")] = None,
+    engine: EngineOpt = None,
+    engine_version: EngineVersionOpt = None,
+    compose: ComposeOpt = True,
+    speculative: SpeculativeOpt = None,
+    draft_tokens: DraftTokensOpt = None,
+    acceptance: AcceptanceOpt = None,
+    draft_cost: DraftCostOpt = None,
     target_rate: Annotated[float | None, typer.Option(
         "--target-rate", help="Rate every cell plans for, req/s (a rate dimension overrides it); default the "
                               "trace's mean rate.")] = None,
@@ -101,6 +122,7 @@ def grid(
     within("--budget", budget, 0, limits.MAX_USD_PER_HOUR, above=True)
     within("--jobs", jobs, 1, 1024)
     check_executor(executor, address)
+    drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     the_spec = load_spec(spec) if spec is not None else GridSpec()
     the_spec = with_vary(override(the_spec, trace=trace, model=model, cluster=cluster, profiles=profiles,
                                   target_rate=target_rate, fleet=fleet, affinity=affinity,
@@ -114,7 +136,8 @@ def grid(
             outputs.claim(path, flag)
     axes = heatmap_axes(the_spec, plot_axes) if plot is not None else None
     base = load_base(the_spec, ttft=ttft, tpot=tpot, attainment=attainment, margin_ms=margin, budget=budget,
-                     cache_dir=cache_dir, use_cache=not no_cache)
+                     cache_dir=cache_dir, use_cache=not no_cache,
+                     timing=dict(engine=engine, engine_version=engine_version, compose=compose, speculative=drafting))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=stderr, transient=True, disable=json or not stderr.is_terminal) as progress:
         task = progress.add_task("grid cells", total=the_spec.cells)
@@ -157,8 +180,9 @@ def heatmap_axes(spec: GridSpec, text: str | None) -> tuple[str, str]:
 
 
 def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment: float | None, margin_ms: float,
-              budget: float | None, cache_dir: Path | None, use_cache: bool) -> Base:
-    """The loaded inputs every cell starts from."""
+              budget: float | None, cache_dir: Path | None, use_cache: bool, timing: dict) -> Base:
+    """The loaded inputs every cell starts from; ``timing`` holds the profile source's engine, engine version,
+    composition and speculative decoding (:func:`pdplan.cli.options.profile_source`)."""
     workload = load_workload(spec.trace, None)
     rate = target_rate(workload, spec.trace, given=spec.target_rate)
     slo = slo_from_flags(parse_threshold_s(ttft, "ttft") if ttft else spec.slo["ttft_ms"] / 1e3,
@@ -166,7 +190,7 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
                          spec.slo["attainment"] if attainment is None else attainment)
     return Base(workload=workload, model=get_model(spec.model),
                 cluster=load_cluster(spec.cluster or default_cluster_path()),
-                profiles=profile_source(spec.profiles), slo=slo, target_rps=rate, fleet=spec.fleet,
+                profiles=profile_source(spec.profiles, **timing), slo=slo, target_rps=rate, fleet=spec.fleet,
                 affinity=spec.affinity, failure_policy=spec.failure_policy, runs=spec.seeds,
                 max_checks=spec.max_rounds, seed=spec.seed, margin_ms=margin_ms, budget_usd_per_hour=budget,
                 cache_dir=None if cache_dir is None else str(cache_dir), use_cache=use_cache)
