@@ -394,13 +394,14 @@ def rank_weight_bytes(model: ModelSpec, tp: int, layers: range, edge_matrices: i
 
     With attention data parallelism (dp > 1) every DP rank holds the attention of its own TP group, and
     the routed experts are spread over all tp × dp GPUs (:func:`expert_tp`). The dense MLPs and shared
-    experts are whole on every GPU (:data:`DP_REPLICATES_DENSE`). Matrices at the weight dtype,
+    experts of a model with routed experts are whole on every GPU (:data:`DP_REPLICATES_DENSE`); a model
+    without them runs its DP ranks as replicas split over their TP. Matrices at the weight dtype,
     with block scales, are rounded up once; the parts kept in bf16
     (:attr:`ModelSpec.unquantized_block_params`) and the edges (bf16) once each.
     """
     m, d = model, model.hidden
     quant_split = quant_rank = bf16_split = bf16_rank = 0
-    dense_whole = dp > 1 and DP_REPLICATES_DENSE
+    dense_whole = dp > 1 and m.is_moe and DP_REPLICATES_DENSE
     experts_split = expert_tp(tp, ep, dp)
     for layer in layers:
         attention_split, attention_rank = m.attention_params_per_layer, 0
@@ -456,7 +457,7 @@ def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, *, ep: int = 1, redun
     _check_placement(model, tp, ep, redundant_experts, dp)
     stages = []
     for stage, layers in enumerate(stage_layers(model, pp)):
-        split, whole = (edge_matrices_under_dp(model, stage, pp) if dp > 1
+        split, whole = (edge_matrices_under_dp(model, stage, pp) if dp > 1 and model.is_moe
                         else (stage_edge_matrices(model, stage, pp), 0))
         stages.append(rank_weight_bytes(model, tp, layers, split, ep=ep, redundant_experts=redundant_experts,
                                         dp=dp, whole_edge_matrices=whole))
