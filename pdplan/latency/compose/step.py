@@ -172,17 +172,19 @@ class Step:
         if self.gemm is None:
             raise PdplanError(f"no {moe.gemm_dtype(m)} GEMM measurements for {engine} {versions['gemm']} on "
                               f"{system}", field="dtype")
-        self.latent = None
+        self.latent = self.wide_mla = None
         if m.attention == "mla":
-            self.latent = moe.LatentAttention(system, engine, self.engine_version, m, tp)
-            versions.update(self.latent.versions)
+            if self.wide:
+                self.wide_mla = self._wide_latent(system, versions)
+            if self.wide_mla is None:
+                self.latent = moe.LatentAttention(system, engine, self.engine_version, m, tp)
+                versions.update(self.latent.versions)
         else:
             windows = sorted({m.sliding_window} if m.sliding_layers else set()) + [0]
             self.context = {w: tables.attention_lines(system, engine, versions["context_attention"], "context",
                                                       m.head_dim, m.kv_dtype, w) for w in windows}
             self.generation = {w: tables.attention_lines(system, engine, versions["generation_attention"],
                                                          "generation", m.head_dim, m.kv_dtype, w) for w in windows}
-        self.wide_mla = None
         if m.is_moe:
             if m.mlp_matrices != 3:
                 raise PdplanError(f"{m.base_name}: the MoE tables measure gated (SwiGLU) experts only", field="model")
@@ -206,14 +208,18 @@ class Step:
         self.wide_experts = wide.WideExperts(system, self.engine, self.engine_version, m, self.moe_config, shape.tp,
                                              shape.dp, shape.ep, self.gpus_per_node)
         versions.update(self.wide_experts.versions)
-        if m.attention == "mla" and moe.module_fits(m) is None:
-            found = {phase: wide.wide_mla_grid(system, self.engine, self.engine_version, phase, moe.gemm_dtype(m),
-                                               m.kv_dtype) for phase in wide.PHASES}
-            if all(found.values()):
-                self.wide_mla = {phase: grid for phase, (grid, _) in found.items()}
-                versions.update({f"wideep_{phase}_mla": version for phase, (_, version) in found.items()})
-                for key in ("mla_module", "mla_attention", "mla_bmm"):
-                    versions.pop(key, None)
+
+    def _wide_latent(self, system: str, versions: dict[str, str]) -> dict | None:
+        """SGLang's wide-EP latent-attention grids per phase (DeepSeek-V3's geometry), None where unmeasured."""
+        m = self.model
+        if moe.module_fits(m) is not None:
+            return None
+        found = {phase: wide.wide_mla_grid(system, self.engine, self.engine_version, phase, moe.gemm_dtype(m),
+                                           m.kv_dtype) for phase in wide.PHASES}
+        if not all(found.values()):
+            return None
+        versions.update({f"wideep_{phase}_mla": version for phase, (_, version) in found.items()})
+        return {phase: grid for phase, (grid, _) in found.items()}
 
     def _attention(self, rows: float, batch: float, length: float, prefill: bool) -> float:
         """Every layer's attention block, summed over the layers."""
