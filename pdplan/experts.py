@@ -14,10 +14,12 @@ if TYPE_CHECKING:
 def expert_tp(tp: int, ep: int = 1, dp: int = 1) -> int:
     """GPUs one routed expert is split over: the tp × dp GPUs of the instance's MoE group over EP (each
     EP group holds whole experts; expert TP splits each of them). SGLang ``moe_tp_size = tp_size //
-    ep_size`` with ``tp_size`` = attention TP × DP (python/sglang/srt/server_args.py); TensorRT-LLM
-    ``moe_tp_size * moe_ep_size == tp_size`` (tensorrt_llm/mapping.py); vLLM: EP = TP × DP with
-    ``--enable-expert-parallel``, else every expert split over TP × DP (``FusedMoEParallelConfig.make``,
-    ``flatten_tp_across_dp``: "There are actually dp_size * tp_size devices ... shard across all devices",
+    moe_ep_size // moe_dp_size`` with ``tp_size`` = attention TP × DP and ``moe_dp_size`` 1
+    (python/sglang/srt/distributed/parallel_state.py, ``initialize_model_parallel``); TensorRT-LLM
+    ``moe_tp_size * moe_ep_size * moe_cluster_size == moe_world_size`` (tensorrt_llm/mapping.py); vLLM: EP
+    = TP × DP with ``--enable-expert-parallel``, else every expert split over TP × DP
+    (``FusedMoEParallelConfig.make``, ``flatten_tp_across_dp``: "There are actually dp_size * tp_size
+    devices. Update tp_size and tp_rank so we shard across all devices",
     vllm/model_executor/layers/fused_moe/config.py)."""
     return tp * dp // ep
 
@@ -31,8 +33,8 @@ def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant
     ``--tp`` counts them all, vLLM flattens TP across DP for the MoE layers). Without expert parallelism
     (ep = 1, vLLM's and SGLang's default) every routed expert is split over all of them, which vLLM's
     FusedMoE requires to divide its width (``assert intermediate_size % self.tp_size == 0``). With it, EP
-    divides tp × dp (SGLang ``moe_tp_size = tp_size // ep_size``; TensorRT-LLM ``moe_tp × moe_ep = tp``;
-    vLLM's EP = tp × dp) and each EP group holds whole experts, ⌈(E + R)/EP⌉ on the fullest
+    divides tp × dp (SGLang: "tp_size {tp_size} must be divisible by ep_size {moe_ep_size}"; TensorRT-LLM
+    ``moe_tp × moe_ep = tp``; vLLM's EP = tp × dp) and each EP group holds whole experts, ⌈(E + R)/EP⌉ on the fullest
     (``determine_expert_map``: the first (E + R) mod EP ranks take one more), each split over expert TP
     = tp × dp / EP (:func:`expert_tp`). R redundant experts (SGLang ``--ep-num-redundant-experts``, vLLM
     EPLB's ``num_redundant_experts``) need expert parallelism (vLLM: "Redundant experts are only supported
@@ -85,10 +87,12 @@ def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant
 #: python/sglang/srt/models/deepseek_v2.py), and the dense MLPs of the first layers with ``mlp_tp_size = 1``
 #: under ``--moe-dense-tp-size 1`` (``enable_moe_dense_fully_dp``, python/sglang/srt/layers/communicator.py;
 #: the flag of SGLang's published large-scale EP commands), else over all tp × dp GPUs. vLLM runs each DP
-#: rank as its own engine, so dense MLPs and shared experts are split over the rank's attention TP only,
-#: and replicated whole when it shards MoE inputs across TP (``use_sequence_parallel_moe``: EP, TP > 1,
-#: DP > 1, DeepEP or all-gather backends; vllm/model_executor/models/deepseek_v2.py). At attention TP 1,
-#: the usual wide-EP shape, every engine holds them whole.
+#: rank as its own engine, so its dense MLPs are split over the rank's attention TP only, and its shared
+#: experts too unless it shards MoE inputs across TP, when each GPU holds them whole
+#: (``ParallelConfig.use_sequence_parallel_moe``, vllm/config/parallel.py: EP, TP > 1, DP > 1 and a DeepEP
+#: or all-gather backend; the shared experts' ``DeepseekV2MLP(..., is_sequence_parallel=...)`` in
+#: vllm/model_executor/models/deepseek_v2.py). At attention TP 1, the usual wide-EP shape, every engine
+#: holds them whole.
 DP_REPLICATES_DENSE = True
 
 
