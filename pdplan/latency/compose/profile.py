@@ -71,7 +71,8 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
                           f"{gpu.physical}; it measures uncapped GPUs)", field="gpu")
     step, capacity, cap = _composition(model, gpu, tp, pp, engine=engine, engine_version=engine_version,
                                        memory_utilization=memory_utilization, gpus_per_node=gpus_per_node,
-                                       max_prefill_batch_tokens=max_prefill_batch_tokens, dp=dp, ep=ep)
+                                       max_prefill_batch_tokens=max_prefill_batch_tokens, dp=dp, ep=ep,
+                                       expert_parallel=expert_parallel)
     source = tables.source_text(step.system, engine, step.versions)
     shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
                         points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
@@ -89,10 +90,11 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
 def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, engine_version: str | None,
                  memory_utilization: float, gpus_per_node: int = 8,
                  max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
-                 dp: int = 1, ep: int = 1) -> tuple[Step, int, int]:
+                 dp: int = 1, ep: int = 1, expert_parallel: bool = False) -> tuple[Step, int, int]:
     """The shape's operator tables, its KV capacity (one DP rank's) and its prefill batch cap."""
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
-    expert_parallel = dp == 1 and ep == tp and ep > 1   # today's whole experts over the TP ranks
+    # Whole experts over the TP ranks of one instance without attention DP: the MoE table's EP = TP rows.
+    expert_parallel = expert_parallel or (dp == 1 and ep == tp and ep > 1)
     shape = InstanceShape(gpu=gpu.physical, tp=tp, pp=pp, dp=dp, ep=1 if expert_parallel else ep)
     step = Step(model=model, shape=shape, engine=engine, versions=versions,
                 gpus_per_node=gpus_per_node, engine_version=engine_version, expert_parallel=expert_parallel)
