@@ -139,3 +139,40 @@ def test_trtllm_runs_the_shared_expert_beside_the_routed_path_in_decode(dsr1):
     shape = InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8)
     step = Step(model=dsr1, shape=shape, engine="trtllm", versions=tables.choose_versions("h200-141gb", "trtllm", None))
     assert step.wide_experts.overlaps_shared(prefill=False) and not step.wide_experts.overlaps_shared(prefill=True)
+
+
+# --- redundant experts (EPLB), read as AIConfigurator reads them ----------------------------------------------
+
+def test_trtllm_eplb_reads_the_rebalanced_rows_at_experts_plus_redundant_slots(dsr1):
+    step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="trtllm",
+                versions=tables.choose_versions("h200-141gb", "trtllm", None), redundant_experts=32)
+    table = raw("h200_sxm", "moe", "trtllm", step.versions["wideep_moe"], "wideep_moe_perf.parquet")
+    rows = table[(table.op_name == "wideep_moe_eplb") & (table.distribution == "power_law_1.01_eplb")
+                 & (table.num_slots == 288) & (table.moe_ep_size == 8) & (table.hidden_size == 7168)
+                 & (table.inter_size == 2048) & (table.num_tokens == 128)]
+    assert not rows.empty
+    assert step.wide_experts.compute["generation"]((128,), Extrapolated()) == pytest.approx(rows.latency.min() / 1e3)
+
+
+def test_sglang_eplb_prefill_reads_the_flattened_load_at_four_fifths_of_the_tokens(dsr1):
+    """2560 tokens on each of 8 ranks: the wide-EP prefill MoE at int(0.8 × 20480) = 16384 tokens and power-law
+    α = 0.6; DeepEP normal dispatch and combine a quarter of the way from 2048 to 4096 tokens."""
+    step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
+                versions=tables.choose_versions("h200-141gb", "sglang", None), redundant_experts=32)
+    versions = step.versions
+    moe = raw("h200_sxm", "moe", "sglang", versions["wideep_context_moe"], "wideep_context_moe_perf.parquet")
+    moe = moe[(moe.moe_dtype == "fp8_block") & (moe.inter_size == 2048) & (moe.moe_ep_size == 8)
+              & (moe.distribution == "power_law_0.6") & (moe.num_tokens == 16384)]
+    normal = raw("h200_sxm", "comm", "sglang", versions["wideep_deepep_normal"], "wideep_deepep_normal_perf.parquet")
+    normal = normal[(normal.node_num == 1) & (normal.hidden_size == 7168) & (normal.num_topk == 8)
+                    & (normal.num_experts == 256) & (normal.dispatch_sms == 20) & (normal.combine_sms == 20)]
+    a2a = {n: (normal[normal.num_token == n][["dispatch_transmit_us", "dispatch_notify_us", "combine_transmit_us",
+                                              "combine_notify_us"]].sum(axis=1).iloc[0]) for n in (2048, 4096)}
+    expected = (0.75 * a2a[2048] + 0.25 * a2a[4096]) / 1e6 + moe.latency.min() / 1e3
+    assert step.wide_experts.routed_s(2560, True, Extrapolated()) == pytest.approx(expected, rel=1e-9)
+
+
+def test_eplb_on_vllm_is_refused_naming_redundant_experts(dsr1):
+    with pytest.raises(PdplanError, match="rebalanced over redundant copies") as caught:
+        composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=8, redundant_experts=32, engine="vllm")
+    assert caught.value.field == "redundant_experts"

@@ -57,6 +57,8 @@ class Step:
     distribution: str | None = None
     #: Routed experts split whole over the TP ranks (moe_ep_size = TP) instead of each expert's width.
     expert_parallel: bool = False
+    #: Redundant expert copies EPLB rebalances the load over (wide expert parallelism only).
+    redundant_experts: int = 0
 
     def __post_init__(self):
         system = tables.system_for(self.shape.gpu)
@@ -149,7 +151,8 @@ class Step:
     def wide(self) -> bool:
         """Whether the step is one attention data-parallel rank's, or its experts spread over an EP other than
         TP: the MoE layers then read the wide-EP tables (:mod:`pdplan.latency.compose.wide`)."""
-        return self.model.is_moe and (self.shape.dp > 1 or self.shape.ep not in (1, self.shape.tp))
+        return self.model.is_moe and (self.shape.dp > 1 or self.shape.ep not in (1, self.shape.tp)
+                                      or self.redundant_experts > 0)
 
     def notes(self) -> list[str]:
         """What the provenance states beyond the tables: the expert load and split of an MoE step."""
@@ -206,7 +209,7 @@ class Step:
         """The wide-EP tables of one DP rank's MoE layers, and SGLang's wide-EP latent attention."""
         m, shape = self.model, self.shape
         self.wide_experts = wide.WideExperts(system, self.engine, self.engine_version, m, self.moe_config, shape.tp,
-                                             shape.dp, shape.ep, self.gpus_per_node)
+                                             shape.dp, shape.ep, self.gpus_per_node, self.redundant_experts)
         versions.update(self.wide_experts.versions)
 
     def _wide_latent(self, system: str, versions: dict[str, str]) -> dict | None:

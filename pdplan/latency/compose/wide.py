@@ -31,8 +31,10 @@ beside the routed path, an ``OverlapOp``), with the tables read as it reads them
   measured ``mlp/sglang/<v>/wideep_{context,generation}_mlp_perf`` where it holds the model's width,
   else the GEMM table at full width.
 
-A shape no table covers (an EP or node count not measured, expert TP above 1, a model or precision
-not measured) is refused with the reason, never scaled from another EP.
+Redundant experts (EPLB) read the tables' rebalanced rows as AIConfigurator does
+(:func:`eplb_distribution`). A shape no table covers (an EP or node count not measured, expert TP above
+1, a model or precision not measured, EPLB on vLLM) is refused with the reason, never scaled from
+another EP.
 """
 
 from __future__ import annotations
@@ -76,11 +78,34 @@ def _newest(system: str, engine: str, table: str, ceiling: str | None, pick) -> 
 
 # --- routed experts ---------------------------------------------------------------------------------
 
+def eplb_distribution(engine: str, distribution: str, phase: str) -> str:
+    """The expert load the tables measure once EPLB has rebalanced the experts over redundant copies, as
+    AIConfigurator reads them (``build_large_ep_moe_ops``, sdk/models/helpers.py: "sglang flattens the
+    prefill alpha to 0.6 under EPLB ... while trtllm keeps the model alpha in both phases and marks EPLB
+    with the ``_eplb`` suffix"). vLLM's tables measure no rebalanced load."""
+    if not distribution.startswith("power_law_"):
+        return distribution
+    if engine == "trtllm":
+        return f"{distribution}_eplb"
+    if engine == "sglang":
+        return "power_law_0.6" if phase == "context" else distribution
+    raise PdplanError(f"no {engine} MoE table measures experts rebalanced over redundant copies (EPLB): "
+                      "compose without redundant experts", field="redundant_experts")
+
+
+#: SGLang's EPLB prefill token correction: "tokens become ``int(tokens * 0.8)`` before the table lookup
+#: when the phase is context" and the kernel is SGLang's (``MoEExpertCompute``, sdk/operations/moe_comm.py).
+SGLANG_EPLB_PREFILL_TOKENS = 0.8
+
+
 @cache
 def _compute_grid(system: str, engine: str, ceiling: str | None, config: moe.MoeConfig, phase: str,
-                  ep: int) -> tuple[Grid, str, str]:
-    """The routed experts' latency over the MoE group's tokens at EP ``ep``: (grid, table, version)."""
+                  ep: int, redundant: int = 0) -> tuple[Grid, str, str]:
+    """The routed experts' latency over the MoE group's tokens at EP ``ep``, with ``redundant`` expert copies
+    rebalanced by EPLB: (grid, table, version)."""
     dist = table_distribution(engine, config.distribution)
+    if redundant:
+        dist = eplb_distribution(engine, dist, phase)
     common = ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
               "moe_ep_size", "distribution", "latency"]
     if engine == "sglang":
@@ -94,14 +119,17 @@ def _compute_grid(system: str, engine: str, ceiling: str | None, config: moe.Moe
         frame = tables._read(system, engine, table, version, columns)
         rows = moe._model_rows(frame, config)
         rows = rows[(rows.distribution == dist) & (rows.moe_tp_size == 1) & (rows.moe_ep_size == ep)]
-        if engine == "trtllm":
-            rows = rows[(rows.num_slots == config.experts) & (rows.op_name == "wideep_moe")]
+        if engine == "trtllm":   # EPLB rows: wideep_moe_eplb at num_slots = experts + redundant copies
+            rows = rows[(rows.num_slots == config.experts + redundant)
+                        & (rows.op_name == ("wideep_moe_eplb" if redundant else "wideep_moe"))]
         return None if rows.empty else _grid(rows, "num_tokens", f"wide-EP MoE {phase}")
 
     found = _newest(system, engine, table, ceiling, pick)
     if found is None:
+        copies = f" with {redundant} redundant experts ({dist})" if redundant else ""
         raise PdplanError(f"no {engine} {table.replace('_', ' ')} measurement on {system} for {config.text()} at "
-                          f"EP {ep} (expert TP 1){_measured_eps(system, engine, table, ceiling, config)}", field="ep")
+                          f"EP {ep} (expert TP 1){copies}{_measured_eps(system, engine, table, ceiling, config)}",
+                          field="ep")
     return found[0], table, found[1]
 
 
@@ -250,6 +278,7 @@ class WideExperts:
     dp: int
     ep: int
     gpus_per_node: int
+    redundant: int = 0   #: redundant expert copies EPLB rebalances the load over (0: none)
 
     def __post_init__(self):
         m = self.model
@@ -262,7 +291,8 @@ class WideExperts:
         self.compute, self.a2a, self.shared = {}, {}, {}
         ht, ll = a2a_dtypes(m)
         for phase in PHASES:
-            grid, table, version = _compute_grid(self.system, self.engine, self.ceiling, self.config, phase, self.ep)
+            grid, table, version = _compute_grid(self.system, self.engine, self.ceiling, self.config, phase, self.ep,
+                                                 self.redundant)
             self.compute[phase] = grid
             self.versions[table] = version
             dispatch, combine, table, version = _a2a_grids(
@@ -287,7 +317,10 @@ class WideExperts:
         phase = "context" if prefill else "generation"
         a2a_rows = rows // self.tp if prefill and self.engine != "trtllm" else rows
         dispatch, combine = self.a2a[phase]
-        return (dispatch((max(a2a_rows, 1),), log) + self.compute[phase]((rows * self.dp,), log)
+        tokens = rows * self.dp
+        if self.redundant and prefill and self.engine == "sglang":
+            tokens = int(tokens * SGLANG_EPLB_PREFILL_TOKENS)
+        return (dispatch((max(a2a_rows, 1),), log) + self.compute[phase]((tokens,), log)
                 + combine((max(a2a_rows, 1),), log))
 
     def shared_s(self, rows: float, prefill: bool, log: Extrapolated) -> float | None:
@@ -301,9 +334,17 @@ class WideExperts:
 
     def note(self) -> str:
         tables_used = ", ".join(f"{t} {v}" for t, v in sorted(self.versions.items()))
-        per_gpu = self.model.experts / self.ep
+        per_gpu = (self.model.experts + self.redundant) / self.ep
+        load = moe.load_label(self.config.distribution)
+        if self.redundant:
+            rows = sorted({eplb_distribution(self.engine, self.config.distribution, p) for p in PHASES})
+            correction = ", prefill tokens × 0.8" if self.engine == "sglang" else ""
+            load = (f"{load} expert load rebalanced by EPLB over {self.redundant} redundant experts (the tables' "
+                    f"{', '.join(rows)} rows{correction})")
+        else:
+            load = f"{load} expert load"
         return (f"wide expert parallelism: one of {self.dp} attention data-parallel ranks at its own batch, every "
                 f"rank carrying the same; routed experts whole over EP {self.ep} ({per_gpu:g} per GPU) from "
-                f"AIConfigurator's wide-EP tables ({tables_used}) at a {moe.load_label(self.config.distribution)} "
-                f"expert load, each MoE layer seeing DP {self.dp} × the rank's tokens; dispatch and combine over "
-                f"{self.nodes} node(s); shared experts and dense MLPs whole on every GPU")
+                f"AIConfigurator's wide-EP tables ({tables_used}) at a {load}, each MoE layer seeing DP {self.dp} × "
+                f"the rank's tokens; dispatch and combine over {self.nodes} node(s); shared experts and dense MLPs "
+                "whole on every GPU")
