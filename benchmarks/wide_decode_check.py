@@ -1,6 +1,6 @@
 """Print pdplan's composed decode step of one attention data-parallel rank next to real disaggregated
-measurements: the SGLang wide-EP rows of AIConfigurator's ``silicon_sample.csv`` (DeepSeek-R1 on H200 or
-B200, disaggregated, decode attention DP > 1).
+measurements: the wide-EP rows of AIConfigurator's ``silicon_sample.csv`` (DeepSeek-R1 at fp8 on H200 or
+B200, disaggregated, decode attention DP > 1; SGLang's, and TensorRT-LLM's with ``--engine trtllm``).
 
 Each row's decode worker is TP ``decode_tp_size`` per rank × DP ``decode_attention_dp_size`` with EP
 ``decode_moe_ep_size``; ``decode_batch_size`` is the batch of one DP rank (the client's concurrency over
@@ -24,18 +24,19 @@ from pdplan.modelcatalog import get_model
 GPUS = {"h200_sxm": "h200-141gb", "b200_sxm": "b200-180gb"}
 
 
-def wide_rows(path) -> pd.DataFrame:
+def wide_rows(path, engine: str) -> pd.DataFrame:
     frame = pd.read_csv(path)
-    frame = frame[(frame["mode"] == "disagg") & (frame.backend.str.lower() == "sglang")
+    frame = frame[(frame["mode"] == "disagg") & (frame.backend.str.lower() == engine)
                   & frame.system.isin(list(GPUS)) & frame.model_path.str.contains("DeepSeek")
-                  & (frame.decode_attention_dp_size > 1) & (frame.moe_quant_mode == "fp8_block")]
+                  & (frame.decode_attention_dp_size > 1) & frame.moe_quant_mode.isin(["fp8", "fp8_block"])]
     return frame.sort_values(["system", "decode_batch_size", "id"])
 
 
 def main(argv: list[str]) -> int:
-    rows = wide_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+    engine = argv[argv.index("--engine") + 1] if "--engine" in argv else "sglang"
+    rows = wide_rows(tables.package_root() / "systems" / "silicon_sample.csv", engine)
     model = get_model("deepseek-r1@fp8")
-    print(f"{len(rows)} SGLang wide-EP disaggregated fp8 DeepSeek rows "
+    print(f"{len(rows)} {engine} wide-EP disaggregated fp8 DeepSeek rows "
           f"(aiconfigurator-core {tables.package_version()})")
     for _, row in rows.iterrows():
         gpu = get_gpu(GPUS[row.system])
@@ -43,8 +44,8 @@ def main(argv: list[str]) -> int:
         batch, context = int(row.decode_batch_size), int(row.isl + row.osl / 2)
         head = f"{row.id}: {gpu.name} TP{tp} DP{dp} EP{ep}, rank batch {batch}, context {context}"
         try:
-            profile = composed_profile(model, gpu, tp, 1, dp=dp, ep=ep, engine="sglang")
-            step, _, _ = _composition(model, gpu, tp, 1, engine="sglang", engine_version=None,
+            profile = composed_profile(model, gpu, tp, 1, dp=dp, ep=ep, engine=engine)
+            step, _, _ = _composition(model, gpu, tp, 1, engine=engine, engine_version=None,
                                       memory_utilization=0.9, dp=dp, ep=ep)
         except PdplanError as err:
             print(f"{head}: not composed ({err.detail})")

@@ -22,7 +22,7 @@ from pdplan.latency.compose.step import Step
 from pdplan.latency.fit import ShapePoints, decode_point, fit_profile, prefill_point
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
-from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
+from pdplan.modelspec import ModelSpec, expert_placement_rejection, kv_capacity_tokens, shape_rejection
 from pdplan.shape import InstanceShape
 
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -66,7 +66,8 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
                              memory_utilization=memory_utilization, kv_reserve_tokens=1, ep=ep, dp=dp,
                              redundant_experts=redundant_experts)
     if reason is not None:
-        raise PdplanError(f"{model.name} {reason}", field="tp")
+        placement = expert_placement_rejection(model, tp, ep, redundant_experts, dp)
+        raise PdplanError(f"{model.name} {reason}", field=placement[0] if placement else "tp")
     if gpu.base is not None:
         raise PdplanError(f"no AIConfigurator operator data for {gpu.name} (a power-capped setting of "
                           f"{gpu.physical}; it measures uncapped GPUs)", field="gpu")
