@@ -47,6 +47,8 @@ def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant
         if ep != 1 or redundant_experts:
             return "ep", f"{model.base_name} has no routed experts: expert parallelism and redundant experts need them"
         return None
+    if tp < 1 or dp < 1:
+        return ("tp" if tp < 1 else "dp"), f"TP {tp} and DP {dp} must be >= 1"
     physical = model.experts + redundant_experts
     group = tp * dp
     if ep < 1 or group % ep:
