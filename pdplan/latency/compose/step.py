@@ -26,6 +26,11 @@ all-reduces beside its MoE dispatch pair; here the dense layers run a dense MLP 
 all-reduces, as vLLM's DeepSeek layer does (o_proj's RowParallelLinear and the FusedMoE reduce once
 each, the shared experts with ``reduce_results=False``: vllm/model_executor/models/deepseek_v2.py
 at 002d607).
+
+One attention data-parallel rank's step under wide expert parallelism (``Step.wide``: DP > 1, an EP
+other than TP, or redundant experts) times the same layers with the MoE layer of
+:mod:`pdplan.latency.compose.wide` (router, whole shared experts, dispatch, routed experts at DP × the
+rank's tokens, combine), dense MLPs whole on every GPU, and on SGLang the wide-EP latent-attention rows.
 """
 
 from __future__ import annotations
@@ -280,7 +285,9 @@ class Step:
     def _mixed_layers(self, rows: float, batch: float, length: float, prefill: bool) -> float:
         m = self.model
         moe_layers = m.layers - m.dense_layers if m.is_moe else 0
-        if self.wide:   # dense MLPs whole on every GPU (pdplan.experts.DP_REPLICATES_DENSE)
+        if moe_layers == m.layers:
+            dense = 0.0
+        elif self.wide:   # dense MLPs whole on every GPU (pdplan.experts.DP_REPLICATES_DENSE)
             dense = self._dense_mlp(self.wide_experts.ffn_rows(rows, prefill), m.ffn, split=1)
         else:
             dense = self._dense_mlp(rows, m.ffn) if moe_layers < m.layers else 0.0

@@ -31,6 +31,10 @@ beside the routed path, an ``OverlapOp``), with the tables read as it reads them
   measured ``mlp/sglang/<v>/wideep_{context,generation}_mlp_perf`` where it holds the model's width,
   else the GEMM table at full width.
 
+Deliberate differences from AIConfigurator's graph: it emits SGLang's fused q_a/kv_a GEMM twice per layer
+(``qkv_a_proj_gemm`` and ``downscale_gemm``) and strips SGLang's router GEMM; pdplan counts each once, as the
+engine runs them, and keeps the logits GEMM and the TP all-reduces of :class:`~pdplan.latency.compose.step.Step`.
+
 Redundant experts (EPLB) read the tables' rebalanced rows as AIConfigurator does
 (:func:`eplb_distribution`). A shape no table covers (an EP or node count not measured, expert TP above
 1, a model or precision not measured, EPLB on vLLM) is refused with the reason, never scaled from
