@@ -6,6 +6,7 @@ import math
 from dataclasses import dataclass, replace
 
 from pdplan.errors import InternalError, PdplanError
+from pdplan.experts import DP_REPLICATES_DENSE, edge_matrices_under_dp, expert_placement_rejection, expert_tp
 from pdplan.hardware import GIB, GPU
 from pdplan.shape import shape_label
 
@@ -370,71 +371,38 @@ def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
     return math.ceil(model.kv_heads / tp)
 
 
-def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant_experts: int = 0
-                               ) -> tuple[str, str] | None:
-    """(field, sentence) when experts cannot be placed on a (tp, ep) instance as the engines place them;
-    None when they can.
-
-    Without expert parallelism (ep = 1, vLLM's and SGLang's default) every routed expert is split over
-    the TP ranks, which vLLM's FusedMoE requires to divide its width (``assert intermediate_size %
-    self.tp_size == 0``). With it, EP = TP (vLLM ``--enable-expert-parallel`` in one instance) and each
-    rank holds whole experts, ⌈(E + R)/EP⌉ on the fullest (``determine_expert_map``: the first (E + R) mod
-    EP ranks take one more). R redundant experts (SGLang ``--ep-num-redundant-experts``, vLLM EPLB's
-    ``num_redundant_experts``) need expert parallelism (vLLM: "Redundant experts are only supported with
-    EPLB") and must spread evenly ("EPLB currently only supports even distribution of experts across
-    ranks"). vllm-project/vllm vllm/model_executor/layers/fused_moe/layer.py at 0014ec6,
-    ``FusedMoE.__init__``; sgl-project/sglang python/sglang/srt/server_args.py.
-    """
-    if not model.is_moe:
-        if ep != 1 or redundant_experts:
-            return "ep", f"{model.base_name} has no routed experts: expert parallelism and redundant experts need them"
-        return None
-    physical = model.experts + redundant_experts
-    if ep not in (1, tp):
-        return "ep", f"EP {ep} must be 1 (experts split over TP) or equal TP {tp} (whole experts per rank)"
-    if redundant_experts < 0 or (redundant_experts and ep == 1):
-        return "redundant_experts", (f"{redundant_experts} redundant experts need expert parallelism (EP > 1) "
-                                     "and must be >= 0")
-    if ep > physical:
-        return "ep", (f"EP {ep} > {physical} experts ({model.experts} + {redundant_experts} redundant): "
-                      "ranks without experts")
-    if redundant_experts and physical % ep:
-        return "redundant_experts", (f"{model.experts} + {redundant_experts} redundant experts do not spread "
-                                     f"evenly over EP {ep}")
-    if ep == 1 and model.expert_ffn % tp:
-        return "tp", f"TP {tp} does not divide the expert width {model.expert_ffn}"
-    block = model.weight_block if model.weight_dtype == "fp8" else 0
-    if ep == 1 and block and (model.expert_ffn // tp) % block:
-        # vLLM's Fp8MoEMethod.create_weights (quantization/fp8.py): "The output_size of gate's and up's
-        # weight = … is not divisible by weight quantization block_n = …".
-        return "tp", (f"TP {tp} splits each expert to {model.expert_ffn // tp} columns, not a multiple of the "
-                      f"fp8 scale block {block}: use expert parallelism or a smaller TP")
-    return None
-
-
-def _check_placement(model: ModelSpec, tp: int, ep: int, redundant_experts: int) -> None:
-    found = expert_placement_rejection(model, tp, ep, redundant_experts)
+def _check_placement(model: ModelSpec, tp: int, ep: int, redundant_experts: int, dp: int = 1) -> None:
+    found = expert_placement_rejection(model, tp, ep, redundant_experts, dp)
     if found is not None:
         raise PdplanError(f"{model.name}: {found[1]}", field=found[0])
 
 
 def rank_weight_bytes(model: ModelSpec, tp: int, layers: range, edge_matrices: int, *, ep: int = 1,
-                      redundant_experts: int = 0, experts_read: float | None = None) -> int:
-    """Weight bytes one TP rank holds for ``layers`` plus ``edge_matrices`` vocabulary matrices (or, given
-    ``experts_read``, reads when each MoE layer touches that many routed experts).
+                      redundant_experts: int = 0, experts_read: float | None = None, dp: int = 1,
+                      whole_edge_matrices: int = 0) -> int:
+    """Weight bytes one GPU holds for ``layers`` plus ``edge_matrices`` vocabulary matrices split over TP and
+    ``whole_edge_matrices`` whole ones (or, given ``experts_read``, reads when each MoE layer touches that
+    many routed experts).
 
-    Split over TP: Q and O, K and V while tp ≤ H_kv (past it each rank holds one replicated head, vLLM's
-    QKVParallelLinear), MLA's q_b, kv_b and o projections, dense MLPs and shared experts, routed experts
-    without EP; the embedding and head by vocabulary rows. Replicated on every rank: MLA's q_a and kv_a
-    down-projections (vLLM's DeepseekV2MLAAttention builds them unsplit, a ``ReplicatedLinear`` or
-    ``disable_tp=True``, vllm/model_executor/models/deepseek_v2.py at 002d607) and the router
-    (``ReplicatedLinear``, unquantized). Under EP the fullest rank holds ⌈(E + R)/EP⌉ whole experts per
-    MoE layer (:func:`expert_placement_rejection`). Matrices at the weight dtype, with block scales, are
-    rounded up once; the parts kept in bf16 (:attr:`ModelSpec.unquantized_block_params`) and the edges
-    (bf16) once each.
+    Split over (attention) TP: Q and O, K and V while tp ≤ H_kv (past it each rank holds one replicated
+    head, vLLM's QKVParallelLinear), MLA's q_b, kv_b and o projections, dense MLPs and shared experts,
+    routed experts without EP; the embedding and head by vocabulary rows. Replicated on every rank: MLA's
+    q_a and kv_a down-projections (vLLM's DeepseekV2MLAAttention builds them unsplit, a ``ReplicatedLinear``
+    or ``disable_tp=True``, vllm/model_executor/models/deepseek_v2.py at 002d607) and the router
+    (``ReplicatedLinear``, unquantized). Under EP the fullest GPU holds ⌈(E + R)/EP⌉ whole experts per
+    MoE layer, each split over expert TP (:func:`expert_placement_rejection`, :func:`expert_tp`).
+
+    With attention data parallelism (dp > 1) every DP rank holds the attention of its own TP group, and
+    the routed experts are spread over all tp × dp GPUs (:func:`expert_tp`). The dense MLPs and shared
+    experts of a model with routed experts are whole on every GPU (:data:`DP_REPLICATES_DENSE`); a model
+    without them runs its DP ranks as replicas split over their TP. Matrices at the weight dtype,
+    with block scales, are rounded up once; the parts kept in bf16
+    (:attr:`ModelSpec.unquantized_block_params`) and the edges (bf16) once each.
     """
     m, d = model, model.hidden
     quant_split = quant_rank = bf16_split = bf16_rank = 0
+    dense_whole = dp > 1 and m.is_moe and DP_REPLICATES_DENSE
+    experts_split = expert_tp(tp, ep, dp)
     for layer in layers:
         attention_split, attention_rank = m.attention_params_per_layer, 0
         if m.attention == "mla":
@@ -445,23 +413,33 @@ def rank_weight_bytes(model: ModelSpec, tp: int, layers: range, edge_matrices: i
             attention_split = 2 * d * m.q_heads * m.head_dim
         moe = m.is_moe and layer >= m.dense_layers
         dense_split = m.mlp_params_per_layer(layer) if not moe else m.shared_experts * m.expert_params
+        dense_rank = 0
+        if dense_whole:
+            dense_split, dense_rank = 0, dense_split
         if m.experts_only_quantized:
             bf16_split += attention_split + dense_split
-            bf16_rank += attention_rank
+            bf16_rank += attention_rank + dense_rank
         else:
             quant_split += attention_split + dense_split
-            quant_rank += attention_rank
+            quant_rank += attention_rank + dense_rank
         if moe:
             bf16_rank += d * m.experts
             if experts_read is not None:
                 quant_split += experts_read * m.expert_params  # EP spreads the touched experts as TP does
-            elif ep > 1:
+            elif ep > 1 and experts_split == 1:
                 quant_rank += math.ceil((m.experts + redundant_experts) / ep) * m.expert_params
+            elif ep > 1:
+                quant_rank += math.ceil((m.experts + redundant_experts) / ep) * m.expert_params / experts_split
+            elif dp > 1:
+                quant_rank += m.experts * m.expert_params / experts_split
             else:
                 quant_split += m.experts * m.expert_params
+    edges = math.ceil(edge_matrices * m.vocab * d / tp)
+    if whole_edge_matrices:
+        edges = math.ceil(edge_matrices * m.vocab * d / tp + whole_edge_matrices * m.vocab * d)
     return (math.ceil((quant_split / tp + quant_rank) * m.weight_bytes_per_param)
             + math.ceil((bf16_split / tp + bf16_rank) * BF16_WEIGHT_BYTES)
-            + math.ceil(edge_matrices * m.vocab * d / tp) * EDGE_WEIGHT_BYTES)
+            + edges * EDGE_WEIGHT_BYTES)
 
 
 def stage_edge_matrices(model: ModelSpec, stage: int, pp: int) -> int:
@@ -472,24 +450,32 @@ def stage_edge_matrices(model: ModelSpec, stage: int, pp: int) -> int:
     return int(stage == 0) + int(stage == pp - 1)
 
 
-def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, *, ep: int = 1, redundant_experts: int = 0) -> list[int]:
+def stage_weight_bytes(model: ModelSpec, tp: int, pp: int, *, ep: int = 1, redundant_experts: int = 0,
+                       dp: int = 1) -> list[int]:
     """Weight bytes on one GPU of each pipeline stage (:func:`rank_weight_bytes`)."""
     model.require_timeable()
-    _check_placement(model, tp, ep, redundant_experts)
-    return [rank_weight_bytes(model, tp, layers, stage_edge_matrices(model, stage, pp), ep=ep,
-                              redundant_experts=redundant_experts)
-            for stage, layers in enumerate(stage_layers(model, pp))]
+    _check_placement(model, tp, ep, redundant_experts, dp)
+    stages = []
+    for stage, layers in enumerate(stage_layers(model, pp)):
+        split, whole = (edge_matrices_under_dp(model, stage, pp) if dp > 1 and model.is_moe
+                        else (stage_edge_matrices(model, stage, pp), 0))
+        stages.append(rank_weight_bytes(model, tp, layers, split, ep=ep, redundant_experts=redundant_experts,
+                                        dp=dp, whole_edge_matrices=whole))
+    return stages
 
 
-def weight_bytes_per_gpu(model: ModelSpec, tp: int, pp: int, *, ep: int = 1, redundant_experts: int = 0) -> int:
-    """Weight bytes on the fullest GPU of a (tp, pp) instance, experts split over TP (ep = 1) or whole
-    on each of EP = TP ranks with ``redundant_experts`` extra (:func:`rank_weight_bytes`).
+def weight_bytes_per_gpu(model: ModelSpec, tp: int, pp: int, *, ep: int = 1, redundant_experts: int = 0,
+                         dp: int = 1) -> int:
+    """Weight bytes on the fullest GPU of a (tp, pp) instance with ``dp`` attention data-parallel ranks:
+    experts split over the tp × dp GPUs (ep = 1) or whole over EP groups with ``redundant_experts`` extra
+    (:func:`rank_weight_bytes`).
 
     Blocks split by whole layers over PP stages, the first stages one extra; the embedding and the
     output head are vocabulary-parallel over TP and sit on the first and last stage (both on one stage
-    when pp = 1, shared when tied). Experts that cannot be placed are refused (exit 2) naming the field.
+    when pp = 1, shared when tied; with attention DP the embedding is whole, :func:`edge_matrices_under_dp`).
+    Experts that cannot be placed are refused (exit 2) naming the field.
     """
-    return max(stage_weight_bytes(model, tp, pp, ep=ep, redundant_experts=redundant_experts))
+    return max(stage_weight_bytes(model, tp, pp, ep=ep, redundant_experts=redundant_experts, dp=dp))
 
 
 def kv_layer_bytes_per_rank(model: ModelSpec, tp: int) -> int:
@@ -532,9 +518,10 @@ def sliding_window_reserve_bytes(model: ModelSpec, gpu: GPU, tp: int, layers: ra
 
 
 def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int, memory_utilization: float = 0.9, *,
-                       ep: int = 1, redundant_experts: int = 0) -> int:
-    """Tokens of KV an instance can hold: on each stage's GPU, (utilised HBM − weights − sliding-window
-    reserve) / KV bytes per token of its full-attention layers; the least over the stages.
+                       ep: int = 1, redundant_experts: int = 0, dp: int = 1) -> int:
+    """Tokens of KV an instance can hold (with attention DP: ONE DP rank, each rank holding its own): on
+    each stage's GPU, (utilised HBM − weights − sliding-window reserve) / KV bytes per token of its
+    full-attention layers; the least over the stages.
 
     ``memory_utilization`` is the fraction of HBM the engine may use (vLLM's
     ``gpu_memory_utilization``); the rest covers activations, CUDA graphs and fragmentation.
@@ -544,7 +531,7 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int, memory_util
         raise InternalError("memory_utilization must be in (0, 1]")
     usable = int(gpu.memory_bytes * memory_utilization)
     per_layer = kv_layer_bytes_per_rank(model, tp)
-    weights = stage_weight_bytes(model, tp, pp, ep=ep, redundant_experts=redundant_experts)
+    weights = stage_weight_bytes(model, tp, pp, ep=ep, redundant_experts=redundant_experts, dp=dp)
     capacities = []
     for weight, layers in zip(weights, stage_layers(model, pp)):
         free = usable - weight - sliding_window_reserve_bytes(model, gpu, tp, layers)
@@ -556,39 +543,47 @@ def kv_capacity_tokens(model: ModelSpec, gpu: GPU, tp: int, pp: int, memory_util
 
 def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int | None = None,
                     memory_utilization: float = 0.9, kv_reserve_tokens: int = 0, ep: int = 1,
-                    redundant_experts: int = 0) -> str | None:
-    """Why (tp, pp) on ``gpu`` cannot serve ``model``, in one sentence; None when it can.
+                    redundant_experts: int = 0, dp: int = 1) -> str | None:
+    """Why (tp, pp, dp, ep) on ``gpu`` cannot serve ``model``, in one sentence; None when it can.
 
-    Rules: the GPU runs the weight precision's matrix products (:data:`COMPUTE_DTYPE`); a TP group stays
-    inside one node; TP divides the K/V heads or is a multiple of them (then heads are replicated), or
-    under MLA divides the attention heads (vLLM: ``assert num_heads % tp_size == 0``); the experts can be
-    placed (:func:`expert_placement_rejection`); PP is at most the layer count (uneven splits are
-    allowed); the weights plus a reserve of ``kv_reserve_tokens`` of KV fit the utilised memory.
+    Rules: the GPU runs the weight precision's matrix products (:data:`COMPUTE_DTYPE`); a TP group (with
+    attention DP, each DP rank's: SGLang's attention TP group, vLLM's per-rank TP) stays inside one node;
+    TP divides the K/V heads or is a multiple of them (then heads are replicated), or under MLA divides
+    the attention heads (vLLM: ``assert num_heads % tp_size == 0``); the experts can be placed
+    (:func:`expert_placement_rejection`: EP divides tp × dp, redundant experts spread evenly, no EP group
+    without experts); PP is at most the layer count (uneven splits are allowed); the weights plus a reserve
+    of ``kv_reserve_tokens`` of KV (per DP rank) fit the utilised memory.
     """
     model.require_timeable()
-    shape = shape_label(gpu.name, tp, pp)
-    if tp < 1 or pp < 1:
-        return f"{shape}: TP and PP must be >= 1"
+    # An EP = TP instance without attention DP reads as it always has (its experts' memory is its label's).
+    shape = shape_label(gpu.name, tp, pp, dp=dp, ep=ep if dp > 1 or ep not in (1, tp) else 1)
+    if tp < 1 or pp < 1 or dp < 1 or ep < 1:
+        return f"{shape}: TP, PP, DP and EP must be >= 1"
     if COMPUTE_DTYPE.get(model.weight_dtype, model.weight_dtype) not in gpu.dtypes:
         return f"{shape}: {gpu.name} has no {model.weight_dtype} tensor cores (it runs {', '.join(gpu.dtypes)})"
     if gpus_per_node is not None and tp > gpus_per_node:
+        if dp > 1:
+            return (f"{shape}: TP {tp} > {gpus_per_node} GPUs per node: each DP rank's attention TP group "
+                    "must sit inside one node")
         return f"{shape}: TP {tp} > {gpus_per_node} GPUs per node"
     if model.attention == "mla":
         if model.q_heads % tp:
             return f"{shape}: TP {tp} does not divide {model.q_heads} attention heads"
     elif model.kv_heads % tp and tp % model.kv_heads:
         return f"{shape}: TP {tp} neither divides nor is a multiple of {model.kv_heads} KV heads"
-    placement = expert_placement_rejection(model, tp, ep, redundant_experts)
+    placement = expert_placement_rejection(model, tp, ep, redundant_experts, dp)
     if placement is not None:
         return f"{shape}: {placement[1]}"
     if pp > model.layers:
         return f"{shape}: PP {pp} > {model.layers} layers"
-    weights = weight_bytes_per_gpu(model, tp, pp, ep=ep, redundant_experts=redundant_experts)
+    weights = weight_bytes_per_gpu(model, tp, pp, ep=ep, redundant_experts=redundant_experts, dp=dp)
     usable = int(gpu.memory_bytes * memory_utilization)
     if weights >= usable:
         return (f"{shape}: weights {weights / GIB:.1f} GiB per GPU > {usable / GIB:.1f} GiB usable "
                 f"({memory_utilization:.0%} of {gpu.memory_bytes / GIB:.0f} GiB)")
-    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, redundant_experts=redundant_experts)
+    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, redundant_experts=redundant_experts,
+                                  dp=dp)
     if capacity < kv_reserve_tokens:
-        return f"{shape}: KV room for {capacity} tokens < reserve of {kv_reserve_tokens} tokens"
+        per = " per DP rank" if dp > 1 else ""
+        return f"{shape}: KV room for {capacity} tokens{per} < reserve of {kv_reserve_tokens} tokens"
     return None

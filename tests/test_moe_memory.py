@@ -159,7 +159,7 @@ TINY_MOE = ModelSpec(name="tiny-moe", layers=2, hidden=64, q_heads=8, kv_heads=8
 
 @pytest.mark.parametrize("tp, ep, redundant, field, rule", [
     (8, 8, 0, "ep", r"EP 8 > 4 experts \(4 \+ 0 redundant\): ranks without experts"),
-    (4, 2, 0, "ep", r"EP 2 must be 1 \(experts split over TP\) or equal TP 4"),
+    (4, 3, 0, "ep", r"EP 3 must be 1 \(experts split over TP\) or divide TP 4"),
     (2, 1, 2, "redundant_experts", r"2 redundant experts need expert parallelism"),
     (4, 4, 2, "redundant_experts", r"4 \+ 2 redundant experts do not spread evenly over EP 4"),
 ])

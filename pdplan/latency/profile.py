@@ -163,6 +163,10 @@ def profile_to_dict(profile: PhaseProfile) -> dict:
         "gpu": profile.gpu,
         "tp": profile.tp,
         "pp": profile.pp,
+        # One attention data-parallel rank's profile names its instance's DP and EP; written only above 1,
+        # so every TP x PP profile file reads as it always has.
+        **({"dp": profile.dp} if profile.dp > 1 else {}),
+        **({"ep": profile.ep} if profile.ep > 1 else {}),
         "kv_capacity_tokens": profile.kv_capacity_tokens,
         "max_prefill_batch_tokens": profile.max_prefill_batch_tokens,
         "prefill": _model_to_dict(profile.prefill, PREFILL_FEATURES),
@@ -254,7 +258,7 @@ def load_profile(path: str | Path) -> PhaseProfile:
 def profile_from_dict(data, source: str | Path) -> PhaseProfile:
     """Validate a profile's content (as :func:`profile_to_dict` writes it); errors name ``source``."""
     spec = Fields(data, source)
-    spec.reject_unknown({"pdplan_profile", "model", "gpu", "tp", "pp", "kv_capacity_tokens",
+    spec.reject_unknown({"pdplan_profile", "model", "gpu", "tp", "pp", "dp", "ep", "kv_capacity_tokens",
                          "max_prefill_batch_tokens", "prefill", "decode", "provenance"})
     spec.integer("pdplan_profile", minimum=FORMAT_VERSION, maximum=FORMAT_VERSION)
     prov = spec.mapping("provenance")
@@ -276,6 +280,8 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
         gpu=spec.string("gpu"),
         tp=spec.integer("tp", minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
         pp=spec.integer("pp", minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
+        dp=spec.integer("dp", 1, minimum=1, maximum=limits.MAX_GPUS),
+        ep=spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS),
         kv_capacity_tokens=spec.integer("kv_capacity_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         prefill=prefill,

@@ -11,7 +11,10 @@ A plan's shapes are timed by the best evidence there is for each:
    engine's fitted efficiencies, or the Splitwise 2023 calibration when no engine is named.
 
 Every profile records which in ``provenance.source``; when a shape falls back past composition
-the reason is kept (:meth:`ProfileSource.fallback_reason`) so the output can say why. When the
+the reason is kept (:meth:`ProfileSource.fallback_reason`) so the output can say why. A shape with
+attention data parallelism or expert parallelism beyond TP (one DP rank's profile) is measured or
+composed from the wide-EP tables, never a TP-only roofline: when neither is there, the reason is kept
+and the shape is refused. When the
 deployment runs speculative decoding (:mod:`pdplan.latency.speculative`), every profile handed
 out, whatever its source, has its decode model turned into the time per emitted token.
 """
@@ -30,6 +33,7 @@ from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_d
 from pdplan.latency.roofline import roofline_profile
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelspec import ModelSpec
+from pdplan.shape import shape_key
 from pdplan.vocabulary import SpeculativeMethod
 
 
@@ -58,11 +62,12 @@ class ProfileSource:
         return self.engine or DEFAULT_ENGINE
 
     def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8,
-                cache: ResultCache | None = None) -> PhaseProfile:
-        """The shape's profile; a composed one is kept in ``cache`` (composing takes about a second),
-        before speculative decoding is applied, so the cached composition is the engine's alone."""
+                cache: ResultCache | None = None, dp: int = 1, ep: int = 1) -> PhaseProfile:
+        """The shape's profile (with ``dp`` > 1, one DP rank's); a composed one is kept in ``cache``
+        (composing takes about a second), before speculative decoding is applied, so the cached composition
+        is the engine's alone."""
         speculative = self.speculative_for(model)  # refused before any profile is composed
-        found = self._evidence(model, gpu, tp, pp, gpus_per_node, cache)
+        found = self._evidence(model, gpu, tp, pp, gpus_per_node, cache, dp, ep)
         return found if speculative is None else speculative.apply(found)
 
     def speculative_for(self, model: ModelSpec) -> SpeculativeDecoding | None:
@@ -77,28 +82,33 @@ class ProfileSource:
         return self.speculative.resolved(model.layers)
 
     def _evidence(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
-                  cache: ResultCache | None) -> PhaseProfile:
+                  cache: ResultCache | None, dp: int = 1, ep: int = 1) -> PhaseProfile:
         """The shape's profile as measured, composed or derived."""
-        key = (model.name, gpu.name, tp, pp)
+        key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep)
         if key in self.measured:
             return self.measured[key]
         if self.compose and tables.installed():
             try:
-                return self._composed(model, gpu, tp, pp, gpus_per_node, cache)
+                return self._composed(model, gpu, tp, pp, gpus_per_node, cache, dp, ep)
             except PdplanError as err:
                 if self.engine_version is not None and err.field in ("engine", "engine_version"):
                     raise  # the user asked for this version: missing data is their error to see
                 self.fallbacks[key] = err.detail
         elif self.compose:
             self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
+        if dp > 1 or ep not in (1, tp):
+            why = self.fallbacks.get(key, "composition is off")
+            raise PdplanError(f"{model.name} {gpu.name} TP{tp} DP{dp} EP{ep}: no measured or composed profile "
+                              f"({why}); a TP-only roofline does not time attention DP or expert parallelism",
+                              field="ep")
         return roofline_profile(model, gpu, tp, pp, engine=self.engine, gpus_per_node=gpus_per_node)
 
     def _composed(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
-                  cache: ResultCache | None) -> PhaseProfile:
+                  cache: ResultCache | None, dp: int = 1, ep: int = 1) -> PhaseProfile:
         from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
         engine = self.serving_engine
-        make = lambda: composed_profile(model, gpu, tp, pp, engine=engine,  # noqa: E731
+        make = lambda: composed_profile(model, gpu, tp, pp, engine=engine, dp=dp, ep=ep,  # noqa: E731
                                         engine_version=self.engine_version, gpus_per_node=gpus_per_node)
         if cache is None:
             return make()
@@ -106,7 +116,8 @@ class ProfileSource:
         key = cache_key({"composed_profile": 2, "aiconfigurator": tables.package_version(),
                          "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
-                         "gpus_per_node": gpus_per_node})
+                         "gpus_per_node": gpus_per_node,
+                         **({"dp": dp, "ep": ep} if dp > 1 or ep > 1 else {})})
         found = cache.get(key, _decode_composed)
         if found is None:
             try:
@@ -119,9 +130,9 @@ class ProfileSource:
             raise found
         return found
 
-    def fallback_reason(self, model: str, gpu: str, tp: int, pp: int) -> str | None:
+    def fallback_reason(self, model: str, gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1) -> str | None:
         """Why a shape that is not measured was not composed either (None when it was)."""
-        return self.fallbacks.get((model, gpu, tp, pp))
+        return self.fallbacks.get(shape_key(model, gpu, tp, pp, dp=dp, ep=ep))
 
     def describe(self) -> str:
         """One line for the output: which evidence this run may use."""

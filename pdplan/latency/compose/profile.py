@@ -22,7 +22,7 @@ from pdplan.latency.compose.step import Step
 from pdplan.latency.fit import ShapePoints, decode_point, fit_profile, prefill_point
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
-from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
+from pdplan.modelspec import ModelSpec, expert_placement_rejection, kv_capacity_tokens, shape_rejection
 from pdplan.shape import InstanceShape
 
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
@@ -48,25 +48,33 @@ def sample_points(step: Step, *, kv_capacity: int, max_batch_tokens: int) -> lis
 
 
 @cache
-def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str = DEFAULT_ENGINE,
+def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 1, ep: int = 1,
+                     engine: str = DEFAULT_ENGINE,
                      engine_version: str | None = None, memory_utilization: float = 0.9,
                      gpus_per_node: int = 8,
                      max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
-                     expert_parallel: bool = False) -> PhaseProfile:
-    """The composed profile of one shape, or a PdplanError saying why none can be made;
-    ``expert_parallel``: routed experts whole over the TP ranks (EP = TP) instead of split."""
-    ep = tp if expert_parallel else 1
+                     expert_parallel: bool = False, redundant_experts: int = 0) -> PhaseProfile:
+    """The composed profile of one shape, or a PdplanError saying why none can be made.
+
+    ``ep``: the GPUs routed experts are spread over as whole experts (1: split over TP); ``expert_parallel``
+    is the older spelling of ep = TP. With ``dp`` attention data-parallel ranks (or an EP other than TP) the
+    profile is ONE rank's, at the rank's own batch with every rank carrying the same, its KV capacity the
+    rank's (:mod:`pdplan.latency.compose.wide`); ``redundant_experts`` copies rebalance the expert load (EPLB)."""
+    if expert_parallel:
+        ep = tp
     reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=gpus_per_node,
-                             memory_utilization=memory_utilization, kv_reserve_tokens=1, ep=ep)
+                             memory_utilization=memory_utilization, kv_reserve_tokens=1, ep=ep, dp=dp,
+                             redundant_experts=redundant_experts)
     if reason is not None:
-        raise PdplanError(f"{model.name} {reason}", field="tp")
+        placement = expert_placement_rejection(model, tp, ep, redundant_experts, dp)
+        raise PdplanError(f"{model.name} {reason}", field=placement[0] if placement else "tp")
     if gpu.base is not None:
         raise PdplanError(f"no AIConfigurator operator data for {gpu.name} (a power-capped setting of "
                           f"{gpu.physical}; it measures uncapped GPUs)", field="gpu")
     step, capacity, cap = _composition(model, gpu, tp, pp, engine=engine, engine_version=engine_version,
                                        memory_utilization=memory_utilization, gpus_per_node=gpus_per_node,
-                                       max_prefill_batch_tokens=max_prefill_batch_tokens,
-                                       expert_parallel=expert_parallel)
+                                       max_prefill_batch_tokens=max_prefill_batch_tokens, dp=dp, ep=ep,
+                                       expert_parallel=expert_parallel, redundant_experts=redundant_experts)
     source = tables.source_text(step.system, engine, step.versions)
     shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
                         points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
@@ -75,6 +83,8 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
     prov = profile.provenance
     profile = replace(profile, provenance=replace(
         prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
+    if dp > 1 or ep not in (1, tp) or redundant_experts:
+        profile = replace(profile, dp=dp, ep=ep)
     # At the written precision, so a composed profile read back from the cache is this very one.
     return profile_from_dict(profile_to_dict(profile), f"composed {profile.shape}")
 
@@ -82,12 +92,18 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: st
 def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, engine_version: str | None,
                  memory_utilization: float, gpus_per_node: int = 8,
                  max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
-                 expert_parallel: bool = False) -> tuple[Step, int, int]:
-    """The shape's operator tables, its KV capacity and its prefill batch cap."""
+                 dp: int = 1, ep: int = 1, expert_parallel: bool = False,
+                 redundant_experts: int = 0) -> tuple[Step, int, int]:
+    """The shape's operator tables, its KV capacity (one DP rank's) and its prefill batch cap."""
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
-    step = Step(model=model, shape=InstanceShape(gpu=gpu.physical, tp=tp, pp=pp), engine=engine, versions=versions,
-                gpus_per_node=gpus_per_node, engine_version=engine_version, expert_parallel=expert_parallel)
-    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=tp if expert_parallel else 1)
+    # Whole experts over the TP ranks of one instance without attention DP: the MoE table's EP = TP rows.
+    expert_parallel = expert_parallel or (dp == 1 and ep == tp and ep > 1 and not redundant_experts)
+    shape = InstanceShape(gpu=gpu.physical, tp=tp, pp=pp, dp=dp, ep=1 if expert_parallel else ep)
+    step = Step(model=model, shape=shape, engine=engine, versions=versions,
+                gpus_per_node=gpus_per_node, engine_version=engine_version, expert_parallel=expert_parallel,
+                redundant_experts=redundant_experts)
+    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, dp=dp,
+                                  redundant_experts=redundant_experts)
     return step, capacity, min(max_prefill_batch_tokens, capacity)
 
 

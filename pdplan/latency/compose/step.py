@@ -26,6 +26,11 @@ all-reduces beside its MoE dispatch pair; here the dense layers run a dense MLP 
 all-reduces, as vLLM's DeepSeek layer does (o_proj's RowParallelLinear and the FusedMoE reduce once
 each, the shared experts with ``reduce_results=False``: vllm/model_executor/models/deepseek_v2.py
 at 002d607).
+
+One attention data-parallel rank's step under wide expert parallelism (``Step.wide``: DP > 1, an EP
+other than TP, or redundant experts) times the same layers with the MoE layer of
+:mod:`pdplan.latency.compose.wide` (router, whole shared experts, dispatch, routed experts at DP × the
+rank's tokens, combine), dense MLPs whole on every GPU, and on SGLang the wide-EP latent-attention rows.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pdplan.errors import PdplanError
-from pdplan.latency.compose import moe, tables
+from pdplan.latency.compose import moe, tables, wide
 from pdplan.latency.compose.tables import Extrapolated
 from pdplan.latency.roofline import pipeline_hops
 from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
@@ -57,6 +62,8 @@ class Step:
     distribution: str | None = None
     #: Routed experts split whole over the TP ranks (moe_ep_size = TP) instead of each expert's width.
     expert_parallel: bool = False
+    #: Redundant expert copies EPLB rebalances the load over (wide expert parallelism only).
+    redundant_experts: int = 0
 
     def __post_init__(self):
         system = tables.system_for(self.shape.gpu)
@@ -145,10 +152,19 @@ class Step:
         attention = tables.attention_s(self.generation, self.q_heads, self.kv_heads, batch, context, self.log)
         return self._layers(batch, attention) + self._edges(batch, batch)
 
+    @property
+    def wide(self) -> bool:
+        """Whether the step is one attention data-parallel rank's, or its experts spread over an EP other than
+        TP: the MoE layers then read the wide-EP tables (:mod:`pdplan.latency.compose.wide`)."""
+        return self.model.is_moe and (self.shape.dp > 1 or self.shape.ep not in (1, self.shape.tp)
+                                      or self.redundant_experts > 0)
+
     def notes(self) -> list[str]:
         """What the provenance states beyond the tables: the expert load and split of an MoE step."""
         if not self.model.is_moe:
             return []
+        if self.wide:
+            return [self.wide_experts.note()]
         tp = self.shape.tp
         split = ("every expert on the one GPU" if tp == 1
                  else f"experts split whole over {tp} GPUs (expert parallelism)" if self.expert_parallel
@@ -164,10 +180,13 @@ class Step:
         if self.gemm is None:
             raise PdplanError(f"no {moe.gemm_dtype(m)} GEMM measurements for {engine} {versions['gemm']} on "
                               f"{system}", field="dtype")
-        self.latent = None
+        self.latent = self.wide_mla = None
         if m.attention == "mla":
-            self.latent = moe.LatentAttention(system, engine, self.engine_version, m, tp)
-            versions.update(self.latent.versions)
+            if self.wide:
+                self.wide_mla = self._wide_latent(system, versions)
+            if self.wide_mla is None:
+                self.latent = moe.LatentAttention(system, engine, self.engine_version, m, tp)
+                versions.update(self.latent.versions)
         else:
             windows = sorted({m.sliding_window} if m.sliding_layers else set()) + [0]
             self.context = {w: tables.attention_lines(system, engine, versions["context_attention"], "context",
@@ -183,14 +202,41 @@ class Step:
                                   field="distribution")
             self.moe_config = moe.MoeConfig(hidden=m.hidden, inter=m.expert_ffn, topk=m.experts_per_token,
                                             experts=m.experts, dtype=moe.moe_dtype(m), distribution=distribution)
-            self.moe_grid, versions["moe"] = moe.moe_grid(system, engine, self.engine_version, self.moe_config,
-                                                          self.expert_parallel)
-            self.moe_width = (m.experts / tp) if self.expert_parallel else (m.expert_ffn / tp)
+            if self.wide:
+                self._wide_tables(system, versions)
+            else:
+                self.moe_grid, versions["moe"] = moe.moe_grid(system, engine, self.engine_version, self.moe_config,
+                                                              self.expert_parallel)
+                self.moe_width = (m.experts / tp) if self.expert_parallel else (m.expert_ffn / tp)
         self.versions = versions
+
+    def _wide_tables(self, system: str, versions: dict[str, str]) -> None:
+        """The wide-EP tables of one DP rank's MoE layers, and SGLang's wide-EP latent attention."""
+        m, shape = self.model, self.shape
+        self.wide_experts = wide.WideExperts(system, self.engine, self.engine_version, m, self.moe_config, shape.tp,
+                                             shape.dp, shape.ep, self.gpus_per_node, self.redundant_experts)
+        versions.update(self.wide_experts.versions)
+
+    def _wide_latent(self, system: str, versions: dict[str, str]) -> dict | None:
+        """SGLang's wide-EP latent-attention grids per phase (DeepSeek-V3's geometry), None where unmeasured."""
+        m = self.model
+        if moe.module_fits(m) is not None:
+            return None
+        found = {phase: wide.wide_mla_grid(system, self.engine, self.engine_version, phase, moe.gemm_dtype(m),
+                                           m.kv_dtype) for phase in wide.PHASES}
+        if not all(found.values()):
+            return None
+        versions.update({f"wideep_{phase}_mla": version for phase, (_, version) in found.items()})
+        return {phase: grid for phase, (grid, _) in found.items()}
 
     def _attention(self, rows: float, batch: float, length: float, prefill: bool) -> float:
         """Every layer's attention block, summed over the layers."""
         m = self.model
+        if self.wide_mla is not None:   # the fused q_a/kv_a GEMM, then the measured rest of the block
+            down = (m.q_lora_rank or 0) + m.kv_lora_rank + m.qk_rope_head_dim
+            grid = self.wide_mla["context" if prefill else "generation"]
+            heads = m.q_heads / self.shape.tp
+            return m.layers * (self._gemm(rows, down, m.hidden) + grid((batch, length, heads), self.log))
         if self.latent is not None:
             one = (self.latent.prefill_s if prefill else self.latent.decode_s)(batch, length, self._gemm, self.log)
             return m.layers * one
@@ -205,9 +251,9 @@ class Step:
                                                     self.log)
         return total
 
-    def _dense_mlp(self, rows: float, width: int) -> float:
-        """Gate/up GEMM, activation and down GEMM of a gated MLP ``width`` wide, split over TP."""
-        per_gpu = width // self.shape.tp
+    def _dense_mlp(self, rows: float, width: int, split: int | None = None) -> float:
+        """Gate/up GEMM, activation and down GEMM of a gated MLP ``width`` wide, split over TP (or ``split``)."""
+        per_gpu = width // (self.shape.tp if split is None else split)
         up = 2 * per_gpu if self.model.mlp_matrices == 3 else per_gpu
         return (self._gemm(rows, up, self.model.hidden) + self._memory(rows * (up + per_gpu) * ACTIVATION_BYTES)
                 + self._gemm(rows, self.model.hidden, per_gpu))
@@ -215,15 +261,37 @@ class Step:
     def _moe_mlp(self, rows: float, prefill: bool) -> float:
         """Router, shared experts and routed experts of one MoE layer."""
         m = self.model
+        if self.wide:
+            return self._wide_moe_mlp(rows, prefill)
         router = self._gemm(rows, m.experts, m.hidden, self.bf16_gemm)
         routed = self.moe_grid((rows, self.moe_width), self.log)
         shared = self._dense_mlp(rows, m.shared_experts * m.expert_ffn) if m.shared_experts else 0.0
         return router + routed + shared if prefill else max(router + routed, shared)
 
+    def _wide_moe_mlp(self, rows: float, prefill: bool) -> float:
+        """One DP rank's MoE layer: router, whole shared experts, dispatch, routed experts, combine
+        (:class:`pdplan.latency.compose.wide.WideExperts`)."""
+        m, experts = self.model, self.wide_experts
+        ffn_rows = experts.ffn_rows(rows, prefill)
+        router = self._gemm(ffn_rows, m.experts, m.hidden, self.bf16_gemm)
+        shared = 0.0
+        if m.shared_experts:
+            shared = experts.shared_s(ffn_rows, prefill, self.log)
+            if shared is None:
+                shared = self._dense_mlp(ffn_rows, m.shared_experts * m.expert_ffn, split=1)
+        routed = router + experts.routed_s(rows, prefill, self.log)
+        return max(routed, shared) if experts.overlaps_shared(prefill) else routed + shared
+
     def _mixed_layers(self, rows: float, batch: float, length: float, prefill: bool) -> float:
         m = self.model
         moe_layers = m.layers - m.dense_layers if m.is_moe else 0
-        mlp = (m.layers - moe_layers) * self._dense_mlp(rows, m.ffn) if moe_layers < m.layers else 0.0
+        if moe_layers == m.layers:
+            dense = 0.0
+        elif self.wide:   # dense MLPs whole on every GPU (pdplan.experts.DP_REPLICATES_DENSE)
+            dense = self._dense_mlp(self.wide_experts.ffn_rows(rows, prefill), m.ffn, split=1)
+        else:
+            dense = self._dense_mlp(rows, m.ffn) if moe_layers < m.layers else 0.0
+        mlp = (m.layers - moe_layers) * dense if moe_layers < m.layers else 0.0
         if moe_layers:
             mlp += moe_layers * self._moe_mlp(rows, prefill)
         norms = m.layers * 2 * self._memory(rows * 4 * m.hidden * ACTIVATION_BYTES)

@@ -173,7 +173,18 @@ MODEL_FILES = {"moe": ("moe", "moe_perf.parquet"),
                "mla_generation_module": ("mla", "mla_generation_module_perf.parquet"),
                "context_mla": ("mla", "context_mla_perf.parquet"),
                "generation_mla": ("mla", "generation_mla_perf.parquet"),
-               "mla_bmm": ("mla_bmm", "mla_bmm_perf.parquet")}
+               "mla_bmm": ("mla_bmm", "mla_bmm_perf.parquet"),
+               # Wide expert parallelism (attention DP + EP, :mod:`pdplan.latency.compose.wide`).
+               "wideep_context_moe": ("moe", "wideep_context_moe_perf.parquet"),
+               "wideep_generation_moe": ("moe", "wideep_generation_moe_perf.parquet"),
+               "wideep_moe": ("moe", "wideep_moe_perf.parquet"),
+               "wideep_context_mla": ("mla", "wideep_context_mla_perf.parquet"),
+               "wideep_generation_mla": ("mla", "wideep_generation_mla_perf.parquet"),
+               "wideep_context_mlp": ("mlp", "wideep_context_mlp_perf.parquet"),
+               "wideep_generation_mlp": ("mlp", "wideep_generation_mlp_perf.parquet"),
+               "wideep_deepep_normal": ("comm", "wideep_deepep_normal_perf.parquet"),
+               "wideep_deepep_ll": ("comm", "wideep_deepep_ll_perf.parquet"),
+               "moe_a2a": ("comm", "moe_a2a_perf.parquet")}
 
 
 def system_for(gpu: str) -> str:

@@ -1,0 +1,178 @@
+"""Composed steps of one attention data-parallel rank under wide expert parallelism.
+
+The rank's MoE layer is router + shared experts + dispatch + routed experts + combine, as
+AIConfigurator's large-EP MoE block sums it; the routed experts are read at DP × the rank's tokens
+(``MoEExpertCompute`` scales tokens by ``attention_dp_size``), dispatch and combine at the rank's own
+tokens (``MoEAllToAll`` sees per-rank token counts). Expected values are read from AIConfigurator's parquet
+tables here, independently of the composition. These need the optional extra (pip install
+'pdplan[aic]'); without it they skip.
+"""
+
+import pytest
+
+pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
+
+import pandas as pd  # noqa: E402
+
+from pdplan.errors import PdplanError  # noqa: E402
+from pdplan.hardware import get_gpu  # noqa: E402
+from pdplan.latency.compose import tables  # noqa: E402
+from pdplan.latency.compose.profile import composed_profile  # noqa: E402
+from pdplan.latency.compose.step import Step  # noqa: E402
+from pdplan.latency.compose.tables import Extrapolated  # noqa: E402
+from pdplan.latency.profile import profile_from_dict, profile_to_dict  # noqa: E402
+from pdplan.latency.source import ProfileSource  # noqa: E402
+from pdplan.modelcatalog import get_model  # noqa: E402
+from pdplan.modelspec import kv_capacity_tokens  # noqa: E402
+from pdplan.shape import InstanceShape  # noqa: E402
+
+
+def raw(system, family, engine, version, filename):
+    return pd.read_parquet(tables.package_root() / "systems" / "data" / system / family / engine / version / filename)
+
+
+@pytest.fixture(scope="module")
+def dsr1():
+    return get_model("deepseek-r1@fp8")
+
+
+@pytest.fixture(scope="module")
+def sglang_dp8(dsr1):
+    return Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
+                versions=tables.choose_versions("h200-141gb", "sglang", None))
+
+
+def test_a_decode_rank_reads_the_experts_at_dp_times_its_tokens_and_the_all_to_all_at_its_own(sglang_dp8):
+    """16 requests on each of 8 ranks: the low-latency DeepEP dispatch and combine of 16 tokens on one node,
+    and the wide-EP decode MoE kernel at 8 × 16 = 128 tokens over EP 8 (DeepSeek's power-law α = 1.01)."""
+    versions = sglang_dp8.versions
+    ll = raw("h200_sxm", "comm", "sglang", versions["wideep_deepep_ll"], "wideep_deepep_ll_perf.parquet")
+    ll = ll[(ll.node_num == 1) & (ll.hidden_size == 7168) & (ll.num_topk == 8) & (ll.num_experts == 256)
+            & (ll.num_token == 16)]
+    moe = raw("h200_sxm", "moe", "sglang", versions["wideep_generation_moe"], "wideep_generation_moe_perf.parquet")
+    moe = moe[(moe.moe_dtype == "fp8_block") & (moe.hidden_size == 7168) & (moe.inter_size == 2048)
+              & (moe.num_experts == 256) & (moe.topk == 8) & (moe.moe_tp_size == 1) & (moe.moe_ep_size == 8)
+              & (moe.distribution == "power_law_1.01") & (moe.num_tokens == 128)]
+    assert len(ll) == 1 and not moe.empty
+    expected = (ll.dispatch_avg_t_us.iloc[0] + ll.combine_avg_t_us.iloc[0]) / 1e6 + moe.latency.min() / 1e3
+    assert sglang_dp8.wide_experts.routed_s(16, False, Extrapolated()) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_prefill_rank_dispatches_with_deepep_normal_mode_at_20_sms(sglang_dp8):
+    versions = sglang_dp8.versions
+    normal = raw("h200_sxm", "comm", "sglang", versions["wideep_deepep_normal"], "wideep_deepep_normal_perf.parquet")
+    normal = normal[(normal.node_num == 1) & (normal.hidden_size == 7168) & (normal.num_topk == 8)
+                    & (normal.num_experts == 256) & (normal.num_token == 4096) & (normal.dispatch_sms == 20)
+                    & (normal.combine_sms == 20)]
+    moe = raw("h200_sxm", "moe", "sglang", versions["wideep_context_moe"], "wideep_context_moe_perf.parquet")
+    moe = moe[(moe.moe_dtype == "fp8_block") & (moe.inter_size == 2048) & (moe.moe_ep_size == 8)
+              & (moe.distribution == "power_law_1.01") & (moe.num_tokens == 8 * 4096)]
+    assert len(normal) == 1 and not moe.empty
+    expected = ((normal.dispatch_transmit_us + normal.dispatch_notify_us + normal.combine_transmit_us
+                 + normal.combine_notify_us).iloc[0] / 1e6 + moe.latency.min() / 1e3)
+    assert sglang_dp8.wide_experts.routed_s(4096, True, Extrapolated()) == pytest.approx(expected, rel=1e-12)
+
+
+def test_the_shared_expert_is_sglangs_measured_whole_mlp(sglang_dp8):
+    versions = sglang_dp8.versions
+    mlp = raw("h200_sxm", "mlp", "sglang", versions["wideep_generation_mlp"], "wideep_generation_mlp_perf.parquet")
+    mlp = mlp[(mlp.quant_type == "fp8_block") & (mlp.intermediate_size == 2048) & (mlp.num_token == 32)]
+    assert sglang_dp8.wide_experts.shared_s(32, False, Extrapolated()) == pytest.approx(mlp.avg_ms.min() / 1e3)
+
+
+def test_a_wide_profile_is_one_ranks_with_its_own_kv(dsr1):
+    gpu = get_gpu("h200-141gb")
+    profile = composed_profile(dsr1, gpu, 1, 1, dp=8, ep=8, engine="sglang")
+    assert (profile.dp, profile.ep, profile.gpus) == (8, 8, 8)
+    assert profile.key == ("deepseek-r1@fp8", "h200-141gb", 1, 1, 8, 8)
+    assert profile.kv_capacity_tokens == kv_capacity_tokens(dsr1, gpu, 1, 1, dp=8, ep=8)
+    notes = profile.provenance.notes
+    assert "wideep_generation_moe" in notes and "wideep_deepep_ll" in notes and "power-law (α = 1.01)" in notes
+
+
+def test_a_profile_file_keeps_dp_and_ep_and_old_files_read_as_one_rank(dsr1):
+    profile = composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=8, engine="sglang")
+    written = profile_to_dict(profile)
+    assert (written["dp"], written["ep"]) == (8, 8)
+    old = {k: v for k, v in written.items() if k not in ("dp", "ep")}
+    assert (profile_from_dict(old, "old.yaml").dp, profile_from_dict(old, "old.yaml").ep) == (1, 1)
+
+
+def test_an_ep_no_table_measures_is_refused_with_the_measured_ones(dsr1):
+    """B200's SGLang wide-EP prefill MoE table has no EP 8 row for DeepSeek at fp8."""
+    with pytest.raises(PdplanError, match=r"at EP 8 \(expert TP 1\) \(measured EPs: 2, 4, 16") as caught:
+        composed_profile(dsr1, get_gpu("b200-180gb"), 1, 1, dp=8, ep=8, engine="sglang")
+    assert caught.value.field == "ep"
+
+
+def test_an_all_to_all_across_nodes_no_table_measures_is_refused(dsr1):
+    """vLLM's and TensorRT-LLM's all-to-all tables measure EP 8 on one node only."""
+    with pytest.raises(PdplanError, match=r"all-to-all measured on h200_sxm over EP 16 on 2 node\(s\)"):
+        composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=16, ep=16, engine="vllm")
+
+
+def test_expert_tp_above_one_is_refused_by_the_wide_tables(dsr1):
+    with pytest.raises(PdplanError, match=r"expert TP 2"):
+        composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=4, engine="sglang")
+
+
+def test_ep_equal_to_tp_without_dp_is_todays_expert_parallel_profile():
+    model = get_model("qwen3-30b-a3b")
+    gpu = get_gpu("h100-80gb")
+    assert composed_profile(model, gpu, 2, 1, ep=2) == composed_profile(model, gpu, 2, 1, expert_parallel=True)
+
+
+def test_the_profile_source_composes_a_wide_shape_and_never_guesses_one(dsr1):
+    gpu = get_gpu("h200-141gb")
+    composed = ProfileSource({}, engine="sglang").profile(dsr1, gpu, 1, 1, dp=8, ep=8)
+    assert composed.provenance.source == "composed" and composed.dp == 8
+    off = ProfileSource({}, engine="sglang", compose=False)
+    with pytest.raises(PdplanError, match="a TP-only roofline does not time attention DP"):
+        off.profile(dsr1, gpu, 1, 1, dp=8, ep=8)
+    refused = ProfileSource({}, engine="sglang")
+    with pytest.raises(PdplanError):
+        refused.profile(dsr1, get_gpu("b200-180gb"), 1, 1, dp=8, ep=8)
+    assert "measured EPs" in refused.fallback_reason(dsr1.name, "b200-180gb", 1, 1, dp=8, ep=8)
+
+
+def test_trtllm_runs_the_shared_expert_beside_the_routed_path_in_decode(dsr1):
+    shape = InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8)
+    step = Step(model=dsr1, shape=shape, engine="trtllm", versions=tables.choose_versions("h200-141gb", "trtllm", None))
+    assert step.wide_experts.overlaps_shared(prefill=False) and not step.wide_experts.overlaps_shared(prefill=True)
+
+
+# --- redundant experts (EPLB), read as AIConfigurator reads them ----------------------------------------------
+
+def test_trtllm_eplb_reads_the_rebalanced_rows_at_experts_plus_redundant_slots(dsr1):
+    step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="trtllm",
+                versions=tables.choose_versions("h200-141gb", "trtllm", None), redundant_experts=32)
+    table = raw("h200_sxm", "moe", "trtllm", step.versions["wideep_moe"], "wideep_moe_perf.parquet")
+    rows = table[(table.op_name == "wideep_moe_eplb") & (table.distribution == "power_law_1.01_eplb")
+                 & (table.num_slots == 288) & (table.moe_ep_size == 8) & (table.hidden_size == 7168)
+                 & (table.inter_size == 2048) & (table.num_tokens == 128)]
+    assert not rows.empty
+    assert step.wide_experts.compute["generation"]((128,), Extrapolated()) == pytest.approx(rows.latency.min() / 1e3)
+
+
+def test_sglang_eplb_prefill_reads_the_flattened_load_at_four_fifths_of_the_tokens(dsr1):
+    """2560 tokens on each of 8 ranks: the wide-EP prefill MoE at int(0.8 × 20480) = 16384 tokens and power-law
+    α = 0.6; DeepEP normal dispatch and combine a quarter of the way from 2048 to 4096 tokens."""
+    step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
+                versions=tables.choose_versions("h200-141gb", "sglang", None), redundant_experts=32)
+    versions = step.versions
+    moe = raw("h200_sxm", "moe", "sglang", versions["wideep_context_moe"], "wideep_context_moe_perf.parquet")
+    moe = moe[(moe.moe_dtype == "fp8_block") & (moe.inter_size == 2048) & (moe.moe_ep_size == 8)
+              & (moe.distribution == "power_law_0.6") & (moe.num_tokens == 16384)]
+    normal = raw("h200_sxm", "comm", "sglang", versions["wideep_deepep_normal"], "wideep_deepep_normal_perf.parquet")
+    normal = normal[(normal.node_num == 1) & (normal.hidden_size == 7168) & (normal.num_topk == 8)
+                    & (normal.num_experts == 256) & (normal.dispatch_sms == 20) & (normal.combine_sms == 20)]
+    a2a = {n: (normal[normal.num_token == n][["dispatch_transmit_us", "dispatch_notify_us", "combine_transmit_us",
+                                              "combine_notify_us"]].sum(axis=1).iloc[0]) for n in (2048, 4096)}
+    expected = (0.75 * a2a[2048] + 0.25 * a2a[4096]) / 1e6 + moe.latency.min() / 1e3
+    assert step.wide_experts.routed_s(2560, True, Extrapolated()) == pytest.approx(expected, rel=1e-9)
+
+
+def test_eplb_on_vllm_is_refused_naming_redundant_experts(dsr1):
+    with pytest.raises(PdplanError, match="rebalanced over redundant copies") as caught:
+        composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=8, redundant_experts=32, engine="vllm")
+    assert caught.value.field == "redundant_experts"
