@@ -2,7 +2,10 @@
 
 A shape is kept when its TP group fits a node, TP divides the KV heads (or replicates them), PP
 is at most the layer count, the weights plus the KV of the largest request fit memory, and the
-engine the plan is for can run it in its phase (:mod:`pdplan.engines`). Every rejected shape comes
+engine the plan is for can run it in its phase (:mod:`pdplan.engines`). For a mixture-of-experts
+model, each attention data-parallel size DP above 1 adds wide shapes: TP × DP GPUs in one stage,
+every routed expert whole on one of them (EP = TP × DP, the wide-EP deployments of DeepSeek,
+SGLang and Dynamo), on one node or spread evenly over whole nodes. Every rejected shape comes
 back with its reason, for ``--explain``.
 """
 
@@ -17,6 +20,7 @@ from pdplan.shape import InstanceShape
 
 DEFAULT_TPS = (1, 2, 4, 8)
 DEFAULT_PPS = (1, 2, 4)
+DEFAULT_DPS = (1,)
 DEFAULT_CHUNKS = (512, 2048)
 
 
@@ -53,14 +57,16 @@ def gpu_types_for(cluster: Cluster, phase: str) -> tuple[str, ...]:
 def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_tokens: int,
                      phases: tuple[str, ...] = ("prefill", "decode", "colocated"),
                      tps: tuple[int, ...] = DEFAULT_TPS, pps: tuple[int, ...] = DEFAULT_PPS,
-                     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS,
+                     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS, dps: tuple[int, ...] = DEFAULT_DPS,
                      memory_utilization: float = 0.9, engine: str | None = None,
                      connector: str | None = None) -> tuple[list[Shape], list[Rejected]]:
     """Every shape worth measuring, and every rejected one with its one-sentence reason.
 
     ``largest_request_tokens`` (prompt + output of the trace's largest request) is the KV
-    reserve: an instance that cannot hold that request can never serve the whole trace.
-    ``engine`` with its KV ``connector`` keeps only the shapes that engine runs (None: every one).
+    reserve: an instance that cannot hold that request can never serve the whole trace (a wide
+    shape's rank must hold it). ``dps`` above 1 add a mixture-of-experts model's wide shapes (one
+    stage, EP = TP × DP). ``engine`` with its KV ``connector`` keeps only the shapes that engine
+    runs (None: every one).
     """
     kept, rejected = [], []
     for phase in phases:
@@ -68,22 +74,50 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
             nodes = cluster.nodes_for(gpu_name)
             per_node = max(n.gpus_per_node for n in nodes)
             gpu = cluster.priced_gpu(gpu_name)
-            for tp in tps:
-                for pp in pps:
-                    reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=per_node,
-                                             memory_utilization=memory_utilization,
-                                             kv_reserve_tokens=largest_request_tokens)
-                    for shape in _variants(phase, gpu_name, tp, pp, chunk_sizes):
-                        why = reason or shape_refusal(engine, connector, shape)
-                        if why is None:
-                            kept.append(shape)
-                        else:
-                            rejected.append(Rejected(shape=shape, reason=why))
+            for tp, pp, dp in _splits(model, tps, pps, dps):
+                ep = tp * dp if dp > 1 else 1
+                reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=per_node, dp=dp, ep=ep,
+                                         memory_utilization=memory_utilization,
+                                         kv_reserve_tokens=largest_request_tokens)
+                for shape in _variants(phase, gpu_name, tp, pp, dp, ep, chunk_sizes):
+                    why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
+                    if why is None:
+                        kept.append(shape)
+                    else:
+                        rejected.append(Rejected(shape=shape, reason=why))
     return kept, rejected
 
 
-def _variants(phase: str, gpu: str, tp: int, pp: int, chunk_sizes: tuple[int, ...]) -> list[Shape]:
+def _splits(model: ModelSpec, tps: tuple[int, ...], pps: tuple[int, ...], dps: tuple[int, ...]):
+    """(tp, pp, dp) to consider: every TP × PP, and for a mixture-of-experts model every TP × DP
+    with DP above 1 in one stage (pipelines are not combined with attention data parallelism)."""
+    for tp in tps:
+        for pp in pps:
+            yield tp, pp, 1
+        if model.is_moe:
+            for dp in dps:
+                if dp > 1:
+                    yield tp, 1, dp
+
+
+def _spread_refusal(shape: Shape, nodes) -> str | None:
+    """Why no node type holds a wide shape (its ranks' TP inside a node, a wider stage evenly over
+    whole nodes of one type, as many of them as that type has); None when one does."""
+    if shape.dp == 1:
+        return None
+    spans = [(n, shape.nodes_per_stage(n.gpus_per_node)) for n in nodes]
+    if not any(k for _, k in spans):
+        return (f"{shape.shape_label()}: {shape.stage_gpus} GPUs per stage do not spread evenly over whole nodes "
+                f"of {', '.join(sorted({str(n.gpus_per_node) for n in nodes}))} GPUs")
+    if not any(k and (n.count is None or k * shape.pp <= n.count) for n, k in spans):
+        return (f"{shape.shape_label()}: an instance spans more nodes than one node type holds "
+                f"({max(k for _, k in spans) * shape.pp} > {max(n.count for n, _ in spans)})")
+    return None
+
+
+def _variants(phase: str, gpu: str, tp: int, pp: int, dp: int, ep: int, chunk_sizes: tuple[int, ...]) -> list[Shape]:
     """Colocated shapes come once per chunked-prefill budget; the phases once each."""
     if phase != "colocated":
-        return [Shape(phase=phase, gpu=gpu, tp=tp, pp=pp)]
-    return [Shape(phase=phase, gpu=gpu, tp=tp, pp=pp, policy="chunked", chunk_tokens=c) for c in chunk_sizes]
+        return [Shape(phase=phase, gpu=gpu, tp=tp, pp=pp, dp=dp, ep=ep)]
+    return [Shape(phase=phase, gpu=gpu, tp=tp, pp=pp, dp=dp, ep=ep, policy="chunked", chunk_tokens=c)
+            for c in chunk_sizes]

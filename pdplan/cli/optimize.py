@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from pdplan import limits
 from pdplan.cache import ResultCache, default_cache_dir
-from pdplan.candidates import DEFAULT_PPS, DEFAULT_TPS
+from pdplan.candidates import DEFAULT_DPS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.cli.optimize_render import render
 from pdplan.cli.options import (
     AcceptanceOpt,
@@ -127,6 +127,11 @@ def optimize(
     pp: Annotated[list[int] | None, typer.Option(
         "--pp", help=f"Pipeline-parallel degrees to consider (repeatable); default {', '.join(map(str, DEFAULT_PPS))}.",
         show_default=False)] = None,
+    dp: Annotated[list[int] | None, typer.Option(
+        "--dp", help="Attention data-parallel sizes to consider for a mixture-of-experts model (repeatable): each "
+                     "DP above 1 adds wide-EP shapes of TP x DP GPUs, every routed expert whole on one GPU "
+                     "(EP = TP x DP), on one node or over whole nodes (SGLang --enable-dp-attention, vLLM "
+                     "--data-parallel-size); default 1 (none).", show_default=False)] = None,
     pool_shapes: Annotated[PoolShapes, choice(
         "--pool-shapes", PoolShapes, help="one: one shape per phase and GPU type, as deployers run pools; mixed: "
                                           "let the program mix shapes in a pool.")] = PlanRequest.pool_shapes,
@@ -218,7 +223,7 @@ def optimize(
     _check_flags(objective=objective, target_rate=target_rate, peak=peak, windows=windows, change_cost=change_cost,
                  fleet=fleet, affinity=affinity, redundancy=redundancy, budgets=(max_gpus, max_cost, max_power),
                  link_headroom=link_headroom, time_limit=time_limit, seeds=seeds, max_rounds=max_rounds, tps=tp,
-                 pps=pp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share))
+                 pps=pp, dps=dp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share))
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     outputs = Outputs(trace, cluster, *profile_inputs(profiles), slo, model_file(model), windows_file(windows))
     if out is not None:
@@ -241,6 +246,7 @@ def optimize(
         pool_shapes=pool_shapes, mode=mode, connector=connector, mixed=mixed, mixed_max=mixed_max,
         spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share),
         tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS, pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS,
+        dps=tuple(sorted(set(dp))) if dp else DEFAULT_DPS,
         seed=seed, inputs=Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
                                  model=model_file(model)))
     cache = ResultCache(cache_dir, enabled=not no_cache,
@@ -307,7 +313,7 @@ def _windowed_output(windowed, outputs: Outputs, plot: Path | None, json: bool) 
 def _check_flags(*, objective: Objective, target_rate: float | None, peak: bool, windows: str | None,
                  change_cost: float, fleet: str, affinity: Affinity, redundancy: Redundancy, budgets: tuple,
                  link_headroom: float, time_limit: float, seeds: int, max_rounds: int, tps: list[int] | None,
-                 pps: list[int] | None, mixed: tuple[int, int, float]) -> None:
+                 pps: list[int] | None, dps: list[int] | None, mixed: tuple[int, int, float]) -> None:
     """Flag values the planner cannot use, named by flag, before any work is done."""
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
@@ -331,6 +337,7 @@ def _check_flags(*, objective: Objective, target_rate: float | None, peak: bool,
     within("--time-limit", time_limit, 0, limits.MAX_TIME_LIMIT_S, above=True)
     within("--seeds", seeds, 1, limits.MAX_RUNS)
     within("--max-rounds", max_rounds, 1, limits.MAX_CHECKS)
-    for values, flag, high in ((tps, "--tp", MAX_GPUS_PER_NODE), (pps, "--pp", limits.MAX_PIPELINE_STAGES)):
+    for values, flag, high in ((tps, "--tp", MAX_GPUS_PER_NODE), (pps, "--pp", limits.MAX_PIPELINE_STAGES),
+                               (dps, "--dp", limits.MAX_GPUS)):
         for value in values or ():
             within(flag, value, 1, high)

@@ -67,9 +67,11 @@ def goodput_per_gpu(report: PlanReport) -> list[ShapeGoodput]:
     """Every shape with positive goodput, its simulated per-instance goodput divided by its GPUs;
     ``chosen`` when a pool of the answer runs that shape."""
     answer = report.answer
-    used = set() if answer is None else {(c.phase, c.gpu, c.tp, c.pp, c.chunk_tokens) for c in answer.solution.replicas}
+    used = set() if answer is None else {(c.phase, c.gpu, c.tp, c.pp, c.dp, c.ep, c.chunk_tokens)
+                                         for c in answer.solution.replicas}
     return [ShapeGoodput(phase=m.shape.phase, label=m.shape.label, goodput_per_gpu=m.goodput.goodput_rps / m.shape.gpus,
-                         chosen=(m.shape.phase, m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.chunk_tokens) in used)
+                         chosen=(m.shape.phase, m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.dp, m.shape.ep,
+                                 m.shape.chunk_tokens) in used)
             for m in report.measured if m.goodput.goodput_rps > 0]
 
 

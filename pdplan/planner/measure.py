@@ -24,6 +24,7 @@ from pdplan.placement import Candidate
 from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
 from pdplan.slo import SLO
+from pdplan.work import cross_node_all_to_all_bytes_per_token
 from pdplan.workload import Workload
 
 #: Pool curves are sampled until a pool serves this multiple of the target (room for raises).
@@ -91,13 +92,14 @@ def measure(request: PlanRequest, cache: ResultCache,
     largest = int((request.workload.prompt_tokens + request.workload.output_tokens).max())
     shapes, rejected = enumerate_shapes(request.model, request.cluster, largest_request_tokens=largest,
                                         tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes,
-                                        engine=request.profiles.serving_engine, connector=request.connector)
+                                        dps=request.dps, engine=request.profiles.serving_engine,
+                                        connector=request.connector)
     measured = []
     for i, shape in enumerate(shapes):
         if progress is not None:
             progress(f"goodput {shape.label}", i, len(shapes))
         profile = request.profiles.profile(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp, shape.pp,
-                                           cache=cache)
+                                           cache=cache, dp=shape.dp, ep=shape.ep)
         result = cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
                                          settings=request.settings, seed=request.seed, policy=shape.policy,
                                          chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
@@ -112,6 +114,20 @@ def mean_kv_bytes_per_request(workload: Workload, model: ModelSpec) -> float:
     return float(workload.prompt_tokens.mean()) * model.kv_bytes_per_token
 
 
+def all_to_all_bytes_per_request(request: PlanRequest, shape: Shape) -> float:
+    """Mean bytes per request the expert all-to-all of a wide shape sends across nodes, each way: the
+    tokens it runs (the prompt on prefill, the output on decode, both colocated) times
+    :func:`pdplan.work.cross_node_all_to_all_bytes_per_token` over the fewest nodes a stage spans on
+    this cluster's nodes; 0 when the stage fits one node."""
+    spans = [shape.nodes_per_stage(n.gpus_per_node) for n in request.cluster.nodes_for(shape.gpu)]
+    nodes = min((s for s in spans if s), default=1)
+    per_token = cross_node_all_to_all_bytes_per_token(request.model, shape.ep, nodes)
+    if not per_token:
+        return 0.0
+    tokens = {"prefill": request.workload.prompt_tokens.mean(), "decode": request.workload.output_tokens.mean()}
+    return per_token * float(tokens.get(shape.phase, sum(tokens.values())))
+
+
 def best_of_each_shape(measured: list[Measured]) -> list[Measured]:
     """Shapes with positive goodput; colocated shapes of one (GPU, TP, PP) keep only their best
     chunk size (the others cost the same and serve less)."""
@@ -119,7 +135,7 @@ def best_of_each_shape(measured: list[Measured]) -> list[Measured]:
     for m in measured:
         if m.goodput.goodput_rps <= 0:
             continue
-        key = (m.shape.phase, m.shape.gpu, m.shape.tp, m.shape.pp)
+        key = (m.shape.phase, m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.dp, m.shape.ep)
         if key not in best or m.goodput.goodput_rps > best[key].goodput.goodput_rps:
             best[key] = m
     return sorted(best.values(), key=lambda m: m.shape.label)
@@ -128,7 +144,7 @@ def best_of_each_shape(measured: list[Measured]) -> list[Measured]:
 def most_replicas(request: PlanRequest, shape: Shape) -> int:
     """Instances of ``shape`` the cluster (and the GPU budget) can hold; unbounded counts give
     the largest pool the curves sample."""
-    held = request.cluster.instances_of(shape.gpu, shape.tp, shape.pp)
+    held = request.cluster.instances_of(shape.gpu, shape.tp, shape.pp, shape.dp)
     limit = 10**6 if held is None else held
     if request.max_gpus is not None:
         limit = min(limit, request.max_gpus // shape.gpus)
@@ -147,8 +163,10 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
             progress(f"pool capacity {m.shape.label}", i, len(chosen))
         curve = pool_curve(request, m, wanted_rps=wanted, cache=cache)
         out.append(Candidate(phase=m.shape.phase, gpu=m.shape.gpu, tp=m.shape.tp, pp=m.shape.pp,
+                             dp=m.shape.dp, ep=m.shape.ep,
                              goodput_rps=m.goodput.goodput_rps, chunk_tokens=m.shape.chunk_tokens,
                              kv_bytes_per_request=0.0 if m.shape.phase == "colocated" else kv_bytes,
+                             all_to_all_bytes_per_request=all_to_all_bytes_per_request(request, m.shape),
                              curve=curve))
     if request.mixed:
         out += mixed_candidates(out, kv_bytes)

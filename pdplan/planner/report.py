@@ -19,8 +19,13 @@ if TYPE_CHECKING:  # the schedule package builds on the planner: its types only 
     from pdplan.schedule.timeline import Timeline
 
 
+def wide_dict(shape) -> dict:
+    """A wide shape's attention data-parallel size and expert-parallel size (nothing for TP x PP)."""
+    return {"dp": shape.dp, "ep": shape.ep} if shape.is_wide else {}
+
+
 def shape_dict(cand: Candidate, replicas: int) -> dict:
-    return {"gpu": cand.gpu, "tp": cand.tp, "pp": cand.pp, "replicas": replicas,
+    return {"gpu": cand.gpu, "tp": cand.tp, "pp": cand.pp, **wide_dict(cand), "replicas": replicas,
             "goodput_rps_per_instance": cand.goodput_rps, "capacity_rps": cand.capacity_rps(replicas)}
 
 
@@ -30,32 +35,34 @@ def phase_dict(solution: Solution | None, phase: str) -> dict | None:
     if solution is None:
         return None
     shapes = sorted(((c, k) for c, k in solution.replicas.items() if c.phase == phase),
-                    key=lambda ck: (-ck[0].gpus * ck[1], ck[0].gpu, ck[0].tp, ck[0].pp))
+                    key=lambda ck: (-ck[0].gpus * ck[1], ck[0].gpu, ck[0].tp, ck[0].pp, ck[0].dp, ck[0].ep))
     if not shapes:
         return None
     cand, replicas = shapes[0]
     own = sum(c.capacity_rps(k) for c, k in shapes)  # a mixed pool's own capacity; it also counts in both phases
-    return {"gpu": cand.gpu, "tp": cand.tp, "pp": cand.pp, "replicas": replicas,
+    return {"gpu": cand.gpu, "tp": cand.tp, "pp": cand.pp, **wide_dict(cand), "replicas": replicas,
             "goodput_rps_per_instance": cand.goodput_rps, "capacity_rps": solution.phase_capacity_rps.get(phase, own),
             "shapes": [shape_dict(c, k) for c, k in shapes]}
 
 
-def profile_dict(report: PlanReport, gpu: str, tp: int, pp: int) -> dict:
+def profile_dict(report: PlanReport, gpu: str, tp: int, pp: int, dp: int = 1, ep: int = 1) -> dict:
     """Where a shape's latencies came from (the profile its goodput was measured with): measured,
     composed or roofline, how, and for a roofline why nothing better was available."""
     prov = next(m.profile for m in report.measured
-                if (m.shape.gpu, m.shape.tp, m.shape.pp) == (gpu, tp, pp)).provenance
+                if (m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.dp, m.shape.ep) == (gpu, tp, pp, dp, ep)).provenance
     request = report.request
     return {"profile": prov.source, "profile_method": prov.method,
-            "profile_fallback": request.profiles.fallback_reason(request.model.name, gpu, tp, pp)}
+            "profile_fallback": request.profiles.fallback_reason(request.model.name, gpu, tp, pp, dp=dp, ep=ep)}
 
 
 def pools(solution: Solution, report: PlanReport) -> list[dict]:
     cluster = report.request.cluster
     return [{"phase": c.phase, **shape_dict(c, k), "chunk_tokens": c.chunk_tokens,
              "usd_per_hour": cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k,
-             "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k, **profile_dict(report, c.gpu, c.tp, c.pp)}
-            for c, k in sorted(solution.replicas.items(), key=lambda ck: (ck[0].phase, ck[0].gpu, ck[0].tp, ck[0].pp))]
+             "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k,
+             **profile_dict(report, c.gpu, c.tp, c.pp, c.dp, c.ep)}
+            for c, k in sorted(solution.replicas.items(),
+                               key=lambda ck: (ck[0].phase, ck[0].gpu, ck[0].tp, ck[0].pp, ck[0].dp, ck[0].ep))]
 
 
 def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[dict]:
@@ -248,7 +255,7 @@ def report_to_dict(report: PlanReport) -> dict:
                     "meets": c.verification.passed}
                    for i, c in enumerate(chosen.tried)],
         "nodes": [{"instance": i.id, "phase": i.candidate.phase, "gpu": i.candidate.gpu, "tp": i.candidate.tp,
-                   "pp": i.candidate.pp, "stages": [{"node": n, "gpus": list(g),
+                   "pp": i.candidate.pp, **wide_dict(i.candidate), "stages": [{"node": n, "gpus": list(g),
                                                     **({"node_rank": r} if i.nodes_per_stage > 1 else {})}
                                                    for _, r, n, g in i.parts()]}
                   for i in solution.instances],

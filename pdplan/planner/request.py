@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_PPS, DEFAULT_TPS
+from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_DPS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.errors import PdplanError
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, DEFAULT_SEED, SearchSettings, check_admission_share
 from pdplan.hardware import Cluster
@@ -70,6 +70,7 @@ class PlanRequest:
     pool_shapes: PoolShapes = PoolShapes.ONE
     tps: tuple[int, ...] = DEFAULT_TPS
     pps: tuple[int, ...] = DEFAULT_PPS
+    dps: tuple[int, ...] = DEFAULT_DPS  #: attention data-parallel sizes; above 1, a MoE model's wide shapes
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
     transfer_schedule: TransferSchedule = TransferSchedule.LAYER
     failure_rate: float = 0.0           #: probability that one KV transfer attempt fails (simulated)

@@ -72,7 +72,7 @@ UNBOUNDED_INSTANCES = 4096
 
 def most_instances(cluster: Cluster, cand: Candidate) -> int:
     """Instances of ``cand`` the cluster's nodes hold (UNBOUNDED_INSTANCES for cloud capacity)."""
-    held = cluster.instances_of(cand.gpu, cand.tp, cand.pp)
+    held = cluster.instances_of(cand.gpu, cand.tp, cand.pp, cand.dp)
     return UNBOUNDED_INSTANCES if held is None else held
 
 

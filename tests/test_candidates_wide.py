@@ -1,0 +1,37 @@
+"""Wide-EP candidate shapes: attention data parallelism with every routed expert whole on one GPU."""
+
+from pdplan.candidates import enumerate_shapes
+from pdplan.hardware import Cluster, NodeType, get_gpu
+from pdplan.modelcatalog import get_model
+
+
+def h200(count=4):
+    return Cluster(nodes=(NodeType(name="h200", gpu=get_gpu("h200-141gb"), gpus_per_node=8,
+                                   intra_node_bytes_per_s=1.0, inter_node_bytes_per_s=1.0, count=count),))
+
+
+def wide_labels(model, cluster, dps, tps=(1,)):
+    kept, rejected = enumerate_shapes(get_model(model), cluster, largest_request_tokens=8192, dps=dps, tps=tps,
+                                      pps=(1,), phases=("decode",))
+    return [s.shape_label() for s in kept if s.dp > 1], {r.shape.shape_label(): r.reason for r in rejected}
+
+
+def test_a_moe_model_gets_wide_shapes_with_ep_equal_to_its_gpus():
+    kept, _ = wide_labels("deepseek-v3@fp8", h200(), dps=(8, 16))
+    assert kept == ["h200-141gb TP1 DP8 EP8 PP1", "h200-141gb TP1 DP16 EP16 PP1"]
+
+
+def test_a_dense_model_gets_no_wide_shapes():
+    kept, _ = wide_labels("llama-3.1-70b", h200(), dps=(8,))
+    assert kept == []
+
+
+def test_a_wide_shape_needing_more_nodes_than_the_cluster_has_is_rejected_by_name():
+    kept, rejected = wide_labels("deepseek-v3@fp8", h200(count=1), dps=(16,))
+    assert kept == []
+    assert "spans more nodes than one node type holds (2 > 1)" in rejected["h200-141gb TP1 DP16 EP16 PP1"]
+
+
+def test_a_wide_shape_that_cannot_spread_evenly_is_rejected_by_name():
+    _, rejected = wide_labels("deepseek-v3@fp8", h200(), dps=(12,))
+    assert "do not spread evenly" in rejected["h200-141gb TP1 DP12 EP12 PP1"]
