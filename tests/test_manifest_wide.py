@@ -349,3 +349,42 @@ def test_an_instance_spanning_more_nodes_than_its_type_has_is_larger_than_its_do
     cluster.write_text(cluster.read_text().replace("count: 1", "count: 2"))
     assert domain_violations(yaml.safe_load(DP16_NODES), load_cluster(cluster)) == []
     assert domain_violations(yaml.safe_load(DP8_NODES), load_cluster(cluster)) == []
+
+
+# --- whole manifests through validate -------------------------------------------------------------
+
+def _resealed(manifest: dict) -> dict:
+    from pdplan.manifest.document import seal
+
+    body = copy.deepcopy(manifest)
+    del body["provenance"]["sections"], body["provenance"]["content_hash"]
+    return seal(body)
+
+
+def test_a_manifest_written_before_dp_and_ep_still_validates(run_cli, disaggregated, tmp_path):
+    old = copy.deepcopy(disaggregated)
+    for pool in old["pools"]:
+        assert (pool.pop("dp"), pool.pop("ep")) == (1, 1)
+    for node in old["placement"]["nodes"]:
+        for slot in node["instances"]:
+            slot.pop("node_rank", None)
+    path = tmp_path / "old.yaml"
+    path.write_text(yaml.safe_dump(_resealed(old), sort_keys=False))
+    code, out, err = run_cli("validate", path)
+    assert code == 0, out + err
+
+
+def test_a_written_manifest_records_dp_and_ep_on_every_pool(disaggregated, colocated):
+    for manifest in (disaggregated, colocated):
+        assert all((p["dp"], p["ep"]) == (1, 1) and "redundant_experts" not in p for p in manifest["pools"])
+        assert all("expert_parallel" not in p["memory"] for p in manifest["pools"])
+
+
+def test_validate_names_gpus_that_are_not_tp_times_dp_times_pp(run_cli, disaggregated, tmp_path):
+    edited = copy.deepcopy(disaggregated)
+    edited["pools"][0]["gpus"] = edited["pools"][0]["gpus"] * 2
+    path = tmp_path / "gpus.yaml"
+    path.write_text(yaml.safe_dump(_resealed(edited), sort_keys=False))
+    code, out, _ = run_cli("validate", path)
+    assert code == 1
+    assert "pools[0].gpus" in out and "replicas × TP × PP" in out

@@ -3,7 +3,9 @@
 Each check returns violations as (field path, message); none means valid. The order: the schema
 (a manifest that breaks it is not checked further), the content hash (a hand edit is tampering,
 traced to the sections whose hashes changed), consistency (capacity against the target, GPUs per
-node, tensor parallelism inside one node and NVLink domain, memory, link demand, KV roles, the
+instance as the engines count them (TP × DP × PP), GPUs and node ranks of an instance spanning nodes,
+tensor parallelism inside one node and NVLink domain, expert parallelism against the experts, an
+instance inside its scale-out domain, memory, link demand, KV roles, the
 KV-cache ABI, the rollback order of 0x0FG, the preregistered fallback of 0x0FF, the shapes the
 recorded engine can run), identity under
 ``strict``, the inputs' sha256 when they are given, and a re-simulation when asked.
