@@ -388,3 +388,16 @@ def test_validate_names_gpus_that_are_not_tp_times_dp_times_pp(run_cli, disaggre
     code, out, _ = run_cli("validate", path)
     assert code == 1
     assert "pools[0].gpus" in out and "replicas × TP × PP" in out
+
+
+def test_simulate_reads_a_manifests_coordinates_into_its_plan(disaggregated):
+    from pdplan.manifest.plan import plan_of_manifest
+
+    assert all((p.dp, p.ep, p.redundant_experts) == (1, 1, 0) for p in plan_of_manifest(disaggregated, "m").pools)
+    wide = copy.deepcopy(disaggregated)
+    wide["pools"][1] |= {"dp": 2, "ep": 4, "redundant_experts": 8}
+    assert [(p.dp, p.ep, p.redundant_experts) for p in plan_of_manifest(wide, "m").pools][1] == (2, 4, 8)
+    older = copy.deepcopy(disaggregated)
+    del older["pools"][1]["ep"]
+    older["pools"][1]["memory"]["expert_parallel"] = 2
+    assert plan_of_manifest(older, "m").pools[1].ep == 2
