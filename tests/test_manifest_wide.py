@@ -298,7 +298,7 @@ def test_ep_must_be_1_or_divide_tp_times_dp():
 @NEEDS_DP_RULE
 def test_ep_must_divide_tp_times_dp_with_attention_data_parallelism():
     assert _pool_fields(_pool(ep=3)) == ["pools[0].ep"]
-    assert _pool_fields(_pool(ep=4)) == []  # expert TP2 over EP4 (TP × DP / EP)
+    assert _pool_fields(_pool(dp=16, ep=8, gpus=16)) == []  # EP8 over TP1 × DP16: expert TP2 (TP × DP / EP)
 
 
 def test_redundant_experts_must_spread_evenly_over_ep():
