@@ -165,24 +165,29 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
     """One entry per simulator pool: its capacity from the optimizer, and its memory plan with
     the KV capacity of the profile its verification ran on."""
     model = report.request.model
-    facts = {(p["phase"], p["gpu"], p["tp"], p["pp"]): p for p in pools(report.answer.solution, report)}
-    profiles = {(m.shape.gpu, m.shape.tp, m.shape.pp): m.profile for m in report.measured}
+    facts = {(p["phase"], p["gpu"], p["tp"], p["pp"], p.get("dp", 1), p.get("ep", 1)): p
+             for p in pools(report.answer.solution, report)}
+    profiles = {(m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.dp, m.shape.ep): m.profile for m in report.measured}
     found = []
     for pool in plan.pools:
-        fact = facts[(pool.phase, pool.gpu, pool.tp, pool.pp)]
+        fact = facts[(pool.phase, pool.gpu, pool.tp, pool.pp, pool.dp, pool.ep)]
         gpu = get_gpu(pool.gpu)
+        weights = weight_bytes_per_gpu(model, pool.tp, pool.pp, ep=pool.ep, redundant_experts=pool.redundant_experts,
+                                       dp=pool.dp)
+        # a wide profile describes one DP rank: its KV capacity is the rank's, and the instance holds dp of them
+        kv_tokens = profiles[(pool.gpu, pool.tp, pool.pp, pool.dp, pool.ep)].kv_capacity_tokens * pool.dp
         found.append({
             "name": pool.name, "phase": pool.phase, "model": pool.model, "gpu": pool.gpu, "tp": pool.tp,
-            "pp": pool.pp, "replicas": pool.replicas, "gpus": pool.replicas * pool.tp * pool.pp,
+            "pp": pool.pp, "dp": pool.dp, "ep": pool.ep,
+            **({"redundant_experts": pool.redundant_experts} if pool.redundant_experts else {}),
+            "replicas": pool.replicas, "gpus": pool.replicas * pool.gpus,
             "engine": report.request.profiles.engine,
             "scheduling": {k: getattr(pool, k) for k in SCHEDULING if getattr(pool, k) is not None},
             "capacity": {"per_instance_rps": fact["goodput_rps_per_instance"], "pool_rps": fact["capacity_rps"]},
+            # EP is the pool's ``ep``; manifests before it recorded memory.expert_parallel (document.pool_shape)
             "memory": {"gpu_memory_gib": gpu.memory_bytes / GIB, "memory_utilization": MEMORY_UTILIZATION,
-                       "weights_gib_per_gpu": weight_bytes_per_gpu(model, pool.tp, pool.pp) / GIB,
-                       "kv_capacity_tokens_per_instance": profiles[(pool.gpu, pool.tp, pool.pp)].kv_capacity_tokens,
-                       "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp),
-                       # additive, MoE only: plans split each expert over TP (no --enable-expert-parallel)
-                       **({"expert_parallel": 1} if model.is_moe else {})},
+                       "weights_gib_per_gpu": weights / GIB, "kv_capacity_tokens_per_instance": kv_tokens,
+                       "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp)},
             "profile": {"source": fact["profile"], "method": fact["profile_method"],
                         "fallback": fact["profile_fallback"]},
         })
@@ -197,16 +202,24 @@ def node_map(solution, cluster) -> list[dict]:
     labels = {n.name: n.selector for n in cluster.nodes}
     nodes: dict[str, dict] = {}
     for inst in solution.instances:
-        for stage, rank, node, gpus in inst.parts():
+        ranks = node_ranks(inst.stage_nodes)
+        for stage, _, node, gpus in inst.parts():
             label = labels[inst.node_type]
             entry = nodes.setdefault(node, {"node": node, "node_type": inst.node_type, "gpu": inst.candidate.gpu,
                                             "gpus": per_type[inst.node_type],
                                             **({"node_label": {"key": label[0], "value": label[1]}} if label else {}),
                                             "instances": []})
             entry["instances"].append({"instance": inst.id, "pool": pool_name(inst.candidate), "stage": stage,
-                                       **({"node_rank": rank} if inst.nodes_per_stage > 1 else {}),
+                                       **({"node_rank": ranks[node]} if len(ranks) > 1 else {}),
                                        "gpu_indices": list(gpus)})
     return [nodes[name] for name in sorted(nodes, key=_node_order)]
+
+
+def node_ranks(stage_nodes) -> dict[str, int]:
+    """Each node of an instance and its node rank: the order the nodes first hold a stage, so rank 0, the
+    leader, holds stage 0 and global rank 0, where the engines' distributed init address lives (SGLang
+    ``--node-rank``, ``--dist-init-addr``). A node map writes them only for an instance spanning nodes."""
+    return {node: rank for rank, node in enumerate(dict.fromkeys(stage_nodes))}
 
 
 def _node_order(name: str) -> tuple[str, int]:
@@ -252,7 +265,7 @@ def _predictions(report: PlanReport) -> dict:
         "end_to_end_goodput_rps": _valued(report.end_to_end.goodput_rps, "simulated: the whole plan"),
         "attainment": {"per_objective": attainment, "joint": v["joint"],
                        "source": "simulated: the whole plan, 95% t-intervals over the runs"},
-        "gpus": _valued(solution.gpus_total, "derived: replicas × TP × PP"),
+        "gpus": _valued(solution.gpus_total, "derived: replicas × TP × DP × PP"),
         "cost_per_hour": _valued(solution.usd_per_hour, "derived: GPUs × cluster price"),
         "power_w": _valued(solution.power_w, "derived: GPUs × power limit"),
         "verification": {"passed": v["passed"], "rule": v["rule"], "rate_rps": v["rate_rps"],

@@ -21,6 +21,7 @@ from pdplan import limits
 from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import WRITTEN_DIGITS, load_yaml, significant
 from pdplan.schema import shown
+from pdplan.shape import InstanceShape
 
 API_VERSION = "pdplan/v1"
 KIND = "DeploymentManifest"
@@ -151,6 +152,26 @@ def _path(parts) -> str:
     for part in parts:
         text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
     return text
+
+
+def pool_shape(pool: dict) -> InstanceShape:
+    """A manifest pool's instance shape (GPUs per instance ``.gpus`` = TP × DP × PP, as the engines count
+    them). ``dp`` and ``ep`` are the pool's own fields, 1 when absent (a manifest written before wide
+    expert parallelism); a MoE manifest of that time recorded EP as ``memory.expert_parallel``, read
+    here when the pool has no ``ep``, so EP has one home however old the manifest."""
+    memory = pool.get("memory", {})
+    return InstanceShape(gpu=pool["gpu"], tp=pool["tp"], pp=pool["pp"], dp=pool.get("dp", 1),
+                         ep=pool.get("ep", memory.get("expert_parallel", 1)))
+
+
+def ep_field(pool: dict) -> str:
+    """Where a manifest pool's expert-parallel size is recorded (:func:`pool_shape`), to name it."""
+    return "memory.expert_parallel" if "ep" not in pool and "expert_parallel" in pool.get("memory", {}) else "ep"
+
+
+def redundant_experts(pool: dict) -> int:
+    """A manifest pool's redundant experts (written only when above 0)."""
+    return pool.get("redundant_experts", 0)
 
 
 def is_manifest(data: Any) -> bool:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from pdplan.fileio import load_yaml
-from pdplan.manifest.document import is_manifest, read_manifest
+from pdplan.manifest.document import is_manifest, pool_shape, read_manifest, redundant_experts
 from pdplan.schema import Fields
-from pdplan.sim.plan import FORMAT_VERSION, Plan, parse_plan
+from pdplan.sim.plan import FORMAT_VERSION, Plan, parse_plan, wide_fields
 from pdplan.slo import SLO, objective_from_fields
 
 
@@ -27,7 +27,8 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
                          "setup_ms": p["setup_ms"]} for p in transfer["paths"]]
         if "spill" in transfer:
             doc["mixed"] = dict(transfer["spill"])
-    doc["pools"] = [{k: p[k] for k in ("name", "phase", "model", "gpu", "tp", "pp", "replicas")} | p["scheduling"]
+    doc["pools"] = [{k: p[k] for k in ("name", "phase", "model", "gpu", "tp", "pp", "replicas")}
+                    | wide_fields(pool_shape(p).dp, pool_shape(p).ep, redundant_experts(p)) | p["scheduling"]
                     for p in manifest["pools"]]
     return parse_plan(doc, path)
 

@@ -37,6 +37,10 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         tp: 4                      # default 1
         pp: 1                      # default 1
         replicas: 2                # default 1
+        # optional, wide expert parallelism: dp (attention data-parallel ranks, each with its own batch
+        # and KV; default 1), ep (expert-parallel size: 1, or dividing tp × dp; default 1) and
+        # redundant_experts (extra expert replicas spread over the EP ranks; default 0). An instance
+        # is tp × dp × pp GPUs, as the engines count them.
         max_prefill_batch_tokens: 2048   # optional (prefill, prefill-first): FCFS batch cap in
                                    # prompt tokens; default and upper bound: the profile's
       - name: decode
@@ -73,7 +77,7 @@ from pdplan.hardware import GB, get_gpu
 from pdplan.latency.profile import PhaseProfile
 from pdplan.latency.speculative import SpeculativeDecoding, speculative_from_fields
 from pdplan.modelcatalog import get_model
-from pdplan.modelspec import ModelSpec
+from pdplan.modelspec import ModelSpec, expert_placement_rejection
 from pdplan.schema import Fields
 from pdplan.shape import InstanceShape, shape_key, shape_label
 from pdplan.vocabulary import FailurePolicy, Phase, Policy, TransferSchedule
@@ -82,6 +86,9 @@ FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
 #: holds at most 4,096), and each costs simulator memory.
 MAX_REPLICAS = 10_000
+#: Attention data-parallel ranks one instance may have: several times the widest published unit
+#: (DeepSeek's decode instances of 18 nodes, EP144; issue 22), and each rank costs simulator memory.
+MAX_DP_RANKS = 1_024
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
 #: shortest prefill queue (Splitwise's prompt batching threshold)...
@@ -111,6 +118,8 @@ class Pool(InstanceShape):
     prefix_cache_blocks: int | None = None  #: decode only: prefix-LRU size; None = derived
     max_prefill_batch_tokens: int | None = None  #: prefill / prefill-first batch cap; None = the
     #: profile's (a plan may lower it, e.g. to Splitwise's 2048, never raise it)
+    redundant_experts: int = 0          #: extra routed-expert replicas over the EP ranks (SGLang
+    #: ``--ep-num-redundant-experts``, vLLM EPLB's ``num_redundant_experts``); 0 without EP
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -122,6 +131,8 @@ class Pool(InstanceShape):
             raise fail("tp", "tp, pp and replicas must be >= 1")
         if self.dp < 1 or self.ep < 1:
             raise fail("dp" if self.dp < 1 else "ep", "dp and ep must be >= 1")
+        if self.redundant_experts < 0:
+            raise fail("redundant_experts", "redundant_experts must be >= 0")
         if self.phase == "mixed" and self.policy != "chunked":
             raise fail("policy", "a mixed pool batches both phases: policy chunked")
         if self.phase in ("colocated", "mixed"):
@@ -250,7 +261,7 @@ class Plan:
     @property
     def gpus(self) -> int:
         """GPUs in all pools."""
-        return sum(p.tp * p.pp * p.replicas for p in self.pools)
+        return sum(p.gpus * p.replicas for p in self.pools)
 
 
 # --- profiles ------------------------------------------------------------------------------------
@@ -264,7 +275,8 @@ def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tu
     for i, pool in enumerate(plan.pools):
         profile = profiles.get(pool.shape)
         if profile is None:
-            known = ", ".join(sorted(f"{m} {shape_label(g, t, p)}" for m, g, t, p in profiles)) or "none"
+            known = ", ".join(sorted(f"{k[0]} {shape_label(*k[1:4], **dict(zip(('dp', 'ep'), k[4:])))}"
+                                     for k in profiles)) or "none"
             raise PdplanError(f"pool {pool.name!r} needs a profile for {pool.model} {pool.shape_label()}, "
                               f"which is not loaded (loaded: {known})", file=plan.source,
                               field=f"pools[{i}]")
@@ -278,12 +290,21 @@ def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tu
 
 
 def plan_model(plan: Plan) -> ModelSpec:
-    """The one model every pool serves (a plan serves one model)."""
+    """The one model every pool serves (a plan serves one model), each pool's routed experts placeable on
+    its instances as the engines place them (:func:`pdplan.modelspec.expert_placement_rejection`: EP 1 or
+    dividing TP × DP, the experts plus the redundant ones spread evenly); a pool that breaks a rule names
+    the plan file, the pool and its field."""
     names = sorted({p.model for p in plan.pools})
     if len(names) > 1:
         raise PdplanError(f"pools serve different models ({', '.join(names)}); a plan serves one model",
                           file=plan.source, field="pools")
-    return get_model(names[0])
+    model = get_model(names[0])
+    for i, pool in enumerate(plan.pools):
+        found = expert_placement_rejection(model, pool.tp, pool.ep, pool.redundant_experts, dp=pool.dp)
+        if found is not None:
+            raise PdplanError(f"pools[{i}].{found[0]} of pool {pool.name!r} ({pool.shape_label()}): {found[1]}",
+                              file=plan.source, field=f"pools[{i}].{found[0]}")
+    return model
 
 
 def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
@@ -306,8 +327,8 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
 
 _TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed"}
 _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
-_POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "replicas", "policy", "chunk_tokens",
-                "prefix_cache_blocks", "max_prefill_batch_tokens"}
+_POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
+                "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
 
@@ -346,6 +367,9 @@ def _pool(spec: Fields) -> Pool:
     return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"),
                 gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
                 pp=spec.integer("pp", 1, minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
+                dp=spec.integer("dp", 1, minimum=1, maximum=MAX_DP_RANKS),
+                ep=spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS),
+                redundant_experts=spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS),
                 replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks,
                 max_prefill_batch_tokens=batch_cap)
@@ -484,6 +508,14 @@ def plan_to_dict(plan: Plan) -> dict:
             doc["links"] = [link(entry) for entry in plan.links]
     optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens")
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
-                     "replicas": p.replicas, **{k: getattr(p, k) for k in optional if getattr(p, k) is not None}}
+                     **wide_fields(p.dp, p.ep, p.redundant_experts), "replicas": p.replicas,
+                     **{k: getattr(p, k) for k in optional if getattr(p, k) is not None}}
                     for p in plan.pools]
     return doc
+
+
+def wide_fields(dp: int, ep: int, redundant_experts: int) -> dict:
+    """A pool's dp, ep and redundant_experts as a plan file states them: only those away from their
+    defaults, so the plan of a TP × PP deployment reads as it always has."""
+    fields = {"dp": dp, "ep": ep, "redundant_experts": redundant_experts}
+    return {k: v for k, v in fields.items() if v != (0 if k == "redundant_experts" else 1)}
