@@ -42,8 +42,20 @@ class Parallel:
 
 
 def parallel(pool: dict) -> Parallel:
-    """The parallel coordinates of a pool (:class:`Parallel`)."""
-    return Parallel(pool["tp"], pool["pp"], pool.get("dp", 1), pool.get("ep", 1), pool.get("redundant_experts", 0))
+    """The parallel coordinates of a pool (:class:`Parallel`). The manifest schema makes dp and ep integers of
+    at least 1 and redundant_experts one of at least 0; they are checked again here because they become engine
+    flags and GPU counts."""
+    found = Parallel(pool["tp"], pool["pp"], pool.get("dp", 1), pool.get("ep", 1), pool.get("redundant_experts", 0))
+    for key, value, least in (("dp", found.dp, 1), ("ep", found.ep, 1), ("redundant_experts",
+                                                                          found.redundant_experts, 0)):
+        if not _whole(value, least):
+            raise PdplanError(f"pool {pool['name']}: {key} must be an integer of at least {least}, got {value!r}",
+                              field=f"pools.{key}")
+    return found
+
+
+def _whole(value, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
 
 
 def pool_label(pool: dict) -> str:
@@ -166,6 +178,9 @@ def instances(manifest: dict) -> list[Instance]:
     for n, node in enumerate(manifest["placement"]["nodes"]):
         for s, slot in enumerate(node["instances"]):
             key = (slot["pool"], slot["instance"])
+            if "node_rank" in slot and not _whole(slot["node_rank"], 0):
+                raise PdplanError(f"instance {slot['instance']}: node_rank must be an integer of at least 0, got "
+                                  f"{slot['node_rank']!r}", field=f"placement.nodes[{n}].instances[{s}].node_rank")
             stages.setdefault(key, []).append((slot.get("node_rank", 0), slot["stage"], node["node"],
                                                slot["gpu_indices"]))
             if "node_rank" in slot:
