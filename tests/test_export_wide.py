@@ -332,3 +332,13 @@ def test_a_node_rank_that_is_not_a_whole_number_is_refused_naming_its_field(wide
     with pytest.raises(PdplanError) as refused:
         export_manifest(wide, "vllm")
     assert refused.value.field == "placement.nodes[1].instances[0].node_rank"
+
+
+def test_each_node_of_a_multinode_vllm_dp_instance_sees_only_its_own_gpus(wide, tmp_path):
+    nodes = wide["placement"]["nodes"]
+    nodes[0]["instances"][0]["gpu_indices"], nodes[1]["instances"][0]["gpu_indices"] = [4, 5, 6, 7], [0, 1, 2, 3]
+    wide["pools"][0].update(dp=8, ep=8, gpus=8)
+    script = export_manifest(wide, "vllm")["vllm/prefill-0.sh"]
+    leader = script[script.index("  0)"):script.index("  1)")]
+    worker = script[script.index("  1)"):script.index("  *)")]
+    assert "export CUDA_VISIBLE_DEVICES=4,5,6,7" in leader and "export CUDA_VISIBLE_DEVICES=0,1,2,3" in worker

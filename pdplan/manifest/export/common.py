@@ -78,6 +78,7 @@ class Instance:
     pool: dict
     nodes: tuple[str, ...]        # its nodes, leader first: node_rank order, else stage order; no repeats
     gpu_indices: tuple[int, ...]  # all its GPU indices when it sits on one node, else ()
+    node_gpu_indices: tuple[tuple[int, ...], ...] = ()  # its GPU indices on each of its nodes, in node order
 
     @property
     def spans_nodes(self) -> bool:
@@ -198,7 +199,8 @@ def instances(manifest: dict) -> list[Instance]:
             nodes = tuple(dict.fromkeys(node for _, _, node, _ in placed))
             _check_node_ranks(name, nodes, ranked.get((pool_name, name), {}))
             indices = tuple(i for _, _, _, gpus in placed for i in gpus) if len(nodes) == 1 else ()
-            result.append(Instance(name, pool, nodes, indices))
+            per_node = tuple(tuple(i for _, _, on, gpus in placed if on == node for i in gpus) for node in nodes)
+            result.append(Instance(name, pool, nodes, indices, per_node))
     return result
 
 

@@ -186,7 +186,8 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
                      bootstrap: int | None, rpc_port: int) -> str:
     """An instance's script. Its NIXL side channel listens on its own node: the leader's for one whose
     pipeline stages span nodes, as before; each node's own for one whose DP ranks do (the ranks of a node
-    listen on that node, vLLM 0.33.0 nixl/base_scheduler.py: VLLM_NIXL_SIDE_CHANNEL_PORT + the DP rank)."""
+    listen on that node, vLLM 0.33.0 nixl/base_scheduler.py: VLLM_NIXL_SIDE_CHANNEL_PORT + the DP rank),
+    which also sees only its own GPUs of the node map."""
     pool = inst.pool
     by_dp = spans_by_data_parallel(pool, len(inst.nodes))
     lines = common.instance_preamble(manifest, "vllm", inst)
@@ -202,7 +203,9 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
         lines.append(shell.export("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(bootstrap)))
     serve = serve_command(manifest, pool, port, ray=inst.spans_nodes and not by_dp)
     if by_dp:
-        node_env = [[shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", node)] if nixl else [] for node in inst.nodes]
+        node_env = [[shell.export("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus)))]
+                    + ([shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", node)] if nixl else [])
+                    for node, gpus in zip(inst.nodes, inst.node_gpu_indices)]
         lines += data_parallel_launch(manifest, pool, serve, rank=common.NODE_RANK, leader=inst.nodes[0],
                                       nodes=len(inst.nodes), rpc_port=rpc_port, node_env=node_env)
     elif inst.spans_nodes:
