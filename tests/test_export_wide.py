@@ -342,3 +342,19 @@ def test_each_node_of_a_multinode_vllm_dp_instance_sees_only_its_own_gpus(wide, 
     leader = script[script.index("  0)"):script.index("  1)")]
     worker = script[script.index("  1)"):script.index("  *)")]
     assert "export CUDA_VISIBLE_DEVICES=4,5,6,7" in leader and "export CUDA_VISIBLE_DEVICES=0,1,2,3" in worker
+
+
+def test_mooncake_bootstrap_ports_of_dp_prefill_instances_leave_room_for_every_ranks_side_channel(wide):
+    wide["transfer"]["connector"] = "mooncake"
+    second = {"instance": "prefill-1", "pool": "prefill", "stage": 0, "gpu_indices": [0, 1, 2, 3, 4, 5, 6, 7]}
+    wide["placement"]["nodes"].append({**wide["placement"]["nodes"][2], "node": "h200-3", "instances": [second]})
+    wide["pools"][0]["replicas"] = 2
+    for node in wide["placement"]["nodes"][:2]:
+        node["instances"][0].pop("node_rank")
+        node["instances"][0]["instance"] = f"prefill-{node['node']}"
+    wide["pools"][0].update(dp=8, ep=8, gpus=8, tp=1)
+    files = export_manifest(wide, "vllm")
+    ports = sorted(int(line.rsplit("=", 1)[1]) for text in files.values() for line in text.splitlines()
+                   if line.startswith("export VLLM_MOONCAKE_BOOTSTRAP_PORT="))
+    # DP8 TP1: ranks 0..7 of one instance listen on its port + 0..7 (vLLM mooncake_connector.py)
+    assert len(ports) == 3 and all(b - a >= 8 for a, b in zip(ports, ports[1:]))

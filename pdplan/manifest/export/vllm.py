@@ -164,13 +164,18 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     """``vllm/<instance>.sh`` per instance and ``vllm/router.sh``; ``image`` is unused."""
     files = {}
     workers: dict[str, list[list[str]]] = {}
-    side_channel = NIXL_SIDE_CHANNEL_BASE  # each DP rank listens on its instance's port + its DP rank (nixl)
+    # Ports of the KV connectors, spaced so that the instances' DP ranks never share one: a NIXL rank listens
+    # on its instance's port + its DP rank (nixl/base_scheduler.py), a Mooncake rank on the instance's
+    # bootstrap port + its DP rank x TP (mooncake/mooncake_connector.py get_mooncake_side_channel_port).
+    side_channel, mooncake = NIXL_SIDE_CHANNEL_BASE, MOONCAKE_BOOTSTRAP_BASE
     for index, inst in enumerate(common.instances(manifest)):
         port = SERVE_PORT_BASE + index
-        bootstrap = MOONCAKE_BOOTSTRAP_BASE + index if has_bootstrap(manifest, inst.pool) else None
+        found = common.parallel(inst.pool)
+        bootstrap = mooncake if has_bootstrap(manifest, inst.pool) else None
         files[common.script_name("vllm", inst)] = _instance_script(manifest, inst, port, side_channel, bootstrap,
                                                                    DATA_PARALLEL_RPC_PORT_BASE + index)
-        side_channel += common.parallel(inst.pool).dp
+        side_channel += found.dp
+        mooncake += (found.dp - 1) * found.tp + 1
         url = f"http://{inst.nodes[0]}:{port}"
         workers.setdefault(inst.pool["phase"], []).append([url] if bootstrap is None else [url, str(bootstrap)])
     files["vllm/router.sh"] = _router_script(manifest, workers)
