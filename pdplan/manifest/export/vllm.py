@@ -97,10 +97,10 @@ def parallel_args(manifest: dict, pool: dict) -> list[str]:
     return args
 
 
-def spans_by_data_parallel(inst_pool: dict, nodes: int) -> bool:
-    """An instance of ``nodes`` nodes runs its DP ranks on them (vLLM's multi-node data parallelism, one
-    ``vllm serve`` per node), not its pipeline stages through Ray: a pool with DP > 1."""
-    return nodes > 1 and common.parallel(inst_pool).dp > 1
+def spans_by_data_parallel(pool: dict, spans_nodes: bool) -> bool:
+    """An instance of the pool that spans nodes runs its DP ranks on them (vLLM's multi-node data
+    parallelism, one ``vllm serve`` per node), not its pipeline stages through Ray: a pool with DP > 1."""
+    return spans_nodes and common.parallel(pool).dp > 1
 
 
 def speculative_config(manifest: dict) -> dict | None:
@@ -194,7 +194,7 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     listen on that node, vLLM 0.33.0 nixl/base_scheduler.py: VLLM_NIXL_SIDE_CHANNEL_PORT + the DP rank),
     which also sees only its own GPUs of the node map."""
     pool = inst.pool
-    by_dp = spans_by_data_parallel(pool, len(inst.nodes))
+    by_dp = spans_by_data_parallel(pool, inst.spans_nodes)
     lines = common.instance_preamble(manifest, "vllm", inst)
     connector = manifest["transfer"]["connector"] if pool["phase"] != "colocated" else None
     lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes and not by_dp),
@@ -275,7 +275,7 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
 def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool) -> tuple[list[str], list[str]]:
     """Container command and args of a pool's pods. A pod of a multi-node LeaderWorkerSet
     group learns its rank and leader from the variables LWS injects."""
-    by_dp = spans_nodes and common.parallel(pool).dp > 1
+    by_dp = spans_by_data_parallel(pool, spans_nodes)
     serve = serve_command(manifest, pool, port, ray=spans_nodes and not by_dp)
     if not spans_nodes:
         return serve[:2], serve[2:]
