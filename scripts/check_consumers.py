@@ -9,7 +9,9 @@ environment of its own (their torch pins differ), which it creates under ``--env
    disaggregated``, a multinode ``--tp 8 --pp 2`` plan, a plan with Splitwise's mixed pool, an
    fp8 plan of a bf16 checkpoint (fp8 KV cache, quantized at load), and
    with ``--sglang-plan`` an ``--engine sglang`` one), validates each and runs pdplan's engine rules
-   (pdplan/engines.py) on it;
+   (pdplan/engines.py) on it; and takes the hand-written wide expert-parallel manifest (:data:`WIDE`: a
+   prefill instance of DP16 EP16 over two nodes and a decode instance of DP8 EP8 on one, as in
+   tests/test_export_wide.py), which holds only the fields the exports read and so is not validated;
 2. exports each to every format; a refusal is a pass when it names a rule (every format must
    refuse the mixed-pool plan);
 3. hands every export to its consumer:
@@ -36,6 +38,9 @@ environment of its own (their torch pins differ), which it creates under ``--env
 It prints a table manifest × format × consumer → pass/fail/why and exits 1 on any failure.
 
     python scripts/check_consumers.py --venv vllm=/path/venv-vllm --venv sglang=/path/venv-sglang
+
+``--manifests wide`` checks only the named manifests (no planning for the others), and ``--no-install``
+creates no environment: a consumer whose environment was not given is then "n/a".
 """
 
 from __future__ import annotations
@@ -72,12 +77,60 @@ MIXED_CLUSTER = ("nodes:\n  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, int
                  "inter_node_gb_s: 25, count: 2}\n")
 IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf")
 
+#: The hand-written wide expert-parallel plan (the fields the exports read): DeepSeek-V3 on H200 nodes, a
+#: prefill instance of DP16 EP16 with 32 redundant experts over nodes h200-0 (node rank 0) and h200-1, and a
+#: decode instance of DP8 EP8 on h200-2, over NIXL; the same plan as tests/test_export_wide.py.
+WIDE = """\
+apiVersion: pdplan/v1
+kind: DeploymentManifest
+metadata: {name: deepseek-wide}
+identity:
+  model: deepseek-v3
+  checkpoint: {id: deepseek-ai/DeepSeek-V3, revision: main, dtype: fp8}
+  weights_dtype: fp8
+  kv_cache: {dtype: bf16}
+pools:
+- {name: prefill, phase: prefill, model: deepseek-v3, gpu: h200-141gb, tp: 1, dp: 16, ep: 16, redundant_experts: 32,
+   pp: 1, replicas: 1, gpus: 16, scheduling: {},
+   memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 45.0}}
+- {name: decode, phase: decode, model: deepseek-v3, gpu: h200-141gb, tp: 1, dp: 8, ep: 8, pp: 1, replicas: 1,
+   gpus: 8, scheduling: {}, memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 90.0}}
+placement:
+  route_epoch: 1
+  affinity: high
+  nodes:
+  - node: h200-0
+    gpu: h200-141gb
+    gpus: 8
+    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
+    instances: [{instance: prefill-0, pool: prefill, stage: 0, node_rank: 0, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}]
+  - node: h200-1
+    gpu: h200-141gb
+    gpus: 8
+    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
+    instances: [{instance: prefill-0, pool: prefill, stage: 0, node_rank: 1, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}]
+  - node: h200-2
+    gpu: h200-141gb
+    gpus: 8
+    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
+    instances: [{instance: decode-0, pool: decode, stage: 0, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}]
+transfer:
+  connector: nixl
+  roles: {prefill: kv_producer, decode: kv_consumer}
+provenance:
+  profiles: {serving_engine: sglang}
+  content_hash: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+"""
+#: Manifests written here rather than planned: name -> text.
+HANDWRITTEN = {"wide": WIDE}
+
 
 # --- environments ------------------------------------------------------------------------------
 
-def environment(name: str, given: dict[str, Path], envs: Path, pythons: dict[str, Path]) -> tuple[Path | None, str]:
+def environment(name: str, given: dict[str, Path], envs: Path, pythons: dict[str, Path],
+                install: bool = True) -> tuple[Path | None, str]:
     """The Python of environment ``name``: the one given, else the one under ``envs`` (created and
-    installed when absent). (None, why) when it cannot be had."""
+    installed when absent, unless not ``install``). (None, why) when it cannot be had."""
     folder = given.get(name) or envs / name
     python = folder / "bin" / "python"
     spec = ENVIRONMENTS[name]
@@ -85,6 +138,8 @@ def environment(name: str, given: dict[str, Path], envs: Path, pythons: dict[str
         return python, ""
     if name in given:
         return None, f"--venv {name}={folder}: no bin/python there"
+    if not install:
+        return None, "not given, and --no-install"
     print(f"installing {name} into {folder} ...", flush=True)
     subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True)
     log = envs / f"{name}.log"
@@ -160,8 +215,10 @@ def command_job(argv: list[str]) -> tuple[str, list[str]] | None:
 
 
 def script_commands(text: str) -> list[list[str]]:
-    """Every ``exec`` command line of a bash script (continuation lines joined), rank variables
-    set to 0 and other variables left as their names."""
+    """Every ``exec`` command line of a bash script (continuation lines joined), other variables left as
+    their names. A command that takes its node rank from a rank variable is given once per node: each rank
+    below its ``--nnodes`` (SGLang), else rank 0; a script that runs one command per rank (vLLM's data
+    parallelism, a ``case`` on the rank) has each written out."""
     commands, lines = [], text.splitlines()
     for i, line in enumerate(lines):
         if not line.lstrip().startswith("exec "):
@@ -171,7 +228,10 @@ def script_commands(text: str) -> list[list[str]]:
             i += 1
             command = command[:-1] + " " + lines[i].strip()
         argv = shlex.split(command)
-        commands.append(["0" if word in ("$NODE_RANK", "$LWS_WORKER_INDEX") else word for word in argv])
+        nodes = int(argv[argv.index("--nnodes") + 1]) if "--nnodes" in argv[:-1] else 1
+        ranked = any(word in ("$NODE_RANK", "$LWS_WORKER_INDEX") for word in argv)
+        for rank in range(nodes if ranked else 1):
+            commands.append([str(rank) if word in ("$NODE_RANK", "$LWS_WORKER_INDEX") else word for word in argv])
     return commands
 
 
@@ -265,9 +325,9 @@ def drive(options) -> int:
     given = dict(options.venv)
     pythons: dict[str, Path] = {}
     for name in ENVIRONMENTS:
-        python, why = environment(name, given, envs, pythons)
+        python, why = environment(name, given, envs, pythons, install=not options.no_install)
         if python is None:
-            table.add("-", "-", name, "environment", "FAIL", why)
+            table.add("-", "-", name, "environment", "n/a" if options.no_install else "FAIL", why)
         else:
             pythons[name] = python
 
@@ -280,16 +340,28 @@ def drive(options) -> int:
 
     jobs["vllm"].append({"consumer": "vllm rule source", "manifest": "-", "format": "-",
                          "what": "nixl-decode-pp", "payload": None})
-    for name, (args, path) in plans(work, options.requests_per_probe, options.sglang_plan).items():
-        if not path.exists():
+    chosen = plans(work, options.requests_per_probe, options.sglang_plan)
+    chosen.update({name: (None, work / f"{name}.yaml") for name in HANDWRITTEN})
+    if options.manifests:
+        unknown = sorted(set(options.manifests) - set(chosen))
+        if unknown:
+            raise SystemExit(f"--manifests: no manifest {', '.join(unknown)} (known: {', '.join(chosen)})")
+        chosen = {name: chosen[name] for name in options.manifests}
+    for name, (args, path) in chosen.items():
+        if args is None:
+            path.write_text(HANDWRITTEN[name])
+            table.add(name, "-", path.name, "pdplan validate", "n/a",
+                      "hand-written: only the fields the exports read")
+        elif not path.exists():
             print(f"pdplan optimize for {name} ...", flush=True)
             done = pdplan("optimize", *args, "--cache-dir", str(work / "cache"), "--out", str(path))
             if done.returncode:
                 table.add(name, "-", "optimize", "pdplan optimize", "FAIL", last_line(done.stderr or done.stdout))
                 continue
-        checked = pdplan("validate", str(path))
-        table.add(name, "-", path.name, "pdplan validate", "pass" if checked.returncode == 0 else "FAIL",
-                  "" if checked.returncode == 0 else last_line(checked.stdout + checked.stderr))
+        if args is not None:
+            checked = pdplan("validate", str(path))
+            table.add(name, "-", path.name, "pdplan validate", "pass" if checked.returncode == 0 else "FAIL",
+                      "" if checked.returncode == 0 else last_line(checked.stdout + checked.stderr))
         manifest = yaml.safe_load(path.read_text())
         mixed = any(pool["phase"] == "mixed" for pool in manifest["pools"])
         connector = manifest["transfer"]["connector"]
@@ -359,8 +431,8 @@ def drive(options) -> int:
             continue
         if env not in pythons:
             for item in env_jobs:
-                table.add(item["manifest"], item["format"], item["what"], item["consumer"], "FAIL",
-                          f"no {env} environment")
+                table.add(item["manifest"], item["format"], item["what"], item["consumer"],
+                          "n/a" if options.no_install else "FAIL", f"no {env} environment")
             continue
         for item in probe_in(pythons[env], env_jobs, work / f"jobs-{env}.json"):
             table.add(item["manifest"], item["format"], item["what"], item["consumer"], item["result"], item["why"])
@@ -492,7 +564,48 @@ def probe_vllm_serve(args: list[str]) -> str:
     if "--kv-transfer-config" in args:
         config = KVTransferConfig(**json.loads(args[args.index("--kv-transfer-config") + 1]))
         kv = f", {config.kv_connector} {config.kv_role}"
-    return f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}{kv}, {vllm_precision(engine)}"
+    return (f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}{vllm_parallel(engine, parsed)}{kv}, "
+            f"{vllm_precision(engine)}")
+
+
+def vllm_parallel(engine, parsed) -> str:
+    """Data and expert parallelism through vLLM's own ParallelConfig, built as EngineArgs.create_engine_config
+    builds it for an internally balanced DP deployment (vllm/engine/arg_utils.py: the leader without a start
+    rank, a --headless node from its --data-parallel-start-rank; vllm/config/parallel.py validates the local
+    size against the DP size). create_engine_config itself needs the checkpoint's config (is_moe), so the MoE
+    model is stated. EPLB is checked by its own rules (EPLBConfig, and ParallelConfig's "enable_expert_parallel
+    must be True to use EPLB"), because ParallelConfig refuses EPLB on the CPU platform this probe runs on."""
+    from vllm.config import ParallelConfig
+    from vllm.config.parallel import EPLBConfig
+
+    if engine.data_parallel_size == 1 and not engine.enable_expert_parallel:
+        return ""
+    if engine.data_parallel_start_rank is not None and not parsed.headless:
+        raise ValueError("a start rank without --headless makes vLLM run hybrid load balancing (one API server per "
+                         "node), not the internal load balancing of one endpoint")
+    if engine.enable_eplb:
+        if not engine.enable_expert_parallel:
+            raise ValueError("enable_expert_parallel must be True to use EPLB.")
+        if not isinstance(engine.eplb_config, EPLBConfig):  # from_cli_args builds it from --eplb-config's JSON
+            raise TypeError(f"--eplb-config gave {type(engine.eplb_config).__name__}, not an EPLBConfig")
+    local = engine.data_parallel_size_local
+    default = ParallelConfig()
+    config = ParallelConfig(tensor_parallel_size=engine.tensor_parallel_size,
+                            pipeline_parallel_size=engine.pipeline_parallel_size,
+                            data_parallel_size=engine.data_parallel_size,
+                            data_parallel_rank=engine.data_parallel_start_rank or 0,
+                            data_parallel_size_local=engine.data_parallel_size if local is None else local,
+                            data_parallel_master_ip=engine.data_parallel_address or default.data_parallel_master_ip,
+                            data_parallel_rpc_port=engine.data_parallel_rpc_port or default.data_parallel_rpc_port,
+                            is_moe_model=True, enable_expert_parallel=engine.enable_expert_parallel)
+    redundant = engine.eplb_config.num_redundant_experts if engine.enable_eplb else 0
+    role = "headless" if parsed.headless else "API server"
+    where = (f" on {config.data_parallel_master_ip}:{config.data_parallel_rpc_port}, {role} from DP rank "
+             f"{config.data_parallel_rank}" if engine.data_parallel_address else "")
+    ep = config.tensor_parallel_size * config.data_parallel_size
+    return (f" DP{config.data_parallel_size} (local {config.data_parallel_size_local}{where})"
+            f"{f' EP{ep}' if config.enable_expert_parallel else ''}"
+            f"{f', EPLB with {redundant} redundant experts' if redundant else ''}")
 
 
 def vllm_precision(engine) -> str:
@@ -518,9 +631,51 @@ def probe_sglang_server(args: list[str]) -> str:
 
     server = prepare_server_args(args)
     quantization = server.quantization or "the checkpoint's"
-    return (f"TP{server.tp_size} PP{server.pp_size} {server.disaggregation_mode}, KV {server.kv_cache_dtype}, "
-            f"quantization {quantization}; ServerArgs.resolve_once not run "
+    return (f"TP{server.tp_size} PP{server.pp_size}{sglang_parallel(server)} {server.disaggregation_mode}, "
+            f"KV {server.kv_cache_dtype}, quantization {quantization}; ServerArgs.resolve_once not run "
             f"(it loads the checkpoint's config from the hub)")
+
+
+def sglang_parallel(server) -> str:
+    """Attention DP, EP and nodes through the rules SGLang 0.5.23 applies at start-up that need no checkpoint,
+    with its own width derivation (python/sglang/srt/runtime_context.py ``derive_parallel_widths``):
+    arg_groups/validation_hook.py ``check_server_args`` (tp_size x pp_size divisible by nnodes; no --dp-size
+    replicas across nodes), arg_groups/parallel_hook.py (--attn-dp-size positive and not with --dp-size
+    replicas; tp_size divisible by attn_dp_size), arg_groups/overrides.py ``_a2a_ep_size`` (an all-to-all
+    backend such as deepep sets ep_size to tp_size: an EP the flags state otherwise would be overridden), and
+    eplb/expert_location.py (EP divides the experts plus the redundant ones; the expert count is the
+    checkpoint's, so that one is not checked here)."""
+    from sglang.srt.runtime_context import derive_parallel_widths
+
+    if server.attn_dp_size == 1 and server.ep_size == 1 and server.nnodes == 1:
+        return ""
+    if (server.tp_size * server.pp_size) % server.nnodes:
+        raise AssertionError("tp_size must be divisible by number of nodes")
+    if server.dp_size > 1 and server.nnodes != 1:
+        raise AssertionError("multi-node data-parallel replicas are not supported; use attention DP")
+    if server.attn_dp_size < 1 or (server.attn_dp_size > 1 and server.dp_size > 1):
+        raise ValueError("--attn-dp-size must be positive and not combined with --dp-size replicas")
+    if server.tp_size % server.attn_dp_size:
+        raise AssertionError("tp_size must be divisible by attn_dp_size")
+    if not 0 <= server.node_rank < server.nnodes:
+        raise ValueError(f"--node-rank {server.node_rank} is not one of the {server.nnodes} nodes")
+    if server.nnodes > 1 and not server.dist_init_addr:
+        raise ValueError("an instance over several nodes needs --dist-init-addr")
+    if server.moe_a2a_backend not in (None, "none") and server.ep_size != server.tp_size:
+        raise ValueError(f"--moe-a2a-backend {server.moe_a2a_backend} sets ep_size to tp_size {server.tp_size}, "
+                         f"not the --ep-size {server.ep_size} given")
+    if server.tp_size % server.ep_size:
+        raise ValueError(f"--ep-size {server.ep_size} does not divide tp_size {server.tp_size}")
+    widths = derive_parallel_widths(tp_size=server.tp_size, attn_cp_size=server.attn_cp_size,
+                                    attn_dp_size=server.attn_dp_size, moe_ep_size=server.ep_size,
+                                    moe_dp_size=server.moe_dp_size, dcp_size=server.dcp_size,
+                                    dcp_enabled=server.dcp_size > 1)
+    a2a = "" if server.moe_a2a_backend in (None, "none") else f", {server.moe_a2a_backend} {server.deepep_mode}"
+    nodes = f", node {server.node_rank} of {server.nnodes} at {server.dist_init_addr}" if server.nnodes > 1 else ""
+    redundant = (f", {server.ep_num_redundant_experts} redundant experts"
+                 if server.ep_num_redundant_experts else "")
+    return (f" attention DP{widths['attn_dp_size']} x TP{widths['attn_tp_size']}, EP{widths['moe_ep_size']} x "
+            f"expert TP{widths['moe_tp_size']}{a2a}{redundant}{nodes}")
 
 
 def probe_vllm_router(args: list[str]) -> str:
@@ -601,6 +756,11 @@ def main() -> int:
                                                    "with (charts/llm-d-modelservice of its repository)")
     parser.add_argument("--requests-per-probe", type=int, default=300)
     parser.add_argument("--sglang-plan", action="store_true", help="also plan with --engine sglang")
+    parser.add_argument("--manifests", nargs="+", metavar="NAME",
+                        help="check only these manifests (default, disaggregated, multinode, mixed, fp8, sglang with "
+                             "--sglang-plan, and the hand-written wide); the others are not planned")
+    parser.add_argument("--no-install", action="store_true",
+                        help="create no environment: consumers of one not given with --venv are n/a")
     return drive(parser.parse_args())
 
 

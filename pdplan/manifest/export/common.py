@@ -23,13 +23,62 @@ _PHASE_ORDER = {"prefill": 0, "decode": 1, "mixed": 2, "colocated": 3}
 
 
 @dataclass(frozen=True)
+class Parallel:
+    """A pool's parallel coordinates as the manifest records them, read with their defaults so a
+    manifest written before wide expert parallelism reads as TP x PP: ``dp`` attention data-parallel
+    ranks per instance (1: none), ``ep`` expert-parallel size (1: experts split by TP) and the
+    redundant expert slots spread over the EP ranks (0: none)."""
+
+    tp: int
+    pp: int
+    dp: int = 1
+    ep: int = 1
+    redundant_experts: int = 0
+
+    @property
+    def gpus(self) -> int:
+        """GPUs of one instance, as the engines count them: TP x DP x PP."""
+        return self.tp * self.dp * self.pp
+
+
+def parallel(pool: dict) -> Parallel:
+    """The parallel coordinates of a pool (:class:`Parallel`). The manifest schema makes dp and ep integers of
+    at least 1 and redundant_experts one of at least 0; they are checked again here because they become engine
+    flags and GPU counts."""
+    found = Parallel(pool["tp"], pool["pp"], pool.get("dp", 1), pool.get("ep", 1), pool.get("redundant_experts", 0))
+    for key, value, least in (("dp", found.dp, 1), ("ep", found.ep, 1), ("redundant_experts",
+                                                                          found.redundant_experts, 0)):
+        if not _whole(value, least):
+            raise PdplanError(f"pool {pool['name']}: {key} must be an integer of at least {least}, got {value!r}",
+                              field=f"pools.{key}")
+    return found
+
+
+def _whole(value, least: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= least
+
+
+def pool_label(pool: dict) -> str:
+    """A pool's shape as every output names it: ``h100-80gb TP2 PP1``, ``h200-141gb TP1 DP8 EP8 PP1``."""
+    found = parallel(pool)
+    return shape_label(pool["gpu"], found.tp, found.pp, dp=found.dp, ep=found.ep)
+
+
+def pool_field(manifest: dict, pool: dict, key: str) -> str:
+    """The plan-file field ``pools[i].<key>`` of a pool, for messages."""
+    index = next(i for i, p in enumerate(manifest["pools"]) if p["name"] == pool["name"])
+    return f"pools[{index}].{key}"
+
+
+@dataclass(frozen=True)
 class Instance:
     """One engine instance of a pool, as placed by the node map."""
 
     name: str
     pool: dict
-    nodes: tuple[str, ...]        # nodes of its pipeline stages, stage order, no repeats
+    nodes: tuple[str, ...]        # its nodes, leader first: node_rank order, else stage order; no repeats
     gpu_indices: tuple[int, ...]  # all its GPU indices when it sits on one node, else ()
+    node_gpu_indices: tuple[tuple[int, ...], ...] = ()  # its GPU indices on each of its nodes, in node order
 
     @property
     def spans_nodes(self) -> bool:
@@ -121,22 +170,50 @@ def is_disaggregated(manifest: dict) -> bool:
 
 
 def instances(manifest: dict) -> list[Instance]:
-    """Every placed instance, pools in serving order, instances by name."""
-    stages: dict[tuple[str, str], list[tuple[int, str, list[int]]]] = {}
-    for node in manifest["placement"]["nodes"]:
-        for slot in node["instances"]:
-            stages.setdefault((slot["pool"], slot["instance"]), []).append(
-                (slot["stage"], node["node"], slot["gpu_indices"]))
+    """Every placed instance, pools in serving order, instances by name. An instance's nodes are in
+    the order of their ``node_rank`` (0: the leader, where rank 0 and the distributed init address
+    live), and without one (a manifest written before instances spanned nodes by DP) in the order of
+    their pipeline stages."""
+    stages: dict[tuple[str, str], list[tuple[int, int, str, list[int]]]] = {}
+    ranked: dict[tuple[str, str], dict[str, tuple[int, str]]] = {}
+    for n, node in enumerate(manifest["placement"]["nodes"]):
+        for s, slot in enumerate(node["instances"]):
+            key = (slot["pool"], slot["instance"])
+            if "node_rank" in slot and not _whole(slot["node_rank"], 0):
+                raise PdplanError(f"instance {slot['instance']}: node_rank must be an integer of at least 0, got "
+                                  f"{slot['node_rank']!r}", field=f"placement.nodes[{n}].instances[{s}].node_rank")
+            stages.setdefault(key, []).append((slot.get("node_rank", 0), slot["stage"], node["node"],
+                                               slot["gpu_indices"]))
+            if "node_rank" in slot:
+                field = f"placement.nodes[{n}].instances[{s}].node_rank"
+                seen = ranked.setdefault(key, {}).setdefault(node["node"], (slot["node_rank"], field))
+                if seen[0] != slot["node_rank"]:
+                    raise PdplanError(f"instance {slot['instance']} has node_rank {seen[0]} and {slot['node_rank']} "
+                                      f"on node {node['node']}; a node has one rank in an instance", field=field)
     result = []
     for pool in pools(manifest):
         for (pool_name, name), placed in sorted(stages.items()):
             if pool_name != pool["name"]:
                 continue
             placed.sort()
-            nodes = tuple(dict.fromkeys(node for _, node, _ in placed))
-            indices = tuple(i for _, _, gpus in placed for i in gpus) if len(nodes) == 1 else ()
-            result.append(Instance(name, pool, nodes, indices))
+            nodes = tuple(dict.fromkeys(node for _, _, node, _ in placed))
+            _check_node_ranks(name, nodes, ranked.get((pool_name, name), {}))
+            indices = tuple(i for _, _, _, gpus in placed for i in gpus) if len(nodes) == 1 else ()
+            per_node = tuple(tuple(i for _, _, on, gpus in placed if on == node for i in gpus) for node in nodes)
+            result.append(Instance(name, pool, nodes, indices, per_node))
     return result
+
+
+def _check_node_ranks(name: str, nodes: tuple[str, ...], ranks: dict[str, tuple[int, str]]) -> None:
+    """The node ranks an instance's nodes state number them 0 .. k-1, each once (k: its nodes)."""
+    if not ranks:
+        return
+    stated = sorted(rank for rank, _ in ranks.values())
+    if stated != list(range(len(nodes))):
+        field = next(iter(ranks.values()))[1]
+        raise PdplanError(f"instance {name} spans {len(nodes)} nodes ({', '.join(nodes)}) but their node_rank values "
+                          f"are {stated}: each of its nodes needs one of 0 to {len(nodes) - 1}, 0 on the leader",
+                          field=field)
 
 
 def script_name(fmt: str, inst: Instance) -> str:
@@ -158,9 +235,9 @@ def pool_nodes(manifest: dict, pool: dict) -> list[str]:
 
 def pods_per_instance(manifest: dict, pool: dict) -> int:
     """Nodes (hence pods) one instance needs: the most nodes any of its instances spans,
-    and at least enough nodes to hold TP×PP GPUs."""
+    and at least enough nodes to hold its TP×DP×PP GPUs."""
     node_gpus = {n["node"]: n["gpus"] for n in manifest["placement"]["nodes"]}
-    per_instance = pool["tp"] * pool["pp"]
+    per_instance = parallel(pool).gpus
     size = 1
     for inst in pool_instances(manifest, pool):
         smallest = min(node_gpus[n] for n in inst.nodes)
@@ -172,7 +249,7 @@ def pods_per_instance(manifest: dict, pool: dict) -> int:
 
 
 def gpus_per_pod(manifest: dict, pool: dict) -> int:
-    return pool["tp"] * pool["pp"] // pods_per_instance(manifest, pool)
+    return parallel(pool).gpus // pods_per_instance(manifest, pool)
 
 
 def kv_transfer_config(manifest: dict, pool: dict) -> dict | None:
@@ -222,6 +299,18 @@ def require_pool_engines(manifest: dict, fmt: str) -> None:
                               f"{pool['engine']!r}", field="engine")
 
 
+def refuse_wide(manifest: dict, fmt: str) -> None:
+    """Refuse a plan with attention data parallelism, expert parallelism or redundant experts in a format
+    that does not start them yet (its objects would describe a TP x PP instance)."""
+    for pool in manifest["pools"]:
+        found = parallel(pool)
+        for key, value in (("dp", found.dp), ("ep", found.ep), ("redundant_experts", found.redundant_experts)):
+            if value > (0 if key == "redundant_experts" else 1):
+                raise PdplanError(f"{fmt} export does not start wide expert-parallel instances yet, and pool "
+                                  f"{pool['name']} has {key} {value}: export it with --format sglang, vllm or k8s",
+                                  field=pool_field(manifest, pool, key))
+
+
 def hash_hex(manifest: dict) -> str:
     return manifest["provenance"]["content_hash"].split(":", 1)[1]
 
@@ -268,8 +357,7 @@ def instance_preamble(manifest: dict, fmt: str, inst: Instance) -> list[str]:
     for an instance spanning nodes the NODE_RANK argument each node's copy is run with."""
     pool = inst.pool
     lines = script_preamble(manifest, fmt, f"instance {inst.name} of pool {pool['name']} ({pool['phase']}, "
-                                           f"{shape_label(pool['gpu'], pool['tp'], pool['pp'])}) "
-                                           f"on {', '.join(inst.nodes)}")
+                                           f"{pool_label(pool)}) on {', '.join(inst.nodes)}")
     if inst.gpu_indices:
         lines.append(shell.export("CUDA_VISIBLE_DEVICES", ",".join(map(str, inst.gpu_indices))))
     if inst.spans_nodes:

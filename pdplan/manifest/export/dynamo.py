@@ -32,6 +32,7 @@ _SEMVER_TAG = re.compile(r":v?\d+\.\d+\.\d+$")
 def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
     """``dynamo/<name>.yaml``."""
     common.require_pool_engines(manifest, "dynamo")
+    common.refuse_wide(manifest, "dynamo")
     image = options.image or DEFAULT_IMAGE
     components = [_frontend(image)] + [_worker(manifest, pool, image, options) for pool in common.pools(manifest)]
     name = manifest["metadata"]["name"]

@@ -37,6 +37,7 @@ _SECTIONS = {"prefill": "prefill", "decode": "decode", "colocated": "decode"}
 def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
     """``llm-d/values.yaml``."""
     common.require_pool_engines(manifest, "llm-d")
+    common.refuse_wide(manifest, "llm-d")
     image = options.image or DEFAULT_IMAGE
     model = common.served_model(manifest)
     sections = {"prefill": {"create": False}, "decode": {"create": False}}

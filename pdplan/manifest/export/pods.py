@@ -15,7 +15,6 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import GIB, GPU_PRODUCT_LABEL, gpu_catalog
 from pdplan.manifest.export import common
 from pdplan.schedule.timeline import LOAD_BYTES_PER_S, weight_load_s
-from pdplan.shape import shape_label
 
 #: vLLM's Kubernetes guide (vllm-project/vllm ``docs/deployment/k8s.md``) mounts the model cache at
 #: the Hugging Face cache of the image's root user and reads the token from a Secret of this name,
@@ -63,8 +62,10 @@ class PodOptions:
 
 
 def instance_weight_bytes(pool: dict) -> float:
-    """Bytes of one instance's weights: the manifest's weights per GPU over its TP × PP GPUs."""
-    return pool["memory"]["weights_gib_per_gpu"] * GIB * pool["tp"] * pool["pp"]
+    """Bytes of one instance's weights: the manifest's weights per GPU over its TP × DP × PP GPUs (with
+    DP ranks this counts the weights every rank holds whole, attention and dense layers, once per rank: an
+    upper bound on the checkpoint)."""
+    return pool["memory"]["weights_gib_per_gpu"] * GIB * common.parallel(pool).gpus
 
 
 def cache_gib(pool: dict) -> int:
@@ -99,7 +100,7 @@ def vllm_probes(pool: dict, port: str = "http") -> dict:
 def budget_comment(pool: dict) -> str:
     """The startup budget of a pool in words, for a header."""
     gib = instance_weight_bytes(pool) / GIB
-    return (f"pool {pool['name']} ({shape_label(pool['gpu'], pool['tp'], pool['pp'])}): {gib:.0f} GiB of weights, "
+    return (f"pool {pool['name']} ({common.pool_label(pool)}): {gib:.0f} GiB of weights, "
             f"cache {cache_gib(pool)} Gi, startup budget {startup_budget_s(pool):.0f} s (download at "
             f"{DOWNLOAD_BYTES_PER_S / 1e6:.0f} MB/s, load at {LOAD_BYTES_PER_S / 1e9:.0f} GB/s per GPU x "
             f"{LOAD_MARGIN:g}, {ENGINE_INIT_S} s engine start)")
@@ -137,10 +138,10 @@ def cache_volume(pool: dict) -> tuple[dict, dict]:
 
 
 def shm_volume(pool: dict) -> list[tuple[dict, dict]]:
-    """A memory-backed ``/dev/shm`` for a pod of several GPUs (TP or PP > 1), [(volume, mount)], else
+    """A memory-backed ``/dev/shm`` for a pod of several GPUs (TP, DP or PP > 1), [(volume, mount)], else
     []: a container's default 64 MiB is too small for the shared memory its ranks exchange through
     (vllm-project/production-stack PR #994, "Bus error"), as vLLM's Kubernetes guide mounts one."""
-    if pool["tp"] * pool["pp"] <= 1:
+    if common.parallel(pool).gpus <= 1:
         return []
     return [({"name": "dshm", "emptyDir": {"medium": "Memory"}}, {"name": "dshm", "mountPath": "/dev/shm"})]
 

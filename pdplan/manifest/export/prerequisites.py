@@ -83,7 +83,8 @@ ROUTERS = {"vllm": (Prerequisite(needed_by="the vLLM router", package="vllm-rout
 
 def instance(engine: str, connector: str | None, *, spans_nodes: bool) -> tuple[Prerequisite, ...]:
     """What an instance script of ``engine`` needs: the engine, its connector's module for a P/D
-    instance (``connector`` None for a colocated one), and for vLLM across nodes, Ray."""
+    instance (``connector`` None for a colocated one), and for vLLM whose pipeline stages span nodes
+    (``spans_nodes``), Ray; an instance whose DP ranks span nodes starts without it."""
     needs = VLLM if engine == "vllm" else SGLANG
     if connector is not None and (engine, connector) in CONNECTOR_MODULES:
         needs += (CONNECTOR_MODULES[(engine, connector)],)

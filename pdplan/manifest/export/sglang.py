@@ -27,6 +27,21 @@ KV_CACHE_DTYPES = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}
 #: checkpoint's precision (layers/quantization/nvfp4_online.py), not what pdplan's fp4 timed.
 LOAD_QUANTIZATION = {("bf16", "fp8"): "fp8"}
 
+#: The all-to-all an SGLang instance of expert parallelism across nodes dispatches its tokens with: DeepEP, as
+#: SGLang's own large-scale P/D deployments run it (sgl-project/sglang
+#: docs/references/multi_node_deployment/lws_pd/lws_pd_deploy.md @59e54757: ``--moe-a2a-backend deepep`` on
+#: 2-node prefill and decode groups of ``--tp 16 --dp-size 16 --enable-dp-attention``; issue #6017, "Instruction
+#: for Running DeepSeek with Large-scale PD and EP"). SGLang 0.5.23 then sets ep_size to tp_size itself
+#: (python/sglang/srt/arg_groups/overrides.py ``_a2a_ep_size``, deepep in ``_A2A_EP_SPANNING_BACKENDS``), so the
+#: plan's EP must be the instance's every GPU. An instance on one node keeps SGLang's default ("none": the MoE
+#: layer's own EP over NVLink).
+A2A_BACKEND = "deepep"
+#: DeepEP's mode per disaggregation mode: "normal" kernels for prefill batches, "low_latency" for decode, as
+#: issue #6017 starts its prefill and decode servers (``--deepep-mode normal`` / ``--deepep-mode low_latency``);
+#: SGLang 0.5.23's "auto" picks the same per batch (python/sglang/srt/arg_groups/fields/exec_.py ``deepep_mode``),
+#: so a colocated instance, whose batches are of both kinds, keeps it.
+DEEPEP_MODES = {"prefill": "normal", "decode": "low_latency"}
+
 # SGLang's --disaggregation-transfer-backend values among the manifest's connectors (LMCache is not one).
 TRANSFER_BACKENDS = ("nixl", "mooncake")
 
@@ -60,9 +75,12 @@ def _transfer_backend(manifest: dict) -> str | None:
 def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: str | None,
                     bootstrap: int | None) -> list[str]:
     pool = inst.pool
+    found = common.parallel(pool)
     scheduling = pool.get("scheduling") or {}
     command = ["python", "-m", "sglang.launch_server", "--model-path", common.served_model(manifest),
-               "--tp-size", str(pool["tp"]), "--pp-size", str(pool["pp"]),
+               # SGLang's tp_size counts the instance's GPUs per pipeline stage: attention TP x DP ranks.
+               "--tp-size", str(found.tp * found.dp), "--pp-size", str(found.pp),
+               *wide_args(manifest, inst),
                "--host", "0.0.0.0", "--port", str(port),
                # SGLang's static memory fraction (weights + KV pool) stands in for vLLM's utilization.
                "--mem-fraction-static", str(pool["memory"]["memory_utilization"])]
@@ -79,6 +97,47 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
     if inst.spans_nodes:
         command += ["--nnodes", str(len(inst.nodes)), "--dist-init-addr", f"{inst.nodes[0]}:{DIST_INIT_PORT}"]
     return command
+
+
+def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
+    """SGLang 0.5.23's flags for attention data parallelism and expert parallelism (none for a TP x PP
+    instance), read in python/sglang/srt/arg_groups/fields/parallel.py and exec_.py:
+
+    - ``--attn-dp-size`` DP: DP attention groups inside the ``--tp-size`` ranks, each with its own
+      scheduler, batch and KV. Not ``--dp-size N --enable-dp-attention``: 0.5.23 keeps that spelling as a
+      deprecated alias it rewrites to ``--attn-dp-size N`` (server_args.py, ``add_cli_args``;
+      arg_groups/parallel_hook.py ``handle_deprecated_dp_attention``), and ``--dp-size`` alone is data-parallel
+      replicas, which SGLang refuses across nodes (arg_groups/validation_hook.py ``check_server_args``).
+    - ``--ep-size`` EP: the MoE layer's expert-parallel group; its expert TP is tp_size / ep_size
+      (runtime_context.py ``derive_parallel_widths``), so EP must divide TP x DP.
+    - across nodes, ``--moe-a2a-backend`` :data:`A2A_BACKEND` and, for a P/D pool, its
+      :data:`DEEPEP_MODES` mode.
+    - ``--ep-num-redundant-experts``: extra physical expert slots. SGLang needs no EPLB flag with it
+      (eplb/expert_location.py only asserts that the experts plus the redundant ones divide over the EP ranks;
+      its published deployments pass it without ``--enable-eplb``), so none is added."""
+    pool = inst.pool
+    found = common.parallel(pool)
+    args = []
+    if found.dp > 1:
+        args += ["--attn-dp-size", str(found.dp)]
+    if found.ep > 1:
+        if (found.tp * found.dp) % found.ep:
+            raise PdplanError(f"pool {pool['name']} has EP {found.ep}, which does not divide its TP x DP "
+                              f"{found.tp * found.dp} (SGLang's --tp-size): SGLang splits each expert over "
+                              f"tp_size / ep_size GPUs", field=common.pool_field(manifest, pool, "ep"))
+        args += ["--ep-size", str(found.ep)]
+        if inst.spans_nodes:
+            if found.ep != found.tp * found.dp:
+                raise PdplanError(f"pool {pool['name']} runs EP {found.ep} across nodes, where SGLang dispatches "
+                                  f"tokens with DeepEP, which sets EP to the instance's TP x DP "
+                                  f"{found.tp * found.dp}: plan EP {found.tp * found.dp} or keep the instance "
+                                  f"on one node", field=common.pool_field(manifest, pool, "ep"))
+            args += ["--moe-a2a-backend", A2A_BACKEND]
+            if pool["phase"] in DEEPEP_MODES:
+                args += ["--deepep-mode", DEEPEP_MODES[pool["phase"]]]
+    if found.redundant_experts:
+        args += ["--ep-num-redundant-experts", str(found.redundant_experts)]
+    return args
 
 
 def speculative_args(manifest: dict) -> list[str]:

@@ -5,6 +5,7 @@ Also the vLLM argument builders that the pod formats (dynamo, llm-d, k8s) reuse.
 
 from __future__ import annotations
 
+from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, prerequisites, shell
 
 SERVE_PORT_BASE = 8100          # instance i listens on SERVE_PORT_BASE + i
@@ -15,6 +16,12 @@ NIXL_SIDE_CHANNEL_BASE = 5600   # instance i's NIXL side channel; distinct per i
 MOONCAKE_BOOTSTRAP_BASE = 8998
 ROUTER_PORT = 8000
 RAY_PORT = 6379
+#: Instance i whose DP ranks span nodes reaches its leader's DP coordinator on DATA_PARALLEL_RPC_PORT_BASE + i:
+#: vLLM's default ``--data-parallel-rpc-port`` (vllm/config/parallel.py ParallelConfig.data_parallel_rpc_port,
+#: 0.33.0), one port per instance so that instances can share a leader node.
+DATA_PARALLEL_RPC_PORT_BASE = 29550
+#: Exit status of a multi-node script run with a NODE_RANK its instance does not have.
+BAD_NODE_RANK = 2
 #: The Python the scripts run: vLLM's image (vllm-project/vllm docker/Dockerfile, vllm-base stage)
 #: installs ``python3`` through update-alternatives and no ``python``; so does vLLM's own LWS helper
 #: (examples/online_serving/multi-node-serving.sh).
@@ -46,8 +53,7 @@ ROUTER_CONNECTORS = ("nixl", "mooncake")
 def engine_args(manifest: dict, pool: dict) -> list[str]:
     """vLLM arguments that follow from the plan and the pool: precision, parallelism, memory, chunking,
     KV transfer."""
-    args = ["--tensor-parallel-size", str(pool["tp"]), "--pipeline-parallel-size", str(pool["pp"]),
-            "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
+    args = [*parallel_args(manifest, pool), "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
             *common.precision_args(manifest, "vLLM", KV_CACHE_DTYPES, LOAD_QUANTIZATION)]
     chunk = (pool.get("scheduling") or {}).get("chunk_tokens")
     if chunk:
@@ -59,6 +65,42 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
     if drafting is not None:
         args += ["--speculative-config", common.compact_json(drafting)]
     return args
+
+
+def parallel_args(manifest: dict, pool: dict) -> list[str]:
+    """vLLM 0.33.0's parallel sizes of a pool (vllm/engine/arg_utils.py ``add_cli_args``, vllm/config/parallel.py):
+    ``--tensor-parallel-size`` and ``--pipeline-parallel-size``; with attention data parallelism
+    ``--data-parallel-size`` DP (one engine core per DP rank, each with its own batch and KV; docs/serving/
+    data_parallel_deployment.md); with expert parallelism ``--enable-expert-parallel``, whose EP group is every
+    TP x DP rank ("expert layers form a group of size DP x TP", the same page), so a plan's EP other than TP x DP
+    cannot be started and is refused; with redundant experts ``--enable-eplb`` and ``--eplb-config
+    {"num_redundant_experts": N}`` (ParallelConfig refuses num_redundant_experts without EPLB, and EPLB without
+    expert parallelism)."""
+    found = common.parallel(pool)
+    args = ["--tensor-parallel-size", str(found.tp), "--pipeline-parallel-size", str(found.pp)]
+    if found.dp > 1:
+        args += ["--data-parallel-size", str(found.dp)]
+    if found.ep > 1:
+        if found.ep != found.tp * found.dp:
+            raise PdplanError(f"pool {pool['name']} has EP {found.ep}, but vLLM's expert parallelism spans every "
+                              f"TP x DP rank of an instance ({found.tp * found.dp} here): plan EP "
+                              f"{found.tp * found.dp}, or serve it with SGLang", field=common.pool_field(manifest, pool,
+                                                                                                     "ep"))
+        args.append("--enable-expert-parallel")
+    if found.redundant_experts:
+        if found.ep == 1:
+            raise PdplanError(f"pool {pool['name']} has {found.redundant_experts} redundant experts but no expert "
+                              "parallelism (EP 1), and vLLM places redundant experts only by EPLB, which needs it",
+                              field=common.pool_field(manifest, pool, "redundant_experts"))
+        args += ["--enable-eplb", "--eplb-config", common.compact_json(
+            {"num_redundant_experts": found.redundant_experts})]
+    return args
+
+
+def spans_by_data_parallel(pool: dict, spans_nodes: bool) -> bool:
+    """An instance of the pool that spans nodes runs its DP ranks on them (vLLM's multi-node data
+    parallelism, one ``vllm serve`` per node), not its pipeline stages through Ray: a pool with DP > 1."""
+    return spans_nodes and common.parallel(pool).dp > 1
 
 
 def speculative_config(manifest: dict) -> dict | None:
@@ -122,11 +164,18 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     """``vllm/<instance>.sh`` per instance and ``vllm/router.sh``; ``image`` is unused."""
     files = {}
     workers: dict[str, list[list[str]]] = {}
+    # Ports of the KV connectors, spaced so that the instances' DP ranks never share one: a NIXL rank listens
+    # on its instance's port + its DP rank (nixl/base_scheduler.py), a Mooncake rank on the instance's
+    # bootstrap port + its DP rank x TP (mooncake/mooncake_connector.py get_mooncake_side_channel_port).
+    side_channel, mooncake = NIXL_SIDE_CHANNEL_BASE, MOONCAKE_BOOTSTRAP_BASE
     for index, inst in enumerate(common.instances(manifest)):
         port = SERVE_PORT_BASE + index
-        bootstrap = MOONCAKE_BOOTSTRAP_BASE + index if has_bootstrap(manifest, inst.pool) else None
-        files[common.script_name("vllm", inst)] = _instance_script(manifest, inst, port, NIXL_SIDE_CHANNEL_BASE + index,
-                                                                   bootstrap)
+        found = common.parallel(inst.pool)
+        bootstrap = mooncake if has_bootstrap(manifest, inst.pool) else None
+        files[common.script_name("vllm", inst)] = _instance_script(manifest, inst, port, side_channel, bootstrap,
+                                                                   DATA_PARALLEL_RPC_PORT_BASE + index)
+        side_channel += found.dp
+        mooncake += (found.dp - 1) * found.tp + 1
         url = f"http://{inst.nodes[0]}:{port}"
         workers.setdefault(inst.pool["phase"], []).append([url] if bootstrap is None else [url, str(bootstrap)])
     files["vllm/router.sh"] = _router_script(manifest, workers)
@@ -139,24 +188,66 @@ def has_bootstrap(manifest: dict, pool: dict) -> bool:
 
 
 def _instance_script(manifest: dict, inst: common.Instance, port: int, side_channel: int,
-                     bootstrap: int | None) -> str:
+                     bootstrap: int | None, rpc_port: int) -> str:
+    """An instance's script. Its NIXL side channel listens on its own node: the leader's for one whose
+    pipeline stages span nodes, as before; each node's own for one whose DP ranks do (the ranks of a node
+    listen on that node, vLLM 0.33.0 nixl/base_scheduler.py: VLLM_NIXL_SIDE_CHANNEL_PORT + the DP rank),
+    which also sees only its own GPUs of the node map."""
     pool = inst.pool
+    by_dp = spans_by_data_parallel(pool, inst.spans_nodes)
     lines = common.instance_preamble(manifest, "vllm", inst)
     connector = manifest["transfer"]["connector"] if pool["phase"] != "colocated" else None
-    lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes),
+    lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes and not by_dp),
                                  f"instance {inst.name}", PYTHON)
-    if manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated":
-        lines += [shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", inst.nodes[0]),
-                  shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel))]
+    nixl = manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated"
+    if nixl and not by_dp:
+        lines.append(shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", inst.nodes[0]))
+    if nixl:
+        lines.append(shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel)))
     if bootstrap is not None:
         lines.append(shell.export("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(bootstrap)))
-    serve = serve_command(manifest, pool, port, ray=inst.spans_nodes)
-    if inst.spans_nodes:
+    serve = serve_command(manifest, pool, port, ray=inst.spans_nodes and not by_dp)
+    if by_dp:
+        node_env = [[shell.export("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus)))]
+                    + ([shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", node)] if nixl else [])
+                    for node, gpus in zip(inst.nodes, inst.node_gpu_indices)]
+        lines += data_parallel_launch(manifest, pool, serve, rank=common.NODE_RANK, leader=inst.nodes[0],
+                                      nodes=len(inst.nodes), rpc_port=rpc_port, node_env=node_env)
+    elif inst.spans_nodes:
         lines += ray_launch(serve, rank=common.NODE_RANK, leader=inst.nodes[0], nodes=len(inst.nodes),
                             gpus=pool["tp"] * pool["pp"])
     else:
         lines.append(shell.command(serve))
     return "\n".join(lines) + "\n"
+
+
+def data_parallel_launch(manifest: dict, pool: dict, serve: list[str], *, rank: shell.Var, leader: shell.Word,
+                         nodes: int, rpc_port: int, node_env: list[list[str]] | None = None) -> list[str]:
+    """Shell lines that start one node's share of an instance whose DP ranks span ``nodes`` nodes, as vLLM's
+    data-parallel deployment guide runs it (vllm-project/vllm docs/serving/data_parallel_deployment.md,
+    "Internal Load Balancing"): every node runs ``vllm serve`` with the instance's ``--data-parallel-size``, its
+    own ``--data-parallel-size-local`` ranks, and the leader's ``--data-parallel-address`` and
+    ``--data-parallel-rpc-port``; the leader serves the HTTP API, the others run ``--headless`` from
+    ``--data-parallel-start-rank`` (node rank x local ranks). The leader gets no start rank: vLLM 0.33.0 takes a
+    start rank without --headless for hybrid load balancing, one API server per node
+    (vllm/engine/arg_utils.py ``create_engine_config``). Each node's ranks are whole (TP x PP GPUs of a node):
+    a DP that the nodes do not share evenly is refused."""
+    found = common.parallel(pool)
+    if found.dp % nodes:
+        raise PdplanError(f"pool {pool['name']} runs DP {found.dp} over {nodes} nodes, which vLLM cannot split "
+                          f"evenly: each node runs --data-parallel-size-local whole ranks of TP x PP GPUs",
+                          field=common.pool_field(manifest, pool, "dp"))
+    local = found.dp // nodes
+    shared = ["--data-parallel-size-local", str(local), "--data-parallel-address", leader,
+              "--data-parallel-rpc-port", str(rpc_port)]
+    lines = [f"case {shell.word(rank)} in"]
+    for node in range(nodes):
+        role = [] if node == 0 else ["--headless", "--data-parallel-start-rank", str(node * local)]
+        env = node_env[node] if node_env else []
+        lines += [f"  {node})", *(f"    {line}" for line in env), "    " + shell.command(serve + role + shared),
+                  "    ;;"]
+    wrong = f"pdplan: this instance runs on {nodes} nodes: give its node rank, 0 to {nodes - 1} (0 on the leader)"
+    return lines + ["  *)", "    " + shell.fail(wrong, BAD_NODE_RANK), "    ;;", "esac"]
 
 
 def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
@@ -184,11 +275,18 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
 def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool) -> tuple[list[str], list[str]]:
     """Container command and args of a pool's pods. A pod of a multi-node LeaderWorkerSet
     group learns its rank and leader from the variables LWS injects."""
-    serve = serve_command(manifest, pool, port, ray=spans_nodes)
+    by_dp = spans_by_data_parallel(pool, spans_nodes)
+    serve = serve_command(manifest, pool, port, ray=spans_nodes and not by_dp)
     if not spans_nodes:
         return serve[:2], serve[2:]
-    script = ray_launch(serve, rank=shell.Var("LWS_WORKER_INDEX"), leader=shell.Var("LWS_LEADER_ADDRESS"),
-                        nodes=common.pods_per_instance(manifest, pool), gpus=pool["tp"] * pool["pp"])
+    rank, leader = shell.Var("LWS_WORKER_INDEX"), shell.Var("LWS_LEADER_ADDRESS")
+    if by_dp:
+        script = data_parallel_launch(manifest, pool, serve, rank=rank, leader=leader,
+                                      nodes=common.pods_per_instance(manifest, pool),
+                                      rpc_port=DATA_PARALLEL_RPC_PORT_BASE)
+    else:
+        script = ray_launch(serve, rank=rank, leader=leader, nodes=common.pods_per_instance(manifest, pool),
+                            gpus=pool["tp"] * pool["pp"])
     return ["/bin/bash", "-c"], ["\n".join(script)]
 
 

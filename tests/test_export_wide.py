@@ -1,0 +1,360 @@
+"""Exports of wide expert-parallel plans: an instance with attention data parallelism (DP ranks) and expert
+parallelism (EP) starts with the engines' own flags, and one that spans nodes starts once per node with that
+node's rank and its leader's address.
+
+The plan is written by hand below: a DeepSeek-V3 deployment with one prefill instance of DP16 EP16 over two
+H200 nodes (node ranks 0 and 1) and one decode instance of DP8 EP8 on a third node. Each script is run with
+bash on stub programs that record their arguments, so a test reads the command each node would run.
+
+The flags are the engines' (SGLang 0.5.23, python/sglang/srt/arg_groups/fields/parallel.py and exec_.py; vLLM
+0.33.0, vllm/engine/arg_utils.py and docs/serving/data_parallel_deployment.md); scripts/check_consumers.py
+hands the same commands to the installed parsers.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from pdplan.errors import PdplanError
+from pdplan.manifest.export import export_manifest
+
+WIDE = """
+apiVersion: pdplan/v1
+kind: DeploymentManifest
+metadata: {name: deepseek-wide}
+identity:
+  model: deepseek-v3
+  checkpoint: {id: deepseek-ai/DeepSeek-V3, revision: main, dtype: fp8}
+  weights_dtype: fp8
+  kv_cache: {dtype: bf16}
+pools:
+- name: prefill
+  phase: prefill
+  model: deepseek-v3
+  gpu: h200-141gb
+  tp: 1
+  dp: 16
+  ep: 16
+  redundant_experts: 32
+  pp: 1
+  replicas: 1
+  gpus: 16
+  scheduling: {}
+  memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 45.0}
+- name: decode
+  phase: decode
+  model: deepseek-v3
+  gpu: h200-141gb
+  tp: 1
+  dp: 8
+  ep: 8
+  pp: 1
+  replicas: 1
+  gpus: 8
+  scheduling: {}
+  memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 90.0}
+placement:
+  route_epoch: 1
+  affinity: high
+  nodes:
+  - node: h200-0
+    gpu: h200-141gb
+    gpus: 8
+    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
+    instances:
+    - {instance: prefill-0, pool: prefill, stage: 0, node_rank: 0, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}
+  - node: h200-1
+    gpu: h200-141gb
+    gpus: 8
+    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
+    instances:
+    - {instance: prefill-0, pool: prefill, stage: 0, node_rank: 1, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}
+  - node: h200-2
+    gpu: h200-141gb
+    gpus: 8
+    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
+    instances:
+    - {instance: decode-0, pool: decode, stage: 0, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}
+transfer:
+  connector: nixl
+  roles: {prefill: kv_producer, decode: kv_consumer}
+provenance:
+  profiles: {serving_engine: sglang}
+  content_hash: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
+"""
+
+#: A stub program: appends its name and arguments to $STUB_LOG, one call per line, arguments separated
+#: by the unit separator (no argument holds one), and exits 0; ``python -c`` (a prerequisite's import
+#: check) only exits 0.
+STUB = ('#!/bin/bash\nif [ "${1:-}" = -c ]; then exit 0; fi\n'
+        '(IFS=$\'\\x1f\'; printf "%s\\n" "${0##*/}$IFS$*") >> "$STUB_LOG"\n')
+
+
+@pytest.fixture
+def wide() -> dict:
+    return yaml.safe_load(WIDE)
+
+
+def _run(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """Run ``script`` with ``args`` on stubs of python, python3 and vllm: (the run, the calls it made)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(exist_ok=True)
+    for name in ("python", "python3", "vllm"):
+        (folder / name).write_text(STUB)
+        (folder / name).chmod(0o755)
+    log = tmp_path / "calls.log"
+    log.write_text("")
+    (tmp_path / "script.sh").write_text(script)
+    done = subprocess.run(["bash", str(tmp_path / "script.sh"), *args], capture_output=True, text=True,
+                          env={"PATH": f"{folder}:/usr/bin:/bin", "STUB_LOG": str(log)})
+    return done, [line.split("\x1f") for line in log.read_text().splitlines()]
+
+
+def _command(tmp_path: Path, script: str, *args: str) -> list[str]:
+    """The one engine command a script runs (with ``args``)."""
+    done, calls = _run(tmp_path, script, *args)
+    assert done.returncode == 0, done.stderr
+    assert len(calls) == 1, calls
+    return calls[0]
+
+
+def _value(command: list[str], flag: str) -> str | None:
+    return command[command.index(flag) + 1] if flag in command else None
+
+
+# --- SGLang ---------------------------------------------------------------------------------------
+
+def test_sglang_decode_of_dp8_ep8_runs_eight_attention_dp_ranks_with_expert_parallelism_on_one_node(wide, tmp_path):
+    script = export_manifest(wide, "sglang")["sglang/decode-0.sh"]
+    command = _command(tmp_path, script)
+    assert command[:3] == ["python", "-m", "sglang.launch_server"]
+    # SGLang's --tp-size counts every GPU of the instance; --attn-dp-size splits them into DP attention ranks.
+    assert (_value(command, "--tp-size"), _value(command, "--attn-dp-size"), _value(command, "--ep-size")) == \
+        ("8", "8", "8")
+    assert _value(command, "--disaggregation-mode") == "decode"
+    assert "--nnodes" not in command and "--moe-a2a-backend" not in command
+    assert "export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in script
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_sglang_prefill_over_two_nodes_runs_each_node_with_its_rank_and_the_leaders_init_address(wide, tmp_path,
+                                                                                                  rank):
+    script = export_manifest(wide, "sglang")["sglang/prefill-0.sh"]
+    command = _command(tmp_path, script, rank)
+    assert (_value(command, "--tp-size"), _value(command, "--attn-dp-size"), _value(command, "--ep-size")) == \
+        ("16", "16", "16")
+    assert (_value(command, "--nnodes"), _value(command, "--node-rank")) == ("2", rank)
+    assert _value(command, "--dist-init-addr").startswith("h200-0:")   # the node of node_rank 0
+    assert _value(command, "--disaggregation-mode") == "prefill"
+
+
+def test_sglang_expert_parallelism_across_nodes_dispatches_with_deepep_in_its_phases_mode(wide, tmp_path):
+    files = export_manifest(wide, "sglang")
+    prefill = _command(tmp_path, files["sglang/prefill-0.sh"], "1")
+    assert (_value(prefill, "--moe-a2a-backend"), _value(prefill, "--deepep-mode")) == ("deepep", "normal")
+    decode_wide = copy.deepcopy(wide)
+    decode_wide["pools"][0]["phase"], decode_wide["pools"][1]["phase"] = "decode", "prefill"
+    decode_wide["transfer"]["roles"] = {"prefill": "kv_consumer", "decode": "kv_producer"}
+    decode = _command(tmp_path, export_manifest(decode_wide, "sglang")["sglang/prefill-0.sh"], "0")
+    assert (_value(decode, "--moe-a2a-backend"), _value(decode, "--deepep-mode")) == ("deepep", "low_latency")
+
+
+def test_sglang_allocates_the_plans_redundant_experts(wide, tmp_path):
+    files = export_manifest(wide, "sglang")
+    assert _value(_command(tmp_path, files["sglang/prefill-0.sh"], "0"), "--ep-num-redundant-experts") == "32"
+    assert "--ep-num-redundant-experts" not in _command(tmp_path, files["sglang/decode-0.sh"])
+
+
+def test_sglang_refuses_an_ep_across_nodes_other_than_the_instances_gpus_naming_the_field(wide):
+    wide["pools"][0]["ep"] = 8
+    with pytest.raises(PdplanError) as refused:
+        export_manifest(wide, "sglang")
+    assert refused.value.field == "pools[0].ep" and "DeepEP" in str(refused.value)
+
+
+def test_sglang_refuses_an_ep_that_does_not_divide_tp_times_dp(wide):
+    wide["pools"][1]["ep"] = 3
+    with pytest.raises(PdplanError) as refused:
+        export_manifest(wide, "sglang")
+    assert refused.value.field == "pools[1].ep"
+
+
+def test_the_sglang_router_reaches_a_multinode_instance_at_its_leader(wide):
+    router = export_manifest(wide, "sglang")["sglang/router.sh"]
+    assert "--prefill http://h200-0:30000 " in router and "h200-1" not in router
+
+
+# --- vLLM -----------------------------------------------------------------------------------------
+
+def test_vllm_decode_of_dp8_ep8_runs_eight_dp_ranks_with_expert_parallelism_on_one_node(wide, tmp_path):
+    command = _command(tmp_path, export_manifest(wide, "vllm")["vllm/decode-0.sh"])
+    assert command[:2] == ["vllm", "serve"]
+    assert (_value(command, "--tensor-parallel-size"), _value(command, "--data-parallel-size")) == ("1", "8")
+    assert "--enable-expert-parallel" in command
+    assert "--headless" not in command and "--data-parallel-address" not in command
+
+
+def test_vllm_prefill_leader_serves_the_api_with_its_local_ranks_and_the_coordinators_address(wide, tmp_path):
+    command = _command(tmp_path, export_manifest(wide, "vllm")["vllm/prefill-0.sh"], "0")
+    assert (_value(command, "--data-parallel-size"), _value(command, "--data-parallel-size-local")) == ("16", "8")
+    assert _value(command, "--data-parallel-address") == "h200-0"
+    assert _value(command, "--data-parallel-rpc-port") is not None
+    # vLLM takes a start rank without --headless for hybrid load balancing: the leader states none.
+    assert "--headless" not in command and "--data-parallel-start-rank" not in command
+    assert "--distributed-executor-backend" not in command   # DP ranks, not pipeline stages through Ray
+
+
+def test_vllm_prefill_worker_node_runs_headless_from_its_start_rank(wide, tmp_path):
+    script = export_manifest(wide, "vllm")["vllm/prefill-0.sh"]
+    leader, worker = _command(tmp_path, script, "0"), _command(tmp_path, script, "1")
+    assert "--headless" in worker
+    assert (_value(worker, "--data-parallel-start-rank"), _value(worker, "--data-parallel-size-local")) == ("8", "8")
+    for flag in ("--data-parallel-size", "--data-parallel-address", "--data-parallel-rpc-port"):
+        assert _value(worker, flag) == _value(leader, flag)
+    assert "--enable-expert-parallel" in worker
+
+
+def test_vllm_places_redundant_experts_through_eplb(wide, tmp_path):
+    command = _command(tmp_path, export_manifest(wide, "vllm")["vllm/prefill-0.sh"], "0")
+    assert "--enable-eplb" in command
+    assert json.loads(_value(command, "--eplb-config")) == {"num_redundant_experts": 32}
+
+
+def test_vllm_nixl_side_channels_of_dp_instances_do_not_overlap_and_listen_on_each_node(wide, tmp_path):
+    files = export_manifest(wide, "vllm")
+    # each DP rank listens on its instance's port + its DP rank (vLLM nixl/base_scheduler.py)
+    assert "export VLLM_NIXL_SIDE_CHANNEL_PORT=5600" in files["vllm/prefill-0.sh"]
+    assert "export VLLM_NIXL_SIDE_CHANNEL_PORT=5616" in files["vllm/decode-0.sh"]
+    assert "export VLLM_NIXL_SIDE_CHANNEL_HOST=h200-1" in files["vllm/prefill-0.sh"]
+
+
+def test_vllm_refuses_an_ep_other_than_tp_times_dp_naming_the_field(wide):
+    wide["pools"][1]["ep"] = 4
+    with pytest.raises(PdplanError) as refused:
+        export_manifest(wide, "vllm")
+    assert refused.value.field == "pools[1].ep" and "TP x DP" in str(refused.value)
+
+
+def test_a_multinode_vllm_script_run_with_a_rank_its_instance_lacks_exits_and_starts_nothing(wide, tmp_path):
+    done, calls = _run(tmp_path, export_manifest(wide, "vllm")["vllm/prefill-0.sh"], "2")
+    assert done.returncode == 2 and "0 to 1" in done.stderr
+    assert calls == []
+
+
+# --- node ranks, pods, other formats ----------------------------------------------------------------
+
+def test_node_ranks_that_do_not_number_an_instances_nodes_are_refused_naming_the_field(wide):
+    wide["placement"]["nodes"][1]["instances"][0]["node_rank"] = 0
+    with pytest.raises(PdplanError) as refused:
+        export_manifest(wide, "sglang")
+    assert refused.value.field.endswith(".node_rank")
+
+
+def test_the_node_of_rank_zero_leads_whatever_the_node_order(wide, tmp_path):
+    nodes = wide["placement"]["nodes"]
+    nodes[0]["instances"][0]["node_rank"], nodes[1]["instances"][0]["node_rank"] = 1, 0
+    command = _command(tmp_path, export_manifest(wide, "vllm")["vllm/prefill-0.sh"], "1")
+    assert _value(command, "--data-parallel-address") == "h200-1"
+
+
+def test_k8s_runs_the_multinode_dp_instance_as_a_leaderworkerset_of_its_nodes(wide):
+    wide["provenance"]["profiles"]["serving_engine"] = "vllm"
+    text = export_manifest(wide, "k8s")["k8s/deepseek-wide.yaml"]
+    documents = list(yaml.safe_load_all(text))
+    group = next(d for d in documents if d["kind"] == "LeaderWorkerSet")
+    assert group["metadata"]["name"] == "prefill" and group["spec"]["leaderWorkerTemplate"]["size"] == 2
+    container = group["spec"]["leaderWorkerTemplate"]["leaderTemplate"]["spec"]["containers"][0]
+    assert container["resources"]["requests"]["nvidia.com/gpu"] == "8"
+    script = container["args"][0]
+    assert 'case "$LWS_WORKER_INDEX" in' in script and '--data-parallel-address "$LWS_LEADER_ADDRESS"' in script
+    decode = next(d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "decode")
+    assert decode["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "8"
+
+
+@pytest.mark.parametrize("fmt", ["dynamo", "llm-d"])
+def test_formats_without_wide_instances_yet_refuse_them_naming_the_field(wide, fmt):
+    wide["provenance"]["profiles"]["serving_engine"] = "vllm"
+    with pytest.raises(PdplanError) as refused:
+        export_manifest(wide, fmt)
+    assert refused.value.field == "pools[0].dp"
+
+
+# --- manifests without the wide fields ----------------------------------------------------------------
+
+def _tp_only(wide: dict) -> dict:
+    """The plan as a manifest written before wide expert parallelism: TP8 instances on one node each."""
+    old = copy.deepcopy(wide)
+    for pool in old["pools"]:
+        for key in ("dp", "ep", "redundant_experts"):
+            pool.pop(key, None)
+        pool["tp"], pool["gpus"] = 8, 8
+    old["pools"][0]["replicas"] = 2
+    old["placement"]["nodes"][0]["instances"][0]["instance"] = "prefill-1"   # one instance per node
+    for node in old["placement"]["nodes"]:
+        for slot in node["instances"]:
+            slot.pop("node_rank", None)
+    return old
+
+
+@pytest.mark.parametrize("fmt", ["sglang", "vllm", "k8s", "dynamo", "llm-d"])
+def test_stating_the_defaults_dp1_ep1_and_no_redundant_experts_changes_no_byte(wide, fmt):
+    old = _tp_only(wide)
+    old["provenance"]["profiles"]["serving_engine"] = "vllm"
+    stated = copy.deepcopy(old)
+    for pool in stated["pools"]:
+        pool.update(dp=1, ep=1, redundant_experts=0)
+    assert export_manifest(stated, fmt) == export_manifest(old, fmt)
+
+
+def test_a_tp_only_manifest_starts_sglang_with_tp_alone(wide, tmp_path):
+    command = _command(tmp_path, export_manifest(_tp_only(wide), "sglang")["sglang/decode-0.sh"])
+    assert _value(command, "--tp-size") == "8"
+    for flag in ("--attn-dp-size", "--ep-size", "--moe-a2a-backend", "--ep-num-redundant-experts", "--nnodes"):
+        assert flag not in command
+
+
+@pytest.mark.parametrize("key, value", [("dp", "8; touch PWNED"), ("ep", 0), ("dp", True), ("redundant_experts", -1)])
+def test_a_parallel_size_that_is_not_a_whole_number_in_range_is_refused_naming_it(wide, key, value):
+    wide["pools"][1][key] = value
+    with pytest.raises(PdplanError) as refused:
+        export_manifest(wide, "sglang")
+    assert refused.value.field == f"pools.{key}"
+
+
+def test_a_node_rank_that_is_not_a_whole_number_is_refused_naming_its_field(wide):
+    wide["placement"]["nodes"][1]["instances"][0]["node_rank"] = "1$(touch PWNED)"
+    with pytest.raises(PdplanError) as refused:
+        export_manifest(wide, "vllm")
+    assert refused.value.field == "placement.nodes[1].instances[0].node_rank"
+
+
+def test_each_node_of_a_multinode_vllm_dp_instance_sees_only_its_own_gpus(wide, tmp_path):
+    nodes = wide["placement"]["nodes"]
+    nodes[0]["instances"][0]["gpu_indices"], nodes[1]["instances"][0]["gpu_indices"] = [4, 5, 6, 7], [0, 1, 2, 3]
+    wide["pools"][0].update(dp=8, ep=8, gpus=8)
+    script = export_manifest(wide, "vllm")["vllm/prefill-0.sh"]
+    leader = script[script.index("  0)"):script.index("  1)")]
+    worker = script[script.index("  1)"):script.index("  *)")]
+    assert "export CUDA_VISIBLE_DEVICES=4,5,6,7" in leader and "export CUDA_VISIBLE_DEVICES=0,1,2,3" in worker
+
+
+def test_mooncake_bootstrap_ports_of_dp_prefill_instances_leave_room_for_every_ranks_side_channel(wide):
+    wide["transfer"]["connector"] = "mooncake"
+    second = {"instance": "prefill-1", "pool": "prefill", "stage": 0, "gpu_indices": [0, 1, 2, 3, 4, 5, 6, 7]}
+    wide["placement"]["nodes"].append({**wide["placement"]["nodes"][2], "node": "h200-3", "instances": [second]})
+    wide["pools"][0]["replicas"] = 2
+    for node in wide["placement"]["nodes"][:2]:
+        node["instances"][0].pop("node_rank")
+        node["instances"][0]["instance"] = f"prefill-{node['node']}"
+    wide["pools"][0].update(dp=8, ep=8, gpus=8, tp=1)
+    files = export_manifest(wide, "vllm")
+    ports = sorted(int(line.rsplit("=", 1)[1]) for text in files.values() for line in text.splitlines()
+                   if line.startswith("export VLLM_MOONCAKE_BOOTSTRAP_PORT="))
+    # DP8 TP1: ranks 0..7 of one instance listen on its port + 0..7 (vLLM mooncake_connector.py)
+    assert len(ports) == 3 and all(b - a >= 8 for a, b in zip(ports, ports[1:]))
