@@ -5,12 +5,13 @@
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and
 precision pdplan supports is replayed (mixture-of-experts models: aggregated rows whose instance is
-TP on one node, experts split over the TP group or whole on each rank (EP = TP); the rest, wide
-expert parallelism and disaggregated MoE rows, are counted and left out): the row's concurrency C as a
-closed loop of C clients
+TP on one node, experts split over the TP group or whole on each rank (EP = TP), and disaggregated rows
+that say how many workers each phase ran, with their attention TP, attention DP and EP; the rest are
+counted and left out, with the reason): the row's concurrency C as a closed loop of C clients
 (``simulate --concurrency``), with the requests its collection's benchmark client sent (below),
 on one instance of the row's TP for aggregated rows and on the row's prefill and
-decode pools for disaggregated ones. Each profile kind is run in turn — composed from the
+decode pools for disaggregated ones (a DP worker simulated as its ranks, each step the slowest
+rank's). Each profile kind is run in turn — composed from the
 engine's measured operators; the roofline with the engine's fitted efficiencies
 (``roofline_engine_fit.py``); the roofline with the Splitwise 2023 calibration, what pdplan had
 before — and the script prints, per model, GPU, engine,
@@ -97,15 +98,21 @@ def supported_rows(path) -> pd.DataFrame:
     rows["concurrency"] = [_concurrency(s, b) for s, b in zip(rows["silicon_data_source"], rows["batch_size"])]
     rows["harness"] = [_harness(s) for s in rows["silicon_data_source"]]
     moe = rows["model"].isin(MOE)
-    # today's instance: TP x PP on one node, experts split over the TP group (EP 1) or whole over it (EP = TP)
+    # aggregated: TP x PP on one node, experts split over the TP group (EP 1) or whole over it (EP = TP)
     one_instance = ((rows["mode"] == "agg") & (rows["attention_dp_size"].fillna(1) == 1)
                     & (rows["tp_size"].fillna(1) <= 8) & (rows["pp_size"].fillna(1) == 1)
                     & (rows["ep"].eq(1) | rows["ep"].eq(rows["tp_size"])))
-    outside = rows[moe & ~one_instance]
-    if len(outside):
-        print(f"{len(outside)} mixture-of-experts rows are disaggregated or need attention data parallelism, "
-              f"instances over nodes or EP other than 1 or TP (wide-EP deployments); not replayed")
-    rows = rows[~moe | one_instance]
+    # disaggregated: each phase's workers with their TP, attention DP and EP, when the row says how many
+    disagg = rows["mode"] == "disagg"
+    workers = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
+    for reason, left_out in (
+            ("aggregated with attention data parallelism, instances over nodes or EP other than 1 or TP",
+             moe & ~disagg & ~one_instance),
+            ("disaggregated without worker counts (the collection's export gives each phase's parallel "
+             "coordinates but not how many prefill and decode workers ran)", moe & disagg & ~workers)):
+        if left_out.any():
+            print(f"{int(left_out.sum())} mixture-of-experts rows are {reason}; not replayed")
+    rows = rows[~moe | one_instance | (disagg & workers)]
     return rows[rows["concurrency"] > 0].reset_index(drop=True)
 
 
@@ -146,16 +153,26 @@ def plan_for(row) -> Plan:
         return Plan(pools=(Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
                                 policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap),))
     return Plan(pools=(
-        Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], tp=_int(row["prefill_tp_size"]),
+        Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], **coordinates(row, "prefill"),
              replicas=_int(row["prefill_num_workers"]), max_prefill_batch_tokens=SCHEDULING[row["backend"]][1]),
-        Pool(name="d", phase="decode", model=model, gpu=row["gpu"], tp=_int(row["decode_tp_size"]),
+        Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
              replicas=_int(row["decode_num_workers"]))), default_link=LINK, transfer_schedule="layer")
 
 
+def coordinates(row, phase: str) -> dict:
+    """A disaggregated row's worker of ``phase`` as pdplan's coordinates: attention TP per DP rank, the
+    DP ranks and EP (the collection's tp_size is the attention TP; moe_tp x moe_ep = tp x dp GPUs)."""
+    dp = _int(row[f"{phase}_attention_dp_size"])
+    ep = _int(row[f"{phase}_moe_ep_size"]) or 1
+    return {"tp": _int(row[f"{phase}_tp_size"]), "dp": dp, "ep": ep}
+
+
 @cache
-def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: int = 1):
-    if kind == "composed" and ep > 1:  # experts whole over the TP group: a composition option only
-        return composed_profile(model, get_gpu(gpu), tp, 1, engine=engine, expert_parallel=True)
+def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: int = 1, dp: int = 1):
+    if kind == "composed" and (ep > 1 or dp > 1):  # whole experts, or DP ranks: composed per rank
+        physical = get_gpu(gpu)  # GPUs of one NVLink domain share a node (a GB200 NVL72 rack is one)
+        return composed_profile(model, physical, tp, 1, dp=dp, ep=ep, engine=engine,
+                                gpus_per_node=physical.nvlink_domain)
     source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed")
     profile = source.profile(model, get_gpu(gpu), tp, 1)
     if kind == "composed" and profile.provenance.source != "composed":
@@ -179,9 +196,13 @@ def requests(row) -> tuple[np.ndarray, np.ndarray]:
 def replay(row, kind: str) -> tuple[float, float]:
     """Simulated mean TTFT and mean TPOT (ms) of the row's run."""
     plan = plan_for(row)
-    ep = int(row["ep"]) if row["mode"] == "agg" else 1
     model = row_model(row)
-    profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, ep) for pool in plan.pools}
+    if row["mode"] == "agg":
+        profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]))
+                    for pool in plan.pools}
+    else:
+        profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp)
+                    for pool in plan.pools}
     clients = int(row["concurrency"])
     prompts, outputs = requests(row)
     n = len(prompts)
@@ -210,10 +231,13 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
     parser.add_argument("--csv", default=None, help="write every replayed row here")
     parser.add_argument("--models", default=None, help="only these catalog models (comma-separated), e.g. the MoE ones")
+    parser.add_argument("--mode", choices=("agg", "disagg"), default=None, help="only aggregated or disaggregated rows")
     args = parser.parse_args(argv)
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     if args.models:
         rows = rows[rows["model"].isin(args.models.split(","))]
+    if args.mode:
+        rows = rows[rows["mode"] == args.mode]
     if args.rows:
         rows = rows.head(args.rows)
     print(f"{len(rows)} supported rows of silicon_sample.csv (aiconfigurator-core {tables.package_version()})")
