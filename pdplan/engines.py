@@ -35,6 +35,8 @@ class RoleShape(Protocol):
     phase: str
     tp: int
     pp: int
+    dp: int
+    ep: int
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,9 +83,14 @@ class EqualTensorRule(Rule):
         return None
 
     def pair_refusal(self, prefill: RoleShape, decode: RoleShape) -> str | None:
-        if prefill.tp == decode.tp:
+        if prefill.tp == decode.tp or _wide(prefill) or _wide(decode):  # the rule is for TP-only P/D
             return None
         return f"{self.says} (prefill TP {prefill.tp}, decode TP {decode.tp})"
+
+
+def _wide(shape: RoleShape) -> bool:
+    """Whether a shape runs wide expert parallelism (attention DP or EP above 1)."""
+    return shape.dp > 1 or shape.ep > 1
 
 
 NIXL_DECODE_PP = ConsumerPipelineRule(

@@ -186,3 +186,9 @@ def test_explain_counts_the_prefill_and_decode_pairs_each_rule_keeps_apart():
                                                      connector="nixl"), candidates=candidates)
     assert _kept_apart(report) == [f"3 prefill and decode pairs kept apart: {SGLANG_EQUAL_TP} on the prefill and "
                                    "decode sides"]
+
+
+def test_sglang_pairs_unequal_tp_when_a_side_runs_wide_expert_parallelism():
+    prefill = Role(phase="prefill", gpu="h200-141gb", tp=8)
+    assert plan_refusal("sglang", None, [prefill, Role(phase="decode", gpu="h200-141gb", tp=1, dp=16, ep=16)]) is None
+    assert SGLANG_EQUAL_TP in plan_refusal("sglang", None, [prefill, Role(phase="decode", gpu="h200-141gb", tp=4)])
