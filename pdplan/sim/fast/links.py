@@ -13,6 +13,7 @@ from pdplan.sim.events import KV_VISIBLE, TRANSFER_FAILED
 from pdplan.sim.fast.clock import push
 from pdplan.sim.fast.fields import (
     D_CAP,
+    D_DP,
     D_LOAD,
     D_LRU_CAP,
     D_LRU_COUNT,
@@ -123,7 +124,7 @@ def book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     now = end if schedule == 0 else start  # routed as it books
     d = least_loaded(di, need, dav_ptr, dav_t, now, 0, n_dec)
-    if n_dec < di.shape[1] and (d < 0 or di[D_LOAD, d] + need > kv_share * di[D_CAP, d]):
+    if n_dec < di.shape[1] and (d < 0 or di[D_LOAD, d] + need > kv_share * (di[D_CAP, d] * di[D_DP, d])):
         m = least_loaded(di, need, dav_ptr, dav_t, now, n_dec, -1)
         if m >= 0:
             d = m
