@@ -145,11 +145,12 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, 
     prefill instance judged alone). ``cl`` is (clients, next request to release): 0 clients is
     the open loop. ``failure`` is FAILURE_RETRY or FAILURE_RECOMPUTE (what a failed transfer
     costs; ``rq[R_FAILS]`` says how many of each request's attempts fail) and ``route`` the
-    router's hop to decode, in seconds. ``pav_*``/``dav_*`` give each prefill and decode instance
-    the intervals in which it takes new requests (CSR: pointers, then [from, until) rows); out of
-    them it only finishes the work it holds (a drain).
+    router's hop to decode, in seconds. ``pav_*``/``dav_*`` give each prefill instance and each
+    decode rank (column of ``di``) the intervals in which it takes new requests (CSR: pointers,
+    then [from, until) rows); out of them it only finishes the work it holds (a drain). ``pq``
+    holds the prefill instances' ranks (their queues); ``di``'s columns are decode ranks.
 
-    Splitwise's mixed pool: ``di``'s instances past the first ``n_dec`` are mixed machines. A
+    Splitwise's mixed pool: ``di``'s columns past the first ``n_dec`` are mixed machines. A
     request arriving while the shortest prefill queue holds more than ``spill_tokens`` pending
     prompt tokens runs whole on the least loaded mixed machine (chunked, as colocated); a
     prefilled request whose decode instance would pass ``kv_share`` of its KV capacity decodes
