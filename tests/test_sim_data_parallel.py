@@ -14,9 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
+from pdplan.fileio import atomic_write_text, dump_yaml
 from pdplan.sim import Plan, simulate, simulate_pool
 from pdplan.sim.fast import fields
 from pdplan.sim.fast.latency import instance_run_s
+from pdplan.sim.plan import load_plan, plan_to_dict
+from tests.conftest import ROOT
 from tests.handbuilt import handbuilt_profile
 from tests.test_sim_decode import DECODE_MS, assert_same_records, decode_profile, table_for
 from tests.test_sim_decode import random_trace as decode_trace
@@ -150,3 +153,26 @@ def test_a_mixed_pool_with_data_parallel_ranks_is_refused_naming_its_field():
     with pytest.raises(PdplanError) as err:
         simulate(random_trace(0, n=5), plan, {**PROFILES, mixed.key: mixed}, model=MODEL)
     assert err.value.field == "pools[2].dp"
+
+
+def test_a_plan_file_states_a_pools_ranks_and_round_trips_them(tmp_path):
+    """``dp`` and ``ep`` are optional pool fields (default 1), written back only when above 1, so
+    a plan without them reads and writes as before."""
+    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
+    old = load_plan(ROOT / "examples" / "plan_disagg.yaml")
+    assert all(p.dp == 1 and p.ep == 1 for p in old.pools)
+    assert all("dp" not in p and "ep" not in p for p in plan_to_dict(old)["pools"])
+    path = tmp_path / "wide.yaml"
+    path.write_text(text.replace("replicas: 2", "dp: 4\n    ep: 4\n    replicas: 2", 1))
+    wide_plan = load_plan(path)
+    assert (wide_plan.pools[0].dp, wide_plan.pools[0].ep) == (4, 4)
+    atomic_write_text(tmp_path / "again.yaml", dump_yaml(plan_to_dict(wide_plan)))
+    assert load_plan(tmp_path / "again.yaml").pools == wide_plan.pools
+
+
+def test_a_pool_with_zero_ranks_names_its_field(tmp_path):
+    path = tmp_path / "plan.yaml"
+    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
+    path.write_text(text.replace("replicas: 2", "dp: 0\n    replicas: 2", 1))
+    with pytest.raises(PdplanError, match=r"pools\[0\]\.dp must be >= 1"):
+        load_plan(path)

@@ -36,6 +36,9 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         gpu: a100-80gb
         tp: 4                      # default 1
         pp: 1                      # default 1
+        dp: 1                      # default 1: attention data-parallel ranks per instance, each
+                                   # with its own batch and KV, stepping together
+        ep: 1                      # default 1: expert-parallel size (with dp, the profile key)
         replicas: 2                # default 1
         max_prefill_batch_tokens: 2048   # optional (prefill, prefill-first): FCFS batch cap in
                                    # prompt tokens; default and upper bound: the profile's
@@ -82,6 +85,9 @@ FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
 #: holds at most 4,096), and each costs simulator memory.
 MAX_REPLICAS = 10_000
+#: Attention data-parallel ranks (and expert-parallel size) of one instance, by the same reasoning:
+#: each rank is a GPU at least, and each costs simulator memory.
+MAX_RANKS = 10_000
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
 #: shortest prefill queue (Splitwise's prompt batching threshold)...
@@ -306,7 +312,7 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
 
 _TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed"}
 _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
-_POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "replicas", "policy", "chunk_tokens",
+_POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "replicas", "policy", "chunk_tokens",
                 "prefix_cache_blocks", "max_prefill_batch_tokens"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -346,6 +352,8 @@ def _pool(spec: Fields) -> Pool:
     return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"),
                 gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
                 pp=spec.integer("pp", 1, minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
+                dp=spec.integer("dp", 1, minimum=1, maximum=MAX_RANKS),
+                ep=spec.integer("ep", 1, minimum=1, maximum=MAX_RANKS),
                 replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks,
                 max_prefill_batch_tokens=batch_cap)
@@ -483,7 +491,9 @@ def plan_to_dict(plan: Plan) -> dict:
         if plan.links:
             doc["links"] = [link(entry) for entry in plan.links]
     optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens")
+    wide = ("dp", "ep")  # written only when above 1: a TP x PP plan's document is as it was
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
+                     **{k: getattr(p, k) for k in wide if getattr(p, k) > 1},
                      "replicas": p.replicas, **{k: getattr(p, k) for k in optional if getattr(p, k) is not None}}
                     for p in plan.pools]
     return doc
