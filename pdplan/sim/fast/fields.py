@@ -37,8 +37,8 @@ PQ_FIELDS = 3
 (D_B, D_S, D_STEPS, D_RESERVED, D_CAP, D_LOAD, D_RUN_K, D_VERSION, D_ROOT, D_MODEL, D_POOL,
  D_W_HEAD, D_W_TAIL, D_MODE, D_M_PREFILL, D_POLICY, D_CHUNK, D_TOKEN_CAP, D_PF_HEAD, D_PF_TAIL,
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
- D_LEAD, D_DP, D_OUT, D_IT_KIND) = range(33)
-DI_FIELDS = 33
+ D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST) = range(34)
+DI_FIELDS = 34
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -50,7 +50,8 @@ DI_FIELDS = 33
 #   (DP set there). B, S, STEPS, RESERVED, CAP, ROOT, the queues, OUT (requests queued or running
 #   on the rank: its router's view), IT_FIRST, IT_N and IT_KIND (what the rank runs this
 #   iteration) are the rank's; LOAD, RUN_K, VERSION, MODE, the LRU, POOL and the df rows are the
-#   instance's, on its lead column. Without data parallelism every column leads itself.
+#   instance's, on its lead column (INST: the instance's number, which places its LRU in ``lru``).
+#   Without data parallelism every column leads itself.
 
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY = range(4)

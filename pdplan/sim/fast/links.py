@@ -14,6 +14,7 @@ from pdplan.sim.fast.clock import push
 from pdplan.sim.fast.fields import (
     D_CAP,
     D_DP,
+    D_INST,
     D_LOAD,
     D_LRU_CAP,
     D_LRU_COUNT,
@@ -58,12 +59,12 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
     A block already cached at the destination is not sent (0x01A: transfer set U \\ V_D). Blocks
     are inserted at booking time: transfers into one instance complete in booking order, so a
     later request on the same ingress finds them visible by the time its own KV is.
-    ``lru`` rows: previous, next, present, over d·n_hash + block.
+    ``lru`` rows: previous, next, present, over (d's instance number)·n_hash + block.
     """
     tokens = rq[R_PROMPT, r]
     if n_hash == 0 or di[D_LRU_CAP, d] == 0:
         return tokens
-    base = d * n_hash
+    base = di[D_INST, d] * n_hash
     for b in range(hash_ptr[r], hash_ptr[r + 1]):
         h = hash_vals[b]
         x = base + h

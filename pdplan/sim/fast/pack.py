@@ -60,7 +60,8 @@ def _instance_state(profiles: list[PhaseProfile], table: LatencyTable, per_insta
     rows = {fields.D_CAP: [p.kv_capacity_tokens for p in profiles],
             fields.D_MODEL: [table.index(p.decode) for p in profiles],
             fields.D_M_PREFILL: [table.index(p.prefill) for p in profiles],
-            fields.D_DP: [p.dp for p in profiles], fields.D_LEAD: lead, **per_instance}
+            fields.D_DP: [p.dp for p in profiles], fields.D_LEAD: lead,
+            fields.D_INST: np.arange(len(profiles)), **per_instance}
     for row, values in rows.items():
         di[row] = np.asarray(values, np.int64)[inst]
     return di, np.zeros((fields.DF_FIELDS, inst.size)), inst, lead
@@ -130,7 +131,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
             hash_ptr = np.ascontiguousarray(requests.hash_offsets, dtype=np.int64)
             n_hash = int(unique.size)
             di[fields.D_LRU_CAP, lead[:n_dec]] = caps
-    lru = np.full((3, max(1, col.size * n_hash)), -1, np.int32)
+    lru = np.full((3, max(1, len(dids) * n_hash)), -1, np.int32)
     lru[2] = 0
     link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
     tab_i, pieces = table.arrays()
