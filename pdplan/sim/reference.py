@@ -6,6 +6,10 @@ no closed forms and no arrays: every decode step is its own event whose time com
 0x08I recurrence layer by layer, and the prefix cache is an ``OrderedDict``. It is slow (pure
 Python, O(tokens) events) and exists so tests can check the compiled engine request by request.
 
+An instance with attention data parallelism holds ``dp`` ranks (:class:`_Rank`), each with its
+own batch, KV and queue, stepping together (:func:`_step_s`); the rank is picked by
+:func:`pick_rank`.
+
 Event priorities at equal times are the compiled engine's, from :mod:`pdplan.sim.events`.
 """
 
@@ -106,8 +110,11 @@ def pick_rank(outstanding) -> int:
 
 def _step_s(times) -> float:
     """One synchronised step of an instance: every rank waits for the slowest (the MoE layers'
-    all-to-all runs across all of them), so the step lasts the longest rank's time. An empty rank
-    adds nothing: profiles start at batch 1 and define no idle-batch time."""
+    all-to-all runs across all of them; SGLang gathers every rank's batch before each forward pass
+    and runs an idle batch on a rank without work, ``Scheduler.prepare_mlp_sync_batch`` and
+    ``get_idle_batch`` in sgl-project/sglang python/sglang/srt/managers/scheduler.py), so the step
+    lasts the longest rank's time. An empty rank adds nothing: profiles start at batch 1 and
+    define no idle-batch time."""
     return max(times)
 
 
