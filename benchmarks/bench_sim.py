@@ -9,8 +9,11 @@ one core. Profiles: the shipped llama2-70b a100-80gb TP4 profile when present, e
 hand-built stand-in (tests/handbuilt.py). Prints, per plan, the first call's time (numba
 compile, or loading its cache), the best and median of N timed runs of ``simulate`` end to end
 (workload in, per-request records and clocks out), requests simulated per second, and events
-per request; then a few SLO numbers so the run is seen to be doing real work. Exits 1 below
-the target of 200,000 simulated requests/s for the disaggregated plan.
+per request; then a few SLO numbers so the run is seen to be doing real work. Then the same
+for one decode instance of 16 attention data-parallel ranks judged alone (the profile's rank
+repeated 16 times, each rank its own batch and KV, every step the slowest rank's) beside one
+of a single rank, both at the trace's rate. Exits 1 below the target of 200,000 simulated
+requests/s for the disaggregated plan.
 """
 
 from __future__ import annotations
@@ -81,10 +84,31 @@ def main() -> int:
               f"{s['tpot']['p50'] * 1e3:.1f}/{s['tpot']['p99'] * 1e3:.1f} ms, attainment (1 s, 100 ms) "
               f"ttft {s['attainment']['ttft']:.3f} tpot {s['attainment']['tpot']:.3f} "
               f"joint {s['attainment']['joint']:.3f}")
+    _wide_decode(workload, next(iter(profiles.values())), args.repeat)
     disagg = rates["plan_disagg.yaml"]
     verdict = "meets" if disagg >= TARGET_RPS else "MISSES"
     print(f"disaggregated: {disagg:,.0f} simulated requests/s — {verdict} the {TARGET_RPS:,} target")
     return 0 if disagg >= TARGET_RPS else 1
+
+
+def _wide_decode(workload, profile, repeat: int) -> None:
+    """Simulated requests per second of one decode instance alone, with 1 and with 16 ranks."""
+    import dataclasses
+
+    from pdplan.sim import simulate_pool
+
+    for dp in (1, 16):
+        wide = dataclasses.replace(profile, dp=dp)
+        result = simulate_pool(workload, wide, phase="decode")  # compile or load the kernels
+        times = []
+        for _ in range(repeat):
+            started = time.perf_counter()
+            result = simulate_pool(workload, wide, phase="decode")
+            times.append(time.perf_counter() - started)
+        best = min(times)
+        label = f"decode instance alone, {dp} rank{'s' if dp > 1 else ''}"
+        print(f"{label:<44} {'':>9} {best:8.4f} {statistics.median(times):8.4f} "
+              f"{len(workload) / best:10,.0f} {result.events / len(workload):10.2f}")
 
 
 if __name__ == "__main__":

@@ -65,6 +65,14 @@ Modelling choices, stated once:
 * **Routing** — prefill: fewest pending prompt tokens (Splitwise JSQ); decode: smallest
   (routed, unfinished KV tokens) / capacity; colocated: fewest outstanding tokens (prompt +
   output of routed, unfinished requests); ties → lowest index. No Splitwise mixed pool.
+* **Attention data parallelism** — an instance whose profile has ``dp`` > 1 is dp ranks, each
+  with its own batch, KV (the profile's capacity is one rank's) and queue, admission per rank.
+  A request takes the rank with the fewest outstanding requests, ties → lowest, when it reaches
+  the instance (prefill or colocated arrival, decode KV landing; :func:`pdplan.sim.reference.pick_rank`).
+  The routers above see the instance whole (decode capacity: dp × a rank's). Every step
+  synchronises the ranks and lasts the longest rank's step at its own batch and context; an
+  empty rank adds nothing (profiles define no batch-0 time). Prefill: each rank's FCFS batch
+  under the cap; colocated: each rank's own iteration. A mixed pool refuses dp > 1.
 """
 
 from __future__ import annotations

@@ -134,7 +134,10 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     labels, phases, profs, slots, policies, chunks, caches, caps = [], [], [], [], [], [], [], []
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # the link matrix's columns
     slot_of = {"prefill": 0, "colocated": 0}
-    for pool, profile in zip(plan.pools, resolved):
+    for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
+        if pool.phase == "mixed" and pool.dp > 1:
+            raise PdplanError(f"pool {pool.name!r}: the simulator runs a Splitwise mixed pool without attention "
+                              f"data parallelism (dp 1), got dp {pool.dp}", file=plan.source, field=f"pools[{i}].dp")
         if pool.phase in ("decode", "mixed"):
             slot = receivers.index(pool)
         else:
@@ -223,7 +226,9 @@ def cache_capacities(layout: Layout, requests: Requests) -> list[int]:
         if stated is not None:
             caps.append(stated)
         else:
-            caps.append(layout.profiles[i].kv_capacity_tokens // block if block else 0)
+            # the instance's cache spans its ranks' KV (the rank is chosen when the KV lands)
+            profile = layout.profiles[i]
+            caps.append(profile.kv_capacity_tokens * profile.dp // block if block else 0)
     return caps
 
 

@@ -317,7 +317,8 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
         if pool.shape in found:
             continue
         try:
-            found[pool.shape] = source.profile(get_model(pool.model), get_gpu(pool.gpu), pool.tp, pool.pp)
+            found[pool.shape] = source.profile(get_model(pool.model), get_gpu(pool.gpu), pool.tp, pool.pp,
+                                               dp=pool.dp, ep=pool.ep)
         except PdplanError as err:
             raise PdplanError(f"pool {pool.name!r}: {err.detail}", file=plan.source, field=f"pools[{i}]") from None
     return found

@@ -6,6 +6,10 @@ no closed forms and no arrays: every decode step is its own event whose time com
 0x08I recurrence layer by layer, and the prefix cache is an ``OrderedDict``. It is slow (pure
 Python, O(tokens) events) and exists so tests can check the compiled engine request by request.
 
+An instance with attention data parallelism holds ``dp`` ranks (:class:`_Rank`), each with its
+own batch, KV and queue, stepping together (:func:`_step_s`); the rank is picked by
+:func:`pick_rank`.
+
 Event priorities at equal times are the compiled engine's, from :mod:`pdplan.sim.events`.
 """
 
@@ -36,15 +40,19 @@ class _Records:
         self.released = lambda: None  # a request left the system (the closed loop's hook)
 
 
-class _Batch:
-    """Requests decoding together on one instance; one token per member per step."""
+class _Rank:
+    """One attention data-parallel rank of an instance: its own batch and its own KV; one token
+    per member per step. An instance without data parallelism has one rank."""
 
-    def __init__(self, env: Environment, profile, capacity: int, req: Requests, rec: _Records):
-        self.env, self.profile, self.capacity, self.req, self.rec = env, profile, capacity, req, rec
+    def __init__(self, env: Environment, profile, req: Requests, rec: _Records, owner):
+        self.env, self.profile, self.capacity, self.req, self.rec = env, profile, profile.kv_capacity_tokens, req, rec
+        self.owner = owner  # the instance: its router load falls when a request here finishes
         self.generated: dict[int, int] = {}  # active request -> tokens it has produced
-        self.reserved = 0   # KV tokens reserved: prompt + output of each admitted request
-        self.load = 0       # router's view: prompt + output of routed, unfinished requests
-        self.busy_s = 0.0
+        self.reserved = 0     # KV tokens reserved: prompt + output of each admitted request
+        self.outstanding = 0  # requests queued or running here: the rank router's view
+        self.waiting: deque[int] = deque()  # prompts (colocated) or landed KV (decode) not admitted yet
+        self.prefilling: dict[int, int] = {}  # colocated: admitted, partly prefilled request -> tokens done
+        self.ready: deque[int] = deque()  # a mixed machine: requests whose KV another instance prefilled
 
     def need(self, r: int) -> int:
         return int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
@@ -65,7 +73,8 @@ class _Batch:
         self.rec.released()
         del self.generated[r]
         self.reserved -= self.need(r)
-        self.load -= self.need(r)
+        self.outstanding -= 1
+        self.owner.load -= self.need(r)
 
     def step_s(self) -> float:
         context = sum(int(self.req.prompt_tokens[r]) + g for r, g in self.generated.items())
@@ -79,30 +88,69 @@ class _Batch:
                 self._finish(r)
 
 
-class _DecodeInstance(_Batch):
+def _ranks(env: Environment, profile, req: Requests, rec: _Records, owner) -> list[_Rank]:
+    """The profile's ``dp`` ranks of one instance (one when it has no attention data parallelism)."""
+    return [_Rank(env, profile, req, rec, owner) for _ in range(profile.dp)]
+
+
+def pick_rank(outstanding) -> int:
+    """The rank that takes a request: fewest outstanding requests (queued or running), ties to the
+    lowest rank. SGLang's DP controller with ``--load-balance-method shortest_queue`` sends each
+    request to the rank with the fewest requests (``DPBudget.update_budget`` counts ``num_reqs``,
+    waiting and running: sgl-project/sglang python/sglang/srt/managers/data_parallel_controller.py);
+    vLLM's DP load balancer picks the smallest ``waiting * 4 + running`` (``DPLBAsyncMPClient.
+    get_core_engine_for_request``, vllm/v1/engine/core_client.py). Here the counts are exact, not
+    the engines' periodically reported ones."""
+    best = 0
+    for k in range(1, len(outstanding)):
+        if outstanding[k] < outstanding[best]:
+            best = k
+    return best
+
+
+def _step_s(times) -> float:
+    """One synchronised step of an instance: every rank waits for the slowest (the MoE layers'
+    all-to-all runs across all of them; SGLang gathers every rank's batch before each forward pass
+    and runs an idle batch on a rank without work, ``Scheduler.prepare_mlp_sync_batch`` and
+    ``get_idle_batch`` in sgl-project/sglang python/sglang/srt/managers/scheduler.py), so the step
+    lasts the longest rank's time. An empty rank adds nothing: profiles start at batch 1 and
+    define no idle-batch time."""
+    return max(times)
+
+
+class _DecodeInstance:
+    """A decode instance: its ranks step together; landed KV joins a rank at a step boundary."""
+
     def __init__(self, env, profile, req, rec, index: int):
-        super().__init__(env, profile, profile.kv_capacity_tokens, req, rec)
-        self.index = index
-        self.waiting: deque[int] = deque()
+        self.env, self.req, self.index = env, req, index
+        self.ranks = _ranks(env, profile, req, rec, self)
+        self.capacity = profile.kv_capacity_tokens   # KV one rank holds: the most one request may need
+        self.router_capacity = profile.kv_capacity_tokens * profile.dp
+        self.load = 0       # router's view: prompt + output of routed, unfinished requests
+        self.busy_s = 0.0
         self.stepping = False  # a step is running or about to start
 
     def kv_visible(self, r: int) -> None:
-        self.waiting.append(r)
+        rank = self.ranks[pick_rank([k.outstanding for k in self.ranks])]
+        rank.waiting.append(r)
+        rank.outstanding += 1
         if not self.stepping:  # start at a boundary now, after all KV landing at this instant
             self.stepping = True
             self.env.schedule(self.env.now, BOUNDARY, self._boundary)
 
     def _boundary(self) -> None:
-        while self.waiting and self.fits(self.waiting[0]):
-            self.admit(self.waiting.popleft())
-        self.stepping = bool(self.generated)
+        for rank in self.ranks:
+            while rank.waiting and rank.fits(rank.waiting[0]):
+                rank.admit(rank.waiting.popleft())
+        self.stepping = any(rank.generated for rank in self.ranks)
         if self.stepping:
-            dt = self.step_s()
+            dt = _step_s([rank.step_s() for rank in self.ranks if rank.generated])
             self.env.schedule(self.env.now + dt, BOUNDARY, self._step_done, dt)
 
     def _step_done(self, dt: float) -> None:
         self.busy_s += dt
-        self.emit_tokens()
+        for rank in self.ranks:
+            rank.emit_tokens()
         self._boundary()
 
 
@@ -115,7 +163,8 @@ class _Disaggregated:
         self.pids = list(layout.ids("prefill"))
         self.n_dec = len(layout.ids("decode"))
         self.dids = list(layout.ids("decode")) + list(layout.ids("mixed"))  # mixed machines after decode
-        self.pre = [{"queue": deque(), "pending": 0, "stage_free": [0.0] * layout.profiles[i].pp,
+        self.pre = [{"queues": [deque() for _ in range(layout.profiles[i].dp)], "pending": 0,
+                     "outstanding": [0] * layout.profiles[i].dp, "stage_free": [0.0] * layout.profiles[i].pp,
                      "busy_s": 0.0, "profile": layout.profiles[i], "cap": layout.batch_tokens[i],
                      "free_pending": False} for i in self.pids]
         self.dec = [_DecodeInstance(self.env, layout.profiles[i], req, self.rec, k) if k < self.n_dec else
@@ -159,10 +208,12 @@ class _Disaggregated:
         return min(taking or range(len(self.pre)), key=lambda i: (self.pre[i]["pending"], i))
 
     def _queue_prefill(self, r: int, p: int) -> None:
-        self.pre[p]["pending"] += int(self.req.prompt_tokens[r])
-        self.pre[p]["queue"].append(r)
-        self.rec.prefill_instance[r] = p
         inst = self.pre[p]
+        inst["pending"] += int(self.req.prompt_tokens[r])
+        rank = pick_rank(inst["outstanding"])
+        inst["queues"][rank].append(r)
+        inst["outstanding"][rank] += 1
+        self.rec.prefill_instance[r] = p
         if inst["stage_free"][0] <= self.env.now and not inst["free_pending"]:
             # form the batch once every arrival of this instant has queued
             inst["free_pending"] = True
@@ -174,17 +225,22 @@ class _Disaggregated:
 
     def _try_start(self, p: int) -> None:
         inst = self.pre[p]
-        if not inst["queue"] or inst["stage_free"][0] > self.env.now:
+        if not any(inst["queues"]) or inst["stage_free"][0] > self.env.now:
             return
         cap = inst["cap"]
-        batch, tokens = [], 0
-        while inst["queue"]:
-            length = int(self.req.prompt_tokens[inst["queue"][0]])
-            if batch and tokens + length > cap:
-                break
-            batch.append(inst["queue"].popleft())
-            tokens += length
-        duration = inst["profile"].prefill_time_s(self.req.prompt_tokens[batch])
+        batch, times = [], []  # every rank's batch, in rank order; each rank's prefill time
+        for k, queue in enumerate(inst["queues"]):
+            own, tokens = [], 0
+            while queue:
+                length = int(self.req.prompt_tokens[queue[0]])
+                if own and tokens + length > cap:
+                    break
+                own.append(queue.popleft())
+                tokens += length
+            if own:
+                times.append(inst["profile"].prefill_time_s(self.req.prompt_tokens[own]))
+                batch += [(r, k) for r in own]
+        duration = _step_s(times)
         stages = len(inst["stage_free"])
         clock = self.env.now
         for s in range(stages):
@@ -192,19 +248,20 @@ class _Disaggregated:
             inst["stage_free"][s] = clock
         start, end = self.env.now, clock
         inst["busy_s"] += duration / stages
-        for r in batch:
+        for r, _ in batch:
             self.rec.prefill_start_s[r], self.rec.prefill_end_s[r] = start, end
         self.env.schedule(end, PREFILL_DONE, self._prefill_done, p, batch, start)
         if stages > 1:
             inst["free_pending"] = True
             self.env.schedule(inst["stage_free"][0], PREFILL_FREE, self._stage_free, p)
         if self.layout.schedule == "layer" and self.dids:
-            for r in batch:
+            for r, _ in batch:
                 self._book(r, p, start, end)
 
     def _prefill_done(self, p: int, batch: list[int], start: float) -> None:
-        for r in batch:
+        for r, k in batch:
             self.pre[p]["pending"] -= int(self.req.prompt_tokens[r])
+            self.pre[p]["outstanding"][k] -= 1
             if not self.dids:  # a prefill instance alone: the request ends here
                 self.rec.released()
             if self.layout.schedule == "request" and self.dids:
@@ -220,7 +277,7 @@ class _Disaggregated:
         now = self.env.now if now is None else now
         d = self._least_loaded(need, now, range(self.n_dec))
         if self.n_dec < len(self.dec) and (
-                d is None or self.dec[d].load + need > self.layout.kv_share * self.dec[d].capacity):
+                d is None or self.dec[d].load + need > self.layout.kv_share * self.dec[d].router_capacity):
             mixed = self._least_loaded(need, now, range(self.n_dec, len(self.dec)))
             d = d if mixed is None else mixed
         self.dec[d].load += need
@@ -233,7 +290,8 @@ class _Disaggregated:
                 inst = self.dec[d]
                 if inst.capacity < need or (rule == "taking" and not _takes(self.layout, self.dids[d], now)):
                     continue
-                if best is None or inst.load * self.dec[best].capacity < self.dec[best].load * inst.capacity:
+                if best is None or \
+                        inst.load * self.dec[best].router_capacity < self.dec[best].load * inst.router_capacity:
                     best = d
             if best is not None:
                 break
@@ -299,127 +357,137 @@ class _Disaggregated:
         self._queue_prefill(r, self._pick_prefill())
 
 
-class _ColocatedInstance(_Batch):
-    """Both phases on one instance, one iteration at a time."""
+class _ColocatedInstance:
+    """Both phases on one instance, one iteration at a time; with data parallelism each rank
+    plans its own iteration (a prefill batch, a chunked iteration or a decode step) and the
+    instance's iteration lasts the longest rank's."""
 
     def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int):
-        super().__init__(env, profile, profile.kv_capacity_tokens, req, rec)
+        self.env, self.profile, self.req, self.rec = env, profile, req, rec
         self.policy, self.chunk_tokens, self.batch_tokens = policy, chunk_tokens, batch_tokens
-        self.waiting: deque[int] = deque()
-        self.prefilling: dict[int, int] = {}  # admitted, partly prefilled request -> tokens done
+        self.ranks = _ranks(env, profile, req, rec, self)
+        self.capacity = profile.kv_capacity_tokens  # KV one rank holds: the most one request may need
+        self.router_capacity = profile.kv_capacity_tokens * profile.dp
+        self.load = 0       # router's view: prompt + output of routed, unfinished requests
+        self.busy_s = 0.0
         self.running = False
 
     def arrive(self, r: int) -> None:
-        self.waiting.append(r)
+        rank = self.ranks[pick_rank([k.outstanding for k in self.ranks])]
+        rank.waiting.append(r)
+        rank.outstanding += 1
+        self._wake()
+
+    def _wake(self) -> None:
         if not self.running:  # start at a boundary now, after all arrivals of this instant
             self.running = True
             self.env.schedule(self.env.now, BOUNDARY, self._next)
 
-    def _admit_prefill(self, r: int) -> None:
-        self.waiting.popleft()
-        self.reserved += self.need(r)
+    def _admit_prefill(self, rank: _Rank, r: int) -> None:
+        rank.waiting.popleft()
+        rank.reserved += rank.need(r)
         self.rec.prefill_start_s[r] = self.env.now
 
-    def _prompt_done(self, r: int) -> None:
+    def _prompt_done(self, rank: _Rank, r: int) -> None:
         self.rec.prefill_end_s[r] = self.env.now
-        self.reserved -= self.need(r)  # admit() reserves again
-        self.admit(r)
+        rank.reserved -= rank.need(r)  # admit() reserves again
+        rank.admit(r)
 
     def _next(self) -> None:
-        """Pick the next iteration at a boundary."""
+        """Pick the next iteration of every rank at a boundary."""
         self.running = True
+        plans = [self._plan(rank) for rank in self.ranks]
+        times = [plan[2] for plan in plans if plan is not None]
+        if not times:
+            self.running = False
+            return
+        dt = _step_s(times)
+        self.env.schedule(self.env.now + dt, BOUNDARY, self._done, plans, dt)
+
+    def _plan(self, rank: _Rank):
+        """A rank's next iteration, its prompts admitted: (kind, chunks or batch, seconds), or None."""
         if self.policy == "prefill-first":
             batch, tokens = [], 0
-            while self.waiting:
-                r = self.waiting[0]
+            while rank.waiting:
+                r = rank.waiting[0]
                 length = int(self.req.prompt_tokens[r])
                 if batch and tokens + length > self.batch_tokens:
                     break
-                if not self.fits(r):
+                if not rank.fits(r):
                     break
-                self._admit_prefill(r)
+                self._admit_prefill(rank, r)
                 batch.append(r)
                 tokens += length
             if batch:
-                dt = self.profile.prefill_time_s(self.req.prompt_tokens[batch])
-                self.env.schedule(self.env.now + dt, BOUNDARY, self._prefill_done, batch, dt)
-                return
+                return "prefill", batch, self.profile.prefill_time_s(self.req.prompt_tokens[batch])
         else:
-            budget = self.chunk_tokens - len(self.generated)
+            budget = self.chunk_tokens - len(rank.generated)
             chunks: dict[int, int] = {}
             if budget > 0:
-                for r, done in self.prefilling.items():
+                for r, done in rank.prefilling.items():
                     if budget <= 0:
                         break
                     chunks[r] = min(budget, int(self.req.prompt_tokens[r]) - done)
                     budget -= chunks[r]
-                while budget > 0 and self.waiting and self.fits(self.waiting[0]):
-                    r = self.waiting[0]
-                    self._admit_prefill(r)
-                    self.prefilling[r] = 0
+                while budget > 0 and rank.waiting and rank.fits(rank.waiting[0]):
+                    r = rank.waiting[0]
+                    self._admit_prefill(rank, r)
+                    rank.prefilling[r] = 0
                     chunks[r] = min(budget, int(self.req.prompt_tokens[r]))
                     budget -= chunks[r]
             if chunks:
-                dt = self._mixed_s(chunks)
-                self.env.schedule(self.env.now + dt, BOUNDARY, self._mixed_done, chunks, dt)
-                return
-        if self.generated:
-            dt = self.step_s()
-            self.env.schedule(self.env.now + dt, BOUNDARY, self._step_done, dt)
-        else:
-            self.running = False
+                return "mixed", chunks, self._mixed_s(rank, chunks)
+        if rank.generated:
+            return "step", None, rank.step_s()
+        return None
 
-    def _mixed_s(self, chunks: dict[int, int]) -> float:
+    def _mixed_s(self, rank: _Rank, chunks: dict[int, int]) -> float:
         """Decode step + (prefill of the chunks − prefill of an empty batch): weights read once."""
         n = len(chunks)
         sum_c = float(sum(chunks.values()))
-        pairs = float(sum((self.prefilling[r] + c) ** 2 - self.prefilling[r] ** 2 for r, c in chunks.items()))
+        pairs = float(sum((rank.prefilling[r] + c) ** 2 - rank.prefilling[r] ** 2 for r, c in chunks.items()))
         prefill = self.profile.prefill.evaluate(np.array([[1.0, sum_c, pairs]]), np.array([n]))[0]
-        if not self.generated:
+        if not rank.generated:
             return float(prefill)
         empty = self.profile.prefill.evaluate(np.array([[1.0, 0.0, 0.0]]), np.array([n]))[0]
-        return self.step_s() + max(0.0, float(prefill - empty))
+        return rank.step_s() + max(0.0, float(prefill - empty))
 
-    def _prefill_done(self, batch: list[int], dt: float) -> None:
+    def _done(self, plans, dt: float) -> None:
         self.busy_s += dt
-        for r in batch:
-            self._prompt_done(r)
-        self._next()
-
-    def _mixed_done(self, chunks: dict[int, int], dt: float) -> None:
-        self.busy_s += dt
-        if self.generated:
-            self.emit_tokens()
-        for r, c in chunks.items():
-            self.prefilling[r] += c
-            if self.prefilling[r] == self.req.prompt_tokens[r]:
-                del self.prefilling[r]
-                self._prompt_done(r)
-        self._next()
-
-    def _step_done(self, dt: float) -> None:
-        self.busy_s += dt
-        self.emit_tokens()
+        for rank, plan in zip(self.ranks, plans):
+            if plan is None:
+                continue
+            kind, work, _ = plan
+            if kind == "prefill":  # the batch's prompts are done; its decodes stalled
+                for r in work:
+                    self._prompt_done(rank, r)
+                continue
+            if rank.generated:
+                rank.emit_tokens()
+            if kind == "mixed":
+                for r, c in work.items():
+                    rank.prefilling[r] += c
+                    if rank.prefilling[r] == self.req.prompt_tokens[r]:
+                        del rank.prefilling[r]
+                        self._prompt_done(rank, r)
         self._next()
 
 
 class _MixedInstance(_ColocatedInstance):
     """A Splitwise mixed machine: colocated batching, plus decodes whose KV another instance
-    prefilled, admitted at its boundaries (FIFO, while they fit)."""
-
-    def __init__(self, *args):
-        super().__init__(*args)
-        self.ready: deque[int] = deque()
+    prefilled, admitted at its boundaries (FIFO, while they fit). One rank: a mixed pool refuses
+    data parallelism (:func:`pdplan.sim.layout.layout_from_plan`)."""
 
     def kv_visible(self, r: int) -> None:
-        self.ready.append(r)
-        if not self.running:
-            self.running = True
-            self.env.schedule(self.env.now, BOUNDARY, self._next)
+        rank = self.ranks[0]
+        rank.ready.append(r)
+        rank.outstanding += 1
+        self._wake()
 
     def _next(self) -> None:
-        while self.ready and self.fits(self.ready[0]):
-            self.admit(self.ready.popleft())
+        rank = self.ranks[0]
+        while rank.ready and rank.fits(rank.ready[0]):
+            rank.admit(rank.ready.popleft())
         super()._next()
 
 

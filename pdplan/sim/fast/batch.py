@@ -6,6 +6,11 @@ per-request CHILD / SIBLING fields (no per-instance storage, O(1) insert, O(log 
 delete), which keeps a boundary O(log B) instead of a scan of the batch. A running batch plans
 its next boundary where its first member finishes and is cut short when a waiting request
 could join earlier.
+
+An instance with attention data parallelism is several ranks (columns of ``di``, see
+:mod:`.fields`), each with its own heap, KV and queue, stepping together: its stretch ends where
+the first member of any rank finishes, and lasts the ranks' synchronised steps
+(:func:`pdplan.sim.fast.latency.instance_run_s`).
 """
 
 from __future__ import annotations
@@ -18,9 +23,11 @@ from pdplan.sim.fast.clock import push, release
 from pdplan.sim.fast.fields import (
     D_B,
     D_CAP,
+    D_DP,
+    D_LEAD,
     D_LOAD,
     D_MODE,
-    D_MODEL,
+    D_OUT,
     D_RESERVED,
     D_ROOT,
     D_RUN_K,
@@ -43,7 +50,7 @@ from pdplan.sim.fast.fields import (
     T_FINISH,
     T_FIRST,
 )
-from pdplan.sim.fast.latency import decode_run_s, steps_to_reach
+from pdplan.sim.fast.latency import instance_run_s, instance_steps_to_reach
 
 
 @njit(cache=True, inline="always")
@@ -89,14 +96,15 @@ def _delete_min(rq, root):
 
 @njit(cache=True)
 def activate(rq, rt, di, i, r, t, cl):
-    """Request r joins batch i with its first token out at t (its KV reserved by the caller)."""
+    """Request r joins rank i's batch with its first token out at t (its KV reserved by the caller)."""
     rt[T_FIRST, r] = t
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     if rq[R_OUTPUT, r] == 1:  # the prefill's token was the only one
         rt[T_FINISH, r] = t
         release(rt, cl, t)
         di[D_RESERVED, i] -= need
-        di[D_LOAD, i] -= need
+        di[D_LOAD, di[D_LEAD, i]] -= need
+        di[D_OUT, i] -= 1
         return
     rq[R_FIN_STEP, r] = di[D_STEPS, i] + rq[R_OUTPUT, r] - 1
     rq[R_CHILD, r] = -1
@@ -107,11 +115,18 @@ def activate(rq, rt, di, i, r, t, cl):
 
 
 @njit(cache=True)
-def advance(rq, rt, di, df, i, t, k, cl):
-    """Run k steps of batch i ending at t; requests at their last token leave and free KV."""
+def advance(rq, rt, di, df, d, t, k, cl):
+    """Run k steps of instance d's ranks ending at t (its busy time from the stretch's start)."""
     if k <= 0:
         return
-    df[F_BUSY, i] += t - df[F_RUN_T0, i]
+    df[F_BUSY, d] += t - df[F_RUN_T0, d]
+    for i in range(d, d + di[D_DP, d]):
+        advance_rank(rq, rt, di, i, t, k, cl)
+
+
+@njit(cache=True)
+def advance_rank(rq, rt, di, i, t, k, cl):
+    """Run k steps of rank i's batch ending at t; requests at their last token leave and free KV."""
     di[D_STEPS, i] += k
     di[D_S, i] += di[D_B, i] * k
     while di[D_ROOT, i] >= 0 and rq[R_FIN_STEP, di[D_ROOT, i]] == di[D_STEPS, i]:
@@ -123,29 +138,33 @@ def advance(rq, rt, di, df, i, t, k, cl):
         di[D_S, i] -= need  # its context after the last step is prompt + output
         di[D_B, i] -= 1
         di[D_RESERVED, i] -= need
-        di[D_LOAD, i] -= need
+        di[D_LOAD, di[D_LEAD, i]] -= need
+        di[D_OUT, i] -= 1
 
 
 @njit(cache=True)
-def _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, i, t, model):
-    """Batch i runs unchanged from t until its first request finishes; schedule that boundary."""
-    k = rq[R_FIN_STEP, di[D_ROOT, i]] - di[D_STEPS, i]
-    df[F_RUN_T0, i] = t
-    di[D_RUN_K, i] = k
-    end = t + decode_run_s(tab_i, pieces, model, di[D_B, i], float(di[D_S, i]), k)
-    push(ht, hi, hs, end, np.int64(BOUNDARY), i, di[D_VERSION, i])
+def _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
+    """Instance d's batches run unchanged from t until the first request of any rank finishes;
+    schedule that boundary."""
+    k = np.int64(-1)
+    for i in range(d, d + di[D_DP, d]):
+        if di[D_B, i] > 0 and (k < 0 or rq[R_FIN_STEP, di[D_ROOT, i]] - di[D_STEPS, i] < k):
+            k = rq[R_FIN_STEP, di[D_ROOT, i]] - di[D_STEPS, i]
+    df[F_RUN_T0, d] = t
+    di[D_RUN_K, d] = k
+    end = t + instance_run_s(tab_i, pieces, di, d, k)
+    push(ht, hi, hs, end, np.int64(BOUNDARY), d, di[D_VERSION, d])
 
 
 @njit(cache=True)
-def _cut_run(di, df, tab_i, pieces, ht, hi, hs, i, t, model):
-    """Stop batch i's planned stretch at the first step boundary at or after t."""
-    j = steps_to_reach(tab_i, pieces, model, di[D_B, i], float(di[D_S, i]), di[D_RUN_K, i],
-                       t - df[F_RUN_T0, i])
-    if j < di[D_RUN_K, i]:
-        di[D_VERSION, i] += 1
-        di[D_RUN_K, i] = j
-        end = df[F_RUN_T0, i] + decode_run_s(tab_i, pieces, model, di[D_B, i], float(di[D_S, i]), j)
-        push(ht, hi, hs, end, np.int64(BOUNDARY), i, di[D_VERSION, i])
+def _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t):
+    """Stop instance d's planned stretch at the first step boundary at or after t."""
+    j = instance_steps_to_reach(tab_i, pieces, di, d, di[D_RUN_K, d], t - df[F_RUN_T0, d])
+    if j < di[D_RUN_K, d]:
+        di[D_VERSION, d] += 1
+        di[D_RUN_K, d] = j
+        end = df[F_RUN_T0, d] + instance_run_s(tab_i, pieces, di, d, j)
+        push(ht, hi, hs, end, np.int64(BOUNDARY), d, di[D_VERSION, d])
 
 
 @njit(cache=True)
@@ -186,37 +205,54 @@ def take_if_fits(rq, di, i, head, tail):
 
 
 @njit(cache=True)
-def queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, i, r, t, head, tail, may_cut):
-    """Queue request r on instance i's FIFO (head/tail rows). An idle instance plans a boundary
-    now (with everything else landing now); a decode stretch is cut at its next step boundary when
-    r heads the queue and fits (and ``may_cut``), so it joins there instead of the planned one."""
+def pick_rank(di, d):
+    """The rank of instance d that takes a request, now counted there: fewest outstanding requests
+    (queued or running), ties to the lowest rank (:func:`pdplan.sim.reference.pick_rank` states
+    the rule and its sources)."""
+    best = d
+    for i in range(d + 1, d + di[D_DP, d]):
+        if di[D_OUT, i] < di[D_OUT, best]:
+            best = i
+    di[D_OUT, best] += 1
+    return best
+
+
+@njit(cache=True)
+def queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, d, i, r, t, head, tail, may_cut):
+    """Queue request r on rank i's FIFO (head/tail rows) of instance d. An idle instance plans a
+    boundary now (with everything else landing now); a decode stretch is cut at its next step
+    boundary when r heads its rank's queue and fits there (and ``may_cut``), so it joins there
+    instead of the planned one."""
     was_empty = di[head, i] < 0
     append(rq, di, i, r, head, tail, R_W_NEXT)
-    if di[D_MODE, i] == IDLE:
-        plan_start(di, ht, hi, hs, i, t)
-    elif di[D_MODE, i] == DECODE_RUN and was_empty and may_cut and \
+    if di[D_MODE, d] == IDLE:
+        plan_start(di, ht, hi, hs, d, t)
+    elif di[D_MODE, d] == DECODE_RUN and was_empty and may_cut and \
             di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i]:
-        _cut_run(di, df, tab_i, pieces, ht, hi, hs, i, t, di[D_MODEL, i])
+        _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t)
 
 
 @njit(cache=True)
 def decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
-    """Batch d reaches a step boundary at t after k steps: finishes leave, waiting KV joins (FIFO,
-    while its prompt + output tokens fit the KV not reserved), and the next stretch is planned."""
+    """Instance d reaches a step boundary at t after k steps: finishes leave, waiting KV joins each
+    rank (FIFO, while its prompt + output tokens fit the rank's KV not reserved), and the next
+    stretch is planned."""
     advance(rq, rt, di, df, d, t, k, cl)
-    r = take_if_fits(rq, di, d, D_W_HEAD, D_W_TAIL)
-    while r >= 0:
-        activate(rq, rt, di, d, r, t, cl)
-        r = take_if_fits(rq, di, d, D_W_HEAD, D_W_TAIL)
+    for i in range(d, d + di[D_DP, d]):
+        r = take_if_fits(rq, di, i, D_W_HEAD, D_W_TAIL)
+        while r >= 0:
+            activate(rq, rt, di, i, r, t, cl)
+            r = take_if_fits(rq, di, i, D_W_HEAD, D_W_TAIL)
     di[D_VERSION, d] += 1
     run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
 
 
 @njit(cache=True)
 def run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
-    """Instance d runs its decode batch from t on (until the next boundary), or idles when empty."""
-    if di[D_B, d] > 0:
-        di[D_MODE, d] = DECODE_RUN
-        _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t, di[D_MODEL, d])
-    else:
-        di[D_MODE, d] = IDLE
+    """Instance d runs its decode batches from t on (until the next boundary), or idles when empty."""
+    for i in range(d, d + di[D_DP, d]):
+        if di[D_B, i] > 0:
+            di[D_MODE, d] = DECODE_RUN
+            _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
+            return
+    di[D_MODE, d] = IDLE

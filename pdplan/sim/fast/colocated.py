@@ -4,6 +4,10 @@ machines (colocated batching inside a disaggregated plan) and the colocated even
 Policies: prefill-first (vLLM's default: waiting prompts run as one FCFS batch while decodes
 stall) and chunked (Sarathi-Serve: each iteration's token budget goes to the active decodes
 first, then to prompt chunks).
+
+With attention data parallelism each rank plans its own iteration (a prefill batch, a chunked
+iteration, or one decode step) and the instance's iteration lasts the longest rank's; when no
+rank has prompt work the ranks' decodes run as one synchronised stretch (:mod:`.batch`).
 """
 
 from __future__ import annotations
@@ -12,13 +16,24 @@ import numpy as np
 from numba import njit
 
 from pdplan.sim.events import ARRIVAL, BOUNDARY
-from pdplan.sim.fast.batch import activate, advance, append, queue_and_wake, run_or_idle, take_if_fits
+from pdplan.sim.fast.batch import (
+    activate,
+    advance,
+    advance_rank,
+    append,
+    pick_rank,
+    queue_and_wake,
+    run_or_idle,
+    take_if_fits,
+)
 from pdplan.sim.fast.clock import new_heap, next_event, push
 from pdplan.sim.fast.fields import (
     D_B,
     D_CAP,
     D_CHUNK,
+    D_DP,
     D_IT_FIRST,
+    D_IT_KIND,
     D_IT_N,
     D_K_HEAD,
     D_K_TAIL,
@@ -38,7 +53,10 @@ from pdplan.sim.fast.fields import (
     D_W_TAIL,
     DECODE_RUN,
     F_BUSY,
-    F_RUN_T0,
+    IT_CHUNKS,
+    IT_NONE,
+    IT_PREFILL,
+    IT_STEP,
     ITERATION,
     POLICY_PREFILL_FIRST,
     R_CHUNK,
@@ -58,90 +76,112 @@ from pdplan.sim.fast.routing import least_outstanding
 
 @njit(cache=True)
 def colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t):
-    """Request r (routed, its load counted) queues for its prompt at colocated or mixed instance c;
-    a running stretch is cut only if a prompt could start at its next step boundary."""
-    room = di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, c]
-    queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t, D_W_HEAD, D_W_TAIL, room)
+    """Request r (routed, its load counted) queues for its prompt at a rank of colocated or mixed
+    instance c; a running stretch is cut only if a prompt could start there at its next step
+    boundary."""
+    i = pick_rank(di, c)
+    room = di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, i]
+    queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, i, r, t, D_W_HEAD, D_W_TAIL, room)
 
 
 @njit(cache=True)
-def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
-    """Choose what colocated instance c runs from t: a prefill batch, a mixed chunk iteration,
-    a stretch of decode-only steps, or nothing.
+def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
+    """Rank i's prompt work for the iteration starting at t, its prompts admitted: the seconds of
+    its prefill batch or chunked iteration (``D_IT_KIND`` says which), or -1 when it has none.
 
     prefill-first (vLLM default): queued prompts whose KV fits run as one FCFS batch under the
     token cap while decodes stall. chunked (Sarathi-Serve): every active decode takes one token
     of the iteration's budget, the rest goes to prompt chunks in FCFS order, continuing a
-    partly prefilled prompt first. Decode-only stretches advance in closed form.
+    partly prefilled prompt first.
     """
-    di[D_VERSION, c] += 1
-    if di[D_POLICY, c] == POLICY_PREFILL_FIRST:
+    di[D_IT_KIND, i] = IT_NONE
+    if di[D_POLICY, i] == POLICY_PREFILL_FIRST:
         n = 0
         tok = 0
         tok2 = 0.0
-        first = di[D_W_HEAD, c]
-        while di[D_W_HEAD, c] >= 0:
-            r = di[D_W_HEAD, c]
+        first = di[D_W_HEAD, i]
+        while di[D_W_HEAD, i] >= 0:
+            r = di[D_W_HEAD, i]
             length = rq[R_PROMPT, r]
-            if n > 0 and tok + length > di[D_TOKEN_CAP, c]:
+            if n > 0 and tok + length > di[D_TOKEN_CAP, i]:
                 break
-            if di[D_RESERVED, c] + length + rq[R_OUTPUT, r] > di[D_CAP, c]:
+            if di[D_RESERVED, i] + length + rq[R_OUTPUT, r] > di[D_CAP, i]:
                 break
-            di[D_W_HEAD, c] = rq[R_W_NEXT, r]
-            if di[D_W_HEAD, c] < 0:
-                di[D_W_TAIL, c] = -1
-            di[D_RESERVED, c] += length + rq[R_OUTPUT, r]
+            di[D_W_HEAD, i] = rq[R_W_NEXT, r]
+            if di[D_W_HEAD, i] < 0:
+                di[D_W_TAIL, i] = -1
+            di[D_RESERVED, i] += length + rq[R_OUTPUT, r]
             rt[T_P_START, r] = t
             n += 1
             tok += length
             tok2 += float(length) * float(length)
         if n > 0:
-            duration = latency_s(tab_i, pieces, di[D_M_PREFILL, c], n, float(tok), tok2)
-            di[D_MODE, c] = ITERATION
-            di[D_IT_FIRST, c] = first
-            di[D_IT_N, c] = n
-            df[F_BUSY, c] += duration
-            push(ht, hi, hs, t + duration, np.int64(BOUNDARY), c, di[D_VERSION, c])
-            return
-    else:
-        budget = di[D_CHUNK, c] - di[D_B, c]
-        chunks = 0
-        sum_c = 0
-        sum_c2 = 0.0
-        if budget > 0:
-            # partly prefilled prompts first, in admission order
-            r = di[D_PF_HEAD, c]
-            while r >= 0 and budget > 0:
-                take = min(budget, rq[R_PROMPT, r] - rq[R_PF_DONE, r])
-                rq[R_CHUNK, r] = take
-                budget -= take
-                chunks += 1
-                sum_c += take
-                o = float(rq[R_PF_DONE, r])
-                sum_c2 += (o + take) * (o + take) - o * o
-                r = rq[R_PF_NEXT, r]
-            # then new prompts whose KV fits
-            while budget > 0:
-                r = take_if_fits(rq, di, c, D_W_HEAD, D_W_TAIL)
-                if r < 0:
-                    break
-                rt[T_P_START, r] = t
-                rq[R_PF_DONE, r] = 0
-                append(rq, di, c, r, D_PF_HEAD, D_PF_TAIL, R_PF_NEXT)
-                take = min(budget, rq[R_PROMPT, r])
-                rq[R_CHUNK, r] = take
-                budget -= take
-                chunks += 1
-                sum_c += take
-                sum_c2 += float(take) * float(take)
-        if chunks > 0:
-            duration = mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, c], di[D_MODEL, c], di[D_B, c],
-                                         float(di[D_S, c]), chunks, float(sum_c), sum_c2)
-            di[D_MODE, c] = ITERATION
-            di[D_IT_N, c] = di[D_B, c]  # decode rows riding along this iteration
-            df[F_BUSY, c] += duration
-            push(ht, hi, hs, t + duration, np.int64(BOUNDARY), c, di[D_VERSION, c])
-            return
+            di[D_IT_KIND, i] = IT_PREFILL
+            di[D_IT_FIRST, i] = first
+            di[D_IT_N, i] = n
+            return latency_s(tab_i, pieces, di[D_M_PREFILL, i], n, float(tok), tok2)
+        return -1.0
+    budget = di[D_CHUNK, i] - di[D_B, i]
+    chunks = 0
+    sum_c = 0
+    sum_c2 = 0.0
+    if budget > 0:
+        # partly prefilled prompts first, in admission order
+        r = di[D_PF_HEAD, i]
+        while r >= 0 and budget > 0:
+            take = min(budget, rq[R_PROMPT, r] - rq[R_PF_DONE, r])
+            rq[R_CHUNK, r] = take
+            budget -= take
+            chunks += 1
+            sum_c += take
+            o = float(rq[R_PF_DONE, r])
+            sum_c2 += (o + take) * (o + take) - o * o
+            r = rq[R_PF_NEXT, r]
+        # then new prompts whose KV fits
+        while budget > 0:
+            r = take_if_fits(rq, di, i, D_W_HEAD, D_W_TAIL)
+            if r < 0:
+                break
+            rt[T_P_START, r] = t
+            rq[R_PF_DONE, r] = 0
+            append(rq, di, i, r, D_PF_HEAD, D_PF_TAIL, R_PF_NEXT)
+            take = min(budget, rq[R_PROMPT, r])
+            rq[R_CHUNK, r] = take
+            budget -= take
+            chunks += 1
+            sum_c += take
+            sum_c2 += float(take) * float(take)
+    if chunks > 0:
+        di[D_IT_KIND, i] = IT_CHUNKS
+        di[D_IT_N, i] = di[D_B, i]  # decode rows riding along this iteration
+        return mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, i], di[D_MODEL, i], di[D_B, i],
+                                 float(di[D_S, i]), chunks, float(sum_c), sum_c2)
+    return -1.0
+
+
+@njit(cache=True)
+def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
+    """Choose what colocated instance c runs from t: an iteration in which some rank has prompt
+    work (the others with decodes take one decode step), lasting the longest rank's; else a
+    stretch of decode-only steps (advanced in closed form), or nothing."""
+    di[D_VERSION, c] += 1
+    duration = -1.0
+    for i in range(c, c + di[D_DP, c]):
+        x = _plan_rank(rq, rt, di, tab_i, pieces, i, t)
+        if x > duration:
+            duration = x
+    if duration >= 0.0:
+        for i in range(c, c + di[D_DP, c]):
+            if di[D_IT_KIND, i] == IT_NONE and di[D_B, i] > 0:
+                di[D_IT_KIND, i] = IT_STEP
+                x = mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, i], di[D_MODEL, i], di[D_B, i],
+                                      float(di[D_S, i]), 0, 0.0, 0.0)
+                if x > duration:
+                    duration = x
+        di[D_MODE, c] = ITERATION
+        df[F_BUSY, c] += duration
+        push(ht, hi, hs, t + duration, np.int64(BOUNDARY), c, di[D_VERSION, c])
+        return
     run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, c, t)
 
 
@@ -150,33 +190,37 @@ def _colo_finish(rq, rt, di, df, c, t, cl):
     """What colocated (or mixed) instance c was running completes at t."""
     if di[D_MODE, c] == DECODE_RUN:
         advance(rq, rt, di, df, c, t, di[D_RUN_K, c], cl)
-    elif di[D_MODE, c] == STARTING:
-        pass
-    elif di[D_POLICY, c] == POLICY_PREFILL_FIRST:
-        # the whole batch completes its prompts; each gets its first token now (decodes stalled)
-        r = di[D_IT_FIRST, c]
-        for _ in range(di[D_IT_N, c]):
-            nxt = rq[R_W_NEXT, r]
-            rt[T_P_END, r] = t
-            activate(rq, rt, di, c, r, t, cl)
-            r = nxt
-    else:
-        if di[D_IT_N, c] > 0:
-            # the decode rows took one step; the iteration's time is already in busy
-            df[F_RUN_T0, c] = t
-            advance(rq, rt, di, df, c, t, np.int64(1), cl)
-        r = di[D_PF_HEAD, c]
-        while r >= 0 and rq[R_CHUNK, r] > 0:
-            nxt = rq[R_PF_NEXT, r]
-            rq[R_PF_DONE, r] += rq[R_CHUNK, r]
-            rq[R_CHUNK, r] = 0
-            if rq[R_PF_DONE, r] == rq[R_PROMPT, r]:
-                di[D_PF_HEAD, c] = nxt
-                if nxt < 0:
-                    di[D_PF_TAIL, c] = -1
+        return
+    if di[D_MODE, c] == STARTING:
+        return
+    for i in range(c, c + di[D_DP, c]):
+        kind = di[D_IT_KIND, i]
+        di[D_IT_KIND, i] = IT_NONE
+        if kind == IT_STEP:
+            advance_rank(rq, rt, di, i, t, np.int64(1), cl)
+        elif kind == IT_PREFILL:
+            # the whole batch completes its prompts; each gets its first token now (decodes stalled)
+            r = di[D_IT_FIRST, i]
+            for _ in range(di[D_IT_N, i]):
+                nxt = rq[R_W_NEXT, r]
                 rt[T_P_END, r] = t
-                activate(rq, rt, di, c, r, t, cl)
-            r = nxt
+                activate(rq, rt, di, i, r, t, cl)
+                r = nxt
+        elif kind == IT_CHUNKS:
+            if di[D_IT_N, i] > 0:  # the decode rows took one step; the iteration's time is in busy
+                advance_rank(rq, rt, di, i, t, np.int64(1), cl)
+            r = di[D_PF_HEAD, i]
+            while r >= 0 and rq[R_CHUNK, r] > 0:
+                nxt = rq[R_PF_NEXT, r]
+                rq[R_PF_DONE, r] += rq[R_CHUNK, r]
+                rq[R_CHUNK, r] = 0
+                if rq[R_PF_DONE, r] == rq[R_PROMPT, r]:
+                    di[D_PF_HEAD, i] = nxt
+                    if nxt < 0:
+                        di[D_PF_TAIL, i] = -1
+                    rt[T_P_END, r] = t
+                    activate(rq, rt, di, i, r, t, cl)
+                r = nxt
 
 
 @njit(cache=True)

@@ -6,7 +6,7 @@ import numpy as np
 from numba import njit
 
 from pdplan.sim.events import ARRIVAL, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
-from pdplan.sim.fast.batch import append, decode_boundary, queue_and_wake
+from pdplan.sim.fast.batch import append, decode_boundary, pick_rank, queue_and_wake
 from pdplan.sim.fast.clock import new_heap, next_event, push, release
 from pdplan.sim.fast.colocated import colo_arrive, mixed_boundary
 from pdplan.sim.fast.fields import (
@@ -19,18 +19,22 @@ from pdplan.sim.fast.fields import (
     D_W_HEAD,
     D_W_TAIL,
     P_CAP,
+    P_DP,
     P_FREE_PENDING,
     P_MODEL,
     P_PENDING,
     P_PP,
-    P_Q_HEAD,
-    P_Q_TAIL,
+    P_RANK0,
+    Q_HEAD,
+    Q_OUT,
+    Q_TAIL,
     R_D_INST,
     R_FAILS,
     R_OUTPUT,
     R_P_INST,
     R_PROMPT,
     R_Q_NEXT,
+    R_RANK,
     T_P_END,
     T_P_START,
 )
@@ -40,46 +44,74 @@ from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefil
 
 
 @njit(cache=True)
-def _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, p):
-    """Queue request r at prefill instance p; an idle first stage forms its batch after every
-    arrival at this instant."""
+def _enqueue_prefill(rq, pi, pq, pf, ht, hi, hs, r, t, p):
+    """Queue request r at a rank of prefill instance p (fewest outstanding requests, ties to the
+    lowest: :func:`pdplan.sim.fast.batch.pick_rank`'s rule); an idle first stage forms its batch
+    after every arrival at this instant."""
     pi[P_PENDING, p] += rq[R_PROMPT, r]
     rq[R_P_INST, r] = p
-    append(rq, pi, p, r, P_Q_HEAD, P_Q_TAIL, R_Q_NEXT)
+    k = pi[P_RANK0, p]
+    for j in range(k + 1, k + pi[P_DP, p]):
+        if pq[Q_OUT, j] < pq[Q_OUT, k]:
+            k = j
+    pq[Q_OUT, k] += 1
+    rq[R_RANK, r] = k
+    append(rq, pq, k, r, Q_HEAD, Q_TAIL, R_Q_NEXT)
     if pf[p, 1] <= t and pi[P_FREE_PENDING, p] == 0:
         pi[P_FREE_PENDING, p] = 1
         push(ht, hi, hs, t, np.int64(PREFILL_FREE), p, np.int64(-1))
 
 
 @njit(cache=True)
-def _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, b):
+def _start_prefill(rq, rt, pi, pq, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, b):
     """Start batch number b on prefill instance p at t if its first stage is free and work is
     queued; returns True if it did.
 
-    FCFS under the token cap without reordering: take queued prompts while the total stays
-    within the cap; a first prompt longer than the cap runs alone. With PP = k the batch passes
-    k stages of latency/k each, one batch per stage at a time, so up to k batches are in flight.
+    FCFS under the token cap without reordering: each rank takes its queued prompts while the
+    total stays within the cap; a first prompt longer than the cap runs alone. The ranks run
+    together and the batch lasts the longest rank's prefill; its requests are the ranks' runs
+    chained in rank order. With PP = k the batch passes k stages of latency/k each, one batch per
+    stage at a time, so up to k batches are in flight.
     """
-    if pi[P_Q_HEAD, p] < 0 or pf[p, 1] > t:
+    if pf[p, 1] > t:
         return False
     cap = pi[P_CAP, p]
-    first = pi[P_Q_HEAD, p]
-    r = first
+    first = -1
+    last = -1
     n = 0
-    tok = 0
-    tok2 = 0.0
-    while r >= 0:
-        length = rq[R_PROMPT, r]
-        if n > 0 and tok + length > cap:
-            break
-        n += 1
-        tok += length
-        tok2 += float(length) * float(length)
-        r = rq[R_Q_NEXT, r]
-    pi[P_Q_HEAD, p] = r
-    if r < 0:
-        pi[P_Q_TAIL, p] = -1
-    duration = latency_s(tab_i, pieces, pi[P_MODEL, p], n, float(tok), tok2)
+    duration = -1.0
+    for k in range(pi[P_RANK0, p], pi[P_RANK0, p] + pi[P_DP, p]):
+        head = pq[Q_HEAD, k]
+        if head < 0:
+            continue
+        r = head
+        taken = head
+        own = 0
+        tok = 0
+        tok2 = 0.0
+        while r >= 0:
+            length = rq[R_PROMPT, r]
+            if own > 0 and tok + length > cap:
+                break
+            own += 1
+            tok += length
+            tok2 += float(length) * float(length)
+            taken = r
+            r = rq[R_Q_NEXT, r]
+        pq[Q_HEAD, k] = r
+        if r < 0:
+            pq[Q_TAIL, k] = -1
+        x = latency_s(tab_i, pieces, pi[P_MODEL, p], own, float(tok), tok2)
+        if x > duration:
+            duration = x
+        if first < 0:
+            first = head
+        else:  # the previous rank's run continues with this one (its link past the run is unused)
+            rq[R_Q_NEXT, last] = head
+        last = taken
+        n += own
+    if n == 0:
+        return False
     stages = pi[P_PP, p]
     c = t
     for s in range(stages):
@@ -102,7 +134,7 @@ def _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, b):
 
 
 @njit(cache=True)
-def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr,
+def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, hash_vals, hash_ptr,
                       n_hash, block_tokens, schedule, layers, kv_bytes, link, failure, route,
                       pav_ptr, pav_t, dav_ptr, dav_t, n_dec, spill_tokens, kv_share, heap_capacity, cl):
     """Simulate prefill instances feeding decode instances over ingress links, in place on the
@@ -113,11 +145,12 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
     prefill instance judged alone). ``cl`` is (clients, next request to release): 0 clients is
     the open loop. ``failure`` is FAILURE_RETRY or FAILURE_RECOMPUTE (what a failed transfer
     costs; ``rq[R_FAILS]`` says how many of each request's attempts fail) and ``route`` the
-    router's hop to decode, in seconds. ``pav_*``/``dav_*`` give each prefill and decode instance
-    the intervals in which it takes new requests (CSR: pointers, then [from, until) rows); out of
-    them it only finishes the work it holds (a drain).
+    router's hop to decode, in seconds. ``pav_*``/``dav_*`` give each prefill instance and each
+    decode rank (column of ``di``) the intervals in which it takes new requests (CSR: pointers,
+    then [from, until) rows); out of them it only finishes the work it holds (a drain). ``pq``
+    holds the prefill instances' ranks (their queues); ``di``'s columns are decode ranks.
 
-    Splitwise's mixed pool: ``di``'s instances past the first ``n_dec`` are mixed machines. A
+    Splitwise's mixed pool: ``di``'s columns past the first ``n_dec`` are mixed machines. A
     request arriving while the shortest prefill queue holds more than ``spill_tokens`` pending
     prompt tokens runs whole on the least loaded mixed machine (chunked, as colocated); a
     prefilled request whose decode instance would pass ``kv_share`` of its KV capacity decodes
@@ -148,7 +181,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
                 rq[R_D_INST, r] = spill
                 colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, spill, r, t)
             elif n_p > 0:
-                _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, p)
+                _enqueue_prefill(rq, pi, pq, pf, ht, hi, hs, r, t, p)
             else:
                 # decode alone: the KV is visible at arrival; route now
                 need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
@@ -160,6 +193,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
             r = bi[0, b]
             for _ in range(bi[1, b]):
                 pi[P_PENDING, a] -= rq[R_PROMPT, r]
+                pq[Q_OUT, rq[R_RANK, r]] -= 1
                 if n_d == 0:  # a prefill instance alone: the request ends here
                     release(rt, cl, t)
                 if n_d > 0 and schedule == 0:
@@ -174,16 +208,16 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash
             start_p = a
         elif priority == KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
             head, tail = (D_K_HEAD, D_K_TAIL) if di[D_MIXED, a] == 1 else (D_W_HEAD, D_W_TAIL)
-            queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, b, t, head, tail, True)
+            queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, pick_rank(di, a), b, t, head, tail, True)
         elif priority == TRANSFER_FAILED:  # recompute: back to the prefill pool
             d, r = a, b
             di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-            _enqueue_prefill(rq, pi, pf, ht, hi, hs, r, t, pick_prefill(pi, pav_ptr, pav_t, t))
+            _enqueue_prefill(rq, pi, pq, pf, ht, hi, hs, r, t, pick_prefill(pi, pav_ptr, pav_t, t))
         elif b == di[D_VERSION, a] and di[D_MIXED, a] == 1:
             mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)
         elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
             decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a], cl)
-        if start_p >= 0 and _start_prefill(rq, rt, pi, pf, bi, bt, tab_i, pieces, ht, hi, hs,
+        if start_p >= 0 and _start_prefill(rq, rt, pi, pq, pf, bi, bt, tab_i, pieces, ht, hi, hs,
                                            start_p, t, n_batches):
             b = n_batches
             n_batches += 1

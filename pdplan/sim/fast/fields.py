@@ -10,34 +10,48 @@ from __future__ import annotations
 
 # per-request integers rq[field, r]
 (R_PROMPT, R_OUTPUT, R_Q_NEXT, R_W_NEXT, R_CHILD, R_SIBLING, R_FIN_STEP, R_P_INST, R_D_INST,
- R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS) = range(14)
-RQ_FIELDS = 14
+ R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK) = range(15)
+RQ_FIELDS = 15
 #   Q_NEXT: prefill queue link (kept after dequeue: a batch is a run of it); W_NEXT: waiting
 #   queue link at decode / colocated; CHILD, SIBLING, FIN_STEP: the active-batch heap;
 #   PF_DONE, CHUNK, PF_NEXT: chunked prefill progress, this iteration's chunk, prefilling list;
-#   FAILS: KV transfer attempts of the request still to fail (drawn by the engine)
+#   FAILS: KV transfer attempts of the request still to fail (drawn by the engine); RANK: the
+#   prefill rank (a column of ``pq``) holding it
 
 # per-request times rt[field, r]
 T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH = range(7)
 RT_FIELDS = 7
 
 # prefill instances pi[field, p]; pf[p, 0] is busy seconds, pf[p, 1 + s] when stage s frees;
-# FREE_PENDING: a "first stage free" event is on the heap
-P_Q_HEAD, P_Q_TAIL, P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING = range(8)
+# FREE_PENDING: a "first stage free" event is on the heap; RANK0, DP: its ranks are columns
+# RANK0 .. RANK0 + DP of ``pq``
+P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING, P_RANK0, P_DP = range(8)
 PI_FIELDS = 8
+
+# prefill ranks pq[field, k]: the FCFS queue (head, tail, linked by Q_NEXT) and the requests
+# queued or being prefilled there (the rank router's view)
+Q_HEAD, Q_TAIL, Q_OUT = range(3)
+PQ_FIELDS = 3
 
 # decode and colocated instances di[field, i]
 (D_B, D_S, D_STEPS, D_RESERVED, D_CAP, D_LOAD, D_RUN_K, D_VERSION, D_ROOT, D_MODEL, D_POOL,
  D_W_HEAD, D_W_TAIL, D_MODE, D_M_PREFILL, D_POLICY, D_CHUNK, D_TOKEN_CAP, D_PF_HEAD, D_PF_TAIL,
- D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL) = range(29)
-DI_FIELDS = 29
+ D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
+ D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST) = range(34)
+DI_FIELDS = 34
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
 #   the active heap; MODE (idle, starting, running); colocated: prefill model, POLICY, CHUNK budget, TOKEN_CAP, the
 #   prefilling list, the prefill-first batch (IT_FIRST, IT_N; IT_N = decode rows of a chunked
 #   iteration); decode: prefix-LRU head, tail, count, capacity; MIXED: a Splitwise mixed machine
-#   (colocated scheduling in a disaggregated plan), K_HEAD/K_TAIL its requests whose KV arrived
+#   (colocated scheduling in a disaggregated plan), K_HEAD/K_TAIL its requests whose KV arrived.
+#   Columns are attention data-parallel ranks: an instance is DP columns from its LEAD column on
+#   (DP set there). B, S, STEPS, RESERVED, CAP, ROOT, the queues, OUT (requests queued or running
+#   on the rank: its router's view), IT_FIRST, IT_N and IT_KIND (what the rank runs this
+#   iteration) are the rank's; LOAD, RUN_K, VERSION, MODE, the LRU, POOL and the df rows are the
+#   instance's, on its lead column (INST: the instance's number, which places its LRU in ``lru``).
+#   Without data parallelism every column leads itself.
 
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY = range(4)
@@ -56,3 +70,8 @@ IDLE = 0
 DECODE_RUN = 1
 ITERATION = 2
 STARTING = 3
+# what one colocated rank runs in an iteration of its instance
+IT_NONE = 0
+IT_PREFILL = 1
+IT_CHUNKS = 2
+IT_STEP = 3

@@ -16,6 +16,7 @@ import numpy as np
 from numba import njit
 
 from pdplan.latency.profile import LatencyModel
+from pdplan.sim.fast.fields import D_B, D_DP, D_MODEL, D_S
 
 
 class LatencyTable:
@@ -112,6 +113,80 @@ def decode_run_s(tab_i, pieces, m, batch, context, steps):
         total += n * best_alpha + best_gamma * (j + j_next - 1) * n * 0.5
         j = j_next
     return total
+
+
+@njit(cache=True)
+def _ranks_run_s(tab_i, pieces, di, d, steps):
+    """Seconds of ``steps`` synchronised steps of instance d's ranks (columns d .. d + DP), each
+    with a fixed batch: step j lasts the longest rank's, ``max_{rank, p}(a_p + b_p·B_k + c_p·(S_k +
+    j·B_k))`` over the ranks holding requests (an empty rank adds nothing). That is again the
+    largest of a set of lines in j, so :func:`decode_run_s`'s walk applies to all the ranks'
+    pieces at once."""
+    total = 0.0
+    j = 0
+    while j < steps:
+        found = False
+        best_alpha = 0.0
+        best_gamma = 0.0
+        best_value = 0.0
+        for i in range(d, d + di[D_DP, d]):
+            batch = di[D_B, i]
+            if batch == 0:
+                continue
+            s = _segment(tab_i, di[D_MODEL, i], batch)
+            for p in range(tab_i[2, s], tab_i[2, s + 1]):
+                alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i])
+                gamma = pieces[p, 2] * batch
+                value = alpha + gamma * j
+                if not found or value > best_value or (value == best_value and gamma > best_gamma):
+                    best_alpha, best_gamma, best_value = alpha, gamma, value
+                    found = True
+        if not found:
+            return 0.0
+        j_next = steps
+        for i in range(d, d + di[D_DP, d]):
+            batch = di[D_B, i]
+            if batch == 0:
+                continue
+            s = _segment(tab_i, di[D_MODEL, i], batch)
+            for p in range(tab_i[2, s], tab_i[2, s + 1]):
+                gamma = pieces[p, 2] * batch
+                if gamma > best_gamma:
+                    alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i])
+                    cross = (best_alpha - alpha) / (gamma - best_gamma)
+                    if cross < j_next:
+                        jc = max(j + 1, int(math.floor(cross)) + 1)
+                        if jc < j_next:
+                            j_next = jc
+        n = j_next - j
+        total += n * best_alpha + best_gamma * (j + j_next - 1) * n * 0.5
+        j = j_next
+    return total
+
+
+@njit(cache=True)
+def instance_run_s(tab_i, pieces, di, d, steps):
+    """Seconds of ``steps`` decode steps of instance d (its lead column) with fixed batches: one
+    rank's :func:`decode_run_s`, or the ranks' synchronised steps (:func:`_ranks_run_s`)."""
+    if di[D_DP, d] == 1:
+        return decode_run_s(tab_i, pieces, di[D_MODEL, d], di[D_B, d], float(di[D_S, d]), steps)
+    return _ranks_run_s(tab_i, pieces, di, d, steps)
+
+
+@njit(cache=True)
+def instance_steps_to_reach(tab_i, pieces, di, d, max_steps, elapsed):
+    """:func:`steps_to_reach` for instance d's synchronised ranks."""
+    if di[D_DP, d] == 1:
+        return steps_to_reach(tab_i, pieces, di[D_MODEL, d], di[D_B, d], float(di[D_S, d]), max_steps, elapsed)
+    lo = 1
+    hi = max_steps
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if _ranks_run_s(tab_i, pieces, di, d, mid) >= elapsed:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
 
 
 @njit(cache=True)

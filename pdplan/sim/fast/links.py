@@ -13,6 +13,8 @@ from pdplan.sim.events import KV_VISIBLE, TRANSFER_FAILED
 from pdplan.sim.fast.clock import push
 from pdplan.sim.fast.fields import (
     D_CAP,
+    D_DP,
+    D_INST,
     D_LOAD,
     D_LRU_CAP,
     D_LRU_COUNT,
@@ -57,12 +59,12 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
     A block already cached at the destination is not sent (0x01A: transfer set U \\ V_D). Blocks
     are inserted at booking time: transfers into one instance complete in booking order, so a
     later request on the same ingress finds them visible by the time its own KV is.
-    ``lru`` rows: previous, next, present, over d·n_hash + block.
+    ``lru`` rows: previous, next, present, over (d's instance number)·n_hash + block.
     """
     tokens = rq[R_PROMPT, r]
     if n_hash == 0 or di[D_LRU_CAP, d] == 0:
         return tokens
-    base = d * n_hash
+    base = di[D_INST, d] * n_hash
     for b in range(hash_ptr[r], hash_ptr[r + 1]):
         h = hash_vals[b]
         x = base + h
@@ -123,7 +125,7 @@ def book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     now = end if schedule == 0 else start  # routed as it books
     d = least_loaded(di, need, dav_ptr, dav_t, now, 0, n_dec)
-    if n_dec < di.shape[1] and (d < 0 or di[D_LOAD, d] + need > kv_share * di[D_CAP, d]):
+    if n_dec < di.shape[1] and (d < 0 or di[D_LOAD, d] + need > kv_share * (di[D_CAP, d] * di[D_DP, d])):
         m = least_loaded(di, need, dav_ptr, dav_t, now, n_dec, -1)
         if m >= 0:
             d = m

@@ -16,7 +16,8 @@ def _heap_capacity(n: int, layout: Layout) -> int:
     # live events: ≤ n KV-visible + one planned boundary per instance + PP batches per prefill
     # instance; stale boundaries: ≤ one per request (a cut happens only when a request arrives)
     stages = sum(p.pp for p in layout.profiles)
-    return 2 * n + 4 * (len(layout.labels) + stages) + 64
+    ranks = sum(p.dp for p in layout.profiles)
+    return 2 * n + 4 * (ranks + stages) + 64
 
 
 def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np.ndarray]:
@@ -37,16 +38,33 @@ def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np
     return rq, rt
 
 
-def _instance_state(profiles: list[PhaseProfile], table: LatencyTable) -> tuple[np.ndarray, np.ndarray]:
-    """Decode / colocated instance state ``di`` (integer rows) and ``df`` (float rows)."""
-    di = np.zeros((fields.DI_FIELDS, len(profiles)), np.int64)
+def _rank_columns(profiles: list[PhaseProfile]) -> tuple[np.ndarray, np.ndarray]:
+    """Each instance as ``dp`` columns: (the instance of each column, each instance's lead column)."""
+    dps = [p.dp for p in profiles]
+    inst = np.repeat(np.arange(len(profiles), dtype=np.int64), dps)
+    lead = np.zeros(len(profiles), np.int64)
+    np.cumsum(dps[:-1], out=lead[1:])
+    return inst, lead
+
+
+def _instance_state(profiles: list[PhaseProfile], table: LatencyTable, per_instance: dict[int, list]
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Decode / colocated state ``di`` (integer rows) and ``df`` (float rows), one column per rank;
+    ``per_instance`` gives rows whose value is the instance's (one per instance). Returns them with
+    the instance of each column and the lead column of each instance."""
+    inst, lead = _rank_columns(profiles)
+    di = np.zeros((fields.DI_FIELDS, inst.size), np.int64)
     for row in (fields.D_ROOT, fields.D_W_HEAD, fields.D_W_TAIL, fields.D_PF_HEAD, fields.D_PF_TAIL,
                 fields.D_IT_FIRST, fields.D_LRU_HEAD, fields.D_LRU_TAIL, fields.D_K_HEAD, fields.D_K_TAIL):
         di[row] = -1
-    di[fields.D_CAP] = [p.kv_capacity_tokens for p in profiles]
-    di[fields.D_MODEL] = [table.index(p.decode) for p in profiles]
-    di[fields.D_M_PREFILL] = [table.index(p.prefill) for p in profiles]
-    return di, np.zeros((fields.DF_FIELDS, len(profiles)))
+    rows = {fields.D_CAP: [p.kv_capacity_tokens for p in profiles],
+            fields.D_MODEL: [table.index(p.decode) for p in profiles],
+            fields.D_M_PREFILL: [table.index(p.prefill) for p in profiles],
+            fields.D_DP: [p.dp for p in profiles], fields.D_LEAD: lead,
+            fields.D_INST: np.arange(len(profiles)), **per_instance}
+    for row, values in rows.items():
+        di[row] = np.asarray(values, np.int64)[inst]
+    return di, np.zeros((fields.DF_FIELDS, inst.size)), inst, lead
 
 
 def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures: np.ndarray | None = None
@@ -68,16 +86,16 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
 
     if layout.mode == "colocated":
         ids = layout.ids("colocated")
-        di, df = _instance_state([layout.profiles[i] for i in ids], table)
-        di[fields.D_POLICY] = [fields.POLICY_CHUNKED if layout.policy[i] == "chunked"
-                             else fields.POLICY_PREFILL_FIRST for i in ids]
-        di[fields.D_CHUNK] = [layout.chunk_tokens[i] for i in ids]
-        di[fields.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in ids]
+        di, df, col, lead = _instance_state([layout.profiles[i] for i in ids], table, {
+            fields.D_POLICY: [fields.POLICY_CHUNKED if layout.policy[i] == "chunked"
+                              else fields.POLICY_PREFILL_FIRST for i in ids],
+            fields.D_CHUNK: [layout.chunk_tokens[i] for i in ids],
+            fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids]})
         tab_i, pieces = table.arrays()
-        events = run_colocated(rq, rt, rejected, tab_i, pieces, di, df, *availability_csr(layout, ids), heap, cl)
+        events = run_colocated(rq, rt, rejected, tab_i, pieces, di, df, *availability_csr(layout, ids[col]), heap, cl)
         inst = rq[fields.R_P_INST]
-        glob = np.where(inst >= 0, ids[np.maximum(inst, 0)], -1)
-        busy[ids] = df[fields.F_BUSY]
+        glob = np.where(inst >= 0, ids[col[np.maximum(inst, 0)]], -1)
+        busy[ids] = df[fields.F_BUSY, lead]
         return _raw(requests, rejected, rq, rt, glob, glob.copy()), busy, links, int(events)
 
     pids = layout.ids("prefill")
@@ -85,18 +103,22 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     n_dec = len(layout.ids("decode"))
     pprofs = [layout.profiles[i] for i in pids]
     pi = np.zeros((fields.PI_FIELDS, len(pids)), np.int64)
-    pi[[fields.P_Q_HEAD, fields.P_Q_TAIL]] = -1
+    pcol, pi[fields.P_RANK0] = _rank_columns(pprofs)
+    pi[fields.P_DP] = [p.dp for p in pprofs]
+    pq = np.zeros((fields.PQ_FIELDS, max(1, pcol.size)), np.int64)
+    pq[[fields.Q_HEAD, fields.Q_TAIL]] = -1
     pi[fields.P_MODEL] = [table.index(p.prefill) for p in pprofs]
     pi[fields.P_PP] = [p.pp for p in pprofs]
     pi[fields.P_CAP] = [layout.batch_tokens[i] for i in pids]
     pi[fields.P_POOL] = [layout.pool_slot[i] for i in pids]
     pf = np.zeros((len(pids), 1 + max([p.pp for p in pprofs], default=1)))
-    di, df = _instance_state([layout.profiles[i] for i in dids], table)
-    di[fields.D_POOL] = [layout.pool_slot[i] for i in dids]
-    di[fields.D_MIXED, n_dec:] = 1
-    di[fields.D_POLICY, n_dec:] = fields.POLICY_CHUNKED
-    di[fields.D_CHUNK] = [layout.chunk_tokens[i] for i in dids]
-    di[fields.D_TOKEN_CAP] = [layout.batch_tokens[i] for i in dids]
+    mixed = [int(k >= n_dec) for k in range(len(dids))]
+    di, df, col, lead = _instance_state([layout.profiles[i] for i in dids], table, {
+        fields.D_POOL: [layout.pool_slot[i] for i in dids], fields.D_MIXED: mixed,
+        fields.D_POLICY: [fields.POLICY_CHUNKED if m else fields.POLICY_PREFILL_FIRST for m in mixed],
+        fields.D_CHUNK: [layout.chunk_tokens[i] for i in dids],
+        fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids]})
+    dec_cols = int(np.searchsorted(col, n_dec))  # decode ranks' columns come first, then mixed machines'
 
     block = prefix_block_tokens(layout, requests) if len(dids) else 0
     n_hash = 0
@@ -108,26 +130,26 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
             hash_vals = np.ascontiguousarray(dense.ravel(), dtype=np.int64)
             hash_ptr = np.ascontiguousarray(requests.hash_offsets, dtype=np.int64)
             n_hash = int(unique.size)
-            di[fields.D_LRU_CAP, :n_dec] = caps
+            di[fields.D_LRU_CAP, lead[:n_dec]] = caps
     lru = np.full((3, max(1, len(dids) * n_hash)), -1, np.int32)
     lru[2] = 0
     link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
     tab_i, pieces = table.arrays()
     events = run_disaggregated(
-        rq, rt, rejected, tab_i, pieces, pi, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
+        rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
         link, fields.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fields.FAILURE_RETRY,
-        float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids), n_dec,
+        float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids[col]), dec_cols,
         int(layout.spill_tokens), float(layout.kv_share), heap + 2 * int(rq[fields.R_FAILS].sum()), cl)
     pinst, dinst = rq[fields.R_P_INST], rq[fields.R_D_INST]
     pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
-    dglob = np.where(dinst >= 0, dids[np.maximum(dinst, 0)], -1) if len(dids) else np.full(n, -1)
-    whole = (pinst < 0) & (dinst >= n_dec)  # ran whole on a mixed machine: both phases there
+    dglob = np.where(dinst >= 0, dids[col[np.maximum(dinst, 0)]], -1) if len(dids) else np.full(n, -1)
+    whole = (pinst < 0) & (dinst >= dec_cols)  # ran whole on a mixed machine: both phases there
     pglob = np.where(whole, dglob, pglob)
     busy[pids] = pf[:, 0]
-    busy[dids] = df[fields.F_BUSY]
+    busy[dids] = df[fields.F_BUSY, lead]
     if len(pids) and len(dids):
-        links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fields.F_LINK_BUSY])}
+        links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fields.F_LINK_BUSY, lead])}
     return _raw(requests, rejected, rq, rt, pglob, dglob), busy, links, int(events)
 
 

@@ -4,13 +4,18 @@ Prefill: fewest pending prompt tokens (Splitwise JSQ); decode: smallest routed K
 capacity; colocated and mixed: fewest outstanding tokens; ties go to the lowest index. An
 instance takes new requests inside its availability intervals (CSR: pointers, then
 [from, until) rows); when none does, the router chooses among all.
+
+Decode and colocated instances are the lead columns of ``di`` (see :mod:`.fields`): the router
+sees an instance's load (its ranks' and what is on its way to them) against its ranks' KV
+together, and a request fits an instance when it fits one rank. Inside an instance the rank is
+picked by :func:`pdplan.sim.fast.batch.pick_rank`.
 """
 
 from __future__ import annotations
 
 from numba import njit
 
-from pdplan.sim.fast.fields import D_CAP, D_LOAD, P_PENDING
+from pdplan.sim.fast.fields import D_CAP, D_DP, D_LEAD, D_LOAD, P_PENDING
 
 
 @njit(cache=True)
@@ -45,9 +50,10 @@ def least_loaded(di, need, av_ptr, av_t, t, lo, hi):
     end = di.shape[1] if hi < 0 else hi
     for rule in range(2):
         for i in range(lo, end):
-            if di[D_CAP, i] < need or (rule == 0 and not _available(av_ptr, av_t, i, t)):
+            if di[D_LEAD, i] != i or di[D_CAP, i] < need or (rule == 0 and not _available(av_ptr, av_t, i, t)):
                 continue
-            if best < 0 or di[D_LOAD, i] * di[D_CAP, best] < di[D_LOAD, best] * di[D_CAP, i]:
+            if best < 0 or di[D_LOAD, i] * (di[D_CAP, best] * di[D_DP, best]) < \
+                    di[D_LOAD, best] * (di[D_CAP, i] * di[D_DP, i]):
                 best = i
         if best >= 0:
             return best
@@ -61,7 +67,7 @@ def least_outstanding(di, need, av_ptr, av_t, t, lo):
     c = -1
     for rule in range(2):
         for i in range(lo, di.shape[1]):
-            if di[D_CAP, i] >= need and (rule == 1 or _available(av_ptr, av_t, i, t)) and \
+            if di[D_LEAD, i] == i and di[D_CAP, i] >= need and (rule == 1 or _available(av_ptr, av_t, i, t)) and \
                     (c < 0 or di[D_LOAD, i] < di[D_LOAD, c]):
                 c = i
         if c >= 0:
