@@ -315,24 +315,25 @@ def prefill_moments_s(workload: Workload, profile: PhaseProfile) -> tuple[float,
 def prefill_saturation(workload: Workload, profile: PhaseProfile) -> float:
     """Closed-form prefill throughput with batches of mean prompts filled to the token cap.
 
-    ``pp · max_k k / t(k mean prompts)`` for k up to the cap (at least one prompt): each of the
-    PP stages holds a batch for t/pp, so PP batches are in flight.
+    ``dp · pp · max_k k / t(k mean prompts)`` for k up to the cap (at least one prompt): each of the
+    PP stages holds a batch for t/pp, so PP batches are in flight, on each of the DP ranks.
     """
     prompt = float(workload.prompt_tokens.mean())
     most = max(1, int(profile.max_prefill_batch_tokens // prompt))
-    return profile.pp * max(k / profile.prefill_time_s([prompt] * k) for k in range(1, most + 1))
+    return profile.dp * profile.pp * max(k / profile.prefill_time_s([prompt] * k) for k in range(1, most + 1))
 
 
 def decode_saturation(workload: Workload, profile: PhaseProfile) -> float:
     """Closed-form decode throughput with the batch at its KV limit (docs/design.md, "Decode rule").
 
     Largest batch B* = KV capacity / mean (prompt + output); its step at mean context
-    B*·(mean prompt + mean output / 2); throughput B* / (step · (mean output − 1)).
+    B*·(mean prompt + mean output / 2); throughput B* / (step · (mean output − 1)). An instance of
+    DP ranks holds B* on each, stepping together: DP times that.
     """
     prompt, output = float(workload.prompt_tokens.mean()), float(workload.output_tokens.mean())
     batch = max(1, int(profile.kv_capacity_tokens // (prompt + output)))
     step = profile.decode_step_s(batch, int(batch * (prompt + output / 2)))
-    return decode_saturation_rps(batch, step, output)
+    return profile.dp * decode_saturation_rps(batch, step, output)
 
 
 def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
@@ -352,9 +353,9 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
     md1 = mg1 = None
     ttft = judged.threshold_s("ttft")
     if phase != "decode" and ttft is not None:
-        d, mean, second = prefill_moments_s(workload, profile)
-        md1 = mg1_rate_for_mean_ttft(ttft, d, d * d)
-        mg1 = mg1_rate_for_mean_ttft(ttft, mean, second)
+        d, mean, second = prefill_moments_s(workload, profile)  # one rank's queue; DP ranks share arrivals
+        md1 = profile.dp * mg1_rate_for_mean_ttft(ttft, d, d * d)
+        mg1 = profile.dp * mg1_rate_for_mean_ttft(ttft, mean, second)
     saturation = instance_saturation(workload, profile, phase)
     # Start at the P–K bracket; a decode instance has none, so at half its saturation.
     start = mg1 or md1 or (saturation / 2 if saturation else 1.0)
@@ -362,7 +363,7 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
                           chunk_tokens=chunk_tokens, admission_share=admission_share, start_rps=start,
                           on_probe=on_probe)
     return InstanceGoodput(
-        phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp,
+        phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp, dp=profile.dp, ep=profile.ep,
         policy=policy if phase == "colocated" else None, chunk_tokens=chunk_tokens,
         goodput_rps=search.goodput_rps, md1_rps=md1, mg1_rps=mg1, saturation_rps=saturation,
         probes=search.probes, requests_per_probe=settings.requests_per_probe, settings=settings, seed=seed,

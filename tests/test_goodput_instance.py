@@ -1,5 +1,7 @@
 """Per-instance goodput against closed forms: service rates, the TTFT split, the decode rule."""
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -137,3 +139,12 @@ def test_result_keeps_every_search_setting_through_its_json_form():
     result = instance_goodput(even_trace(), constant_prefill(), phase="prefill",
                               slo=slo_from_flags(0.5, None, 0.9), settings=settings)
     assert InstanceGoodput.from_dict(result.to_dict()).settings == settings
+
+
+def test_an_instance_of_dp_ranks_saturates_at_dp_times_one_rank():
+    """Each rank batches and holds KV on its own: 4 ranks of the 30 rps prefill above serve 120 rps,
+    and decode's KV-limited throughput is 4 times one rank's."""
+    rank = constant_prefill(cap=300, kv=2400)
+    wide = replace(rank, dp=4, ep=4)
+    assert prefill_saturation(even_trace(), wide) == pytest.approx(4 * 30.0)
+    assert decode_saturation(even_trace(), wide) == pytest.approx(4 * decode_saturation(even_trace(), rank))
