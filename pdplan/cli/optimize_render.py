@@ -62,7 +62,7 @@ def _mixed_line(doc: dict) -> None:
     j = found["verification"]["joint"]
     verdict = "the answer" if found["chosen"] else "not the answer (another mode or fleet is better)"
     stdout.print(f"mixed pool: {found['prefill']} prefill + {found['decode']} decode + {found['mixed']} mixed "
-                 f"({shape_label(shape['gpu'], shape['tp'], shape['pp'], compact=True)}"
+                 f"({label(shape, compact=True)}"
                  f", chunk {shape['chunk_tokens']}), {money(found['cost_per_hour'])} per hour, PASSES end to end "
                  f"(joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]; spill above {found['spill_tokens']} "
                  f"queued prompt tokens), {verdict}; {plain}", markup=False, highlight=False)
@@ -75,7 +75,7 @@ def _profiles_line(doc: dict) -> str:
     """Which evidence timed the chosen plan's shapes, and why a shape fell back to the roofline."""
     parts = []
     for p in doc["pools"]:
-        text = f"{shape_label(p['gpu'], p['tp'], p['pp'])} {p['profile']}"
+        text = f"{label(p)} {p['profile']}"
         if p["profile_fallback"]:
             text += f" ({p['profile_fallback']})"
         if text not in parts:
@@ -96,7 +96,7 @@ def render_miss(report: PlanReport, doc: dict) -> None:
     for name in ("phase", "GPU", "TP", "PP", "replicas"):
         table.add_column(name, justify="right")
     for p in closest["pools"]:
-        table.add_row(p["phase"], p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]))
+        table.add_row(p["phase"], p["gpu"], tp_cell(p), str(p["pp"]), str(p["replicas"]))
     stdout.print(table)
     stdout.print(f"{closest['gpus_total']} GPUs, {money(closest['cost_per_hour'])} per hour", highlight=False)
     stdout.print(verification_line(closest["verification"]), markup=False, highlight=False)
@@ -147,7 +147,7 @@ def shapes_text(pool: dict | None) -> str:
     """Every shape of a pool with its replicas: ``h100-80gb TP4×2 + a100-80gb TP8 PP2×1``."""
     if pool is None:
         return "—"
-    return " + ".join(f"{shape_label(s['gpu'], s['tp'], s['pp'], compact=True)}×{s['replicas']}"
+    return " + ".join(f"{label(s, compact=True)}×{s['replicas']}"
                       for s in pool["shapes"])
 
 
@@ -176,19 +176,30 @@ def _fleets_table(doc: dict) -> None:
         stdout.print(f"  {note}", markup=False, highlight=False)
 
 
+def label(shape: dict, *, compact: bool = False) -> str:
+    """A JSON shape's label, with its DP and EP when it has them (:func:`pdplan.shape.shape_label`)."""
+    return shape_label(shape["gpu"], shape["tp"], shape["pp"], dp=shape.get("dp", 1), ep=shape.get("ep", 1),
+                       compact=compact)
+
+
+def tp_cell(shape: dict) -> str:
+    """The TP column of a JSON shape: its TP, and a wide shape's attention DP and EP beside it."""
+    return str(shape["tp"]) + (f" DP{shape['dp']} EP{shape['ep']}" if "dp" in shape else "")
+
+
 def _plan_table(doc: dict) -> None:
     table = Table(title=f"Chosen plan ({doc['decision']}, {doc['affinity'] or 'high'} node affinity)")
     for name in ("phase", "GPU", "TP", "PP", "replicas", "goodput/instance", "pool capacity", "$/h", "kW", "profile"):
         table.add_column(name, justify="right")
     for p in doc["pools"]:
         phase = p["phase"] + (f" (chunk {p['chunk_tokens']})" if p["chunk_tokens"] else "")
-        table.add_row(phase, p["gpu"], str(p["tp"]), str(p["pp"]), str(p["replicas"]),
+        table.add_row(phase, p["gpu"], tp_cell(p), str(p["pp"]), str(p["replicas"]),
                       f"{p['goodput_rps_per_instance']:.3g} req/s", f"{p['capacity_rps']:.3g} req/s",
                       money(p["usd_per_hour"]), f"{p['power_w'] / 1e3:.2f}", p["profile"])
     base = doc["colocated_baseline"]
     if base is not None and doc["decision"] == "disaggregated":
         for s in base["shapes"]:
-            table.add_row("colocated baseline", s["gpu"], str(s["tp"]), str(s["pp"]), str(s["replicas"]),
+            table.add_row("colocated baseline", s["gpu"], tp_cell(s), str(s["pp"]), str(s["replicas"]),
                           f"{s['goodput_rps_per_instance']:.3g} req/s", f"{s['capacity_rps']:.3g} req/s", "", "")
         table.add_row("colocated baseline total", "", "", "", "", "", "", money(base["cost_per_hour"]),
                       f"{base['power_w'] / 1e3:.2f}")

@@ -274,20 +274,24 @@ def _predictions(report: PlanReport) -> dict:
     }
 
 
+def _fallback_pool(shape: dict) -> dict:
+    """A fallback pool: its GPU, TP, PP and replicas, and a wide shape's DP and EP."""
+    return {k: shape[k] for k in ("gpu", "tp", "pp", "dp", "ep", "replicas") if k in shape}
+
+
 def _fallback(report: PlanReport) -> dict:
     """0x0FF: the same-target colocated plan, evaluated before release, that rollback enables."""
     answer = report.answer
     if report.chosen.mode == "colocated":
         return {"mode": "colocated", "is_answer": True, "pools": [
-            {k: p[k] for k in ("gpu", "tp", "pp", "replicas")} for p in pools(answer.solution, report)],
+            _fallback_pool(p) for p in pools(answer.solution, report)],
             **_verified_totals(answer)}
     base = report.fleet.colocated.best
     if base is None:
         return {"mode": "colocated", "is_answer": False, "pools": [], "gpus": 0, "cost_per_hour": 0.0,
                 "verified": False, "joint_attainment": None}
     return {"mode": "colocated", "is_answer": False,
-            "pools": [{k: s[k] for k in ("gpu", "tp", "pp", "replicas")}
-                      for s in phase_dict(base.solution, "colocated")["shapes"]],
+            "pools": [_fallback_pool(s) for s in phase_dict(base.solution, "colocated")["shapes"]],
             **_verified_totals(base)}
 
 

@@ -405,7 +405,8 @@ def engine_refusal(manifest: dict, engine: str | None) -> str | None:
     """Why ``engine`` cannot run this manifest's pools with its KV connector (the rule and its
     reason, see :mod:`pdplan.engines`), or None when it can or no engine is named."""
     return engines.plan_refusal(engine, manifest["transfer"]["connector"], (
-        engines.Role(phase=p["phase"], gpu=p["gpu"], tp=p["tp"], pp=p["pp"]) for p in manifest["pools"]))
+        engines.Role(phase=p["phase"], gpu=p["gpu"], tp=p["tp"], pp=p["pp"], dp=pool_shape(p).dp, ep=pool_shape(p).ep)
+        for p in manifest["pools"]))
 
 
 def _engine(manifest: dict) -> list[Violation]:
@@ -476,8 +477,8 @@ def _fallback_and_rollback(manifest: dict) -> list[Violation]:
     fallback = manifest["fallback"]
     if not fallback["pools"] or not fallback["verified"]:
         found.append(Violation("fallback", "a verified colocated fallback must be registered before release"))
-    elif fallback["gpus"] != sum(p["replicas"] * p["tp"] * p["pp"] for p in fallback["pools"]):
-        found.append(Violation("fallback.gpus", "is not the sum of its pools' replicas × TP × PP"))
+    elif fallback["gpus"] != sum(p["replicas"] * p["tp"] * p.get("dp", 1) * p["pp"] for p in fallback["pools"]):
+        found.append(Violation("fallback.gpus", "is not the sum of its pools' replicas × TP × DP × PP"))
     return found
 
 
