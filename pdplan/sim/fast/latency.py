@@ -104,15 +104,23 @@ def decode_run_s(tab_i, pieces, m, batch, context, steps):
             gamma = pieces[p, 2] * batch
             if gamma > best_gamma:
                 alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * context
-                cross = (best_alpha - alpha) / (gamma - best_gamma)
-                if cross < j_next:
-                    jc = max(j + 1, int(math.floor(cross)) + 1)
-                    if jc < j_next:
-                        j_next = jc
+                j_next = _crossing(best_alpha, best_gamma, alpha, gamma, j, j_next)
         n = j_next - j
         total += n * best_alpha + best_gamma * (j + j_next - 1) * n * 0.5
         j = j_next
     return total
+
+
+@njit(cache=True)
+def _crossing(best_alpha, best_gamma, alpha, gamma, j, j_next):
+    """The first step after ``j`` at which the steeper line (alpha, gamma) overtakes the largest one
+    (best_alpha, best_gamma), when that comes before ``j_next``; else ``j_next``."""
+    cross = (best_alpha - alpha) / (gamma - best_gamma)
+    if cross < j_next:
+        jc = max(j + 1, int(math.floor(cross)) + 1)
+        if jc < j_next:
+            return jc
+    return j_next
 
 
 @njit(cache=True)
@@ -153,11 +161,7 @@ def _ranks_run_s(tab_i, pieces, di, d, steps):
                 gamma = pieces[p, 2] * batch
                 if gamma > best_gamma:
                     alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i])
-                    cross = (best_alpha - alpha) / (gamma - best_gamma)
-                    if cross < j_next:
-                        jc = max(j + 1, int(math.floor(cross)) + 1)
-                        if jc < j_next:
-                            j_next = jc
+                    j_next = _crossing(best_alpha, best_gamma, alpha, gamma, j, j_next)
         n = j_next - j
         total += n * best_alpha + best_gamma * (j + j_next - 1) * n * 0.5
         j = j_next
