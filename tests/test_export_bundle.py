@@ -14,6 +14,7 @@ from pdplan.manifest.build import node_map
 from pdplan.manifest.check import check_manifest
 from pdplan.manifest.document import seal
 from pdplan.manifest.export import export_manifest
+from pdplan.placement import Candidate, Instance
 
 GIB = 2**30
 #: The product label NVIDIA GPU Feature Discovery writes (NVIDIA/k8s-device-plugin internal/lm/resource.go:
@@ -193,8 +194,8 @@ def test_the_cluster_files_node_label_is_recorded_in_the_node_map(tmp_path):
                     "  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, intra_node_gb_s: 300, "
                     "inter_node_gb_s: 25, count: 1}\n")
     cluster = load_cluster(path)
-    instances = [SimpleNamespace(id=f"{kind}-0", node_type=kind, stage_nodes=[f"{kind}-0"], stage_gpus=[[0, 1]],
-                                 candidate=SimpleNamespace(phase="decode", gpu=gpu, tp=2, pp=1))
+    instances = [Instance(id=f"{kind}-0", node_type=kind, stage_nodes=(f"{kind}-0",), stage_gpus=((0, 1),),
+                          candidate=Candidate(phase="decode", gpu=gpu, tp=2, pp=1, goodput_rps=1.0))
                  for kind, gpu in (("h100", "h100-80gb"), ("a100", "a100-80gb"))]
     nodes = {n["node"]: n for n in node_map(SimpleNamespace(instances=instances), cluster)}
     assert nodes["h100-0"]["node_label"] == {"key": "example.com/gpu", "value": "h100-sxm"}
