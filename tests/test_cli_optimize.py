@@ -302,6 +302,7 @@ BAD = [
     (("--redundancy", "rack"), "Error: --redundancy must be one of instance, node, none, got 'rack'"),
     (("--pool-shapes", "any"), "Error: --pool-shapes must be one of mixed, one, got 'any'"),
     (("--tp", "0"), "Error: --tp must be >= 1, got 0"),
+    (("--dp", "0"), "Error: --dp must be >= 1, got 0"),
     (("--ttft", "2000"), "Error: --ttft 2000 reads as 2000 seconds; plain numbers are seconds, so for milliseconds "
                          "write --ttft 2000ms"),
     (("--tpot", "50"), "Error: --tpot 50 reads as 50 seconds"),
@@ -313,7 +314,7 @@ BAD = [
                                                     "rate", "rate-inf", "rate-huge", "goodput-with-rate", "max-gpus",
                                                     "max-power", "max-cost-huge", "link-headroom", "time-limit", "seed",
                                                     "seed-24-digits", "seeds", "max-rounds", "rule",
-                                                    "redundancy", "pool-shapes", "tp", "ttft-ms", "tpot-ms",
+                                                    "redundancy", "pool-shapes", "tp", "dp", "ttft-ms", "tpot-ms",
                                                     "admission-share"])
 def test_bad_flags_exit_2_with_one_line(optimize, args, message):
     code, out, err = optimize(*args)

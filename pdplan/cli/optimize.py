@@ -130,7 +130,7 @@ def optimize(
     dp: Annotated[list[int] | None, typer.Option(
         "--dp", help="Attention data-parallel sizes to consider for a mixture-of-experts model (repeatable): each "
                      "DP above 1 adds wide-EP shapes of TP x DP GPUs, every routed expert whole on one GPU "
-                     "(EP = TP x DP), on one node or over whole nodes (SGLang --enable-dp-attention, vLLM "
+                     "(EP = TP x DP), on one node or over whole nodes (SGLang --attn-dp-size, vLLM "
                      "--data-parallel-size); default 1 (none).", show_default=False)] = None,
     pool_shapes: Annotated[PoolShapes, choice(
         "--pool-shapes", PoolShapes, help="one: one shape per phase and GPU type, as deployers run pools; mixed: "
