@@ -308,3 +308,12 @@ def test_deepseek_v3_ships_one_multi_token_prediction_module():
 
     # config.json num_nextn_predict_layers (deepseek-ai/DeepSeek-V3; moonshotai/Kimi-K2-Instruct)
     assert (get_model("deepseek-v3").mtp_layers, get_model("kimi-k2").mtp_layers) == (1, 0)
+
+
+def test_validate_refuses_mtp_for_a_checkpoint_without_prediction_layers(disaggregated):
+    from pdplan.manifest.check import check_manifest
+
+    assert "mtp" not in disaggregated["identity"]["model"] and "deepseek" not in disaggregated["identity"]["model"]
+    found = [v.field for v in check_manifest(_drafting(disaggregated))]
+    assert "provenance.profiles.speculative.method" in found
+    assert "provenance.profiles.speculative.method" not in [v.field for v in check_manifest(disaggregated)]

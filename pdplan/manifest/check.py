@@ -146,7 +146,18 @@ def _pools(manifest: dict) -> list[Violation]:
     model = _model(manifest)
     for i, p in enumerate(pools):
         found += pool_violations(f"pools[{i}]", p, model)
-    return found
+    return found + _drafting(manifest, model)
+
+
+def _drafting(manifest: dict, model) -> list[Violation]:
+    """MTP drafts with the checkpoint's own multi-token-prediction layers: a manifest timed with it for
+    a model that has none describes engines that refuse to start (the planner refuses the flag too,
+    :meth:`pdplan.latency.source.ProfileSource.speculative_for`)."""
+    drafting = manifest["provenance"]["profiles"].get("speculative")
+    if model is None or drafting is None or drafting["method"] != "mtp" or model.mtp_layers:
+        return []
+    return [Violation("provenance.profiles.speculative.method", f"mtp drafts with the checkpoint's multi-token-"
+                      f"prediction layers, and {model.base_name} has none (config.json num_nextn_predict_layers)")]
 
 
 def pool_violations(where: str, pool: dict, model) -> list[Violation]:
