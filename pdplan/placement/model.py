@@ -187,7 +187,7 @@ def replica_bound(problem: Problem, cand: Candidate, relax: frozenset[str] = fro
     if "inventory" in relax or any(n.count is None for n in nodes):
         by_inventory = math.inf
     else:
-        by_inventory = sum(stages_held(cand, n) for n in nodes) // cand.pp
+        by_inventory = problem.cluster.instances_of(cand.gpu, cand.tp, cand.pp, cand.dp)
     bounds = [by_inventory]
     if problem.fixed is not None:
         bounds.append(dict(problem.fixed).get(cand, 0))
@@ -211,15 +211,6 @@ def replica_bound(problem: Problem, cand: Candidate, relax: frozenset[str] = fro
         raise PdplanError("objective goodput with unbounded node counts needs a budget "
                           "(--max-gpus, --max-cost or --max-power)", field="objective")
     return int(bound)
-
-
-def stages_held(cand: Candidate, node: NodeType) -> int:
-    """Whole pipeline stages of ``cand`` the nodes of this type hold: several per node when a stage
-    fits in one, one per k nodes when it spans k; 0 when the shape cannot go on it."""
-    spans = cand.nodes_per_stage(node.gpus_per_node)
-    if not spans:
-        return 0
-    return (node.gpus_per_node // cand.node_slot(node.gpus_per_node)) * node.count // spans
 
 
 def instance_units(problem: Problem, cand: Candidate) -> int:
