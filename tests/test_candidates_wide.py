@@ -35,3 +35,27 @@ def test_a_wide_shape_needing_more_nodes_than_the_cluster_has_is_rejected_by_nam
 def test_a_wide_shape_that_cannot_spread_evenly_is_rejected_by_name():
     _, rejected = wide_labels("deepseek-v3@fp8", h200(), dps=(12,))
     assert "do not spread evenly" in rejected["h200-141gb TP1 DP12 EP12 PP1"]
+
+
+def test_a_wide_shape_no_table_times_is_a_rejected_candidate_not_an_abort():
+    from pdplan.cache import ResultCache
+    from pdplan.errors import PdplanError
+    from pdplan.latency.source import ProfileSource
+    from pdplan.planner.measure import measure
+    from pdplan.planner.request import PlanRequest
+    from pdplan.slo import slo_from_flags
+    from pdplan.workload import head, load_trace
+    from tests.conftest import TRACE
+
+    class NoWideTables(ProfileSource):
+        def profile(self, model, gpu, tp, pp, **kw):
+            if kw.get("dp", 1) > 1:
+                raise PdplanError("no wide-EP table for this shape")
+            return super().profile(model, gpu, tp, pp, **kw)
+
+    request = PlanRequest(workload=head(load_trace(TRACE), 200), model=get_model("deepseek-v3@fp8"), cluster=h200(),
+                          profiles=NoWideTables({}, compose=False), slo=slo_from_flags(1.0, 0.1, 0.9), target_rps=1.0,
+                          tps=(1, 8), pps=(1,), dps=(8,))
+    measured, rejected = measure(request, ResultCache(None, enabled=False))
+    assert all(not m.shape.is_wide for m in measured) and measured
+    assert {r.reason for r in rejected if r.shape.is_wide} >= {"no wide-EP table for this shape"}

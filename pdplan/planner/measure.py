@@ -98,8 +98,15 @@ def measure(request: PlanRequest, cache: ResultCache,
     for i, shape in enumerate(shapes):
         if progress is not None:
             progress(f"goodput {shape.label}", i, len(shapes))
-        profile = request.profiles.profile(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp, shape.pp,
-                                           cache=cache, dp=shape.dp, ep=shape.ep)
+        try:
+            profile = request.profiles.profile(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp,
+                                               shape.pp, cache=cache, dp=shape.dp, ep=shape.ep)
+        except PdplanError as err:
+            if not shape.is_wide:
+                raise
+            # a wide shape only the wide-EP tables time: without them it is not a candidate, said why
+            rejected.append(Rejected(shape=shape, reason=err.detail))
+            continue
         result = cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
                                          settings=request.settings, seed=request.seed, policy=shape.policy,
                                          chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
