@@ -7,6 +7,15 @@ follows the trace's own rate over time (:func:`pdplan.workload.poisson_resample`
 trace order, each from its own seed. With ``--arrivals poisson`` or a lengths-only trace every
 run is a Poisson draw of the trace's lengths at the target rate.
 
+Length. A run lasts at least ``min_run_s`` seconds of arrivals (optimize's ``--min-run``, default
+:data:`DEFAULT_MIN_RUN_S`): a trace that, rescaled to the target rate, arrives in less is replayed
+several times back to back (:func:`pdplan.workload.repeat`: its burst shape kept, prefix hashes
+renumbered per copy so that no copy reuses another's prefixes); a Poisson run draws as many
+requests. The empty system a run starts from and the drain it ends with each last about one
+request's lifetime (seconds to a minute at chat lengths); in a run of a few seconds, which is what
+an hour's trace rescaled to thousands of requests per second becomes, they would be most of it
+and flatter the plan. Runs hold at most :data:`MAX_RUN_REQUESTS` requests either way.
+
 Intervals. Each objective's attainment (0x0A: the share of requests within the threshold, a
 request with one output token passing TPOT) is measured per run; the 95% interval is
 mean ± t(0.975, R−1) · s / √R over the runs (one run has no spread: low = high = mean). Joint
@@ -31,12 +40,14 @@ from pdplan.goodput import joint_attainment, per_request_clocks
 from pdplan.sim import SimResult
 from pdplan.slo import SLO, Objective, attainment
 from pdplan.vocabulary import Rule
-from pdplan.workload import Workload, head, poisson_resample, replace_arrivals, rescale_rate
+from pdplan.workload import Workload, head, poisson_resample, repeat, replace_arrivals, rescale_rate
 
 DEFAULT_RUNS = 3
 RULES = tuple(Rule)
 #: Runs simulate at most this many requests each (the trace's first ones beyond it).
 MAX_RUN_REQUESTS = 200_000
+#: A verification run lasts at least this many seconds of arrivals (see the module docstring).
+DEFAULT_MIN_RUN_S = 300.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -175,15 +186,26 @@ class LossCheck:
                 "joint": None if self.joint is None else self.joint.to_dict()}
 
 
-def run_workloads(workload: Workload, rate_rps: float, *, runs: int, seed: int, arrivals: str) -> list[Workload]:
+def run_copies(requests: int, rate_rps: float, min_run_s: float) -> int:
+    """How many times a trace of ``requests`` requests is replayed back to back so that a run at
+    ``rate_rps`` lasts at least ``min_run_s`` seconds, within :data:`MAX_RUN_REQUESTS`."""
+    requests = min(requests, MAX_RUN_REQUESTS)
+    wanted = math.ceil(min_run_s * rate_rps / requests - 1e-9)
+    return max(1, min(wanted, MAX_RUN_REQUESTS // requests))
+
+
+def run_workloads(workload: Workload, rate_rps: float, *, runs: int, seed: int, arrivals: str,
+                  min_run_s: float = 0.0) -> list[Workload]:
     """The R request streams a plan is verified on (see the module docstring)."""
     if runs < 1:
         raise InternalError("runs must be >= 1")
     if len(workload) > MAX_RUN_REQUESTS:
         workload = head(workload, MAX_RUN_REQUESTS)
+    copies = run_copies(len(workload), rate_rps, min_run_s)
     if arrivals == "poisson" or not workload.has_arrivals:
-        return [replace_arrivals(workload, rate_rps=rate_rps, rng=seed + r) for r in range(runs)]
-    replay = rescale_rate(workload, rate_rps)
+        return [replace_arrivals(workload, rate_rps=rate_rps, n_requests=copies * len(workload), rng=seed + r)
+                for r in range(runs)]
+    replay = repeat(rescale_rate(workload, rate_rps), copies)
     return [replay] + [poisson_resample(replay, rng=seed + r) for r in range(1, runs)]
 
 

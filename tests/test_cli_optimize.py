@@ -297,6 +297,7 @@ BAD = [
     (("--seed", "123456789012345678901234"), "Error: --seed must be between 0 and 2,147,483,647, got "
                                              "123456789012345678901234"),
     (("--seeds", "0"), "Error: --seeds must be >= 1, got 0"),
+    (("--min-run", "-5"), "Error: --min-run must be >= 0, got -5.0"),
     (("--max-rounds", "0"), "Error: --max-rounds must be >= 1, got 0"),
     (("--verify-rule", "median"), "Error: --verify-rule must be one of lower, mean, got 'median'"),
     (("--redundancy", "rack"), "Error: --redundancy must be one of instance, node, none, got 'rack'"),
@@ -313,7 +314,7 @@ BAD = [
 @pytest.mark.parametrize("args,message", BAD, ids=["fleet", "capped-prefill", "objective", "peak-and-rate", "model",
                                                     "rate", "rate-inf", "rate-huge", "goodput-with-rate", "max-gpus",
                                                     "max-power", "max-cost-huge", "link-headroom", "time-limit", "seed",
-                                                    "seed-24-digits", "seeds", "max-rounds", "rule",
+                                                    "seed-24-digits", "seeds", "min-run", "max-rounds", "rule",
                                                     "redundancy", "pool-shapes", "tp", "dp", "ttft-ms", "tpot-ms",
                                                     "admission-share"])
 def test_bad_flags_exit_2_with_one_line(optimize, args, message):

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 from pdplan.slo import Objective, slo_from_flags
-from pdplan.verify import Interval, LossCheck, RunRecord, judge, run_workloads
+from pdplan.verify import MAX_RUN_REQUESTS, Interval, LossCheck, RunRecord, judge, run_copies, run_workloads
 from pdplan.workload import Workload, poisson_resample, rescale_rate
 
 SLO = slo_from_flags(1.0, 0.1, 0.9)
@@ -104,3 +104,30 @@ def test_an_objective_check_reports_its_runs():
     assert doc["seeds"] == [3, 4] and doc["requests"] == [100, 100] and doc["rate_rps"] == 2.5
     assert doc["per_objective"][0]["runs"] == [0.91, 0.93]
     assert isinstance(verdict.per_objective[0].objective, Objective)
+
+
+def test_a_trace_too_short_for_the_run_is_repeated_back_to_back_at_the_same_rate():
+    workload = burst_trace()  # 2,000 requests: 40 s at 50 req/s
+    run = run_workloads(workload, 50.0, runs=1, seed=0, arrivals="trace", min_run_s=100.0)[0]
+    assert len(run) == 3 * len(workload)  # ceil(100 s × 50 req/s / 2,000)
+    np.testing.assert_array_equal(run.prompt_tokens, np.tile(workload.prompt_tokens, 3))
+    assert np.all(np.diff(run.arrival_s) > 0)
+    assert len(run) / (run.arrival_s[-1] - run.arrival_s[0]) == pytest.approx(50.0, rel=0.01)
+    assert run.arrival_s[-1] - run.arrival_s[0] >= 100.0 - 0.1
+
+
+def test_a_trace_long_enough_is_replayed_once():
+    workload = burst_trace()
+    runs = run_workloads(workload, 5.0, runs=2, seed=3, arrivals="trace", min_run_s=300.0)  # 400 s already
+    assert [len(r) for r in runs] == [len(workload)] * 2
+
+
+def test_poisson_runs_draw_enough_requests_to_last_the_run():
+    run = run_workloads(burst_trace(), 50.0, runs=1, seed=0, arrivals="poisson", min_run_s=100.0)[0]
+    assert len(run) == 3 * 2000
+
+
+def test_repeats_stop_at_the_most_requests_a_run_holds():
+    assert run_copies(2000, 1e6, 300.0) == MAX_RUN_REQUESTS // 2000
+    assert run_copies(MAX_RUN_REQUESTS + 5, 1e6, 300.0) == 1
+    assert run_copies(2000, 50.0, 0.0) == 1

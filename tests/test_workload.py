@@ -18,6 +18,7 @@ from pdplan.workload import (
     native_csv,
     parse_length_dist,
     poisson_arrivals,
+    repeat,
     replace_arrivals,
     rescale_rate,
     synthesize,
@@ -385,3 +386,16 @@ def test_lognormal_lengths_are_clipped_to_1_and_max():
 def test_bad_length_specs_name_the_flag_and_the_rule(spec, message):
     with pytest.raises(PdplanError, match=message):
         parse_length_dist(spec, what="--prompt")
+
+
+def test_a_repeated_trace_keeps_ids_unique_and_invents_no_prefix_reuse():
+    workload = Workload(arrival_s=np.array([0.0, 1.0, 2.0]), prompt_tokens=np.array([32, 32, 48]),
+                        output_tokens=np.array([1, 2, 3]), request_id=np.array(["a", "b", "c"], dtype=object),
+                        hash_values=np.array([7, 7, 9, 7]), hash_offsets=np.array([0, 1, 2, 4]), block_tokens=16)
+    twice = repeat(workload, 2)
+    assert list(twice.request_id) == ["a", "b", "c", "a#1", "b#1", "c#1"]
+    np.testing.assert_array_equal(twice.arrival_s, [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])  # period: span + a mean gap
+    first, second = twice.hash_values[:4], twice.hash_values[4:]
+    assert not set(first) & set(second)  # the copies share no prefix block
+    assert (first[0] == first[1]) and (second[0] == second[1]) and first[2] != first[0]  # reuse inside a copy kept
+    np.testing.assert_array_equal(twice.hash_offsets, [0, 1, 2, 4, 5, 6, 8])

@@ -142,6 +142,11 @@ def optimize(
     seeds: Annotated[int, typer.Option(
         "--seeds", help="Verification runs: the trace replayed at the target rate, then Poisson resamples "
                         "of it; each objective gets a 95% interval over the runs.")] = PlanRequest.runs,
+    min_run: Annotated[float, typer.Option(
+        "--min-run", help="Seconds of arrivals each verification run lasts at least: a trace that, rescaled to "
+                          "the target rate, arrives in less is replayed back to back (burst shape kept, at most "
+                          "200,000 requests a run), so the empty start and the final drain do not flatter the "
+                          "plan. 0: the trace once.")] = PlanRequest.min_run_s,
     verify_rule: Annotated[Rule, choice(
         "--verify-rule", Rule, help="lower: a plan passes when each objective's interval lower end meets its "
                                     "target; mean: when its mean does.")] = PlanRequest.rule,
@@ -222,8 +227,8 @@ def optimize(
     """
     _check_flags(objective=objective, target_rate=target_rate, peak=peak, windows=windows, change_cost=change_cost,
                  fleet=fleet, affinity=affinity, redundancy=redundancy, budgets=(max_gpus, max_cost, max_power),
-                 link_headroom=link_headroom, time_limit=time_limit, seeds=seeds, max_rounds=max_rounds, tps=tp,
-                 pps=pp, dps=dp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share))
+                 link_headroom=link_headroom, time_limit=time_limit, seeds=seeds, min_run=min_run,
+                 max_rounds=max_rounds, tps=tp, pps=pp, dps=dp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share))
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     outputs = Outputs(trace, cluster, *profile_inputs(profiles), slo, model_file(model), windows_file(windows))
     if out is not None:
@@ -242,7 +247,8 @@ def optimize(
         slo=slo_from_options(ttft, tpot, attainment, slo), target_rps=rate, fleets=resolve_fleets(fleet, the_cluster),
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,
-        time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, rule=verify_rule, redundancy=redundancy,
+        time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, min_run_s=min_run,
+        rule=verify_rule, redundancy=redundancy,
         pool_shapes=pool_shapes, mode=mode, connector=connector, mixed=mixed, mixed_max=mixed_max,
         spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share),
         tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS, pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS,
@@ -312,7 +318,8 @@ def _windowed_output(windowed, outputs: Outputs, plot: Path | None, json: bool) 
 
 def _check_flags(*, objective: Objective, target_rate: float | None, peak: bool, windows: str | None,
                  change_cost: float, fleet: str, affinity: Affinity, redundancy: Redundancy, budgets: tuple,
-                 link_headroom: float, time_limit: float, seeds: int, max_rounds: int, tps: list[int] | None,
+                 link_headroom: float, time_limit: float, seeds: int, min_run: float, max_rounds: int,
+                 tps: list[int] | None,
                  pps: list[int] | None, dps: list[int] | None, mixed: tuple[int, int, float]) -> None:
     """Flag values the planner cannot use, named by flag, before any work is done."""
     if peak and target_rate is not None:
@@ -336,6 +343,7 @@ def _check_flags(*, objective: Objective, target_rate: float | None, peak: bool,
     within("--link-headroom", link_headroom, 0, 1, above=True)
     within("--time-limit", time_limit, 0, limits.MAX_TIME_LIMIT_S, above=True)
     within("--seeds", seeds, 1, limits.MAX_RUNS)
+    within("--min-run", min_run, 0, limits.MAX_RUN_S)
     within("--max-rounds", max_rounds, 1, limits.MAX_CHECKS)
     for values, flag, high in ((tps, "--tp", MAX_GPUS_PER_NODE), (pps, "--pp", limits.MAX_PIPELINE_STAGES),
                                (dps, "--dp", limits.MAX_GPUS)):

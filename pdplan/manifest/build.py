@@ -269,7 +269,8 @@ def _predictions(report: PlanReport) -> dict:
         "cost_per_hour": _valued(solution.usd_per_hour, "derived: GPUs × cluster price"),
         "power_w": _valued(solution.power_w, "derived: GPUs × power limit"),
         "verification": {"passed": v["passed"], "rule": v["rule"], "rate_rps": v["rate_rps"],
-                         "seeds": list(v["seeds"]), "requests": list(v["requests"]), "base_seed": request.seed},
+                         "seeds": list(v["seeds"]), "requests": list(v["requests"]), "base_seed": request.seed,
+                         "min_run_s": request.min_run_s},
         "search": search_dict(chosen, request.objective),
     }
 

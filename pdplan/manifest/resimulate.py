@@ -32,7 +32,8 @@ def resimulate(manifest: dict, workload: Workload, source: ProfileSource, *,
     verification = manifest["predictions"]["verification"]
     slo = manifest_slo(manifest, path)
     runs = run_workloads(workload, verification["rate_rps"], runs=len(verification["seeds"]),
-                         seed=verification["base_seed"], arrivals=manifest["workload"]["arrivals"])
+                         seed=verification["base_seed"], arrivals=manifest["workload"]["arrivals"],
+                         min_run_s=verification.get("min_run_s", 0.0))  # older manifests: runs as long as the trace
     model = plan_model(plan)
     records = [run_record(simulate(w, plan, profiles, model=model, seed=verification["base_seed"]), slo,
                           with_summary=False) for w in runs]

@@ -61,7 +61,8 @@ class Verifier:
         if rate_rps not in self._workloads:
             s = self.request.settings
             self._workloads[rate_rps] = run_workloads(self.request.workload, rate_rps, runs=self.request.runs,
-                                                      seed=self.request.seed, arrivals=s.arrivals)
+                                                      seed=self.request.seed, arrivals=s.arrivals,
+                                                      min_run_s=self.request.min_run_s)
         return self._workloads[rate_rps]
 
     def _key_parts(self, plan: Plan, rate_rps: float) -> dict:
@@ -69,7 +70,8 @@ class Verifier:
         return {"verify": plan_key(plan), "trace": self._trace, "rate": rate_rps,
                 "profiles": [profile_digest(self.profiles[s]) for s in shapes],
                 "model": asdict(self.request.model), "slo": self.request.slo.to_dict(), "runs": self.request.runs,
-                "seed": self.request.seed, "arrivals": self.request.settings.arrivals}
+                "seed": self.request.seed, "arrivals": self.request.settings.arrivals,
+                "min_run_s": self.request.min_run_s}
 
     def verify(self, plan: Plan, rate_rps: float, *, mode: str, lost: list[Loss] = ()) -> Verification:
         """The verdict on ``plan`` at ``rate_rps``, every loss in ``lost`` included."""

@@ -14,7 +14,7 @@ from pdplan.modelspec import ModelSpec
 from pdplan.placement import ANY, POOL_SHAPES, REDUNDANCY, Fleet
 from pdplan.planner.plans import Spill
 from pdplan.slo import SLO
-from pdplan.verify import DEFAULT_RUNS, RULES
+from pdplan.verify import DEFAULT_MIN_RUN_S, DEFAULT_RUNS, RULES
 from pdplan.vocabulary import (
     Affinity,
     Connector,
@@ -66,6 +66,7 @@ class PlanRequest:
     max_checks: int = DEFAULT_MAX_CHECKS  #: end-to-end checks per fleet, mode and affinity
     runs: int = DEFAULT_RUNS            #: verification runs (seeds) per check
     rule: Rule = Rule.LOWER             #: pass when the interval's lower end or mean meets the target
+    min_run_s: float = DEFAULT_MIN_RUN_S  #: a verification run lasts at least this long (short traces repeat)
     redundancy: Redundancy = Redundancy.NONE  #: instance or node: the plan must survive losing one
     pool_shapes: PoolShapes = PoolShapes.ONE
     tps: tuple[int, ...] = DEFAULT_TPS

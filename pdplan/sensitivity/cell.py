@@ -184,7 +184,7 @@ def run_cell(base: Base, index: int, coords: dict) -> CellResult:
         profiles = {m.profile.key: m.profile for m in report.measured}
         margin = net_margin(request.workload, colocated.checked.plan, disaggregated.checked.plan, profiles,
                             model=request.model, rate_rps=rate, runs=request.runs, seed=request.seed,
-                            arrivals=request.settings.arrivals)
+                            arrivals=request.settings.arrivals, min_run_s=request.min_run_s)
     decision, reason = decide(colocated, disaggregated, margin, base)
     missing = [f"no {label} plan fits: {why_none(report, mode)}" for label, mode, found in (
         ("colocated", "colocated", colocated), ("P/D", "disaggregated", disaggregated)) if found is None]

@@ -64,13 +64,13 @@ def variants(plan: Plan) -> tuple[Plan, Plan, Plan, Plan]:
 
 
 def net_margin(workload, colocated: Plan, disaggregated: Plan, profiles: dict, *, model, rate_rps: float,
-               runs: int, seed: int, arrivals: str) -> Margin:
+               runs: int, seed: int, arrivals: str, min_run_s: float = 0.0) -> Margin:
     """ΔT and its terms for these two plans at ``rate_rps``, over the verification's runs."""
     plans = (colocated, *variants(disaggregated))
     e2e = [[] for _ in plans]
     ttft = [[] for _ in plans]
     exposed, failures = [], []
-    for run in run_workloads(workload, rate_rps, runs=runs, seed=seed, arrivals=arrivals):
+    for run in run_workloads(workload, rate_rps, runs=runs, seed=seed, arrivals=arrivals, min_run_s=min_run_s):
         results = [simulate(run, plan, profiles, model=model, seed=seed) for plan in plans]
         kept = np.logical_and.reduce([np.isfinite(r["e2e_s"]) for r in results])
         for i, result in enumerate(results):

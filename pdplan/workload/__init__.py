@@ -16,6 +16,7 @@ from pdplan.workload.reshape import (
     head,
     poisson_arrivals,
     poisson_resample,
+    repeat,
     replace_arrivals,
     rescale_rate,
     rescaled_arrivals,
@@ -44,6 +45,6 @@ __all__ = [
     "CHUNK_ROWS", "DEFAULT_BLOCK_TOKENS", "FORMATS", "LENGTH_KINDS", "LENGTH_SPEC_HELP", "MAX_SPEC_TOKENS",
     "NO_ARRIVALS_HINT", "PEAK_WINDOW_S", "LengthDist", "LengthStats", "TraceStats", "Workload", "diurnal_arrivals",
     "gamma_arrivals", "head", "interarrival_cv", "load_trace", "max_blocks", "native_csv", "parse_length_dist",
-    "peak_rate_rps", "poisson_arrivals", "poisson_resample", "prefix_reuse_fraction", "replace_arrivals",
+    "peak_rate_rps", "poisson_arrivals", "poisson_resample", "prefix_reuse_fraction", "repeat", "replace_arrivals",
     "rescale_rate", "rescaled_arrivals", "synthesize", "thin", "trace_stats", "window",
 ]

@@ -66,6 +66,32 @@ def head(workload: Workload, n: int) -> Workload:
     return replaced(workload, rows=Rows.of(workload).take(np.arange(n)))
 
 
+def repeat(workload: Workload, times: int) -> Workload:
+    """The trace ``times`` times back to back, so a short trace can stand for a longer stretch
+    of the same traffic. Copy k arrives k × (span + one mean gap) later, which keeps the trace's
+    mean rate and burst shape across the seams. Request ids get a ``#k`` suffix (k ≥ 1). Prefix-hash
+    ids are renumbered per copy: a repeat must not invent prefix reuse the trace never had."""
+    if not (isinstance(times, int) and times >= 1):
+        raise InternalError("times must be an integer >= 1")
+    if times == 1:
+        return workload
+    rows = Rows.of(workload).take(np.tile(np.arange(len(workload)), times))
+    copy = np.repeat(np.arange(times), len(workload))
+    fields = {}
+    if workload.arrival_s is not None:
+        arrival_s = workload.arrival_s
+        period = float(arrival_s[-1] - arrival_s[0]) * len(workload) / max(len(workload) - 1, 1)
+        fields["arrival_s"] = rows.arrival_s + copy * period
+    if workload.request_id is not None:
+        fields["request_id"] = np.array([rid if k == 0 else f"{rid}#{k}" for rid, k in zip(rows.request_id, copy)],
+                                        dtype=object)
+    if workload.hash_values is not None:
+        distinct, dense = np.unique(workload.hash_values, return_inverse=True)
+        per_block = np.repeat(copy, np.diff(rows.hash_offsets))
+        fields["hash_values"] = np.tile(dense.astype(np.int64), times) + per_block * distinct.size
+    return replaced(workload, rows=rows, **fields)
+
+
 def thin(workload: Workload, n: int, *, rng: np.random.Generator | int) -> Workload:
     """``n`` requests drawn uniformly without replacement, kept in trace order (all of them when
     the trace is shorter): the trace's rate over time survives, at 1/k of its density."""
