@@ -114,8 +114,11 @@ def verification_line(v: dict) -> str:
     verdict = "PASSES" if v["passed"] else "MISSES"
     losses = (f"; survives {counted(len(v['losses']), 'distinct loss', 'distinct losses')}"
               if v["losses"] and v["passed"] else "")
+    copies = v.get("trace_copies", 1)
+    repeated = (f", the trace {copies}× back to back so a run lasts at least {v['min_run_s']:g} s"
+                if copies > 1 else "")
     return (f"verification: {verdict} at {v['rate_rps']:.3g} req/s on {counted(runs, 'run')} × "
-            f"{v['requests'][0]:,} requests (seeds {', '.join(map(str, v['seeds']))}; rule: {rule}): "
+            f"{v['requests'][0]:,} requests{repeated} (seeds {', '.join(map(str, v['seeds']))}; rule: {rule}): "
             f"{objectives}; joint {j['mean']:.3f} [{j['low']:.3f}, {j['high']:.3f}]{losses}")
 
 
@@ -209,6 +212,19 @@ def _plan_table(doc: dict) -> None:
                  markup=False, highlight=False)
 
 
+def tp_only_text(doc: dict) -> str:
+    """The best TP x PP plan beside a wide answer, in one cell."""
+    base = doc["tp_only_baseline"]
+    if not base["found"]:
+        return f"no plan passes: {base['reason']}"
+    shapes = " + ".join(f"{s['replicas']} × {label(s, compact=True)}" for phase in ("prefill", "decode", "colocated")
+                        if base[phase] is not None for s in base[phase]["shapes"])
+    name = doc["solver"]["objective_name"]
+    saves = "" if base["wide_saves"] is None else f"; going wide saves {base['wide_saves']:.1%} ({name})"
+    return (f"{base['decision']}: {shapes}, {base['gpus_total']} GPUs, {money(base['cost_per_hour'])} per hour, "
+            f"verified{saves}")
+
+
 def _facts_table(doc: dict) -> None:
     table = Table(show_header=False)
     table.add_column(style="bold")
@@ -223,6 +239,8 @@ def _facts_table(doc: dict) -> None:
         table.add_row(f"margin over {other['decision']}",
                       f"{doc['margin']:+.1%} ({doc['solver']['objective_name']}, both verified; "
                       f"the best {other['decision']} plan, on {fleet})")
+    if doc.get("tp_only_baseline") is not None:
+        table.add_row("without attention DP / EP", tp_only_text(doc))
     headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"
     table.add_row("end-to-end goodput", f"{doc['end_to_end_goodput_rps']:.3g} req/s{headroom}, the whole plan verified")
     red = doc["redundancy"]

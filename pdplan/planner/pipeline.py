@@ -70,6 +70,9 @@ class PlanReport:
     cache_hits: int
     cache_misses: int
     cache_dir: str | None = None           #: the result cache's folder (None: the cache was off)
+    #: when the answer runs attention DP or expert parallelism: the best plan of TP × PP shapes only, in
+    #: the mode asked for (its search; None when the answer needs no such comparison)
+    tp_only: SearchResult | None = None
 
     @property
     def answer(self) -> Checked | None:
@@ -226,7 +229,7 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
             r.first is None for f in fleets for r in f.searches(request.mode)):
         raise InfeasibleError(no_plan_message(request, fleets, searches, ruled_out(request, measured, rejected)))
     chosen = best_of(fleets, request)
-    end_to_end = without = None
+    end_to_end = without = tp_only = None
     if chosen is not None:
         end_to_end = chosen.end_to_end
         if end_to_end is None and headroom:
@@ -235,10 +238,24 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
         if request.redundancy != "none":  # the answer the same request gets without redundancy
             free = replace(request, redundancy=Redundancy.NONE)
             without = best_of([searches.fleet(f, free) for f in request.fleets], free)
+        tp_only = narrow_baseline(request, chosen, candidates, verifier)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
                       fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
                       simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses,
-                      cache_dir=str(cache.folder) if cache.enabled else None)
+                      cache_dir=str(cache.folder) if cache.enabled else None, tp_only=tp_only)
+
+
+def narrow_baseline(request: PlanRequest, chosen: SearchResult, candidates: tuple[Candidate, ...],
+                    verifier: Verifier) -> SearchResult | None:
+    """When the answer runs a shape with attention DP or EP: the best verified plan of TP × PP
+    shapes alone over every fleet, in the mode asked for, so the report can say what going wide
+    saves. None when the answer is TP × PP already; a search without a plan when none passes."""
+    if not any(c.is_wide for c in chosen.best.solution.replicas):
+        return None
+    narrow = tuple(c for c in candidates if not c.is_wide)
+    searches = Searches(request, narrow, verifier)
+    results = [r for f in request.fleets for r in searches.fleet(f).searches(request.mode)]
+    return pick(results, request.objective)
 
 
 def best_of(fleets: list[FleetResult], request: PlanRequest) -> SearchResult | None:

@@ -12,6 +12,7 @@ from pdplan.planner.pipeline import FleetResult, PlanReport
 from pdplan.planner.plans import link_path, pool_name
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import SEARCH_FLOOR, Checked, SearchResult
+from pdplan.verify import Verification, run_copies
 from pdplan.wording import counted
 
 if TYPE_CHECKING:  # the schedule package builds on the planner: its types only annotate here
@@ -192,6 +193,29 @@ def _redundancy(report: PlanReport) -> dict:
     return doc
 
 
+def tp_only_dict(report: PlanReport) -> dict | None:
+    """The best plan without attention DP or expert parallelism, beside a wide answer: its shapes,
+    totals and verdict, and how much more it costs by the objective (None: the answer is not wide)."""
+    found = report.tp_only
+    if found is None:
+        return None
+    if found.best is None:
+        return {"found": False, "reason": found.reason or "no plan of TP x PP shapes passed end to end"}
+    objective = report.request.objective
+    ours, theirs = report.answer.value(objective), found.best.value(objective)
+    saving = (ours - theirs if objective == "goodput" else theirs - ours) / theirs if theirs else None
+    return {"found": True, "decision": found.mode, "fleet": found.fleet.name,
+            **plan_summary(report.request, found.best, found.affinity), "wide_saves": saving}
+
+
+def verification_dict(request: PlanRequest, verification: Verification) -> dict:
+    """A verdict with how long its runs were made: the least duration asked and how many times the
+    trace repeats back to back to last it."""
+    return verification.to_dict() | {
+        "min_run_s": request.min_run_s,
+        "trace_copies": run_copies(len(request.workload), verification.rate_rps, request.min_run_s)}
+
+
 def report_to_dict(report: PlanReport) -> dict:
     """The ``pdplan optimize --json`` document; every number says how it was obtained in
     ``provenance``. Without an answer, ``decision`` is null and ``closest`` is the plan that
@@ -207,7 +231,7 @@ def report_to_dict(report: PlanReport) -> dict:
         closest = report.closest
         doc["closest"] = None if closest is None else {
             **plan_summary(request, closest, "high"), "pools": pools(closest.solution, report),
-            "verification": closest.verification.to_dict(), "misses": misses(closest)}
+            "verification": verification_dict(request, closest.verification), "misses": misses(closest)}
         doc.update(provenance=_provenance(report), run=_run(report))
         return doc
     chosen, answer = report.chosen, report.answer
@@ -227,6 +251,7 @@ def report_to_dict(report: PlanReport) -> dict:
             request, alternative, fleet.disaggregated.affinity),
         "colocated_baseline": None if baseline is None else {
             **phase_dict(baseline.solution, "colocated"), **plan_summary(request, baseline, "high")},
+        "tp_only_baseline": tp_only_dict(report),
         "pools": pools(solution, report),
         "gpus_total": solution.gpus_total,
         "cost_per_hour": solution.usd_per_hour,
@@ -239,7 +264,7 @@ def report_to_dict(report: PlanReport) -> dict:
             "value": report.rival.best.value(request.objective)},
         "attainment": {k: v.mean for k, v in verification.clocks.items()},
         "meets_slo": verification.passed,
-        "verification": verification.to_dict(),
+        "verification": verification_dict(request, verification),
         "search": search_dict(chosen, request.objective),
         "end_to_end_goodput_rps": report.end_to_end.goodput_rps,
         "headroom": (None if not request.target_rps else report.end_to_end.goodput_rps / request.target_rps - 1),
@@ -287,7 +312,7 @@ def _mixed(report: PlanReport) -> dict | None:
         "spill_tokens": found.plan.spill_tokens, "kv_share": found.plan.kv_share,
         "max_mixed": report.request.mixed_max, "gpus_total": found.solution.gpus_total,
         "cost_per_hour": found.solution.usd_per_hour, "ledger_rps": found.solution.goodput_rps,
-        "verification": found.verification.to_dict(), "checks": len(search.tried)}
+        "verification": verification_dict(report.request, found.verification), "checks": len(search.tried)}
 
 
 def _counts(checked: Checked) -> dict:

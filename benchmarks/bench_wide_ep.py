@@ -1,0 +1,103 @@
+"""Wide expert parallelism at scale, timed: DeepSeek-R1 (FP8) on 64 nodes x 8 H200.
+
+`pdplan optimize` on the Azure conversation trace rescaled to a rate that needs most of the
+512 GPUs, TPOT <= 50 ms p90 and TTFT <= 2 s p90, attention DP sizes 1, 8, 16 and 32 allowed (wide
+shapes of one to four nodes), SGLang's operator tables. Cold: an empty goodput cache and a fresh
+process. Prints the wall time and peak resident memory (targets: <= 120 s on 2 cores, < 8 GiB),
+the verified answer, the best TP x PP plan and the best colocated plan beside it, how the
+verification runs were made (the trace repeated to last the run), and the files the SGLang and
+vLLM exports of the manifest write.
+
+    python benchmarks/bench_wide_ep.py [TRACE] [--rate RPS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
+CLUSTER = ROOT / "examples" / "cluster_h200_64.yaml"
+
+
+def optimize(trace: Path, rate: float, folder: Path) -> tuple[float, float, dict, str]:
+    """Wall seconds, peak GiB, the --json document and stderr of one cold optimize."""
+    started = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, "-m", "pdplan", "optimize", str(trace), "--model", "deepseek-r1", "--dtype", "fp8",
+         "--engine", "sglang", "--cluster", str(CLUSTER), "--target-rate", f"{rate:g}", "--ttft", "2s",
+         "--tpot", "50ms", "--dp", "1", "--dp", "8", "--dp", "16", "--dp", "32", "--cache-dir", str(folder / "cache"),
+         "--out", str(folder / "manifest.yaml"), "--json"],
+        capture_output=True, text=True, env=dict(os.environ), check=False)
+    wall = time.perf_counter() - started
+    peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
+    doc = json.loads(done.stdout) if done.stdout.strip() else {}
+    return wall, peak_gib, doc, done.stderr
+
+
+def shapes(plan: dict) -> str:
+    parts = []
+    for phase in ("prefill", "decode", "colocated"):
+        for s in (plan.get(phase) or {}).get("shapes", ()):
+            wide = f" DP{s['dp']} EP{s['ep']}" if "dp" in s else ""
+            parts.append(f"{phase} {s['replicas']} x TP{s['tp']}{wide} PP{s['pp']}")
+    return " + ".join(parts)
+
+
+def export(folder: Path, fmt: str) -> list[str]:
+    out = folder / fmt
+    done = subprocess.run([sys.executable, "-m", "pdplan", "export", str(folder / "manifest.yaml"), "--format", fmt,
+                           "--out", str(out)], capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        return [f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"]
+    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--rate", type=float, default=1200.0, help="target rate, req/s")
+    args = parser.parse_args()
+    if not args.trace.exists():
+        sys.exit(f"skipped: {args.trace} is absent (the shared data folder)")
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        wall, peak, doc, err = optimize(args.trace, args.rate, folder)
+        print(f"optimize DeepSeek-R1 FP8, 64 x 8 H200, {args.rate:g} req/s: {wall:.1f} s cold, peak {peak:.2f} GiB")
+        if not doc.get("decision"):
+            print(err.strip().splitlines()[-1] if err.strip() else "no answer")
+            return
+        v = doc["verification"]
+        print(f"answer ({doc['decision']}): {shapes(doc)}; {doc['gpus_total']} GPUs, ${doc['cost_per_hour']:,.2f}/h; "
+              f"verified on {len(v['seeds'])} runs x {v['requests'][0]:,} requests (the trace x{v['trace_copies']}, "
+              f">= {v['min_run_s']:g} s each); joint {v['joint']['mean']:.3f}")
+        narrow = doc.get("tp_only_baseline")
+        if narrow is None:
+            print("best TP x PP plan: the answer itself (no attention DP / EP)")
+        elif narrow["found"]:
+            print(f"best TP x PP plan ({narrow['decision']}): {shapes(narrow)}; {narrow['gpus_total']} GPUs, "
+                  f"${narrow['cost_per_hour']:,.2f}/h; going wide saves {narrow['wide_saves']:.1%}")
+        else:
+            print(f"best TP x PP plan: none passes ({narrow['reason']})")
+        base = doc.get("colocated_baseline")
+        if doc["decision"] == "colocated":
+            print("best colocated plan: the answer")
+        elif base is None:
+            print("best colocated plan: none passes end to end")
+        else:
+            print(f"best colocated plan: {shapes(base)}; {base['gpus_total']} GPUs, ${base['cost_per_hour']:,.2f}/h")
+        for fmt in ("sglang", "vllm"):
+            files = export(folder, fmt)
+            print(f"export {fmt}: {len(files)} files: {', '.join(files[:4])}{' ...' if len(files) > 4 else ''}")
+
+
+if __name__ == "__main__":
+    main()
