@@ -243,8 +243,9 @@ def probe_settings(workload: Workload, settings: SearchSettings) -> SearchSettin
 
 def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings,
                    replicas: int = 1, *, seed: int = DEFAULT_SEED) -> Workload:
-    """The requests one probe simulates at ``rate_rps``: ``requests_per_probe`` per replica, so
-    each instance of a pool sees as many requests as one instance alone.
+    """The requests one probe simulates at ``rate_rps``: ``requests_per_probe`` per replica (the
+    caller counts a DP instance's ranks as replicas), so each instance of a pool sees as many
+    requests as one instance alone.
 
     ``trace``: a uniform random subset of the trace's requests (all of them when it is shorter),
     in trace order, gaps scaled to the rate. Drawing from the whole trace, not its head, keeps
@@ -387,15 +388,16 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
     """Goodput of ``replicas`` instances of one shape behind the router, the phase judged alone
     (:func:`phase_slo`): one instance is the 0x08C goodput, n of them the pool capacity c(n).
 
-    Each probe simulates ``requests_per_probe`` requests per replica; a pool is never good above
-    n × one instance's saturation throughput.
+    Each probe simulates ``requests_per_probe`` requests per replica and per attention DP rank
+    (each rank admits its own share, so a 16-rank instance is probed as hard as 16 single-rank
+    ones); a pool is never good above n × one instance's saturation throughput.
     """
     judged = phase_slo(slo, phase, admission_share)
     single = instance_saturation(workload, profile, phase)
     saturation = None if single is None else replicas * single
 
     def probe(rate: float) -> Probe:
-        requests = probe_workload(workload, rate, settings, replicas, seed=seed)
+        requests = probe_workload(workload, rate, settings, replicas * profile.dp, seed=seed)
         result = simulate_pool(requests, profile, phase=phase, replicas=replicas,
                                policy=(policy or "prefill-first") if phase == "colocated" else None,
                                chunk_tokens=chunk_tokens, seed=seed)

@@ -4,6 +4,7 @@ trace, with every step time composed from AIConfigurator's measured operators an
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -44,3 +45,21 @@ def test_optimize_answers_a_moe_model_with_a_verified_plan_timed_by_measured_ope
     assert plan["identity"]["model"] == f"{model}@{dtype}"
     assert plan["provenance"]["profiles"]["serving_engine"] == "vllm"
     assert plan["pools"] and all(p["gpu"] == gpu and p["profile"]["source"] == "composed" for p in plan["pools"])
+
+
+@pytest.mark.slow
+def test_a_wide_expert_parallel_answer_is_verified_and_set_beside_the_best_tp_only_plan(run_cli, conversation,
+                                                                                      tmp_path):
+    code, out, err = run_cli("optimize", conversation, "--model", "deepseek-v3", "--dtype", "fp8", "--cluster",
+                             EXAMPLES / "cluster_h200.yaml", "--engine", "sglang", "--tp", "1", "--tp", "8", "--pp",
+                             "1", "--dp", "8", "--target-rate", "40", "--requests-per-probe", "300", "--cache-dir",
+                             tmp_path / "cache", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["meets_slo"] and any(p.get("dp", 1) == 8 and p["ep"] == 8 for p in doc["pools"])
+    verification = doc["verification"]  # 1,000 requests at 40 req/s arrive in 25 s: repeated to last 300 s
+    assert verification["trace_copies"] == 12 and verification["requests"][0] == 12 * REQUESTS
+    narrow = doc["tp_only_baseline"]
+    assert narrow["found"] and narrow["meets_slo"]
+    shapes = [s for phase in ("prefill", "decode", "colocated") if narrow[phase] for s in narrow[phase]["shapes"]]
+    assert shapes and all("dp" not in s for s in shapes)
