@@ -331,10 +331,14 @@ def test_the_dynamo_worker_starts_the_same_dp_and_ep_flags_as_the_vllm_script(wi
     assert ("--data-parallel-size", "16" if pool == "prefill" else "8") in _dp_ep_flags(args)
 
 
-def test_dynamo_leaves_the_per_node_dp_flags_to_its_operator_and_they_come_out_whole(wide):
+def test_dynamo_writes_none_of_the_per_node_dp_flags_its_operator_adds(wide):
+    args = _main(_dynamo_components(wide)["prefill"])["args"]
+    assert not [flag for flag in DYNAMO_OPERATOR_FLAGS + ("--headless",) if flag in args]
+
+
+def test_the_dynamo_operator_splits_the_multinode_instances_dp_ranks_whole_over_its_nodes(wide):
     prefill = _dynamo_components(wide)["prefill"]
     args = _main(prefill)["args"]
-    assert not [flag for flag in DYNAMO_OPERATOR_FLAGS + ("--headless",) if flag in args]
     # the operator's rule: DP ranks span the nodes when TP x PP x DP exceeds the container's GPUs, and each node
     # runs --data-parallel-size-local = the container's GPUs / (TP x PP) of them, starting at node rank x that
     gpus = int(_main(prefill)["resources"]["limits"]["nvidia.com/gpu"])
@@ -402,7 +406,11 @@ def test_every_llmd_pod_of_the_multinode_group_serves_its_own_dp_ranks_from_its_
     assert "--data-parallel-hybrid-lb" in command and "--headless" not in command
     assert _value(command, "--data-parallel-start-rank") == str(int(index) * int(env["DP_SIZE_LOCAL"]))
     assert _value(command, "--data-parallel-address") == "leader.pd"
-    assert "startupProbe" in container["extraConfig"]   # every pod serves /health
+
+
+def test_every_llmd_pod_of_a_multinode_dp_group_is_probed_on_vllm_health(wide):
+    container = _llmd_values(wide)["prefill"]["containers"][0]
+    assert container["extraConfig"]["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
 
 
 @pytest.mark.parametrize("pool", ["prefill", "decode"])
