@@ -24,7 +24,9 @@ environment of its own (their torch pins differ), which it creates under ``--env
    - ``vllm-router`` to its own ``parse_router_args`` and ``_validate_router_args`` (the
      ``vllm-router`` program is this Python launcher over the Rust router);
    - ``sglang_router.launch_router`` to its ``parse_router_args`` and ``_validate_router_args``;
-   - ``python3 -m dynamo.vllm`` / ``dynamo.frontend`` to Dynamo's own argument parsers;
+   - ``python3 -m dynamo.vllm`` / ``dynamo.frontend`` to Dynamo's own argument parsers, the worker of a
+     multinode component whose DP ranks span its nodes also once per node with the flags the Dynamo operator
+     adds there (:func:`dynamo_node_commands`);
    - Kubernetes core objects to kubernetes-validate in strict mode, LeaderWorkerSet and
      DynamoGraphDeployment objects to their CRD's openAPIV3Schema with unknown fields refused,
      llm-d values to the llm-d-modelservice chart's values.schema.json (the schemas are read from
@@ -255,6 +257,40 @@ def container_commands(node) -> list[list[str]]:
     return result
 
 
+#: The ``--data-parallel-rpc-port`` the Dynamo operator gives a multinode vLLM component (ai-dynamo/dynamo
+#: deploy/operator/internal/dynamo/backend_vllm.go @003d1ee5, ``dataParallelRPCPort``).
+DYNAMO_DP_RPC_PORT = "13445"
+
+
+def dynamo_node_commands(doc: dict) -> list[list[str]]:
+    """The command each node of a multinode vLLM component of a DynamoGraphDeployment runs once the operator
+    has added its data-parallel flags, as ``injectDataParallelLaunchFlags`` (backend_vllm.go @003d1ee5) does
+    when TP x PP x DP exceeds the container's GPU limit: ``--data-parallel-hybrid-lb``, the local size (GPU
+    limit / TP x PP), the node's start rank, the leader's address and the RPC port; the leader's hostname is
+    a stand-in here."""
+    if doc.get("kind") != "DynamoGraphDeployment":
+        return []
+    result = []
+    for component in doc["spec"]["components"]:
+        nodes = component.get("multinode", {}).get("nodeCount", 1)
+        container = component["podTemplate"]["spec"]["containers"][0]
+        argv = [*container["command"], *container.get("args", [])]
+        gpus = int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+
+        def flag(name: str) -> int:
+            return int(argv[argv.index(name) + 1]) if name in argv else 1
+
+        world = flag("--tensor-parallel-size") * flag("--pipeline-parallel-size")
+        if nodes == 1 or not gpus or world * flag("--data-parallel-size") <= gpus or world > gpus:
+            continue
+        local = gpus // world
+        result += [argv + ["--data-parallel-hybrid-lb", "--data-parallel-size-local", str(local),
+                           "--data-parallel-start-rank", str(rank * local), "--data-parallel-address",
+                           f"{component['name'].lower()}-leader", "--data-parallel-rpc-port", DYNAMO_DP_RPC_PORT]
+                   for rank in range(nodes)]
+    return result
+
+
 def strict(node):
     """Emulate ``kubectl --validate=strict`` on a CRD schema: unknown fields refused wherever the
     schema lists its fields (see ../shared/data/SOURCES.md, schemas/)."""
@@ -393,7 +429,7 @@ def drive(options) -> int:
                     prerequisites_check(table, pythons.get(env), text, name, fmt, file)
                 else:
                     documents = [d for d in yaml.safe_load_all(text) if d]
-                    commands = [c for d in documents for c in container_commands(d)]
+                    commands = [c for d in documents for c in container_commands(d) + dynamo_node_commands(d)]
                     for doc in documents:
                         kind = doc.get("kind")
                         label = f"{file} {kind or 'values'} {doc.get('metadata', {}).get('name', '')}".strip()
@@ -571,7 +607,8 @@ def probe_vllm_serve(args: list[str]) -> str:
 def vllm_parallel(engine, parsed) -> str:
     """Data and expert parallelism through vLLM's own ParallelConfig, built as EngineArgs.create_engine_config
     builds it for an internally balanced DP deployment (vllm/engine/arg_utils.py: the leader without a start
-    rank, a --headless node from its --data-parallel-start-rank; vllm/config/parallel.py validates the local
+    rank, a --headless node from its --data-parallel-start-rank) or a hybrid one (every node an API server from
+    its start rank, --data-parallel-hybrid-lb stated; vllm/config/parallel.py validates the local
     size against the DP size). create_engine_config itself needs the checkpoint's config (is_moe), so the MoE
     model is stated. EPLB is checked by its own rules (EPLBConfig, and ParallelConfig's "enable_expert_parallel
     must be True to use EPLB"), because ParallelConfig refuses EPLB on the CPU platform this probe runs on."""
@@ -580,9 +617,14 @@ def vllm_parallel(engine, parsed) -> str:
 
     if engine.data_parallel_size == 1 and not engine.enable_expert_parallel:
         return ""
-    if engine.data_parallel_start_rank is not None and not parsed.headless:
+    hybrid = engine.data_parallel_hybrid_lb
+    if engine.data_parallel_start_rank is not None and not parsed.headless and not hybrid:
         raise ValueError("a start rank without --headless makes vLLM run hybrid load balancing (one API server per "
                          "node), not the internal load balancing of one endpoint")
+    if hybrid and parsed.headless:   # create_engine_config's own assertion
+        raise ValueError("data_parallel_hybrid_lb is not applicable in headless mode")
+    if hybrid and engine.data_parallel_size_local is None:
+        raise ValueError("`--data-parallel-hybrid-lb` requires `--data-parallel-size-local`")
     if engine.enable_eplb:
         if not engine.enable_expert_parallel:
             raise ValueError("enable_expert_parallel must be True to use EPLB.")
@@ -599,7 +641,7 @@ def vllm_parallel(engine, parsed) -> str:
                             data_parallel_rpc_port=engine.data_parallel_rpc_port or default.data_parallel_rpc_port,
                             is_moe_model=True, enable_expert_parallel=engine.enable_expert_parallel)
     redundant = engine.eplb_config.num_redundant_experts if engine.enable_eplb else 0
-    role = "headless" if parsed.headless else "API server"
+    role = "headless" if parsed.headless else "API server of its node's ranks" if hybrid else "API server"
     where = (f" on {config.data_parallel_master_ip}:{config.data_parallel_rpc_port}, {role} from DP rank "
              f"{config.data_parallel_rank}" if engine.data_parallel_address else "")
     ep = config.tensor_parallel_size * config.data_parallel_size
@@ -698,9 +740,11 @@ def probe_dynamo_vllm(args: list[str]) -> str:
     _vllm_platform()
     from dynamo.vllm.args import parse_args
 
-    engine = parse_args(args).engine_args
+    config = parse_args(args)
+    engine = config.engine_args
     kv = engine.kv_transfer_config
-    return f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}" + (f" {kv.kv_role}" if kv else "")
+    return (f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}"
+            f"{vllm_parallel(engine, config)}" + (f" {kv.kv_role}" if kv else ""))
 
 
 def probe_dynamo_frontend(args: list[str]) -> str:

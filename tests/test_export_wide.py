@@ -8,7 +8,9 @@ bash on stub programs that record their arguments, so a test reads the command e
 
 The flags are the engines' (SGLang 0.5.23, python/sglang/srt/arg_groups/fields/parallel.py and exec_.py; vLLM
 0.33.0, vllm/engine/arg_utils.py and docs/serving/data_parallel_deployment.md); scripts/check_consumers.py
-hands the same commands to the installed parsers.
+hands the same commands to the installed parsers. The pod formats are held to their consumers' rules: the
+Dynamo operator's for a multinode vLLM component (ai-dynamo/dynamo deploy/operator/internal/dynamo/backend_vllm.go)
+and the llm-d-modelservice chart's for its parallelism block (templates/_helpers.tpl), and to their schemas.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import yaml
 
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import export_manifest
+from tests.test_manifest_export import _validator
 
 WIDE = """
 apiVersion: pdplan/v1
@@ -101,8 +104,10 @@ def wide() -> dict:
     return yaml.safe_load(WIDE)
 
 
-def _run(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
-    """Run ``script`` with ``args`` on stubs of python, python3 and vllm: (the run, the calls it made)."""
+def _run(tmp_path: Path, script: str, *args: str,
+         env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """Run ``script`` with ``args`` (and ``env``) on stubs of python, python3 and vllm: (the run, the calls it
+    made)."""
     folder = tmp_path / "bin"
     folder.mkdir(exist_ok=True)
     for name in ("python", "python3", "vllm"):
@@ -112,13 +117,13 @@ def _run(tmp_path: Path, script: str, *args: str) -> tuple[subprocess.CompletedP
     log.write_text("")
     (tmp_path / "script.sh").write_text(script)
     done = subprocess.run(["bash", str(tmp_path / "script.sh"), *args], capture_output=True, text=True,
-                          env={"PATH": f"{folder}:/usr/bin:/bin", "STUB_LOG": str(log)})
+                          env={"PATH": f"{folder}:/usr/bin:/bin", "STUB_LOG": str(log), **(env or {})})
     return done, [line.split("\x1f") for line in log.read_text().splitlines()]
 
 
-def _command(tmp_path: Path, script: str, *args: str) -> list[str]:
-    """The one engine command a script runs (with ``args``)."""
-    done, calls = _run(tmp_path, script, *args)
+def _command(tmp_path: Path, script: str, *args: str, env: dict[str, str] | None = None) -> list[str]:
+    """The one engine command a script runs (with ``args`` and ``env``)."""
+    done, calls = _run(tmp_path, script, *args, env=env)
     assert done.returncode == 0, done.stderr
     assert len(calls) == 1, calls
     return calls[0]
@@ -277,12 +282,161 @@ def test_k8s_runs_the_multinode_dp_instance_as_a_leaderworkerset_of_its_nodes(wi
     assert decode["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "8"
 
 
-@pytest.mark.parametrize("fmt", ["dynamo", "llm-d"])
-def test_formats_without_wide_instances_yet_refuse_them_naming_the_field(wide, fmt):
+# --- Dynamo -------------------------------------------------------------------------------------
+
+#: The flags vLLM's data parallelism and expert parallelism are started with (vLLM 0.33.0, vllm/engine/arg_utils.py).
+DP_EP_FLAGS = ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
+               "--enable-expert-parallel", "--enable-eplb", "--eplb-config")
+#: The flags the Dynamo operator appends to each node of a multinode vLLM component whose DP ranks span its nodes
+#: (ai-dynamo/dynamo deploy/operator/internal/dynamo/backend_vllm.go, injectDataParallelLaunchFlags).
+DYNAMO_OPERATOR_FLAGS = ("--data-parallel-hybrid-lb", "--data-parallel-size-local", "--data-parallel-start-rank",
+                         "--data-parallel-address", "--data-parallel-rpc-port")
+
+
+def _dp_ep_flags(command: list[str]) -> list[tuple[str, str | None]]:
+    """The DP/EP flags of a command line with their values (None for a switch), in the order of DP_EP_FLAGS."""
+    switches = ("--enable-expert-parallel", "--enable-eplb")
+    return [(flag, None if flag in switches else _value(command, flag)) for flag in DP_EP_FLAGS if flag in command]
+
+
+def _vllm(wide: dict) -> dict:
     wide["provenance"]["profiles"]["serving_engine"] = "vllm"
+    return wide
+
+
+def _dynamo_components(wide: dict) -> dict[str, dict]:
+    (text,) = export_manifest(_vllm(wide), "dynamo").values()
+    return {c["name"]: c for c in yaml.safe_load(text)["spec"]["components"]}
+
+
+def _main(component: dict) -> dict:
+    return component["podTemplate"]["spec"]["containers"][0]
+
+
+def test_dynamo_runs_an_instance_spanning_two_nodes_as_a_multinode_component_of_their_gpus(wide):
+    components = _dynamo_components(wide)
+    prefill, decode = components["prefill"], components["decode"]
+    # the operator gives each of nodeCount pods the container's GPU limit: nodeCount x limit = TP x DP x PP
+    assert prefill["multinode"] == {"nodeCount": 2}
+    assert int(_main(prefill)["resources"]["limits"]["nvidia.com/gpu"]) * 2 == 16
+    assert "multinode" not in decode and _main(decode)["resources"]["limits"]["nvidia.com/gpu"] == "8"
+
+
+@pytest.mark.parametrize("pool", ["prefill", "decode"])
+def test_the_dynamo_worker_starts_the_same_dp_and_ep_flags_as_the_vllm_script(wide, tmp_path, pool):
+    script = export_manifest(_vllm(copy.deepcopy(wide)), "vllm")[f"vllm/{pool}-0.sh"]
+    vllm_command = _command(tmp_path, script, *(["0"] if pool == "prefill" else []))
+    args = _main(_dynamo_components(wide)[pool])["args"]
+    assert _dp_ep_flags(args) == _dp_ep_flags(vllm_command)
+    assert ("--data-parallel-size", "16" if pool == "prefill" else "8") in _dp_ep_flags(args)
+
+
+def test_dynamo_writes_none_of_the_per_node_dp_flags_its_operator_adds(wide):
+    args = _main(_dynamo_components(wide)["prefill"])["args"]
+    assert not [flag for flag in DYNAMO_OPERATOR_FLAGS + ("--headless",) if flag in args]
+
+
+def test_the_dynamo_operator_splits_the_multinode_instances_dp_ranks_whole_over_its_nodes(wide):
+    prefill = _dynamo_components(wide)["prefill"]
+    args = _main(prefill)["args"]
+    # the operator's rule: DP ranks span the nodes when TP x PP x DP exceeds the container's GPUs, and each node
+    # runs --data-parallel-size-local = the container's GPUs / (TP x PP) of them, starting at node rank x that
+    gpus = int(_main(prefill)["resources"]["limits"]["nvidia.com/gpu"])
+    world = int(_value(args, "--tensor-parallel-size")) * int(_value(args, "--pipeline-parallel-size"))
+    dp = int(_value(args, "--data-parallel-size"))
+    assert world * dp > gpus and gpus % world == 0
+    assert gpus // world * prefill["multinode"]["nodeCount"] == dp
+
+
+def test_a_dynamo_dp_that_its_nodes_cannot_share_evenly_is_refused_naming_the_field(wide):
+    wide["pools"][0].update(tp=2, dp=3, ep=6, gpus=6, redundant_experts=0)   # 3 GPUs per node, 1.5 ranks each
+    for node in wide["placement"]["nodes"][:2]:
+        node["instances"][0]["gpu_indices"] = [0, 1, 2]
     with pytest.raises(PdplanError) as refused:
-        export_manifest(wide, fmt)
+        export_manifest(_vllm(wide), "dynamo")
+    assert refused.value.field == "pools[0].dp" and "evenly" in str(refused.value)
+
+
+def test_the_wide_dynamo_graph_validates_strictly_against_the_crd_schema(shared_data, wide):
+    (text,) = export_manifest(_vllm(wide), "dynamo").values()
+    _validator(shared_data, "dynamo.dynamographdeployment.v1beta1.schema.json").validate(yaml.safe_load(text))
+
+
+# --- llm-d ----------------------------------------------------------------------------------------
+
+def _llmd_values(wide: dict) -> dict:
+    return yaml.safe_load(export_manifest(_vllm(wide), "llm-d")["llm-d/values.yaml"])
+
+
+def _chart_env(parallelism: dict) -> dict[str, str]:
+    """The env llm-d-modelservice renders from a section's parallelism (templates/_helpers.tpl @3051935e,
+    parallelismEnv, with dataParallelism / dataLocalParallelism / tensorParallelism for explicit values)."""
+    return {"DP_SIZE": str(parallelism.get("data", 1)), "TP_SIZE": str(parallelism.get("tensor", 1)),
+            "DP_SIZE_LOCAL": str(parallelism.get("dataLocal", parallelism.get("data", 1)))}
+
+
+def test_llmd_runs_the_wide_pools_as_leaderworkersets_with_the_charts_parallelism_block(wide):
+    values = _llmd_values(wide)
+    assert values["multinode"] is True
+    prefill, decode = values["prefill"], values["decode"]
+    assert prefill["parallelism"] == {"tensor": 1, "data": 16, "dataLocal": 8, "workers": 2}
+    assert decode["parallelism"] == {"tensor": 1, "data": 8, "dataLocal": 8, "workers": 1}
+    for section, gpus in ((prefill, 16), (decode, 8)):
+        parallelism = section["parallelism"]
+        limit = int(section["containers"][0]["resources"]["limits"]["nvidia.com/gpu"])
+        # the chart's rules: data = dataLocal x workers (else it fails), dataLocal x tensor GPUs per pod (else
+        # it annotates an accelerator mismatch), and the LeaderWorkerSet's size is workers
+        assert parallelism["data"] == parallelism["dataLocal"] * parallelism["workers"]
+        assert parallelism["dataLocal"] * parallelism["tensor"] == limit
+        assert limit * parallelism["workers"] == gpus
+
+
+@pytest.mark.parametrize("index", ["0", "1"])
+def test_every_llmd_pod_of_the_multinode_group_serves_its_own_dp_ranks_from_its_lws_index(wide, tmp_path, index):
+    section = _llmd_values(wide)["prefill"]
+    container = section["containers"][0]
+    assert container["command"] == ["/bin/bash", "-c"]
+    command = _command(tmp_path, container["args"][0], env={"LWS_WORKER_INDEX": index,
+                                                            "LWS_LEADER_ADDRESS": "leader.pd"})
+    env = _chart_env(section["parallelism"])
+    assert _value(command, "--data-parallel-size") == env["DP_SIZE"]
+    assert _value(command, "--data-parallel-size-local") == env["DP_SIZE_LOCAL"]
+    assert _value(command, "--tensor-parallel-size") == env["TP_SIZE"]
+    # hybrid load balancing: each pod an API server over its own ranks, as llm-d's wide-EP guide starts them
+    assert "--data-parallel-hybrid-lb" in command and "--headless" not in command
+    assert _value(command, "--data-parallel-start-rank") == str(int(index) * int(env["DP_SIZE_LOCAL"]))
+    assert _value(command, "--data-parallel-address") == "leader.pd"
+
+
+def test_every_llmd_pod_of_a_multinode_dp_group_is_probed_on_vllm_health(wide):
+    container = _llmd_values(wide)["prefill"]["containers"][0]
+    assert container["extraConfig"]["readinessProbe"]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+@pytest.mark.parametrize("pool", ["prefill", "decode"])
+def test_the_llmd_pods_start_the_same_dp_and_ep_flags_as_the_vllm_script(wide, tmp_path, pool):
+    script = export_manifest(_vllm(copy.deepcopy(wide)), "vllm")[f"vllm/{pool}-0.sh"]
+    vllm_command = _command(tmp_path, script, *(["0"] if pool == "prefill" else []))
+    container = _llmd_values(wide)[pool]["containers"][0]
+    if container["command"][:2] == ["vllm", "serve"]:
+        pod_command = container["command"] + container["args"]
+    else:
+        pod_command = _command(tmp_path, container["args"][0], env={"LWS_WORKER_INDEX": "0",
+                                                                     "LWS_LEADER_ADDRESS": "leader.pd"})
+    assert _dp_ep_flags(pod_command) == _dp_ep_flags(vllm_command)
+
+
+def test_a_llmd_dp_that_its_nodes_cannot_share_evenly_is_refused_naming_the_field(wide):
+    wide["pools"][0].update(tp=2, dp=3, ep=6, gpus=6, redundant_experts=0)
+    for node in wide["placement"]["nodes"][:2]:
+        node["instances"][0]["gpu_indices"] = [0, 1, 2]
+    with pytest.raises(PdplanError) as refused:
+        export_manifest(_vllm(wide), "llm-d")
     assert refused.value.field == "pools[0].dp"
+
+
+def test_the_wide_llmd_values_validate_strictly_against_the_chart_schema(shared_data, wide):
+    _validator(shared_data, "llm-d-modelservice.values.schema.json").validate(_llmd_values(wide))
 
 
 # --- manifests without the wide fields ----------------------------------------------------------------
@@ -319,11 +473,12 @@ def test_a_tp_only_manifest_starts_sglang_with_tp_alone(wide, tmp_path):
         assert flag not in command
 
 
+@pytest.mark.parametrize("fmt", ["sglang", "dynamo", "llm-d"])
 @pytest.mark.parametrize("key, value", [("dp", "8; touch PWNED"), ("ep", 0), ("dp", True), ("redundant_experts", -1)])
-def test_a_parallel_size_that_is_not_a_whole_number_in_range_is_refused_naming_it(wide, key, value):
+def test_a_parallel_size_that_is_not_a_whole_number_in_range_is_refused_naming_it(wide, key, value, fmt):
     wide["pools"][1][key] = value
     with pytest.raises(PdplanError) as refused:
-        export_manifest(wide, "sglang")
+        export_manifest(_vllm(wide), fmt)
     assert refused.value.field == f"pools.{key}"
 
 

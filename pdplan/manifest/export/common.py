@@ -299,18 +299,6 @@ def require_pool_engines(manifest: dict, fmt: str) -> None:
                               f"{pool['engine']!r}", field="engine")
 
 
-def refuse_wide(manifest: dict, fmt: str) -> None:
-    """Refuse a plan with attention data parallelism, expert parallelism or redundant experts in a format
-    that does not start them yet (its objects would describe a TP x PP instance)."""
-    for pool in manifest["pools"]:
-        found = parallel(pool)
-        for key, value in (("dp", found.dp), ("ep", found.ep), ("redundant_experts", found.redundant_experts)):
-            if value > (0 if key == "redundant_experts" else 1):
-                raise PdplanError(f"{fmt} export does not start wide expert-parallel instances yet, and pool "
-                                  f"{pool['name']} has {key} {value}: export it with --format sglang, vllm or k8s",
-                                  field=pool_field(manifest, pool, key))
-
-
 def hash_hex(manifest: dict) -> str:
     return manifest["provenance"]["content_hash"].split(":", 1)[1]
 

@@ -8,7 +8,19 @@ and CPU, memory and GPU requests; the pod spec its cache volume and node selecti
 recipes mount the cache at ``/root/.cache/huggingface`` and name the Secret ``hf-token-secret``
 (``recipes/llama-3-70b/vllm/disagg-multi-node/deploy.yaml``), as vLLM's Kubernetes guide does. The operator
 merges its own health probes into ``main`` and mounts a ``/dev/shm`` (``sharedMemorySize``, 8Gi by
-default), so neither is written here."""
+default), so neither is written here.
+
+A pool with attention data parallelism and expert parallelism (wide EP) keeps vLLM's own flags
+(:func:`vllm.parallel_args`: ``--data-parallel-size``, ``--enable-expert-parallel``, EPLB for redundant experts);
+an instance of it that spans nodes is a ``multinode`` component of ``nodeCount`` nodes, each pod with the GPUs
+the instance uses on one node, and the operator adds the per-node flags itself (ai-dynamo/dynamo
+``deploy/operator/internal/dynamo/backend_vllm.go`` @003d1ee5, ``injectDataParallelLaunchFlags``: when TP x PP x DP
+exceeds the container's GPU limit it appends ``--data-parallel-hybrid-lb``, ``--data-parallel-size-local``
+(the container's GPUs / TP x PP), ``--data-parallel-start-rank`` (node rank x local ranks),
+``--data-parallel-address`` (the leader's hostname) and ``--data-parallel-rpc-port``, every node serving its own
+ranks), so none of those is written here, as in Dynamo's recipe
+``recipes/deepseek-r1/vllm/disagg/deploy_hopper_prefill_dep16_decode_dep16.yaml`` (``nodeCount: 2``, GPU limit 8,
+``--tensor-parallel-size 1 --data-parallel-size 16 --enable-expert-parallel``)."""
 
 from __future__ import annotations
 
@@ -32,7 +44,6 @@ _SEMVER_TAG = re.compile(r":v?\d+\.\d+\.\d+$")
 def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
     """``dynamo/<name>.yaml``."""
     common.require_pool_engines(manifest, "dynamo")
-    common.refuse_wide(manifest, "dynamo")
     image = options.image or DEFAULT_IMAGE
     components = [_frontend(image)] + [_worker(manifest, pool, image, options) for pool in common.pools(manifest)]
     name = manifest["metadata"]["name"]
@@ -79,6 +90,9 @@ def _worker(manifest: dict, pool: dict, image: str, options: pods.PodOptions) ->
     component["podTemplate"]["spec"].update({**pods.node_selection(manifest, pool), "volumes": [volume]})
     nodes = common.pods_per_instance(manifest, pool)
     if nodes > 1:  # GPUs per instance = nodeCount × the container's GPU limit
+        if common.parallel(pool).dp > 1:
+            # the operator's --data-parallel-size-local is the container's GPUs / TP x PP: whole ranks per node
+            vllm.local_data_parallel(manifest, pool, nodes)
         component["multinode"] = {"nodeCount": nodes}
     return component
 

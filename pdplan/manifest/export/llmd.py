@@ -16,7 +16,20 @@ at 3051935e (tag llm-d-modelservice-v0.4.12):
   when the Secret is missing, so the token comes instead from the container env as in the other
   pod formats: optional, key ``token``.
 - Probes go through the container's ``extraConfig``; a multinode section renders one pod template
-  for the whole group, whose workers serve no HTTP, so only single-node sections are probed.
+  for the whole group (``templates/decode-lws.yaml``: a ``workerTemplate`` only, of ``size`` = the section's
+  ``parallelism.workers``). Pipeline stages across nodes serve HTTP from the leader alone, so such a section
+  is not probed.
+- A pool with attention data parallelism (wide EP) states the chart's ``parallelism.data`` (DP) and
+  ``parallelism.dataLocal`` (DP ranks per node) besides ``tensor`` and ``workers`` (nodes per instance): the
+  chart renders them as env ``DP_SIZE``, ``DP_SIZE_LOCAL``, ``TP_SIZE`` (``parallelismEnv``), fails a ``data``
+  that is not ``dataLocal`` x ``workers`` (``dataLocalParallelism``/``numWorkers``), and counts
+  ``dataLocal`` x ``tensor`` GPUs per pod (``numGpuPerWorker``). Its command is vLLM's DP flags
+  (:func:`vllm.parallel_args`) and, across nodes, every pod serving its own ranks by hybrid load balancing
+  (:func:`vllm.data_parallel_launch`), its start rank from LWS's ``LWS_WORKER_INDEX``, as llm-d's wide-EP guide
+  runs it with this chart (llm-d/llm-d's v0.2 ``guides/wide-ep-lws/ms-wide-ep/values.yaml``, read in the fork
+  zhiyingfang2022/llm-d @e52045bd: ``--data-parallel-hybrid-lb``,
+  start rank ``LWS_WORKER_INDEX`` x ``DP_SIZE_LOCAL``, address ``LWS_LEADER_ADDRESS``): every pod of the group is an
+  endpoint of the section, as the chart's one template makes it, so every pod is probed.
 """
 
 from __future__ import annotations
@@ -37,7 +50,6 @@ _SECTIONS = {"prefill": "prefill", "decode": "decode", "colocated": "decode"}
 def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
     """``llm-d/values.yaml``."""
     common.require_pool_engines(manifest, "llm-d")
-    common.refuse_wide(manifest, "llm-d")
     image = options.image or DEFAULT_IMAGE
     model = common.served_model(manifest)
     sections = {"prefill": {"create": False}, "decode": {"create": False}}
@@ -67,12 +79,13 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
 def _section(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -> dict:
     port = SERVICE_PORT if pool["phase"] == "prefill" else PROXY_TARGET_PORT
     size = common.pods_per_instance(manifest, pool)
-    command, args = vllm.pod_command(manifest, pool, port, spans_nodes=size > 1)
+    found = common.parallel(pool)
+    command, args = vllm.pod_command(manifest, pool, port, spans_nodes=size > 1, hybrid=True)
     container = {"name": "vllm", "image": image, "modelCommand": "custom", "command": command, "args": args,
                  "env": [*vllm.pod_env(manifest, pool), pods.hf_token_env(options)],  # the chart sets HF_HOME
                  "ports": vllm.pod_ports(manifest, pool, port),
                  "resources": pods.resources(manifest, pool), "mountModelVolume": True}
-    if size == 1:
+    if size == 1 or found.dp > 1:  # every pod serves HTTP
         container["extraConfig"] = pods.vllm_probes(pool)
     labels = pods.node_labels(manifest, pool)
     if len(labels) > 1:
@@ -80,7 +93,7 @@ def _section(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -
                           f"({', '.join(labels)}); llm-d-modelservice's acceleratorTypes takes one", field="placement")
     (key, values), = labels.items()
     section = {"create": True, "replicas": pool["replicas"],
-               "parallelism": {"tensor": pool["tp"], "workers": size},
+               "parallelism": _parallelism(manifest, pool, size),
                # Rendered by the chart as a required node affinity: labelKey In labelValues.
                "acceleratorTypes": {"labelKey": key, "labelValues": values},
                "containers": [container]}
@@ -89,6 +102,16 @@ def _section(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -
         section["volumes"] = [volume for volume, _ in shm]
         container["volumeMounts"] = [mount for _, mount in shm]
     return section
+
+
+def _parallelism(manifest: dict, pool: dict, size: int) -> dict:
+    """The section's ``parallelism`` block: TP and the nodes of an instance, and with DP ranks the instance's DP
+    and the ranks each node runs (:func:`vllm.local_data_parallel`)."""
+    found = common.parallel(pool)
+    if found.dp == 1:
+        return {"tensor": found.tp, "workers": size}
+    return {"tensor": found.tp, "data": found.dp, "dataLocal": vllm.local_data_parallel(manifest, pool, size),
+            "workers": size}
 
 
 def _label(model: str) -> str:

@@ -221,28 +221,46 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     return "\n".join(lines) + "\n"
 
 
-def data_parallel_launch(manifest: dict, pool: dict, serve: list[str], *, rank: shell.Var, leader: shell.Word,
-                         nodes: int, rpc_port: int, node_env: list[list[str]] | None = None) -> list[str]:
-    """Shell lines that start one node's share of an instance whose DP ranks span ``nodes`` nodes, as vLLM's
-    data-parallel deployment guide runs it (vllm-project/vllm docs/serving/data_parallel_deployment.md,
-    "Internal Load Balancing"): every node runs ``vllm serve`` with the instance's ``--data-parallel-size``, its
-    own ``--data-parallel-size-local`` ranks, and the leader's ``--data-parallel-address`` and
-    ``--data-parallel-rpc-port``; the leader serves the HTTP API, the others run ``--headless`` from
-    ``--data-parallel-start-rank`` (node rank x local ranks). The leader gets no start rank: vLLM 0.33.0 takes a
-    start rank without --headless for hybrid load balancing, one API server per node
-    (vllm/engine/arg_utils.py ``create_engine_config``). Each node's ranks are whole (TP x PP GPUs of a node):
-    a DP that the nodes do not share evenly is refused."""
+def local_data_parallel(manifest: dict, pool: dict, nodes: int) -> int:
+    """DP ranks each node runs of an instance of the pool over ``nodes`` nodes (vLLM's
+    ``--data-parallel-size-local``): DP / nodes. Each node's ranks are whole (TP x PP GPUs of a node), so a DP
+    that the nodes do not share evenly is refused."""
     found = common.parallel(pool)
     if found.dp % nodes:
         raise PdplanError(f"pool {pool['name']} runs DP {found.dp} over {nodes} nodes, which vLLM cannot split "
                           f"evenly: each node runs --data-parallel-size-local whole ranks of TP x PP GPUs",
                           field=common.pool_field(manifest, pool, "dp"))
-    local = found.dp // nodes
+    return found.dp // nodes
+
+
+def data_parallel_launch(manifest: dict, pool: dict, serve: list[str], *, rank: shell.Var, leader: shell.Word,
+                         nodes: int, rpc_port: int, node_env: list[list[str]] | None = None,
+                         hybrid: bool = False) -> list[str]:
+    """Shell lines that start one node's share of an instance whose DP ranks span ``nodes`` nodes, as vLLM's
+    data-parallel deployment guide runs it (vllm-project/vllm docs/serving/data_parallel_deployment.md): every
+    node runs ``vllm serve`` with the instance's ``--data-parallel-size``, its own ``--data-parallel-size-local``
+    ranks (:func:`local_data_parallel`), and the leader's ``--data-parallel-address`` and
+    ``--data-parallel-rpc-port``.
+
+    - "Internal Load Balancing" (the default): the leader serves the HTTP API, the others run ``--headless`` from
+      ``--data-parallel-start-rank`` (node rank x local ranks). The leader gets no start rank: vLLM 0.33.0 takes a
+      start rank without --headless for hybrid load balancing (vllm/engine/arg_utils.py ``create_engine_config``).
+    - ``hybrid`` load balancing: every node serves the HTTP API over its own ranks, ``--data-parallel-hybrid-lb``
+      from its ``--data-parallel-start-rank`` (0 on the leader), and a balancer in front spreads requests over the
+      nodes; for pods that are all endpoints (one pod template for a whole group, one pod per node), as llm-d's
+      wide-EP deployments run vLLM (llm-d.ai docs/guides/wide-ep-lws/experimental-dp-aware: "we have primarily
+      been using vLLM's hybrid DP-load balancing"). With one rank per node vLLM 0.33.0 runs it as external load
+      balancing, each rank its own API server (``create_engine_config``: "data_parallel_hybrid_lb is not eligible
+      when data_parallel_size_local = 1")."""
+    local = local_data_parallel(manifest, pool, nodes)
     shared = ["--data-parallel-size-local", str(local), "--data-parallel-address", leader,
               "--data-parallel-rpc-port", str(rpc_port)]
     lines = [f"case {shell.word(rank)} in"]
     for node in range(nodes):
-        role = [] if node == 0 else ["--headless", "--data-parallel-start-rank", str(node * local)]
+        if hybrid:
+            role = ["--data-parallel-hybrid-lb", "--data-parallel-start-rank", str(node * local)]
+        else:
+            role = [] if node == 0 else ["--headless", "--data-parallel-start-rank", str(node * local)]
         env = node_env[node] if node_env else []
         lines += [f"  {node})", *(f"    {line}" for line in env), "    " + shell.command(serve + role + shared),
                   "    ;;"]
@@ -272,9 +290,11 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool) -> tuple[list[str], list[str]]:
+def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool,
+                hybrid: bool = False) -> tuple[list[str], list[str]]:
     """Container command and args of a pool's pods. A pod of a multi-node LeaderWorkerSet
-    group learns its rank and leader from the variables LWS injects."""
+    group learns its rank and leader from the variables LWS injects; ``hybrid``: every pod of a group whose
+    DP ranks span nodes serves the API (:func:`data_parallel_launch`)."""
     by_dp = spans_by_data_parallel(pool, spans_nodes)
     serve = serve_command(manifest, pool, port, ray=spans_nodes and not by_dp)
     if not spans_nodes:
@@ -283,7 +303,7 @@ def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool) -> 
     if by_dp:
         script = data_parallel_launch(manifest, pool, serve, rank=rank, leader=leader,
                                       nodes=common.pods_per_instance(manifest, pool),
-                                      rpc_port=DATA_PARALLEL_RPC_PORT_BASE)
+                                      rpc_port=DATA_PARALLEL_RPC_PORT_BASE, hybrid=hybrid)
     else:
         script = ray_launch(serve, rank=rank, leader=leader, nodes=common.pods_per_instance(manifest, pool),
                             gpus=pool["tp"] * pool["pp"])
