@@ -46,6 +46,17 @@ def test_a_query_beyond_the_grid_scales_the_edge_linearly_and_is_recorded():
     assert log.text() == "GEMM n outside the measured 10–20, scaled linearly (1 queries)"
 
 
+def test_a_line_the_table_never_measured_is_filled_along_the_next_axis():
+    """vLLM's MLA context table skips whole (batch, length) lines; the grid still answers there."""
+    rows = [(1, 1, 1, 1.0), (2, 1, 1, 2.0), (1, 1, 2, 3.0), (2, 1, 2, 4.0), (1, 2, 1, 5.0), (2, 2, 1, 6.0)]
+    frame = pd.DataFrame(rows, columns=["a", "b", "c", "latency"])
+    grid = Grid.from_frame(frame, ("a", "b", "c"), "MLA")
+    # (b=2, c=2) was never measured at any a: held at b=1's values along b, the nearest measured
+    assert grid((1.0, 2.0, 2.0), Extrapolated()) == pytest.approx(3.0e-3)
+    assert grid((2.0, 2.0, 2.0), Extrapolated()) == pytest.approx(4.0e-3)
+    assert np.isfinite(grid.values).all()
+
+
 def test_gemm_at_a_measured_point_is_the_fastest_kernel_measured_there():
     frame = raw_table("h100_sxm", "gemm", "vllm", H100_VLLM["gemm"], "gemm_perf.parquet")
     row = frame[(frame.gemm_dtype == "fp8") & (frame.m == 64) & (frame.n == 8192) & (frame.k == 8192)]

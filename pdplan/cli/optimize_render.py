@@ -239,6 +239,12 @@ def _facts_table(doc: dict) -> None:
         table.add_row(f"margin over {other['decision']}",
                       f"{doc['margin']:+.1%} ({doc['solver']['objective_name']}, both verified; "
                       f"the best {other['decision']} plan, on {fleet})")
+    reduced = doc.get("colocated_fallback")
+    if reduced is not None:
+        table.add_row("colocated fallback (rollback)",
+                      f"no colocated plan meets the target on this cluster; the strongest serves "
+                      f"{reduced['rate_rps']:.4g} req/s ({reduced['rate_rps'] / doc['target_rps']:.0%} of the "
+                      f"target) on {reduced['gpus_total']} GPUs, verified; the manifest registers it")
     if doc.get("tp_only_baseline") is not None:
         table.add_row("without attention DP / EP", tp_only_text(doc))
     headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"

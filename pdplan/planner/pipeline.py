@@ -73,6 +73,9 @@ class PlanReport:
     #: when the answer runs attention DP or expert parallelism: the best plan of TP × PP shapes only, in
     #: the mode asked for (its search; None when the answer needs no such comparison)
     tp_only: SearchResult | None = None
+    #: a P/D answer whose fleet has no colocated plan at the target: the colocated plan of that fleet
+    #: that serves the highest rate the cluster holds, verified at that rate (the rollback's fallback)
+    fallback: SearchResult | None = None
 
     @property
     def answer(self) -> Checked | None:
@@ -229,7 +232,7 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
             r.first is None for f in fleets for r in f.searches(request.mode)):
         raise InfeasibleError(no_plan_message(request, fleets, searches, ruled_out(request, measured, rejected)))
     chosen = best_of(fleets, request)
-    end_to_end = without = tp_only = None
+    end_to_end = without = tp_only = fallback = None
     if chosen is not None:
         end_to_end = chosen.end_to_end
         if end_to_end is None and headroom:
@@ -239,10 +242,26 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
             free = replace(request, redundancy=Redundancy.NONE)
             without = best_of([searches.fleet(f, free) for f in request.fleets], free)
         tp_only = narrow_baseline(request, chosen, candidates, verifier)
+        fallback = reduced_fallback(request, chosen, fleets, searches)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
                       fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
                       simulations=verifier.simulations, cache_hits=cache.hits, cache_misses=cache.misses,
-                      cache_dir=str(cache.folder) if cache.enabled else None, tp_only=tp_only)
+                      cache_dir=str(cache.folder) if cache.enabled else None, tp_only=tp_only,
+                      fallback=fallback)
+
+
+def reduced_fallback(request: PlanRequest, chosen: SearchResult, fleets: list[FleetResult],
+                     searches: Searches) -> SearchResult | None:
+    """The colocated fallback of a P/D answer when no colocated plan of its fleet meets the target:
+    the colocated plan of that fleet with the highest rate the cluster and budgets hold, verified
+    at that rate, so a rollback has a registered plan and knows what share of the target it keeps.
+    None when the answer is colocated or its fleet has a colocated plan at the target."""
+    fleet = next(f for f in fleets if f.fleet == chosen.fleet)
+    if chosen.mode == "colocated" or fleet.colocated.best is not None or request.objective == "goodput":
+        return None
+    strongest = replace(request, objective=Objective.GOODPUT, target_rps=None)
+    found = searches.run(fleet.fleet, "colocated", "high", strongest)
+    return found if found.best is not None and found.best.verification.passed else None
 
 
 def narrow_baseline(request: PlanRequest, chosen: SearchResult, candidates: tuple[Candidate, ...],

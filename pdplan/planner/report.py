@@ -252,6 +252,9 @@ def report_to_dict(report: PlanReport) -> dict:
         "colocated_baseline": None if baseline is None else {
             **phase_dict(baseline.solution, "colocated"), **plan_summary(request, baseline, "high")},
         "tp_only_baseline": tp_only_dict(report),
+        "colocated_fallback": None if report.fallback is None else {
+            **plan_summary(request, report.fallback.best, "high"),
+            "rate_rps": report.fallback.best.verification.rate_rps},
         "pools": pools(solution, report),
         "gpus_total": solution.gpus_total,
         "cost_per_hour": solution.usd_per_hour,

@@ -100,8 +100,8 @@ def _bracket(axis: np.ndarray, x: float) -> tuple[int, int, float, float]:
 
 
 class Grid:
-    """Latencies (seconds) on a full grid of coordinates; missing points are filled along the
-    first axis from their neighbours, so the fastest-kernel grid has no holes."""
+    """Latencies (seconds) on a full grid of coordinates; missing points are filled from their
+    neighbours (:func:`_fill_holes`), so the fastest-kernel grid has no holes."""
 
     def __init__(self, axes: tuple[np.ndarray, ...], values: np.ndarray, name: str, columns: tuple[str, ...],
                  transforms: tuple = ()):
@@ -116,7 +116,7 @@ class Grid:
         index = tuple(np.searchsorted(axes[i], best.index.get_level_values(i).to_numpy(float))
                       for i in range(len(columns)))
         values[index] = best.to_numpy() / 1e3   # tables hold milliseconds
-        _fill_holes(values, axes[0])
+        _fill_holes(values, axes)
         return cls(axes, values, name, columns, transforms)
 
     def __call__(self, point: tuple[float, ...], log: Extrapolated) -> float:
@@ -143,15 +143,20 @@ class Grid:
         return total * scale
 
 
-def _fill_holes(values: np.ndarray, first_axis: np.ndarray) -> None:
-    """Fill unmeasured points by linear interpolation along the first axis (the token count),
-    then by the nearest measured neighbour; a line with no measurement stays NaN."""
-    lines = np.moveaxis(values, 0, -1).reshape(-1, len(first_axis))
-    for line in lines:
-        known = np.isfinite(line)
-        if known.any() and not known.all():
-            line[~known] = np.interp(first_axis[~known], first_axis[known], line[known])
-    values[...] = np.moveaxis(lines.reshape(np.moveaxis(values, 0, -1).shape), -1, 0)
+def _fill_holes(values: np.ndarray, axes: list[np.ndarray]) -> None:
+    """Fill unmeasured points by linear interpolation along the first axis (the token count), held
+    at the nearest measured value beyond its ends; then, for lines of the first axis with no
+    measurement at all, the same along each further axis in turn (a table may skip a whole
+    sequence length at one batch size: vLLM's MLA context table at 128 tokens). A point no axis
+    reaches stays NaN."""
+    for k, axis in enumerate(axes):
+        moved = np.moveaxis(values, k, -1)
+        lines = moved.reshape(-1, len(axis))
+        for line in lines:
+            known = np.isfinite(line)
+            if known.any() and not known.all():
+                line[~known] = np.interp(axis[~known], axis[known], line[known])
+        values[...] = np.moveaxis(lines.reshape(moved.shape), -1, k)
 
 
 # --- one system, engine and version -----------------------------------------------------------------
