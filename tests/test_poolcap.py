@@ -83,3 +83,27 @@ def test_eight_prefill_replicas_behind_the_router_serve_more_than_eight_alone(sh
     eight = pool_goodput(workload, profile, phase="prefill", slo=slo, settings=settings, start_rps=8 * one,
                          replicas=8).goodput_rps
     assert one > 0 and eight > 8 * one * 1.1
+
+
+def test_sampling_stops_once_doubling_the_pool_no_longer_raises_the_rate_per_replica():
+    rates = {2: 2.5, 4: 3.0, 8: 3.05, 16: 3.5}  # per replica: the gain levels off from 4 to 8
+    asked = []
+
+    def sample(n, start):
+        asked.append(n)
+        return rates[n] * n
+
+    curve = build_curve(2.0, None, wanted_rps=100.0, most_replicas=64, sample=sample, flat_within=0.02)
+    assert asked == [2, 4, 8]
+    assert curve.capacity_rps(20) == pytest.approx(20 * 3.05)
+
+
+def test_a_flat_first_doubling_does_not_stop_the_sampling():
+    asked = []
+
+    def sample(n, start):
+        asked.append(n)
+        return 2.0 * n if n == 2 else 3.0 * n
+
+    build_curve(2.0, None, wanted_rps=20.0, most_replicas=64, sample=sample, flat_within=0.02)
+    assert asked == [2, 4, 8]
