@@ -28,14 +28,14 @@ DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceT
 CLUSTER = ROOT / "examples" / "cluster_h200_64.yaml"
 
 
-def optimize(trace: Path, rate: float, folder: Path) -> tuple[float, float, dict, str]:
+def optimize(trace: Path, rate: float, folder: Path, jobs: int) -> tuple[float, float, dict, str]:
     """Wall seconds, peak GiB, the --json document and stderr of one cold optimize."""
     started = time.perf_counter()
     done = subprocess.run(
         [sys.executable, "-m", "pdplan", "optimize", str(trace), "--model", "deepseek-r1", "--dtype", "fp8",
          "--engine", "sglang", "--cluster", str(CLUSTER), "--target-rate", f"{rate:g}", "--ttft", "2s",
-         "--tpot", "50ms", "--dp", "1", "--dp", "8", "--dp", "16", "--dp", "32", "--cache-dir", str(folder / "cache"),
-         "--out", str(folder / "manifest.yaml"), "--json"],
+         "--tpot", "50ms", "--dp", "1", "--dp", "8", "--dp", "16", "--dp", "32", "--jobs", str(jobs),
+         "--cache-dir", str(folder / "cache"), "--out", str(folder / "manifest.yaml"), "--json"],
         capture_output=True, text=True, env=dict(os.environ), check=False)
     wall = time.perf_counter() - started
     peak_gib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 2**20
@@ -65,13 +65,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("trace", nargs="?", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--rate", type=float, default=1200.0, help="target rate, req/s")
+    parser.add_argument("--jobs", type=int, default=2, help="optimize --jobs (worker processes)")
     args = parser.parse_args()
     if not args.trace.exists():
         sys.exit(f"skipped: {args.trace} is absent (the shared data folder)")
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
-        wall, peak, doc, err = optimize(args.trace, args.rate, folder)
-        print(f"optimize DeepSeek-R1 FP8, 64 x 8 H200, {args.rate:g} req/s: {wall:.1f} s cold, peak {peak:.2f} GiB")
+        wall, peak, doc, err = optimize(args.trace, args.rate, folder, args.jobs)
+        print(f"optimize DeepSeek-R1 FP8, 64 x 8 H200, {args.rate:g} req/s, --jobs {args.jobs}: {wall:.1f} s cold, "
+              f"peak {peak:.2f} GiB (the largest process)")
         if not doc.get("decision"):
             print(err.strip().splitlines()[-1] if err.strip() else "no answer")
             return
@@ -94,6 +96,10 @@ def main() -> None:
             print("best colocated plan: none passes end to end")
         else:
             print(f"best colocated plan: {shapes(base)}; {base['gpus_total']} GPUs, ${base['cost_per_hour']:,.2f}/h")
+        reduced = doc.get("colocated_fallback")
+        if reduced is not None:
+            print(f"colocated fallback (registered for rollback): {shapes(reduced)}; {reduced['gpus_total']} GPUs, "
+                  f"verified at {reduced['rate_rps']:.4g} req/s ({reduced['rate_rps'] / args.rate:.0%} of the target)")
         for fmt in ("sglang", "vllm"):
             files = export(folder, fmt)
             print(f"export {fmt}: {len(files)} files: {', '.join(files[:4])}{' ...' if len(files) > 4 else ''}")

@@ -31,6 +31,14 @@ class PdplanError(Exception):
         text = " ".join(self.detail.split())  # always one line
         return f"{where}: {text}" if where else text
 
+    def __reduce__(self):
+        """Pickled whole (a worker process's error reaches the CLI with its file, line and field)."""
+        return _rebuild, (type(self), self.detail, self.file, self.line, self.field)
+
+
+def _rebuild(cls: type, detail: str, file: str | None, line: int | None, field: str | None) -> PdplanError:
+    return cls(detail, file=file, line=line, field=field)
+
 
 class InfeasibleError(PdplanError):
     """The inputs are well formed but no plan satisfies them; the message names the binding constraint."""

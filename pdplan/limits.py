@@ -29,6 +29,7 @@ MAX_GRID_POINTS = 1_000
 MAX_CONCURRENCY = 1_000_000     #: clients of a closed loop
 MAX_CHECKS = 1_000              #: end-to-end checks per search
 MAX_RUNS = 100                  #: verification runs
+MAX_JOBS = 256                  #: worker processes
 MAX_RUN_S = 86_400.0            #: seconds a verification run is asked to last (a day)
 MAX_TIME_LIMIT_S = 3_600.0      #: CP-SAT time per solve
 

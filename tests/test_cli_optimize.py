@@ -158,6 +158,16 @@ def test_same_inputs_and_seed_write_identical_plans(runs):
     assert plans[0] == plans[1] == plans[2]
 
 
+def test_two_worker_processes_give_the_same_answer_plan_and_cache_counts_as_one(runs, tmp_path):
+    code, text = run_main("optimize", TRACE, *FAST, "--cache-dir", tmp_path / "cache", "--jobs", "2", "--json",
+                          "--out", tmp_path / "two.yaml")
+    assert code in (0, None)
+    doc, one = json.loads(text), runs["cold"][0]
+    assert {k: v for k, v in doc.items() if k != "run"} == {k: v for k, v in one.items() if k != "run"}
+    assert (tmp_path / "two.yaml").read_bytes() == runs["cold"][1]
+    assert doc["run"]["cache"]["misses"] == one["run"]["cache"]["misses"]  # the workers' lookups are counted
+
+
 def test_written_plan_passes_pdplan_simulate_under_the_same_slo(optimize, run_cli, tmp_path):
     doc = json.loads(optimize("--out", tmp_path / "plan.yaml", "--json")[1])
     code, out, err = run_cli("simulate", TRACE, "--plan", tmp_path / "plan.yaml", "--rate", doc["target_rps"], "--json")
@@ -298,6 +308,7 @@ BAD = [
                                              "123456789012345678901234"),
     (("--seeds", "0"), "Error: --seeds must be >= 1, got 0"),
     (("--min-run", "-5"), "Error: --min-run must be >= 0, got -5.0"),
+    (("--jobs", "-1"), "Error: --jobs must be >= 0, got -1"),
     (("--max-rounds", "0"), "Error: --max-rounds must be >= 1, got 0"),
     (("--verify-rule", "median"), "Error: --verify-rule must be one of lower, mean, got 'median'"),
     (("--redundancy", "rack"), "Error: --redundancy must be one of instance, node, none, got 'rack'"),
@@ -314,7 +325,7 @@ BAD = [
 @pytest.mark.parametrize("args,message", BAD, ids=["fleet", "capped-prefill", "objective", "peak-and-rate", "model",
                                                     "rate", "rate-inf", "rate-huge", "goodput-with-rate", "max-gpus",
                                                     "max-power", "max-cost-huge", "link-headroom", "time-limit", "seed",
-                                                    "seed-24-digits", "seeds", "min-run", "max-rounds", "rule",
+                                                    "seed-24-digits", "seeds", "min-run", "jobs", "max-rounds", "rule",
                                                     "redundancy", "pool-shapes", "tp", "dp", "ttft-ms", "tpot-ms",
                                                     "admission-share"])
 def test_bad_flags_exit_2_with_one_line(optimize, args, message):

@@ -58,6 +58,7 @@ from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.schedule import build_schedule
 from pdplan.modelcatalog import get_model, model_file
 from pdplan.modelspec import DEFAULT_MODEL
+from pdplan.parallel import available_cpus
 from pdplan.placement import ALIASES, ANY, resolve_fleets
 from pdplan.planner import PlanReport, PlanRequest, report_to_dict
 from pdplan.planner import optimize as run_optimize
@@ -142,6 +143,10 @@ def optimize(
     seeds: Annotated[int, typer.Option(
         "--seeds", help="Verification runs: the trace replayed at the target rate, then Poisson resamples "
                         "of it; each objective gets a 95% interval over the runs.")] = PlanRequest.runs,
+    jobs: Annotated[int, typer.Option(
+        "--jobs", help="Processes that compose profiles, bisect goodputs and sample pool curves, one shape each; "
+                       "the answer is the same for any number. 0: as many as the CPUs this process may "
+                       "use.")] = PlanRequest.jobs,
     min_run: Annotated[float, typer.Option(
         "--min-run", help="Seconds of arrivals each verification run lasts at least: a trace that, rescaled to "
                           "the target rate, arrives in less is replayed back to back (burst shape kept, at most "
@@ -227,7 +232,7 @@ def optimize(
     """
     _check_flags(objective=objective, target_rate=target_rate, peak=peak, windows=windows, change_cost=change_cost,
                  fleet=fleet, affinity=affinity, redundancy=redundancy, budgets=(max_gpus, max_cost, max_power),
-                 link_headroom=link_headroom, time_limit=time_limit, seeds=seeds, min_run=min_run,
+                 link_headroom=link_headroom, time_limit=time_limit, seeds=seeds, min_run=min_run, jobs=jobs,
                  max_rounds=max_rounds, tps=tp, pps=pp, dps=dp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share))
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     outputs = Outputs(trace, cluster, *profile_inputs(profiles), slo, model_file(model), windows_file(windows))
@@ -248,6 +253,7 @@ def optimize(
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,
         time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, min_run_s=min_run,
+        jobs=jobs or available_cpus(),
         rule=verify_rule, redundancy=redundancy,
         pool_shapes=pool_shapes, mode=mode, connector=connector, mixed=mixed, mixed_max=mixed_max,
         spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share),
@@ -318,7 +324,7 @@ def _windowed_output(windowed, outputs: Outputs, plot: Path | None, json: bool) 
 
 def _check_flags(*, objective: Objective, target_rate: float | None, peak: bool, windows: str | None,
                  change_cost: float, fleet: str, affinity: Affinity, redundancy: Redundancy, budgets: tuple,
-                 link_headroom: float, time_limit: float, seeds: int, min_run: float, max_rounds: int,
+                 link_headroom: float, time_limit: float, seeds: int, min_run: float, jobs: int, max_rounds: int,
                  tps: list[int] | None,
                  pps: list[int] | None, dps: list[int] | None, mixed: tuple[int, int, float]) -> None:
     """Flag values the planner cannot use, named by flag, before any work is done."""
@@ -344,6 +350,7 @@ def _check_flags(*, objective: Objective, target_rate: float | None, peak: bool,
     within("--time-limit", time_limit, 0, limits.MAX_TIME_LIMIT_S, above=True)
     within("--seeds", seeds, 1, limits.MAX_RUNS)
     within("--min-run", min_run, 0, limits.MAX_RUN_S)
+    within("--jobs", jobs, 0, limits.MAX_JOBS)
     within("--max-rounds", max_rounds, 1, limits.MAX_CHECKS)
     for values, flag, high in ((tps, "--tp", MAX_GPUS_PER_NODE), (pps, "--pp", limits.MAX_PIPELINE_STAGES),
                                (dps, "--dp", limits.MAX_GPUS)):

@@ -11,6 +11,7 @@ import hashlib
 import json
 import math
 from dataclasses import asdict, dataclass, replace
+from functools import partial
 from typing import Callable
 
 from pdplan import limits
@@ -20,9 +21,11 @@ from pdplan.errors import PdplanError
 from pdplan.goodput import InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
 from pdplan.latency.profile import PhaseProfile, profile_to_dict
 from pdplan.modelspec import ModelSpec
+from pdplan.parallel import run_each
 from pdplan.placement import Candidate
 from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
+from pdplan.shape import shape_label
 from pdplan.slo import SLO
 from pdplan.work import cross_node_all_to_all_bytes_per_token
 from pdplan.workload import Workload
@@ -94,25 +97,53 @@ def measure(request: PlanRequest, cache: ResultCache,
                                         tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes,
                                         dps=request.dps, engine=request.profiles.serving_engine,
                                         connector=request.connector)
-    measured = []
-    for i, shape in enumerate(shapes):
-        if progress is not None:
-            progress(f"goodput {shape.label}", i, len(shapes))
-        try:
-            profile = request.profiles.profile(request.model, request.cluster.priced_gpu(shape.gpu), shape.tp,
-                                               shape.pp, cache=cache, dp=shape.dp, ep=shape.ep)
-        except PdplanError as err:
+    keys = list(dict.fromkeys(_profile_key(shape) for shape in shapes))
+    made = run_each(partial(_profile_of, request), keys, jobs=request.jobs, cache=cache,
+                    on_start=None if progress is None else lambda i: progress(
+                        f"profile {shape_label(*keys[i][:3], dp=keys[i][3], ep=keys[i][4])}", i, len(keys)))
+    profiles = {}
+    for key, (found, fallbacks) in zip(keys, made):
+        request.profiles.fallbacks.update(fallbacks)  # what a worker's copy of the source learned
+        profiles[key] = found
+    usable = []
+    for shape in shapes:
+        found = profiles[_profile_key(shape)]
+        if isinstance(found, PdplanError):
             if not shape.is_wide:
-                raise
+                raise found
             # a wide shape only the wide-EP tables time: without them it is not a candidate, said why
-            rejected.append(Rejected(shape=shape, reason=err.detail))
+            rejected.append(Rejected(shape=shape, reason=found.detail))
             continue
-        result = cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
-                                         settings=request.settings, seed=request.seed, policy=shape.policy,
-                                         chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
-                                         cache=cache)
-        measured.append(Measured(shape=shape, profile=profile, goodput=result))
-    return measured, rejected
+        usable.append((shape, found))
+    results = run_each(partial(_goodput_of, request), usable, jobs=request.jobs, cache=cache,
+                       on_start=None if progress is None else lambda i: progress(
+                           f"goodput {usable[i][0].label}", i, len(usable)))
+    return [Measured(shape=shape, profile=profile, goodput=result)
+            for (shape, profile), result in zip(usable, results)], rejected
+
+
+def _profile_key(shape: Shape) -> tuple:
+    return shape.gpu, shape.tp, shape.pp, shape.dp, shape.ep
+
+
+def _profile_of(request: PlanRequest, key: tuple, cache: ResultCache) -> tuple:
+    """One shape's profile (or why it has none) and the fallback reasons its source recorded."""
+    gpu, tp, pp, dp, ep = key
+    before = set(request.profiles.fallbacks)
+    try:
+        found = request.profiles.profile(request.model, request.cluster.priced_gpu(gpu), tp, pp, cache=cache,
+                                         dp=dp, ep=ep)
+    except PdplanError as err:
+        found = err
+    return found, {k: v for k, v in request.profiles.fallbacks.items() if k not in before}
+
+
+def _goodput_of(request: PlanRequest, item: tuple, cache: ResultCache):
+    shape, profile = item
+    return cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
+                                   settings=request.settings, seed=request.seed, policy=shape.policy,
+                                   chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
+                                   cache=cache)
 
 
 def mean_kv_bytes_per_request(workload: Workload, model: ModelSpec) -> float:
@@ -164,11 +195,11 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
     kv_bytes = mean_kv_bytes_per_request(request.workload, request.model)
     wanted = math.inf if request.target_rps is None else CURVE_HEADROOM * request.target_rps
     chosen = best_of_each_shape(measured)
+    curves = run_each(partial(_curve_of, request, wanted), chosen, jobs=request.jobs, cache=cache,
+                      on_start=None if progress is None else lambda i: progress(
+                          f"pool capacity {chosen[i].shape.label}", i, len(chosen)))
     out = []
-    for i, m in enumerate(chosen):
-        if progress is not None:
-            progress(f"pool capacity {m.shape.label}", i, len(chosen))
-        curve = pool_curve(request, m, wanted_rps=wanted, cache=cache)
+    for m, curve in zip(chosen, curves):
         out.append(Candidate(phase=m.shape.phase, gpu=m.shape.gpu, tp=m.shape.tp, pp=m.shape.pp,
                              dp=m.shape.dp, ep=m.shape.ep,
                              goodput_rps=m.goodput.goodput_rps, chunk_tokens=m.shape.chunk_tokens,
@@ -178,6 +209,10 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
     if request.mixed:
         out += mixed_candidates(out, kv_bytes)
     return tuple(out)
+
+
+def _curve_of(request: PlanRequest, wanted_rps: float, m: Measured, cache: ResultCache) -> PoolCurve:
+    return pool_curve(request, m, wanted_rps=wanted_rps, cache=cache)
 
 
 def mixed_candidates(candidates: list[Candidate], kv_bytes: float) -> list[Candidate]:

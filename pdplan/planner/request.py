@@ -83,6 +83,7 @@ class PlanRequest:
     mixed_max: int = 8                  #: mixed instances a plan may add at most
     spill: Spill = Spill()              #: when work spills to mixed machines
     seed: int = DEFAULT_SEED            #: the run's seed: every draw (probes, verification runs, CP-SAT)
+    jobs: int = 1                       #: processes the per-shape stages run on (pdplan.parallel)
     inputs: Inputs | None = None        #: the files read, which manifests record (None: built in memory)
 
     def __post_init__(self):

@@ -1,0 +1,75 @@
+"""Independent work on several processes: the per-shape stages of ``optimize``.
+
+Composing each shape's profile, bisecting each shape's goodput and sampling each pool curve are
+independent of one another; with ``jobs`` above 1 they run on that many worker processes
+(spawned, so a worker never inherits a progress bar's thread or a solver's state). Each worker
+opens the result cache folder the run uses (writes are atomic, so two workers never tear an
+entry), and its cache hits and misses are added to the run's. Results come back in the order of
+the items, so the answer does not depend on the number of jobs or on which worker finishes first.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from concurrent.futures import ProcessPoolExecutor
+from typing import Callable, Sequence, TypeVar
+
+from pdplan.cache import ResultCache
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity, where the platform says)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: int, cache: ResultCache,
+             on_start: Callable[[int], None] | None = None) -> list[R]:
+    """``[work(item, cache) for item in items]``, on ``jobs`` processes when there are several
+    items. ``work`` must pickle (a module-level function, or a ``functools.partial`` of one);
+    ``on_start(i)`` reports progress: before item i runs in one process, as its result arrives
+    with several."""
+    if jobs <= 1 or len(items) <= 1:
+        results = []
+        for i, item in enumerate(items):
+            if on_start is not None:
+                on_start(i)
+            results.append(work(item, cache))
+        return results
+    tasks = [(work, item, str(cache.folder), cache.enabled) for item in items]
+    results = []
+    before = set(multiprocessing.active_children())
+    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupts)
+    try:
+        for i, (result, hits, misses) in enumerate(pool.map(_in_worker, tasks)):
+            if on_start is not None:
+                on_start(i)
+            cache.hits += hits
+            cache.misses += misses
+            results.append(result)
+    except BaseException:  # an error or Ctrl-C: stop the workers now rather than after their queue
+        pool.shutdown(wait=False, cancel_futures=True)
+        for worker in set(multiprocessing.active_children()) - before:
+            worker.terminate()
+        raise
+    pool.shutdown()
+    return results
+
+
+def _ignore_interrupts() -> None:
+    """Ctrl-C is the parent's to handle (it stops the workers and exits 130)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _in_worker(task: tuple) -> tuple:
+    work, item, folder, enabled = task
+    cache = ResultCache(folder, enabled=enabled)
+    return work(item, cache), cache.hits, cache.misses
