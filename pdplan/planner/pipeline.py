@@ -274,7 +274,14 @@ def narrow_baseline(request: PlanRequest, chosen: SearchResult, candidates: tupl
     narrow = tuple(c for c in candidates if not c.is_wide)
     searches = Searches(request, narrow, verifier)
     results = [r for f in request.fleets for r in searches.fleet(f).searches(request.mode)]
-    return pick(results, request.objective)
+    found = pick(results, request.objective)
+    if found.best is None and request.target_rps is not None:
+        needed = gpus_needed(request, narrow)
+        if needed is not None:
+            found = replace(found, reason=f"{found.reason or 'no plan passed'}; TP x PP shapes alone would need "
+                                          f"{needed} GPUs for {request.target_rps:g} req/s (integer program, "
+                                          "node counts lifted; not simulated)")
+    return found
 
 
 def best_of(fleets: list[FleetResult], request: PlanRequest) -> SearchResult | None:
