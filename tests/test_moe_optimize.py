@@ -48,7 +48,7 @@ def test_optimize_answers_a_moe_model_with_a_verified_plan_timed_by_measured_ope
 
 
 @pytest.mark.slow
-def test_a_wide_expert_parallel_answer_is_verified_and_set_beside_the_best_tp_only_plan(run_cli, conversation,
+def test_a_wide_expert_parallel_answer_is_verified_and_says_what_tp_only_shapes_miss(run_cli, conversation,
                                                                                       tmp_path):
     code, out, err = run_cli("optimize", conversation, "--model", "deepseek-v3", "--dtype", "fp8", "--cluster",
                              EXAMPLES / "cluster_h200.yaml", "--engine", "sglang", "--tp", "1", "--tp", "8", "--pp",
@@ -59,7 +59,5 @@ def test_a_wide_expert_parallel_answer_is_verified_and_set_beside_the_best_tp_on
     assert doc["meets_slo"] and any(p.get("dp", 1) == 8 and p["ep"] == 8 for p in doc["pools"])
     verification = doc["verification"]  # 1,000 requests at 40 req/s arrive in 25 s: repeated to last 300 s
     assert verification["trace_copies"] == 12 and verification["requests"][0] == 12 * REQUESTS
-    narrow = doc["tp_only_baseline"]
-    assert narrow["found"] and narrow["meets_slo"]
-    shapes = [s for phase in ("prefill", "decode", "colocated") if narrow[phase] for s in narrow[phase]["shapes"]]
-    assert shapes and all("dp" not in s for s in shapes)
+    narrow = doc["tp_only_baseline"]  # on this head of the trace TP-only plans fit but miss end to end
+    assert not narrow["found"] and narrow["reason"].startswith("the closest plan of TP x PP shapes")

@@ -275,7 +275,7 @@ def narrow_baseline(request: PlanRequest, chosen: SearchResult, candidates: tupl
     searches = Searches(request, narrow, verifier)
     results = [r for f in request.fleets for r in searches.fleet(f).searches(request.mode)]
     found = pick(results, request.objective)
-    if found.best is None and request.target_rps is not None:
+    if found.best is None and not found.tried and request.target_rps is not None:
         needed = gpus_needed(request, narrow)
         if needed is not None:
             found = replace(found, reason=f"{found.reason or 'no plan passed'}; TP x PP shapes alone would need "

@@ -200,7 +200,12 @@ def tp_only_dict(report: PlanReport) -> dict | None:
     if found is None:
         return None
     if found.best is None:
-        return {"found": False, "reason": found.reason or "no plan of TP x PP shapes passed end to end"}
+        closest = found.closest if found.tried else None
+        reason = found.reason or "no plan of TP x PP shapes passed end to end"
+        if closest is not None:
+            reason = (f"the closest plan of TP x PP shapes, {closest.solution.gpus_total} GPUs, misses "
+                      f"{'; '.join(misses(closest))}")
+        return {"found": False, "reason": reason}
     objective = report.request.objective
     ours, theirs = report.answer.value(objective), found.best.value(objective)
     saving = (ours - theirs if objective == "goodput" else theirs - ours) / theirs if theirs else None
