@@ -1,7 +1,8 @@
-"""Independent work on several processes: the per-shape stages of ``optimize``.
+"""Independent work on several processes: the per-shape stages and the searches of ``optimize``.
 
-Composing each shape's profile, bisecting each shape's goodput and sampling each pool curve are
-independent of one another; with ``jobs`` above 1 they run on that many worker processes
+Composing each shape's profile, bisecting each shape's goodput, sampling each pool curve and a
+fleet's verified searches (one per mode and node affinity) are independent of one another; with
+``jobs`` above 1 they run on that many worker processes
 (spawned, so a worker never inherits a progress bar's thread or a solver's state). Each worker
 opens the result cache folder the run uses (writes are atomic, so two workers never tear an
 entry), and its cache hits and misses are added to the run's. Results come back in the order of

@@ -60,4 +60,4 @@ def test_a_wide_expert_parallel_answer_is_verified_and_says_what_tp_only_shapes_
     verification = doc["verification"]  # 1,000 requests at 40 req/s arrive in 25 s: repeated to last 300 s
     assert verification["trace_copies"] == 12 and verification["requests"][0] == 12 * REQUESTS
     narrow = doc["tp_only_baseline"]  # on this head of the trace TP-only plans fit but miss end to end
-    assert not narrow["found"] and narrow["reason"].startswith("the closest plan of TP x PP shapes")
+    assert not narrow["found"] and narrow["reason"].startswith("the closest plan of TP x PP shapes (")

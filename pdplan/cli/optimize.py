@@ -144,8 +144,9 @@ def optimize(
         "--seeds", help="Verification runs: the trace replayed at the target rate, then Poisson resamples "
                         "of it; each objective gets a 95% interval over the runs.")] = PlanRequest.runs,
     jobs: Annotated[int, typer.Option(
-        "--jobs", help="Processes that compose profiles, bisect goodputs and sample pool curves, one shape each; "
-                       "the answer is the same for any number. 0: as many as the CPUs this process may "
+        "--jobs", help="Processes that compose profiles, bisect goodputs and sample pool curves (one shape each) "
+                       "and run a fleet's searches (one mode and node affinity each); the answer is the same for "
+                       "any number. 0: as many as the CPUs this process may "
                        "use.")] = PlanRequest.jobs,
     min_run: Annotated[float, typer.Option(
         "--min-run", help="Seconds of arrivals each verification run lasts at least: a trace that, rescaled to "

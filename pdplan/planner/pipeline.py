@@ -12,7 +12,7 @@ the report carries the plan that missed by the least.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import reduce
+from functools import partial, reduce
 
 from pdplan.cache import ResultCache
 from pdplan.candidates import Rejected
@@ -20,6 +20,7 @@ from pdplan.engines import pair_refusal
 from pdplan.errors import InfeasibleError, PdplanError
 from pdplan.goodput import Search
 from pdplan.hardware import Cluster
+from pdplan.parallel import run_each
 from pdplan.placement import Candidate, Fleet, Problem, solve
 from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import Measured, Progress, measure, pool_candidates
@@ -160,8 +161,7 @@ class Searches:
     def run(self, fleet: Fleet, mode: str, affinity: str, request: PlanRequest | None = None,
             mixed: bool = False) -> SearchResult:
         request = request or self.request
-        key = (mode, affinity, fleet.allowed("colocated") if mode == "colocated" else fleet.name,
-               request.redundancy, request.objective, mixed)
+        key = _search_key(fleet, mode, affinity, request, mixed)
         if key not in self._done:
             base = base_problem(request, self.candidates, fleet, mode, affinity, mixed=mixed)
             self._done[key] = self._search(request, base)
@@ -193,13 +193,47 @@ class Searches:
         return replace(found, first=first, best=verified, tried=(claimed, verified), proven=True,
                        end_to_end=search)
 
+    def prefetch(self, wanted: list[tuple]) -> None:
+        """With ``jobs`` above 1, run the searches ``wanted`` (fleet, mode, affinity, request, mixed)
+        that are not done yet on that many processes, each with its own verifier on the shared cache;
+        :meth:`run` then finds them done. The searches are independent, so the results are the ones
+        :meth:`run` would compute."""
+        todo = list({_search_key(*item): item for item in wanted
+                     if _search_key(*item) not in self._done}.items())
+        if self.request.jobs <= 1 or len(todo) <= 1:
+            return
+        verifier = self.verifier
+        found = run_each(partial(_search_in_worker, self.candidates, verifier.profiles), [item for _, item in todo],
+                         jobs=self.request.jobs, cache=verifier.cache)
+        for (key, _), (result, simulations) in zip(todo, found):
+            self._done[key] = result
+            verifier.simulations += simulations
+
     def fleet(self, fleet: Fleet, request: PlanRequest | None = None) -> FleetResult:
         request = request or self.request
+        self.prefetch([(fleet, "disaggregated", a, request, False) for a in request.affinities]
+                      + ([(fleet, "disaggregated", "high", request, True)] if request.mixed else [])
+                      + [(fleet, "colocated", "high", request, False)])
         affinities = [self.run(fleet, "disaggregated", a, request) for a in request.affinities]
         mixed = self.run(fleet, "disaggregated", "high", request, mixed=True) if request.mixed else None
         return FleetResult(fleet=fleet, disaggregated=pick(affinities, request.objective),
                            colocated=self.run(fleet, "colocated", "high", request), objective=request.objective,
                            mixed=mixed)
+
+
+def _search_key(fleet: Fleet, mode: str, affinity: str, request: PlanRequest, mixed: bool) -> tuple:
+    """What makes two searches the same: fleets that allow a colocated pool the same GPU types share one."""
+    return (mode, affinity, fleet.allowed("colocated") if mode == "colocated" else fleet.name,
+            request.redundancy, request.objective, mixed)
+
+
+def _search_in_worker(candidates: tuple[Candidate, ...], profiles: dict, item: tuple,
+                      cache: ResultCache) -> tuple[SearchResult, int]:
+    """One search in a worker process, and the simulations it ran."""
+    fleet, mode, affinity, request, mixed = item
+    verifier = Verifier(request, profiles, cache)
+    result = Searches(request, candidates, verifier).run(fleet, mode, affinity, request, mixed)
+    return result, verifier.simulations
 
 
 def pick(results: list[SearchResult], objective: str) -> SearchResult:

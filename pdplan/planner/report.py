@@ -203,7 +203,7 @@ def tp_only_dict(report: PlanReport) -> dict | None:
         closest = found.closest if found.tried else None
         reason = found.reason or "no plan of TP x PP shapes passed end to end"
         if closest is not None:
-            reason = (f"the closest plan of TP x PP shapes, {closest.solution.gpus_total} GPUs, misses "
+            reason = (f"the closest plan of TP x PP shapes ({found.mode}, {closest.solution.gpus_total} GPUs) misses "
                       f"{'; '.join(misses(closest))}")
         return {"found": False, "reason": reason}
     objective = report.request.objective
