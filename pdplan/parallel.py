@@ -33,7 +33,7 @@ def available_cpus() -> int:
 
 def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: int, cache: ResultCache,
              on_start: Callable[[int], None] | None = None) -> list[R]:
-    """``[work(item, cache) for item in items]``, on ``jobs`` processes when there are several
+    """``[work(item, cache=cache) for item in items]``, on ``jobs`` processes when there are several
     items. ``work`` must pickle (a module-level function, or a ``functools.partial`` of one);
     ``on_start(i)`` reports progress: before item i runs in one process, as its result arrives
     with several."""
@@ -42,7 +42,7 @@ def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: i
         for i, item in enumerate(items):
             if on_start is not None:
                 on_start(i)
-            results.append(work(item, cache))
+            results.append(work(item, cache=cache))
         return results
     tasks = [(work, item, str(cache.folder), cache.enabled) for item in items]
     results = []
@@ -73,4 +73,4 @@ def _ignore_interrupts() -> None:
 def _in_worker(task: tuple) -> tuple:
     work, item, folder, enabled = task
     cache = ResultCache(folder, enabled=enabled)
-    return work(item, cache), cache.hits, cache.misses
+    return work(item, cache=cache), cache.hits, cache.misses

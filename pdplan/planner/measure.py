@@ -126,7 +126,7 @@ def _profile_key(shape: Shape) -> tuple:
     return shape.gpu, shape.tp, shape.pp, shape.dp, shape.ep
 
 
-def _profile_of(request: PlanRequest, key: tuple, cache: ResultCache) -> tuple:
+def _profile_of(request: PlanRequest, key: tuple, *, cache: ResultCache) -> tuple:
     """One shape's profile (or why it has none) and the fallback reasons its source recorded."""
     gpu, tp, pp, dp, ep = key
     before = set(request.profiles.fallbacks)
@@ -138,7 +138,7 @@ def _profile_of(request: PlanRequest, key: tuple, cache: ResultCache) -> tuple:
     return found, {k: v for k, v in request.profiles.fallbacks.items() if k not in before}
 
 
-def _goodput_of(request: PlanRequest, item: tuple, cache: ResultCache):
+def _goodput_of(request: PlanRequest, item: tuple, *, cache: ResultCache):
     shape, profile = item
     return cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
                                    settings=request.settings, seed=request.seed, policy=shape.policy,
@@ -195,7 +195,7 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
     kv_bytes = mean_kv_bytes_per_request(request.workload, request.model)
     wanted = math.inf if request.target_rps is None else CURVE_HEADROOM * request.target_rps
     chosen = best_of_each_shape(measured)
-    curves = run_each(partial(_curve_of, request, wanted), chosen, jobs=request.jobs, cache=cache,
+    curves = run_each(partial(pool_curve, request, wanted_rps=wanted), chosen, jobs=request.jobs, cache=cache,
                       on_start=None if progress is None else lambda i: progress(
                           f"pool capacity {chosen[i].shape.label}", i, len(chosen)))
     out = []
@@ -209,10 +209,6 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
     if request.mixed:
         out += mixed_candidates(out, kv_bytes)
     return tuple(out)
-
-
-def _curve_of(request: PlanRequest, wanted_rps: float, m: Measured, cache: ResultCache) -> PoolCurve:
-    return pool_curve(request, m, wanted_rps=wanted_rps, cache=cache)
 
 
 def mixed_candidates(candidates: list[Candidate], kv_bytes: float) -> list[Candidate]:

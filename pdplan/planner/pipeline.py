@@ -227,7 +227,7 @@ def _search_key(fleet: Fleet, mode: str, affinity: str, request: PlanRequest, mi
             request.redundancy, request.objective, mixed)
 
 
-def _search_in_worker(candidates: tuple[Candidate, ...], profiles: dict, item: tuple,
+def _search_in_worker(candidates: tuple[Candidate, ...], profiles: dict, item: tuple, *,
                       cache: ResultCache) -> tuple[SearchResult, int]:
     """One search in a worker process, and the simulations it ran."""
     fleet, mode, affinity, request, mixed = item
