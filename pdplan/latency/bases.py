@@ -20,6 +20,7 @@ from pdplan.latency.profile import LatencyModel, Segment
 
 LOO_LIMIT = 40             #: leave-one-out up to this many grid points, K-fold above
 MAX_THRESHOLDS = 6         #: segmented bases tried per phase (batch-size thresholds)
+_EPS = float(np.finfo(float).eps)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,12 +107,16 @@ def _free_columns(basis: Basis) -> tuple[int, ...]:
 
 
 def full_rank(design: np.ndarray, latency: np.ndarray) -> bool:
-    if len(design) < design.shape[1]:
+    """Whether the relative-error rows determine every column: numpy's ``matrix_rank`` rule (singular
+    values above the largest × max(rows, columns) × machine epsilon), without its checks per call."""
+    rows, columns = design.shape
+    if rows < columns:
         return False
     scale = np.abs(design).max(axis=0)
-    if np.any(scale == 0):
+    if not scale.all():
         return False
-    return int(np.linalg.matrix_rank(design / scale / latency[:, None])) == design.shape[1]
+    singular = np.linalg.svd(design / scale / latency[:, None], compute_uv=False)
+    return bool(singular[-1] > singular[0] * max(rows, columns) * _EPS)
 
 
 def _to_model(basis: Basis, floor: float | None, beta: np.ndarray) -> LatencyModel:
@@ -179,6 +184,7 @@ def fit_basis(basis: Basis, features: np.ndarray, batch: np.ndarray,
             return None
         return _to_model(basis, None, nnls_relative(design, y))
     order = np.argsort(y, kind="stable")
+    pieces = _piece_columns(basis, x, b)
     best = None
     for k in _floor_sizes(len(y), columns):
         low, rest = order[:k], order[k:]
@@ -186,8 +192,22 @@ def fit_basis(basis: Basis, features: np.ndarray, batch: np.ndarray,
             continue
         floor = float(np.sum(1 / y[low]) / np.sum(1 / y[low] ** 2))
         beta = nnls_relative(design[rest], y[rest], free=_free_columns(basis))
-        model = _to_model(basis, floor, beta)
-        sse = float(np.sum((model.evaluate(x, b) / y - 1) ** 2))
+        predicted = np.maximum(floor, pieces(beta))
+        sse = float(np.sum((predicted / y - 1) ** 2))
         if best is None or sse < best[0] * (1 - 1e-12):
-            best = (sse, model)
-    return None if best is None else best[1]
+            best = (sse, floor, beta)
+    return None if best is None else _to_model(basis, best[1], best[2])
+
+
+def _piece_columns(basis: Basis, x: np.ndarray, b: np.ndarray):
+    """β → each point's latency without the floor, as :func:`_to_model`'s model evaluates it: the
+    poly, or below the threshold the low plane and from it the larger of the low and high planes."""
+    if basis.threshold is None:
+        return lambda beta: x @ beta
+    high = b >= basis.threshold
+
+    def pieces(beta: np.ndarray) -> np.ndarray:
+        low_plane = x @ np.array([beta[0], beta[1], beta[4]])
+        high_plane = x @ np.array([beta[2], beta[3], beta[4]])
+        return np.where(high, np.maximum(low_plane, high_plane), low_plane)
+    return pieces
