@@ -8,6 +8,7 @@ search must land on exactly that cost.
 
 import itertools
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -125,3 +126,16 @@ def test_with_mixed_machines_the_search_finds_the_cheapest_plan_exhaustive_simul
 
 def test_the_corpus_has_at_least_ten_cases_with_two_shapes_per_phase():
     assert len(CASES) >= 10 and all(len(tps) == 2 for _, _, tps, *_ in CASES)
+
+
+def test_a_plan_its_first_run_settles_as_a_miss_is_simulated_once(tmp_path):
+    """The answer at five times its target: run 0 misses by so much that runs 1 and 2 are not simulated."""
+    req = request("opt-13b", "a100-80gb", (1, 2), 6.0, 0.5, 0.05)
+    cache = ResultCache(tmp_path)
+    report = planner.optimize(req, cache=cache)
+    verifier = Verifier(req, {p.key: p for p in shipped_profiles().values()}, cache)
+    check = partial(verifier.check, report.answer.solution, mode=report.chosen.mode, affinity="high", fleet="any")
+    sunk = check(rate_rps=5 * req.target_rps).verification
+    assert (sunk.passed, sunk.settled_early, sunk.seeds, verifier.simulations) == (False, True, (req.seed,), 1)
+    held = check(rate_rps=req.target_rps / 2).verification
+    assert held.passed and not held.settled_early and len(held.seeds) == req.runs

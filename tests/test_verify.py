@@ -3,8 +3,18 @@
 import numpy as np
 import pytest
 
+from pdplan.errors import InternalError
 from pdplan.slo import Objective, slo_from_flags
-from pdplan.verify import MAX_RUN_REQUESTS, Interval, LossCheck, RunRecord, judge, run_copies, run_workloads
+from pdplan.verify import (
+    MAX_RUN_REQUESTS,
+    Interval,
+    LossCheck,
+    RunRecord,
+    judge,
+    run_copies,
+    run_workloads,
+    settled_by_first_run,
+)
 from pdplan.workload import Workload, poisson_resample, rescale_rate
 
 SLO = slo_from_flags(1.0, 0.1, 0.9)
@@ -131,3 +141,23 @@ def test_repeats_stop_at_the_most_requests_a_run_holds():
     assert run_copies(2000, 1e6, 300.0) == MAX_RUN_REQUESTS // 2000
     assert run_copies(MAX_RUN_REQUESTS + 5, 1e6, 300.0) == 1
     assert run_copies(2000, 50.0, 0.0) == 1
+
+
+@pytest.mark.parametrize("first,runs,settled", [(0.69, 3, True), (0.71, 3, False), (0.0, 1, False), (0.79, 2, True),
+                                                (0.81, 2, False)])
+def test_a_first_run_settles_a_miss_when_perfect_further_runs_could_not_lift_the_mean_to_the_target(
+        first, runs, settled):
+    """Target 0.9: the mean over R runs reaches it only if run 0 attains R·0.9 − (R − 1) (0.7 of 3, 0.8 of 2)."""
+    assert settled_by_first_run(record(first), SLO, runs) is settled
+
+
+def test_a_verdict_on_the_first_run_alone_is_a_clear_miss_on_that_run_s_seed():
+    verdict = judge([record(0.5)], SLO, rule="lower", rate_rps=1, seeds=(0, 1, 2), mode="disaggregated")
+    assert not verdict.passed and verdict.clear_miss and verdict.settled_early
+    assert verdict.seeds == (0,) and verdict.worst_shortfall == pytest.approx(0.4)
+    assert verdict.to_dict()["settled_by_first_run"] is True
+
+
+def test_fewer_runs_than_seeds_are_refused_unless_the_first_run_settled_a_miss():
+    with pytest.raises(InternalError):
+        judge([record(0.8)], SLO, rule="lower", rate_rps=1, seeds=(0, 1, 2), mode="disaggregated")

@@ -14,7 +14,7 @@ from pdplan.planner.plans import Loss, losses, plan_key, plan_of
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import Checked
 from pdplan.sim import Plan, simulate
-from pdplan.verify import LossCheck, RunRecord, Verification, judge, run_record, run_workloads
+from pdplan.verify import LossCheck, RunRecord, Verification, judge, run_record, run_workloads, settled_by_first_run
 
 
 class Verifier:
@@ -38,21 +38,30 @@ class Verifier:
             disk = cache_key(self._key_parts(plan, rate_rps))
             records = self.cache.get(disk, self._decode)
             if records is None:
-                records = [run_record(simulate(w, plan, self.profiles, model=self.request.model,
-                                               seed=self.request.seed), self.request.slo,
-                                      with_summary=i == 0)
-                           for i, w in enumerate(self._runs(rate_rps))]
+                records = self._simulated(plan, rate_rps)
                 self.simulations += len(records)
                 self.cache.put(disk, [asdict(r) for r in records])
             self._memo[key] = records
         return self._memo[key]
 
+    def _simulated(self, plan: Plan, rate_rps: float) -> list[RunRecord]:
+        """Run 0, then the further runs unless run 0 has settled a miss."""
+        request = self.request
+        records = []
+        for i, workload in enumerate(self._runs(rate_rps)):
+            result = simulate(workload, plan, self.profiles, model=request.model, seed=request.seed)
+            records.append(run_record(result, request.slo, with_summary=i == 0))
+            if i == 0 and settled_by_first_run(records[0], request.slo, request.runs):
+                break
+        return records
+
     def _decode(self, stored: list) -> list[RunRecord]:
         """Cached runs, refused (PdplanError: the cache reads it as a miss) unless there is one per seed with a
-        share per objective."""
+        share per objective, or one that settled a miss."""
         records = [RunRecord(**{**r, "objectives": tuple(r["objectives"])}) for r in stored]
         objectives = len(self.request.slo.objectives)
-        if len(records) != self.request.runs or any(
+        settled = len(records) == 1 and settled_by_first_run(records[0], self.request.slo, self.request.runs)
+        if (len(records) != self.request.runs and not settled) or any(
                 len(r.objectives) != objectives or not all(0 <= a <= 1 for a in r.objectives) for r in records):
             raise PdplanError("cached runs do not fit this check")
         return records

@@ -119,12 +119,14 @@ def plan_summary(request: PlanRequest, checked: Checked, affinity: str) -> dict:
 def misses(checked: Checked) -> list[str]:
     """What a plan misses, one phrase per objective (and per loss it does not survive)."""
     out = []
-    for o in checked.verification.per_objective:
+    verification = checked.verification
+    how = "the first run, which settles the miss" if verification.settled_early else verification.rule
+    for o in verification.per_objective:
         if not o.passed:
-            out.append(f"{o.objective.label}: {o.judged:.3f} ({checked.verification.rule}) against "
+            out.append(f"{o.objective.label}: {o.judged:.3f} ({how}) against "
                        f"{o.objective.attainment:g}, short by {o.shortfall:.3f}")
     out += [f"with {loss.lost} lost: short by {loss.worst_shortfall:.3f}"
-            for loss in checked.verification.losses if not loss.passed]
+            for loss in verification.losses if not loss.passed]
     return out
 
 
