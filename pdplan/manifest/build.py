@@ -284,17 +284,14 @@ def _fallback(report: PlanReport) -> dict:
     """0x0FF: the same-target colocated plan, evaluated before release, that rollback enables; when
     no colocated plan meets the target on the cluster, the one that serves the most, verified at the
     rate it holds (``rate_rps`` below the answer's: the share of traffic a rollback keeps)."""
-    answer = report.answer
-    if report.chosen.mode == "colocated":
+    found = report.rollback
+    if found is report.answer:
         return {"mode": "colocated", "is_answer": True, "pools": [
-            _fallback_pool(p) for p in pools(answer.solution, report)],
-            **_verified_totals(answer)}
-    base = report.fleet.colocated.best
-    reduced = None if report.fallback is None else report.fallback.best
-    if base is None and reduced is None:
+            _fallback_pool(p) for p in pools(found.solution, report)],
+            **_verified_totals(found)}
+    if found is None:
         return {"mode": "colocated", "is_answer": False, "pools": [], "gpus": 0, "cost_per_hour": 0.0,
                 "verified": False, "joint_attainment": None}
-    found = base or reduced
     return {"mode": "colocated", "is_answer": False,
             "pools": [_fallback_pool(s) for s in phase_dict(found.solution, "colocated")["shapes"]],
             **_verified_totals(found), "rate_rps": found.verification.rate_rps}

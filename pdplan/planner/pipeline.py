@@ -93,6 +93,18 @@ class PlanReport:
         return None if self.chosen is None else next(f for f in self.fleets if f.fleet == self.chosen.fleet)
 
     @property
+    def rollback(self) -> Checked | None:
+        """The colocated plan a rollback switches to: the answer itself when it is colocated, else its
+        fleet's colocated plan at the target, else the :attr:`fallback` that serves the most."""
+        if self.chosen is None:
+            return None
+        if self.chosen.mode == "colocated":
+            return self.answer
+        if self.fleet.colocated.best is not None:
+            return self.fleet.colocated.best
+        return None if self.fallback is None else self.fallback.best
+
+    @property
     def rival(self) -> SearchResult | None:
         """The best verified plan of the other mode over every fleet (disaggregated when the answer
         is colocated, and the other way round): what the margin is measured against."""
