@@ -20,7 +20,6 @@ from __future__ import annotations
 import itertools
 import math
 from dataclasses import dataclass, field, replace
-from itertools import combinations_with_replacement
 
 from ortools.sat.python import cp_model
 
@@ -116,13 +115,23 @@ def node_patterns(gpus_per_node: int, sizes: tuple[int, ...]) -> list[dict[int, 
     sizes = tuple(sorted(set(s for s in sizes if s <= gpus_per_node)))
     if not sizes:
         return []
-    patterns = []
-    for total_groups in range(1, gpus_per_node // sizes[0] + 1):
-        for combo in combinations_with_replacement(sizes, total_groups):
-            used = sum(combo)
-            if used <= gpus_per_node and gpus_per_node - used < sizes[0]:
-                patterns.append({s: combo.count(s) for s in sizes})
-    return patterns
+    found: list[tuple[int, ...]] = []
+
+    def fill(i: int, room: int, counts: tuple[int, ...]) -> None:
+        # Largest size first, each count from the most that fits down; only what fits is ever built,
+        # so a 72-GPU NVL72 node with groups of 1 to 72 GPUs takes thousands of steps, not billions.
+        if i < 0:
+            if room < sizes[0] and any(counts):
+                found.append(counts)
+            return
+        for k in range(room // sizes[i], -1, -1):
+            fill(i - 1, room - k * sizes[i], (k, *counts))
+
+    fill(len(sizes) - 1, gpus_per_node, ())
+    # In the order of the fewest groups first, then by the groups in ascending size: the order in which
+    # the patterns become the program's variables, kept as it has always been.
+    found.sort(key=lambda c: (sum(c), [s for s, k in zip(sizes, c) for _ in range(k)]))
+    return [dict(zip(sizes, counts)) for counts in found]
 
 
 # --- segments (low node affinity) ---------------------------------------------------------------
