@@ -61,6 +61,34 @@ def test_inventory_bounds_spanning_instances_by_whole_nodes():
     assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 3, "decode": 3}
 
 
+def nvl72_racks(count):
+    """GB200 NVL72 racks: one NVLink domain of 72 GPUs each, so one node of 72."""
+    return NodeType(name="nvl72", gpu=get_gpu("gb200-185gb"), gpus_per_node=72, intra_node_bytes_per_s=900 * GIB,
+                    inter_node_bytes_per_s=100 * GIB, count=count)
+
+
+def test_a_dep72_decode_instance_fills_one_nvl72_rack_and_its_prefill_takes_the_other():
+    prefill = Candidate(phase="prefill", gpu="gb200-185gb", tp=4, dp=8, ep=32, goodput_rps=200)
+    dep72 = Candidate(phase="decode", gpu="gb200-185gb", tp=1, dp=72, ep=72, goodput_rps=2500)
+    sol = plan((prefill, dep72), nvl72_racks(2), target=400)
+    decode = next(i for i in sol.instances if i.candidate == dep72)
+    assert [(rank, len(gpus)) for _, rank, _, gpus in decode.parts()] == [(0, 72)]
+    prefill_nodes = {n for i in sol.instances if i.candidate == prefill for n in i.stage_nodes}
+    assert len(set(decode.stage_nodes)) == 1 and not prefill_nodes & set(decode.stage_nodes)
+    assert {c.phase: k for c, k in sol.replicas.items()} == {"prefill": 2, "decode": 1}
+
+
+@pytest.mark.parametrize("sizes,count", [((72,), 1), ((8, 72), 2), ((32, 72), 2), ((8, 16, 32), 9), ((1, 72), 2)])
+def test_an_nvl72_node_has_every_maximal_filling_of_its_72_gpus(sizes, count):
+    """Brute force over the counts of each size: the fillings with no room left for the smallest group."""
+    from pdplan.placement.model import node_patterns
+    ranges = [range(72 // s + 1) for s in sizes]
+    brute = [dict(zip(sizes, k)) for k in itertools.product(*ranges)
+             if any(k) and 72 - min(sizes) < sum(a * b for a, b in zip(sizes, k)) <= 72]
+    found = node_patterns(72, sizes)
+    assert len(found) == count and sorted(map(str, found)) == sorted(map(str, brute))
+
+
 def test_the_expert_all_to_all_shares_the_nics_with_the_kv_handoff():
     # 16 GPUs x 50 GiB/s = 800 GiB/s across nodes; 10 rps x (30 + 60) GiB per request = 900 GiB/s
     busy = Candidate(phase="decode", gpu="h200-141gb", tp=1, dp=16, ep=16, goodput_rps=10,
