@@ -98,10 +98,37 @@ def test_a_profile_file_keeps_dp_and_ep_and_old_files_read_as_one_rank(dsr1):
     assert (profile_from_dict(old, "old.yaml").dp, profile_from_dict(old, "old.yaml").ep) == (1, 1)
 
 
-def test_an_ep_no_table_measures_is_refused_with_the_measured_ones(dsr1):
-    """B200's SGLang wide-EP prefill MoE table has no EP 8 row for DeepSeek at fp8."""
-    with pytest.raises(PdplanError, match=r"at EP 8 \(expert TP 1\) \(measured EPs: 2, 4, 16") as caught:
-        composed_profile(dsr1, get_gpu("b200-180gb"), 1, 1, dp=8, ep=8, engine="sglang")
+def test_an_ep_between_measured_ones_weighs_its_neighbours_in_one_over_ep(dsr1):
+    """B200's SGLang wide-EP decode MoE table measures DeepSeek at EP 4 and 16, not 8: EP 8 is
+    (1 − w) · EP 4 + w · EP 16 at the same group tokens, w = (1/8 − 1/4) / (1/16 − 1/4) = 2/3."""
+    step = Step(model=dsr1, shape=InstanceShape(gpu="b200-180gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
+                versions=tables.choose_versions("b200-180gb", "sglang", None))
+    moe = raw("b200_sxm", "moe", "sglang", step.versions["wideep_generation_moe"], "wideep_generation_moe_perf.parquet")
+    moe = moe[(moe.moe_dtype == "fp8_block") & (moe.inter_size == 2048) & (moe.num_experts == 256)
+              & (moe.moe_tp_size == 1) & (moe.distribution == "power_law_1.01") & (moe.num_tokens == 128)]
+    at = {ep: moe[moe.moe_ep_size == ep].latency.min() / 1e3 for ep in (4, 8, 16)}
+    assert at[8] != at[8] and at[4] > 0 and at[16] > 0  # EP 8 unmeasured (NaN)
+    compute = step.wide_experts.compute["generation"]
+    assert compute((128,), Extrapolated()) == pytest.approx(at[4] / 3 + 2 * at[16] / 3, rel=1e-12)
+    assert "EP 8 interpolated in 1/EP between the measured EP 4 and EP 16" in step.wide_experts.note()
+
+
+def test_dep72_on_a_gb200_nvl72_rack_composes_with_its_all_to_all_inside_the_nvlink_domain(dsr1):
+    """72 ranks of one NVL72 rack: the all-to-all stays on one NVLink domain (one node of 72, as
+    AIConfigurator's large-EP configs set num_gpus_per_node), the experts between EP 64 and 128."""
+    profile = ProfileSource({}, engine="sglang").profile(dsr1, get_gpu("gb200-185gb"), 1, 1, dp=72, ep=72)
+    assert (profile.dp, profile.ep, profile.gpus) == (72, 72, 72)
+    notes = profile.provenance.notes
+    assert "dispatch and combine over 1 node(s)" in notes
+    assert "EP 72 interpolated in 1/EP between the measured EP 64 and EP 128" in notes
+
+
+def test_an_ep_no_measurement_brackets_is_refused_with_the_measured_ones():
+    """B200's SGLang wide-EP tables measure DeepSeek at fp8, not at nvfp4: nothing to interpolate between,
+    and another precision's rows are never borrowed."""
+    with pytest.raises(PdplanError, match=r"nvfp4, power_law_1.01 at EP 4 \(expert TP 1\) \(measured EPs: none "
+                                          r"for this model\)") as caught:
+        composed_profile(get_model("deepseek-r1@fp4"), get_gpu("b200-180gb"), 1, 1, dp=4, ep=4, engine="sglang")
     assert caught.value.field == "ep"
 
 
@@ -129,10 +156,10 @@ def test_the_profile_source_composes_a_wide_shape_and_never_guesses_one(dsr1):
     off = ProfileSource({}, engine="sglang", compose=False)
     with pytest.raises(PdplanError, match="a TP-only roofline does not time attention DP"):
         off.profile(dsr1, gpu, 1, 1, dp=8, ep=8)
-    refused = ProfileSource({}, engine="sglang")
+    refused = ProfileSource({}, engine="vllm")
     with pytest.raises(PdplanError):
-        refused.profile(dsr1, get_gpu("b200-180gb"), 1, 1, dp=8, ep=8)
-    assert "measured EPs" in refused.fallback_reason(dsr1.name, "b200-180gb", 1, 1, dp=8, ep=8)
+        refused.profile(dsr1, gpu, 1, 1, dp=16, ep=16)
+    assert "all-to-all measured" in refused.fallback_reason(dsr1.name, "h200-141gb", 1, 1, dp=16, ep=16)
 
 
 def test_trtllm_runs_the_shared_expert_beside_the_routed_path_in_decode(dsr1):

@@ -61,13 +61,15 @@ class ProfileSource:
         (its tables compose, its capability rules hold)."""
         return self.engine or DEFAULT_ENGINE
 
-    def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8,
+    def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int | None = None,
                 cache: ResultCache | None = None, dp: int = 1, ep: int = 1) -> PhaseProfile:
         """The shape's profile (with ``dp`` > 1, one DP rank's); a composed one is kept in ``cache``
         (composing takes about a second), before speculative decoding is applied, so the cached composition
-        is the engine's alone."""
+        is the engine's alone. ``gpus_per_node`` (default: the GPU's NVLink domain, 72 on a GB200 NVL72
+        rack) is how far collectives and the expert all-to-all stay on NVLink, as AIConfigurator's
+        ``num_gpus_per_node`` of a large-EP config is."""
         speculative = self.speculative_for(model)  # refused before any profile is composed
-        found = self._evidence(model, gpu, tp, pp, gpus_per_node, cache, dp, ep)
+        found = self._evidence(model, gpu, tp, pp, gpus_per_node or gpu.nvlink_domain, cache, dp, ep)
         return found if speculative is None else speculative.apply(found)
 
     def speculative_for(self, model: ModelSpec) -> SpeculativeDecoding | None:

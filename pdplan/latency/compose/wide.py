@@ -36,9 +36,11 @@ Deliberate differences from AIConfigurator's graph: it emits SGLang's fused q_a/
 engine runs them, and keeps the logits GEMM and the TP all-reduces of :class:`~pdplan.latency.compose.step.Step`.
 
 Redundant experts (EPLB) read the tables' rebalanced rows as AIConfigurator does
-(:func:`eplb_distribution`). A shape no table covers (an EP or node count not measured, expert TP above
-1, a model or precision not measured, EPLB on vLLM) is refused with the reason, never scaled from
-another EP.
+(:func:`eplb_distribution`). An EP the table did not measure but brackets (EP 8 between 4 and 16, DEP72 on
+a GB200 NVL72 rack between 64 and 128) interpolates the routed experts in 1/EP between its neighbours
+(:class:`BetweenEPs`, said in the profile's notes). A shape no table covers (an EP outside the measured
+ones, a node count not measured, expert TP above 1, a model or precision not measured, EPLB on vLLM) is
+refused with the reason, never extrapolated from another EP.
 """
 
 from __future__ import annotations
@@ -122,11 +124,16 @@ def _compute_grid(system: str, engine: str, ceiling: str | None, config: moe.Moe
     def pick(version):
         frame = tables._read(system, engine, table, version, columns)
         rows = moe._model_rows(frame, config)
-        rows = rows[(rows.distribution == dist) & (rows.moe_tp_size == 1) & (rows.moe_ep_size == ep)]
+        rows = rows[(rows.distribution == dist) & (rows.moe_tp_size == 1)]
         if engine == "trtllm":   # EPLB rows: wideep_moe_eplb at num_slots = experts + redundant copies
             rows = rows[(rows.num_slots == config.experts + redundant)
                         & (rows.op_name == ("wideep_moe_eplb" if redundant else "wideep_moe"))]
-        return None if rows.empty else _grid(rows, "num_tokens", f"wide-EP MoE {phase}")
+        at = lambda e: _grid(rows[rows.moe_ep_size == e], "num_tokens", f"wide-EP MoE {phase} at EP {e}")  # noqa: E731
+        if (rows.moe_ep_size == ep).any():
+            return at(ep)
+        eps = sorted({int(e) for e in rows.moe_ep_size})
+        below, above = [e for e in eps if e < ep], [e for e in eps if e > ep]
+        return BetweenEPs.of(ep, at(below[-1]), below[-1], at(above[0]), above[0]) if below and above else None
 
     found = _newest(system, engine, table, ceiling, pick)
     if found is None:
@@ -135,6 +142,28 @@ def _compute_grid(system: str, engine: str, ceiling: str | None, config: moe.Moe
                           f"EP {ep} (expert TP 1){copies}{_measured_eps(system, engine, table, ceiling, config)}",
                           field="ep")
     return found[0], table, found[1]
+
+
+@dataclass(frozen=True)
+class BetweenEPs:
+    """The routed experts at an EP the table brackets but did not measure: the latencies of the nearest
+    measured EPs below and above, at the same MoE-group tokens, weighted linearly in 1/EP. At a fixed group
+    of tokens each GPU runs 1/EP of the routed work and holds 1/EP of the experts (the weights it reads), so
+    its time is taken as affine in 1/EP between the two measurements; launch overheads stay as measured."""
+
+    low: Grid
+    high: Grid
+    weight: float          #: of ``high``
+    text: str
+
+    @classmethod
+    def of(cls, ep: int, low: Grid, low_ep: int, high: Grid, high_ep: int) -> "BetweenEPs":
+        weight = (1 / ep - 1 / low_ep) / (1 / high_ep - 1 / low_ep)
+        return cls(low=low, high=high, weight=weight,
+                   text=f"EP {ep} interpolated in 1/EP between the measured EP {low_ep} and EP {high_ep}")
+
+    def __call__(self, point: tuple[float, ...], log: Extrapolated) -> float:
+        return (1 - self.weight) * self.low(point, log) + self.weight * self.high(point, log)
 
 
 def _measured_eps(system, engine, table, ceiling, config) -> str:
@@ -347,8 +376,10 @@ class WideExperts:
                     f"{', '.join(rows)} rows{correction})")
         else:
             load = f"{load} expert load"
+        between = self.compute["generation"]
+        between = f" ({between.text})" if isinstance(between, BetweenEPs) else ""
         return (f"wide expert parallelism: one of {self.dp} attention data-parallel ranks at its own batch, every "
                 f"rank carrying the same; routed experts whole over EP {self.ep} ({per_gpu:g} per GPU) from "
-                f"AIConfigurator's wide-EP tables ({tables_used}) at a {load}, each MoE layer seeing DP {self.dp} × "
-                f"the rank's tokens; dispatch and combine over {self.nodes} node(s); shared experts and dense MLPs "
-                "whole on every GPU")
+                f"AIConfigurator's wide-EP tables ({tables_used}){between} at a {load}, each MoE layer seeing "
+                f"DP {self.dp} × the rank's tokens; dispatch and combine over {self.nodes} node(s); shared experts "
+                "and dense MLPs whole on every GPU")
