@@ -202,7 +202,7 @@ class InstanceGoodput(InstanceShape):
         """The ``pdplan goodput --json`` document."""
         return {
             "phase": self.phase, "model": self.model, "gpu": self.gpu, "tp": self.tp, "pp": self.pp,
-            "policy": self.policy, "chunk_tokens": self.chunk_tokens,
+            "dp": self.dp, "ep": self.ep, "policy": self.policy, "chunk_tokens": self.chunk_tokens,
             "goodput_rps": self.goodput_rps, "goodput_per_gpu": self.goodput_per_gpu, "gpus": self.gpus,
             "missed_rps": self.missed_rps,
             "bracket": {"md1_rps": self.md1_rps, "mg1_rps": self.mg1_rps},
@@ -228,7 +228,8 @@ class InstanceGoodput(InstanceShape):
                              attainment_tpot=p["attainment_tpot"], attainment_joint=p["attainment_joint"],
                              meets=p["meets"], saturated=p["saturated"]) for p in data["curve"])
         return cls(phase=data["phase"], model=data["model"], gpu=data["gpu"], tp=data["tp"], pp=data["pp"],
-                   policy=data["policy"], chunk_tokens=data["chunk_tokens"], goodput_rps=data["goodput_rps"],
+                   dp=data.get("dp", 1), ep=data.get("ep", 1), policy=data["policy"],
+                   chunk_tokens=data["chunk_tokens"], goodput_rps=data["goodput_rps"],
                    md1_rps=data["bracket"]["md1_rps"], mg1_rps=data["bracket"]["mg1_rps"],
                    saturation_rps=data["saturation_rps"], probes=probes,
                    requests_per_probe=data["requests_per_probe"], settings=settings, seed=data["seed"],

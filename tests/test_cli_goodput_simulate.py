@@ -67,6 +67,23 @@ def test_goodput_of_a_shape_without_profile_composes_it_from_the_engine_s_operat
     assert result["profile_source"] == "composed" and result["profile_method"].startswith("sglang: operator sum")
 
 
+@pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
+def test_goodput_of_a_wide_instance_is_the_whole_instance_s_with_each_rank_probed(run_cli):
+    """DeepSeek-R1 decode on 8 attention-DP ranks with EP 8: one instance of 8 GPUs, composed from the
+    wide-EP tables, each probe 200 requests per rank."""
+    code, out, err = run_cli("goodput", TRACE, "--model", "deepseek-r1", "--dtype", "fp8", "--gpu", "h200-141gb",
+                             "--engine", "sglang", "--phase", "decode", "--dp", "8", "--tpot", "50ms",
+                             "--requests-per-probe", "20", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["tp"], result["dp"], result["ep"], result["gpus"]) == (1, 8, 8, 8)
+    assert result["profile_source"] == "composed" and result["goodput_rps"] > 0
+    code, out, err = run_cli("goodput", TRACE, "--model", "deepseek-r1", "--dtype", "fp8", "--gpu", "h200-141gb",
+                             "--engine", "sglang", "--phase", "decode", "--dp", "8", "--tpot", "50ms",
+                             "--requests-per-probe", "20")
+    assert "× 20 requests per rank × 8 ranks" in out
+
+
 def test_simulate_json_has_the_documented_keys(run_cli):
     code, out, err = run_cli("simulate", TRACE, "--plan", PLAN, "--json")
     assert code == 0, err
@@ -128,6 +145,12 @@ BAD = [
       "--policy", "chunked"), "Error: --chunk goes with --phase colocated --policy chunked"),
     (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "colocated",
       "--policy", "chunked", "--chunk", "0"), "Error: --chunk must be >= 1, got 0"),
+    (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "decode",
+      "--dp", "2"), "Error: --dp 2: attention data parallelism with expert parallelism is for mixture-of-experts"),
+    (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "8",
+      "--pp", "2"), "Error: --dp 8 with --pp 2: an instance with attention data parallelism is one pipeline stage"),
+    (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "0"),
+     "Error: --dp must be >= 1, got 0"),
     (("simulate", TRACE, "--plan", ROOT / "nope.yaml"), "Error: {root}/nope.yaml: plan file not found"),
     (("simulate", TRACE, "--plan", PLAN, "--rate", "-1"), "Error: --rate must be > 0 and <= 1,000,000, got -1.0"),
     (("simulate", TRACE, "--plan", PLAN, "--ttft", "0"), "Error: --ttft must be > 0, got '0'"),
@@ -147,7 +170,8 @@ BAD = [
 
 
 @pytest.mark.parametrize("args,message", BAD, ids=["phase", "does-not-fit", "attainment", "chunk",
-                                                    "chunk-zero", "missing-plan", "rate", "simulate-ttft",
+                                                    "chunk-zero", "dp-dense", "dp-with-pp", "dp-zero",
+                                                    "missing-plan", "rate", "simulate-ttft",
                                                     "simulate-tpot", "simulate-ttft-inf", "ttft-in-ms-by-mistake",
                                                     "tpot-in-ms-by-mistake", "simulate-attainment",
                                                     "rate-and-concurrency", "concurrency-zero"])

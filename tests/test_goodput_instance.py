@@ -134,6 +134,14 @@ def test_result_round_trips_through_its_json_form():
     assert InstanceGoodput.from_dict(result.to_dict()) == result
 
 
+def test_a_wide_result_keeps_its_ranks_through_its_json_form_and_an_old_one_reads_as_one_rank():
+    wide = replace(instance_goodput(even_trace(), constant_prefill(), phase="prefill",
+                                    slo=slo_from_flags(0.5, None, 0.9), settings=SETTINGS), dp=4, ep=4)
+    assert InstanceGoodput.from_dict(wide.to_dict()) == wide
+    old = {k: v for k, v in wide.to_dict().items() if k not in ("dp", "ep")}
+    assert (InstanceGoodput.from_dict(old).dp, InstanceGoodput.from_dict(old).ep) == (1, 1)
+
+
 def test_result_keeps_every_search_setting_through_its_json_form():
     settings = SearchSettings(tolerance_rel=0.005, requests_per_probe=400, max_probes=12, grid_points=2)
     result = instance_goodput(even_trace(), constant_prefill(), phase="prefill",

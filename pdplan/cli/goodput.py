@@ -70,6 +70,10 @@ def goodput(
     phase: Annotated[Phase, choice("--phase", INSTANCE_PHASES, help="prefill, decode or colocated.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
+    dp: Annotated[int, typer.Option(
+        "--dp", help="Attention data-parallel ranks of a mixture-of-experts instance: TP x DP GPUs, every routed "
+                     "expert whole on one GPU (EP = TP x DP; SGLang --attn-dp-size, vLLM --data-parallel-size), "
+                     "each rank probed with --requests-per-probe requests.")] = 1,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     policy: Annotated[Policy, choice(
@@ -110,6 +114,7 @@ def goodput(
     """
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
+    within("--dp", dp, 1, limits.MAX_GPUS)
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
@@ -125,8 +130,15 @@ def goodput(
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose, drafting)
-    profile = source.profile(spec, device, tp, pp)
-    fallback = source.fallback_reason(spec.name, device.name, tp, pp)
+    ep = tp * dp if dp > 1 else 1
+    if dp > 1 and pp > 1:
+        raise PdplanError(f"--dp {dp} with --pp {pp}: an instance with attention data parallelism is one pipeline "
+                          "stage here, as optimize enumerates wide shapes", field="dp")
+    if dp > 1 and not spec.is_moe:
+        raise PdplanError(f"--dp {dp}: attention data parallelism with expert parallelism is for mixture-of-experts "
+                          f"models, and {spec.name} is dense (replicate it instead)", field="dp")
+    profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep)
+    fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     if closed_loop:
         if plot is not None:
             raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",

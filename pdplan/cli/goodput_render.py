@@ -64,7 +64,9 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
     summary.add_row("profile", source)
     if speculative is not None:
         summary.add_row("speculative", speculative.describe())
-    summary.add_row("probes", f"{len(result.probes)} × {result.requests_per_probe} requests "
+    per_probe = (f"{result.requests_per_probe} requests" if result.dp == 1 else
+                 f"{result.requests_per_probe} requests per rank × {result.dp} ranks")
+    summary.add_row("probes", f"{len(result.probes)} × {per_probe} "
                               f"({result.settings.arrivals} arrivals, tolerance {result.settings.tolerance_rel:g})")
     stdout.print(summary)
     curve = Table(title="Attainment curve (the share of requests within each threshold)")
