@@ -65,7 +65,7 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
     if speculative is not None:
         summary.add_row("speculative", speculative.describe())
     per_probe = (f"{result.requests_per_probe} requests" if result.dp == 1 else
-                 f"{result.requests_per_probe} requests per rank × {result.dp} ranks")
+                 f"{result.requests_per_probe} requests per rank × {result.dp} ranks, at most the whole trace")
     summary.add_row("probes", f"{len(result.probes)} × {per_probe} "
                               f"({result.settings.arrivals} arrivals, tolerance {result.settings.tolerance_rel:g})")
     stdout.print(summary)
