@@ -221,8 +221,10 @@ def run_workloads(workload: Workload, rate_rps: float, *, runs: int, seed: int, 
 def settled_by_first_run(record: RunRecord, slo: SLO, runs: int) -> bool:
     """Whether run 0's ``record`` settles a miss over ``runs`` runs: some objective attains less than
     ``runs · target − (runs − 1)`` in it, so even further runs at 100% could not lift its mean to the
-    target, which both pass rules need (see the module docstring)."""
-    return runs > 1 and any(a < runs * o.attainment - (runs - 1) for a, o in zip(record.objectives, slo.objectives))
+    target, which both pass rules need (see the module docstring). The best mean they could reach must fall
+    short by more than a rounding step, so a run exactly on the bound is never settled."""
+    return runs > 1 and any((a + runs - 1) / runs < o.attainment - 1e-9
+                            for a, o in zip(record.objectives, slo.objectives))
 
 
 def judge(records: list[RunRecord], slo: SLO, *, rule: str, rate_rps: float, seeds: tuple[int, ...],

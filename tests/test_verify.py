@@ -151,6 +151,13 @@ def test_a_first_run_settles_a_miss_when_perfect_further_runs_could_not_lift_the
     assert settled_by_first_run(record(first), SLO, runs) is settled
 
 
+def test_a_first_run_exactly_on_the_bound_is_not_settled():
+    """0.7 with two perfect runs is a mean of exactly 0.9, which the mean rule passes."""
+    assert not settled_by_first_run(record(0.7), SLO, 3)
+    assert judge([record(0.7), record(1.0), record(1.0)], SLO, rule="mean", rate_rps=1, seeds=(0, 1, 2),
+                 mode="disaggregated").passed
+
+
 def test_a_verdict_on_the_first_run_alone_is_a_clear_miss_on_that_run_s_seed():
     verdict = judge([record(0.5)], SLO, rule="lower", rate_rps=1, seeds=(0, 1, 2), mode="disaggregated")
     assert not verdict.passed and verdict.clear_miss and verdict.settled_early
