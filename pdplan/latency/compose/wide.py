@@ -128,7 +128,9 @@ def _compute_grid(system: str, engine: str, ceiling: str | None, config: moe.Moe
         if engine == "trtllm":   # EPLB rows: wideep_moe_eplb at num_slots = experts + redundant copies
             rows = rows[(rows.num_slots == config.experts + redundant)
                         & (rows.op_name == ("wideep_moe_eplb" if redundant else "wideep_moe"))]
-        at = lambda e: _grid(rows[rows.moe_ep_size == e], "num_tokens", f"wide-EP MoE {phase} at EP {e}")  # noqa: E731
+        def at(e: int) -> Grid:
+            return _grid(rows[rows.moe_ep_size == e], "num_tokens", f"wide-EP MoE {phase} at EP {e}")
+
         if (rows.moe_ep_size == ep).any():
             return at(ep)
         eps = sorted({int(e) for e in rows.moe_ep_size})
