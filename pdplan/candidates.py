@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pdplan.engines import shape_refusal
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
-from pdplan.shape import InstanceShape
+from pdplan.shape import InstanceShape, wide_ep
 
 DEFAULT_TPS = (1, 2, 4, 8)
 DEFAULT_PPS = (1, 2, 4)
@@ -75,7 +75,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
             per_node = max(n.gpus_per_node for n in nodes)
             gpu = cluster.priced_gpu(gpu_name)
             for tp, pp, dp in _splits(model, tps, pps, dps):
-                ep = tp * dp if dp > 1 else 1
+                ep = wide_ep(tp, dp)
                 reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=per_node, dp=dp, ep=ep,
                                          memory_utilization=memory_utilization,
                                          kv_reserve_tokens=largest_request_tokens)

@@ -33,6 +33,12 @@ def shape_key(model: str, gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 
     return (model, gpu, tp, pp)
 
 
+def wide_ep(tp: int, dp: int) -> int:
+    """The EP of the wide shapes pdplan plans: with attention DP above 1, every routed expert whole on one
+    of the instance's TP × DP GPUs; without it, 1 (the experts split over TP)."""
+    return tp * dp if dp > 1 else 1
+
+
 @dataclass(frozen=True, kw_only=True)
 class InstanceShape:
     """One instance's GPU type and parallel split; subclasses add what they say about it."""

@@ -146,7 +146,7 @@ BAD = [
     (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "colocated",
       "--policy", "chunked", "--chunk", "0"), "Error: --chunk must be >= 1, got 0"),
     (("goodput", TRACE, "--model", "llama2-70b", "--gpu", "a100-80gb", "--tp", "4", "--phase", "decode",
-      "--dp", "2"), "Error: --dp 2: attention data parallelism with expert parallelism is for mixture-of-experts"),
+      "--dp", "2"), "Error: llama2-70b a100-80gb TP4 DP2 EP8 PP1: llama2-70b has no routed experts"),
     (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "8",
       "--pp", "2"), "Error: --dp 8 with --pp 2: an instance with attention data parallelism is one pipeline stage"),
     (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "0"),

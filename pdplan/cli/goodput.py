@@ -59,6 +59,7 @@ from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.latency.profile import profile_inputs
 from pdplan.modelcatalog import get_model, model_file
 from pdplan.plots import plot_attainment_curve
+from pdplan.shape import wide_ep
 from pdplan.slo import DEFAULT_ATTAINMENT
 from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy
 
@@ -130,13 +131,10 @@ def goodput(
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose, drafting)
-    ep = tp * dp if dp > 1 else 1
+    ep = wide_ep(tp, dp)
     if dp > 1 and pp > 1:
         raise PdplanError(f"--dp {dp} with --pp {pp}: an instance with attention data parallelism is one pipeline "
                           "stage here, as optimize enumerates wide shapes", field="dp")
-    if dp > 1 and not spec.is_moe:
-        raise PdplanError(f"--dp {dp}: attention data parallelism with expert parallelism is for mixture-of-experts "
-                          f"models, and {spec.name} is dense (replicate it instead)", field="dp")
     profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     if closed_loop:

@@ -27,13 +27,14 @@ from typing import Mapping
 from pdplan.cache import ResultCache, cache_key
 from pdplan.engines import DEFAULT_ENGINE
 from pdplan.errors import PdplanError
+from pdplan.experts import expert_placement_rejection
 from pdplan.hardware import GPU
 from pdplan.latency.compose import tables
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import roofline_profile
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelspec import ModelSpec
-from pdplan.shape import shape_key
+from pdplan.shape import shape_key, shape_label
 from pdplan.vocabulary import SpeculativeMethod
 
 
@@ -89,6 +90,10 @@ class ProfileSource:
         key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep)
         if key in self.measured:
             return self.measured[key]
+        placement = expert_placement_rejection(model, tp, ep, 0, dp)
+        if placement is not None:  # a shape no engine runs, not a missing measurement
+            raise PdplanError(f"{model.name} {shape_label(gpu.name, tp, pp, dp=dp, ep=ep)}: {placement[1]}",
+                              field=placement[0])
         if self.compose and tables.installed():
             try:
                 return self._composed(model, gpu, tp, pp, gpus_per_node, cache, dp, ep)
