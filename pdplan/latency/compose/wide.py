@@ -121,23 +121,33 @@ def _compute_grid(system: str, engine: str, ceiling: str | None, config: moe.Moe
     else:
         table, columns = "moe", common
 
-    def pick(version):
+    @cache  # read once per version: the exact search and the bracketing one both look
+    def rows_of(version):
         frame = tables._read(system, engine, table, version, columns)
         rows = moe._model_rows(frame, config)
         rows = rows[(rows.distribution == dist) & (rows.moe_tp_size == 1)]
         if engine == "trtllm":   # EPLB rows: wideep_moe_eplb at num_slots = experts + redundant copies
             rows = rows[(rows.num_slots == config.experts + redundant)
                         & (rows.op_name == ("wideep_moe_eplb" if redundant else "wideep_moe"))]
-        def at(e: int) -> Grid:
-            return _grid(rows[rows.moe_ep_size == e], "num_tokens", f"wide-EP MoE {phase} at EP {e}")
+        return rows
 
-        if (rows.moe_ep_size == ep).any():
-            return at(ep)
+    def at(rows, e: int) -> Grid:
+        return _grid(rows[rows.moe_ep_size == e], "num_tokens", f"wide-EP MoE {phase} at EP {e}")
+
+    def measured(version):
+        rows = rows_of(version)
+        return at(rows, ep) if (rows.moe_ep_size == ep).any() else None
+
+    def bracketed(version):
+        rows = rows_of(version)
         eps = sorted({int(e) for e in rows.moe_ep_size})
         below, above = [e for e in eps if e < ep], [e for e in eps if e > ep]
-        return BetweenEPs.of(ep, at(below[-1]), below[-1], at(above[0]), above[0]) if below and above else None
+        if not (below and above):
+            return None
+        return BetweenEPs.of(ep, at(rows, below[-1]), below[-1], at(rows, above[0]), above[0])
 
-    found = _newest(system, engine, table, ceiling, pick)
+    # A measurement at this EP in any version before an interpolation in a newer one.
+    found = _newest(system, engine, table, ceiling, measured) or _newest(system, engine, table, ceiling, bracketed)
     if found is None:
         copies = f" with {redundant} redundant experts ({dist})" if redundant else ""
         raise PdplanError(f"no {engine} {table.replace('_', ' ')} measurement on {system} for {config.text()} at "
@@ -378,8 +388,8 @@ class WideExperts:
                     f"{', '.join(rows)} rows{correction})")
         else:
             load = f"{load} expert load"
-        between = self.compute["generation"]
-        between = f" ({between.text})" if isinstance(between, BetweenEPs) else ""
+        between = "".join(f" ({phase}: {grid.text})" for phase, grid in self.compute.items()
+                          if isinstance(grid, BetweenEPs))
         return (f"wide expert parallelism: one of {self.dp} attention data-parallel ranks at its own batch, every "
                 f"rank carrying the same; routed experts whole over EP {self.ep} ({per_gpu:g} per GPU) from "
                 f"AIConfigurator's wide-EP tables ({tables_used}){between} at a {load}, each MoE layer seeing "
