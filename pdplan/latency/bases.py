@@ -124,8 +124,7 @@ def _to_model(basis: Basis, floor: float | None, beta: np.ndarray) -> LatencyMod
     if basis.threshold is None:
         pieces = floor_piece + (tuple(float(c) for c in beta),)
         return LatencyModel(segments=(Segment(min_batch=1, pieces_s=pieces),))
-    low = (float(beta[0]), float(beta[1]), float(beta[4]))
-    high = (float(beta[2]), float(beta[3]), float(beta[4]))
+    low, high = (tuple(float(c) for c in plane) for plane in _planes(beta))
     return LatencyModel(segments=(
         Segment(min_batch=1, pieces_s=floor_piece + (low,)),
         Segment(min_batch=basis.threshold, pieces_s=floor_piece + (low, high)),
@@ -207,7 +206,12 @@ def _piece_columns(basis: Basis, x: np.ndarray, b: np.ndarray):
     high = b >= basis.threshold
 
     def pieces(beta: np.ndarray) -> np.ndarray:
-        low_plane = x @ np.array([beta[0], beta[1], beta[4]])
-        high_plane = x @ np.array([beta[2], beta[3], beta[4]])
+        low_plane, high_plane = (x @ plane for plane in _planes(beta))
         return np.where(high, np.maximum(low_plane, high_plane), low_plane)
     return pieces
+
+
+def _planes(beta: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A segmented basis's coefficients as its (small-batch, large-batch) planes; the last column
+    (Σctx or Σl²) is shared by both."""
+    return beta[[0, 1, 4]], beta[[2, 3, 4]]
