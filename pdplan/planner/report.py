@@ -202,7 +202,7 @@ def tp_only_dict(report: PlanReport) -> dict | None:
     if found is None:
         return None
     if found.best is None:
-        closest = found.closest if found.tried else None
+        closest = found.closest
         reason = found.reason or "no plan of TP x PP shapes passed end to end"
         if closest is not None:
             reason = (f"the closest plan of TP x PP shapes ({found.mode}, {closest.solution.gpus_total} GPUs) misses "

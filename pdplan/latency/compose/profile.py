@@ -51,7 +51,7 @@ def sample_points(step: Step, *, kv_capacity: int, max_batch_tokens: int) -> lis
 def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 1, ep: int = 1,
                      engine: str = DEFAULT_ENGINE,
                      engine_version: str | None = None, memory_utilization: float = 0.9,
-                     gpus_per_node: int = 8,
+                     gpus_per_node: int | None = None,
                      max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
                      expert_parallel: bool = False, redundant_experts: int = 0) -> PhaseProfile:
     """The composed profile of one shape, or a PdplanError saying why none can be made.
@@ -59,9 +59,11 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
     ``ep``: the GPUs routed experts are spread over as whole experts (1: split over TP); ``expert_parallel``
     is the older spelling of ep = TP. With ``dp`` attention data-parallel ranks (or an EP other than TP) the
     profile is ONE rank's, at the rank's own batch with every rank carrying the same, its KV capacity the
-    rank's (:mod:`pdplan.latency.compose.wide`); ``redundant_experts`` copies rebalance the expert load (EPLB)."""
+    rank's (:mod:`pdplan.latency.compose.wide`); ``redundant_experts`` copies rebalance the expert load (EPLB).
+    ``gpus_per_node`` (default: the GPU's NVLink domain) is how far collectives and the all-to-all stay on NVLink."""
     if expert_parallel:
         ep = tp
+    gpus_per_node = gpus_per_node or gpu.nvlink_domain  # collectives stay on NVLink that far
     reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=gpus_per_node,
                              memory_utilization=memory_utilization, kv_reserve_tokens=1, ep=ep, dp=dp,
                              redundant_experts=redundant_experts)
