@@ -17,8 +17,8 @@ from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, service_moments
 from pdplan.shape import InstanceShape
-from pdplan.sim import SimResult, simulate_pool
-from pdplan.slo import SLO, Objective, attainment
+from pdplan.sim import MissStop, SimResult, simulate_pool
+from pdplan.slo import SLO, Objective, attainment, miss_budget
 from pdplan.workload import Workload, replace_arrivals, rescale_rate, thin
 
 
@@ -32,6 +32,9 @@ class Probe:
     attainment_joint: float         #: share meeting every clock's tightest threshold on the same request
     meets: bool                     #: every objective holds and the instance is not saturated
     saturated: bool = False         #: offered rate above what the instance can drain
+    #: the run stopped once its misses settled the miss (:func:`miss_stop`): the shares are upper
+    #: bounds on what the whole run would attain
+    stopped_early: bool = False
 
 
 #: The seed every draw of a run starts from unless the run names one (probes, verification, CP-SAT).
@@ -78,7 +81,7 @@ class Search:
 
 
 def probe_from_clocks(rate_rps: float, slo: SLO, clocks: dict[str, np.ndarray],
-                      saturated: bool = False) -> Probe:
+                      saturated: bool = False, stopped_early: bool = False) -> Probe:
     """Judge per-request clocks (``{"ttft": s, "tpot": s, "e2e": s}``, NaN = no such clock)."""
     meets = not saturated and all(
         attainment(clocks[o.metric], o.threshold_s) >= o.attainment for o in slo.objectives)
@@ -89,6 +92,7 @@ def probe_from_clocks(rate_rps: float, slo: SLO, clocks: dict[str, np.ndarray],
         attainment_joint=joint_attainment(slo, clocks),
         meets=meets,
         saturated=saturated,
+        stopped_early=stopped_early,
     )
 
 
@@ -209,7 +213,8 @@ class InstanceGoodput(InstanceShape):
             "saturation_rps": self.saturation_rps,
             "curve": [{"rate_rps": p.rate_rps, "attainment_ttft": p.attainment_ttft,
                        "attainment_tpot": p.attainment_tpot, "attainment_joint": p.attainment_joint,
-                       "meets": p.meets, "saturated": p.saturated} for p in self.probes],
+                       "meets": p.meets, "saturated": p.saturated, "stopped_early": p.stopped_early}
+                      for p in self.probes],
             "probes": len(self.probes),
             "requests_per_probe": self.requests_per_probe,
             "tolerance_rel": self.settings.tolerance_rel,
@@ -226,7 +231,8 @@ class InstanceGoodput(InstanceShape):
         settings = SearchSettings(**{k: data[k] for k in SEARCH_FIELDS})
         probes = tuple(Probe(rate_rps=p["rate_rps"], attainment_ttft=p["attainment_ttft"],
                              attainment_tpot=p["attainment_tpot"], attainment_joint=p["attainment_joint"],
-                             meets=p["meets"], saturated=p["saturated"]) for p in data["curve"])
+                             meets=p["meets"], saturated=p["saturated"],
+                             stopped_early=p.get("stopped_early", False)) for p in data["curve"])
         return cls(phase=data["phase"], model=data["model"], gpu=data["gpu"], tp=data["tp"], pp=data["pp"],
                    dp=data.get("dp", 1), ep=data.get("ep", 1), policy=data["policy"],
                    chunk_tokens=data["chunk_tokens"], goodput_rps=data["goodput_rps"],
@@ -263,14 +269,35 @@ def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings
 
 def per_request_clocks(result: SimResult) -> dict[str, np.ndarray]:
     """TTFT, TPOT and E2E per request for :func:`probe_from_clocks`: a rejected request fails
-    every clock (inf); a one-token request has no TPOT (NaN, which passes)."""
+    every clock (inf); a one-token request has no TPOT (NaN, which passes). In a run a stop
+    ended, a request whose TTFT or E2E had not ended by the stop has waited at least until
+    then: that wait is its clock (a lower bound, as the stop judged it), and a TPOT not known
+    passes, so every share is an upper bound on the whole run's."""
     rejected = result["rejected"]
     clocks = {}
     for metric in ("ttft", "tpot", "e2e"):
         values = np.array(result[f"{metric}_s"], dtype=float)
+        if result.stopped_s is not None and metric != "tpot":
+            waited = result.stopped_s - np.asarray(result["arrival_s"], dtype=float)
+            values = np.where(np.isnan(values), waited, values)
         values[rejected] = np.inf
         clocks[metric] = values
     return clocks
+
+
+def miss_stop(slo: SLO, requests: int) -> MissStop | None:
+    """The stop that ends a run of ``requests`` once a TTFT or TPOT objective of ``slo`` can no
+    longer be met: more requests missed its threshold than :func:`pdplan.slo.miss_budget` allows
+    (per clock, its objective allowing the fewest misses). The verdict is the whole run's; None
+    when no miss could settle one."""
+    parts = {}
+    for metric in ("ttft", "tpot"):
+        budgets = [(miss_budget(requests, o.attainment), o.threshold_s) for o in slo.objectives
+                   if o.metric == metric and miss_budget(requests, o.attainment) < requests]
+        if budgets:
+            misses, threshold = min(budgets)
+            parts |= {f"{metric}_s": threshold, f"{metric}_misses": misses}
+    return MissStop(**parts) if parts else None
 
 
 def check_admission_share(share: float) -> None:
@@ -391,7 +418,9 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
 
     Each probe simulates ``requests_per_probe`` requests per replica and per attention DP rank
     (each rank admits its own share, so a 16-rank instance is probed as hard as 16 single-rank
-    ones); a pool is never good above n × one instance's saturation throughput.
+    ones); a pool is never good above n × one instance's saturation throughput. Without grid
+    points, a probe stops once its misses settle its miss (:func:`miss_stop`): the search finds
+    the same rate, and the stopped probes' shares are upper bounds.
     """
     judged = phase_slo(slo, phase, admission_share)
     single = instance_saturation(workload, profile, phase)
@@ -399,11 +428,13 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
 
     def probe(rate: float) -> Probe:
         requests = probe_workload(workload, rate, settings, replicas * profile.dp, seed=seed)
+        stop = None if settings.grid_points else miss_stop(judged, len(requests))  # a curve asked for is drawn whole
         result = simulate_pool(requests, profile, phase=phase, replicas=replicas,
                                policy=(policy or "prefill-first") if phase == "colocated" else None,
-                               chunk_tokens=chunk_tokens, seed=seed)
+                               chunk_tokens=chunk_tokens, seed=seed, stop=stop)
         return probe_from_clocks(rate, judged, per_request_clocks(result),
-                                 saturated=saturation is not None and rate > saturation)
+                                 saturated=saturation is not None and rate > saturation,
+                                 stopped_early=result.stopped_s is not None)
 
     return find_goodput(probe, start_rps=start_rps, settings=settings, on_probe=on_probe)
 

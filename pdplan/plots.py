@@ -33,17 +33,23 @@ def figure_png(fig) -> bytes:
 
 def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: float,
                           title: str, *, ttft_label: str = "TTFT") -> bytes:
-    """Attainment a(λ) per clock and joint, the attainment target p, and the goodput found.
+    """Attainment a(λ) per clock and joint, the attainment target p, and the goodput found; a probe
+    whose run stopped once its miss was settled is a cross at 0 (its shares are only bounds).
 
     ``ttft_label`` names what the TTFT clock measured (a decode instance alone: its admission wait).
     """
-    rates = [p.rate_rps for p in probes]
+    whole = [p for p in probes if not p.stopped_early]  # a stopped probe's shares are only bounds
+    rates = [p.rate_rps for p in whole]
     fig, ax = plt.subplots(figsize=(7, 4.2))
-    for label, values in ((ttft_label, [p.attainment_ttft for p in probes]),
-                          ("TPOT", [p.attainment_tpot for p in probes]),
-                          ("joint", [p.attainment_joint for p in probes])):
+    for label, values in ((ttft_label, [p.attainment_ttft for p in whole]),
+                          ("TPOT", [p.attainment_tpot for p in whole]),
+                          ("joint", [p.attainment_joint for p in whole])):
         if any(v is not None for v in values):
             ax.plot(rates, [float("nan") if v is None else v for v in values], marker="o", label=label)
+    stopped = [p.rate_rps for p in probes if p.stopped_early]
+    if stopped:
+        ax.plot(stopped, [0.0] * len(stopped), linestyle="none", marker="x", color="black",
+                label="missed (run stopped once settled)")
     ax.axhline(target, color="grey", linestyle="--", linewidth=1, label=f"target {target:g}")
     ax.axvline(goodput_rps, color="black", linestyle=":", linewidth=1,
                label=f"goodput {goodput_rps:.3g} rps")

@@ -134,6 +134,18 @@ def attainment(values_s: np.ndarray, threshold_s: float) -> float:
     return float(np.mean(np.isnan(values) | (values <= threshold_s)))
 
 
+def miss_budget(n: int, share: float) -> int:
+    """The most of ``n`` requests that may miss a clock while :func:`attainment` still reaches
+    ``share``: the largest m with (n − m) / n ≥ share, compared in floating point as
+    :func:`attainment` compares (0x08C's a ≥ target, counted)."""
+    misses = max(0, min(n, n - math.ceil(share * n)))
+    while misses > 0 and (n - misses) / n < share:
+        misses -= 1
+    while misses < n and (n - misses - 1) / n >= share:
+        misses += 1
+    return misses
+
+
 def meets(slo: SLO, metrics: dict[str, np.ndarray]) -> bool:
     """Whether every objective holds on these per-request clocks (``{"ttft": array, …}``)."""
     return all(attainment(metrics[o.metric], o.threshold_s) >= o.attainment for o in slo.objectives)

@@ -73,8 +73,9 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
     for name in ("rate req/s", *_attainment_columns(objectives, result.phase, result.admission_share), "meets"):
         curve.add_column(name, justify="right")
     for p in result.probes:
-        curve.add_row(f"{p.rate_rps:.3f}", _share(p.attainment_ttft), _share(p.attainment_tpot),
-                      _share(p.attainment_joint), "yes" if p.meets else ("saturated" if p.saturated else "no"))
+        bound = "≤" if p.stopped_early else ""  # a stopped run's shares are upper bounds
+        curve.add_row(f"{p.rate_rps:.3f}", _share(p.attainment_ttft, bound), _share(p.attainment_tpot, bound),
+                      _share(p.attainment_joint, bound), _verdict(p))
     stdout.print(curve)
 
 
@@ -89,5 +90,13 @@ def _attainment_columns(slo, phase: str, admission_share: float) -> tuple[str, s
     return heads[0], heads[1], "joint (share)"
 
 
-def _share(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3f}"
+def _share(value: float | None, bound: str = "") -> str:
+    return "—" if value is None else f"{bound}{value:.3f}"
+
+
+def _verdict(p) -> str:
+    if p.meets:
+        return "yes"
+    if p.saturated:
+        return "saturated"
+    return "no (settled early)" if p.stopped_early else "no"

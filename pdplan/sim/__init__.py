@@ -24,6 +24,7 @@ the tests compare against), :mod:`.transfer` (transfer-schedule recurrences) and
 """
 
 from pdplan.sim.engine import (
+    MissStop,
     simulate,
     simulate_colocated_instance,
     simulate_decode_instance,
@@ -36,7 +37,7 @@ from pdplan.sim.results import COLUMNS, SimResult
 from pdplan.sim.transfer import layer_visibility, request_completion
 
 __all__ = [
-    "COLUMNS", "Link", "Plan", "Pool", "SimResult", "as_requests", "layer_visibility",
+    "COLUMNS", "Link", "Plan", "Pool", "MissStop", "SimResult", "as_requests", "layer_visibility",
     "load_plan", "request_completion", "resolve_pools", "simulate", "simulate_colocated_instance",
     "simulate_decode_instance", "simulate_pool", "simulate_prefill_instance",
 ]

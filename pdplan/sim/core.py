@@ -36,6 +36,10 @@ class Environment:
         self.events += 1
         callback(*args)
 
+    def stop(self) -> None:
+        """Drop every pending event: the run ends when the current callback returns."""
+        self._heap.clear()
+
     def run(self, until_s: float | None = None) -> None:
         """Run events until none are left (or the next one is later than ``until_s``)."""
         while self._heap and (until_s is None or self._heap[0][0] <= until_s):

@@ -83,7 +83,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pdplan import limits
-from pdplan.errors import PdplanError
+from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.modelspec import ModelSpec
 from pdplan.sim.fast import run_fast
@@ -93,11 +93,40 @@ from pdplan.sim.reference import run_reference
 from pdplan.sim.results import SimResult, derive_columns
 
 
+@dataclasses.dataclass(frozen=True)
+class MissStop:
+    """End a run at the first arrival by which more requests are known to have missed the TTFT
+    threshold than ``ttft_misses``, or the TPOT threshold than ``tpot_misses`` (a rejected request
+    misses every clock; None: that clock does not stop the run). A share objective on that
+    threshold allowing no more misses is then settled as missed, whatever the rest of the run
+    would do; the records keep what happened before that arrival."""
+
+    ttft_s: float | None = None
+    ttft_misses: int = 0
+    tpot_s: float | None = None
+    tpot_misses: int = 0
+
+    def __post_init__(self):
+        for threshold, misses in ((self.ttft_s, self.ttft_misses), (self.tpot_s, self.tpot_misses)):
+            if threshold is not None and (not threshold >= 0 or misses < 0):
+                raise InternalError("a stop needs thresholds >= 0 and misses >= 0")
+
+
+#: The per-request times a stopped run forgets from its stop on (the stopping arrival's instant).
+_TIMES = ("prefill_start_s", "prefill_end_s", "transfer_start_s", "transfer_end_s", "first_token_s", "finish_s")
+
+
 def _result(layout: Layout, requests: Requests, raw, busy, links, events, *, seed: int,
-            rate_rps: float | None, engine: str) -> SimResult:
+            rate_rps: float | None, engine: str, stopped: int) -> SimResult:
+    stopped_s = None
+    if stopped >= 0:  # both engines have run exactly the events before this arrival
+        stopped_s = float(raw["arrival_s"][stopped])
+        for name in _TIMES:
+            raw[name] = np.where(raw[name] >= stopped_s, np.nan, raw[name])
     return SimResult(mode=layout.mode, columns=derive_columns(layout.mode, raw),
                      instances=layout.labels, instance_phase=layout.phases, busy_s=busy,
-                     link_busy_s=links, events=events, seed=seed, rate_rps=rate_rps, engine=engine)
+                     link_busy_s=links, events=events, seed=seed, rate_rps=rate_rps, engine=engine,
+                     stopped_s=stopped_s)
 
 
 #: Failed attempts one transfer may have (a draw beyond it is cut, so a run always ends).
@@ -115,24 +144,24 @@ def transfer_failures(layout: Layout, n: int, seed: int) -> np.ndarray:
 
 
 def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | None = None,
-        engine: str = "fast", concurrency: int | None = None) -> SimResult:
+        engine: str = "fast", concurrency: int | None = None, stop: MissStop | None = None) -> SimResult:
     """Run ``layout`` on ``requests`` with the compiled engine or the reference oracle; with
-    ``concurrency`` C, as a closed loop of C clients."""
+    ``concurrency`` C, as a closed loop of C clients; with ``stop``, until it settles."""
     if concurrency is not None and not (isinstance(concurrency, int) and 1 <= concurrency <= limits.MAX_CONCURRENCY):
         raise PdplanError(f"concurrency must be an integer in [1, {limits.MAX_CONCURRENCY:,}], got {concurrency!r}",
                           field="concurrency")
     failures = transfer_failures(layout, len(requests), seed)
     if engine == "fast":
-        raw, busy, links, events = run_fast(layout, requests, concurrency or 0, failures)
+        raw, busy, links, events, stopped = run_fast(layout, requests, concurrency or 0, failures, stop)
     elif engine == "reference":
-        raw, busy, links, events = run_reference(layout, requests, concurrency or 0, failures)
+        raw, busy, links, events, stopped = run_reference(layout, requests, concurrency or 0, failures, stop)
     else:
         raise PdplanError(f"engine must be 'fast' or 'reference', got {engine!r}", field="engine")
     # no handoff, no failure: rejected, never decoded, or run whole on one mixed machine
     moved = ~raw["rejected"] & (raw["decode_instance"] >= 0) & (raw["prefill_instance"] != raw["decode_instance"])
     raw["transfer_failures"] = np.where(moved, failures, 0)
     return _result(layout, requests, raw, busy, links, events, seed=seed, rate_rps=rate_rps,
-                   engine=engine)
+                   engine=engine, stopped=stopped)
 
 
 # --- public API ----------------------------------------------------------------------------------
@@ -169,9 +198,10 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
                   policy: str | None = None, chunk_tokens: int | None = None,
                   max_prefill_batch_tokens: int | None = None, seed: int = 0,
                   rate_rps: float | None = None, engine: str = "fast",
-                  concurrency: int | None = None) -> SimResult:
+                  concurrency: int | None = None, stop: MissStop | None = None) -> SimResult:
     """``replicas`` identical instances of one phase behind the router, with no other phase
-    (``concurrency``: a closed loop of that many clients, as in :func:`simulate`).
+    (``concurrency``: a closed loop of that many clients, as in :func:`simulate`; ``stop``: end
+    the run once its misses settle, :class:`MissStop`).
 
     The clocks are those of one instance alone (below), per request; routing is the plan's
     (prefill: fewest pending prompt tokens; decode: least KV load; colocated: fewest outstanding
@@ -190,7 +220,7 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
     layout = layout_single(phase, profile, policy=policy, chunk_tokens=chunk_tokens,
                            max_prefill_batch_tokens=max_prefill_batch_tokens, replicas=replicas)
     requests = as_requests(workload, rate_rps=rate_rps, closed_loop=concurrency is not None)
-    return run(layout, requests, seed=seed, rate_rps=rate_rps, engine=engine, concurrency=concurrency)
+    return run(layout, requests, seed=seed, rate_rps=rate_rps, engine=engine, concurrency=concurrency, stop=stop)
 
 
 def simulate_prefill_instance(workload: Any, profile: PhaseProfile, *,

@@ -528,10 +528,51 @@ def _takes(layout: Layout, instance: int, t: float) -> bool:
     return any(start <= t < end for start, end in layout.availability[instance])
 
 
-def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures: np.ndarray | None = None):
+class _Stop:
+    """Ends a run once its misses settle it (:class:`pdplan.sim.engine.MissStop`), judged before
+    each arrival as :func:`pdplan.sim.fast.clock.settled` judges them."""
+
+    def __init__(self, env: Environment, rec: _Records, req: Requests, rejected, ends, stop):
+        self.env, self.rec, self.req, self.rejected, self.ends, self.stop = env, rec, req, rejected, ends, stop
+        self.judged = self.ttft_missed = 0
+        self.stopped = -1
+
+    def guard(self, arrive):
+        """``arrive``, unless the misses so far settle the run: then nothing more runs."""
+        def arriving(r):
+            if self.stopped < 0 and self._settled(r):
+                self.stopped = r
+                self.env.stop()
+            if self.stopped < 0:
+                arrive(r)
+        return arriving
+
+    def _settled(self, r: int) -> bool:
+        stop, t, arrival = self.stop, self.env.now, self.rec.arrival_s
+        if stop.ttft_s is not None:
+            while self.judged < len(arrival) and t - arrival[self.judged] > stop.ttft_s:
+                p = self.judged
+                end = self.ends[p]
+                if self.rejected[p] or np.isnan(end) or end - arrival[p] > stop.ttft_s:
+                    self.ttft_missed += 1
+                self.judged += 1
+            if self.ttft_missed > stop.ttft_misses:
+                return True
+        if stop.tpot_s is None:
+            return False
+        # finished so far (a finish is recorded as it happens), and every rejected request before r
+        output = self.req.output_tokens
+        done = ~np.isnan(self.rec.finish_s) & (output > 1)
+        tpot = (self.rec.finish_s[done] - self.rec.first_token_s[done]) / (output[done] - 1)
+        return int(np.sum(tpot > stop.tpot_s)) + int(self.rejected[:r].sum()) > stop.tpot_misses
+
+
+def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures: np.ndarray | None = None,
+                  stop=None):
     """Same outputs as :func:`pdplan.sim.engine.run_fast`, computed token by token."""
     n = len(req)
     rejected = rejected_mask(layout, req)
+    guard = None
     busy = np.zeros(len(layout.labels))
     links: dict[str, float] = {}
     if layout.mode == "colocated":
@@ -550,13 +591,16 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
             rec.prefill_instance[r] = rec.decode_instance[r] = ids[c]
             inst[c].arrive(r)
 
-        _feed(env, rec, req, rejected, arrive, concurrency)
+        guard = _guard(env, rec, req, rejected, rec.first_token_s, stop)
+        _feed(env, rec, req, rejected, arrive if guard is None else guard.guard(arrive), concurrency)
         env.run()
         busy[ids] = [c.busy_s for c in inst]
     else:
         sim = _Disaggregated(layout, req, np.zeros(n, np.int64) if failures is None else failures)
         env, rec = sim.env, sim.rec
-        _feed(env, rec, req, rejected, sim.arrive, concurrency)
+        ends = rec.prefill_end_s if layout.mode == "prefill" else rec.first_token_s
+        guard = _guard(env, rec, req, rejected, ends, stop)
+        _feed(env, rec, req, rejected, sim.arrive if guard is None else guard.guard(sim.arrive), concurrency)
         env.run()
         pids, dids = np.array(sim.pids, np.int64), np.array(sim.dids, np.int64)
         rec.prefill_instance = np.where(rec.prefill_instance >= 0,
@@ -578,4 +622,8 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         "transfer_bytes": rec.transfer_bytes, "first_token_s": rec.first_token_s,
         "finish_s": rec.finish_s,
     }
-    return raw, busy, links, env.events
+    return raw, busy, links, env.events, -1 if guard is None else guard.stopped
+
+
+def _guard(env: Environment, rec: _Records, req: Requests, rejected, ends, stop) -> _Stop | None:
+    return None if stop is None else _Stop(env, rec, req, rejected, ends, stop)

@@ -72,6 +72,9 @@ class SimResult:
     rate_rps: float | None = None    #: arrival rate the trace was rescaled to, if any
     engine: str = "fast"             #: "fast" (compiled) or "reference" (token-by-token oracle)
     notes: dict = field(default_factory=dict)
+    #: the arrival a stop ended the run at (:class:`pdplan.sim.engine.MissStop`): the records
+    #: hold what happened before it; None when the run went to the end
+    stopped_s: float | None = None
 
     def __post_init__(self):
         assert self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}"  # set by the engine

@@ -19,7 +19,7 @@ import numpy as np
 from numba import njit
 
 from pdplan.sim.events import BOUNDARY
-from pdplan.sim.fast.clock import push, release
+from pdplan.sim.fast.clock import finished, push, release
 from pdplan.sim.fast.fields import (
     D_B,
     D_CAP,
@@ -133,7 +133,7 @@ def advance_rank(rq, rt, di, i, t, k, cl):
         r = di[D_ROOT, i]
         di[D_ROOT, i] = _delete_min(rq, r)
         rt[T_FINISH, r] = t
-        release(rt, cl, t)
+        finished(rq, rt, cl, r, t)
         need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
         di[D_S, i] -= need  # its context after the last step is prompt + output
         di[D_B, i] -= 1

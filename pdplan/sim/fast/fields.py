@@ -57,6 +57,14 @@ DI_FIELDS = 34
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY = range(4)
 DF_FIELDS = 4
 
+# the loop state ``cl`` (floats; the counts and indices in it are whole): a closed loop's clients
+# and its next request to release, then a stop on misses (:func:`.clock.settled`): the time row a
+# request's TTFT ends at (-1: no TTFT stop), the TTFT threshold, the TTFT misses allowed, the first
+# request not yet judged on TTFT, the TTFT misses counted; the TPOT threshold (inf: no TPOT stop),
+# the TPOT misses allowed and counted; the request whose arrival the run stopped at (-1: none)
+(CL_CLIENTS, CL_NEXT, CL_TTFT_ROW, CL_TTFT_S, CL_TTFT_ALLOWED, CL_JUDGED, CL_TTFT_MISSED, CL_TPOT_S,
+ CL_TPOT_ALLOWED, CL_TPOT_MISSED, CL_STOPPED) = range(11)
+
 # what a failed KV transfer costs: resend the cache, or run the prefill again
 FAILURE_RETRY = 0
 FAILURE_RECOMPUTE = 1

@@ -67,18 +67,37 @@ def _instance_state(profiles: list[PhaseProfile], table: LatencyTable, per_insta
     return di, np.zeros((fields.DF_FIELDS, inst.size)), inst, lead
 
 
-def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures: np.ndarray | None = None
-             ) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int]:
+def _loop_state(layout: Layout, concurrency: int, n: int, stop) -> np.ndarray:
+    """``cl`` (:mod:`.fields`): the closed loop's clients and next release, and the stop's
+    thresholds and allowances (none: nothing is ever settled)."""
+    cl = np.zeros(fields.CL_STOPPED + 1)
+    cl[[fields.CL_CLIENTS, fields.CL_NEXT]] = concurrency, min(concurrency, n)
+    cl[[fields.CL_TTFT_ROW, fields.CL_STOPPED]] = -1
+    cl[[fields.CL_TTFT_S, fields.CL_TPOT_S, fields.CL_TTFT_ALLOWED, fields.CL_TPOT_ALLOWED]] = np.inf
+    if stop is not None:
+        if stop.ttft_s is not None:
+            cl[fields.CL_TTFT_ROW] = fields.T_P_END if layout.mode == "prefill" else fields.T_FIRST
+            cl[[fields.CL_TTFT_S, fields.CL_TTFT_ALLOWED]] = stop.ttft_s, stop.ttft_misses
+        if stop.tpot_s is not None:
+            cl[[fields.CL_TPOT_S, fields.CL_TPOT_ALLOWED]] = stop.tpot_s, stop.tpot_misses
+    return cl
+
+
+def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures: np.ndarray | None = None,
+             stop=None) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int, int]:
     """Run the compiled engine; returns raw per-request arrays, busy seconds per instance,
-    busy seconds per ingress link and the event count. ``concurrency`` > 0 runs a closed loop
-    of that many clients (the requests' arrival times are then ignored, their order kept).
-    ``failures`` gives each request's failed KV transfer attempts (none by default)."""
+    busy seconds per ingress link, the event count and the request whose arrival the run
+    stopped at (-1: it ran to the end). ``concurrency`` > 0 runs a closed loop of that many
+    clients (the requests' arrival times are then ignored, their order kept). ``failures``
+    gives each request's failed KV transfer attempts (none by default). ``stop``
+    (:class:`pdplan.sim.engine.MissStop`) ends the run once its misses settle it
+    (:func:`pdplan.sim.fast.clock.settled`)."""
     n = len(requests)
     rejected = np.ascontiguousarray(rejected_mask(layout, requests), dtype=np.bool_)
     rq, rt = _request_state(requests, concurrency)
     if failures is not None:
         rq[fields.R_FAILS] = failures
-    cl = np.array([concurrency, min(concurrency, n)], np.int64)
+    cl = _loop_state(layout, concurrency, n, stop)
     table = LatencyTable()
     busy = np.zeros(len(layout.labels))
     links: dict[str, float] = {}
@@ -96,7 +115,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         inst = rq[fields.R_P_INST]
         glob = np.where(inst >= 0, ids[col[np.maximum(inst, 0)]], -1)
         busy[ids] = df[fields.F_BUSY, lead]
-        return _raw(requests, rejected, rq, rt, glob, glob.copy()), busy, links, int(events)
+        return _raw(requests, rejected, rq, rt, glob, glob.copy()), busy, links, int(events), int(cl[fields.CL_STOPPED])
 
     pids = layout.ids("prefill")
     dids = np.concatenate([layout.ids("decode"), layout.ids("mixed")])  # mixed machines after decode
@@ -150,7 +169,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     busy[dids] = df[fields.F_BUSY, lead]
     if len(pids) and len(dids):
         links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fields.F_LINK_BUSY, lead])}
-    return _raw(requests, rejected, rq, rt, pglob, dglob), busy, links, int(events)
+    return _raw(requests, rejected, rq, rt, pglob, dglob), busy, links, int(events), int(cl[fields.CL_STOPPED])
 
 
 def availability_csr(layout: Layout, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
