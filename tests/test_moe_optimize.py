@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import run_main
+
 pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
@@ -47,17 +49,34 @@ def test_optimize_answers_a_moe_model_with_a_verified_plan_timed_by_measured_ope
     assert plan["pools"] and all(p["gpu"] == gpu and p["profile"]["source"] == "composed" for p in plan["pools"])
 
 
-@pytest.mark.slow
-def test_a_wide_expert_parallel_answer_is_verified_and_says_what_tp_only_shapes_miss(run_cli, conversation,
-                                                                                      tmp_path):
-    code, out, err = run_cli("optimize", conversation, "--model", "deepseek-v3", "--dtype", "fp8", "--cluster",
+@pytest.fixture(scope="module")
+def wide(conversation, tmp_path_factory) -> dict[int, dict]:
+    """DeepSeek-V3 on H200 under SGLang with attention DP 8 allowed, planned on one process and on two:
+    the --json document of each."""
+    docs = {}
+    for jobs in (1, 2):
+        folder = tmp_path_factory.mktemp(f"wide{jobs}")
+        code, out = run_main("optimize", conversation, "--model", "deepseek-v3", "--dtype", "fp8", "--cluster",
                              EXAMPLES / "cluster_h200.yaml", "--engine", "sglang", "--tp", "1", "--tp", "8", "--pp",
                              "1", "--dp", "8", "--target-rate", "40", "--requests-per-probe", "300", "--cache-dir",
-                             tmp_path / "cache", "--json")
-    assert code == 0, err
-    doc = json.loads(out)
+                             folder / "cache", "--jobs", jobs, "--json")
+        assert code in (0, None)
+        docs[jobs] = json.loads(out)
+    return docs
+
+
+@pytest.mark.slow
+def test_a_wide_expert_parallel_answer_is_verified_and_says_what_tp_only_shapes_miss(wide):
+    doc = wide[1]
     assert doc["meets_slo"] and any(p.get("dp", 1) == 8 and p["ep"] == 8 for p in doc["pools"])
     verification = doc["verification"]  # 1,000 requests at 40 req/s arrive in 25 s: repeated to last 300 s
     assert verification["trace_copies"] == 12 and verification["requests"][0] == 12 * REQUESTS
     narrow = doc["tp_only_baseline"]  # on this head of the trace TP-only plans fit but miss end to end
     assert not narrow["found"] and narrow["reason"].startswith("the closest plan of TP x PP shapes (")
+
+
+@pytest.mark.slow
+def test_two_processes_run_the_searches_after_a_wide_answer_beside_its_headroom_and_answer_the_same(wide):
+    one, two = ({k: v for k, v in doc.items() if k != "run"} for doc in (wide[1], wide[2]))
+    assert one == two
+    assert two["tp_only_baseline"]["reason"] and two["headroom"] == one["headroom"]

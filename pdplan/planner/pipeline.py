@@ -210,8 +210,7 @@ class Searches:
         that are not done yet on that many processes, each with its own verifier on the shared cache;
         :meth:`run` then finds them done. The searches are independent, so the results are the ones
         :meth:`run` would compute."""
-        todo = list({_search_key(*item): item for item in wanted
-                     if _search_key(*item) not in self._done}.items())
+        todo = self.pending(wanted)
         if self.request.jobs <= 1 or len(todo) <= 1:
             return
         verifier = self.verifier
@@ -221,11 +220,28 @@ class Searches:
             self._done[key] = result
             verifier.simulations += simulations
 
+    def pending(self, wanted: list[tuple]) -> list[tuple[tuple, tuple]]:
+        """(key, item) of each search in ``wanted`` not done yet, once each."""
+        return list({_search_key(*item): item for item in wanted if _search_key(*item) not in self._done}.items())
+
+    def job(self, item: tuple) -> partial:
+        """The search ``item`` as work for :func:`pdplan.parallel.run_each`: (its result, simulations)."""
+        return partial(_search_in_worker, self.candidates, self.verifier.profiles, item)
+
+    def adopt(self, key: tuple, result: SearchResult) -> None:
+        """A search run elsewhere (:meth:`job`): :meth:`run` finds it done."""
+        self._done[key] = result
+
+    def wanted(self, fleet: Fleet, request: PlanRequest | None = None) -> list[tuple]:
+        """The searches :meth:`fleet` runs: each affinity asked for, mixed machines when asked, colocated."""
+        request = request or self.request
+        return ([(fleet, "disaggregated", a, request, False) for a in request.affinities]
+                + ([(fleet, "disaggregated", "high", request, True)] if request.mixed else [])
+                + [(fleet, "colocated", "high", request, False)])
+
     def fleet(self, fleet: Fleet, request: PlanRequest | None = None) -> FleetResult:
         request = request or self.request
-        self.prefetch([(fleet, "disaggregated", a, request, False) for a in request.affinities]
-                      + ([(fleet, "disaggregated", "high", request, True)] if request.mixed else [])
-                      + [(fleet, "colocated", "high", request, False)])
+        self.prefetch(self.wanted(fleet, request))
         affinities = [self.run(fleet, "disaggregated", a, request) for a in request.affinities]
         mixed = self.run(fleet, "disaggregated", "high", request, mixed=True) if request.mixed else None
         return FleetResult(fleet=fleet, disaggregated=pick(affinities, request.objective),
@@ -237,6 +253,17 @@ def _search_key(fleet: Fleet, mode: str, affinity: str, request: PlanRequest, mi
     """What makes two searches the same: fleets that allow a colocated pool the same GPU types share one."""
     return (mode, affinity, fleet.allowed("colocated") if mode == "colocated" else fleet.name,
             request.redundancy, request.objective, mixed)
+
+
+def _call(job: partial, *, cache: ResultCache):
+    return job(cache=cache)
+
+
+def _headroom_in_worker(request: PlanRequest, profiles: dict, plan, mode: str, start_rps: float, *,
+                        cache: ResultCache) -> tuple[Search, int]:
+    """The answer's headroom bisection in a worker process, and the simulations it ran."""
+    verifier = Verifier(request, profiles, cache)
+    return verifier.goodput(plan, mode=mode, start_rps=start_rps), verifier.simulations
 
 
 def _search_in_worker(candidates: tuple[Candidate, ...], profiles: dict, item: tuple, *,
@@ -280,14 +307,14 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
     chosen = best_of(fleets, request)
     end_to_end = without = tp_only = fallback = None
     if chosen is not None:
+        narrow = Searches(request, tuple(c for c in candidates if not c.is_wide), verifier)
         end_to_end = chosen.end_to_end
         if end_to_end is None and headroom:
-            end_to_end = verifier.goodput(chosen.best.plan, mode=chosen.mode,
-                                          start_rps=chosen.best.verification.rate_rps)
+            end_to_end = after_the_answer(request, chosen, fleets, searches, narrow)
         if request.redundancy != "none":  # the answer the same request gets without redundancy
             free = replace(request, redundancy=Redundancy.NONE)
             without = best_of([searches.fleet(f, free) for f in request.fleets], free)
-        tp_only = narrow_baseline(request, chosen, candidates, verifier)
+        tp_only = narrow_baseline(request, chosen, narrow)
         fallback = reduced_fallback(request, chosen, fleets, searches)
     return PlanReport(request=request, measured=tuple(measured), rejected=tuple(rejected), candidates=candidates,
                       fleets=tuple(fleets), chosen=chosen, end_to_end=end_to_end, without_redundancy=without,
@@ -296,33 +323,71 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
                       fallback=fallback)
 
 
+def after_the_answer(request: PlanRequest, chosen: SearchResult, fleets: list[FleetResult], searches: Searches,
+                     narrow: Searches) -> Search:
+    """The answer's headroom bisection (the highest rate the whole plan passes). With ``jobs`` above
+    1, the searches that follow the answer run beside it on the workers (the TP-only ones of
+    :func:`narrow_baseline` on ``narrow``, the colocated one of :func:`reduced_fallback`), and
+    :meth:`Searches.run` finds them done: each is independent of the others, so the results are
+    the ones the serial order computes."""
+    verifier, best = searches.verifier, chosen.best
+    if request.jobs <= 1:
+        return verifier.goodput(best.plan, mode=chosen.mode, start_rps=best.verification.rate_rps)
+    jobs = [partial(_headroom_in_worker, request, verifier.profiles, best.plan, chosen.mode,
+                    best.verification.rate_rps)]
+    narrow_items = [item for f in request.fleets for item in narrow.wanted(f)] if _is_wide(chosen) else []
+    fallback = _fallback_item(request, chosen, fleets)
+    owners = []  # (the Searches a job's result belongs to, its key)
+    for owner, items in ((narrow, narrow_items), (searches, [fallback] if fallback is not None else [])):
+        for key, item in owner.pending(items):
+            owners.append((owner, key))
+            jobs.append(owner.job(item))
+    found = run_each(_call, jobs, jobs=request.jobs, cache=verifier.cache)
+    for (owner, key), (result, simulations) in zip(owners, found[1:]):
+        owner.adopt(key, result)
+        verifier.simulations += simulations
+    headroom, simulations = found[0]
+    verifier.simulations += simulations
+    return headroom
+
+
+def _is_wide(chosen: SearchResult) -> bool:
+    """Whether the answer runs a shape with attention DP or EP (then a TP-only baseline is searched)."""
+    return any(c.is_wide for c in chosen.best.solution.replicas)
+
+
+def _fallback_item(request: PlanRequest, chosen: SearchResult, fleets: list[FleetResult]) -> tuple | None:
+    """The search :func:`reduced_fallback` runs (None when it runs none)."""
+    fleet = next(f for f in fleets if f.fleet == chosen.fleet)
+    if chosen.mode == "colocated" or fleet.colocated.best is not None or request.objective == "goodput":
+        return None
+    return (fleet.fleet, "colocated", "high", replace(request, objective=Objective.GOODPUT, target_rps=None), False)
+
+
 def reduced_fallback(request: PlanRequest, chosen: SearchResult, fleets: list[FleetResult],
                      searches: Searches) -> SearchResult | None:
     """The colocated fallback of a P/D answer when no colocated plan of its fleet meets the target:
     the colocated plan of that fleet with the highest rate the cluster and budgets hold, verified
     at that rate, so a rollback has a registered plan and knows what share of the target it keeps.
     None when the answer is colocated or its fleet has a colocated plan at the target."""
-    fleet = next(f for f in fleets if f.fleet == chosen.fleet)
-    if chosen.mode == "colocated" or fleet.colocated.best is not None or request.objective == "goodput":
+    item = _fallback_item(request, chosen, fleets)
+    if item is None:
         return None
-    strongest = replace(request, objective=Objective.GOODPUT, target_rps=None)
-    found = searches.run(fleet.fleet, "colocated", "high", strongest)
+    found = searches.run(*item)
     return found if found.best is not None and found.best.verification.passed else None
 
 
-def narrow_baseline(request: PlanRequest, chosen: SearchResult, candidates: tuple[Candidate, ...],
-                    verifier: Verifier) -> SearchResult | None:
+def narrow_baseline(request: PlanRequest, chosen: SearchResult, narrow: Searches) -> SearchResult | None:
     """When the answer runs a shape with attention DP or EP: the best verified plan of TP × PP
-    shapes alone over every fleet, in the mode asked for, so the report can say what going wide
-    saves. None when the answer is TP × PP already; a search without a plan when none passes."""
-    if not any(c.is_wide for c in chosen.best.solution.replicas):
+    shapes alone over every fleet, in the mode asked for (``narrow`` searches those shapes only), so
+    the report can say what going wide saves. None when the answer is TP × PP already; a search
+    without a plan when none passes."""
+    if not _is_wide(chosen):
         return None
-    narrow = tuple(c for c in candidates if not c.is_wide)
-    searches = Searches(request, narrow, verifier)
-    results = [r for f in request.fleets for r in searches.fleet(f).searches(request.mode)]
+    results = [r for f in request.fleets for r in narrow.fleet(f).searches(request.mode)]
     found = pick(results, request.objective)
     if found.best is None and not found.tried and request.target_rps is not None:
-        needed = gpus_needed(request, narrow)
+        needed = gpus_needed(request, narrow.candidates)
         if needed is not None:
             found = replace(found, reason=f"{found.reason or 'no plan passed'}; TP x PP shapes alone would need "
                                           f"{needed} GPUs for {request.target_rps:g} req/s (integer program, "
