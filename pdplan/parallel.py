@@ -7,6 +7,10 @@ fleet's verified searches (one per mode and node affinity) are independent of on
 opens the result cache folder the run uses (writes are atomic, so two workers never tear an
 entry), and its cache hits and misses are added to the run's. Results come back in the order of
 the items, so the answer does not depend on the number of jobs or on which worker finishes first.
+
+Starting a worker costs seconds (a fresh interpreter imports pdplan, numba's kernels, OR-Tools and
+SciPy), so a run of several such stages opens :func:`shared_workers` once: every
+:func:`run_each` inside it sends its items to the same processes.
 """
 
 from __future__ import annotations
@@ -15,7 +19,8 @@ import multiprocessing
 import os
 import signal
 from concurrent.futures import ProcessPoolExecutor
-from typing import Callable, Sequence, TypeVar
+from contextlib import contextmanager
+from typing import Callable, Iterator, Sequence, TypeVar
 
 from pdplan.cache import ResultCache
 
@@ -31,12 +36,38 @@ def available_cpus() -> int:
         return os.cpu_count() or 1
 
 
+#: The worker pool of the innermost :func:`shared_workers` (None outside one), its size, and the
+#: child processes there were before it (its own are the others).
+_shared: tuple[ProcessPoolExecutor, int, set] | None = None
+
+
+@contextmanager
+def shared_workers(jobs: int) -> Iterator[None]:
+    """Within this block, :func:`run_each` with ``jobs`` above 1 runs on one pool of ``jobs``
+    processes, started when first needed and stopped when the block ends."""
+    global _shared
+    outer = _shared
+    _shared = None if jobs <= 1 else (_new_pool(jobs), jobs, set(multiprocessing.active_children()))
+    try:
+        yield
+    finally:
+        if _shared is not None:
+            _shared[0].shutdown()
+        _shared = outer
+
+
+def _new_pool(jobs: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_ignore_interrupts)
+
+
 def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: int, cache: ResultCache,
              on_start: Callable[[int], None] | None = None) -> list[R]:
     """``[work(item, cache=cache) for item in items]``, on ``jobs`` processes when there are several
-    items. ``work`` must pickle (a module-level function, or a ``functools.partial`` of one);
-    ``on_start(i)`` reports progress: before item i runs in one process, as its result arrives
-    with several."""
+    items (those of :func:`shared_workers` when it has that many). ``work`` must pickle (a
+    module-level function, or a ``functools.partial`` of one); ``on_start(i)`` reports progress:
+    before item i runs in one process, as its result arrives with several."""
+    global _shared
     if jobs <= 1 or len(items) <= 1:
         results = []
         for i, item in enumerate(items):
@@ -46,9 +77,9 @@ def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: i
         return results
     tasks = [(work, item, str(cache.folder), cache.enabled) for item in items]
     results = []
-    before = set(multiprocessing.active_children())
-    pool = ProcessPoolExecutor(max_workers=min(jobs, len(items)), mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_ignore_interrupts)
+    shared = _shared is not None and _shared[1] == jobs
+    before = _shared[2] if shared else set(multiprocessing.active_children())
+    pool = _shared[0] if shared else _new_pool(min(jobs, len(items)))
     try:
         for i, (result, hits, misses) in enumerate(pool.map(_in_worker, tasks)):
             if on_start is not None:
@@ -58,10 +89,16 @@ def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: i
             results.append(result)
     except BaseException:  # an error or Ctrl-C: stop the workers now rather than after their queue
         pool.shutdown(wait=False, cancel_futures=True)
-        for worker in set(multiprocessing.active_children()) - before:
+        workers = set(multiprocessing.active_children()) - before
+        for worker in workers:
             worker.terminate()
+        for worker in workers:
+            worker.join(timeout=5)
+        if shared:  # the block goes on without it: later stages start a pool of their own
+            _shared = None
         raise
-    pool.shutdown()
+    if not shared:
+        pool.shutdown()
     return results
 
 

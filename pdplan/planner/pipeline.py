@@ -20,7 +20,7 @@ from pdplan.engines import pair_refusal
 from pdplan.errors import InfeasibleError, PdplanError
 from pdplan.goodput import Search
 from pdplan.hardware import Cluster
-from pdplan.parallel import run_each
+from pdplan.parallel import run_each, shared_workers
 from pdplan.placement import Candidate, Fleet, Problem, solve
 from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import Measured, Progress, measure, pool_candidates
@@ -291,7 +291,13 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
     """Run the whole pipeline. No plan at all (the program is infeasible everywhere) raises
     InfeasibleError naming why; plans that all miss end to end give a report without an answer.
     ``headroom`` False skips the answer's own goodput bisection (``end_to_end`` is then None
-    unless the search measured it), for callers that read only the verdicts."""
+    unless the search measured it), for callers that read only the verdicts. Its stages share
+    one pool of ``request.jobs`` worker processes."""
+    with shared_workers(request.jobs):
+        return _optimize(request, cache=cache, progress=progress, headroom=headroom)
+
+
+def _optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | None, headroom: bool) -> PlanReport:
     measured, rejected = measure(request, cache, progress)
     candidates = pool_candidates(request, measured, cache, progress)
     verifier = Verifier(request, {m.profile.key: m.profile for m in measured}, cache)
