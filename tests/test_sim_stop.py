@@ -11,9 +11,11 @@ import pdplan.goodput as goodput
 from pdplan.errors import InternalError
 from pdplan.goodput import Probe, SearchSettings, instance_goodput, miss_stop, per_request_clocks
 from pdplan.sim import MissStop, simulate_pool
+from pdplan.sim.engine import run as run_layout
+from pdplan.sim.layout import as_requests, layout_from_plan
 from pdplan.slo import SLO, Objective, attainment, miss_budget
 from pdplan.workload import Workload
-from tests.test_sim_system import assert_same, profile, random_trace
+from tests.test_sim_system import MODEL, PROFILES, assert_same, profile, random_trace, two_by_two
 
 POOL = profile("a100-80gb", kv=60_000)
 KINDS = [("prefill", None, None), ("decode", None, None), ("colocated", "prefill-first", None),
@@ -107,6 +109,12 @@ def test_a_stop_on_each_clock_takes_the_objective_allowing_the_fewest_misses():
                           Objective(metric="e2e", threshold_s=9.0, attainment=0.99)))
     assert miss_stop(slo, 1000) == MissStop(ttft_s=2.0, ttft_misses=100)
     assert miss_stop(SLO(objectives=(Objective(metric="e2e", threshold_s=9.0, attainment=0.9),)), 1000) is None
+
+
+def test_a_whole_plan_is_never_stopped_early():
+    layout = layout_from_plan(two_by_two(), PROFILES, MODEL)
+    with pytest.raises(InternalError, match="one pool"):
+        run_layout(layout, as_requests(random_trace(1)), stop=MissStop(ttft_s=1.0, ttft_misses=0))
 
 
 def test_a_stop_with_a_negative_allowance_is_refused():
