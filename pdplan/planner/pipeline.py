@@ -337,17 +337,17 @@ def after_the_answer(request: PlanRequest, chosen: SearchResult, fleets: list[Fl
     :meth:`Searches.run` finds them done: each is independent of the others, so the results are
     the ones the serial order computes."""
     verifier, best = searches.verifier, chosen.best
-    if request.jobs <= 1:
-        return verifier.goodput(best.plan, mode=chosen.mode, start_rps=best.verification.rate_rps)
-    jobs = [partial(_headroom_in_worker, request, verifier.profiles, best.plan, chosen.mode,
-                    best.verification.rate_rps)]
     narrow_items = [item for f in request.fleets for item in narrow.wanted(f)] if _is_wide(chosen) else []
     fallback = _fallback_item(request, chosen, fleets)
     owners = []  # (the Searches a job's result belongs to, its key)
+    jobs = [partial(_headroom_in_worker, request, verifier.profiles, best.plan, chosen.mode,
+                    best.verification.rate_rps)]
     for owner, items in ((narrow, narrow_items), (searches, [fallback] if fallback is not None else [])):
         for key, item in owner.pending(items):
             owners.append((owner, key))
             jobs.append(owner.job(item))
+    if request.jobs <= 1 or not owners:  # nothing to run beside it: here, with this verifier's memory
+        return verifier.goodput(best.plan, mode=chosen.mode, start_rps=best.verification.rate_rps)
     found = run_each(_call, jobs, jobs=request.jobs, cache=verifier.cache)
     for (owner, key), (result, simulations) in zip(owners, found[1:]):
         owner.adopt(key, result)
