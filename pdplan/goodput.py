@@ -292,10 +292,9 @@ def miss_stop(slo: SLO, requests: int) -> MissStop | None:
     when no miss could settle one."""
     parts = {}
     for metric in ("ttft", "tpot"):
-        budgets = [(miss_budget(requests, o.attainment), o.threshold_s) for o in slo.objectives
-                   if o.metric == metric and miss_budget(requests, o.attainment) < requests]
-        if budgets:
-            misses, threshold = min(budgets)
+        budgets = [(miss_budget(requests, o.attainment), o.threshold_s) for o in slo.objectives if o.metric == metric]
+        misses, threshold = min(budgets, default=(requests, None))
+        if misses < requests:
             parts |= {f"{metric}_s": threshold, f"{metric}_misses": misses}
     return MissStop(**parts) if parts else None
 

@@ -10,6 +10,7 @@ from test_placement import packs
 from pdplan.errors import InfeasibleError
 from pdplan.hardware import Cluster, NodeType, get_gpu
 from pdplan.placement import Candidate, Problem, solve
+from pdplan.placement.model import node_patterns
 
 GIB = 2**30
 
@@ -81,7 +82,6 @@ def test_a_dep72_decode_instance_fills_one_nvl72_rack_and_its_prefill_takes_the_
 @pytest.mark.parametrize("sizes,count", [((72,), 1), ((8, 72), 2), ((32, 72), 2), ((8, 16, 32), 9), ((1, 72), 2)])
 def test_an_nvl72_node_has_every_maximal_filling_of_its_72_gpus(sizes, count):
     """Brute force over the counts of each size: the fillings with no room left for the smallest group."""
-    from pdplan.placement.model import node_patterns
     ranges = [range(72 // s + 1) for s in sizes]
     brute = [dict(zip(sizes, k)) for k in itertools.product(*ranges)
              if any(k) and 72 - min(sizes) < sum(a * b for a, b in zip(sizes, k)) <= 72]

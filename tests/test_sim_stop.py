@@ -117,6 +117,11 @@ def test_a_whole_plan_is_never_stopped_early():
         run_layout(layout, as_requests(random_trace(1)), stop=MissStop(ttft_s=1.0, ttft_misses=0))
 
 
+def test_a_closed_loop_is_never_stopped_early():
+    with pytest.raises(InternalError, match="closed loops"):
+        simulate_pool(random_trace(1), POOL, phase="prefill", concurrency=4, stop=MissStop(ttft_s=1.0, ttft_misses=0))
+
+
 def test_a_stop_with_a_negative_allowance_is_refused():
     with pytest.raises(InternalError):
         MissStop(ttft_s=1.0, ttft_misses=-1)

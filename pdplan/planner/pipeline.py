@@ -213,12 +213,11 @@ class Searches:
         todo = self.pending(wanted)
         if self.request.jobs <= 1 or len(todo) <= 1:
             return
-        verifier = self.verifier
-        found = run_each(partial(_search_in_worker, self.candidates, verifier.profiles), [item for _, item in todo],
-                         jobs=self.request.jobs, cache=verifier.cache)
+        found = run_each(_call, [self.job(item) for _, item in todo], jobs=self.request.jobs,
+                         cache=self.verifier.cache)
         for (key, _), (result, simulations) in zip(todo, found):
-            self._done[key] = result
-            verifier.simulations += simulations
+            self.adopt(key, result)
+            self.verifier.simulations += simulations
 
     def pending(self, wanted: list[tuple]) -> list[tuple[tuple, tuple]]:
         """(key, item) of each search in ``wanted`` not done yet, once each."""
@@ -338,23 +337,20 @@ def after_the_answer(request: PlanRequest, chosen: SearchResult, fleets: list[Fl
     the ones the serial order computes."""
     verifier, best = searches.verifier, chosen.best
     narrow_items = [item for f in request.fleets for item in narrow.wanted(f)] if _is_wide(chosen) else []
-    fallback = _fallback_item(request, chosen, fleets)
-    owners = []  # (the Searches a job's result belongs to, its key)
-    jobs = [partial(_headroom_in_worker, request, verifier.profiles, best.plan, chosen.mode,
-                    best.verification.rate_rps)]
-    for owner, items in ((narrow, narrow_items), (searches, [fallback] if fallback is not None else [])):
-        for key, item in owner.pending(items):
-            owners.append((owner, key))
-            jobs.append(owner.job(item))
-    if request.jobs <= 1 or not owners:  # nothing to run beside it: here, with this verifier's memory
+    fallback_items = [item for item in [_fallback_item(request, chosen, fleets)] if item is not None]
+    beside = [(owner, key, item) for owner, items in ((narrow, narrow_items), (searches, fallback_items))
+              for key, item in owner.pending(items)]
+    if request.jobs <= 1 or not beside:  # nothing to run beside it: here, with this verifier's memory
         return verifier.goodput(best.plan, mode=chosen.mode, start_rps=best.verification.rate_rps)
-    found = run_each(_call, jobs, jobs=request.jobs, cache=verifier.cache)
-    for (owner, key), (result, simulations) in zip(owners, found[1:]):
+    headroom = partial(_headroom_in_worker, request, verifier.profiles, best.plan, chosen.mode,
+                       best.verification.rate_rps)
+    (end_to_end, simulations), *found = run_each(_call, [headroom] + [owner.job(item) for owner, _, item in beside],
+                                                 jobs=request.jobs, cache=verifier.cache)
+    verifier.simulations += simulations
+    for (owner, key, _), (result, simulations) in zip(beside, found):
         owner.adopt(key, result)
         verifier.simulations += simulations
-    headroom, simulations = found[0]
-    verifier.simulations += simulations
-    return headroom
+    return end_to_end
 
 
 def _is_wide(chosen: SearchResult) -> bool:

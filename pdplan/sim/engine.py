@@ -150,8 +150,10 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
     if concurrency is not None and not (isinstance(concurrency, int) and 1 <= concurrency <= limits.MAX_CONCURRENCY):
         raise PdplanError(f"concurrency must be an integer in [1, {limits.MAX_CONCURRENCY:,}], got {concurrency!r}",
                           field="concurrency")
-    if stop is not None and layout.mode == "disaggregated":  # routing ahead of time has no "before the stop"
-        raise InternalError("a stop ends runs of one pool (its probes), not of whole plans")
+    # A whole plan routes ahead of time, and a closed loop's finish releases an arrival at its own
+    # instant: neither has records that end cleanly before the stopping arrival.
+    if stop is not None and (layout.mode == "disaggregated" or concurrency is not None):
+        raise InternalError("a stop ends open-loop runs of one pool (its probes), not whole plans or closed loops")
     failures = transfer_failures(layout, len(requests), seed)
     if engine == "fast":
         raw, busy, links, events, stopped = run_fast(layout, requests, concurrency or 0, failures, stop)

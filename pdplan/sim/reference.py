@@ -540,10 +540,10 @@ class _Stop:
     def guard(self, arrive):
         """``arrive``, unless the misses so far settle the run: then nothing more runs."""
         def arriving(r):
-            if self.stopped < 0 and self._settled(r):
+            if self._settled(r):
                 self.stopped = r
-                self.env.stop()
-            if self.stopped < 0:
+                self.env.stop()  # nothing runs after this arrival, which is not taken either
+            else:
                 arrive(r)
         return arriving
 
