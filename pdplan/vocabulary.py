@@ -65,6 +65,24 @@ class FailurePolicy(StrEnum):
     RETRY = "retry"
 
 
+class Router(StrEnum):
+    """How the router picks a prefill instance: fewest pending prompt tokens (Splitwise's join the
+    shortest queue), in turn, or by the queue and the recompute the instance's prefix cache saves
+    (cache-aware: Mooncake's conductor, SGLang's router, llm-d's prefix scorer)."""
+
+    CACHE_AWARE = "cache-aware"
+    LEAST_LOADED = "least-loaded"
+    ROUND_ROBIN = "round-robin"
+
+
+class CacheMedium(StrEnum):
+    """Where a prefill instance's second prefix-cache tier sits: the node's host memory (LMCache's
+    CPU offload, vLLM's KV offloading) or a remote store (Mooncake Store, LMCache's remote backend)."""
+
+    HOST = "host"
+    REMOTE = "remote"
+
+
 class TransferSchedule(StrEnum):
     """When KV moves: layer by layer as prefill runs, or the whole request after it."""
 

@@ -76,8 +76,16 @@ BAD = [
      "pools of a disaggregated plan need at least one prefill and one decode pool"),
     ("link-to-unknown-pool", GOOD + "links:\n  - {from: prefill, to: decoder, bandwidth_gb_s: 10}\n", 20,
      "links[0].to must name a decode or mixed pool of this plan, got 'decoder'"),
-    ("cache-on-prefill", GOOD.replace("    replicas: 2\n", "    replicas: 2\n    prefix_cache_blocks: 10\n"), 14,
-     "pools[0].prefix_cache_blocks applies only to decode pools"),
+    ("tier-on-decode", GOOD + "    cache_tier: {medium: host, blocks: 10, bandwidth_gb_s: 5}\n", 19,
+     "pools[1].cache_tier applies only to prefill pools"),
+    ("tier-without-bandwidth", GOOD.replace("    replicas: 2\n", "    replicas: 2\n    cache_tier: {medium: host, "
+                                            "blocks: 10}\n"), 14,
+     "missing required field pools[0].cache_tier.bandwidth_gb_s"),
+    ("negative-cache", GOOD.replace("    replicas: 2\n", "    replicas: 2\n    prefix_cache_blocks: -1\n"), 14,
+     "pools[0].prefix_cache_blocks must be >= 0"),
+    ("text-cache", GOOD.replace("    replicas: 2\n", "    replicas: 2\n    prefix_cache_blocks: lots\n"), 14,
+     "pools[0].prefix_cache_blocks must be an integer"),
+    ("unknown-router", GOOD + "router: fastest\n", 19, "router must be one of cache-aware, least-loaded, round-robin"),
     ("chunked-without-chunk", "pdplan_plan: 1\npools:\n  - {name: c, phase: colocated, model: m, gpu: g, "
      "policy: chunked}\n", 3, "missing required field pools[0].chunk_tokens"),
     ("colocated-with-link", "pdplan_plan: 1\ndefault_link: {bandwidth_gb_s: 1}\npools:\n  - {name: c, "

@@ -129,10 +129,13 @@ class PhaseProfile(ModelShape):
         if self.kv_capacity_tokens < 1 or self.max_prefill_batch_tokens < 1:
             raise InternalError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
 
-    def prefill_time_s(self, prompt_lengths: Sequence[int]) -> float:
-        """Seconds for one prefill batch of these prompts."""
+    def prefill_time_s(self, prompt_lengths: Sequence[int], cached: Sequence[int] | None = None) -> float:
+        """Seconds for one prefill batch of these prompts; with ``cached``, each prompt's leading
+        tokens a prefix cache held: only the rest are computed (l − c tokens), attending to the
+        whole prompt (l² − c² causal pairs, as a chunk after c)."""
         lengths = np.asarray(prompt_lengths, dtype=float)
-        x = np.array([[1.0, lengths.sum(), (lengths**2).sum()]])
+        held = np.zeros_like(lengths) if cached is None else np.asarray(cached, dtype=float)
+        x = np.array([[1.0, (lengths - held).sum(), (lengths**2 - held**2).sum()]])
         return float(self.prefill.evaluate(x, np.array([len(lengths)]))[0])
 
     def decode_step_s(self, batch_size: int, context_tokens: int) -> float:

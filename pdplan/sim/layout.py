@@ -17,7 +17,8 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.modelspec import ModelSpec
-from pdplan.sim.plan import Plan, resolve_pools
+from pdplan.sim.plan import CacheTier, Plan, resolve_pools
+from pdplan.vocabulary import Router
 from pdplan.workload import rescaled_arrivals
 
 # --- requests ------------------------------------------------------------------------------------
@@ -108,7 +109,9 @@ class Layout:
     pool_slot: tuple[int, ...]              #: index of the instance's pool among its phase's pools
     policy: tuple[str | None, ...]          #: colocated policy per instance
     chunk_tokens: tuple[int, ...]           #: chunked budget per instance (0 if none)
-    cache_blocks: tuple[int | None, ...]    #: prefix LRU capacity per decode instance (None: derive)
+    cache_blocks: tuple[int | None, ...]    #: prefix LRU capacity in HBM per instance (None: derive)
+    #: per instance, its second prefix-cache tier (prefill instances only; None: none)
+    cache_tier: tuple[CacheTier | None, ...] = ()
     batch_tokens: tuple[int, ...]           #: FCFS prefill batch cap per instance
     link_bandwidth: np.ndarray              #: bytes/s [prefill pool slot, decode pool slot]
     link_setup: np.ndarray                  #: seconds [prefill pool slot, decode pool slot]
@@ -123,6 +126,11 @@ class Layout:
     availability: tuple[tuple[tuple[float, float], ...], ...] | None = None
     spill_tokens: int = 0                   #: mixed pool: prefill queue (pending tokens) above which arrivals spill
     kv_share: float = 1.0                   #: mixed pool: decode KV share above which decodes spill
+    router: str = Router.LEAST_LOADED       #: how an arrival picks its prefill instance
+
+    def tier(self, i: int) -> CacheTier | None:
+        """Instance i's second prefix-cache tier, if it has one."""
+        return self.cache_tier[i] if self.cache_tier else None
 
     def ids(self, phase: str) -> np.ndarray:
         return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
@@ -131,7 +139,7 @@ class Layout:
 def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
-    labels, phases, profs, slots, policies, chunks, caches, caps = [], [], [], [], [], [], [], []
+    labels, phases, profs, slots, policies, chunks, caches, tiers, caps = [], [], [], [], [], [], [], [], []
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # the link matrix's columns
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -151,6 +159,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             policies.append(pool.policy)
             chunks.append(pool.chunk_tokens or 0)
             caches.append(pool.prefix_cache_blocks)
+            tiers.append(pool.cache_tier)
             caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
     pre, dec = plan.pools_of("prefill"), receivers
     bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
@@ -171,12 +180,13 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     return Layout(mode="colocated" if plan.colocated else "disaggregated", labels=tuple(labels),
                   phases=tuple(phases), profiles=tuple(profs), pool_slot=tuple(slots),
                   policy=tuple(policies), chunk_tokens=tuple(chunks), cache_blocks=tuple(caches),
-                  batch_tokens=tuple(caps), link_bandwidth=bandwidth, link_setup=setup, schedule=plan.transfer_schedule,
+                  cache_tier=tuple(tiers), batch_tokens=tuple(caps), link_bandwidth=bandwidth, link_setup=setup,
+                  schedule=plan.transfer_schedule,
                   layers=model.layers if model is not None else 1,
                   kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0,
                   block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
-                  kv_share=plan.kv_share)
+                  kv_share=plan.kv_share, router=plan.router)
 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
@@ -217,11 +227,14 @@ def prefix_block_tokens(layout: Layout, requests: Requests) -> int:
     return requests.block_tokens or layout.block_tokens or 0
 
 
-def cache_capacities(layout: Layout, requests: Requests) -> list[int]:
-    """Prefix-LRU capacity (blocks) of each decode instance, in decode order."""
+def cache_capacities(layout: Layout, requests: Requests, phase: str = "decode") -> list[int]:
+    """Prefix-LRU capacity in HBM (blocks) of each instance of ``phase`` (prefill or decode), in
+    layout order: the stated one, else the instance's KV capacity in blocks (an engine's prefix
+    cache is the free part of its KV pool: vLLM's automatic prefix caching and SGLang's radix cache
+    keep finished requests' blocks there until the space is needed)."""
     block = prefix_block_tokens(layout, requests)
     caps = []
-    for i in layout.ids("decode"):
+    for i in layout.ids(phase):
         stated = layout.cache_blocks[i]
         if stated is not None:
             caps.append(stated)

@@ -9,6 +9,9 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
 
     pdplan_plan: 1                 # format version
     name: llama2-70b 2P+2D         # optional label
+    router: least-loaded           # optional, how arrivals pick a prefill instance: least-loaded
+                                   # (fewest pending prompt tokens; default) | round-robin |
+                                   # cache-aware (queue + the prefill its prefix cache leaves)
     transfer:                      # optional; disaggregated plans only
       schedule: request            # request (after the whole prefill) | layer (per-layer streaming)
       block_tokens: 512            # optional: prefix-hash block size; must match the workload's
@@ -43,14 +46,21 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         # is tp × dp × pp GPUs, as the engines count them.
         max_prefill_batch_tokens: 2048   # optional (prefill, prefill-first): FCFS batch cap in
                                    # prompt tokens; default and upper bound: the profile's
+        prefix_cache_blocks: 8192  # optional: the prefill instance's prefix cache in HBM (LRU of
+                                   # prefix blocks; a hit skips their prefill); default its KV
+                                   # capacity in blocks; 0 turns it off
+        cache_tier:                # optional, prefill only: a second tier under HBM
+          medium: host             # host (host memory) | remote (a store across the network)
+          blocks: 65536            # its capacity in prefix blocks
+          bandwidth_gb_s: 50       # GB/s a hit there loads at (required)
       - name: decode
         phase: decode
         model: llama2-70b
         gpu: a100-80gb
         tp: 4
         replicas: 2
-        prefix_cache_blocks: 4096  # optional, decode only: LRU of prefix blocks seen; default
-                                   # kv_capacity_tokens // block_tokens; 0 turns it off
+        prefix_cache_blocks: 4096  # optional: LRU of prefix blocks seen (a block held is not
+                                   # sent); default kv_capacity_tokens // block_tokens; 0: off
       # colocated pools add:  policy: prefill-first | chunked;  chunk_tokens: 512 (chunked only)
       # mixed pools (Splitwise's: machines that take both phases in a disaggregated plan) add
       # policy: chunked and chunk_tokens, and the plan may say when work spills to them:
@@ -80,7 +90,7 @@ from pdplan.modelcatalog import get_model
 from pdplan.modelspec import ModelSpec, expert_placement_rejection
 from pdplan.schema import Fields
 from pdplan.shape import InstanceShape, shape_key, shape_label
-from pdplan.vocabulary import FailurePolicy, Phase, Policy, TransferSchedule
+from pdplan.vocabulary import CacheMedium, FailurePolicy, Phase, Policy, Router, TransferSchedule
 
 FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
@@ -89,6 +99,8 @@ MAX_REPLICAS = 10_000
 #: Attention data-parallel ranks one instance may have: several times the widest published unit
 #: (DeepSeek's decode instances of 18 nodes, EP144; issue 22), and each rank costs simulator memory.
 MAX_DP_RANKS = 1_024
+#: Prefix blocks one cache tier may hold (the simulator's block ids are 32-bit).
+MAX_CACHE_BLOCKS = 2**31 - 1
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
 #: shortest prefill queue (Splitwise's prompt batching threshold)...
@@ -98,10 +110,31 @@ DEFAULT_KV_SHARE = 1.0
 POLICIES = tuple(Policy)
 SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
+ROUTERS = tuple(Router)
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
 MAX_ROUTE_S = 10.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class CacheTier:
+    """A prefill instance's second prefix-cache tier, under its HBM: blocks evicted from HBM move
+    here (most recent first) and a hit here is loaded back at ``bandwidth_bytes_per_s`` before the
+    prefill runs; what this tier evicts is gone (an exclusive two-level LRU, as LMCache's CPU
+    offload and Mooncake Store keep blocks)."""
+
+    medium: str                         #: "host" or "remote"
+    blocks: int                         #: capacity in prefix blocks
+    bandwidth_bytes_per_s: float        #: how fast a hit loads into HBM
+
+    def __post_init__(self):
+        if self.medium not in tuple(CacheMedium):
+            raise PdplanError(f"cache tier medium must be one of {', '.join(CacheMedium)}", field="cache_tier.medium")
+        if self.blocks < 0:
+            raise PdplanError("cache tier blocks must be >= 0", field="cache_tier.blocks")
+        if not self.bandwidth_bytes_per_s > 0:
+            raise PdplanError("cache tier bandwidth must be > 0", field="cache_tier.bandwidth_gb_s")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +148,8 @@ class Pool(InstanceShape):
     replicas: int = 1                   #: identical instances
     policy: str | None = None           #: colocated only: "prefill-first" or "chunked"
     chunk_tokens: int | None = None     #: chunked only: tokens per iteration (decodes count one each)
-    prefix_cache_blocks: int | None = None  #: decode only: prefix-LRU size; None = derived
+    prefix_cache_blocks: int | None = None  #: prefill / decode: prefix-LRU size in HBM; None = derived
+    cache_tier: CacheTier | None = None     #: prefill only: a second prefix-cache tier
     max_prefill_batch_tokens: int | None = None  #: prefill / prefill-first batch cap; None = the
     #: profile's (a plan may lower it, e.g. to Splitwise's 2048, never raise it)
     redundant_experts: int = 0          #: extra routed-expert replicas over the EP ranks (SGLang
@@ -151,10 +185,12 @@ class Pool(InstanceShape):
             if self.max_prefill_batch_tokens < 1:
                 raise fail("max_prefill_batch_tokens", "max_prefill_batch_tokens must be >= 1")
         if self.prefix_cache_blocks is not None:
-            if self.phase != "decode":
-                raise fail("prefix_cache_blocks", "prefix_cache_blocks applies to decode pools")
+            if self.phase not in ("prefill", "decode"):
+                raise fail("prefix_cache_blocks", "prefix_cache_blocks applies to prefill and decode pools")
             if self.prefix_cache_blocks < 0:
                 raise fail("prefix_cache_blocks", "prefix_cache_blocks must be >= 0")
+        if self.cache_tier is not None and self.phase != "prefill":
+            raise fail("cache_tier", "cache_tier applies to prefill pools")
 
     @property
     def shape(self) -> tuple:
@@ -205,6 +241,7 @@ class Plan:
     route_s: float = 0.0                #: the router's hop from prefill to decode
     spill_tokens: int = DEFAULT_SPILL_TOKENS  #: mixed pool: prefill queue above which arrivals spill to it
     kv_share: float = DEFAULT_KV_SHARE        #: mixed pool: decode KV share above which decodes spill
+    router: str = Router.LEAST_LOADED   #: how an arrival picks its prefill instance
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -240,6 +277,8 @@ class Plan:
             raise fail("spill_tokens", "spill_tokens must be >= 0")
         if not 0 < self.kv_share <= 1:
             raise fail("kv_share", "kv_share must be in (0, 1]")
+        if self.router not in ROUTERS:
+            raise fail("router", f"router must be one of {', '.join(ROUTERS)}")
 
     @property
     def colocated(self) -> bool:
@@ -326,10 +365,11 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
 
 # --- file ----------------------------------------------------------------------------------------
 
-_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed"}
+_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed", "router"}
 _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
-                "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens"}
+                "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens"}
+_TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
 
@@ -354,10 +394,15 @@ def _pool(spec: Fields) -> Pool:
             if spec.has(key):
                 raise spec.fail(key, "applies only to colocated and mixed pools", spec.data[key])
     if spec.has("prefix_cache_blocks"):
-        if phase != "decode":
-            raise spec.fail("prefix_cache_blocks", "applies only to decode pools",
+        if phase not in ("prefill", "decode"):
+            raise spec.fail("prefix_cache_blocks", "applies only to prefill and decode pools",
                             spec.data["prefix_cache_blocks"])
-        cache_blocks = spec.integer("prefix_cache_blocks", minimum=0, maximum=2**31 - 1)
+        cache_blocks = spec.integer("prefix_cache_blocks", minimum=0, maximum=MAX_CACHE_BLOCKS)
+    tier = None
+    if spec.has("cache_tier"):
+        if phase != "prefill":
+            raise spec.fail("cache_tier", "applies only to prefill pools", show_value=False)
+        tier = _cache_tier(spec.mapping("cache_tier"))
     batch_cap = None
     if spec.has("max_prefill_batch_tokens"):
         if phase == "decode" or policy == "chunked":
@@ -372,8 +417,15 @@ def _pool(spec: Fields) -> Pool:
                 ep=spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS),
                 redundant_experts=spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS),
                 replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
-                policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks,
+                policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks, cache_tier=tier,
                 max_prefill_batch_tokens=batch_cap)
+
+
+def _cache_tier(spec: Fields) -> CacheTier:
+    spec.reject_unknown(_TIER_FIELDS)
+    return CacheTier(medium=spec.string("medium", choices=list(CacheMedium)),
+                     blocks=spec.integer("blocks", minimum=0, maximum=MAX_CACHE_BLOCKS),
+                     bandwidth_bytes_per_s=spec.bandwidth_gb_s("bandwidth_gb_s") * GB)
 
 
 def load_plan(path: str | Path) -> Plan:
@@ -473,6 +525,11 @@ def parse_plan(data, path: str | Path) -> Plan:
             timing["compose"] = spec.data["compose"]
         if spec.data.get("speculative") is not None:
             timing["speculative"] = speculative_from_fields(spec.mapping("speculative"))
+    if top.has("router"):
+        if colocated:
+            raise top.fail("router", "applies only to disaggregated plans (it picks a prefill instance)",
+                           show_value=False)
+        faults["router"] = top.string("router", choices=list(ROUTERS))
     return Plan(pools=tuple(pools), links=tuple(links), default_link=default_link,
                 transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path), **faults,
                 **timing)
@@ -501,6 +558,8 @@ def plan_to_dict(plan: Plan) -> dict:
             doc["transfer"] |= {"failure_rate": plan.failure_rate, "failure_policy": plan.failure_policy}
         if plan.route_s > 0:
             doc["transfer"]["route_ms"] = plan.route_s * 1e3
+        if plan.router != Router.LEAST_LOADED:
+            doc["router"] = plan.router
         if plan.pools_of("mixed"):
             doc["mixed"] = {"prefill_queue_tokens": plan.spill_tokens, "decode_kv_share": plan.kv_share}
         if plan.default_link is not None:
@@ -510,7 +569,10 @@ def plan_to_dict(plan: Plan) -> dict:
     optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens")
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
                      **wide_fields(p.dp, p.ep, p.redundant_experts), "replicas": p.replicas,
-                     **{k: getattr(p, k) for k in optional if getattr(p, k) is not None}}
+                     **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},
+                     **({} if p.cache_tier is None else {"cache_tier": {
+                         "medium": p.cache_tier.medium, "blocks": p.cache_tier.blocks,
+                         "bandwidth_gb_s": p.cache_tier.bandwidth_bytes_per_s / GB}})}
                     for p in plan.pools]
     return doc
 

@@ -40,6 +40,44 @@ class _Records:
         self.released = lambda: None  # a request left the system (the closed loop's hook)
 
 
+class _PrefixCache:
+    """An instance's prefix blocks in LRU order: ``hbm`` blocks in HBM and ``tier`` more in a
+    second tier, exclusive (HBM's least recent move to the tier's front; the tier's are dropped)."""
+
+    def __init__(self, hbm: int, tier: int = 0):
+        self.hbm, self.tier, self.capacity = OrderedDict(), OrderedDict(), (hbm, tier)
+
+    def where(self, h: int) -> str | None:
+        return "hbm" if h in self.hbm else "tier" if h in self.tier else None
+
+    def touch(self, h: int) -> str | None:
+        """Block h becomes the most recent in HBM; returns where it was."""
+        where = self.where(h)
+        if where == "tier":
+            del self.tier[h]
+        self.hbm[h] = True
+        self.hbm.move_to_end(h)
+        while len(self.hbm) > self.capacity[0]:
+            old, _ = self.hbm.popitem(last=False)
+            if self.capacity[1] > 0:
+                self.tier[old] = True
+        while len(self.tier) > self.capacity[1]:
+            self.tier.popitem(last=False)
+        return where
+
+    def leading(self, blocks: list[int]) -> int:
+        """How many leading blocks it holds in a row (a hit ends at the first miss)."""
+        k = 0
+        while k < len(blocks) and self.where(blocks[k]) is not None:
+            k += 1
+        return k
+
+
+def _block_tokens(prompt: int, block: int, j: int, limit: int) -> int:
+    """Tokens of a prompt's block j before ``limit``."""
+    return max(0, min(block, min(prompt, limit) - j * block))
+
+
 class _Rank:
     """One attention data-parallel rank of an instance: its own batch and its own KV; one token
     per member per step. An instance without data parallelism has one rank."""
@@ -173,10 +211,16 @@ class _Disaggregated:
                     for k, i in enumerate(self.dids)]
         self.link_free = [0.0] * len(self.dids)
         self.link_busy = [0.0] * len(self.dids)
-        self.caches = [OrderedDict() for _ in self.dids]
         self.cache_caps = (cache_capacities(layout, req) + [0] * (len(self.dids) - self.n_dec)
                            if req.has_hashes and self.pids and self.dids else [0] * len(self.dids))
+        self.caches = [_PrefixCache(cap) for cap in self.cache_caps]
         self.block = req.block_tokens or 0
+        self.prefix = self._prefill_caches()
+        self.load_s = [0.0 if t is None else layout.kv_bytes_per_token / t.bandwidth_bytes_per_s
+                       for t in (layout.tier(i) for i in self.pids)]
+        self.rr = 0  # the round-robin router's next instance
+        self.cached = np.zeros(len(req), np.int64)  # prompt tokens the prefill cache held
+        self.loaded = np.zeros(len(req), np.int64)  # of those, loaded from its second tier
 
     # prefill ------------------------------------------------------------------------------------
     def arrive(self, r: int) -> None:
@@ -185,7 +229,7 @@ class _Disaggregated:
             self.rec.decode_instance[r] = d
             self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r)
             return
-        p = self._pick_prefill()
+        p = self._pick_prefill(r)
         if self.n_dec < len(self.dec) and self.pre[p]["pending"] > self.layout.spill_tokens:  # the queue it would join
             m = self._least_outstanding_mixed(r)
             if m is not None:  # the whole request runs on a mixed machine
@@ -201,15 +245,57 @@ class _Disaggregated:
         taking = [m for m in fits if _takes(self.layout, self.dids[m], self.env.now)]
         return min(taking or fits, key=lambda m: (self.dec[m].load, m), default=None)
 
-    def _pick_prefill(self) -> int:
-        """The prefill instance taking requests now with the fewest pending prompt tokens (ties →
-        lowest; none taking requests: any)."""
+    def _prefill_caches(self) -> list[_PrefixCache | None]:
+        """Each prefill instance's prefix cache (None: it has none, or the trace has no hashes)."""
+        if not (self.req.has_hashes and self.block and self.pids):
+            return [None] * len(self.pids)
+        caps = cache_capacities(self.layout, self.req, "prefill")
+        tiers = [self.layout.tier(i) for i in self.pids]
+        return [_PrefixCache(c, 0 if t is None else t.blocks) if c or (t is not None and t.blocks) else None
+                for c, t in zip(caps, tiers)]
+
+    def _blocks(self, r: int) -> list[int]:
+        return self.req.hash_values[self.req.hash_offsets[r]:self.req.hash_offsets[r + 1]].tolist()
+
+    def _pick_prefill(self, r: int) -> int:
+        """The router's prefill instance among those taking requests now (none taking: any):
+        least-loaded (fewest pending prompt tokens), round-robin (the next in turn) or cache-aware
+        (pending tokens + the prompt tokens its cache would leave to compute); ties → lowest."""
         taking = [i for i in range(len(self.pre)) if _takes(self.layout, self.pids[i], self.env.now)]
-        return min(taking or range(len(self.pre)), key=lambda i: (self.pre[i]["pending"], i))
+        among = taking or list(range(len(self.pre)))
+        if self.layout.router == "round-robin":
+            p = next((i for i in sorted(among, key=lambda i: (i - self.rr) % len(self.pre))))
+            self.rr = p + 1
+            return p
+        prompt = int(self.req.prompt_tokens[r])
+
+        def cost(i):
+            cache = self.prefix[i]
+            if self.layout.router != "cache-aware" or cache is None:
+                return self.pre[i]["pending"]
+            return self.pre[i]["pending"] + prompt - min(cache.leading(self._blocks(r)) * self.block, prompt - 1)
+        return min(among, key=lambda i: (cost(i), i))
+
+    def _reuse(self, r: int, p: int) -> None:
+        """Request r reaches prefill instance p: the leading blocks its cache holds are not computed
+        (at least one token is), those in the second tier are loaded; its blocks become the most
+        recent in HBM, in prompt order."""
+        cache = self.prefix[p]
+        self.cached[r] = self.loaded[r] = 0
+        if cache is None:
+            return
+        blocks, prompt = self._blocks(r), int(self.req.prompt_tokens[r])
+        k = cache.leading(blocks)
+        self.cached[r] = min(k * self.block, prompt - 1)
+        self.loaded[r] = sum(_block_tokens(prompt, self.block, j, self.cached[r])
+                             for j in range(k) if cache.where(blocks[j]) == "tier")
+        for h in blocks:
+            cache.touch(h)
 
     def _queue_prefill(self, r: int, p: int) -> None:
         inst = self.pre[p]
-        inst["pending"] += int(self.req.prompt_tokens[r])
+        self._reuse(r, p)
+        inst["pending"] += int(self.req.prompt_tokens[r] - self.cached[r])
         rank = pick_rank(inst["outstanding"])
         inst["queues"][rank].append(r)
         inst["outstanding"][rank] += 1
@@ -232,13 +318,14 @@ class _Disaggregated:
         for k, queue in enumerate(inst["queues"]):
             own, tokens = [], 0
             while queue:
-                length = int(self.req.prompt_tokens[queue[0]])
+                length = int(self.req.prompt_tokens[queue[0]] - self.cached[queue[0]])
                 if own and tokens + length > cap:
                     break
                 own.append(queue.popleft())
                 tokens += length
             if own:
-                times.append(inst["profile"].prefill_time_s(self.req.prompt_tokens[own]))
+                load = self.loaded[own].sum() * self.load_s[p]  # second-tier hits load first
+                times.append(inst["profile"].prefill_time_s(self.req.prompt_tokens[own], self.cached[own]) + load)
                 batch += [(r, k) for r in own]
         duration = _step_s(times)
         stages = len(inst["stage_free"])
@@ -260,7 +347,7 @@ class _Disaggregated:
 
     def _prefill_done(self, p: int, batch: list[int], start: float) -> None:
         for r, k in batch:
-            self.pre[p]["pending"] -= int(self.req.prompt_tokens[r])
+            self.pre[p]["pending"] -= int(self.req.prompt_tokens[r] - self.cached[r])
             self.pre[p]["outstanding"][k] -= 1
             if not self.dids:  # a prefill instance alone: the request ends here
                 self.rec.released()
@@ -302,17 +389,10 @@ class _Disaggregated:
         prompt = int(self.req.prompt_tokens[r])
         if self.cache_caps[d] == 0:
             return prompt
-        cache = self.caches[d]
-        blocks = self.req.hash_values[self.req.hash_offsets[r]:self.req.hash_offsets[r + 1]]
         missing = prompt
-        for b, h in enumerate(blocks.tolist()):
-            if h in cache:
-                cache.move_to_end(h)
-                missing -= max(0, min(self.block, prompt - b * self.block))
-            else:
-                cache[h] = True
-                if len(cache) > self.cache_caps[d]:
-                    cache.popitem(last=False)
+        for b, h in enumerate(self._blocks(r)):
+            if self.caches[d].touch(h) is not None:
+                missing -= _block_tokens(prompt, self.block, b, prompt)
         return missing
 
     def _book(self, r: int, p: int, start: float, end: float) -> None:
@@ -354,7 +434,7 @@ class _Disaggregated:
 
     def _failed(self, d: int, r: int) -> None:
         self.dec[d].load -= int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
-        self._queue_prefill(r, self._pick_prefill())
+        self._queue_prefill(r, self._pick_prefill(r))
 
 
 class _ColocatedInstance:
@@ -613,6 +693,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         busy[dids] = [d.busy_s for d in sim.dec]
         if len(pids) and len(dids):
             links = {layout.labels[i]: b for i, b in zip(dids, sim.link_busy)}
+        cached, loaded = sim.cached, sim.loaded
     raw = {
         "arrival_s": rec.arrival_s, "prompt_tokens": req.prompt_tokens,
         "output_tokens": req.output_tokens, "rejected": rejected,
@@ -622,6 +703,8 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         "transfer_bytes": rec.transfer_bytes, "first_token_s": rec.first_token_s,
         "finish_s": rec.finish_s,
     }
+    if layout.mode != "colocated":
+        raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = cached, loaded
     return raw, busy, links, env.events, -1 if guard is None else guard.stopped
 
 

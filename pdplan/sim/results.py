@@ -35,7 +35,7 @@ COLUMNS = (
     "decode_instance", "transfer_start_s", "transfer_end_s", "transfer_bytes",
     "first_token_s", "finish_s",
     "ttft_s", "tpot_s", "e2e_s", "prefill_queue_s", "exposed_transfer_s", "admission_wait_s",
-    "preemptions", "rejected", "transfer_failures",
+    "preemptions", "rejected", "transfer_failures", "prefill_cached_tokens", "prefill_loaded_tokens",
 )
 
 MODES = tuple(SimMode)
@@ -131,7 +131,9 @@ class SimResult:
              "utilization": {"instances": {label: fraction}, "links": {label: fraction}},
              "transfer": {"transfers", "bytes_total", "exposed_s_mean", "exposed_s_p99"},
              "admission_wait_s_mean", "preemptions", "events", "events_per_request",
-             "mixed": {"whole_requests", "decodes", "share"}}   # only with a mixed pool
+             "mixed": {"whole_requests", "decodes", "share"},   # only with a mixed pool
+             "prefix_cache": {"prompt_tokens", "cached_tokens", "loaded_tokens", "hit_rate"}}
+                                                            # only when a prefill cache hit
 
         Percentiles are over served requests (TPOT: those with more than one output token);
         ``None`` stands for a value that does not exist (JSON-safe). Attainment divides by all
@@ -177,7 +179,22 @@ class SimResult:
             "events": self.events,
             "events_per_request": self.events / n if n else None,
             **self._mixed(),
+            **self._prefix_cache(),
         }
+
+    def _prefix_cache(self) -> dict:
+        """Prompt tokens the prefill instances' prefix caches held (not computed), those loaded from
+        a second tier, and the hit rate over the prompt tokens that reached prefill; nothing when no
+        prompt hit."""
+        c = self.columns
+        cached = int(c["prefill_cached_tokens"].sum())
+        if cached == 0:
+            return {}
+        prefilled = (c["prefill_instance"] >= 0) & ~c["rejected"]
+        prompt = int(c["prompt_tokens"][prefilled].sum())
+        return {"prefix_cache": {"prompt_tokens": prompt, "cached_tokens": cached,
+                                 "loaded_tokens": int(c["prefill_loaded_tokens"].sum()),
+                                 "hit_rate": cached / prompt if prompt else None}}
 
     def _mixed(self) -> dict:
         """With a mixed pool: requests it ran whole (spilled at arrival) and decodes it took (spilled
@@ -213,5 +230,6 @@ def derive_columns(mode: str, raw: dict[str, np.ndarray]) -> dict[str, np.ndarra
             c["admission_wait_s"] = first - arrival
         else:
             c["admission_wait_s"] = np.full(arrival.size, np.nan)
-    c.setdefault("preemptions", np.zeros(arrival.size, np.int64))
+    for name in ("preemptions", "prefill_cached_tokens", "prefill_loaded_tokens"):
+        c.setdefault(name, np.zeros(arrival.size, np.int64))
     return {name: c[name] for name in COLUMNS}

@@ -21,15 +21,21 @@ from pdplan.sim.fast.fields import (
     P_CAP,
     P_DP,
     P_FREE_PENDING,
+    P_LRU_CAP,
+    P_LRU_HEAD,
     P_MODEL,
     P_PENDING,
     P_PP,
     P_RANK0,
+    P_TIER_CAP,
+    P_TIER_HEAD,
     Q_HEAD,
     Q_OUT,
     Q_TAIL,
+    R_CACHED,
     R_D_INST,
     R_FAILS,
+    R_LOADED,
     R_OUTPUT,
     R_P_INST,
     R_PROMPT,
@@ -40,15 +46,22 @@ from pdplan.sim.fast.fields import (
 )
 from pdplan.sim.fast.latency import latency_s
 from pdplan.sim.fast.links import book_transfer
+from pdplan.sim.fast.prefix import reuse
 from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefill
 
 
 @njit(cache=True)
-def _enqueue_prefill(rq, pi, pq, pf, ht, hi, hs, r, t, p):
+def _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_tokens, ht, hi, hs, r, t, p):
     """Queue request r at a rank of prefill instance p (fewest outstanding requests, ties to the
     lowest: :func:`pdplan.sim.fast.batch.pick_rank`'s rule); an idle first stage forms its batch
-    after every arrival at this instant."""
-    pi[P_PENDING, p] += rq[R_PROMPT, r]
+    after every arrival at this instant. The instance's prefix cache is consulted as the request
+    reaches it (:func:`.prefix.reuse`): its hit is not computed."""
+    if n_hash > 0 and pi[P_LRU_CAP, p] + pi[P_TIER_CAP, p] > 0:
+        cached, loaded = reuse(plru, p * n_hash, pi, P_LRU_HEAD, P_TIER_HEAD, p, hash_vals, hash_ptr, block_tokens,
+                               rq[R_PROMPT, r], r)
+        rq[R_CACHED, r] = cached
+        rq[R_LOADED, r] = loaded
+    pi[P_PENDING, p] += rq[R_PROMPT, r] - rq[R_CACHED, r]
     rq[R_P_INST, r] = p
     k = pi[P_RANK0, p]
     for j in range(k + 1, k + pi[P_DP, p]):
@@ -63,12 +76,15 @@ def _enqueue_prefill(rq, pi, pq, pf, ht, hi, hs, r, t, p):
 
 
 @njit(cache=True)
-def _start_prefill(rq, rt, pi, pq, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, b):
+def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs, p, t, b):
     """Start batch number b on prefill instance p at t if its first stage is free and work is
     queued; returns True if it did.
 
     FCFS under the token cap without reordering: each rank takes its queued prompts while the
-    total stays within the cap; a first prompt longer than the cap runs alone. The ranks run
+    tokens to compute stay within the cap; a first prompt longer than the cap runs alone. A prompt
+    whose leading c tokens were cached computes the rest against them: its l − c tokens count
+    toward the batch and its attention the (l² − c²) pairs of the whole prompt it adds (as a
+    chunk after c); tokens hit in the second tier are loaded first, ``pload`` seconds each. The ranks run
     together and the batch lasts the longest rank's prefill; its requests are the ranks' runs
     chained in rank order. With PP = k the batch passes k stages of latency/k each, one batch per
     stage at a time, so up to k batches are in flight.
@@ -89,19 +105,21 @@ def _start_prefill(rq, rt, pi, pq, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, 
         own = 0
         tok = 0
         tok2 = 0.0
+        loaded = 0
         while r >= 0:
-            length = rq[R_PROMPT, r]
+            length = rq[R_PROMPT, r] - rq[R_CACHED, r]
             if own > 0 and tok + length > cap:
                 break
             own += 1
             tok += length
-            tok2 += float(length) * float(length)
+            tok2 += float(rq[R_PROMPT, r]) ** 2 - float(rq[R_CACHED, r]) ** 2
+            loaded += rq[R_LOADED, r]
             taken = r
             r = rq[R_Q_NEXT, r]
         pq[Q_HEAD, k] = r
         if r < 0:
             pq[Q_TAIL, k] = -1
-        x = latency_s(tab_i, pieces, pi[P_MODEL, p], own, float(tok), tok2)
+        x = latency_s(tab_i, pieces, pi[P_MODEL, p], own, float(tok), tok2) + loaded * pload[p]
         if x > duration:
             duration = x
         if first < 0:
@@ -134,8 +152,8 @@ def _start_prefill(rq, rt, pi, pq, pf, bi, bt, tab_i, pieces, ht, hi, hs, p, t, 
 
 
 @njit(cache=True)
-def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, hash_vals, hash_ptr,
-                      n_hash, block_tokens, schedule, layers, kv_bytes, link, failure, route,
+def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, router, di, df, lru, hash_vals,
+                      hash_ptr, n_hash, block_tokens, schedule, layers, kv_bytes, link, failure, route,
                       pav_ptr, pav_t, dav_ptr, dav_t, n_dec, spill_tokens, kv_share, heap_capacity, cl):
     """Simulate prefill instances feeding decode instances over ingress links, in place on the
     state arrays; returns the number of events processed.
@@ -149,6 +167,9 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, 
     decode rank (column of ``di``) the intervals in which it takes new requests (CSR: pointers,
     then [from, until) rows); out of them it only finishes the work it holds (a drain). ``pq``
     holds the prefill instances' ranks (their queues); ``di``'s columns are decode ranks.
+    ``plru`` and ``lru`` hold the prefill and decode instances' prefix caches (:mod:`.prefix`),
+    ``pload`` each prefill instance's seconds to load one token from its second tier, ``router``
+    the prefill router (:func:`.routing.pick_prefill`).
 
     Splitwise's mixed pool: ``di``'s columns past the first ``n_dec`` are mixed machines. A
     request arriving while the shortest prefill queue holds more than ``spill_tokens`` pending
@@ -165,6 +186,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, 
     bt = np.empty(most)                      # batch start
     n_batches = 0
     cursor = np.zeros(2, np.int64)           # next arrival, events processed
+    rr = np.zeros(1, np.int64)               # the round-robin router's next instance
     while True:
         t, priority, a, b = next_event(rt, rejected, cl, ht, hi, hs, cursor)
         if priority < 0:
@@ -173,7 +195,8 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, 
         if priority == ARRIVAL:
             r = a
             spill = -1
-            p = pick_prefill(pi, pav_ptr, pav_t, t) if n_p > 0 else -1
+            p = pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n_hash, block_tokens,
+                             rq, r) if n_p > 0 else -1
             if p >= 0 and n_dec < n_d and pi[P_PENDING, p] > spill_tokens:  # the queue it would join
                 spill = least_outstanding(di, rq[R_PROMPT, r] + rq[R_OUTPUT, r], dav_ptr, dav_t, t, n_dec)
             if spill >= 0:  # the whole request runs on a mixed machine
@@ -181,7 +204,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, 
                 rq[R_D_INST, r] = spill
                 colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, spill, r, t)
             elif n_p > 0:
-                _enqueue_prefill(rq, pi, pq, pf, ht, hi, hs, r, t, p)
+                _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_tokens, ht, hi, hs, r, t, p)
             else:
                 # decode alone: the KV is visible at arrival; route now
                 need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
@@ -192,7 +215,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, 
         elif priority == PREFILL_DONE:
             r = bi[0, b]
             for _ in range(bi[1, b]):
-                pi[P_PENDING, a] -= rq[R_PROMPT, r]
+                pi[P_PENDING, a] -= rq[R_PROMPT, r] - rq[R_CACHED, r]
                 pq[Q_OUT, rq[R_RANK, r]] -= 1
                 if n_d == 0:  # a prefill instance alone: the request ends here
                     release(rt, cl, t)
@@ -212,12 +235,15 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, 
         elif priority == TRANSFER_FAILED:  # recompute: back to the prefill pool
             d, r = a, b
             di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-            _enqueue_prefill(rq, pi, pq, pf, ht, hi, hs, r, t, pick_prefill(pi, pav_ptr, pav_t, t))
+            p = pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n_hash, block_tokens, rq, r)
+            rq[R_CACHED, r] = 0
+            rq[R_LOADED, r] = 0
+            _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_tokens, ht, hi, hs, r, t, p)
         elif b == di[D_VERSION, a] and di[D_MIXED, a] == 1:
             mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)
         elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
             decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a], cl)
-        if start_p >= 0 and _start_prefill(rq, rt, pi, pq, pf, bi, bt, tab_i, pieces, ht, hi, hs,
+        if start_p >= 0 and _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
                                            start_p, t, n_batches):
             b = n_batches
             n_batches += 1

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 # per-request integers rq[field, r]
 (R_PROMPT, R_OUTPUT, R_Q_NEXT, R_W_NEXT, R_CHILD, R_SIBLING, R_FIN_STEP, R_P_INST, R_D_INST,
- R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK) = range(15)
-RQ_FIELDS = 15
+ R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK, R_CACHED, R_LOADED) = range(17)
+RQ_FIELDS = 17
 #   Q_NEXT: prefill queue link (kept after dequeue: a batch is a run of it); W_NEXT: waiting
 #   queue link at decode / colocated; CHILD, SIBLING, FIN_STEP: the active-batch heap;
 #   PF_DONE, CHUNK, PF_NEXT: chunked prefill progress, this iteration's chunk, prefilling list;
 #   FAILS: KV transfer attempts of the request still to fail (drawn by the engine); RANK: the
-#   prefill rank (a column of ``pq``) holding it
+#   prefill rank (a column of ``pq``) holding it; CACHED, LOADED: prompt tokens its prefill
+#   instance's prefix cache held (not computed), and of those the ones loaded from the second tier
 
 # per-request times rt[field, r]
 T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH = range(7)
@@ -24,9 +25,11 @@ RT_FIELDS = 7
 
 # prefill instances pi[field, p]; pf[p, 0] is busy seconds, pf[p, 1 + s] when stage s frees;
 # FREE_PENDING: a "first stage free" event is on the heap; RANK0, DP: its ranks are columns
-# RANK0 .. RANK0 + DP of ``pq``
-P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING, P_RANK0, P_DP = range(8)
-PI_FIELDS = 8
+# RANK0 .. RANK0 + DP of ``pq``; PENDING counts the prompt tokens left to compute; LRU_*: its
+# prefix cache in HBM (head, tail, count, capacity), TIER_*: the second tier's (:mod:`.prefix`)
+(P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING, P_RANK0, P_DP, P_LRU_HEAD, P_LRU_TAIL, P_LRU_COUNT,
+ P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP) = range(16)
+PI_FIELDS = 16
 
 # prefill ranks pq[field, k]: the FCFS queue (head, tail, linked by Q_NEXT) and the requests
 # queued or being prefilled there (the rank router's view)
@@ -64,6 +67,16 @@ DF_FIELDS = 4
 # the TPOT misses allowed and counted; the request whose arrival the run stopped at (-1: none)
 (CL_CLIENTS, CL_NEXT, CL_TTFT_ROW, CL_TTFT_S, CL_TTFT_ALLOWED, CL_JUDGED, CL_TTFT_MISSED, CL_TPOT_S,
  CL_TPOT_ALLOWED, CL_TPOT_MISSED, CL_STOPPED) = range(11)
+
+# how an arrival picks its prefill instance (:class:`pdplan.vocabulary.Router`)
+ROUTER_LEAST_LOADED = 0
+ROUTER_ROUND_ROBIN = 1
+ROUTER_CACHE_AWARE = 2
+
+# where a prefix block sits in an instance's cache (``lru`` row 2)
+ABSENT = 0
+IN_HBM = 1
+IN_TIER = 2
 
 # what a failed KV transfer costs: resend the cache, or run the prefill again
 FAILURE_RETRY = 0

@@ -12,14 +12,13 @@ from numba import njit
 from pdplan.sim.events import KV_VISIBLE, TRANSFER_FAILED
 from pdplan.sim.fast.clock import push
 from pdplan.sim.fast.fields import (
+    ABSENT,
     D_CAP,
     D_DP,
     D_INST,
     D_LOAD,
     D_LRU_CAP,
-    D_LRU_COUNT,
     D_LRU_HEAD,
-    D_LRU_TAIL,
     D_POOL,
     F_LINK_BUSY,
     F_LINK_FREE,
@@ -33,6 +32,7 @@ from pdplan.sim.fast.fields import (
     T_X_END,
     T_X_START,
 )
+from pdplan.sim.fast.prefix import block_tokens_in, touch
 from pdplan.sim.fast.routing import least_loaded
 
 
@@ -59,47 +59,15 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
     A block already cached at the destination is not sent (0x01A: transfer set U \\ V_D). Blocks
     are inserted at booking time: transfers into one instance complete in booking order, so a
     later request on the same ingress finds them visible by the time its own KV is.
-    ``lru`` rows: previous, next, present, over (d's instance number)·n_hash + block.
+    ``lru``: the decode instances' caches (:mod:`.prefix`), d's at its instance number · n_hash.
     """
     tokens = rq[R_PROMPT, r]
     if n_hash == 0 or di[D_LRU_CAP, d] == 0:
         return tokens
     base = di[D_INST, d] * n_hash
     for b in range(hash_ptr[r], hash_ptr[r + 1]):
-        h = hash_vals[b]
-        x = base + h
-        if lru[2, x]:
-            lo = (b - hash_ptr[r]) * block_tokens
-            if lo < rq[R_PROMPT, r]:
-                tokens -= min(block_tokens, rq[R_PROMPT, r] - lo)
-            if di[D_LRU_HEAD, d] != h:  # unlink, then move to the front
-                p = lru[0, x]
-                q = lru[1, x]
-                lru[1, base + p] = q
-                if q >= 0:
-                    lru[0, base + q] = p
-                else:
-                    di[D_LRU_TAIL, d] = p
-                lru[0, x] = -1
-                lru[1, x] = di[D_LRU_HEAD, d]
-                lru[0, base + di[D_LRU_HEAD, d]] = h
-                di[D_LRU_HEAD, d] = h
-            continue
-        lru[2, x] = 1
-        lru[0, x] = -1
-        lru[1, x] = di[D_LRU_HEAD, d]
-        if di[D_LRU_HEAD, d] >= 0:
-            lru[0, base + di[D_LRU_HEAD, d]] = h
-        else:
-            di[D_LRU_TAIL, d] = h
-        di[D_LRU_HEAD, d] = h
-        di[D_LRU_COUNT, d] += 1
-        if di[D_LRU_COUNT, d] > di[D_LRU_CAP, d]:  # evict the least recently used
-            old = base + di[D_LRU_TAIL, d]
-            di[D_LRU_TAIL, d] = lru[0, old]
-            lru[1, base + di[D_LRU_TAIL, d]] = -1
-            lru[2, old] = 0
-            di[D_LRU_COUNT, d] -= 1
+        if touch(lru, base, di, D_LRU_HEAD, -1, d, hash_vals[b]) != ABSENT:
+            tokens -= block_tokens_in(rq[R_PROMPT, r], block_tokens, b - hash_ptr[r], rq[R_PROMPT, r])
     return tokens
 
 

@@ -10,6 +10,10 @@ from pdplan.sim.fast.colocated import run_colocated
 from pdplan.sim.fast.disaggregated import run_disaggregated
 from pdplan.sim.fast.latency import LatencyTable
 from pdplan.sim.layout import Layout, Requests, cache_capacities, prefix_block_tokens, rejected_mask
+from pdplan.vocabulary import Router
+
+_ROUTERS = {Router.LEAST_LOADED: fields.ROUTER_LEAST_LOADED, Router.ROUND_ROBIN: fields.ROUTER_ROUND_ROBIN,
+            Router.CACHE_AWARE: fields.ROUTER_CACHE_AWARE}
 
 
 def _heap_capacity(n: int, layout: Layout) -> int:
@@ -28,7 +32,8 @@ def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np
     rq = np.full((fields.RQ_FIELDS, n), -1, np.int64)
     rq[fields.R_PROMPT] = requests.prompt_tokens
     rq[fields.R_OUTPUT] = requests.output_tokens
-    rq[[fields.R_FIN_STEP, fields.R_XBYTES, fields.R_PF_DONE, fields.R_CHUNK, fields.R_FAILS]] = 0
+    rq[[fields.R_FIN_STEP, fields.R_XBYTES, fields.R_PF_DONE, fields.R_CHUNK, fields.R_FAILS, fields.R_CACHED,
+        fields.R_LOADED]] = 0
     rt = np.full((fields.RT_FIELDS, n), np.nan)
     if concurrency:
         rt[fields.T_ARRIVAL] = np.inf
@@ -124,6 +129,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     pi = np.zeros((fields.PI_FIELDS, len(pids)), np.int64)
     pcol, pi[fields.P_RANK0] = _rank_columns(pprofs)
     pi[fields.P_DP] = [p.dp for p in pprofs]
+    pi[[fields.P_LRU_HEAD, fields.P_LRU_TAIL, fields.P_TIER_HEAD, fields.P_TIER_TAIL]] = -1
     pq = np.zeros((fields.PQ_FIELDS, max(1, pcol.size)), np.int64)
     pq[[fields.Q_HEAD, fields.Q_TAIL]] = -1
     pi[fields.P_MODEL] = [table.index(p.prefill) for p in pprofs]
@@ -139,23 +145,32 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids]})
     dec_cols = int(np.searchsorted(col, n_dec))  # decode ranks' columns come first, then mixed machines'
 
-    block = prefix_block_tokens(layout, requests) if len(dids) else 0
+    block = prefix_block_tokens(layout, requests) if len(dids) or len(pids) else 0
     n_hash = 0
     hash_vals, hash_ptr = np.zeros(1, np.int64), np.zeros(n + 1, np.int64)
-    if requests.has_hashes and len(dids) and len(pids):
-        caps = cache_capacities(layout, requests)
-        if any(caps):
+    pload = np.zeros(max(1, len(pids)))
+    if requests.has_hashes and block:
+        # the decode side's cache saves transfers, so it matters only behind a prefill pool
+        dcaps = cache_capacities(layout, requests, "decode") if len(pids) else [0] * n_dec
+        pcaps = cache_capacities(layout, requests, "prefill")
+        tiers = [layout.tier(i) for i in pids]
+        if any(dcaps) or any(pcaps) or any(t is not None and t.blocks for t in tiers):
             unique, dense = np.unique(requests.hash_values, return_inverse=True)
             hash_vals = np.ascontiguousarray(dense.ravel(), dtype=np.int64)
             hash_ptr = np.ascontiguousarray(requests.hash_offsets, dtype=np.int64)
             n_hash = int(unique.size)
-            di[fields.D_LRU_CAP, lead[:n_dec]] = caps
-    lru = np.full((3, max(1, len(dids) * n_hash)), -1, np.int32)
-    lru[2] = 0
+            di[fields.D_LRU_CAP, lead[:n_dec]] = dcaps
+            pi[fields.P_LRU_CAP] = pcaps
+            pi[fields.P_TIER_CAP] = [0 if t is None else t.blocks for t in tiers]
+            pload[:len(pids)] = [0.0 if t is None else layout.kv_bytes_per_token / t.bandwidth_bytes_per_s
+                                 for t in tiers]
+    lru = _cache_nodes(len(dids) if di[fields.D_LRU_CAP].any() else 0, n_hash)
+    plru = _cache_nodes(len(pids) if (pi[fields.P_LRU_CAP] + pi[fields.P_TIER_CAP]).any() else 0, n_hash)
     link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
     tab_i, pieces = table.arrays()
     events = run_disaggregated(
-        rq, rt, rejected, tab_i, pieces, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
+        rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, _ROUTERS[layout.router], di, df, lru, hash_vals,
+        hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
         link, fields.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fields.FAILURE_RETRY,
         float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids[col]), dec_cols,
@@ -169,7 +184,16 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     busy[dids] = df[fields.F_BUSY, lead]
     if len(pids) and len(dids):
         links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fields.F_LINK_BUSY, lead])}
-    return _raw(requests, rejected, rq, rt, pglob, dglob), busy, links, int(events), int(cl[fields.CL_STOPPED])
+    raw = _raw(requests, rejected, rq, rt, pglob, dglob)
+    raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = rq[fields.R_CACHED].copy(), rq[fields.R_LOADED].copy()
+    return raw, busy, links, int(events), int(cl[fields.CL_STOPPED])
+
+
+def _cache_nodes(instances: int, n_hash: int) -> np.ndarray:
+    """The nodes of ``instances`` prefix caches over ``n_hash`` blocks (:mod:`.prefix`), all absent."""
+    nodes = np.full((3, max(1, instances * n_hash)), -1, np.int32)
+    nodes[2] = fields.ABSENT
+    return nodes
 
 
 def availability_csr(layout: Layout, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -1,6 +1,6 @@
 """The routers: which instance takes a request, among those taking new requests now.
 
-Prefill: fewest pending prompt tokens (Splitwise JSQ); decode: smallest routed KV load per
+Prefill: the plan's router (:func:`pick_prefill`); decode: smallest routed KV load per
 capacity; colocated and mixed: fewest outstanding tokens; ties go to the lowest index. An
 instance takes new requests inside its availability intervals (CSR: pointers, then
 [from, until) rows); when none does, the router chooses among all.
@@ -15,7 +15,19 @@ from __future__ import annotations
 
 from numba import njit
 
-from pdplan.sim.fast.fields import D_CAP, D_DP, D_LEAD, D_LOAD, P_PENDING
+from pdplan.sim.fast.fields import (
+    D_CAP,
+    D_DP,
+    D_LEAD,
+    D_LOAD,
+    P_LRU_CAP,
+    P_PENDING,
+    P_TIER_CAP,
+    R_PROMPT,
+    ROUTER_CACHE_AWARE,
+    ROUTER_ROUND_ROBIN,
+)
+from pdplan.sim.fast.prefix import leading_blocks
 
 
 @njit(cache=True)
@@ -28,16 +40,36 @@ def _available(av_ptr, av_t, i, t):
 
 
 @njit(cache=True)
-def pick_prefill(pi, pav_ptr, pav_t, t):
-    """The prefill instance taking requests at t with the fewest pending prompt tokens (ties →
-    lowest; none taking requests: any)."""
+def pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n_hash, block_tokens, rq, r):
+    """The prefill instance request r goes to, among those taking requests at t (none taking
+    requests: any), by the plan's router: least loaded (fewest pending prompt tokens), round robin
+    (the next in turn after ``rr[0]``, which advances), or cache-aware (fewest pending tokens plus
+    the prompt tokens its prefix cache would leave to compute: the queue and the recompute of the
+    cache-aware cost, both in prompt tokens; loads from a second tier are not priced). Ties go to
+    the lowest index."""
+    n_p = pi.shape[1]
+    prompt = rq[R_PROMPT, r]
     p = -1
     for rule in range(2):
-        for i in range(pi.shape[1]):
-            if (rule == 1 or _available(pav_ptr, pav_t, i, t)) and (p < 0 or pi[P_PENDING, i] < pi[P_PENDING, p]):
+        best = 0
+        for step in range(n_p):
+            i = (rr[0] + step) % n_p if router == ROUTER_ROUND_ROBIN else step
+            if rule == 0 and not _available(pav_ptr, pav_t, i, t):
+                continue
+            if router == ROUTER_ROUND_ROBIN:
                 p = i
+                break
+            cost = pi[P_PENDING, i]
+            if router == ROUTER_CACHE_AWARE and n_hash > 0 and pi[P_LRU_CAP, i] + pi[P_TIER_CAP, i] > 0:
+                k = leading_blocks(plru, i * n_hash, hash_vals, hash_ptr, r)
+                cost += prompt - min(k * block_tokens, prompt - 1)
+            if p < 0 or cost < best:
+                p = i
+                best = cost
         if p >= 0:
             break
+    if router == ROUTER_ROUND_ROBIN:
+        rr[0] = p + 1
     return p
 
 
