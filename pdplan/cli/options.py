@@ -16,7 +16,7 @@ from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
-from pdplan.vocabulary import Arrivals, SpeculativeMethod
+from pdplan.vocabulary import Arrivals, Router, SpeculativeMethod
 from pdplan.workload import FORMATS, Workload, load_trace
 
 
@@ -41,6 +41,11 @@ def choice(flag: str, words: Iterable[StrEnum], *, sort: bool = True, **option) 
 TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
                                                "BurstGPT CSV or a lengths-only CSV; a regular file of at most "
                                                "4 GiB).", show_default=False)]
+RouterOpt = Annotated[Router | None, choice(
+    "--router", Router, help="How arrivals pick a prefill instance: least-loaded (fewest pending prompt tokens), "
+                             "round-robin, or cache-aware (pending tokens plus the prompt its prefix cache leaves "
+                             "to compute; needs a trace with prefix hashes). Default: least-loaded, or the plan's.",
+    show_default=False)]
 FormatOpt = Annotated[str | None, typer.Option(
     "--format", help=f"Trace format, one of {', '.join(FORMATS)}; detected from the header if omitted.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the result as JSON on stdout.")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Annotated
 
@@ -18,6 +19,7 @@ from pdplan.cli.options import (
     FormatOpt,
     JsonOpt,
     ProfilesOpt,
+    RouterOpt,
     SeedOpt,
     SpeculativeOpt,
     TpotOpt,
@@ -29,7 +31,7 @@ from pdplan.cli.options import (
     speculative_from_options,
     within,
 )
-from pdplan.cli.output import print_json, stdout
+from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.latency.profile import profile_inputs
@@ -66,6 +68,7 @@ def simulate(
     acceptance: AcceptanceOpt = None,
     draft_cost: DraftCostOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write one CSV row per request (atomically).")] = None,
+    router: RouterOpt = None,
     seed: SeedOpt = 0,
     format: FormatOpt = None,
     json: JsonOpt = False,
@@ -83,6 +86,10 @@ def simulate(
     check_seed(seed)
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     the_plan, planned = read_plan(plan)  # a manifest's SLO is the default; a plan file has none
+    if router is not None:
+        if the_plan.colocated:
+            raise PdplanError("--router picks a prefill instance; a colocated plan has none", field="router")
+        the_plan = dataclasses.replace(the_plan, router=router)
     models = {model_file(pool.model) for pool in the_plan.pools} - {None}
     outputs = Outputs(trace, plan, *profile_inputs(profiles), *sorted(models))
     if out is not None:
@@ -107,6 +114,9 @@ def simulate(
     summary = result.summary(ttft, tpot, target=attainment)
     summary["concurrency"] = concurrency
     summary["profiles"] = {p.shape_label(): p.provenance.source for p in shapes.values()}
+    summary["notices"] = list(result.notes.values())
+    for notice in summary["notices"]:
+        stderr.print(f"notice: {notice}", markup=False, highlight=False)
     if out is not None:
         outputs.put(out, result.requests.to_csv(index=False, float_format="%.9g"))
         outputs.commit()
@@ -153,6 +163,10 @@ def _render(summary: dict, target: float) -> None:
         facts.add_row("KV moved", f"{transfer['bytes_total'] / 1e9:.2f} GB in {transfer['transfers']:,} transfers")
         facts.add_row("exposed transfer mean / p99",
                       f"{_ms(transfer['exposed_s_mean'])} / {_ms(transfer['exposed_s_p99'])} ms")
+    if "prefix_cache" in summary:
+        cache = summary["prefix_cache"]
+        facts.add_row("prefill prefix cache", f"{cache['hit_rate']:.1%} of prompt tokens hit "
+                                              f"({cache['loaded_tokens']:,} tokens loaded from a second tier)")
     if "mixed" in summary:
         mixed = summary["mixed"]
         facts.add_row("mixed pool took", f"{mixed['whole_requests']:,} whole requests, {mixed['decodes']:,} decodes "

@@ -87,7 +87,15 @@ from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.modelspec import ModelSpec
 from pdplan.sim.fast import run_fast
-from pdplan.sim.layout import Layout, Requests, as_requests, instance_availability, layout_from_plan, layout_single
+from pdplan.sim.layout import (
+    Layout,
+    Requests,
+    as_requests,
+    instance_availability,
+    layout_from_plan,
+    layout_single,
+    router_notice,
+)
 from pdplan.sim.plan import Plan
 from pdplan.sim.reference import run_reference
 from pdplan.sim.results import SimResult, derive_columns
@@ -164,8 +172,12 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
     # no handoff, no failure: rejected, never decoded, or run whole on one mixed machine
     moved = ~raw["rejected"] & (raw["decode_instance"] >= 0) & (raw["prefill_instance"] != raw["decode_instance"])
     raw["transfer_failures"] = np.where(moved, failures, 0)
-    return _result(layout, requests, raw, busy, links, events, seed=seed, rate_rps=rate_rps,
-                   engine=engine, stopped=stopped)
+    result = _result(layout, requests, raw, busy, links, events, seed=seed, rate_rps=rate_rps,
+                     engine=engine, stopped=stopped)
+    notice = router_notice(layout, requests)
+    if notice is not None:
+        result.notes["router"] = notice
+    return result
 
 
 # --- public API ----------------------------------------------------------------------------------

@@ -208,6 +208,15 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
                   link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)))
 
 
+def router_notice(layout: Layout, requests: Requests) -> str | None:
+    """What a user should know about the router the run used, if anything: a cache-aware router
+    on a trace without prefix hashes sees no cache and routes by load."""
+    if layout.router == Router.CACHE_AWARE and len(layout.ids("prefill")) and not requests.has_hashes:
+        return ("the cache-aware router needs prefix hashes, which the trace does not have: it routed by load "
+                "(fewest pending prompt tokens)")
+    return None
+
+
 def rejected_mask(layout: Layout, requests: Requests) -> np.ndarray:
     """Requests whose prompt + output exceed the KV capacity of every instance that holds KV."""
     if layout.mode == "prefill":
