@@ -196,3 +196,32 @@ def test_prefill_tokens_per_instance_equal_an_lru_computed_on_the_mooncake_chain
     assert cached.sum() > 0 and loaded.sum() > 0  # the check covers both tiers
     np.testing.assert_array_equal(result["prefill_cached_tokens"], cached)
     np.testing.assert_array_equal(result["prefill_loaded_tokens"], loaded)
+
+
+# --- colocated instances cache prefixes too ------------------------------------------------------
+
+def colocated_plan(policy, **cache):
+    extra = {"policy": policy} | ({"chunk_tokens": 512} if policy == "chunked" else {})
+    return Plan(pools=(pool("c", "colocated", replicas=2, **extra, **cache),))
+
+
+def test_a_colocated_instance_does_not_prefill_a_prefix_it_holds():
+    """Prefill-first: the second 4,096-token prompt computes its last 2,048 tokens only."""
+    shared = list(range(32))
+    trace = chains(shared + list(range(100, 132)), shared + list(range(200, 232)))
+    result = simulate(trace, Plan(pools=(pool("c", "colocated", policy="prefill-first"),)), PROFILES)
+    assert result["prefill_cached_tokens"].tolist() == [0, 2048]
+    assert prefill_s(result)[1] * 1e3 == pytest.approx(closed_form_ms(2048, 4096**2 - 2048**2))
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10**6), policy=st.sampled_from(["prefill-first", "chunked"]),
+       hbm=st.sampled_from([None, 0, 8]))
+def test_compiled_engine_matches_the_oracle_on_colocated_plans_with_prefix_caches(seed, policy, hbm):
+    plan_ = colocated_plan(policy, prefix_cache_blocks=hbm)
+    trace = random_trace(seed, n=80, rate_rps=4.0, hashes=True)
+    fast, ref = (simulate(trace, plan_, PROFILES, engine=e) for e in ("fast", "reference"))
+    for column in ("prefill_start_s", "prefill_end_s", "first_token_s", "finish_s"):
+        np.testing.assert_allclose(fast[column], ref[column], rtol=0, atol=1e-9, err_msg=column)
+    np.testing.assert_array_equal(fast["prefill_cached_tokens"], ref["prefill_cached_tokens"])
+    assert hbm == 0 or fast["prefill_cached_tokens"].sum() > 0

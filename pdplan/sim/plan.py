@@ -46,9 +46,9 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         # is tp × dp × pp GPUs, as the engines count them.
         max_prefill_batch_tokens: 2048   # optional (prefill, prefill-first): FCFS batch cap in
                                    # prompt tokens; default and upper bound: the profile's
-        prefix_cache_blocks: 8192  # optional: the prefill instance's prefix cache in HBM (LRU of
-                                   # prefix blocks; a hit skips their prefill); default its KV
-                                   # capacity in blocks; 0 turns it off
+        prefix_cache_blocks: 8192  # optional: the instance's prefix cache in HBM (LRU of prefix
+                                   # blocks; a hit skips their prefill; colocated pools too); default
+                                   # its KV capacity in blocks; 0 turns it off
         cache_tier:                # optional, prefill only: a second tier under HBM
           medium: host             # host (host memory) | remote (a store across the network)
           blocks: 65536            # its capacity in prefix blocks
@@ -148,7 +148,7 @@ class Pool(InstanceShape):
     replicas: int = 1                   #: identical instances
     policy: str | None = None           #: colocated only: "prefill-first" or "chunked"
     chunk_tokens: int | None = None     #: chunked only: tokens per iteration (decodes count one each)
-    prefix_cache_blocks: int | None = None  #: prefill / decode: prefix-LRU size in HBM; None = derived
+    prefix_cache_blocks: int | None = None  #: prefix-LRU size in HBM (not on mixed pools); None = derived
     cache_tier: CacheTier | None = None     #: prefill only: a second prefix-cache tier
     max_prefill_batch_tokens: int | None = None  #: prefill / prefill-first batch cap; None = the
     #: profile's (a plan may lower it, e.g. to Splitwise's 2048, never raise it)
@@ -185,8 +185,8 @@ class Pool(InstanceShape):
             if self.max_prefill_batch_tokens < 1:
                 raise fail("max_prefill_batch_tokens", "max_prefill_batch_tokens must be >= 1")
         if self.prefix_cache_blocks is not None:
-            if self.phase not in ("prefill", "decode"):
-                raise fail("prefix_cache_blocks", "prefix_cache_blocks applies to prefill and decode pools")
+            if self.phase == "mixed":
+                raise fail("prefix_cache_blocks", "prefix_cache_blocks applies to prefill, decode and colocated pools")
             if self.prefix_cache_blocks < 0:
                 raise fail("prefix_cache_blocks", "prefix_cache_blocks must be >= 0")
         if self.cache_tier is not None and self.phase != "prefill":
@@ -394,8 +394,8 @@ def _pool(spec: Fields) -> Pool:
             if spec.has(key):
                 raise spec.fail(key, "applies only to colocated and mixed pools", spec.data[key])
     if spec.has("prefix_cache_blocks"):
-        if phase not in ("prefill", "decode"):
-            raise spec.fail("prefix_cache_blocks", "applies only to prefill and decode pools",
+        if phase == "mixed":
+            raise spec.fail("prefix_cache_blocks", "applies only to prefill, decode and colocated pools",
                             spec.data["prefix_cache_blocks"])
         cache_blocks = spec.integer("prefix_cache_blocks", minimum=0, maximum=MAX_CACHE_BLOCKS)
     tier = None

@@ -78,6 +78,18 @@ def _block_tokens(prompt: int, block: int, j: int, limit: int) -> int:
     return max(0, min(block, min(prompt, limit) - j * block))
 
 
+def _reuse(cache: _PrefixCache, blocks: list[int], prompt: int, block: int) -> tuple[int, int]:
+    """A prompt reaches an instance with ``cache``: (cached, loaded), the tokens of the leading
+    blocks it holds (at least one token is computed) and of those the ones in the second tier;
+    its blocks then become the most recent in HBM, in prompt order."""
+    k = cache.leading(blocks)
+    cached = min(k * block, prompt - 1)
+    loaded = sum(_block_tokens(prompt, block, j, cached) for j in range(k) if cache.where(blocks[j]) == "tier")
+    for h in blocks:
+        cache.touch(h)
+    return cached, loaded
+
+
 class _Rank:
     """One attention data-parallel rank of an instance: its own batch and its own KV; one token
     per member per step. An instance without data parallelism has one rank."""
@@ -280,17 +292,10 @@ class _Disaggregated:
         """Request r reaches prefill instance p: the leading blocks its cache holds are not computed
         (at least one token is), those in the second tier are loaded; its blocks become the most
         recent in HBM, in prompt order."""
-        cache = self.prefix[p]
         self.cached[r] = self.loaded[r] = 0
-        if cache is None:
-            return
-        blocks, prompt = self._blocks(r), int(self.req.prompt_tokens[r])
-        k = cache.leading(blocks)
-        self.cached[r] = min(k * self.block, prompt - 1)
-        self.loaded[r] = sum(_block_tokens(prompt, self.block, j, self.cached[r])
-                             for j in range(k) if cache.where(blocks[j]) == "tier")
-        for h in blocks:
-            cache.touch(h)
+        if self.prefix[p] is not None:
+            self.cached[r], self.loaded[r] = _reuse(self.prefix[p], self._blocks(r), int(self.req.prompt_tokens[r]),
+                                                    self.block)
 
     def _queue_prefill(self, r: int, p: int) -> None:
         inst = self.pre[p]
@@ -442,8 +447,11 @@ class _ColocatedInstance:
     plans its own iteration (a prefill batch, a chunked iteration or a decode step) and the
     instance's iteration lasts the longest rank's."""
 
-    def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int):
+    def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int,
+                 cached: np.ndarray | None = None):
         self.env, self.profile, self.req, self.rec = env, profile, req, rec
+        # prompt tokens the instance's prefix cache held, per request (none on a mixed machine)
+        self.cached = np.zeros(len(req), np.int64) if cached is None else cached
         self.policy, self.chunk_tokens, self.batch_tokens = policy, chunk_tokens, batch_tokens
         self.ranks = _ranks(env, profile, req, rec, self)
         self.capacity = profile.kv_capacity_tokens  # KV one rank holds: the most one request may need
@@ -490,7 +498,7 @@ class _ColocatedInstance:
             batch, tokens = [], 0
             while rank.waiting:
                 r = rank.waiting[0]
-                length = int(self.req.prompt_tokens[r])
+                length = int(self.req.prompt_tokens[r] - self.cached[r])
                 if batch and tokens + length > self.batch_tokens:
                     break
                 if not rank.fits(r):
@@ -499,7 +507,7 @@ class _ColocatedInstance:
                 batch.append(r)
                 tokens += length
             if batch:
-                return "prefill", batch, self.profile.prefill_time_s(self.req.prompt_tokens[batch])
+                return "prefill", batch, self.profile.prefill_time_s(self.req.prompt_tokens[batch], self.cached[batch])
         else:
             budget = self.chunk_tokens - len(rank.generated)
             chunks: dict[int, int] = {}
@@ -512,8 +520,8 @@ class _ColocatedInstance:
                 while budget > 0 and rank.waiting and rank.fits(rank.waiting[0]):
                     r = rank.waiting[0]
                     self._admit_prefill(rank, r)
-                    rank.prefilling[r] = 0
-                    chunks[r] = min(budget, int(self.req.prompt_tokens[r]))
+                    rank.prefilling[r] = int(self.cached[r])
+                    chunks[r] = min(budget, int(self.req.prompt_tokens[r] - self.cached[r]))
                     budget -= chunks[r]
             if chunks:
                 return "mixed", chunks, self._mixed_s(rank, chunks)
@@ -659,8 +667,12 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         env = Environment()
         rec = _Records(n)
         ids = list(layout.ids("colocated"))
+        cached = np.zeros(n, np.int64)
         inst = [_ColocatedInstance(env, layout.profiles[i], req, rec, layout.policy[i],
-                                   layout.chunk_tokens[i], layout.batch_tokens[i]) for i in ids]
+                                   layout.chunk_tokens[i], layout.batch_tokens[i], cached) for i in ids]
+        block = req.block_tokens or layout.block_tokens or 0
+        caches = ([_PrefixCache(cap) for cap in cache_capacities(layout, req, "colocated")]
+                  if req.has_hashes and block else [_PrefixCache(0)] * len(ids))
 
         def arrive(r):
             need = int(req.prompt_tokens[r] + req.output_tokens[r])
@@ -669,12 +681,16 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
             c = min(taking or fits, key=lambda k: (inst[k].load, k))
             inst[c].load += need
             rec.prefill_instance[r] = rec.decode_instance[r] = ids[c]
+            if caches[c].capacity[0]:
+                blocks = req.hash_values[req.hash_offsets[r]:req.hash_offsets[r + 1]].tolist()
+                cached[r], _ = _reuse(caches[c], blocks, int(req.prompt_tokens[r]), block)
             inst[c].arrive(r)
 
         guard = _guard(env, rec, req, rejected, rec.first_token_s, stop)
         _feed(env, rec, req, rejected, arrive if guard is None else guard.guard(arrive), concurrency)
         env.run()
         busy[ids] = [c.busy_s for c in inst]
+        loaded = np.zeros(n, np.int64)
     else:
         sim = _Disaggregated(layout, req, np.zeros(n, np.int64) if failures is None else failures)
         env, rec = sim.env, sim.rec
@@ -703,8 +719,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         "transfer_bytes": rec.transfer_bytes, "first_token_s": rec.first_token_s,
         "finish_s": rec.finish_s,
     }
-    if layout.mode != "colocated":
-        raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = cached, loaded
+    raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = cached, loaded
     return raw, busy, links, env.events, -1 if guard is None else guard.stopped
 
 

@@ -32,12 +32,15 @@ from pdplan.sim.fast.fields import (
     D_CAP,
     D_CHUNK,
     D_DP,
+    D_INST,
     D_IT_FIRST,
     D_IT_KIND,
     D_IT_N,
     D_K_HEAD,
     D_K_TAIL,
     D_LOAD,
+    D_LRU_CAP,
+    D_LRU_HEAD,
     D_M_PREFILL,
     D_MODE,
     D_MODEL,
@@ -59,6 +62,7 @@ from pdplan.sim.fast.fields import (
     IT_STEP,
     ITERATION,
     POLICY_PREFILL_FIRST,
+    R_CACHED,
     R_CHUNK,
     R_OUTPUT,
     R_P_INST,
@@ -71,6 +75,7 @@ from pdplan.sim.fast.fields import (
     T_P_START,
 )
 from pdplan.sim.fast.latency import latency_s, mixed_iteration_s
+from pdplan.sim.fast.prefix import reuse
 from pdplan.sim.fast.routing import least_outstanding
 
 
@@ -103,7 +108,8 @@ def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
         while di[D_W_HEAD, i] >= 0:
             r = di[D_W_HEAD, i]
             length = rq[R_PROMPT, r]
-            if n > 0 and tok + length > di[D_TOKEN_CAP, i]:
+            new = length - rq[R_CACHED, r]  # a cached prefix is not computed again
+            if n > 0 and tok + new > di[D_TOKEN_CAP, i]:
                 break
             if di[D_RESERVED, i] + length + rq[R_OUTPUT, r] > di[D_CAP, i]:
                 break
@@ -113,8 +119,8 @@ def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
             di[D_RESERVED, i] += length + rq[R_OUTPUT, r]
             rt[T_P_START, r] = t
             n += 1
-            tok += length
-            tok2 += float(length) * float(length)
+            tok += new
+            tok2 += float(length) * float(length) - float(rq[R_CACHED, r]) ** 2
         if n > 0:
             di[D_IT_KIND, i] = IT_PREFILL
             di[D_IT_FIRST, i] = first
@@ -143,14 +149,15 @@ def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
             if r < 0:
                 break
             rt[T_P_START, r] = t
-            rq[R_PF_DONE, r] = 0
+            o = rq[R_CACHED, r]  # a cached prefix counts as prefilled
+            rq[R_PF_DONE, r] = o
             append(rq, di, i, r, D_PF_HEAD, D_PF_TAIL, R_PF_NEXT)
-            take = min(budget, rq[R_PROMPT, r])
+            take = min(budget, rq[R_PROMPT, r] - o)
             rq[R_CHUNK, r] = take
             budget -= take
             chunks += 1
             sum_c += take
-            sum_c2 += float(take) * float(take)
+            sum_c2 += float(o + take) * float(o + take) - float(o) * float(o)
     if chunks > 0:
         di[D_IT_KIND, i] = IT_CHUNKS
         di[D_IT_N, i] = di[D_B, i]  # decode rows riding along this iteration
@@ -244,11 +251,13 @@ def mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
 
 
 @njit(cache=True)
-def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, av_ptr, av_t, heap_capacity, cl):
+def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, lru, hash_vals, hash_ptr, n_hash, block_tokens,
+                  av_ptr, av_t, heap_capacity, cl):
     """Simulate colocated instances in place on the state arrays; routing by least outstanding
     tokens (prompt + output of requests routed and not finished) among the instances taking
-    requests (``av_ptr``/``av_t``: each instance's intervals), ties → lowest index. Returns the
-    number of events processed."""
+    requests (``av_ptr``/``av_t``: each instance's intervals), ties → lowest index; a request's
+    leading blocks held in its instance's prefix cache (``lru``, :mod:`.prefix`) are not
+    computed. Returns the number of events processed."""
     ht, hi, hs = new_heap(heap_capacity)
     cursor = np.zeros(2, np.int64)  # next arrival, events processed
     while True:
@@ -260,6 +269,10 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, av_ptr, av_t, heap_ca
             c = least_outstanding(di, need, av_ptr, av_t, t, 0)
             di[D_LOAD, c] += need
             rq[R_P_INST, a] = c
+            if n_hash > 0 and di[D_LRU_CAP, c] > 0:
+                cached, _ = reuse(lru, di[D_INST, c] * n_hash, di, D_LRU_HEAD, -1, c, hash_vals, hash_ptr,
+                                  block_tokens, rq[R_PROMPT, a], a)
+                rq[R_CACHED, a] = cached
             colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, a, t)
         elif b == di[D_VERSION, a]:  # instance a's boundary, not cancelled by a cut
             _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)

@@ -115,12 +115,21 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
                               else fields.POLICY_PREFILL_FIRST for i in ids],
             fields.D_CHUNK: [layout.chunk_tokens[i] for i in ids],
             fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids]})
+        n_hash, hash_vals, hash_ptr = _dense_hashes(requests) if requests.has_hashes else (0, None, None)
+        block = prefix_block_tokens(layout, requests)
+        caps = cache_capacities(layout, requests, "colocated") if n_hash and block else [0] * len(ids)
+        if not any(caps):
+            n_hash, hash_vals, hash_ptr = 0, np.zeros(1, np.int64), np.zeros(n + 1, np.int64)
+        di[fields.D_LRU_CAP, lead] = caps
         tab_i, pieces = table.arrays()
-        events = run_colocated(rq, rt, rejected, tab_i, pieces, di, df, *availability_csr(layout, ids[col]), heap, cl)
+        events = run_colocated(rq, rt, rejected, tab_i, pieces, di, df, _cache_nodes(len(ids), n_hash), hash_vals,
+                               hash_ptr, n_hash, int(block), *availability_csr(layout, ids[col]), heap, cl)
         inst = rq[fields.R_P_INST]
         glob = np.where(inst >= 0, ids[col[np.maximum(inst, 0)]], -1)
         busy[ids] = df[fields.F_BUSY, lead]
-        return _raw(requests, rejected, rq, rt, glob, glob.copy()), busy, links, int(events), int(cl[fields.CL_STOPPED])
+        raw = _raw(requests, rejected, rq, rt, glob, glob.copy())
+        raw["prefill_cached_tokens"] = rq[fields.R_CACHED].copy()
+        return raw, busy, links, int(events), int(cl[fields.CL_STOPPED])
 
     pids = layout.ids("prefill")
     dids = np.concatenate([layout.ids("decode"), layout.ids("mixed")])  # mixed machines after decode
@@ -155,10 +164,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         pcaps = cache_capacities(layout, requests, "prefill")
         tiers = [layout.tier(i) for i in pids]
         if any(dcaps) or any(pcaps) or any(t is not None and t.blocks for t in tiers):
-            unique, dense = np.unique(requests.hash_values, return_inverse=True)
-            hash_vals = np.ascontiguousarray(dense.ravel(), dtype=np.int64)
-            hash_ptr = np.ascontiguousarray(requests.hash_offsets, dtype=np.int64)
-            n_hash = int(unique.size)
+            n_hash, hash_vals, hash_ptr = _dense_hashes(requests)
             di[fields.D_LRU_CAP, lead[:n_dec]] = dcaps
             pi[fields.P_LRU_CAP] = pcaps
             pi[fields.P_TIER_CAP] = [0 if t is None else t.blocks for t in tiers]
@@ -187,6 +193,13 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     raw = _raw(requests, rejected, rq, rt, pglob, dglob)
     raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = rq[fields.R_CACHED].copy(), rq[fields.R_LOADED].copy()
     return raw, busy, links, int(events), int(cl[fields.CL_STOPPED])
+
+
+def _dense_hashes(requests: Requests) -> tuple[int, np.ndarray, np.ndarray]:
+    """The requests' prefix blocks renumbered 0 .. n_hash − 1: (n_hash, values, offsets)."""
+    unique, dense = np.unique(requests.hash_values, return_inverse=True)
+    return (int(unique.size), np.ascontiguousarray(dense.ravel(), dtype=np.int64),
+            np.ascontiguousarray(requests.hash_offsets, dtype=np.int64))
 
 
 def _cache_nodes(instances: int, n_hash: int) -> np.ndarray:
