@@ -30,6 +30,7 @@ from pdplan.cli.options import (
     KvDtypeOpt,
     ProfilesOpt,
     RequestsOpt,
+    RouterOpt,
     SeedOpt,
     SloFileOpt,
     SpeculativeOpt,
@@ -208,6 +209,7 @@ def optimize(
         "--mixed-kv-share",
         help="Mixed pool: a prefilled request decodes on a mixed machine when its decode instance's routed "
              "KV would pass this share of its capacity.")] = Spill().decode_kv_share,
+    router: RouterOpt = None,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Folder for PNG plots: fleets.png (cost and power per fleet), goodput_per_gpu.png (each "
                        "shape's simulated goodput per GPU by phase), cost_vs_rate.png (the chosen fleet's cost "
@@ -259,7 +261,7 @@ def optimize(
         pool_shapes=pool_shapes, mode=mode, connector=connector, mixed=mixed, mixed_max=mixed_max,
         spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share),
         tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS, pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS,
-        dps=tuple(sorted(set(dp))) if dp else DEFAULT_DPS,
+        dps=tuple(sorted(set(dp))) if dp else DEFAULT_DPS, router=router or PlanRequest.router,
         seed=seed, inputs=Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
                                  model=model_file(model)))
     cache = ResultCache(cache_dir, enabled=not no_cache,

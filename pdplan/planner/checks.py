@@ -101,11 +101,12 @@ class Verifier:
 
     def plan(self, solution: Solution, *, mode: str, affinity: str, name: str) -> Plan:
         """``solution`` as the simulator plan this request verifies: its links, transfer failures,
-        router hop and spill thresholds."""
+        router hop, spill thresholds and prefill router."""
         request = self.request
         return plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
                        transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
                        failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
+                       router=request.router,
                        name=name)
 
     def check(self, solution: Solution, *, mode: str, affinity: str, fleet: str,

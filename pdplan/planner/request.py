@@ -23,6 +23,7 @@ from pdplan.vocabulary import (
     Objective,
     PoolShapes,
     Redundancy,
+    Router,
     Rule,
     TransferSchedule,
 )
@@ -77,6 +78,7 @@ class PlanRequest:
     failure_rate: float = 0.0           #: probability that one KV transfer attempt fails (simulated)
     failure_policy: FailurePolicy = FailurePolicy.RETRY
     route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
+    router: Router = Router.LEAST_LOADED  #: how the verified plans route arrivals to prefill instances
     mode: Mode = Mode.AUTO              #: the answer's mode: the better of both, or the one asked for
     connector: Connector = Connector.NIXL  #: the KV connector the plan's engine (profiles.engine) runs
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
