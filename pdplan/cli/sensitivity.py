@@ -20,6 +20,7 @@ from pdplan.cli.options import (
     EngineOpt,
     EngineVersionOpt,
     JsonOpt,
+    RouterOpt,
     SpeculativeOpt,
     choice,
     load_workload,
@@ -84,6 +85,7 @@ def grid(
     failure_policy: Annotated[FailurePolicy | None, choice(
         "--failure-policy", FailurePolicy, help="What a failed KV transfer costs: retry (resend) or recompute "
                                                 "(prefill again).")] = None,
+    router: RouterOpt = None,
     seeds: Annotated[int | None, typer.Option("--seeds", help="Verification runs per check.")] = None,
     max_rounds: Annotated[int | None, typer.Option(
         "--max-rounds", help="End-to-end checks per fleet, mode and affinity in each cell.")] = None,
@@ -126,7 +128,8 @@ def grid(
     the_spec = load_spec(spec) if spec is not None else GridSpec()
     the_spec = with_vary(override(the_spec, trace=trace, model=model, cluster=cluster, profiles=profiles,
                                   target_rate=target_rate, fleet=fleet, affinity=affinity,
-                                  failure_policy=failure_policy, seeds=seeds, max_rounds=max_rounds, seed=seed),
+                                  failure_policy=failure_policy, router=router, seeds=seeds, max_rounds=max_rounds,
+                                  seed=seed),
                          [parse_vary(text) for text in vary or ()])
     if the_spec.trace is None:
         raise PdplanError("give a trace: --trace T or a grid file with trace:", field="trace")
@@ -191,6 +194,6 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
     return Base(workload=workload, model=get_model(spec.model),
                 cluster=load_cluster(spec.cluster or default_cluster_path()),
                 profiles=profile_source(spec.profiles, **timing), slo=slo, target_rps=rate, fleet=spec.fleet,
-                affinity=spec.affinity, failure_policy=spec.failure_policy, runs=spec.seeds,
+                affinity=spec.affinity, failure_policy=spec.failure_policy, router=spec.router, runs=spec.seeds,
                 max_checks=spec.max_rounds, seed=spec.seed, margin_ms=margin_ms, budget_usd_per_hour=budget,
                 cache_dir=None if cache_dir is None else str(cache_dir), use_cache=use_cache)

@@ -34,7 +34,7 @@ from pdplan.planner.search import Checked
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload
 from pdplan.sensitivity.margin import Margin, net_margin
 from pdplan.slo import SLO
-from pdplan.vocabulary import Affinity, FailurePolicy, Objective
+from pdplan.vocabulary import Affinity, FailurePolicy, Objective, Router
 from pdplan.workload import Workload
 
 DECISIONS = ("ENABLE_PD", "COLOCATE", "INFEASIBLE")
@@ -57,6 +57,7 @@ class Base:
     max_checks: int
     seed: int
     margin_ms: float = 0.0
+    router: Router = Router.LEAST_LOADED
     budget_usd_per_hour: float | None = None   #: compare by rate within this budget instead of cost
     cache_dir: str | None = None
     use_cache: bool = True
@@ -144,7 +145,7 @@ def cell_request(base: Base, coords: dict) -> PlanRequest:
         objective=Objective.COST if base.budget_usd_per_hour is None else Objective.GOODPUT,
         max_usd_per_hour=base.budget_usd_per_hour, affinity=base.affinity, seed=base.seed,
         max_checks=base.max_checks, runs=base.runs, failure_rate=coords.get("failure_rate", 0.0),
-        failure_policy=base.failure_policy, route_s=coords.get("route_ms", 0.0) / 1e3)
+        failure_policy=base.failure_policy, route_s=coords.get("route_ms", 0.0) / 1e3, router=base.router)
 
 
 def why_none(report, mode: str) -> str:

@@ -8,9 +8,9 @@ Each dimension changes exactly one thing (see :data:`pdplan.sensitivity.spec.DIM
   target rate (trace order and lengths kept; drawn from the grid's seed).
 * ``prefix_hit`` — prefix hashes in which that share of each prompt's leading whole blocks is
   one of :data:`PREFIX_FAMILIES` shared prefixes (system prompts, few-shot headers) and the rest
-  the request's own. The decode side's prefix cache then holds the shared blocks and they are
-  not sent (0x01A's transfer set U \\ V_D); prefill compute is not reduced, since the
-  simulator does not model prefill-side reuse, so the dimension moves the transfer term only.
+  the request's own. A prefill (or colocated) instance's prefix cache that holds the shared
+  blocks does not compute them again, and a decode instance's does not receive them (the
+  transfer set U \\ V_D): the dimension moves prefill work and the transfer term.
 * ``bandwidth`` — every node type's per-GPU inter-node KV bandwidth, in GB/s.
 * ``gpu`` — only that GPU type's nodes; ``price_ratio`` — every other GPU type's price per hour
   set to that multiple of the first node type's GPU price.

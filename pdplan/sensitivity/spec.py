@@ -12,6 +12,7 @@ File format (``examples/grid.yaml``)::
     fleet: any                      # optional; as optimize --fleet
     affinity: high                  # optional; high (handoffs cross nodes, default) | low | auto
     failure_policy: retry           # optional; retry | recompute
+    router: least-loaded            # optional; least-loaded | round-robin | cache-aware (prefill routing)
     seeds: 3                        # optional; verification runs per check
     max_rounds: 8                   # optional; end-to-end checks per fleet, mode and affinity
     seed: 0
@@ -38,7 +39,7 @@ from pdplan.modelspec import DEFAULT_MODEL
 from pdplan.schema import Fields, bound
 from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S
 from pdplan.verify import DEFAULT_RUNS
-from pdplan.vocabulary import Affinity, FailurePolicy
+from pdplan.vocabulary import Affinity, FailurePolicy, Router
 
 FORMAT_VERSION = 1
 
@@ -90,8 +91,8 @@ DIMENSIONS = {d.name: d for d in (
     Dimension("rate", "target rate the plans must serve", "req/s", 0, limits.MAX_RATE_RPS, above=True),
     Dimension("burstiness", "interarrival CV: Gamma arrival gaps at the target rate (1 = Poisson)", "CV",
               0, 20, above=True),
-    Dimension("prefix_hit", "share of each prompt's leading blocks shared with earlier requests, which a "
-              "decode instance's prefix cache then need not receive", "fraction", 0, 1),
+    Dimension("prefix_hit", "share of each prompt's leading blocks shared with earlier requests, which an "
+              "instance's prefix cache then need not prefill (or receive, at decode)", "fraction", 0, 1),
     Dimension("failure_rate", "probability that one KV transfer attempt fails (then retried or recomputed)",
               "fraction", 0, 0.5),
     Dimension("route_ms", "the router's hop from prefill to decode", "ms", 0, 10_000),
@@ -122,6 +123,7 @@ class GridSpec:
     fleet: str = "any"
     affinity: Affinity = Affinity.HIGH
     failure_policy: FailurePolicy = FailurePolicy.RETRY
+    router: Router = Router.LEAST_LOADED
     seeds: int = DEFAULT_RUNS           #: verification runs per check, as optimize's
     max_rounds: int = DEFAULT_GRID_ROUNDS
     seed: int = 0
@@ -173,7 +175,7 @@ def load_spec(path: Path) -> GridSpec:
     """A grid file, every field checked; paths resolve against the file's folder."""
     top = Fields(load_yaml(path, what="grid spec"), path)
     top.reject_unknown({"pdplan_grid", "trace", "model", "cluster", "profiles", "slo", "target_rate", "fleet",
-                        "affinity", "failure_policy", "seeds", "max_rounds", "seed", "vary"})
+                        "affinity", "failure_policy", "router", "seeds", "max_rounds", "seed", "vary"})
     if top.integer("pdplan_grid") != FORMAT_VERSION:
         raise top.fail("pdplan_grid", f"must be {FORMAT_VERSION}", top.data["pdplan_grid"])
     folder = Path(path).parent
@@ -207,6 +209,7 @@ def load_spec(path: Path) -> GridSpec:
         affinity=Affinity(top.string("affinity", GridSpec.affinity, choices=list(AFFINITIES))),
         failure_policy=FailurePolicy(top.string("failure_policy", GridSpec.failure_policy,
                                                 choices=list(FAILURE_POLICIES))),
+        router=Router(top.string("router", GridSpec.router, choices=list(Router))),
         seeds=top.integer("seeds", GridSpec.seeds, minimum=1, maximum=limits.MAX_RUNS),
         max_rounds=top.integer("max_rounds", GridSpec.max_rounds, minimum=1, maximum=limits.MAX_CHECKS),
         seed=top.integer("seed", GridSpec.seed, minimum=0, maximum=limits.MAX_SEED), dimensions=tuple(dimensions))
