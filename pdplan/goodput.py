@@ -19,7 +19,8 @@ from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, servi
 from pdplan.shape import InstanceShape
 from pdplan.sim import MissStop, SimResult, simulate_pool
 from pdplan.slo import SLO, Objective, attainment, miss_budget
-from pdplan.workload import Workload, replace_arrivals, rescale_rate, thin
+from pdplan.vocabulary import Router
+from pdplan.workload import Workload, replace_arrivals, rescale_rate, stretch, thin
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -257,13 +258,17 @@ def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings
     ``trace``: a uniform random subset of the trace's requests (all of them when it is shorter),
     in trace order, gaps scaled to the rate. Drawing from the whole trace, not its head, keeps
     its rate swings in every probe, and one replica of a pool of n then sees the same process
-    as one instance alone (a router thins the stream it splits), so c(n) and c(1) compare.
+    as one instance alone (a router thins the stream it splits), so c(n) and c(1) compare. A
+    trace with prefix hashes gives a run of consecutive requests from a drawn start instead: a
+    subset would keep a conversation's later turns without the earlier ones they reuse.
     ``poisson``: requests with lengths resampled from the trace and Poisson arrivals. Both draw
     from ``seed``. Lengths-only traces always take ``poisson``.
     """
     wanted = settings.requests_per_probe * replicas
     if probe_settings(workload, settings).arrivals == "poisson":
         return replace_arrivals(workload, rate_rps=rate_rps, n_requests=wanted, rng=seed)
+    if workload.has_prefix_hashes:
+        return rescale_rate(stretch(workload, wanted, rng=seed), rate_rps)
     return rescale_rate(thin(workload, wanted, rng=seed), rate_rps)
 
 
@@ -399,7 +404,11 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
 
 
 def instance_saturation(workload: Workload, profile: PhaseProfile, phase: str) -> float | None:
-    """Closed-form throughput limit of one instance (None for colocated: its TTFT shows overload)."""
+    """Closed-form throughput limit of one instance (None for colocated: its TTFT shows overload;
+    None for prefill on a trace with prefix hashes: its prefix cache computes less than the
+    prompts, by an amount only the simulation knows)."""
+    if phase == "prefill" and workload.has_prefix_hashes:
+        return None
     if phase == "prefill":
         return prefill_saturation(workload, profile)
     if phase == "decode":
@@ -410,7 +419,7 @@ def instance_saturation(workload: Workload, profile: PhaseProfile, phase: str) -
 def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO, settings: SearchSettings,
                  start_rps: float, seed: int = DEFAULT_SEED, replicas: int = 1, policy: str | None = None,
                  chunk_tokens: int | None = None,
-                 admission_share: float = DEFAULT_ADMISSION_SHARE,
+                 admission_share: float = DEFAULT_ADMISSION_SHARE, router: str = Router.LEAST_LOADED,
                  on_probe: Callable[[Probe], None] | None = None) -> Search:
     """Goodput of ``replicas`` instances of one shape behind the router, the phase judged alone
     (:func:`phase_slo`): one instance is the 0x08C goodput, n of them the pool capacity c(n).
@@ -419,7 +428,9 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
     (each rank admits its own share, so a 16-rank instance is probed as hard as 16 single-rank
     ones); a pool is never good above n × one instance's saturation throughput. Without grid
     points, a probe stops once its misses settle its miss (:func:`miss_stop`): the search finds
-    the same rate, and the stopped probes' shares are upper bounds.
+    the same rate, and the stopped probes' shares are upper bounds. On a trace with prefix
+    hashes, prefill and colocated instances keep their prefix caches, and ``router`` picks the
+    prefill instance.
     """
     judged = phase_slo(slo, phase, admission_share)
     single = instance_saturation(workload, profile, phase)
@@ -430,7 +441,7 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
         stop = None if settings.grid_points else miss_stop(judged, len(requests))  # a curve asked for is drawn whole
         result = simulate_pool(requests, profile, phase=phase, replicas=replicas,
                                policy=(policy or "prefill-first") if phase == "colocated" else None,
-                               chunk_tokens=chunk_tokens, seed=seed, stop=stop)
+                               chunk_tokens=chunk_tokens, seed=seed, stop=stop, router=router)
         return probe_from_clocks(rate, judged, per_request_clocks(result),
                                  saturated=saturation is not None and rate > saturation,
                                  stopped_early=result.stopped_s is not None)

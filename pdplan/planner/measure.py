@@ -220,20 +220,21 @@ def mixed_candidates(candidates: list[Candidate], kv_bytes: float) -> list[Candi
 
 
 def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: ResultCache) -> PoolCurve:
-    """c(n) of one shape, each sampled pool size from the cache where the inputs match."""
+    """c(n) of one shape behind the request's router, each sampled pool size from the cache where
+    the inputs match."""
     parts = goodput_key_parts(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
                               settings=request.settings, seed=request.seed, policy=m.shape.policy,
                               chunk_tokens=m.shape.chunk_tokens, admission_share=request.admission_share)
 
     def sample(replicas: int, start_rps: float) -> float:
-        key = cache_key({**parts, "replicas": replicas})
+        key = cache_key({**parts, "replicas": replicas, "router": request.router})
         cached = cache.get(key, lambda entry: rate(entry["capacity_rps"]))
         if cached is not None:
             return cached
         search = pool_goodput(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
                               settings=request.settings, seed=request.seed, start_rps=start_rps, replicas=replicas,
                               policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
-                              admission_share=request.admission_share)
+                              admission_share=request.admission_share, router=request.router)
         cache.put(key, {"replicas": replicas, "capacity_rps": search.goodput_rps, "missed_rps": search.missed_rps,
                         "probes": len(search.probes)})
         return search.goodput_rps

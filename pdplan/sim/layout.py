@@ -191,9 +191,11 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
                   chunk_tokens: int | None = None, max_prefill_batch_tokens: int | None = None,
-                  replicas: int = 1) -> Layout:
+                  replicas: int = 1, prefix_cache: bool = True, router: str = Router.LEAST_LOADED) -> Layout:
     """``replicas`` instances of ``phase`` ("prefill", "decode" or "colocated") behind the router,
-    with no other phase: one instance alone, or one pool judged alone."""
+    with no other phase: one instance alone, or one pool judged alone. With ``prefix_cache``, a
+    prefill or colocated instance keeps its derived prefix cache (a decode instance alone moves no
+    KV, so its cache would save nothing)."""
     cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
     if not 1 <= cap <= profile.max_prefill_batch_tokens:
         raise PdplanError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}], got {cap}",
@@ -203,9 +205,10 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
     return Layout(mode="colocated" if phase == "colocated" else phase,
                   labels=tuple(f"{phase}/{i}" for i in range(replicas)), phases=(phase,) * replicas,
                   profiles=(profile,) * replicas, pool_slot=(0,) * replicas, policy=(policy,) * replicas,
-                  chunk_tokens=(chunk_tokens or 0,) * replicas, cache_blocks=(0,) * replicas,
-                  batch_tokens=(cap,) * replicas,
-                  link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)))
+                  chunk_tokens=(chunk_tokens or 0,) * replicas,
+                  cache_blocks=(None if prefix_cache and phase != "decode" else 0,) * replicas,
+                  batch_tokens=(cap,) * replicas, link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)),
+                  router=router)
 
 
 def router_notice(layout: Layout, requests: Requests) -> str | None:

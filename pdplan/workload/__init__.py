@@ -20,6 +20,7 @@ from pdplan.workload.reshape import (
     replace_arrivals,
     rescale_rate,
     rescaled_arrivals,
+    stretch,
     thin,
     window,
 )
@@ -46,5 +47,5 @@ __all__ = [
     "NO_ARRIVALS_HINT", "PEAK_WINDOW_S", "LengthDist", "LengthStats", "TraceStats", "Workload", "diurnal_arrivals",
     "gamma_arrivals", "head", "interarrival_cv", "load_trace", "max_blocks", "native_csv", "parse_length_dist",
     "peak_rate_rps", "poisson_arrivals", "poisson_resample", "prefix_reuse_fraction", "repeat", "replace_arrivals",
-    "rescale_rate", "rescaled_arrivals", "synthesize", "thin", "trace_stats", "window",
+    "rescale_rate", "rescaled_arrivals", "stretch", "synthesize", "thin", "trace_stats", "window",
 ]

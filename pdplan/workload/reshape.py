@@ -101,6 +101,15 @@ def thin(workload: Workload, n: int, *, rng: np.random.Generator | int) -> Workl
     return replaced(workload, rows=Rows.of(workload).take(keep))
 
 
+def stretch(workload: Workload, n: int, *, rng: np.random.Generator | int) -> Workload:
+    """``n`` consecutive requests from a start drawn uniformly (all of them when the trace is
+    shorter): the trace's reuse between nearby requests survives, which :func:`thin` dilutes."""
+    if n >= len(workload):
+        return workload
+    start = int(generator(rng).integers(0, len(workload) - n + 1))
+    return replaced(workload, rows=Rows.of(workload).take(np.arange(start, start + n)))
+
+
 def poisson_resample(workload: Workload, *, rng: np.random.Generator | int, window: int = 16) -> Workload:
     """The trace's requests on new Poisson arrivals that follow the trace's own rate over time.
 
