@@ -36,7 +36,11 @@ Modelling choices, stated once:
   is not delayed.
 * **Prefix reuse** — with prefix hashes, prompt blocks cached at the destination decode
   instance (an LRU of ``prefix_cache_blocks`` blocks, default its KV capacity in blocks) are
-  not sent. The cache affects bytes only; KV reservations count the whole prompt.
+  not sent. Each prefill and colocated instance keeps its own LRU (same default; a prefill pool
+  may add a second tier, exclusive, loaded at its bandwidth): the run of leading blocks it holds
+  when the request reaches it, at most prompt − 1 tokens, is not computed (the rest counts
+  l − c tokens and l² − c² attention pairs), and then the prompt's blocks become its most
+  recent (:mod:`pdplan.sim.fast.prefix`). KV reservations count the whole prompt.
 * **Decode memory** — admission reserves prompt + output tokens of KV and stalls (head of line,
   FIFO) when they do not fit; nothing is ever preempted, so ``preemptions`` is always 0 and the
   closed-form fast path is exact. The KV waiting for admission is held outside the KV capacity
@@ -62,7 +66,9 @@ Modelling choices, stated once:
 * **Instances joining and leaving** — with ``availability``, each instance takes new requests
   only inside its intervals; outside them it finishes what it holds (a drain) and the routers
   choose among the instances that do take requests (all of them, if none does).
-* **Routing** — prefill: fewest pending prompt tokens (Splitwise JSQ); decode: smallest
+* **Routing** — prefill: the plan's router, by default fewest pending prompt tokens to compute
+  (Splitwise JSQ), else in turn, or cache-aware (pending tokens + the tokens its cache leaves to
+  compute; :func:`pdplan.sim.fast.routing.pick_prefill`); decode: smallest
   (routed, unfinished KV tokens) / capacity; colocated: fewest outstanding tokens (prompt +
   output of routed, unfinished requests); ties → lowest index. No Splitwise mixed pool.
 * **Attention data parallelism** — an instance whose profile has ``dp`` > 1 is dp ranks, each
