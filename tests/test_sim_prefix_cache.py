@@ -225,3 +225,31 @@ def test_compiled_engine_matches_the_oracle_on_colocated_plans_with_prefix_cache
         np.testing.assert_allclose(fast[column], ref[column], rtol=0, atol=1e-9, err_msg=column)
     np.testing.assert_array_equal(fast["prefill_cached_tokens"], ref["prefill_cached_tokens"])
     assert hbm is not None or fast["prefill_cached_tokens"].sum() > 0  # the derived cache holds the shared prefixes
+
+
+# --- early rejection (Mooncake) ------------------------------------------------------------------
+
+def test_an_arrival_predicted_to_miss_its_ttft_is_rejected_at_admission():
+    """A 4,096-token prompt is being prefilled when a 2,048-token one arrives: the predictor sees
+    4,096 pending tokens (two full 2,048-token batches of the trace's mean 3,072-token prompts,
+    capped at the batch) ahead of its own prefill, about 1.5 s, above a 1 s threshold."""
+    trace = {"arrival_s": [0.0, 0.01, 20.0], "prompt_tokens": [4096, 2048, 3072], "output_tokens": [5, 5, 5]}
+    plan_ = Plan(pools=(pool("p", "prefill"), pool("d", "decode")), default_link=link(25), reject_ttft_s=1.0)
+    result = simulate(trace, plan_, {p.key: p for p in [profile("a100-80gb", cap=2048)]}, model=MODEL)
+    assert result["rejected_early"].tolist() == [False, True, False]
+    assert result["rejected"].tolist() == [False, True, False]
+    summary = result.summary(ttft_s=5.0)
+    assert (summary["rejected"], summary["rejected_early"]) == (1, 1)
+    assert summary["attainment"]["ttft"] == pytest.approx(2 / 3)  # it never met its SLO
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10**6), threshold=st.sampled_from([0.3, 1.0, 3.0]),
+       router=st.sampled_from(["least-loaded", "cache-aware"]))
+def test_compiled_engine_matches_the_oracle_with_early_rejection(seed, threshold, router):
+    plan_ = Plan(pools=(pool("pa", "prefill", replicas=2), pool("da", "decode", replicas=2)), default_link=link(10),
+                 router=router, reject_ttft_s=threshold)
+    trace = random_trace(seed, n=80, rate_rps=12.0, hashes=True)
+    fast, ref = (simulate(trace, plan_, PROFILES, model=MODEL, engine=e) for e in ("fast", "reference"))
+    assert_same(fast, ref)
+    np.testing.assert_array_equal(fast["rejected_early"], ref["rejected_early"])

@@ -210,6 +210,10 @@ def optimize(
         help="Mixed pool: a prefilled request decodes on a mixed machine when its decode instance's routed "
              "KV would pass this share of its capacity.")] = Spill().decode_kv_share,
     router: RouterOpt = None,
+    early_rejection: Annotated[bool, typer.Option(
+        "--early-rejection", help="P/D plans reject an arrival at admission when its predicted TTFT at its prefill "
+                                  "instance (the queue ahead plus its own prefill) is above the SLO's TTFT "
+                                  "threshold, as Mooncake does; a rejected request counts as a miss.")] = False,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Folder for PNG plots: fleets.png (cost and power per fleet), goodput_per_gpu.png (each "
                        "shape's simulated goodput per GPU by phase), cost_vs_rate.png (the chosen fleet's cost "
@@ -262,6 +266,7 @@ def optimize(
         spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share),
         tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS, pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS,
         dps=tuple(sorted(set(dp))) if dp else DEFAULT_DPS, router=router or PlanRequest.router,
+        early_rejection=early_rejection,
         seed=seed, inputs=Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
                                  model=model_file(model)))
     cache = ResultCache(cache_dir, enabled=not no_cache,

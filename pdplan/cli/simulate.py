@@ -69,6 +69,10 @@ def simulate(
     draft_cost: DraftCostOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Write one CSV row per request (atomically).")] = None,
     router: RouterOpt = None,
+    early_rejection: Annotated[bool, typer.Option(
+        "--early-rejection", help="Reject an arrival at admission when its predicted TTFT at its prefill instance "
+                                  "is above the TTFT threshold (Mooncake's early rejection; a plan file may set "
+                                  "its own threshold, early_rejection.ttft_ms).")] = False,
     seed: SeedOpt = 0,
     format: FormatOpt = None,
     json: JsonOpt = False,
@@ -99,6 +103,11 @@ def simulate(
     if attainment is None:
         attainment = DEFAULT_ATTAINMENT if planned is None else max(o.attainment for o in planned.objectives)
     slo_from_flags(ttft, tpot, attainment)  # the same checks as goodput/optimize (thresholds > 0, 0 < p <= 1)
+    if early_rejection:
+        if the_plan.colocated:
+            raise PdplanError("--early-rejection rejects at a prefill instance; a colocated plan has none",
+                              field="early_rejection")
+        the_plan = dataclasses.replace(the_plan, reject_ttft_s=ttft)
     workload = load_workload(trace, format)
     if not workload.has_arrivals and concurrency is None:
         raise PdplanError("trace has no arrival times; give it arrivals first "
@@ -156,7 +165,9 @@ def _render(summary: dict, target: float) -> None:
     facts.add_column(style="bold")
     facts.add_column(justify="right")
     facts.add_row("throughput", f"{summary['throughput_rps'] or 0:.3f} req/s")
-    facts.add_row("rejected (too large for KV)", f"{summary['rejected']:,}")
+    facts.add_row("rejected (too large for KV)", f"{summary['rejected'] - summary['rejected_early']:,}")
+    if summary["rejected_early"]:
+        facts.add_row("rejected early (predicted TTFT miss)", f"{summary['rejected_early']:,}")
     facts.add_row("one-token requests (no TPOT)", f"{summary['single_token_requests']:,}")
     transfer = summary["transfer"]
     if transfer["transfers"]:

@@ -101,12 +101,14 @@ class Verifier:
 
     def plan(self, solution: Solution, *, mode: str, affinity: str, name: str) -> Plan:
         """``solution`` as the simulator plan this request verifies: its links, transfer failures,
-        router hop, spill thresholds and prefill router."""
+        router hop, spill thresholds, prefill router and early rejection (at the SLO's tightest TTFT
+        threshold)."""
         request = self.request
         return plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
                        transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
                        failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
                        router=request.router,
+                       reject_ttft_s=request.slo.threshold_s("ttft") if request.early_rejection else None,
                        name=name)
 
     def check(self, solution: Solution, *, mode: str, affinity: str, fleet: str,

@@ -32,11 +32,12 @@ class Spill:
 
 def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str, affinity: str,
             transfer_schedule: str, name: str, failure_rate: float = 0.0, failure_policy: str = "retry",
-            route_s: float = 0.0, spill: Spill = Spill(), router: str = "least-loaded") -> Plan:
+            route_s: float = 0.0, spill: Spill = Spill(), router: str = "least-loaded",
+            reject_ttft_s: float | None = None) -> Plan:
     """The placement as a simulator plan: one pool per shape, links at the bandwidth of the path
     the placement gives them (:func:`link_path`) from every prefill pool to every pool that
     decodes (decode and mixed), with the transfer failures and router hop the plan must survive,
-    the spill thresholds of a mixed pool and the prefill router."""
+    the spill thresholds of a mixed pool, the prefill router and the early-rejection threshold."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(),
                                  key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp, kv[0].dp, kv[0].ep)):
@@ -56,7 +57,7 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                   if solution.mixed else {})
     return Plan(pools=pools, links=tuple(links), transfer_schedule=transfer_schedule, name=name,
                 failure_rate=failure_rate, failure_policy=failure_policy, route_s=route_s, router=router,
-                **thresholds)
+                reject_ttft_s=reject_ttft_s, **thresholds)
 
 
 def link_path(solution: Solution, affinity: str, prefill: Candidate, decoding: Candidate) -> str:

@@ -79,6 +79,7 @@ class PlanRequest:
     failure_policy: FailurePolicy = FailurePolicy.RETRY
     route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
     router: Router = Router.LEAST_LOADED  #: how the verified plans route arrivals to prefill instances
+    early_rejection: bool = False       #: the verified P/D plans reject arrivals predicted to miss the TTFT
     mode: Mode = Mode.AUTO              #: the answer's mode: the better of both, or the one asked for
     connector: Connector = Connector.NIXL  #: the KV connector the plan's engine (profiles.engine) runs
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)

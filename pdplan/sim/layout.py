@@ -127,6 +127,7 @@ class Layout:
     spill_tokens: int = 0                   #: mixed pool: prefill queue (pending tokens) above which arrivals spill
     kv_share: float = 1.0                   #: mixed pool: decode KV share above which decodes spill
     router: str = Router.LEAST_LOADED       #: how an arrival picks its prefill instance
+    reject_ttft_s: float | None = None      #: early rejection: above this predicted TTFT (None: off)
 
     def tier(self, i: int) -> CacheTier | None:
         """Instance i's second prefix-cache tier, if it has one."""
@@ -186,7 +187,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0,
                   block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
-                  kv_share=plan.kv_share, router=plan.router)
+                  kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s)
 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
@@ -218,6 +219,15 @@ def router_notice(layout: Layout, requests: Requests) -> str | None:
         return ("the cache-aware router needs prefix hashes, which the trace does not have: it routed by load "
                 "(fewest pending prompt tokens)")
     return None
+
+
+def full_batch_s(profile: PhaseProfile, cap: int, requests: Requests) -> float:
+    """Seconds of one full prefill batch: ``cap`` tokens of prompts of the requests' mean length
+    (the early-rejection predictor's drain rate, :func:`pdplan.sim.fast.routing.predicted_ttft_s`)."""
+    mean = float(np.mean(requests.prompt_tokens)) if len(requests) else 1.0
+    per = min(float(cap), max(1.0, mean))
+    batch = max(1, round(cap / per))
+    return float(profile.prefill.evaluate(np.array([[1.0, float(cap), cap * per]]), np.array([batch]))[0])
 
 
 def rejected_mask(layout: Layout, requests: Requests) -> np.ndarray:

@@ -12,6 +12,8 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
     router: least-loaded           # optional, how arrivals pick a prefill instance: least-loaded
                                    # (fewest pending prompt tokens; default) | round-robin |
                                    # cache-aware (queue + the prefill its prefix cache leaves)
+    early_rejection:               # optional (Mooncake): reject an arrival at admission when its
+      ttft_ms: 2000                # predicted TTFT at its prefill instance is above this
     transfer:                      # optional; disaggregated plans only
       schedule: request            # request (after the whole prefill) | layer (per-layer streaming)
       block_tokens: 512            # optional: prefix-hash block size; must match the workload's
@@ -242,6 +244,9 @@ class Plan:
     spill_tokens: int = DEFAULT_SPILL_TOKENS  #: mixed pool: prefill queue above which arrivals spill to it
     kv_share: float = DEFAULT_KV_SHARE        #: mixed pool: decode KV share above which decodes spill
     router: str = Router.LEAST_LOADED   #: how an arrival picks its prefill instance
+    #: Mooncake's early rejection: an arrival whose predicted TTFT is above this is rejected at
+    #: admission (None: off)
+    reject_ttft_s: float | None = None
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -279,6 +284,9 @@ class Plan:
             raise fail("kv_share", "kv_share must be in (0, 1]")
         if self.router not in ROUTERS:
             raise fail("router", f"router must be one of {', '.join(ROUTERS)}")
+        if self.reject_ttft_s is not None and not 0 < self.reject_ttft_s <= limits.MAX_LATENCY_MS / 1e3:
+            raise fail("early_rejection.ttft_ms", "early_rejection.ttft_ms must be > 0 and at most "
+                       f"{limits.MAX_LATENCY_MS:g}")
 
     @property
     def colocated(self) -> bool:
@@ -365,7 +373,8 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
 
 # --- file ----------------------------------------------------------------------------------------
 
-_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed", "router"}
+_TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed", "router",
+               "early_rejection"}
 _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
                 "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens"}
@@ -530,6 +539,14 @@ def parse_plan(data, path: str | Path) -> Plan:
             raise top.fail("router", "applies only to disaggregated plans (it picks a prefill instance)",
                            show_value=False)
         faults["router"] = top.string("router", choices=list(ROUTERS))
+    if top.has("early_rejection"):
+        if colocated:
+            raise top.fail("early_rejection", "applies only to disaggregated plans (it rejects at a prefill "
+                           "instance)", show_value=False)
+        spec = top.mapping("early_rejection")
+        spec.reject_unknown({"ttft_ms"})
+        faults["reject_ttft_s"] = spec.number("ttft_ms", minimum=0, exclusive=True,
+                                              maximum=limits.MAX_LATENCY_MS) / 1e3
     return Plan(pools=tuple(pools), links=tuple(links), default_link=default_link,
                 transfer_schedule=schedule, block_tokens=block_tokens, name=name, source=str(path), **faults,
                 **timing)
@@ -560,6 +577,8 @@ def plan_to_dict(plan: Plan) -> dict:
             doc["transfer"]["route_ms"] = plan.route_s * 1e3
         if plan.router != Router.LEAST_LOADED:
             doc["router"] = plan.router
+        if plan.reject_ttft_s is not None:
+            doc["early_rejection"] = {"ttft_ms": plan.reject_ttft_s * 1e3}
         if plan.pools_of("mixed"):
             doc["mixed"] = {"prefill_queue_tokens": plan.spill_tokens, "decode_kv_share": plan.kv_share}
         if plan.default_link is not None:

@@ -21,7 +21,8 @@ import numpy as np
 
 from pdplan.sim.core import Environment
 from pdplan.sim.events import ARRIVAL, BOUNDARY, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
-from pdplan.sim.layout import Layout, Requests, cache_capacities, rejected_mask
+from pdplan.sim.fast.routing import predicted_ttft_s
+from pdplan.sim.layout import Layout, Requests, cache_capacities, full_batch_s, rejected_mask
 from pdplan.sim.transfer import layer_visibility, uniform_layer_ready_s
 
 
@@ -78,13 +79,18 @@ def _block_tokens(prompt: int, block: int, j: int, limit: int) -> int:
     return max(0, min(block, min(prompt, limit) - j * block))
 
 
-def _reuse(cache: _PrefixCache, blocks: list[int], prompt: int, block: int) -> tuple[int, int]:
-    """A prompt reaches an instance with ``cache``: (cached, loaded), the tokens of the leading
-    blocks it holds (at least one token is computed) and of those the ones in the second tier;
-    its blocks then become the most recent in HBM, in prompt order."""
+def _peek(cache: _PrefixCache, blocks: list[int], prompt: int, block: int) -> tuple[int, int]:
+    """What ``cache`` would give a prompt: (cached, loaded), the tokens of the leading blocks it
+    holds (at least one token is computed) and of those the ones in the second tier."""
     k = cache.leading(blocks)
     cached = min(k * block, prompt - 1)
-    loaded = sum(_block_tokens(prompt, block, j, cached) for j in range(k) if cache.where(blocks[j]) == "tier")
+    return cached, sum(_block_tokens(prompt, block, j, cached) for j in range(k) if cache.where(blocks[j]) == "tier")
+
+
+def _reuse(cache: _PrefixCache, blocks: list[int], prompt: int, block: int) -> tuple[int, int]:
+    """A prompt reaches an instance with ``cache``: :func:`_peek`'s answer; then its blocks
+    become the most recent in HBM, in prompt order."""
+    cached, loaded = _peek(cache, blocks, prompt, block)
     for h in blocks:
         cache.touch(h)
     return cached, loaded
@@ -231,6 +237,8 @@ class _Disaggregated:
         self.load_s = [0.0 if t is None else layout.kv_bytes_per_token / t.bandwidth_bytes_per_s
                        for t in (layout.tier(i) for i in self.pids)]
         self.rr = 0  # the round-robin router's next instance
+        self.early = np.zeros(len(req), bool)  # rejected at admission on a predicted TTFT miss
+        self.batch_s = [full_batch_s(layout.profiles[i], layout.batch_tokens[i], req) for i in self.pids]
         self.cached = np.zeros(len(req), np.int64)  # prompt tokens the prefill cache held
         self.loaded = np.zeros(len(req), np.int64)  # of those, loaded from its second tier
 
@@ -249,7 +257,20 @@ class _Disaggregated:
                 self.rec.decode_instance[r] = m
                 self.dec[m].arrive(r)
                 return
+        if self.layout.reject_ttft_s is not None and self._rejects_early(r, p):
+            self.early[r] = True
+            self.rec.released()
+            return
         self._queue_prefill(r, p)
+
+    def _rejects_early(self, r: int, p: int) -> bool:
+        """Mooncake's early rejection: r's predicted TTFT at p, with what p's cache would give it,
+        is above the plan's threshold (:func:`pdplan.sim.fast.routing.predicted_ttft_s`)."""
+        prompt, cache = int(self.req.prompt_tokens[r]), self.prefix[p]
+        cached, loaded = (0, 0) if cache is None else _peek(cache, self._blocks(r), prompt, self.block)
+        own = self.pre[p]["profile"].prefill_time_s([prompt], [cached]) + loaded * self.load_s[p]
+        return predicted_ttft_s(self.pre[p]["pending"], self.pre[p]["cap"], self.batch_s[p], own) > \
+            self.layout.reject_ttft_s
 
     def _least_outstanding_mixed(self, r: int) -> int | None:
         need = int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
@@ -710,6 +731,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         if len(pids) and len(dids):
             links = {layout.labels[i]: b for i, b in zip(dids, sim.link_busy)}
         cached, loaded = sim.cached, sim.loaded
+        rejected = rejected | sim.early
     raw = {
         "arrival_s": rec.arrival_s, "prompt_tokens": req.prompt_tokens,
         "output_tokens": req.output_tokens, "rejected": rejected,
@@ -720,6 +742,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         "finish_s": rec.finish_s,
     }
     raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = cached, loaded
+    raw["rejected_early"] = rejected & ~rejected_mask(layout, req)
     return raw, busy, links, env.events, -1 if guard is None else guard.stopped
 
 

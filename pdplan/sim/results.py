@@ -36,6 +36,7 @@ COLUMNS = (
     "first_token_s", "finish_s",
     "ttft_s", "tpot_s", "e2e_s", "prefill_queue_s", "exposed_transfer_s", "admission_wait_s",
     "preemptions", "rejected", "transfer_failures", "prefill_cached_tokens", "prefill_loaded_tokens",
+    "rejected_early",
 )
 
 MODES = tuple(SimMode)
@@ -122,7 +123,7 @@ class SimResult:
 
         Shape::
 
-            {"mode", "requests", "served", "rejected", "single_token_requests",
+            {"mode", "requests", "served", "rejected", "rejected_early", "single_token_requests",
              "ttft": {p50, p90, p99, mean}, "tpot": {...}, "e2e": {...},
              "slo": {"ttft_s", "tpot_s"},
              "attainment": {"ttft", "tpot", "joint"},       # fractions of all requests
@@ -135,6 +136,8 @@ class SimResult:
              "prefix_cache": {"prompt_tokens", "cached_tokens", "loaded_tokens", "hit_rate"}}
                                                             # only when a prefill cache hit
 
+        ``rejected`` counts every request turned away (too large for any instance's KV, or rejected
+        at admission on a predicted TTFT miss, which ``rejected_early`` counts alone).
         Percentiles are over served requests (TPOT: those with more than one output token);
         ``None`` stands for a value that does not exist (JSON-safe). Attainment divides by all
         requests, rejected ones included; ``joint`` counts requests meeting both clocks.
@@ -158,6 +161,7 @@ class SimResult:
             "requests": n,
             "served": int(served.sum()),
             "rejected": int((~served).sum()),
+            "rejected_early": int(c["rejected_early"].sum()),
             "single_token_requests": int((served & (c["output_tokens"] == 1)).sum()),
             "ttft": _percentiles(c["ttft_s"][served]),
             "tpot": _percentiles(c["tpot_s"][served]),
@@ -232,4 +236,5 @@ def derive_columns(mode: str, raw: dict[str, np.ndarray]) -> dict[str, np.ndarra
             c["admission_wait_s"] = np.full(arrival.size, np.nan)
     for name in ("preemptions", "prefill_cached_tokens", "prefill_loaded_tokens"):
         c.setdefault(name, np.zeros(arrival.size, np.int64))
+    c.setdefault("rejected_early", np.zeros(arrival.size, bool))
     return {name: c[name] for name in COLUMNS}

@@ -10,6 +10,7 @@ from pdplan.sim.fast.batch import append, decode_boundary, pick_rank, queue_and_
 from pdplan.sim.fast.clock import new_heap, next_event, push, release
 from pdplan.sim.fast.colocated import colo_arrive, mixed_boundary
 from pdplan.sim.fast.fields import (
+    CL_TPOT_MISSED,
     D_K_HEAD,
     D_K_TAIL,
     D_LOAD,
@@ -46,8 +47,8 @@ from pdplan.sim.fast.fields import (
 )
 from pdplan.sim.fast.latency import latency_s
 from pdplan.sim.fast.links import book_transfer
-from pdplan.sim.fast.prefix import reuse
-from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefill
+from pdplan.sim.fast.prefix import peek, reuse
+from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefill, predicted_ttft_s
 
 
 @njit(cache=True)
@@ -73,6 +74,21 @@ def _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_to
     if pf[p, 1] <= t and pi[P_FREE_PENDING, p] == 0:
         pi[P_FREE_PENDING, p] = 1
         push(ht, hi, hs, t, np.int64(PREFILL_FREE), p, np.int64(-1))
+
+
+@njit(cache=True)
+def _rejects_early(rq, pi, pload, pbatch, plru, hash_vals, hash_ptr, n_hash, block_tokens, tab_i, pieces, r, p,
+                   reject_s):
+    """Whether request r, routed to prefill instance p, is rejected at admission: its predicted
+    TTFT (:func:`.routing.predicted_ttft_s`, with what p's prefix cache would give it) is above
+    ``reject_s``."""
+    prompt = rq[R_PROMPT, r]
+    cached, loaded = 0, 0
+    if n_hash > 0 and pi[P_LRU_CAP, p] + pi[P_TIER_CAP, p] > 0:
+        cached, loaded = peek(plru, p * n_hash, hash_vals, hash_ptr, block_tokens, prompt, r)
+    own = latency_s(tab_i, pieces, pi[P_MODEL, p], 1, float(prompt - cached),
+                    float(prompt) ** 2 - float(cached) ** 2) + loaded * pload[p]
+    return predicted_ttft_s(pi[P_PENDING, p], pi[P_CAP, p], pbatch[p], own) > reject_s
 
 
 @njit(cache=True)
@@ -152,9 +168,9 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
 
 
 @njit(cache=True)
-def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, router, di, df, lru, hash_vals,
-                      hash_ptr, n_hash, block_tokens, schedule, layers, kv_bytes, link, failure, route,
-                      pav_ptr, pav_t, dav_ptr, dav_t, n_dec, spill_tokens, kv_share, heap_capacity, cl):
+def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, router, reject_s, pbatch, di, df,
+                      lru, hash_vals, hash_ptr, n_hash, block_tokens, schedule, layers, kv_bytes, link, failure,
+                      route, pav_ptr, pav_t, dav_ptr, dav_t, n_dec, spill_tokens, kv_share, heap_capacity, cl):
     """Simulate prefill instances feeding decode instances over ingress links, in place on the
     state arrays; returns the number of events processed.
 
@@ -169,7 +185,10 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
     holds the prefill instances' ranks (their queues); ``di``'s columns are decode ranks.
     ``plru`` and ``lru`` hold the prefill and decode instances' prefix caches (:mod:`.prefix`),
     ``pload`` each prefill instance's seconds to load one token from its second tier, ``router``
-    the prefill router (:func:`.routing.pick_prefill`).
+    the prefill router (:func:`.routing.pick_prefill`). An arrival whose predicted TTFT at its
+    prefill instance is above ``reject_s`` (inf: never) is rejected there (``rejected`` marks it,
+    it releases its client, and it misses every clock); ``pbatch`` holds each prefill instance's
+    full-batch seconds for the prediction (:func:`_rejects_early`).
 
     Splitwise's mixed pool: ``di``'s columns past the first ``n_dec`` are mixed machines. A
     request arriving while the shortest prefill queue holds more than ``spill_tokens`` pending
@@ -203,6 +222,12 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
                 di[D_LOAD, spill] += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
                 rq[R_D_INST, r] = spill
                 colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, spill, r, t)
+            elif n_p > 0 and reject_s < np.inf and _rejects_early(
+                    rq, pi, pload, pbatch, plru, hash_vals, hash_ptr, n_hash, block_tokens, tab_i, pieces, r, p,
+                    reject_s):
+                rejected[r] = True
+                cl[CL_TPOT_MISSED] += 1  # a rejected request fails every clock
+                release(rt, cl, t)
             elif n_p > 0:
                 _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_tokens, ht, hi, hs, r, t, p)
             else:

@@ -9,7 +9,14 @@ from pdplan.sim.fast import fields
 from pdplan.sim.fast.colocated import run_colocated
 from pdplan.sim.fast.disaggregated import run_disaggregated
 from pdplan.sim.fast.latency import LatencyTable
-from pdplan.sim.layout import Layout, Requests, cache_capacities, prefix_block_tokens, rejected_mask
+from pdplan.sim.layout import (
+    Layout,
+    Requests,
+    cache_capacities,
+    full_batch_s,
+    prefix_block_tokens,
+    rejected_mask,
+)
 from pdplan.vocabulary import Router
 
 _ROUTERS = {Router.LEAST_LOADED: fields.ROUTER_LEAST_LOADED, Router.ROUND_ROBIN: fields.ROUTER_ROUND_ROBIN,
@@ -99,6 +106,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     (:func:`pdplan.sim.fast.clock.settled`)."""
     n = len(requests)
     rejected = np.ascontiguousarray(rejected_mask(layout, requests), dtype=np.bool_)
+    too_large = rejected.copy()  # the kernels add the early rejections
     rq, rt = _request_state(requests, concurrency)
     if failures is not None:
         rq[fields.R_FAILS] = failures
@@ -175,8 +183,10 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
     tab_i, pieces = table.arrays()
     events = run_disaggregated(
-        rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, _ROUTERS[layout.router], di, df, lru, hash_vals,
-        hash_ptr, n_hash, int(block),
+        rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, _ROUTERS[layout.router],
+        np.inf if layout.reject_ttft_s is None else float(layout.reject_ttft_s),
+        np.array([full_batch_s(layout.profiles[i], layout.batch_tokens[i], requests) for i in pids] or [0.0]),
+        di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
         link, fields.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fields.FAILURE_RETRY,
         float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids[col]), dec_cols,
@@ -192,6 +202,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fields.F_LINK_BUSY, lead])}
     raw = _raw(requests, rejected, rq, rt, pglob, dglob)
     raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = rq[fields.R_CACHED].copy(), rq[fields.R_LOADED].copy()
+    raw["rejected_early"] = rejected & ~too_large
     return raw, busy, links, int(events), int(cl[fields.CL_STOPPED])
 
 

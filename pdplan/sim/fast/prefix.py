@@ -94,19 +94,27 @@ def block_tokens_in(prompt, block_tokens, j, limit):
 
 
 @njit(cache=True)
-def reuse(lru, base, st, hbm, tier, col, hash_vals, hash_ptr, block_tokens, prompt, r):
-    """Request r reaches a prefill instance with a prefix cache: returns (cached, loaded), the
-    prompt tokens its leading hits cover and those of them loaded from the tier; every block of
-    the prompt then becomes the most recent in HBM, in prompt order (the prefill writes them).
+def peek(lru, base, hash_vals, hash_ptr, block_tokens, prompt, r):
+    """What the cache would give request r, without touching it: (cached, loaded), the prompt
+    tokens its leading hits cover and those of them in the tier.
 
     At least one token is computed, for the logits (vLLM's ``KVCacheManager.get_computed_blocks``
     caps a hit at the prompt length − 1)."""
     k = leading_blocks(lru, base, hash_vals, hash_ptr, r)
     cached = min(k * block_tokens, prompt - 1)
     loaded = 0
-    for j in range(k):  # judged on the cache as the request finds it
+    for j in range(k):
         if lru[2, base + hash_vals[hash_ptr[r] + j]] == IN_TIER:
             loaded += block_tokens_in(prompt, block_tokens, j, cached)
+    return cached, loaded
+
+
+@njit(cache=True)
+def reuse(lru, base, st, hbm, tier, col, hash_vals, hash_ptr, block_tokens, prompt, r):
+    """Request r reaches an instance with a prefix cache: :func:`peek`'s (cached, loaded), judged
+    on the cache as the request finds it; then every block of the prompt becomes the most recent
+    in HBM, in prompt order (the prefill writes them)."""
+    cached, loaded = peek(lru, base, hash_vals, hash_ptr, block_tokens, prompt, r)
     for b in range(hash_ptr[r], hash_ptr[r + 1]):
         touch(lru, base, st, hbm, tier, col, hash_vals[b])
     return cached, loaded

@@ -74,6 +74,15 @@ def pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n
 
 
 @njit(cache=True)
+def predicted_ttft_s(pending, cap, batch_s, own_s):
+    """Mooncake's early-rejection test predicts a request's TTFT at admission from the queue it
+    joins (article 0x09I: reject when the predicted TTFT misses the SLO, before spending prompt
+    compute). The predictor here: the ``pending`` prompt tokens ahead drain in batches of ``cap``
+    tokens of ``batch_s`` each (a full batch's measured time), then its own prefill of ``own_s``."""
+    return pending / cap * batch_s + own_s
+
+
+@njit(cache=True)
 def least_loaded(di, need, av_ptr, av_t, t, lo, hi):
     """Instance in [lo, hi) (hi < 0: to the end) with the smallest load/capacity among those
     taking requests at t that can hold ``need`` (ties → lowest); when none takes requests, among
