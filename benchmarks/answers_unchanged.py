@@ -7,7 +7,8 @@ predictions. Input digests may differ where a moved file is read (none of the jo
 
     python benchmarks/answers_unchanged.py [BASE]      # default BASE: the commit before issue 19's moves
 
-Prints one line per job (identical, or the first differing paths) and exits 1 on any difference.
+Prints one line per job (identical, naming the keys the new revision adds, or the first differing
+paths) and exits 1 on any difference; an added key is not one (documents may grow).
 """
 
 from __future__ import annotations
@@ -46,19 +47,22 @@ def strip(value, path=()):
     return value
 
 
-def differences(a, b, path="") -> list[str]:
-    """Paths at which two JSON-like values differ, first ones first."""
+def differences(a, b, path="", added: list[str] | None = None) -> list[str]:
+    """Paths at which two JSON-like values differ, first ones first. A key only the new value ``b``
+    has is an addition, which a contract allows: it goes to ``added``, not among the differences."""
     if type(a) is not type(b):
         return [path or "/"]
     if isinstance(a, dict):
-        out = [f"{path}/{k}" for k in sorted(set(a) ^ set(b))]
+        out = [f"{path}/{k}" for k in sorted(set(a) - set(b))]
+        if added is not None:
+            added += [f"{path}/{k}" for k in sorted(set(b) - set(a))]
         for k in sorted(set(a) & set(b)):
-            out += differences(a[k], b[k], f"{path}/{k}")
+            out += differences(a[k], b[k], f"{path}/{k}", added)
         return out
     if isinstance(a, list):
         if len(a) != len(b):
             return [f"{path} (length {len(a)} vs {len(b)})"]
-        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}/{i}")]
+        return [d for i, (x, y) in enumerate(zip(a, b)) for d in differences(x, y, f"{path}/{i}", added)]
     return [] if a == b else [path or "/"]
 
 
@@ -92,9 +96,11 @@ def main() -> int:
                            for i, (name, args) in enumerate(JOBS.items())}
                 changed = 0
                 for name, (before, after) in futures.items():
-                    diff = differences(before.result(), after.result())
+                    added: list[str] = []
+                    diff = differences(before.result(), after.result(), added=added)
                     changed += bool(diff)
-                    print(f"{name:<18} {'identical' if not diff else 'DIFFERS at ' + ', '.join(diff[:6])}")
+                    news = f" (adds {', '.join(sorted(set(added))[:6])})" if added else ""
+                    print(f"{name:<18} {'identical' + news if not diff else 'DIFFERS at ' + ', '.join(diff[:6])}")
             print(f"{len(JOBS)} jobs at {base} and here, {time.perf_counter() - started:.0f} s; "
                   f"{changed} differ")
         finally:

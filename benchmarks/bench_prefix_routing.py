@@ -4,8 +4,9 @@
 
 For each router (round-robin, least-loaded, cache-aware) runs what ``pdplan optimize TRACE
 --router R --target-rate R --ttft S --tpot S`` runs (llama2-70b, the shipped example cluster,
-the default search, its result cache as optimize keeps it), then simulates the verified answer once more at the target rate to report
-its prefill prefix-cache hit rate and prefill GPU-seconds (busy seconds × GPUs per instance).
+the default search, its result cache as optimize keeps it), then simulates the verified answer
+once more at the target rate to report its prefill prefix-cache hit rate and prefill
+GPU-seconds (busy seconds × GPUs per instance).
 Prints per router: the plan (prefill and decode shapes), its GPUs and $/h, the hit rate, the
 prefill GPU-seconds and the wall time; a router with no verified plan prints the closest miss.
 Defaults: 12 req/s (3.5× the trace's own), p90 TTFT <= 20 s (Mooncake's prompts average 12k
