@@ -296,23 +296,18 @@ def prefix_cache_off(pool: dict) -> bool:
 _MEDIA = {"host": "host memory", "remote": "a remote store"}
 
 
-def cache_tier_notes(manifest: dict, options: dict[str, str]) -> list[str]:
-    """One line per prefill pool with a second prefix-cache tier (``scheduling.cache_tier``), which the plan
-    was verified with and no export starts: its size and bandwidth, and the engine's option that would
+def cache_tier_notes(pools: list[dict], options: dict[str, str]) -> list[str]:
+    """One line per prefill pool of ``pools`` with a second prefix-cache tier (``scheduling.cache_tier``), which
+    the plan was verified with and no export starts: its size and bandwidth, and the engine's option that would
     provide it (``options``, by medium)."""
     notes = []
-    for pool in pools(manifest):
+    for pool in pools:
         tier = (pool.get("scheduling") or {}).get("cache_tier")
         if tier is not None:
             notes.append(f"Pool {pool['name']} was planned with a second prefix-cache tier of {tier['blocks']} blocks "
                          f"in {_MEDIA[tier['medium']]} at {tier['bandwidth_gb_s']:g} GB/s, which this export does not "
                          f"start; the engine's option for it: {options[tier['medium']]}.")
     return notes
-
-
-def pool_cache_tier_notes(manifest: dict, pool: dict, options: dict[str, str]) -> list[str]:
-    """:func:`cache_tier_notes` of one pool."""
-    return cache_tier_notes({**manifest, "pools": [pool]}, options)
 
 
 def speculative(manifest: dict) -> dict | None:

@@ -72,7 +72,7 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
     budgets = "\n".join(pods.budget_comment(pool) for pool in common.pools(manifest))
     header = (f"{common.header(manifest, 'dynamo')}\nCreate the Secret {options.hf_token_secret} (key "
               f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}")
-    header = "\n".join([header, *common.cache_tier_notes(manifest, vllm.TIER_OPTIONS)])
+    header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
     return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=header)}
 
 

@@ -66,7 +66,7 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
               "vllm-router discovers the serving pods by label through the Kubernetes API and balances over\n"
               "their pod IPs; the pools' Services are for direct access.\n"
               f"{budgets}")
-    header = "\n".join([header, *common.cache_tier_notes(manifest, vllm.TIER_OPTIONS)])
+    header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": [f"{name}.yaml"]}
     return {f"k8s/{name}.yaml": common.dump_yaml(*documents, header=header),

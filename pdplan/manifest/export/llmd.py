@@ -89,7 +89,7 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
               f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}")
     router = common.router_policy(manifest, ROUTER_NOTES)
     header = "\n".join([header, *([] if router is None else [router]),
-                        *common.cache_tier_notes(manifest, vllm.TIER_OPTIONS)])
+                        *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
     return {"llm-d/values.yaml": common.dump_yaml(values, header=header)}
 
 

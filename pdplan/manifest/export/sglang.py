@@ -47,10 +47,11 @@ DEEPEP_MODES = {"prefill": "normal", "decode": "low_latency"}
 TRANSFER_BACKENDS = ("nixl", "mooncake")
 
 #: The SGLang router's ``--prefill-policy`` (its policy for the prefill workers in P/D mode) per prefill router
-#: of the plan: sglang-router 0.3.2, sglang_router/router_args.py (sgl-project/sglang
-#: sgl-model-gateway/bindings/python/src/sglang_router/router_args.py): random, round_robin, cache_aware,
-#: power_of_two, manual, bucket. A least-loaded plan keeps what the export always wrote, no flag: the router's
-#: default --policy cache_aware, which routes by load once the workers' loads pass its balance thresholds.
+#: of the plan: sglang-router 0.3.2, sglang_router/router_args.py, and sgl-project/sglang
+#: sgl-model-gateway/bindings/python/src/sglang_router/router_args.py @05e589ad6f75127e5302a250d9e83a881fbb3a3b:
+#: random, round_robin, cache_aware, power_of_two, manual, bucket. A least-loaded plan keeps what the export
+#: always wrote, no flag: the router's default --policy cache_aware, which routes by load once the workers' loads
+#: pass its balance thresholds.
 ROUTER_POLICIES = {Router.CACHE_AWARE: "cache_aware", Router.ROUND_ROBIN: "round_robin"}
 #: SGLang 0.5.23's switch for a prefill pool whose plan turns its prefix cache off (python/sglang/srt/arg_groups/
 #: fields/memory.py ``disable_radix_cache``: "Disable RadixAttention for prefix caching"; on by default). A decode
@@ -175,7 +176,7 @@ def speculative_args(manifest: dict) -> list[str]:
 def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: str | None,
                      bootstrap: int | None) -> str:
     lines = common.instance_preamble(manifest, "sglang", inst)
-    lines += [shell.comment(note) for note in common.pool_cache_tier_notes(manifest, inst.pool, TIER_OPTIONS)]
+    lines += [shell.comment(note) for note in common.cache_tier_notes([inst.pool], TIER_OPTIONS)]
     lines += prerequisites.lines(prerequisites.instance("sglang", backend, spans_nodes=inst.spans_nodes),
                                  f"instance {inst.name}", "python")
     command: list[shell.Word] = _launch_command(manifest, inst, port, backend, bootstrap)

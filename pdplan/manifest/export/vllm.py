@@ -223,7 +223,7 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     pool = inst.pool
     by_dp = spans_by_data_parallel(pool, inst.spans_nodes)
     lines = common.instance_preamble(manifest, "vllm", inst)
-    lines += [shell.comment(note) for note in common.pool_cache_tier_notes(manifest, pool, TIER_OPTIONS)]
+    lines += [shell.comment(note) for note in common.cache_tier_notes([pool], TIER_OPTIONS)]
     connector = manifest["transfer"]["connector"] if pool["phase"] != "colocated" else None
     lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes and not by_dp),
                                  f"instance {inst.name}", PYTHON)
