@@ -7,7 +7,8 @@ environment of its own (their torch pins differ), which it creates under ``--env
 
 1. plans the acceptance manifests with ``pdplan optimize`` (the default answer, ``--mode
    disaggregated``, a multinode ``--tp 8 --pp 2`` plan, a plan with Splitwise's mixed pool, an
-   fp8 plan of a bf16 checkpoint (fp8 KV cache, quantized at load), and
+   fp8 plan of a bf16 checkpoint (fp8 KV cache, quantized at load), the disaggregated plan edited to a
+   cache-aware prefill router with its prefill caches off and a host tier (:data:`EDITED`), and
    with ``--sglang-plan`` an ``--engine sglang`` one), validates each and runs pdplan's engine rules
    (pdplan/engines.py) on it; and takes the hand-written wide expert-parallel manifest (:data:`WIDE`: a
    prefill instance of DP16 EP16 over two nodes and a decode instance of DP8 EP8 on one, as in
@@ -183,7 +184,30 @@ def plans(work: Path, requests: int, sglang: bool) -> dict[str, tuple[list[str],
     found["fp8"] = [str(SMOKE), *probe, "--model", "llama-3.1-70b@fp8", "--mode", "disaggregated"]
     if sglang:
         found["sglang"] = [str(TRACE), *probe, "--mode", "disaggregated", "--engine", "sglang", *IDENTITY]
+    # the disaggregated plan with every prefix-cache switch the exports set, edited in (:data:`EDITED`)
+    found["prefix-caches"] = found["disaggregated"]
     return {name: (args, work / f"{name}.yaml") for name, args in found.items()}
+
+
+def prefix_caches(text: str) -> str:
+    """A planned manifest with a cache-aware prefill router, its prefill pools' HBM prefix cache off and a host
+    tier under it (as tests/test_export_router.py), sealed again: the routers' --prefill-policy, Dynamo's
+    --router-mode, the engines' cache switches and the tier notice reach their consumers."""
+    import yaml
+
+    from pdplan.manifest.document import seal
+
+    manifest = yaml.safe_load(text)
+    manifest["transfer"]["router"] = "cache-aware"
+    for pool in manifest["pools"]:
+        if pool["phase"] == "prefill":
+            pool["scheduling"].update(prefix_cache_blocks=0,
+                                      cache_tier={"medium": "host", "blocks": 65536, "bandwidth_gb_s": 50.0})
+    return yaml.safe_dump(seal(manifest), sort_keys=False)
+
+
+#: Planned manifests edited before they are checked: name -> edit of the manifest's text.
+EDITED = {"prefix-caches": prefix_caches}
 
 
 def pdplan(*args: str) -> subprocess.CompletedProcess:
@@ -394,6 +418,8 @@ def drive(options) -> int:
             if done.returncode:
                 table.add(name, "-", "optimize", "pdplan optimize", "FAIL", last_line(done.stderr or done.stdout))
                 continue
+            if name in EDITED:
+                path.write_text(EDITED[name](path.read_text()))
         if args is not None:
             checked = pdplan("validate", str(path))
             table.add(name, "-", path.name, "pdplan validate", "pass" if checked.returncode == 0 else "FAIL",

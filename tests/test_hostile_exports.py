@@ -25,6 +25,7 @@ from pdplan.manifest.document import seal
 from pdplan.manifest.export import export_manifest, shell
 from pdplan.manifest.export.common import instances
 from tests.conftest import without_mixed
+from tests.test_export_router import cache_aware_plan
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
@@ -75,6 +76,7 @@ def plans(manifests, mixed_manifest) -> dict[str, dict]:
     loaded["nixl"] = without_mixed(yaml.safe_load(mixed_manifest["manifest"].read_text()))
     loaded["spanning"] = spread_over_nodes(loaded["disaggregated"])
     loaded["spanning colocated"] = spread_over_nodes(loaded["colocated"])
+    loaded["prefix caches"] = cache_aware_plan(loaded["disaggregated"])  # router policy, cache switch, tier notice
     return loaded
 
 

@@ -29,7 +29,7 @@ from pdplan.planner.plans import pool_name
 from pdplan.planner.report import links_dict, phase_dict, pools, search_dict
 from pdplan.planner.request import Inputs, PlanRequest
 from pdplan.planner.search import Checked
-from pdplan.sim.plan import Plan
+from pdplan.sim.plan import Plan, plan_to_dict
 from pdplan.vocabulary import Connector
 from pdplan.workload import trace_stats
 
@@ -44,8 +44,9 @@ CONNECTORS = {Connector.NIXL: "NixlConnector", Connector.MOONCAKE: "MooncakeConn
               Connector.LMCACHE: "LMCacheConnectorV1"}
 #: vLLM's KV roles: a mixed machine (Splitwise's mixed pool) both prefills and takes handoffs.
 KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "mixed": "kv_both"}
-#: Simulator pool settings a manifest carries, to rebuild the plan it was verified as.
-SCHEDULING = ("policy", "chunk_tokens", "max_prefill_batch_tokens", "prefix_cache_blocks")
+#: Simulator pool settings a manifest carries, to rebuild the plan it was verified as, each as the plan
+#: file states it (a prefill pool's prefix-cache tier with its bandwidth in GB/s).
+SCHEDULING = ("policy", "chunk_tokens", "max_prefill_batch_tokens", "prefix_cache_blocks", "cache_tier")
 PACKAGE = Path(str(resources.files("pdplan")))
 #: vLLM's default KV block (tokens per paged block), and the memory share behind the KV capacity.
 KV_BLOCK_TOKENS = 16
@@ -165,6 +166,7 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
     """One entry per simulator pool: its capacity from the optimizer, and its memory plan with
     the KV capacity of the profile its verification ran on."""
     model = report.request.model
+    settings = scheduling(plan)
     facts = {(p["phase"], p["gpu"], p["tp"], p["pp"], p.get("dp", 1), p.get("ep", 1)): p
              for p in pools(report.answer.solution, report)}
     profiles = {(m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.dp, m.shape.ep): m.profile for m in report.measured}
@@ -182,7 +184,7 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
             **({"redundant_experts": pool.redundant_experts} if pool.redundant_experts else {}),
             "replicas": pool.replicas, "gpus": pool.replicas * pool.gpus,
             "engine": report.request.profiles.engine,
-            "scheduling": {k: getattr(pool, k) for k in SCHEDULING if getattr(pool, k) is not None},
+            "scheduling": settings[pool.name],
             "capacity": {"per_instance_rps": fact["goodput_rps_per_instance"], "pool_rps": fact["capacity_rps"]},
             # EP is the pool's ``ep``; manifests before it recorded memory.expert_parallel (document.pool_shape)
             "memory": {"gpu_memory_gib": gpu.memory_bytes / GIB, "memory_utilization": MEMORY_UTILIZATION,
@@ -192,6 +194,23 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
                         "fallback": fact["profile_fallback"]},
         })
     return found
+
+
+def scheduling(plan: Plan) -> dict[str, dict]:
+    """Each pool's simulator settings, by pool name, as the plan file states them
+    (:func:`pdplan.sim.plan.plan_to_dict`): only those set, so a manifest of a plan without them reads,
+    and hashes, as before; :func:`pdplan.manifest.plan.plan_of_manifest` hands them back to the plan
+    file's rules."""
+    return {p["name"]: {k: p[k] for k in SCHEDULING if k in p} for p in plan_to_dict(plan)["pools"]}
+
+
+def routing(plan: Plan) -> dict:
+    """The prefill router of a P/D plan as the manifest's transfer section states it: ``router`` only
+    when it is not least-loaded (the plan file's rule, :func:`pdplan.sim.plan.plan_to_dict`), so a
+    manifest of a least-loaded plan, and every manifest written before the router was a setting,
+    reads and hashes as before."""
+    found = plan_to_dict(plan).get("router")
+    return {} if found is None else {"router": str(found)}
 
 
 def node_map(solution, cluster) -> list[dict]:
@@ -229,7 +248,8 @@ def _node_order(name: str) -> tuple[str, int]:
 
 def _transfer(plan: Plan, links: list[dict], request: PlanRequest, connector: Connector) -> dict:
     """The KV handoff: connector, roles, bytes per request (the whole prompt's KV, 0x08D), each
-    path's demand against its capacity, and with a mixed pool when work spills to it. A colocated
+    path's demand against its capacity, the router that picks each arrival's prefill instance when it
+    is not least-loaded (:func:`routing`), and with a mixed pool when work spills to it. A colocated
     plan moves no KV: connector ``none``."""
     if plan.colocated:
         return {"connector": "none", "schedule": None, "roles": {}, "kv_bytes_per_request": None, "paths": []}
@@ -245,7 +265,7 @@ def _transfer(plan: Plan, links: list[dict], request: PlanRequest, connector: Co
     spill = ({"spill": {"prefill_queue_tokens": plan.spill_tokens, "decode_kv_share": plan.kv_share}}
              if plan.pools_of("mixed") else {})
     return {"connector": connector, "connector_class": CONNECTORS[connector], "schedule": plan.transfer_schedule,
-            "roles": roles,
+            **routing(plan), "roles": roles,
             "kv_bytes_per_request": {"mean": mean_kv_bytes_per_request(request.workload, request.model),
                                      "p99": p99_prompt * request.model.kv_bytes_per_token},
             "paths": paths, **spill}

@@ -5,9 +5,9 @@ Each check returns violations as (field path, message); none means valid. The or
 traced to the sections whose hashes changed), consistency (capacity against the target, GPUs per
 instance as the engines count them (TP × DP × PP), GPUs and node ranks of an instance spanning nodes,
 tensor parallelism inside one node and NVLink domain, expert parallelism against the experts, an
-instance inside its scale-out domain, memory, link demand, KV roles, the
-KV-cache ABI, the rollback order of 0x0FG, the preregistered fallback of 0x0FF, the shapes the
-recorded engine can run), identity under
+instance inside its scale-out domain, memory, prefix caches on the pools that have them, link demand,
+KV roles, a prefill router only in a P/D plan, the KV-cache ABI, the rollback order of 0x0FG, the
+preregistered fallback of 0x0FF, the shapes the recorded engine can run), identity under
 ``strict``, the inputs' sha256 when they are given, and a re-simulation when asked.
 """
 
@@ -145,8 +145,22 @@ def _pools(manifest: dict) -> list[Violation]:
                                    f"{phase} capacity {capacity:.4g} req/s is below the target {target:.4g} req/s"))
     model = _model(manifest)
     for i, p in enumerate(pools):
-        found += pool_violations(f"pools[{i}]", p, model)
+        found += pool_violations(f"pools[{i}]", p, model) + _prefix_cache_violations(f"pools[{i}]", p)
     return found + _drafting(manifest, model)
+
+
+def _prefix_cache_violations(where: str, pool: dict) -> list[Violation]:
+    """A pool's prefix cache as the plan file admits it (:class:`pdplan.sim.plan.Pool`): its HBM size
+    (``scheduling.prefix_cache_blocks``) on prefill and decode pools, a second tier
+    (``scheduling.cache_tier``) on prefill pools only."""
+    scheduling, found = pool["scheduling"], []
+    if "prefix_cache_blocks" in scheduling and pool["phase"] not in ("prefill", "decode"):
+        found.append(Violation(f"{where}.scheduling.prefix_cache_blocks", f"applies to prefill and decode pools, not "
+                                                                          f"a {pool['phase']} pool"))
+    if "cache_tier" in scheduling and pool["phase"] != "prefill":
+        found.append(Violation(f"{where}.scheduling.cache_tier", f"applies to prefill pools, not a {pool['phase']} "
+                                                                 "pool"))
+    return found
 
 
 def _drafting(manifest: dict, model) -> list[Violation]:
@@ -361,8 +375,12 @@ def _transfer(manifest: dict) -> list[Violation]:
     transfer, pools = manifest["transfer"], manifest["pools"]
     colocated = all(p["phase"] == "colocated" for p in pools)
     if colocated:
-        return [] if transfer["connector"] == "none" else [
+        found = [] if transfer["connector"] == "none" else [
             Violation("transfer.connector", "a colocated plan moves no KV: must be none")]
+        if "router" in transfer:
+            found.append(Violation("transfer.router", "a colocated plan has no prefill router: it applies only to "
+                                                      "disaggregated plans"))
+        return found
     found = []
     if transfer["connector"] == "none":
         found.append(Violation("transfer.connector", "a P/D plan needs a KV connector"))

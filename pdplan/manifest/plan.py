@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.manifest.document import is_manifest, pool_shape, read_manifest, redundant_experts
 from pdplan.schema import Fields
@@ -13,7 +14,9 @@ from pdplan.slo import SLO, objective_from_fields
 
 
 def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
-    """The plan a (schema-checked) manifest describes, checked by the plan file's own rules."""
+    """The plan a (schema-checked) manifest describes, checked by the plan file's own rules: its pools
+    with their simulator settings (``scheduling``: prefix caches and their tiers included), links,
+    timing and prefill router (``transfer.router``; absent, as in manifests before it, least-loaded)."""
     doc: dict = {"pdplan_plan": FORMAT_VERSION, "name": manifest["metadata"]["name"]}
     timing = manifest["provenance"]["profiles"]
     timing = {k: timing[k] for k in ("engine", "engine_version", "compose", "speculative")
@@ -21,6 +24,11 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
     if timing:
         doc["profiles"] = timing
     transfer = manifest["transfer"]
+    if "router" in transfer:  # absent: least-loaded, the default of the plan file too
+        if transfer["connector"] == "none":
+            raise PdplanError("transfer.router applies only to disaggregated plans (it picks a prefill instance)",
+                              file=path, field="transfer.router")
+        doc["router"] = transfer["router"]
     if transfer["connector"] != "none":
         doc["transfer"] = {"schedule": transfer["schedule"]}
         doc["links"] = [{"from": p["from"], "to": p["to"], "bandwidth_gb_s": p["bandwidth_gb_s"],

@@ -15,6 +15,7 @@ from pdplan.manifest.export import shell
 from pdplan.modelcatalog import model_catalog
 from pdplan.modelspec import PRECISION_MARK, WEIGHT_BYTES
 from pdplan.shape import shape_label
+from pdplan.vocabulary import Router
 
 # The argument a script of an instance spanning nodes is run with on each node (instance_preamble).
 NODE_RANK = shell.Var("NODE_RANK")
@@ -269,6 +270,44 @@ def kv_transfer_config(manifest: dict, pool: dict) -> dict | None:
     if role is None:
         raise PdplanError(f"transfer.roles has no role for pool {pool['name']}", field="transfer.roles")
     return {"kv_connector": VLLM_CONNECTORS[connector], "kv_role": role}
+
+
+def prefill_router(manifest: dict) -> str:
+    """How the plan's router picks each arrival's prefill instance (``transfer.router``). Absent, as in
+    every least-loaded plan and every manifest written before the router was a setting: least-loaded,
+    which each format starts as it always has."""
+    return manifest["transfer"].get("router", Router.LEAST_LOADED)
+
+
+def router_policy(manifest: dict, policies: dict[str, str]) -> str | None:
+    """The router's own name for the plan's prefill router, from ``policies`` (a format's router's names
+    per :class:`pdplan.vocabulary.Router`); None for least-loaded, or a router with no such policy."""
+    return policies.get(prefill_router(manifest))
+
+
+def prefix_cache_off(pool: dict) -> bool:
+    """The plan turns the pool's prefix cache off (``scheduling.prefix_cache_blocks`` 0). Absent or above 0
+    it is on, the engines' default (vLLM V1's prefix caching, SGLang's radix cache), so no flag is written:
+    an engine's cache is its KV pool, not a stated number of blocks."""
+    return (pool.get("scheduling") or {}).get("prefix_cache_blocks") == 0
+
+
+#: Where a second prefix-cache tier sits, as an export's notice says it.
+_MEDIA = {"host": "host memory", "remote": "a remote store"}
+
+
+def cache_tier_notes(pools: list[dict], options: dict[str, str]) -> list[str]:
+    """One line per prefill pool of ``pools`` with a second prefix-cache tier (``scheduling.cache_tier``), which
+    the plan was verified with and no export starts: its size and bandwidth, and the engine's option that would
+    provide it (``options``, by medium)."""
+    notes = []
+    for pool in pools:
+        tier = (pool.get("scheduling") or {}).get("cache_tier")
+        if tier is not None:
+            notes.append(f"Pool {pool['name']} was planned with a second prefix-cache tier of {tier['blocks']} blocks "
+                         f"in {_MEDIA[tier['medium']]} at {tier['bandwidth_gb_s']:g} GB/s, which this export does not "
+                         f"start; the engine's option for it: {options[tier['medium']]}.")
+    return notes
 
 
 def speculative(manifest: dict) -> dict | None:

@@ -29,6 +29,7 @@ import re
 from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, pods, vllm
+from pdplan.vocabulary import Router
 
 API_VERSION = "nvidia.com/v1beta1"
 DEFAULT_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"
@@ -36,6 +37,17 @@ DEFAULT_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"
 RUNTIME_VERSION = "1.6.1"
 #: The frontend pod's requests (an assumption: it tokenizes and routes, no GPU).
 FRONTEND_RESOURCES = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
+
+#: The frontend's ``--router-mode`` per prefill router of the plan (ai-dynamo/dynamo
+#: components/src/dynamo/common/configuration/groups/router_args.py @028cab441013740ff0b22859439ac321dc5d3776, and
+#: the same choices in ai-dynamo 1.6.1, the pinned image's: round-robin, the default, random, power-of-two, kv,
+#: direct, least-loaded, device-aware-weighted). kv is the KV-cache-aware router; with prefill workers registered
+#: the frontend activates a prefill router of its own, and the workers publish the KV events it reads with no flag
+#: of theirs (docs/pages/components/router/router-guide.md @0123a75088175cf3314ab4cc9ba299666ae517ea,
+#: "Disaggregated Serving" and "Kubernetes Deployment"). A least-loaded plan keeps what the export always wrote, no
+#: flag: the frontend's round-robin (its least-loaded counts active requests, not pending prompt tokens, and skips
+#: the bootstrap path of disaggregated prefill, the option's help says).
+ROUTER_MODES = {Router.CACHE_AWARE: "kv", Router.ROUND_ROBIN: "round-robin"}
 
 _COMPONENT_TYPES = {"prefill": "prefill", "decode": "decode", "colocated": "worker"}
 _SEMVER_TAG = re.compile(r":v?\d+\.\d+\.\d+$")
@@ -45,7 +57,8 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
     """``dynamo/<name>.yaml``."""
     common.require_pool_engines(manifest, "dynamo")
     image = options.image or DEFAULT_IMAGE
-    components = [_frontend(image)] + [_worker(manifest, pool, image, options) for pool in common.pools(manifest)]
+    components = [_frontend(manifest, image), *(_worker(manifest, pool, image, options)
+                                                for pool in common.pools(manifest))]
     name = manifest["metadata"]["name"]
     for component in components:
         _check_object_name(name, component["name"])
@@ -59,6 +72,7 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
     budgets = "\n".join(pods.budget_comment(pool) for pool in common.pools(manifest))
     header = (f"{common.header(manifest, 'dynamo')}\nCreate the Secret {options.hf_token_secret} (key "
               f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}")
+    header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
     return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=header)}
 
 
@@ -72,13 +86,20 @@ def _check_object_name(graph: str, component: str) -> None:
                           "name or the pool's", field="metadata.name")
 
 
-def _frontend(image: str) -> dict:
-    container = _container(image, ["python3", "-m", "dynamo.frontend"], [])
+def _frontend(manifest: dict, image: str) -> dict:
+    """The frontend, routing as the plan's prefill router does (:data:`ROUTER_MODES`)."""
+    mode = common.router_policy(manifest, ROUTER_MODES)
+    args = [] if mode is None else ["--router-mode", mode]
+    container = _container(image, ["python3", "-m", "dynamo.frontend"], args)
     container["resources"] = FRONTEND_RESOURCES
     return _component("Frontend", "frontend", 1, container)
 
 
 def _worker(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -> dict:
+    # vLLM's own flags, --no-enable-prefix-caching of a pool whose prefix cache the plan turns off included: the
+    # worker parses them with vLLM's AsyncEngineArgs and turns prefix caching on only when neither spelling is given
+    # (ai-dynamo/dynamo components/src/dynamo/vllm/args.py @000a36a7399ab3fa8e27d9537d8b1f5020e34db4,
+    # parse_args and update_engine_config_with_dynamo).
     args = ["--model", common.served_model(manifest), *vllm.engine_args(manifest, pool)]
     if pool["phase"] != "colocated":
         args += ["--disaggregation-mode", pool["phase"]]

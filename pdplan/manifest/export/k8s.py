@@ -66,6 +66,7 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
               "vllm-router discovers the serving pods by label through the Kubernetes API and balances over\n"
               "their pod IPs; the pools' Services are for direct access.\n"
               f"{budgets}")
+    header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": [f"{name}.yaml"]}
     return {f"k8s/{name}.yaml": common.dump_yaml(*documents, header=header),
@@ -146,6 +147,7 @@ def router_args(manifest: dict) -> list[str]:
     connector = manifest["transfer"]["connector"]
     if connector in vllm.ROUTER_CONNECTORS:
         args += ["--kv-connector", connector]
+    args += vllm.prefill_policy_args(manifest)
     return args + ["--prefill-selector", "pdplan.dev/phase=prefill", *selector,
                    "--decode-selector", "pdplan.dev/phase=decode", *selector]
 

@@ -38,10 +38,24 @@ import re
 
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, pods, vllm
+from pdplan.vocabulary import Router
 
 DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
 SERVICE_PORT = 8000        # routing.servicePort: prefill pods listen here
 PROXY_TARGET_PORT = 8200   # routing.proxy.targetPort: decode pods listen behind the routing sidecar
+
+#: What the header says of a plan's prefill router that is not least-loaded. llm-d routes through its inference
+#: scheduler, the InferencePool's endpoint picker, which its own chart deploys beside this one (llm-d-modelservice
+#: v0.4.12 renders no scheduler): its EndpointPickerConfig scores prefill endpoints by their prefix-cache hits with
+#: the prefix-cache-scorer plugin in the prefill scheduling profile (llm-d/llm-d-inference-scheduler
+#: deploy/config/pd-epp-config.yaml @0bb9fa833ee064adb8a0caf74d162c5bdcc9fe7e: prefix-cache-scorer weight 2 beside
+#: queue-scorer weight 1, max-score-picker). No round-robin plugin was read there, so a round-robin plan says so.
+ROUTER_NOTES = {
+    Router.CACHE_AWARE: "The plan routes prefills cache-aware: give the llm-d inference scheduler's prefill profile "
+                        "(its EndpointPickerConfig, deployed with the InferencePool) the prefix-cache-scorer plugin.",
+    Router.ROUND_ROBIN: "The plan routes prefills round-robin, which the llm-d inference scheduler (its "
+                        "EndpointPickerConfig, deployed with the InferencePool) is not set to by this export.",
+}
 
 # The chart has one section per role; a colocated pool serves from the decode section.
 _SECTIONS = {"prefill": "prefill", "decode": "decode", "colocated": "decode"}
@@ -73,6 +87,9 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
     budgets = "\n".join(pods.budget_comment(pool) for pool in common.pools(manifest))
     header = (f"{common.header(manifest, 'llm-d')}\nCreate the Secret {options.hf_token_secret} (key "
               f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}")
+    router = common.router_policy(manifest, ROUTER_NOTES)
+    header = "\n".join([header, *([] if router is None else [router]),
+                        *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
     return {"llm-d/values.yaml": common.dump_yaml(values, header=header)}
 
 

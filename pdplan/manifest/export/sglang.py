@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, prerequisites, shell
+from pdplan.vocabulary import Router
 
 SERVE_PORT_BASE = 30000       # instance i listens on SERVE_PORT_BASE + i
 BOOTSTRAP_PORT_BASE = 8998    # prefill instance i's bootstrap server (SGLang's default is 8998)
@@ -44,6 +45,24 @@ DEEPEP_MODES = {"prefill": "normal", "decode": "low_latency"}
 
 # SGLang's --disaggregation-transfer-backend values among the manifest's connectors (LMCache is not one).
 TRANSFER_BACKENDS = ("nixl", "mooncake")
+
+#: The SGLang router's ``--prefill-policy`` (its policy for the prefill workers in P/D mode) per prefill router
+#: of the plan: sglang-router 0.3.2, sglang_router/router_args.py, and sgl-project/sglang
+#: sgl-model-gateway/bindings/python/src/sglang_router/router_args.py @05e589ad6f75127e5302a250d9e83a881fbb3a3b:
+#: random, round_robin, cache_aware, power_of_two, manual, bucket. A least-loaded plan keeps what the export
+#: always wrote, no flag: the router's default --policy cache_aware, which routes by load once the workers' loads
+#: pass its balance thresholds.
+ROUTER_POLICIES = {Router.CACHE_AWARE: "cache_aware", Router.ROUND_ROBIN: "round_robin"}
+#: SGLang 0.5.23's switch for a prefill pool whose plan turns its prefix cache off (python/sglang/srt/arg_groups/
+#: fields/memory.py ``disable_radix_cache``: "Disable RadixAttention for prefix caching"; on by default). A decode
+#: server already runs without it unless --disaggregation-decode-enable-radix-cache is given
+#: (arg_groups/pd_disaggregation_hook.py), so a decode pool gets no flag.
+NO_RADIX_CACHE = "--disable-radix-cache"
+#: The SGLang 0.5.23 option that would hold a prefill pool's second prefix-cache tier, named in a notice and not
+#: started: HiCache, --enable-hierarchical-cache (python/sglang/srt/arg_groups/fields/memory.py) with a host pool
+#: of --hicache-size GB, and for a remote store a --hicache-storage-backend (its choices include mooncake).
+TIER_OPTIONS = {"host": "SGLang's --enable-hierarchical-cache with --hicache-size GB (HiCache's host pool)",
+                "remote": "SGLang's --enable-hierarchical-cache with --hicache-storage-backend (e.g. mooncake)"}
 
 
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
@@ -89,6 +108,8 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
         command += ["--chunked-prefill-size", str(scheduling["chunk_tokens"])]
     if scheduling.get("max_prefill_batch_tokens"):
         command += ["--max-prefill-tokens", str(scheduling["max_prefill_batch_tokens"])]
+    if pool["phase"] == "prefill" and common.prefix_cache_off(pool):
+        command.append(NO_RADIX_CACHE)
     command += speculative_args(manifest)
     if backend is not None:
         command += ["--disaggregation-mode", pool["phase"], "--disaggregation-transfer-backend", backend]
@@ -155,6 +176,7 @@ def speculative_args(manifest: dict) -> list[str]:
 def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: str | None,
                      bootstrap: int | None) -> str:
     lines = common.instance_preamble(manifest, "sglang", inst)
+    lines += [shell.comment(note) for note in common.cache_tier_notes([inst.pool], TIER_OPTIONS)]
     lines += prerequisites.lines(prerequisites.instance("sglang", backend, spans_nodes=inst.spans_nodes),
                                  f"instance {inst.name}", "python")
     command: list[shell.Word] = _launch_command(manifest, inst, port, backend, bootstrap)
@@ -177,6 +199,9 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
     command = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
     if common.is_disaggregated(manifest):
         command.append("--pd-disaggregation")
+        policy = common.router_policy(manifest, ROUTER_POLICIES)
+        if policy is not None:
+            command += ["--prefill-policy", policy]
         for worker in workers.get("prefill", []):
             command += ["--prefill", *worker]
         for worker in workers.get("decode", []):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, prerequisites, shell
+from pdplan.vocabulary import Router
 
 SERVE_PORT_BASE = 8100          # instance i listens on SERVE_PORT_BASE + i
 NIXL_SIDE_CHANNEL_BASE = 5600   # instance i's NIXL side channel; distinct per instance
@@ -49,15 +50,41 @@ LOAD_QUANTIZATION = {("bf16", "fp8"): "fp8_per_tensor"}
 # Connectors vllm-router speaks (--kv-connector; it defaults to nixl); others need no flag.
 ROUTER_CONNECTORS = ("nixl", "mooncake")
 
+#: vllm-router's ``--prefill-policy`` (its policy for the prefill workers in P/D mode) per prefill router of
+#: the plan: vllm-project/router src/main.rs @03e9af5c1982f7568d79021d80d812edecb2d702 (CliArgs.prefill_policy:
+#: random, round_robin, cache_aware, power_of_two, consistent_hash, sticky_least_loaded, rendezvous_hash), the
+#: PyPI launcher py_src/vllm_router/router_args.py @1700eefa945ba6b8e244ed4c1ce7207743c8a1ff the same names. A
+#: least-loaded plan keeps what the export always wrote, no flag: the router's default --policy cache_aware,
+#: which routes by load once the workers' loads pass its balance thresholds (--balance-abs-threshold 64,
+#: --balance-rel-threshold 1.5).
+ROUTER_POLICIES = {Router.CACHE_AWARE: "cache_aware", Router.ROUND_ROBIN: "round_robin"}
+#: vLLM 0.33.0's switch for a pool whose plan turns its prefix cache off (vllm/engine/arg_utils.py
+#: ``add_cli_args``: --enable-prefix-caching, negatable, default None, which vLLM V1 resolves to
+#: ModelConfig.is_prefix_caching_supported, true for a decoder: vllm/config/model.py). On is the default: no flag.
+NO_PREFIX_CACHING = "--no-enable-prefix-caching"
+#: The vLLM 0.33.0 option that would hold a prefill pool's second prefix-cache tier, named in a notice and not
+#: started. Host memory: --kv-offloading-size GiB (vllm/config/cache.py kv_offloading_size, native CPU
+#: offloading), which sets the instance's KV connector to its own OffloadingConnector
+#: (vllm/config/vllm.py ``_post_init_kv_transfer_config``), so a P/D instance runs it beside the handoff connector
+#: in a MultiConnector (vllm/distributed/kv_transfer/kv_connector/factory.py). A remote store: LMCache
+#: (--kv-offloading-backend lmcache with --kv-offloading-size: its LMCacheMPConnector, the store the LMCache
+#: server's).
+TIER_OPTIONS = {"host": "vLLM's --kv-offloading-size (native CPU offloading), beside the KV handoff connector in a "
+                        "MultiConnector",
+                "remote": "vLLM's --kv-offloading-backend lmcache with --kv-offloading-size (an LMCache server's "
+                          "store)"}
+
 
 def engine_args(manifest: dict, pool: dict) -> list[str]:
-    """vLLM arguments that follow from the plan and the pool: precision, parallelism, memory, chunking,
-    KV transfer."""
+    """vLLM arguments that follow from the plan and the pool: precision, parallelism, memory, chunking, a
+    prefix cache the plan turns off, KV transfer."""
     args = [*parallel_args(manifest, pool), "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
             *common.precision_args(manifest, "vLLM", KV_CACHE_DTYPES, LOAD_QUANTIZATION)]
     chunk = (pool.get("scheduling") or {}).get("chunk_tokens")
     if chunk:
         args += ["--max-num-batched-tokens", str(chunk)]
+    if common.prefix_cache_off(pool):
+        args.append(NO_PREFIX_CACHING)
     kv = common.kv_transfer_config(manifest, pool)
     if kv is not None:
         args += ["--kv-transfer-config", common.compact_json(kv)]
@@ -196,6 +223,7 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     pool = inst.pool
     by_dp = spans_by_data_parallel(pool, inst.spans_nodes)
     lines = common.instance_preamble(manifest, "vllm", inst)
+    lines += [shell.comment(note) for note in common.cache_tier_notes([pool], TIER_OPTIONS)]
     connector = manifest["transfer"]["connector"] if pool["phase"] != "colocated" else None
     lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes and not by_dp),
                                  f"instance {inst.name}", PYTHON)
@@ -280,6 +308,7 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
         connector = manifest["transfer"]["connector"]
         if connector in ROUTER_CONNECTORS:
             command += ["--kv-connector", connector]
+        command += prefill_policy_args(manifest)
         for worker in workers.get("prefill", []):  # with Mooncake: URL and bootstrap port
             command += ["--prefill", *worker]
         for url, in workers.get("decode", []):
@@ -288,6 +317,13 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
         command += ["--worker-urls", *(url for url, in workers["colocated"])]
     lines.append(shell.command(command))
     return "\n".join(lines) + "\n"
+
+
+def prefill_policy_args(manifest: dict) -> list[str]:
+    """vllm-router's ``--prefill-policy`` for the plan's prefill router (:data:`ROUTER_POLICIES`); none for
+    least-loaded."""
+    policy = common.router_policy(manifest, ROUTER_POLICIES)
+    return [] if policy is None else ["--prefill-policy", policy]
 
 
 def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool,
