@@ -52,3 +52,25 @@ def test_simulate_reports_the_prefill_cache_hit_rate_on_mooncake(run_cli, shared
                              "--rate", "0.2", "--json")
     cache = json.loads(out)["prefix_cache"]
     assert (code, err) == (0, "") and 0 < cache["hit_rate"] < 1 and cache["loaded_tokens"] == 0
+
+
+def test_optimize_verifies_and_records_the_router_and_early_rejection_it_was_given(run_cli, tmp_path):
+    """The plans optimize verifies route by --router and reject early at the SLO's TTFT threshold;
+    the manifest records both, and simulate --plan on it runs them again."""
+    import yaml
+
+    from tests.conftest import IDENTITY, MIXED_CLUSTER
+
+    trace, cluster, out = tmp_path / "chat600.csv", tmp_path / "a100x2.yaml", tmp_path / "m.yaml"
+    trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[:601]))
+    cluster.write_text(MIXED_CLUSTER)
+    code, _, err = run_cli("optimize", trace, "--tp", "2", "--tp", "4", "--pp", "1", "--target-rate", "2",
+                           "--ttft", "1", "--tpot", "0.1", "--cluster", cluster, "--mode", "disaggregated",
+                           "--router", "cache-aware", "--early-rejection", "--cache-dir", tmp_path / "cache",
+                           "--out", out, *IDENTITY, "--json")
+    assert code == 0 and err.count("notice:") == 1 and "prefix hashes" in err
+    transfer = yaml.safe_load(out.read_text())["transfer"]
+    assert transfer["router"] == "cache-aware" and transfer["early_rejection"] == {"ttft_ms": 1000.0}
+    code, out_json, err = run_cli("simulate", trace, "--plan", out, "--json")
+    assert code == 0 and "cache-aware router needs prefix hashes" in err
+    assert json.loads(out_json)["notices"]

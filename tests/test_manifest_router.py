@@ -150,10 +150,24 @@ def test_validate_names_a_tier_on_a_decode_pool(disaggregated):
     assert [v.field for v in check_manifest(seal(manifest))] == [f"pools[{i}].scheduling.cache_tier"]
 
 
-def test_validate_names_a_prefix_cache_on_a_colocated_pool(colocated):
+def test_a_prefix_cache_on_a_colocated_pool_validates(colocated):
     manifest = copy.deepcopy(colocated)
     manifest["pools"][0]["scheduling"]["prefix_cache_blocks"] = 100
-    assert [v.field for v in check_manifest(seal(manifest))] == ["pools[0].scheduling.prefix_cache_blocks"]
+    assert check_manifest(seal(manifest)) == []
+
+
+def test_validate_names_a_prefix_cache_on_a_mixed_pool(mixed_manifest):
+    manifest = yaml.safe_load(mixed_manifest["manifest"].read_text())
+    i = next(i for i, p in enumerate(manifest["pools"]) if p["phase"] == "mixed")
+    manifest["pools"][i]["scheduling"]["prefix_cache_blocks"] = 100
+    assert [v.field for v in check_manifest(seal(manifest))] == [f"pools[{i}].scheduling.prefix_cache_blocks"]
+
+
+def test_early_rejection_round_trips_through_the_manifest(old_plan, disaggregated, tmp_path):
+    plan = replace(old_plan, reject_ttft_s=2.0)
+    assert routing(plan) == {"early_rejection": {"ttft_ms": 2000.0}}
+    again, _ = read_plan(write(tmp_path, sealed_from(disaggregated, plan)))
+    assert again.reject_ttft_s == pytest.approx(2.0)
 
 
 def test_validate_names_a_router_in_a_colocated_plan(colocated):

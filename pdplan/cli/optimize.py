@@ -73,6 +73,7 @@ from pdplan.plots import plot_cost_vs_rate, plot_fleets, plot_goodput_per_gpu, p
 from pdplan.schedule import plan_windows
 from pdplan.schedule.search import DEFAULT_CHANGE_GPU_MINUTES
 from pdplan.schedule.windows import windows_file
+from pdplan.sim.layout import routing_notice
 from pdplan.slo import DEFAULT_ATTAINMENT
 from pdplan.vocabulary import Affinity, Connector, Mode, Objective, PoolShapes, Redundancy, Rule
 
@@ -269,6 +270,9 @@ def optimize(
         early_rejection=early_rejection,
         seed=seed, inputs=Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
                                  model=model_file(model)))
+    notice = routing_notice(request.router, workload.has_prefix_hashes)
+    if notice is not None:
+        stderr.print(f"notice: {notice}", markup=False, highlight=False)
     cache = ResultCache(cache_dir, enabled=not no_cache,
                         warn=lambda message: stderr.print(f"warning: {message}", markup=False, highlight=False))
     created = datetime.now(timezone.utc).isoformat(timespec="seconds") if timestamp else None

@@ -205,12 +205,13 @@ def scheduling(plan: Plan) -> dict[str, dict]:
 
 
 def routing(plan: Plan) -> dict:
-    """The prefill router of a P/D plan as the manifest's transfer section states it: ``router`` only
-    when it is not least-loaded (the plan file's rule, :func:`pdplan.sim.plan.plan_to_dict`), so a
-    manifest of a least-loaded plan, and every manifest written before the router was a setting,
-    reads and hashes as before."""
-    found = plan_to_dict(plan).get("router")
-    return {} if found is None else {"router": str(found)}
+    """The prefill router of a P/D plan and its early rejection as the manifest's transfer section
+    states them: ``router`` only when it is not least-loaded and ``early_rejection`` only when set
+    (the plan file's rules, :func:`pdplan.sim.plan.plan_to_dict`), so a manifest of a plan without
+    them, and every manifest written before they were settings, reads and hashes as before."""
+    doc = plan_to_dict(plan)
+    found = {} if doc.get("router") is None else {"router": str(doc["router"])}
+    return found | ({"early_rejection": doc["early_rejection"]} if "early_rejection" in doc else {})
 
 
 def node_map(solution, cluster) -> list[dict]:

@@ -151,12 +151,12 @@ def _pools(manifest: dict) -> list[Violation]:
 
 def _prefix_cache_violations(where: str, pool: dict) -> list[Violation]:
     """A pool's prefix cache as the plan file admits it (:class:`pdplan.sim.plan.Pool`): its HBM size
-    (``scheduling.prefix_cache_blocks``) on prefill and decode pools, a second tier
+    (``scheduling.prefix_cache_blocks``) on prefill, decode and colocated pools, a second tier
     (``scheduling.cache_tier``) on prefill pools only."""
     scheduling, found = pool["scheduling"], []
-    if "prefix_cache_blocks" in scheduling and pool["phase"] not in ("prefill", "decode"):
-        found.append(Violation(f"{where}.scheduling.prefix_cache_blocks", f"applies to prefill and decode pools, not "
-                                                                          f"a {pool['phase']} pool"))
+    if "prefix_cache_blocks" in scheduling and pool["phase"] == "mixed":
+        found.append(Violation(f"{where}.scheduling.prefix_cache_blocks", "applies to prefill, decode and colocated "
+                                                                          "pools, not a mixed pool"))
     if "cache_tier" in scheduling and pool["phase"] != "prefill":
         found.append(Violation(f"{where}.scheduling.cache_tier", f"applies to prefill pools, not a {pool['phase']} "
                                                                  "pool"))
@@ -377,9 +377,10 @@ def _transfer(manifest: dict) -> list[Violation]:
     if colocated:
         found = [] if transfer["connector"] == "none" else [
             Violation("transfer.connector", "a colocated plan moves no KV: must be none")]
-        if "router" in transfer:
-            found.append(Violation("transfer.router", "a colocated plan has no prefill router: it applies only to "
-                                                      "disaggregated plans"))
+        for key in ("router", "early_rejection"):
+            if key in transfer:
+                found.append(Violation(f"transfer.{key}", "a colocated plan has no prefill instance: it applies "
+                                                          "only to disaggregated plans"))
         return found
     found = []
     if transfer["connector"] == "none":

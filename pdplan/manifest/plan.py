@@ -16,7 +16,8 @@ from pdplan.slo import SLO, objective_from_fields
 def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
     """The plan a (schema-checked) manifest describes, checked by the plan file's own rules: its pools
     with their simulator settings (``scheduling``: prefix caches and their tiers included), links,
-    timing and prefill router (``transfer.router``; absent, as in manifests before it, least-loaded)."""
+    timing, prefill router (``transfer.router``; absent, as in manifests before it, least-loaded) and
+    early rejection (``transfer.early_rejection``; absent: off)."""
     doc: dict = {"pdplan_plan": FORMAT_VERSION, "name": manifest["metadata"]["name"]}
     timing = manifest["provenance"]["profiles"]
     timing = {k: timing[k] for k in ("engine", "engine_version", "compose", "speculative")
@@ -29,6 +30,8 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
             raise PdplanError("transfer.router applies only to disaggregated plans (it picks a prefill instance)",
                               file=path, field="transfer.router")
         doc["router"] = transfer["router"]
+    if "early_rejection" in transfer:  # absent: off; only P/D plans write it (the plan file's rules refuse it else)
+        doc["early_rejection"] = dict(transfer["early_rejection"])
     if transfer["connector"] != "none":
         doc["transfer"] = {"schedule": transfer["schedule"]}
         doc["links"] = [{"from": p["from"], "to": p["to"], "bandwidth_gb_s": p["bandwidth_gb_s"],

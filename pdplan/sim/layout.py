@@ -213,10 +213,14 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
 
 
 def router_notice(layout: Layout, requests: Requests) -> str | None:
-    """What a user should know about the router the run used, if anything: a cache-aware router
-    on a trace without prefix hashes sees no cache and routes by load."""
-    if layout.router == Router.CACHE_AWARE and len(layout.ids("prefill")) and not requests.has_hashes:
-        return ("the cache-aware router needs prefix hashes, which the trace does not have: it routed by load "
+    """What a user should know about the router the run used, if anything (:func:`routing_notice`)."""
+    return routing_notice(layout.router, requests.has_hashes) if len(layout.ids("prefill")) else None
+
+
+def routing_notice(router: str, has_hashes: bool) -> str | None:
+    """A cache-aware router on a trace without prefix hashes sees no cache and routes by load."""
+    if router == Router.CACHE_AWARE and not has_hashes:
+        return ("the cache-aware router needs prefix hashes, which the trace does not have: it routes by load "
                 "(fewest pending prompt tokens)")
     return None
 
