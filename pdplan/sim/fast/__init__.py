@@ -10,6 +10,7 @@ numba. Modules, from the bottom up:
 * :mod:`.clock` — the event heap merged with the arrival stream: the one loop head both loops use;
 * :mod:`.routing` — which instance takes a request;
 * :mod:`.batch` — decode batches joining, stepping and leaving;
+* :mod:`.prefix` — prefix caches (LRU, in HBM and a second tier) keyed by the hash chains;
 * :mod:`.links` — KV transfers booked on decode ingress links, with prefix reuse;
 * :mod:`.colocated` and :mod:`.disaggregated` — the two event loops;
 * :mod:`.pack` — a layout and requests in, per-request records out (:func:`run_fast`).
