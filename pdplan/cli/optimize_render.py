@@ -249,6 +249,13 @@ def _facts_table(doc: dict) -> None:
         table.add_row("without attention DP / EP", tp_only_text(doc))
     headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"
     table.add_row("end-to-end goodput", f"{doc['end_to_end_goodput_rps']:.3g} req/s{headroom}, the whole plan verified")
+    run = doc.get("simulation") or {}
+    if "prefix_cache" in run:
+        table.add_row("prefill prefix cache", f"{run['prefix_cache']['hit_rate']:.1%} of prompt tokens hit "
+                                              f"(the first verification run)")
+    if run.get("rejected_early"):
+        table.add_row("rejected early", f"{run['rejected_early']:,} of {run['requests']:,} requests (predicted TTFT "
+                                        f"miss; counted as misses)")
     red = doc["redundancy"]
     if red["mode"] != "none":
         worst = red.get("worst_case")
