@@ -322,6 +322,7 @@ def test_a_seed_beyond_32_bits_exits_2_before_any_work(run_cli):
     ("vary: {bandwidth: [fast]}", "vary.bandwidth"),
     ("vary: {gpu: [1]}", "vary.gpu"),
     ("affinity: sideways", "affinity"),
+    ("router: fastest\nvary: {bandwidth: [10]}", "router"),
     ("seed: 99999999999999\nvary: {bandwidth: [10]}", "seed"),  # beyond CP-SAT's 32-bit seed
 ])
 def test_a_bad_grid_file_exits_2_naming_the_field_and_line(run_cli, tmp_path, body, named):
@@ -330,6 +331,14 @@ def test_a_bad_grid_file_exits_2_naming_the_field_and_line(run_cli, tmp_path, bo
     code, out, err = run_cli("sensitivity", "grid", spec)
     assert code == 2
     assert named in err and str(spec) in err and err.count("\n") == 1
+
+
+def test_a_grid_files_router_is_the_cells_router(tmp_path):
+    from pdplan.sensitivity.spec import load_spec
+
+    spec = tmp_path / "grid.yaml"
+    spec.write_text(f"pdplan_grid: 1\ntrace: {SMOKE}\nrouter: cache-aware\nvary: {{prefix_hit: [0.5]}}\n")
+    assert load_spec(spec).router == "cache-aware"
 
 
 def test_a_gpu_the_cluster_lacks_exits_2_before_any_work(run_cli, tmp_path):

@@ -37,6 +37,7 @@ from pdplan.modelcatalog import get_model
 from pdplan.planner.target import target_rate
 from pdplan.plots import plot_grid
 from pdplan.sensitivity import DIMENSIONS, Base, GridSpec, check_executor, load_spec, parse_vary, run_grid, with_vary
+from pdplan.sim.layout import routing_notice
 from pdplan.slo import parse_threshold_s, slo_from_flags
 from pdplan.vocabulary import Affinity, Executor, FailurePolicy
 
@@ -187,6 +188,10 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
     """The loaded inputs every cell starts from; ``timing`` holds the profile source's engine, engine version,
     composition and speculative decoding (:func:`pdplan.cli.options.profile_source`)."""
     workload = load_workload(spec.trace, None)
+    hashed = workload.has_prefix_hashes or any(name == "prefix_hit" for name, _ in spec.dimensions)
+    notice = routing_notice(spec.router, hashed)
+    if notice is not None:
+        stderr.print(f"notice: {notice}", markup=False, highlight=False)
     rate = target_rate(workload, spec.trace, given=spec.target_rate)
     slo = slo_from_flags(parse_threshold_s(ttft, "ttft") if ttft else spec.slo["ttft_ms"] / 1e3,
                          parse_threshold_s(tpot, "tpot") if tpot else spec.slo["tpot_ms"] / 1e3,
