@@ -8,6 +8,7 @@ import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 
 from pdplan.errors import PdplanError
@@ -17,8 +18,9 @@ from pdplan.poolcap import PoolCurve
 from pdplan.schedule import cut, solve_schedule, window_starts
 from pdplan.schedule.program import most_instances
 from pdplan.schedule.timeline import _availability
+from pdplan.schedule.windows import merge_ragged
 from pdplan.sim import Plan, Pool
-from pdplan.workload import load_trace
+from pdplan.workload import Workload, load_trace
 from tests.conftest import ROOT
 from tests.conftest import run_main as run
 
@@ -58,6 +60,42 @@ def test_each_window_holds_its_requests_and_its_rate():
 def test_a_window_without_two_requests_is_refused():
     with pytest.raises(PdplanError, match="window 1"):
         cut(load_trace(SMOKE), [0.0, 1e6], peak=False)
+
+
+def ragged(arrivals):
+    return Workload(arrival_s=np.array(arrivals, float), prompt_tokens=np.full(len(arrivals), 100),
+                    output_tokens=np.full(len(arrivals), 10))
+
+
+def test_a_last_window_too_sparse_for_a_rate_is_merged_into_the_one_before_with_a_notice():
+    """Windows of 10 s over arrivals 0, 1, 2, 11, 12, 20: the last window [20, end) holds one
+    request and joins [10, 20), which then ends at the trace's last arrival."""
+    starts, notices = merge_ragged(ragged([0, 1, 2, 11, 12, 20]), [0.0, 10.0, 20.0])
+    assert starts == [0.0, 10.0] and len(notices) == 1 and "last window [20 s" in notices[0]
+    windows = cut(ragged([0, 1, 2, 11, 12, 20]), starts, peak=False)
+    assert [len(w.requests) for w in windows] == [3, 3]
+
+
+def test_a_first_window_too_sparse_for_a_rate_is_merged_into_the_one_after():
+    starts, notices = merge_ragged(ragged([0, 11, 12, 13, 25, 26]), [0.0, 10.0, 20.0])
+    assert starts == [0.0, 20.0] and "first window [0, 10) s held 1" in notices[0]
+
+
+def test_windows_of_a_length_merge_a_ragged_end_and_say_so(tmp_path):
+    from pdplan.planner.windowed import trace_windows
+
+    told = []
+    windows = trace_windows(ragged([0, 1, 2, 11, 12, 21]), tmp_path / "t.csv", "10s", peak=False, notify=told.append)
+    assert len(windows) == 2 and len(told) == 1
+
+
+def test_a_windows_file_keeps_its_boundaries_and_its_error(tmp_path):
+    from pdplan.planner.windowed import trace_windows
+
+    starts = tmp_path / "starts.csv"
+    starts.write_text("start_s\n0\n10\n20\n")
+    with pytest.raises(PdplanError, match="window 2"):
+        trace_windows(ragged([0, 1, 2, 11, 12, 20]), tmp_path / "t.csv", str(starts), peak=False)
 
 
 # --- the windowed program against brute force ------------------------------------------------------

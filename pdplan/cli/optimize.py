@@ -251,7 +251,9 @@ def optimize(
     check_seed(seed)
     settings = search_settings(tolerance, requests_per_probe, arrivals)
     workload = load_workload(trace, format)
-    cut = None if windows is None else trace_windows(workload, trace, windows, peak=peak)
+    cut = None if windows is None else trace_windows(
+        workload, trace, windows, peak=peak,
+        notify=lambda notice: stderr.print(f"notice: {notice}", markup=False, highlight=False))
     rate = plan_rate(workload, trace, given=target_rate, objective=objective, peak=peak, windowed=cut is not None)
     the_cluster = load_cluster(cluster or default_cluster_path())
     request = PlanRequest(

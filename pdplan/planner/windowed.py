@@ -4,9 +4,11 @@ schedule cannot honour, refused rather than ignored."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Callable
 
 from pdplan.errors import PdplanError
 from pdplan.schedule import Window, cut, window_starts
+from pdplan.schedule.windows import merge_ragged, windows_file
 from pdplan.vocabulary import Affinity, Objective, Redundancy
 from pdplan.workload import Workload
 
@@ -34,9 +36,17 @@ def check_windowed(*, objective: Objective, target_rate: float | None, fleet: st
                           "--max-power", field="max_gpus")
 
 
-def trace_windows(workload: Workload, trace: Path, windows: str, *, peak: bool) -> list[Window]:
+def trace_windows(workload: Workload, trace: Path, windows: str, *, peak: bool,
+                  notify: Callable[[str], None] = lambda notice: None) -> list[Window]:
     """``workload`` cut into the windows ``windows`` names (a length or a file of starts), each
-    at its mean rate or, with ``peak``, its busiest minute's."""
+    at its mean rate or, with ``peak``, its busiest minute's. Cut by a length, a first or last
+    window too sparse to have a rate joins its neighbour (:func:`merge_ragged`, each merge told to
+    ``notify``); a file's boundaries are kept as written."""
     if not workload.has_arrivals:
         raise PdplanError("--windows needs a trace with arrival times", file=trace)
-    return cut(workload, window_starts(windows, float(workload.arrival_s[-1] - workload.arrival_s[0])), peak=peak)
+    starts = window_starts(windows, float(workload.arrival_s[-1] - workload.arrival_s[0]))
+    if windows_file(windows) is None:
+        starts, notices = merge_ragged(workload, starts)
+        for notice in notices:
+            notify(notice)
+    return cut(workload, starts, peak=peak)

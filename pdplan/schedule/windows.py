@@ -96,6 +96,28 @@ def _read_starts(path: Path) -> list[float]:
     return starts
 
 
+def merge_ragged(workload: Workload, starts: list[float]) -> tuple[list[float], list[str]]:
+    """Window starts in which a first or last window holding fewer than two requests (too few to
+    have a rate: a trace ends where it ends) is merged into its neighbour, and a notice per merge.
+    Windows between keep their boundaries (and :func:`cut`'s error)."""
+    arrival = workload.arrival_s - workload.arrival_s[0]
+    starts, notices = list(starts), []
+
+    def count(lo: float, hi: float) -> int:
+        return int(np.count_nonzero((arrival >= lo) & (arrival < hi)))
+
+    end = float(arrival[-1]) + 1e-6
+    while len(starts) > 1 and (held := count(starts[-1], max(end, starts[-1]))) < 2:
+        notices.append(f"the last window [{starts[-1]:g} s, end) held {held} request(s), too few to have a rate: "
+                       f"merged into the window before it, from {starts[-2]:g} s")
+        starts.pop()
+    while len(starts) > 1 and (held := count(starts[0], starts[1])) < 2:
+        notices.append(f"the first window [{starts[0]:g}, {starts[1]:g}) s held {held} request(s), too few to have "
+                       f"a rate: merged into the window after it")
+        del starts[1]
+    return starts, notices
+
+
 def cut(workload: Workload, starts: list[float], *, peak: bool) -> list[Window]:
     """The windows that ``starts`` cut; the last ends at the trace's last arrival."""
     arrival = workload.arrival_s - workload.arrival_s[0]
