@@ -153,6 +153,42 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
     return figure_png(fig)
 
 
+#: Size of the one-dimension sensitivity plot, inches at 120 dpi.
+LINE_INCHES = (7.0, 4.4)
+
+
+def plot_grid_line(rows: Sequence[dict], x: str, *, margin_ms: float, show) -> bytes:
+    """A sensitivity grid of one dimension ``x``: ΔT per request (ms) along it, each cell a marker
+    coloured by its decision (a hollow one at 0 where ΔT does not exist) and labelled with each
+    mode's cost per hour or verified rate (:func:`cell_text`), and the declared margin dashed."""
+    xs = _ordered(rows, x)
+    fig, ax = plt.subplots(figsize=LINE_INCHES)
+    deltas = [r["delta_t_ms"] for r in rows]
+    known = [(xs.index(r[x]), d) for r, d in zip(rows, deltas) if d is not None]
+    if known:
+        ax.plot(*zip(*known), color="#555555", linewidth=1, zorder=1)
+    for row, delta in zip(rows, deltas):
+        i = xs.index(row[x])
+        colour = DECISION_COLOURS[row["decision"]]
+        ax.scatter([i], [delta or 0.0], s=80, zorder=2, edgecolors=colour,
+                   facecolors=colour if delta is not None else "none", linewidths=2)
+        ax.annotate(cell_text(row), (i, delta or 0.0), textcoords="offset points", xytext=(0, 10), ha="center",
+                    fontsize=7, linespacing=1.2)
+    ax.axhline(margin_ms, color="#984ea3", linestyle="--", linewidth=1, label=f"margin {margin_ms:g} ms")
+    ax.set_xticks(range(len(xs)), [show(x, v) for v in xs])
+    ax.set_xlim(-0.5, len(xs) - 0.5)
+    ax.set_xlabel(x)
+    ax.set_ylabel("ΔT per request, ms (positive: P/D faster)")
+    ax.margins(y=0.35)
+    ax.grid(True, alpha=0.3)
+    handles = [Patch(color=c, label=d) for d, c in DECISION_COLOURS.items()]
+    ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8, loc="best")
+    compared = "verified rate within the budget" if any(r["compare"] == "budget" for r in rows) else "cost per hour"
+    ax.set_title(f"P/D net margin ΔT along {x}, and each mode's {compared}", fontsize=10)
+    fig.tight_layout()
+    return figure_png(fig)
+
+
 def cell_text(row: dict) -> str:
     """A heatmap cell's label: ΔT in ms, then what decides beside it for each mode's plan, its
     cost per hour (or, comparing within a budget, its verified rate); "—" where there is none."""

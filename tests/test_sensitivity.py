@@ -391,3 +391,19 @@ def test_mtp_on_a_checkpoint_without_prediction_layers_exits_2(run_cli, cache):
     code, _, err = run_cli("sensitivity", "grid", "--trace", SMOKE, "--vary", "bandwidth=10", "--jobs", "1",
                            "--speculative", "mtp", "--acceptance", "0.7")
     assert code == 2 and "num_nextn_predict_layers" in err and "Traceback" not in err
+
+
+def test_a_grid_of_one_dimension_is_drawn_along_it():
+    """ΔT along the dimension, a cell without one (an infeasible mode) drawn hollow at 0: a PNG, not a refusal."""
+    from pdplan.cli.sensitivity import heatmap_axes
+    from pdplan.plots import plot_grid_line
+    from pdplan.sensitivity.spec import GridSpec
+
+    assert heatmap_axes(GridSpec(dimensions=(("bandwidth", (1.0, 10.0)),)), None) == ("bandwidth", None)
+    row = {"compare": "cost", "colocated_usd_per_hour": 12.17, "pd_usd_per_hour": 13.69, "colocated_rate_rps": None,
+           "pd_rate_rps": None}
+    rows = [{**row, "bandwidth": 1.0, "delta_t_ms": None, "decision": "COLOCATE", "pd_usd_per_hour": None},
+            {**row, "bandwidth": 10.0, "delta_t_ms": -798.8, "decision": "COLOCATE"},
+            {**row, "bandwidth": 100.0, "delta_t_ms": 12.0, "decision": "ENABLE_PD"}]
+    png = plot_grid_line(rows, "bandwidth", margin_ms=0.0, show=lambda name, value: f"{value:g} GB/s")
+    assert png.startswith(b"\x89PNG") and len(png) > 10_000

@@ -35,7 +35,7 @@ from pdplan.fileio import Outputs
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.modelcatalog import get_model
 from pdplan.planner.target import target_rate
-from pdplan.plots import plot_grid
+from pdplan.plots import plot_grid, plot_grid_line
 from pdplan.sensitivity import DIMENSIONS, Base, GridSpec, check_executor, load_spec, parse_vary, run_grid, with_vary
 from pdplan.sim.layout import routing_notice
 from pdplan.slo import parse_threshold_s, slo_from_flags
@@ -102,7 +102,8 @@ def grid(
     out: Annotated[Path | None, typer.Option("--out", help="CSV with one row per cell.")] = None,
     plot: Annotated[Path | None, typer.Option("--plot", help="Heatmap PNG: decision as colour; in each cell ΔT "
                                               "and each mode's cost per hour (its verified rate with "
-                                              "--budget).")] = None,
+                                              "--budget). A grid of one dimension: ΔT along it, each cell "
+                                              "coloured by its decision.")] = None,
     plot_axes: Annotated[str | None, typer.Option(
         "--plot-axes", help="X,Y: the two dimensions of the heatmap (default the first two); the others "
                             "become panels.")] = None,
@@ -152,9 +153,10 @@ def grid(
         outputs.put(out, result.csv(), "--out")
     if plot is not None:
         x, y = axes
+        show = lambda name, value: DIMENSIONS[name].show(value)  # noqa: E731
         panels = tuple((n, v) for n, v in the_spec.dimensions if n not in (x, y))
-        outputs.put(plot, plot_grid(rows, x, y, panels, margin_ms=margin,
-                                    show=lambda name, value: DIMENSIONS[name].show(value)), "--plot")
+        outputs.put(plot, plot_grid_line(rows, x, margin_ms=margin, show=show) if y is None else
+                    plot_grid(rows, x, y, panels, margin_ms=margin, show=show), "--plot")
     outputs.commit()
     render(result, base, json)
 
@@ -169,13 +171,12 @@ def override(spec: GridSpec, **flags) -> GridSpec:
     return replace(spec, **given)
 
 
-def heatmap_axes(spec: GridSpec, text: str | None) -> tuple[str, str]:
-    """The heatmap's two dimensions: ``--plot-axes X,Y`` or the grid's first two."""
+def heatmap_axes(spec: GridSpec, text: str | None) -> tuple[str, str | None]:
+    """The heatmap's two dimensions: ``--plot-axes X,Y`` or the grid's first two; a grid of one
+    dimension is drawn along it (Y None)."""
     names = [name for name, _ in spec.dimensions]
     if text is None:
-        if len(names) < 2:
-            raise PdplanError("--plot needs a grid of at least two dimensions", field="plot")
-        return names[0], names[1]
+        return (names[0], None) if len(names) == 1 else (names[0], names[1])
     axes = [a.strip() for a in text.split(",")]
     if len(axes) != 2 or axes[0] == axes[1] or any(a not in names for a in axes):
         raise PdplanError(f"--plot-axes must name two of the grid's dimensions ({', '.join(names)}), got {text!r}",
