@@ -250,7 +250,7 @@ def probe_settings(workload: Workload, settings: SearchSettings) -> SearchSettin
 
 
 def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings,
-                   replicas: int = 1, *, seed: int = DEFAULT_SEED) -> Workload:
+                   replicas: int = 1, *, seed: int = DEFAULT_SEED, reuse: bool = True) -> Workload:
     """The requests one probe simulates at ``rate_rps``: ``requests_per_probe`` per replica (the
     caller counts a DP instance's ranks as replicas), so each instance of a pool sees as many
     requests as one instance alone.
@@ -259,15 +259,16 @@ def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings
     in trace order, gaps scaled to the rate. Drawing from the whole trace, not its head, keeps
     its rate swings in every probe, and one replica of a pool of n then sees the same process
     as one instance alone (a router thins the stream it splits), so c(n) and c(1) compare. A
-    trace with prefix hashes gives a run of consecutive requests from a drawn start instead: a
-    subset would keep a conversation's later turns without the earlier ones they reuse.
+    trace with prefix hashes probed for a phase that ``reuse``\ s them (prefill, colocated: their
+    prefix caches) gives a run of consecutive requests from a drawn start instead: a subset would
+    keep a conversation's later turns without the earlier ones they reuse.
     ``poisson``: requests with lengths resampled from the trace and Poisson arrivals. Both draw
     from ``seed``. Lengths-only traces always take ``poisson``.
     """
     wanted = settings.requests_per_probe * replicas
     if probe_settings(workload, settings).arrivals == "poisson":
         return replace_arrivals(workload, rate_rps=rate_rps, n_requests=wanted, rng=seed)
-    if workload.has_prefix_hashes:
+    if reuse and workload.has_prefix_hashes:
         return rescale_rate(stretch(workload, wanted, rng=seed), rate_rps)
     return rescale_rate(thin(workload, wanted, rng=seed), rate_rps)
 
@@ -437,7 +438,8 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
     saturation = None if single is None else replicas * single
 
     def probe(rate: float) -> Probe:
-        requests = probe_workload(workload, rate, settings, replicas * profile.dp, seed=seed)
+        requests = probe_workload(workload, rate, settings, replicas * profile.dp, seed=seed,
+                                  reuse=phase != "decode")  # a decode instance alone caches nothing
         stop = None if settings.grid_points else miss_stop(judged, len(requests))  # a curve asked for is drawn whole
         result = simulate_pool(requests, profile, phase=phase, replicas=replicas,
                                policy=(policy or "prefill-first") if phase == "colocated" else None,

@@ -225,13 +225,16 @@ def routing_notice(router: str, has_hashes: bool) -> str | None:
     return None
 
 
-def full_batch_s(profile: PhaseProfile, cap: int, requests: Requests) -> float:
-    """Seconds of one full prefill batch: ``cap`` tokens of prompts of the requests' mean length
-    (the early-rejection predictor's drain rate, :func:`pdplan.sim.fast.routing.predicted_ttft_s`)."""
+def batch_drain_s(profile: PhaseProfile, cap: int, requests: Requests) -> float:
+    """Seconds a prefill instance takes to drain ``cap`` queued tokens, for the early-rejection
+    predictor (:func:`pdplan.sim.fast.routing.predicted_ttft_s`): one full batch of prompts of the
+    requests' mean length, over its DP ranks (each runs its own batch beside the others) and its
+    PP stages (a new batch starts every stage time)."""
     mean = float(np.mean(requests.prompt_tokens)) if len(requests) else 1.0
     per = min(float(cap), max(1.0, mean))
     batch = max(1, round(cap / per))
-    return float(profile.prefill.evaluate(np.array([[1.0, float(cap), cap * per]]), np.array([batch]))[0])
+    full = float(profile.prefill.evaluate(np.array([[1.0, float(cap), cap * per]]), np.array([batch]))[0])
+    return full / (profile.dp * profile.pp)
 
 
 def rejected_mask(layout: Layout, requests: Requests) -> np.ndarray:

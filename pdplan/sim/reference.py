@@ -22,7 +22,7 @@ import numpy as np
 from pdplan.sim.core import Environment
 from pdplan.sim.events import ARRIVAL, BOUNDARY, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
 from pdplan.sim.fast.routing import predicted_ttft_s
-from pdplan.sim.layout import Layout, Requests, cache_capacities, full_batch_s, rejected_mask
+from pdplan.sim.layout import Layout, Requests, batch_drain_s, cache_capacities, rejected_mask
 from pdplan.sim.transfer import layer_visibility, uniform_layer_ready_s
 
 
@@ -238,7 +238,7 @@ class _Disaggregated:
                        for t in (layout.tier(i) for i in self.pids)]
         self.rr = 0  # the round-robin router's next instance
         self.early = np.zeros(len(req), bool)  # rejected at admission on a predicted TTFT miss
-        self.batch_s = [full_batch_s(layout.profiles[i], layout.batch_tokens[i], req) for i in self.pids]
+        self.batch_s = [batch_drain_s(layout.profiles[i], layout.batch_tokens[i], req) for i in self.pids]
         self.cached = np.zeros(len(req), np.int64)  # prompt tokens the prefill cache held
         self.loaded = np.zeros(len(req), np.int64)  # of those, loaded from its second tier
 

@@ -188,7 +188,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
     the prefill router (:func:`.routing.pick_prefill`). An arrival whose predicted TTFT at its
     prefill instance is above ``reject_s`` (inf: never) is rejected there (``rejected`` marks it,
     it releases its client, and it misses every clock); ``pbatch`` holds each prefill instance's
-    full-batch seconds for the prediction (:func:`_rejects_early`).
+    seconds to drain a batch, for the prediction (:func:`_rejects_early`).
 
     Splitwise's mixed pool: ``di``'s columns past the first ``n_dec`` are mixed machines. A
     request arriving while the shortest prefill queue holds more than ``spill_tokens`` pending

@@ -12,8 +12,8 @@ from pdplan.sim.fast.latency import LatencyTable
 from pdplan.sim.layout import (
     Layout,
     Requests,
+    batch_drain_s,
     cache_capacities,
-    full_batch_s,
     prefix_block_tokens,
     rejected_mask,
 )
@@ -185,7 +185,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     events = run_disaggregated(
         rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, _ROUTERS[layout.router],
         np.inf if layout.reject_ttft_s is None else float(layout.reject_ttft_s),
-        np.array([full_batch_s(layout.profiles[i], layout.batch_tokens[i], requests) for i in pids] or [0.0]),
+        np.array([batch_drain_s(layout.profiles[i], layout.batch_tokens[i], requests) for i in pids] or [0.0]),
         di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
         link, fields.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fields.FAILURE_RETRY,

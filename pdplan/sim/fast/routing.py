@@ -77,8 +77,8 @@ def pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n
 def predicted_ttft_s(pending, cap, batch_s, own_s):
     """Mooncake's early-rejection test predicts a request's TTFT at admission from the queue it
     joins (article 0x09I: reject when the predicted TTFT misses the SLO, before spending prompt
-    compute). The predictor here: the ``pending`` prompt tokens ahead drain in batches of ``cap``
-    tokens of ``batch_s`` each (a full batch's measured time), then its own prefill of ``own_s``."""
+    compute). The predictor here: the ``pending`` prompt tokens ahead drain ``cap`` tokens per
+    ``batch_s`` (:func:`pdplan.sim.layout.batch_drain_s`), then its own prefill of ``own_s``."""
     return pending / cap * batch_s + own_s
 
 
