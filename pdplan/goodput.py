@@ -259,8 +259,8 @@ def probe_workload(workload: Workload, rate_rps: float, settings: SearchSettings
     in trace order, gaps scaled to the rate. Drawing from the whole trace, not its head, keeps
     its rate swings in every probe, and one replica of a pool of n then sees the same process
     as one instance alone (a router thins the stream it splits), so c(n) and c(1) compare. A
-    trace with prefix hashes probed for a phase that ``reuse``\ s them (prefill, colocated: their
-    prefix caches) gives a run of consecutive requests from a drawn start instead: a subset would
+    trace with prefix hashes probed with ``reuse`` (for prefill and colocated instances, whose
+    prefix caches reuse them) gives a run of consecutive requests from a drawn start instead: a subset would
     keep a conversation's later turns without the earlier ones they reuse.
     ``poisson``: requests with lengths resampled from the trace and Poisson arrivals. Both draw
     from ``seed``. Lengths-only traces always take ``poisson``.
