@@ -230,9 +230,8 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
     capacity derived); ``router`` picks the prefill instance.
 
     The clocks are those of one instance alone (below), per request; routing is the plan's
-    (prefill: fewest pending prompt tokens; decode: least KV load; colocated: fewest outstanding
+    (prefill: ``router``, by default fewest pending prompt tokens; decode: least KV load; colocated: fewest outstanding
     tokens), so a pool of n replicas shows the pooling gain that n separate instances do not.
-    Prefill routing is ``router``'s.
     """
     if phase == "colocated":
         if policy not in ("prefill-first", "chunked"):

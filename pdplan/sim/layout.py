@@ -225,16 +225,23 @@ def routing_notice(router: str, has_hashes: bool) -> str | None:
     return None
 
 
-def batch_drain_s(profile: PhaseProfile, cap: int, requests: Requests) -> float:
-    """Seconds a prefill instance takes to drain ``cap`` queued tokens, for the early-rejection
-    predictor (:func:`pdplan.sim.fast.routing.predicted_ttft_s`): one full batch of prompts of the
-    requests' mean length, over its DP ranks (each runs its own batch beside the others) and its
-    PP stages (a new batch starts every stage time)."""
-    mean = float(np.mean(requests.prompt_tokens)) if len(requests) else 1.0
-    per = min(float(cap), max(1.0, mean))
-    batch = max(1, round(cap / per))
-    full = float(profile.prefill.evaluate(np.array([[1.0, float(cap), cap * per]]), np.array([batch]))[0])
-    return full / (profile.dp * profile.pp)
+def batch_drain_s(layout: Layout, requests: Requests) -> np.ndarray:
+    """Per prefill instance, in layout order, the seconds it takes to drain its batch cap of
+    queued tokens, for the early-rejection predictor (:func:`pdplan.sim.fast.routing.predicted_ttft_s`):
+    one full batch of prompts of the requests' mean length, over its DP ranks (each runs its own
+    batch beside the others) and its PP stages (a new batch starts every stage time). Zeros when
+    the layout rejects nothing early: nothing reads them then."""
+    ids = layout.ids("prefill")
+    if layout.reject_ttft_s is None or not len(requests):
+        return np.zeros(len(ids))
+    mean = max(1.0, float(np.mean(requests.prompt_tokens)))
+    drains = []
+    for i in ids:
+        profile, cap = layout.profiles[i], layout.batch_tokens[i]
+        per = min(float(cap), mean)
+        full = profile.prefill.evaluate(np.array([[1.0, float(cap), cap * per]]), np.array([max(1, round(cap / per))]))
+        drains.append(float(full[0]) / (profile.dp * profile.pp))
+    return np.array(drains)
 
 
 def rejected_mask(layout: Layout, requests: Requests) -> np.ndarray:
@@ -257,8 +264,8 @@ def prefix_block_tokens(layout: Layout, requests: Requests) -> int:
 
 
 def cache_capacities(layout: Layout, requests: Requests, phase: str = "decode") -> list[int]:
-    """Prefix-LRU capacity in HBM (blocks) of each instance of ``phase`` (prefill or decode), in
-    layout order: the stated one, else the instance's KV capacity in blocks (an engine's prefix
+    """Prefix-LRU capacity in HBM (blocks) of each instance of ``phase`` (prefill, decode or
+    colocated), in layout order: the stated one, else the instance's KV capacity in blocks (an engine's prefix
     cache is the free part of its KV pool: vLLM's automatic prefix caching and SGLang's radix cache
     keep finished requests' blocks there until the space is needed)."""
     block = prefix_block_tokens(layout, requests)

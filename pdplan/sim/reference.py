@@ -238,7 +238,7 @@ class _Disaggregated:
                        for t in (layout.tier(i) for i in self.pids)]
         self.rr = 0  # the round-robin router's next instance
         self.early = np.zeros(len(req), bool)  # rejected at admission on a predicted TTFT miss
-        self.batch_s = [batch_drain_s(layout.profiles[i], layout.batch_tokens[i], req) for i in self.pids]
+        self.batch_s = batch_drain_s(layout, req).tolist()
         self.cached = np.zeros(len(req), np.int64)  # prompt tokens the prefill cache held
         self.loaded = np.zeros(len(req), np.int64)  # of those, loaded from its second tier
 

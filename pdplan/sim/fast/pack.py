@@ -123,11 +123,10 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
                               else fields.POLICY_PREFILL_FIRST for i in ids],
             fields.D_CHUNK: [layout.chunk_tokens[i] for i in ids],
             fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids]})
-        n_hash, hash_vals, hash_ptr = _dense_hashes(requests) if requests.has_hashes else (0, None, None)
         block = prefix_block_tokens(layout, requests)
-        caps = cache_capacities(layout, requests, "colocated") if n_hash and block else [0] * len(ids)
-        if not any(caps):
-            n_hash, hash_vals, hash_ptr = 0, np.zeros(1, np.int64), np.zeros(n + 1, np.int64)
+        caps = cache_capacities(layout, requests, "colocated") if requests.has_hashes and block else [0] * len(ids)
+        n_hash, hash_vals, hash_ptr = (_dense_hashes(requests) if any(caps)
+                                       else (0, np.zeros(1, np.int64), np.zeros(n + 1, np.int64)))
         di[fields.D_LRU_CAP, lead] = caps
         tab_i, pieces = table.arrays()
         events = run_colocated(rq, rt, rejected, tab_i, pieces, di, df, _cache_nodes(len(ids), n_hash), hash_vals,
@@ -185,7 +184,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     events = run_disaggregated(
         rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, _ROUTERS[layout.router],
         np.inf if layout.reject_ttft_s is None else float(layout.reject_ttft_s),
-        np.array([batch_drain_s(layout.profiles[i], layout.batch_tokens[i], requests) for i in pids] or [0.0]),
+        np.append(batch_drain_s(layout, requests), 0.0),  # never empty: the kernel takes an array
         di, df, lru, hash_vals, hash_ptr, n_hash, int(block),
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
         link, fields.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fields.FAILURE_RETRY,
