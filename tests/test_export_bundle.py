@@ -202,6 +202,19 @@ def test_the_cluster_files_node_label_is_recorded_in_the_node_map(tmp_path):
     assert nodes["a100-0"]["node_label"] == {"key": "nvidia.com/gpu.product", "value": GFD_PRODUCT["a100-80gb"]}
 
 
+def test_a_node_whose_first_instance_is_power_capped_is_recorded_as_its_hardware(tmp_path):
+    """Splitwise's HHcap: a power-capped H100 setting runs on H100 nodes; the node map (and so
+    validate and the exports) must name the hardware, not the setting."""
+    path = tmp_path / "cluster.yaml"
+    path.write_text("nodes:\n  - {name: h100, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450, "
+                    "inter_node_gb_s: 50, count: 1}\n")
+    instances = [Instance(id=f"{phase}-0", node_type="h100", stage_nodes=("h100-0",), stage_gpus=(gpus,),
+                          candidate=Candidate(phase=phase, gpu=gpu, tp=2, pp=1, goodput_rps=1.0))
+                 for phase, gpu, gpus in (("decode", "h100-80gb-pcap", (0, 1)), ("prefill", "h100-80gb", (2, 3)))]
+    (node,) = node_map(SimpleNamespace(instances=instances), load_cluster(path))
+    assert node["gpu"] == "h100-80gb"
+
+
 @pytest.mark.parametrize("label, field", [({"key": "example.com/gpu", "value": "H100 SXM"}, "value"),
                                           ({"key": "-bad/gpu", "value": "h100"}, "key"),
                                           ({"key": "example.com/gpu"}, "value")])

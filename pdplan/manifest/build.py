@@ -217,15 +217,17 @@ def routing(plan: Plan) -> dict:
 def node_map(solution, cluster) -> list[dict]:
     """The node map: each node, its GPUs, the Kubernetes node label that selects its type when one is
     known (:attr:`pdplan.hardware.NodeType.selector`), and the instance stages on it with their GPU indices (and
-    the instance's node rank there when a stage spans nodes)."""
+    the instance's node rank there when a stage spans nodes). A node's GPU is its hardware (a
+    power-capped setting runs on its base GPU's nodes), whichever instance lands there first."""
     per_type = {n.name: n.gpus_per_node for n in cluster.nodes}
+    hardware = {n.name: n.gpu.physical for n in cluster.nodes}
     labels = {n.name: n.selector for n in cluster.nodes}
     nodes: dict[str, dict] = {}
     for inst in solution.instances:
         ranks = node_ranks(inst.stage_nodes)
         for stage, _, node, gpus in inst.parts():
             label = labels[inst.node_type]
-            entry = nodes.setdefault(node, {"node": node, "node_type": inst.node_type, "gpu": inst.candidate.gpu,
+            entry = nodes.setdefault(node, {"node": node, "node_type": inst.node_type, "gpu": hardware[inst.node_type],
                                             "gpus": per_type[inst.node_type],
                                             **({"node_label": {"key": label[0], "value": label[1]}} if label else {}),
                                             "instances": []})
