@@ -293,8 +293,8 @@ def plot_schedule(doc: dict) -> bytes:
     windows = doc["windows"]
     starts = [w["start_s"] / 3600 for w in windows] + [windows[-1]["end_s"] / 3600]
     fig, (pools, gpus) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
-    for phase in doc["schedule"]["shapes"]:
-        counts = [w["replicas"][phase] for w in doc["schedule"]["windows"]]
+    for phase in dict.fromkeys(p for w in doc["schedule"]["windows"] for p in w["replicas"]):
+        counts = [w["replicas"].get(phase, 0) for w in doc["schedule"]["windows"]]
         pools.stairs(counts, starts, label=f"{phase} replicas", linewidth=2)
     rate = pools.twinx()
     rate.stairs([w["rate_rps"] for w in windows], starts, color="grey", linestyle="--", label="window rate")

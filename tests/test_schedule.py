@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,7 +17,7 @@ from pdplan.hardware import Cluster, NodeType, get_gpu
 from pdplan.placement import ANY, Candidate
 from pdplan.poolcap import PoolCurve
 from pdplan.schedule import cut, solve_schedule, window_starts
-from pdplan.schedule.program import most_instances
+from pdplan.schedule.program import most_instances, window_optima
 from pdplan.schedule.timeline import _availability
 from pdplan.schedule.windows import merge_ragged
 from pdplan.sim import Plan, Pool
@@ -114,41 +115,119 @@ HOURS = [1.0, 2.0, 1.0]
 RATES = [0.5, 2.0, 1.0]
 
 
-def brute_force(change_minutes: float, static: bool = False) -> float:
-    """The cheapest schedule by enumeration: every shape pair and every count per window."""
-    price = {c: CLUSTER.priced_gpu(c.gpu).usd_per_hour * c.gpus for c in SHAPES}
+COLOCATED = (
+    Candidate(phase="colocated", gpu="h100-80gb", tp=2, pp=1, goodput_rps=0.45, chunk_tokens=512),
+    Candidate(phase="colocated", gpu="h100-80gb", tp=4, pp=1, goodput_rps=1.3, chunk_tokens=512),
+)
+
+
+def window_options(shapes) -> list[dict]:
+    """Every way one window can run: a mode, one shape per phase of it and their counts, within
+    the node's 8 GPUs."""
+    prefill, decode = [c for c in shapes if c.phase == "prefill"], [c for c in shapes if c.phase == "decode"]
+    groups = [(p, d) for p in prefill for d in decode] + [(c,) for c in shapes if c.phase == "colocated"]
+    options = []
+    for group in groups:
+        for counts in itertools.product(*[range(1, most_instances(CLUSTER, c) + 1) for c in group]):
+            if sum(c.gpus * k for c, k in zip(group, counts)) <= 8:
+                options.append(dict(zip(group, counts)))
+    return options
+
+
+def brute_force(change_minutes: float, static: bool = False, shapes=SHAPES, one_shape: bool = False) -> float:
+    """The cheapest schedule by enumeration: every mode, shape and count per window (with
+    ``one_shape``, the same mode and shapes in every window), a shape new in a window fitting
+    beside the window before's pools."""
+    price = {c: CLUSTER.priced_gpu(c.gpu).usd_per_hour * c.gpus for c in shapes}
+    options = [o for o in window_options(shapes)]
     best = math.inf
-    for pre, dec in itertools.product(SHAPES[:2], SHAPES[2:]):
-        options = [range(1, most_instances(CLUSTER, c) + 1) for c in (pre, dec)]
-        for counts in itertools.product(*[list(itertools.product(*options))] * len(HOURS)):
-            if static and len(set(counts)) > 1:
-                continue
-            if any(pre.capacity_rps(p) < r * (1 - 1e-12) or dec.capacity_rps(d) < r * (1 - 1e-12)
-                   or pre.gpus * p + dec.gpus * d > 8 for (p, d), r in zip(counts, RATES)):
-                continue
-            run = sum(h * (price[pre] * p + price[dec] * d) for h, (p, d) in zip(HOURS, counts))
-            moves = sum(price[c] * abs(a[i] - b[i])
-                        for a, b in zip(counts, counts[1:]) for i, c in enumerate((pre, dec)))
-            best = min(best, run + change_minutes / 60 * moves)
+    for plan in itertools.product(options, repeat=len(HOURS)):
+        if static and any(o != plan[0] for o in plan) or one_shape and any(o.keys() != plan[0].keys() for o in plan):
+            continue
+        if any(c.capacity_rps(k) < r * (1 - 1e-12) for o, r in zip(plan, RATES) for c, k in o.items()):
+            continue
+        if any(sum(c.gpus * k for c, k in a.items()) + sum(c.gpus * k for c, k in b.items() if c not in a) > 8
+               for a, b in zip(plan, plan[1:])):
+            continue  # a new shape loads beside the old pools (made before it breaks)
+        run = sum(h * sum(price[c] * k for c, k in o.items()) for h, o in zip(HOURS, plan))
+        moves = sum(price[c] * abs(a.get(c, 0) - b.get(c, 0)) for a, b in zip(plan, plan[1:]) for c in shapes)
+        best = min(best, run + change_minutes / 60 * moves)
     return best
+
+
+def requirements(mode: str) -> list[dict]:
+    phases = {"disaggregated": ("prefill", "decode"), "colocated": ("colocated",),
+              "auto": ("prefill", "decode", "colocated")}[mode]
+    return [{p: r for p in phases} for r in RATES]
+
+
+def solved(mode: str = "auto", shapes=SHAPES + COLOCATED, **options):
+    return solve_schedule(shapes, cluster=CLUSTER, fleet=ANY, mode=mode, hours=HOURS,
+                          requirements=requirements(mode), **{"change_gpu_minutes": 0.0, **options})
 
 
 @pytest.mark.parametrize("change_minutes", [0.0, 30.0, 600.0])
 def test_the_windowed_program_finds_the_brute_force_optimum(change_minutes):
-    schedule = solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=HOURS,
-                              requirements=[{"prefill": r, "decode": r} for r in RATES],
-                              change_gpu_minutes=change_minutes)
+    schedule = solved("disaggregated", SHAPES, change_gpu_minutes=change_minutes)
     assert schedule.usd == pytest.approx(brute_force(change_minutes), abs=1e-3)
 
 
+@pytest.mark.parametrize("change_minutes", [0.0, 10.0, 30.0, 600.0])
+def test_with_shapes_and_modes_free_per_window_the_program_finds_the_brute_force_optimum(change_minutes):
+    schedule = solved(change_gpu_minutes=change_minutes)
+    assert schedule.usd == pytest.approx(brute_force(change_minutes, shapes=SHAPES + COLOCATED), abs=1e-3)
+
+
+#: One colocated GPU serves the quiet first window alone; its pool saturates below the busy one.
+COLOCATED_SMALL = Candidate(phase="colocated", gpu="h100-80gb", tp=1, pp=1, goodput_rps=0.6, chunk_tokens=512,
+                            curve=PoolCurve(samples=((1, 0.6), (2, 0.7), (4, 0.8), (8, 0.9))))
+
+
+def test_a_switch_from_colocated_to_pd_happens_when_the_new_pools_load_beside_the_old():
+    """On two nodes window 0 runs one colocated GPU and window 1 switches to P/D, as each window
+    alone would; the colocated instance leaves as the P/D pools join."""
+    cluster = Cluster(nodes=(replace(NODE, count=2),))
+    schedule = solve_schedule(SHAPES + (COLOCATED_SMALL,), cluster=cluster, fleet=ANY, mode="auto", hours=HOURS,
+                              requirements=requirements("auto"), change_gpu_minutes=0.0)
+    assert schedule.modes[:2] == ("colocated", "disaggregated") and schedule.mode == "changing"
+    assert schedule.leaves[1]["colocated"] == 1 and schedule.joins[1]["prefill"] >= 1
+    alone = window_optima(SHAPES + (COLOCATED_SMALL,), cluster=cluster, fleet=ANY, mode="auto", hours=HOURS,
+                          requirements=requirements("auto"))
+    assert schedule.usd == pytest.approx(sum(s.usd for s in alone))
+
+
+def test_a_switch_into_a_full_cluster_is_not_made_because_it_would_break_before_it_is_made():
+    """On one 8-GPU node the busy window's P/D pools take all 8 GPUs, so they cannot load beside
+    window 0's colocated GPU: the schedule stays P/D and costs more than the windows alone."""
+    schedule = solve_schedule(SHAPES + (COLOCATED_SMALL,), cluster=CLUSTER, fleet=ANY, mode="auto", hours=HOURS,
+                              requirements=requirements("auto"), change_gpu_minutes=0.0)
+    assert schedule.modes == ("disaggregated",) * 3
+    alone = window_optima(SHAPES + (COLOCATED_SMALL,), cluster=CLUSTER, fleet=ANY, mode="auto", hours=HOURS,
+                          requirements=requirements("auto"))
+    assert alone[0].modes == ("colocated",) and schedule.usd > sum(s.usd for s in alone) + 1
+
+
+def test_one_shape_for_the_day_is_the_old_restriction_and_never_cheaper():
+    fixed = solved(change_gpu_minutes=30.0, one_shape=True)
+    assert fixed.usd == pytest.approx(brute_force(30.0, shapes=SHAPES + COLOCATED, one_shape=True), abs=1e-3)
+    assert solved(change_gpu_minutes=30.0).usd <= fixed.usd + 1e-9 and fixed.reshapes == 0
+
+
+def test_the_sum_of_window_optima_bounds_every_schedule_from_below():
+    alone = window_optima(SHAPES + COLOCATED, cluster=CLUSTER, fleet=ANY, mode="auto", hours=HOURS,
+                          requirements=requirements("auto"))
+    bound = sum(s.usd for s in alone)
+    assert bound == pytest.approx(brute_force(0.0, shapes=SHAPES + COLOCATED), abs=1e-3)
+    assert all(solved(change_gpu_minutes=m).usd >= bound - 1e-9 for m in (0.0, 30.0, 600.0))
+
+
 def test_a_change_cost_above_every_saving_makes_the_schedule_the_static_one():
-    windowed = solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=HOURS,
-                              requirements=[{"prefill": r, "decode": r} for r in RATES], change_gpu_minutes=1e5)
-    static = solve_schedule(SHAPES, cluster=CLUSTER, fleet=ANY, mode="disaggregated", hours=HOURS,
-                            requirements=[{"prefill": r, "decode": r} for r in RATES], change_gpu_minutes=0,
-                            static=True)
+    windowed = solved(change_gpu_minutes=1e5)
+    static = solved(static=True)
     assert all(r == windowed.replicas[0] for r in windowed.replicas) and windowed.change_usd == 0
-    assert windowed.usd == pytest.approx(static.usd) == pytest.approx(brute_force(0, static=True))
+    assert windowed.reshapes == 0
+    assert windowed.usd == pytest.approx(static.usd) == pytest.approx(
+        brute_force(0, static=True, shapes=SHAPES + COLOCATED))
 
 
 MIXED = Candidate(phase="mixed", gpu="h100-80gb", tp=2, pp=1, goodput_rps=0.9, chunk_tokens=512)
@@ -201,7 +280,8 @@ def test_a_join_without_spare_gpus_waits_for_a_drain_and_the_weight_load():
                        Pool(name="d", phase="decode", model="llama2-70b", gpu="h100-80gb", tp=4, replicas=3)),
 )
     counts = [{"p": 2, "d": 2}, {"p": 1, "d": 3}]
-    spans, changes = _availability(plan, counts, [0.0, 100.0], {("p", 1, 1): 140.0}, {"p": 30.0, "d": 30.0}, CLUSTER)
+    spans, changes = _availability(plan.pools, counts, [0.0, 100.0], {("p", 1, 1): 140.0}, {"p": 30.0, "d": 30.0},
+                                   CLUSTER)
     join = next(c for c in changes if c.kind == "join")
     leave = next(c for c in changes if c.kind == "leave")
     assert (leave.pool, leave.drain_s) == ("p", pytest.approx(40.0))
@@ -238,6 +318,15 @@ def test_every_window_passes_alone_and_in_the_whole_schedule(day):
     assert doc["schedule"]["passed"] and not doc["schedule"]["missed_windows"]
     assert all(w["passed"] for w in doc["schedule"]["windows"])
     assert doc["timeline"]["passed"] and len(doc["timeline"]["windows"]) == 24
+
+
+@pytest.mark.slow
+def test_the_schedule_costs_at_most_a_tenth_more_than_each_window_planned_alone_plus_its_changes(day):
+    schedule, bounds = day["doc"]["schedule"], day["doc"]["bounds"]
+    assert all(w["passed"] for w in bounds["windows_alone"]) and len(bounds["windows_alone"]) == 24
+    assert bounds["window_optima_usd"] <= bounds["windows_alone_usd"] + 1e-9  # the program's bound is below
+    assert schedule["usd"] <= 1.10 * (bounds["windows_alone_usd"] + schedule["change_usd"])
+    assert schedule["usd"] <= bounds["one_shape_usd"] * 1.25  # raised for misses at most, never reshaped for worse
 
 
 @pytest.mark.slow
@@ -369,15 +458,37 @@ def _change_of_no_pool(doc):
     doc["changes"].append(dict(doc["changes"][0], pool="zzz", window=50))
 
 
+def _mode_not_its_pools(doc):
+    window = doc["windows"][2]
+    window["mode"] = "disaggregated" if window["mode"] == "colocated" else "colocated"
+
+
+def _day_mode_not_the_windows(doc):
+    doc["workload"]["mode"] = "changing"
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("edit,named", [(_node_gpu, "windows[0].nodes[0].gpu"),
                                         (_stage_beyond_pp, "windows[0].nodes[0].instances[0].stage"),
                                         (_gpus_per_instance, "shapes[0].gpus_per_instance"),
-                                        (_change_of_no_pool, "changes[")])
+                                        (_change_of_no_pool, "changes["),
+                                        (_mode_not_its_pools, "windows[2].mode"),
+                                        (_day_mode_not_the_windows, "workload.mode")])
 def test_a_window_placement_the_manifest_would_refuse_is_refused(day, edit, named):
     from pdplan.manifest.schedule import check_schedule
 
     assert any(v.field.startswith(named) for v in check_schedule(resealed(day, edit)))
+
+
+@pytest.mark.slow
+def test_a_schedule_written_before_windows_had_modes_still_validates(day):
+    from pdplan.manifest.schedule import check_schedule
+
+    def strip(doc):
+        for window in doc["windows"]:
+            del window["mode"]
+
+    assert check_schedule(resealed(day, strip)) == []
 
 
 @pytest.mark.slow
@@ -455,8 +566,8 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     windows = cut(workload, window_starts(str(span / 3), span), peak=False)[:3]
     replicas = ({"prefill": 3, "decode": 2, "mixed": 0}, {"prefill": 3, "decode": 2, "mixed": 2},
                 {"prefill": 3, "decode": 2, "mixed": 1})
-    schedule = Schedule(mode="disaggregated", shapes=shapes, replicas=replicas, run_usd=0.0, change_usd=0.0,
-                        gpu_hours=0.0, joins=(), leaves=(), status="OPTIMAL")
+    schedule = Schedule(modes=("disaggregated",) * 3, window_shapes=(shapes,) * 3, replicas=replicas, run_usd=0.0,
+                        change_usd=0.0, gpu_hours=0.0, joins=(), leaves=(), status="OPTIMAL")
     profiles = {m.profile.key: m.profile for m in measured}
     checker = WindowChecker(request, windows, candidates, profiles, cache)
     checks = tuple(checker.check(schedule, w) for w in windows)
@@ -501,3 +612,55 @@ def test_a_schedule_missing_its_sections_is_listed_not_a_traceback_even_with_a_t
     code, out, err = run_cli("validate", bad, "--trace", SMOKE, "--json")
     assert code == 1 and "Traceback" not in err
     assert "(top level)" in {v["field"] for v in json.loads(out)["violations"]}
+
+
+def test_a_switch_from_colocated_to_pd_runs_in_the_whole_schedule_with_each_request_where_it_started(tmp_path):
+    """A hand-made schedule runs window 0 colocated and windows 1-2 P/D on two A100 nodes: the
+    colocated instance leaves as window 1 opens and drains what it holds, the P/D instances load
+    beside it and take requests from the boundary (made before it breaks), and every window is
+    judged on the plan of its own mode."""
+    from pdplan.cache import ResultCache
+    from pdplan.goodput import SearchSettings
+    from pdplan.latency.profile import shipped_profiles
+    from pdplan.latency.source import ProfileSource
+    from pdplan.modelcatalog import get_model
+    from pdplan.planner import PlanRequest
+    from pdplan.planner.measure import measure, pool_candidates
+    from pdplan.schedule.program import Schedule
+    from pdplan.schedule.search import VerifiedSchedule, WindowChecker
+    from pdplan.schedule.timeline import simulate_timeline
+    from pdplan.slo import slo_from_flags
+    from pdplan.workload import head, rescale_rate
+
+    workload = rescale_rate(head(load_trace(ROOT / "traces" / "chat_poisson_2k.csv"), 600), 1.0)
+    cluster = Cluster(nodes=(NodeType(name="a100", gpu=get_gpu("a100-80gb"), gpus_per_node=8,
+                                      intra_node_bytes_per_s=3e11, inter_node_bytes_per_s=2.5e10, count=2),))
+    request = PlanRequest(workload=workload, model=get_model("llama2-70b"), cluster=cluster,
+                          profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(2.0, 0.15, 0.9),
+                          target_rps=1.0, affinity="high", settings=SearchSettings(requests_per_probe=300), tps=(4,),
+                          pps=(1,))
+    cache = ResultCache(tmp_path)
+    measured, _ = measure(request, cache)
+    candidates = pool_candidates(request, measured, cache)
+    shape = {kind: next(c for c in candidates if c.phase == kind) for kind in ("prefill", "decode", "colocated")}
+    span = float(workload.arrival_s[-1] - workload.arrival_s[0])
+    windows = cut(workload, window_starts(str(span / 3), span), peak=False)[:3]
+    pd = {"prefill": shape["prefill"], "decode": shape["decode"]}
+    schedule = Schedule(modes=("colocated", "disaggregated", "disaggregated"),
+                        window_shapes=({"colocated": shape["colocated"]}, pd, pd),
+                        replicas=({"colocated": 2}, {"prefill": 1, "decode": 1}, {"prefill": 1, "decode": 1}),
+                        run_usd=0.0, change_usd=0.0, gpu_hours=0.0, joins=(), leaves=(), status="OPTIMAL")
+    profiles = {m.profile.key: m.profile for m in measured}
+    checker = WindowChecker(request, windows, candidates, profiles, cache)
+    checks = tuple(checker.check(schedule, w) for w in windows)
+    assert [c.plan.colocated for c in checks] == [True, False, False]
+    timeline = simulate_timeline(VerifiedSchedule(kind="windowed", schedule=schedule, checks=checks, rounds=1),
+                                 request, profiles)
+    boundary = windows[1].start_s
+    leaves = [c for c in timeline.changes if c.kind == "leave"]
+    joins = [c for c in timeline.changes if c.kind == "join"]
+    assert {c.pool for c in leaves} == {checks[0].plan.pools[0].name} and len(leaves) == 2
+    assert all(c.window == 1 and c.drain_s > 0 for c in leaves)  # the colocated instances held requests
+    assert sorted(c.pool for c in joins) == sorted(p.name for p in checks[1].plan.pools)
+    assert all(c.ready_s == pytest.approx(boundary) and c.took_gpus_of is None for c in joins)
+    assert [v.window for v in timeline.windows] == [0, 1, 2]

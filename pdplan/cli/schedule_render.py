@@ -22,21 +22,25 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
             stdout.print(f"  {mode}: {text}", markup=False, highlight=False)
         return
     s = chosen.schedule
-    shapes = " + ".join(f"{c.phase} {c.shape_label(compact=True)}" for c in s.shapes.values())
+    shapes = ("shapes change between windows: " + counted(s.reshapes, "reshape") if s.reshapes else
+              " + ".join(f"{c.phase} {c.shape_label(compact=True)}" for c in s.shapes.values()))
     stdout.print(f"[bold]{report.request.model.name}: {s.mode} over {len(report.windows)} windows[/bold] ({shapes}); "
                  f"every window verified end to end on its own requests "
                  f"({counted(chosen.rounds, 'program round')})", highlight=False)
     table = Table(title="Schedule (replicas per window; changes = instances joining or leaving a pool as the window "
                         "starts, each drained first)")
-    for name in ("window", "start", "req/s", *[f"{p} replicas" for p in s.shapes], "changes", "GPUs", "joint",
-                 "verdict"):
+    for name in ("window", "start", "req/s", *(("shapes",) if s.reshapes else ()),
+                 *[f"{p} replicas" for p in s.phases], "changes", "GPUs", "joint", "verdict"):
         table.add_column(name, justify="right")
     for check in chosen.checks:
         w, i = check.window, check.window.index
-        table.add_row(str(i), _clock(w.start_s), f"{w.rate_rps:.3g}", *[str(s.replicas[i][p]) for p in s.shapes],
+        running = (" + ".join(f"{c.phase} {c.shape_label(compact=True)}" for c in s.window_shapes[i].values()),)
+        table.add_row(str(i), _clock(w.start_s), f"{w.rate_rps:.3g}", *(running if s.reshapes else ()),
+                      *[str(s.replicas[i].get(p, "—")) for p in s.phases],
                       str(sum(s.joins[i].values()) + sum(s.leaves[i].values())), str(s.gpus(i)),
                       f"{check.verification.joint.mean:.3f}", "passes" if check.verification.passed else "MISSES")
     stdout.print(table)
+    _bounds(report)
     totals = Table(title="Against static plans (each its own cheapest shapes, the same replicas all day)")
     for name in ("plan", "GPU-hours", "USD", "windows missed", "vs static peak"):
         totals.add_column(name, justify="right")
@@ -52,6 +56,21 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     if s.change_usd:
         stdout.print(f"change cost: ${s.change_usd:,.2f} of the windowed total ({report.change_gpu_minutes:g} "
                      "GPU-minutes per GPU of each instance joining or leaving a pool)", markup=False, highlight=False)
+
+
+def _bounds(report: WindowedReport) -> None:
+    """The schedule against each window planned alone (verified, and the program's own bound at
+    the windows' rates) and against one shape per phase all day."""
+    alone = report.windows_alone_usd
+    if alone is None:
+        return
+    s = report.chosen.schedule
+    line = (f"each window planned alone and verified: ${alone:,.2f} (the program's bound at the windows' rates: "
+            f"${report.window_optima_usd:,.2f}); this schedule runs for ${s.run_usd:,.2f} "
+            f"({s.run_usd / alone - 1:+.1%}) plus ${s.change_usd:,.2f} of changes")
+    if report.one_shape is not None:
+        line += f"; held to one shape per phase all day the program's best is ${report.one_shape.usd:,.2f}"
+    stdout.print(line, markup=False, highlight=False)
 
 
 def _timeline(timeline) -> None:

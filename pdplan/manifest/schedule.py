@@ -1,14 +1,15 @@
 """The schedule document ``optimize --windows --out`` writes, and what ``validate`` checks in it.
 
-A ``DeploymentSchedule`` (``pdplan/v1``) freezes a windowed plan: the one shape each pool runs all
-day, the node inventory, every window's replicas, node map and verdict, every change between
+A ``DeploymentSchedule`` (``pdplan/v1``) freezes a windowed plan: the shape of each pool some window
+runs, the node inventory, every window's mode (``workload.mode`` is "changing" when windows
+differ), replicas, node map and verdict, every change between
 windows with the steps a deployer runs (routes stop and the instance drains before its GPUs are
 reused, 0x0FG), the whole-schedule verdict, and the sha256 of every input. It is sealed like a
 manifest (rounded floats, per-part hashes, a content hash).
 
-Checks beyond the schema and the hash: each window's pools fit the inventory (GPUs per type,
-nodes that exist, GPU indices inside a node, no GPU held twice, TP GPUs per stage and PP stages
-per instance, the replicas placed); the changes are exactly the replica differences between
+Checks beyond the schema and the hash: each window's pools are of its mode and fit the inventory
+(GPUs per type, nodes that exist, GPU indices inside a node, no GPU held twice, TP GPUs per stage
+and PP stages per instance, the replicas placed); the changes are exactly the replica differences between
 windows; every change runs its steps in order, and every join onto a leaving instance's GPUs
 takes them only after that drain ended; every window passed alone and in the whole schedule.
 """
@@ -57,8 +58,9 @@ def build_schedule(report, *, timestamp: str | None = None) -> dict:
         **_spill(chosen.checks),
         "inventory": [{"node_type": n.name, "gpu": n.gpu.name, "gpus_per_node": n.gpus_per_node, "count": n.count}
                       for n in request.cluster.nodes],
-        "windows": [{"window": c.window.index, "start_s": c.window.start_s, "end_s": c.window.end_s,
-                     "rate_rps": c.window.rate_rps, "replicas": {p.name: p.replicas for p in c.plan.pools},
+        "windows": [{"window": c.window.index, "mode": s.modes[c.window.index], "start_s": c.window.start_s,
+                     "end_s": c.window.end_s, "rate_rps": c.window.rate_rps,
+                     "replicas": {p.name: p.replicas for p in c.plan.pools},
                      "nodes": node_map(c.solution, request.cluster),
                      "verification": {"passed": c.verification.passed, "joint": c.verification.joint.to_dict()}}
                     for c in chosen.checks],
@@ -97,8 +99,24 @@ def check_schedule(doc: dict, *, trace=None) -> list[Violation]:
         found += _window(f"windows[{i}]", window, shapes, inventory)
     if any(s["phase"] == "mixed" for s in doc["shapes"]) != ("spill" in doc):
         found.append(Violation("spill", "must be given exactly when a shape is mixed"))
+    found += _modes(doc, shapes)
     found += _changes(doc)
     found += _verdicts(doc)
+    return found
+
+
+def _modes(doc: dict, shapes: dict) -> list[Violation]:
+    """Each window's pools are of its mode, and the day's mode is the windows' one, or changing."""
+    found = []
+    for i, window in enumerate(doc["windows"]):
+        mode = window.get("mode")  # absent in schedules written before modes could change
+        phases = {shapes[pool]["phase"] for pool in window["replicas"] if pool in shapes}
+        if mode is not None and (phases == {"colocated"}) != (mode == "colocated"):
+            found.append(Violation(f"windows[{i}].mode", f"is {mode}; its pools run {', '.join(sorted(phases))}"))
+    modes = {w["mode"] for w in doc["windows"] if "mode" in w}
+    expected = modes.pop() if len(modes) == 1 else "changing" if modes else doc["workload"]["mode"]
+    if doc["workload"]["mode"] != expected:
+        found.append(Violation("workload.mode", f"is {doc['workload']['mode']}; the windows run {expected}"))
     return found
 
 

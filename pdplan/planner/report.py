@@ -370,15 +370,43 @@ def schedule_to_dict(result: VerifiedSchedule | None) -> dict | None:
         return None
     s = result.schedule
     return {"kind": result.kind, "mode": s.mode, "passed": result.passed, "rounds": result.rounds,
-            "shapes": {p: {"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "chunk_tokens": c.chunk_tokens}
-                       for p, c in s.shapes.items()},
+            "shapes": {p: _shape(c) for p, c in s.shapes.items()}, "reshapes": s.reshapes,
             "usd": s.usd, "run_usd": s.run_usd, "change_usd": s.change_usd, "gpu_hours": s.gpu_hours,
             "solver_status": s.status, "missed_windows": list(result.missed),
-            "windows": [{"window": c.window.index, "replicas": s.replicas[c.window.index],
+            "windows": [{"window": c.window.index, "mode": s.modes[c.window.index],
+                         "shapes": {p: _shape(shape) for p, shape in s.window_shapes[c.window.index].items()},
+                         "replicas": s.replicas[c.window.index],
                          "joining": s.joins[c.window.index], "leaving": s.leaves[c.window.index],
                          "gpus": s.gpus(c.window.index),
                          "passed": c.verification.passed, "joint": c.verification.joint.mean,
                          "joint_low": c.verification.joint.low} for c in result.checks]}
+
+
+def _shape(c) -> dict:
+    return {"gpu": c.gpu, "tp": c.tp, "pp": c.pp, "chunk_tokens": c.chunk_tokens}
+
+
+def bounds_to_dict(report: WindowedReport) -> dict | None:
+    """What the schedule is judged against: each window planned alone and verified (as optimize
+    would plan it), the program's own bound (each window alone at its rate, unverified), and the
+    program held to one shape per phase all day."""
+    if not report.window_optima:
+        return None
+    one = report.one_shape
+    return {"windows_alone_usd": report.windows_alone_usd,
+            "windows_alone": [{"window": v.checks[0].window.index, "mode": v.schedule.mode, "usd": v.schedule.usd,
+                               "gpus": v.schedule.gpus(0), "rounds": v.rounds, "passed": v.passed,
+                               "shapes": {p: _shape(c) for p, c in v.schedule.window_shapes[0].items()},
+                               "replicas": v.schedule.replicas[0]}
+                              for v in report.windows_alone],
+            "window_optima_usd": report.window_optima_usd,
+            "one_shape_usd": None if one is None else one.usd,
+            "one_shape_mode": None if one is None else one.mode,
+            "source": {"windows_alone": "solved and simulated: the windowed program over one window, its failing "
+                                        "phase raised until the window passes end to end",
+                       "window_optima_usd, one_shape_usd": "solved: the windowed program (CP-SAT) at each window's "
+                                                           "rate over pool capacities measured by simulation; not "
+                                                           "verified end to end"}}
 
 
 def timeline_to_dict(timeline: Timeline | None) -> dict | None:
@@ -407,5 +435,6 @@ def windowed_to_dict(report: WindowedReport) -> dict:
             "reasons": report.reasons,
             "static_peak": schedule_to_dict(report.static_peak),
             "static_mean": schedule_to_dict(report.static_mean),
+            "bounds": bounds_to_dict(report),
             "timeline": None if chosen is None else timeline_to_dict(chosen.timeline),
             "seeds": list(next(iter(c.verification.seeds for c in chosen.checks))) if chosen else []}

@@ -2,7 +2,9 @@
 
 1. Every shape is measured once on the whole trace (per-instance goodput, then pool curves up to
    the busiest window), as ``optimize`` measures them.
-2. The windowed program (:mod:`.program`) picks one shape per phase and replicas per window.
+2. The windowed program (:mod:`.program`) picks, per window, a mode, one shape per phase and
+   their replicas (per mode; with ``--mode auto``, also the schedule that switches modes, when
+   the program finds a switch pays).
 3. Each window's pools are placed on the nodes and verified end to end on that window's own
    requests at its rate (R runs, 95% intervals, the optimize rule). A window that misses raises
    its failing phase's requirement by ``RAISE_FACTOR`` and the program is solved again.
@@ -11,9 +13,11 @@
    drain, an instance still loading) raises every phase's requirement in it, and round 2 follows.
    The schedule passes when every window passes both ways; rounds are bounded.
 
-The same search with replicas held equal across windows is the *static peak* plan; a static plan
-sized for the trace's mean rate, verified but never raised, shows what planning for the mean
-costs in missed windows.
+The same search with replicas held equal across windows is the *static peak* plan (over every
+mode the request allows); a static plan sized for the trace's mean rate, verified but never
+raised, shows what planning for the mean costs in missed windows. Each window planned alone by
+the program (no change cost) gives the lower bound the schedule is compared with, and the
+program held to one shape per phase all day shows what that restriction would cost.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from pdplan.planner.measure import measure, pool_candidates
 from pdplan.planner.pipeline import base_problem
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import RAISE_FACTOR
-from pdplan.schedule.program import MODE_PHASES, Schedule, solve_schedule
+from pdplan.schedule.program import CHANGING, MODE_PHASES, MODES, Schedule, solve_schedule, window_optima
 from pdplan.schedule.timeline import Timeline, simulate_timeline
 from pdplan.schedule.windows import Window
 from pdplan.sim import Plan
@@ -82,10 +86,25 @@ class WindowedReport:
     request: PlanRequest
     windows: tuple[Window, ...]
     change_gpu_minutes: float
-    schedules: dict[str, VerifiedSchedule | None]   #: mode → its windowed schedule (None: infeasible)
+    #: mode → its windowed schedule (None: infeasible); "changing": the one switching modes, when it pays
+    schedules: dict[str, VerifiedSchedule | None]
     reasons: dict[str, str]                          #: mode → why it has none
     static_peak: VerifiedSchedule | None
     static_mean: VerifiedSchedule | None
+    #: each window planned alone at its rate (the program, no change cost): their sum bounds every schedule
+    window_optima: tuple[Schedule, ...] = ()
+    #: each window planned alone as optimize plans it: the program, raised until the window passes end to end
+    windows_alone: tuple[VerifiedSchedule, ...] = ()
+    #: the program's optimum with one mode and one shape per phase all day, at the windows' rates
+    one_shape: Schedule | None = None
+
+    @property
+    def window_optima_usd(self) -> float | None:
+        return sum(s.usd for s in self.window_optima) if self.window_optima else None
+
+    @property
+    def windows_alone_usd(self) -> float | None:
+        return sum(v.schedule.usd for v in self.windows_alone) if self.windows_alone else None
 
     @property
     def chosen(self) -> VerifiedSchedule | None:
@@ -106,21 +125,22 @@ class WindowChecker:
         self.verifiers = [Verifier(r, profiles, cache) for r in self.requests]
         self._placed: dict[tuple, Solution] = {}
 
-    def check(self, schedule: Schedule, window: Window) -> WindowCheck:
-        request = self.requests[window.index]
-        counts = tuple((schedule.shapes[p], k) for p, k in schedule.replicas[window.index].items() if k > 0)
-        if (schedule.mode, counts) not in self._placed:
-            problem = base_problem(request, self.candidates, request.fleets[0], schedule.mode, "high",
-                                   mixed="mixed" in schedule.shapes)
+    def check(self, schedule: Schedule, window: Window, at: int | None = None) -> WindowCheck:
+        """``window`` run as the schedule's window ``at`` (default: its own index) runs."""
+        request, w = self.requests[window.index], window.index
+        position = w if at is None else at
+        mode, counts = schedule.modes[position], schedule.counts(position)
+        if (mode, counts) not in self._placed:
+            problem = base_problem(request, self.candidates, request.fleets[0], mode, "high",
+                                   mixed="mixed" in schedule.window_shapes[position])
             try:
-                self._placed[schedule.mode, counts] = solve(replace(problem, fixed=counts))
+                self._placed[mode, counts] = solve(replace(problem, fixed=counts))
             except InfeasibleError as err:
-                raise InfeasibleError(f"window {window.index}'s pools do not fit on the nodes: {err.detail}") from None
-        solution = self._placed[schedule.mode, counts]
-        verifier = self.verifiers[window.index]
-        plan = verifier.plan(solution, mode=schedule.mode, affinity="high",
-                             name=f"{request.model.name} {schedule.mode}, window {window.index}")
-        verification = verifier.verify(plan, window.rate_rps, mode=schedule.mode)
+                raise InfeasibleError(f"window {w}'s pools do not fit on the nodes: {err.detail}") from None
+        solution = self._placed[mode, counts]
+        verifier = self.verifiers[w]
+        plan = verifier.plan(solution, mode=mode, affinity="high", name=f"{request.model.name} {mode}, window {w}")
+        verification = verifier.verify(plan, window.rate_rps, mode=mode)
         return WindowCheck(window=window, solution=solution, plan=plan, verification=verification)
 
 
@@ -128,9 +148,9 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
                       kind: str, rates: list[float], raise_misses: bool = True) -> VerifiedSchedule:
     """The cheapest schedule whose every window passes (see the module docstring), starting from
     the requirement ``rates`` per window; ``raise_misses`` False verifies the first one only (and
-    does not simulate it whole)."""
+    does not simulate it whole). ``mode`` "auto" lets each window run either mode."""
     request = checker.request
-    phases = MODE_PHASES[mode]
+    phases = [p for m in MODES[mode] for p in MODE_PHASES[m]]
     requirements = [{p: rate for p in phases} for rate in rates]
     for round_ in range(1, MAX_SCHEDULE_ROUNDS + 1):
         schedule = solve_schedule(checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
@@ -144,10 +164,11 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
             result = replace(result, timeline=simulate_timeline(result, request, checker.profiles))
         if result.passed or not raise_misses or round_ == MAX_SCHEDULE_ROUNDS:
             return result
-        failing = {c.window.index: (c.verification.failing_phase or phases[0],) for c in checks
+        ran = [MODE_PHASES[m] for m in schedule.modes]  # each window's phases
+        failing = {c.window.index: (c.verification.failing_phase or ran[c.window.index][0],) for c in checks
                    if not c.verification.passed}
         if not failing:  # every window passed alone: raise all phases of those the whole run misses
-            failing = {w: phases for w in result.missed}
+            failing = {w: ran[w] for w in result.missed}
         for w, raised in failing.items():
             for phase in raised:
                 if kind == "windowed":
@@ -162,37 +183,93 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
 def plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultCache,
                  change_gpu_minutes: float = DEFAULT_CHANGE_GPU_MINUTES,
                  progress: Progress | None = None) -> WindowedReport:
-    """Measure the shapes once, then the windowed schedule per mode and the two static plans."""
+    """Measure the shapes once, then the windowed schedule per mode (and, when the request allows
+    both, the one that switches between them, if the program finds switching pays), each window
+    planned alone, and the two static plans (each over every mode the request allows)."""
     busiest = max(w.rate_rps for w in windows)
     peak_request = replace(request, target_rps=busiest)
     measured, _ = measure(peak_request, cache, progress)
     candidates = pool_candidates(peak_request, measured, cache, progress)
     profiles = {m.profile.key: m.profile for m in measured}
     checker = WindowChecker(request, windows, candidates, profiles, cache)
-    modes = ("disaggregated", "colocated") if request.mode == "auto" else (request.mode,)
+    modes = MODES[request.mode]
+    program = _program(checker, windows, change_gpu_minutes)
+    if len(modes) > 1:
+        try:
+            if program(mode=request.mode).mode == CHANGING:
+                modes = (*modes, request.mode)
+        except InfeasibleError:
+            pass  # each mode alone says why
     schedules, reasons = {}, {}
     for i, mode in enumerate(modes):
+        key = CHANGING if mode == "auto" else mode
         if progress is not None:
-            progress(f"windowed schedule, {mode}", i, len(modes) + 2)
+            progress(f"windowed schedule, {key}", i, len(modes) + 3)
         try:
-            schedules[mode] = verified_schedule(checker, windows, mode=mode, change_gpu_minutes=change_gpu_minutes,
-                                                kind="windowed", rates=[w.rate_rps for w in windows])
+            schedules[key] = verified_schedule(checker, windows, mode=mode, change_gpu_minutes=change_gpu_minutes,
+                                               kind="windowed", rates=[w.rate_rps for w in windows])
         except InfeasibleError as err:
-            schedules[mode], reasons[mode] = None, err.detail
+            schedules[key], reasons[key] = None, err.detail
     report = WindowedReport(request=request, windows=tuple(windows), change_gpu_minutes=change_gpu_minutes,
                             schedules=schedules, reasons=reasons, static_peak=None, static_mean=None)
     chosen = report.chosen
     if chosen is None:
         return report
-    mode = chosen.schedule.mode
+    alone = window_optima(candidates, cluster=request.cluster, fleet=request.fleets[0], mode=request.mode,
+                          hours=[w.hours for w in windows], requirements=_requirements(request.mode, windows),
+                          mixed_max=request.mixed_max if request.mixed else 0, time_limit_s=request.time_limit_s,
+                          seed=request.seed)
     mean = sum(len(w.requests) for w in windows) / (windows[-1].end_s - windows[0].start_s)
     statics = {}
     for i, (kind, rate) in enumerate((("static peak", busiest), ("static mean", mean))):
         if progress is not None:
-            progress(f"{kind} plan", len(modes) + i, len(modes) + 2)
+            progress(f"{kind} plan", len(modes) + i, len(modes) + 3)
         try:
-            statics[kind] = verified_schedule(checker, windows, mode=mode, change_gpu_minutes=0.0, kind=kind,
+            statics[kind] = verified_schedule(checker, windows, mode=request.mode, change_gpu_minutes=0.0, kind=kind,
                                               rates=[rate] * len(windows), raise_misses=kind == "static peak")
         except InfeasibleError:
             statics[kind] = None
-    return replace(report, static_peak=statics["static peak"], static_mean=statics["static mean"])
+    if progress is not None:
+        progress("each window alone", len(modes) + 2, len(modes) + 3)
+    each = tuple(window_alone(checker, w, mode=request.mode, first=optimum) for w, optimum in zip(windows, alone))
+    return replace(report, static_peak=statics["static peak"], static_mean=statics["static mean"],
+                   window_optima=alone, windows_alone=each, one_shape=program(mode=request.mode, one_shape=True))
+
+
+def window_alone(checker: WindowChecker, window: Window, *, mode: str, first: Schedule | None = None
+                 ) -> VerifiedSchedule:
+    """``window`` planned alone as ``optimize`` would plan it at its rate: the program over that
+    window (every mode ``mode`` allows, no change cost; ``first``, when given, is its solution at
+    the window's rate), its failing phase raised until the window passes end to end (at most
+    MAX_SCHEDULE_ROUNDS programs)."""
+    request = checker.request
+    requirement = _requirements(mode, [window])[0]
+    for round_ in range(1, MAX_SCHEDULE_ROUNDS + 1):
+        schedule = first if round_ == 1 and first is not None else solve_schedule(
+            checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode, hours=[window.hours],
+            requirements=[requirement], change_gpu_minutes=0.0, mixed_max=request.mixed_max if request.mixed else 0,
+            time_limit_s=request.time_limit_s, seed=request.seed)
+        check = checker.check(schedule, window, at=0)
+        if check.verification.passed or round_ == MAX_SCHEDULE_ROUNDS:
+            return VerifiedSchedule(kind="window alone", schedule=schedule, checks=(check,), rounds=round_)
+        requirement[check.verification.failing_phase or MODE_PHASES[schedule.modes[0]][0]] *= RAISE_FACTOR
+    raise AssertionError("unreachable")
+
+
+def _requirements(mode: str, windows: list[Window]) -> list[dict[str, float]]:
+    """Each window's rate as the requirement of every phase ``mode`` may run."""
+    return [{p: w.rate_rps for m in MODES[mode] for p in MODE_PHASES[m]} for w in windows]
+
+
+def _program(checker: WindowChecker, windows: list[Window], change_gpu_minutes: float):
+    """The windowed program at the windows' own rates (no verification), as a function of the
+    mode and the options of :func:`solve_schedule`."""
+    request = checker.request
+
+    def program(*, mode: str, **options) -> Schedule:
+        return solve_schedule(checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
+                              hours=[w.hours for w in windows], requirements=_requirements(mode, windows),
+                              change_gpu_minutes=change_gpu_minutes,
+                              mixed_max=request.mixed_max if request.mixed else 0,
+                              time_limit_s=request.time_limit_s, seed=request.seed, **options)
+    return program
