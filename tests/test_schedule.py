@@ -649,7 +649,11 @@ def test_a_switch_from_colocated_to_pd_runs_in_the_whole_schedule_with_each_requ
     schedule = Schedule(modes=("colocated", "disaggregated", "disaggregated"),
                         window_shapes=({"colocated": shape["colocated"]}, pd, pd),
                         replicas=({"colocated": 2}, {"prefill": 1, "decode": 1}, {"prefill": 1, "decode": 1}),
-                        run_usd=0.0, change_usd=0.0, gpu_hours=0.0, joins=(), leaves=(), status="OPTIMAL")
+                        run_usd=0.0, change_usd=0.0, gpu_hours=0.0, status="OPTIMAL",
+                        joins=({"colocated": 0}, {"colocated": 0, "prefill": 1, "decode": 1},
+                               {"prefill": 0, "decode": 0}),
+                        leaves=({"colocated": 0}, {"colocated": 2, "prefill": 0, "decode": 0},
+                                {"prefill": 0, "decode": 0}))
     profiles = {m.profile.key: m.profile for m in measured}
     checker = WindowChecker(request, windows, candidates, profiles, cache)
     checks = tuple(checker.check(schedule, w) for w in windows)
@@ -664,3 +668,31 @@ def test_a_switch_from_colocated_to_pd_runs_in_the_whole_schedule_with_each_requ
     assert sorted(c.pool for c in joins) == sorted(p.name for p in checks[1].plan.pools)
     assert all(c.ready_s == pytest.approx(boundary) and c.took_gpus_of is None for c in joins)
     assert [v.window for v in timeline.windows] == [0, 1, 2]
+
+    # The JSON, the table, the plot and the sealed schedule say which mode each window runs.
+    from dataclasses import replace as replaced
+
+    from pdplan.cli.schedule_render import render
+    from pdplan.manifest.schedule import build_schedule, check_schedule
+    from pdplan.planner.report import windowed_to_dict
+    from pdplan.planner.request import Inputs
+    from pdplan.plots import plot_schedule
+    from pdplan.schedule.search import WindowedReport
+
+    verified = VerifiedSchedule(kind="windowed", schedule=schedule, checks=checks, rounds=1, timeline=timeline)
+    trace = tmp_path / "trace.csv"
+    trace.write_text("request\n")
+    report = WindowedReport(request=replaced(request, inputs=Inputs(trace=trace)), windows=tuple(windows),
+                            change_gpu_minutes=5.0, schedules={"changing": verified}, reasons={}, static_peak=None,
+                            static_mean=None)
+    doc = windowed_to_dict(report)
+    assert doc["schedule"]["mode"] == "changing" and doc["schedule"]["reshapes"] == 1
+    assert [w["mode"] for w in doc["schedule"]["windows"]] == list(schedule.modes)
+    assert set(doc["schedule"]["shapes"]) == {"colocated", "prefill", "decode"}
+    render(report, doc, as_json=False)
+    assert plot_schedule(doc)[:8] == b"\x89PNG\r\n\x1a\n"
+    assert verified.passed, verified.missed
+    written = build_schedule(report)
+    assert written["workload"]["mode"] == "changing"
+    assert [w["mode"] for w in written["windows"]] == list(schedule.modes)
+    assert check_schedule(written) == []

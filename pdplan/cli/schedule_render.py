@@ -7,6 +7,7 @@ from rich.table import Table
 
 from pdplan.cli.output import print_json, stdout
 from pdplan.schedule import WindowedReport
+from pdplan.schedule.program import CHANGING
 from pdplan.wording import counted
 
 
@@ -24,7 +25,8 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     s = chosen.schedule
     shapes = ("shapes change between windows: " + counted(s.reshapes, "reshape") if s.reshapes else
               " + ".join(f"{c.phase} {c.shape_label(compact=True)}" for c in s.shapes.values()))
-    stdout.print(f"[bold]{report.request.model.name}: {s.mode} over {len(report.windows)} windows[/bold] ({shapes}); "
+    mode = "colocated or disaggregated by window" if s.mode == CHANGING else s.mode
+    stdout.print(f"[bold]{report.request.model.name}: {mode} over {len(report.windows)} windows[/bold] ({shapes}); "
                  f"every window verified end to end on its own requests "
                  f"({counted(chosen.rounds, 'program round')})", highlight=False)
     table = Table(title="Schedule (replicas per window; changes = instances joining or leaving a pool as the window "
