@@ -6,6 +6,11 @@ the shipped profiles, the default cluster and SLO, 2 local processes, an empty g
 120 s on 2 cores. Prints each grid's wall time, its decisions and its summary.
 
     python benchmarks/bench_grid.py [--jobs N] [--executor local|ray]
+    python benchmarks/bench_grid.py --wide [--jobs N]
+
+``--wide`` runs the issue-24 grid instead: 10 bandwidths (1 to 100 GB/s, log-spaced) × 10 prompt
+scales (0.5 to 2) on the Azure code trace, cold and then warm on the same cache (the warm run
+reads every goodput, pool curve, verification and placement solve the cold one kept).
 """
 
 from __future__ import annotations
@@ -32,11 +37,37 @@ def run(trace: Path, cache: Path, jobs: int, executor: str) -> tuple[float, dict
     return time.perf_counter() - started, json.loads(done.stdout)
 
 
+WIDE = ["--vary", "bandwidth=" + ",".join(f"{10 ** (2 * i / 9):.3g}" for i in range(10)),
+        "--vary", "prompt_scale=" + ",".join(f"{0.5 * 4 ** (i / 9):.3g}" for i in range(10))]
+
+
+def wide(jobs: int, executor: str) -> int:
+    trace = TRACES / "AzureLLMInferenceTrace_code.csv"
+    if not trace.exists():
+        print(f"trace not found: {trace}", file=sys.stderr)
+        return 2
+    with tempfile.TemporaryDirectory() as tmp:
+        for kind in ("cold", "warm"):
+            started = time.perf_counter()
+            done = subprocess.run([sys.executable, "-m", "pdplan", "sensitivity", "grid", "--trace", str(trace), *WIDE,
+                                   "--jobs", str(jobs), "--executor", executor, "--cache-dir", tmp, "--json"],
+                                  capture_output=True, text=True, check=True)
+            wall = time.perf_counter() - started
+            doc = json.loads(done.stdout)
+            decisions = Counter(c["decision"] for c in doc["cells"])
+            print(f"10 x 10 grid (bandwidth x prompt scale), {kind}: {len(doc['cells'])} cells in {wall:.1f} s; "
+                  + ", ".join(f"{d} {n}" for d, n in sorted(decisions.items())))
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--executor", default="local", choices=["local", "ray"])
+    parser.add_argument("--wide", action="store_true", help="the 10 x 10 grid, cold then warm")
     args = parser.parse_args()
+    if args.wide:
+        return wide(args.jobs, args.executor)
     traces = [TRACES / "AzureLLMInferenceTrace_code.csv", TRACES / "AzureLLMInferenceTrace_conv.csv"]
     if not all(t.exists() for t in traces):
         print(f"traces not found under {TRACES}", file=sys.stderr)

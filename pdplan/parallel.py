@@ -23,6 +23,7 @@ from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence, TypeVar
 
 from pdplan.cache import ResultCache
+from pdplan.placement.recall import recalling
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -110,4 +111,5 @@ def _ignore_interrupts() -> None:
 def _in_worker(task: tuple) -> tuple:
     work, item, folder, enabled = task
     cache = ResultCache(folder, enabled=enabled)
-    return work(item, cache=cache), cache.hits, cache.misses
+    with recalling(cache):  # placement solves are kept in the run's cache, as in the parent
+        return work(item, cache=cache), cache.hits, cache.misses

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import threading
-import time
 from dataclasses import replace
 
 from ortools.sat.python import cp_model
@@ -12,6 +11,7 @@ from ortools.sat.python import cp_model
 from pdplan.errors import InfeasibleError
 from pdplan.placement.model import Model, build_model, objective_scale
 from pdplan.placement.problem import PHASES, Instance, Problem, Solution, counts_of, serves
+from pdplan.placement.recall import Recalled, solve_once
 
 
 def solve(problem: Problem) -> Solution:
@@ -19,10 +19,7 @@ def solve(problem: Problem) -> Solution:
     built = build_model(problem)
     if any(not any(c.phase == phase for c in built.usable) for phase in problem.phases):
         raise InfeasibleError(_explain_no_candidates(problem, built))
-    solver = _solver(problem)
-    started = time.perf_counter()
-    status = interruptible_solve(solver, built.cp)
-    wall = time.perf_counter() - started
+    status, solver, wall = solve_once(_solver(problem), built.cp, interruptible_solve)
     if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         return _solution(problem, built, solver, status, wall)
     if status == cp_model.INFEASIBLE:
@@ -31,7 +28,7 @@ def solve(problem: Problem) -> Solution:
         raise InfeasibleError(f"no {problem.mode} plan ({problem.fleet.label}) is left to try" if searching
                               else diagnose(problem))
     raise InfeasibleError(f"the solver found no plan within {problem.time_limit_s:g} s "
-                          f"(status {solver.status_name(status)}); raise --time-limit")
+                          f"(status {cp_model.CpSolver().status_name(status)}); raise --time-limit")
 
 
 def _solver(problem: Problem) -> cp_model.CpSolver:
@@ -118,7 +115,8 @@ def _explain_no_candidates(problem: Problem, built: Model) -> str:
             f"({which} rules them out{why})")
 
 
-def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status: int, wall: float) -> Solution:
+def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver | Recalled, status: int,
+              wall: float) -> Solution:
     replicas = {c: solver.value(v) for c, v in built.n.items() if solver.value(v) > 0}
     capacity = {phase: sum(c.capacity_rps(k) for c, k in replicas.items() if serves(c.phase, phase))
                 for phase in problem.phases}
@@ -162,14 +160,14 @@ def _solution(problem: Problem, built: Model, solver: cp_model.CpSolver, status:
     )
 
 
-def expand(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
+def expand(problem: Problem, built: Model, solver: cp_model.CpSolver | Recalled) -> tuple[Instance, ...]:
     """The node map of a solution: every instance, its node per stage and its GPUs there."""
     if problem.affinity == "low":
         return _expand_segments(problem, built, solver)
     return _expand_patterns(problem, built, solver)
 
 
-def _expand_segments(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
+def _expand_segments(problem: Problem, built: Model, solver: cp_model.CpSolver | Recalled) -> tuple[Instance, ...]:
     """Each segment copy takes pp fresh nodes; on node j, prefill groups first, then decode."""
     instances, next_node = [], {}
     for k, seg in enumerate(built.units):
@@ -188,7 +186,7 @@ def _expand_segments(problem: Problem, built: Model, solver: cp_model.CpSolver) 
     return tuple(instances)
 
 
-def _expand_patterns(problem: Problem, built: Model, solver: cp_model.CpSolver) -> tuple[Instance, ...]:
+def _expand_patterns(problem: Problem, built: Model, solver: cp_model.CpSolver | Recalled) -> tuple[Instance, ...]:
     """Turn pattern counts into a node map: node ids, and for every stage its node and GPUs.
 
     Nodes are filled in pattern order; groups of one size go to slots in the order of (phase, GPU,

@@ -22,6 +22,7 @@ from pdplan.goodput import Search
 from pdplan.hardware import Cluster
 from pdplan.parallel import run_each, shared_workers
 from pdplan.placement import Candidate, Fleet, Problem, solve
+from pdplan.placement.recall import recalling
 from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import Measured, Progress, measure, pool_candidates
 from pdplan.planner.request import PlanRequest
@@ -291,8 +292,9 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
     InfeasibleError naming why; plans that all miss end to end give a report without an answer.
     ``headroom`` False skips the answer's own goodput bisection (``end_to_end`` is then None
     unless the search measured it), for callers that read only the verdicts. Its stages share
-    one pool of ``request.jobs`` worker processes."""
-    with shared_workers(request.jobs):
+    one pool of ``request.jobs`` worker processes, and every placement solve is kept in ``cache``
+    (:mod:`pdplan.placement.recall`)."""
+    with shared_workers(request.jobs), recalling(cache):
         return _optimize(request, cache=cache, progress=progress, headroom=headroom)
 
 

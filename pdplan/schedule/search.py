@@ -28,6 +28,7 @@ from typing import Callable
 from pdplan.cache import ResultCache
 from pdplan.errors import InfeasibleError
 from pdplan.placement import Solution, solve
+from pdplan.placement.recall import recalling
 from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import measure, pool_candidates
 from pdplan.planner.pipeline import base_problem
@@ -185,7 +186,14 @@ def plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultCa
                  progress: Progress | None = None) -> WindowedReport:
     """Measure the shapes once, then the windowed schedule per mode (and, when the request allows
     both, the one that switches between them, if the program finds switching pays), each window
-    planned alone, and the two static plans (each over every mode the request allows)."""
+    planned alone, and the two static plans (each over every mode the request allows). Placement
+    solves are kept in ``cache`` (:mod:`pdplan.placement.recall`)."""
+    with recalling(cache):
+        return _plan_windows(request, windows, cache=cache, change_gpu_minutes=change_gpu_minutes, progress=progress)
+
+
+def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultCache, change_gpu_minutes: float,
+                  progress: Progress | None) -> WindowedReport:
     busiest = max(w.rate_rps for w in windows)
     peak_request = replace(request, target_rps=busiest)
     measured, _ = measure(peak_request, cache, progress)
