@@ -17,7 +17,7 @@ from pdplan.hardware import Cluster, NodeType, get_gpu
 from pdplan.placement import ANY, Candidate
 from pdplan.poolcap import PoolCurve
 from pdplan.schedule import cut, solve_schedule, window_starts
-from pdplan.schedule.program import most_instances, window_optima
+from pdplan.schedule.program import most_instances
 from pdplan.schedule.timeline import _availability
 from pdplan.schedule.windows import merge_ragged
 from pdplan.sim import Plan, Pool
@@ -153,6 +153,12 @@ def brute_force(change_minutes: float, static: bool = False, shapes=SHAPES, one_
         moves = sum(price[c] * abs(a.get(c, 0) - b.get(c, 0)) for a, b in zip(plan, plan[1:]) for c in shapes)
         best = min(best, run + change_minutes / 60 * moves)
     return best
+
+
+def window_optima(shapes, *, cluster, fleet, mode, hours, requirements):
+    """Each window planned alone: the program over that window, no change cost."""
+    return [solve_schedule(shapes, cluster=cluster, fleet=fleet, mode=mode, hours=[h], requirements=[r],
+                           change_gpu_minutes=0.0) for h, r in zip(hours, requirements)]
 
 
 def requirements(mode: str) -> list[dict]:

@@ -45,9 +45,8 @@ instance that leaves a pool loses draining and each that joins loses loading wei
 does both). A static plan is the same program with n_{w,c} = n_{0,c} for every w; a change cost
 above what any change saves makes the windowed plan static too.
 
-:func:`window_optima` plans each window alone (the same program over one window, no change
-cost): their sum bounds every schedule of the program from below, what a free hand per window
-would cost.
+The same program over one window with no change cost plans that window alone: the sum over the
+windows bounds every schedule of the program from below, what a free hand per window would cost.
 """
 
 from __future__ import annotations
@@ -171,16 +170,6 @@ def solve_schedule(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet
             if found.usd < best.usd - 1e-9:
                 best = replace(found, status=max(best.status, found.status, key=STATUS_ORDER.index))
     return best
-
-
-def window_optima(candidates: tuple[Candidate, ...], *, cluster: Cluster, fleet: Fleet, mode: str,
-                  hours: list[float], requirements: list[dict[str, float]], mixed_max: int = 0,
-                  time_limit_s: float = 10.0, seed: int = 0) -> tuple[Schedule, ...]:
-    """Each window planned alone: the cheapest mode, shapes and replicas for its requirement,
-    with no change cost. Their sum bounds every schedule over the windows from below."""
-    return tuple(solve_schedule(candidates, cluster=cluster, fleet=fleet, mode=mode, hours=[h], requirements=[r],
-                                change_gpu_minutes=0.0, mixed_max=mixed_max, time_limit_s=time_limit_s, seed=seed)
-                 for h, r in zip(hours, requirements))
 
 
 #: Solver statuses, best first: a schedule is as proven as its least proven solve.

@@ -34,7 +34,7 @@ from pdplan.planner.measure import measure, pool_candidates
 from pdplan.planner.pipeline import base_problem
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import RAISE_FACTOR
-from pdplan.schedule.program import CHANGING, MODE_PHASES, MODES, Schedule, solve_schedule, window_optima
+from pdplan.schedule.program import CHANGING, MODE_PHASES, MODES, Schedule, solve_schedule
 from pdplan.schedule.timeline import Timeline, simulate_timeline
 from pdplan.schedule.windows import Window
 from pdplan.sim import Plan
@@ -126,6 +126,17 @@ class WindowChecker:
         self.verifiers = [Verifier(r, profiles, cache) for r in self.requests]
         self._placed: dict[tuple, Solution] = {}
 
+    def solve(self, windows: list[Window], requirements: list[dict[str, float]], *, mode: str,
+              change_gpu_minutes: float, **options) -> Schedule:
+        """The windowed program over ``windows`` at ``requirements``, on the request's cluster,
+        fleet and mixed machines (``options``: static, one_shape)."""
+        request = self.request
+        return solve_schedule(self.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
+                              hours=[w.hours for w in windows], requirements=requirements,
+                              change_gpu_minutes=change_gpu_minutes,
+                              mixed_max=request.mixed_max if request.mixed else 0,
+                              time_limit_s=request.time_limit_s, seed=request.seed, **options)
+
     def check(self, schedule: Schedule, window: Window, at: int | None = None) -> WindowCheck:
         """``window`` run as the schedule's window ``at`` (default: its own index) runs."""
         request, w = self.requests[window.index], window.index
@@ -154,11 +165,8 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
     phases = [p for m in MODES[mode] for p in MODE_PHASES[m]]
     requirements = [{p: rate for p in phases} for rate in rates]
     for round_ in range(1, MAX_SCHEDULE_ROUNDS + 1):
-        schedule = solve_schedule(checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
-                                  hours=[w.hours for w in windows], requirements=requirements,
-                                  change_gpu_minutes=change_gpu_minutes, static=kind != "windowed",
-                                  mixed_max=request.mixed_max if request.mixed else 0,
-                                  time_limit_s=request.time_limit_s, seed=request.seed)
+        schedule = checker.solve(windows, requirements, mode=mode, change_gpu_minutes=change_gpu_minutes,
+                                 static=kind != "windowed")
         checks = tuple(checker.check(schedule, w) for w in windows)
         result = VerifiedSchedule(kind=kind, schedule=schedule, checks=checks, rounds=round_)
         if raise_misses and result.passed:
@@ -201,10 +209,11 @@ def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultC
     profiles = {m.profile.key: m.profile for m in measured}
     checker = WindowChecker(request, windows, candidates, profiles, cache)
     modes = MODES[request.mode]
-    program = _program(checker, windows, change_gpu_minutes)
+    at_rates = _requirements(request.mode, windows)
     if len(modes) > 1:
         try:
-            if program(mode=request.mode).mode == CHANGING:
+            switching = checker.solve(windows, at_rates, mode=request.mode, change_gpu_minutes=change_gpu_minutes)
+            if switching.mode == CHANGING:
                 modes = (*modes, request.mode)
         except InfeasibleError:
             pass  # each mode alone says why
@@ -223,10 +232,7 @@ def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultC
     chosen = report.chosen
     if chosen is None:
         return report
-    alone = window_optima(candidates, cluster=request.cluster, fleet=request.fleets[0], mode=request.mode,
-                          hours=[w.hours for w in windows], requirements=_requirements(request.mode, windows),
-                          mixed_max=request.mixed_max if request.mixed else 0, time_limit_s=request.time_limit_s,
-                          seed=request.seed)
+    alone = tuple(checker.solve([w], [r], mode=request.mode, change_gpu_minutes=0.0) for w, r in zip(windows, at_rates))
     mean = sum(len(w.requests) for w in windows) / (windows[-1].end_s - windows[0].start_s)
     statics = {}
     for i, (kind, rate) in enumerate((("static peak", busiest), ("static mean", mean))):
@@ -241,7 +247,9 @@ def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultC
         progress("each window alone", len(modes) + 2, len(modes) + 3)
     each = tuple(window_alone(checker, w, mode=request.mode, first=optimum) for w, optimum in zip(windows, alone))
     return replace(report, static_peak=statics["static peak"], static_mean=statics["static mean"],
-                   window_optima=alone, windows_alone=each, one_shape=program(mode=request.mode, one_shape=True))
+                   window_optima=alone, windows_alone=each,
+                   one_shape=checker.solve(windows, at_rates, mode=request.mode, change_gpu_minutes=change_gpu_minutes,
+                                           one_shape=True))
 
 
 def window_alone(checker: WindowChecker, window: Window, *, mode: str, first: Schedule | None = None
@@ -250,13 +258,10 @@ def window_alone(checker: WindowChecker, window: Window, *, mode: str, first: Sc
     window (every mode ``mode`` allows, no change cost; ``first``, when given, is its solution at
     the window's rate), its failing phase raised until the window passes end to end (at most
     MAX_SCHEDULE_ROUNDS programs)."""
-    request = checker.request
     requirement = _requirements(mode, [window])[0]
     for round_ in range(1, MAX_SCHEDULE_ROUNDS + 1):
-        schedule = first if round_ == 1 and first is not None else solve_schedule(
-            checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode, hours=[window.hours],
-            requirements=[requirement], change_gpu_minutes=0.0, mixed_max=request.mixed_max if request.mixed else 0,
-            time_limit_s=request.time_limit_s, seed=request.seed)
+        schedule = first if round_ == 1 and first is not None else checker.solve(
+            [window], [requirement], mode=mode, change_gpu_minutes=0.0)
         check = checker.check(schedule, window, at=0)
         if check.verification.passed or round_ == MAX_SCHEDULE_ROUNDS:
             return VerifiedSchedule(kind="window alone", schedule=schedule, checks=(check,), rounds=round_)
@@ -269,15 +274,3 @@ def _requirements(mode: str, windows: list[Window]) -> list[dict[str, float]]:
     return [{p: w.rate_rps for m in MODES[mode] for p in MODE_PHASES[m]} for w in windows]
 
 
-def _program(checker: WindowChecker, windows: list[Window], change_gpu_minutes: float):
-    """The windowed program at the windows' own rates (no verification), as a function of the
-    mode and the options of :func:`solve_schedule`."""
-    request = checker.request
-
-    def program(*, mode: str, **options) -> Schedule:
-        return solve_schedule(checker.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
-                              hours=[w.hours for w in windows], requirements=_requirements(mode, windows),
-                              change_gpu_minutes=change_gpu_minutes,
-                              mixed_max=request.mixed_max if request.mixed else 0,
-                              time_limit_s=request.time_limit_s, seed=request.seed, **options)
-    return program
