@@ -407,3 +407,32 @@ def test_a_grid_of_one_dimension_is_drawn_along_it():
             {**row, "bandwidth": 100.0, "delta_t_ms": 12.0, "decision": "ENABLE_PD"}]
     png = plot_grid_line(rows, "bandwidth", margin_ms=0.0, show=lambda name, value: f"{value:g} GB/s")
     assert png.startswith(b"\x89PNG") and len(png) > 10_000
+
+
+def test_a_cells_net_margin_is_kept_and_read_back_without_simulating(tmp_path, monkeypatch):
+    """Two cells with the same plans, requests, profiles and seeds measure ΔT once; another rate
+    measures it anew."""
+    from pdplan.cache import ResultCache
+    from pdplan.latency.source import ProfileSource
+    from pdplan.planner import PlanRequest
+    from pdplan.sensitivity import cell
+    from pdplan.slo import slo_from_flags
+    from tests.test_placement import cluster_of, node
+
+    measured = []
+    real = cell.net_margin
+
+    def counted(*args, **kwargs):
+        measured.append(kwargs["rate_rps"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(cell, "net_margin", counted)
+    request = PlanRequest(workload=load_trace(SMOKE), model=MODEL, cluster=cluster_of(node(gpu="h100-80gb", gpus=8)),
+                          profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(2.0, 0.15, 0.9),
+                          target_rps=2.0, runs=2)
+    cache = ResultCache(tmp_path)
+    first = cell.cell_margin(request, COLOCATED, disaggregated(8.0), shipped_profiles(), 2.0, cache)
+    again = cell.cell_margin(request, COLOCATED, disaggregated(8.0), shipped_profiles(), 2.0, ResultCache(tmp_path))
+    other = cell.cell_margin(request, COLOCATED, disaggregated(8.0), shipped_profiles(), 3.0, cache)
+    assert measured == [2.0, 3.0]
+    assert again == first and other.rate_rps == 3.0

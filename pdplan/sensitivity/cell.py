@@ -18,10 +18,10 @@ that mode that missed by the least, so a near miss still shows its margin.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from functools import reduce
 
-from pdplan.cache import ResultCache
+from pdplan.cache import ResultCache, cache_key
 from pdplan.errors import InfeasibleError
 from pdplan.fileio import significant
 from pdplan.hardware import Cluster
@@ -29,10 +29,13 @@ from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import resolve_fleets
 from pdplan.planner import PlanRequest, optimize
+from pdplan.planner.measure import profile_digest
 from pdplan.planner.pipeline import better
+from pdplan.planner.plans import plan_key
 from pdplan.planner.search import Checked
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload
 from pdplan.sensitivity.margin import Margin, net_margin
+from pdplan.sim import Plan
 from pdplan.slo import SLO
 from pdplan.vocabulary import Affinity, FailurePolicy, Objective, Router
 from pdplan.workload import Workload
@@ -183,15 +186,33 @@ def run_cell(base: Base, index: int, coords: dict) -> CellResult:
     if colocated is not None and disaggregated is not None:
         rate = request.target_rps or min(colocated.rate_rps, disaggregated.rate_rps)
         profiles = {m.profile.key: m.profile for m in report.measured}
-        margin = net_margin(request.workload, colocated.checked.plan, disaggregated.checked.plan, profiles,
-                            model=request.model, rate_rps=rate, runs=request.runs, seed=request.seed,
-                            arrivals=request.settings.arrivals, min_run_s=request.min_run_s)
+        margin = cell_margin(request, colocated.checked.plan, disaggregated.checked.plan, profiles, rate, cache)
     decision, reason = decide(colocated, disaggregated, margin, base)
     missing = [f"no {label} plan fits: {why_none(report, mode)}" for label, mode, found in (
         ("colocated", "colocated", colocated), ("P/D", "disaggregated", disaggregated)) if found is None]
     reason = "; ".join([reason, *missing])
     return replace(empty, colocated=colocated, disaggregated=disaggregated, margin=margin, decision=decision,
                    reason=reason)
+
+
+def cell_margin(request: PlanRequest, colocated: Plan, disaggregated: Plan, profiles: dict, rate_rps: float,
+                cache: ResultCache) -> Margin:
+    """ΔT between the two plans at ``rate_rps`` (:func:`net_margin`), kept in the run's cache: a
+    cell whose plans, requests, profiles and seeds another cell (or an earlier run) measured reads
+    it back instead of simulating the five plans again."""
+    shapes = sorted({p.shape for plan in (colocated, disaggregated) for p in plan.pools})
+    key = cache_key({"margin": [plan_key(colocated), plan_key(disaggregated)], "trace": request.workload.digest(),
+                     "rate": rate_rps, "profiles": [profile_digest(profiles[s]) for s in shapes],
+                     "model": asdict(request.model), "runs": request.runs, "seed": request.seed,
+                     "arrivals": request.settings.arrivals, "min_run_s": request.min_run_s})
+    kept = cache.get(key, lambda value: Margin(**value))
+    if kept is not None:
+        return kept
+    margin = net_margin(request.workload, colocated, disaggregated, profiles, model=request.model, rate_rps=rate_rps,
+                        runs=request.runs, seed=request.seed, arrivals=request.settings.arrivals,
+                        min_run_s=request.min_run_s)
+    cache.put(key, asdict(margin))
+    return margin
 
 
 def decide(colocated: ModeResult | None, disaggregated: ModeResult | None, margin: Margin | None,
