@@ -539,10 +539,9 @@ def test_the_written_schedule_meets_the_schema_pdplan_schema_prints(day, run_cli
 
 # --- Splitwise's mixed pool over time --------------------------------------------------------------
 
-def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tmp_path):
-    """A hand-made schedule adds two mixed machines in window 1 and drops one in window 2: each
-    window is placed with its mixed pool and verified with the spill thresholds, and the whole
-    run joins and drains the mixed instances like any other."""
+def on_two_a100_nodes(tmp_path, *, rate: float, target: float, slo, tp: int, **extra):
+    """The chat trace's first 600 requests at ``rate`` on two 8-GPU A100 nodes, its shapes measured
+    up to ``target``: (request, candidates, profiles, cache)."""
     from pdplan.cache import ResultCache
     from pdplan.goodput import SearchSettings
     from pdplan.latency.profile import shipped_profiles
@@ -550,23 +549,34 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
     from pdplan.modelcatalog import get_model
     from pdplan.planner import PlanRequest
     from pdplan.planner.measure import measure, pool_candidates
+    from pdplan.workload import head, rescale_rate
+
+    workload = rescale_rate(head(load_trace(ROOT / "traces" / "chat_poisson_2k.csv"), 600), rate)
+    cluster = Cluster(nodes=(NodeType(name="a100", gpu=get_gpu("a100-80gb"), gpus_per_node=8,
+                                      intra_node_bytes_per_s=3e11, inter_node_bytes_per_s=2.5e10, count=2),))
+    request = PlanRequest(workload=workload, model=get_model("llama2-70b"), cluster=cluster,
+                          profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo, target_rps=target,
+                          affinity="high", settings=SearchSettings(requests_per_probe=300), tps=(tp,), pps=(1,),
+                          **extra)
+    cache = ResultCache(tmp_path)
+    measured, _ = measure(request, cache)
+    return request, pool_candidates(request, measured, cache), {m.profile.key: m.profile for m in measured}, cache
+
+
+def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tmp_path):
+    """A hand-made schedule adds two mixed machines in window 1 and drops one in window 2: each
+    window is placed with its mixed pool and verified with the spill thresholds, and the whole
+    run joins and drains the mixed instances like any other."""
     from pdplan.planner.plans import Spill
     from pdplan.schedule.program import Schedule
     from pdplan.schedule.search import VerifiedSchedule, WindowChecker
     from pdplan.schedule.timeline import simulate_timeline
     from pdplan.slo import slo_from_flags
-    from pdplan.workload import head, rescale_rate
 
-    workload = rescale_rate(head(load_trace(ROOT / "traces" / "chat_poisson_2k.csv"), 600), 2.0)
-    cluster = Cluster(nodes=(NodeType(name="a100", gpu=get_gpu("a100-80gb"), gpus_per_node=8,
-                                      intra_node_bytes_per_s=3e11, inter_node_bytes_per_s=2.5e10, count=2),))
-    request = PlanRequest(workload=workload, model=get_model("llama2-70b"), cluster=cluster,
-                          profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(1.0, 0.1, 0.9),
-                          target_rps=4.0, affinity="high", settings=SearchSettings(requests_per_probe=300), tps=(2,),
-                          pps=(1,), mixed=True, spill=Spill(prefill_queue_tokens=0))
-    cache = ResultCache(tmp_path)
-    measured, _ = measure(request, cache)
-    candidates = pool_candidates(request, measured, cache)
+    request, candidates, profiles, cache = on_two_a100_nodes(tmp_path, rate=2.0, target=4.0,
+                                                             slo=slo_from_flags(1.0, 0.1, 0.9), tp=2, mixed=True,
+                                                             spill=Spill(prefill_queue_tokens=0))
+    workload = request.workload
     shapes = {kind: next(c for c in candidates if c.phase == kind) for kind in ("prefill", "decode", "mixed")}
     span = float(workload.arrival_s[-1] - workload.arrival_s[0])
     windows = cut(workload, window_starts(str(span / 3), span), peak=False)[:3]
@@ -574,7 +584,6 @@ def test_mixed_machines_join_and_drain_first_in_the_whole_schedule_simulation(tm
                 {"prefill": 3, "decode": 2, "mixed": 1})
     schedule = Schedule(modes=("disaggregated",) * 3, window_shapes=(shapes,) * 3, replicas=replicas, run_usd=0.0,
                         change_usd=0.0, gpu_hours=0.0, joins=(), leaves=(), status="OPTIMAL")
-    profiles = {m.profile.key: m.profile for m in measured}
     checker = WindowChecker(request, windows, candidates, profiles, cache)
     checks = tuple(checker.check(schedule, w) for w in windows)
     assert [sum(p.replicas for p in c.plan.pools_of("mixed")) for c in checks] == [0, 2, 1]
@@ -625,29 +634,14 @@ def test_a_switch_from_colocated_to_pd_runs_in_the_whole_schedule_with_each_requ
     colocated instance leaves as window 1 opens and drains what it holds, the P/D instances load
     beside it and take requests from the boundary (made before it breaks), and every window is
     judged on the plan of its own mode."""
-    from pdplan.cache import ResultCache
-    from pdplan.goodput import SearchSettings
-    from pdplan.latency.profile import shipped_profiles
-    from pdplan.latency.source import ProfileSource
-    from pdplan.modelcatalog import get_model
-    from pdplan.planner import PlanRequest
-    from pdplan.planner.measure import measure, pool_candidates
     from pdplan.schedule.program import Schedule
     from pdplan.schedule.search import VerifiedSchedule, WindowChecker
     from pdplan.schedule.timeline import simulate_timeline
     from pdplan.slo import slo_from_flags
-    from pdplan.workload import head, rescale_rate
 
-    workload = rescale_rate(head(load_trace(ROOT / "traces" / "chat_poisson_2k.csv"), 600), 1.0)
-    cluster = Cluster(nodes=(NodeType(name="a100", gpu=get_gpu("a100-80gb"), gpus_per_node=8,
-                                      intra_node_bytes_per_s=3e11, inter_node_bytes_per_s=2.5e10, count=2),))
-    request = PlanRequest(workload=workload, model=get_model("llama2-70b"), cluster=cluster,
-                          profiles=ProfileSource(shipped_profiles(), compose=False), slo=slo_from_flags(2.0, 0.15, 0.9),
-                          target_rps=1.0, affinity="high", settings=SearchSettings(requests_per_probe=300), tps=(4,),
-                          pps=(1,))
-    cache = ResultCache(tmp_path)
-    measured, _ = measure(request, cache)
-    candidates = pool_candidates(request, measured, cache)
+    request, candidates, profiles, cache = on_two_a100_nodes(tmp_path, rate=1.0, target=1.0,
+                                                             slo=slo_from_flags(2.0, 0.15, 0.9), tp=4)
+    workload = request.workload
     shape = {kind: next(c for c in candidates if c.phase == kind) for kind in ("prefill", "decode", "colocated")}
     span = float(workload.arrival_s[-1] - workload.arrival_s[0])
     windows = cut(workload, window_starts(str(span / 3), span), peak=False)[:3]
@@ -660,7 +654,6 @@ def test_a_switch_from_colocated_to_pd_runs_in_the_whole_schedule_with_each_requ
                                {"prefill": 0, "decode": 0}),
                         leaves=({"colocated": 0}, {"colocated": 2, "prefill": 0, "decode": 0},
                                 {"prefill": 0, "decode": 0}))
-    profiles = {m.profile.key: m.profile for m in measured}
     checker = WindowChecker(request, windows, candidates, profiles, cache)
     checks = tuple(checker.check(schedule, w) for w in windows)
     assert [c.plan.colocated for c in checks] == [True, False, False]
