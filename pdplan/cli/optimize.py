@@ -103,12 +103,14 @@ def optimize(
     peak: Annotated[bool, typer.Option("--peak", help="Plan for the trace's busiest minute (with --windows: each "
                                                       "window's).")] = False,
     windows: Annotated[str | None, typer.Option(
-        "--windows", help="Plan each window of the trace at its own rate under one inventory: a length (1h, 30m, "
-                          "900s) or a file of window starts in seconds, one per line.")] = None,
+        "--windows", help="Plan each window of the trace at its own rate under one inventory (its mode, shapes "
+                          "and replicas; --mode auto lets windows switch between colocated and P/D): a length "
+                          "(1h, 30m, 900s) or a file of window starts in seconds, one per line.")] = None,
     change_cost: Annotated[float, typer.Option(
         "--change-cost", help="With --windows: GPU-minutes each GPU of an instance joining or leaving a pool "
                               "loses (draining on the way out, loading weights on the way in; a flip from one "
-                              "phase to the other does both).")] = DEFAULT_CHANGE_GPU_MINUTES,
+                              "phase to the other, a reshape and a mode switch do both)."
+                              )] = DEFAULT_CHANGE_GPU_MINUTES,
     fleet: Annotated[str, typer.Option(
         "--fleet", help="GPU types per pool: any (free choice), all (every prefill/decode GPU pair the "
                         "cluster holds, power-capped decode included), a pair PREFILL_GPU/DECODE_GPU, or "
