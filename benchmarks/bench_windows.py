@@ -7,6 +7,12 @@ Empty goodput cache, numba's compiled simulator already cached. Target (issue 12
 2 cores; the schedule within 10% of each window planned alone plus its own changes (issue 24).
 
     python benchmarks/bench_windows.py [TRACE] [optimize flags, e.g. --mixed]
+
+Issue 24's diurnal day (4 h, rate 2 → 8 → 2 req/s, so 24 windows of 10 minutes):
+
+    pdplan trace synth --requests 72000 --rate 5 --diurnal 4 --period 14400 \
+        --prompt lognormal:1500:0.8 --output lognormal:200:0.7 --seed 1 -o day.csv
+    python benchmarks/bench_windows.py day.csv
 """
 
 from __future__ import annotations
