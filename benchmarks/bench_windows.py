@@ -4,7 +4,8 @@ The trace (19,366 requests, about an hour) is cut into 24 equal windows; every w
 placed and verified on its own requests, the whole schedule is simulated with its changes drained
 first, and the static peak and mean plans and each window planned alone are verified beside it.
 Empty goodput cache, numba's compiled simulator already cached. Target (issue 12): within 60 s on
-2 cores; the schedule within 10% of each window planned alone plus its own changes (issue 24).
+2 cores (pass ``--jobs=2`` to use both); the schedule within 10% of each window planned alone plus
+its own changes (issue 24).
 
     python benchmarks/bench_windows.py [TRACE] [optimize flags, e.g. --mixed]
 

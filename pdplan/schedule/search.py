@@ -27,6 +27,7 @@ from typing import Callable
 
 from pdplan.cache import ResultCache
 from pdplan.errors import InfeasibleError
+from pdplan.parallel import shared_workers
 from pdplan.placement import Solution, solve
 from pdplan.placement.recall import recalling
 from pdplan.planner.checks import Verifier
@@ -194,9 +195,10 @@ def plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultCa
                  progress: Progress | None = None) -> WindowedReport:
     """Measure the shapes once, then the windowed schedule per mode (and, when the request allows
     both, the one that switches between them, if the program finds switching pays), each window
-    planned alone, and the two static plans (each over every mode the request allows). Placement
-    solves are kept in ``cache`` (:mod:`pdplan.placement.recall`)."""
-    with recalling(cache):
+    planned alone, and the two static plans (each over every mode the request allows). Its stages
+    share one pool of ``request.jobs`` worker processes, and placement solves are kept in
+    ``cache`` (:mod:`pdplan.placement.recall`)."""
+    with shared_workers(request.jobs), recalling(cache):
         return _plan_windows(request, windows, cache=cache, change_gpu_minutes=change_gpu_minutes, progress=progress)
 
 
