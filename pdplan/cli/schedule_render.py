@@ -8,6 +8,7 @@ from rich.table import Table
 from pdplan.cli.output import print_json, stdout
 from pdplan.schedule import WindowedReport
 from pdplan.schedule.program import CHANGING
+from pdplan.schedule.search import MAX_SCHEDULE_ROUNDS
 from pdplan.wording import counted
 
 
@@ -72,6 +73,10 @@ def _bounds(report: WindowedReport) -> None:
             f"({s.run_usd / alone - 1:+.1%}) plus ${s.change_usd:,.2f} of changes")
     if report.one_shape is not None:
         line += f"; held to one shape per phase all day the program's best is ${report.one_shape.usd:,.2f}"
+    missed = [v.checks[0].window.index for v in report.windows_alone if not v.passed]
+    if missed:
+        line += (f"; alone, windows {', '.join(map(str, missed))} still missed after {MAX_SCHEDULE_ROUNDS} "
+                 "programs (their figures are the last tried)")
     stdout.print(line, markup=False, highlight=False)
 
 

@@ -28,7 +28,7 @@ def solve(problem: Problem) -> Solution:
         raise InfeasibleError(f"no {problem.mode} plan ({problem.fleet.label}) is left to try" if searching
                               else diagnose(problem))
     raise InfeasibleError(f"the solver found no plan within {problem.time_limit_s:g} s "
-                          f"(status {cp_model.CpSolver().status_name(status)}); raise --time-limit")
+                          f"(status {solver.status_name(status)}); raise --time-limit")  # never a recalled one
 
 
 def _solver(problem: Problem) -> cp_model.CpSolver:

@@ -75,12 +75,8 @@ class Verifier:
         return self._workloads[rate_rps]
 
     def _key_parts(self, plan: Plan, rate_rps: float) -> dict:
-        shapes = sorted({p.shape for p in plan.pools})
-        return {"verify": plan_key(plan), "trace": self._trace, "rate": rate_rps,
-                "profiles": [profile_digest(self.profiles[s]) for s in shapes],
-                "model": asdict(self.request.model), "slo": self.request.slo.to_dict(), "runs": self.request.runs,
-                "seed": self.request.seed, "arrivals": self.request.settings.arrivals,
-                "min_run_s": self.request.min_run_s}
+        return {"verify": plan_key(plan), "slo": self.request.slo.to_dict(),
+                **runs_key_parts(self.request, (plan,), self.profiles, rate_rps, trace=self._trace)}
 
     def verify(self, plan: Plan, rate_rps: float, *, mode: str, lost: list[Loss] = ()) -> Verification:
         """The verdict on ``plan`` at ``rate_rps``, every loss in ``lost`` included."""
@@ -136,3 +132,15 @@ class Verifier:
 
         settings = dataclasses.replace(self.request.settings, grid_points=0)
         return find_goodput(probe, start_rps=max(start_rps, 1e-3), settings=settings)
+
+
+def runs_key_parts(request: PlanRequest, plans, profiles: dict, rate_rps: float, *, trace: str | None = None) -> dict:
+    """What a simulation of ``plans`` on the request's runs at ``rate_rps`` depends on besides the
+    plans themselves, for a result-cache key: the trace (``trace``: its digest, when known), the
+    rate, the profiles of the shapes the plans run, the model, runs, seed, arrivals and minimum
+    run length."""
+    shapes = sorted({p.shape for plan in plans for p in plan.pools})
+    return {"trace": request.workload.digest() if trace is None else trace, "rate": rate_rps,
+            "profiles": [profile_digest(profiles[s]) for s in shapes], "model": asdict(request.model),
+            "runs": request.runs, "seed": request.seed, "arrivals": request.settings.arrivals,
+            "min_run_s": request.min_run_s}

@@ -126,17 +126,23 @@ class WindowChecker:
         self.requests = [replace(request, workload=w.requests, target_rps=w.rate_rps) for w in windows]
         self.verifiers = [Verifier(r, profiles, cache) for r in self.requests]
         self._placed: dict[tuple, Solution] = {}
+        self._solved: dict[tuple, Schedule] = {}
 
     def solve(self, windows: list[Window], requirements: list[dict[str, float]], *, mode: str,
               change_gpu_minutes: float, **options) -> Schedule:
         """The windowed program over ``windows`` at ``requirements``, on the request's cluster,
-        fleet and mixed machines (``options``: static, one_shape)."""
-        request = self.request
-        return solve_schedule(self.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
-                              hours=[w.hours for w in windows], requirements=requirements,
-                              change_gpu_minutes=change_gpu_minutes,
-                              mixed_max=request.mixed_max if request.mixed else 0,
-                              time_limit_s=request.time_limit_s, seed=request.seed, **options)
+        fleet and mixed machines (``options``: static, one_shape); the same program is solved once
+        (the mode-switching check and its first round, each window alone and its first round)."""
+        key = (tuple(w.index for w in windows), tuple(tuple(sorted(r.items())) for r in requirements), mode,
+               change_gpu_minutes, tuple(sorted(options.items())))
+        if key not in self._solved:
+            request = self.request
+            self._solved[key] = solve_schedule(
+                self.candidates, cluster=request.cluster, fleet=request.fleets[0], mode=mode,
+                hours=[w.hours for w in windows], requirements=requirements, change_gpu_minutes=change_gpu_minutes,
+                mixed_max=request.mixed_max if request.mixed else 0, time_limit_s=request.time_limit_s,
+                seed=request.seed, **options)
+        return self._solved[key]
 
     def check(self, schedule: Schedule, window: Window, at: int | None = None) -> WindowCheck:
         """``window`` run as the schedule's window ``at`` (default: its own index) runs."""
@@ -163,8 +169,7 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
     the requirement ``rates`` per window; ``raise_misses`` False verifies the first one only (and
     does not simulate it whole). ``mode`` "auto" lets each window run either mode."""
     request = checker.request
-    phases = [p for m in MODES[mode] for p in MODE_PHASES[m]]
-    requirements = [{p: rate for p in phases} for rate in rates]
+    requirements = _requirements(mode, rates)
     for round_ in range(1, MAX_SCHEDULE_ROUNDS + 1):
         schedule = checker.solve(windows, requirements, mode=mode, change_gpu_minutes=change_gpu_minutes,
                                  static=kind != "windowed")
@@ -211,7 +216,7 @@ def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultC
     profiles = {m.profile.key: m.profile for m in measured}
     checker = WindowChecker(request, windows, candidates, profiles, cache)
     modes = MODES[request.mode]
-    at_rates = _requirements(request.mode, windows)
+    at_rates = _requirements(request.mode, [w.rate_rps for w in windows])
     if len(modes) > 1:
         try:
             switching = checker.solve(windows, at_rates, mode=request.mode, change_gpu_minutes=change_gpu_minutes)
@@ -247,23 +252,20 @@ def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultC
             statics[kind] = None
     if progress is not None:
         progress("each window alone", len(modes) + 2, len(modes) + 3)
-    each = tuple(window_alone(checker, w, mode=request.mode, first=optimum) for w, optimum in zip(windows, alone))
+    each = tuple(window_alone(checker, w, mode=request.mode) for w in windows)
     return replace(report, static_peak=statics["static peak"], static_mean=statics["static mean"],
                    window_optima=alone, windows_alone=each,
                    one_shape=checker.solve(windows, at_rates, mode=request.mode, change_gpu_minutes=change_gpu_minutes,
                                            one_shape=True))
 
 
-def window_alone(checker: WindowChecker, window: Window, *, mode: str, first: Schedule | None = None
-                 ) -> VerifiedSchedule:
+def window_alone(checker: WindowChecker, window: Window, *, mode: str) -> VerifiedSchedule:
     """``window`` planned alone as ``optimize`` would plan it at its rate: the program over that
-    window (every mode ``mode`` allows, no change cost; ``first``, when given, is its solution at
-    the window's rate), its failing phase raised until the window passes end to end (at most
-    MAX_SCHEDULE_ROUNDS programs)."""
-    requirement = _requirements(mode, [window])[0]
+    window (every mode ``mode`` allows, no change cost), its failing phase raised until the window
+    passes end to end (at most MAX_SCHEDULE_ROUNDS programs)."""
+    requirement = _requirements(mode, [window.rate_rps])[0]
     for round_ in range(1, MAX_SCHEDULE_ROUNDS + 1):
-        schedule = first if round_ == 1 and first is not None else checker.solve(
-            [window], [requirement], mode=mode, change_gpu_minutes=0.0)
+        schedule = checker.solve([window], [requirement], mode=mode, change_gpu_minutes=0.0)
         check = checker.check(schedule, window, at=0)
         if check.verification.passed or round_ == MAX_SCHEDULE_ROUNDS:
             return VerifiedSchedule(kind="window alone", schedule=schedule, checks=(check,), rounds=round_)
@@ -271,8 +273,8 @@ def window_alone(checker: WindowChecker, window: Window, *, mode: str, first: Sc
     raise AssertionError("unreachable")
 
 
-def _requirements(mode: str, windows: list[Window]) -> list[dict[str, float]]:
+def _requirements(mode: str, rates: list[float]) -> list[dict[str, float]]:
     """Each window's rate as the requirement of every phase ``mode`` may run."""
-    return [{p: w.rate_rps for m in MODES[mode] for p in MODE_PHASES[m]} for w in windows]
+    return [{p: rate for m in MODES[mode] for p in MODE_PHASES[m]} for rate in rates]
 
 

@@ -178,7 +178,7 @@ def _arriving_in(workload: Workload, spans: list[tuple[float, float]]) -> Worklo
     keep = np.flatnonzero(inside)
     if keep.size == 0:
         return None
-    return replaced(workload, rows=Rows.of(workload).take(keep), arrival_s=arrival[keep])
+    return replaced(workload, rows=Rows.of(workload).take(keep))
 
 
 def _simulate(requests: Workload | None, plan: Plan, availability: dict, profiles: dict, request):

@@ -29,7 +29,7 @@ from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import resolve_fleets
 from pdplan.planner import PlanRequest, optimize
-from pdplan.planner.measure import profile_digest
+from pdplan.planner.checks import runs_key_parts
 from pdplan.planner.pipeline import better
 from pdplan.planner.plans import plan_key
 from pdplan.planner.search import Checked
@@ -200,11 +200,8 @@ def cell_margin(request: PlanRequest, colocated: Plan, disaggregated: Plan, prof
     """ΔT between the two plans at ``rate_rps`` (:func:`net_margin`), kept in the run's cache: a
     cell whose plans, requests, profiles and seeds another cell (or an earlier run) measured reads
     it back instead of simulating the five plans again."""
-    shapes = sorted({p.shape for plan in (colocated, disaggregated) for p in plan.pools})
-    key = cache_key({"margin": [plan_key(colocated), plan_key(disaggregated)], "trace": request.workload.digest(),
-                     "rate": rate_rps, "profiles": [profile_digest(profiles[s]) for s in shapes],
-                     "model": asdict(request.model), "runs": request.runs, "seed": request.seed,
-                     "arrivals": request.settings.arrivals, "min_run_s": request.min_run_s})
+    key = cache_key({"margin": [plan_key(colocated), plan_key(disaggregated)],
+                     **runs_key_parts(request, (colocated, disaggregated), profiles, rate_rps)})
     kept = cache.get(key, lambda value: Margin(**value))
     if kept is not None:
         return kept
