@@ -7,10 +7,13 @@ the shipped profiles, the default cluster and SLO, 2 local processes, an empty g
 
     python benchmarks/bench_grid.py [--jobs N] [--executor local|ray]
     python benchmarks/bench_grid.py --wide [--jobs N]
+    python benchmarks/bench_grid.py --lengths [--jobs N]
 
 ``--wide`` runs the issue-24 grid instead: 10 bandwidths (1 to 100 GB/s, log-spaced) × 10 prompt
 scales (0.5 to 2) on the Azure code trace, cold and then warm on the same cache (the warm run
 reads every goodput, pool curve, verification and placement solve the cold one kept).
+``--lengths`` runs the grid whose every cell changes the workload: 10 prompt scales × 10 output
+scales (each 0.5 to 2, log-spaced) on the same trace, cold and then warm.
 """
 
 from __future__ import annotations
@@ -37,11 +40,13 @@ def run(trace: Path, cache: Path, jobs: int, executor: str) -> tuple[float, dict
     return time.perf_counter() - started, json.loads(done.stdout)
 
 
-WIDE = ["--vary", "bandwidth=" + ",".join(f"{10 ** (2 * i / 9):.3g}" for i in range(10)),
-        "--vary", "prompt_scale=" + ",".join(f"{0.5 * 4 ** (i / 9):.3g}" for i in range(10))]
+SCALES = ",".join(f"{0.5 * 4 ** (i / 9):.3g}" for i in range(10))
+WIDE = {"bandwidth x prompt scale": ["--vary", "bandwidth=" + ",".join(f"{10 ** (2 * i / 9):.3g}" for i in range(10)),
+                                     "--vary", f"prompt_scale={SCALES}"],
+        "prompt scale x output scale": ["--vary", f"prompt_scale={SCALES}", "--vary", f"output_scale={SCALES}"]}
 
 
-def wide(jobs: int, executor: str) -> int:
+def wide(name: str, jobs: int, executor: str) -> int:
     trace = TRACES / "AzureLLMInferenceTrace_code.csv"
     if not trace.exists():
         print(f"trace not found: {trace}", file=sys.stderr)
@@ -49,13 +54,14 @@ def wide(jobs: int, executor: str) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for kind in ("cold", "warm"):
             started = time.perf_counter()
-            done = subprocess.run([sys.executable, "-m", "pdplan", "sensitivity", "grid", "--trace", str(trace), *WIDE,
+            done = subprocess.run([sys.executable, "-m", "pdplan", "sensitivity", "grid", "--trace", str(trace),
+                                   *WIDE[name],
                                    "--jobs", str(jobs), "--executor", executor, "--cache-dir", tmp, "--json"],
                                   capture_output=True, text=True, check=True)
             wall = time.perf_counter() - started
             doc = json.loads(done.stdout)
             decisions = Counter(c["decision"] for c in doc["cells"])
-            print(f"10 x 10 grid (bandwidth x prompt scale), {kind}: {len(doc['cells'])} cells in {wall:.1f} s; "
+            print(f"10 x 10 grid ({name}), {kind}: {len(doc['cells'])} cells in {wall:.1f} s; "
                   + ", ".join(f"{d} {n}" for d, n in sorted(decisions.items())))
     return 0
 
@@ -64,10 +70,12 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--executor", default="local", choices=["local", "ray"])
-    parser.add_argument("--wide", action="store_true", help="the 10 x 10 grid, cold then warm")
+    parser.add_argument("--wide", action="store_true", help="the 10 x 10 bandwidth x prompt grid, cold then warm")
+    parser.add_argument("--lengths", action="store_true", help="the 10 x 10 prompt x output grid, cold then warm")
     args = parser.parse_args()
-    if args.wide:
-        return wide(args.jobs, args.executor)
+    if args.wide or args.lengths:
+        name = "bandwidth x prompt scale" if args.wide else "prompt scale x output scale"
+        return wide(name, args.jobs, args.executor)
     traces = [TRACES / "AzureLLMInferenceTrace_code.csv", TRACES / "AzureLLMInferenceTrace_conv.csv"]
     if not all(t.exists() for t in traces):
         print(f"traces not found under {TRACES}", file=sys.stderr)

@@ -92,6 +92,26 @@ def nnls_relative(design: np.ndarray, latency: np.ndarray, *, free: Sequence[int
     return beta / scale
 
 
+class Solutions:
+    """Relative-error solutions kept by their rows' bytes, for one phase's fit.
+
+    Leave-one-out refits nearly the same points again and again: with the floor enumeration, the
+    points above a fold's k lowest are often another fold's, and the outlier pass fits poly and
+    floor+poly on the very folds the held-out scores use. The same bytes give the same
+    coefficients, so a kept solution is the one a fresh solve would return.
+    """
+
+    def __init__(self):
+        self._kept: dict = {}
+
+    def solve(self, design: np.ndarray, latency: np.ndarray, free: Sequence[int] = ()) -> np.ndarray | None:
+        """:func:`nnls_relative`'s coefficients, or None when the rows are not :func:`full_rank`."""
+        key = (design.shape, tuple(free), design.tobytes(), latency.tobytes())
+        if key not in self._kept:
+            self._kept[key] = nnls_relative(design, latency, free=free) if full_rank(design, latency) else None
+        return self._kept[key]
+
+
 def _design(basis: Basis, x: np.ndarray, batch: np.ndarray) -> np.ndarray:
     if basis.threshold is None:
         return x
@@ -169,8 +189,10 @@ def _floor_sizes(n: int, columns: int) -> list[int]:
 
 
 def fit_basis(basis: Basis, features: np.ndarray, batch: np.ndarray,
-              latency: np.ndarray) -> LatencyModel | None:
-    """The basis fitted to these points, or None when they cannot determine it."""
+              latency: np.ndarray, solutions: Solutions | None = None) -> LatencyModel | None:
+    """The basis fitted to these points, or None when they cannot determine it (``solutions``: the
+    phase's kept solutions, shared by its folds)."""
+    solutions = solutions or Solutions()
     x = np.asarray(features, dtype=float)
     b = np.asarray(batch)
     y = np.asarray(latency, dtype=float)
@@ -179,18 +201,17 @@ def fit_basis(basis: Basis, features: np.ndarray, batch: np.ndarray,
     design = _design(basis, x, b)
     columns = design.shape[1]
     if not basis.floor:
-        if not full_rank(design, y):
-            return None
-        return _to_model(basis, None, nnls_relative(design, y))
+        beta = solutions.solve(design, y)
+        return None if beta is None else _to_model(basis, None, beta)
     order = np.argsort(y, kind="stable")
     pieces = _piece_columns(basis, x, b)
     best = None
     for k in _floor_sizes(len(y), columns):
         low, rest = order[:k], order[k:]
-        if not full_rank(design[rest], y[rest]):
+        beta = solutions.solve(design[rest], y[rest], free=_free_columns(basis))
+        if beta is None:
             continue
         floor = float(np.sum(1 / y[low]) / np.sum(1 / y[low] ** 2))
-        beta = nnls_relative(design[rest], y[rest], free=_free_columns(basis))
         predicted = np.maximum(floor, pieces(beta))
         sse = float(np.sum((predicted / y - 1) ** 2))
         if best is None or sse < best[0] * (1 - 1e-12):

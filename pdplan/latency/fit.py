@@ -67,6 +67,7 @@ from pdplan.latency.bases import (
     OCTAVES,
     POLY,
     Basis,
+    Solutions,
     candidate_bases,
     fit_basis,
     full_rank,
@@ -217,7 +218,7 @@ def _group(points: Sequence[MeasuredPoint], phase: str) -> tuple[_Grid, list[str
     return grid, reports
 
 
-def _remove_outliers(grid: _Grid, phase: str) -> tuple[_Grid, list[str]]:
+def _remove_outliers(grid: _Grid, phase: str, solutions: Solutions) -> tuple[_Grid, list[str]]:
     reports: list[str] = []
     limit = int(MAX_OUTLIER_SHARE * len(grid))
     threshold = math.log(OUTLIER_FACTOR)
@@ -227,7 +228,7 @@ def _remove_outliers(grid: _Grid, phase: str) -> tuple[_Grid, list[str]]:
             rest = grid.without(i)
             predictions = []
             for basis in (POLY, FLOOR_POLY):
-                model = fit_basis(basis, rest.features, rest.batch, rest.latency)
+                model = fit_basis(basis, rest.features, rest.batch, rest.latency, solutions)
                 if model is not None:
                     predictions.append(float(model.evaluate(grid.features[i:i + 1],
                                                             grid.batch[i:i + 1])[0]))
@@ -261,12 +262,13 @@ def _folds(n: int) -> list[np.ndarray]:
     return [np.sort(part) for part in np.array_split(order, K_FOLDS)]
 
 
-def _heldout(basis: Basis, x: np.ndarray, batch: np.ndarray, y: np.ndarray) -> np.ndarray | None:
+def _heldout(basis: Basis, x: np.ndarray, batch: np.ndarray, y: np.ndarray,
+             solutions: Solutions) -> np.ndarray | None:
     errors = np.empty(len(y))
     for test in _folds(len(y)):
         train = np.ones(len(y), dtype=bool)
         train[test] = False
-        model = fit_basis(basis, x[train], batch[train], y[train])
+        model = fit_basis(basis, x[train], batch[train], y[train], solutions)
         if model is None:
             return None
         errors[test] = model.evaluate(x[test], batch[test]) / y[test] - 1
@@ -318,7 +320,7 @@ def _refuse(message: str, file: str | None, what: str, phase: str) -> PdplanErro
 
 
 def _prepared(points: Sequence[MeasuredPoint], phase: str, file: str | None,
-              what: str) -> tuple[_Grid, list[str]]:
+              what: str, solutions: Solutions) -> tuple[_Grid, list[str]]:
     mine = [p for p in points if p.phase == phase]
     rejected: dict[tuple, list[str]] = {}
     for p in mine:
@@ -339,7 +341,7 @@ def _prepared(points: Sequence[MeasuredPoint], phase: str, file: str | None,
         raise _refuse(f"{phase} points cannot determine a fit: their features ({names}) span "
                       f"only {rank} of 3 dimensions (rank-deficient design); {_what_to_add(grid, phase, 1)}",
                       file, what, phase)
-    grid, outlier_reports = _remove_outliers(grid, phase)
+    grid, outlier_reports = _remove_outliers(grid, phase, solutions)
     return grid, reports + repeat_reports + outlier_reports
 
 
@@ -367,16 +369,17 @@ def fit_phase(points: Sequence[MeasuredPoint], phase: str, *, file: str | None =
     """
     if phase not in PHASES:
         raise InternalError(f"phase must be one of {', '.join(PHASES)}")
-    grid, reports = _prepared(points, phase, file, what)
+    solutions = Solutions()
+    grid, reports = _prepared(points, phase, file, what, solutions)
     candidates = (tuple(bases) if bases is not None else candidate_bases(grid.batch)) + tuple(extra)
-    scored = [(b, _heldout(b, grid.features, grid.batch, grid.latency)) for b in candidates]
+    scored = [(b, _heldout(b, grid.features, grid.batch, grid.latency, solutions)) for b in candidates]
     chosen = _select(scored)
     if chosen is None:
         raise _refuse(f"{phase} points cannot determine a fit with a point held out: no basis "
                       f"({', '.join(b.name for b in candidates)}) is determined in every fold",
                       file, what, phase)
     basis, errors = chosen
-    model = fit_basis(basis, grid.features, grid.batch, grid.latency)
+    model = fit_basis(basis, grid.features, grid.batch, grid.latency, solutions)
     assert model is not None  # determined in every fold, so on all points
     in_sample = model.evaluate(grid.features, grid.batch) / grid.latency - 1
     sums = grid.features[:, 1] if phase == PREFILL else grid.features[:, 2]
@@ -401,16 +404,17 @@ def selection_heldout_errors(points: Sequence[MeasuredPoint], phase: str, *,
     only, fitted there, and asked to predict the held-out points. Slower than :func:`fit_phase`;
     used by ``benchmarks/fit_quality.py`` to show how much choosing the basis flatters its error.
     """
-    grid, _ = _prepared(points, phase, file, what)
+    solutions = Solutions()
+    grid, _ = _prepared(points, phase, file, what, solutions)
     errors = np.full(len(grid), np.nan)
     for test in _folds(len(grid)):
         train = np.ones(len(grid), dtype=bool)
         train[test] = False
         x, b, y = grid.features[train], grid.batch[train], grid.latency[train]
-        chosen = _select([(basis, _heldout(basis, x, b, y)) for basis in candidate_bases(b)])
+        chosen = _select([(basis, _heldout(basis, x, b, y, solutions)) for basis in candidate_bases(b)])
         if chosen is None:
             continue
-        model = fit_basis(chosen[0], x, b, y)
+        model = fit_basis(chosen[0], x, b, y, solutions)
         errors[test] = model.evaluate(grid.features[test], grid.batch[test]) / grid.latency[test] - 1
     return errors
 
