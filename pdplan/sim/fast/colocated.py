@@ -270,7 +270,7 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, lru, hash_vals, hash_
             di[D_LOAD, c] += need
             rq[R_P_INST, a] = c
             if n_hash > 0 and di[D_LRU_CAP, c] > 0:
-                cached, _ = reuse(lru, di[D_INST, c] * n_hash, di, D_LRU_HEAD, -1, c, hash_vals, hash_ptr,
+                cached, _ = reuse(lru, di[D_INST, c], di, D_LRU_HEAD, -1, c, hash_vals, hash_ptr,
                                   block_tokens, rq[R_PROMPT, a], a)
                 rq[R_CACHED, a] = cached
             colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, a, t)

@@ -58,7 +58,7 @@ def _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_to
     after every arrival at this instant. The instance's prefix cache is consulted as the request
     reaches it (:func:`.prefix.reuse`): its hit is not computed."""
     if n_hash > 0 and pi[P_LRU_CAP, p] + pi[P_TIER_CAP, p] > 0:
-        cached, loaded = reuse(plru, p * n_hash, pi, P_LRU_HEAD, P_TIER_HEAD, p, hash_vals, hash_ptr, block_tokens,
+        cached, loaded = reuse(plru, p, pi, P_LRU_HEAD, P_TIER_HEAD, p, hash_vals, hash_ptr, block_tokens,
                                rq[R_PROMPT, r], r)
         rq[R_CACHED, r] = cached
         rq[R_LOADED, r] = loaded
@@ -85,7 +85,7 @@ def _rejects_early(rq, pi, pload, pbatch, plru, hash_vals, hash_ptr, n_hash, blo
     prompt = rq[R_PROMPT, r]
     cached, loaded = 0, 0
     if n_hash > 0 and pi[P_LRU_CAP, p] + pi[P_TIER_CAP, p] > 0:
-        cached, loaded = peek(plru, p * n_hash, hash_vals, hash_ptr, block_tokens, prompt, r)
+        cached, loaded = peek(plru, p, hash_vals, hash_ptr, block_tokens, prompt, r)
     own = latency_s(tab_i, pieces, pi[P_MODEL, p], 1, float(prompt - cached),
                     float(prompt) ** 2 - float(cached) ** 2) + loaded * pload[p]
     return predicted_ttft_s(pi[P_PENDING, p], pi[P_CAP, p], pbatch[p], own) > reject_s

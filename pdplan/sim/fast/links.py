@@ -59,14 +59,13 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
     A block already cached at the destination is not sent (0x01A: transfer set U \\ V_D). Blocks
     are inserted at booking time: transfers into one instance complete in booking order, so a
     later request on the same ingress finds them visible by the time its own KV is.
-    ``lru``: the decode instances' caches (:mod:`.prefix`), d's at its instance number · n_hash.
+    ``lru``: the decode instances' caches (:mod:`.prefix`), d's table at its instance number.
     """
     tokens = rq[R_PROMPT, r]
     if n_hash == 0 or di[D_LRU_CAP, d] == 0:
         return tokens
-    base = di[D_INST, d] * n_hash
     for b in range(hash_ptr[r], hash_ptr[r + 1]):
-        if touch(lru, base, di, D_LRU_HEAD, -1, d, hash_vals[b]) != ABSENT:
+        if touch(lru, di[D_INST, d], di, D_LRU_HEAD, -1, d, hash_vals[b]) != ABSENT:
             tokens -= block_tokens_in(rq[R_PROMPT, r], block_tokens, b - hash_ptr[r], rq[R_PROMPT, r])
     return tokens
 

@@ -9,6 +9,7 @@ from pdplan.sim.fast import fields
 from pdplan.sim.fast.colocated import run_colocated
 from pdplan.sim.fast.disaggregated import run_disaggregated
 from pdplan.sim.fast.latency import LatencyTable
+from pdplan.sim.fast.prefix import cache_tables
 from pdplan.sim.layout import (
     Layout,
     Requests,
@@ -129,7 +130,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
                                        else (0, np.zeros(1, np.int64), np.zeros(n + 1, np.int64)))
         di[fields.D_LRU_CAP, lead] = caps
         tab_i, pieces = table.arrays()
-        events = run_colocated(rq, rt, rejected, tab_i, pieces, di, df, _cache_nodes(len(ids), n_hash), hash_vals,
+        events = run_colocated(rq, rt, rejected, tab_i, pieces, di, df, cache_tables(caps, n_hash), hash_vals,
                                hash_ptr, n_hash, int(block), *availability_csr(layout, ids[col]), heap, cl)
         inst = rq[fields.R_P_INST]
         glob = np.where(inst >= 0, ids[col[np.maximum(inst, 0)]], -1)
@@ -177,8 +178,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
             pi[fields.P_TIER_CAP] = [0 if t is None else t.blocks for t in tiers]
             pload[:len(pids)] = [0.0 if t is None else layout.kv_bytes_per_token / t.bandwidth_bytes_per_s
                                  for t in tiers]
-    lru = _cache_nodes(len(dids) if di[fields.D_LRU_CAP].any() else 0, n_hash)
-    plru = _cache_nodes(len(pids) if (pi[fields.P_LRU_CAP] + pi[fields.P_TIER_CAP]).any() else 0, n_hash)
+    lru = cache_tables(di[fields.D_LRU_CAP, lead], n_hash)
+    plru = cache_tables(pi[fields.P_LRU_CAP] + pi[fields.P_TIER_CAP], n_hash)
     link = np.stack([layout.link_bandwidth, layout.link_setup]).astype(np.float64)
     tab_i, pieces = table.arrays()
     events = run_disaggregated(
@@ -210,13 +211,6 @@ def _dense_hashes(requests: Requests) -> tuple[int, np.ndarray, np.ndarray]:
     unique, dense = np.unique(requests.hash_values, return_inverse=True)
     return (int(unique.size), np.ascontiguousarray(dense.ravel(), dtype=np.int64),
             np.ascontiguousarray(requests.hash_offsets, dtype=np.int64))
-
-
-def _cache_nodes(instances: int, n_hash: int) -> np.ndarray:
-    """The nodes of ``instances`` prefix caches over ``n_hash`` blocks (:mod:`.prefix`), all absent."""
-    nodes = np.full((3, max(1, instances * n_hash)), -1, np.int32)
-    nodes[2] = fields.ABSENT
-    return nodes
 
 
 def availability_csr(layout: Layout, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -61,7 +61,7 @@ def pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n
                 break
             cost = pi[P_PENDING, i]
             if router == ROUTER_CACHE_AWARE and n_hash > 0 and pi[P_LRU_CAP, i] + pi[P_TIER_CAP, i] > 0:
-                k = leading_blocks(plru, i * n_hash, hash_vals, hash_ptr, r)
+                k = leading_blocks(plru, i, hash_vals, hash_ptr, r)
                 cost += prompt - min(k * block_tokens, prompt - 1)
             if p < 0 or cost < best:
                 p = i
