@@ -178,6 +178,25 @@ def test_the_windowed_program_finds_the_brute_force_optimum(change_minutes):
     assert schedule.usd == pytest.approx(brute_force(change_minutes), abs=1e-3)
 
 
+def test_a_windowed_program_solved_in_a_runs_cache_is_read_back_identically_without_solving(tmp_path, monkeypatch):
+    from pdplan.cache import ResultCache
+    from pdplan.placement.recall import recalling, solve_once
+    from pdplan.schedule import program
+
+    solves = []
+
+    def counted(solver, model, run):
+        return solve_once(solver, model, lambda s, m: solves.append(1) or run(s, m))
+
+    monkeypatch.setattr(program, "solve_once", counted)
+    with recalling(ResultCache(tmp_path)):
+        first, again = solved(change_gpu_minutes=30.0), solved(change_gpu_minutes=30.0)
+    assert len(solves) == 1 and first.status == "OPTIMAL"
+    assert (again.modes, again.window_shapes, again.replicas, again.joins, again.leaves, again.status) == \
+        (first.modes, first.window_shapes, first.replicas, first.joins, first.leaves, first.status)
+    assert again.usd == pytest.approx(first.usd)
+
+
 @pytest.mark.parametrize("change_minutes", [0.0, 10.0, 30.0, 600.0])
 def test_with_shapes_and_modes_free_per_window_the_program_finds_the_brute_force_optimum(change_minutes):
     schedule = solved(change_gpu_minutes=change_minutes)

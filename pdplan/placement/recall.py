@@ -1,4 +1,4 @@
-"""Placement solves recalled from the result cache: one integer program is solved once.
+"""Placement and schedule solves recalled from the result cache: one integer program is solved once.
 
 A solve is keyed by its CP-SAT model, byte for byte (the text format of the model proto), with the
 solver's time limit, seed and workers, under pdplan's code digest. One search worker
@@ -18,8 +18,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from functools import cached_property
 
-from ortools.sat.python import cp_model
+from ortools.sat.python import cp_model, cp_model_helper
 
 from pdplan.cache import ResultCache, cache_key
 
@@ -46,8 +47,17 @@ class Recalled:
     objective_value: float
     best_objective_bound: float
 
-    def value(self, var: cp_model.IntVar) -> int:
-        return self.values[var.index]
+    def value(self, expression) -> int:
+        """A variable's or linear expression's value, evaluated as ``CpSolver.value`` does."""
+        if isinstance(expression, cp_model.IntVar):
+            return self.values[expression.index]
+        return cp_model_helper.ResponseHelper.value(self._response, expression)
+
+    @cached_property
+    def _response(self) -> cp_model_helper.CpSolverResponse:
+        response = cp_model_helper.CpSolverResponse()
+        response.solution.extend(self.values)
+        return response
 
 
 def solve_once(solver: cp_model.CpSolver, model: cp_model.CpModel,

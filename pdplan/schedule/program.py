@@ -60,6 +60,7 @@ from pdplan.errors import InfeasibleError
 from pdplan.hardware import Cluster, get_gpu
 from pdplan.placement import Candidate, Fleet
 from pdplan.placement.problem import money_units
+from pdplan.placement.recall import solve_once
 from pdplan.placement.solve import interruptible_solve
 
 MODE_PHASES = {"disaggregated": ("prefill", "decode"), "colocated": ("colocated",)}
@@ -302,7 +303,7 @@ def _solve(day: Day, usable: dict[str, list[Candidate]], mixed: Candidate | None
     solver.parameters.max_time_in_seconds = day.time_limit_s
     solver.parameters.random_seed = day.seed
     solver.parameters.num_workers = 1  # the chosen optimum among ties is identical run to run
-    status = interruptible_solve(solver, model)
+    status, solver, _ = solve_once(solver, model, interruptible_solve)  # a run's cache may hold it
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         raise InfeasibleError("the cluster cannot hold every window's pools at once (GPU inventory)")
     value = {(w, c): solver.value(n[w, c]) for w in windows for c in every}
@@ -322,7 +323,7 @@ def _solve(day: Day, usable: dict[str, list[Candidate]], mixed: Candidate | None
     gpu_hours = sum(day.hours[w] * c.gpus * value[w, c] for w in windows for c in every)
     modes = tuple(next(m for m in day.modes if set(MODE_PHASES[m]) <= set(shapes)) for shapes in running)
     return Schedule(modes=modes, window_shapes=tuple(running), replicas=replicas, run_usd=run, change_usd=change,
-                    gpu_hours=gpu_hours, joins=joined, leaves=left, status=solver.status_name(status))
+                    gpu_hours=gpu_hours, joins=joined, leaves=left, status=status.name)
 
 
 def _arriving(model: cp_model.CpModel, runs: dict, n: dict, w: int, c: Candidate, top: int):
