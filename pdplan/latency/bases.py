@@ -204,16 +204,17 @@ def fit_basis(basis: Basis, features: np.ndarray, batch: np.ndarray,
         beta = solutions.solve(design, y)
         return None if beta is None else _to_model(basis, None, beta)
     order = np.argsort(y, kind="stable")
+    inverse, inverse_squared = 1 / y[order], 1 / y[order] ** 2   # the floor's sums run over their first k
     pieces = _piece_columns(basis, x, b)
     best = None
     for k in _floor_sizes(len(y), columns):
-        low, rest = order[:k], order[k:]
+        rest = order[k:]
         beta = solutions.solve(design[rest], y[rest], free=_free_columns(basis))
         if beta is None:
             continue
-        floor = float(np.sum(1 / y[low]) / np.sum(1 / y[low] ** 2))
+        floor = float(inverse[:k].sum() / inverse_squared[:k].sum())
         predicted = np.maximum(floor, pieces(beta))
-        sse = float(np.sum((predicted / y - 1) ** 2))
+        sse = float(((predicted / y - 1) ** 2).sum())
         if best is None or sse < best[0] * (1 - 1e-12):
             best = (sse, floor, beta)
     return None if best is None else _to_model(basis, best[1], best[2])
