@@ -128,10 +128,16 @@ class Layout:
     kv_share: float = 1.0                   #: mixed pool: decode KV share above which decodes spill
     router: str = Router.LEAST_LOADED       #: how an arrival picks its prefill instance
     reject_ttft_s: float | None = None      #: early rejection: above this predicted TTFT (None: off)
+    #: per instance, the requests one rank runs at once (0: no limit but its KV); empty: none anywhere
+    max_running: tuple[int, ...] = ()
 
     def tier(self, i: int) -> CacheTier | None:
         """Instance i's second prefix-cache tier, if it has one."""
         return self.cache_tier[i] if self.cache_tier else None
+
+    def running_cap(self, i: int) -> int:
+        """The requests one rank of instance i runs at once (0: as many as its KV holds)."""
+        return self.max_running[i] if self.max_running else 0
 
     def ids(self, phase: str) -> np.ndarray:
         return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
@@ -140,7 +146,7 @@ class Layout:
 def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
-    labels, phases, profs, slots, policies, chunks, caches, tiers, caps = [], [], [], [], [], [], [], [], []
+    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running = ([] for _ in range(10))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # the link matrix's columns
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -162,6 +168,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             caches.append(pool.prefix_cache_blocks)
             tiers.append(pool.cache_tier)
             caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
+            running.append(pool.max_running_requests or 0)
     pre, dec = plan.pools_of("prefill"), receivers
     bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
     setup = np.zeros_like(bandwidth)
@@ -187,7 +194,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   kv_bytes_per_token=model.kv_bytes_per_token if model is not None else 0,
                   block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
-                  kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s)
+                  kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
+                  max_running=tuple(running))
 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,

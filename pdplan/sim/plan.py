@@ -48,6 +48,10 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         # is tp × dp × pp GPUs, as the engines count them.
         max_prefill_batch_tokens: 2048   # optional (prefill, prefill-first): FCFS batch cap in
                                    # prompt tokens; default and upper bound: the profile's
+        max_running_requests: 128  # optional, every phase: requests one rank runs at once (a
+                                   # prefill batch, or prompts being prefilled plus decodes): vLLM
+                                   # --max-num-seqs, SGLang --max-running-requests; default none
+                                   # (the KV pool is the only limit)
         prefix_cache_blocks: 8192  # optional: the instance's prefix cache in HBM (LRU of prefix
                                    # blocks; a hit skips their prefill; colocated pools too); default
                                    # its KV capacity in blocks; 0 turns it off
@@ -103,6 +107,7 @@ MAX_REPLICAS = 10_000
 MAX_DP_RANKS = 1_024
 #: Prefix blocks one cache tier may hold (the simulator's block ids are 32-bit).
 MAX_CACHE_BLOCKS = 2**31 - 1
+MAX_RUNNING_REQUESTS = 2**31 - 1
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
 #: shortest prefill queue (Splitwise's prompt batching threshold)...
@@ -156,6 +161,8 @@ class Pool(InstanceShape):
     #: profile's (a plan may lower it, e.g. to Splitwise's 2048, never raise it)
     redundant_experts: int = 0          #: extra routed-expert replicas over the EP ranks (SGLang
     #: ``--ep-num-redundant-experts``, vLLM EPLB's ``num_redundant_experts``); 0 without EP
+    max_running_requests: int | None = None  #: requests one rank runs at once (vLLM ``--max-num-seqs``,
+    #: SGLang ``--max-running-requests``); None: only the KV pool limits the batch
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -193,6 +200,8 @@ class Pool(InstanceShape):
                 raise fail("prefix_cache_blocks", "prefix_cache_blocks must be >= 0")
         if self.cache_tier is not None and self.phase != "prefill":
             raise fail("cache_tier", "cache_tier applies to prefill pools")
+        if self.max_running_requests is not None and self.max_running_requests < 1:
+            raise fail("max_running_requests", "max_running_requests must be >= 1")
 
     @property
     def shape(self) -> tuple:
@@ -377,7 +386,7 @@ _TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pool
                "early_rejection"}
 _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
-                "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens"}
+                "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests"}
 _TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -427,7 +436,9 @@ def _pool(spec: Fields) -> Pool:
                 redundant_experts=spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS),
                 replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks, cache_tier=tier,
-                max_prefill_batch_tokens=batch_cap)
+                max_prefill_batch_tokens=batch_cap,
+                max_running_requests=spec.integer("max_running_requests", minimum=1, maximum=MAX_RUNNING_REQUESTS)
+                if spec.has("max_running_requests") else None)
 
 
 def _cache_tier(spec: Fields) -> CacheTier:
@@ -585,7 +596,7 @@ def plan_to_dict(plan: Plan) -> dict:
             doc["default_link"] = link(plan.default_link)
         if plan.links:
             doc["links"] = [link(entry) for entry in plan.links]
-    optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens")
+    optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens", "max_running_requests")
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
                      **wide_fields(p.dp, p.ep, p.redundant_experts), "replicas": p.replicas,
                      **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},

@@ -100,9 +100,11 @@ class _Rank:
     """One attention data-parallel rank of an instance: its own batch and its own KV; one token
     per member per step. An instance without data parallelism has one rank."""
 
-    def __init__(self, env: Environment, profile, req: Requests, rec: _Records, owner):
+    def __init__(self, env: Environment, profile, req: Requests, rec: _Records, owner, max_running: int = 0):
         self.env, self.profile, self.capacity, self.req, self.rec = env, profile, profile.kv_capacity_tokens, req, rec
         self.owner = owner  # the instance: its router load falls when a request here finishes
+        self.max_running = max_running  # requests it runs at once (0: as many as its KV holds)
+        self.running = 0      # requests admitted here and not finished: prefilling or decoding
         self.generated: dict[int, int] = {}  # active request -> tokens it has produced
         self.reserved = 0     # KV tokens reserved: prompt + output of each admitted request
         self.outstanding = 0  # requests queued or running here: the rank router's view
@@ -114,11 +116,14 @@ class _Rank:
         return int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
 
     def fits(self, r: int) -> bool:
-        return self.reserved + self.need(r) <= self.capacity
+        """r's prompt + output fit the KV not reserved, and a running slot is free."""
+        return (self.reserved + self.need(r) <= self.capacity
+                and not (self.max_running and self.running >= self.max_running))
 
     def admit(self, r: int) -> None:
         """r's first token is out now; it decodes the rest here (memory reserved up front)."""
         self.reserved += self.need(r)
+        self.running += 1
         self.rec.first_token_s[r] = self.env.now
         self.generated[r] = 1
         if self.req.output_tokens[r] == 1:
@@ -129,6 +134,7 @@ class _Rank:
         self.rec.released()
         del self.generated[r]
         self.reserved -= self.need(r)
+        self.running -= 1
         self.outstanding -= 1
         self.owner.load -= self.need(r)
 
@@ -144,9 +150,10 @@ class _Rank:
                 self._finish(r)
 
 
-def _ranks(env: Environment, profile, req: Requests, rec: _Records, owner) -> list[_Rank]:
-    """The profile's ``dp`` ranks of one instance (one when it has no attention data parallelism)."""
-    return [_Rank(env, profile, req, rec, owner) for _ in range(profile.dp)]
+def _ranks(env: Environment, profile, req: Requests, rec: _Records, owner, max_running: int = 0) -> list[_Rank]:
+    """The profile's ``dp`` ranks of one instance (one when it has no attention data parallelism),
+    each running at most ``max_running`` requests at once (0: as many as its KV holds)."""
+    return [_Rank(env, profile, req, rec, owner, max_running) for _ in range(profile.dp)]
 
 
 def pick_rank(outstanding) -> int:
@@ -177,9 +184,9 @@ def _step_s(times) -> float:
 class _DecodeInstance:
     """A decode instance: its ranks step together; landed KV joins a rank at a step boundary."""
 
-    def __init__(self, env, profile, req, rec, index: int):
+    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0):
         self.env, self.req, self.index = env, req, index
-        self.ranks = _ranks(env, profile, req, rec, self)
+        self.ranks = _ranks(env, profile, req, rec, self, max_running)
         self.capacity = profile.kv_capacity_tokens   # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
         self.load = 0       # router's view: prompt + output of routed, unfinished requests
@@ -222,10 +229,11 @@ class _Disaggregated:
         self.pre = [{"queues": [deque() for _ in range(layout.profiles[i].dp)], "pending": 0,
                      "outstanding": [0] * layout.profiles[i].dp, "stage_free": [0.0] * layout.profiles[i].pp,
                      "busy_s": 0.0, "profile": layout.profiles[i], "cap": layout.batch_tokens[i],
-                     "free_pending": False} for i in self.pids]
-        self.dec = [_DecodeInstance(self.env, layout.profiles[i], req, self.rec, k) if k < self.n_dec else
+                     "free_pending": False, "max_running": layout.running_cap(i)} for i in self.pids]
+        self.dec = [_DecodeInstance(self.env, layout.profiles[i], req, self.rec, k, layout.running_cap(i))
+                    if k < self.n_dec else
                     _MixedInstance(self.env, layout.profiles[i], req, self.rec, "chunked", layout.chunk_tokens[i],
-                                   layout.batch_tokens[i])
+                                   layout.batch_tokens[i], max_running=layout.running_cap(i))
                     for k, i in enumerate(self.dids)]
         self.link_free = [0.0] * len(self.dids)
         self.link_busy = [0.0] * len(self.dids)
@@ -345,7 +353,7 @@ class _Disaggregated:
             own, tokens = [], 0
             while queue:
                 length = int(self.req.prompt_tokens[queue[0]] - self.cached[queue[0]])
-                if own and tokens + length > cap:
+                if own and (tokens + length > cap or len(own) == inst["max_running"]):
                     break
                 own.append(queue.popleft())
                 tokens += length
@@ -469,12 +477,12 @@ class _ColocatedInstance:
     instance's iteration lasts the longest rank's."""
 
     def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int,
-                 cached: np.ndarray | None = None):
+                 cached: np.ndarray | None = None, max_running: int = 0):
         self.env, self.profile, self.req, self.rec = env, profile, req, rec
         # prompt tokens the instance's prefix cache held, per request (none on a mixed machine)
         self.cached = np.zeros(len(req), np.int64) if cached is None else cached
         self.policy, self.chunk_tokens, self.batch_tokens = policy, chunk_tokens, batch_tokens
-        self.ranks = _ranks(env, profile, req, rec, self)
+        self.ranks = _ranks(env, profile, req, rec, self, max_running)
         self.capacity = profile.kv_capacity_tokens  # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
         self.load = 0       # router's view: prompt + output of routed, unfinished requests
@@ -495,11 +503,13 @@ class _ColocatedInstance:
     def _admit_prefill(self, rank: _Rank, r: int) -> None:
         rank.waiting.popleft()
         rank.reserved += rank.need(r)
+        rank.running += 1
         self.rec.prefill_start_s[r] = self.env.now
 
     def _prompt_done(self, rank: _Rank, r: int) -> None:
         self.rec.prefill_end_s[r] = self.env.now
-        rank.reserved -= rank.need(r)  # admit() reserves again
+        rank.reserved -= rank.need(r)  # admit() reserves again, and takes the running slot again
+        rank.running -= 1
         rank.admit(r)
 
     def _next(self) -> None:
@@ -690,7 +700,8 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         ids = list(layout.ids("colocated"))
         cached = np.zeros(n, np.int64)
         inst = [_ColocatedInstance(env, layout.profiles[i], req, rec, layout.policy[i],
-                                   layout.chunk_tokens[i], layout.batch_tokens[i], cached) for i in ids]
+                                   layout.chunk_tokens[i], layout.batch_tokens[i], cached, layout.running_cap(i))
+                for i in ids]
         block = req.block_tokens or layout.block_tokens or 0
         caches = ([_PrefixCache(cap) for cap in cache_capacities(layout, req, "colocated")]
                   if req.has_hashes and block else [_PrefixCache(0)] * len(ids))

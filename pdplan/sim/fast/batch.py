@@ -26,11 +26,13 @@ from pdplan.sim.fast.fields import (
     D_DP,
     D_LEAD,
     D_LOAD,
+    D_MAX_RUN,
     D_MODE,
     D_OUT,
     D_RESERVED,
     D_ROOT,
     D_RUN_K,
+    D_RUNNING,
     D_S,
     D_STEPS,
     D_VERSION,
@@ -103,6 +105,7 @@ def activate(rq, rt, di, i, r, t, cl):
         rt[T_FINISH, r] = t
         release(rt, cl, t)
         di[D_RESERVED, i] -= need
+        di[D_RUNNING, i] -= 1
         di[D_LOAD, di[D_LEAD, i]] -= need
         di[D_OUT, i] -= 1
         return
@@ -138,6 +141,7 @@ def advance_rank(rq, rt, di, i, t, k, cl):
         di[D_S, i] -= need  # its context after the last step is prompt + output
         di[D_B, i] -= 1
         di[D_RESERVED, i] -= need
+        di[D_RUNNING, i] -= 1
         di[D_LOAD, di[D_LEAD, i]] -= need
         di[D_OUT, i] -= 1
 
@@ -192,15 +196,17 @@ def append(rq, di, i, r, head, tail, link):
 @njit(cache=True)
 def take_if_fits(rq, di, i, head, tail):
     """The head of instance i's FIFO (head/tail rows, linked by W_NEXT) with its prompt + output
-    reserved, if they fit the KV not reserved; else -1: the head stalls and nothing behind it
-    overtakes."""
+    reserved and a running slot taken, if they fit the KV not reserved and a slot is free; else -1:
+    the head stalls and nothing behind it overtakes."""
     r = di[head, i]
-    if r < 0 or di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] > di[D_CAP, i]:
+    if r < 0 or di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] > di[D_CAP, i] \
+            or di[D_RUNNING, i] >= di[D_MAX_RUN, i]:
         return -1
     di[head, i] = rq[R_W_NEXT, r]
     if di[head, i] < 0:
         di[tail, i] = -1
     di[D_RESERVED, i] += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+    di[D_RUNNING, i] += 1
     return r
 
 
@@ -228,7 +234,8 @@ def queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, d, i, r, t, head, tail
     if di[D_MODE, d] == IDLE:
         plan_start(di, ht, hi, hs, d, t)
     elif di[D_MODE, d] == DECODE_RUN and was_empty and may_cut and \
-            di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i]:
+            di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i] and \
+            di[D_RUNNING, i] < di[D_MAX_RUN, i]:
         _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t)
 
 

@@ -24,6 +24,7 @@ from pdplan.sim.fast.fields import (
     P_FREE_PENDING,
     P_LRU_CAP,
     P_LRU_HEAD,
+    P_MAX_RUN,
     P_MODEL,
     P_PENDING,
     P_PP,
@@ -124,7 +125,7 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
         loaded = 0
         while r >= 0:
             length = rq[R_PROMPT, r] - rq[R_CACHED, r]
-            if own > 0 and tok + length > cap:
+            if own > 0 and (tok + length > cap or own == pi[P_MAX_RUN, p]):
                 break
             own += 1
             tok += length

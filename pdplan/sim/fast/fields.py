@@ -28,8 +28,9 @@ RT_FIELDS = 7
 # RANK0 .. RANK0 + DP of ``pq``; PENDING counts the prompt tokens left to compute; LRU_*: its
 # prefix cache in HBM (head, tail, count, capacity), TIER_*: the second tier's (:mod:`.prefix`)
 (P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING, P_RANK0, P_DP, P_LRU_HEAD, P_LRU_TAIL, P_LRU_COUNT,
- P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP) = range(16)
-PI_FIELDS = 16
+ P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP, P_MAX_RUN) = range(17)
+PI_FIELDS = 17
+#   MAX_RUN: the prompts one rank's batch takes at most (the pool's max_running_requests)
 
 # prefill ranks pq[field, k]: the FCFS queue (head, tail, linked by Q_NEXT) and the requests
 # queued or being prefilled there (the rank router's view)
@@ -40,8 +41,8 @@ PQ_FIELDS = 3
 (D_B, D_S, D_STEPS, D_RESERVED, D_CAP, D_LOAD, D_RUN_K, D_VERSION, D_ROOT, D_MODEL, D_POOL,
  D_W_HEAD, D_W_TAIL, D_MODE, D_M_PREFILL, D_POLICY, D_CHUNK, D_TOKEN_CAP, D_PF_HEAD, D_PF_TAIL,
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
- D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST) = range(34)
-DI_FIELDS = 34
+ D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN) = range(36)
+DI_FIELDS = 36
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -54,6 +55,8 @@ DI_FIELDS = 34
 #   on the rank: its router's view), IT_FIRST, IT_N and IT_KIND (what the rank runs this
 #   iteration) are the rank's; LOAD, RUN_K, VERSION, MODE, the LRU, POOL and the df rows are the
 #   instance's, on its lead column (INST: the instance's number, which places its LRU in ``lru``).
+#   RUNNING counts the rank's admitted, unfinished requests (prefilling or decoding), MAX_RUN how
+#   many it may run at once (the pool's max_running_requests; unlimited: NO_RUNNING_CAP).
 #   Without data parallelism every column leads itself.
 
 # decode and colocated instance floats df[field, i]
@@ -73,10 +76,13 @@ ROUTER_LEAST_LOADED = 0
 ROUTER_ROUND_ROBIN = 1
 ROUTER_CACHE_AWARE = 2
 
-# where a prefix block sits in an instance's cache (``lru`` row 2)
+# where a prefix block sits in an instance's cache (:mod:`.prefix`)
 ABSENT = 0
 IN_HBM = 1
 IN_TIER = 2
+
+# a rank's running cap when the plan states none (its KV is then the only limit)
+NO_RUNNING_CAP = 2**62
 
 # what a failed KV transfer costs: resend the cache, or run the prefill again
 FAILURE_RETRY = 0

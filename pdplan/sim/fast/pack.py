@@ -123,7 +123,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
             fields.D_POLICY: [fields.POLICY_CHUNKED if layout.policy[i] == "chunked"
                               else fields.POLICY_PREFILL_FIRST for i in ids],
             fields.D_CHUNK: [layout.chunk_tokens[i] for i in ids],
-            fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids]})
+            fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids], fields.D_MAX_RUN: _running_caps(layout, ids)})
         block = prefix_block_tokens(layout, requests)
         caps = cache_capacities(layout, requests, "colocated") if requests.has_hashes and block else [0] * len(ids)
         n_hash, hash_vals, hash_ptr = (_dense_hashes(requests) if any(caps)
@@ -153,13 +153,14 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     pi[fields.P_PP] = [p.pp for p in pprofs]
     pi[fields.P_CAP] = [layout.batch_tokens[i] for i in pids]
     pi[fields.P_POOL] = [layout.pool_slot[i] for i in pids]
+    pi[fields.P_MAX_RUN] = _running_caps(layout, pids)
     pf = np.zeros((len(pids), 1 + max([p.pp for p in pprofs], default=1)))
     mixed = [int(k >= n_dec) for k in range(len(dids))]
     di, df, col, lead = _instance_state([layout.profiles[i] for i in dids], table, {
         fields.D_POOL: [layout.pool_slot[i] for i in dids], fields.D_MIXED: mixed,
         fields.D_POLICY: [fields.POLICY_CHUNKED if m else fields.POLICY_PREFILL_FIRST for m in mixed],
         fields.D_CHUNK: [layout.chunk_tokens[i] for i in dids],
-        fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids]})
+        fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids], fields.D_MAX_RUN: _running_caps(layout, dids)})
     dec_cols = int(np.searchsorted(col, n_dec))  # decode ranks' columns come first, then mixed machines'
 
     block = prefix_block_tokens(layout, requests) if len(dids) or len(pids) else 0
@@ -204,6 +205,11 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = rq[fields.R_CACHED].copy(), rq[fields.R_LOADED].copy()
     raw["rejected_early"] = rejected & ~too_large
     return raw, busy, links, int(events), int(cl[fields.CL_STOPPED])
+
+
+def _running_caps(layout: Layout, ids) -> list[int]:
+    """Each instance's running cap per rank as the kernels compare it (no cap: NO_RUNNING_CAP)."""
+    return [layout.running_cap(i) or fields.NO_RUNNING_CAP for i in ids]
 
 
 def _dense_hashes(requests: Requests) -> tuple[int, np.ndarray, np.ndarray]:
