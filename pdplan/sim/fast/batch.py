@@ -104,10 +104,7 @@ def activate(rq, rt, di, i, r, t, cl):
     if rq[R_OUTPUT, r] == 1:  # the prefill's token was the only one
         rt[T_FINISH, r] = t
         release(rt, cl, t)
-        di[D_RESERVED, i] -= need
-        di[D_RUNNING, i] -= 1
-        di[D_LOAD, di[D_LEAD, i]] -= need
-        di[D_OUT, i] -= 1
+        _leave(di, i, need)
         return
     rq[R_FIN_STEP, r] = di[D_STEPS, i] + rq[R_OUTPUT, r] - 1
     rq[R_CHILD, r] = -1
@@ -140,10 +137,17 @@ def advance_rank(rq, rt, di, i, t, k, cl):
         need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
         di[D_S, i] -= need  # its context after the last step is prompt + output
         di[D_B, i] -= 1
-        di[D_RESERVED, i] -= need
-        di[D_RUNNING, i] -= 1
-        di[D_LOAD, di[D_LEAD, i]] -= need
-        di[D_OUT, i] -= 1
+        _leave(di, i, need)
+
+
+@njit(cache=True, inline="always")
+def _leave(di, i, need):
+    """A finished request of ``need`` KV tokens leaves rank i: its KV, its running slot, its share
+    of the instance's routed load and of the rank's outstanding requests are freed."""
+    di[D_RESERVED, i] -= need
+    di[D_RUNNING, i] -= 1
+    di[D_LOAD, di[D_LEAD, i]] -= need
+    di[D_OUT, i] -= 1
 
 
 @njit(cache=True)
@@ -193,14 +197,21 @@ def append(rq, di, i, r, head, tail, link):
     di[tail, i] = r
 
 
+@njit(cache=True, inline="always")
+def admits(rq, di, i, r):
+    """Whether rank i can admit request r now: its prompt + output fit the KV not reserved, and a
+    running slot is free (the pool's max_running_requests)."""
+    return di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i] and \
+        di[D_RUNNING, i] < di[D_MAX_RUN, i]
+
+
 @njit(cache=True)
 def take_if_fits(rq, di, i, head, tail):
     """The head of instance i's FIFO (head/tail rows, linked by W_NEXT) with its prompt + output
     reserved and a running slot taken, if they fit the KV not reserved and a slot is free; else -1:
     the head stalls and nothing behind it overtakes."""
     r = di[head, i]
-    if r < 0 or di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] > di[D_CAP, i] \
-            or di[D_RUNNING, i] >= di[D_MAX_RUN, i]:
+    if r < 0 or not admits(rq, di, i, r):
         return -1
     di[head, i] = rq[R_W_NEXT, r]
     if di[head, i] < 0:
@@ -233,9 +244,7 @@ def queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, d, i, r, t, head, tail
     append(rq, di, i, r, head, tail, R_W_NEXT)
     if di[D_MODE, d] == IDLE:
         plan_start(di, ht, hi, hs, d, t)
-    elif di[D_MODE, d] == DECODE_RUN and was_empty and may_cut and \
-            di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i] and \
-            di[D_RUNNING, i] < di[D_MAX_RUN, i]:
+    elif di[D_MODE, d] == DECODE_RUN and was_empty and may_cut and admits(rq, di, i, r):
         _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t)
 
 

@@ -29,7 +29,6 @@ from pdplan.sim.fast.batch import (
 from pdplan.sim.fast.clock import new_heap, next_event, push
 from pdplan.sim.fast.fields import (
     D_B,
-    D_CAP,
     D_CHUNK,
     D_DP,
     D_INST,
@@ -42,15 +41,12 @@ from pdplan.sim.fast.fields import (
     D_LRU_CAP,
     D_LRU_HEAD,
     D_M_PREFILL,
-    D_MAX_RUN,
     D_MODE,
     D_MODEL,
     D_PF_HEAD,
     D_PF_TAIL,
     D_POLICY,
-    D_RESERVED,
     D_RUN_K,
-    D_RUNNING,
     D_S,
     D_TOKEN_CAP,
     D_VERSION,
@@ -113,13 +109,8 @@ def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
             new = length - rq[R_CACHED, r]  # a cached prefix is not computed again
             if n > 0 and tok + new > di[D_TOKEN_CAP, i]:
                 break
-            if di[D_RESERVED, i] + length + rq[R_OUTPUT, r] > di[D_CAP, i] or di[D_RUNNING, i] >= di[D_MAX_RUN, i]:
+            if take_if_fits(rq, di, i, D_W_HEAD, D_W_TAIL) < 0:
                 break
-            di[D_W_HEAD, i] = rq[R_W_NEXT, r]
-            if di[D_W_HEAD, i] < 0:
-                di[D_W_TAIL, i] = -1
-            di[D_RESERVED, i] += length + rq[R_OUTPUT, r]
-            di[D_RUNNING, i] += 1
             rt[T_P_START, r] = t
             n += 1
             tok += new
