@@ -76,6 +76,12 @@ class Fields:
         self._check_range(key, value, minimum, False, limits.MAX_INTEGER if maximum is None else maximum)
         return value
 
+    def boolean(self, key: str, default: bool | None = None) -> bool:
+        value = self.require(key) if default is None else self.data.get(key, default)
+        if not isinstance(value, bool):
+            raise self.fail(key, "must be true or false", shown(value))
+        return value
+
     def mapping(self, key: str) -> "Fields":
         return Fields(self.require(key), self.file, self.name(key), line=self.line_of(key))
 

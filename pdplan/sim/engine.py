@@ -141,7 +141,7 @@ def _result(layout: Layout, requests: Requests, raw, busy, links, events, *, see
     return SimResult(mode=layout.mode, columns=derive_columns(layout.mode, raw),
                      instances=layout.labels, instance_phase=layout.phases, busy_s=busy,
                      link_busy_s=links, events=events, seed=seed, rate_rps=rate_rps, engine=engine,
-                     stopped_s=stopped_s)
+                     stopped_s=stopped_s, borrow=layout.borrow)
 
 
 #: Failed attempts one transfer may have (a draw beyond it is cut, so a run always ends).

@@ -130,6 +130,12 @@ class Layout:
     reject_ttft_s: float | None = None      #: early rejection: above this predicted TTFT (None: off)
     #: per instance, the requests one rank runs at once (0: no limit but its KV); empty: none anywhere
     max_running: tuple[int, ...] = ()
+    #: Splitwise's borrowing: dedicated machines are lent to the other phase past the spill thresholds
+    borrow: bool = False
+    borrow_chunk_tokens: int = 0            #: a lent machine's chunked budget per iteration
+    #: per instance, its column in the link matrices as a receiver of KV: decode and mixed
+    #: instances their pool's, prefill instances (with borrowing) their pool's after those; -1: none
+    receiver_slot: tuple[int, ...] = ()
 
     def tier(self, i: int) -> CacheTier | None:
         """Instance i's second prefix-cache tier, if it has one."""
@@ -138,6 +144,21 @@ class Layout:
     def running_cap(self, i: int) -> int:
         """The requests one rank of instance i runs at once (0: as many as its KV holds)."""
         return self.max_running[i] if self.max_running else 0
+
+    def receiver(self, i: int) -> int:
+        """Instance i's column in the link matrices as a receiver of KV."""
+        return self.receiver_slot[i] if self.receiver_slot else self.pool_slot[i]
+
+    def lendable(self, i: int) -> bool:
+        """Whether instance i may be lent to the other phase: borrowing is on, it is a dedicated
+        prefill or decode instance, and it has one rank (a lent machine batches as a mixed one)."""
+        return self.borrow and self.phases[i] in ("prefill", "decode") and self.profiles[i].dp == 1
+
+    def receivers(self) -> np.ndarray:
+        """The instances that may take a KV handoff, in the simulators' order: decode, then
+        mixed, then (with borrowing) the prefill instances that may be lent to decode."""
+        lent = [i for i in self.ids("prefill") if self.lendable(i)]
+        return np.concatenate([self.ids("decode"), self.ids("mixed"), np.array(lent, np.int64)]).astype(np.int64)
 
     def ids(self, phase: str) -> np.ndarray:
         return np.array([i for i, p in enumerate(self.phases) if p == phase], dtype=np.int64)
@@ -169,7 +190,9 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             tiers.append(pool.cache_tier)
             caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
             running.append(pool.max_running_requests or 0)
-    pre, dec = plan.pools_of("prefill"), receivers
+    pre = plan.pools_of("prefill")
+    dec = receivers + (pre if plan.borrow else ())  # a lent prefill instance receives KV too
+    receiver = [dec.index(pool) if pool in dec else -1 for pool in plan.pools for _ in range(pool.replicas)]
     bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
     setup = np.zeros_like(bandwidth)
     for i, src in enumerate(pre):
@@ -195,7 +218,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
-                  max_running=tuple(running))
+                  max_running=tuple(running), borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
+                  receiver_slot=tuple(receiver))
 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,

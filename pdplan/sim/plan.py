@@ -70,11 +70,17 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
       # colocated pools add:  policy: prefill-first | chunked;  chunk_tokens: 512 (chunked only)
       # mixed pools (Splitwise's: machines that take both phases in a disaggregated plan) add
       # policy: chunked and chunk_tokens, and the plan may say when work spills to them:
-    mixed:                         # optional; disaggregated plans with a mixed pool
+    mixed:                         # optional; disaggregated plans with a mixed pool or borrowing
       prefill_queue_tokens: 2048   # arrivals spill (run whole on a mixed machine) above this many
                                    # pending prompt tokens in the shortest prefill queue
       decode_kv_share: 1.0         # prefilled requests decode on one when their decode instance's
                                    # routed KV would pass this share of its capacity
+      borrow: true                 # optional (default false): past those thresholds, and with no
+                                   # mixed machine free, a decode instance is lent to prefill or a
+                                   # prefill instance to decode; it returns when that work drains
+                                   # (Splitwise's policy; instances with dp 1). Links may then name
+                                   # prefill pools as their `to` (else default_link carries the KV)
+      borrow_chunk_tokens: 2048    # optional: a lent machine's chunked budget per iteration
 
 Units in the dataclasses are bytes/s and seconds; the file's GB/s and ms are converted once here.
 """
@@ -114,6 +120,9 @@ PHASES = tuple(sorted(Phase))
 DEFAULT_SPILL_TOKENS = 2048
 #: ...and decodes when their decode instance's routed KV would pass this share of its capacity.
 DEFAULT_KV_SHARE = 1.0
+#: A machine lent to the other phase batches both phases in chunked iterations of this many tokens:
+#: Splitwise's ``max_batch_tokens`` (Mutinifni/splitwise-sim configs/start_state/splitwise.yaml).
+DEFAULT_BORROW_CHUNK_TOKENS = 2048
 POLICIES = tuple(Policy)
 SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
@@ -252,6 +261,9 @@ class Plan:
     route_s: float = 0.0                #: the router's hop from prefill to decode
     spill_tokens: int = DEFAULT_SPILL_TOKENS  #: mixed pool: prefill queue above which arrivals spill to it
     kv_share: float = DEFAULT_KV_SHARE        #: mixed pool: decode KV share above which decodes spill
+    #: Splitwise's borrowing: past those thresholds, dedicated machines are lent to the other phase
+    borrow: bool = False
+    borrow_chunk_tokens: int = DEFAULT_BORROW_CHUNK_TOKENS  #: a lent machine's chunked budget
     router: str = Router.LEAST_LOADED   #: how an arrival picks its prefill instance
     #: Mooncake's early rejection: an arrival whose predicted TTFT is above this is rejected at
     #: admission (None: off)
@@ -277,8 +289,8 @@ class Plan:
         for link in self.links:
             if by_name.get(link.from_pool, None) is None or by_name[link.from_pool].phase != "prefill":
                 raise fail("links", f"link from {link.from_pool!r}: not a prefill pool")
-            if by_name.get(link.to_pool, None) is None or by_name[link.to_pool].phase not in ("decode", "mixed"):
-                raise fail("links", f"link to {link.to_pool!r}: not a decode or mixed pool")
+            if by_name.get(link.to_pool, None) is None or by_name[link.to_pool].phase not in self.receiving_phases:
+                raise fail("links", f"link to {link.to_pool!r}: not a {' or '.join(self.receiving_phases)} pool")
         if self.block_tokens is not None and self.block_tokens < 1:
             raise fail("block_tokens", "block_tokens must be >= 1")
         if not 0 <= self.failure_rate <= MAX_FAILURE_RATE:
@@ -291,6 +303,11 @@ class Plan:
             raise fail("spill_tokens", "spill_tokens must be >= 0")
         if not 0 < self.kv_share <= 1:
             raise fail("kv_share", "kv_share must be in (0, 1]")
+        if self.borrow and "colocated" in phases:
+            raise fail("mixed.borrow", "borrowing lends dedicated prefill and decode machines: a colocated plan "
+                       "has none")
+        if not 1 <= self.borrow_chunk_tokens <= limits.MAX_KV_TOKENS:
+            raise fail("mixed.borrow_chunk_tokens", f"borrow_chunk_tokens must be in [1, {limits.MAX_KV_TOKENS}]")
         if self.router not in ROUTERS:
             raise fail("router", f"router must be one of {', '.join(ROUTERS)}")
         if self.reject_ttft_s is not None and not 0 < self.reject_ttft_s <= limits.MAX_LATENCY_MS / 1e3:
@@ -300,6 +317,12 @@ class Plan:
     @property
     def colocated(self) -> bool:
         return self.pools[0].phase == "colocated"
+
+    @property
+    def receiving_phases(self) -> tuple[str, ...]:
+        """The phases of the pools a KV handoff may go to: decode and mixed, and prefill when the
+        plan borrows (a prefill instance lent to decode)."""
+        return ("decode", "mixed", "prefill") if self.borrow else ("decode", "mixed")
 
     def pools_of(self, phase: str) -> tuple[Pool, ...]:
         return tuple(p for p in self.pools if p.phase == phase)
@@ -489,6 +512,24 @@ def parse_plan(data, path: str | Path) -> Plan:
         if transfer.has("route_ms"):
             faults["route_s"] = transfer.number("route_ms", minimum=0, maximum=MAX_ROUTE_S * 1e3) / 1e3
 
+    borrow = False
+    if top.has("mixed"):
+        spec = top.mapping("mixed")
+        spec.reject_unknown({"prefill_queue_tokens", "decode_kv_share", "borrow", "borrow_chunk_tokens"})
+        borrow = spec.boolean("borrow", False)
+        if "mixed" not in phases and not borrow:
+            raise top.fail("mixed", "applies only to plans with a mixed pool or borrowing (borrow: true)",
+                           show_value=False)
+        if colocated:
+            raise top.fail("mixed", "applies only to disaggregated plans", show_value=False)
+        faults["spill_tokens"] = spec.integer("prefill_queue_tokens", DEFAULT_SPILL_TOKENS, minimum=0,
+                                              maximum=limits.MAX_KV_TOKENS)
+        faults["kv_share"] = spec.number("decode_kv_share", DEFAULT_KV_SHARE, minimum=0, exclusive=True, maximum=1)
+        faults["borrow"] = borrow
+        faults["borrow_chunk_tokens"] = spec.integer("borrow_chunk_tokens", DEFAULT_BORROW_CHUNK_TOKENS, minimum=1,
+                                                     maximum=limits.MAX_KV_TOKENS)
+    receiving = ("decode", "mixed", "prefill") if borrow else ("decode", "mixed")
+
     default_link = None
     if top.has("default_link"):
         spec = top.mapping("default_link")
@@ -502,8 +543,8 @@ def parse_plan(data, path: str | Path) -> Plan:
             src, dst = spec.string("from"), spec.string("to")
             if phase_of.get(src) != "prefill":
                 raise spec.fail("from", "must name a prefill pool of this plan", src)
-            if phase_of.get(dst) not in ("decode", "mixed"):
-                raise spec.fail("to", "must name a decode or mixed pool of this plan", dst)
+            if phase_of.get(dst) not in receiving:
+                raise spec.fail("to", f"must name a {' or '.join(receiving)} pool of this plan", dst)
             if (src, dst) in pairs:
                 raise spec.fail("to", f"repeats the link from {src!r}", dst)
             pairs.add((src, dst))
@@ -515,19 +556,11 @@ def parse_plan(data, path: str | Path) -> Plan:
                                show_value=False)
     else:
         for src in (p.name for p in pools if p.phase == "prefill"):
-            for dst in (p.name for p in pools if p.phase in ("decode", "mixed")):
+            for dst in (p.name for p in pools if p.phase in receiving):
                 if (src, dst) not in pairs and default_link is None:
                     raise top.fail("links", f"has no link from {src!r} to {dst!r} and there is no "
                                    "default_link", show_value=False)
 
-    if top.has("mixed"):
-        if "mixed" not in phases:
-            raise top.fail("mixed", "applies only to plans with a mixed pool", show_value=False)
-        spec = top.mapping("mixed")
-        spec.reject_unknown({"prefill_queue_tokens", "decode_kv_share"})
-        faults["spill_tokens"] = spec.integer("prefill_queue_tokens", DEFAULT_SPILL_TOKENS, minimum=0,
-                                              maximum=limits.MAX_KV_TOKENS)
-        faults["kv_share"] = spec.number("decode_kv_share", DEFAULT_KV_SHARE, minimum=0, exclusive=True, maximum=1)
     name = top.data.get("name", "")
     if not isinstance(name, str):
         raise top.fail("name", "must be a string", name)
@@ -540,9 +573,7 @@ def parse_plan(data, path: str | Path) -> Plan:
         if spec.has("engine_version"):
             timing["engine_version"] = spec.string("engine_version")
         if spec.has("compose"):
-            if not isinstance(spec.data["compose"], bool):
-                raise spec.fail("compose", "must be true or false", spec.data["compose"])
-            timing["compose"] = spec.data["compose"]
+            timing["compose"] = spec.boolean("compose")
         if spec.data.get("speculative") is not None:
             timing["speculative"] = speculative_from_fields(spec.mapping("speculative"))
     if top.has("router"):
@@ -590,8 +621,10 @@ def plan_to_dict(plan: Plan) -> dict:
             doc["router"] = plan.router
         if plan.reject_ttft_s is not None:
             doc["early_rejection"] = {"ttft_ms": plan.reject_ttft_s * 1e3}
-        if plan.pools_of("mixed"):
+        if plan.pools_of("mixed") or plan.borrow:
             doc["mixed"] = {"prefill_queue_tokens": plan.spill_tokens, "decode_kv_share": plan.kv_share}
+        if plan.borrow:
+            doc["mixed"] |= {"borrow": True, "borrow_chunk_tokens": plan.borrow_chunk_tokens}
         if plan.default_link is not None:
             doc["default_link"] = link(plan.default_link)
         if plan.links:

@@ -184,6 +184,8 @@ def _step_s(times) -> float:
 class _DecodeInstance:
     """A decode instance: its ranks step together; landed KV joins a rank at a step boundary."""
 
+    epoch = 0  # its role epoch: a dedicated decode instance never gives up the decode role
+
     def __init__(self, env, profile, req, rec, index: int, max_running: int = 0):
         self.env, self.req, self.index = env, req, index
         self.ranks = _ranks(env, profile, req, rec, self, max_running)
@@ -225,16 +227,14 @@ class _Disaggregated:
         self.rec = _Records(len(req))
         self.pids = list(layout.ids("prefill"))
         self.n_dec = len(layout.ids("decode"))
-        self.dids = list(layout.ids("decode")) + list(layout.ids("mixed"))  # mixed machines after decode
+        self.dids = list(layout.receivers())  # decode, mixed, then prefill instances that may be lent
         self.pre = [{"queues": [deque() for _ in range(layout.profiles[i].dp)], "pending": 0,
                      "outstanding": [0] * layout.profiles[i].dp, "stage_free": [0.0] * layout.profiles[i].pp,
                      "busy_s": 0.0, "profile": layout.profiles[i], "cap": layout.batch_tokens[i],
-                     "free_pending": False, "max_running": layout.running_cap(i)} for i in self.pids]
-        self.dec = [_DecodeInstance(self.env, layout.profiles[i], req, self.rec, k, layout.running_cap(i))
-                    if k < self.n_dec else
-                    _MixedInstance(self.env, layout.profiles[i], req, self.rec, "chunked", layout.chunk_tokens[i],
-                                   layout.batch_tokens[i], max_running=layout.running_cap(i))
-                    for k, i in enumerate(self.dids)]
+                     "free_pending": False, "max_running": layout.running_cap(i), "lent": False}
+                    for i in self.pids]
+        self.dec = [self._receiver(k, i) for k, i in enumerate(self.dids)]
+        self.column = {self.pids.index(i): k for k, i in enumerate(self.dids) if layout.phases[i] == "prefill"}
         self.link_free = [0.0] * len(self.dids)
         self.link_busy = [0.0] * len(self.dids)
         self.cache_caps = (cache_capacities(layout, req) + [0] * (len(self.dids) - self.n_dec)
@@ -249,6 +249,20 @@ class _Disaggregated:
         self.batch_s = batch_drain_s(layout, req).tolist()
         self.cached = np.zeros(len(req), np.int64)  # prompt tokens the prefill cache held
         self.loaded = np.zeros(len(req), np.int64)  # of those, loaded from its second tier
+        self.refused = np.zeros(len(req), np.int64)  # handoffs refused for a stale role epoch
+
+    def _receiver(self, k: int, i: int):
+        """The k-th instance that takes KV handoffs: global instance i as a decode instance, a mixed
+        machine, or (borrowing) a dedicated machine that may be lent."""
+        layout = self.layout
+        args = (self.env, layout.profiles[i], self.req, self.rec)
+        if layout.lendable(i):
+            host = self.pre[self.pids.index(i)] if layout.phases[i] == "prefill" else None
+            return _Lendable(*args, layout.borrow_chunk_tokens, layout.batch_tokens[i], layout.running_cap(i), host)
+        if layout.phases[i] == "decode":
+            return _DecodeInstance(*args, k, layout.running_cap(i))
+        return _MixedInstance(*args, "chunked", layout.chunk_tokens[i], layout.batch_tokens[i],
+                              max_running=layout.running_cap(i))
 
     # prefill ------------------------------------------------------------------------------------
     def arrive(self, r: int) -> None:
@@ -258,9 +272,9 @@ class _Disaggregated:
             self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r)
             return
         p = self._pick_prefill(r)
-        if self.n_dec < len(self.dec) and self.pre[p]["pending"] > self.layout.spill_tokens:  # the queue it would join
-            m = self._least_outstanding_mixed(r)
-            if m is not None:  # the whole request runs on a mixed machine
+        if self.pre[p]["pending"] > self.layout.spill_tokens:  # the queue it would join
+            m = self._spill_column(r) if self.layout.borrow else self._least_outstanding_mixed(r)
+            if m is not None:  # the whole request runs on a mixed (or lent) machine
                 self.dec[m].load += int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
                 self.rec.decode_instance[r] = m
                 self.dec[m].arrive(r)
@@ -279,6 +293,74 @@ class _Disaggregated:
         own = self.pre[p]["profile"].prefill_time_s([prompt], [cached]) + loaded * self.load_s[p]
         return predicted_ttft_s(self.pre[p]["pending"], self.pre[p]["cap"], self.batch_s[p], own) > \
             self.layout.reject_ttft_s
+
+    def _spill_column(self, r: int) -> int | None:
+        """Borrowing: the mixed or lent machine with the fewest prompt tokens to prefill, unless it
+        has prompts queued and r would take it past the threshold; then a decode instance lent now
+        (:func:`pdplan.sim.fast.borrowing.spill_column`)."""
+        need, now = int(self.req.prompt_tokens[r] + self.req.output_tokens[r]), self.env.now
+        both = [c for c in range(len(self.dec)) if self._takes_both(c) and self.dec[c].capacity >= need]
+        taking = [c for c in both if _takes(self.layout, self.dids[c], now)]
+        m = min(taking or both, key=lambda c: (self.dec[c].pending(), c), default=None)
+        if m is not None and not (self.dec[m].ranks[0].waiting and
+                                  self.dec[m].pending() + int(self.req.prompt_tokens[r]) > self.layout.spill_tokens):
+            return m
+        free = [d for d in range(self.n_dec) if isinstance(self.dec[d], _Lendable) and not self.dec[d].lent
+                and self.dec[d].capacity >= need and _takes(self.layout, self.dids[d], now)]
+        d = _least_by_load(self.dec, free)
+        if d is None:
+            return m
+        self.dec[d].lent = True
+        return d
+
+    def _takes_both(self, c: int) -> bool:
+        """Whether receiver c runs both phases now: a mixed machine of the plan's pool, or one lent."""
+        return type(self.dec[c]) is _MixedInstance or (isinstance(self.dec[c], _Lendable) and self.dec[c].lent)
+
+    def _decode_column(self, p: int, d: int | None, need: int, now: float) -> int | None:
+        """Borrowing, when decode instance d would pass the KV share: the least loaded mixed or lent
+        machine below the share (not p's own), else a prefill instance lent now, else the least
+        loaded mixed machine, else d (:func:`pdplan.sim.fast.borrowing.decode_column`)."""
+        both = [c for c in range(len(self.dec)) if c != self.column.get(p) and self._takes_both(c)
+                and self.dec[c].capacity >= need]
+        taking = [c for c in both if _takes(self.layout, self.dids[c], now)]
+        m = _least_by_load(self.dec, taking or both)
+        if m is not None and self.dec[m].load + need <= self.layout.kv_share * self.dec[m].capacity:
+            return m
+        b = self._lendable_prefill(p, need, now)
+        if b is not None:
+            self._lend_prefill(b)
+            return self.column[b]
+        return m if m is not None else d
+
+    def _lendable_prefill(self, p: int, need: int, now: float) -> int | None:
+        """The prefill instance to lend to decode: not p, not lent, able to hold ``need``, taking
+        requests, fewest pending prompt tokens (ties → lowest); None when it would leave no prefill
+        instance taking prompts."""
+        home = [q for q in range(len(self.pre)) if not self.pre[q]["lent"]]
+        fits = [q for q in home if q != p and q in self.column and self.dec[self.column[q]].capacity >= need
+                and _takes(self.layout, self.pids[q], now)]
+        return min(fits, key=lambda q: (self.pre[q]["pending"], q)) if len(home) > 1 and fits else None
+
+    def _drained(self, p: int) -> bool:
+        inst = self.pre[p]
+        return not any(inst["queues"]) and inst["stage_free"][-1] <= self.env.now
+
+    def _lend_prefill(self, p: int) -> None:
+        """Prefill instance p takes up the decode role: no new prompts; its column is held until the
+        prompts it holds are done."""
+        self.pre[p]["lent"] = True
+        column = self.dec[self.column[p]]
+        column.lent = True
+        column.epoch += 1
+        column.held = not self._drained(p)
+
+    def _release_held(self, p: int) -> None:
+        column = self.dec[self.column[p]]
+        if column.held and self._drained(p):
+            column.held = False
+            if column.ranks[0].ready or column.ranks[0].waiting:
+                column._wake()
 
     def _least_outstanding_mixed(self, r: int) -> int | None:
         need = int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
@@ -302,8 +384,8 @@ class _Disaggregated:
         """The router's prefill instance among those taking requests now (none taking: any):
         least-loaded (fewest pending prompt tokens), round-robin (the next in turn) or cache-aware
         (pending tokens + the prompt tokens its cache would leave to compute); ties → lowest."""
-        taking = [i for i in range(len(self.pre)) if _takes(self.layout, self.pids[i], self.env.now)]
-        among = taking or list(range(len(self.pre)))
+        home = [i for i in range(len(self.pre)) if not self.pre[i]["lent"]]  # one always stays
+        among = [i for i in home if _takes(self.layout, self.pids[i], self.env.now)] or home
         if self.layout.router == "round-robin":
             p = next((i for i in sorted(among, key=lambda i: (i - self.rr) % len(self.pre))))
             self.rr = p + 1
@@ -389,16 +471,21 @@ class _Disaggregated:
                 self._book(r, p, start, self.env.now)
         if len(self.pre[p]["stage_free"]) == 1:
             self._try_start(p)
+        if self.pre[p]["lent"]:
+            self._release_held(p)
 
     # transfer -----------------------------------------------------------------------------------
-    def _route_decode(self, r: int, now: float | None = None) -> int:
+    def _route_decode(self, r: int, now: float | None = None, p: int | None = None) -> int:
         """Least KV load per capacity among decode instances; a mixed machine when that one's
-        routed KV would pass the plan's share of its capacity."""
+        routed KV would pass the plan's share of its capacity (borrowing: :meth:`_decode_column`
+        for a request prefilled at p)."""
         need = int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
         now = self.env.now if now is None else now
         d = self._least_loaded(need, now, range(self.n_dec))
-        if self.n_dec < len(self.dec) and (
-                d is None or self.dec[d].load + need > self.layout.kv_share * self.dec[d].router_capacity):
+        over = d is None or self.dec[d].load + need > self.layout.kv_share * self.dec[d].router_capacity
+        if self.layout.borrow and over and p is not None:
+            d = self._decode_column(p, d, need, now)
+        elif self.n_dec < len(self.dec) and over:
             mixed = self._least_loaded(need, now, range(self.n_dec, len(self.dec)))
             d = d if mixed is None else mixed
         self.dec[d].load += need
@@ -430,9 +517,10 @@ class _Disaggregated:
         return missing
 
     def _book(self, r: int, p: int, start: float, end: float) -> None:
-        d = self._route_decode(r, end if self.layout.schedule == "request" else start)
+        d = self._route_decode(r, end if self.layout.schedule == "request" else start, p)
+        epoch = self.dec[d].epoch
         nbytes = self._missing_tokens(r, d) * self.layout.kv_bytes_per_token
-        i, j = self.layout.pool_slot[self.pids[p]], self.layout.pool_slot[self.dids[d]]
+        i, j = self.layout.pool_slot[self.pids[p]], self.layout.receiver(self.dids[d])
         bandwidth, setup = self.layout.link_bandwidth[i, j], self.layout.link_setup[i, j]
         free = self.link_free[d]
         if self.layout.schedule == "request":
@@ -464,7 +552,17 @@ class _Disaggregated:
             self.link_busy[d] += attempt
         self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
         ready = max(visible, end + self.layout.route_s)  # the router hands it to decode after prefill
-        self.env.schedule(ready, KV_VISIBLE, self.dec[d].kv_visible, r)
+        self.env.schedule(ready, KV_VISIBLE, self._land, d, r, epoch)
+
+    def _land(self, d: int, r: int, epoch: int) -> None:
+        """r's KV lands at receiver d; booked under another role epoch (the machine went home since),
+        it is refused and the router books it again from r's prefill instance."""
+        if epoch == self.dec[d].epoch:
+            self.dec[d].kv_visible(r)
+            return
+        self.dec[d].load -= int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+        self.refused[r] += 1
+        self._book(r, int(self.rec.prefill_instance[r]), self.env.now, self.env.now)
 
     def _failed(self, d: int, r: int) -> None:
         self.dec[d].load -= int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
@@ -597,6 +695,8 @@ class _MixedInstance(_ColocatedInstance):
     prefilled, admitted at its boundaries (FIFO, while they fit). One rank: a mixed pool refuses
     data parallelism (:func:`pdplan.sim.layout.layout_from_plan`)."""
 
+    epoch = 0  # its role epoch: a mixed machine never gives up the decode role
+
     def kv_visible(self, r: int) -> None:
         rank = self.ranks[0]
         rank.ready.append(r)
@@ -608,6 +708,48 @@ class _MixedInstance(_ColocatedInstance):
         while rank.ready and rank.fits(rank.ready[0]):
             rank.admit(rank.ready.popleft())
         super()._next()
+
+    def pending(self) -> int:
+        """Prompt tokens it has still to prefill: queued prompts and the rest of partly done ones."""
+        rank = self.ranks[0]
+        return (sum(int(self.req.prompt_tokens[r]) for r in rank.waiting)
+                + sum(int(self.req.prompt_tokens[r]) - done for r, done in rank.prefilling.items()))
+
+
+class _Lendable(_MixedInstance):
+    """A dedicated machine that may be lent to the other phase (borrowing, :mod:`pdplan.sim.fast.borrowing`):
+    a one-rank mixed machine that is sent prompts (a decode instance's) or decodes (a prefill
+    instance's, ``host`` its prefill state) only while ``lent``. A lent decode instance returns once
+    its prompts are done; a lent prefill instance once it holds nothing, which ends its epoch. A lent
+    prefill instance's column is ``held`` while its own prompts drain."""
+
+    def __init__(self, env, profile, req, rec, chunk_tokens: int, batch_tokens: int, max_running: int, host):
+        super().__init__(env, profile, req, rec, "chunked", chunk_tokens, batch_tokens, max_running=max_running)
+        self.host, self.lent, self.held, self.epoch = host, False, False, 0
+
+    def _wake(self) -> None:
+        if not self.held:
+            super()._wake()
+
+    def _next(self) -> None:
+        super()._next()
+        rank = self.ranks[0]
+        if not self.lent or rank.waiting or rank.prefilling:
+            return
+        if self.host is None:
+            self.lent = False
+        elif not self.running and not rank.ready:
+            self.lent, self.host["lent"] = False, False
+            self.epoch += 1
+
+
+def _least_by_load(instances, among) -> int | None:
+    """The instance among ``among`` with the smallest routed load per KV capacity, ties → the first."""
+    best = None
+    for c in among:
+        if best is None or instances[c].load * instances[best].capacity < instances[best].load * instances[c].capacity:
+            best = c
+    return best
 
 
 def _feed(env: Environment, rec: _Records, req: Requests, rejected, arrive, concurrency: int) -> None:
@@ -722,7 +864,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         _feed(env, rec, req, rejected, arrive if guard is None else guard.guard(arrive), concurrency)
         env.run()
         busy[ids] = [c.busy_s for c in inst]
-        loaded = np.zeros(n, np.int64)
+        loaded = refused = np.zeros(n, np.int64)
     else:
         sim = _Disaggregated(layout, req, np.zeros(n, np.int64) if failures is None else failures)
         env, rec = sim.env, sim.rec
@@ -733,15 +875,15 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         pids, dids = np.array(sim.pids, np.int64), np.array(sim.dids, np.int64)
         rec.prefill_instance = np.where(rec.prefill_instance >= 0,
                                         pids[np.maximum(rec.prefill_instance, 0)] if len(pids) else -1, -1)
-        whole = (rec.prefill_instance < 0) & (rec.decode_instance >= sim.n_dec)  # ran whole on a mixed machine
+        whole = (rec.prefill_instance < 0) & (rec.decode_instance >= 0) & (len(pids) > 0)  # on a mixed or lent one
         rec.decode_instance = np.where(rec.decode_instance >= 0,
                                        dids[np.maximum(rec.decode_instance, 0)] if len(dids) else -1, -1)
         rec.prefill_instance = np.where(whole, rec.decode_instance, rec.prefill_instance)
         busy[pids] = [p["busy_s"] for p in sim.pre]
-        busy[dids] = [d.busy_s for d in sim.dec]
+        busy[dids] += [d.busy_s for d in sim.dec]  # a lent prefill instance's decoding adds to its prefills
         if len(pids) and len(dids):
             links = {layout.labels[i]: b for i, b in zip(dids, sim.link_busy)}
-        cached, loaded = sim.cached, sim.loaded
+        cached, loaded, refused = sim.cached, sim.loaded, sim.refused
         rejected = rejected | sim.early
     raw = {
         "arrival_s": rec.arrival_s, "prompt_tokens": req.prompt_tokens,
@@ -754,6 +896,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
     }
     raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = cached, loaded
     raw["rejected_early"] = rejected & ~rejected_mask(layout, req)
+    raw["handoffs_refused"] = refused
     return raw, busy, links, env.events, -1 if guard is None else guard.stopped
 
 

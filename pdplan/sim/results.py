@@ -36,7 +36,7 @@ COLUMNS = (
     "first_token_s", "finish_s",
     "ttft_s", "tpot_s", "e2e_s", "prefill_queue_s", "exposed_transfer_s", "admission_wait_s",
     "preemptions", "rejected", "transfer_failures", "prefill_cached_tokens", "prefill_loaded_tokens",
-    "rejected_early",
+    "rejected_early", "handoffs_refused",
 )
 
 MODES = tuple(SimMode)
@@ -76,6 +76,7 @@ class SimResult:
     #: the arrival a stop ended the run at (:class:`pdplan.sim.engine.MissStop`): the records
     #: hold what happened before it; None when the run went to the end
     stopped_s: float | None = None
+    borrow: bool = False             #: dedicated machines could be lent to the other phase (borrowing)
 
     def __post_init__(self):
         assert self.mode in MODES, f"mode must be one of {', '.join(MODES)}, got {self.mode!r}"  # set by the engine
@@ -133,6 +134,8 @@ class SimResult:
              "transfer": {"transfers", "bytes_total", "exposed_s_mean", "exposed_s_p99"},
              "admission_wait_s_mean", "preemptions", "events", "events_per_request",
              "mixed": {"whole_requests", "decodes", "share"},   # only with a mixed pool
+             "borrowing": {"whole_requests_on_decode", "decodes_on_prefill", "handoffs_refused"},
+                                                            # only when the plan borrows
              "prefix_cache": {"prompt_tokens", "cached_tokens", "loaded_tokens", "hit_rate"}}
                                                             # only when a prefill cache hit
 
@@ -183,6 +186,7 @@ class SimResult:
             "events": self.events,
             "events_per_request": self.events / n if n else None,
             **self._mixed(),
+            **self._borrowing(),
             **self._prefix_cache(),
         }
 
@@ -199,6 +203,19 @@ class SimResult:
         return {"prefix_cache": {"prompt_tokens": prompt, "cached_tokens": cached,
                                  "loaded_tokens": int(c["prefill_loaded_tokens"].sum()),
                                  "hit_rate": cached / prompt if prompt else None}}
+
+    def _borrowing(self) -> dict:
+        """With borrowing: requests run whole on a decode machine lent to prefill, decodes on a
+        prefill machine lent to decode, and handoffs refused for a stale role epoch; nothing without."""
+        if not self.borrow:
+            return {}
+        c = self.columns
+        phase = np.array(self.instance_phase + ("",))  # -1 (no instance) reads the empty phase
+        on = c["decode_instance"]
+        whole = (c["prefill_instance"] == on) & (on >= 0)
+        return {"borrowing": {"whole_requests_on_decode": int((whole & (phase[on] == "decode")).sum()),
+                              "decodes_on_prefill": int((phase[on] == "prefill").sum()),
+                              "handoffs_refused": int(c["handoffs_refused"].sum())}}
 
     def _mixed(self) -> dict:
         """With a mixed pool: requests it ran whole (spilled at arrival) and decodes it took (spilled
@@ -234,7 +251,7 @@ def derive_columns(mode: str, raw: dict[str, np.ndarray]) -> dict[str, np.ndarra
             c["admission_wait_s"] = first - arrival
         else:
             c["admission_wait_s"] = np.full(arrival.size, np.nan)
-    for name in ("preemptions", "prefill_cached_tokens", "prefill_loaded_tokens"):
+    for name in ("preemptions", "prefill_cached_tokens", "prefill_loaded_tokens", "handoffs_refused"):
         c.setdefault(name, np.zeros(arrival.size, np.int64))
     c.setdefault("rejected_early", np.zeros(arrival.size, bool))
     return {name: c[name] for name in COLUMNS}

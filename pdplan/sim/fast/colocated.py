@@ -43,6 +43,7 @@ from pdplan.sim.fast.fields import (
     D_M_PREFILL,
     D_MODE,
     D_MODEL,
+    D_PENDING,
     D_PF_HEAD,
     D_PF_TAIL,
     D_POLICY,
@@ -83,6 +84,7 @@ def colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t):
     instance c; a running stretch is cut only if a prompt could start there at its next step
     boundary."""
     i = pick_rank(di, c)
+    di[D_PENDING, i] += rq[R_PROMPT, r] - rq[R_CACHED, r]
     room = di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, i]
     queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, i, r, t, D_W_HEAD, D_W_TAIL, room)
 
@@ -204,6 +206,7 @@ def _colo_finish(rq, rt, di, df, c, t, cl):
             r = di[D_IT_FIRST, i]
             for _ in range(di[D_IT_N, i]):
                 nxt = rq[R_W_NEXT, r]
+                di[D_PENDING, i] -= rq[R_PROMPT, r] - rq[R_CACHED, r]
                 rt[T_P_END, r] = t
                 activate(rq, rt, di, i, r, t, cl)
                 r = nxt
@@ -214,6 +217,7 @@ def _colo_finish(rq, rt, di, df, c, t, cl):
             while r >= 0 and rq[R_CHUNK, r] > 0:
                 nxt = rq[R_PF_NEXT, r]
                 rq[R_PF_DONE, r] += rq[R_CHUNK, r]
+                di[D_PENDING, i] -= rq[R_CHUNK, r]
                 rq[R_CHUNK, r] = 0
                 if rq[R_PF_DONE, r] == rq[R_PROMPT, r]:
                     di[D_PF_HEAD, i] = nxt

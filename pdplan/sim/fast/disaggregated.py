@@ -7,6 +7,7 @@ from numba import njit
 
 from pdplan.sim.events import ARRIVAL, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
 from pdplan.sim.fast.batch import append, decode_boundary, pick_rank, queue_and_wake
+from pdplan.sim.fast.borrowing import give_back, release_held, spill_column, stale
 from pdplan.sim.fast.clock import new_heap, next_event, push, release
 from pdplan.sim.fast.colocated import colo_arrive, mixed_boundary
 from pdplan.sim.fast.fields import (
@@ -22,6 +23,7 @@ from pdplan.sim.fast.fields import (
     P_CAP,
     P_DP,
     P_FREE_PENDING,
+    P_LENT,
     P_LRU_CAP,
     P_LRU_HEAD,
     P_MAX_RUN,
@@ -43,6 +45,7 @@ from pdplan.sim.fast.fields import (
     R_PROMPT,
     R_Q_NEXT,
     R_RANK,
+    R_REFUSED,
     T_P_END,
     T_P_START,
 )
@@ -171,7 +174,7 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
 @njit(cache=True)
 def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, router, reject_s, pbatch, di, df,
                       lru, hash_vals, hash_ptr, n_hash, block_tokens, schedule, layers, kv_bytes, link, failure,
-                      route, pav_ptr, pav_t, dav_ptr, dav_t, n_dec, spill_tokens, kv_share, heap_capacity, cl):
+                      route, pav_ptr, pav_t, dav_ptr, dav_t, n_dec, spill_tokens, kv_share, borrow, heap_capacity, cl):
     """Simulate prefill instances feeding decode instances over ingress links, in place on the
     state arrays; returns the number of events processed.
 
@@ -195,7 +198,9 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
     request arriving while the shortest prefill queue holds more than ``spill_tokens`` pending
     prompt tokens runs whole on the least loaded mixed machine (chunked, as colocated); a
     prefilled request whose decode instance would pass ``kv_share`` of its KV capacity decodes
-    on one (its KV sent there).
+    on one (its KV sent there). With ``borrow`` 1, dedicated machines are lent to the other phase
+    as well (:mod:`.borrowing`): ``di``'s last columns are then the prefill instances' own, used
+    while they are lent to decode.
     """
     n = rq.shape[1]
     n_p = pi.shape[1]
@@ -217,8 +222,11 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
             spill = -1
             p = pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n_hash, block_tokens,
                              rq, r) if n_p > 0 else -1
-            if p >= 0 and n_dec < n_d and pi[P_PENDING, p] > spill_tokens:  # the queue it would join
-                spill = least_outstanding(di, rq[R_PROMPT, r] + rq[R_OUTPUT, r], dav_ptr, dav_t, t, n_dec)
+            if p >= 0 and pi[P_PENDING, p] > spill_tokens:  # the queue it would join
+                if borrow == 1:
+                    spill = spill_column(rq, di, dav_ptr, dav_t, t, r, n_dec, spill_tokens)
+                elif n_dec < n_d:
+                    spill = least_outstanding(di, rq[R_PROMPT, r] + rq[R_OUTPUT, r], dav_ptr, dav_t, t, n_dec)
             if spill >= 0:  # the whole request runs on a mixed machine
                 di[D_LOAD, spill] += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
                 rq[R_D_INST, r] = spill
@@ -246,15 +254,21 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
                 if n_d == 0:  # a prefill instance alone: the request ends here
                     release(rt, cl, t)
                 if n_d > 0 and schedule == 0:
-                    book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
-                                   n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
-                                   dav_ptr, dav_t, n_dec, kv_share, r, a, bt[b], t)
+                    book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
+                                  n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
+                                  dav_ptr, dav_t, n_dec, kv_share, borrow, r, a, bt[b], t)
                 r = rq[R_Q_NEXT, r]
             if pi[P_PP, a] == 1:
                 start_p = a
         elif priority == PREFILL_FREE:
             pi[P_FREE_PENDING, a] = 0
             start_p = a
+        elif priority == KV_VISIBLE and borrow == 1 and stale(rq, di, a, b):  # refused: book it again
+            di[D_LOAD, a] -= rq[R_PROMPT, b] + rq[R_OUTPUT, b]
+            rq[R_REFUSED, b] += 1
+            book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
+                          n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
+                          dav_ptr, dav_t, n_dec, kv_share, borrow, b, rq[R_P_INST, b], t, t)
         elif priority == KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
             head, tail = (D_K_HEAD, D_K_TAIL) if di[D_MIXED, a] == 1 else (D_W_HEAD, D_W_TAIL)
             queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, pick_rank(di, a), b, t, head, tail, True)
@@ -267,6 +281,8 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
             _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_tokens, ht, hi, hs, r, t, p)
         elif b == di[D_VERSION, a] and di[D_MIXED, a] == 1:
             mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, cl)
+            if borrow == 1:
+                give_back(pi, di, a)
         elif b == di[D_VERSION, a]:  # a boundary that was not cancelled by a cut
             decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, a, t, di[D_RUN_K, a], cl)
         if start_p >= 0 and _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
@@ -276,7 +292,9 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
             if n_d > 0 and schedule == 1:  # per-layer streaming books the link as the batch starts
                 r = bi[0, b]
                 for _ in range(bi[1, b]):
-                    book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
-                                   n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
-                                   dav_ptr, dav_t, n_dec, kv_share, r, start_p, t, rt[T_P_END, r])
+                    book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
+                                  n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
+                                  dav_ptr, dav_t, n_dec, kv_share, borrow, r, start_p, t, rt[T_P_END, r])
                     r = rq[R_Q_NEXT, r]
+        if borrow == 1 and priority == PREFILL_DONE and pi[P_LENT, a] == 1:
+            release_held(pi, pq, pf, di, ht, hi, hs, a, t)

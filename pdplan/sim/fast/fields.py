@@ -10,14 +10,16 @@ from __future__ import annotations
 
 # per-request integers rq[field, r]
 (R_PROMPT, R_OUTPUT, R_Q_NEXT, R_W_NEXT, R_CHILD, R_SIBLING, R_FIN_STEP, R_P_INST, R_D_INST,
- R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK, R_CACHED, R_LOADED) = range(17)
-RQ_FIELDS = 17
+ R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK, R_CACHED, R_LOADED, R_EPOCH, R_REFUSED) = range(19)
+RQ_FIELDS = 19
 #   Q_NEXT: prefill queue link (kept after dequeue: a batch is a run of it); W_NEXT: waiting
 #   queue link at decode / colocated; CHILD, SIBLING, FIN_STEP: the active-batch heap;
 #   PF_DONE, CHUNK, PF_NEXT: chunked prefill progress, this iteration's chunk, prefilling list;
 #   FAILS: KV transfer attempts of the request still to fail (drawn by the engine); RANK: the
 #   prefill rank (a column of ``pq``) holding it; CACHED, LOADED: prompt tokens its prefill
-#   instance's prefix cache held (not computed), and of those the ones loaded from the second tier
+#   instance's prefix cache held (not computed), and of those the ones loaded from the second tier;
+#   EPOCH: the role epoch of the instance its KV was booked to (:mod:`.borrowing`), REFUSED: its
+#   handoffs refused there for a stale epoch
 
 # per-request times rt[field, r]
 T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH = range(7)
@@ -28,9 +30,10 @@ RT_FIELDS = 7
 # RANK0 .. RANK0 + DP of ``pq``; PENDING counts the prompt tokens left to compute; LRU_*: its
 # prefix cache in HBM (head, tail, count, capacity), TIER_*: the second tier's (:mod:`.prefix`)
 (P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING, P_RANK0, P_DP, P_LRU_HEAD, P_LRU_TAIL, P_LRU_COUNT,
- P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP, P_MAX_RUN) = range(17)
-PI_FIELDS = 17
-#   MAX_RUN: the prompts one rank's batch takes at most (the pool's max_running_requests)
+ P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP, P_MAX_RUN, P_LENT, P_COL) = range(19)
+PI_FIELDS = 19
+#   MAX_RUN: the prompts one rank's batch takes at most (the pool's max_running_requests); LENT:
+#   lent to decode (:mod:`.borrowing`), COL: its column in ``di`` while lent (-1: it cannot be lent)
 
 # prefill ranks pq[field, k]: the FCFS queue (head, tail, linked by Q_NEXT) and the requests
 # queued or being prefilled there (the rank router's view)
@@ -41,8 +44,9 @@ PQ_FIELDS = 3
 (D_B, D_S, D_STEPS, D_RESERVED, D_CAP, D_LOAD, D_RUN_K, D_VERSION, D_ROOT, D_MODEL, D_POOL,
  D_W_HEAD, D_W_TAIL, D_MODE, D_M_PREFILL, D_POLICY, D_CHUNK, D_TOKEN_CAP, D_PF_HEAD, D_PF_TAIL,
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
- D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN) = range(36)
-DI_FIELDS = 36
+ D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN, D_HOME, D_LENT, D_EPOCH, D_PENDING,
+ D_HOST) = range(41)
+DI_FIELDS = 41
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -58,6 +62,10 @@ DI_FIELDS = 36
 #   RUNNING counts the rank's admitted, unfinished requests (prefilling or decoding), MAX_RUN how
 #   many it may run at once (the pool's max_running_requests; unlimited: NO_RUNNING_CAP).
 #   Without data parallelism every column leads itself.
+#   Borrowing (:mod:`.borrowing`): HOME is the machine's own role (HOME_DECODE, HOME_MIXED, or
+#   HOME_PREFILL: a prefill instance's column, used only while it is lent to decode), LENT whether
+#   it is lent now, EPOCH its role epoch, PENDING the prompt tokens it has still to prefill (queued
+#   or partly done), HOST a prefill-home column's prefill instance (-1 otherwise).
 
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY = range(4)
@@ -97,6 +105,12 @@ IDLE = 0
 DECODE_RUN = 1
 ITERATION = 2
 STARTING = 3
+HELD = 4  # a prefill machine lent to decode, still draining its prompts: its column waits
+# a machine's own role under borrowing
+HOME_DECODE = 0
+HOME_MIXED = 1
+HOME_PREFILL = 2
+
 # what one colocated rank runs in an iteration of its instance
 IT_NONE = 0
 IT_PREFILL = 1

@@ -10,11 +10,13 @@ import numpy as np
 from numba import njit
 
 from pdplan.sim.events import KV_VISIBLE, TRANSFER_FAILED
+from pdplan.sim.fast.borrowing import decode_column
 from pdplan.sim.fast.clock import push
 from pdplan.sim.fast.fields import (
     ABSENT,
     D_CAP,
     D_DP,
+    D_EPOCH,
     D_INST,
     D_LOAD,
     D_LRU_CAP,
@@ -25,6 +27,7 @@ from pdplan.sim.fast.fields import (
     FAILURE_RECOMPUTE,
     P_POOL,
     R_D_INST,
+    R_EPOCH,
     R_FAILS,
     R_OUTPUT,
     R_PROMPT,
@@ -71,8 +74,9 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
 
 
 @njit(cache=True)
-def book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs, n_hash, block_tokens,
-                   schedule, layers, kv_bytes, failure, route, dav_ptr, dav_t, n_dec, kv_share, r, p, start, end):
+def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs, n_hash, block_tokens,
+                  schedule, layers, kv_bytes, failure, route, dav_ptr, dav_t, n_dec, kv_share, borrow, r, p, start,
+                  end):
     """Route request r to a decode instance and queue its KV on that instance's ingress link.
 
     Request schedule (0x08I): C = max(link free, prefill end) + setup + bytes/bw.
@@ -87,16 +91,22 @@ def book_transfer(rq, rt, pi, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs
     side takes the request no earlier than ``route`` after its prefill ends (the router's hop).
 
     Decode instances are ``di``'s first ``n_dec``; the rest are mixed machines, which take the
-    decode when the chosen decode instance's routed KV would pass ``kv_share`` of its capacity.
+    decode when the chosen decode instance's routed KV would pass ``kv_share`` of its capacity;
+    with ``borrow`` 1, :func:`.borrowing.decode_column` chooses then, and may lend a prefill
+    instance. The handoff carries the role epoch of the instance it is booked to.
     """
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     now = end if schedule == 0 else start  # routed as it books
     d = least_loaded(di, need, dav_ptr, dav_t, now, 0, n_dec)
-    if n_dec < di.shape[1] and (d < 0 or di[D_LOAD, d] + need > kv_share * (di[D_CAP, d] * di[D_DP, d])):
+    over = d < 0 or di[D_LOAD, d] + need > kv_share * (di[D_CAP, d] * di[D_DP, d])
+    if borrow == 1 and over:
+        d = decode_column(pi, pq, pf, di, dav_ptr, dav_t, now, p, d, need, kv_share)
+    elif n_dec < di.shape[1] and over:
         m = least_loaded(di, need, dav_ptr, dav_t, now, n_dec, -1)
         if m >= 0:
             d = m
     di[D_LOAD, d] += need
+    rq[R_EPOCH, r] = di[D_EPOCH, d]
     nbytes = _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, r) * kv_bytes
     bandwidth = link[0, pi[P_POOL, p], di[D_POOL, d]]
     setup = link[1, pi[P_POOL, p], di[D_POOL, d]]

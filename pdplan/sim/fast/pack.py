@@ -20,6 +20,7 @@ from pdplan.sim.layout import (
 )
 from pdplan.vocabulary import Router
 
+_HOMES = {"decode": fields.HOME_DECODE, "mixed": fields.HOME_MIXED, "prefill": fields.HOME_PREFILL}
 _ROUTERS = {Router.LEAST_LOADED: fields.ROUTER_LEAST_LOADED, Router.ROUND_ROBIN: fields.ROUTER_ROUND_ROBIN,
             Router.CACHE_AWARE: fields.ROUTER_CACHE_AWARE}
 
@@ -41,7 +42,7 @@ def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np
     rq[fields.R_PROMPT] = requests.prompt_tokens
     rq[fields.R_OUTPUT] = requests.output_tokens
     rq[[fields.R_FIN_STEP, fields.R_XBYTES, fields.R_PF_DONE, fields.R_CHUNK, fields.R_FAILS, fields.R_CACHED,
-        fields.R_LOADED]] = 0
+        fields.R_LOADED, fields.R_EPOCH, fields.R_REFUSED]] = 0
     rt = np.full((fields.RT_FIELDS, n), np.nan)
     if concurrency:
         rt[fields.T_ARRIVAL] = np.inf
@@ -140,7 +141,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         return raw, busy, links, int(events), int(cl[fields.CL_STOPPED])
 
     pids = layout.ids("prefill")
-    dids = np.concatenate([layout.ids("decode"), layout.ids("mixed")])  # mixed machines after decode
+    dids = layout.receivers()  # decode, then mixed machines, then prefill instances that may be lent
     n_dec = len(layout.ids("decode"))
     pprofs = [layout.profiles[i] for i in pids]
     pi = np.zeros((fields.PI_FIELDS, len(pids)), np.int64)
@@ -155,13 +156,20 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     pi[fields.P_POOL] = [layout.pool_slot[i] for i in pids]
     pi[fields.P_MAX_RUN] = _running_caps(layout, pids)
     pf = np.zeros((len(pids), 1 + max([p.pp for p in pprofs], default=1)))
-    mixed = [int(k >= n_dec) for k in range(len(dids))]
+    homes = [_HOMES[layout.phases[i]] for i in dids]
+    mixed = [int(h != fields.HOME_DECODE) for h in homes]  # a prefill instance's column runs only when lent
+    host = {int(i): k for k, i in enumerate(pids)}
     di, df, col, lead = _instance_state([layout.profiles[i] for i in dids], table, {
-        fields.D_POOL: [layout.pool_slot[i] for i in dids], fields.D_MIXED: mixed,
-        fields.D_POLICY: [fields.POLICY_CHUNKED if m else fields.POLICY_PREFILL_FIRST for m in mixed],
-        fields.D_CHUNK: [layout.chunk_tokens[i] for i in dids],
-        fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids], fields.D_MAX_RUN: _running_caps(layout, dids)})
+        fields.D_POOL: [layout.receiver(i) for i in dids], fields.D_MIXED: mixed,
+        fields.D_POLICY: [fields.POLICY_CHUNKED if m or layout.borrow else fields.POLICY_PREFILL_FIRST for m in mixed],
+        fields.D_CHUNK: [layout.chunk_tokens[i] or layout.borrow_chunk_tokens * layout.borrow for i in dids],
+        fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids], fields.D_MAX_RUN: _running_caps(layout, dids),
+        fields.D_HOME: homes, fields.D_HOST: [host.get(int(i), -1) for i in dids]})
     dec_cols = int(np.searchsorted(col, n_dec))  # decode ranks' columns come first, then mixed machines'
+    pi[fields.P_COL] = -1
+    for k, i in enumerate(dids):
+        if layout.phases[i] == "prefill":
+            pi[fields.P_COL, host[int(i)]] = lead[k]
 
     block = prefix_block_tokens(layout, requests) if len(dids) or len(pids) else 0
     n_hash = 0
@@ -191,19 +199,21 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         0 if layout.schedule == "request" else 1, int(layout.layers), int(layout.kv_bytes_per_token),
         link, fields.FAILURE_RECOMPUTE if layout.failure_policy == "recompute" else fields.FAILURE_RETRY,
         float(layout.route_s), *availability_csr(layout, pids), *availability_csr(layout, dids[col]), dec_cols,
-        int(layout.spill_tokens), float(layout.kv_share), heap + 2 * int(rq[fields.R_FAILS].sum()), cl)
+        int(layout.spill_tokens), float(layout.kv_share), int(layout.borrow),
+        heap + 2 * int(rq[fields.R_FAILS].sum()) + 4 * len(dids), cl)
     pinst, dinst = rq[fields.R_P_INST], rq[fields.R_D_INST]
     pglob = np.where(pinst >= 0, pids[np.maximum(pinst, 0)], -1) if len(pids) else np.full(n, -1)
     dglob = np.where(dinst >= 0, dids[col[np.maximum(dinst, 0)]], -1) if len(dids) else np.full(n, -1)
-    whole = (pinst < 0) & (dinst >= dec_cols)  # ran whole on a mixed machine: both phases there
+    whole = (pinst < 0) & (dinst >= 0) & (len(pids) > 0)  # ran whole on a mixed or lent machine
     pglob = np.where(whole, dglob, pglob)
     busy[pids] = pf[:, 0]
-    busy[dids] = df[fields.F_BUSY, lead]
+    busy[dids] += df[fields.F_BUSY, lead]  # a lent prefill instance's decoding adds to its prefills
     if len(pids) and len(dids):
         links = {layout.labels[i]: float(b) for i, b in zip(dids, df[fields.F_LINK_BUSY, lead])}
     raw = _raw(requests, rejected, rq, rt, pglob, dglob)
     raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = rq[fields.R_CACHED].copy(), rq[fields.R_LOADED].copy()
     raw["rejected_early"] = rejected & ~too_large
+    raw["handoffs_refused"] = rq[fields.R_REFUSED].copy()
     return raw, busy, links, int(events), int(cl[fields.CL_STOPPED])
 
 

@@ -20,6 +20,7 @@ from pdplan.sim.fast.fields import (
     D_DP,
     D_LEAD,
     D_LOAD,
+    P_LENT,
     P_LRU_CAP,
     P_PENDING,
     P_TIER_CAP,
@@ -31,7 +32,7 @@ from pdplan.sim.fast.prefix import leading_blocks
 
 
 @njit(cache=True)
-def _available(av_ptr, av_t, i, t):
+def available(av_ptr, av_t, i, t):
     """Whether instance i takes new requests at t: t lies in one of its intervals [from, until)."""
     for k in range(av_ptr[i], av_ptr[i + 1]):
         if av_t[0, k] <= t < av_t[1, k]:
@@ -46,7 +47,8 @@ def pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n
     (the next in turn after ``rr[0]``, which advances), or cache-aware (fewest pending tokens plus
     the prompt tokens its prefix cache would leave to compute: the queue and the recompute of the
     cache-aware cost, both in prompt tokens; loads from a second tier are not priced). Ties go to
-    the lowest index."""
+    the lowest index. An instance lent to decode (:mod:`.borrowing`) takes no prompts; one always
+    stays."""
     n_p = pi.shape[1]
     prompt = rq[R_PROMPT, r]
     p = -1
@@ -54,7 +56,7 @@ def pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n
         best = 0
         for step in range(n_p):
             i = (rr[0] + step) % n_p if router == ROUTER_ROUND_ROBIN else step
-            if rule == 0 and not _available(pav_ptr, pav_t, i, t):
+            if pi[P_LENT, i] == 1 or (rule == 0 and not available(pav_ptr, pav_t, i, t)):
                 continue
             if router == ROUTER_ROUND_ROBIN:
                 p = i
@@ -91,7 +93,7 @@ def least_loaded(di, need, av_ptr, av_t, t, lo, hi):
     end = di.shape[1] if hi < 0 else hi
     for rule in range(2):
         for i in range(lo, end):
-            if di[D_LEAD, i] != i or di[D_CAP, i] < need or (rule == 0 and not _available(av_ptr, av_t, i, t)):
+            if di[D_LEAD, i] != i or di[D_CAP, i] < need or (rule == 0 and not available(av_ptr, av_t, i, t)):
                 continue
             if best < 0 or di[D_LOAD, i] * (di[D_CAP, best] * di[D_DP, best]) < \
                     di[D_LOAD, best] * (di[D_CAP, i] * di[D_DP, i]):
@@ -108,7 +110,7 @@ def least_outstanding(di, need, av_ptr, av_t, t, lo):
     c = -1
     for rule in range(2):
         for i in range(lo, di.shape[1]):
-            if di[D_LEAD, i] == i and di[D_CAP, i] >= need and (rule == 1 or _available(av_ptr, av_t, i, t)) and \
+            if di[D_LEAD, i] == i and di[D_CAP, i] >= need and (rule == 1 or available(av_ptr, av_t, i, t)) and \
                     (c < 0 or di[D_LOAD, i] < di[D_LOAD, c]):
                 c = i
         if c >= 0:
