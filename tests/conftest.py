@@ -100,6 +100,23 @@ def mixed_manifest(tmp_path_factory) -> dict[str, Path]:
     return {"manifest": out, "trace": trace, "cluster": cluster}
 
 
+@pytest.fixture(scope="session")
+def borrowing_manifest(tmp_path_factory) -> dict[str, Path]:
+    """A manifest whose answer borrows (Splitwise's policy): the mixed manifest's case with
+    ``--borrow`` instead of ``--mixed``, where lending a decode machine to prefill saves a prefill
+    machine (~5 s). Returns the manifest, its trace and its cluster."""
+    folder = tmp_path_factory.mktemp("borrowing")
+    trace, cluster, out = folder / "chat600.csv", folder / "a100x2.yaml", folder / "borrowing.yaml"
+    trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[:601]))
+    cluster.write_text(MIXED_CLUSTER)
+    code, _ = run_main("optimize", trace, "--model", "llama2-70b", "--tp", "2", "--tp", "4", "--pp", "1",
+                       "--target-rate", "2", "--ttft", "1", "--tpot", "0.1", "--cluster", cluster, "--borrow",
+                       "--mixed-spill-tokens", "2048", "--mode", "disaggregated", "--affinity", "high",
+                       "--cache-dir", folder / "cache", "--out", out, *IDENTITY)
+    assert code == 0
+    return {"manifest": out, "trace": trace, "cluster": cluster}
+
+
 def without_mixed(manifest: dict) -> dict:
     """The mixed manifest as plain P/D: its mixed pool, its instances and its handoffs taken out (no
     export runs a mixed pool; the rest is a NIXL plan of several instances on one node)."""

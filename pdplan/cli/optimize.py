@@ -201,17 +201,23 @@ def optimize(
                         "is short, which the integer program counts in both phases and places on nodes. The "
                         "plan with mixed machines is searched and verified end to end like the others and is "
                         "the answer when it is the best; the plain P/D plan is reported beside it.")] = False,
+    borrow: Annotated[bool, typer.Option(
+        "--borrow", help="Also search P/D plans whose dedicated machines may be lent to the other phase past "
+                         "the spill thresholds (Splitwise's borrowing: a decode machine runs prompts while the "
+                         "prefill queues are long, a prefill machine decodes while the decode KV is full, each "
+                         "returning when that work drains). Verified end to end like the others and the answer "
+                         "when it is the best; the plain P/D plan is reported beside it.")] = False,
     mixed_max: Annotated[int, typer.Option(
         "--mixed-max", help="Mixed pool: the most mixed instances a plan may add (Splitwise's mixed pool is a "
                             "buffer beside the prefill and decode pools).")] = PlanRequest.mixed_max,
     mixed_spill_tokens: Annotated[int, typer.Option(
         "--mixed-spill-tokens",
-        help="Mixed pool: a request runs whole on a mixed machine when the shortest prefill queue holds "
-             "more pending prompt tokens than this.")] = Spill().prefill_queue_tokens,
+        help="Mixed pool and borrowing: a request runs whole on a mixed (or lent) machine when the shortest "
+             "prefill queue holds more pending prompt tokens than this.")] = Spill().prefill_queue_tokens,
     mixed_kv_share: Annotated[float, typer.Option(
         "--mixed-kv-share",
-        help="Mixed pool: a prefilled request decodes on a mixed machine when its decode instance's routed "
-             "KV would pass this share of its capacity.")] = Spill().decode_kv_share,
+        help="Mixed pool and borrowing: a prefilled request decodes on a mixed (or lent) machine when its "
+             "decode instance's routed KV would pass this share of its capacity.")] = Spill().decode_kv_share,
     router: RouterOpt = None,
     early_rejection: Annotated[bool, typer.Option(
         "--early-rejection", help="P/D plans reject an arrival at admission when its predicted TTFT at its prefill "
@@ -243,7 +249,8 @@ def optimize(
     _check_flags(objective=objective, target_rate=target_rate, peak=peak, windows=windows, change_cost=change_cost,
                  fleet=fleet, affinity=affinity, redundancy=redundancy, budgets=(max_gpus, max_cost, max_power),
                  link_headroom=link_headroom, time_limit=time_limit, seeds=seeds, min_run=min_run, jobs=jobs,
-                 max_rounds=max_rounds, tps=tp, pps=pp, dps=dp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share))
+                 max_rounds=max_rounds, tps=tp, pps=pp, dps=dp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share),
+                 borrow=borrow)
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     outputs = Outputs(trace, cluster, *profile_inputs(profiles), slo, model_file(model), windows_file(windows))
     if out is not None:
@@ -267,7 +274,7 @@ def optimize(
         time_limit_s=time_limit, max_checks=max_rounds, runs=seeds, min_run_s=min_run,
         jobs=jobs or available_cpus(),
         rule=verify_rule, redundancy=redundancy,
-        pool_shapes=pool_shapes, mode=mode, connector=connector, mixed=mixed, mixed_max=mixed_max,
+        pool_shapes=pool_shapes, mode=mode, connector=connector, mixed=mixed, mixed_max=mixed_max, borrow=borrow,
         spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share),
         tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS, pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS,
         dps=tuple(sorted(set(dp))) if dp else DEFAULT_DPS, router=router or PlanRequest.router,
@@ -342,13 +349,13 @@ def _check_flags(*, objective: Objective, target_rate: float | None, peak: bool,
                  change_cost: float, fleet: str, affinity: Affinity, redundancy: Redundancy, budgets: tuple,
                  link_headroom: float, time_limit: float, seeds: int, min_run: float, jobs: int, max_rounds: int,
                  tps: list[int] | None,
-                 pps: list[int] | None, dps: list[int] | None, mixed: tuple[int, int, float]) -> None:
+                 pps: list[int] | None, dps: list[int] | None, mixed: tuple[int, int, float], borrow: bool) -> None:
     """Flag values the planner cannot use, named by flag, before any work is done."""
     if peak and target_rate is not None:
         raise PdplanError("give --peak or --target-rate, not both", field="target_rate")
     if windows is not None:
         check_windowed(objective=objective, target_rate=target_rate, fleet=fleet, affinity=affinity,
-                       redundancy=redundancy, budgets=budgets)
+                       redundancy=redundancy, budgets=budgets, borrow=borrow)
         within("--change-cost", change_cost, 0, MAX_CHANGE_GPU_MINUTES)
     mixed_max, spill_tokens, kv_share = mixed
     within("--mixed-max", mixed_max, 1, limits.MAX_GPUS)

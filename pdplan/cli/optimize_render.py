@@ -28,7 +28,8 @@ def render(report: PlanReport, doc: dict, explain: bool, as_json: bool) -> None:
 def _answer(report: PlanReport, doc: dict, explain: bool) -> None:
     target = doc["target_rps"]
     fleet = doc["fleet"] + (f" ({doc['fleet_alias']})" if doc["fleet_alias"] else "")
-    decision = doc["decision"] + (" with a mixed pool" if doc["mixed"] else "")
+    decision = doc["decision"] + (" with a mixed pool" if doc["mixed"] else "") + (
+        " with borrowing" if doc.get("borrow") else "")
     head = (f"{report.request.model.name}: {decision} on fleet {fleet}"
             + (f" at {target:.3g} req/s" if target else ""))
     stdout.print(f"[bold]{head}[/bold]  ({'; '.join(o.label for o in report.request.slo.objectives)})",
@@ -42,6 +43,7 @@ def _answer(report: PlanReport, doc: dict, explain: bool) -> None:
     _links_table(doc)
     nodes_table(doc)
     _mixed_line(doc)
+    _borrowing_line(doc)
     if explain:
         _explain(report)
 
@@ -69,6 +71,32 @@ def _mixed_line(doc: dict) -> None:
     if found["chosen"]:
         stdout.print("  no router the exports deploy runs the spill rule this was verified under, so export refuses "
                      "a mixed pool: plan without --mixed to deploy", markup=False, highlight=False)
+
+
+def _borrowing_line(doc: dict) -> None:
+    """With --borrow: the best verified plan whose machines may be lent, against the plain P/D plan."""
+    found = doc.get("borrowing")
+    if found is None:
+        return
+    base = found["baseline"]
+    plain = "no plain P/D plan passes" if base is None else (
+        f"plain P/D: {base['prefill']} prefill + {base['decode']} decode, {money(base['cost_per_hour'])} per hour")
+    if not found["found"]:
+        stdout.print(f"borrowing: no plan with lent machines passes end to end; {plain}", markup=False,
+                     highlight=False)
+        return
+    j = found["verification"]["joint"]
+    lent = found["lent_work"] or {}
+    verdict = "the answer" if found["chosen"] else "not the answer (another plan is as good or better)"
+    stdout.print(f"borrowing: {found['prefill']} prefill + {found['decode']} decode, "
+                 f"{money(found['cost_per_hour'])} per hour, PASSES end to end (joint {j['mean']:.3f} "
+                 f"[{j['low']:.3f}, {j['high']:.3f}]; lent above {found['spill_tokens']} queued prompt tokens or at "
+                 f"{found['kv_share']:.0%} of decode KV: {lent.get('whole_requests_on_decode', 0)} requests run whole "
+                 f"on decode machines, {lent.get('decodes_on_prefill', 0)} decodes on prefill machines), {verdict}; "
+                 f"{plain}", markup=False, highlight=False)
+    if found["chosen"]:
+        stdout.print("  no router the exports deploy lends machines between phases, so export refuses this plan: "
+                     "plan without --borrow to deploy", markup=False, highlight=False)
 
 
 def _profiles_line(doc: dict) -> str:

@@ -182,6 +182,11 @@ def _render(summary: dict, target: float) -> None:
         mixed = summary["mixed"]
         facts.add_row("mixed pool took", f"{mixed['whole_requests']:,} whole requests, {mixed['decodes']:,} decodes "
                                          f"({_share(mixed['share'])} of requests)")
+    if "borrowing" in summary:
+        lent = summary["borrowing"]
+        facts.add_row("lent machines took", f"{lent['whole_requests_on_decode']:,} whole requests on decode machines, "
+                                            f"{lent['decodes_on_prefill']:,} decodes on prefill machines; "
+                                            f"{lent['handoffs_refused']:,} handoffs refused (stale role)")
     for label, value in summary["utilization"]["instances"].items():
         facts.add_row(f"busy {label}", _share(value))
     for label, value in summary["utilization"]["links"].items():

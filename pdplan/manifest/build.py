@@ -23,9 +23,10 @@ from pdplan.fileio import WRITTEN_DIGITS, sha256_file, update_digest
 from pdplan.hardware import get_gpu
 from pdplan.manifest.document import API_VERSION, KIND, digest, seal
 from pdplan.modelspec import KV_BYTES, ModelSpec, kv_bytes_per_token, kv_heads_per_gpu, weight_bytes_per_gpu
+from pdplan.placement import Solution
 from pdplan.planner import PlanReport
 from pdplan.planner.measure import mean_kv_bytes_per_request
-from pdplan.planner.plans import pool_name
+from pdplan.planner.plans import lent_path, pool_name
 from pdplan.planner.report import links_dict, phase_dict, pools, search_dict
 from pdplan.planner.request import Inputs, PlanRequest
 from pdplan.planner.search import Checked
@@ -100,7 +101,8 @@ def build_manifest(report: PlanReport, *, identity: Identity = Identity(), relea
         "pools": _pools(report, plan),
         "placement": {"route_epoch": 1, "affinity": chosen.affinity or "high",
                       "nodes": node_map(answer.solution, request.cluster)},
-        "transfer": _transfer(plan, links_dict(request, answer, chosen.affinity), request, release.connector),
+        "transfer": _transfer(plan, links_dict(request, answer, chosen.affinity), request, release.connector,
+                              answer.solution, chosen.affinity or "high"),
         "predictions": _predictions(report),
         "fallback": _fallback(report),
         "release": _release(request, release),
@@ -249,11 +251,13 @@ def _node_order(name: str) -> tuple[str, int]:
     return (kind, int(index)) if index.isdigit() else (name, 0)
 
 
-def _transfer(plan: Plan, links: list[dict], request: PlanRequest, connector: Connector) -> dict:
+def _transfer(plan: Plan, links: list[dict], request: PlanRequest, connector: Connector, solution: Solution,
+              affinity: str) -> dict:
     """The KV handoff: connector, roles, bytes per request (the whole prompt's KV, 0x08D), each
     path's demand against its capacity, the router that picks each arrival's prefill instance when it
-    is not least-loaded (:func:`routing`), and with a mixed pool when work spills to it. A colocated
-    plan moves no KV: connector ``none``."""
+    is not least-loaded (:func:`routing`), and with a mixed pool or borrowing when work spills (and,
+    borrowing, the link a lent prefill instance receives on). A colocated plan moves no KV: connector
+    ``none``."""
     if plan.colocated:
         return {"connector": "none", "schedule": None, "roles": {}, "kv_bytes_per_request": None, "paths": []}
     p99_prompt = float(np.percentile(request.workload.prompt_tokens, 99))
@@ -266,7 +270,11 @@ def _transfer(plan: Plan, links: list[dict], request: PlanRequest, connector: Co
                       "demand_gb_s": row["demand_gb_s"], "capacity_gb_s": row["capacity_gb_s"]})
     roles = {p.name: KV_ROLES[p.phase] for p in plan.pools}
     spill = ({"spill": {"prefill_queue_tokens": plan.spill_tokens, "decode_kv_share": plan.kv_share}}
-             if plan.pools_of("mixed") else {})
+             if plan.pools_of("mixed") or plan.borrow else {})
+    if plan.borrow:
+        spill["spill"] |= {"borrow": True, "borrow_chunk_tokens": plan.borrow_chunk_tokens, "lent_link": {
+            "path": lent_path(solution, affinity), "bandwidth_gb_s": plan.default_link.bandwidth_bytes_per_s / 1e9,
+            "setup_ms": plan.default_link.setup_s * 1e3}}
     return {"connector": connector, "connector_class": CONNECTORS[connector], "schedule": plan.transfer_schedule,
             **routing(plan), "roles": roles,
             "kv_bytes_per_request": {"mean": mean_kv_bytes_per_request(request.workload, request.model),

@@ -390,8 +390,9 @@ def _transfer(manifest: dict) -> list[Violation]:
         if transfer["roles"].get(p["name"]) != want:
             found.append(Violation(f"transfer.roles.{p['name']}", f"a {p['phase']} pool is a {want}"))
     mixed = any(p["phase"] == "mixed" for p in pools)
-    if mixed != ("spill" in transfer):
-        found.append(Violation("transfer.spill", "must be given exactly when the plan has a mixed pool"))
+    borrows = transfer.get("spill", {}).get("borrow", False)
+    if (mixed or borrows) != ("spill" in transfer):
+        found.append(Violation("transfer.spill", "must be given exactly when the plan has a mixed pool or borrows"))
     by_name = {p["name"]: p for p in pools}
     for i, path in enumerate(transfer["paths"]):
         where = f"transfer.paths[{i}]"

@@ -37,7 +37,11 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
         doc["links"] = [{"from": p["from"], "to": p["to"], "bandwidth_gb_s": p["bandwidth_gb_s"],
                          "setup_ms": p["setup_ms"]} for p in transfer["paths"]]
         if "spill" in transfer:
-            doc["mixed"] = dict(transfer["spill"])
+            spill = dict(transfer["spill"])
+            lent = spill.pop("lent_link", None)
+            doc["mixed"] = spill
+            if lent is not None:  # borrowing: a lent prefill instance receives on this link
+                doc["default_link"] = {"bandwidth_gb_s": lent["bandwidth_gb_s"], "setup_ms": lent["setup_ms"]}
     doc["pools"] = [{k: p[k] for k in ("name", "phase", "model", "gpu", "tp", "pp", "replicas")}
                     | wide_fields(pool_shape(p).dp, pool_shape(p).ep, redundant_experts(p)) | p["scheduling"]
                     for p in manifest["pools"]]

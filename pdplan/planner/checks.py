@@ -95,25 +95,26 @@ class Verifier:
                          mean_shortfall=max(o.objective.attainment - o.interval.mean for o in verdict.per_objective),
                          joint=verdict.joint, failing_phase=verdict.failing_phase)
 
-    def plan(self, solution: Solution, *, mode: str, affinity: str, name: str) -> Plan:
+    def plan(self, solution: Solution, *, mode: str, affinity: str, name: str, borrow: bool = False) -> Plan:
         """``solution`` as the simulator plan this request verifies: its links, transfer failures,
         router hop, spill thresholds, prefill router and early rejection (at the SLO's tightest TTFT
-        threshold)."""
+        threshold); with ``borrow``, its dedicated machines may be lent to the other phase."""
         request = self.request
         return plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
                        transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
                        failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
                        router=request.router,
                        reject_ttft_s=request.slo.threshold_s("ttft") if request.early_rejection else None,
-                       name=name)
+                       name=name, borrow=borrow)
 
     def check(self, solution: Solution, *, mode: str, affinity: str, fleet: str,
-              rate_rps: float | None = None, redundancy: str | None = None) -> Checked:
+              rate_rps: float | None = None, redundancy: str | None = None, borrow: bool = False) -> Checked:
         """Place ``solution`` as a plan and verify it at ``rate_rps`` (default: the target), with
-        each loss ``redundancy`` (default: the request's) asks it to survive."""
+        each loss ``redundancy`` (default: the request's) asks it to survive; with ``borrow``, its
+        dedicated machines may be lent to the other phase."""
         request = self.request
-        mixed = ", with a mixed pool" if solution.mixed else ""
-        plan = self.plan(solution, mode=mode, affinity=affinity,
+        mixed = ", with a mixed pool" if solution.mixed else ", borrowing" if borrow else ""
+        plan = self.plan(solution, mode=mode, affinity=affinity, borrow=borrow,
                          name=f"{request.model.name} {mode} ({fleet}" + (f", {affinity} affinity{mixed})"
                                                                           if mode != "colocated" else ")"))
         rate = request.target_rps if rate_rps is None else rate_rps

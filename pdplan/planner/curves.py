@@ -43,7 +43,8 @@ def fleet_bars(report: PlanReport) -> list[PlanBar]:
     for fleet in report.fleets:
         for search in fleet.searches():
             shown = search.best or search.closest
-            kind = "disaggregated, mixed machines allowed" if search is fleet.mixed else search.mode
+            kind = ("disaggregated, mixed machines allowed" if search is fleet.mixed
+                    else "disaggregated, machines lent" if search is fleet.borrowing else search.mode)
             bars.append(PlanBar(
                 fleet=fleet.fleet.alias or fleet.fleet.name, kind=kind,
                 usd_per_hour=None if shown is None else shown.solution.usd_per_hour,

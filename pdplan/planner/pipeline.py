@@ -3,7 +3,10 @@
 For each fleet, the disaggregated plan (each node affinity asked for) and the colocated plan are
 searched under the same constraints (0x0A–0x0C), each by :func:`~pdplan.planner.search.verified_search`;
 with ``--mixed``, so is a disaggregated plan that may add Splitwise's mixed machines (0x08G), which
-the program counts in both phases and the simulation runs with their spill thresholds.
+the program counts in both phases and the simulation runs with their spill thresholds; with
+``--borrow``, so is a disaggregated plan whose dedicated machines may be lent to the other phase
+past those thresholds (Splitwise's borrowing, :mod:`pdplan.sim.fast.borrowing`): the program counts
+its pools as dedicated, and the verified search's descent finds what borrowing lets it drop.
 The answer is the cheapest plan the end-to-end simulation passed, over every fleet, mode and
 affinity (objective goodput: the highest verified rate). When none passed, there is no answer:
 the report carries the plan that missed by the least.
@@ -39,6 +42,7 @@ class FleetResult:
     colocated: SearchResult
     objective: str
     mixed: SearchResult | None = None     #: with --mixed: the disaggregated search that may add mixed machines
+    borrowing: SearchResult | None = None  #: with --borrow: the disaggregated search whose machines may be lent
 
     @property
     def best(self) -> SearchResult | None:
@@ -47,7 +51,7 @@ class FleetResult:
 
     def searches(self, mode: str = "auto") -> tuple[SearchResult, ...]:
         """The searches of the modes ``mode`` allows ("auto": both)."""
-        return tuple(r for r in (self.disaggregated, self.mixed, self.colocated)
+        return tuple(r for r in (self.disaggregated, self.mixed, self.borrowing, self.colocated)
                      if r is not None and mode in ("auto", r.mode))
 
     def best_in(self, mode: str) -> SearchResult | None:
@@ -128,7 +132,8 @@ class PlanReport:
 
 def better(a: SearchResult, b: SearchResult, objective: str) -> SearchResult:
     """The search with the better verified plan (ties: fewer GPUs, then colocated, the simpler
-    system, then no mixed pool, then the narrower fleet); a search with no verified plan loses."""
+    system, then no mixed pool, then no borrowing, then the narrower fleet); a search with no
+    verified plan loses."""
     if a.best is None:
         return b
     if b.best is None:
@@ -137,7 +142,7 @@ def better(a: SearchResult, b: SearchResult, objective: str) -> SearchResult:
 
     def key(r: SearchResult) -> tuple:  # then the fleet that allows the fewest GPU types
         return (sign * r.best.value(objective), r.best.solution.gpus_total, r.mode != "colocated",
-                r.best.solution.mixed, r.fleet.breadth)
+                r.best.solution.mixed, r.best.plan.borrow, r.fleet.breadth)
 
     return min((a, b), key=key)
 
@@ -172,18 +177,18 @@ class Searches:
         self._done: dict[tuple, SearchResult] = {}
 
     def run(self, fleet: Fleet, mode: str, affinity: str, request: PlanRequest | None = None,
-            mixed: bool = False) -> SearchResult:
+            mixed: bool = False, borrow: bool = False) -> SearchResult:
         request = request or self.request
-        key = _search_key(fleet, mode, affinity, request, mixed)
+        key = _search_key(fleet, mode, affinity, request, mixed, borrow)
         if key not in self._done:
             base = base_problem(request, self.candidates, fleet, mode, affinity, mixed=mixed)
-            self._done[key] = self._search(request, base)
+            self._done[key] = self._search(request, base, borrow)
         return replace(self._done[key], fleet=fleet)
 
-    def _search(self, request: PlanRequest, base: Problem) -> SearchResult:
+    def _search(self, request: PlanRequest, base: Problem, borrow: bool = False) -> SearchResult:
         def check(solution, rate_rps=None) -> Checked:
             return self.verifier.check(solution, mode=base.mode, affinity=base.affinity, fleet=base.fleet.label,
-                                       rate_rps=rate_rps, redundancy=base.redundancy)
+                                       rate_rps=rate_rps, redundancy=base.redundancy, borrow=borrow)
 
         if request.objective != "goodput":
             return verified_search(request, base, check)
@@ -207,7 +212,7 @@ class Searches:
                        end_to_end=search)
 
     def prefetch(self, wanted: list[tuple]) -> None:
-        """With ``jobs`` above 1, run the searches ``wanted`` (fleet, mode, affinity, request, mixed)
+        """With ``jobs`` above 1, run the searches ``wanted`` (fleet, mode, affinity, request, mixed, borrow)
         that are not done yet on that many processes, each with its own verifier on the shared cache;
         :meth:`run` then finds them done. The searches are independent, so the results are the ones
         :meth:`run` would compute."""
@@ -233,26 +238,30 @@ class Searches:
         self._done[key] = result
 
     def wanted(self, fleet: Fleet, request: PlanRequest | None = None) -> list[tuple]:
-        """The searches :meth:`fleet` runs: each affinity asked for, mixed machines when asked, colocated."""
+        """The searches :meth:`fleet` runs: each affinity asked for, mixed machines and borrowing when
+        asked, colocated."""
         request = request or self.request
-        return ([(fleet, "disaggregated", a, request, False) for a in request.affinities]
-                + ([(fleet, "disaggregated", "high", request, True)] if request.mixed else [])
-                + [(fleet, "colocated", "high", request, False)])
+        return ([(fleet, "disaggregated", a, request, False, False) for a in request.affinities]
+                + ([(fleet, "disaggregated", "high", request, True, False)] if request.mixed else [])
+                + ([(fleet, "disaggregated", "high", request, False, True)] if request.borrow else [])
+                + [(fleet, "colocated", "high", request, False, False)])
 
     def fleet(self, fleet: Fleet, request: PlanRequest | None = None) -> FleetResult:
         request = request or self.request
         self.prefetch(self.wanted(fleet, request))
         affinities = [self.run(fleet, "disaggregated", a, request) for a in request.affinities]
         mixed = self.run(fleet, "disaggregated", "high", request, mixed=True) if request.mixed else None
+        borrowing = self.run(fleet, "disaggregated", "high", request, borrow=True) if request.borrow else None
         return FleetResult(fleet=fleet, disaggregated=pick(affinities, request.objective),
                            colocated=self.run(fleet, "colocated", "high", request), objective=request.objective,
-                           mixed=mixed)
+                           mixed=mixed, borrowing=borrowing)
 
 
-def _search_key(fleet: Fleet, mode: str, affinity: str, request: PlanRequest, mixed: bool) -> tuple:
+def _search_key(fleet: Fleet, mode: str, affinity: str, request: PlanRequest, mixed: bool,
+                borrow: bool = False) -> tuple:
     """What makes two searches the same: fleets that allow a colocated pool the same GPU types share one."""
     return (mode, affinity, fleet.allowed("colocated") if mode == "colocated" else fleet.name,
-            request.redundancy, request.objective, mixed)
+            request.redundancy, request.objective, mixed, borrow)
 
 
 def _call(job: partial, *, cache: ResultCache):
@@ -269,9 +278,9 @@ def _headroom_in_worker(request: PlanRequest, profiles: dict, plan, mode: str, s
 def _search_in_worker(candidates: tuple[Candidate, ...], profiles: dict, item: tuple, *,
                       cache: ResultCache) -> tuple[SearchResult, int]:
     """One search in a worker process, and the simulations it ran."""
-    fleet, mode, affinity, request, mixed = item
+    fleet, mode, affinity, request, mixed, borrow = item
     verifier = Verifier(request, profiles, cache)
-    result = Searches(request, candidates, verifier).run(fleet, mode, affinity, request, mixed)
+    result = Searches(request, candidates, verifier).run(fleet, mode, affinity, request, mixed, borrow)
     return result, verifier.simulations
 
 
@@ -365,7 +374,8 @@ def _fallback_item(request: PlanRequest, chosen: SearchResult, fleets: list[Flee
     fleet = next(f for f in fleets if f.fleet == chosen.fleet)
     if chosen.mode == "colocated" or fleet.colocated.best is not None or request.objective == "goodput":
         return None
-    return (fleet.fleet, "colocated", "high", replace(request, objective=Objective.GOODPUT, target_rps=None), False)
+    return (fleet.fleet, "colocated", "high", replace(request, objective=Objective.GOODPUT, target_rps=None), False,
+            False)
 
 
 def reduced_fallback(request: PlanRequest, chosen: SearchResult, fleets: list[FleetResult],

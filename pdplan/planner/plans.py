@@ -33,11 +33,13 @@ class Spill:
 def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str, affinity: str,
             transfer_schedule: str, name: str, failure_rate: float = 0.0, failure_policy: str = "retry",
             route_s: float = 0.0, spill: Spill = Spill(), router: str = "least-loaded",
-            reject_ttft_s: float | None = None) -> Plan:
+            reject_ttft_s: float | None = None, borrow: bool = False) -> Plan:
     """The placement as a simulator plan: one pool per shape, links at the bandwidth of the path
     the placement gives them (:func:`link_path`) from every prefill pool to every pool that
     decodes (decode and mixed), with the transfer failures and router hop the plan must survive,
-    the spill thresholds of a mixed pool, the prefill router and the early-rejection threshold."""
+    the spill thresholds of a mixed pool (or of borrowing, ``borrow``: its lent machines' handoffs then
+    take the plan's default link, :func:`lent_link`), the prefill router and the early-rejection
+    threshold."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(),
                                  key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp, kv[0].dp, kv[0].ep)):
@@ -54,10 +56,30 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                                                          link_path(solution, affinity, shapes[src], shapes[dst])))
              for src in pools if src.phase == "prefill" for dst in pools if dst.phase in ("decode", "mixed")]
     thresholds = ({"spill_tokens": spill.prefill_queue_tokens, "kv_share": spill.decode_kv_share}
-                  if solution.mixed else {})
+                  if solution.mixed or borrow else {})
+    if borrow:
+        thresholds |= {"borrow": True, "default_link": lent_link(solution, cluster, affinity)}
     return Plan(pools=pools, links=tuple(links), transfer_schedule=transfer_schedule, name=name,
                 failure_rate=failure_rate, failure_policy=failure_policy, route_s=route_s, router=router,
                 reject_ttft_s=reject_ttft_s, **thresholds)
+
+
+def lent_path(solution: Solution, affinity: str) -> str:
+    """The path a handoff to a prefill instance lent to decode takes (borrowing): from one prefill
+    instance to another, ``intra-node`` only when every pair of prefill shapes stays on one node
+    (:func:`link_path`)."""
+    prefill = [cand for cand in solution.replicas if cand.phase == "prefill"]
+    return "intra-node" if all(link_path(solution, affinity, a, b) == "intra-node"
+                               for a in prefill for b in prefill) else "inter-node"
+
+
+def lent_link(solution: Solution, cluster: Cluster, affinity: str) -> Link:
+    """The link of :func:`lent_path`, at the slowest prefill shape's ingress on it: every handoff to
+    a lent prefill instance takes it (the plan's default link)."""
+    path = lent_path(solution, affinity)
+    return Link(from_pool=None, to_pool=None, setup_s=LINK_SETUP_S,
+                bandwidth_bytes_per_s=min(path_bytes_per_s(solution, cluster, cand, path)
+                                          for cand in solution.replicas if cand.phase == "prefill"))
 
 
 def link_path(solution: Solution, affinity: str, prefill: Candidate, decoding: Candidate) -> str:

@@ -163,6 +163,9 @@ def fleet_row(fleet: FleetResult, request: PlanRequest) -> dict:
     mixed = None if fleet.mixed is None else fleet.mixed.best
     row["mixed_cost_per_hour"] = None if mixed is None else mixed.solution.usd_per_hour
     row["mixed_gpus_total"] = None if mixed is None else mixed.solution.gpus_total
+    lent = None if fleet.borrowing is None else fleet.borrowing.best
+    row["borrowing_cost_per_hour"] = None if lent is None else lent.solution.usd_per_hour
+    row["borrowing_gpus_total"] = None if lent is None else lent.solution.gpus_total
     return row
 
 
@@ -254,6 +257,7 @@ def report_to_dict(report: PlanReport) -> dict:
         "prefill": phase_dict(solution, "prefill"),
         "decode": phase_dict(solution, "decode"),
         "mixed": phase_dict(solution, "mixed"),
+        "borrow": answer.plan.borrow,
         "disaggregated_alternative": None if alternative is None else plan_summary(
             request, alternative, fleet.disaggregated.affinity),
         "colocated_baseline": None if baseline is None else {
@@ -296,6 +300,7 @@ def report_to_dict(report: PlanReport) -> dict:
                   for i in solution.instances],
         "simulation": verification.summary,
         "mixed_pool": _mixed(report),
+        "borrowing": _borrowing(report),
         "provenance": _provenance(report),
         "run": _run(report),
     })
@@ -322,6 +327,29 @@ def _mixed(report: PlanReport) -> dict | None:
         "spill_tokens": found.plan.spill_tokens, "kv_share": found.plan.kv_share,
         "max_mixed": report.request.mixed_max, "gpus_total": found.solution.gpus_total,
         "cost_per_hour": found.solution.usd_per_hour, "ledger_rps": found.solution.goodput_rps,
+        "verification": verification_dict(report.request, found.verification), "checks": len(search.tried)}
+
+
+def _borrowing(report: PlanReport) -> dict | None:
+    """With --borrow, on the answer's fleet: the best verified plan whose dedicated machines may be
+    lent to the other phase, whether it is the answer, and the plain P/D plan it is compared with."""
+    if not report.request.borrow:
+        return None
+    fleet, objective = report.fleet, report.request.objective
+    search, plain = fleet.borrowing, fleet.disaggregated.best
+    doc = {"found": False, "chosen": False, "search": search_dict(search, objective), "reason": _why_none(search),
+           "baseline": None if plain is None else _counts(plain) | {
+               "gpus_total": plain.solution.gpus_total, "cost_per_hour": plain.solution.usd_per_hour}}
+    found = search.best
+    if found is None:
+        return doc
+    lent = found.verification.summary.get("borrowing", {})
+    return doc | _counts(found) | {
+        "found": True, "chosen": report.answer is found,
+        "spill_tokens": found.plan.spill_tokens, "kv_share": found.plan.kv_share,
+        "borrow_chunk_tokens": found.plan.borrow_chunk_tokens, "gpus_total": found.solution.gpus_total,
+        "cost_per_hour": found.solution.usd_per_hour, "ledger_rps": found.solution.goodput_rps,
+        "lent_work": lent or None,
         "verification": verification_dict(report.request, found.verification), "checks": len(search.tried)}
 
 

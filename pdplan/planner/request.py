@@ -84,7 +84,9 @@ class PlanRequest:
     connector: Connector = Connector.NIXL  #: the KV connector the plan's engine (profiles.engine) runs
     mixed: bool = False                 #: P/D plans may add Splitwise's mixed machines (a third capacity)
     mixed_max: int = 8                  #: mixed instances a plan may add at most
-    spill: Spill = Spill()              #: when work spills to mixed machines
+    spill: Spill = Spill()              #: when work spills to mixed machines (or borrowed ones)
+    #: P/D plans are also searched with Splitwise's borrowing: dedicated machines lent to the other phase
+    borrow: bool = False
     seed: int = DEFAULT_SEED            #: the run's seed: every draw (probes, verification runs, CP-SAT)
     jobs: int = 1                       #: processes the per-shape stages run on (pdplan.parallel)
     inputs: Inputs | None = None        #: the files read, which manifests record (None: built in memory)
@@ -111,6 +113,9 @@ class PlanRequest:
         if self.mixed and self.affinity == "low":
             raise PdplanError("--mixed adds machines that take handoffs across nodes; it needs --affinity high "
                               "or auto", field="mixed")
+        if self.borrow and self.affinity == "low":
+            raise PdplanError("--borrow lends machines that then take handoffs across nodes; it needs --affinity "
+                              "high or auto", field="borrow")
         check_admission_share(self.admission_share)
 
     @property

@@ -17,7 +17,7 @@ MAX_CHANGE_GPU_MINUTES = 24 * 60
 
 
 def check_windowed(*, objective: Objective, target_rate: float | None, fleet: str, affinity: Affinity,
-                   redundancy: Redundancy, budgets: tuple[float | None, ...]) -> None:
+                   redundancy: Redundancy, budgets: tuple[float | None, ...], borrow: bool = False) -> None:
     """A windowed schedule minimises cost over the windows at each window's own rate, on one named
     fleet at high node affinity, within the cluster's inventory, without losses verified."""
     if objective != Objective.COST:
@@ -31,6 +31,9 @@ def check_windowed(*, objective: Objective, target_rate: float | None, fleet: st
                           field="affinity")
     if redundancy != Redundancy.NONE:
         raise PdplanError("--windows does not verify losses yet; drop --redundancy", field="redundancy")
+    if borrow:
+        raise PdplanError("--windows schedules dedicated pools and flips; borrowing is not scheduled yet: drop "
+                          "--borrow", field="borrow")
     if any(b is not None for b in budgets):
         raise PdplanError("--windows plans within the cluster's inventory; drop --max-gpus, --max-cost and "
                           "--max-power", field="max_gpus")

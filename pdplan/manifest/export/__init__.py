@@ -33,11 +33,11 @@ def export_manifest(manifest: dict, fmt: str, *, image: str | None = None, route
     """
     if fmt not in _SCRIPT_WRITERS and fmt not in _POD_WRITERS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
+    _refuse_mixed(manifest, fmt)  # no router runs the plan's spill rule: the first thing to fix
     engine = FORMAT_ENGINES[fmt]
     refusal = engine_refusal(manifest, engine)
     if refusal:
         raise PdplanError(f"{fmt} export starts {engine}, which cannot run this plan: {refusal}", field="pools")
-    _refuse_mixed(manifest, fmt)
     if fmt in _SCRIPT_WRITERS:
         return _SCRIPT_WRITERS[fmt](manifest, image=image)
     options = pods.PodOptions(image=image, router_image=router_image, hf_token_secret=hf_token_secret)
@@ -45,13 +45,17 @@ def export_manifest(manifest: dict, fmt: str, *, image: str | None = None, route
 
 
 def _refuse_mixed(manifest: dict, fmt: str) -> None:
-    """A mixed pool was verified under Splitwise's spill rule; a format whose router does not run
-    that rule would serve it otherwise than verified, so it is refused."""
+    """A mixed pool (or borrowing) was verified under Splitwise's spill rule; a format whose router
+    does not run that rule would serve it otherwise than verified, so it is refused."""
     mixed = [p["name"] for p in manifest["pools"] if p["phase"] == "mixed"]
     why = mixed_refusal(fmt) if mixed else None
     if why:
         raise PdplanError(f"{fmt} export cannot run mixed pool {mixed[0]} as it was verified ({why}); plan "
                           "without --mixed to export", field="pools")
+    why = mixed_refusal(fmt) if manifest["transfer"].get("spill", {}).get("borrow") else None
+    if why:
+        raise PdplanError(f"{fmt} export cannot lend machines between phases as the plan was verified ({why}); "
+                          "plan without --borrow to export", field="transfer.spill.borrow")
 
 
 __all__ = ["FORMATS", "export_manifest"]
