@@ -77,3 +77,8 @@ def test_every_format_refuses_a_plan_that_borrows_naming_its_routers_rule(run_cl
     assert len(err.strip().splitlines()) == 1
     assert "cannot lend machines" in err and mixed_refusal(fmt) in " ".join(err.split())
     assert not (tmp_path / fmt).exists()
+
+
+def test_lent_machines_need_high_node_affinity(run_cli, borrowing_manifest):
+    code, _, err = run_cli("optimize", borrowing_manifest["trace"], "--borrow", "--affinity", "low")
+    assert code == 2 and "--borrow" in err

@@ -405,7 +405,7 @@ def test_the_schedule_plot_shades_the_windows_the_static_mean_plan_misses():
                                          (("--objective", "goodput"), "objective"),
                                          (("--change-cost", "-1"), "change-cost"), (("--fleet", "all"), "fleet"),
                                          (("--affinity", "low"), "affinity"), (("--redundancy", "node"), "redundancy"),
-                                         (("--max-gpus", "4"), "max-gpus")])
+                                         (("--max-gpus", "4"), "max-gpus"), (("--borrow",), "borrow")])
 def test_windows_refuse_flags_that_do_not_apply(run_cli, tmp_path, flags, named):
     code, _, err = run_cli("optimize", SMOKE, "--windows", "1m", *flags)
     assert code == 2 and named.replace("_", "-") in err.replace("_", "-")

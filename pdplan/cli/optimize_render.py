@@ -53,9 +53,7 @@ def _mixed_line(doc: dict) -> None:
     found = doc.get("mixed_pool")
     if found is None:
         return
-    base = found["baseline"]
-    plain = "no plain P/D plan passes" if base is None else (
-        f"plain P/D: {base['prefill']} prefill + {base['decode']} decode, {money(base['cost_per_hour'])} per hour")
+    plain = _plain_line(found["baseline"])
     if not found["found"]:
         stdout.print(f"mixed pool: no plan with mixed machines is better and passes end to end; {plain}",
                      markup=False, highlight=False)
@@ -73,14 +71,18 @@ def _mixed_line(doc: dict) -> None:
                      "a mixed pool: plan without --mixed to deploy", markup=False, highlight=False)
 
 
+def _plain_line(base: dict | None) -> str:
+    """The plain P/D plan a mixed pool or borrowing is compared with."""
+    return "no plain P/D plan passes" if base is None else (
+        f"plain P/D: {base['prefill']} prefill + {base['decode']} decode, {money(base['cost_per_hour'])} per hour")
+
+
 def _borrowing_line(doc: dict) -> None:
     """With --borrow: the best verified plan whose machines may be lent, against the plain P/D plan."""
     found = doc.get("borrowing")
     if found is None:
         return
-    base = found["baseline"]
-    plain = "no plain P/D plan passes" if base is None else (
-        f"plain P/D: {base['prefill']} prefill + {base['decode']} decode, {money(base['cost_per_hour'])} per hour")
+    plain = _plain_line(found["baseline"])
     if not found["found"]:
         stdout.print(f"borrowing: no plan with lent machines passes end to end; {plain}", markup=False,
                      highlight=False)

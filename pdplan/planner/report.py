@@ -312,11 +312,8 @@ def _mixed(report: PlanReport) -> dict | None:
     machines, whether it is the answer, and the plain P/D plan it is compared with."""
     if not report.request.mixed:
         return None
-    fleet, objective = report.fleet, report.request.objective
-    search, plain = fleet.mixed, fleet.disaggregated.best
-    doc = {"found": False, "chosen": False, "search": search_dict(search, objective), "reason": _why_none(search),
-           "baseline": None if plain is None else _counts(plain) | {
-               "gpus_total": plain.solution.gpus_total, "cost_per_hour": plain.solution.usd_per_hour}}
+    search = report.fleet.mixed
+    doc = _beside_plain(report, search)
     found = search.best
     if found is None or not found.solution.mixed:  # the search's best may need no mixed machine at all
         return doc
@@ -335,11 +332,8 @@ def _borrowing(report: PlanReport) -> dict | None:
     lent to the other phase, whether it is the answer, and the plain P/D plan it is compared with."""
     if not report.request.borrow:
         return None
-    fleet, objective = report.fleet, report.request.objective
-    search, plain = fleet.borrowing, fleet.disaggregated.best
-    doc = {"found": False, "chosen": False, "search": search_dict(search, objective), "reason": _why_none(search),
-           "baseline": None if plain is None else _counts(plain) | {
-               "gpus_total": plain.solution.gpus_total, "cost_per_hour": plain.solution.usd_per_hour}}
+    search = report.fleet.borrowing
+    doc = _beside_plain(report, search)
     found = search.best
     if found is None:
         return doc
@@ -351,6 +345,15 @@ def _borrowing(report: PlanReport) -> dict | None:
         "cost_per_hour": found.solution.usd_per_hour, "ledger_rps": found.solution.goodput_rps,
         "lent_work": lent or None,
         "verification": verification_dict(report.request, found.verification), "checks": len(search.tried)}
+
+
+def _beside_plain(report: PlanReport, search: SearchResult) -> dict:
+    """A search beside the plain P/D plan of the answer's fleet (mixed pool, borrowing), before
+    anything it found: its search record, why it found nothing, and the plain plan."""
+    plain = report.fleet.disaggregated.best
+    return {"found": False, "chosen": False, "search": search_dict(search, report.request.objective),
+            "reason": _why_none(search), "baseline": None if plain is None else _counts(plain) | {
+                "gpus_total": plain.solution.gpus_total, "cost_per_hour": plain.solution.usd_per_hour}}
 
 
 def _counts(checked: Checked) -> dict:

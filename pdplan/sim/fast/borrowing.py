@@ -97,20 +97,23 @@ def spill_column(rq, di, av_ptr, av_t, t, r, n_dec, spill_tokens):
             d = c
     if d < 0:
         return m
-    _lend_decode(di, d)
+    _lend_decode(di, d, 1)
     return d
 
 
 @njit(cache=True)
-def _lend_decode(di, d):
-    """Decode instance d takes prompts too: its landed KV moves to the queue a mixed machine keeps
-    apart from its prompts."""
-    di[D_LENT, d] = 1
-    di[D_MIXED, d] = 1
-    di[D_K_HEAD, d] = di[D_W_HEAD, d]
-    di[D_K_TAIL, d] = di[D_W_TAIL, d]
-    di[D_W_HEAD, d] = -1
-    di[D_W_TAIL, d] = -1
+def _lend_decode(di, d, lent):
+    """Decode instance d is lent to prefill (``lent`` 1: it takes prompts too) or back to decode
+    alone (0). Its landed KV moves with it: a lent one keeps it in the queue a mixed machine keeps
+    apart from its prompts (K), a decode instance in its W queue."""
+    head, tail, to_head, to_tail = (D_W_HEAD, D_W_TAIL, D_K_HEAD, D_K_TAIL) if lent else \
+        (D_K_HEAD, D_K_TAIL, D_W_HEAD, D_W_TAIL)
+    di[D_LENT, d] = lent
+    di[D_MIXED, d] = lent
+    di[to_head, d] = di[head, d]
+    di[to_tail, d] = di[tail, d]
+    di[head, d] = -1
+    di[tail, d] = -1
 
 
 @njit(cache=True)
@@ -195,12 +198,7 @@ def give_back(pi, di, c):
     if di[D_LENT, c] == 0 or di[D_W_HEAD, c] >= 0 or di[D_PF_HEAD, c] >= 0:
         return
     if di[D_HOME, c] == HOME_DECODE:
-        di[D_LENT, c] = 0
-        di[D_MIXED, c] = 0
-        di[D_W_HEAD, c] = di[D_K_HEAD, c]
-        di[D_W_TAIL, c] = di[D_K_TAIL, c]
-        di[D_K_HEAD, c] = -1
-        di[D_K_TAIL, c] = -1
+        _lend_decode(di, c, 0)
     elif di[D_HOME, c] == HOME_PREFILL and di[D_MODE, c] == IDLE and di[D_K_HEAD, c] < 0:
         di[D_LENT, c] = 0
         di[D_EPOCH, c] += 1
