@@ -241,4 +241,4 @@ def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: R
 
     return build_curve(m.goodput.goodput_rps, m.goodput.saturation_rps, wanted_rps=wanted_rps,
                        most_replicas=most_replicas(request, m.shape), sample=sample,
-                       flat_within=request.settings.tolerance_rel)
+                       resolution=request.settings.tolerance_rel)
