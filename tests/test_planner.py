@@ -2,6 +2,7 @@
 answer is always a plan that passed. The end-to-end verdict is scripted here (real simulations
 decide in test_verified_optimum.py and test_cli_optimize.py)."""
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -207,3 +208,20 @@ def test_bad_search_settings_are_input_errors(kwargs, message):
 
     with pytest.raises(PdplanError, match=message):
         request(**kwargs)
+
+
+def test_a_plan_that_borrows_hands_off_to_a_lent_prefill_instance_on_the_prefill_pools_path():
+    """Both TP4 instances share one node, so a lent prefill instance receives its KV over NVLink."""
+    solution = solve(Problem(candidates=TP4_PAIR, cluster=TWO_NODES, mode="disaggregated", target_rps=4))
+    plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=TWO_NODES, mode="disaggregated",
+                           affinity="high", transfer_schedule="layer", name="p", borrow=True)
+    assert plan.borrow and plan.default_link.bandwidth_bytes_per_s == 4 * 450e9
+
+
+def test_a_plan_of_data_parallel_instances_only_does_not_borrow():
+    """Borrowing lends one-rank machines; a plan with none of them is verified without it."""
+    wide = tuple(replace(c, tp=2, dp=2) for c in TP4_PAIR)
+    solution = solve(Problem(candidates=wide, cluster=TWO_NODES, mode="disaggregated", target_rps=4))
+    plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=TWO_NODES, mode="disaggregated",
+                           affinity="high", transfer_schedule="layer", name="p", borrow=True)
+    assert not plan.borrow and plan.default_link is None

@@ -156,6 +156,11 @@ def test_a_link_to_a_prefill_pool_is_read_when_the_plan_borrows(tmp_path):
     assert load_plan(path).link("pa", "ph").bandwidth_bytes_per_s == pytest.approx(10e9)
 
 
+def test_a_plan_whose_every_pool_has_data_parallel_ranks_cannot_borrow():
+    with pytest.raises(PdplanError, match="dp 1"):
+        Plan(pools=(pool("p", "prefill", dp=2), pool("d", "decode", dp=2)), default_link=link(10), borrow=True)
+
+
 def test_a_colocated_plan_cannot_borrow():
     with pytest.raises(PdplanError, match="borrow"):
         Plan(pools=(pool("c", "colocated", policy="chunked", chunk_tokens=512),), borrow=True)

@@ -55,6 +55,7 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                   bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, shapes[dst],
                                                          link_path(solution, affinity, shapes[src], shapes[dst])))
              for src in pools if src.phase == "prefill" for dst in pools if dst.phase in ("decode", "mixed")]
+    borrow = borrow and any(p.phase in ("prefill", "decode") and p.dp == 1 for p in pools)  # only dp 1 is lent
     thresholds = ({"spill_tokens": spill.prefill_queue_tokens, "kv_share": spill.decode_kv_share}
                   if solution.mixed or borrow else {})
     if borrow:

@@ -306,6 +306,9 @@ class Plan:
         if self.borrow and "colocated" in phases:
             raise fail("mixed.borrow", "borrowing lends dedicated prefill and decode machines: a colocated plan "
                        "has none")
+        if self.borrow and not any(p.phase in ("prefill", "decode") and p.dp == 1 for p in self.pools):
+            raise fail("mixed.borrow", "borrowing lends machines of one rank (dp 1), as Splitwise's mixed machines "
+                       "batch; no prefill or decode pool here has dp 1")
         if not 1 <= self.borrow_chunk_tokens <= limits.MAX_KV_TOKENS:
             raise fail("mixed.borrow_chunk_tokens", f"borrow_chunk_tokens must be in [1, {limits.MAX_KV_TOKENS}]")
         if self.router not in ROUTERS:
