@@ -109,7 +109,7 @@ def main() -> int:
     print(f"bloom-176b, Splitwise's rr_code_70_2min ({len(trace['arrival_s']):,} requests), DGX-H100 TP8, "
           "Splitwise's SLOs; p99 in seconds")
     print(f"{'run':>8} {'policy':>9} | {'pdplan':>7} {'tightest':>13} {'TTFT':>6} {'TBT':>6} {'E2E':>6} "
-          f"{'lent':>11} {'s':>5}"
+          f"{'lent':>14} {'s':>5}"
           + (f" | {'Splitwise':>9} {'TTFT':>6} {'TBT':>6} {'E2E':>6}" if theirs is not None else ""))
     agree = 0
     for prompt, token in RUNS:
@@ -119,10 +119,11 @@ def main() -> int:
             wall = time.perf_counter() - started
             passed, tightest, p99 = verdict(result, baseline)
             lent = result.summary().get("borrowing", {})
-            took = f"{lent.get('whole_requests_on_decode', 0)}/{lent.get('decodes_on_prefill', 0)}" if borrow else "-"
+            took = "/".join(str(lent.get(k, 0)) for k in ("whole_requests_on_decode", "whole_requests_on_prefill",
+                                                          "decodes_on_prefill")) if borrow else "-"
             line = (f"{prompt:>3} + {token:<2} {'borrow' if borrow else 'plain':>9} | "
                     f"{'PASS' if passed else 'MISS':>7} {tightest:>13} "
-                    f"{p99['ttft']:6.2f} {p99['tbt']:6.3f} {p99['e2e']:6.2f} {took:>11} {wall:5.1f}")
+                    f"{p99['ttft']:6.2f} {p99['tbt']:6.3f} {p99['e2e']:6.2f} {took:>14} {wall:5.1f}")
             if theirs is not None:
                 row = theirs[(theirs.cfg == f"{prompt}P/{token}T") & theirs.sched.str.startswith(sched)]
                 if len(row):
@@ -133,7 +134,7 @@ def main() -> int:
     if theirs is not None:
         print(f"verdicts that agree with Splitwise's: {agree} of {2 * len(RUNS)}")
     print("tightest: the SLO closest to its limit, as slowdown / limit (a miss above 1); lent: requests run whole "
-          "on a decode machine / decodes on a prefill machine")
+          "on a decode machine / whole on a prefill machine / decodes handed to a prefill machine")
     return 0
 
 

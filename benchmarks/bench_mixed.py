@@ -53,7 +53,8 @@ def main() -> int:
         joint = found["verification"]["joint"]
         lent = found.get("lent_work") or {}
         took = (f", lent: {lent.get('whole_requests_on_decode', 0)} whole requests on decode machines, "
-                f"{lent.get('decodes_on_prefill', 0)} decodes on prefill machines" if lent else "")
+                f"{lent.get('whole_requests_on_prefill', 0)} whole and {lent.get('decodes_on_prefill', 0)} decodes "
+                "on prefill machines" if lent else "")
         print(f"{label + ':':<22} {found['prefill']} prefill + {found['decode']} decode + {found['mixed']} mixed = "
               f"{machines} machines, ${found['cost_per_hour']:,.2f}/h, joint {joint['mean']:.3f} "
               f"[{joint['low']:.3f}, {joint['high']:.3f}], ledger {found['ledger_rps']:.1f} req/s, "

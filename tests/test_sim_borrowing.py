@@ -3,6 +3,7 @@ prefill machine lent to decode, their return to their own role, and handoffs ref
 role epoch, in both engines."""
 
 import importlib.util
+import json
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ from pdplan.latency.importers import profiles_from_source
 from pdplan.modelcatalog import get_model
 from pdplan.sim import simulate
 from pdplan.sim.plan import Plan, load_plan, plan_to_dict
-from tests.conftest import ROOT
+from tests.conftest import ROOT, TRACE
 from tests.handbuilt import handbuilt_profile
 from tests.test_sim_mixed import FREE, MIXED, capacity_rps, machines
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, link, pool, random_trace
@@ -166,15 +167,25 @@ def test_a_colocated_plan_cannot_borrow():
         Plan(pools=(pool("c", "colocated", policy="chunked", chunk_tokens=512),), borrow=True)
 
 
+def test_the_example_borrowing_plan_lends_machines_both_ways(run_cli):
+    code, out, err = run_cli("simulate", TRACE, "--plan", ROOT / "examples" / "plan_borrow.yaml", "--rate", "8",
+                             "--json")
+    assert code == 0, err
+    lent = json.loads(out)["borrowing"]
+    assert lent["whole_requests_on_decode"] > 0 and lent["decodes_on_prefill"] > 0
+
+
 def test_the_summary_counts_what_borrowed_machines_took():
     result = simulate(random_trace(2, n=150, rate_rps=12.0), borrowing(spill_tokens=0, kv_share=0.02), PROFILES,
                       model=MODEL)
     took = result.summary()["borrowing"]
-    phase = np.array(result.instance_phase)
     on = result["decode_instance"]
-    whole = (result["prefill_instance"] == on) & (on >= 0)
-    assert took["whole_requests_on_decode"] == int((whole & (phase[on] == "decode")).sum()) > 0
-    assert took["decodes_on_prefill"] == int(((on >= 0) & (phase[on] == "prefill")).sum()) > 0
+    phase = np.array([result.instance_phase[i] if i >= 0 else "" for i in on])
+    whole = result["prefill_instance"] == on
+    handed = result["transfer_bytes"] > 0
+    assert took["whole_requests_on_decode"] == int((whole & (phase == "decode")).sum()) > 0
+    assert took["whole_requests_on_prefill"] == int((whole & (phase == "prefill")).sum())
+    assert took["decodes_on_prefill"] == int((handed & (phase == "prefill")).sum()) > 0
     assert took["handoffs_refused"] == int(result["handoffs_refused"].sum())
 
 

@@ -94,8 +94,9 @@ def _borrowing_line(doc: dict) -> None:
                  f"{money(found['cost_per_hour'])} per hour, PASSES end to end (joint {j['mean']:.3f} "
                  f"[{j['low']:.3f}, {j['high']:.3f}]; lent above {found['spill_tokens']} queued prompt tokens or at "
                  f"{found['kv_share']:.0%} of decode KV: {lent.get('whole_requests_on_decode', 0)} requests run whole "
-                 f"on decode machines, {lent.get('decodes_on_prefill', 0)} decodes on prefill machines), {verdict}; "
-                 f"{plain}", markup=False, highlight=False)
+                 f"on decode machines, {lent.get('whole_requests_on_prefill', 0)} whole and "
+                 f"{lent.get('decodes_on_prefill', 0)} decodes on prefill machines), {verdict}; {plain}",
+                 markup=False, highlight=False)
     if found["chosen"]:
         stdout.print("  no router the exports deploy lends machines between phases, so export refuses this plan: "
                      "plan without --borrow to deploy", markup=False, highlight=False)

@@ -185,6 +185,7 @@ def _render(summary: dict, target: float) -> None:
     if "borrowing" in summary:
         lent = summary["borrowing"]
         facts.add_row("lent machines took", f"{lent['whole_requests_on_decode']:,} whole requests on decode machines, "
+                                            f"{lent['whole_requests_on_prefill']:,} whole requests and "
                                             f"{lent['decodes_on_prefill']:,} decodes on prefill machines; "
                                             f"{lent['handoffs_refused']:,} handoffs refused (stale role)")
     for label, value in summary["utilization"]["instances"].items():

@@ -134,7 +134,8 @@ class SimResult:
              "transfer": {"transfers", "bytes_total", "exposed_s_mean", "exposed_s_p99"},
              "admission_wait_s_mean", "preemptions", "events", "events_per_request",
              "mixed": {"whole_requests", "decodes", "share"},   # only with a mixed pool
-             "borrowing": {"whole_requests_on_decode", "decodes_on_prefill", "handoffs_refused"},
+             "borrowing": {"whole_requests_on_decode", "whole_requests_on_prefill", "decodes_on_prefill",
+                           "handoffs_refused"},
                                                             # only when the plan borrows
              "prefix_cache": {"prompt_tokens", "cached_tokens", "loaded_tokens", "hit_rate"}}
                                                             # only when a prefill cache hit
@@ -205,16 +206,17 @@ class SimResult:
                                  "hit_rate": cached / prompt if prompt else None}}
 
     def _borrowing(self) -> dict:
-        """With borrowing: requests run whole on a decode machine lent to prefill, decodes on a
+        """With borrowing: requests run whole on a lent machine (a decode machine lent to prefill, or
+        a prefill machine lent to decode that took a spilled arrival), decodes handed off to a
         prefill machine lent to decode, and handoffs refused for a stale role epoch; nothing without."""
         if not self.borrow:
             return {}
         c = self.columns
-        phase = np.array(self.instance_phase + ("",))  # -1 (no instance) reads the empty phase
-        on = c["decode_instance"]
-        whole = (c["prefill_instance"] == on) & (on >= 0)
-        return {"borrowing": {"whole_requests_on_decode": int((whole & (phase[on] == "decode")).sum()),
-                              "decodes_on_prefill": int((phase[on] == "prefill").sum()),
+        phase = np.array(self.instance_phase + ("",))[c["decode_instance"]]  # -1 (none) reads ""
+        whole = (c["prefill_instance"] == c["decode_instance"]) & (c["decode_instance"] >= 0)
+        return {"borrowing": {"whole_requests_on_decode": int((whole & (phase == "decode")).sum()),
+                              "whole_requests_on_prefill": int((whole & (phase == "prefill")).sum()),
+                              "decodes_on_prefill": int((~whole & (phase == "prefill")).sum()),
                               "handoffs_refused": int(c["handoffs_refused"].sum())}}
 
     def _mixed(self) -> dict:
