@@ -185,7 +185,7 @@ class Searches:
             self._done[key] = self._search(request, base, borrow)
         return replace(self._done[key], fleet=fleet)
 
-    def _search(self, request: PlanRequest, base: Problem, borrow: bool = False) -> SearchResult:
+    def _search(self, request: PlanRequest, base: Problem, borrow: bool) -> SearchResult:
         def check(solution, rate_rps=None) -> Checked:
             return self.verifier.check(solution, mode=base.mode, affinity=base.affinity, fleet=base.fleet.label,
                                        rate_rps=rate_rps, redundancy=base.redundancy, borrow=borrow)
@@ -257,8 +257,7 @@ class Searches:
                            mixed=mixed, borrowing=borrowing)
 
 
-def _search_key(fleet: Fleet, mode: str, affinity: str, request: PlanRequest, mixed: bool,
-                borrow: bool = False) -> tuple:
+def _search_key(fleet: Fleet, mode: str, affinity: str, request: PlanRequest, mixed: bool, borrow: bool) -> tuple:
     """What makes two searches the same: fleets that allow a colocated pool the same GPU types share one."""
     return (mode, affinity, fleet.allowed("colocated") if mode == "colocated" else fleet.name,
             request.redundancy, request.objective, mixed, borrow)

@@ -17,7 +17,7 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.modelspec import ModelSpec
-from pdplan.sim.plan import CacheTier, Plan, resolve_pools
+from pdplan.sim.plan import CacheTier, Plan, receiving_phases, resolve_pools
 from pdplan.vocabulary import Router
 from pdplan.workload import rescaled_arrivals
 
@@ -168,7 +168,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
     labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running = ([] for _ in range(10))
-    receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # the link matrix's columns
+    receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
         if pool.phase == "mixed" and pool.dp > 1:
@@ -191,7 +191,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
             running.append(pool.max_running_requests or 0)
     pre = plan.pools_of("prefill")
-    dec = receivers + (pre if plan.borrow else ())  # a lent prefill instance receives KV too
+    # the link matrix's columns: decode, mixed, and (borrowing) prefill pools, whose lent instances receive KV
+    dec = tuple(pool for phase in receiving_phases(plan.borrow) for pool in plan.pools_of(phase))
     receiver = [dec.index(pool) if pool in dec else -1 for pool in plan.pools for _ in range(pool.replicas)]
     bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
     setup = np.zeros_like(bandwidth)

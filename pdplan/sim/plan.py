@@ -133,6 +133,12 @@ MAX_FAILURE_RATE = 0.5
 MAX_ROUTE_S = 10.0
 
 
+def receiving_phases(borrow: bool) -> tuple[str, ...]:
+    """The phases of the pools a KV handoff may go to: decode and mixed, and prefill when the plan
+    borrows (a prefill instance lent to decode)."""
+    return ("decode", "mixed", "prefill") if borrow else ("decode", "mixed")
+
+
 @dataclass(frozen=True, kw_only=True)
 class CacheTier:
     """A prefill instance's second prefix-cache tier, under its HBM: blocks evicted from HBM move
@@ -286,11 +292,12 @@ class Plan:
         if phases != {"colocated"} and phases - {"mixed"} != {"prefill", "decode"}:
             raise fail("pools", "a disaggregated plan needs at least one prefill and one decode pool")
         by_name = {p.name: p for p in self.pools}
+        receiving = receiving_phases(self.borrow)
         for link in self.links:
             if by_name.get(link.from_pool, None) is None or by_name[link.from_pool].phase != "prefill":
                 raise fail("links", f"link from {link.from_pool!r}: not a prefill pool")
-            if by_name.get(link.to_pool, None) is None or by_name[link.to_pool].phase not in self.receiving_phases:
-                raise fail("links", f"link to {link.to_pool!r}: not a {' or '.join(self.receiving_phases)} pool")
+            if by_name.get(link.to_pool, None) is None or by_name[link.to_pool].phase not in receiving:
+                raise fail("links", f"link to {link.to_pool!r}: not a {' or '.join(receiving)} pool")
         if self.block_tokens is not None and self.block_tokens < 1:
             raise fail("block_tokens", "block_tokens must be >= 1")
         if not 0 <= self.failure_rate <= MAX_FAILURE_RATE:
@@ -304,11 +311,11 @@ class Plan:
         if not 0 < self.kv_share <= 1:
             raise fail("kv_share", "kv_share must be in (0, 1]")
         if self.borrow and "colocated" in phases:
-            raise fail("mixed.borrow", "borrowing lends dedicated prefill and decode machines: a colocated plan "
-                       "has none")
+            raise fail("mixed.borrow", "mixed.borrow lends dedicated prefill and decode machines: a colocated "
+                       "plan has none")
         if self.borrow and not any(p.phase in ("prefill", "decode") and p.dp == 1 for p in self.pools):
-            raise fail("mixed.borrow", "borrowing lends machines of one rank (dp 1), as Splitwise's mixed machines "
-                       "batch; no prefill or decode pool here has dp 1")
+            raise fail("mixed.borrow", "mixed.borrow needs a prefill or decode pool of dp 1 (borrowing lends "
+                       "one-rank machines, as Splitwise's mixed machines batch)")
         if not 1 <= self.borrow_chunk_tokens <= limits.MAX_KV_TOKENS:
             raise fail("mixed.borrow_chunk_tokens", f"borrow_chunk_tokens must be in [1, {limits.MAX_KV_TOKENS}]")
         if self.router not in ROUTERS:
@@ -320,12 +327,6 @@ class Plan:
     @property
     def colocated(self) -> bool:
         return self.pools[0].phase == "colocated"
-
-    @property
-    def receiving_phases(self) -> tuple[str, ...]:
-        """The phases of the pools a KV handoff may go to: decode and mixed, and prefill when the
-        plan borrows (a prefill instance lent to decode)."""
-        return ("decode", "mixed", "prefill") if self.borrow else ("decode", "mixed")
 
     def pools_of(self, phase: str) -> tuple[Pool, ...]:
         return tuple(p for p in self.pools if p.phase == phase)
@@ -531,7 +532,7 @@ def parse_plan(data, path: str | Path) -> Plan:
         faults["borrow"] = borrow
         faults["borrow_chunk_tokens"] = spec.integer("borrow_chunk_tokens", DEFAULT_BORROW_CHUNK_TOKENS, minimum=1,
                                                      maximum=limits.MAX_KV_TOKENS)
-    receiving = ("decode", "mixed", "prefill") if borrow else ("decode", "mixed")
+    receiving = receiving_phases(borrow)
 
     default_link = None
     if top.has("default_link"):
