@@ -74,6 +74,25 @@ def test_the_latent_attention_module_costs_its_measured_time_once_per_layer():
         61 * (module[8192] - module[2048]), rel=1e-9)
 
 
+@pytest.mark.parametrize(("gpu", "system", "engine", "version", "dtype"), [
+    ("b200-180gb", "b200_sxm", "trtllm", "1.3.0rc20", "w4a8_mxfp4_mxfp8"),   # SM 100: MXFP8 activations
+    ("h200-141gb", "h200_sxm", "trtllm", "1.3.0rc20", "w4a16_mxfp4"),        # SM 90: bf16 activations
+    ("b200-180gb", "b200_sxm", "vllm", "0.24.0", "w4a16_mxfp4"),             # vLLM's default on Blackwell
+])
+def test_mxfp4_experts_read_the_activation_precision_the_engine_runs_them_at(gpu, system, engine, version, dtype):
+    """gpt-oss-120b (36 MoE layers) on one GPU: TensorRT-LLM runs an MXFP4 checkpoint's experts as
+    W4A8_MXFP4_MXFP8 from SM 100 and W4A16_MXFP4 below (``get_mxfp4_quant_algo``); two loads' decode
+    steps differ by 36 times the difference of that kind's table values at 4 tokens."""
+    model = get_model("gpt-oss-120b", dtype="mxfp4")
+    times = {load: step(model, gpu, 1, engine=engine, distribution=load).decode_s(4, 2048)
+             for load in ("balanced", "power_law_1.2")}
+    table = {load: moe_latency_s(system, engine, version, hidden=2880, inter=2880, topk=4, experts=128,
+                                 dtype=dtype, tp=1, tokens=4, distribution=load)
+             for load in times}
+    assert times["power_law_1.2"] - times["balanced"] == pytest.approx(
+        36 * (table["power_law_1.2"] - table["balanced"]), rel=1e-9)
+
+
 def test_a_skewed_expert_load_slows_a_large_prefill():
     model = get_model("qwen3-235b-a22b")
     balanced = step(model, "h100-80gb", 8, distribution="balanced").prefill_s(1, 8192)

@@ -60,13 +60,18 @@ def load_label(distribution: str) -> str:
     return distribution if alpha == distribution else f"power-law (α = {alpha})"
 
 
-def moe_dtype(model) -> str:
+def moe_dtype(model, engine: str = "", sm_version: int = 0) -> str:
     """The MoE table's ``moe_dtype`` for the model's expert weights, as AIConfigurator maps a
     checkpoint's quantization (``_infer_quant_modes_from_raw_config`` in sdk/models/helpers.py, aiconfigurator-core
     0.12.0): block-scaled FP8 (DeepSeek-V3's 128×128 blocks, ``weight_block`` > 0) is ``fp8_block``,
-    per-tensor FP8 ``fp8``, NVFP4 ``nvfp4``, MXFP4 (gpt-oss) ``w4a16_mxfp4``."""
+    per-tensor FP8 ``fp8``, NVFP4 ``nvfp4``, MXFP4 (gpt-oss) ``w4a16_mxfp4``, except where the engine runs
+    MXFP4 experts with 8-bit activations: TensorRT-LLM on SM 100 and later quantizes their activations to
+    MXFP8 (``ModelConfig.get_mxfp4_quant_algo`` in tensorrt_llm/_torch/model_config.py: ``W4A8_MXFP4_MXFP8``
+    with its default TRTLLM MoE backend on Blackwell, ``W4A16_MXFP4`` only below SM 100)."""
     if model.weight_dtype == "fp8":
         return "fp8_block" if getattr(model, "weight_block", 0) > 0 else "fp8"
+    if model.weight_dtype == "mxfp4" and engine == "trtllm" and sm_version >= 100:
+        return "w4a8_mxfp4_mxfp8"
     return {"bf16": "bfloat16", "fp4": "nvfp4", "mxfp4": "w4a16_mxfp4"}[model.weight_dtype]
 
 

@@ -201,7 +201,8 @@ class Step:
                 raise PdplanError(f"unknown expert load {distribution!r} (measured: {', '.join(moe.DISTRIBUTIONS)})",
                                   field="distribution")
             self.moe_config = moe.MoeConfig(hidden=m.hidden, inter=m.expert_ffn, topk=m.experts_per_token,
-                                            experts=m.experts, dtype=moe.moe_dtype(m), distribution=distribution)
+                                            experts=m.experts, distribution=distribution,
+                                            dtype=moe.moe_dtype(m, engine, self.spec.sm_version))
             if self.wide:
                 self._wide_tables(system, versions)
             else:

@@ -252,6 +252,7 @@ class SystemSpec:
     p2p_latency_s: float
     inter_node_bw: float
     intra_node_bw: float
+    sm_version: int = 0        #: CUDA compute capability × 10 (90 Hopper, 100 Blackwell); 0 when unstated
 
 
 @cache
@@ -262,7 +263,7 @@ def system_spec(system: str) -> SystemSpec:
     return SystemSpec(mem_bw=float(gpu["mem_bw"]), mem_scale=float(gpu["mem_bw_empirical_scaling_factor"]),
                       mem_latency_s=float(gpu["mem_empirical_constant_latency"]),
                       p2p_latency_s=float(node["p2p_latency"]), inter_node_bw=float(node["inter_node_bw"]),
-                      intra_node_bw=float(node["intra_node_bw"]))
+                      intra_node_bw=float(node["intra_node_bw"]), sm_version=int(gpu.get("sm_version", 0)))
 
 
 #: Columns older tables lack, with the value they mean (no sliding window).
