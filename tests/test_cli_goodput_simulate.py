@@ -84,6 +84,18 @@ def test_goodput_of_a_wide_instance_is_the_whole_instance_s_with_each_rank_probe
     assert "× 20 requests per rank × 8 ranks" in out
 
 
+@pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
+def test_goodput_with_ep_1_splits_every_expert_over_the_dp_ranks_gpus(run_cli):
+    """SGLang's --attn-dp-size 8 without --ep-size: 8 GPUs, each holding 1/8 of every expert."""
+    code, out, err = run_cli("goodput", TRACE, "--model", "deepseek-r1", "--dtype", "fp8", "--gpu", "h200-141gb",
+                             "--engine", "sglang", "--phase", "decode", "--dp", "8", "--ep", "1", "--tpot", "50ms",
+                             "--requests-per-probe", "20", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["tp"], result["dp"], result["ep"], result["gpus"]) == (1, 8, 1, 8)
+    assert result["goodput_rps"] > 0
+
+
 def test_simulate_json_has_the_documented_keys(run_cli):
     code, out, err = run_cli("simulate", TRACE, "--plan", PLAN, "--json")
     assert code == 0, err
@@ -151,6 +163,9 @@ BAD = [
       "--pp", "2"), "Error: --dp 8 with --pp 2: an instance with attention data parallelism is one pipeline stage"),
     (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "0"),
      "Error: --dp must be >= 1, got 0"),
+    (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "8",
+      "--ep", "3"), "Error: deepseek-r1@fp8 h200-141gb TP1 DP8 EP3 PP1: EP 3 must divide the 8 GPUs of TP 1 × DP 8 "
+                    "that hold the experts (expert TP = TP × DP / EP)"),
     (("simulate", TRACE, "--plan", ROOT / "nope.yaml"), "Error: {root}/nope.yaml: plan file not found"),
     (("simulate", TRACE, "--plan", PLAN, "--rate", "-1"), "Error: --rate must be > 0 and <= 1,000,000, got -1.0"),
     (("simulate", TRACE, "--plan", PLAN, "--ttft", "0"), "Error: --ttft must be > 0, got '0'"),
@@ -171,7 +186,7 @@ BAD = [
 
 @pytest.mark.parametrize("args,message", BAD, ids=["phase", "does-not-fit", "attainment", "chunk",
                                                     "chunk-zero", "dp-dense", "dp-with-pp", "dp-zero",
-                                                    "missing-plan", "rate", "simulate-ttft",
+                                                    "ep-not-dividing", "missing-plan", "rate", "simulate-ttft",
                                                     "simulate-tpot", "simulate-ttft-inf", "ttft-in-ms-by-mistake",
                                                     "tpot-in-ms-by-mistake", "simulate-attainment",
                                                     "rate-and-concurrency", "concurrency-zero"])

@@ -72,9 +72,14 @@ def goodput(
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
     dp: Annotated[int, typer.Option(
-        "--dp", help="Attention data-parallel ranks of a mixture-of-experts instance: TP x DP GPUs, every routed "
-                     "expert whole on one GPU (EP = TP x DP; SGLang --attn-dp-size, vLLM --data-parallel-size), "
+        "--dp", help="Attention data-parallel ranks of a mixture-of-experts instance: TP x DP GPUs, by default "
+                     "every routed expert whole on one GPU (EP = TP x DP, see --ep; SGLang --attn-dp-size, vLLM "
+                     "--data-parallel-size), "
                      "each rank probed with --requests-per-probe requests.")] = 1,
+    ep: Annotated[int | None, typer.Option(
+        "--ep", help="Expert-parallel size of a mixture-of-experts instance: the GPUs its routed experts are "
+                     "spread over whole (default: TP x DP with --dp, else 1). 1 splits every expert over all TP x "
+                     "DP GPUs, as SGLang does without --ep-size and vLLM without --enable-expert-parallel.")] = None,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     policy: Annotated[Policy, choice(
@@ -116,6 +121,7 @@ def goodput(
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
     within("--dp", dp, 1, limits.MAX_GPUS)
+    within("--ep", ep, 1, limits.MAX_GPUS)
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
@@ -131,7 +137,7 @@ def goodput(
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose, drafting)
-    ep = wide_ep(tp, dp)
+    ep = wide_ep(tp, dp) if ep is None else ep
     if dp > 1 and pp > 1:
         raise PdplanError(f"--dp {dp} with --pp {pp}: an instance with attention data parallelism is one pipeline "
                           "stage here, as optimize enumerates wide shapes", field="dp")

@@ -38,7 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pdplan.errors import PdplanError
-from pdplan.latency.compose import moe, tables, wide
+from pdplan.latency.compose import gathered, moe, tables, wide
 from pdplan.latency.compose.tables import Extrapolated
 from pdplan.latency.roofline import pipeline_hops
 from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
@@ -155,7 +155,8 @@ class Step:
     @property
     def wide(self) -> bool:
         """Whether the step is one attention data-parallel rank's, or its experts spread over an EP other than
-        TP: the MoE layers then read the wide-EP tables (:mod:`pdplan.latency.compose.wide`)."""
+        TP: the MoE layers then read the wide-EP tables (:mod:`pdplan.latency.compose.wide`), or at EP 1 the MoE
+        table over the gathered ranks' tokens (:mod:`pdplan.latency.compose.gathered`)."""
         return self.model.is_moe and (self.shape.dp > 1 or self.shape.ep not in (1, self.shape.tp)
                                       or self.redundant_experts > 0)
 
@@ -214,8 +215,13 @@ class Step:
     def _wide_tables(self, system: str, versions: dict[str, str]) -> None:
         """The wide-EP tables of one DP rank's MoE layers, and SGLang's wide-EP latent attention."""
         m, shape = self.model, self.shape
-        self.wide_experts = wide.WideExperts(system, self.engine, self.engine_version, m, self.moe_config, shape.tp,
-                                             shape.dp, shape.ep, self.gpus_per_node, self.redundant_experts)
+        if shape.ep == 1 and not self.redundant_experts:   # every expert split over the TP x DP GPUs
+            self.wide_experts = gathered.GatheredExperts(system, self.engine, self.engine_version, m, self.moe_config,
+                                                         shape.tp, shape.dp, versions.get("all_reduce"))
+        else:
+            self.wide_experts = wide.WideExperts(system, self.engine, self.engine_version, m, self.moe_config,
+                                                 shape.tp, shape.dp, shape.ep, self.gpus_per_node,
+                                                 self.redundant_experts)
         versions.update(self.wide_experts.versions)
 
     def _wide_latent(self, system: str, versions: dict[str, str]) -> dict | None:
