@@ -165,7 +165,7 @@ def test_the_profile_source_composes_a_wide_shape_and_never_guesses_one(dsr1):
 def test_trtllm_runs_the_shared_expert_beside_the_routed_path_in_decode(dsr1):
     shape = InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8)
     step = Step(model=dsr1, shape=shape, engine="trtllm", versions=tables.choose_versions("h200-141gb", "trtllm", None))
-    assert step.wide_experts.overlaps_shared(prefill=False) and not step.wide_experts.overlaps_shared(prefill=True)
+    assert step.overlaps_shared(prefill=False) and not step.overlaps_shared(prefill=True)
 
 
 # --- redundant experts (EPLB), read as AIConfigurator reads them ----------------------------------------------

@@ -78,10 +78,6 @@ class GatheredExperts:
         """No measured table for whole shared experts here: the caller times them from the GEMM table."""
         return None
 
-    def overlaps_shared(self, prefill: bool) -> bool:
-        """TensorRT-LLM runs the shared experts on an auxiliary stream beside the routed path in the decode."""
-        return self.engine == "trtllm" and not prefill
-
     def note(self) -> str:
         load = moe.load_label(self.config.distribution)
         return (f"attention data parallelism over tensor-parallel experts: one of {self.dp} ranks at its own "

@@ -287,7 +287,12 @@ class Step:
             if shared is None:
                 shared = self._dense_mlp(ffn_rows, m.shared_experts * m.expert_ffn, split=1)
         routed = router + experts.routed_s(rows, prefill, self.log)
-        return max(routed, shared) if experts.overlaps_shared(prefill) else routed + shared
+        return max(routed, shared) if self.overlaps_shared(prefill) else routed + shared
+
+    def overlaps_shared(self, prefill: bool) -> bool:
+        """Whether an attention-DP rank runs its shared experts beside the routed path: TensorRT-LLM's decode
+        does, on an auxiliary stream (AIConfigurator's ``OverlapOp``)."""
+        return self.engine == "trtllm" and not prefill
 
     def _mixed_layers(self, rows: float, batch: float, length: float, prefill: bool) -> float:
         m = self.model

@@ -373,10 +373,6 @@ class WideExperts:
         grid = self.shared["context" if prefill else "generation"]
         return None if grid is None else grid((rows,), log)
 
-    def overlaps_shared(self, prefill: bool) -> bool:
-        """TensorRT-LLM's decode runs the shared experts beside the routed path (``OverlapOp``)."""
-        return self.engine == "trtllm" and not prefill
-
     def note(self) -> str:
         tables_used = ", ".join(f"{t} {v}" for t, v in sorted(self.versions.items()))
         per_gpu = (self.model.experts + self.redundant) / self.ep
