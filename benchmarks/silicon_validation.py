@@ -5,12 +5,13 @@
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and
 precision pdplan supports is replayed (mixture-of-experts models: aggregated rows whose instance is
-TP on one node, experts split over the TP group or whole on each rank (EP = TP), and disaggregated rows
-that say how many workers each phase ran, with their attention TP, attention DP and EP; the rest are
-counted and left out, with the reason): the row's concurrency C as a closed loop of C clients
-(``simulate --concurrency``), with the requests its collection's benchmark client sent (below),
-on one instance of the row's TP for aggregated rows and on the row's prefill and
-decode pools for disaggregated ones (a DP worker simulated as its ranks, each step the slowest
+TP on one node, experts split over the TP group or whole on each rank (EP = TP); aggregated rows with
+attention data parallelism whose experts are whole over the TP x DP GPUs or split over all of them, mode
+``agg-dp``; and disaggregated rows that say how many workers each phase ran, with their attention TP,
+attention DP and EP; the rest are counted and left out, with the reason): the row's concurrency C as a
+closed loop of C clients (``simulate --concurrency``), with the requests its collection's benchmark
+client sent (below), on one instance of the row's shape for aggregated rows and on the row's prefill and
+decode pools for disaggregated ones (a DP instance simulated as its ranks, each step the slowest
 rank's). Each profile kind is run in turn — composed from the
 engine's measured operators; the roofline with the engine's fitted efficiencies
 (``roofline_engine_fit.py``); the roofline with the Splitwise 2023 calibration, what pdplan had
@@ -102,17 +103,22 @@ def supported_rows(path) -> pd.DataFrame:
     one_instance = ((rows["mode"] == "agg") & (rows["attention_dp_size"].fillna(1) == 1)
                     & (rows["tp_size"].fillna(1) <= 8) & (rows["pp_size"].fillna(1) == 1)
                     & (rows["ep"].eq(1) | rows["ep"].eq(rows["tp_size"])))
+    # aggregated with attention DP (mode agg-dp): experts whole over the TP x DP GPUs or split over all of them
+    dp = rows["attention_dp_size"].fillna(1)
+    with_dp = ((rows["mode"] == "agg") & (dp > 1) & (rows["pp_size"].fillna(1) == 1)
+               & (rows["ep"].eq(1) | rows["ep"].eq(rows["tp_size"].fillna(1) * dp)))
+    rows.loc[with_dp, "mode"] = "agg-dp"
     # disaggregated: each phase's workers with their TP, attention DP and EP, when the row says how many
     disagg = rows["mode"] == "disagg"
     workers = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
     for reason, left_out in (
-            ("aggregated with attention data parallelism, instances over nodes or EP other than 1 or TP",
-             moe & ~disagg & ~one_instance),
+            ("aggregated over nodes, with pipeline stages, or with experts split over some but not all GPUs "
+             "(expert TP and EP both above 1)", moe & ~disagg & ~one_instance & ~with_dp),
             ("disaggregated without worker counts (the collection's export gives each phase's parallel "
              "coordinates but not how many prefill and decode workers ran)", moe & disagg & ~workers)):
         if left_out.any():
             print(f"{int(left_out.sum())} mixture-of-experts rows are {reason}; not replayed")
-    rows = rows[~moe | one_instance | (disagg & workers)]
+    rows = rows[~moe | one_instance | with_dp | (disagg & workers)]
     return rows[rows["concurrency"] > 0].reset_index(drop=True)
 
 
@@ -146,12 +152,13 @@ def row_model(row) -> ModelSpec:
 
 def plan_for(row) -> Plan:
     model = row_model(row).name
-    if row["mode"] == "agg":
+    if row["mode"] in ("agg", "agg-dp"):
         policy, tokens = SCHEDULING[row["backend"]]
         chunk = tokens if policy == "chunked" else None
         cap = None if policy == "chunked" else tokens
+        ranks = {"dp": _int(row["attention_dp_size"]), "ep": int(row["ep"])} if row["mode"] == "agg-dp" else {}
         return Plan(pools=(Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
-                                policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap),))
+                                policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap, **ranks),))
     return Plan(pools=(
         Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], **coordinates(row, "prefill"),
              replicas=_int(row["prefill_num_workers"]), max_prefill_batch_tokens=SCHEDULING[row["backend"]][1]),
@@ -231,7 +238,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
     parser.add_argument("--csv", default=None, help="write every replayed row here")
     parser.add_argument("--models", default=None, help="only these catalog models (comma-separated), e.g. the MoE ones")
-    parser.add_argument("--mode", choices=("agg", "disagg"), default=None, help="only aggregated or disaggregated rows")
+    parser.add_argument("--mode", choices=("agg", "agg-dp", "disagg"), default=None,
+                        help="only aggregated rows of one instance of TP x PP, aggregated rows with attention data "
+                             "parallelism, or disaggregated rows")
     args = parser.parse_args(argv)
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     if args.models:
@@ -263,8 +272,8 @@ def main(argv: list[str]) -> int:
     pd.set_option("display.width", 200)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.1%}"))
     print("\noverall (median / p90 absolute error, median signed error):")
-    for kind, part in results.groupby("kind", sort=True):
-        print(f"  {kind:9s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} / "
+    for (mode, kind), part in results.groupby(["mode", "kind"], sort=True):
+        print(f"  {mode:7s} {kind:9s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} / "
               f"{part.ttft_ape.quantile(0.9):6.1%} ({part.ttft_signed.median():+.1%})   "
               f"TPOT {part.tpot_ape.median():6.1%} / "
               f"{part.tpot_ape.quantile(0.9):6.1%} ({part.tpot_signed.median():+.1%})")
