@@ -6,19 +6,32 @@ from __future__ import annotations
 import io
 import itertools
 import math
+from functools import cache
 from typing import TYPE_CHECKING, Sequence
 
-import matplotlib
-
-matplotlib.use("Agg")  # files only, never a window
-import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.patches import Patch  # noqa: E402
-from matplotlib.ticker import MaxNLocator  # noqa: E402
-
-from pdplan.goodput import Probe  # noqa: E402
+from pdplan.goodput import Probe
 
 if TYPE_CHECKING:
     from pdplan.planner.curves import PlanBar
+
+
+@cache
+def _pyplot():
+    """matplotlib's pyplot on the file-only Agg backend (never a window), imported by the first plot: it
+    costs a third of a second, which commands that draw nothing should not pay at start-up."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _patch(colour: str, label: str):
+    """A legend entry: a swatch of ``colour`` named ``label``."""
+    from matplotlib.patches import Patch
+
+    return Patch(color=colour, label=label)
 
 
 def figure_png(fig) -> bytes:
@@ -27,7 +40,7 @@ def figure_png(fig) -> bytes:
     try:
         fig.savefig(buffer, format="png", dpi=120, metadata={"Software": None})
     finally:
-        plt.close(fig)
+        _pyplot().close(fig)
     return buffer.getvalue()
 
 
@@ -40,7 +53,7 @@ def plot_attainment_curve(probes: Sequence[Probe], goodput_rps: float, target: f
     """
     whole = [p for p in probes if not p.stopped_early]  # a stopped probe's shares are only bounds
     rates = [p.rate_rps for p in whole]
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+    fig, ax = _pyplot().subplots(figsize=(7, 4.2))
     for label, values in ((ttft_label, [p.attainment_ttft for p in whole]),
                           ("TPOT", [p.attainment_tpot for p in whole]),
                           ("joint", [p.attainment_joint for p in whole])):
@@ -77,7 +90,7 @@ def plot_fleets(bars: Sequence[PlanBar]) -> bytes:
     fleets = list(dict.fromkeys(b.fleet for b in bars))
     kinds = [k for k in KIND_COLOURS if any(b.kind == k for b in bars)]
     names = [f.replace("/", "/\n") for f in fleets]
-    fig, (cost_ax, power_ax) = plt.subplots(1, 2, figsize=(max(9, 1.4 * len(names) + 3), 4.4))
+    fig, (cost_ax, power_ax) = _pyplot().subplots(1, 2, figsize=(max(9, 1.4 * len(names) + 3), 4.4))
     width = 0.8 / max(1, len(kinds))
     for ax, value, scale in ((cost_ax, "usd_per_hour", 1.0), (power_ax, "power_w", 1e-3)):
         top = max([(getattr(b, value) or 0) * scale for b in bars] + [1e-9])
@@ -102,7 +115,7 @@ def plot_fleets(bars: Sequence[PlanBar]) -> bytes:
         ax.grid(True, axis="y", alpha=0.3)
     cost_ax.set_ylabel("USD per hour")
     power_ax.set_ylabel("kW at power limits")
-    fig.legend(handles=[Patch(color=KIND_COLOURS[k], label=k) for k in kinds], loc="lower center", ncol=len(kinds),
+    fig.legend(handles=[_patch(KIND_COLOURS[k], k) for k in kinds], loc="lower center", ncol=len(kinds),
                fontsize=8)
     fig.suptitle("Fleets at the target rate (hatched: misses the SLO end to end)")
     fig.tight_layout(rect=(0, 0.06, 1, 1))
@@ -124,7 +137,7 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
     settings = panel_settings(panels)
     columns = min(3, len(settings))
     lines = -(-len(settings) // columns)
-    fig, axes = plt.subplots(lines, columns, figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * lines + 0.6),
+    fig, axes = _pyplot().subplots(lines, columns, figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * lines + 0.6),
                              squeeze=False)
     xs = _ordered(rows, x)
     ys = _ordered(rows, y)
@@ -132,7 +145,7 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
         chosen = [r for r in rows if all(r[name] == value for name, value in fixed)]
         for row in chosen:
             i, j = xs.index(row[x]), ys.index(row[y])
-            ax.add_patch(plt.Rectangle((i - 0.5, j - 0.5), 1, 1, facecolor=DECISION_COLOURS[row["decision"]],
+            ax.add_patch(_pyplot().Rectangle((i - 0.5, j - 0.5), 1, 1, facecolor=DECISION_COLOURS[row["decision"]],
                                        edgecolor="white", linewidth=2))
             ax.text(i, j, cell_text(row), ha="center", va="center", fontsize=8, linespacing=1.3)
         ax.set_xlim(-0.5, len(xs) - 0.5)
@@ -144,7 +157,7 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
         ax.set_title(", ".join(f"{name} {show(name, value)}" for name, value in fixed), fontsize=9)
     for ax in list(axes.flat)[len(settings):]:
         ax.set_visible(False)
-    fig.legend(handles=[Patch(color=c, label=d) for d, c in DECISION_COLOURS.items()], loc="lower center",
+    fig.legend(handles=[_patch(c, d) for d, c in DECISION_COLOURS.items()], loc="lower center",
                ncol=3, fontsize=9)
     compared = "verified rate within the budget" if any(r["compare"] == "budget" for r in rows) else "cost per hour"
     fig.suptitle(f"P/D net margin ΔT per request, ms (margin {margin_ms:g} ms)\nand each mode's {compared}",
@@ -162,7 +175,7 @@ def plot_grid_line(rows: Sequence[dict], x: str, *, margin_ms: float, show) -> b
     coloured by its decision (a hollow one at 0 where ΔT does not exist) and labelled with each
     mode's cost per hour or verified rate (:func:`cell_text`), and the declared margin dashed."""
     xs = _ordered(rows, x)
-    fig, ax = plt.subplots(figsize=LINE_INCHES)
+    fig, ax = _pyplot().subplots(figsize=LINE_INCHES)
     deltas = [r["delta_t_ms"] for r in rows]
     known = [(xs.index(r[x]), d) for r, d in zip(rows, deltas) if d is not None]
     if known:
@@ -181,7 +194,7 @@ def plot_grid_line(rows: Sequence[dict], x: str, *, margin_ms: float, show) -> b
     ax.set_ylabel("ΔT per request, ms (positive: P/D faster)")
     ax.margins(y=0.35)
     ax.grid(True, alpha=0.3)
-    handles = [Patch(color=c, label=d) for d, c in DECISION_COLOURS.items()]
+    handles = [_patch(c, d) for d, c in DECISION_COLOURS.items()]
     ax.legend(handles=[*handles, *ax.get_legend_handles_labels()[0]], fontsize=8, loc="best")
     compared = "verified rate within the budget" if any(r["compare"] == "budget" for r in rows) else "cost per hour"
     ax.set_title(f"P/D net margin ΔT along {x}, and each mode's {compared}", fontsize=10)
@@ -225,7 +238,7 @@ def plot_goodput_per_gpu(shapes: Sequence) -> bytes:
     ``goodput_per_gpu`` of :mod:`pdplan.planner.curves`); the shapes the answer runs are
     highlighted and their labels set in bold."""
     phases = [p for p in ("prefill", "decode", "colocated") if any(s.phase == p for s in shapes)]
-    fig, axes = plt.subplots(1, max(1, len(phases)), figsize=SHAPES_INCHES, squeeze=False)
+    fig, axes = _pyplot().subplots(1, max(1, len(phases)), figsize=SHAPES_INCHES, squeeze=False)
     for ax, phase in zip(axes.flat, phases):
         mine = sorted((s for s in shapes if s.phase == phase), key=lambda s: -s.goodput_per_gpu)
         ax.barh(range(len(mine)), [s.goodput_per_gpu for s in mine],
@@ -240,7 +253,7 @@ def plot_goodput_per_gpu(shapes: Sequence) -> bytes:
     fig.supxlabel("goodput per GPU (req/s), one instance alone", fontsize=10)
     fig.suptitle("Simulated per-instance goodput per GPU by shape")
     if any(s.chosen for s in shapes):
-        fig.legend(handles=[Patch(color="tab:orange", label="shape of the chosen plan")], loc="upper right",
+        fig.legend(handles=[_patch("tab:orange", "shape of the chosen plan")], loc="upper right",
                    fontsize=8)
     fig.tight_layout()
     return figure_png(fig)
@@ -249,7 +262,7 @@ def plot_goodput_per_gpu(shapes: Sequence) -> bytes:
 def plot_cost_vs_rate(curves: dict, verified: dict, target_rps: float) -> bytes:
     """The integer program's cheapest cost per rate for each mode (``curves``: mode → [(rate,
     $/h or None)]), with the plans verified end to end at the target (``verified``: mode → $/h)."""
-    fig, ax = plt.subplots(figsize=COST_INCHES)
+    fig, ax = _pyplot().subplots(figsize=COST_INCHES)
     for mode, colour in (("disaggregated", "tab:blue"), ("colocated", "tab:orange")):
         points = [(r, c) for r, c in curves.get(mode, ()) if c is not None]
         if points:
@@ -292,7 +305,7 @@ def plot_schedule(doc: dict) -> bytes:
     static mean plan misses are shaded in both panels."""
     windows = doc["windows"]
     starts = [w["start_s"] / 3600 for w in windows] + [windows[-1]["end_s"] / 3600]
-    fig, (pools, gpus) = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig, (pools, gpus) = _pyplot().subplots(2, 1, figsize=(9, 6), sharex=True)
     for phase in dict.fromkeys(p for w in doc["schedule"]["windows"] for p in w["replicas"]):
         counts = [w["replicas"].get(phase, 0) for w in doc["schedule"]["windows"]]
         pools.stairs(counts, starts, label=f"{phase} replicas", linewidth=2)
@@ -308,7 +321,7 @@ def plot_schedule(doc: dict) -> bytes:
         for i, (start, end) in enumerate(static_mean_misses(doc)):
             ax.axvspan(start, end, color="tab:red", alpha=0.12, linewidth=0,
                        label="static mean plan misses" if i == 0 and ax is gpus else None)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.yaxis.set_major_locator(_pyplot().MaxNLocator(integer=True))
         ax.grid(True, alpha=0.3)
     pools.legend(loc="upper left", fontsize=8)
     rate.legend(loc="upper right", fontsize=8)
