@@ -125,6 +125,16 @@ def test_a_model_whose_experts_no_table_measures_is_refused_by_name():
     assert err.value.field == "model"
 
 
+def test_a_model_measured_only_with_whole_experts_is_refused_at_a_tensor_split_naming_ep():
+    """TensorRT-LLM's H100 table measures gpt-oss-120b at EP 2 to 128 with expert TP 1 only."""
+    with pytest.raises(PdplanError, match=r"trtllm 1\.3\.0rc20 on h100_sxm measures 128 experts of 2880×2880, "
+                                          r"top-4, w4a16_mxfp4, power_law_1\.2 only with whole experts per GPU "
+                                          r"\(EP 2, 4, 8, 16, 32, 64, 128\), never split over TP") as err:
+        step(get_model("gpt-oss-120b", dtype="mxfp4"), "h100-80gb", 2, engine="trtllm")
+    assert err.value.field == "ep"
+    step(get_model("gpt-oss-120b", dtype="mxfp4"), "h100-80gb", 2, engine="trtllm", expert_parallel=True)
+
+
 def test_sliding_window_layers_read_the_windows_own_kernel():
     """gpt-oss alternates 128-token windows and full attention; a longer context lengthens only
     the full-attention half of the layers."""

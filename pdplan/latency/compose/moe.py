@@ -130,11 +130,14 @@ def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
     versions = newest_not_above(system, engine, "moe", ceiling)
     if not versions:
         raise PdplanError(f"no {engine} MoE measurements on {system}", field="engine")
+    other_split = None   # (version, rows) of the model measured only under the other split
     for version in versions:
         rows = _model_rows(_moe_frame(system, engine, version), config)
         rows = rows[rows.distribution == config.distribution] if not rows.empty else rows
         split = rows[rows.moe_tp_size == 1] if expert_parallel else rows[rows.moe_ep_size == 1]
         if split.empty:
+            if other_split is None and not rows.empty:
+                other_split = (version, rows)
             continue
         if expert_parallel:   # whole experts, experts / moe_ep_size of them per GPU
             split = split.assign(width=split.num_experts / split.moe_ep_size)
@@ -145,6 +148,15 @@ def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
         grid = Grid.from_frame(split.loc[:, ["num_tokens", "width", "latency"]], ("num_tokens", "width"), "MoE")
         grid.columns = ("tokens", column)
         return grid, version
+    if other_split is not None:
+        version, rows = other_split
+        if expert_parallel:
+            measured = ", ".join(str(int(t)) for t in sorted(set(rows.moe_tp_size)))
+            raise PdplanError(f"{engine} {version} on {system} measures {config.text()} only with each expert split "
+                              f"over TP {measured}, never whole per GPU: compose with EP 1", field="ep")
+        measured = ", ".join(str(int(e)) for e in sorted(set(rows[rows.moe_tp_size == 1].moe_ep_size)))
+        raise PdplanError(f"{engine} {version} on {system} measures {config.text()} only with whole experts per GPU "
+                          f"(EP {measured}), never split over TP: compose with EP = TP", field="ep")
     newest = _moe_frame(system, engine, versions[0])
     same_dtype = newest[newest.moe_dtype == config.dtype]
     models = sorted({f"{h}×{i} top-{k}/{e}" for h, i, k, e in
