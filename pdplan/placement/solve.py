@@ -37,6 +37,9 @@ def _solver(problem: Problem) -> cp_model.CpSolver:
     solver.parameters.random_seed = problem.seed
     # One worker keeps the search, and so the chosen optimum among ties, identical run to run.
     solver.parameters.num_workers = 1
+    # The full LP relaxation (pool-curve stretches, node patterns): at level 1 one worker's bound stays far
+    # from the optimum on clusters of hundreds of GPUs with several shapes per pool, and the solve times out.
+    solver.parameters.linearization_level = 2
     return solver
 
 
