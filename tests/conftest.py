@@ -52,7 +52,9 @@ TRACE = ROOT / "traces" / "chat_poisson_2k.csv"
 #: optimize flags whose default P/D plan (TP 2 on both sides, decode TP2 PP2) every export format's
 #: engine runs: vLLM's NIXL connector refuses a pipeline-parallel decode, Mooncake has no such rule
 #: (pdplan.engines).
-RUNNABLE_EVERYWHERE = ("--connector", "mooncake")
+#: TP 2 on both sides (SGLang's P/D needs equal TP; equal-cost plans with a TP 1 prefill exist) and KV over
+#: Mooncake, so every export format's engine runs the plan, its pipeline-parallel decode included.
+RUNNABLE_EVERYWHERE = ("--connector", "mooncake", "--tp", "2")
 IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main", "--tokenizer",
             "meta-llama/Llama-2-70b-hf", "--adapter", "none", "--position", "rope theta=10000")
 
@@ -60,8 +62,8 @@ IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main", "
 @pytest.fixture(scope="session")
 def manifests(tmp_path_factory) -> dict[str, Path]:
     """Manifests ``optimize --out`` wrote on the shipped chat trace, one per mode: "disaggregated"
-    (identity complete; its KV goes over Mooncake, so every export format's engine runs its
-    pipeline-parallel decode) and "colocated" (no identity given: the checkpoint is the catalog
+    (identity complete; TP 2 on both sides and its KV over Mooncake, so every export format's engine runs
+    it, its pipeline-parallel decode included) and "colocated" (no identity given: the checkpoint is the catalog
     model's repository, the rest unknown). Each run takes ~20 s, so once."""
     import contextlib
     import io
