@@ -86,7 +86,8 @@ def _key(solver: cp_model.CpSolver, model: cp_model.CpModel) -> str:
     text = str(model.proto).encode()  # the proto's text format: every variable and constraint, in order
     return cache_key({"kind": "placement solve", "model": hashlib.sha256(text).hexdigest(),
                       "time_limit_s": solver.parameters.max_time_in_seconds,
-                      "seed": solver.parameters.random_seed, "workers": solver.parameters.num_workers})
+                      "seed": solver.parameters.random_seed, "workers": solver.parameters.num_workers,
+                      "linearization": solver.parameters.linearization_level})
 
 
 def _decode(value: dict) -> tuple[int, Recalled]:
