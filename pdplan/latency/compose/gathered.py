@@ -30,19 +30,13 @@ from dataclasses import dataclass
 from pdplan.errors import PdplanError
 from pdplan.latency.compose import moe, tables
 from pdplan.latency.compose.tables import Extrapolated
+from pdplan.latency.compose.wide import RankExperts
 
 
 @dataclass
-class GatheredExperts:
+class GatheredExperts(RankExperts):
     """The tables of one attention-DP rank's MoE layers with every expert split over the TP × DP GPUs."""
 
-    system: str
-    engine: str
-    ceiling: str | None
-    model: object
-    config: moe.MoeConfig
-    tp: int
-    dp: int
     all_reduce_version: str | None
 
     def __post_init__(self):

@@ -311,16 +311,22 @@ def wide_mla_grid(system: str, engine: str, ceiling: str | None, phase: str, dty
 # --- one rank's MoE layer --------------------------------------------------------------------------------
 
 @dataclass
-class WideExperts:
-    """The routed experts, shared experts and all-to-all of one DP rank's MoE layer."""
+class RankExperts:
+    """What one attention-DP rank's MoE layer is read for, whichever way the instance places its experts."""
 
     system: str
     engine: str
-    ceiling: str | None
+    ceiling: str | None   #: the engine version asked for (None: newest)
     model: object
     config: moe.MoeConfig
     tp: int
     dp: int
+
+
+@dataclass
+class WideExperts(RankExperts):
+    """The routed experts, shared experts and all-to-all of one DP rank's MoE layer."""
+
     ep: int
     gpus_per_node: int
     redundant: int = 0   #: redundant expert copies EPLB rebalances the load over (0: none)
