@@ -98,6 +98,31 @@ def test_a_profile_file_keeps_dp_and_ep_and_old_files_read_as_one_rank(dsr1):
     assert (profile_from_dict(old, "old.yaml").dp, profile_from_dict(old, "old.yaml").ep) == (1, 1)
 
 
+def test_a_wide_profile_holds_its_moe_layers_time_over_the_whole_instances_tokens(dsr1):
+    """The group part the simulator re-times when ranks' batches differ: at 128 instance tokens, DeepSeek's
+    58 MoE layers × the wide-EP decode MoE kernel at 128 tokens over EP 8; below 8 tokens (one per rank)
+    it holds its 8-token value."""
+    profile = composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=8, engine="sglang")
+    step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
+                versions=tables.choose_versions("h200-141gb", "sglang", None))
+    moe = raw("h200_sxm", "moe", "sglang", step.versions["wideep_generation_moe"], "wideep_generation_moe_perf.parquet")
+    moe = moe[(moe.moe_dtype == "fp8_block") & (moe.hidden_size == 7168) & (moe.inter_size == 2048)
+              & (moe.num_experts == 256) & (moe.topk == 8) & (moe.moe_tp_size == 1) & (moe.moe_ep_size == 8)
+              & (moe.distribution == "power_law_1.01") & (moe.num_tokens == 128)]
+    assert profile.group_s(False, 128) == pytest.approx(58 * moe.latency.min() / 1e3, rel=1e-5)
+    assert profile.group_s(False, 1) == profile.group_s(False, 4) == profile.group_s(False, 8)
+    assert 0 < profile.group_s(False, 8 * 16) < profile.decode_step_s(16, 16 * 2048)
+
+
+def test_a_profile_file_keeps_the_group_part_and_refuses_a_malformed_one(dsr1):
+    profile = composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=8, engine="sglang")
+    written = profile_to_dict(profile)
+    assert profile_from_dict(written, "p.yaml").group_decode_points == profile.group_decode_points
+    with pytest.raises(PdplanError, match="must be \\[tokens, ms\\] points from 1 token on") as err:
+        profile_from_dict({**written, "group": {"decode": [[2, 1.0], [4, 2.0]]}}, "p.yaml")
+    assert err.value.field.endswith("decode")
+
+
 def test_an_ep_between_measured_ones_weighs_its_neighbours_in_one_over_ep(dsr1):
     """B200's SGLang wide-EP decode MoE table measures DeepSeek at EP 4 and 16, not 8: EP 8 is
     (1 − w) · EP 4 + w · EP 16 at the same group tokens, w = (1/8 − 1/4) / (1/16 − 1/4) = 2/3."""

@@ -37,6 +37,13 @@ def wide(base, dp):
     return dataclasses.replace(base, dp=dp)
 
 
+def grouped(dp: int, kv: int = 100_000):
+    """:func:`linear` whose MoE layers over all the ranks' tokens T take, of each step, 2 + 0.5·T ms in a
+    decode step and 5 + 0.05·T ms in a prefill (the rank's own share at DP × its rows inside it)."""
+    return dataclasses.replace(linear(dp, kv), group_decode_points=((1, 0.0025), (1001, 0.5025)),
+                               group_prefill_points=((1, 0.00505), (1001, 0.05505)))
+
+
 def at_zero(prompts, outputs, arrivals=None):
     n = len(prompts)
     return {"arrival_s": np.zeros(n) if arrivals is None else np.array(arrivals, float),
@@ -56,6 +63,24 @@ def test_two_ranks_with_unequal_batches_step_at_the_longer_ranks_time(engine):
     result = simulate_decode_instance_of(linear(dp=2), at_zero([100, 100, 100], [3, 5, 3]), engine)
     np.testing.assert_allclose(result["first_token_s"], [0.0, 0.0, 0.0], atol=1e-12)
     np.testing.assert_allclose(result["finish_s"], [0.024, 0.046, 0.024], atol=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_the_moe_layers_of_unequal_ranks_see_the_tokens_they_hold_not_dp_times_the_largest(engine):
+    """:func:`grouped` on two ranks, as in the test above: a rank's step of B rows holds g(2B) = 2 + B ms
+    of MoE time, so its own part is 8 ms whatever B. With B = 2 and 1 the step is 8 + g(3) = 11.5 ms
+    (not 12): r0 and r2 finish after two at 23 ms; r1 then steps alone at 8 + g(1) = 10.5 ms, and
+    its last two steps end at 23 + 21 = 44 ms."""
+    result = simulate_decode_instance_of(grouped(dp=2), at_zero([100, 100, 100], [3, 5, 3]), engine)
+    np.testing.assert_allclose(result["finish_s"], [0.023, 0.044, 0.023], atol=1e-12)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_prefill_of_unequal_ranks_times_its_moe_layers_at_the_tokens_summed(engine):
+    """:func:`grouped` prefill ranks of 1,100 and 200 tokens (120 and 30 ms, holding g(2,200) = 115 and
+    g(400) = 25 ms): both own parts are 5 ms, so the batch lasts 5 + g(1,300) = 75 ms."""
+    result = simulate_pool(at_zero([1000, 200, 100], [1, 1, 1]), grouped(dp=2), phase="prefill", engine=engine)
+    np.testing.assert_allclose(result["prefill_end_s"], [0.075, 0.075, 0.075], atol=1e-12)
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
@@ -109,17 +134,22 @@ def test_closed_form_run_of_synchronised_ranks_equals_the_sum_of_the_slowest_ran
     di = np.zeros((fields.DI_FIELDS, len(ranks)), np.int64)
     di[fields.D_B], di[fields.D_S] = zip(*ranks)
     di[fields.D_DP, 0] = len(ranks)
+    di[fields.D_M_GROUP_D] = -1  # no group part
     assert instance_run_s(*table_for(profile.decode), di, 0, steps) == pytest.approx(brute, rel=1e-12, abs=1e-12)
 
 
-@settings(max_examples=12, deadline=None)
+@settings(max_examples=16, deadline=None)
 @given(seed=st.integers(0, 10**6), phase=st.sampled_from(["decode", "prefill", "prefill-first", "chunked"]),
-       capacity=st.sampled_from([1100, 3000]))
-def test_compiled_engine_matches_the_oracle_with_four_ranks(seed, phase, capacity):
-    """Two instances of four ranks, pieces that cross and a second batch segment, KV stalls:
+       capacity=st.sampled_from([1100, 3000]), group=st.booleans())
+def test_compiled_engine_matches_the_oracle_with_four_ranks(seed, phase, capacity, group):
+    """Two instances of four ranks, pieces that cross and a second batch segment, KV stalls, with and
+    without a group part (three points, the MoE layers' time bending at 16 and 512 tokens):
     same records within 1e-9 s for decode, prefill and both colocated policies."""
     base = handbuilt_profile(prefill_ms=[(1, [[50.0, 0.1, 0.0]]), (3, [[20.0, 0.15, 1e-5]])],
                              decode_ms=DECODE_MS, kv_capacity_tokens=capacity, max_prefill_batch_tokens=2048)
+    if group:
+        base = dataclasses.replace(base, group_decode_points=((1, 0.004), (16, 0.006), (512, 0.010)),
+                                   group_prefill_points=((1, 0.005), (512, 0.02), (8192, 0.09)))
     kw = {"phase": phase, "replicas": 2}
     if phase in ("prefill-first", "chunked"):
         kw = {"phase": "colocated", "replicas": 2, "policy": phase, "chunk_tokens": 256 if phase == "chunked" else None}

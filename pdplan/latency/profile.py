@@ -18,7 +18,7 @@ stages; the simulator keeps up to PP batches in flight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -122,12 +122,23 @@ class PhaseProfile(ModelShape):
     kv_capacity_tokens: int          #: KV tokens the instance can hold
     max_prefill_batch_tokens: int    #: largest prefill batch, in prompt tokens
     provenance: Provenance
+    #: One attention-DP rank's profile: the seconds of its step its MoE layers spend on the whole
+    #: instance's tokens (routed experts, or the gather of a tensor-parallel expert layout), as
+    #: (instance tokens, seconds) points per phase, linear between them and past the last. The
+    #: steps above assume every rank carries the same batch; the simulator replaces their
+    #: g(DP × the rank's tokens) by g(the ranks' tokens summed) (:func:`group_s`). Empty: no such part.
+    group_prefill_points: tuple[tuple[int, float], ...] = ()
+    group_decode_points: tuple[tuple[int, float], ...] = ()
+    group_prefill: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
+    group_decode: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
 
     def __post_init__(self):
         if self.tp < 1 or self.pp < 1:
             raise InternalError("tp and pp must be >= 1")
         if self.kv_capacity_tokens < 1 or self.max_prefill_batch_tokens < 1:
             raise InternalError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
+        object.__setattr__(self, "group_prefill", group_model(self.group_prefill_points))
+        object.__setattr__(self, "group_decode", group_model(self.group_decode_points))
 
     def prefill_time_s(self, prompt_lengths: Sequence[int], cached: Sequence[int] | None = None) -> float:
         """Seconds for one prefill batch of these prompts; with ``cached``, each prompt's leading
@@ -142,6 +153,45 @@ class PhaseProfile(ModelShape):
         """Seconds for one decode step of ``batch_size`` requests holding ``context_tokens`` in all."""
         x = np.array([[1.0, float(batch_size), float(context_tokens)]])
         return float(self.decode.evaluate(x, np.array([batch_size]))[0])
+
+    def group_s(self, prefill: bool, tokens: float) -> float:
+        """Seconds of a step's MoE layers over ``tokens`` of the whole instance (0 without a group part)."""
+        model = self.group_prefill if prefill else self.group_decode
+        if model is None:
+            return 0.0
+        tokens = max(1, int(tokens))
+        return float(model.evaluate(np.array([[1.0, float(tokens), 0.0]]), np.array([tokens]))[0])
+
+
+def iteration_group_s(profile: PhaseProfile, decode_rows: int, prompt_tokens: int) -> float:
+    """The group part of an iteration whose MoE layers see ``decode_rows`` decode rows and
+    ``prompt_tokens`` prompt tokens, composed as a colocated iteration composes its step (a decode
+    step plus what the prompt chunks add above an empty prefill batch)."""
+    if prompt_tokens == 0:
+        return profile.group_s(False, decode_rows) if decode_rows else 0.0
+    pre = profile.group_s(True, prompt_tokens)
+    if decode_rows == 0:
+        return pre
+    return profile.group_s(False, decode_rows) + max(0.0, pre - profile.group_s(True, 0))
+
+
+def group_model(points: Sequence[tuple[int, float]]) -> LatencyModel | None:
+    """A group part's points as a latency model over (1, tokens, 0), tokens also choosing the segment:
+    the line through each point and the next in force from that point's tokens, the last line on past
+    the last point. None for no points."""
+    if not points:
+        return None
+    tokens = [int(t) for t, _ in points]
+    seconds = [float(v) for _, v in points]
+    if tokens[0] != 1 or any(b <= a for a, b in zip(tokens, tokens[1:])):
+        raise InternalError("group points must start at 1 token and increase strictly")
+    if len(points) == 1:
+        return LatencyModel(segments=(Segment(min_batch=1, pieces_s=((seconds[0], 0.0, 0.0),)),))
+    segments = []
+    for k in range(len(points) - 1):
+        slope = (seconds[k + 1] - seconds[k]) / (tokens[k + 1] - tokens[k])
+        segments.append(Segment(min_batch=tokens[k], pieces_s=((seconds[k] - slope * tokens[k], slope, 0.0),)))
+    return LatencyModel(segments=tuple(segments))
 
 
 # --- files ---------------------------------------------------------------------------------------
@@ -174,6 +224,10 @@ def profile_to_dict(profile: PhaseProfile) -> dict:
         "max_prefill_batch_tokens": profile.max_prefill_batch_tokens,
         "prefill": _model_to_dict(profile.prefill, PREFILL_FEATURES),
         "decode": _model_to_dict(profile.decode, DECODE_FEATURES),
+        **({"group": {phase: [[t, significant(v * 1e3)] for t, v in points]
+                      for phase, points in (("prefill", profile.group_prefill_points),
+                                            ("decode", profile.group_decode_points)) if points}}
+           if profile.group_prefill_points or profile.group_decode_points else {}),
         "provenance": {
             "source": prov.source, "method": prov.method, "file": prov.file, "sha256": prov.sha256,
             "points_prefill": prov.points_prefill, "points_decode": prov.points_decode,
@@ -262,7 +316,7 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
     """Validate a profile's content (as :func:`profile_to_dict` writes it); errors name ``source``."""
     spec = Fields(data, source)
     spec.reject_unknown({"pdplan_profile", "model", "gpu", "tp", "pp", "dp", "ep", "kv_capacity_tokens",
-                         "max_prefill_batch_tokens", "prefill", "decode", "provenance"})
+                         "max_prefill_batch_tokens", "prefill", "decode", "group", "provenance"})
     spec.integer("pdplan_profile", minimum=FORMAT_VERSION, maximum=FORMAT_VERSION)
     prov = spec.mapping("provenance")
     outliers = prov.data.get("outliers") or []
@@ -289,6 +343,7 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
         max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         prefill=prefill,
         decode=decode,
+        **_group_points(spec),
         provenance=Provenance(
             source=prov.string("source", choices=list(SOURCES)),
             method=prov.string("method"),
@@ -305,6 +360,32 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
             calibration=_calibration(prov),
         ),
     )
+
+
+def _group_points(spec: Fields) -> dict:
+    """A DP rank's group part: per phase, [instance tokens, ms] points from 1 token on, tokens increasing."""
+    if spec.data.get("group") is None:
+        return {}
+    group = spec.mapping("group")
+    group.reject_unknown({"prefill", "decode"})
+    found = {}
+    for phase in ("prefill", "decode"):
+        points = group.data.get(phase)
+        if points is None:
+            continue
+        rule = "must be [tokens, ms] points from 1 token on, tokens increasing, ms finite and >= 0"
+        if (not isinstance(points, list) or not points
+                or any(not isinstance(q, list) or len(q) != 2 for q in points)):
+            raise group.fail(phase, rule, points)
+        tokens = [q[0] for q in points]
+        values = [q[1] for q in points]
+        if (any(isinstance(t, bool) or not isinstance(t, int) or not 1 <= t <= limits.MAX_KV_TOKENS * 1024
+                for t in tokens) or tokens[0] != 1 or any(b <= a for a, b in zip(tokens, tokens[1:]))
+                or any(isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= limits.MAX_LATENCY_MS
+                       for v in values)):
+            raise group.fail(phase, rule, points)
+        found[f"group_{phase}_points"] = tuple((int(t), float(v) / 1e3) for t, v in points)
+    return found
 
 
 def _calibration(prov: Fields) -> tuple[tuple[str, object], ...]:

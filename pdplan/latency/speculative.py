@@ -111,13 +111,16 @@ class SpeculativeDecoding:
 
     def apply(self, profile: PhaseProfile) -> PhaseProfile:
         """``profile`` with its decode model turned into the time per emitted token (prefill as it
-        was); its provenance notes say what was applied, with the numbers."""
+        was); its provenance notes say what was applied, with the numbers. A DP rank's decode group part
+        (:meth:`PhaseProfile.group_s`) is dropped: a verify step's MoE tokens are not its rows, so its
+        ranks are timed as if each carried the slowest one's batch."""
         fa, fb, fc = self.factors()
         decode = LatencyModel(segments=tuple(
             Segment(min_batch=s.min_batch, pieces_s=tuple((a * fa, b * fb, c * fc) for a, b, c in s.pieces_s))
             for s in profile.decode.segments))
         notes = "; ".join(n for n in (profile.provenance.notes, self.describe()) if n)
-        return replace(profile, decode=decode, provenance=replace(profile.provenance, notes=notes))
+        return replace(profile, decode=decode, group_decode_points=(),
+                       provenance=replace(profile.provenance, notes=notes))
 
     def describe(self) -> str:
         """One line: the method, its numbers and what they make of a decode step."""

@@ -19,6 +19,7 @@ from collections import OrderedDict, deque
 
 import numpy as np
 
+from pdplan.latency.profile import iteration_group_s
 from pdplan.sim.core import Environment
 from pdplan.sim.events import ARRIVAL, BOUNDARY, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
 from pdplan.sim.fast.routing import predicted_ttft_s
@@ -171,14 +172,22 @@ def pick_rank(outstanding) -> int:
     return best
 
 
-def _step_s(times) -> float:
-    """One synchronised step of an instance: every rank waits for the slowest (the MoE layers'
-    all-to-all runs across all of them; SGLang gathers every rank's batch before each forward pass
-    and runs an idle batch on a rank without work, ``Scheduler.prepare_mlp_sync_batch`` and
-    ``get_idle_batch`` in sgl-project/sglang python/sglang/srt/managers/scheduler.py), so the step
-    lasts the longest rank's time. An empty rank adds nothing: profiles start at batch 1 and
-    define no idle-batch time."""
-    return max(times)
+def _step_s(parts, profile) -> float:
+    """One synchronised step of an instance from its working ranks' (seconds, decode rows, prompt
+    tokens): every rank waits for the slowest (the MoE layers' all-to-all runs across all of them;
+    SGLang gathers every rank's batch before each forward pass and runs an idle batch on a rank
+    without work, ``Scheduler.prepare_mlp_sync_batch`` and ``get_idle_batch`` in sgl-project/sglang
+    python/sglang/srt/managers/scheduler.py), so the step lasts the longest rank's time. An empty
+    rank adds nothing: profiles start at batch 1 and define no idle-batch time. A profile with a
+    group part (``PhaseProfile.group_s``) times each rank's step as if every rank carried its rows:
+    each rank's time drops by that share, at DP × its rows, and the step adds the share of all the
+    ranks' rows."""
+    if profile.group_prefill is None and profile.group_decode is None:
+        return max(seconds for seconds, _, _ in parts)
+    dp = profile.dp
+    longest = max(seconds - iteration_group_s(profile, dp * rows, dp * tokens) for seconds, rows, tokens in parts)
+    return longest + iteration_group_s(profile, sum(rows for _, rows, _ in parts),
+                                       sum(tokens for _, _, tokens in parts))
 
 
 class _DecodeInstance:
@@ -187,7 +196,7 @@ class _DecodeInstance:
     epoch = 0  # its role epoch: a dedicated decode instance never gives up the decode role
 
     def __init__(self, env, profile, req, rec, index: int, max_running: int = 0):
-        self.env, self.req, self.index = env, req, index
+        self.env, self.profile, self.req, self.index = env, profile, req, index
         self.ranks = _ranks(env, profile, req, rec, self, max_running)
         self.capacity = profile.kv_capacity_tokens   # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
@@ -209,7 +218,8 @@ class _DecodeInstance:
                 rank.admit(rank.waiting.popleft())
         self.stepping = any(rank.generated for rank in self.ranks)
         if self.stepping:
-            dt = _step_s([rank.step_s() for rank in self.ranks if rank.generated])
+            dt = _step_s([(rank.step_s(), len(rank.generated), 0) for rank in self.ranks if rank.generated],
+                         self.profile)
             self.env.schedule(self.env.now + dt, BOUNDARY, self._step_done, dt)
 
     def _step_done(self, dt: float) -> None:
@@ -430,7 +440,7 @@ class _Disaggregated:
         if not any(inst["queues"]) or inst["stage_free"][0] > self.env.now:
             return
         cap = inst["cap"]
-        batch, times = [], []  # every rank's batch, in rank order; each rank's prefill time
+        batch, parts = [], []  # every rank's batch, in rank order; each rank's (prefill time, 0, tokens)
         for k, queue in enumerate(inst["queues"]):
             own, tokens = [], 0
             while queue:
@@ -441,9 +451,10 @@ class _Disaggregated:
                 tokens += length
             if own:
                 load = self.loaded[own].sum() * self.load_s[p]  # second-tier hits load first
-                times.append(inst["profile"].prefill_time_s(self.req.prompt_tokens[own], self.cached[own]) + load)
+                parts.append((inst["profile"].prefill_time_s(self.req.prompt_tokens[own], self.cached[own]) + load,
+                              0, tokens))
                 batch += [(r, k) for r in own]
-        duration = _step_s(times)
+        duration = _step_s(parts, inst["profile"])
         stages = len(inst["stage_free"])
         clock = self.env.now
         for s in range(stages):
@@ -614,12 +625,23 @@ class _ColocatedInstance:
         """Pick the next iteration of every rank at a boundary."""
         self.running = True
         plans = [self._plan(rank) for rank in self.ranks]
-        times = [plan[2] for plan in plans if plan is not None]
-        if not times:
+        parts = [(plan[2], *self._rows_tokens(rank, plan)) for rank, plan in zip(self.ranks, plans)
+                 if plan is not None]
+        if not parts:
             self.running = False
             return
-        dt = _step_s(times)
+        dt = _step_s(parts, self.profile)
         self.env.schedule(self.env.now + dt, BOUNDARY, self._done, plans, dt)
+
+    def _rows_tokens(self, rank: _Rank, plan) -> tuple[int, int]:
+        """A rank's iteration as its MoE layers see it: (decode rows, prompt tokens computed). A
+        prefill batch stalls the rank's decodes; a mixed iteration carries both."""
+        kind, work, _ = plan
+        if kind == "prefill":
+            return 0, int((self.req.prompt_tokens[work] - self.cached[work]).sum())
+        if kind == "mixed":
+            return len(rank.generated), int(sum(work.values()))
+        return len(rank.generated), 0
 
     def _plan(self, rank: _Rank):
         """A rank's next iteration, its prompts admitted: (kind, chunks or batch, seconds), or None."""

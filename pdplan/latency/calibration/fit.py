@@ -58,7 +58,11 @@ def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, 
             Segment(min_batch=s.min_batch,
                     pieces_s=tuple((p[0] * scale + iteration_s, p[1] * scale, p[2] * scale) for p in s.pieces_s))
             for s in model.segments))
-    return replace(profile, prefill=apply(profile.prefill, prefill_scale), decode=apply(profile.decode, decode_scale))
+    def scaled(points, scale: float):
+        return tuple((t, v * scale) for t, v in points)
+    return replace(profile, prefill=apply(profile.prefill, prefill_scale), decode=apply(profile.decode, decode_scale),
+                   group_prefill_points=scaled(profile.group_prefill_points, prefill_scale),
+                   group_decode_points=scaled(profile.group_decode_points, decode_scale))
 
 
 def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching,

@@ -63,7 +63,11 @@ class GatheredExperts(RankExperts):
 
     def routed_s(self, rows: float, prefill: bool, log: Extrapolated) -> float:
         """Gather, every expert's 1/(TP × DP) slice over DP × the rank's tokens, and scatter."""
-        tokens = rows * self.dp
+        return self.group_s(rows * self.dp, prefill, log)
+
+    def group_s(self, tokens: float, prefill: bool, log: Extrapolated) -> float:
+        """Gather, the split experts and scatter over ``tokens`` of the whole instance: all of the layer that
+        depends on every rank's tokens."""
         width = self.model.expert_ffn / self.group
         exchange = self.all_reduce((tokens * self.model.hidden, self.group), log)
         return self.compute((tokens, width), log) + exchange

@@ -78,15 +78,16 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
                                        max_prefill_batch_tokens=max_prefill_batch_tokens, dp=dp, ep=ep,
                                        expert_parallel=expert_parallel, redundant_experts=redundant_experts)
     source = tables.source_text(step.system, engine, step.versions)
-    shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
-                        points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
+    points = tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap))
+    group = group_points(step, dp * cap) if dp > 1 and step.wide else {}
+    shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp, points=points,
                         source=source, notes=f"{source}; {_notes(step)}")
     profile = fit_profile(shape, kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap, concave_decode=model.is_moe)
     prov = profile.provenance
     profile = replace(profile, provenance=replace(
         prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
     if dp > 1 or ep not in (1, tp) or redundant_experts:
-        profile = replace(profile, dp=dp, ep=ep)
+        profile = replace(profile, dp=dp, ep=ep, **group)
     # At the written precision, so a composed profile read back from the cache is this very one.
     return profile_from_dict(profile_to_dict(profile), f"composed {profile.shape}")
 
@@ -107,6 +108,19 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, dp=dp,
                                   redundant_experts=redundant_experts)
     return step, capacity, min(max_prefill_batch_tokens, capacity)
+
+
+def group_points(step: Step, top_tokens: int) -> dict:
+    """A DP rank's group part (:class:`~pdplan.latency.profile.PhaseProfile`), per phase: its MoE layers'
+    time over the whole instance's tokens, at 1, 2, 4, ... tokens and ``top_tokens``. Below DP tokens (fewer
+    than the balanced step ever reads: one per rank) it holds its DP-token value, a kernel's launch floor,
+    where the tables' own edge would scale it down toward zero."""
+    m, dp = step.model, step.shape.dp
+    moe_layers = m.layers - m.dense_layers
+    grid = sorted({*(2 ** k for k in range(max(1, top_tokens).bit_length())), max(1, top_tokens)})
+    return {f"group_{phase}_points": tuple(
+                (t, moe_layers * step.wide_experts.group_s(max(t, dp), phase == "prefill", step.log)) for t in grid)
+            for phase in ("prefill", "decode")}
 
 
 def _notes(step: Step) -> str:

@@ -368,11 +368,15 @@ class WideExperts(RankExperts):
         phase = "context" if prefill else "generation"
         a2a_rows = rows // self.tp if prefill and self.engine != "trtllm" else rows
         dispatch, combine = self.a2a[phase]
-        tokens = rows * self.dp
+        return (dispatch((max(a2a_rows, 1),), log) + self.group_s(rows * self.dp, prefill, log)
+                + combine((max(a2a_rows, 1),), log))
+
+    def group_s(self, tokens: float, prefill: bool, log: Extrapolated) -> float:
+        """The routed experts over ``tokens`` of the whole MoE group: the part of a rank's MoE layer that
+        depends on every rank's tokens."""
         if self.redundant and prefill and self.engine == "sglang":
             tokens = int(tokens * SGLANG_EPLB_PREFILL_TOKENS)
-        return (dispatch((max(a2a_rows, 1),), log) + self.compute[phase]((tokens,), log)
-                + combine((max(a2a_rows, 1),), log))
+        return self.compute["context" if prefill else "generation"]((tokens,), log)
 
     def shared_s(self, rows: float, prefill: bool, log: Extrapolated) -> float | None:
         """The whole shared experts' measured time, None when no table holds them."""

@@ -35,11 +35,14 @@ from pdplan.sim.fast.fields import (
     D_IT_FIRST,
     D_IT_KIND,
     D_IT_N,
+    D_IT_TOKENS,
     D_K_HEAD,
     D_K_TAIL,
     D_LOAD,
     D_LRU_CAP,
     D_LRU_HEAD,
+    D_M_GROUP_D,
+    D_M_GROUP_P,
     D_M_PREFILL,
     D_MODE,
     D_MODEL,
@@ -55,6 +58,7 @@ from pdplan.sim.fast.fields import (
     D_W_TAIL,
     DECODE_RUN,
     F_BUSY,
+    F_IT_S,
     IT_CHUNKS,
     IT_NONE,
     IT_PREFILL,
@@ -73,7 +77,7 @@ from pdplan.sim.fast.fields import (
     T_P_END,
     T_P_START,
 )
-from pdplan.sim.fast.latency import latency_s, mixed_iteration_s
+from pdplan.sim.fast.latency import iteration_group_s, latency_s, mixed_iteration_s
 from pdplan.sim.fast.prefix import reuse
 from pdplan.sim.fast.routing import least_outstanding
 
@@ -121,6 +125,7 @@ def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
             di[D_IT_KIND, i] = IT_PREFILL
             di[D_IT_FIRST, i] = first
             di[D_IT_N, i] = n
+            di[D_IT_TOKENS, i] = tok
             return latency_s(tab_i, pieces, di[D_M_PREFILL, i], n, float(tok), tok2)
         return -1.0
     budget = di[D_CHUNK, i] - di[D_B, i]
@@ -157,30 +162,65 @@ def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
     if chunks > 0:
         di[D_IT_KIND, i] = IT_CHUNKS
         di[D_IT_N, i] = di[D_B, i]  # decode rows riding along this iteration
+        di[D_IT_TOKENS, i] = sum_c
         return mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, i], di[D_MODEL, i], di[D_B, i],
                                  float(di[D_S, i]), chunks, float(sum_c), sum_c2)
     return -1.0
 
 
 @njit(cache=True)
+def _iteration_s(di, df, tab_i, pieces, c):
+    """Seconds of instance c's iteration once every rank planned its prompt work: the ranks with
+    decodes and none take one decode step; it lasts the longest rank's, each rank's less its own
+    group share (g at DP × its rows), plus the group share of all the ranks' rows."""
+    dp = di[D_DP, c]
+    gp = di[D_M_GROUP_P, c]
+    gd = di[D_M_GROUP_D, c]
+    duration = 0.0
+    found = False
+    rows = 0
+    tokens = 0
+    for i in range(c, c + dp):
+        kind = di[D_IT_KIND, i]
+        if kind == IT_NONE and di[D_B, i] > 0:
+            di[D_IT_KIND, i] = IT_STEP
+            kind = IT_STEP
+        if kind == IT_NONE:
+            continue
+        if kind == IT_STEP:
+            x = mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, i], di[D_MODEL, i], di[D_B, i],
+                                  float(di[D_S, i]), 0, 0.0, 0.0)
+        else:
+            x = df[F_IT_S, i]
+        own_rows = 0 if kind == IT_PREFILL else di[D_B, i]
+        own_tokens = 0 if kind == IT_STEP else di[D_IT_TOKENS, i]
+        if gp >= 0 or gd >= 0:
+            x -= iteration_group_s(tab_i, pieces, gp, gd, dp * own_rows, dp * own_tokens)
+        rows += own_rows
+        tokens += own_tokens
+        if not found or x > duration:
+            duration = x
+            found = True
+    if gp >= 0 or gd >= 0:
+        duration += iteration_group_s(tab_i, pieces, gp, gd, rows, tokens)
+    return duration
+
+
+@njit(cache=True)
 def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
     """Choose what colocated instance c runs from t: an iteration in which some rank has prompt
     work (the others with decodes take one decode step), lasting the longest rank's; else a
-    stretch of decode-only steps (advanced in closed form), or nothing."""
+    stretch of decode-only steps (advanced in closed form), or nothing. With a group part each
+    rank's time drops by its own share of it and the iteration adds the share of all the ranks'
+    tokens (:func:`_iteration_s`)."""
     di[D_VERSION, c] += 1
-    duration = -1.0
+    prompt = False
     for i in range(c, c + di[D_DP, c]):
-        x = _plan_rank(rq, rt, di, tab_i, pieces, i, t)
-        if x > duration:
-            duration = x
-    if duration >= 0.0:
-        for i in range(c, c + di[D_DP, c]):
-            if di[D_IT_KIND, i] == IT_NONE and di[D_B, i] > 0:
-                di[D_IT_KIND, i] = IT_STEP
-                x = mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, i], di[D_MODEL, i], di[D_B, i],
-                                      float(di[D_S, i]), 0, 0.0, 0.0)
-                if x > duration:
-                    duration = x
+        df[F_IT_S, i] = _plan_rank(rq, rt, di, tab_i, pieces, i, t)
+        if df[F_IT_S, i] >= 0.0:
+            prompt = True
+    if prompt:
+        duration = _iteration_s(di, df, tab_i, pieces, c)
         di[D_MODE, c] = ITERATION
         df[F_BUSY, c] += duration
         push(ht, hi, hs, t + duration, np.int64(BOUNDARY), c, di[D_VERSION, c])

@@ -26,6 +26,7 @@ from pdplan.sim.fast.fields import (
     P_LENT,
     P_LRU_CAP,
     P_LRU_HEAD,
+    P_M_GROUP,
     P_MAX_RUN,
     P_MODEL,
     P_PENDING,
@@ -49,7 +50,7 @@ from pdplan.sim.fast.fields import (
     T_P_END,
     T_P_START,
 )
-from pdplan.sim.fast.latency import latency_s
+from pdplan.sim.fast.latency import group_s, latency_s
 from pdplan.sim.fast.links import book_transfer
 from pdplan.sim.fast.prefix import peek, reuse
 from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefill, predicted_ttft_s
@@ -107,14 +108,19 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
     chunk after c); tokens hit in the second tier are loaded first, ``pload`` seconds each. The ranks run
     together and the batch lasts the longest rank's prefill; its requests are the ranks' runs
     chained in rank order. With PP = k the batch passes k stages of latency/k each, one batch per
-    stage at a time, so up to k batches are in flight.
+    stage at a time, so up to k batches are in flight. With a group part g each rank's prefill drops
+    by g(DP × its tokens) and the batch adds g(the ranks' tokens summed).
     """
     if pf[p, 1] > t:
         return False
     cap = pi[P_CAP, p]
+    g = pi[P_M_GROUP, p]
+    dp = pi[P_DP, p]
     first = -1
     last = -1
     n = 0
+    tokens = 0
+    found = False
     duration = -1.0
     for k in range(pi[P_RANK0, p], pi[P_RANK0, p] + pi[P_DP, p]):
         head = pq[Q_HEAD, k]
@@ -140,8 +146,12 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
         if r < 0:
             pq[Q_TAIL, k] = -1
         x = latency_s(tab_i, pieces, pi[P_MODEL, p], own, float(tok), tok2) + loaded * pload[p]
-        if x > duration:
+        if g >= 0:
+            x -= group_s(tab_i, pieces, g, dp * tok)
+        tokens += tok
+        if not found or x > duration:
             duration = x
+            found = True
         if first < 0:
             first = head
         else:  # the previous rank's run continues with this one (its link past the run is unused)
@@ -150,6 +160,8 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
         n += own
     if n == 0:
         return False
+    if g >= 0:
+        duration += group_s(tab_i, pieces, g, tokens)
     stages = pi[P_PP, p]
     c = t
     for s in range(stages):

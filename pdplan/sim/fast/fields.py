@@ -30,10 +30,11 @@ RT_FIELDS = 7
 # RANK0 .. RANK0 + DP of ``pq``; PENDING counts the prompt tokens left to compute; LRU_*: its
 # prefix cache in HBM (head, tail, count, capacity), TIER_*: the second tier's (:mod:`.prefix`)
 (P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING, P_RANK0, P_DP, P_LRU_HEAD, P_LRU_TAIL, P_LRU_COUNT,
- P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP, P_MAX_RUN, P_LENT, P_COL) = range(19)
-PI_FIELDS = 19
+ P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP, P_MAX_RUN, P_LENT, P_COL, P_M_GROUP) = range(20)
+PI_FIELDS = 20
 #   MAX_RUN: the prompts one rank's batch takes at most (the pool's max_running_requests); LENT:
-#   lent to decode (:mod:`.borrowing`), COL: its column in ``di`` while lent (-1: it cannot be lent)
+#   lent to decode (:mod:`.borrowing`), COL: its column in ``di`` while lent (-1: it cannot be lent);
+#   M_GROUP: the group part of a DP instance's prefill (:func:`.latency.group_s`; -1: none)
 
 # prefill ranks pq[field, k]: the FCFS queue (head, tail, linked by Q_NEXT) and the requests
 # queued or being prefilled there (the rank router's view)
@@ -45,8 +46,8 @@ PQ_FIELDS = 3
  D_W_HEAD, D_W_TAIL, D_MODE, D_M_PREFILL, D_POLICY, D_CHUNK, D_TOKEN_CAP, D_PF_HEAD, D_PF_TAIL,
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
  D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN, D_HOME, D_LENT, D_EPOCH, D_PENDING,
- D_HOST) = range(41)
-DI_FIELDS = 41
+ D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS) = range(44)
+DI_FIELDS = 44
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -66,10 +67,13 @@ DI_FIELDS = 41
 #   HOME_PREFILL: a prefill instance's column, used only while it is lent to decode), LENT whether
 #   it is lent now, EPOCH its role epoch, PENDING the prompt tokens it has still to prefill (queued
 #   or partly done), HOST a prefill-home column's prefill instance (-1 otherwise).
+#   M_GROUP_P, M_GROUP_D: a DP instance's group parts for prompt and decode work (-1: none);
+#   IT_TOKENS the prompt tokens a rank's iteration computes (its prefill batch's or its chunks').
 
 # decode and colocated instance floats df[field, i]
-F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY = range(4)
-DF_FIELDS = 4
+F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY, F_IT_S = range(5)
+DF_FIELDS = 5
+#   IT_S: the seconds of the prompt work a rank planned for this iteration (-1: none)
 
 # the loop state ``cl`` (floats; the counts and indices in it are whole): a closed loop's clients
 # and its next request to release, then a stop on misses (:func:`.clock.settled`): the time row a

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from pdplan.latency.profile import LatencyModel
-from pdplan.sim.fast.fields import D_B, D_DP, D_MODEL, D_S
+from pdplan.sim.fast.fields import D_B, D_DP, D_M_GROUP_D, D_MODEL, D_S
 
 
 class LatencyTable:
@@ -68,6 +68,34 @@ def latency_s(tab_i, pieces, m, batch, x1, x2):
         if v > best:
             best = v
     return best
+
+
+@njit(cache=True)
+def group_s(tab_i, pieces, g, tokens):
+    """Seconds of a DP instance's group part g over ``tokens`` of all its ranks (0 when g is -1):
+    :meth:`pdplan.latency.profile.PhaseProfile.group_s`."""
+    if g < 0:
+        return 0.0
+    t = tokens if tokens >= 1 else 1
+    return latency_s(tab_i, pieces, g, t, float(t), 0.0)
+
+
+@njit(cache=True)
+def iteration_group_s(tab_i, pieces, gp, gd, decode_rows, prompt_tokens):
+    """The group part of an iteration whose MoE layers see ``decode_rows`` decode rows and
+    ``prompt_tokens`` prompt tokens, composed as :func:`mixed_iteration_s` composes a step:
+    :func:`pdplan.latency.profile.iteration_group_s`."""
+    if prompt_tokens == 0:
+        if decode_rows == 0:
+            return 0.0
+        return group_s(tab_i, pieces, gd, decode_rows)
+    pre = group_s(tab_i, pieces, gp, prompt_tokens)
+    if decode_rows == 0:
+        return pre
+    extra = pre - group_s(tab_i, pieces, gp, 0)
+    if extra < 0.0:
+        extra = 0.0
+    return group_s(tab_i, pieces, gd, decode_rows) + extra
 
 
 @njit(cache=True)
@@ -129,8 +157,18 @@ def _ranks_run_s(tab_i, pieces, di, d, steps):
     with a fixed batch: step j lasts the longest rank's, ``max_{rank, p}(a_p + b_p·B_k + c_p·(S_k +
     j·B_k))`` over the ranks holding requests (an empty rank adds nothing). That is again the
     largest of a set of lines in j, so :func:`decode_run_s`'s walk applies to all the ranks'
-    pieces at once."""
-    total = 0.0
+    pieces at once. With a group part g each rank's lines drop by g(DP × its batch) and every step
+    adds g(the ranks' batches summed): the MoE layers see the tokens the ranks really hold."""
+    g = di[D_M_GROUP_D, d]
+    dp = di[D_DP, d]
+    rows = 0
+    shift = np.zeros(dp)
+    if g >= 0:
+        for i in range(d, d + dp):
+            if di[D_B, i] > 0:
+                shift[i - d] = group_s(tab_i, pieces, g, dp * di[D_B, i])
+                rows += di[D_B, i]
+    total = 0.0 if g < 0 else steps * group_s(tab_i, pieces, g, rows)
     j = 0
     while j < steps:
         found = False
@@ -143,7 +181,7 @@ def _ranks_run_s(tab_i, pieces, di, d, steps):
                 continue
             s = _segment(tab_i, di[D_MODEL, i], batch)
             for p in range(tab_i[2, s], tab_i[2, s + 1]):
-                alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i])
+                alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i]) - shift[i - d]
                 gamma = pieces[p, 2] * batch
                 value = alpha + gamma * j
                 if not found or value > best_value or (value == best_value and gamma > best_gamma):
@@ -160,7 +198,7 @@ def _ranks_run_s(tab_i, pieces, di, d, steps):
             for p in range(tab_i[2, s], tab_i[2, s + 1]):
                 gamma = pieces[p, 2] * batch
                 if gamma > best_gamma:
-                    alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i])
+                    alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i]) - shift[i - d]
                     j_next = _crossing(best_alpha, best_gamma, alpha, gamma, j, j_next)
         n = j_next - j
         total += n * best_alpha + best_gamma * (j + j_next - 1) * n * 0.5
