@@ -121,6 +121,9 @@ def test_a_profile_file_keeps_the_group_part_and_refuses_a_malformed_one(dsr1):
     with pytest.raises(PdplanError, match="must be \\[tokens, ms\\] points from 1 token on") as err:
         profile_from_dict({**written, "group": {"decode": [[2, 1.0], [4, 2.0]]}}, "p.yaml")
     assert err.value.field.endswith("decode")
+    with pytest.raises(PdplanError, match="decode part at DP 8 × 1 tokens is 1000 ms, more than the .* ms step "
+                                          "it is part of"):
+        profile_from_dict({**written, "group": {"decode": [[1, 1000.0]]}}, "p.yaml")
 
 
 def test_an_ep_between_measured_ones_weighs_its_neighbours_in_one_over_ep(dsr1):

@@ -332,7 +332,7 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
         if not latency > 0:
             raise spec.fail(name, f"gives {latency * 1e3:g} ms for one request of one token; latencies "
                             "must be positive", show_value=False)
-    return PhaseProfile(
+    profile = PhaseProfile(
         model=spec.string("model"),
         gpu=spec.string("gpu"),
         tp=spec.integer("tp", minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
@@ -360,6 +360,21 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
             calibration=_calibration(prov),
         ),
     )
+    _check_group(spec, profile)
+    return profile
+
+
+def _check_group(spec: Fields, profile: PhaseProfile) -> None:
+    """A group part is a share of the step it belongs to: at one request (one token) per rank, and at a
+    full prefill batch per rank, it may not exceed that step."""
+    cap = profile.max_prefill_batch_tokens
+    for phase, full, tokens in (("decode", profile.decode_step_s(1, 1), 1),
+                                ("prefill", profile.prefill_time_s([1]), 1),
+                                ("prefill", profile.prefill_time_s([cap]), cap)):
+        share = profile.group_s(phase == "prefill", profile.dp * tokens)
+        if share > full:
+            raise spec.fail("group", f"{phase} part at DP {profile.dp} × {tokens} tokens is {share * 1e3:g} ms, more "
+                            f"than the {full * 1e3:g} ms step it is part of", show_value=False)
 
 
 def _group_points(spec: Fields) -> dict:
