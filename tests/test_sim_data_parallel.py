@@ -76,6 +76,18 @@ def test_the_moe_layers_of_unequal_ranks_see_the_tokens_they_hold_not_dp_times_t
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_one_rank_carries_its_own_tokens_so_a_group_part_changes_nothing(engine):
+    """A profile file may keep group points at DP 1 (an old one-rank file); one rank's MoE layers already
+    see just its tokens, so both engines time it exactly as without them."""
+    workload = at_zero([100, 300, 50], [3, 5, 2])
+    for phase in ("decode", "prefill"):
+        with_points = simulate_pool(workload, grouped(dp=1), phase=phase, engine=engine)
+        without = simulate_pool(workload, linear(dp=1), phase=phase, engine=engine)
+        np.testing.assert_array_equal(with_points["finish_s"], without["finish_s"])
+        np.testing.assert_array_equal(with_points["prefill_end_s"], without["prefill_end_s"])
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_a_prefill_of_unequal_ranks_times_its_moe_layers_at_the_tokens_summed(engine):
     """:func:`grouped` prefill ranks of 1,100 and 200 tokens (120 and 30 ms, holding g(2,200) = 115 and
     g(400) = 25 ms): both own parts are 5 ms, so the batch lasts 5 + g(1,300) = 75 ms."""

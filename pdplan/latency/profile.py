@@ -126,7 +126,8 @@ class PhaseProfile(ModelShape):
     #: instance's tokens (routed experts, or the gather of a tensor-parallel expert layout), as
     #: (instance tokens, seconds) points per phase, linear between them and past the last. The
     #: steps above assume every rank carries the same batch; the simulator replaces their
-    #: g(DP × the rank's tokens) by g(the ranks' tokens summed) (:func:`group_s`). Empty: no such part.
+    #: g(DP × the rank's tokens) by g(the ranks' tokens summed) (:func:`group_s`). Empty: no such part;
+    #: ``group_prefill``/``group_decode`` are their latency models, None for no points or one rank.
     group_prefill_points: tuple[tuple[int, float], ...] = ()
     group_decode_points: tuple[tuple[int, float], ...] = ()
     group_prefill: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
@@ -137,8 +138,9 @@ class PhaseProfile(ModelShape):
             raise InternalError("tp and pp must be >= 1")
         if self.kv_capacity_tokens < 1 or self.max_prefill_batch_tokens < 1:
             raise InternalError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
-        object.__setattr__(self, "group_prefill", group_model(self.group_prefill_points))
-        object.__setattr__(self, "group_decode", group_model(self.group_decode_points))
+        if self.dp > 1:  # one rank alone carries its own tokens: nothing to re-time
+            object.__setattr__(self, "group_prefill", group_model(self.group_prefill_points))
+            object.__setattr__(self, "group_decode", group_model(self.group_decode_points))
 
     def prefill_time_s(self, prompt_lengths: Sequence[int], cached: Sequence[int] | None = None) -> float:
         """Seconds for one prefill batch of these prompts; with ``cached``, each prompt's leading

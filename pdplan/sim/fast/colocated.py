@@ -194,16 +194,13 @@ def _iteration_s(di, df, tab_i, pieces, c):
             x = df[F_IT_S, i]
         own_rows = 0 if kind == IT_PREFILL else di[D_B, i]
         own_tokens = 0 if kind == IT_STEP else di[D_IT_TOKENS, i]
-        if gp >= 0 or gd >= 0:
-            x -= iteration_group_s(tab_i, pieces, gp, gd, dp * own_rows, dp * own_tokens)
+        x -= iteration_group_s(tab_i, pieces, gp, gd, dp * own_rows, dp * own_tokens)  # 0 without one
         rows += own_rows
         tokens += own_tokens
         if not found or x > duration:
             duration = x
             found = True
-    if gp >= 0 or gd >= 0:
-        duration += iteration_group_s(tab_i, pieces, gp, gd, rows, tokens)
-    return duration
+    return duration + iteration_group_s(tab_i, pieces, gp, gd, rows, tokens)
 
 
 @njit(cache=True)

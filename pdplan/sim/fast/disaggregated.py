@@ -146,8 +146,7 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
         if r < 0:
             pq[Q_TAIL, k] = -1
         x = latency_s(tab_i, pieces, pi[P_MODEL, p], own, float(tok), tok2) + loaded * pload[p]
-        if g >= 0:
-            x -= group_s(tab_i, pieces, g, dp * tok)
+        x -= group_s(tab_i, pieces, g, dp * tok)  # 0 without a group part
         tokens += tok
         if not found or x > duration:
             duration = x
@@ -160,8 +159,7 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
         n += own
     if n == 0:
         return False
-    if g >= 0:
-        duration += group_s(tab_i, pieces, g, tokens)
+    duration += group_s(tab_i, pieces, g, tokens)
     stages = pi[P_PP, p]
     c = t
     for s in range(stages):

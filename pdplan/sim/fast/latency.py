@@ -162,26 +162,23 @@ def _ranks_run_s(tab_i, pieces, di, d, steps):
     g = di[D_M_GROUP_D, d]
     dp = di[D_DP, d]
     rows = 0
-    shift = np.zeros(dp)
-    if g >= 0:
-        for i in range(d, d + dp):
-            if di[D_B, i] > 0:
-                shift[i - d] = group_s(tab_i, pieces, g, dp * di[D_B, i])
-                rows += di[D_B, i]
-    total = 0.0 if g < 0 else steps * group_s(tab_i, pieces, g, rows)
+    for i in range(d, d + dp):
+        rows += di[D_B, i]
+    total = steps * group_s(tab_i, pieces, g, rows)
     j = 0
     while j < steps:
         found = False
         best_alpha = 0.0
         best_gamma = 0.0
         best_value = 0.0
-        for i in range(d, d + di[D_DP, d]):
+        for i in range(d, d + dp):
             batch = di[D_B, i]
             if batch == 0:
                 continue
             s = _segment(tab_i, di[D_MODEL, i], batch)
+            own = group_s(tab_i, pieces, g, dp * batch) if g >= 0 else 0.0
             for p in range(tab_i[2, s], tab_i[2, s + 1]):
-                alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i]) - shift[i - d]
+                alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i]) - own
                 gamma = pieces[p, 2] * batch
                 value = alpha + gamma * j
                 if not found or value > best_value or (value == best_value and gamma > best_gamma):
@@ -190,15 +187,16 @@ def _ranks_run_s(tab_i, pieces, di, d, steps):
         if not found:
             return 0.0
         j_next = steps
-        for i in range(d, d + di[D_DP, d]):
+        for i in range(d, d + dp):
             batch = di[D_B, i]
             if batch == 0:
                 continue
             s = _segment(tab_i, di[D_MODEL, i], batch)
+            own = group_s(tab_i, pieces, g, dp * batch) if g >= 0 else 0.0
             for p in range(tab_i[2, s], tab_i[2, s + 1]):
                 gamma = pieces[p, 2] * batch
                 if gamma > best_gamma:
-                    alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i]) - shift[i - d]
+                    alpha = pieces[p, 0] + pieces[p, 1] * batch + pieces[p, 2] * float(di[D_S, i]) - own
                     j_next = _crossing(best_alpha, best_gamma, alpha, gamma, j, j_next)
         n = j_next - j
         total += n * best_alpha + best_gamma * (j + j_next - 1) * n * 0.5

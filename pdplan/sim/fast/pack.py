@@ -52,9 +52,9 @@ def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np
     return rq, rt
 
 
-def group_index(table: LatencyTable, profile: PhaseProfile, model) -> int:
-    """The number of a DP instance's group part in the latency table; -1 without ranks or without one."""
-    return table.index(model) if profile.dp > 1 and model is not None else -1
+def group_index(table: LatencyTable, model) -> int:
+    """The number of a DP instance's group part in the latency table; -1 without one."""
+    return -1 if model is None else table.index(model)
 
 
 def _rank_columns(profiles: list[PhaseProfile]) -> tuple[np.ndarray, np.ndarray]:
@@ -79,8 +79,8 @@ def _instance_state(profiles: list[PhaseProfile], table: LatencyTable, per_insta
     rows = {fields.D_CAP: [p.kv_capacity_tokens for p in profiles],
             fields.D_MODEL: [table.index(p.decode) for p in profiles],
             fields.D_M_PREFILL: [table.index(p.prefill) for p in profiles],
-            fields.D_M_GROUP_P: [group_index(table, p, p.group_prefill) for p in profiles],
-            fields.D_M_GROUP_D: [group_index(table, p, p.group_decode) for p in profiles],
+            fields.D_M_GROUP_P: [group_index(table, p.group_prefill) for p in profiles],
+            fields.D_M_GROUP_D: [group_index(table, p.group_decode) for p in profiles],
             fields.D_DP: [p.dp for p in profiles], fields.D_LEAD: lead,
             fields.D_INST: np.arange(len(profiles)), **per_instance}
     for row, values in rows.items():
@@ -158,7 +158,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     pq = np.zeros((fields.PQ_FIELDS, max(1, pcol.size)), np.int64)
     pq[[fields.Q_HEAD, fields.Q_TAIL]] = -1
     pi[fields.P_MODEL] = [table.index(p.prefill) for p in pprofs]
-    pi[fields.P_M_GROUP] = [group_index(table, p, p.group_prefill) for p in pprofs]
+    pi[fields.P_M_GROUP] = [group_index(table, p.group_prefill) for p in pprofs]
     pi[fields.P_PP] = [p.pp for p in pprofs]
     pi[fields.P_CAP] = [layout.batch_tokens[i] for i in pids]
     pi[fields.P_POOL] = [layout.pool_slot[i] for i in pids]
