@@ -47,6 +47,7 @@ Stated assumptions, the same for every row:
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from dataclasses import replace
@@ -57,6 +58,7 @@ import pandas as pd
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
+from pdplan.latency import accuracy
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_profile
 from pdplan.latency.source import ProfileSource
@@ -232,11 +234,33 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
     }).reset_index()
 
 
+def write_accuracy(results: pd.DataFrame, path: str) -> None:
+    """Each replayed row's signed errors grouped as :mod:`pdplan.latency.accuracy` reads them (source,
+    engine, model family, layout), one group per line, rows in a fixed order so that a rerun on the same
+    tables writes the same file."""
+    rows = results.assign(source=results["kind"], engine=results["backend"],
+                          family=np.where(results["model"].isin(MOE), "moe", "dense"), layout=results["mode"])
+    rows = rows.sort_values([*accuracy.KEY, "model", "gpu", "dtype", "harness", "isl", "osl", "concurrency"],
+                            kind="stable")
+    groups = [json.dumps({**dict(zip(accuracy.KEY, key)),
+                          **{f"{clock}_error": [float(f"{x:.4g}") for x in part[f"{clock}_signed"]]
+                             for clock in ("ttft", "tpot")}}, separators=(",", ":"))
+              for key, part in rows.groupby(list(accuracy.KEY), sort=True)]
+    header = json.dumps({"written_by": "benchmarks/silicon_validation.py --accuracy-out",
+                         "measurements": f"aiconfigurator-core {tables.package_version()} systems/silicon_sample.csv"},
+                        indent=1)[:-2]
+    with open(path, "w") as out:
+        out.write(f'{header},\n "groups": [\n' + ",\n".join(groups) + "\n ]\n}\n")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profiles", default="composed,roofline-engine,roofline")
     parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
     parser.add_argument("--csv", default=None, help="write every replayed row here")
+    parser.add_argument("--accuracy-out", default=None,
+                        help="write each replayed row's signed errors here, the file pdplan ships as "
+                             "pdplan/data/silicon_accuracy.json (pdplan.latency.accuracy)")
     parser.add_argument("--models", default=None, help="only these catalog models (comma-separated), e.g. the MoE ones")
     parser.add_argument("--mode", choices=("agg", "agg-dp", "disagg"), default=None,
                         help="only aggregated rows of one instance of TP x PP, aggregated rows with attention data "
@@ -268,6 +292,8 @@ def main(argv: list[str]) -> int:
         results[f"{clock}_signed"], results[f"{clock}_ape"] = signed, signed.abs()
     if args.csv:
         results.to_csv(args.csv, index=False, float_format="%.6g")
+    if args.accuracy_out:
+        write_accuracy(results, args.accuracy_out)
     table = summarise(results)
     pd.set_option("display.width", 200)
     print(table.to_string(index=False, float_format=lambda x: f"{x:.1%}"))

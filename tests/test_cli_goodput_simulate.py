@@ -96,6 +96,37 @@ def test_goodput_with_ep_1_splits_every_expert_over_the_dp_ranks_gpus(run_cli):
     assert result["goodput_rps"] > 0
 
 
+@pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
+def test_goodput_says_how_far_its_source_was_from_measured_deployments_like_the_instance(run_cli):
+    """A colocated Llama-3.1-8B on an H200 composed under SGLang: the dense, aggregated SGLang rows of the
+    silicon validation."""
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama-3.1-8b", "--gpu", "h200-141gb", "--engine", "sglang",
+                             "--phase", "colocated", "--requests-per-probe", "100", "--json")
+    assert code == 0, err
+    found = json.loads(out)["profile_accuracy"]
+    assert [found[k] for k in ("source", "engine", "family", "layout")] == ["composed", "sglang", "dense", "agg"]
+    assert found["rows"] > 0 and found["ttft"]["median_abs_error"] >= 0
+
+
+def test_simulate_reports_no_accuracy_for_measured_profiles(run_cli):
+    code, out, err = run_cli("simulate", TRACE, "--plan", PLAN, "--json")
+    assert code == 0, err
+    assert json.loads(out)["profile_accuracy"] == {"prefill": None, "decode": None}  # Splitwise's fits: never replayed
+
+
+@pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
+def test_simulate_says_how_far_each_pools_source_was_from_measured_deployments(run_cli, tmp_path):
+    plan = tmp_path / "plan.yaml"
+    plan.write_text(COLOCATED.read_text().replace("llama2-70b", "llama-3.1-8b").replace("a100-80gb", "h200-141gb")
+                    .replace("tp: 4", "tp: 1"))
+    code, out, err = run_cli("simulate", TRACE, "--plan", plan, "--json")
+    assert code == 0, err
+    found = json.loads(out)["profile_accuracy"]["colocated"]
+    assert (found["source"], found["engine"], found["layout"]) == ("composed", "vllm", "agg")
+    code, out, err = run_cli("simulate", TRACE, "--plan", plan)
+    assert "accuracy: composed vllm steps replayed against" in out
+
+
 def test_simulate_json_has_the_documented_keys(run_cli):
     code, out, err = run_cli("simulate", TRACE, "--plan", PLAN, "--json")
     assert code == 0, err

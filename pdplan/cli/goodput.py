@@ -164,7 +164,8 @@ def goodput(
             result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
             f"{profile.shape} {phase}", ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT"))
         outputs.commit()
-    render(result, profile, fallback, objectives, json, source.speculative_for(spec))
+    render(result, profile, fallback, objectives, json, source.speculative_for(spec),
+           source.accuracy(profile, spec, phase, dp))
 
 
 @contextmanager

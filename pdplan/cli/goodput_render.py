@@ -7,6 +7,7 @@ from rich.table import Table
 
 from pdplan.cli.output import print_json, stdout
 from pdplan.goodput import ClosedLoopGoodput, InstanceGoodput, phase_slo
+from pdplan.latency.accuracy import Accuracy
 from pdplan.slo import SLO
 
 
@@ -39,12 +40,14 @@ def render_closed_loop(result: ClosedLoopGoodput, profile, phase: str, objective
 
 
 def render(result: InstanceGoodput, profile, fallback: str | None, objectives: SLO, as_json: bool,
-           speculative=None) -> None:
-    """The goodput as JSON (with where the profile came from, the speculative decoding it was timed
-    with and the SLO), or as a summary and the attainment curve."""
+           speculative=None, accuracy: Accuracy | None = None) -> None:
+    """The goodput as JSON (with where the profile came from, how far its source was from measured
+    deployments, the speculative decoding it was timed with and the SLO), or as a summary and the
+    attainment curve."""
     if as_json:
         print_json({**result.to_dict(), "profile_source": profile.provenance.source,
                     "profile_method": profile.provenance.method, "profile_fallback": fallback,
+                    "profile_accuracy": None if accuracy is None else accuracy.to_dict(),
                     "speculative": None if speculative is None else speculative.to_dict(),
                     "slo": objectives.to_dict()})
         return
@@ -62,6 +65,8 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
             summary.add_row(label, f"{value:.3f} req/s (closed form)")
     summary.add_row("SLO", "; ".join(o.label for o in objectives.objectives))
     summary.add_row("profile", source)
+    if accuracy is not None:
+        summary.add_row("accuracy", accuracy.describe())
     if speculative is not None:
         summary.add_row("speculative", speculative.describe())
     per_probe = (f"{result.requests_per_probe} requests" if result.dp == 1 else

@@ -34,6 +34,7 @@ from pdplan.cli.options import (
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
+from pdplan.latency.accuracy import Accuracy
 from pdplan.latency.profile import profile_inputs
 from pdplan.manifest.plan import read_plan
 from pdplan.modelcatalog import model_file
@@ -115,14 +116,16 @@ def simulate(
                           "--concurrency C", file=trace)
     model = plan_model(the_plan)
     # Time the shapes as the plan was timed when it was made, unless a flag says otherwise.
-    shapes = plan_profiles(the_plan, profile_source(
-        profiles, engine or the_plan.engine, engine_version or the_plan.engine_version,
-        the_plan.compose if compose is None else compose, drafting or the_plan.speculative))
+    source = profile_source(profiles, engine or the_plan.engine, engine_version or the_plan.engine_version,
+                            the_plan.compose if compose is None else compose, drafting or the_plan.speculative)
+    shapes = plan_profiles(the_plan, source)
     result = run_plan(workload, the_plan, shapes,
                       model=model, seed=seed, rate_rps=rate, concurrency=concurrency)
     summary = result.summary(ttft, tpot, target=attainment)
     summary["concurrency"] = concurrency
     summary["profiles"] = {p.shape_label(): p.provenance.source for p in shapes.values()}
+    summary["profile_accuracy"] = {pool.name: _accuracy(source.accuracy(shapes[pool.shape], model, pool.phase, pool.dp))
+                                   for pool in the_plan.pools}
     summary["notices"] = list(result.notes.values())
     for notice in summary["notices"]:
         stderr.print(f"notice: {notice}", markup=False, highlight=False)
@@ -133,6 +136,10 @@ def simulate(
         print_json(summary)
     else:
         _render(summary, attainment)
+
+
+def _accuracy(found: Accuracy | None) -> dict | None:
+    return None if found is None else found.to_dict()
 
 
 def _planned(slo, metric: str, default: float) -> float:
@@ -193,6 +200,9 @@ def _render(summary: dict, target: float) -> None:
     for label, value in summary["utilization"]["links"].items():
         facts.add_row(f"link into {label}", _share(value))
     stdout.print(facts)
+    for line in dict.fromkeys(Accuracy.from_dict(found).describe() for found in summary["profile_accuracy"].values()
+                              if found is not None):
+        stdout.print(f"accuracy: {line}", markup=False, highlight=False)
 
 
 def _verdict(meets: bool | None) -> str:

@@ -29,6 +29,7 @@ from pdplan.engines import DEFAULT_ENGINE
 from pdplan.errors import PdplanError
 from pdplan.experts import expert_placement_rejection
 from pdplan.hardware import GPU
+from pdplan.latency.accuracy import Accuracy, accuracy_for, layout_of
 from pdplan.latency.compose import tables
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import roofline_profile
@@ -136,6 +137,12 @@ class ProfileSource:
         elif isinstance(found, PdplanError):
             raise found
         return found
+
+    def accuracy(self, profile: PhaseProfile, model: ModelSpec, phase: str, dp: int = 1) -> Accuracy | None:
+        """How far ``profile``'s source was from measured deployments like a ``phase`` pool of ``model``
+        served by this source's engine (None where none were replayed)."""
+        return accuracy_for(profile.provenance.source, self.serving_engine, model.is_moe, layout_of(phase, dp),
+                            engine_rooflines=self.engine is not None)
 
     def fallback_reason(self, model: str, gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1) -> str | None:
         """Why a shape that is not measured was not composed either (None when it was)."""

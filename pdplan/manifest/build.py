@@ -193,7 +193,9 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
                        "weights_gib_per_gpu": weights / GIB, "kv_capacity_tokens_per_instance": kv_tokens,
                        "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp)},
             "profile": {"source": fact["profile"], "method": fact["profile_method"],
-                        "fallback": fact["profile_fallback"]},
+                        "fallback": fact["profile_fallback"],
+                        # only where the source was replayed against measured deployments like the pool
+                        **({} if fact["profile_accuracy"] is None else {"accuracy": fact["profile_accuracy"]})},
         })
     return found
 

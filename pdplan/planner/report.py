@@ -46,14 +46,17 @@ def phase_dict(solution: Solution | None, phase: str) -> dict | None:
             "shapes": [shape_dict(c, k) for c, k in shapes]}
 
 
-def profile_dict(report: PlanReport, gpu: str, tp: int, pp: int, dp: int = 1, ep: int = 1) -> dict:
+def profile_dict(report: PlanReport, phase: str, gpu: str, tp: int, pp: int, dp: int = 1, ep: int = 1) -> dict:
     """Where a shape's latencies came from (the profile its goodput was measured with): measured,
-    composed or roofline, how, and for a roofline why nothing better was available."""
-    prov = next(m.profile for m in report.measured
-                if (m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.dp, m.shape.ep) == (gpu, tp, pp, dp, ep)).provenance
-    request = report.request
+    composed or roofline, how, for a roofline why nothing better was available, and how far that
+    source's clocks were from measured deployments like the pool (None where none were replayed)."""
+    profile = next(m.profile for m in report.measured
+                   if (m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.dp, m.shape.ep) == (gpu, tp, pp, dp, ep))
+    prov, request = profile.provenance, report.request
+    found = request.profiles.accuracy(profile, request.model, phase, dp)
     return {"profile": prov.source, "profile_method": prov.method,
-            "profile_fallback": request.profiles.fallback_reason(request.model.name, gpu, tp, pp, dp=dp, ep=ep)}
+            "profile_fallback": request.profiles.fallback_reason(request.model.name, gpu, tp, pp, dp=dp, ep=ep),
+            "profile_accuracy": None if found is None else found.to_dict()}
 
 
 def pools(solution: Solution, report: PlanReport) -> list[dict]:
@@ -61,7 +64,7 @@ def pools(solution: Solution, report: PlanReport) -> list[dict]:
     return [{"phase": c.phase, **shape_dict(c, k), "chunk_tokens": c.chunk_tokens,
              "usd_per_hour": cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k,
              "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k,
-             **profile_dict(report, c.gpu, c.tp, c.pp, c.dp, c.ep)}
+             **profile_dict(report, c.phase, c.gpu, c.tp, c.pp, c.dp, c.ep)}
             for c, k in sorted(solution.replicas.items(),
                                key=lambda ck: (ck[0].phase, ck[0].gpu, ck[0].tp, ck[0].pp, ck[0].dp, ck[0].ep))]
 

@@ -1,0 +1,98 @@
+"""How a latency source measures up against measured deployments: the rows pdplan ships from its
+replay of NVIDIA's silicon_sample.csv (benchmarks/silicon_validation.py --accuracy-out), and what a
+plan reports from them."""
+
+import json
+import statistics
+from importlib import resources
+
+import pytest
+import yaml
+
+from pdplan.latency.accuracy import KEY, Accuracy, accuracy_for, layout_of
+
+
+def shipped() -> dict:
+    return json.loads((resources.files("pdplan") / "data" / "silicon_accuracy.json").read_text())
+
+
+def group(source: str, engine: str, family: str, layout: str) -> dict:
+    return next(g for g in shipped()["groups"] if tuple(g[k] for k in KEY) == (source, engine, family, layout))
+
+
+def test_the_shipped_rows_are_grouped_by_source_engine_family_and_layout():
+    doc = shipped()
+    assert "silicon_sample.csv" in doc["measurements"]
+    groups = doc["groups"]
+    assert len({tuple(g[k] for k in KEY) for g in groups}) == len(groups)
+    assert sum(len(g["ttft_error"]) for g in groups) > 2000
+    assert {g["engine"] for g in groups} == {"vllm", "sglang", "trtllm"}
+    assert {g["family"] for g in groups} == {"dense", "moe"}
+    assert {g["layout"] for g in groups} <= {"agg", "agg-dp", "disagg"}
+    for g in groups:
+        assert len(g["ttft_error"]) == len(g["tpot_error"]) > 0
+        assert min(g["ttft_error"] + g["tpot_error"]) > -1  # simulated / measured − 1
+
+
+@pytest.mark.parametrize("key", [("composed", "vllm", "dense", "agg"), ("composed", "sglang", "moe", "disagg"),
+                                 ("composed", "trtllm", "moe", "agg")])
+def test_a_pools_figures_are_the_median_and_p90_of_the_rows_like_it(key):
+    source, engine, family, layout = key
+    rows = group(*key)
+    found = accuracy_for(source, engine, family == "moe", layout, engine_rooflines=False)
+    assert found.rows == len(rows["ttft_error"]) > 0
+    for clock, error in (("ttft", found.ttft), ("tpot", found.tpot)):
+        signed = rows[f"{clock}_error"]
+        absolute = [abs(x) for x in signed]
+        assert error.median == pytest.approx(statistics.median(absolute))
+        assert error.bias == pytest.approx(statistics.median(signed))
+        if len(absolute) > 1:  # the 90th percentile with linear interpolation between order statistics
+            assert error.p90 == pytest.approx(statistics.quantiles(absolute, n=10, method="inclusive")[8])
+
+
+def test_measured_and_calibrated_profiles_were_never_replayed():
+    for source in ("measured", "calibrated"):
+        assert accuracy_for(source, "vllm", False, "agg", engine_rooflines=False) is None
+
+
+def test_a_roofline_with_the_engines_efficiencies_reads_the_rows_replayed_with_them():
+    fitted = accuracy_for("roofline", "vllm", False, "agg", engine_rooflines=True)
+    splitwise = accuracy_for("roofline", "vllm", False, "agg", engine_rooflines=False)
+    assert fitted.source == "roofline-engine" and splitwise.source == "roofline"
+    assert fitted.tpot != splitwise.tpot
+
+
+def test_a_pools_layout_is_the_validations():
+    assert layout_of("colocated", 1) == "agg"
+    assert layout_of("colocated", 8) == "agg-dp"
+    assert {layout_of(phase, 1) for phase in ("prefill", "decode", "mixed")} == {"disagg"}
+
+
+def test_an_accuracy_reads_back_from_its_dict():
+    found = accuracy_for("composed", "sglang", True, "disagg", engine_rooflines=False)
+    assert Accuracy.from_dict(found.to_dict()) == found
+
+
+def test_the_sentence_says_which_way_the_simulated_clock_errs():
+    found = accuracy_for("composed", "sglang", True, "disagg", engine_rooflines=False)
+    text = found.describe()
+    assert f"{found.rows} measured deployments of moe models, disaggregated" in text
+    assert f"simulated {abs(found.ttft.bias):.0%} short" in text  # the first token comes too early
+
+
+def test_a_manifests_pools_carry_the_accuracy_of_the_rows_like_them(manifests):
+    reported = 0
+    for path in manifests.values():
+        manifest = yaml.safe_load(path.read_text())
+        engine = manifest["provenance"]["profiles"]["serving_engine"]
+        for pool in manifest["pools"]:
+            expected = accuracy_for(pool["profile"]["source"], engine, False, layout_of(pool["phase"], pool["dp"]),
+                                    engine_rooflines=False)
+            if expected is None:
+                assert "accuracy" not in pool["profile"]
+                continue
+            found = pool["profile"]["accuracy"]
+            assert (found["layout"], found["rows"]) == (expected.layout, expected.rows)
+            assert found["ttft"]["median_abs_error"] == pytest.approx(expected.ttft.median, rel=1e-5)
+            reported += 1
+    assert reported  # the colocated answer is timed by composition, replayed for dense models under vLLM
