@@ -2,14 +2,21 @@
 replay of NVIDIA's silicon_sample.csv (benchmarks/silicon_validation.py --accuracy-out), and what a
 plan reports from them."""
 
+import importlib.util
 import json
 import statistics
 from importlib import resources
+from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 
+from pdplan.errors import PdplanError
 from pdplan.latency.accuracy import KEY, Accuracy, accuracy_for, layout_of
+from pdplan.latency.compose import tables
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def shipped() -> dict:
@@ -96,3 +103,32 @@ def test_a_manifests_pools_carry_the_accuracy_of_the_rows_like_them(manifests):
             assert found["ttft"]["median_abs_error"] == pytest.approx(expected.ttft.median, rel=1e-5)
             reported += 1
     assert reported  # the colocated answer is timed by composition, replayed for dense models under vLLM
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not tables.installed(), reason="the replay composes profiles: it needs pdplan[aic]")
+def test_the_shipped_errors_are_what_the_simulator_gives_today():
+    """The first replayable row of every composed group, replayed now, has the error the file ships:
+    a change to the simulator or the composition that moves the clocks must rewrite the file
+    (``benchmarks/silicon_validation.py --accuracy-out pdplan/data/silicon_accuracy.json``)."""
+    spec = importlib.util.spec_from_file_location("silicon_validation", ROOT / "benchmarks" / "silicon_validation.py")
+    validation = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(validation)
+    rows = validation.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+    rows = rows.assign(source="composed", engine=rows["backend"], layout=rows["mode"],
+                       family=np.where(rows["model"].isin(validation.MOE), "moe", "dense"))
+    rows = rows.sort_values([*KEY, "model", "gpu", "dtype", "harness", "isl", "osl", "concurrency"], kind="stable")
+    checked = 0
+    for g in shipped()["groups"]:
+        if g["source"] != "composed":
+            continue
+        for _, row in rows[(rows[list(KEY)] == [g[k] for k in KEY]).all(axis=1)].iterrows():
+            try:
+                ttft, tpot = validation.replay(row, "composed")
+            except PdplanError:
+                continue  # the validation skips it too
+            assert ttft / row["silicon_ttft_ms"] - 1 == pytest.approx(g["ttft_error"][0], rel=2e-3, abs=1e-4)
+            assert tpot / row["silicon_tpot_ms"] - 1 == pytest.approx(g["tpot_error"][0], rel=2e-3, abs=1e-4)
+            checked += 1
+            break
+    assert checked == sum(g["source"] == "composed" for g in shipped()["groups"])
