@@ -132,3 +132,10 @@ def test_the_shipped_errors_are_what_the_simulator_gives_today():
             checked += 1
             break
     assert checked == sum(g["source"] == "composed" for g in shipped()["groups"])
+
+
+def test_a_source_a_quarter_off_advises_calibrating_with_a_pilot_run():
+    moe = accuracy_for("composed", "sglang", True, "disagg", engine_rooflines=False)
+    dense = accuracy_for("composed", "vllm", False, "agg", engine_rooflines=False)
+    assert moe.biased and "pdplan profile calibrate" in moe.describe()  # TTFT simulated more than half short
+    assert not dense.biased and "calibrate" not in dense.describe()

@@ -25,6 +25,8 @@ import numpy as np
 FILE = "silicon_accuracy.json"
 #: what the shipped rows are grouped by: a plan's pool reads the group like it
 KEY = ("source", "engine", "family", "layout")
+#: the median signed error from which the report advises calibrating with a pilot run
+BIASED = 0.25
 LAYOUTS = {"agg": "aggregated", "agg-dp": "aggregated with attention DP", "disagg": "disaggregated"}
 
 
@@ -68,9 +70,17 @@ class Accuracy:
     tpot: ClockError
 
     def describe(self) -> str:
+        advice = ("; a pilot run of your deployment corrects the profile (pdplan profile compose, then "
+                  "pdplan profile calibrate)" if self.biased else "")
         return (f"{self.source} {self.engine} steps replayed against {self.rows} measured deployments of "
                 f"{self.family} models, {LAYOUTS[self.layout]} (NVIDIA's silicon_sample.csv): "
-                f"mean TTFT {self.ttft.describe()}; mean TPOT {self.tpot.describe()}")
+                f"mean TTFT {self.ttft.describe()}; mean TPOT {self.tpot.describe()}{advice}")
+
+    @property
+    def biased(self) -> bool:
+        """A clock simulated :data:`BIASED` or more off on the typical row (the median signed error): the
+        report then advises correcting the profile with a pilot run before trusting its verdict."""
+        return max(abs(self.ttft.bias), abs(self.tpot.bias)) >= BIASED
 
     def to_dict(self) -> dict:
         return {"source": self.source, "engine": self.engine, "family": self.family, "layout": self.layout,
