@@ -9,6 +9,7 @@ import pytest
 from pdplan.errors import PdplanError
 from pdplan.latency.calibration.bench import BenchRun, read_bench
 from pdplan.latency.calibration.fit import EngineBatching, corrected, replay
+from pdplan.latency.compose import tables
 from pdplan.latency.profile import load_profile, save_profile, shipped_profiles
 
 BASE = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]
@@ -16,14 +17,14 @@ TRUTH = dict(prefill=1.3, decode=0.8, iteration_s=0.004)
 
 
 def vllm_result(path: Path, clients: int, seed: int = 0, n: int = 300,
-                schedule: EngineBatching = EngineBatching()) -> Path:
+                schedule: EngineBatching = EngineBatching(), base=BASE) -> Path:
     """What `vllm bench serve --save-result --save-detailed` writes, from a run of the simulator
     on the base profile corrected by TRUTH: per-request lengths, TTFTs and ITLs in seconds."""
     rng = np.random.default_rng(seed)
     prompts, outputs = rng.integers(100, 3000, n), rng.integers(20, 400, n)
     run = BenchRun(file=str(path), format="vllm-bench", concurrency=clients, rate_rps=None,
                    prompt_tokens=prompts, output_tokens=outputs)
-    truth = corrected(BASE, TRUTH["prefill"], TRUTH["decode"], TRUTH["iteration_s"])
+    truth = corrected(base, TRUTH["prefill"], TRUTH["decode"], TRUTH["iteration_s"])
     ttft, tpot = replay(truth, run, schedule)
     itls = [[float(t)] * (int(o) - 1) for t, o in zip(tpot, outputs)]
     path.write_text(json.dumps({
@@ -59,6 +60,31 @@ def test_a_concurrency_sweep_made_with_known_factors_is_recovered_within_2_perce
     assert prov.source == "calibrated" and record["format"] == "vllm-bench" and record["runs"] == 3
     assert record["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
     assert record["error_after"] < 0.01 < record["error_before"]
+
+
+@pytest.mark.skipif(not tables.installed(), reason="composing needs the optional extra pdplan[aic]")
+def test_a_composed_attention_dp_profile_is_calibrated_from_a_sweep_of_its_whole_instance(run_cli, tmp_path):
+    """The pilot run the accuracy line advises for a wide pool: profile compose --dp writes one rank's
+    profile of a DeepSeek-V3 TP1 DP8 EP8 instance, and a sweep of that instance made with known factors
+    is recovered."""
+    base_file = tmp_path / "dp8.yaml"
+    code, out, err = run_cli("profile", "compose", "--model", "deepseek-v3", "--gpu", "h200-141gb", "--tp", "1",
+                             "--dp", "8", "--engine", "sglang", "-o", base_file, "--json")
+    assert code == 0, err
+    assert (json.loads(out)["dp"], json.loads(out)["ep"]) == (8, 8)
+    base = load_profile(base_file)
+    assert (base.dp, base.ep) == (8, 8) and base.group_decode_points  # one rank's steps and its MoE share
+    schedule = EngineBatching(policy="prefill-first", tokens=8192)
+    benches = [vllm_result(tmp_path / f"c{c}.json", c, schedule=schedule, base=base) for c in (8, 64, 256)]
+    args = [a for b in benches for a in ("--bench", b)]
+    code, out, err = run_cli("profile", "calibrate", base_file, *args, "--policy", "prefill-first", "-o",
+                             tmp_path / "cal.yaml", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.03)
+    assert doc["decode_scale"] == pytest.approx(TRUTH["decode"], rel=0.03)
+    calibrated = load_profile(tmp_path / "cal.yaml")
+    assert (calibrated.dp, calibrated.ep) == (8, 8) and calibrated.provenance.source == "calibrated"
 
 
 def test_a_benchmark_of_an_engine_running_mtp_is_replayed_with_it(run_cli, tmp_path, base_file):

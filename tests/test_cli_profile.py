@@ -139,6 +139,15 @@ def test_bad_input_exits_2_with_one_error_line_naming_file_and_place(run_cli, tm
     assert err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("args,field", [(("--dp", "8", "--pp", "2"), "dp"), (("--dp", "0"), "dp"),
+                                        (("--dp", "2", "--ep", "0"), "ep")])
+def test_compose_refuses_parallel_coordinates_it_cannot_time(run_cli, args, field):
+    code, out, err = run_cli("profile", "compose", "--model", "deepseek-v3", "--gpu", "h200-141gb", "--tp", "1",
+                             *args)
+    assert (code, out) == (2, "")
+    assert err.startswith("Error: ") and f"--{field}" in err and err.count("\n") == 1
+
+
 @pytest.mark.slow
 def test_shipped_llama_profiles_are_what_the_documented_command_makes(run_cli, tmp_path, shared_data,
                                                                     monkeypatch):

@@ -17,11 +17,13 @@ from pdplan.cli.options import (
     ArrivalsOpt,
     AttainmentOpt,
     ComposeOpt,
+    DpOpt,
     DraftCostOpt,
     DraftTokensOpt,
     DtypeOpt,
     EngineOpt,
     EngineVersionOpt,
+    EpOpt,
     FormatOpt,
     GridOpt,
     JsonOpt,
@@ -71,15 +73,8 @@ def goodput(
     phase: Annotated[Phase, choice("--phase", INSTANCE_PHASES, help="prefill, decode or colocated.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
-    dp: Annotated[int, typer.Option(
-        "--dp", help="Attention data-parallel ranks of a mixture-of-experts instance: TP x DP GPUs, by default "
-                     "every routed expert whole on one GPU (EP = TP x DP, see --ep; SGLang --attn-dp-size, vLLM "
-                     "--data-parallel-size), "
-                     "each rank probed with --requests-per-probe requests.")] = 1,
-    ep: Annotated[int | None, typer.Option(
-        "--ep", help="Expert-parallel size of a mixture-of-experts instance: the GPUs its routed experts are "
-                     "spread over whole (default: TP x DP with --dp, else 1). 1 splits every expert over all TP x "
-                     "DP GPUs, as SGLang does without --ep-size and vLLM without --enable-expert-parallel.")] = None,
+    dp: DpOpt = 1,
+    ep: EpOpt = None,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     policy: Annotated[Policy, choice(

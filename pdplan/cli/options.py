@@ -76,6 +76,14 @@ AdmissionShareOpt = Annotated[float, typer.Option(
                               "when phases are judged alone; prefill keeps the rest (0: prefill is "
                               "judged on the whole TTFT and decode on TPOT, as DistServe does).")]
 
+DpOpt = Annotated[int, typer.Option(
+    "--dp", help="Attention data-parallel ranks of a mixture-of-experts instance: TP x DP GPUs, by default every "
+                 "routed expert whole on one GPU (EP = TP x DP, see --ep; SGLang --attn-dp-size, vLLM "
+                 "--data-parallel-size); each rank holds its own batch and KV.")]
+EpOpt = Annotated[int | None, typer.Option(
+    "--ep", help="Expert-parallel size of a mixture-of-experts instance: the GPUs its routed experts are spread "
+                 "over whole (default: TP x DP with --dp, else 1). 1 splits every expert over all TP x DP GPUs, as "
+                 "SGLang does without --ep-size and vLLM without --enable-expert-parallel.")]
 DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", help="Weight precision the model is served at: bf16, fp8, fp4 (NVFP4) or mxfp4 (gpt-oss's "
                     "MXFP4); default: a Hugging Face config's quantization_config, else bf16. Its KV cache follows "

@@ -15,10 +15,12 @@ from rich.table import Table
 from pdplan import limits
 from pdplan.cli.options import (
     AcceptanceOpt,
+    DpOpt,
     DraftCostOpt,
     DraftTokensOpt,
     DtypeOpt,
     EngineVersionOpt,
+    EpOpt,
     KvDtypeOpt,
     SpeculativeOpt,
     choice,
@@ -41,7 +43,7 @@ from pdplan.latency.profile import (
 )
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, roofline_profile
 from pdplan.modelcatalog import get_model, model_file
-from pdplan.shape import shape_label
+from pdplan.shape import shape_label, wide_ep
 from pdplan.vocabulary import Policy
 from pdplan.wording import counted
 
@@ -67,7 +69,8 @@ SHOW_CONTEXT_EACH = 1024
 def profile_summary(profile: PhaseProfile, path: Path) -> dict:
     """One row of `profile show`: the same dict feeds the table and ``--json``."""
     prov = profile.provenance
-    row: dict = {"model": profile.model, "gpu": profile.gpu, "tp": profile.tp, "pp": profile.pp}
+    row: dict = {"model": profile.model, "gpu": profile.gpu, "tp": profile.tp, "pp": profile.pp, "dp": profile.dp,
+                 "ep": profile.ep}
     for prompt in SHOW_PROMPTS:
         row[f"prefill_ms_{prompt}"] = round(profile.prefill_time_s([prompt]) * 1e3, 3)
     for batch in SHOW_BATCHES:
@@ -99,7 +102,7 @@ def _render(rows: list[dict], title: str) -> None:
         table.add_column(name, justify="left" if name == "source" else "right")
     for row in rows:
         table.add_row(
-            f"{row['model']} {shape_label(row['gpu'], row['tp'], row['pp'])}",
+            f"{row['model']} {shape_label(row['gpu'], row['tp'], row['pp'], dp=row['dp'], ep=row['ep'])}",
             f"{row['prefill_ms_512']:.1f}", f"{row['prefill_ms_2048']:.1f}",
             f"{row['decode_ms_b1']:.1f}", f"{row['decode_ms_b32']:.1f}",
             f"{row['kv_capacity_tokens']:,}", f"{row['max_prefill_batch_tokens']:,}",
@@ -288,6 +291,8 @@ def compose(
     gpu: Annotated[str, typer.Option(help="GPU type from the catalog.", show_default=False)],
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs per stage, one node).")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.")] = 1,
+    dp: DpOpt = 1,
+    ep: EpOpt = None,
     engine: Annotated[str, typer.Option("--engine", help="Serving engine whose operators were measured: vllm, "
                                                          "sglang or trtllm.")] = "vllm",
     engine_version: EngineVersionOpt = None,
@@ -298,13 +303,21 @@ def compose(
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile summary as one JSON object.")] = False,
 ) -> None:
     """Compose prefill and decode profiles from AIConfigurator's measured operators (GEMM, attention,
-    all-reduce) for one engine and version, fitted into the profile format the simulator reads.
+    all-reduce; for mixture-of-experts models the MoE, MLA and wide-EP tables) for one engine and
+    version, fitted into the profile format the simulator reads. With --dp the profile is one
+    attention data-parallel rank's, as optimize and goodput time it.
 
     Needs the optional extra: pip install 'pdplan\\[aic]'. The profile's provenance names the tables,
     the engine versions, the held-out fit error and any query outside the measured grids.
     """
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
+    within("--dp", dp, 1, limits.MAX_GPUS)
+    ep = wide_ep(tp, dp) if ep is None else ep
+    within("--ep", ep, 1, limits.MAX_GPUS)
+    if dp > 1 and pp > 1:
+        raise PdplanError(f"--dp {dp} with --pp {pp}: an instance with attention data parallelism is one pipeline "
+                          "stage here, as optimize enumerates wide shapes", field="dp")
     outputs = Outputs(model_file(model))
     if output is not None:
         outputs.claim(output, "--output")
@@ -312,7 +325,7 @@ def compose(
 
     tables.package_root()  # a clear error naming the extra when it is missing
     spec = get_model(model, dtype=dtype, kv_dtype=kv_dtype)
-    profile = composed_profile(spec, get_gpu(gpu), tp, pp, engine=engine, engine_version=engine_version)
+    profile = composed_profile(spec, get_gpu(gpu), tp, pp, dp=dp, ep=ep, engine=engine, engine_version=engine_version)
     _write_and_show(profile, outputs, output, as_json, f"Composed ({engine})")
 
 
