@@ -231,7 +231,7 @@ def test_profile_roofline_json_has_the_profile_show_keys_plus_notes(run_cli):
     assert (code, err) == (0, "")
     result = json.loads(out)
     assert list(result) == [
-        "model", "gpu", "tp", "pp", "prefill_ms_512", "prefill_ms_2048", "decode_ms_b1",
+        "model", "gpu", "tp", "pp", "dp", "ep", "prefill_ms_512", "prefill_ms_2048", "decode_ms_b1",
         "decode_ms_b32", "kv_capacity_tokens", "max_prefill_batch_tokens", "source", "method",
         "points_prefill", "points_decode", "mape_prefill", "max_error_prefill", "mape_decode",
         "max_error_decode", "outliers", "file", "sha256", "profile", "notes"]
