@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import logging
+import re
 import sys
 import warnings
 from functools import cache
@@ -52,7 +54,25 @@ app.command("export")(_manifest.export)
 @cache
 def _command():
     """The click command typer builds from the app: once per process, not on every call (70 ms)."""
-    return _flags_without_values(typer.main.get_command(app))
+    return _paragraphs_unwrapped(_flags_without_values(typer.main.get_command(app)))
+
+
+def _paragraphs_unwrapped(command):
+    """The command with every help paragraph on one line, so rich wraps it at the terminal's width: typer
+    keeps the line breaks of a docstring's paragraphs after the first, which then print ragged."""
+    if command.help:
+        command.help = unwrap(command.help)
+    for sub in getattr(command, "commands", {}).values():
+        _paragraphs_unwrapped(sub)
+    return command
+
+
+def unwrap(doc: str) -> str:
+    """``doc`` dedented with each paragraph's lines joined by spaces; a list item (``- ``, ``* ``,
+    ``1. ``) keeps its own line and a paragraph marked ``\\b`` (click's "do not rewrap") keeps all."""
+    paragraphs = inspect.cleandoc(doc).split("\n\n")
+    return "\n\n".join(p if p.startswith("\b") else re.sub(r"[ \t]*\n[ \t]*(?![ \t]*(?:[-*•]|\d+\.) )", " ", p)
+                       for p in paragraphs)
 
 
 def _flags_without_values(command):
