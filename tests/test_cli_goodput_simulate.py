@@ -97,11 +97,12 @@ def test_goodput_with_ep_1_splits_every_expert_over_the_dp_ranks_gpus(run_cli):
 
 
 @pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
-def test_goodput_says_how_far_its_source_was_from_measured_deployments_like_the_instance(run_cli):
+@pytest.mark.parametrize("loop", [(), ("--closed-loop",)], ids=["open", "closed"])
+def test_goodput_says_how_far_its_source_was_from_measured_deployments_like_the_instance(run_cli, loop):
     """A colocated Llama-3.1-8B on an H200 composed under SGLang: the dense, aggregated SGLang rows of the
     silicon validation."""
     code, out, err = run_cli("goodput", TRACE, "--model", "llama-3.1-8b", "--gpu", "h200-141gb", "--engine", "sglang",
-                             "--phase", "colocated", "--requests-per-probe", "100", "--json")
+                             "--phase", "colocated", "--requests-per-probe", "100", *loop, "--json")
     assert code == 0, err
     found = json.loads(out)["profile_accuracy"]
     assert [found[k] for k in ("source", "engine", "family", "layout")] == ["composed", "sglang", "dense", "agg"]

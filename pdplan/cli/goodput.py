@@ -138,6 +138,7 @@ def goodput(
                           "stage here, as optimize enumerates wide shapes", field="dp")
     profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
+    accuracy = source.accuracy(profile, spec, phase, dp)
     if closed_loop:
         if plot is not None:
             raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",
@@ -147,7 +148,7 @@ def goodput(
                                         policy=policy, chunk_tokens=chunk, admission_share=admission_share,
                                         on_probe=lambda p: say(f"ran {p.clients} clients"))
         render_closed_loop(loops, profile, phase, objectives, admission_share, profile_label(profile, fallback),
-                           json)
+                           json, accuracy)
         return
     with spinner(f"probing {profile.shape} ({phase})", json) as say:
         result = instance_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, seed=seed,
@@ -159,8 +160,7 @@ def goodput(
             result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
             f"{profile.shape} {phase}", ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT"))
         outputs.commit()
-    render(result, profile, fallback, objectives, json, source.speculative_for(spec),
-           source.accuracy(profile, spec, phase, dp))
+    render(result, profile, fallback, objectives, json, source.speculative_for(spec), accuracy)
 
 
 @contextmanager

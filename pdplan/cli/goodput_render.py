@@ -20,15 +20,19 @@ def profile_label(profile, fallback: str | None) -> str:
 
 
 def render_closed_loop(result: ClosedLoopGoodput, profile, phase: str, objectives: SLO, admission_share: float,
-                       source: str, as_json: bool) -> None:
-    """The closed-loop answer as JSON, or as a sentence and the table of loops run."""
+                       source: str, as_json: bool, accuracy: Accuracy | None = None) -> None:
+    """The closed-loop answer as JSON, or as a sentence and the table of loops run (with how far the
+    profile's source was from measured deployments, as for the open-loop answer)."""
     if as_json:
         print_json({"model": profile.model, "gpu": profile.gpu, "tp": profile.tp, "pp": profile.pp, "phase": phase,
-                    "closed_loop": result.to_dict(), "profile": source, "slo": objectives.to_dict()})
+                    "closed_loop": result.to_dict(), "profile": source,
+                    "profile_accuracy": None if accuracy is None else accuracy.to_dict(), "slo": objectives.to_dict()})
         return
     stdout.print(f"{profile.shape} ({phase}): {result.clients} clients meet the SLO, drawing "
                  f"{result.throughput_rps:.3f} req/s (simulated closed loops; profile {source})",
                  markup=False, highlight=False)
+    if accuracy is not None:
+        stdout.print(f"accuracy: {accuracy.describe()}", markup=False, highlight=False)
     table = Table(title="Closed loops (attainment: the share of requests within each threshold)")
     for name in ("clients", "req/s", *_attainment_columns(objectives, phase, admission_share), "meets"):
         table.add_column(name, justify="right")
