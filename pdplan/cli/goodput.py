@@ -111,7 +111,8 @@ def goodput(
     Prefill is judged on TTFT, decode on TPOT plus its admission wait (a share of TTFT), colocated
     on both. The search starts at the queueing bracket (M/D/1 and M/G/1 on the TTFT threshold)
     and bisects over simulated probes; a decode instance is never good above its saturation
-    throughput. Defaults: p90 TTFT <= 1 s and p90 TPOT <= 100 ms.
+    throughput. An instance with --dp ranks is probed with --requests-per-probe requests per rank.
+    Defaults: p90 TTFT <= 1 s and p90 TPOT <= 100 ms.
     """
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
