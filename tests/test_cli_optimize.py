@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from pdplan.latency.accuracy import accuracy_for, layout_of
 from pdplan.manifest.plan import read_plan
 from tests.conftest import run_main
 
@@ -59,6 +60,16 @@ def test_json_has_every_contract_key(answer):
     assert {"cache", "end_to_end_simulations", "solver_wall_s"} <= set(doc["run"])
     assert {"fleet", "alias", "feasible", "verified", "gpus_total", "cost_per_hour", "power_w", "goodput_per_gpu",
             "reason"} <= set(doc["fleets"][0])
+
+
+def test_every_pool_says_how_far_its_source_was_from_measured_deployments_and_how_that_was_derived(answer):
+    for pool in answer["pools"]:
+        layout = layout_of(pool["phase"], pool.get("dp", 1))
+        expected = accuracy_for(pool["profile"], answer["serving_engine"], False, layout,
+                                engine_rooflines=answer["engine"] is not None)
+        assert pool["profile_accuracy"] == (None if expected is None else expected.to_dict())
+    assert any(pool["profile_accuracy"] for pool in answer["pools"])  # the default answer is composed
+    assert answer["provenance"]["pools[].profile_accuracy"].startswith("derived: median and p90")
 
 
 def test_verification_reports_seeds_requests_and_intervals(answer):

@@ -391,6 +391,10 @@ def _provenance(report: PlanReport) -> dict:
             "counts short (gap below 0)"),
         "end_to_end_goodput_rps": "simulated: bisection over verified rates of the whole plan",
         "links": "derived: verified rate × mean prompt KV bytes vs the ingress of the placed path",
+        "pools[].profile_accuracy": "derived: median and p90 of |simulated / measured − 1| and the median signed "
+                                    "error of mean TTFT and TPOT over the rows of NVIDIA's silicon_sample.csv that "
+                                    "benchmarks/silicon_validation.py replayed with the pool's source, engine, model "
+                                    "family and layout (pdplan/data/silicon_accuracy.json); reported, never applied",
         "profiles": {m.shape.shape_label(): m.profile.provenance.source
                      for m in report.measured},
         "profile_sources": report.request.profiles.describe(),
