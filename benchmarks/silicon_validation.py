@@ -41,7 +41,12 @@ Stated assumptions, the same for every row:
 * operator tables — the newest measured for the engine on that GPU (the row's engine version
   may be older; the table's is printed);
 * disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
-  per transfer, streamed per layer.
+  per transfer, streamed per layer;
+* SGLang's receive interval — InferenceMAX starts DeepSeek-R1 on B200 under SGLang with
+  ``--scheduler-recv-interval`` 10 below 16 clients and 30 from 16 (fp8 at TP 4: always 10), so the
+  scheduler takes in new requests only every N-th decode step (its ``dsr1_fp4_b200.sh`` and
+  ``dsr1_fp8_b200.sh`` from 2025-09 through the 2026-03 runs); those rows are replayed with it
+  (``recv_interval`` of the colocated pool), every other row receives at every iteration.
 """
 
 from __future__ import annotations
@@ -160,12 +165,23 @@ def plan_for(row) -> Plan:
         cap = None if policy == "chunked" else tokens
         ranks = {"dp": _int(row["attention_dp_size"]), "ep": int(row["ep"])} if row["mode"] == "agg-dp" else {}
         return Plan(pools=(Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
-                                policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap, **ranks),))
+                                policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap,
+                                recv_interval=None if ranks else recv_interval(row), **ranks),))
     return Plan(pools=(
         Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], **coordinates(row, "prefill"),
              replicas=_int(row["prefill_num_workers"]), max_prefill_batch_tokens=SCHEDULING[row["backend"]][1]),
         Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
              replicas=_int(row["decode_num_workers"]))), default_link=LINK, transfer_schedule="layer")
+
+
+def recv_interval(row) -> int | None:
+    """The ``--scheduler-recv-interval`` the row's server ran with (module docstring), None for 1."""
+    if not (row["harness"] in INFERENCEMAX and row["backend"] == "sglang" and row["gpu"] == "b200-180gb"
+            and row["model"] in ("deepseek-r1", "deepseek-v3")):
+        return None
+    if row["dtype"] == "fp8" and _int(row["tp_size"]) == 4:
+        return 10
+    return 30 if int(row["concurrency"]) >= 16 else 10
 
 
 def coordinates(row, phase: str) -> dict:

@@ -130,6 +130,9 @@ class Layout:
     reject_ttft_s: float | None = None      #: early rejection: above this predicted TTFT (None: off)
     #: per instance, the requests one rank runs at once (0: no limit but its KV); empty: none anywhere
     max_running: tuple[int, ...] = ()
+    #: per instance, the decode steps between receives of new requests (1: every iteration; SGLang
+    #: --scheduler-recv-interval); empty: 1 everywhere
+    recv_interval: tuple[int, ...] = ()
     #: Splitwise's borrowing: dedicated machines are lent to the other phase past the spill thresholds
     borrow: bool = False
     borrow_chunk_tokens: int = 0            #: a lent machine's chunked budget per iteration
@@ -144,6 +147,10 @@ class Layout:
     def running_cap(self, i: int) -> int:
         """The requests one rank of instance i runs at once (0: as many as its KV holds)."""
         return self.max_running[i] if self.max_running else 0
+
+    def receive_every(self, i: int) -> int:
+        """Instance i's decode steps between receives of new requests (1: every iteration)."""
+        return self.recv_interval[i] if self.recv_interval else 1
 
     def receiver(self, i: int) -> int:
         """Instance i's column in the link matrices as a receiver of KV."""
@@ -167,7 +174,7 @@ class Layout:
 def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
-    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running = ([] for _ in range(10))
+    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running, receive = ([] for _ in range(11))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -190,6 +197,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             tiers.append(pool.cache_tier)
             caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
             running.append(pool.max_running_requests or 0)
+            receive.append(pool.recv_interval or 1)
     pre = plan.pools_of("prefill")
     # the link matrix's columns: decode, mixed, and (borrowing) prefill pools, whose lent instances receive KV
     dec = tuple(pool for phase in receiving_phases(plan.borrow) for pool in plan.pools_of(phase))
@@ -219,7 +227,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
-                  max_running=tuple(running), borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
+                  max_running=tuple(running), recv_interval=tuple(receive) if any(n > 1 for n in receive) else (),
+                  borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
 
 

@@ -52,6 +52,9 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
                                    # prefill batch, or prompts being prefilled plus decodes): vLLM
                                    # --max-num-seqs, SGLang --max-running-requests; default none
                                    # (the KV pool is the only limit)
+        recv_interval: 30          # optional, colocated without dp: the scheduler takes in new
+                                   # requests only after a prompt iteration or every N-th decode
+                                   # step (SGLang --scheduler-recv-interval); default 1
         prefix_cache_blocks: 8192  # optional: the instance's prefix cache in HBM (LRU of prefix
                                    # blocks; a hit skips their prefill; colocated pools too); default
                                    # its KV capacity in blocks; 0 turns it off
@@ -114,6 +117,8 @@ MAX_DP_RANKS = 1_024
 #: Prefix blocks one cache tier may hold (the simulator's block ids are 32-bit).
 MAX_CACHE_BLOCKS = 2**31 - 1
 MAX_RUNNING_REQUESTS = 2**31 - 1
+#: Decode steps between two receives of new requests: the counter is 32-bit in the simulator.
+MAX_RECV_INTERVAL = 2**31 - 1
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
 #: shortest prefill queue (Splitwise's prompt batching threshold)...
@@ -178,6 +183,8 @@ class Pool(InstanceShape):
     #: ``--ep-num-redundant-experts``, vLLM EPLB's ``num_redundant_experts``); 0 without EP
     max_running_requests: int | None = None  #: requests one rank runs at once (vLLM ``--max-num-seqs``,
     #: SGLang ``--max-running-requests``); None: only the KV pool limits the batch
+    recv_interval: int | None = None    #: colocated, one rank: new requests are taken in only after a
+    #: prompt iteration or every N-th decode step (SGLang ``--scheduler-recv-interval``); None: every iteration
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -217,6 +224,12 @@ class Pool(InstanceShape):
             raise fail("cache_tier", "cache_tier applies to prefill pools")
         if self.max_running_requests is not None and self.max_running_requests < 1:
             raise fail("max_running_requests", "max_running_requests must be >= 1")
+        if self.recv_interval is not None:
+            if self.phase != "colocated" or self.dp > 1:
+                raise fail("recv_interval", "recv_interval applies to colocated pools without attention data "
+                                            "parallelism (SGLang's receive skipper refuses --enable-dp-attention)")
+            if self.recv_interval < 1:
+                raise fail("recv_interval", "recv_interval must be >= 1")
 
     @property
     def shape(self) -> tuple:
@@ -413,7 +426,8 @@ _TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pool
                "early_rejection"}
 _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
-                "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests"}
+                "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests",
+                "recv_interval"}
 _TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -465,7 +479,17 @@ def _pool(spec: Fields) -> Pool:
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks, cache_tier=tier,
                 max_prefill_batch_tokens=batch_cap,
                 max_running_requests=spec.integer("max_running_requests", minimum=1, maximum=MAX_RUNNING_REQUESTS)
-                if spec.has("max_running_requests") else None)
+                if spec.has("max_running_requests") else None,
+                recv_interval=_recv_interval(spec, phase))
+
+
+def _recv_interval(spec: Fields, phase: str) -> int | None:
+    if not spec.has("recv_interval"):
+        return None
+    if phase != "colocated" or spec.integer("dp", 1, minimum=1, maximum=MAX_DP_RANKS) > 1:
+        raise spec.fail("recv_interval", "applies only to colocated pools without attention data parallelism "
+                        "(SGLang's receive skipper refuses --enable-dp-attention)", spec.data["recv_interval"])
+    return spec.integer("recv_interval", minimum=1, maximum=MAX_RECV_INTERVAL)
 
 
 def _cache_tier(spec: Fields) -> CacheTier:
@@ -633,7 +657,8 @@ def plan_to_dict(plan: Plan) -> dict:
             doc["default_link"] = link(plan.default_link)
         if plan.links:
             doc["links"] = [link(entry) for entry in plan.links]
-    optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens", "max_running_requests")
+    optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens", "max_running_requests",
+                "recv_interval")
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
                      **wide_fields(p.dp, p.ep, p.redundant_experts), "replicas": p.replicas,
                      **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},

@@ -586,8 +586,10 @@ class _ColocatedInstance:
     instance's iteration lasts the longest rank's."""
 
     def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int,
-                 cached: np.ndarray | None = None, max_running: int = 0):
+                 cached: np.ndarray | None = None, max_running: int = 0, recv_interval: int = 1):
         self.env, self.profile, self.req, self.rec = env, profile, req, rec
+        # SGLang's receive skipper: arrivals during a decode step wait in ``unreceived`` until a receive
+        self.recv_interval, self.since_recv, self.unreceived, self.decoding = recv_interval, 0, deque(), False
         # prompt tokens the instance's prefix cache held, per request (none on a mixed machine)
         self.cached = np.zeros(len(req), np.int64) if cached is None else cached
         self.policy, self.chunk_tokens, self.batch_tokens = policy, chunk_tokens, batch_tokens
@@ -600,14 +602,32 @@ class _ColocatedInstance:
 
     def arrive(self, r: int) -> None:
         rank = self.ranks[pick_rank([k.outstanding for k in self.ranks])]
-        rank.waiting.append(r)
         rank.outstanding += 1
+        if self.recv_interval > 1 and self.decoding:  # taken in at the next receive
+            self.unreceived.append(r)
+            return
+        rank.waiting.append(r)
         self._wake()
 
     def _wake(self) -> None:
         if not self.running:  # start at a boundary now, after all arrivals of this instant
             self.running = True
+            self.since_recv = 0
             self.env.schedule(self.env.now, BOUNDARY, self._next)
+
+    def _receive(self, decoded: bool) -> None:
+        """SGLang's receive skipper (``scheduler_recv_skipper.py``) at a boundary: after prompt work, or
+        with nothing left to run, take in the requests that arrived; after a decode step, only when
+        the decode steps since the last receive reach the interval."""
+        rank = self.ranks[0]
+        if decoded:
+            self.since_recv = (self.since_recv + 1) % self.recv_interval
+            idle = not rank.generated and not rank.waiting and not rank.prefilling
+            if self.since_recv and not idle:
+                return
+        self.since_recv = 0
+        rank.waiting.extend(self.unreceived)
+        self.unreceived.clear()
 
     def _admit_prefill(self, rank: _Rank, r: int) -> None:
         rank.waiting.popleft()
@@ -628,8 +648,9 @@ class _ColocatedInstance:
         parts = [(plan[2], *self._rows_tokens(rank, plan)) for rank, plan in zip(self.ranks, plans)
                  if plan is not None]
         if not parts:
-            self.running = False
+            self.running = self.decoding = False
             return
+        self.decoding = all(plan is None or plan[0] == "step" for plan in plans)
         dt = _step_s(parts, self.profile)
         self.env.schedule(self.env.now + dt, BOUNDARY, self._done, plans, dt)
 
@@ -709,6 +730,8 @@ class _ColocatedInstance:
                     if rank.prefilling[r] == self.req.prompt_tokens[r]:
                         del rank.prefilling[r]
                         self._prompt_done(rank, r)
+        if self.recv_interval > 1:
+            self._receive(self.decoding)
         self._next()
 
 
@@ -864,7 +887,8 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         ids = list(layout.ids("colocated"))
         cached = np.zeros(n, np.int64)
         inst = [_ColocatedInstance(env, layout.profiles[i], req, rec, layout.policy[i],
-                                   layout.chunk_tokens[i], layout.batch_tokens[i], cached, layout.running_cap(i))
+                                   layout.chunk_tokens[i], layout.batch_tokens[i], cached, layout.running_cap(i),
+                                   layout.receive_every(i))
                 for i in ids]
         block = req.block_tokens or layout.block_tokens or 0
         caches = ([_PrefixCache(cap) for cap in cache_capacities(layout, req, "colocated")]

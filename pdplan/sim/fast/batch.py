@@ -29,12 +29,15 @@ from pdplan.sim.fast.fields import (
     D_MAX_RUN,
     D_MODE,
     D_OUT,
+    D_RECV_C,
+    D_RECV_N,
     D_RESERVED,
     D_ROOT,
     D_RUN_K,
     D_RUNNING,
     D_S,
     D_STEPS,
+    D_U_HEAD,
     D_VERSION,
     D_W_HEAD,
     D_W_TAIL,
@@ -158,6 +161,8 @@ def _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
     for i in range(d, d + di[D_DP, d]):
         if di[D_B, i] > 0 and (k < 0 or rq[R_FIN_STEP, di[D_ROOT, i]] - di[D_STEPS, i] < k):
             k = rq[R_FIN_STEP, di[D_ROOT, i]] - di[D_STEPS, i]
+    if di[D_RECV_N, d] > 1 and di[D_U_HEAD, d] >= 0:  # requests wait to be received: stop at the receive
+        k = min(k, di[D_RECV_N, d] - di[D_RECV_C, d])
     df[F_RUN_T0, d] = t
     di[D_RUN_K, d] = k
     end = t + instance_run_s(tab_i, pieces, di, d, k)
@@ -167,7 +172,22 @@ def _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
 @njit(cache=True)
 def _cut_run(di, df, tab_i, pieces, ht, hi, hs, d, t):
     """Stop instance d's planned stretch at the first step boundary at or after t."""
+    _cut_run_at(di, df, tab_i, pieces, ht, hi, hs, d,
+                instance_steps_to_reach(tab_i, pieces, di, d, di[D_RUN_K, d], t - df[F_RUN_T0, d]))
+
+
+@njit(cache=True)
+def cut_at_receive(di, df, tab_i, pieces, ht, hi, hs, d, t):
+    """Stop instance d's planned stretch at its first receive at or after t: the first step boundary
+    at which its decode steps since the last receive reach a multiple of RECV_N."""
+    n = di[D_RECV_N, d]
     j = instance_steps_to_reach(tab_i, pieces, di, d, di[D_RUN_K, d], t - df[F_RUN_T0, d])
+    _cut_run_at(di, df, tab_i, pieces, ht, hi, hs, d, j + (n - (di[D_RECV_C, d] + j) % n) % n)
+
+
+@njit(cache=True)
+def _cut_run_at(di, df, tab_i, pieces, ht, hi, hs, d, j):
+    """Stop instance d's planned stretch after j steps, if it was to run longer."""
     if j < di[D_RUN_K, d]:
         di[D_VERSION, d] += 1
         di[D_RUN_K, d] = j

@@ -21,6 +21,7 @@ from pdplan.sim.fast.batch import (
     advance,
     advance_rank,
     append,
+    cut_at_receive,
     pick_rank,
     queue_and_wake,
     run_or_idle,
@@ -50,9 +51,13 @@ from pdplan.sim.fast.fields import (
     D_PF_HEAD,
     D_PF_TAIL,
     D_POLICY,
+    D_RECV_C,
+    D_RECV_N,
     D_RUN_K,
     D_S,
     D_TOKEN_CAP,
+    D_U_HEAD,
+    D_U_TAIL,
     D_VERSION,
     D_W_HEAD,
     D_W_TAIL,
@@ -89,6 +94,12 @@ def colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t):
     boundary."""
     i = pick_rank(di, c)
     di[D_PENDING, i] += rq[R_PROMPT, r] - rq[R_CACHED, r]
+    if di[D_RECV_N, c] > 1 and di[D_MODE, c] == DECODE_RUN:  # taken in at the stretch's next receive
+        first = di[D_U_HEAD, c] < 0
+        append(rq, di, c, r, D_U_HEAD, D_U_TAIL, R_W_NEXT)
+        if first:
+            cut_at_receive(di, df, tab_i, pieces, ht, hi, hs, c, t)
+        return
     room = di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, i]
     queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, i, r, t, D_W_HEAD, D_W_TAIL, room)
 
@@ -267,10 +278,38 @@ def _colo_finish(rq, rt, di, df, c, t, cl):
 
 @njit(cache=True)
 def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
-    """Colocated instance c finishes what it was running at t (nothing, if it was starting),
-    then plans what comes next."""
+    """Colocated instance c finishes what it was running at t (nothing, if it was starting), takes in
+    the requests that arrived meanwhile if it receives now, then plans what comes next."""
+    mode = di[D_MODE, c]
+    steps = di[D_RUN_K, c]
     _colo_finish(rq, rt, di, df, c, t, cl)
+    if di[D_RECV_N, c] > 1:
+        _receive(rq, di, c, mode == DECODE_RUN, steps)
     _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
+
+
+@njit(cache=True)
+def _receive(rq, di, c, decoded, steps):
+    """SGLang's receive skipper (``scheduler_recv_skipper.py``: a decode step weighs 1, a prompt
+    iteration more than any interval, an idle loop 1) at a boundary of colocated instance c (one
+    rank): after prompt work, or when nothing is left to run (its idle loop counts to the interval at
+    once), it takes in the requests that arrived; after ``steps`` decode steps, only when its decode
+    steps since the last receive reach a multiple of RECV_N."""
+    if decoded:
+        di[D_RECV_C, c] = (di[D_RECV_C, c] + steps) % di[D_RECV_N, c]
+        idle = di[D_B, c] == 0 and di[D_W_HEAD, c] < 0 and di[D_PF_HEAD, c] < 0
+        if di[D_RECV_C, c] != 0 and not idle:
+            return
+    di[D_RECV_C, c] = 0
+    if di[D_U_HEAD, c] < 0:
+        return
+    if di[D_W_TAIL, c] >= 0:
+        rq[R_W_NEXT, di[D_W_TAIL, c]] = di[D_U_HEAD, c]
+    else:
+        di[D_W_HEAD, c] = di[D_U_HEAD, c]
+    di[D_W_TAIL, c] = di[D_U_TAIL, c]
+    di[D_U_HEAD, c] = -1
+    di[D_U_TAIL, c] = -1
 
 
 @njit(cache=True)

@@ -46,8 +46,8 @@ PQ_FIELDS = 3
  D_W_HEAD, D_W_TAIL, D_MODE, D_M_PREFILL, D_POLICY, D_CHUNK, D_TOKEN_CAP, D_PF_HEAD, D_PF_TAIL,
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
  D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN, D_HOME, D_LENT, D_EPOCH, D_PENDING,
- D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS) = range(44)
-DI_FIELDS = 44
+ D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS, D_RECV_N, D_RECV_C, D_U_HEAD, D_U_TAIL) = range(48)
+DI_FIELDS = 48
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -69,6 +69,10 @@ DI_FIELDS = 44
 #   or partly done), HOST a prefill-home column's prefill instance (-1 otherwise).
 #   M_GROUP_P, M_GROUP_D: a DP instance's group parts for prompt and decode work (-1: none);
 #   IT_TOKENS the prompt tokens a rank's iteration computes (its prefill batch's or its chunks').
+#   RECV_N: a colocated instance's decode steps between receives of new requests (SGLang's
+#   --scheduler-recv-interval; 0 or 1: every iteration), RECV_C the decode steps since its last
+#   receive (mod RECV_N), U_HEAD/U_TAIL its requests that arrived during a decode stretch and are not
+#   yet received (linked by W_NEXT, then spliced onto the waiting queue at a receive).
 
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY, F_IT_S = range(5)
