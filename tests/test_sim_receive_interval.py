@@ -20,9 +20,9 @@ def colocated(recv_interval=None, policy="prefill-first", chunk=None, replicas=1
                             chunk_tokens=chunk, replicas=replicas, recv_interval=recv_interval),))
 
 
-def both(trace, plan, profile):
-    fast = simulate(trace, plan, {profile.key: profile})
-    ref = simulate(trace, plan, {profile.key: profile}, engine="reference")
+def both(trace, plan, profile, concurrency=None):
+    fast = simulate(trace, plan, {profile.key: profile}, concurrency=concurrency)
+    ref = simulate(trace, plan, {profile.key: profile}, engine="reference", concurrency=concurrency)
     for column in ("prefill_start_s", "prefill_end_s", "first_token_s", "finish_s"):
         np.testing.assert_allclose(fast[column], ref[column], rtol=0, atol=1e-9, err_msg=column)
     return fast
@@ -64,6 +64,14 @@ def test_an_idle_instance_takes_a_request_in_when_it_arrives():
 def test_both_engines_agree_request_by_request(seed, interval, policy, kv):
     plan = colocated(interval, policy, 256 if policy == "chunked" else None, replicas=2)
     both(random_trace(seed, n=60, rate_rps=25.0), plan, colo_profile(kv))
+
+
+@pytest.mark.parametrize("interval", [3, 30])
+@pytest.mark.parametrize("policy, chunk", [("prefill-first", None), ("chunked", 256)])
+def test_both_engines_agree_in_a_closed_loop_where_a_client_sends_as_a_step_begins(interval, policy, chunk):
+    """A finishing request's client sends its next one at the boundary where the next stretch starts:
+    it waits a whole count of N steps, the receive at that boundary having come before it."""
+    both(random_trace(11, n=120, rate_rps=25.0), colocated(interval, policy, chunk), colo_profile(), concurrency=8)
 
 
 def test_waiting_for_receives_lengthens_the_mean_ttft_of_a_busy_instance():
