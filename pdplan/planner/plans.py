@@ -10,7 +10,7 @@ from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
 from pdplan.sim import Link, Plan, Pool
-from pdplan.sim.plan import plan_to_dict
+from pdplan.sim.plan import lendable, plan_to_dict
 
 #: KV link setup cost per transfer (RDMA registration and signalling), an assumption.
 LINK_SETUP_S = 0.5e-3
@@ -55,7 +55,7 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                   bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, shapes[dst],
                                                          link_path(solution, affinity, shapes[src], shapes[dst])))
              for src in pools if src.phase == "prefill" for dst in pools if dst.phase in ("decode", "mixed")]
-    borrow = borrow and any(p.phase in ("prefill", "decode") and p.dp == 1 for p in pools)  # only dp 1 is lent
+    borrow = borrow and lendable(pools)
     thresholds = ({"spill_tokens": spill.prefill_queue_tokens, "kv_share": spill.decode_kv_share}
                   if solution.mixed or borrow else {})
     if borrow:

@@ -17,7 +17,7 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.modelspec import ModelSpec
-from pdplan.sim.plan import CacheTier, Plan, receiving_phases, resolve_pools
+from pdplan.sim.plan import CacheTier, Plan, lends, receiving_phases, resolve_pools
 from pdplan.vocabulary import Router
 from pdplan.workload import rescaled_arrivals
 
@@ -159,7 +159,7 @@ class Layout:
     def lendable(self, i: int) -> bool:
         """Whether instance i may be lent to the other phase: borrowing is on, it is a dedicated
         prefill or decode instance, and it has one rank (a lent machine batches as a mixed one)."""
-        return self.borrow and self.phases[i] in ("prefill", "decode") and self.profiles[i].dp == 1
+        return self.borrow and lends(self.phases[i], self.profiles[i].dp)
 
     def receivers(self) -> np.ndarray:
         """The instances that may take a KV handoff, in the simulators' order: decode, then

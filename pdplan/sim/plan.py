@@ -138,6 +138,17 @@ MAX_FAILURE_RATE = 0.5
 MAX_ROUTE_S = 10.0
 
 
+def lends(phase: str, dp: int) -> bool:
+    """Whether borrowing may lend a machine of this phase and attention DP: a dedicated prefill or decode
+    machine of one rank (borrowing lends one-rank machines, as Splitwise's mixed machines batch)."""
+    return phase in ("prefill", "decode") and dp == 1
+
+
+def lendable(pools) -> bool:
+    """Whether borrowing has a machine to lend among ``pools`` (:func:`lends`)."""
+    return any(lends(p.phase, p.dp) for p in pools)
+
+
 def receiving_phases(borrow: bool) -> tuple[str, ...]:
     """The phases of the pools a KV handoff may go to: decode and mixed, and prefill when the plan
     borrows (a prefill instance lent to decode)."""
@@ -326,7 +337,7 @@ class Plan:
         if self.borrow and "colocated" in phases:
             raise fail("mixed.borrow", "mixed.borrow lends dedicated prefill and decode machines: a colocated "
                        "plan has none")
-        if self.borrow and not any(p.phase in ("prefill", "decode") and p.dp == 1 for p in self.pools):
+        if self.borrow and not lendable(self.pools):
             raise fail("mixed.borrow", "mixed.borrow needs a prefill or decode pool of dp 1 (borrowing lends "
                        "one-rank machines, as Splitwise's mixed machines batch)")
         if not 1 <= self.borrow_chunk_tokens <= limits.MAX_KV_TOKENS:
