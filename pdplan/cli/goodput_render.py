@@ -7,7 +7,7 @@ from rich.table import Table
 
 from pdplan.cli.output import print_json, stdout
 from pdplan.goodput import ClosedLoopGoodput, InstanceGoodput, phase_slo
-from pdplan.latency.accuracy import Accuracy
+from pdplan.latency.accuracy import Accuracy, as_dict
 from pdplan.slo import SLO
 
 
@@ -26,7 +26,7 @@ def render_closed_loop(result: ClosedLoopGoodput, profile, phase: str, objective
     if as_json:
         print_json({"model": profile.model, "gpu": profile.gpu, "tp": profile.tp, "pp": profile.pp, "phase": phase,
                     "closed_loop": result.to_dict(), "profile": source,
-                    "profile_accuracy": None if accuracy is None else accuracy.to_dict(), "slo": objectives.to_dict()})
+                    "profile_accuracy": as_dict(accuracy), "slo": objectives.to_dict()})
         return
     stdout.print(f"{profile.shape} ({phase}): {result.clients} clients meet the SLO, drawing "
                  f"{result.throughput_rps:.3f} req/s (simulated closed loops; profile {source})",
@@ -51,7 +51,7 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
     if as_json:
         print_json({**result.to_dict(), "profile_source": profile.provenance.source,
                     "profile_method": profile.provenance.method, "profile_fallback": fallback,
-                    "profile_accuracy": None if accuracy is None else accuracy.to_dict(),
+                    "profile_accuracy": as_dict(accuracy),
                     "speculative": None if speculative is None else speculative.to_dict(),
                     "slo": objectives.to_dict()})
         return

@@ -9,7 +9,7 @@ from rich.table import Table
 
 from pdplan.cli.output import money, number, print_json, stderr, stdout
 from pdplan.engines import pair_refusal
-from pdplan.latency.accuracy import Accuracy
+from pdplan.latency.accuracy import accuracy_lines
 from pdplan.planner import PlanReport
 from pdplan.planner.pipeline import unpairable
 from pdplan.shape import shape_label
@@ -38,7 +38,7 @@ def _answer(report: PlanReport, doc: dict, explain: bool) -> None:
     stdout.print(verification_line(doc["verification"]), markup=False, highlight=False)
     stdout.print(search_line(doc), markup=False, highlight=False)
     stdout.print(_profiles_line(doc), markup=False, highlight=False)
-    for line in _accuracy_lines(doc):
+    for line in accuracy_lines(p["profile_accuracy"] for p in doc["pools"]):
         stdout.print(line, markup=False, highlight=False)
     _fleets_table(doc)
     _plan_table(doc)
@@ -116,18 +116,6 @@ def _profiles_line(doc: dict) -> str:
             parts.append(text)
     return (f"profiles: {'; '.join(parts)} — {doc['provenance']['profile_sources']}; shapes held to "
             f"{doc['serving_engine']}'s start-up rules")
-
-
-def _accuracy_lines(doc: dict) -> list[str]:
-    """How far the chosen plan's latency sources were from measured deployments like its pools, once
-    per distinct source (nothing for a source that was never replayed, as measured profiles)."""
-    lines = []
-    for p in doc["pools"]:
-        found = p.get("profile_accuracy")
-        line = None if found is None else f"accuracy: {Accuracy.from_dict(found).describe()}"
-        if line is not None and line not in lines:
-            lines.append(line)
-    return lines
 
 
 def render_miss(report: PlanReport, doc: dict) -> None:

@@ -34,7 +34,7 @@ from pdplan.cli.options import (
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
-from pdplan.latency.accuracy import Accuracy
+from pdplan.latency.accuracy import accuracy_lines, as_dict
 from pdplan.latency.profile import profile_inputs
 from pdplan.manifest.plan import read_plan
 from pdplan.modelcatalog import model_file
@@ -124,7 +124,7 @@ def simulate(
     summary = result.summary(ttft, tpot, target=attainment)
     summary["concurrency"] = concurrency
     summary["profiles"] = {p.shape_label(): p.provenance.source for p in shapes.values()}
-    summary["profile_accuracy"] = {pool.name: _accuracy(source.accuracy(shapes[pool.shape], model, pool.phase, pool.dp))
+    summary["profile_accuracy"] = {pool.name: as_dict(source.accuracy(shapes[pool.shape], model, pool.phase, pool.dp))
                                    for pool in the_plan.pools}
     summary["notices"] = list(result.notes.values())
     for notice in summary["notices"]:
@@ -136,10 +136,6 @@ def simulate(
         print_json(summary)
     else:
         _render(summary, attainment)
-
-
-def _accuracy(found: Accuracy | None) -> dict | None:
-    return None if found is None else found.to_dict()
 
 
 def _planned(slo, metric: str, default: float) -> float:
@@ -200,9 +196,8 @@ def _render(summary: dict, target: float) -> None:
     for label, value in summary["utilization"]["links"].items():
         facts.add_row(f"link into {label}", _share(value))
     stdout.print(facts)
-    for line in dict.fromkeys(Accuracy.from_dict(found).describe() for found in summary["profile_accuracy"].values()
-                              if found is not None):
-        stdout.print(f"accuracy: {line}", markup=False, highlight=False)
+    for line in accuracy_lines(summary["profile_accuracy"].values()):
+        stdout.print(line, markup=False, highlight=False)
 
 
 def _verdict(meets: bool | None) -> str:

@@ -93,6 +93,17 @@ class Accuracy:
                    rows=data["rows"], ttft=ClockError.from_dict(data["ttft"]), tpot=ClockError.from_dict(data["tpot"]))
 
 
+def as_dict(found: Accuracy | None) -> dict | None:
+    """An accuracy as the JSON documents carry it (None where none was replayed)."""
+    return None if found is None else found.to_dict()
+
+
+def accuracy_lines(found) -> list[str]:
+    """The ``accuracy:`` lines of an output, from its pools' accuracy documents (None skipped): one per
+    distinct group, in the pools' order."""
+    return list(dict.fromkeys(f"accuracy: {Accuracy.from_dict(doc).describe()}" for doc in found if doc is not None))
+
+
 def layout_of(phase: str, dp: int) -> str:
     """The validation's layout of a pool: a colocated pool is aggregated (with attention DP when its
     instance has DP ranks), a prefill, decode or mixed pool is part of a disaggregated plan."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pdplan.fileio import significant
+from pdplan.latency.accuracy import as_dict
 from pdplan.placement import Candidate, Solution
 from pdplan.planner.measure import mean_kv_bytes_per_request
 from pdplan.planner.pipeline import FleetResult, PlanReport
@@ -53,10 +54,9 @@ def profile_dict(report: PlanReport, phase: str, gpu: str, tp: int, pp: int, dp:
     profile = next(m.profile for m in report.measured
                    if (m.shape.gpu, m.shape.tp, m.shape.pp, m.shape.dp, m.shape.ep) == (gpu, tp, pp, dp, ep))
     prov, request = profile.provenance, report.request
-    found = request.profiles.accuracy(profile, request.model, phase, dp)
     return {"profile": prov.source, "profile_method": prov.method,
             "profile_fallback": request.profiles.fallback_reason(request.model.name, gpu, tp, pp, dp=dp, ep=ep),
-            "profile_accuracy": None if found is None else found.to_dict()}
+            "profile_accuracy": as_dict(request.profiles.accuracy(profile, request.model, phase, dp))}
 
 
 def pools(solution: Solution, report: PlanReport) -> list[dict]:
