@@ -169,3 +169,11 @@ def spanning(disaggregated) -> dict:
 def manifest(request) -> dict:
     """Each of the three manifests the export tests run on."""
     return request.getfixturevalue(request.param)
+
+
+@pytest.fixture(scope="session")
+def dsr1():
+    """DeepSeek-R1 at its checkpoint's FP8, the model the wide-EP composition tests read tables for."""
+    from pdplan.modelcatalog import get_model
+
+    return get_model("deepseek-r1@fp8")

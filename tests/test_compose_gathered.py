@@ -8,21 +8,14 @@ import pytest
 
 pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
 
-import pandas as pd  # noqa: E402
-
 from pdplan.errors import PdplanError  # noqa: E402
 from pdplan.hardware import get_gpu  # noqa: E402
 from pdplan.latency.compose import tables  # noqa: E402
 from pdplan.latency.compose.profile import composed_profile  # noqa: E402
 from pdplan.latency.compose.step import Step  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated  # noqa: E402
-from pdplan.modelcatalog import get_model  # noqa: E402
 from pdplan.shape import InstanceShape  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def dsr1():
-    return get_model("deepseek-r1@fp8")
+from tests.test_compose_wide import raw  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +30,7 @@ def test_a_rank_gathers_dp_times_its_tokens_onto_experts_split_over_every_gpu(sg
     for the gather and the scatter."""
     step = sglang_dp8_tp_experts
     versions = step.wide_experts.versions
-    path = tables.package_root() / "systems" / "data" / "h200_sxm" / "moe" / "sglang" / versions["moe"]
-    moe = pd.read_parquet(path / "moe_perf.parquet")
+    moe = raw("h200_sxm", "moe", "sglang", versions["moe"], "moe_perf.parquet")
     moe = moe[(moe.moe_dtype == "fp8_block") & (moe.hidden_size == 7168) & (moe.inter_size == 2048)
               & (moe.num_experts == 256) & (moe.topk == 8) & (moe.moe_tp_size == 8) & (moe.moe_ep_size == 1)
               & (moe.distribution == "power_law_1.01") & (moe.num_tokens == 128)]

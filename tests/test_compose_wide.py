@@ -32,11 +32,6 @@ def raw(system, family, engine, version, filename):
 
 
 @pytest.fixture(scope="module")
-def dsr1():
-    return get_model("deepseek-r1@fp8")
-
-
-@pytest.fixture(scope="module")
 def sglang_dp8(dsr1):
     return Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
                 versions=tables.choose_versions("h200-141gb", "sglang", None))
