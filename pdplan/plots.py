@@ -137,8 +137,8 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
     settings = panel_settings(panels)
     columns = min(3, len(settings))
     lines = -(-len(settings) // columns)
-    fig, axes = _pyplot().subplots(lines, columns, figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * lines + 0.6),
-                             squeeze=False)
+    fig, axes = _pyplot().subplots(lines, columns, squeeze=False,
+                                   figsize=(PANEL_INCHES[0] * columns, PANEL_INCHES[1] * lines + 0.6))
     xs = _ordered(rows, x)
     ys = _ordered(rows, y)
     for ax, fixed in zip(axes.flat, settings):
@@ -146,7 +146,7 @@ def plot_grid(rows: Sequence[dict], x: str, y: str, panels: Sequence[tuple[str, 
         for row in chosen:
             i, j = xs.index(row[x]), ys.index(row[y])
             ax.add_patch(_pyplot().Rectangle((i - 0.5, j - 0.5), 1, 1, facecolor=DECISION_COLOURS[row["decision"]],
-                                       edgecolor="white", linewidth=2))
+                                             edgecolor="white", linewidth=2))
             ax.text(i, j, cell_text(row), ha="center", va="center", fontsize=8, linespacing=1.3)
         ax.set_xlim(-0.5, len(xs) - 0.5)
         ax.set_ylim(-0.5, len(ys) - 0.5)
