@@ -250,14 +250,20 @@ def summarise(results: pd.DataFrame) -> pd.DataFrame:
     }).reset_index()
 
 
+#: the profile kinds replayed: composed from operator tables, rooflines with the engine's efficiencies, and
+#: with the Splitwise 2023 calibration
+KINDS = ("composed", "roofline-engine", "roofline")
+#: the order of a group's rows in the accuracy file, after its key
+ROW_ORDER = ("model", "gpu", "dtype", "harness", "isl", "osl", "concurrency")
+
+
 def write_accuracy(results: pd.DataFrame, path: str) -> None:
     """Each replayed row's signed errors grouped as :mod:`pdplan.latency.accuracy` reads them (source,
     engine, model family, layout), one group per line, rows in a fixed order so that a rerun on the same
     tables writes the same file."""
     rows = results.assign(source=results["kind"], engine=results["backend"],
                           family=np.where(results["model"].isin(MOE), "moe", "dense"), layout=results["mode"])
-    rows = rows.sort_values([*accuracy.KEY, "model", "gpu", "dtype", "harness", "isl", "osl", "concurrency"],
-                            kind="stable")
+    rows = rows.sort_values([*accuracy.KEY, *ROW_ORDER], kind="stable")
     groups = [json.dumps({**dict(zip(accuracy.KEY, key)),
                           **{f"{clock}_error": [float(f"{x:.4g}") for x in part[f"{clock}_signed"]]
                              for clock in ("ttft", "tpot")}}, separators=(",", ":"))
@@ -271,7 +277,7 @@ def write_accuracy(results: pd.DataFrame, path: str) -> None:
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--profiles", default="composed,roofline-engine,roofline")
+    parser.add_argument("--profiles", default=",".join(KINDS))
     parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
     parser.add_argument("--csv", default=None, help="write every replayed row here")
     parser.add_argument("--accuracy-out", default=None,
@@ -282,6 +288,9 @@ def main(argv: list[str]) -> int:
                         help="only aggregated rows of one instance of TP x PP, aggregated rows with attention data "
                              "parallelism, or disaggregated rows")
     args = parser.parse_args(argv)
+    if args.accuracy_out and (args.rows or args.models or args.mode or set(args.profiles.split(",")) != set(KINDS)):
+        parser.error("--accuracy-out writes the file pdplan ships: every row of every mode, model and profile kind, "
+                     "without --rows, --models, --mode or --profiles")
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     if args.models:
         rows = rows[rows["model"].isin(args.models.split(","))]

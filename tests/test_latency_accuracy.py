@@ -117,7 +117,7 @@ def test_the_shipped_errors_are_what_the_simulator_gives_today():
     rows = validation.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     rows = rows.assign(source="composed", engine=rows["backend"], layout=rows["mode"],
                        family=np.where(rows["model"].isin(validation.MOE), "moe", "dense"))
-    rows = rows.sort_values([*KEY, "model", "gpu", "dtype", "harness", "isl", "osl", "concurrency"], kind="stable")
+    rows = rows.sort_values([*KEY, *validation.ROW_ORDER], kind="stable")
     checked = 0
     for g in shipped()["groups"]:
         if g["source"] != "composed":
