@@ -91,16 +91,26 @@ def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: i
     except BaseException:  # an error or Ctrl-C: stop the workers now rather than after their queue
         pool.shutdown(wait=False, cancel_futures=True)
         workers = set(multiprocessing.active_children()) - before
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            worker.join(timeout=5)
+        _stop(workers)
         if shared:  # the block goes on without it: later stages start a pool of their own
             _shared = None
         raise
     if not shared:
         pool.shutdown()
     return results
+
+
+def _stop(workers: set, grace_s: float = 5.0) -> None:
+    """Terminate the workers and wait for them; one still alive ``grace_s`` later (a loaded machine,
+    a worker deaf to SIGTERM) is killed, so no stage's worker outlives the stage."""
+    for worker in workers:
+        worker.terminate()
+    for worker in workers:
+        worker.join(timeout=grace_s)
+    for worker in workers:
+        if worker.is_alive():
+            worker.kill()
+            worker.join()
 
 
 def _ignore_interrupts() -> None:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
+import time
 
 import pytest
 
 from pdplan.cache import ResultCache
-from pdplan.parallel import run_each, shared_workers
+from pdplan.parallel import _stop, run_each, shared_workers
 
 
 def pid_and_square(x: int, *, cache: ResultCache) -> tuple[int, int]:
@@ -19,6 +21,12 @@ def fail_on_three(x: int, *, cache: ResultCache) -> int:
     if x == 3:
         raise ValueError("three")
     return x
+
+
+def deaf_to_sigterm(ready) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(60)
 
 
 @pytest.fixture
@@ -59,3 +67,13 @@ def test_a_failing_stage_stops_the_shared_workers_and_the_next_stage_starts_its_
 def test_one_job_runs_in_this_process(cache):
     with shared_workers(1):
         assert {pid for pid, _ in run_each(pid_and_square, [1, 2, 3], jobs=1, cache=cache)} == {os.getpid()}
+
+
+def test_a_worker_still_alive_after_the_grace_period_is_killed():
+    context = multiprocessing.get_context("spawn")
+    ready = context.Event()
+    worker = context.Process(target=deaf_to_sigterm, args=(ready,))
+    worker.start()
+    assert ready.wait(30)
+    _stop({worker}, grace_s=0.2)
+    assert not worker.is_alive() and worker.exitcode == -signal.SIGKILL
