@@ -46,7 +46,14 @@ Stated assumptions, the same for every row:
   ``--scheduler-recv-interval`` 10 below 16 clients and 30 from 16 (fp8 at TP 4: always 10), so the
   scheduler takes in new requests only every N-th decode step (its ``dsr1_fp4_b200.sh`` and
   ``dsr1_fp8_b200.sh`` from 2025-09 through the 2026-03 runs); those rows are replayed with it
-  (``recv_interval`` of the colocated pool), every other row receives at every iteration.
+  (``recv_interval`` of the colocated pool), every other row receives at every iteration;
+* multi-token prediction — an InferenceMAX row measured by a sweep that ran DeepSeek-R1 under its
+  engine, GPU and precision only with MTP (``MTP_SWEEPS``: the merge's perf-changelog.yaml entry
+  lists only ``-mtp`` configurations) is replayed with it: the recipes' ``num_nextn_predict_layers``
+  3, or 1 with attention DP (``dsr1_*_trt_mtp.sh``), each draft accepted with probability 0.85, the
+  lower end of the 85–90% DeepSeek-V3's report measured for its second-token prediction (arXiv:2412.19437,
+  section 5.4.3). A sweep that ran the same engine, GPU and precision both with and without MTP
+  (``MIXED_SWEEPS``) left rows the export does not tell apart; they are counted and not replayed.
 """
 
 from __future__ import annotations
@@ -55,6 +62,7 @@ import argparse
 import json
 import re
 import sys
+import zlib
 from dataclasses import replace
 from functools import cache
 
@@ -67,10 +75,12 @@ from pdplan.latency import accuracy
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_profile
 from pdplan.latency.source import ProfileSource
+from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelcatalog import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool
+from pdplan.vocabulary import SpeculativeMethod
 
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "Qwen/Qwen3-32B": "qwen3-32b",
@@ -92,6 +102,18 @@ SCHEDULING = {"vllm": ("chunked", 8192), "trtllm": ("chunked", 8192), "sglang": 
 #: naming the container image and measurement date; one benchmark client (module docstring).
 INFERENCEMAX, RANGE_RATIO = ("2026-04-06.csv", "2026-03-25.csv", "db-dump/2026-04-27"), 0.8
 LINK = Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=50e9, setup_s=0.5e-3)
+DEEPSEEK = {"deepseek-r1", "deepseek-v3"}
+#: InferenceMAX sweeps (engine, GPU, precision, UTC date of the merge that started them) that ran
+#: DeepSeek-R1 only with multi-token prediction: the merge's entry in InferenceX's perf-changelog.yaml
+#: names only ``-mtp`` configurations of that engine, GPU and precision.
+MTP_SWEEPS = {("trtllm", "b200-180gb", "fp4", "2026-01-14"), ("trtllm", "b200-180gb", "fp8", "2026-01-14"),
+              ("trtllm", "h200-141gb", "fp8", "2026-01-14"),  # bf3456727 (#392): the -trt-mtp configurations
+              ("trtllm", "b200-180gb", "fp8", "2026-02-05"),  # 5d517074c: dsr1-fp8-b200-trt-mtp
+              ("trtllm", "b200-180gb", "fp4", "2026-02-06")}  # 0aae52d4c: dsr1-fp4-b200-trt-mtp
+#: Sweeps that ran the same engine, GPU and precision with and without MTP in one go.
+MIXED_SWEEPS = {("trtllm", "h200-141gb", "fp8", "2026-01-28"),  # e28c038f8 (#587): -trt and -trt-mtp
+                ("sglang", "b200-180gb", "fp8", "2026-03-25")}  # 12ba0ae07 (#943): -sglang and -sglang-mtp
+MTP_ACCEPTANCE = 0.85
 
 
 def supported_rows(path) -> pd.DataFrame:
@@ -118,14 +140,18 @@ def supported_rows(path) -> pd.DataFrame:
     # disaggregated: each phase's workers with their TP, attention DP and EP, when the row says how many
     disagg = rows["mode"] == "disagg"
     workers = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
+    mixed = pd.Series([_sweep(row) in MIXED_SWEEPS and row["model"] in DEEPSEEK for _, row in rows.iterrows()],
+                      index=rows.index, dtype=bool)
     for reason, left_out in (
             ("aggregated over nodes, with pipeline stages, or with experts split over some but not all GPUs "
              "(expert TP and EP both above 1)", moe & ~disagg & ~one_instance & ~with_dp),
+            ("from a sweep that ran their engine, GPU and precision both with and without multi-token prediction "
+             "(the export does not say which row is which)", mixed),
             ("disaggregated without worker counts (the collection's export gives each phase's parallel "
              "coordinates but not how many prefill and decode workers ran)", moe & disagg & ~workers)):
         if left_out.any():
             print(f"{int(left_out.sum())} mixture-of-experts rows are {reason}; not replayed")
-    rows = rows[~moe | one_instance | with_dp | (disagg & workers)]
+    rows = rows[(~moe | one_instance | with_dp | (disagg & workers)) & ~mixed]
     return rows[rows["concurrency"] > 0].reset_index(drop=True)
 
 
@@ -184,6 +210,20 @@ def recv_interval(row) -> int | None:
     return 30 if int(row["concurrency"]) >= 16 else 10
 
 
+def _sweep(row) -> tuple[str, str, str, str]:
+    """The row's engine, GPU, precision and the UTC date of the InferenceMAX sweep that measured it."""
+    found = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(row["silicon_data_source"]))
+    return row["backend"], row["gpu"], row["dtype"], found.group(1) if found else ""
+
+
+def speculative(row) -> SpeculativeDecoding | None:
+    """The multi-token prediction the row's server ran (module docstring), None for none."""
+    if row["harness"] not in INFERENCEMAX or row["model"] not in DEEPSEEK or _sweep(row) not in MTP_SWEEPS:
+        return None
+    drafts = 1 if row["mode"] == "agg-dp" else 3
+    return SpeculativeDecoding(method=SpeculativeMethod.MTP, acceptance=MTP_ACCEPTANCE, draft_tokens=drafts)
+
+
 def coordinates(row, phase: str) -> dict:
     """A disaggregated row's worker of ``phase`` as pdplan's coordinates: attention TP per DP rank, the
     DP ranks and EP (the collection's tp_size is the attention TP; moe_tp x moe_ep = tp x dp GPUs)."""
@@ -207,12 +247,12 @@ def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: in
 
 def requests(row) -> tuple[np.ndarray, np.ndarray]:
     """The input and output lengths of the requests the row's benchmark client sent (module
-    docstring), drawn with a seed of the row's."""
+    docstring), drawn with a seed of the row's own (its id's CRC-32: the same whichever rows are replayed)."""
     isl, osl, clients = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
     if row["harness"] not in INFERENCEMAX:
         n = min(2000, max(100, 10 * clients))
         return np.full(n, isl), np.full(n, osl)
-    rng = np.random.default_rng(int(row.name))
+    rng = np.random.default_rng(zlib.crc32(str(row["id"]).encode()))
     # benchmark_serving.py: np.random.randint(int(L * range_ratio), L + 1, size=num_prompts)
     draw = lambda L: rng.integers(int(L * RANGE_RATIO), L + 1, 10 * clients)  # noqa: E731
     return draw(isl), draw(osl)
@@ -228,6 +268,10 @@ def replay(row, kind: str) -> tuple[float, float]:
     else:
         profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp)
                     for pool in plan.pools}
+    drafting = speculative(row)
+    if drafting is not None:
+        drafting = drafting.resolved(model.layers)
+        profiles = {shape: drafting.apply(profile) for shape, profile in profiles.items()}
     clients = int(row["concurrency"])
     prompts, outputs = requests(row)
     n = len(prompts)
@@ -307,7 +351,7 @@ def main(argv: list[str]) -> int:
             except PdplanError as err:
                 skipped[(kind, err.detail)] = skipped.get((kind, err.detail), 0) + 1
                 continue
-            records.append({**{k: row[k] for k in ("model", "gpu", "dtype", "backend", "mode", "isl", "osl",
+            records.append({**{k: row[k] for k in ("id", "model", "gpu", "dtype", "backend", "mode", "isl", "osl",
                                                     "concurrency", "harness")},
                             "kind": kind, "ttft_ms": ttft, "tpot_ms": tpot,
                             "silicon_ttft_ms": row["silicon_ttft_ms"], "silicon_tpot_ms": row["silicon_tpot_ms"]})

@@ -1,0 +1,55 @@
+"""The silicon validation replays each measured deployment as it ran: which rows ran multi-token
+prediction (InferenceMAX sweeps of MTP-only configurations), and which cannot be told apart."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+from pdplan.latency.compose import tables
+from pdplan.vocabulary import SpeculativeMethod
+
+pytestmark = pytest.mark.skipif(not tables.installed(), reason="the rows come with pdplan[aic]")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def validation():
+    spec = importlib.util.spec_from_file_location("silicon_validation", ROOT / "benchmarks" / "silicon_validation.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def rows(validation):
+    return validation.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+
+
+def measured(rows, on: str):
+    return rows[rows["silicon_data_source"].str.contains(f"measured={on}", regex=False)]
+
+
+def test_rows_of_an_mtp_only_sweep_replay_three_drafts_or_one_with_attention_dp(validation, rows):
+    sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "h200-141gb")], "2026-01-14")
+    drafts = {mode: {validation.speculative(row).draft_tokens for _, row in part.iterrows()}
+              for mode, part in sweep.groupby("mode")}
+    assert drafts == {"agg": {3}, "agg-dp": {1}}
+    row = sweep.iloc[0]
+    assert validation.speculative(row).method == SpeculativeMethod.MTP
+    assert validation.speculative(row).acceptance == 0.85  # DeepSeek-V3's report: 85-90% for the second token
+
+
+def test_rows_of_a_sweep_without_mtp_replay_without_it(validation, rows):
+    sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb")], "2026-01-29")
+    assert len(sweep) and all(validation.speculative(row) is None for _, row in sweep.iterrows())
+
+
+def test_rows_of_a_sweep_with_and_without_mtp_are_left_out(validation, rows, capsys):
+    validation.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+    assert "both with and without multi-token prediction" in capsys.readouterr().out
+    sweep = measured(rows[(rows["backend"] == "sglang") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")],
+                     "2026-03-25")
+    assert sweep.empty
