@@ -1,0 +1,177 @@
+"""AIConfigurator's own estimate of the deployments pdplan's silicon validation replays, side by side.
+
+    python benchmarks/aiconfigurator_estimate.py [--pdplan REPLAY.csv] [--csv OUT] [--every K] [--jobs N]
+
+NVIDIA's AIConfigurator ships the measurements (``silicon_sample.csv``) and an estimator of its own.
+For every aggregated row ``benchmarks/silicon_validation.py`` replays, this asks that estimator for
+the row's deployment the way AIConfigurator's command line does for one point (``cli_estimate`` with
+``mode='agg'``, whose ``ctx_tokens`` defaults to the prompt length): ``build_model_config`` with the
+row's TP, PP, attention DP, MoE TP and EP and its GEMM and MoE precisions, the model from the
+Hugging Face configuration AIConfigurator ships, its newest perf database for the engine and GPU,
+then ``run_agg`` at the row's concurrency. It prints the median and p90 absolute error and the
+median signed error of its mean TTFT and TPOT per engine and model family; with ``--pdplan`` (a
+``silicon_validation.py --profiles composed --csv`` file) it prints pdplan's errors on the same rows
+beside them. AIConfigurator's TTFT carries terms fitted to this same file (a prefill queueing factor,
+and vLLM's per-layer dispatch time: ``sdk/backends/base_backend.py`` and ``vllm_backend.py``), so its
+errors here are in-sample; pdplan's are not.
+
+Stated choices:
+
+* checkpoints AIConfigurator ships no configuration for are estimated with the shipped one of the same
+  architecture (``SHIPPED``), with the KV cache their ModelOpt configuration declares;
+* gpt-oss is estimated at the precisions AIConfigurator reads from its checkpoint (bf16 attention,
+  MXFP4 experts): the file's labels for it name no other deployment;
+* where AIConfigurator has no perf data for a row's precisions it is asked again with the
+  checkpoint's (DeepSeek's fp8 rows: block-scaled FP8); a row it still cannot estimate is counted with
+  its reason.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import multiprocessing
+import sys
+import warnings
+
+import numpy as np
+import pandas as pd
+from silicon_validation import MOE, supported_rows
+
+from pdplan.latency.compose import tables
+
+#: Checkpoints without a configuration in aiconfigurator-core 0.12: the shipped one of the same
+#: architecture, and the KV-cache precision the checkpoint's hf_quant_config declares (None: inferred).
+SHIPPED = {"meta-llama/Llama-3.1-70B": ("meta-llama/Meta-Llama-3.1-70B", None),
+           "meta-llama/Llama-3.1-8B-Instruct": ("meta-llama/Meta-Llama-3.1-8B", None),
+           "nvidia/Llama-3.1-8B-Instruct-FP8": ("meta-llama/Meta-Llama-3.1-8B", "fp8"),
+           "nvidia/Qwen3-32B-NVFP4": ("Qwen/Qwen3-32B", "fp8"),
+           "nvidia/DeepSeek-R1-NVFP4": ("deepseek-ai/DeepSeek-R1", "fp8")}
+CHECKPOINT_PRECISION = {"openai/gpt-oss-120b"}
+COLUMNS = ("id", "backend", "system", "model_path", "isl", "osl", "concurrency", "tp_size", "pp_size",
+           "attention_dp_size", "moe_tp_size", "moe_ep_size", "gemm_quant_mode", "moe_quant_mode")
+
+
+def _quiet() -> None:
+    logging.disable(logging.CRITICAL)
+    warnings.filterwarnings("ignore")
+
+
+def _size(value) -> int | None:
+    return int(value) if pd.notna(value) and int(value) > 0 else None
+
+
+def _precision(value) -> str | None:
+    return str(value).strip() or None if pd.notna(value) else None
+
+
+def _database(system: str, backend: str):
+    from aiconfigurator_core.sdk import perf_database
+
+    version = perf_database.get_latest_database_version(system, backend)
+    return perf_database.get_database_view(system, backend, version, database_mode="SILICON")
+
+
+def estimate(row: dict, row_precision: bool = True) -> tuple[float, float]:
+    """AIConfigurator's mean TTFT and TPOT (ms) of the row's deployment, as ``cli_estimate`` gives them."""
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+    from aiconfigurator_core.sdk.config import RuntimeConfig
+    from aiconfigurator_core.sdk.config_builders import build_model_config
+    from aiconfigurator_core.sdk.models import check_is_moe, get_model
+    from aiconfigurator_core.sdk.models.helpers import (
+        resolve_context_fmha_by_data,
+        resolve_dsv4_moe_arch,
+        resolve_nvfp4_for_system,
+    )
+
+    path, kv = SHIPPED.get(row["model_path"], (row["model_path"], None))
+    system, backend = row["system"], row["backend"]
+    database = _database(system, backend)
+    tp, dp = _size(row["tp_size"]) or 1, _size(row["attention_dp_size"]) or 1
+    moe_tp, moe_ep = _size(row["moe_tp_size"]), _size(row["moe_ep_size"])
+    if not check_is_moe(path):
+        moe_tp, moe_ep = moe_tp or tp * dp, moe_ep or 1
+    elif moe_tp is None and moe_ep is None:
+        moe_ep = 1
+    gemm, moe = ((_precision(row["gemm_quant_mode"]), _precision(row["moe_quant_mode"])) if row_precision
+                 else (None, None))
+    config = build_model_config(tp, _size(row["pp_size"]) or 1, dp, moe_tp, moe_ep, gemm, kv, None, moe, None)
+    resolve_context_fmha_by_data(config, path, database, backend, is_context_role=True)
+    resolve_dsv4_moe_arch(config, path, system_name=system, backend_name=backend)
+    resolve_nvfp4_for_system(config, system, path)
+    model = get_model(path, config, backend)
+    runtime = RuntimeConfig(isl=int(row["isl"]), osl=int(row["osl"]), batch_size=int(row["concurrency"]))
+    # a backend per row: its result cache is keyed by the load alone, not by the model
+    summary = get_backend(backend).run_agg(model, database, runtime, ctx_tokens=int(row["isl"]), max_seq_len=None,
+                                           free_gpu_memory_fraction=None)
+    if summary.check_oom():
+        raise RuntimeError("does not fit in GPU memory by AIConfigurator's memory model")
+    result = summary.get_result_dict()
+    return float(result["ttft"]), float(result["tpot"])
+
+
+def _estimated(row: dict) -> dict:
+    from aiconfigurator_core.sdk.errors import PerfDataNotAvailableError
+
+    _quiet()
+    try:
+        try:
+            ttft, tpot = estimate(row, row_precision=row["model_path"] not in CHECKPOINT_PRECISION)
+        except PerfDataNotAvailableError:
+            ttft, tpot = estimate(row, row_precision=False)
+        return {"id": row["id"], "aic_ttft_ms": ttft, "aic_tpot_ms": tpot, "reason": ""}
+    except Exception as err:  # noqa: BLE001 - a row AIConfigurator refuses is counted, not fatal
+        reason = " ".join(f"{type(err).__name__}: {err}".split())
+        return {"id": row["id"], "aic_ttft_ms": np.nan, "aic_tpot_ms": np.nan, "reason": reason[:160]}
+
+
+def errors(part: pd.DataFrame, prefix: str) -> str:
+    """Median and p90 absolute error and median signed error of a part's TTFT and TPOT."""
+    text = []
+    for clock in ("ttft", "tpot"):
+        signed = part[f"{prefix}{clock}_ms"] / part[f"silicon_{clock}_ms"] - 1
+        text.append(f"{clock.upper()} {signed.abs().median():6.1%} / {signed.abs().quantile(0.9):6.1%} "
+                    f"({signed.median():+.1%})")
+    return "   ".join(text)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pdplan", default=None, help="pdplan's replay (silicon_validation.py --csv) to compare")
+    parser.add_argument("--csv", default=None, help="write each row's estimate here")
+    parser.add_argument("--every", type=int, default=1, help="estimate every K-th row only")
+    parser.add_argument("--jobs", type=int, default=2, help="processes")
+    args = parser.parse_args(argv)
+    with contextlib.redirect_stdout(io.StringIO()):
+        rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+    rows = rows[rows["mode"] == "agg"].iloc[::args.every]
+    work = [{k: row[k] for k in COLUMNS} for _, row in rows.iterrows()]
+    with multiprocessing.get_context("fork").Pool(args.jobs, initializer=_quiet) as pool:
+        found = pd.DataFrame(pool.map(_estimated, work, chunksize=25))
+    rows = rows.merge(found, on="id")
+    if args.csv:
+        rows[["id", "model", "gpu", "backend", "isl", "osl", "concurrency", "silicon_ttft_ms", "silicon_tpot_ms",
+              "aic_ttft_ms", "aic_tpot_ms", "reason"]].to_csv(args.csv, index=False, float_format="%.6g")
+    failed = rows[rows["reason"] != ""]
+    print(f"{len(rows)} aggregated rows; AIConfigurator {tables.package_version()} estimated "
+          f"{len(rows) - len(failed)}")
+    for reason, count in failed["reason"].str.replace(r"\d+", "#", regex=True).str[:100].value_counts().items():
+        print(f"  {count:4d} not estimated: {reason}")
+    rows = rows[rows["reason"] == ""].assign(family=lambda r: np.where(r["model"].isin(MOE), "moe", "dense"))
+    if args.pdplan:
+        ours = pd.read_csv(args.pdplan)
+        ours = ours[ours["kind"] == "composed"][["id", "ttft_ms", "tpot_ms"]]
+        rows = rows.merge(ours.rename(columns={"ttft_ms": "pdplan_ttft_ms", "tpot_ms": "pdplan_tpot_ms"}), on="id")
+    print("\nmedian / p90 absolute error (median signed error) of the mean TTFT and TPOT:")
+    for (engine, family), part in [*rows.groupby(["backend", "family"]), *(
+            (("all", family), part) for family, part in rows.groupby("family"))]:
+        print(f"  {engine:7s} {family:5s} rows {len(part):4d}  AIConfigurator  {errors(part, 'aic_')}")
+        if args.pdplan:
+            print(f"  {'':7s} {'':5s} {'':9s}  pdplan          {errors(part, 'pdplan_')}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
