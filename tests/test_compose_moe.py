@@ -106,8 +106,16 @@ def test_the_expert_load_defaults_to_aiconfigurators_per_family_power_law():
     assert moe.default_distribution(get_model("gpt-oss-120b")) == "power_law_1.2"
     assert moe.default_distribution(get_model("deepseek-v3")) == "power_law_1.01"
     note = step(get_model("qwen3-30b-a3b"), "h100-80gb", 1).notes()
-    assert note == ["routed experts from AIConfigurator's MoE table (bfloat16) at a power-law (α = 1.2) expert "
-                    "load, every expert on the one GPU"]
+    assert note == ["routed experts from AIConfigurator's MoE table (bfloat16, kernel "
+                    "vllm_unquantizedfusedmoe_triton_tritonexperts) at a power-law (α = 1.2) expert load, every "
+                    "expert on the one GPU"]
+
+
+def test_the_provenance_names_every_moe_kernel_the_grid_reads_and_takes_the_faster():
+    # TensorRT-LLM 1.3.0rc20 on B200 measures NVFP4 experts under two backends: CUTLASS and TRTLLM-gen
+    # (AIConfigurator's collector logs the latter as moe_torch_flow_min_latency).
+    [note] = step(get_model("deepseek-r1", dtype="fp4"), "b200-180gb", 8, engine="trtllm").notes()
+    assert "kernels moe_torch_flow_cutlass, moe_torch_flow_min_latency, the faster at each point" in note
 
 
 def test_an_expert_split_finer_than_measured_is_scaled_and_counted():

@@ -44,8 +44,8 @@ class GatheredExperts(RankExperts):
         if self.model.expert_ffn % self.group:
             raise PdplanError(f"TP {self.tp} × DP {self.dp} = {self.group} GPUs do not divide the expert width "
                               f"{self.model.expert_ffn}", field="dp")
-        self.compute, moe_version = moe.moe_grid(self.system, self.engine, self.ceiling, self.config,
-                                                 expert_parallel=False)
+        self.compute, moe_version, self.kernels = moe.moe_grid(self.system, self.engine, self.ceiling, self.config,
+                                                               expert_parallel=False)
         if self.all_reduce_version is None:
             raise PdplanError(f"no {self.engine} all-reduce measurements on {self.system} to gather DP {self.dp} "
                               "ranks' tokens for their tensor-parallel experts", field="dp")
@@ -80,7 +80,8 @@ class GatheredExperts(RankExperts):
         load = moe.load_label(self.config.distribution)
         return (f"attention data parallelism over tensor-parallel experts: one of {self.dp} ranks at its own "
                 f"batch, every rank carrying the same; every routed expert split over TP {self.tp} × DP {self.dp} "
-                f"= {self.group} GPUs from AIConfigurator's MoE table (moe {self.versions['moe']}) at a {load} "
+                f"= {self.group} GPUs from AIConfigurator's MoE table (moe {self.versions['moe']}, "
+                f"{moe.kernel_label(self.kernels)}) at a {load} "
                 f"expert load and DP {self.dp} × the rank's tokens; gather and scatter timed as one all-reduce of "
                 f"those tokens over {self.group} GPUs (all_reduce {self.versions['all_reduce']}); shared experts "
                 "and dense MLPs whole on every GPU")

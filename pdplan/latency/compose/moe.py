@@ -60,6 +60,15 @@ def load_label(distribution: str) -> str:
     return distribution if alpha == distribution else f"power-law (α = {alpha})"
 
 
+def kernel_label(kernels: tuple[str, ...]) -> str:
+    """The measured kernels a MoE grid reads, for the provenance: the one, or each, the faster per point."""
+    if not kernels:
+        return "kernel unnamed"
+    if len(kernels) == 1:
+        return f"kernel {kernels[0]}"
+    return f"kernels {', '.join(kernels)}, the faster at each point"
+
+
 def moe_dtype(model, engine: str = "", sm_version: int = 0) -> str:
     """The MoE table's ``moe_dtype`` for the model's expert weights, as AIConfigurator maps a
     checkpoint's quantization (``_infer_quant_modes_from_raw_config`` in sdk/models/helpers.py, aiconfigurator-core
@@ -112,7 +121,7 @@ class MoeConfig:
 def _moe_frame(system: str, engine: str, version: str):
     return tables._read(system, engine, "moe", version,
                         ["moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts",
-                         "moe_tp_size", "moe_ep_size", "distribution", "latency"])
+                         "moe_tp_size", "moe_ep_size", "distribution", "kernel_source", "latency"])
 
 
 def _model_rows(frame, config: MoeConfig):
@@ -123,10 +132,10 @@ def _model_rows(frame, config: MoeConfig):
 
 @cache
 def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
-             expert_parallel: bool) -> tuple[Grid, str]:
-    """The model's MoE latency grid over (tokens, width per GPU) and the version measuring it: the
-    newest version not above ``ceiling`` whose table holds the model (tables are collected per
-    release and a model is measured once, so an older table stands in for one not re-measured)."""
+             expert_parallel: bool) -> tuple[Grid, str, tuple[str, ...]]:
+    """The model's MoE latency grid over (tokens, width per GPU), the version measuring it and the kernels
+    it measured: the newest version not above ``ceiling`` whose table holds the model (tables are collected
+    per release and a model is measured once, so an older table stands in for one not re-measured)."""
     versions = newest_not_above(system, engine, "moe", ceiling)
     if not versions:
         raise PdplanError(f"no {engine} MoE measurements on {system}", field="engine")
@@ -147,7 +156,7 @@ def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
             column = "expert width per GPU"
         grid = Grid.from_frame(split.loc[:, ["num_tokens", "width", "latency"]], ("num_tokens", "width"), "MoE")
         grid.columns = ("tokens", column)
-        return grid, version
+        return grid, version, tuple(sorted(k for k in set(split.kernel_source) if k))
     if other_split is not None:
         version, rows = other_split
         if expert_parallel:

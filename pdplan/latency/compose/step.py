@@ -170,7 +170,8 @@ class Step:
         split = ("every expert on the one GPU" if tp == 1
                  else f"experts split whole over {tp} GPUs (expert parallelism)" if self.expert_parallel
                  else f"every expert split {tp} ways (tensor parallelism)")
-        return [f"routed experts from AIConfigurator's MoE table ({self.moe_config.dtype}) at a "
+        return [f"routed experts from AIConfigurator's MoE table ({self.moe_config.dtype}, "
+                f"{moe.kernel_label(self.moe_kernels)}) at a "
                 f"{moe.load_label(self.moe_config.distribution)} expert load, {split}"]
 
     # --- mixture of experts, latent attention, sliding windows ---------------------------------------
@@ -207,8 +208,8 @@ class Step:
             if self.wide:
                 self._wide_tables(system, versions)
             else:
-                self.moe_grid, versions["moe"] = moe.moe_grid(system, engine, self.engine_version, self.moe_config,
-                                                              self.expert_parallel)
+                self.moe_grid, versions["moe"], self.moe_kernels = moe.moe_grid(
+                    system, engine, self.engine_version, self.moe_config, self.expert_parallel)
                 self.moe_width = (m.experts / tp) if self.expert_parallel else (m.expert_ffn / tp)
         self.versions = versions
 

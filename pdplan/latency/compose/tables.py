@@ -266,8 +266,8 @@ def system_spec(system: str) -> SystemSpec:
                       intra_node_bw=float(node["intra_node_bw"]), sm_version=int(gpu.get("sm_version", 0)))
 
 
-#: Columns older tables lack, with the value they mean (no sliding window).
-OPTIONAL_COLUMNS = {"window_size": 0}
+#: Columns older tables lack, with the value they mean (no sliding window; no kernel named).
+OPTIONAL_COLUMNS = {"window_size": 0, "kernel_source": ""}
 
 
 def _read(system: str, engine: str, table: str, version: str, columns: list[str]):
