@@ -16,8 +16,10 @@ SciPy), so a run of several such stages opens :func:`shared_workers` once: every
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.connection
 import os
 import signal
+import time
 from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -90,8 +92,7 @@ def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: i
             results.append(result)
     except BaseException:  # an error or Ctrl-C: stop the workers now rather than after their queue
         pool.shutdown(wait=False, cancel_futures=True)
-        workers = set(multiprocessing.active_children()) - before
-        _stop(workers)
+        _stop(set(multiprocessing.active_children()) - before)
         if shared:  # the block goes on without it: later stages start a pool of their own
             _shared = None
         raise
@@ -101,16 +102,37 @@ def run_each(work: Callable[[T, ResultCache], R], items: Sequence[T], *, jobs: i
 
 
 def _stop(workers: set, grace_s: float = 5.0) -> None:
-    """Terminate the workers and wait for them; one still alive ``grace_s`` later (a loaded machine,
-    a worker deaf to SIGTERM) is killed, so no stage's worker outlives the stage."""
+    """Terminate the workers and wait until they have ended; one still running ``grace_s`` later (a
+    loaded machine, a worker deaf to SIGTERM) is killed, so no stage's worker outlives the stage."""
     for worker in workers:
         worker.terminate()
+    for worker in _running(workers, grace_s):
+        worker.kill()
+    _running(workers, None)
     for worker in workers:
-        worker.join(timeout=grace_s)
-    for worker in workers:
-        if worker.is_alive():
-            worker.kill()
-            worker.join()
+        _reaped(worker)
+
+
+def _reaped(worker, timeout_s: float = 1.0) -> None:
+    """Wait for an ended worker's exit code. A pool's own thread reaps its workers too: when it gets
+    there first, our wait finds no child and the exit code appears once that thread records it."""
+    worker.join()
+    deadline = time.monotonic() + timeout_s
+    while worker.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+
+
+def _running(workers: set, timeout_s: float | None) -> set:
+    """The workers still running after up to ``timeout_s`` (None: until all have ended)."""
+    pending = {worker.sentinel: worker for worker in workers}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    while pending:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            break
+        for sentinel in multiprocessing.connection.wait(list(pending), left):
+            del pending[sentinel]
+    return set(pending.values())
 
 
 def _ignore_interrupts() -> None:
