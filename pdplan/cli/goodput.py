@@ -41,6 +41,7 @@ from pdplan.cli.options import (
     choice,
     load_workload,
     profile_source,
+    rank_ep,
     search_settings,
     slo_from_options,
     speculative_from_options,
@@ -61,7 +62,6 @@ from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.latency.profile import profile_inputs
 from pdplan.modelcatalog import get_model, model_file
 from pdplan.plots import plot_attainment_curve
-from pdplan.shape import wide_ep
 from pdplan.slo import DEFAULT_ATTAINMENT
 from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy
 
@@ -116,8 +116,7 @@ def goodput(
     """
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
-    within("--dp", dp, 1, limits.MAX_GPUS)
-    within("--ep", ep, 1, limits.MAX_GPUS)
+    ep = rank_ep(tp, pp, dp, ep)
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
@@ -133,10 +132,6 @@ def goodput(
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose, drafting)
-    ep = wide_ep(tp, dp) if ep is None else ep
-    if dp > 1 and pp > 1:
-        raise PdplanError(f"--dp {dp} with --pp {pp}: an instance with attention data parallelism is one pipeline "
-                          "stage here, as optimize enumerates wide shapes", field="dp")
     profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)

@@ -15,6 +15,7 @@ from pdplan.goodput import SearchSettings
 from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding
+from pdplan.shape import wide_ep
 from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.vocabulary import Arrivals, Router, SpeculativeMethod
 from pdplan.workload import FORMATS, Workload, load_trace
@@ -199,6 +200,17 @@ def within(flag: str, value: float | None, low: float, high: float, *, above: bo
         else:
             rule = f"must be >= {_plain(low)}" if value < low else f"must be between {_plain(low)} and {_plain(high)}"
         raise PdplanError(f"{flag} {rule}, got {value!r}", field=flag.lstrip("-").replace("-", "_"))
+
+
+def rank_ep(tp: int, pp: int, dp: int, ep: int | None) -> int:
+    """The expert parallelism of --dp/--ep (by default every routed expert whole on one of the TP × DP
+    GPUs with --dp, else 1), the pair checked as the engines and optimize take it."""
+    within("--dp", dp, 1, limits.MAX_GPUS)
+    within("--ep", ep, 1, limits.MAX_GPUS)
+    if dp > 1 and pp > 1:
+        raise PdplanError(f"--dp {dp} with --pp {pp}: an instance with attention data parallelism is one pipeline "
+                          "stage here, as optimize enumerates wide shapes", field="dp")
+    return wide_ep(tp, dp) if ep is None else ep
 
 
 def _plain(number: float) -> str:

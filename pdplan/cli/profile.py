@@ -24,6 +24,7 @@ from pdplan.cli.options import (
     KvDtypeOpt,
     SpeculativeOpt,
     choice,
+    rank_ep,
     speculative_from_options,
     within,
 )
@@ -43,7 +44,7 @@ from pdplan.latency.profile import (
 )
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, roofline_profile
 from pdplan.modelcatalog import get_model, model_file
-from pdplan.shape import shape_label, wide_ep
+from pdplan.shape import shape_label
 from pdplan.vocabulary import Policy
 from pdplan.wording import counted
 
@@ -312,12 +313,7 @@ def compose(
     """
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
-    within("--dp", dp, 1, limits.MAX_GPUS)
-    ep = wide_ep(tp, dp) if ep is None else ep
-    within("--ep", ep, 1, limits.MAX_GPUS)
-    if dp > 1 and pp > 1:
-        raise PdplanError(f"--dp {dp} with --pp {pp}: an instance with attention data parallelism is one pipeline "
-                          "stage here, as optimize enumerates wide shapes", field="dp")
+    ep = rank_ep(tp, pp, dp, ep)
     outputs = Outputs(model_file(model))
     if output is not None:
         outputs.claim(output, "--output")
