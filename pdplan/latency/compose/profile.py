@@ -115,8 +115,7 @@ def group_points(step: Step, top_tokens: int) -> dict:
     time over the whole instance's tokens, at 1, 2, 4, ... tokens and ``top_tokens``. Below DP tokens (fewer
     than the balanced step ever reads: one per rank) it holds its DP-token value, a kernel's launch floor,
     where the tables' own edge would scale it down toward zero."""
-    m, dp = step.model, step.shape.dp
-    moe_layers = m.layers - m.dense_layers
+    moe_layers, dp = step.model.moe_layers, step.shape.dp
     grid = sorted({*(2 ** k for k in range(max(1, top_tokens).bit_length())), max(1, top_tokens)})
     return {f"group_{phase}_points": tuple(
                 (t, moe_layers * step.wide_experts.group_s(max(t, dp), phase == "prefill", step.log)) for t in grid)
