@@ -115,7 +115,6 @@ def estimate(row: dict, row_precision: bool = True) -> tuple[float, float]:
 def _estimated(row: dict) -> dict:
     from aiconfigurator_core.sdk.errors import PerfDataNotAvailableError
 
-    _quiet()
     try:
         try:
             ttft, tpot = estimate(row, row_precision=row["model_path"] not in CHECKPOINT_PRECISION)

@@ -140,8 +140,8 @@ def supported_rows(path) -> pd.DataFrame:
     # disaggregated: each phase's workers with their TP, attention DP and EP, when the row says how many
     disagg = rows["mode"] == "disagg"
     workers = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
-    mixed = pd.Series([_sweep(row) in MIXED_SWEEPS and row["model"] in DEEPSEEK for _, row in rows.iterrows()],
-                      index=rows.index, dtype=bool)
+    mixed = pd.Series([_deepseek_sweep(row) in MIXED_SWEEPS for _, row in rows.iterrows()], index=rows.index,
+                      dtype=bool)
     for reason, left_out in (
             ("aggregated over nodes, with pipeline stages, or with experts split over some but not all GPUs "
              "(expert TP and EP both above 1)", moe & ~disagg & ~one_instance & ~with_dp),
@@ -203,22 +203,25 @@ def plan_for(row) -> Plan:
 def recv_interval(row) -> int | None:
     """The ``--scheduler-recv-interval`` the row's server ran with (module docstring), None for 1."""
     if not (row["harness"] in INFERENCEMAX and row["backend"] == "sglang" and row["gpu"] == "b200-180gb"
-            and row["model"] in ("deepseek-r1", "deepseek-v3")):
+            and row["model"] in DEEPSEEK):
         return None
     if row["dtype"] == "fp8" and _int(row["tp_size"]) == 4:
         return 10
     return 30 if int(row["concurrency"]) >= 16 else 10
 
 
-def _sweep(row) -> tuple[str, str, str, str]:
-    """The row's engine, GPU, precision and the UTC date of the InferenceMAX sweep that measured it."""
+def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:
+    """The engine, GPU, precision and UTC date of the InferenceMAX sweep that measured a DeepSeek row
+    (the keys of ``MTP_SWEEPS`` and ``MIXED_SWEEPS``); None for any other row."""
     found = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(row["silicon_data_source"]))
-    return row["backend"], row["gpu"], row["dtype"], found.group(1) if found else ""
+    if row["harness"] not in INFERENCEMAX or row["model"] not in DEEPSEEK or not found:
+        return None
+    return row["backend"], row["gpu"], row["dtype"], found.group(1)
 
 
 def speculative(row) -> SpeculativeDecoding | None:
     """The multi-token prediction the row's server ran (module docstring), None for none."""
-    if row["harness"] not in INFERENCEMAX or row["model"] not in DEEPSEEK or _sweep(row) not in MTP_SWEEPS:
+    if _deepseek_sweep(row) not in MTP_SWEEPS:
         return None
     drafts = 1 if row["mode"] == "agg-dp" else 3
     return SpeculativeDecoding(method=SpeculativeMethod.MTP, acceptance=MTP_ACCEPTANCE, draft_tokens=drafts)
