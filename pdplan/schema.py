@@ -34,7 +34,7 @@ class Fields:
         return getattr(self.data, "lines", {}).get(key, self.line)
 
     def fail(self, key: str, rule: str, value: Any = None, *, show_value: bool = True) -> PdplanError:
-        got = f", got {value!r}" if show_value else ""
+        got = f", got {shown(value)!r}" if show_value else ""
         return PdplanError(f"{self.name(key)} {rule}{got}", file=self.file, line=self.line_of(key),
                            field=self.name(key))
 

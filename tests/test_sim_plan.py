@@ -109,6 +109,13 @@ def test_a_bad_plan_file_names_file_line_and_field(tmp_path, text, line, message
     assert str(err.value).startswith(where)
 
 
+def test_a_long_bad_value_is_quoted_cut_in_its_one_line_error(tmp_path):
+    path = write(tmp_path, GOOD.replace("    phase: prefill\n", f"    phase: prefill\n    policy: {'x' * 5000}\n", 1))
+    with pytest.raises(PdplanError, match=r"pools\[0\]\.policy .*\(5002 characters\)") as err:
+        load_plan(path)
+    assert len(str(err.value)) < 400
+
+
 def test_a_pool_without_a_profile_names_the_plan_file_the_pool_and_the_shape(tmp_path):
     path = write(tmp_path, GOOD.replace("gpu: a100-80gb\n    tp: 4\n", "gpu: h100-80gb\n    tp: 8\n", 1))
     profile = llama2_70b_a100_tp4()
