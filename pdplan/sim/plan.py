@@ -117,7 +117,7 @@ MAX_DP_RANKS = 1_024
 #: Prefix blocks one cache tier may hold (the simulator's block ids are 32-bit).
 MAX_CACHE_BLOCKS = 2**31 - 1
 MAX_RUNNING_REQUESTS = 2**31 - 1
-#: Decode steps between two receives of new requests: the counter is 32-bit in the simulator.
+#: Decode steps between two receives of new requests: a bound on input (SGLang's default is 1).
 MAX_RECV_INTERVAL = 2**31 - 1
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
@@ -480,24 +480,24 @@ def _pool(spec: Fields) -> Pool:
                             "colocated pools (chunked pools use chunk_tokens)",
                             spec.data["max_prefill_batch_tokens"])
         batch_cap = spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS)
+    dp = spec.integer("dp", 1, minimum=1, maximum=MAX_DP_RANKS)
     return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"),
                 gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
                 pp=spec.integer("pp", 1, minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
-                dp=spec.integer("dp", 1, minimum=1, maximum=MAX_DP_RANKS),
-                ep=spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS),
+                dp=dp, ep=spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS),
                 redundant_experts=spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS),
                 replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks, cache_tier=tier,
                 max_prefill_batch_tokens=batch_cap,
                 max_running_requests=spec.integer("max_running_requests", minimum=1, maximum=MAX_RUNNING_REQUESTS)
                 if spec.has("max_running_requests") else None,
-                recv_interval=_recv_interval(spec, phase))
+                recv_interval=_recv_interval(spec, phase, dp))
 
 
-def _recv_interval(spec: Fields, phase: str) -> int | None:
+def _recv_interval(spec: Fields, phase: str, dp: int) -> int | None:
     if not spec.has("recv_interval"):
         return None
-    if phase != "colocated" or spec.integer("dp", 1, minimum=1, maximum=MAX_DP_RANKS) > 1:
+    if phase != "colocated" or dp > 1:
         raise spec.fail("recv_interval", "applies only to colocated pools without attention data parallelism "
                         "(SGLang's receive skipper refuses --enable-dp-attention)", spec.data["recv_interval"])
     return spec.integer("recv_interval", minimum=1, maximum=MAX_RECV_INTERVAL)
