@@ -71,6 +71,14 @@ def test_the_profile_says_what_was_applied_with_its_numbers():
     assert "1 draft token per verify step, acceptance 0.8, draft cost 0.0125 of a step, 1.8 tokens" in notes
 
 
+def test_a_dp_ranks_group_part_is_dropped_and_the_profile_says_so():
+    rank = dataclasses.replace(_toy(), dp=2, group_decode_points=((1, 0.001), (64, 0.004)))
+    drafted = MTP.resolved(80).apply(rank)
+    assert drafted.group_decode is None
+    assert "as if it carried the slowest rank's batch" in drafted.provenance.notes
+    assert "slowest rank" not in MTP.resolved(80).apply(_toy()).provenance.notes
+
+
 def test_an_mtp_draft_token_costs_one_layer_of_the_models_by_default():
     # AIConfigurator's mtp_scale_factor: a decode iteration is (L + nextn) / L layers' work; llama2-70b has 80.
     assert ProfileSource({}, speculative=MTP).speculative_for(LLAMA2_MTP).draft_cost == 1 / 80

@@ -118,7 +118,10 @@ class SpeculativeDecoding:
         decode = LatencyModel(segments=tuple(
             Segment(min_batch=s.min_batch, pieces_s=tuple((a * fa, b * fb, c * fc) for a, b, c in s.pieces_s))
             for s in profile.decode.segments))
-        notes = "; ".join(n for n in (profile.provenance.notes, self.describe()) if n)
+        dropped = ("decode steps time each DP rank as if it carried the slowest rank's batch (the MoE layers' "
+                   "share over the ranks' own tokens is dropped under speculative decoding)"
+                   if profile.group_decode_points else "")
+        notes = "; ".join(n for n in (profile.provenance.notes, self.describe(), dropped) if n)
         return replace(profile, decode=decode, group_decode_points=(),
                        provenance=replace(profile.provenance, notes=notes))
 
