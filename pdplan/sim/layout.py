@@ -227,7 +227,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
-                  max_running=tuple(running), recv_interval=tuple(receive) if any(n > 1 for n in receive) else (),
+                  max_running=tuple(running), recv_interval=tuple(receive),
                   borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
 
