@@ -53,17 +53,23 @@ app.command("export")(_manifest.export)
 
 @cache
 def _command():
-    """The click command typer builds from the app: once per process, not on every call (70 ms)."""
-    return _paragraphs_unwrapped(_flags_without_values(typer.main.get_command(app)))
+    """The click command typer builds from the app, its help tidied (:func:`_tidy`): once per process, not
+    on every call (70 ms)."""
+    return _tidy(typer.main.get_command(app))
 
 
-def _paragraphs_unwrapped(command):
-    """The command with every help paragraph on one line, so rich wraps it at the terminal's width: typer
-    keeps the line breaks of a docstring's paragraphs after the first, which then print ragged."""
+def _tidy(command):
+    """The command and each of its subcommands with every help paragraph on one line, so rich wraps it at
+    the terminal's width (typer keeps the line breaks of a docstring's paragraphs after the first, which
+    then print ragged), and every flag's value placeholder empty, --help's included (a flag takes no value,
+    yet typer's help shows one, ``<bool>``, unless the flag's metavar says otherwise)."""
     if command.help:
         command.help = unwrap(command.help)
+    for param in (*command.params, command.get_help_option(Context(command))):
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
     for sub in getattr(command, "commands", {}).values():
-        _paragraphs_unwrapped(sub)
+        _tidy(sub)
     return command
 
 
@@ -73,17 +79,6 @@ def unwrap(doc: str) -> str:
     paragraphs = inspect.cleandoc(doc).split("\n\n")
     return "\n\n".join(p if p.startswith("\b") else re.sub(r"[ \t]*\n[ \t]*(?![ \t]*(?:[-*•]|\d+\.) )", " ", p)
                        for p in paragraphs)
-
-
-def _flags_without_values(command):
-    """The command with every flag's value placeholder empty, --help's included: a flag takes no
-    value, yet typer's help shows one (``<bool>``) unless the flag's metavar says otherwise."""
-    for param in (*command.params, command.get_help_option(Context(command))):
-        if getattr(param, "is_flag", False):
-            param.metavar = ""
-    for sub in getattr(command, "commands", {}).values():
-        _flags_without_values(sub)
-    return command
 
 
 @app.callback()
