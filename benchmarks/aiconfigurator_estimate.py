@@ -38,7 +38,7 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from silicon_validation import MOE, supported_rows
+from silicon_validation import family, supported_rows
 
 from pdplan.latency.compose import tables
 
@@ -158,15 +158,15 @@ def main(argv: list[str]) -> int:
           f"{len(rows) - len(failed)}")
     for reason, count in failed["reason"].str.replace(r"\d+", "#", regex=True).str[:100].value_counts().items():
         print(f"  {count:4d} not estimated: {reason}")
-    rows = rows[rows["reason"] == ""].assign(family=lambda r: np.where(r["model"].isin(MOE), "moe", "dense"))
+    rows = rows[rows["reason"] == ""].assign(family=lambda r: family(r["model"]))
     if args.pdplan:
         ours = pd.read_csv(args.pdplan)
         ours = ours[ours["kind"] == "composed"][["id", "ttft_ms", "tpot_ms"]]
         rows = rows.merge(ours.rename(columns={"ttft_ms": "pdplan_ttft_ms", "tpot_ms": "pdplan_tpot_ms"}), on="id")
     print("\nmedian / p90 absolute error (median signed error) of the mean TTFT and TPOT:")
-    for (engine, family), part in [*rows.groupby(["backend", "family"]), *(
-            (("all", family), part) for family, part in rows.groupby("family"))]:
-        print(f"  {engine:7s} {family:5s} rows {len(part):4d}  AIConfigurator  {errors(part, 'aic_')}")
+    for (engine, kind), part in [*rows.groupby(["backend", "family"]), *(
+            (("all", kind), part) for kind, part in rows.groupby("family"))]:
+        print(f"  {engine:7s} {kind:5s} rows {len(part):4d}  AIConfigurator  {errors(part, 'aic_')}")
         if args.pdplan:
             print(f"  {'':7s} {'':5s} {'':9s}  pdplan          {errors(part, 'pdplan_')}")
     return 0

@@ -304,12 +304,17 @@ KINDS = ("composed", "roofline-engine", "roofline")
 ROW_ORDER = ("model", "gpu", "dtype", "harness", "isl", "osl", "concurrency")
 
 
+def family(models: pd.Series) -> np.ndarray:
+    """Each catalog model's family as the accuracy groups name it: ``moe`` or ``dense``."""
+    return np.where(models.isin(MOE), "moe", "dense")
+
+
 def write_accuracy(results: pd.DataFrame, path: str) -> None:
     """Each replayed row's signed errors grouped as :mod:`pdplan.latency.accuracy` reads them (source,
     engine, model family, layout), one group per line, rows in a fixed order so that a rerun on the same
     tables writes the same file."""
     rows = results.assign(source=results["kind"], engine=results["backend"],
-                          family=np.where(results["model"].isin(MOE), "moe", "dense"), layout=results["mode"])
+                          family=family(results["model"]), layout=results["mode"])
     rows = rows.sort_values([*accuracy.KEY, *ROW_ORDER], kind="stable")
     groups = [json.dumps({**dict(zip(accuracy.KEY, key)),
                           **{f"{clock}_error": [float(f"{x:.4g}") for x in part[f"{clock}_signed"]]

@@ -8,7 +8,6 @@ import statistics
 from importlib import resources
 from pathlib import Path
 
-import numpy as np
 import pytest
 import yaml
 
@@ -116,7 +115,7 @@ def test_the_shipped_errors_are_what_the_simulator_gives_today():
     spec.loader.exec_module(validation)
     rows = validation.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     rows = rows.assign(source="composed", engine=rows["backend"], layout=rows["mode"],
-                       family=np.where(rows["model"].isin(validation.MOE), "moe", "dense"))
+                       family=validation.family(rows["model"]))
     rows = rows.sort_values([*KEY, *validation.ROW_ORDER], kind="stable")
     checked = 0
     for g in shipped()["groups"]:
