@@ -17,7 +17,7 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.modelspec import ModelSpec
-from pdplan.sim.plan import CacheTier, Plan, lends, receiving_phases, resolve_pools
+from pdplan.sim.plan import CacheTier, Plan, batch_wait_tokens, lends, receiving_phases, resolve_pools
 from pdplan.vocabulary import Router
 from pdplan.workload import rescaled_arrivals
 
@@ -133,6 +133,9 @@ class Layout:
     #: per instance, the decode steps between receives of new requests (1: every iteration; SGLang
     #: --scheduler-recv-interval); empty: 1 everywhere
     recv_interval: tuple[int, ...] = ()
+    #: per instance, TensorRT-LLM's batch waiting: (iterations it may hold prompts, the tokens that end
+    #: it early; :func:`pdplan.sim.plan.batch_wait_tokens`), (0, 0) off; empty: off everywhere
+    batch_wait: tuple[tuple[int, int], ...] = ()
     #: Splitwise's borrowing: dedicated machines are lent to the other phase past the spill thresholds
     borrow: bool = False
     borrow_chunk_tokens: int = 0            #: a lent machine's chunked budget per iteration
@@ -151,6 +154,10 @@ class Layout:
     def receive_every(self, i: int) -> int:
         """Instance i's decode steps between receives of new requests (1: every iteration)."""
         return self.recv_interval[i] if self.recv_interval else 1
+
+    def waits(self, i: int) -> tuple[int, int]:
+        """Instance i's batch waiting: (iterations it may hold prompts, tokens that end it early); (0, 0): off."""
+        return self.batch_wait[i] if self.batch_wait else (0, 0)
 
     def receiver(self, i: int) -> int:
         """Instance i's column in the link matrices as a receiver of KV."""
@@ -174,7 +181,8 @@ class Layout:
 def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
-    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running, receive = ([] for _ in range(11))
+    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running, receive, waits = (
+        [] for _ in range(12))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -198,6 +206,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
             running.append(pool.max_running_requests or 0)
             receive.append(pool.recv_interval or 1)
+            waits.append((0, 0) if pool.batch_wait_timeout_iters is None else (
+                pool.batch_wait_timeout_iters, batch_wait_tokens(pool.batch_wait_max_tokens_ratio, pool.chunk_tokens)))
     pre = plan.pools_of("prefill")
     # the link matrix's columns: decode, mixed, and (borrowing) prefill pools, whose lent instances receive KV
     dec = tuple(pool for phase in receiving_phases(plan.borrow) for pool in plan.pools_of(phase))
@@ -227,7 +237,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   block_tokens=plan.block_tokens, failure_rate=plan.failure_rate,
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
-                  max_running=tuple(running), recv_interval=tuple(receive),
+                  max_running=tuple(running), recv_interval=tuple(receive), batch_wait=tuple(waits),
                   borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
 

@@ -55,6 +55,11 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         recv_interval: 30          # optional, colocated without dp: the scheduler takes in new
                                    # requests only after a prompt iteration or every N-th decode
                                    # step (SGLang --scheduler-recv-interval); default 1
+        batch_wait_timeout_iters: 20     # optional, chunked colocated without dp, with the next
+        batch_wait_max_tokens_ratio: 0.9 # (both or neither): while requests decode, prompts are held
+                                   # until this many iterations held them or their tokens plus the
+                                   # decodes reach this share of chunk_tokens (TensorRT-LLM's
+                                   # batch waiting, the options of the same names); default off
         prefix_cache_blocks: 8192  # optional: the instance's prefix cache in HBM (LRU of prefix
                                    # blocks; a hit skips their prefill; colocated pools too); default
                                    # its KV capacity in blocks; 0 turns it off
@@ -90,6 +95,7 @@ Units in the dataclasses are bytes/s and seconds; the file's GB/s and ms are con
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -119,6 +125,8 @@ MAX_CACHE_BLOCKS = 2**31 - 1
 MAX_RUNNING_REQUESTS = 2**31 - 1
 #: Decode steps between two receives of new requests: a bound on input (SGLang's default is 1).
 MAX_RECV_INTERVAL = 2**31 - 1
+#: Iterations batch waiting may hold prompts: a bound on input (TensorRT-LLM's default is 0, off).
+MAX_BATCH_WAIT_ITERS = 2**31 - 1
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
 #: shortest prefill queue (Splitwise's prompt batching threshold)...
@@ -136,6 +144,20 @@ ROUTERS = tuple(Router)
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
 MAX_ROUTE_S = 10.0
+
+
+BATCH_WAIT_POOLS = ("chunked colocated pools without attention data parallelism (TensorRT-LLM's in-flight "
+                    "batching skips batch waiting under attention DP)")
+BATCH_WAIT_BOTH = ("batch_wait_timeout_iters and batch_wait_max_tokens_ratio go together: with either at 0 "
+                   "TensorRT-LLM's check passes at once and nothing waits")
+
+
+def batch_wait_tokens(ratio: float, chunk_tokens: int) -> int:
+    """The fewest tokens (prompt tokens the iteration would compute plus one per decode row) that end
+    TensorRT-LLM's batch waiting early: its ``PyExecutor._waiting_requests`` stops holding prompts once
+    ``num_scheduled_tokens >= batch_wait_max_tokens_ratio * max_num_tokens`` (pdplan's chunk_tokens), or
+    once it has held them ``batch_wait_timeout_iters`` iterations."""
+    return math.ceil(ratio * chunk_tokens)
 
 
 def lends(phase: str, dp: int) -> bool:
@@ -196,6 +218,9 @@ class Pool(InstanceShape):
     #: SGLang ``--max-running-requests``); None: only the KV pool limits the batch
     recv_interval: int | None = None    #: colocated, one rank: new requests are taken in only after a
     #: prompt iteration or every N-th decode step (SGLang ``--scheduler-recv-interval``); None: every iteration
+    #: chunked colocated, one rank: TensorRT-LLM's batch waiting (:func:`batch_wait_tokens`), both or neither
+    batch_wait_timeout_iters: int | None = None
+    batch_wait_max_tokens_ratio: float | None = None
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -241,6 +266,23 @@ class Pool(InstanceShape):
                                             "parallelism (SGLang's receive skipper refuses --enable-dp-attention)")
             if self.recv_interval < 1:
                 raise fail("recv_interval", "recv_interval must be >= 1")
+        if (self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio) != (None, None):
+            self._check_batch_wait(fail)
+
+    def _check_batch_wait(self, fail) -> None:
+        iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio
+        if self.phase != "colocated" or self.policy != "chunked" or self.dp > 1:
+            raise fail("batch_wait_timeout_iters" if iters is not None else "batch_wait_max_tokens_ratio",
+                       f"batch waiting applies to {BATCH_WAIT_POOLS}")
+        if iters is None or ratio is None:
+            raise fail("batch_wait_max_tokens_ratio" if ratio is None else "batch_wait_timeout_iters", BATCH_WAIT_BOTH)
+        if iters < 1:
+            raise fail("batch_wait_timeout_iters", "batch_wait_timeout_iters must be >= 1")
+        if not 0 < ratio <= 1:
+            raise fail("batch_wait_max_tokens_ratio", "batch_wait_max_tokens_ratio must be in (0, 1]")
+        if self.recv_interval is not None:
+            raise fail("recv_interval", "recv_interval (SGLang's) and batch waiting (TensorRT-LLM's) belong to two "
+                                        "engines' schedulers: a pool states one")
 
     @property
     def shape(self) -> tuple:
@@ -438,7 +480,7 @@ _TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pool
 _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
                 "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests",
-                "recv_interval"}
+                "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"}
 _TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -491,7 +533,7 @@ def _pool(spec: Fields) -> Pool:
                 max_prefill_batch_tokens=batch_cap,
                 max_running_requests=spec.integer("max_running_requests", minimum=1, maximum=MAX_RUNNING_REQUESTS)
                 if spec.has("max_running_requests") else None,
-                recv_interval=_recv_interval(spec, phase, dp))
+                recv_interval=_recv_interval(spec, phase, dp), **_batch_wait(spec, phase, policy, dp))
 
 
 def _recv_interval(spec: Fields, phase: str, dp: int) -> int | None:
@@ -501,6 +543,23 @@ def _recv_interval(spec: Fields, phase: str, dp: int) -> int | None:
         raise spec.fail("recv_interval", "applies only to colocated pools without attention data parallelism "
                         "(SGLang's receive skipper refuses --enable-dp-attention)", spec.data["recv_interval"])
     return spec.integer("recv_interval", minimum=1, maximum=MAX_RECV_INTERVAL)
+
+
+def _batch_wait(spec: Fields, phase: str, policy: str | None, dp: int) -> dict:
+    keys = ("batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+    stated = [key for key in keys if spec.has(key)]
+    if not stated:
+        return {}
+    if phase != "colocated" or policy != "chunked" or dp > 1:
+        raise spec.fail(stated[0], f"applies only to {BATCH_WAIT_POOLS}", spec.data[stated[0]])
+    if len(stated) == 1:
+        missing = keys[1 - keys.index(stated[0])]
+        raise spec.fail(missing, f"is missing: {BATCH_WAIT_BOTH}", show_value=False)
+    if spec.has("recv_interval"):
+        raise spec.fail("recv_interval", f"is SGLang's scheduler and {stated[0]} TensorRT-LLM's: a pool states one",
+                        spec.data["recv_interval"])
+    return {keys[0]: spec.integer(keys[0], minimum=1, maximum=MAX_BATCH_WAIT_ITERS),
+            keys[1]: spec.number(keys[1], minimum=0, exclusive=True, maximum=1)}
 
 
 def _cache_tier(spec: Fields) -> CacheTier:
@@ -669,7 +728,7 @@ def plan_to_dict(plan: Plan) -> dict:
         if plan.links:
             doc["links"] = [link(entry) for entry in plan.links]
     optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens", "max_running_requests",
-                "recv_interval")
+                "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
                      **wide_fields(p.dp, p.ep, p.redundant_experts), "replicas": p.replicas,
                      **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},

@@ -116,10 +116,11 @@ class _Rank:
     def need(self, r: int) -> int:
         return int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
 
-    def fits(self, r: int) -> bool:
-        """r's prompt + output fit the KV not reserved, and a running slot is free."""
-        return (self.reserved + self.need(r) <= self.capacity
-                and not (self.max_running and self.running >= self.max_running))
+    def fits(self, r: int, taken: tuple[int, int] = (0, 0)) -> bool:
+        """r's prompt + output fit the KV not reserved, and a running slot is free (``taken``: KV tokens
+        and slots that requests ahead of it would take first)."""
+        return (self.reserved + taken[0] + self.need(r) <= self.capacity
+                and not (self.max_running and self.running + taken[1] >= self.max_running))
 
     def admit(self, r: int) -> None:
         """r's first token is out now; it decodes the rest here (memory reserved up front)."""
@@ -586,8 +587,12 @@ class _ColocatedInstance:
     instance's iteration lasts the longest rank's."""
 
     def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int,
-                 cached: np.ndarray | None = None, max_running: int = 0, recv_interval: int = 1):
+                 cached: np.ndarray | None = None, max_running: int = 0, recv_interval: int = 1,
+                 batch_wait: tuple[int, int] = (0, 0)):
         self.env, self.profile, self.req, self.rec = env, profile, req, rec
+        # TensorRT-LLM's batch waiting: (iterations it may hold prompts, tokens that end it early) and
+        # the iterations it has held them since it last let them run
+        (self.wait_iters, self.wait_tokens), self.waited = batch_wait, 0
         # SGLang's receive skipper: arrivals during a decode step wait in ``unreceived`` until a receive
         self.recv_interval, self.since_recv, self.unreceived, self.decoding = recv_interval, 0, deque(), False
         # prompt tokens the instance's prefix cache held, per request (none on a mixed machine)
@@ -664,8 +669,43 @@ class _ColocatedInstance:
             return len(rank.generated), int(sum(work.values()))
         return len(rank.generated), 0
 
+    def _held(self, rank: _Rank) -> bool:
+        """TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``), checked at an iteration with
+        prompt work and decodes: the prompts are held this iteration, unless they were held
+        ``wait_iters`` iterations already or their tokens plus one per decode reach ``wait_tokens``."""
+        if not (self.wait_iters and rank.generated):
+            return False
+        tokens = self._prompt_tokens(rank)
+        if not tokens:
+            return False
+        if self.waited >= self.wait_iters or tokens + len(rank.generated) >= self.wait_tokens:
+            self.waited = 0
+            return False
+        self.waited += 1
+        return True
+
+    def _prompt_tokens(self, rank: _Rank) -> int:
+        """The prompt tokens a chunked iteration of the rank would compute now, nothing admitted."""
+        budget = self.chunk_tokens - len(rank.generated)
+        tokens = 0
+        for r, done in rank.prefilling.items():
+            if budget <= 0:
+                break
+            take = min(budget, int(self.req.prompt_tokens[r]) - done)
+            tokens, budget = tokens + take, budget - take
+        taken = (0, 0)
+        for r in rank.waiting:
+            if budget <= 0 or not rank.fits(r, taken):
+                break
+            taken = (taken[0] + rank.need(r), taken[1] + 1)
+            take = min(budget, int(self.req.prompt_tokens[r] - self.cached[r]))
+            tokens, budget = tokens + take, budget - take
+        return tokens
+
     def _plan(self, rank: _Rank):
         """A rank's next iteration, its prompts admitted: (kind, chunks or batch, seconds), or None."""
+        if self._held(rank):
+            return "step", None, rank.step_s()
         if self.policy == "prefill-first":
             batch, tokens = [], 0
             while rank.waiting:
@@ -888,7 +928,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         cached = np.zeros(n, np.int64)
         inst = [_ColocatedInstance(env, layout.profiles[i], req, rec, layout.policy[i],
                                    layout.chunk_tokens[i], layout.batch_tokens[i], cached, layout.running_cap(i),
-                                   layout.receive_every(i))
+                                   layout.receive_every(i), layout.waits(i))
                 for i in ids]
         block = req.block_tokens or layout.block_tokens or 0
         caches = ([_PrefixCache(cap) for cap in cache_capacities(layout, req, "colocated")]

@@ -41,6 +41,10 @@ from pdplan.sim.fast.fields import (
     D_VERSION,
     D_W_HEAD,
     D_W_TAIL,
+    D_WAIT_C,
+    D_WAIT_J,
+    D_WAIT_N,
+    D_WAIT_TOK,
     DECODE_RUN,
     F_BUSY,
     F_RUN_T0,
@@ -163,6 +167,8 @@ def _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
             k = rq[R_FIN_STEP, di[D_ROOT, i]] - di[D_STEPS, i]
     if di[D_RECV_N, d] > 1 and di[D_U_HEAD, d] >= 0:  # requests wait to be received: stop at the receive
         k = min(k, di[D_RECV_N, d] - di[D_RECV_C, d])
+    if di[D_WAIT_J, d] >= 0:  # its iterations hold prompts (batch waiting): stop where the hold ends
+        k = min(k, di[D_WAIT_J, d] + di[D_WAIT_N, d] - di[D_WAIT_C, d])
     df[F_RUN_T0, d] = t
     di[D_RUN_K, d] = k
     end = t + instance_run_s(tab_i, pieces, di, d, k)
@@ -183,6 +189,24 @@ def cut_at_receive(di, df, tab_i, pieces, ht, hi, hs, d, t):
     n = di[D_RECV_N, d]
     j = instance_steps_to_reach(tab_i, pieces, di, d, di[D_RUN_K, d], t - df[F_RUN_T0, d])
     _cut_run_at(di, df, tab_i, pieces, ht, hi, hs, d, j + (n - (di[D_RECV_C, d] + j) % n) % n)
+
+
+@njit(cache=True)
+def cut_at_hold_end(di, df, tab_i, pieces, ht, hi, hs, d, t, tokens):
+    """Batch waiting, at an arrival during instance d's decode stretch that leaves ``tokens`` prompt
+    tokens to run: from its next step boundary the stretch's iterations hold the prompts, and it is cut
+    where the hold ends: at that boundary if the tokens plus one per decode reach WAIT_TOK, else once
+    WAIT_N iterations held them (a hold already running keeps its end)."""
+    j = instance_steps_to_reach(tab_i, pieces, di, d, di[D_RUN_K, d], t - df[F_RUN_T0, d])
+    if tokens + di[D_B, d] >= di[D_WAIT_TOK, d]:
+        end = j
+    elif di[D_WAIT_J, d] < 0:
+        end = j + max(0, di[D_WAIT_N, d] - di[D_WAIT_C, d])
+    else:
+        return
+    if di[D_WAIT_J, d] < 0:
+        di[D_WAIT_J, d] = j
+    _cut_run_at(di, df, tab_i, pieces, ht, hi, hs, d, end)
 
 
 @njit(cache=True)

@@ -21,6 +21,7 @@ from pdplan.sim.fast.batch import (
     advance,
     advance_rank,
     append,
+    cut_at_hold_end,
     cut_at_receive,
     pick_rank,
     queue_and_wake,
@@ -30,6 +31,7 @@ from pdplan.sim.fast.batch import (
 from pdplan.sim.fast.clock import new_heap, next_event, push
 from pdplan.sim.fast.fields import (
     D_B,
+    D_CAP,
     D_CHUNK,
     D_DP,
     D_INST,
@@ -45,6 +47,7 @@ from pdplan.sim.fast.fields import (
     D_M_GROUP_D,
     D_M_GROUP_P,
     D_M_PREFILL,
+    D_MAX_RUN,
     D_MODE,
     D_MODEL,
     D_PENDING,
@@ -53,7 +56,9 @@ from pdplan.sim.fast.fields import (
     D_POLICY,
     D_RECV_C,
     D_RECV_N,
+    D_RESERVED,
     D_RUN_K,
+    D_RUNNING,
     D_S,
     D_TOKEN_CAP,
     D_U_HEAD,
@@ -61,6 +66,10 @@ from pdplan.sim.fast.fields import (
     D_VERSION,
     D_W_HEAD,
     D_W_TAIL,
+    D_WAIT_C,
+    D_WAIT_J,
+    D_WAIT_N,
+    D_WAIT_TOK,
     DECODE_RUN,
     F_BUSY,
     F_IT_S,
@@ -100,8 +109,58 @@ def colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t):
         if first:
             cut_at_receive(di, df, tab_i, pieces, ht, hi, hs, c, t)
         return
+    if di[D_WAIT_N, c] > 0 and di[D_MODE, c] == DECODE_RUN:  # batch waiting holds it from the next boundary
+        append(rq, di, c, r, D_W_HEAD, D_W_TAIL, R_W_NEXT)
+        tokens = _prompt_tokens(rq, di, c)
+        if tokens > 0:
+            cut_at_hold_end(di, df, tab_i, pieces, ht, hi, hs, c, t, tokens)
+        return
     room = di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, i]
     queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, i, r, t, D_W_HEAD, D_W_TAIL, room)
+
+
+@njit(cache=True)
+def _prompt_tokens(rq, di, i):
+    """The prompt tokens a chunked iteration of rank i would compute now, nothing admitted."""
+    budget = di[D_CHUNK, i] - di[D_B, i]
+    tokens = 0
+    r = di[D_PF_HEAD, i]
+    while r >= 0 and budget > 0:
+        take = min(budget, rq[R_PROMPT, r] - rq[R_PF_DONE, r])
+        tokens += take
+        budget -= take
+        r = rq[R_PF_NEXT, r]
+    reserved = di[D_RESERVED, i]
+    running = di[D_RUNNING, i]
+    r = di[D_W_HEAD, i]
+    while r >= 0 and budget > 0:
+        need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+        if reserved + need > di[D_CAP, i] or running >= di[D_MAX_RUN, i]:  # as take_if_fits
+            break
+        reserved += need
+        running += 1
+        take = min(budget, rq[R_PROMPT, r] - rq[R_CACHED, r])
+        tokens += take
+        budget -= take
+        r = rq[R_W_NEXT, r]
+    return tokens
+
+
+@njit(cache=True)
+def _held(rq, di, i):
+    """TensorRT-LLM's batch waiting (``PyExecutor._waiting_requests``) at an iteration of rank i with
+    prompt work and decodes: the prompts are held, unless WAIT_N iterations held them already or their
+    tokens plus one per decode reach WAIT_TOK (then the count restarts). A hold's iterations are
+    counted when its stretch ends (:func:`_colo_boundary`)."""
+    if di[D_WAIT_N, i] == 0 or di[D_B, i] == 0:
+        return False
+    tokens = _prompt_tokens(rq, di, i)
+    if tokens == 0:
+        return False
+    if di[D_WAIT_C, i] >= di[D_WAIT_N, i] or tokens + di[D_B, i] >= di[D_WAIT_TOK, i]:
+        di[D_WAIT_C, i] = 0
+        return False
+    return True
 
 
 @njit(cache=True)
@@ -138,6 +197,9 @@ def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
             di[D_IT_N, i] = n
             di[D_IT_TOKENS, i] = tok
             return latency_s(tab_i, pieces, di[D_M_PREFILL, i], n, float(tok), tok2)
+        return -1.0
+    if _held(rq, di, i):  # one rank: its decode stretch holds the prompts from its first step
+        di[D_WAIT_J, i] = 0
         return -1.0
     budget = di[D_CHUNK, i] - di[D_B, i]
     chunks = 0
@@ -283,6 +345,9 @@ def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
     mode = di[D_MODE, c]
     steps = di[D_RUN_K, c]
     _colo_finish(rq, rt, di, df, c, t, cl)
+    if di[D_WAIT_J, c] >= 0:  # the stretch's steps from WAIT_J on held prompts
+        di[D_WAIT_C, c] += steps - di[D_WAIT_J, c]
+        di[D_WAIT_J, c] = -1
     if di[D_RECV_N, c] > 1:
         _receive(rq, di, c, mode == DECODE_RUN, steps)
     _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)

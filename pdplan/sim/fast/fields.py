@@ -46,8 +46,9 @@ PQ_FIELDS = 3
  D_W_HEAD, D_W_TAIL, D_MODE, D_M_PREFILL, D_POLICY, D_CHUNK, D_TOKEN_CAP, D_PF_HEAD, D_PF_TAIL,
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
  D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN, D_HOME, D_LENT, D_EPOCH, D_PENDING,
- D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS, D_RECV_N, D_RECV_C, D_U_HEAD, D_U_TAIL) = range(48)
-DI_FIELDS = 48
+ D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS, D_RECV_N, D_RECV_C, D_U_HEAD, D_U_TAIL, D_WAIT_N, D_WAIT_TOK,
+ D_WAIT_C, D_WAIT_J) = range(52)
+DI_FIELDS = 52
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -73,6 +74,10 @@ DI_FIELDS = 48
 #   --scheduler-recv-interval; 0 or 1: every iteration), RECV_C the decode steps since its last
 #   receive (mod RECV_N), U_HEAD/U_TAIL its requests that arrived during a decode stretch and are not
 #   yet received (linked by W_NEXT, then spliced onto the waiting queue at a receive).
+#   WAIT_N, WAIT_TOK: a colocated instance's batch waiting (TensorRT-LLM's; 0: off): while it decodes,
+#   its prompt work is held until WAIT_N iterations held it or its tokens plus one per decode reach
+#   WAIT_TOK; WAIT_C the iterations held since prompts last ran, WAIT_J the step of the current stretch
+#   from which its iterations hold prompts (-1: none do).
 
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY, F_IT_S = range(5)
