@@ -34,7 +34,7 @@ Stated assumptions, the same for every row:
 
 * engine scheduling — vLLM: chunked prefill, 8,192 tokens per iteration (its default for the API
   server on 80 GB-class GPUs); TensorRT-LLM: in-flight batching, context and generation in one
-  iteration of up to 8,192 tokens (its default max_num_tokens); SGLang: prefill batches of up to
+  iteration of up to 8,192 tokens (its default max_num_tokens, or the recipe's below); SGLang: prefill batches of up to
   8,192 tokens run apart from decode (its default chunked_prefill_size, mixed chunks off);
 * precision — gemm_quant_mode fp8 / fp8_block is fp8 weights, nvfp4 is fp4, none is bf16; the KV
   cache is fp8 for quantized weights (pdplan's default);
@@ -47,6 +47,14 @@ Stated assumptions, the same for every row:
   scheduler takes in new requests only every N-th decode step (its ``dsr1_fp4_b200.sh`` and
   ``dsr1_fp8_b200.sh`` from 2025-09 through the 2026-03 runs); those rows are replayed with it
   (``recv_interval`` of the colocated pool), every other row receives at every iteration;
+* TensorRT-LLM's batch waiting — InferenceMAX's recipes hold prompts while requests decode
+  (``batch_wait_timeout_iters`` N, ``batch_wait_max_tokens_ratio`` r of ``max_num_tokens``) for
+  Llama-3.1-70B at 1k/1k below TP 8 (N 20, r 0.9, its ``70b_*_trt_*.sh`` from 2025-09-18 until the
+  model left the sweep on 2025-10-29) and for DeepSeek-R1 FP8 on B200 without MTP at 1k/1k from 64
+  clients (N 40, r 0.8, ``dsr1_fp8_b200_trt.sh`` from its sweep of 2026-01-29, ``ec7bafaae``, on); those
+  rows are replayed with it (``batch_wait``), and with the iteration budget those recipes pass as
+  ``--max_num_tokens`` (Llama: 16,384 at every shape; DeepSeek: the larger of 8,192 and
+  C + ISL + 64 rounded up to 64). TensorRT-LLM skips batch waiting under attention DP;
 * multi-token prediction — an InferenceMAX row measured by a sweep that ran DeepSeek-R1 under its
   engine, GPU and precision only with MTP (``MTP_SWEEPS``: the merge's perf-changelog.yaml entry
   lists only ``-mtp`` configurations) is replayed with it: the recipes' ``num_nextn_predict_layers``
@@ -114,6 +122,10 @@ MTP_SWEEPS = {("trtllm", "b200-180gb", "fp4", "2026-01-14"), ("trtllm", "b200-18
 MIXED_SWEEPS = {("trtllm", "h200-141gb", "fp8", "2026-01-28"),  # e28c038f8 (#587): -trt and -trt-mtp
                 ("sglang", "b200-180gb", "fp8", "2026-03-25")}  # 12ba0ae07 (#943): -sglang and -sglang-mtp
 MTP_ACCEPTANCE = 0.85
+#: InferenceMAX's TensorRT-LLM recipes that ran batch waiting (module docstring): Llama-3.1-70B's from
+#: 2025-09-18 (1b563c858) until it left the sweep (2025-10-29), DeepSeek-R1 FP8 B200's from ec7bafaae.
+LLAMA_TRT_RECIPES = ("2025-09-18", "2025-10-29")
+DEEPSEEK_DELAY_BATCHING = ("trtllm", "b200-180gb", "fp8", "2026-01-29")
 
 
 def supported_rows(path) -> pd.DataFrame:
@@ -187,12 +199,15 @@ def plan_for(row) -> Plan:
     model = row_model(row).name
     if row["mode"] in ("agg", "agg-dp"):
         policy, tokens = SCHEDULING[row["backend"]]
+        waiting = batch_wait(row)
+        if waiting is not None:
+            tokens = waiting.pop("max_num_tokens")
         chunk = tokens if policy == "chunked" else None
         cap = None if policy == "chunked" else tokens
         ranks = {"dp": _int(row["attention_dp_size"]), "ep": int(row["ep"])} if row["mode"] == "agg-dp" else {}
         return Plan(pools=(Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
                                 policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap,
-                                recv_interval=None if ranks else recv_interval(row), **ranks),))
+                                recv_interval=None if ranks else recv_interval(row), **ranks, **(waiting or {})),))
     return Plan(pools=(
         Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], **coordinates(row, "prefill"),
              replicas=_int(row["prefill_num_workers"]), max_prefill_batch_tokens=SCHEDULING[row["backend"]][1]),
@@ -208,6 +223,25 @@ def recv_interval(row) -> int | None:
     if row["dtype"] == "fp8" and _int(row["tp_size"]) == 4:
         return 10
     return 30 if int(row["concurrency"]) >= 16 else 10
+
+
+def batch_wait(row) -> dict | None:
+    """The TensorRT-LLM iteration budget and batch waiting of an aggregated row's recipe (module
+    docstring) as pool fields, with ``max_num_tokens``; None where the recipe stated neither."""
+    found = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(row["silicon_data_source"]))
+    if row["harness"] not in INFERENCEMAX or row["backend"] != "trtllm" or row["mode"] != "agg" or not found:
+        return None
+    chat, clients = (int(row["isl"]), int(row["osl"])) == (1024, 1024), int(row["concurrency"])
+    if row["model"] == "llama-3.1-70b" and LLAMA_TRT_RECIPES[0] <= found.group(1) <= LLAMA_TRT_RECIPES[1]:
+        waits = {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
+        return {"max_num_tokens": 16384, **(waits if chat and _int(row["tp_size"]) < 8 else {})}
+    sweep = _deepseek_sweep(row)
+    if sweep is None or sweep[:3] != DEEPSEEK_DELAY_BATCHING[:3] or sweep[3] < DEEPSEEK_DELAY_BATCHING[3] \
+            or sweep in MTP_SWEEPS:
+        return None
+    waits = {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8}
+    budget = max(8192, (clients + int(row["isl"]) + 64 + 63) // 64 * 64)
+    return {"max_num_tokens": budget, **(waits if chat and clients >= 64 else {})}
 
 
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:

@@ -53,3 +53,30 @@ def test_rows_of_a_sweep_with_and_without_mtp_are_left_out(validation, rows, cap
     sweep = measured(rows[(rows["backend"] == "sglang") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")],
                      "2026-03-25")
     assert sweep.empty
+
+
+def test_llama_rows_of_tensorrt_llm_replay_its_recipe_budget_and_batch_waiting_at_1k_1k_below_tp_8(validation, rows):
+    llama = rows[(rows["model"] == "llama-3.1-70b") & (rows["backend"] == "trtllm")
+                 & rows["harness"].isin(validation.INFERENCEMAX)]
+    recipes = [validation.batch_wait(row) for _, row in llama.iterrows()]
+    assert len(llama) and all(recipe["max_num_tokens"] == 16384 for recipe in recipes)  # --max_num_tokens 16384
+    waiting = [(int(row["isl"]), int(row["osl"])) == (1024, 1024) and int(row["tp_size"]) < 8
+               for _, row in llama.iterrows()]
+    assert any(waiting) and not all(waiting)
+    for wait, recipe in zip(waiting, recipes):
+        assert (recipe.get("batch_wait_timeout_iters"), recipe.get("batch_wait_max_tokens_ratio")) == \
+               ((20, 0.9) if wait else (None, None))
+
+
+def test_deepseek_fp8_b200_rows_of_tensorrt_llm_wait_from_64_clients_at_1k_1k_but_not_with_mtp(validation, rows):
+    sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")
+                          & (rows["mode"] == "agg")], "2026-01-29")
+    for _, row in sweep.iterrows():
+        recipe = validation.batch_wait(row)
+        chat = (int(row["isl"]), int(row["osl"])) == (1024, 1024)
+        assert recipe["max_num_tokens"] == max(8192, (int(row["concurrency"]) + int(row["isl"]) + 127) // 64 * 64)
+        assert ("batch_wait_timeout_iters" in recipe) == (chat and int(row["concurrency"]) >= 64)
+    assert any("batch_wait_timeout_iters" in validation.batch_wait(row) for _, row in sweep.iterrows())
+    mtp = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")],
+                   "2026-02-05")
+    assert len(mtp) and all(validation.batch_wait(row) is None for _, row in mtp.iterrows())
