@@ -394,7 +394,7 @@ def test_node_redundancy_plans_pass_with_each_node_removed(optimize, run_cli, tm
     from dataclasses import replace
 
     from pdplan.fileio import dump_yaml
-    from pdplan.sim.plan import plan_to_dict
+    from pdplan.sim.planfile import plan_to_dict
     for node, lost in by_node.items():
         pools = tuple(replace(p, replicas=p.replicas - len(lost.get(p.name, ()))) for p in plan.pools)
         assert all(p.replicas >= 1 for p in pools), node

@@ -337,7 +337,7 @@ def test_manifests_and_plan_files_written_before_still_read(manifests, run_cli):
     for manifest in manifests.values():
         code, out, err = run_bounded(run_cli, "validate", manifest)
         assert code == 0, out + err
-    from pdplan.sim.plan import load_plan
+    from pdplan.sim.planfile import load_plan
 
     for plan in sorted((ROOT / "examples").glob("plan_*.yaml")):
         assert load_plan(plan).pools

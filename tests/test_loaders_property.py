@@ -16,7 +16,7 @@ from pdplan.hardware import load_cluster
 from pdplan.latency.importers import read_points_csv, read_splitwise
 from pdplan.latency.profile import load_profile
 from pdplan.modelcatalog import load_model
-from pdplan.sim.plan import load_plan
+from pdplan.sim.planfile import load_plan
 from pdplan.slo import load_slo
 from pdplan.workload import load_trace
 

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from pdplan.errors import PdplanError
-from pdplan.sim.plan import load_plan, plan_model, plan_to_dict
+from pdplan.sim.plan import plan_model
+from pdplan.sim.planfile import load_plan, plan_to_dict
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "chat_poisson_2k.csv"

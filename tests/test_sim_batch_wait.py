@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
 from pdplan.sim import simulate
-from pdplan.sim.plan import Plan, Pool, batch_wait_tokens, parse_plan, plan_to_dict
+from pdplan.sim.plan import Plan, Pool, batch_wait_tokens
+from pdplan.sim.planfile import parse_plan, plan_to_dict
 from tests.test_sim_colocated import colo_profile, constant_profile, random_trace
 
 P, D = 0.100, 0.010  # constant_profile: a 100 ms prompt iteration alone, a 10 ms iteration with decodes

@@ -15,7 +15,8 @@ from pdplan.errors import PdplanError
 from pdplan.latency.importers import profiles_from_source
 from pdplan.modelcatalog import get_model
 from pdplan.sim import simulate
-from pdplan.sim.plan import Plan, load_plan, plan_to_dict
+from pdplan.sim.plan import Plan
+from pdplan.sim.planfile import load_plan, plan_to_dict
 from tests.conftest import ROOT, TRACE
 from tests.handbuilt import handbuilt_profile
 from tests.test_sim_mixed import FREE, MIXED, capacity_rps, machines

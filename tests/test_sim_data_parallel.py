@@ -18,7 +18,7 @@ from pdplan.fileio import atomic_write_text, dump_yaml
 from pdplan.sim import Plan, simulate, simulate_pool
 from pdplan.sim.fast import fields
 from pdplan.sim.fast.latency import instance_run_s
-from pdplan.sim.plan import load_plan, plan_to_dict
+from pdplan.sim.planfile import load_plan, plan_to_dict
 from tests.conftest import ROOT
 from tests.handbuilt import handbuilt_profile
 from tests.test_sim_decode import DECODE_MS, assert_same_records, decode_profile, table_for

@@ -11,7 +11,8 @@ from pdplan.errors import PdplanError
 from pdplan.sim import simulate
 from pdplan.sim.engine import transfer_failures
 from pdplan.sim.layout import layout_from_plan
-from pdplan.sim.plan import Plan, load_plan, plan_to_dict
+from pdplan.sim.plan import Plan
+from pdplan.sim.planfile import load_plan, plan_to_dict
 from tests.test_sim_system import HETEROGENEOUS, KV, MODEL, PROFILES, assert_same, link, pool, random_trace
 
 PREFILL = PROFILES[("llama2-70b", "a100-80gb", 4, 1)]

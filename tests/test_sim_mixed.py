@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
 from pdplan.sim import Link, Pool, simulate
-from pdplan.sim.plan import Plan, load_plan, plan_to_dict
+from pdplan.sim.plan import Plan
+from pdplan.sim.planfile import load_plan, plan_to_dict
 from tests.conftest import ROOT, TRACE
 from tests.handbuilt import handbuilt_profile
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, pool, random_trace

@@ -178,7 +178,7 @@ def test_a_loaded_plan_simulates():
 
 def test_a_plan_round_trips_through_its_file(tmp_path):
     from pdplan.fileio import atomic_write_text, dump_yaml
-    from pdplan.sim.plan import plan_to_dict
+    from pdplan.sim.planfile import plan_to_dict
 
     for example in ("plan_disagg.yaml", "plan_colocated.yaml"):
         plan = load_plan(ROOT / "examples" / example)
@@ -192,7 +192,7 @@ def test_a_plan_keeps_how_its_shapes_were_timed(tmp_path):
     from dataclasses import replace
 
     from pdplan.fileio import atomic_write_text, dump_yaml
-    from pdplan.sim.plan import plan_to_dict
+    from pdplan.sim.planfile import plan_to_dict
 
     plan = replace(load_plan(ROOT / "examples" / "plan_colocated.yaml"), engine="sglang", engine_version="0.5.14",
                    compose=False)

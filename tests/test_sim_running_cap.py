@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
 from pdplan.sim import simulate
-from pdplan.sim.plan import Plan, Pool, parse_plan, plan_to_dict
+from pdplan.sim.plan import Plan, Pool
+from pdplan.sim.planfile import parse_plan, plan_to_dict
 from tests.test_sim_colocated import colo_profile
 from tests.test_sim_colocated import random_trace as colocated_trace
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, link, pool, random_trace

@@ -16,7 +16,7 @@ from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding, expected_tokens
 from pdplan.modelcatalog import get_model
 from pdplan.planner.measure import profile_digest
-from pdplan.sim.plan import load_plan
+from pdplan.sim.planfile import load_plan
 from pdplan.vocabulary import SpeculativeMethod
 from tests.handbuilt import handbuilt_profile
 
@@ -175,7 +175,7 @@ def _with_speculative(plan: Path, tmp_path: Path, block: str) -> Path:
 
 def test_a_plan_file_keeps_its_speculative_decoding(tmp_path):
     from pdplan.fileio import atomic_write_text, dump_yaml
-    from pdplan.sim.plan import plan_to_dict
+    from pdplan.sim.planfile import plan_to_dict
 
     plan = load_plan(_with_speculative(PLAN, tmp_path, "{method: draft, acceptance: 0.6, draft_tokens: 3, "
                                                        "draft_cost: 0.05}"))

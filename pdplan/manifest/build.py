@@ -30,7 +30,8 @@ from pdplan.planner.plans import lent_path, pool_name
 from pdplan.planner.report import links_dict, phase_dict, pools, search_dict
 from pdplan.planner.request import Inputs, PlanRequest
 from pdplan.planner.search import Checked
-from pdplan.sim.plan import Plan, plan_to_dict
+from pdplan.sim.plan import Plan
+from pdplan.sim.planfile import plan_to_dict
 from pdplan.vocabulary import Connector
 from pdplan.workload import trace_stats
 
@@ -202,7 +203,7 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
 
 def scheduling(plan: Plan) -> dict[str, dict]:
     """Each pool's simulator settings, by pool name, as the plan file states them
-    (:func:`pdplan.sim.plan.plan_to_dict`): only those set, so a manifest of a plan without them reads,
+    (:func:`pdplan.sim.planfile.plan_to_dict`): only those set, so a manifest of a plan without them reads,
     and hashes, as before; :func:`pdplan.manifest.plan.plan_of_manifest` hands them back to the plan
     file's rules."""
     return {p["name"]: {k: p[k] for k in SCHEDULING if k in p} for p in plan_to_dict(plan)["pools"]}
@@ -211,7 +212,7 @@ def scheduling(plan: Plan) -> dict[str, dict]:
 def routing(plan: Plan) -> dict:
     """The prefill router of a P/D plan and its early rejection as the manifest's transfer section
     states them: ``router`` only when it is not least-loaded and ``early_rejection`` only when set
-    (the plan file's rules, :func:`pdplan.sim.plan.plan_to_dict`), so a manifest of a plan without
+    (the plan file's rules, :func:`pdplan.sim.planfile.plan_to_dict`), so a manifest of a plan without
     them, and every manifest written before they were settings, reads and hashes as before."""
     doc = plan_to_dict(plan)
     found = {} if doc.get("router") is None else {"router": str(doc["router"])}

@@ -9,7 +9,8 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.manifest.document import is_manifest, pool_shape, read_manifest, redundant_experts
 from pdplan.schema import Fields
-from pdplan.sim.plan import FORMAT_VERSION, Plan, parse_plan, wide_fields
+from pdplan.sim.plan import Plan
+from pdplan.sim.planfile import FORMAT_VERSION, parse_plan, wide_fields
 from pdplan.slo import SLO, objective_from_fields
 
 

@@ -10,7 +10,8 @@ from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
 from pdplan.sim import Link, Plan, Pool
-from pdplan.sim.plan import lendable, plan_to_dict
+from pdplan.sim.plan import lendable
+from pdplan.sim.planfile import plan_to_dict
 
 #: KV link setup cost per transfer (RDMA registration and signalling), an assumption.
 LINK_SETUP_S = 0.5e-3

@@ -32,7 +32,8 @@ from pdplan.sim.engine import (
     simulate_prefill_instance,
 )
 from pdplan.sim.layout import as_requests
-from pdplan.sim.plan import Link, Plan, Pool, load_plan, resolve_pools
+from pdplan.sim.plan import Link, Plan, Pool, resolve_pools
+from pdplan.sim.planfile import load_plan
 from pdplan.sim.results import COLUMNS, SimResult
 from pdplan.sim.transfer import layer_visibility, request_completion
 
