@@ -242,11 +242,12 @@ def append(rq, di, i, r, head, tail, link):
 
 
 @njit(cache=True, inline="always")
-def admits(rq, di, i, r):
+def admits(rq, di, i, r, taken_kv=0, taken_slots=0):
     """Whether rank i can admit request r now: its prompt + output fit the KV not reserved, and a
-    running slot is free (the pool's max_running_requests)."""
-    return di[D_RESERVED, i] + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i] and \
-        di[D_RUNNING, i] < di[D_MAX_RUN, i]
+    running slot is free (the pool's max_running_requests); ``taken_kv`` and ``taken_slots``: what
+    requests ahead of it would take first."""
+    return di[D_RESERVED, i] + taken_kv + rq[R_PROMPT, r] + rq[R_OUTPUT, r] <= di[D_CAP, i] and \
+        di[D_RUNNING, i] + taken_slots < di[D_MAX_RUN, i]
 
 
 @njit(cache=True)

@@ -18,6 +18,7 @@ from numba import njit
 from pdplan.sim.events import ARRIVAL, BOUNDARY
 from pdplan.sim.fast.batch import (
     activate,
+    admits,
     advance,
     advance_rank,
     append,
@@ -31,7 +32,6 @@ from pdplan.sim.fast.batch import (
 from pdplan.sim.fast.clock import new_heap, next_event, push
 from pdplan.sim.fast.fields import (
     D_B,
-    D_CAP,
     D_CHUNK,
     D_DP,
     D_INST,
@@ -47,7 +47,6 @@ from pdplan.sim.fast.fields import (
     D_M_GROUP_D,
     D_M_GROUP_P,
     D_M_PREFILL,
-    D_MAX_RUN,
     D_MODE,
     D_MODEL,
     D_PENDING,
@@ -56,9 +55,7 @@ from pdplan.sim.fast.fields import (
     D_POLICY,
     D_RECV_C,
     D_RECV_N,
-    D_RESERVED,
     D_RUN_K,
-    D_RUNNING,
     D_S,
     D_TOKEN_CAP,
     D_U_HEAD,
@@ -130,15 +127,12 @@ def _prompt_tokens(rq, di, i):
         tokens += take
         budget -= take
         r = rq[R_PF_NEXT, r]
-    reserved = di[D_RESERVED, i]
-    running = di[D_RUNNING, i]
+    kv = 0
+    slots = 0
     r = di[D_W_HEAD, i]
-    while r >= 0 and budget > 0:
-        need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-        if reserved + need > di[D_CAP, i] or running >= di[D_MAX_RUN, i]:  # as take_if_fits
-            break
-        reserved += need
-        running += 1
+    while r >= 0 and budget > 0 and admits(rq, di, i, r, kv, slots):
+        kv += rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+        slots += 1
         take = min(budget, rq[R_PROMPT, r] - rq[R_CACHED, r])
         tokens += take
         budget -= take
