@@ -10,10 +10,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
-from pdplan.sim import simulate
 from pdplan.sim.plan import Plan, Pool, batch_wait_tokens
 from pdplan.sim.planfile import parse_plan, plan_to_dict
-from tests.test_sim_colocated import colo_profile, constant_profile, random_trace
+from tests.test_sim_colocated import both_engines, colo_profile, constant_profile, random_trace
 
 P, D = 0.100, 0.010  # constant_profile: a 100 ms prompt iteration alone, a 10 ms iteration with decodes
 
@@ -24,22 +23,14 @@ def colocated(iters=None, ratio=None, chunk=256, replicas=1) -> Plan:
                             batch_wait_max_tokens_ratio=ratio),))
 
 
-def both(trace, plan, profile, concurrency=None):
-    fast = simulate(trace, plan, {profile.key: profile}, concurrency=concurrency)
-    ref = simulate(trace, plan, {profile.key: profile}, engine="reference", concurrency=concurrency)
-    for column in ("prefill_start_s", "prefill_end_s", "first_token_s", "finish_s"):
-        np.testing.assert_allclose(fast[column], ref[column], rtol=0, atol=1e-9, err_msg=column)
-    return fast
-
-
 def test_a_prompt_arriving_mid_decode_is_held_n_iterations():
     """r0 runs its prompt alone [0, 100 ms], then decodes 10 ms steps; r1 arrives at 115 ms. The
     iterations from 120 ms hold it: with N = 5 those at 120..160 ms, so it starts at 170 ms; without
     batch waiting at 120 ms."""
     trace = {"arrival_s": [0.0, P + 1.5 * D], "prompt_tokens": [10, 10], "output_tokens": [50, 2]}
-    held = both(trace, colocated(5, 1.0), constant_profile())
+    held = both_engines(trace, colocated(5, 1.0), constant_profile())
     assert held["prefill_start_s"][1] == pytest.approx(P + 7 * D)
-    free = both(trace, colocated(), constant_profile())
+    free = both_engines(trace, colocated(), constant_profile())
     assert free["prefill_start_s"][1] == pytest.approx(P + 2 * D)
 
 
@@ -49,14 +40,14 @@ def test_enough_tokens_end_the_hold_at_once(prompt, start):
     10-token one does not, and waits its 5 iterations."""
     assert batch_wait_tokens(0.1, 256) == 26
     trace = {"arrival_s": [0.0, P + 1.5 * D], "prompt_tokens": [10, prompt], "output_tokens": [50, 2]}
-    assert both(trace, colocated(5, 0.1), constant_profile())["prefill_start_s"][1] == pytest.approx(start)
+    assert both_engines(trace, colocated(5, 0.1), constant_profile())["prefill_start_s"][1] == pytest.approx(start)
 
 
 def test_prompts_run_at_once_when_no_request_decodes():
     """r0's 3 tokens are out at 120 ms, one held iteration into r1's wait: with nothing decoding
     there is no check, and r1 runs."""
     trace = {"arrival_s": [0.0, P + 0.5 * D], "prompt_tokens": [10, 10], "output_tokens": [3, 2]}
-    assert both(trace, colocated(5, 1.0), constant_profile())["prefill_start_s"][1] == pytest.approx(P + 2 * D)
+    assert both_engines(trace, colocated(5, 1.0), constant_profile())["prefill_start_s"][1] == pytest.approx(P + 2 * D)
 
 
 def test_the_count_runs_on_until_a_check_lets_prompts_run():
@@ -65,30 +56,33 @@ def test_the_count_runs_on_until_a_check_lets_prompts_run():
     starts at 270 ms."""
     trace = {"arrival_s": [0.0, P + 0.5 * D, 2 * P + 2.5 * D], "prompt_tokens": [10, 10, 10],
              "output_tokens": [3, 50, 2]}
-    assert both(trace, colocated(5, 1.0), constant_profile())["prefill_start_s"][2] == pytest.approx(2 * P + 7 * D)
+    start = both_engines(trace, colocated(5, 1.0), constant_profile())["prefill_start_s"]
+    assert start[2] == pytest.approx(2 * P + 7 * D)
 
 
 def test_an_idle_instance_runs_a_prompt_when_it_arrives():
     trace = {"arrival_s": [0.0, 1.0], "prompt_tokens": [10, 10], "output_tokens": [2, 2]}
-    assert both(trace, colocated(20, 0.9), constant_profile())["prefill_start_s"].tolist() == pytest.approx([0.0, 1.0])
+    start = both_engines(trace, colocated(20, 0.9), constant_profile())["prefill_start_s"]
+    assert start.tolist() == pytest.approx([0.0, 1.0])
 
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10**6), iters=st.sampled_from([1, 3, 20]), ratio=st.sampled_from([0.05, 0.5, 1.0]),
        chunk=st.sampled_from([64, 256, 1024]), kv=st.sampled_from([1600, 100_000]))
 def test_both_engines_agree_request_by_request(seed, iters, ratio, chunk, kv):
-    both(random_trace(seed, n=60, rate_rps=25.0), colocated(iters, ratio, chunk, replicas=2), colo_profile(kv))
+    both_engines(random_trace(seed, n=60, rate_rps=25.0), colocated(iters, ratio, chunk, replicas=2), colo_profile(kv))
 
 
 @pytest.mark.parametrize("iters, ratio", [(3, 1.0), (20, 0.9), (40, 0.05)])
 def test_both_engines_agree_in_a_closed_loop_where_a_client_sends_as_a_step_begins(iters, ratio):
-    both(random_trace(11, n=120, rate_rps=25.0), colocated(iters, ratio), colo_profile(), concurrency=8)
+    both_engines(random_trace(11, n=120, rate_rps=25.0), colocated(iters, ratio), colo_profile(), concurrency=8)
 
 
 def test_holding_prompts_lengthens_the_mean_ttft_of_a_lightly_loaded_instance():
     """Two clients: each prompt is held by the other's decodes for up to 20 iterations."""
     trace, profile = random_trace(7, n=80, rate_rps=20.0), colo_profile(100_000)
-    ttft = [np.mean(both(trace, plan, profile, concurrency=2)["ttft_s"]) for plan in (colocated(), colocated(20, 0.9))]
+    ttft = [np.mean(both_engines(trace, plan, profile, concurrency=2)["ttft_s"])
+            for plan in (colocated(), colocated(20, 0.9))]
     assert ttft[1] > ttft[0]
 
 

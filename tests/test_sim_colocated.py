@@ -25,6 +25,16 @@ def constant_profile(prefill_ms=100.0, decode_ms=10.0):
                              kv_capacity_tokens=100_000, max_prefill_batch_tokens=4096)
 
 
+def both_engines(trace, plan, profile, concurrency=None):
+    """The compiled engine's run of a one-profile plan, after checking that the oracle's matches it
+    request by request."""
+    fast = simulate(trace, plan, {profile.key: profile}, concurrency=concurrency)
+    ref = simulate(trace, plan, {profile.key: profile}, engine="reference", concurrency=concurrency)
+    for column in ("prefill_start_s", "prefill_end_s", "first_token_s", "finish_s"):
+        np.testing.assert_allclose(fast[column], ref[column], rtol=0, atol=1e-9, err_msg=column)
+    return fast
+
+
 def random_trace(seed, n=40, rate_rps=15.0):
     rng = np.random.default_rng(seed)
     return {"arrival_s": np.cumsum(rng.exponential(1 / rate_rps, n)),

@@ -8,10 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
-from pdplan.sim import simulate
 from pdplan.sim.plan import Plan, Pool
 from pdplan.sim.planfile import parse_plan, plan_to_dict
-from tests.test_sim_colocated import colo_profile, constant_profile, random_trace
+from tests.test_sim_colocated import both_engines, colo_profile, constant_profile, random_trace
 
 P, D = 0.100, 0.010  # constant_profile: a 100 ms prefill batch, a 10 ms decode step
 
@@ -21,41 +20,33 @@ def colocated(recv_interval=None, policy="prefill-first", chunk=None, replicas=1
                             chunk_tokens=chunk, replicas=replicas, recv_interval=recv_interval),))
 
 
-def both(trace, plan, profile, concurrency=None):
-    fast = simulate(trace, plan, {profile.key: profile}, concurrency=concurrency)
-    ref = simulate(trace, plan, {profile.key: profile}, engine="reference", concurrency=concurrency)
-    for column in ("prefill_start_s", "prefill_end_s", "first_token_s", "finish_s"):
-        np.testing.assert_allclose(fast[column], ref[column], rtol=0, atol=1e-9, err_msg=column)
-    return fast
-
-
 def test_a_request_arriving_mid_decode_is_taken_in_at_the_next_multiple_of_n_steps():
     """r0 prefills [0, 100 ms] (a receive follows), then decodes 10 ms steps; r1 arrives at 115 ms.
     With N = 4 the receives fall after steps 4, 8, ...: at 140 ms, where r1's prefill starts; with
     N = 1 it starts at the next step boundary, 120 ms."""
     trace = {"arrival_s": [0.0, P + 1.5 * D], "prompt_tokens": [10, 10], "output_tokens": [50, 2]}
-    skipping = both(trace, colocated(4), constant_profile())
+    skipping = both_engines(trace, colocated(4), constant_profile())
     assert skipping["prefill_start_s"][1] == pytest.approx(P + 4 * D)
-    every = both(trace, colocated(), constant_profile())
+    every = both_engines(trace, colocated(), constant_profile())
     assert every["prefill_start_s"][1] == pytest.approx(P + 2 * D)
 
 
 def test_the_count_runs_on_from_the_last_receive_not_from_the_arrival():
     """r1 arrives after step 5 of r0's decode: N = 4 takes it in after step 8, at 180 ms."""
     trace = {"arrival_s": [0.0, P + 5.5 * D], "prompt_tokens": [10, 10], "output_tokens": [50, 2]}
-    assert both(trace, colocated(4), constant_profile())["prefill_start_s"][1] == pytest.approx(P + 8 * D)
+    assert both_engines(trace, colocated(4), constant_profile())["prefill_start_s"][1] == pytest.approx(P + 8 * D)
 
 
 def test_an_instance_with_nothing_left_to_run_takes_a_request_in_at_once():
     """r0 finishes its 3 tokens at 120 ms, before any receive: its idle loop takes r1 in at once."""
     trace = {"arrival_s": [0.0, P + 1.5 * D], "prompt_tokens": [10, 10], "output_tokens": [3, 2]}
-    result = both(trace, colocated(30), constant_profile())
+    result = both_engines(trace, colocated(30), constant_profile())
     assert result["prefill_start_s"][1] == pytest.approx(P + 2 * D)
 
 
 def test_an_idle_instance_takes_a_request_in_when_it_arrives():
     trace = {"arrival_s": [0.0, 1.0], "prompt_tokens": [10, 10], "output_tokens": [2, 2]}
-    result = both(trace, colocated(30), constant_profile())
+    result = both_engines(trace, colocated(30), constant_profile())
     assert result["prefill_start_s"].tolist() == pytest.approx([0.0, 1.0])
 
 
@@ -64,7 +55,7 @@ def test_an_idle_instance_takes_a_request_in_when_it_arrives():
        policy=st.sampled_from(["prefill-first", "chunked"]), kv=st.sampled_from([1600, 100_000]))
 def test_both_engines_agree_request_by_request(seed, interval, policy, kv):
     plan = colocated(interval, policy, 256 if policy == "chunked" else None, replicas=2)
-    both(random_trace(seed, n=60, rate_rps=25.0), plan, colo_profile(kv))
+    both_engines(random_trace(seed, n=60, rate_rps=25.0), plan, colo_profile(kv))
 
 
 @pytest.mark.parametrize("interval", [3, 30])
@@ -72,13 +63,14 @@ def test_both_engines_agree_request_by_request(seed, interval, policy, kv):
 def test_both_engines_agree_in_a_closed_loop_where_a_client_sends_as_a_step_begins(interval, policy, chunk):
     """A finishing request's client sends its next one at the boundary where the next stretch starts:
     it waits a whole count of N steps, the receive at that boundary having come before it."""
-    both(random_trace(11, n=120, rate_rps=25.0), colocated(interval, policy, chunk), colo_profile(), concurrency=8)
+    both_engines(random_trace(11, n=120, rate_rps=25.0), colocated(interval, policy, chunk), colo_profile(),
+                 concurrency=8)
 
 
 def test_waiting_for_receives_lengthens_the_mean_ttft_of_a_busy_instance():
     """Not request by request (a later start can batch better), but on the whole."""
     trace, profile = random_trace(7, n=80, rate_rps=20.0), colo_profile()
-    ttft = [np.mean(both(trace, colocated(n), profile)["ttft_s"]) for n in (1, 10)]
+    ttft = [np.mean(both_engines(trace, colocated(n), profile)["ttft_s"]) for n in (1, 10)]
     assert ttft[1] > ttft[0]
 
 
