@@ -130,6 +130,13 @@ class PhaseProfile(ModelShape):
     #: ``group_prefill``/``group_decode`` are their latency models, None for no points or one rank.
     group_prefill_points: tuple[tuple[int, float], ...] = ()
     group_decode_points: tuple[tuple[int, float], ...] = ()
+    #: Of the prefill model's constant, the seconds a decode step does not already pay: an engine that
+    #: runs its prompt iterations eagerly but replays its decode steps as CUDA graphs pays the host's
+    #: kernel launches once in every iteration with prompt work. A colocated iteration that mixes
+    #: prompt chunks with decodes adds it to its decode step
+    #: (:func:`pdplan.sim.fast.latency.mixed_iteration_s`); 0 for a profile composed from kernel
+    #: timings, whose prefill constant a decode step shares.
+    prompt_iteration_s: float = 0.0
     group_prefill: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
     group_decode: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
 
@@ -138,6 +145,8 @@ class PhaseProfile(ModelShape):
             raise InternalError("tp and pp must be >= 1")
         if self.kv_capacity_tokens < 1 or self.max_prefill_batch_tokens < 1:
             raise InternalError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
+        if not 0 <= self.prompt_iteration_s < float("inf"):
+            raise InternalError("prompt_iteration_s must be finite and >= 0")
         if self.dp > 1:  # one rank alone carries its own tokens: nothing to re-time
             object.__setattr__(self, "group_prefill", group_model(self.group_prefill_points))
             object.__setattr__(self, "group_decode", group_model(self.group_decode_points))
@@ -226,6 +235,9 @@ def profile_to_dict(profile: PhaseProfile) -> dict:
         "max_prefill_batch_tokens": profile.max_prefill_batch_tokens,
         "prefill": _model_to_dict(profile.prefill, PREFILL_FEATURES),
         "decode": _model_to_dict(profile.decode, DECODE_FEATURES),
+        # written only when set, so every profile without it reads as it always has
+        **({"prompt_iteration_ms": significant(profile.prompt_iteration_s * 1e3)}
+           if profile.prompt_iteration_s else {}),
         **({"group": {phase: [[t, significant(v * 1e3)] for t, v in points]
                       for phase, points in (("prefill", profile.group_prefill_points),
                                             ("decode", profile.group_decode_points)) if points}}
@@ -318,7 +330,8 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
     """Validate a profile's content (as :func:`profile_to_dict` writes it); errors name ``source``."""
     spec = Fields(data, source)
     spec.reject_unknown({"pdplan_profile", "model", "gpu", "tp", "pp", "dp", "ep", "kv_capacity_tokens",
-                         "max_prefill_batch_tokens", "prefill", "decode", "group", "provenance"})
+                         "max_prefill_batch_tokens", "prefill", "decode", "prompt_iteration_ms", "group",
+                         "provenance"})
     spec.integer("pdplan_profile", minimum=FORMAT_VERSION, maximum=FORMAT_VERSION)
     prov = spec.mapping("provenance")
     outliers = prov.data.get("outliers") or []
@@ -345,6 +358,7 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
         max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         prefill=prefill,
         decode=decode,
+        prompt_iteration_s=_prompt_iteration_s(spec, prefill),
         **_group_points(spec),
         provenance=Provenance(
             source=prov.string("source", choices=list(SOURCES)),
@@ -364,6 +378,18 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
     )
     _check_group(spec, profile)
     return profile
+
+
+def _prompt_iteration_s(spec: Fields, prefill: LatencyModel) -> float:
+    """The part of the prefill constant a decode step does not pay: at most the prefill of one token."""
+    if spec.data.get("prompt_iteration_ms") is None:
+        return 0.0
+    ms = spec.number("prompt_iteration_ms", minimum=0, maximum=limits.MAX_LATENCY_MS)
+    one = float(prefill.evaluate(np.array([[1.0, 1.0, 1.0]]), np.array([1]))[0]) * 1e3
+    if ms > one:
+        raise spec.fail("prompt_iteration_ms", f"is part of the prefill's constant: at most the {one:g} ms "
+                        "a prefill of one token takes", ms)
+    return ms / 1e3
 
 
 def _check_group(spec: Fields, profile: PhaseProfile) -> None:

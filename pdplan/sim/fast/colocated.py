@@ -70,6 +70,7 @@ from pdplan.sim.fast.fields import (
     DECODE_RUN,
     F_BUSY,
     F_IT_S,
+    F_PROMPT_S,
     IT_CHUNKS,
     IT_NONE,
     IT_PREFILL,
@@ -158,7 +159,7 @@ def _held(rq, di, i):
 
 
 @njit(cache=True)
-def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
+def _plan_rank(rq, rt, di, df, tab_i, pieces, i, t):
     """Rank i's prompt work for the iteration starting at t, its prompts admitted: the seconds of
     its prefill batch or chunked iteration (``D_IT_KIND`` says which), or -1 when it has none.
 
@@ -231,7 +232,7 @@ def _plan_rank(rq, rt, di, tab_i, pieces, i, t):
         di[D_IT_N, i] = di[D_B, i]  # decode rows riding along this iteration
         di[D_IT_TOKENS, i] = sum_c
         return mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, i], di[D_MODEL, i], di[D_B, i],
-                                 float(di[D_S, i]), chunks, float(sum_c), sum_c2)
+                                 float(di[D_S, i]), chunks, float(sum_c), sum_c2, df[F_PROMPT_S, i])
     return -1.0
 
 
@@ -256,7 +257,7 @@ def _iteration_s(di, df, tab_i, pieces, c):
             continue
         if kind == IT_STEP:
             x = mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, i], di[D_MODEL, i], di[D_B, i],
-                                  float(di[D_S, i]), 0, 0.0, 0.0)
+                                  float(di[D_S, i]), 0, 0.0, 0.0, 0.0)
         else:
             x = df[F_IT_S, i]
         own_rows = 0 if kind == IT_PREFILL else di[D_B, i]
@@ -280,7 +281,7 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
     di[D_VERSION, c] += 1
     prompt = False
     for i in range(c, c + di[D_DP, c]):
-        df[F_IT_S, i] = _plan_rank(rq, rt, di, tab_i, pieces, i, t)
+        df[F_IT_S, i] = _plan_rank(rq, rt, di, df, tab_i, pieces, i, t)
         if df[F_IT_S, i] >= 0.0:
             prompt = True
     if prompt:

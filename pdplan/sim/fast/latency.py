@@ -248,12 +248,14 @@ def steps_to_reach(tab_i, pieces, m, batch, context, max_steps, elapsed):
 
 
 @njit(cache=True)
-def mixed_iteration_s(tab_i, pieces, m_prefill, m_decode, batch, context, chunks, sum_c, sum_c2):
+def mixed_iteration_s(tab_i, pieces, m_prefill, m_decode, batch, context, chunks, sum_c, sum_c2, prompt_s):
     """One colocated iteration: B decode rows plus prefill chunks with features (Σc, Σc²-pairs).
 
-    Mixed cost = decode step + (prefill chunk cost − prefill cost of an empty batch): the
-    constant of the prefill model is the fixed per-iteration cost (weights read once, launch),
-    which the decode step already pays (0x02B). Pure iterations are just the phase's model.
+    Mixed cost = decode step + (prefill chunk cost − prefill cost of an empty batch) + ``prompt_s``:
+    the constant of the prefill model is the fixed per-iteration cost (weights read once, launch),
+    which the decode step already pays (Sarathi-Serve's hybrid batch) except ``prompt_s``, the part
+    only an iteration with prompt work pays (the profile's ``prompt_iteration_s``: an eager forward's
+    launches beside a decode step replayed as a CUDA graph). Pure iterations are just the phase's model.
     """
     if chunks == 0:
         return latency_s(tab_i, pieces, m_decode, batch, float(batch), context)
@@ -263,4 +265,4 @@ def mixed_iteration_s(tab_i, pieces, m_prefill, m_decode, batch, context, chunks
     extra = pre - latency_s(tab_i, pieces, m_prefill, chunks, 0.0, 0.0)
     if extra < 0.0:
         extra = 0.0
-    return latency_s(tab_i, pieces, m_decode, batch, float(batch), context) + extra
+    return latency_s(tab_i, pieces, m_decode, batch, float(batch), context) + extra + prompt_s

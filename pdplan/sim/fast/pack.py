@@ -86,7 +86,9 @@ def _instance_state(profiles: list[PhaseProfile], table: LatencyTable, per_insta
             fields.D_INST: np.arange(len(profiles)), **per_instance}
     for row, values in rows.items():
         di[row] = np.asarray(values, np.int64)[inst]
-    return di, np.zeros((fields.DF_FIELDS, inst.size)), inst, lead
+    df = np.zeros((fields.DF_FIELDS, inst.size))
+    df[fields.F_PROMPT_S] = np.array([p.prompt_iteration_s for p in profiles], np.float64)[inst]
+    return di, df, inst, lead
 
 
 def _loop_state(layout: Layout, concurrency: int, n: int, stop) -> np.ndarray:
