@@ -17,14 +17,14 @@ TRUTH = dict(prefill=1.3, decode=0.8, iteration_s=0.004)
 
 
 def vllm_result(path: Path, clients: int, seed: int = 0, n: int = 300,
-                schedule: EngineBatching = EngineBatching(), base=BASE) -> Path:
+                schedule: EngineBatching = EngineBatching(), base=BASE, truth=TRUTH) -> Path:
     """What `vllm bench serve --save-result --save-detailed` writes, from a run of the simulator
     on the base profile corrected by TRUTH: per-request lengths, TTFTs and ITLs in seconds."""
     rng = np.random.default_rng(seed)
     prompts, outputs = rng.integers(100, 3000, n), rng.integers(20, 400, n)
     run = BenchRun(file=str(path), format="vllm-bench", concurrency=clients, rate_rps=None,
                    prompt_tokens=prompts, output_tokens=outputs)
-    truth = corrected(base, TRUTH["prefill"], TRUTH["decode"], TRUTH["iteration_s"])
+    truth = corrected(base, truth["prefill"], truth["decode"], truth["iteration_s"], truth.get("prompt_iteration_s", 0))
     ttft, tpot = replay(truth, run, schedule)
     itls = [[float(t)] * (int(o) - 1) for t, o in zip(tpot, outputs)]
     path.write_text(json.dumps({
@@ -101,6 +101,23 @@ def test_a_benchmark_of_an_engine_running_mtp_is_replayed_with_it(run_cli, tmp_p
     assert doc["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
     record = dict(load_profile(tmp_path / "cal.yaml").provenance.calibration)
     assert record["speculative"].startswith("speculative decoding with multi-token prediction (MTP): 2 draft tokens")
+
+
+def test_a_sweep_made_with_a_cost_per_prompt_iteration_is_recovered_within_2_percent(run_cli, tmp_path, base_file):
+    """An engine that runs its prefill eagerly pays its launches in every iteration with prompt work (here
+    40 ms); prompts of 100 to 3,000 tokens tell that fixed cost from the prefill scale."""
+    eager = dict(prefill=1.1, decode=0.9, iteration_s=0.002, prompt_iteration_s=0.040)
+    benches = [vllm_result(tmp_path / f"c{c}.json", c, truth=eager) for c in (1, 8, 32)]
+    args = [a for b in benches for a in ("--bench", b)]
+    code, out, err = run_cli("profile", "calibrate", base_file, *args, "-o", tmp_path / "cal.yaml", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["prompt_iteration_ms"] == pytest.approx(40.0, rel=0.02)
+    assert doc["prefill_scale"] == pytest.approx(eager["prefill"], rel=0.02)
+    assert doc["decode_scale"] == pytest.approx(eager["decode"], rel=0.02)
+    calibrated = load_profile(tmp_path / "cal.yaml")
+    assert calibrated.prompt_iteration_s == pytest.approx(0.040, rel=0.02)
+    assert dict(calibrated.provenance.calibration)["prompt_iteration_ms"] == pytest.approx(40.0, rel=0.02)
 
 
 def test_one_closed_loop_run_says_the_decode_scale_and_iteration_cost_trade_off(run_cli, tmp_path, base_file):

@@ -334,7 +334,8 @@ def calibrate(
     bench: Annotated[list[Path], typer.Option(
         "--bench", help="A saved serving-benchmark result of one instance of this shape; repeat it for a "
                         "sweep (runs at two or more concurrencies separate the decode scale from the fixed "
-                        "iteration cost).", show_default=False)],
+                        "iteration cost, runs at two or more prompt lengths the prefill scale from the cost "
+                        "of an iteration with prompt work).", show_default=False)],
     format: Annotated[str, typer.Option(
         "--format", help="vllm-bench (vllm bench serve --save-result, per-request with --save-detailed), "
                          "genai-perf (profile_export_genai_perf.json) or aiperf (profile_export_aiperf.json).")
@@ -353,7 +354,8 @@ def calibrate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the factors and errors as JSON.")] = False,
 ) -> None:
     """Correct a profile from a real benchmark run: replay the same load in the simulator and fit a
-    prefill scale, a decode scale and a fixed per-iteration cost so the simulated TTFT and TPOT match.
+    prefill scale, a decode scale, a fixed per-iteration cost and a fixed cost per iteration with prompt
+    work (an eager prefill's launches) so the simulated TTFT and TPOT match.
 
     The written profile's provenance holds the factors and the error before and after. A benchmark
     of an engine running speculative decoding is replayed with it (--speculative and its flags); the
@@ -382,6 +384,7 @@ def calibrate(
     outputs.commit()
     doc = {"profile": output.as_posix(), "prefill_scale": round(result.prefill_scale, 6),
            "decode_scale": round(result.decode_scale, 6), "iteration_ms": round(result.iteration_s * 1e3, 6),
+           "prompt_iteration_ms": round(result.prompt_iteration_s * 1e3, 6),
            "undetermined": list(result.undetermined), "simulations": result.evaluations * len(runs),
            "error_before": {k: round(v, 6) for k, v in result.before.items()},
            "error_after": {k: round(v, 6) for k, v in result.after.items()}}
@@ -398,4 +401,4 @@ def calibrate(
     stdout.print(calibrated.provenance.method, markup=False, highlight=False)
     if result.undetermined:
         stdout.print(f"Not separately determined by these runs: {', '.join(result.undetermined)}; add runs at "
-                     "other concurrencies to separate them.", markup=False, highlight=False)
+                     "other concurrencies and prompt lengths to separate them.", markup=False, highlight=False)

@@ -2,23 +2,26 @@
 
 An operator who ran a pilot has one benchmark result: the TTFT and TPOT a server gave under a
 known load (a closed loop of C clients, or an open loop at a rate). :func:`calibrate` replays
-that load through the simulator on one instance of the profile's shape and finds three
-correction factors — a prefill scale s_p, a decode scale s_d and a fixed cost c added to every
-engine iteration (scheduling, sampling, launch gaps that per-step profiles miss) — so that
+that load through the simulator on one instance of the profile's shape and finds four
+correction factors — a prefill scale s_p, a decode scale s_d, a fixed cost c added to every
+engine iteration (scheduling, sampling, launch gaps that per-step profiles miss) and a fixed
+cost c_p that only an iteration with prompt work pays (an engine running its prefill eagerly
+beside decode steps replayed as CUDA graphs pays its kernel launches there) — so that
 
-    prefill'(x) = s_p · prefill(x) + c,    decode'(x) = s_d · decode(x) + c,
+    prefill'(x) = s_p · prefill(x) + c + c_p,    decode'(x) = s_d · decode(x) + c,
 
 and the simulated TTFT and TPOT distributions match the measured ones: the least-squares fit of
 the log ratios of their percentiles (p10, p25, p50, p75, p90, p99 and the mean when the result
 carries every request; the percentiles it reports otherwise), summed over every run given. A
-chunked (mixed) iteration pays c once, through its decode step. The search is Nelder–Mead from
-the uncorrected profile, polished by a second start at its answer; the simulation is
-deterministic, so the fit is too.
+chunked (mixed) iteration pays c once, through its decode step, and c_p once (the profile's
+``prompt_iteration_s``). The search is Nelder–Mead from the uncorrected profile, polished by a
+second start at its answer; the simulation is deterministic, so the fit is too.
 
 One closed-loop run holds the batch at its concurrency, so it measures s_d · decode(B) + c at one
 B: the decode scale and the iteration cost trade off. Runs at two or more concurrencies (the
-sweep a pilot usually runs) separate them. :func:`calibrate` measures how well each factor is
-determined from the fit's sensitivity and says which are not.
+sweep a pilot usually runs) separate them; prompts of one length leave s_p and c_p to trade off,
+and runs at two or more prompt lengths separate those. :func:`calibrate` measures how well each
+factor is determined from the fit's sensitivity and says which are not.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from pdplan.workload import poisson_arrivals
 #: Bounds of the factors: a profile more than 10x off is not a calibration but a different shape.
 SCALE_BOUNDS = (0.1, 10.0)
 MAX_ITERATION_S = 0.1
+#: Bound of the prompt iteration cost: an eager forward's host time, not a second of it.
+MAX_PROMPT_ITERATION_S = 1.0
 MAX_REPLAY_REQUESTS = 4000
 
 
@@ -51,16 +56,20 @@ class EngineBatching:
     speculative: SpeculativeDecoding | None = None
 
 
-def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, iteration_s: float) -> PhaseProfile:
-    """The profile with both phases scaled and the fixed iteration cost added."""
-    def apply(model: LatencyModel, scale: float) -> LatencyModel:
+def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, iteration_s: float,
+              prompt_iteration_s: float = 0.0) -> PhaseProfile:
+    """The profile with both phases scaled, the fixed iteration cost added to both and the prompt
+    iteration cost to the prefill (and recorded as the part of it a decode step does not pay)."""
+    def apply(model: LatencyModel, scale: float, fixed: float) -> LatencyModel:
         return LatencyModel(segments=tuple(
             Segment(min_batch=s.min_batch,
-                    pieces_s=tuple((p[0] * scale + iteration_s, p[1] * scale, p[2] * scale) for p in s.pieces_s))
+                    pieces_s=tuple((p[0] * scale + fixed, p[1] * scale, p[2] * scale) for p in s.pieces_s))
             for s in model.segments))
     def scaled(points, scale: float):
         return tuple((t, v * scale) for t, v in points)
-    return replace(profile, prefill=apply(profile.prefill, prefill_scale), decode=apply(profile.decode, decode_scale),
+    return replace(profile, prefill=apply(profile.prefill, prefill_scale, iteration_s + prompt_iteration_s),
+                   decode=apply(profile.decode, decode_scale, iteration_s),
+                   prompt_iteration_s=profile.prompt_iteration_s * prefill_scale + prompt_iteration_s,
                    group_prefill_points=scaled(profile.group_prefill_points, prefill_scale),
                    group_decode_points=scaled(profile.group_decode_points, decode_scale))
 
@@ -97,6 +106,7 @@ class Calibration:
     prefill_scale: float
     decode_scale: float
     iteration_s: float
+    prompt_iteration_s: float
     before: dict[str, float]          #: signed relative error per statistic, uncorrected
     after: dict[str, float]           #: the same, corrected
     evaluations: int
@@ -108,7 +118,7 @@ class Calibration:
 
 
 def calibrate(profile: PhaseProfile, runs: list[BenchRun], schedule: EngineBatching = EngineBatching()) -> Calibration:
-    """Fit (s_p, s_d, c) so every replayed benchmark run matches its measured statistics."""
+    """Fit (s_p, s_d, c, c_p) so every replayed benchmark run matches its measured statistics."""
     measured = {f"run{i + 1}_{clock}": stats for i, run in enumerate(runs)
                 for clock, stats in run.statistics().items()}
     evaluations = 0
@@ -128,42 +138,49 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun], schedule: EngineBatch
     def loss(z) -> float:
         return float(np.sum(residuals(z) ** 2))
 
-    start = np.array([0.0, 0.0, 0.0])
+    # without c_p first (a trade-off of scale and cost is a long valley, and each extra dimension
+    # shortens the steps down it), then all four from there, then a polish
+    first = minimize(lambda z: loss(np.append(z, 0.0)), np.zeros(3), method="Nelder-Mead",
+                     options={"xatol": 1e-4, "fatol": 1e-10, "maxfev": 400,
+                              "initial_simplex": _simplex(np.zeros(3), 0.3)})
+    start = np.append(first.x, 0.0)
     best = minimize(loss, start, method="Nelder-Mead",
-                    options={"xatol": 1e-4, "fatol": 1e-10, "maxfev": 400, "initial_simplex": _simplex(start, 0.3)})
+                    options={"xatol": 1e-4, "fatol": 1e-10, "maxfev": 300, "initial_simplex": _simplex(start, 0.3)})
     best = minimize(loss, best.x, method="Nelder-Mead",
                     options={"xatol": 1e-5, "fatol": 1e-12, "maxfev": 300, "initial_simplex": _simplex(best.x, 0.05)})
     factors = _factors(best.x)
-    return Calibration(prefill_scale=factors[0], decode_scale=factors[1], iteration_s=factors[2],
-                       before=errors(simulated((1.0, 1.0, 0.0)), measured),
+    return Calibration(*factors, before=errors(simulated((1.0, 1.0, 0.0, 0.0)), measured),
                        after=errors(simulated(factors), measured), evaluations=evaluations,
-                       undetermined=_undetermined(residuals, factors, _step_unit(profile, runs)))
+                       undetermined=_undetermined(residuals, factors, _units(profile, runs)))
 
 
-FACTOR_NAMES = ("prefill scale", "decode scale", "iteration cost")
+FACTOR_NAMES = ("prefill scale", "decode scale", "iteration cost", "prompt iteration cost")
+#: the bound of each cost factor (the search takes its square root as a fraction of it)
+COST_BOUNDS = (MAX_ITERATION_S, MAX_PROMPT_ITERATION_S)
 
 
-def _step_unit(profile: PhaseProfile, runs: list[BenchRun]) -> float:
-    """One decode step of one request at the runs' mean prompt: the natural unit of c."""
+def _units(profile: PhaseProfile, runs: list[BenchRun]) -> tuple[float, float]:
+    """The natural units of c and c_p: one decode step of one request, and one prefill of one
+    prompt, at the runs' mean prompt."""
     prompt = float(np.mean([run.prompt_tokens.mean() for run in runs]))
-    return profile.decode_step_s(1, int(prompt))
+    return profile.decode_step_s(1, int(prompt)), profile.prefill_time_s([int(prompt)])
 
 
-def _undetermined(residuals, factors: tuple[float, float, float], unit_s: float) -> tuple[str, ...]:
+def _undetermined(residuals, factors: tuple[float, ...], units: tuple[float, float]) -> tuple[str, ...]:
     """Factors whose effect on the residuals the others can mimic: the weak directions (below 5%
-    of the strongest) of the Jacobian in (log s_p, log s_d, c in decode steps), by differences
-    at the answer."""
-    point = np.array([np.log(factors[0]), np.log(factors[1]), factors[2] / unit_s])
-    step = np.array([0.02, 0.02, 0.02])
+    of the strongest) of the Jacobian in (log s_p, log s_d, c and c_p in their units), by
+    differences at the answer."""
+    point = np.array([np.log(factors[0]), np.log(factors[1]), factors[2] / units[0], factors[3] / units[1]])
+    step = 0.02
 
     def at(q):  # back to the search coordinates
-        return np.array([q[0], q[1], np.sqrt(max(q[2], 0.0) * unit_s / MAX_ITERATION_S)])
+        return np.array([q[0], q[1], *(np.sqrt(max(q[k], 0.0) * units[k - 2] / COST_BOUNDS[k - 2]) for k in (2, 3))])
 
     columns = []
-    for i in range(3):
+    for i in range(len(point)):
         up, down = point.copy(), point.copy()
-        up[i] += step[i]
-        down[i] = max(down[i] - step[i], 0.0) if i == 2 else down[i] - step[i]
+        up[i] += step
+        down[i] = max(down[i] - step, 0.0) if i >= 2 else down[i] - step
         columns.append((residuals(at(up)) - residuals(at(down))) / (up[i] - down[i]))
     jacobian = np.column_stack(columns)
     _, singular, vt = np.linalg.svd(jacobian, full_matrices=False)
@@ -173,11 +190,13 @@ def _undetermined(residuals, factors: tuple[float, float, float], unit_s: float)
     return tuple(name for i, name in enumerate(FACTOR_NAMES) if np.any(np.abs(weak[:, i]) > 0.3))
 
 
-def _factors(z) -> tuple[float, float, float]:
-    """Unconstrained search coordinates to bounded factors: log-scales, and c = 0.1 s · sigmoid-like."""
+def _factors(z) -> tuple[float, float, float, float]:
+    """Unconstrained search coordinates to bounded factors: log-scales, and each cost its bound times
+    the square of its coordinate clipped to [0, 1]."""
     low, high = np.log(SCALE_BOUNDS)
     scale = lambda v: float(np.exp(np.clip(v, low, high)))  # noqa: E731
-    return scale(z[0]), scale(z[1]), float(MAX_ITERATION_S * np.clip(z[2], 0.0, 1.0) ** 2)
+    cost = lambda v, bound: float(bound * np.clip(v, 0.0, 1.0) ** 2)  # noqa: E731
+    return scale(z[0]), scale(z[1]), cost(z[2], MAX_ITERATION_S), cost(z[3], MAX_PROMPT_ITERATION_S)
 
 
 def _simplex(center: np.ndarray, size: float) -> np.ndarray:
@@ -200,19 +219,21 @@ def calibrated_profile(profile: PhaseProfile, runs: list[BenchRun], result: Cali
               ("schedule", f"{schedule.policy} {schedule.tokens}"),
               *(() if schedule.speculative is None else (("speculative", schedule.speculative.describe()),)),
               ("prefill_scale", result.prefill_scale), ("decode_scale", result.decode_scale),
-              ("iteration_ms", result.iteration_s * 1e3),
+              ("iteration_ms", result.iteration_s * 1e3), ("prompt_iteration_ms", result.prompt_iteration_s * 1e3),
               ("error_before", Calibration.mean_abs(result.before)),
               ("error_after", Calibration.mean_abs(result.after)),
               ("undetermined", ", ".join(result.undetermined) or "none"))
     method = (f"calibrated: prefill x{result.prefill_scale:.4g}, decode x{result.decode_scale:.4g}, "
-              f"+{result.iteration_s * 1e3:.4g} ms per iteration; base {prov.source} ({prov.method})")
+              f"+{result.iteration_s * 1e3:.4g} ms per iteration, +{result.prompt_iteration_s * 1e3:.4g} ms per "
+              f"iteration with prompt work; base {prov.source} ({prov.method})")
     notes = (f"Corrected so the simulator reproduces {len(runs)} {runs[0].format} run(s) ({', '.join(files)}): mean "
              f"absolute error of the TTFT and TPOT statistics {Calibration.mean_abs(result.before):.1%} before, "
              f"{Calibration.mean_abs(result.after):.1%} after. "
              + (f"Not separately determined by these runs: {', '.join(result.undetermined)} (runs at other "
-                "concurrencies would separate them). " if result.undetermined else "")
+                "concurrencies and prompt lengths would separate them). " if result.undetermined else "")
              + f"Base profile: {prov.notes}")
-    return replace(corrected(profile, result.prefill_scale, result.decode_scale, result.iteration_s),
+    return replace(corrected(profile, result.prefill_scale, result.decode_scale, result.iteration_s,
+                             result.prompt_iteration_s),
                    provenance=replace(prov, source="calibrated", method=method, file=files[0],
                                       sha256=sha256_file(files[0]) if len(files) == 1 else None,
                                       notes=notes, calibration=record))
