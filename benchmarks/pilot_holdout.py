@@ -1,0 +1,156 @@
+"""What a pilot run buys: calibrate on two measured points of a deployment, predict the rest of it.
+
+    python benchmarks/pilot_holdout.py [--pilot two-lengths|one-length] [--csv OUT]
+
+The accuracy line of ``optimize`` advises a pilot run whenever the measured deployments like a plan's
+were simulated a quarter or more off (``profile calibrate``). This checks that advice on the
+measurements ``benchmarks/silicon_validation.py`` replays. For each InferenceMAX deployment (model,
+GPU, precision, engine, sweep date, TP and EP) replayed as a plain aggregated instance, its composed
+profile is calibrated (:func:`pdplan.latency.calibration.fit.calibrate`) on two of its rows, means
+only, as the collection's client sent them:
+
+* ``two-lengths`` (default): its lowest-concurrency row at 1k/1k and at 8k/1k, a pilot of the two
+  prompt lengths the deployment serves;
+* ``one-length``: its two lowest-concurrency rows at 1k/1k, which leave the prefill scale and the cost
+  of an iteration with prompt work to trade off.
+
+Every other row of the deployment is then replayed with the calibrated profile, and the script prints
+the median and p90 absolute error of mean TTFT and TPOT on those held-out rows, per model family, ISL/OSL
+and engine, beside the uncorrected profile's on the same rows, and the fitted factors. Nothing is fitted
+to a row it scores. Deployments replayed with a scheduler the calibration does not replay (TensorRT-LLM
+batch waiting, SGLang's receive interval, MTP, attention DP) are left out and counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import Counter
+
+import numpy as np
+import pandas as pd
+from silicon_validation import (
+    INFERENCEMAX,
+    SCHEDULING,
+    _profile,
+    batch_wait,
+    family,
+    plan_for,
+    recv_interval,
+    requests,
+    row_model,
+    speculative,
+    supported_rows,
+)
+
+from pdplan.latency.calibration.bench import BenchRun
+from pdplan.latency.calibration.fit import EngineBatching, calibrate, corrected
+from pdplan.latency.compose import tables
+from pdplan.sim import simulate
+
+DEPLOYMENT = ["model", "gpu", "dtype", "backend", "date", "tp_size", "ep"]
+
+
+def pilot_rows(rows: pd.DataFrame, pilot: str) -> pd.DataFrame:
+    """The deployment's rows a pilot measures (module docstring); empty when it has none such."""
+    lowest = rows.sort_values("concurrency")
+    chat = lowest[(lowest.isl == 1024) & (lowest.osl == 1024)]
+    long_prompts = lowest[(lowest.isl == 8192) & (lowest.osl == 1024)]
+    chosen = pd.concat([chat.head(1), long_prompts.head(1)]) if pilot == "two-lengths" else chat.head(2)
+    return chosen if len(chosen) == 2 else chosen.iloc[0:0]
+
+
+def plain(row) -> bool:
+    """Replayed without a scheduler or a decoding the calibration does not replay."""
+    return batch_wait(row) is None and recv_interval(row) is None and speculative(row) is None
+
+
+def bench_run(row) -> BenchRun:
+    prompts, outputs = requests(row)
+    return BenchRun(file=str(row["id"]), format="silicon_sample", concurrency=int(row["concurrency"]), rate_rps=None,
+                    prompt_tokens=prompts, output_tokens=outputs,
+                    reported={"ttft": {"mean": row["silicon_ttft_ms"] / 1e3},
+                              "tpot": {"mean": row["silicon_tpot_ms"] / 1e3}})
+
+
+def replay(row, profile) -> tuple[float, float]:
+    """Mean TTFT and TPOT (ms) of the row's run on ``profile``."""
+    plan = plan_for(row)
+    prompts, outputs = requests(row)
+    result = simulate({"arrival_s": np.zeros(len(prompts)), "prompt_tokens": prompts, "output_tokens": outputs},
+                      plan, {plan.pools[0].shape: profile}, model=row_model(row), concurrency=int(row["concurrency"]))
+    return float(np.nanmean(result["ttft_s"]) * 1e3), float(np.nanmean(result["tpot_s"]) * 1e3)
+
+
+def holdout(rows: pd.DataFrame, pilot: str) -> tuple[pd.DataFrame, Counter]:
+    records, left_out = [], Counter()
+    for key, deployment in rows.groupby(DEPLOYMENT, sort=True):
+        chosen = pilot_rows(deployment, pilot)
+        if chosen.empty or len(deployment) <= 2:
+            left_out["without the pilot's rows or rows to predict"] += 1
+            continue
+        if not all(plain(row) for _, row in deployment.iterrows()):
+            left_out["replayed with a scheduler or decoding calibration does not replay"] += 1
+            continue
+        first = chosen.iloc[0]
+        base = _profile("composed", first["backend"], row_model(first), first["gpu"], int(first["tp_size"]),
+                        int(first["ep"]))
+        policy, tokens = SCHEDULING[first["backend"]]
+        fit = calibrate(base, [bench_run(row) for _, row in chosen.iterrows()], EngineBatching(policy, tokens))
+        fixed = corrected(base, fit.prefill_scale, fit.decode_scale, fit.iteration_s, fit.prompt_iteration_s)
+        for _, row in deployment.drop(chosen.index).iterrows():
+            ttft, tpot = replay(row, fixed)
+            raw_ttft, raw_tpot = replay(row, base)
+            records.append({**dict(zip(DEPLOYMENT, key)), "isl": row["isl"], "osl": row["osl"],
+                            "concurrency": row["concurrency"], "prefill_scale": fit.prefill_scale,
+                            "decode_scale": fit.decode_scale, "iteration_ms": fit.iteration_s * 1e3,
+                            "prompt_iteration_ms": fit.prompt_iteration_s * 1e3,
+                            "ttft_signed": ttft / row["silicon_ttft_ms"] - 1,
+                            "tpot_signed": tpot / row["silicon_tpot_ms"] - 1,
+                            "raw_ttft_signed": raw_ttft / row["silicon_ttft_ms"] - 1,
+                            "raw_tpot_signed": raw_tpot / row["silicon_tpot_ms"] - 1})
+        print(f"  {' '.join(map(str, key))}: prefill x{fit.prefill_scale:.3g}, decode x{fit.decode_scale:.3g}, "
+              f"+{fit.iteration_s * 1e3:.3g} ms per iteration, +{fit.prompt_iteration_s * 1e3:.3g} ms per prompt "
+              f"iteration; {len(deployment) - 2} rows held out", flush=True)
+    return pd.DataFrame(records), left_out
+
+
+def summary(results: pd.DataFrame, keys: list[str]) -> pd.DataFrame:
+    grouped = results.groupby(keys, sort=True)
+    absolute = lambda column, q: grouped[column].apply(lambda x: x.abs().quantile(q))  # noqa: E731
+    return pd.DataFrame({
+        "rows": grouped.size(), "ttft_median": absolute("ttft_signed", 0.5), "ttft_p90": absolute("ttft_signed", 0.9),
+        "tpot_median": absolute("tpot_signed", 0.5), "uncorrected_ttft": absolute("raw_ttft_signed", 0.5),
+        "uncorrected_tpot": absolute("raw_tpot_signed", 0.5),
+        "prompt_iteration_ms": grouped["prompt_iteration_ms"].median()}).reset_index()
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--pilot", choices=("two-lengths", "one-length"), default="two-lengths")
+    parser.add_argument("--csv", default=None, help="write every held-out row here")
+    args = parser.parse_args(argv)
+    rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+    rows = rows[(rows["mode"] == "agg") & rows["harness"].isin(INFERENCEMAX)].copy()
+    rows["date"] = rows["silicon_data_source"].str.extract(r"measured=(\d{4}-\d{2}-\d{2})")[0]
+    # the exports repeat some runs: one row per measured point
+    rows = rows.drop_duplicates([*DEPLOYMENT, "isl", "osl", "concurrency"])
+    print(f"pilot {args.pilot}: {rows.groupby(DEPLOYMENT).ngroups} deployments, {len(rows)} rows")
+    results, left_out = holdout(rows, args.pilot)
+    results["family"] = family(results["model"])
+    if args.csv:
+        results.to_csv(args.csv, index=False, float_format="%.6g")
+    pd.set_option("display.width", 200)
+    percent = lambda x: f"{x:.1%}"  # noqa: E731
+    for keys in (["family"], ["family", "isl", "osl"], ["family", "backend"]):
+        table = summary(results, keys)
+        print(table.to_string(index=False, formatters={c: percent for c in table.columns if "ttft" in c or "tpot" in c},
+                              float_format=lambda x: f"{x:.3g}"))
+        print()
+    for reason, count in sorted(left_out.items()):
+        print(f"  {count} deployments left out: {reason}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
