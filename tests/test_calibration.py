@@ -120,6 +120,38 @@ def test_a_sweep_made_with_a_cost_per_prompt_iteration_is_recovered_within_2_per
     assert dict(calibrated.provenance.calibration)["prompt_iteration_ms"] == pytest.approx(40.0, rel=0.02)
 
 
+@pytest.mark.parametrize("flags, schedule", [
+    (("--policy", "prefill-first", "--recv-interval", "10"), EngineBatching(policy="prefill-first", recv_interval=10)),
+    (("--batch-wait-timeout-iters", "20", "--batch-wait-max-tokens-ratio", "0.9"),
+     EngineBatching(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9))],
+    ids=["sglang-receive-interval", "tensorrt-llm-batch-waiting"])
+def test_a_benchmark_of_an_engine_with_its_scheduler_s_waits_is_replayed_with_them(run_cli, tmp_path, base_file,
+                                                                                     flags, schedule):
+    benches = [vllm_result(tmp_path / f"c{c}.json", c, schedule=schedule) for c in (1, 8, 32)]
+    args = [a for b in benches for a in ("--bench", b)]
+    code, out, err = run_cli("profile", "calibrate", base_file, *args, *flags, "-o", tmp_path / "cal.yaml", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
+    assert doc["decode_scale"] == pytest.approx(TRUTH["decode"], rel=0.02)
+    policy = flags[:2] if flags[0] == "--policy" else ()
+    code, out, err = run_cli("profile", "calibrate", base_file, *args, *policy, "-o", tmp_path / "blind.yaml", "--json")
+    blind = json.loads(out)  # replayed without the waits, no factors reproduce what the engine did
+    assert max(map(abs, doc["error_after"].values())) < 0.01 < 0.1 < max(map(abs, blind["error_after"].values()))
+
+
+@pytest.mark.parametrize("flags, flag", [
+    (("--batch-wait-timeout-iters", "20"), "--batch-wait-max-tokens-ratio"),
+    (("--policy", "prefill-first", "--batch-wait-timeout-iters", "20", "--batch-wait-max-tokens-ratio", "0.9"),
+     "--batch-wait-timeout-iters"),
+    (("--recv-interval", "0"), "--recv-interval")])
+def test_scheduler_flags_the_engine_cannot_run_exit_2_naming_the_flag(run_cli, tmp_path, base_file, flags, flag):
+    bench = vllm_result(tmp_path / "c8.json", 8)
+    code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, *flags, "-o", tmp_path / "cal.yaml")
+    assert code == 2 and flag in err and len(err.strip().splitlines()) == 1 and out == ""
+    assert not (tmp_path / "cal.yaml").exists()
+
+
 def test_one_closed_loop_run_says_the_decode_scale_and_iteration_cost_trade_off(run_cli, tmp_path, base_file):
     bench = vllm_result(tmp_path / "c8.json", 8)
     code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, "-o", tmp_path / "cal.yaml")

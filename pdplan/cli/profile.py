@@ -327,6 +327,12 @@ def compose(
 
 # --- calibrate -----------------------------------------------------------------------------------
 
+#: The calibration's scheduler settings, by the plan pool field that states them.
+SCHEDULE_FLAGS = {"recv_interval": "--recv-interval", "batch_wait_timeout_iters": "--batch-wait-timeout-iters",
+                  "batch_wait_max_tokens_ratio": "--batch-wait-max-tokens-ratio", "chunk_tokens": "--chunk",
+                  "policy": "--policy"}
+
+
 @app.command("calibrate")
 def calibrate(
     profile_file: Annotated[Path, typer.Argument(metavar="PROFILE", help="The profile YAML to correct.",
@@ -347,6 +353,16 @@ def calibrate(
                                                        "(prefill-first), the engine's max_num_batched_tokens.")] = 8192,
     output: Annotated[Path, typer.Option("-o", "--output", help="Calibrated profile YAML to write (atomically).",
                                          show_default=False)] = ...,
+    recv_interval: Annotated[int | None, typer.Option(
+        "--recv-interval", help="The SGLang server's --scheduler-recv-interval, when it was above 1 (with "
+                                "--policy prefill-first or chunked).", show_default=False)] = None,
+    batch_wait_iters: Annotated[int | None, typer.Option(
+        "--batch-wait-timeout-iters", help="The TensorRT-LLM server's batch_wait_timeout_iters, with "
+                                           "--batch-wait-max-tokens-ratio (--policy chunked).",
+        show_default=False)] = None,
+    batch_wait_ratio: Annotated[float | None, typer.Option(
+        "--batch-wait-max-tokens-ratio", help="The TensorRT-LLM server's batch_wait_max_tokens_ratio of --chunk.",
+        show_default=False)] = None,
     speculative: SpeculativeOpt = None,
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
@@ -359,7 +375,8 @@ def calibrate(
 
     The written profile's provenance holds the factors and the error before and after. A benchmark
     of an engine running speculative decoding is replayed with it (--speculative and its flags); the
-    written profile stays the plain decode step, to be planned with the same flags.
+    written profile stays the plain decode step, to be planned with the same flags; so is one of an
+    engine that ran SGLang's receive interval or TensorRT-LLM's batch waiting (their flags).
     """
     from pdplan.latency.calibration.bench import FORMATS, read_bench
     from pdplan.latency.calibration.fit import EngineBatching, calibrated_profile
@@ -375,7 +392,13 @@ def calibrate(
     runs = [read_bench(path, format) for path in bench]
     if drafting is not None and drafting.draft_cost is None:  # MTP: one layer of the profile's model
         drafting = drafting.resolved(get_model(base.model).layers)
-    schedule = EngineBatching(policy=policy, tokens=chunk, speculative=drafting)
+    schedule = EngineBatching(policy=policy, tokens=chunk, speculative=drafting, recv_interval=recv_interval,
+                              batch_wait_timeout_iters=batch_wait_iters, batch_wait_max_tokens_ratio=batch_wait_ratio)
+    try:
+        schedule.pool(base)
+    except PdplanError as err:  # the pool's rules, named by the flags that set them
+        flag = SCHEDULE_FLAGS.get(err.field or "", err.field)
+        raise PdplanError(f"{flag}: {err.detail.split(': ', 1)[-1]}", field=flag) from None
     with stderr.status("replaying the benchmark load", spinner="dots") if stderr.is_terminal and not as_json \
             else nullcontext():
         result = fit(base, runs, schedule)

@@ -34,7 +34,8 @@ from scipy.optimize import minimize
 from pdplan.latency.calibration.bench import BenchRun, statistics
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
 from pdplan.latency.speculative import SpeculativeDecoding
-from pdplan.sim import simulate_pool
+from pdplan.sim import simulate
+from pdplan.sim.plan import Plan, Pool
 from pdplan.workload import poisson_arrivals
 
 #: Bounds of the factors: a profile more than 10x off is not a calibration but a different shape.
@@ -54,6 +55,21 @@ class EngineBatching:
     #: the speculative decoding the benchmarked engine ran (its draft cost resolved), replayed with it:
     #: the profile being corrected stays the engine's plain decode step
     speculative: SpeculativeDecoding | None = None
+    #: SGLang's --scheduler-recv-interval, and TensorRT-LLM's batch waiting, when the engine ran them
+    #: (a plan pool's fields of the same names, and their rules)
+    recv_interval: int | None = None
+    batch_wait_timeout_iters: int | None = None
+    batch_wait_max_tokens_ratio: float | None = None
+
+    def pool(self, profile: PhaseProfile) -> Pool:
+        """The one colocated instance of ``profile``'s shape the benchmark ran, scheduled as it was."""
+        chunked = self.policy == "chunked"
+        return Pool(name="benchmarked", phase="colocated", model=profile.model, gpu=profile.gpu, tp=profile.tp,
+                    pp=profile.pp, dp=profile.dp, ep=profile.ep, policy=self.policy,
+                    chunk_tokens=self.tokens if chunked else None,
+                    max_prefill_batch_tokens=None if chunked else min(self.tokens, profile.max_prefill_batch_tokens),
+                    recv_interval=self.recv_interval, batch_wait_timeout_iters=self.batch_wait_timeout_iters,
+                    batch_wait_max_tokens_ratio=self.batch_wait_max_tokens_ratio)
 
 
 def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, iteration_s: float,
@@ -82,14 +98,10 @@ def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching,
     if run.concurrency is None:
         workload["arrival_s"] = (np.zeros(n) if run.rate_rps is None
                                  else poisson_arrivals(n, rate_rps=run.rate_rps, rng=seed))
-    chunked = schedule.policy == "chunked"
+    pool = schedule.pool(profile)
     if schedule.speculative is not None:
         profile = schedule.speculative.apply(profile)
-    result = simulate_pool(workload, profile, phase="colocated", policy=schedule.policy,
-                           chunk_tokens=schedule.tokens if chunked else None,
-                           max_prefill_batch_tokens=(None if chunked
-                                                     else min(schedule.tokens, profile.max_prefill_batch_tokens)),
-                           concurrency=run.concurrency)
+    result = simulate(workload, Plan(pools=(pool,)), {pool.shape: profile}, concurrency=run.concurrency)
     served = ~np.asarray(result["rejected"])
     return np.asarray(result["ttft_s"])[served], np.asarray(result["tpot_s"])[served]
 
