@@ -17,8 +17,9 @@ only, as the collection's client sent them:
 Every other row of the deployment is then replayed with the calibrated profile, and the script prints
 the median and p90 absolute error of mean TTFT and TPOT on those held-out rows, per model family, ISL/OSL
 and engine, beside the uncorrected profile's on the same rows, and the fitted factors. Nothing is fitted
-to a row it scores. Deployments replayed with a scheduler the calibration does not replay (TensorRT-LLM
-batch waiting, SGLang's receive interval, MTP, attention DP) are left out and counted.
+to a row it scores. The pilot is replayed as its rows ran (``profile calibrate``'s receive interval,
+batch waiting, iteration budget and MTP, from the row's recipe as the validation reads it), and so is
+each held-out row; a deployment whose two pilot rows ran differently is left out and counted.
 """
 
 from __future__ import annotations
@@ -31,12 +32,9 @@ import numpy as np
 import pandas as pd
 from silicon_validation import (
     INFERENCEMAX,
-    SCHEDULING,
     _profile,
-    batch_wait,
     family,
     plan_for,
-    recv_interval,
     requests,
     row_model,
     speculative,
@@ -60,9 +58,14 @@ def pilot_rows(rows: pd.DataFrame, pilot: str) -> pd.DataFrame:
     return chosen if len(chosen) == 2 else chosen.iloc[0:0]
 
 
-def plain(row) -> bool:
-    """Replayed without a scheduler or a decoding the calibration does not replay."""
-    return batch_wait(row) is None and recv_interval(row) is None and speculative(row) is None
+def schedule(row) -> EngineBatching:
+    """How the row's engine batched (:func:`silicon_validation.plan_for`), as calibration replays it."""
+    pool = plan_for(row).pools[0]
+    drafting = speculative(row)
+    return EngineBatching(policy=pool.policy, tokens=pool.chunk_tokens or pool.max_prefill_batch_tokens,
+                          speculative=None if drafting is None else drafting.resolved(row_model(row).layers),
+                          recv_interval=pool.recv_interval, batch_wait_timeout_iters=pool.batch_wait_timeout_iters,
+                          batch_wait_max_tokens_ratio=pool.batch_wait_max_tokens_ratio)
 
 
 def bench_run(row) -> BenchRun:
@@ -74,8 +77,10 @@ def bench_run(row) -> BenchRun:
 
 
 def replay(row, profile) -> tuple[float, float]:
-    """Mean TTFT and TPOT (ms) of the row's run on ``profile``."""
+    """Mean TTFT and TPOT (ms) of the row's run on ``profile`` (with the MTP it ran)."""
     plan = plan_for(row)
+    drafting = schedule(row).speculative
+    profile = profile if drafting is None else drafting.apply(profile)
     prompts, outputs = requests(row)
     result = simulate({"arrival_s": np.zeros(len(prompts)), "prompt_tokens": prompts, "output_tokens": outputs},
                       plan, {plan.pools[0].shape: profile}, model=row_model(row), concurrency=int(row["concurrency"]))
@@ -89,14 +94,14 @@ def holdout(rows: pd.DataFrame, pilot: str) -> tuple[pd.DataFrame, Counter]:
         if chosen.empty or len(deployment) <= 2:
             left_out["without the pilot's rows or rows to predict"] += 1
             continue
-        if not all(plain(row) for _, row in deployment.iterrows()):
-            left_out["replayed with a scheduler or decoding calibration does not replay"] += 1
+        ran = {schedule(row) for _, row in chosen.iterrows()}
+        if len(ran) > 1:
+            left_out["whose two pilot rows ran with different schedulers"] += 1
             continue
         first = chosen.iloc[0]
         base = _profile("composed", first["backend"], row_model(first), first["gpu"], int(first["tp_size"]),
                         int(first["ep"]))
-        policy, tokens = SCHEDULING[first["backend"]]
-        fit = calibrate(base, [bench_run(row) for _, row in chosen.iterrows()], EngineBatching(policy, tokens))
+        fit = calibrate(base, [bench_run(row) for _, row in chosen.iterrows()], ran.pop())
         fixed = corrected(base, fit.prefill_scale, fit.decode_scale, fit.iteration_s, fit.prompt_iteration_s)
         for _, row in deployment.drop(chosen.index).iterrows():
             ttft, tpot = replay(row, fixed)
