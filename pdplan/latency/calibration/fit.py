@@ -14,8 +14,10 @@ and the simulated TTFT and TPOT distributions match the measured ones: the least
 the log ratios of their percentiles (p10, p25, p50, p75, p90, p99 and the mean when the result
 carries every request; the percentiles it reports otherwise), summed over every run given. A
 chunked (mixed) iteration pays c once, through its decode step, and c_p once (the profile's
-``prompt_iteration_s``). The search is Nelder–Mead from the uncorrected profile, polished by a
-second start at its answer; the simulation is deterministic, so the fit is too.
+``prompt_iteration_s``). The search is Nelder–Mead from the uncorrected profile: first over the
+three factors without c_p, then over all four from that answer, then a polish at that one; the
+simulation is deterministic, so the fit is too. The load runs on one colocated instance scheduled as
+the benchmarked server ran (:meth:`EngineBatching.pool`).
 
 One closed-loop run holds the batch at its concurrency, so it measures s_d · decode(B) + c at one
 B: the decode scale and the iteration cost trade off. Runs at two or more concurrencies (the
