@@ -373,10 +373,10 @@ def calibrate(
     prefill scale, a decode scale, a fixed per-iteration cost and a fixed cost per iteration with prompt
     work (an eager prefill's launches) so the simulated TTFT and TPOT match.
 
-    The written profile's provenance holds the factors and the error before and after. A benchmark
-    of an engine running speculative decoding is replayed with it (--speculative and its flags); the
-    written profile stays the plain decode step, to be planned with the same flags; so is one of an
-    engine that ran SGLang's receive interval or TensorRT-LLM's batch waiting (their flags).
+    The written profile's provenance holds the factors and the error before and after. The load is
+    replayed as the server scheduled it: SGLang's receive interval and TensorRT-LLM's batch waiting
+    with their flags, and speculative decoding with --speculative and its flags (the written profile
+    stays the plain decode step, to be planned with the same flags).
     """
     from pdplan.latency.calibration.bench import FORMATS, read_bench
     from pdplan.latency.calibration.fit import EngineBatching, calibrated_profile
