@@ -28,13 +28,13 @@ import argparse
 import sys
 from collections import Counter
 
-import numpy as np
 import pandas as pd
 from silicon_validation import (
     INFERENCEMAX,
     _profile,
     family,
     plan_for,
+    replay_on,
     requests,
     row_model,
     speculative,
@@ -44,9 +44,8 @@ from silicon_validation import (
 from pdplan.latency.calibration.bench import BenchRun
 from pdplan.latency.calibration.fit import EngineBatching, calibrate, corrected
 from pdplan.latency.compose import tables
-from pdplan.sim import simulate
 
-DEPLOYMENT = ["model", "gpu", "dtype", "backend", "date", "tp_size", "ep"]
+DEPLOYMENT = ["model", "gpu", "dtype", "backend", "measured", "tp_size", "ep"]
 
 
 def pilot_rows(rows: pd.DataFrame, pilot: str) -> pd.DataFrame:
@@ -61,9 +60,8 @@ def pilot_rows(rows: pd.DataFrame, pilot: str) -> pd.DataFrame:
 def schedule(row) -> EngineBatching:
     """How the row's engine batched (:func:`silicon_validation.plan_for`), as calibration replays it."""
     pool = plan_for(row).pools[0]
-    drafting = speculative(row)
     return EngineBatching(policy=pool.policy, tokens=pool.chunk_tokens or pool.max_prefill_batch_tokens,
-                          speculative=None if drafting is None else drafting.resolved(row_model(row).layers),
+                          speculative=speculative(row),
                           recv_interval=pool.recv_interval, batch_wait_timeout_iters=pool.batch_wait_timeout_iters,
                           batch_wait_max_tokens_ratio=pool.batch_wait_max_tokens_ratio)
 
@@ -74,17 +72,6 @@ def bench_run(row) -> BenchRun:
                     prompt_tokens=prompts, output_tokens=outputs,
                     reported={"ttft": {"mean": row["silicon_ttft_ms"] / 1e3},
                               "tpot": {"mean": row["silicon_tpot_ms"] / 1e3}})
-
-
-def replay(row, profile) -> tuple[float, float]:
-    """Mean TTFT and TPOT (ms) of the row's run on ``profile`` (with the MTP it ran)."""
-    plan = plan_for(row)
-    drafting = schedule(row).speculative
-    profile = profile if drafting is None else drafting.apply(profile)
-    prompts, outputs = requests(row)
-    result = simulate({"arrival_s": np.zeros(len(prompts)), "prompt_tokens": prompts, "output_tokens": outputs},
-                      plan, {plan.pools[0].shape: profile}, model=row_model(row), concurrency=int(row["concurrency"]))
-    return float(np.nanmean(result["ttft_s"]) * 1e3), float(np.nanmean(result["tpot_s"]) * 1e3)
 
 
 def holdout(rows: pd.DataFrame, pilot: str) -> tuple[pd.DataFrame, Counter]:
@@ -104,8 +91,9 @@ def holdout(rows: pd.DataFrame, pilot: str) -> tuple[pd.DataFrame, Counter]:
         fit = calibrate(base, [bench_run(row) for _, row in chosen.iterrows()], ran.pop())
         fixed = corrected(base, fit.prefill_scale, fit.decode_scale, fit.iteration_s, fit.prompt_iteration_s)
         for _, row in deployment.drop(chosen.index).iterrows():
-            ttft, tpot = replay(row, fixed)
-            raw_ttft, raw_tpot = replay(row, base)
+            shape = plan_for(row).pools[0].shape
+            ttft, tpot = replay_on(row, {shape: fixed})
+            raw_ttft, raw_tpot = replay_on(row, {shape: base})
             records.append({**dict(zip(DEPLOYMENT, key)), "isl": row["isl"], "osl": row["osl"],
                             "concurrency": row["concurrency"], "prefill_scale": fit.prefill_scale,
                             "decode_scale": fit.decode_scale, "iteration_ms": fit.iteration_s * 1e3,
@@ -137,7 +125,6 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     rows = rows[(rows["mode"] == "agg") & rows["harness"].isin(INFERENCEMAX)].copy()
-    rows["date"] = rows["silicon_data_source"].str.extract(r"measured=(\d{4}-\d{2}-\d{2})")[0]
     # the exports repeat some runs: one row per measured point
     rows = rows.drop_duplicates([*DEPLOYMENT, "isl", "osl", "concurrency"])
     print(f"pilot {args.pilot}: {rows.groupby(DEPLOYMENT).ngroups} deployments, {len(rows)} rows")

@@ -139,6 +139,8 @@ def supported_rows(path) -> pd.DataFrame:
     rows["ep"] = rows["moe_ep_size"].fillna(1).astype(int)
     rows["concurrency"] = [_concurrency(s, b) for s, b in zip(rows["silicon_data_source"], rows["batch_size"])]
     rows["harness"] = [_harness(s) for s in rows["silicon_data_source"]]
+    # the UTC date of the run (InferenceMAX: of the merge whose sweep measured it); empty when unstated
+    rows["measured"] = rows["silicon_data_source"].str.extract(r"measured=(\d{4}-\d{2}-\d{2})")[0].fillna("")
     moe = rows["model"].isin(MOE)
     # aggregated: TP x PP on one node, experts split over the TP group (EP 1) or whole over it (EP = TP)
     one_instance = ((rows["mode"] == "agg") & (rows["attention_dp_size"].fillna(1) == 1)
@@ -228,11 +230,10 @@ def recv_interval(row) -> int | None:
 def batch_wait(row) -> dict | None:
     """The TensorRT-LLM iteration budget and batch waiting of an aggregated row's recipe (module
     docstring) as pool fields, with ``max_num_tokens``; None where the recipe stated neither."""
-    found = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(row["silicon_data_source"]))
-    if row["harness"] not in INFERENCEMAX or row["backend"] != "trtllm" or row["mode"] != "agg" or not found:
+    if row["harness"] not in INFERENCEMAX or row["backend"] != "trtllm" or row["mode"] != "agg" or not row["measured"]:
         return None
     chat, clients = (int(row["isl"]), int(row["osl"])) == (1024, 1024), int(row["concurrency"])
-    if row["model"] == "llama-3.1-70b" and LLAMA_TRT_RECIPES[0] <= found.group(1) <= LLAMA_TRT_RECIPES[1]:
+    if row["model"] == "llama-3.1-70b" and LLAMA_TRT_RECIPES[0] <= row["measured"] <= LLAMA_TRT_RECIPES[1]:
         waits = {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
         return {"max_num_tokens": 16384, **(waits if chat and _int(row["tp_size"]) < 8 else {})}
     sweep = _deepseek_sweep(row)
@@ -247,18 +248,19 @@ def batch_wait(row) -> dict | None:
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:
     """The engine, GPU, precision and UTC date of the InferenceMAX sweep that measured a DeepSeek row
     (the keys of ``MTP_SWEEPS`` and ``MIXED_SWEEPS``); None for any other row."""
-    found = re.search(r"measured=(\d{4}-\d{2}-\d{2})", str(row["silicon_data_source"]))
-    if row["harness"] not in INFERENCEMAX or row["model"] not in DEEPSEEK or not found:
+    if row["harness"] not in INFERENCEMAX or row["model"] not in DEEPSEEK or not row["measured"]:
         return None
-    return row["backend"], row["gpu"], row["dtype"], found.group(1)
+    return row["backend"], row["gpu"], row["dtype"], row["measured"]
 
 
 def speculative(row) -> SpeculativeDecoding | None:
-    """The multi-token prediction the row's server ran (module docstring), None for none."""
+    """The multi-token prediction the row's server ran (module docstring), its draft cost resolved for the
+    row's model; None for none."""
     if _deepseek_sweep(row) not in MTP_SWEEPS:
         return None
     drafts = 1 if row["mode"] == "agg-dp" else 3
-    return SpeculativeDecoding(method=SpeculativeMethod.MTP, acceptance=MTP_ACCEPTANCE, draft_tokens=drafts)
+    return SpeculativeDecoding(method=SpeculativeMethod.MTP, acceptance=MTP_ACCEPTANCE,
+                               draft_tokens=drafts).resolved(row_model(row).layers)
 
 
 def coordinates(row, phase: str) -> dict:
@@ -296,24 +298,26 @@ def requests(row) -> tuple[np.ndarray, np.ndarray]:
 
 
 def replay(row, kind: str) -> tuple[float, float]:
-    """Simulated mean TTFT and mean TPOT (ms) of the row's run."""
-    plan = plan_for(row)
-    model = row_model(row)
+    """Simulated mean TTFT and mean TPOT (ms) of the row's run, its pools timed by ``kind``."""
+    plan, model = plan_for(row), row_model(row)
     if row["mode"] == "agg":
         profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]))
                     for pool in plan.pools}
     else:
         profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp)
                     for pool in plan.pools}
+    return replay_on(row, profiles)
+
+
+def replay_on(row, profiles: dict) -> tuple[float, float]:
+    """Simulated mean TTFT and mean TPOT (ms) of the row's run on these profiles (by shape), with the
+    multi-token prediction it ran."""
     drafting = speculative(row)
     if drafting is not None:
-        drafting = drafting.resolved(model.layers)
         profiles = {shape: drafting.apply(profile) for shape, profile in profiles.items()}
-    clients = int(row["concurrency"])
     prompts, outputs = requests(row)
-    n = len(prompts)
-    workload = {"arrival_s": np.zeros(n), "prompt_tokens": prompts, "output_tokens": outputs}
-    result = simulate(workload, plan, profiles, model=model, concurrency=clients)
+    workload = {"arrival_s": np.zeros(len(prompts)), "prompt_tokens": prompts, "output_tokens": outputs}
+    result = simulate(workload, plan_for(row), profiles, model=row_model(row), concurrency=int(row["concurrency"]))
     served = ~np.asarray(result["rejected"])
     ttft = np.asarray(result["ttft_s"])[served]
     tpot = np.asarray(result["tpot_s"])[served]
