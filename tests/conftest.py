@@ -87,10 +87,10 @@ MIXED_CLUSTER = ("nodes:\n  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, int
 
 @pytest.fixture(scope="session")
 def mixed_manifest(tmp_path_factory) -> dict[str, Path]:
-    """A manifest whose answer has Splitwise's mixed pool: llama2-70b on two A100 nodes at 2 req/s,
+    """A manifest whose answer has Splitwise's mixed pool: llama2-70b on two A100 nodes at 1.5 req/s,
     the chat trace's first 600 requests, P/D only, spill above 2048 queued prompt tokens (~5 s).
     Returns the manifest, its trace and its cluster."""
-    return _two_node_manifest(tmp_path_factory.mktemp("mixed"), "--mixed")
+    return _two_node_manifest(tmp_path_factory.mktemp("mixed"), "--mixed", rate=1.5)
 
 
 @pytest.fixture(scope="session")
@@ -101,15 +101,15 @@ def borrowing_manifest(tmp_path_factory) -> dict[str, Path]:
     return _two_node_manifest(tmp_path_factory.mktemp("borrowing"), "--borrow")
 
 
-def _two_node_manifest(folder: Path, flag: str) -> dict[str, Path]:
-    """The manifest ``optimize FLAG`` writes for llama2-70b on two A100 nodes at 2 req/s (the chat
+def _two_node_manifest(folder: Path, flag: str, rate: float = 2) -> dict[str, Path]:
+    """The manifest ``optimize FLAG`` writes for llama2-70b on two A100 nodes at ``rate`` req/s (the chat
     trace's first 600 requests, P/D only, spill above 2048 queued prompt tokens), with its trace
     and cluster."""
     trace, cluster, out = folder / "chat600.csv", folder / "a100x2.yaml", folder / "manifest.yaml"
     trace.write_text("".join(TRACE.read_text().splitlines(keepends=True)[:601]))
     cluster.write_text(MIXED_CLUSTER)
     code, _ = run_main("optimize", trace, "--model", "llama2-70b", "--tp", "2", "--tp", "4", "--pp", "1",
-                       "--target-rate", "2", "--ttft", "1", "--tpot", "0.1", "--cluster", cluster, flag,
+                       "--target-rate", str(rate), "--ttft", "1", "--tpot", "0.1", "--cluster", cluster, flag,
                        "--mixed-spill-tokens", "2048", "--mode", "disaggregated", "--affinity", "high",
                        "--cache-dir", folder / "cache", "--out", out, *IDENTITY)
     assert code == 0

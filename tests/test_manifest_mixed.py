@@ -86,7 +86,7 @@ def test_every_mixed_rule_cites_an_upstream_file_and_commit():
 def test_the_json_names_the_mixed_answer_and_the_plain_plan_beside_it(run_cli, mixed_manifest):
     folder = mixed_manifest["manifest"].parent
     code, out, _ = run_cli("optimize", mixed_manifest["trace"], "--model", "llama2-70b", "--tp", "2", "--tp", "4",
-                           "--pp", "1", "--target-rate", "2", "--ttft", "1", "--tpot", "0.1", "--cluster",
+                           "--pp", "1", "--target-rate", "1.5", "--ttft", "1", "--tpot", "0.1", "--cluster",
                            mixed_manifest["cluster"], "--mixed", "--mixed-spill-tokens", "2048", "--mode",
                            "disaggregated", "--affinity", "high", "--cache-dir", folder / "cache", "--json")
     assert code == 0

@@ -14,7 +14,7 @@ from pdplan.latency.profile import load_profile, profile_to_dict, profile_yaml, 
 from pdplan.sim.plan import Plan, Pool
 from tests.test_sim_colocated import both_engines, colo_profile, constant_profile, random_trace
 
-P, D, C = 0.100, 0.010, 0.030  # a 100 ms prompt iteration alone (30 ms of it launches), a 10 ms decode step
+P, D, C = 0.100, 0.080, 0.030  # a 100 ms prompt iteration alone (30 ms of it launches), an 80 ms decode step
 
 
 def chunked(chunk=256, replicas=1) -> Plan:
@@ -27,20 +27,21 @@ def eager(profile, seconds=C):
 
 
 def test_a_mixed_iteration_adds_the_cost_to_its_decode_step_once():
-    """r0's prompt runs alone [0, 100 ms], its decode steps take 10 ms; r1 arrives at 115 ms and its
-    prompt rides the iteration from 120 ms with r0's decode: 10 ms + 30 ms, so its first token is out at
-    160 ms (130 ms without the cost). r0's decode steps before it take 10 ms each."""
+    """r0's prompt runs alone [0, 100 ms], its decode steps take 80 ms, which cover the 70 ms of the
+    prompt's constant a decode step can share; r1 arrives at 220 ms and its prompt rides the iteration
+    from 260 ms with r0's decode: 80 ms + 30 ms, so its first token is out at 370 ms. Without the cost
+    the iteration takes what r1's prompt alone takes, 100 ms."""
     trace = {"arrival_s": [0.0, P + 1.5 * D], "prompt_tokens": [10, 10], "output_tokens": [50, 2]}
-    result = both_engines(trace, chunked(), eager(constant_profile()))
+    result = both_engines(trace, chunked(), eager(constant_profile(decode_ms=D * 1e3)))
     assert result["first_token_s"].tolist() == pytest.approx([P, P + 2 * D + D + C])
-    plain = both_engines(trace, chunked(), constant_profile())
-    assert plain["first_token_s"][1] == pytest.approx(P + 3 * D)
+    plain = both_engines(trace, chunked(), constant_profile(decode_ms=D * 1e3))
+    assert plain["first_token_s"][1] == pytest.approx(P + 2 * D + P)
 
 
 def test_a_prompt_alone_pays_only_its_prefill():
     """The cost is part of the prefill's constant already: an idle instance's prompt takes 100 ms."""
     trace = {"arrival_s": [0.0], "prompt_tokens": [10], "output_tokens": [3]}
-    result = both_engines(trace, chunked(), eager(constant_profile()))
+    result = both_engines(trace, chunked(), eager(constant_profile(decode_ms=D * 1e3)))
     assert result["first_token_s"][0] == pytest.approx(P)
     assert result["finish_s"][0] == pytest.approx(P + 2 * D)  # decode-only steps do not pay it
 

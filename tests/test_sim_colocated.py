@@ -99,6 +99,19 @@ def test_mixed_iteration_cost_counts_the_causal_pairs_of_a_chunk():
     assert result["first_token_s"][0] == pytest.approx(0.0125 + 0.0175)
 
 
+
+def test_a_mixed_iteration_takes_at_least_its_prompt_chunks_alone():
+    """A decode step cheaper than the prompt's constant (a mixture-of-experts decode of one request
+    reads only the experts it routes to; a prompt reads them all) shares no more than itself. r0's
+    prompt runs alone [0, 100 ms] and its decode steps take 10 ms; r1 arrives at 115 ms and its
+    prompt rides the iteration from 120 ms: 10 + 100 − 10 = 100 ms, so its first token is out at
+    220 ms, not at the 130 ms that sharing the whole 100 ms constant would give."""
+    trace = {"arrival_s": [0.0, 0.115], "prompt_tokens": [10, 10], "output_tokens": [50, 2]}
+    plan = Plan(pools=(Pool(name="c", phase="colocated", model="toy", gpu="toy-gpu", policy="chunked",
+                            chunk_tokens=256),))
+    result = both_engines(trace, plan, constant_profile(prefill_ms=100.0, decode_ms=10.0))
+    assert result["first_token_s"].tolist() == pytest.approx([0.100, 0.220])
+
 @pytest.mark.slow
 def test_chunked_prefill_gives_lower_p99_tpot_than_prefill_first_on_the_azure_code_trace(shared_data):
     from pdplan.workload import load_trace

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_write_text, dump_yaml
+from pdplan.latency.profile import iteration_group_s
 from pdplan.sim import Plan, simulate, simulate_pool
 from pdplan.sim.fast import fields
 from pdplan.sim.fast.latency import instance_run_s
@@ -93,6 +94,16 @@ def test_a_prefill_of_unequal_ranks_times_its_moe_layers_at_the_tokens_summed(en
     g(400) = 25 ms): both own parts are 5 ms, so the batch lasts 5 + g(1,300) = 75 ms."""
     result = simulate_pool(at_zero([1000, 200, 100], [1, 1, 1]), grouped(dp=2), phase="prefill", engine=engine)
     np.testing.assert_allclose(result["prefill_end_s"], [0.075, 0.075, 0.075], atol=1e-12)
+
+
+def test_an_iterations_moe_layers_share_no_more_of_the_prompts_constant_than_the_decode_rows_pay():
+    """The group part of an iteration with d decode rows and T prompt tokens is g_d(d) + g_p(T) less the
+    part of the prompt's constant g_p(1) = 5.05 ms that the decode rows pay too, at most g_d(d). With
+    :func:`grouped`: 10 decode rows (7 ms) pay all of it, 7 + 10 − 5.05 ms for 100 prompt tokens; 2 rows
+    (3 ms) pay only their 3 ms, so the iteration takes the prompt tokens' own 10 ms."""
+    profile = grouped(2)
+    assert iteration_group_s(profile, 10, 100) == pytest.approx(0.007 + 0.010 - 0.00505)
+    assert iteration_group_s(profile, 2, 100) == pytest.approx(0.010)
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])

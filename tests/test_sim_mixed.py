@@ -62,11 +62,12 @@ def test_a_decode_spills_when_its_decode_instance_would_pass_the_kv_share():
 
 
 # --- the seed's fixture: two prompt machines at 6 req/s, two token machines at 4 req/s -------------
-# One 1,000-token prompt per 1/6 s batch makes a prompt machine serve 6 req/s; KV for two requests
-# and 25 decode steps of 20 ms make a token machine serve 4 req/s. Capacities are simulated: the
+# A 1,000-token prompt (20 ms, the weights a decode step reads too, + 0.147 ms per token), one per
+# batch, makes a prompt machine serve 6 req/s; KV for two requests and 25 decode steps of 20 ms make a
+# token machine serve 4 req/s. Capacities are simulated: the
 # highest Poisson rate (bisection) at which p90 TTFT stays within 2 s on 3,000 requests.
 
-FIXTURE = handbuilt_profile(model="llama2-70b", gpu="a100-80gb", tp=4, pp=1, prefill_ms=[(1, [[1000 / 6, 0.0, 0.0]])],
+FIXTURE = handbuilt_profile(model="llama2-70b", gpu="a100-80gb", tp=4, pp=1, prefill_ms=[(1, [[20.0, 0.44 / 3, 0.0]])],
                             decode_ms=[(1, [[20.0, 0.0, 0.0]])], kv_capacity_tokens=2 * 1026,
                             max_prefill_batch_tokens=1000)
 FREE = Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=1e12)
@@ -92,7 +93,9 @@ def capacity_rps(plan: Plan) -> float:
 
 def test_the_seed_fixture_mixed_pool_lifts_capacity_in_simulation_as_the_formula_says():
     """G_static = min(N_P·g_P, N_T·g_T) and G_mixed = min((N_P − b)·g_P + b·g_M, N_T·g_T + b·g_M),
-    every g simulated, against the whole system simulated: 8 → 10 req/s in the article's numbers."""
+    every g simulated, against the whole system simulated. The article's synthetic mixed machine
+    sustains 4 req/s (8 → 10 req/s); this one about 2, since a prompt riding its decode steps costs
+    it what it costs a prompt machine, so borrowing lifts the token-bound 8 req/s a little."""
     # per machine, as pools of two (the fixture's N_P = N_T = 2), the other phase never the bottleneck
     g_p = capacity_rps(Plan(pools=(machines("p", "prefill", 2), machines("d", "decode", 20)), default_link=FREE)) / 2
     g_t = capacity_rps(Plan(pools=(machines("p", "prefill", 20), machines("d", "decode", 2)), default_link=FREE)) / 2
@@ -104,7 +107,7 @@ def test_the_seed_fixture_mixed_pool_lifts_capacity_in_simulation_as_the_formula
                                  default_link=FREE, spill_tokens=3000))
     assert static == pytest.approx(min(2 * g_p, 2 * g_t), rel=0.05)
     assert borrowed == pytest.approx(min(2 * g_p - g_p + g_m, 2 * g_t + g_m), rel=0.05)
-    assert borrowed > 1.15 * static
+    assert borrowed > 1.01 * static
 
 
 def test_a_plan_file_round_trips_its_mixed_pool(tmp_path):

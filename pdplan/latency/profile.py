@@ -177,13 +177,15 @@ class PhaseProfile(ModelShape):
 def iteration_group_s(profile: PhaseProfile, decode_rows: int, prompt_tokens: int) -> float:
     """The group part of an iteration whose MoE layers see ``decode_rows`` decode rows and
     ``prompt_tokens`` prompt tokens, composed as a colocated iteration composes its step (a decode
-    step plus what the prompt chunks add above an empty prefill batch)."""
+    step plus what the prompt chunks add above the part of an empty prefill batch the decode rows pay
+    too, :func:`pdplan.sim.fast.latency.mixed_iteration_s`)."""
     if prompt_tokens == 0:
         return profile.group_s(False, decode_rows) if decode_rows else 0.0
     pre = profile.group_s(True, prompt_tokens)
     if decode_rows == 0:
         return pre
-    return profile.group_s(False, decode_rows) + max(0.0, pre - profile.group_s(True, 0))
+    decode = profile.group_s(False, decode_rows)
+    return decode + max(0.0, pre - min(profile.group_s(True, 0), decode))
 
 
 def group_model(points: Sequence[tuple[int, float]]) -> LatencyModel | None:

@@ -58,10 +58,12 @@ Modelling choices, stated once:
 * **Colocated** — prefill-first (waiting prompts whose KV fits run as one FCFS batch under the
   cap while decodes stall) or chunked (each iteration: one token per active decode, the rest
   of ``chunk_tokens`` to prompt chunks FCFS). A mixed iteration costs decode_step(B, Σctx) +
-  (prefill(chunks) − prefill(empty batch)) + the profile's ``prompt_iteration_s``: the prefill
-  constant is the fixed per-iteration cost (weights read once, 0x02B) the decode step already pays,
-  but for the part only an iteration with prompt work pays (an eager forward's launches beside a
-  decode step replayed as a CUDA graph; 0 for composed profiles); a chunk of c tokens after o
+  prefill(chunks) − shared, the weights read once (0x02B): shared is the prefill constant
+  (prefill(empty batch)) less the profile's ``prompt_iteration_s`` (the part only an iteration with
+  prompt work pays: an eager forward's launches beside a decode step replayed as a CUDA graph; 0 for
+  composed profiles), and at most decode_step(B, 0), what the decode step pays without its
+  attention: a mixture-of-experts decode of a few rows reads only the experts they route to, a
+  prompt reads them all. A mixed iteration never takes less than its chunks alone; a chunk of c tokens after o
   contributes Σl = c and Σl² = (o + c)² − o², so its attention counts the causal pairs of
   the whole prompt across chunks. One iteration at a time (PP profiles are used as
   whole-instance latencies, without pipelining).

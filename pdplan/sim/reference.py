@@ -742,8 +742,9 @@ class _ColocatedInstance:
         return None
 
     def _mixed_s(self, rank: _Rank, chunks: dict[int, int]) -> float:
-        """Decode step + (prefill of the chunks − prefill of an empty batch): weights read once; plus
-        the profile's ``prompt_iteration_s``, which only an iteration with prompt work pays."""
+        """Decode step + prefill of the chunks − what both pay (weights read once): the prefill of an
+        empty batch less the profile's ``prompt_iteration_s`` (which only an iteration with prompt
+        work pays), at most the decode step without its attention."""
         n = len(chunks)
         sum_c = float(sum(chunks.values()))
         pairs = float(sum((rank.prefilling[r] + c) ** 2 - rank.prefilling[r] ** 2 for r, c in chunks.items()))
@@ -751,7 +752,9 @@ class _ColocatedInstance:
         if not rank.generated:
             return float(prefill)
         empty = self.profile.prefill.evaluate(np.array([[1.0, 0.0, 0.0]]), np.array([n]))[0]
-        return rank.step_s() + max(0.0, float(prefill - empty)) + self.profile.prompt_iteration_s
+        shared = max(0.0, min(float(empty) - self.profile.prompt_iteration_s,
+                              self.profile.decode_step_s(len(rank.generated), 0)))
+        return rank.step_s() + max(0.0, float(prefill) - shared)
 
     def _done(self, plans, dt: float) -> None:
         self.busy_s += dt

@@ -92,10 +92,11 @@ def iteration_group_s(tab_i, pieces, gp, gd, decode_rows, prompt_tokens):
     pre = group_s(tab_i, pieces, gp, prompt_tokens)
     if decode_rows == 0:
         return pre
-    extra = pre - group_s(tab_i, pieces, gp, 0)
+    decode = group_s(tab_i, pieces, gd, decode_rows)
+    extra = pre - min(group_s(tab_i, pieces, gp, 0), decode)
     if extra < 0.0:
         extra = 0.0
-    return group_s(tab_i, pieces, gd, decode_rows) + extra
+    return decode + extra
 
 
 @njit(cache=True)
@@ -251,18 +252,25 @@ def steps_to_reach(tab_i, pieces, m, batch, context, max_steps, elapsed):
 def mixed_iteration_s(tab_i, pieces, m_prefill, m_decode, batch, context, chunks, sum_c, sum_c2, prompt_s):
     """One colocated iteration: B decode rows plus prefill chunks with features (Σc, Σc²-pairs).
 
-    Mixed cost = decode step + (prefill chunk cost − prefill cost of an empty batch) + ``prompt_s``:
-    the constant of the prefill model is the fixed per-iteration cost (weights read once, launch),
-    which the decode step already pays (Sarathi-Serve's hybrid batch) except ``prompt_s``, the part
-    only an iteration with prompt work pays (the profile's ``prompt_iteration_s``: an eager forward's
-    launches beside a decode step replayed as a CUDA graph). Pure iterations are just the phase's model.
+    Mixed cost = decode step + prefill chunks − what both pay (Sarathi-Serve's hybrid batch: the
+    weights are read once). That shared part is the prefill model's constant (its empty batch:
+    weights read, launch) less ``prompt_s``, the part only an iteration with prompt work pays (the
+    profile's ``prompt_iteration_s``: an eager forward's launches beside a decode step replayed as a
+    CUDA graph), and at most the decode step without its attention, decode(B, 0): a mixture-of-experts
+    decode of a few rows reads only the experts they route to, so it shares little of a prompt's
+    constant, which reads them all. So the iteration never takes less than its chunks alone. Pure
+    iterations are just the phase's model.
     """
     if chunks == 0:
         return latency_s(tab_i, pieces, m_decode, batch, float(batch), context)
     pre = latency_s(tab_i, pieces, m_prefill, chunks, sum_c, sum_c2)
     if batch == 0:
         return pre
-    extra = pre - latency_s(tab_i, pieces, m_prefill, chunks, 0.0, 0.0)
+    shared = min(latency_s(tab_i, pieces, m_prefill, chunks, 0.0, 0.0) - prompt_s,
+                 latency_s(tab_i, pieces, m_decode, batch, float(batch), 0.0))
+    if shared < 0.0:
+        shared = 0.0
+    extra = pre - shared
     if extra < 0.0:
         extra = 0.0
-    return latency_s(tab_i, pieces, m_decode, batch, float(batch), context) + extra + prompt_s
+    return latency_s(tab_i, pieces, m_decode, batch, float(batch), context) + extra
