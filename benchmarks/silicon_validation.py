@@ -36,6 +36,12 @@ Stated assumptions, the same for every row:
   server on 80 GB-class GPUs); TensorRT-LLM: in-flight batching, context and generation in one
   iteration of up to 8,192 tokens (its default max_num_tokens, or the recipe's below); SGLang: prefill batches of up to
   8,192 tokens run apart from decode (its default chunked_prefill_size, mixed chunks off);
+* TensorRT-LLM's iteration budget — every InferenceMAX TensorRT-LLM recipe passes ``--max_num_tokens``:
+  gpt-oss's 20,000; DeepSeek-R1's C + ISL + 64 rounded up to 64 (with MTP, (MTP + 1)·C + ISL + 64),
+  at least 8,192 from 2026-01-21 (64af5a771, #258) for the recipes without MTP; Llama-3.1-70B's 16,384
+  (below). Those rows are replayed with it as the chunked pool's budget. The recipes leave chunked
+  prefill off, so the engine runs each context whole; pdplan's chunked pool may start a second prompt
+  in the room the first leaves;
 * precision — gemm_quant_mode fp8 / fp8_block is fp8 weights, nvfp4 is fp4, none is bf16; the KV
   cache is fp8 for quantized weights (pdplan's default);
 * operator tables — the newest measured for the engine on that GPU (the row's engine version
@@ -53,8 +59,8 @@ Stated assumptions, the same for every row:
   model left the sweep on 2025-10-29) and for DeepSeek-R1 FP8 on B200 without MTP at 1k/1k from 64
   clients (N 40, r 0.8, ``dsr1_fp8_b200_trt.sh`` from its sweep of 2026-01-29, ``ec7bafaae``, on); those
   rows are replayed with it (``batch_wait``), and with the iteration budget those recipes pass as
-  ``--max_num_tokens`` (Llama: 16,384 at every shape; DeepSeek: the larger of 8,192 and
-  C + ISL + 64 rounded up to 64). TensorRT-LLM skips batch waiting under attention DP;
+  ``--max_num_tokens`` (above; Llama: 16,384 at every shape). TensorRT-LLM skips batch waiting under
+  attention DP;
 * multi-token prediction — an InferenceMAX row measured by a sweep that ran DeepSeek-R1 under its
   engine, GPU and precision only with MTP (``MTP_SWEEPS``: the merge's perf-changelog.yaml entry
   lists only ``-mtp`` configurations) is replayed with it: the recipes' ``num_nextn_predict_layers``
@@ -126,6 +132,10 @@ MTP_ACCEPTANCE = 0.85
 #: 2025-09-18 (1b563c858) until it left the sweep (2025-10-29), DeepSeek-R1 FP8 B200's from ec7bafaae.
 LLAMA_TRT_RECIPES = ("2025-09-18", "2025-10-29")
 DEEPSEEK_DELAY_BATCHING = ("trtllm", "b200-180gb", "fp8", "2026-01-29")
+#: The ``--max_num_tokens`` of InferenceMAX's gpt-oss TensorRT-LLM recipes (``gptoss_fp4_*_trt*.sh``, every
+#: sweep); DeepSeek-R1's recipes floor theirs at 8,192 from 64af5a771 (#258), merged on this date.
+GPT_OSS_TRT_BUDGET = 20000
+DEEPSEEK_BUDGET_FLOOR = ("2026-01-21", 8192)
 
 
 def supported_rows(path) -> pd.DataFrame:
@@ -201,9 +211,8 @@ def plan_for(row) -> Plan:
     model = row_model(row).name
     if row["mode"] in ("agg", "agg-dp"):
         policy, tokens = SCHEDULING[row["backend"]]
+        tokens = iteration_budget(row) or tokens
         waiting = batch_wait(row)
-        if waiting is not None:
-            tokens = waiting.pop("max_num_tokens")
         chunk = tokens if policy == "chunked" else None
         cap = None if policy == "chunked" else tokens
         ranks = {"dp": _int(row["attention_dp_size"]), "ep": int(row["ep"])} if row["mode"] == "agg-dp" else {}
@@ -227,22 +236,38 @@ def recv_interval(row) -> int | None:
     return 30 if int(row["concurrency"]) >= 16 else 10
 
 
+def iteration_budget(row) -> int | None:
+    """The ``--max_num_tokens`` an aggregated TensorRT-LLM row's recipe passed (module docstring); None
+    where the row is not InferenceMAX's or its recipe passed none."""
+    if row["harness"] not in INFERENCEMAX or row["backend"] != "trtllm" or row["mode"] != "agg" or not row["measured"]:
+        return None
+    if row["model"] == "llama-3.1-70b" and LLAMA_TRT_RECIPES[0] <= row["measured"] <= LLAMA_TRT_RECIPES[1]:
+        return 16384
+    if row["model"] == "gpt-oss-120b":
+        return GPT_OSS_TRT_BUDGET
+    if row["model"] not in DEEPSEEK:
+        return None
+    drafting = speculative(row)   # an MTP recipe counts every request's drafts: (MTP + 1)·C + ISL + 64
+    rows = int(row["concurrency"]) * (1 + (drafting.draft_tokens if drafting else 0))
+    budget = (rows + int(row["isl"]) + 64 + 63) // 64 * 64
+    floored = drafting is None and row["measured"] >= DEEPSEEK_BUDGET_FLOOR[0]
+    return max(budget, DEEPSEEK_BUDGET_FLOOR[1]) if floored else budget
+
+
 def batch_wait(row) -> dict | None:
-    """The TensorRT-LLM iteration budget and batch waiting of an aggregated row's recipe (module
-    docstring) as pool fields, with ``max_num_tokens``; None where the recipe stated neither."""
+    """The TensorRT-LLM batch waiting of an aggregated row's recipe (module docstring) as pool fields;
+    None where the recipe ran none."""
     if row["harness"] not in INFERENCEMAX or row["backend"] != "trtllm" or row["mode"] != "agg" or not row["measured"]:
         return None
     chat, clients = (int(row["isl"]), int(row["osl"])) == (1024, 1024), int(row["concurrency"])
     if row["model"] == "llama-3.1-70b" and LLAMA_TRT_RECIPES[0] <= row["measured"] <= LLAMA_TRT_RECIPES[1]:
-        waits = {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9}
-        return {"max_num_tokens": 16384, **(waits if chat and _int(row["tp_size"]) < 8 else {})}
+        return {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9} \
+            if chat and _int(row["tp_size"]) < 8 else None
     sweep = _deepseek_sweep(row)
     if sweep is None or sweep[:3] != DEEPSEEK_DELAY_BATCHING[:3] or sweep[3] < DEEPSEEK_DELAY_BATCHING[3] \
             or sweep in MTP_SWEEPS:
         return None
-    waits = {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8}
-    budget = max(8192, (clients + int(row["isl"]) + 64 + 63) // 64 * 64)
-    return {"max_num_tokens": budget, **(waits if chat and clients >= 64 else {})}
+    return {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8} if chat and clients >= 64 else None
 
 
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:

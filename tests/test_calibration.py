@@ -8,7 +8,7 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.latency.calibration.bench import BenchRun, read_bench
-from pdplan.latency.calibration.fit import EngineBatching, corrected, replay
+from pdplan.latency.calibration.fit import EngineBatching, calibrate, corrected, replay
 from pdplan.latency.compose import tables
 from pdplan.latency.profile import load_profile, save_profile, shipped_profiles
 
@@ -138,6 +138,19 @@ def test_a_benchmark_of_an_engine_with_its_scheduler_s_waits_is_replayed_with_th
     code, out, err = run_cli("profile", "calibrate", base_file, *args, *policy, "-o", tmp_path / "blind.yaml", "--json")
     blind = json.loads(out)  # replayed without the waits, no factors reproduce what the engine did
     assert max(map(abs, doc["error_after"].values())) < 0.01 < 0.1 < max(map(abs, blind["error_after"].values()))
+
+
+def test_a_sweep_that_restarted_its_server_with_other_settings_is_replayed_run_by_run(tmp_path):
+    """InferenceMAX starts the server afresh for each configuration, its budget and waits set per run: each
+    run replayed with its own schedule gives back the factors; one schedule for all does not."""
+    ran = [EngineBatching(tokens=1152), EngineBatching(tokens=8192),
+           EngineBatching(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)]
+    runs = [read_bench(vllm_result(tmp_path / f"c{c}.json", c, schedule=batching), "vllm-bench")
+            for c, batching in zip((1, 16, 64), ran)]
+    fit = calibrate(BASE, runs, ran)
+    assert (fit.prefill_scale, fit.decode_scale) == (pytest.approx(TRUTH["prefill"], rel=0.02),
+                                                     pytest.approx(TRUTH["decode"], rel=0.02))
+    assert max(map(abs, fit.after.values())) < 0.01 < max(map(abs, calibrate(BASE, runs).after.values()))
 
 
 @pytest.mark.parametrize("flags, flag", [

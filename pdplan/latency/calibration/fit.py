@@ -28,11 +28,13 @@ factor is determined from the fit's sensitivity and says which are not.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy.optimize import minimize
 
+from pdplan.errors import InternalError
 from pdplan.latency.calibration.bench import BenchRun, statistics
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
 from pdplan.latency.speculative import SpeculativeDecoding
@@ -131,8 +133,14 @@ class Calibration:
         return float(np.mean(np.abs(list(errs.values())))) if errs else float("nan")
 
 
-def calibrate(profile: PhaseProfile, runs: list[BenchRun], schedule: EngineBatching = EngineBatching()) -> Calibration:
-    """Fit (s_p, s_d, c, c_p) so every replayed benchmark run matches its measured statistics."""
+def calibrate(profile: PhaseProfile, runs: list[BenchRun],
+              schedule: EngineBatching | Sequence[EngineBatching] = EngineBatching()) -> Calibration:
+    """Fit (s_p, s_d, c, c_p) so every replayed benchmark run matches its measured statistics.
+    ``schedule``: how the server batched, for every run, or one per run (a sweep that restarted its
+    server with settings of each run's own)."""
+    schedules = [schedule] * len(runs) if isinstance(schedule, EngineBatching) else list(schedule)
+    if len(schedules) != len(runs):
+        raise InternalError(f"{len(schedules)} schedules for {len(runs)} runs")
     measured = {f"run{i + 1}_{clock}": stats for i, run in enumerate(runs)
                 for clock, stats in run.statistics().items()}
     evaluations = 0
@@ -141,8 +149,8 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun], schedule: EngineBatch
         nonlocal evaluations
         evaluations += 1
         out = {}
-        for i, run in enumerate(runs):
-            ttft, tpot = replay(corrected(profile, *x), run, schedule)
+        for i, (run, batching) in enumerate(zip(runs, schedules)):
+            ttft, tpot = replay(corrected(profile, *x), run, batching)
             out[f"run{i + 1}_ttft"], out[f"run{i + 1}_tpot"] = statistics(ttft), statistics(tpot)
         return out
 
