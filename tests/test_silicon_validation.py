@@ -58,12 +58,12 @@ def test_rows_of_a_sweep_with_and_without_mtp_are_left_out(validation, rows, cap
 def test_llama_rows_of_tensorrt_llm_replay_its_recipe_budget_and_batch_waiting_at_1k_1k_below_tp_8(validation, rows):
     llama = rows[(rows["model"] == "llama-3.1-70b") & (rows["backend"] == "trtllm")
                  & rows["harness"].isin(validation.INFERENCEMAX)]
-    recipes = [validation.batch_wait(row) for _, row in llama.iterrows()]
-    assert len(llama) and all(recipe["max_num_tokens"] == 16384 for recipe in recipes)  # --max_num_tokens 16384
+    assert len(llama) and all(validation.iteration_budget(row) == 16384 for _, row in llama.iterrows())
     waiting = [(int(row["isl"]), int(row["osl"])) == (1024, 1024) and int(row["tp_size"]) < 8
                for _, row in llama.iterrows()]
     assert any(waiting) and not all(waiting)
-    for wait, recipe in zip(waiting, recipes):
+    for wait, (_, row) in zip(waiting, llama.iterrows()):
+        recipe = validation.batch_wait(row) or {}
         assert (recipe.get("batch_wait_timeout_iters"), recipe.get("batch_wait_max_tokens_ratio")) == \
                ((20, 0.9) if wait else (None, None))
 
@@ -72,11 +72,33 @@ def test_deepseek_fp8_b200_rows_of_tensorrt_llm_wait_from_64_clients_at_1k_1k_bu
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")
                           & (rows["mode"] == "agg")], "2026-01-29")
     for _, row in sweep.iterrows():
-        recipe = validation.batch_wait(row)
         chat = (int(row["isl"]), int(row["osl"])) == (1024, 1024)
-        assert recipe["max_num_tokens"] == max(8192, (int(row["concurrency"]) + int(row["isl"]) + 127) // 64 * 64)
-        assert ("batch_wait_timeout_iters" in recipe) == (chat and int(row["concurrency"]) >= 64)
-    assert any("batch_wait_timeout_iters" in validation.batch_wait(row) for _, row in sweep.iterrows())
+        assert (validation.batch_wait(row) is not None) == (chat and int(row["concurrency"]) >= 64)
+    assert any(validation.batch_wait(row) for _, row in sweep.iterrows())
     mtp = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")],
                    "2026-02-05")
     assert len(mtp) and all(validation.batch_wait(row) is None for _, row in mtp.iterrows())
+
+
+def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(validation, rows):
+    """``MAX_NUM_TOKENS=$(( (CONC + ISL + 64 + 63) / 64 * 64 ))``, floored at 8,192 from #258 (2026-01-21);
+    the MTP recipes' ``((MTP + 1) * MAX_BATCH_SIZE + ISL + 64 + 63) / 64 * 64`` with MTP 3, unfloored."""
+    deepseek = rows[(rows["backend"] == "trtllm") & rows["model"].isin(validation.DEEPSEEK) & (rows["mode"] == "agg")
+                    & rows["harness"].isin(validation.INFERENCEMAX)]
+    cases = {"2025-11-02": lambda c, isl: (c + isl + 127) // 64 * 64,
+             "2026-01-29": lambda c, isl: max(8192, (c + isl + 127) // 64 * 64),
+             "2026-02-05": lambda c, isl: (4 * c + isl + 127) // 64 * 64}
+    for on, recipe in cases.items():
+        sweep = measured(deepseek, on)
+        assert len(sweep)
+        for _, row in sweep.iterrows():
+            assert validation.iteration_budget(row) == recipe(int(row["concurrency"]), int(row["isl"]))
+    assert (deepseek.pipe(measured, "2025-11-02").eval("concurrency + isl + 127") < 8192).any()  # unfloored there
+
+
+def test_gpt_oss_rows_of_tensorrt_llm_replay_the_recipes_20000_tokens_and_other_engines_none(validation, rows):
+    gpt_oss = rows[(rows["model"] == "gpt-oss-120b") & (rows["mode"] == "agg")
+                   & rows["harness"].isin(validation.INFERENCEMAX)]
+    budgets = {engine: {validation.iteration_budget(row) for _, row in part.iterrows()}
+               for engine, part in gpt_oss.groupby("backend")}
+    assert budgets == {"trtllm": {20000}, "vllm": {None}}
