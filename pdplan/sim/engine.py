@@ -78,7 +78,7 @@ Modelling choices, stated once:
 * **Attention data parallelism** — an instance whose profile has ``dp`` > 1 is dp ranks, each
   with its own batch, KV (the profile's capacity is one rank's) and queue, admission per rank.
   A request takes the rank with the fewest outstanding requests, ties → lowest, when it reaches
-  the instance (prefill or colocated arrival, decode KV landing; :func:`pdplan.sim.reference.pick_rank`).
+  the instance (prefill or colocated arrival, decode KV landing; :func:`pdplan.sim.reference.ranks.pick_rank`).
   The routers above see the instance whole (decode capacity: dp × a rank's). Every step
   synchronises the ranks and lasts the longest rank's step at its own batch and context; an
   empty rank adds nothing (profiles define no batch-0 time). Prefill: each rank's FCFS batch

@@ -269,7 +269,7 @@ def take_if_fits(rq, di, i, head, tail):
 @njit(cache=True)
 def pick_rank(di, d):
     """The rank of instance d that takes a request, now counted there: fewest outstanding requests
-    (queued or running), ties to the lowest rank (:func:`pdplan.sim.reference.pick_rank` states
+    (queued or running), ties to the lowest rank (:func:`pdplan.sim.reference.ranks.pick_rank` states
     the rule and its sources)."""
     best = d
     for i in range(d + 1, d + di[D_DP, d]):
