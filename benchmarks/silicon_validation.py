@@ -236,12 +236,24 @@ def recv_interval(row) -> int | None:
     return 30 if int(row["concurrency"]) >= 16 else 10
 
 
+def _trt_recipe(row) -> bool:
+    """Whether the row is an aggregated InferenceMAX TensorRT-LLM run whose recipe's date is known."""
+    return row["harness"] in INFERENCEMAX and row["backend"] == "trtllm" and row["mode"] == "agg" \
+        and bool(row["measured"])
+
+
+def _llama_trt_recipe(row) -> bool:
+    """Whether the row ran Llama-3.1-70B's TensorRT-LLM recipe of ``LLAMA_TRT_RECIPES``."""
+    return _trt_recipe(row) and row["model"] == "llama-3.1-70b" \
+        and LLAMA_TRT_RECIPES[0] <= row["measured"] <= LLAMA_TRT_RECIPES[1]
+
+
 def iteration_budget(row) -> int | None:
     """The ``--max_num_tokens`` an aggregated TensorRT-LLM row's recipe passed (module docstring); None
     where the row is not InferenceMAX's or its recipe passed none."""
-    if row["harness"] not in INFERENCEMAX or row["backend"] != "trtllm" or row["mode"] != "agg" or not row["measured"]:
+    if not _trt_recipe(row):
         return None
-    if row["model"] == "llama-3.1-70b" and LLAMA_TRT_RECIPES[0] <= row["measured"] <= LLAMA_TRT_RECIPES[1]:
+    if _llama_trt_recipe(row):
         return 16384
     if row["model"] == "gpt-oss-120b":
         return GPT_OSS_TRT_BUDGET
@@ -257,10 +269,10 @@ def iteration_budget(row) -> int | None:
 def batch_wait(row) -> dict | None:
     """The TensorRT-LLM batch waiting of an aggregated row's recipe (module docstring) as pool fields;
     None where the recipe ran none."""
-    if row["harness"] not in INFERENCEMAX or row["backend"] != "trtllm" or row["mode"] != "agg" or not row["measured"]:
+    if not _trt_recipe(row):
         return None
     chat, clients = (int(row["isl"]), int(row["osl"])) == (1024, 1024), int(row["concurrency"])
-    if row["model"] == "llama-3.1-70b" and LLAMA_TRT_RECIPES[0] <= row["measured"] <= LLAMA_TRT_RECIPES[1]:
+    if _llama_trt_recipe(row):
         return {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9} \
             if chat and _int(row["tp_size"]) < 8 else None
     sweep = _deepseek_sweep(row)

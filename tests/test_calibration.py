@@ -134,6 +134,8 @@ def test_a_benchmark_of_an_engine_with_its_scheduler_s_waits_is_replayed_with_th
     doc = json.loads(out)
     assert doc["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
     assert doc["decode_scale"] == pytest.approx(TRUTH["decode"], rel=0.02)
+    ran = dict(load_profile(tmp_path / "cal.yaml").provenance.calibration)["schedule"]
+    assert ran == schedule.describe() and ("receive every 10" in ran or "batch waiting 20 iterations" in ran)
     policy = flags[:2] if flags[0] == "--policy" else ()
     code, out, err = run_cli("profile", "calibrate", base_file, *args, *policy, "-o", tmp_path / "blind.yaml", "--json")
     blind = json.loads(out)  # replayed without the waits, no factors reproduce what the engine did

@@ -133,9 +133,9 @@ class PhaseProfile(ModelShape):
     #: Of the prefill model's constant, the seconds a decode step does not already pay: an engine that
     #: runs its prompt iterations eagerly but replays its decode steps as CUDA graphs pays the host's
     #: kernel launches once in every iteration with prompt work. A colocated iteration that mixes
-    #: prompt chunks with decodes adds it to its decode step
-    #: (:func:`pdplan.sim.fast.latency.mixed_iteration_s`); 0 for a profile composed from kernel
-    #: timings, whose prefill constant a decode step shares.
+    #: prompt chunks with decodes never counts it in what its decode step shares of the prefill
+    #: constant (:func:`pdplan.sim.fast.latency.mixed_iteration_s`); 0 for a profile composed from
+    #: kernel timings.
     prompt_iteration_s: float = 0.0
     group_prefill: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
     group_decode: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)

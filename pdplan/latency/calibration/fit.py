@@ -65,6 +65,17 @@ class EngineBatching:
     batch_wait_timeout_iters: int | None = None
     batch_wait_max_tokens_ratio: float | None = None
 
+    def describe(self) -> str:
+        """The schedule as a calibrated profile's record states it: ``chunked 8192``, and the receive
+        interval and batch waiting when the engine ran them."""
+        parts = [f"{self.policy} {self.tokens}"]
+        if self.recv_interval is not None:
+            parts.append(f"receive every {self.recv_interval} decode steps")
+        if self.batch_wait_timeout_iters is not None:
+            parts.append(f"batch waiting {self.batch_wait_timeout_iters} iterations or "
+                         f"{self.batch_wait_max_tokens_ratio:g} of the budget")
+        return ", ".join(parts)
+
     def pool(self, profile: PhaseProfile) -> Pool:
         """The one colocated instance of ``profile``'s shape the benchmark ran, scheduled as it was."""
         chunked = self.policy == "chunked"
@@ -238,7 +249,7 @@ def calibrated_profile(profile: PhaseProfile, runs: list[BenchRun], result: Cali
     prov = profile.provenance
     files = sorted({run.file for run in runs})
     record = (("format", runs[0].format), ("runs", float(len(runs))), ("files", ", ".join(files)),
-              ("schedule", f"{schedule.policy} {schedule.tokens}"),
+              ("schedule", schedule.describe()),
               *(() if schedule.speculative is None else (("speculative", schedule.speculative.describe()),)),
               ("prefill_scale", result.prefill_scale), ("decode_scale", result.decode_scale),
               ("iteration_ms", result.iteration_s * 1e3), ("prompt_iteration_ms", result.prompt_iteration_s * 1e3),

@@ -83,7 +83,7 @@ DI_FIELDS = 52
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY, F_IT_S, F_PROMPT_S = range(6)
 DF_FIELDS = 6
 #   IT_S: the seconds of the prompt work a rank planned for this iteration (-1: none); PROMPT_S the
-#   profile's prompt_iteration_s, which a mixed iteration adds to its decode step
+#   profile's prompt_iteration_s, the part of its prefill constant a mixed iteration's decode step never shares
 
 # the loop state ``cl`` (floats; the counts and indices in it are whole): a closed loop's clients
 # and its next request to release, then a stop on misses (:func:`.clock.settled`): the time row a

@@ -130,13 +130,14 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
 
     if layout.mode == "colocated":
         ids = layout.ids("colocated")
+        waits = [layout.waits(i) for i in ids]
         di, df, col, lead = _instance_state([layout.profiles[i] for i in ids], table, {
             fields.D_POLICY: [fields.POLICY_CHUNKED if layout.policy[i] == "chunked"
                               else fields.POLICY_PREFILL_FIRST for i in ids],
             fields.D_CHUNK: [layout.chunk_tokens[i] for i in ids],
             fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids], fields.D_MAX_RUN: _running_caps(layout, ids),
             fields.D_RECV_N: [layout.receive_every(i) for i in ids],
-            fields.D_WAIT_N: [layout.waits(i)[0] for i in ids], fields.D_WAIT_TOK: [layout.waits(i)[1] for i in ids]})
+            fields.D_WAIT_N: [n for n, _ in waits], fields.D_WAIT_TOK: [tokens for _, tokens in waits]})
         block = prefix_block_tokens(layout, requests)
         caps = cache_capacities(layout, requests, "colocated") if requests.has_hashes and block else [0] * len(ids)
         n_hash, hash_vals, hash_ptr = (_dense_hashes(requests) if any(caps)
