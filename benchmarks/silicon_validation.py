@@ -43,7 +43,9 @@ Stated assumptions, the same for every row:
   prefill off, so the engine runs each context whole; pdplan's chunked pool may start a second prompt
   in the room the first leaves;
 * precision — gemm_quant_mode fp8 / fp8_block is fp8 weights, nvfp4 is fp4, none is bf16; the KV
-  cache is fp8 for quantized weights (pdplan's default);
+  cache is fp8 for quantized weights (pdplan's default), except on the aggregated InferenceMAX rows whose
+  recipe left it to the engine, which keeps it at bf16 (``AUTO_KV_RECIPES``: SGLang's DeepSeek-R1 on H200,
+  vLLM's gpt-oss on H100 and H200 and on B200 before 2025-12-05, TensorRT-LLM's gpt-oss on H200);
 * operator tables — the newest measured for the engine on that GPU (the row's engine version
   may be older; the table's is printed);
 * disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
@@ -136,6 +138,16 @@ DEEPSEEK_DELAY_BATCHING = ("trtllm", "b200-180gb", "fp8", "2026-01-29")
 #: sweep); DeepSeek-R1's recipes floor theirs at 8,192 from 64af5a771 (#258), merged on this date.
 GPT_OSS_TRT_BUDGET = 20000
 DEEPSEEK_BUDGET_FLOOR = ("2026-01-21", 8192)
+#: InferenceMAX's single-node recipes that leave the KV-cache precision to the engine ("auto": the
+#: checkpoint's activation precision, bf16), by engine, GPU and model: SGLang's DeepSeek-R1 FP8 on H200
+#: (``dsr1_fp8_h200*.sh``), vLLM's gpt-oss on H100 and H200 (``gptoss_fp4_h100*.sh``, ``gptoss_fp4_h200*.sh``)
+#: and TensorRT-LLM's on H200 (``gptoss_fp4_h200_trt*.sh``: ``kv_cache_config.dtype: auto``); vLLM's gpt-oss
+#: on B200 until its sweep of this date (25506e87c, #273, added ``kv-cache-dtype: fp8``). Every other
+#: recipe sets fp8.
+AUTO_KV_RECIPES = {("sglang", "h200-141gb", "deepseek-r1"), ("sglang", "h200-141gb", "deepseek-v3"),
+                   ("vllm", "h100-80gb", "gpt-oss-120b"), ("vllm", "h200-141gb", "gpt-oss-120b"),
+                   ("trtllm", "h200-141gb", "gpt-oss-120b")}
+GPT_OSS_VLLM_B200_FP8_KV = "2025-12-05"
 
 
 def supported_rows(path) -> pd.DataFrame:
@@ -203,8 +215,20 @@ def _int(value, default: int = 1) -> int:
 def row_model(row) -> ModelSpec:
     """The row's model at its precision; the Qwen3-235B-A22B-FP8 checkpoint is block-scaled like
     DeepSeek's (its config.json: weight_block_size [128, 128])."""
-    model = get_model(row["model"], dtype=row["dtype"])
+    model = get_model(row["model"], dtype=row["dtype"], kv_dtype=kv_dtype(row))
     return replace(model, weight_block=BLOCK_SCALED.get(row["model_path"], model.weight_block))
+
+
+def kv_dtype(row) -> str | None:
+    """The KV-cache precision an aggregated InferenceMAX row's recipe ran (``AUTO_KV_RECIPES``); None for
+    pdplan's default (fp8 for quantized weights), which every other recipe set."""
+    if row["harness"] not in INFERENCEMAX or row["mode"] not in ("agg", "agg-dp") or not row["measured"]:
+        return None
+    key = (row["backend"], row["gpu"], row["model"])
+    if key in AUTO_KV_RECIPES or (key == ("vllm", "b200-180gb", "gpt-oss-120b")
+                                  and row["measured"] < GPT_OSS_VLLM_B200_FP8_KV):
+        return "bf16"
+    return None
 
 
 def plan_for(row) -> Plan:

@@ -102,3 +102,21 @@ def test_gpt_oss_rows_of_tensorrt_llm_replay_the_recipes_20000_tokens_and_other_
     budgets = {engine: {validation.iteration_budget(row) for _, row in part.iterrows()}
                for engine, part in gpt_oss.groupby("backend")}
     assert budgets == {"trtllm": {20000}, "vllm": {None}}
+
+
+def test_rows_whose_recipe_left_the_kv_cache_to_the_engine_replay_it_at_bf16(validation, rows):
+    inferencemax = rows[rows["harness"].isin(validation.INFERENCEMAX) & rows["mode"].isin(("agg", "agg-dp"))]
+    kv = {(engine, gpu, model): {validation.kv_dtype(row) for _, row in part.iterrows()}
+          for (engine, gpu, model), part in inferencemax.groupby(["backend", "gpu", "model"])}
+    assert kv[("sglang", "h200-141gb", "deepseek-r1")] == {"bf16"}      # dsr1_fp8_h200.sh: no --kv-cache-dtype
+    assert kv[("trtllm", "h200-141gb", "gpt-oss-120b")] == {"bf16"}     # kv_cache_config.dtype: auto
+    assert kv[("vllm", "b200-180gb", "gpt-oss-120b")] == {"bf16", None}  # fp8 from 25506e87c (2025-12-05)
+    assert kv[("trtllm", "h200-141gb", "deepseek-r1")] == {None}        # kv_cache_config.dtype: fp8
+    assert kv[("sglang", "b200-180gb", "deepseek-r1")] == {None}        # --kv-cache-dtype fp8_e4m3
+    row = inferencemax[inferencemax["model"] == "deepseek-r1"].pipe(measured, "2026-03-25").iloc[0]
+    assert validation.row_model(row).kv_dtype == ("bf16" if row["gpu"] == "h200-141gb" else "fp8")
+
+
+def test_rows_of_other_collections_keep_pdplans_kv_precision(validation, rows):
+    others = rows[~rows["harness"].isin(validation.INFERENCEMAX)]
+    assert len(others) and all(validation.kv_dtype(row) is None for _, row in others.head(200).iterrows())
