@@ -37,7 +37,7 @@ import pandas as pd
 from scipy import stats
 
 from pdplan.latency.importers import profiles_from_source
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.sim import Link, Plan, Pool, simulate
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -29,7 +29,7 @@ import sys, time
 from pdplan.cache import ResultCache
 from pdplan.hardware import get_gpu
 from pdplan.latency.source import ProfileSource
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 started = time.perf_counter()
 profile = ProfileSource({}).profile(get_model(sys.argv[1], dtype=sys.argv[2]), get_gpu(sys.argv[3]), int(sys.argv[4]),
                                     1, cache=ResultCache(sys.argv[5]))

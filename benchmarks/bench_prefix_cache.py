@@ -59,7 +59,7 @@ def main() -> int:
 
     from bench_sim import _profiles
 
-    from pdplan.modelcatalog import get_model
+    from pdplan.modelref import get_model
     from pdplan.sim import simulate
     from pdplan.sim.plan import CacheTier
     from pdplan.workload import load_trace

@@ -36,7 +36,7 @@ def main() -> int:
     from pdplan.cache import ResultCache
     from pdplan.cli.options import profile_source
     from pdplan.hardware import default_cluster_path, load_cluster
-    from pdplan.modelcatalog import get_model
+    from pdplan.modelref import get_model
     from pdplan.placement import resolve_fleets
     from pdplan.planner import PlanRequest, optimize
     from pdplan.sim import simulate

@@ -54,7 +54,7 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=7)
     args = parser.parse_args()
 
-    from pdplan.modelcatalog import get_model
+    from pdplan.modelref import get_model
     from pdplan.sim import load_plan, simulate
     from pdplan.workload import load_trace
 

@@ -27,7 +27,7 @@ from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_points
 from pdplan.latency.roofline_fit import CalibrationPoints, calibrate_efficiency, roofline_errors
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import shape_rejection
 
 ROOT = Path(__file__).resolve().parent.parent

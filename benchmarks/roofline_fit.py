@@ -19,7 +19,7 @@ import pandas as pd
 from pdplan.hardware import gpu_catalog
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, MEASURED_COMPUTE_SLOWDOWN
 from pdplan.latency.roofline_fit import calibrate_efficiency, load_splitwise_points, roofline_errors
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 
 ROOT = Path(__file__).resolve().parent.parent
 

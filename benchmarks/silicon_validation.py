@@ -92,7 +92,7 @@ from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_profile
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool

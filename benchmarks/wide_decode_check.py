@@ -19,7 +19,7 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import _composition, composed_profile
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 
 GPUS = {"h200_sxm": "h200-141gb", "b200_sxm": "b200-180gb"}
 

@@ -1,5 +1,6 @@
-"""The model catalog and model files: the embedded models, a user's model YAML, a Hugging Face
-config.json, each read into a :class:`~pdplan.modelspec.ModelSpec` at the precision it is served at."""
+"""The model catalog and model YAML files: the embedded models and a user's model YAML, each read into
+a :class:`~pdplan.modelspec.ModelSpec` at the precision it is served at (a Hugging Face config.json:
+:mod:`pdplan.hf_config`; what ``--model`` names: :mod:`pdplan.modelref`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from pdplan import names
-from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.modelspec import (
     ATTENTION_KINDS,
@@ -19,7 +19,6 @@ from pdplan.modelspec import (
     WEIGHT_BYTES,
     ModelSpec,
     default_kv_dtype,
-    parse_precision,
     precision_suffix,
 )
 from pdplan.schema import Fields, shown
@@ -158,49 +157,8 @@ def model_catalog() -> dict[str, ModelSpec]:
     return models
 
 
-def _geometry(model: ModelSpec) -> tuple:
+def geometry(model: ModelSpec) -> tuple:
+    """What a model's latencies depend on: two models with the same name must agree on it."""
     return (model.layers, model.hidden, model.q_heads, model.kv_heads, model.head_dim, model.ffn,
             model.vocab, model.mlp_matrices, *(getattr(model, k) for k in _EXTRA_LIMITS), model.attention,
             model.sliding_layers)
-
-
-def model_file(name_or_path: str | None) -> Path | None:
-    """The model file ``--model`` names, or None for a catalog name: a name ending in .yaml or
-    .yml is a model YAML, one ending in .json (or a folder holding config.json) a Hugging Face
-    config (commands check their outputs against it)."""
-    if name_or_path is None:
-        return None
-    if name_or_path.endswith((".yaml", ".yml")):
-        return Path(name_or_path)
-    from pdplan.hf_config import config_path  # reads ModelSpec: imported here, not at the top
-    return config_path(name_or_path)
-
-
-def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
-    """An embedded model by name (``llama-3.1-70b``, or at a precision: ``llama-3.1-70b@fp8``), a
-    user's model YAML by path, or a Hugging Face config.json (or a folder holding one) by path, at the
-    precision its quantization_config states; ``dtype``/``kv_dtype`` set the precision it is served at."""
-    catalog = model_catalog()
-    path = model_file(name_or_path)
-    if path is not None:
-        if path.suffix == ".json":
-            from pdplan.hf_config import load_hf_config
-            model = load_hf_config(path)
-        else:
-            model = load_model(path)
-        known = catalog.get(model.base_name)
-        if known is not None and _geometry(known) != _geometry(model):
-            # Profiles are matched by model name: a different model under a catalog name would
-            # silently borrow the catalog model's measured latencies.
-            raise PdplanError(f"name {model.base_name!r} is a catalog model with a different geometry; give "
-                              "your model its own name", file=path, field="name")
-    else:
-        base, _, suffix = name_or_path.partition(PRECISION_MARK)
-        if base not in catalog:
-            raise PdplanError(f"unknown model {base!r} (known: {', '.join(sorted(catalog))}; "
-                              "or pass a model YAML, or a Hugging Face config.json or its folder)", field="model")
-        model = catalog[base]
-        if suffix:
-            weight, kv = parse_precision(suffix)
-            model = model.at_precision(weight, kv)
-    return model if dtype is None and kv_dtype is None else model.at_precision(dtype, kv_dtype)

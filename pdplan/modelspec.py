@@ -317,7 +317,7 @@ def precision_suffix(weight_dtype: str, kv_dtype: str, checkpoint_dtype: str = "
     """``""`` for bf16 weights and KV of a bf16 checkpoint, ``@fp8`` when the KV follows fp8 weights,
     else both named. A model whose checkpoint is quantized always names its precision (``deepseek-v3@fp8``,
     ``deepseek-v3@bf16``): its bare name means the checkpoint's precision, so the name of a model read
-    back (:func:`pdplan.modelcatalog.get_model`) is the model planned."""
+    back (:func:`pdplan.modelref.get_model`) is the model planned."""
     if (weight_dtype, kv_dtype) == ("bf16", "bf16") and checkpoint_dtype == "bf16":
         return ""
     if kv_dtype == default_kv_dtype(weight_dtype):

@@ -174,6 +174,6 @@ def manifest(request) -> dict:
 @pytest.fixture(scope="session")
 def dsr1():
     """DeepSeek-R1 at its checkpoint's FP8, the model the wide-EP composition tests read tables for."""
-    from pdplan.modelcatalog import get_model
+    from pdplan.modelref import get_model
 
     return get_model("deepseek-r1@fp8")

@@ -1,6 +1,6 @@
 """The expert all-to-all's traffic across nodes, from its closed form."""
 
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.work import cross_node_all_to_all_bytes_per_token
 
 

@@ -2,7 +2,7 @@
 
 from pdplan.candidates import enumerate_shapes, gpu_types_for
 from pdplan.hardware import default_cluster_path, load_cluster
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 
 CLUSTER = load_cluster(default_cluster_path())
 

@@ -2,7 +2,7 @@
 
 from pdplan.candidates import enumerate_shapes
 from pdplan.hardware import Cluster, NodeType, get_gpu
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 
 
 def h200(count=4):

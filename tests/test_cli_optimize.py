@@ -583,7 +583,7 @@ def smoke_report():
     from pdplan.cache import ResultCache
     from pdplan.cli.options import profile_source
     from pdplan.hardware import default_cluster_path, load_cluster
-    from pdplan.modelcatalog import get_model
+    from pdplan.modelref import get_model
     from pdplan.planner import PlanRequest
     from pdplan.planner import optimize as plan
     from pdplan.slo import slo_from_flags

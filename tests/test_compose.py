@@ -17,7 +17,7 @@ from pdplan.latency.compose.profile import composed_profile  # noqa: E402
 from pdplan.latency.compose.step import Step  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated, Grid  # noqa: E402
 from pdplan.latency.roofline import streamed_weight_bytes_per_gpu  # noqa: E402
-from pdplan.modelcatalog import get_model  # noqa: E402
+from pdplan.modelref import get_model  # noqa: E402
 from pdplan.shape import InstanceShape  # noqa: E402
 
 H100_VLLM = tables.choose_versions("h100-80gb", "vllm", None)

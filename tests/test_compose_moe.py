@@ -15,7 +15,7 @@ import pandas as pd  # noqa: E402
 from pdplan.errors import PdplanError  # noqa: E402
 from pdplan.latency.compose import moe, tables  # noqa: E402
 from pdplan.latency.compose.step import Step  # noqa: E402
-from pdplan.modelcatalog import get_model  # noqa: E402
+from pdplan.modelref import get_model  # noqa: E402
 from pdplan.shape import InstanceShape  # noqa: E402
 
 

@@ -22,7 +22,7 @@ from pdplan.latency.compose.step import Step  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated  # noqa: E402
 from pdplan.latency.profile import profile_from_dict, profile_to_dict  # noqa: E402
 from pdplan.latency.source import ProfileSource  # noqa: E402
-from pdplan.modelcatalog import get_model  # noqa: E402
+from pdplan.modelref import get_model  # noqa: E402
 from pdplan.modelspec import kv_capacity_tokens  # noqa: E402
 from pdplan.shape import InstanceShape  # noqa: E402
 

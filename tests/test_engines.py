@@ -17,7 +17,7 @@ from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.manifest.check import check_manifest
 from pdplan.manifest.document import seal
 from pdplan.manifest.export import FORMATS, export_manifest
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.placement import Candidate
 from pdplan.planner.pipeline import unpairable
 from tests.conftest import TRACE

@@ -10,7 +10,7 @@ from pdplan.errors import PdplanError
 from pdplan.manifest.build import kv_cache_abi
 from pdplan.manifest.document import schema_errors
 from pdplan.manifest.export import FORMATS, export_manifest
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from tests.test_manifest_export import _tokens
 
 #: vLLM 0.33.0, vllm/config/cache.py ``CacheDType`` (the values of --kv-cache-dtype; excerpt).

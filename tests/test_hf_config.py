@@ -16,7 +16,8 @@ from pdplan.hardware import get_gpu
 from pdplan.latency.roofline import roofline_profile
 from pdplan.manifest.build import abi_kv_bytes_per_token, kv_cache_abi
 from pdplan.manifest.check import _identity
-from pdplan.modelcatalog import get_model, load_model, model_catalog
+from pdplan.modelcatalog import load_model, model_catalog
+from pdplan.modelref import get_model
 from pdplan.modelspec import WEIGHT_BYTES
 
 try:

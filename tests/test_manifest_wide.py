@@ -19,7 +19,7 @@ from pdplan.errors import PdplanError
 from pdplan.manifest.build import GIB, MEMORY_UTILIZATION
 from pdplan.manifest.check import node_map_violations, pool_violations
 from pdplan.manifest.document import pool_shape, schema
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import weight_bytes_per_gpu
 
 MODEL = "deepseek-v3@fp8"

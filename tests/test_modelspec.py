@@ -7,7 +7,8 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
-from pdplan.modelcatalog import get_model, load_model, model_catalog
+from pdplan.modelcatalog import load_model, model_catalog
+from pdplan.modelref import get_model
 from pdplan.modelspec import (
     ModelSpec,
     kv_bytes_per_token,

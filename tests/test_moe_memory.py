@@ -15,7 +15,7 @@ import pytest
 from pdplan.errors import PdplanError
 from pdplan.hardware import GIB, get_gpu
 from pdplan.latency.roofline import decode_flops_coefficients, prefill_flops_coefficients, roofline_profile
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import (
     ModelSpec,
     kv_bytes_per_token_per_gpu,

@@ -96,7 +96,7 @@ def test_a_solve_stopped_by_its_time_limit_is_never_kept(tmp_path):
 def test_a_warm_optimize_solves_no_placement_again(tmp_path, monkeypatch):
     from pdplan.latency.profile import shipped_profiles
     from pdplan.latency.source import ProfileSource
-    from pdplan.modelcatalog import get_model
+    from pdplan.modelref import get_model
     from pdplan.planner import PlanRequest, optimize
     from pdplan.planner.report import report_to_dict
     from pdplan.slo import slo_from_flags

@@ -13,7 +13,7 @@ from pdplan.goodput import SearchSettings
 from pdplan.hardware import Cluster, NodeType, default_cluster_path, get_gpu, load_cluster
 from pdplan.latency.profile import shipped_profiles
 from pdplan.latency.source import ProfileSource
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.placement import Candidate, Problem, resolve_fleets, solve
 from pdplan.planner.checks import Verifier
 from pdplan.planner.plans import link_path

@@ -12,7 +12,7 @@ from pdplan.hardware import get_gpu
 from pdplan.latency.fit import DECODE, PREFILL
 from pdplan.latency.importers import profiles_from_source, read_distserve, read_dynamo, read_points_csv, read_splitwise
 from pdplan.latency.profile import load_profile, profile_file_name, profile_to_dict, shipped_profiles_dir
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import kv_capacity_tokens
 
 SPLITWISE_HEADER = ("model,hardware,prompt_size,batch_size,token_size,peak_power,average_power,"

@@ -8,7 +8,7 @@ from pdplan.latency.compose import tables
 from pdplan.latency.profile import shipped_profiles
 from pdplan.latency.roofline import roofline_profile
 from pdplan.latency.source import ProfileSource
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 
 needs_extra = pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
 LLAMA2, LLAMA31 = get_model("llama2-70b"), get_model("llama-3.1-70b@fp8")

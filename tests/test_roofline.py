@@ -18,7 +18,7 @@ from pdplan.latency.roofline import (
     roofline_profile,
 )
 from pdplan.latency.roofline_fit import calibrate_efficiency, load_splitwise_points, roofline_errors
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.network import network_for
 from pdplan.work import decode_work, lower_bound_s, prefill_work

@@ -565,7 +565,7 @@ def on_two_a100_nodes(tmp_path, *, rate: float, target: float, slo, tp: int, **e
     from pdplan.goodput import SearchSettings
     from pdplan.latency.profile import shipped_profiles
     from pdplan.latency.source import ProfileSource
-    from pdplan.modelcatalog import get_model
+    from pdplan.modelref import get_model
     from pdplan.planner import PlanRequest
     from pdplan.planner.measure import measure, pool_candidates
     from pdplan.workload import head, rescale_rate

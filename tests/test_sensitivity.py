@@ -16,7 +16,7 @@ from pdplan.cli import output
 from pdplan.cli.sensitivity_render import render
 from pdplan.hardware import GB, default_cluster_path, load_cluster
 from pdplan.latency.profile import shipped_profiles
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.sensitivity import GridResult, cell_coordinates, summary_text
 from pdplan.sensitivity.cell import CellResult
 from pdplan.sensitivity.coordinates import cell_cluster, cell_slo, cell_workload, shared_prefixes

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
 from pdplan.latency.importers import profiles_from_source
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.sim import simulate
 from pdplan.sim.plan import Plan
 from pdplan.sim.planfile import load_plan, plan_to_dict

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pdplan.errors import PdplanError
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.sim import load_plan, simulate
 from tests.handbuilt import llama2_70b_a100_tp4
 

@@ -6,7 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pdplan.latency.profile import shipped_profiles
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool
 from tests.handbuilt import handbuilt_profile

@@ -14,7 +14,7 @@ from pdplan.latency.compose import tables
 from pdplan.latency.profile import shipped_profiles
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding, expected_tokens
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.planner.measure import profile_digest
 from pdplan.sim.planfile import load_plan
 from pdplan.vocabulary import SpeculativeMethod
@@ -312,7 +312,7 @@ def test_mtp_is_refused_for_a_model_without_multi_token_prediction_layers(run_cl
 
 
 def test_deepseek_v3_ships_one_multi_token_prediction_module():
-    from pdplan.modelcatalog import get_model
+    from pdplan.modelref import get_model
 
     # config.json num_nextn_predict_layers (deepseek-ai/DeepSeek-V3; moonshotai/Kimi-K2-Instruct)
     assert (get_model("deepseek-v3").mtp_layers, get_model("kimi-k2").mtp_layers) == (1, 0)

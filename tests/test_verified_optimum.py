@@ -20,7 +20,7 @@ from pdplan.goodput import SearchSettings
 from pdplan.hardware import Cluster, NodeType, get_gpu
 from pdplan.latency.profile import shipped_profiles
 from pdplan.latency.source import ProfileSource
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.placement import ANY, Problem, money_units, solve
 from pdplan.planner.checks import Verifier
 from pdplan.slo import slo_from_flags

@@ -21,7 +21,7 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import GIB, get_gpu
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection, weight_bytes_per_gpu
 
 D, V = 7168, 129280

@@ -60,7 +60,7 @@ from pdplan.goodput import (
 )
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.latency.profile import profile_inputs
-from pdplan.modelcatalog import get_model, model_file
+from pdplan.modelref import get_model, model_file
 from pdplan.plots import plot_attainment_curve
 from pdplan.slo import DEFAULT_ATTAINMENT
 from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy

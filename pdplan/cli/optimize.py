@@ -57,7 +57,7 @@ from pdplan.latency.profile import profile_inputs
 from pdplan.manifest import Identity, Release, build_manifest
 from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.schedule import build_schedule
-from pdplan.modelcatalog import get_model, model_file
+from pdplan.modelref import get_model, model_file
 from pdplan.modelspec import DEFAULT_MODEL
 from pdplan.parallel import available_cpus
 from pdplan.placement import ALIASES, ANY, resolve_fleets

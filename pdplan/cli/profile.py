@@ -43,7 +43,7 @@ from pdplan.latency.profile import (
     shipped_profiles_dir,
 )
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, roofline_profile
-from pdplan.modelcatalog import get_model, model_file
+from pdplan.modelref import get_model, model_file
 from pdplan.shape import shape_label
 from pdplan.vocabulary import Policy
 from pdplan.wording import counted

@@ -33,7 +33,7 @@ from pdplan.cli.sensitivity_render import render
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.hardware import default_cluster_path, load_cluster
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.planner.target import target_rate
 from pdplan.plots import plot_grid, plot_grid_line
 from pdplan.sensitivity import DIMENSIONS, Base, GridSpec, check_executor, load_spec, parse_vary, run_grid, with_vary

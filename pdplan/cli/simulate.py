@@ -37,7 +37,7 @@ from pdplan.fileio import Outputs
 from pdplan.latency.accuracy import accuracy_lines, as_dict
 from pdplan.latency.profile import profile_inputs
 from pdplan.manifest.plan import read_plan
-from pdplan.modelcatalog import model_file
+from pdplan.modelref import model_file
 from pdplan.sim import simulate as run_plan
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S, parse_threshold_s, slo_from_flags

@@ -41,7 +41,7 @@ from pdplan.manifest.document import (
     schema_errors,
     section_hashes,
 )
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import expert_placement_rejection, weight_bytes_per_gpu
 from pdplan.placement import serves
 from pdplan.schema import shown

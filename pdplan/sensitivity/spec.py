@@ -34,7 +34,7 @@ from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.latency.profile import profile_inputs
-from pdplan.modelcatalog import model_file
+from pdplan.modelref import model_file
 from pdplan.modelspec import DEFAULT_MODEL
 from pdplan.schema import Fields, bound
 from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S

@@ -20,7 +20,7 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.latency.profile import PhaseProfile
 from pdplan.latency.speculative import SpeculativeDecoding
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec, expert_placement_rejection
 from pdplan.shape import InstanceShape, shape_key, shape_label
 from pdplan.vocabulary import CacheMedium, FailurePolicy, Phase, Policy, Router, TransferSchedule

@@ -26,7 +26,7 @@ from pdplan.latency.importers.distserve import read_distserve
 from pdplan.latency.importers.dynamo import read_dynamo
 from pdplan.latency.importers.points import read_points_csv
 from pdplan.latency.importers.splitwise import read_splitwise
-from pdplan.modelcatalog import get_model
+from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec, kv_capacity_tokens, shape_rejection
 
 FORMATS = ("distserve", "dynamo", "points", "splitwise")

@@ -1,0 +1,51 @@
+"""What ``--model`` names: a catalog model (at a precision), a user's model YAML or a Hugging Face
+config.json, read into the :class:`~pdplan.modelspec.ModelSpec` it is served as."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pdplan.errors import PdplanError
+from pdplan.hf_config import config_path, load_hf_config
+from pdplan.modelcatalog import geometry, load_model, model_catalog
+from pdplan.modelspec import PRECISION_MARK, ModelSpec, parse_precision
+
+
+def model_file(name_or_path: str | None) -> Path | None:
+    """The model file ``--model`` names, or None for a catalog name: a name ending in .yaml or
+    .yml is a model YAML, one ending in .json (or a folder holding config.json) a Hugging Face
+    config (commands check their outputs against it)."""
+    if name_or_path is None:
+        return None
+    if name_or_path.endswith((".yaml", ".yml")):
+        return Path(name_or_path)
+    return config_path(name_or_path)
+
+
+def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
+    """An embedded model by name (``llama-3.1-70b``, or at a precision: ``llama-3.1-70b@fp8``), a
+    user's model YAML by path, or a Hugging Face config.json (or a folder holding one) by path, at the
+    precision its quantization_config states; ``dtype``/``kv_dtype`` set the precision it is served at."""
+    catalog = model_catalog()
+    path = model_file(name_or_path)
+    if path is not None:
+        if path.suffix == ".json":
+            model = load_hf_config(path)
+        else:
+            model = load_model(path)
+        known = catalog.get(model.base_name)
+        if known is not None and geometry(known) != geometry(model):
+            # Profiles are matched by model name: a different model under a catalog name would
+            # silently borrow the catalog model's measured latencies.
+            raise PdplanError(f"name {model.base_name!r} is a catalog model with a different geometry; give "
+                              "your model its own name", file=path, field="name")
+    else:
+        base, _, suffix = name_or_path.partition(PRECISION_MARK)
+        if base not in catalog:
+            raise PdplanError(f"unknown model {base!r} (known: {', '.join(sorted(catalog))}; "
+                              "or pass a model YAML, or a Hugging Face config.json or its folder)", field="model")
+        model = catalog[base]
+        if suffix:
+            weight, kv = parse_precision(suffix)
+            model = model.at_precision(weight, kv)
+    return model if dtype is None and kv_dtype is None else model.at_precision(dtype, kv_dtype)
