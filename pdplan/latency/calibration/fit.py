@@ -228,8 +228,8 @@ def _factors(z) -> tuple[float, float, float, float]:
     the square of its coordinate clipped to [0, 1]."""
     low, high = np.log(SCALE_BOUNDS)
     scale = lambda v: float(np.exp(np.clip(v, low, high)))  # noqa: E731
-    cost = lambda v, bound: float(bound * np.clip(v, 0.0, 1.0) ** 2)  # noqa: E731
-    return scale(z[0]), scale(z[1]), cost(z[2], MAX_ITERATION_S), cost(z[3], MAX_PROMPT_ITERATION_S)
+    costs = (float(bound * np.clip(v, 0.0, 1.0) ** 2) for v, bound in zip(z[2:], COST_BOUNDS))
+    return scale(z[0]), scale(z[1]), *costs
 
 
 def _simplex(center: np.ndarray, size: float) -> np.ndarray:
