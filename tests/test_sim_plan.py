@@ -143,6 +143,47 @@ def test_a_pool_serving_another_model_than_the_simulation_is_refused(tmp_path):
         simulate(trace, load_plan(write(tmp_path, GOOD)), {profile.key: profile}, model=get_model("opt-13b"))
 
 
+def _one_gpu_plan(tmp_path, model: str):
+    """GOOD on one H200 per instance, every pool naming ``model`` as the plan file gives it."""
+    text = GOOD.replace("llama2-70b", model).replace("a100-80gb", "h200-141gb").replace("tp: 4", "tp: 1")
+    return load_plan(write(tmp_path, text))
+
+
+def _simulated_with(plan, model):
+    from pdplan.hardware import get_gpu
+    from pdplan.latency.roofline import roofline_profile
+
+    profile = roofline_profile(model, get_gpu("h200-141gb"), 1, 1)
+    trace = {"arrival_s": [0.0, 0.5], "prompt_tokens": [100, 200], "output_tokens": [4, 4]}
+    return simulate(trace, plan, {pool.shape: profile for pool in plan.pools}, model=model)
+
+
+def test_a_plan_may_name_a_quantized_catalog_model_without_its_precision(tmp_path):
+    from pdplan.sim.plan import plan_model
+
+    plan = _one_gpu_plan(tmp_path, "gpt-oss-20b")  # its config's MXFP4 makes it gpt-oss-20b@mxfp4
+    model = get_model("gpt-oss-20b")
+    assert model.name != "gpt-oss-20b"
+    assert plan_model(plan) == model
+    assert len(_simulated_with(plan, model).requests) == 2
+
+
+def test_a_plan_may_name_its_model_by_the_model_files_path(tmp_path):
+    source = ROOT / "pdplan" / "catalog" / "models" / "llama-3.1-8b.yaml"
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(source.read_text().replace("name: llama-3.1-8b", "name: my-llama"))
+    plan = _one_gpu_plan(tmp_path, str(mine))
+    assert len(_simulated_with(plan, get_model(str(mine))).requests) == 2
+
+
+def test_pools_naming_one_model_two_ways_serve_one_model(tmp_path):
+    from pdplan.sim.plan import plan_model
+
+    text = GOOD.replace("model: llama2-70b", "model: gpt-oss-20b", 1).replace("model: llama2-70b",
+                                                                               "model: gpt-oss-20b@mxfp4")
+    assert plan_model(load_plan(write(tmp_path, text))) == get_model("gpt-oss-20b")
+
+
 def test_a_plan_built_in_code_names_the_broken_field():
     from pdplan.sim.plan import Plan, Pool
 

@@ -16,6 +16,7 @@ import numpy as np
 
 from pdplan.errors import PdplanError
 from pdplan.latency.profile import PhaseProfile
+from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim.plan import CacheTier, Plan, batch_wait_tokens, lends, receiving_phases, resolve_pools
 from pdplan.vocabulary import Router
@@ -223,8 +224,9 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
         raise PdplanError("a disaggregated plan needs the model (KV bytes per token, layers)", file=plan.source,
                           field="model")
     if model is not None:
+        served = {name: get_model(name).name for name in {pool.model for pool in plan.pools}}
         for i, pool in enumerate(plan.pools):
-            if pool.model != model.name:
+            if served[pool.model] != model.name:
                 raise PdplanError(f"pool {pool.name!r} serves model {pool.model!r} but the simulation "
                                   f"was given {model.name!r}", file=plan.source, field=f"pools[{i}].model")
     return Layout(mode="colocated" if plan.colocated else "disaggregated", labels=tuple(labels),

@@ -337,15 +337,17 @@ def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tu
 
 
 def plan_model(plan: Plan) -> ModelSpec:
-    """The one model every pool serves (a plan serves one model), each pool's routed experts placeable on
-    its instances as the engines place them (:func:`pdplan.modelspec.expert_placement_rejection`: EP 1 or
-    dividing TP × DP, the experts plus the redundant ones spread evenly); a pool that breaks a rule names
-    the plan file, the pool and its field."""
-    names = sorted({p.model for p in plan.pools})
+    """The one model every pool serves (a plan serves one model, which pools may name as a catalog name
+    with or without its default precision, ``deepseek-v3`` or ``deepseek-v3@fp8``, or as its model file's
+    path), each pool's routed experts placeable on its instances as the engines place them
+    (:func:`pdplan.modelspec.expert_placement_rejection`: EP 1 or dividing TP × DP, the experts plus the
+    redundant ones spread evenly); a pool that breaks a rule names the plan file, the pool and its field."""
+    models = {pool.model: get_model(pool.model) for pool in plan.pools}
+    names = sorted({model.name for model in models.values()})
     if len(names) > 1:
         raise PdplanError(f"pools serve different models ({', '.join(names)}); a plan serves one model",
                           file=plan.source, field="pools")
-    model = get_model(names[0])
+    model = models[plan.pools[0].model]
     for i, pool in enumerate(plan.pools):
         found = expert_placement_rejection(model, pool.tp, pool.ep, pool.redundant_experts, dp=pool.dp)
         if found is not None:
