@@ -224,9 +224,11 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
         raise PdplanError("a disaggregated plan needs the model (KV bytes per token, layers)", file=plan.source,
                           field="model")
     if model is not None:
-        served = {name: get_model(name).name for name in {pool.model for pool in plan.pools}}
+        # a plan file may name the model as the catalog does or by its file (pdplan.sim.plan.plan_model)
+        served = {name: name == model.name or get_model(name).name == model.name
+                  for name in {pool.model for pool in plan.pools}}
         for i, pool in enumerate(plan.pools):
-            if served[pool.model] != model.name:
+            if not served[pool.model]:
                 raise PdplanError(f"pool {pool.name!r} serves model {pool.model!r} but the simulation "
                                   f"was given {model.name!r}", file=plan.source, field=f"pools[{i}].model")
     return Layout(mode="colocated" if plan.colocated else "disaggregated", labels=tuple(labels),
