@@ -62,9 +62,9 @@ def main() -> int:
     from pdplan.modelref import get_model
     from pdplan.sim import simulate
     from pdplan.sim.plan import CacheTier
-    from pdplan.workload import load_trace
+    from pdplan.workload import load_trace, spread_over_grid
 
-    workload = load_trace(args.trace)
+    workload = spread_over_grid(load_trace(args.trace), 0)  # replayed as the CLI replays it, seed 0
     profiles, source = _profiles()
     model = get_model("llama2-70b")
     print(f"{len(workload):,} requests of {args.trace} at {args.rate} req/s; {args.prefill} prefill + 4 decode "

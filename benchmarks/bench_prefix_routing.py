@@ -42,9 +42,9 @@ def main() -> int:
     from pdplan.sim import simulate
     from pdplan.sim.plan import plan_profiles
     from pdplan.slo import slo_from_flags
-    from pdplan.workload import load_trace
+    from pdplan.workload import load_trace, spread_over_grid
 
-    workload = load_trace(args.trace)
+    workload = spread_over_grid(load_trace(args.trace), 0)  # replayed as the CLI replays it, seed 0
     cluster = load_cluster(default_cluster_path())
     model = get_model("llama2-70b")
     source = profile_source(None, None, None, True, None)

@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NATIVE = "arrival_s,prompt_tokens,output_tokens\n"
 STATS_KEYS = ["requests", "duration_s", "mean_rate_rps", "peak_rate_rps", "interarrival_cv", "prompt_tokens",
               "output_tokens", "prefix_reuse_fraction", "failed_requests", "format", "source", "has_arrivals",
-              "digest", "notes"]
+              "digest", "notes", "arrival_grid_s"]
 LENGTH_KEYS = ["mean", "p50", "p90", "p99", "max"]
 
 

@@ -128,7 +128,7 @@ def goodput(
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     check_seed(seed)
     settings = search_settings(tolerance, requests_per_probe, arrivals, grid)
-    workload = load_workload(trace, format)
+    workload = load_workload(trace, format, seed)
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose, drafting)

@@ -259,7 +259,7 @@ def optimize(
         outputs.claim(plot, "--plot", folder=True)
     check_seed(seed)
     settings = search_settings(tolerance, requests_per_probe, arrivals)
-    workload = load_workload(trace, format)
+    workload = load_workload(trace, format, seed)
     cut = None if windows is None else trace_windows(
         workload, trace, windows, peak=peak,
         notify=lambda notice: stderr.print(f"notice: {notice}", markup=False, highlight=False))

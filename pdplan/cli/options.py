@@ -10,6 +10,7 @@ from typing import Annotated, Iterable
 import typer
 
 from pdplan import limits
+from pdplan.cli.output import stderr
 from pdplan.errors import PdplanError
 from pdplan.goodput import SearchSettings
 from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
@@ -18,7 +19,7 @@ from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.shape import wide_ep
 from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.vocabulary import Arrivals, Router, SpeculativeMethod
-from pdplan.workload import FORMATS, Workload, load_trace
+from pdplan.workload import FORMATS, Workload, load_trace, spread_over_grid
 
 
 def choice(flag: str, words: Iterable[StrEnum], *, sort: bool = True, **option) -> typer.models.OptionInfo:
@@ -162,11 +163,18 @@ def profile_source(path: Path | None, engine: str | None = None, engine_version:
                          speculative=speculative)
 
 
-def load_workload(trace: Path, format: str | None) -> Workload:
-    """The trace, refusing one with no requests to plan on."""
+def load_workload(trace: Path, format: str | None, seed: int) -> Workload:
+    """The trace as it is replayed, refusing one with no requests to plan on: arrival times rounded to
+    a grid (Mooncake's 3 s) are spread over their intervals with ``seed``, which a notice says."""
     workload = load_trace(trace, format=format)
     if len(workload) == 0:
         raise PdplanError("trace holds no requests", file=trace)
+    workload = spread_over_grid(workload, seed)
+    if workload.arrival_grid_s is not None:
+        step = workload.arrival_grid_s
+        stderr.print(f"notice: {trace}: arrival times lie on a {step:g} s grid (most requests share theirs); each "
+                     f"request is replayed at a random point of its {step:g} s interval (seed {seed}), as the "
+                     "trace does not say when within it the request came", markup=False, highlight=False)
     return workload
 
 

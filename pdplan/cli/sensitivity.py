@@ -188,7 +188,7 @@ def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment:
               budget: float | None, cache_dir: Path | None, use_cache: bool, timing: dict) -> Base:
     """The loaded inputs every cell starts from; ``timing`` holds the profile source's engine, engine version,
     composition and speculative decoding (:func:`pdplan.cli.options.profile_source`)."""
-    workload = load_workload(spec.trace, None)
+    workload = load_workload(spec.trace, None, spec.seed)
     hashed = workload.has_prefix_hashes or any(name == "prefix_hit" for name, _ in spec.dimensions)
     notice = routing_notice(spec.router, hashed)
     if notice is not None:

@@ -109,7 +109,7 @@ def simulate(
             raise PdplanError("--early-rejection rejects at a prefill instance; a colocated plan has none",
                               field="early_rejection")
         the_plan = dataclasses.replace(the_plan, reject_ttft_s=ttft)
-    workload = load_workload(trace, format)
+    workload = load_workload(trace, format, seed)
     if not workload.has_arrivals and concurrency is None:
         raise PdplanError("trace has no arrival times; give it arrivals first "
                           "(pdplan trace transform --arrivals poisson --rate R), or run a closed loop with "

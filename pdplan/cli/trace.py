@@ -184,6 +184,8 @@ def _print_stats_dict(stats: dict, title: str) -> None:
     table.add_row("mean rate", _num(stats["mean_rate_rps"], " req/s"))
     table.add_row("peak rate (busiest 60 s)", _num(stats["peak_rate_rps"], " req/s"))
     table.add_row("inter-arrival CV", _num(stats["interarrival_cv"]))
+    grid = stats["arrival_grid_s"]
+    table.add_row("arrival-time grid", "— (continuous)" if grid is None else f"{grid:g} s")
     reuse = stats["prefix_reuse_fraction"]
     table.add_row("prefix reuse", "—" if reuse is None else f"{reuse:.1%}")
     stdout.print(table)

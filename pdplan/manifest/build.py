@@ -156,8 +156,10 @@ def _identity(model: ModelSpec, identity: Identity) -> dict:
 
 def _workload(request: PlanRequest, trace: dict) -> dict:
     stats = trace_stats(request.workload)
+    # only a gridded trace records its grid, so the manifests of continuous traces read as before
+    grid = {} if stats.arrival_grid_s is None else {"arrival_grid_s": stats.arrival_grid_s}
     return {"trace": {**trace, **{k: getattr(stats, k) for k in ("requests", "duration_s", "mean_rate_rps",
-                                                               "peak_rate_rps", "interarrival_cv")},
+                                                               "peak_rate_rps", "interarrival_cv")}, **grid,
                       "prompt_tokens": asdict(stats.prompt_tokens), "output_tokens": asdict(stats.output_tokens)},
             "slo": {"objectives": [{"metric": o.metric, "threshold_ms": o.threshold_s * 1e3,
                                     "attainment": o.attainment} for o in request.slo.objectives]},

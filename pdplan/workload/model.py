@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -51,6 +52,9 @@ class Workload:
     """Name of the format it was read from (one of ``FORMATS``), or ``"synth"``."""
     failed_requests: int = 0
     """Failed requests found in the source trace and excluded from this workload."""
+    arrival_grid_s: float | None = None
+    """The step of the grid the source's arrival times were rounded to, when its requests have been
+    spread over their grid intervals (:func:`pdplan.workload.ticks.spread_over_grid`); else None."""
 
     def __post_init__(self) -> None:
         n = check_array("prompt_tokens", self.prompt_tokens, np.int64, None)
@@ -89,6 +93,8 @@ class Workload:
             self._check_hashes(n)
         if not isinstance(self.failed_requests, int) or self.failed_requests < 0:
             raise PdplanError(f"failed_requests must be an integer >= 0, got {self.failed_requests!r}")
+        if self.arrival_grid_s is not None and not (math.isfinite(self.arrival_grid_s) and self.arrival_grid_s > 0):
+            raise PdplanError(f"arrival_grid_s must be a finite number > 0, got {self.arrival_grid_s!r}")
 
     def _check_hashes(self, n: int) -> None:
         check_array("hash_values", self.hash_values, np.int64, None)

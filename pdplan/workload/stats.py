@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from pdplan.workload.model import NO_ARRIVALS_HINT, Workload
+from pdplan.workload.ticks import arrival_grid_s
 
 PEAK_WINDOW_S = 60.0
 """Width of the sliding window behind ``TraceStats.peak_rate_rps``."""
@@ -43,6 +44,9 @@ class TraceStats:
       n / duration_s, the same as ``mean_rate_rps``.
     - ``interarrival_cv``: population standard deviation over mean of the n - 1 gaps
       a_{i+1} - a_i (None with fewer than 2 gaps or a zero mean gap).
+    - ``arrival_grid_s``: the step of the grid the source's arrival times were rounded to
+      (:func:`pdplan.workload.ticks.arrival_grid_s`: Mooncake's 3 s), recorded on a workload whose
+      requests were spread over it; None for continuous times.
     - ``prefix_reuse_fraction``: a prefix block is reused when its hash id appeared in an
       earlier request (earlier in file order; repeats inside one request do not count);
       reused blocks / all blocks.  None without prefix hashes.
@@ -63,6 +67,8 @@ class TraceStats:
     digest: str
     notes: tuple[str, ...] = field(default=())
     """Plain-language reasons for every None above, and other caveats."""
+    arrival_grid_s: float | None = None
+    """See the definitions above (the last key of ``to_dict``, added after the others)."""
 
     def to_dict(self) -> dict:
         """Plain dict for ``--json``; keys in the documented order."""
@@ -75,6 +81,7 @@ def trace_stats(workload: Workload) -> TraceStats:
     """Summarise a workload; see ``TraceStats`` for the exact definitions."""
     notes = []
     duration_s = mean_rate = peak_rate = cv = None
+    grid = workload.arrival_grid_s or arrival_grid_s(workload.arrival_s)
     if workload.arrival_s is None:
         notes.append("no arrival times (lengths-only trace): duration_s, mean_rate_rps, "
                      f"peak_rate_rps and interarrival_cv are null; {NO_ARRIVALS_HINT}")
@@ -92,6 +99,9 @@ def trace_stats(workload: Workload) -> TraceStats:
             notes.append("all arrivals fall at one instant: mean_rate_rps and peak_rate_rps are null")
         if cv is None:
             notes.append("fewer than 2 inter-arrival gaps or a zero mean gap: interarrival_cv is null")
+        if grid is not None and workload.arrival_grid_s is None:
+            notes.append(f"arrival times lie on a {grid:g} s grid, so interarrival_cv counts the requests that share "
+                         "a time as simultaneous; replays spread each over its interval")
     reuse = prefix_reuse_fraction(workload)
     if workload.hash_values is None:
         notes.append("no prefix hashes: prefix_reuse_fraction is null")
@@ -100,7 +110,7 @@ def trace_stats(workload: Workload) -> TraceStats:
                      "were excluded from the workload")
     return TraceStats(
         requests=len(workload), duration_s=duration_s, mean_rate_rps=mean_rate,
-        peak_rate_rps=peak_rate, interarrival_cv=cv,
+        peak_rate_rps=peak_rate, interarrival_cv=cv, arrival_grid_s=grid,
         prompt_tokens=LengthStats.of(workload.prompt_tokens),
         output_tokens=LengthStats.of(workload.output_tokens),
         prefix_reuse_fraction=reuse, failed_requests=workload.failed_requests,
