@@ -172,17 +172,15 @@ def test_ep_equal_to_tp_without_dp_is_todays_expert_parallel_profile():
     assert composed_profile(model, gpu, 2, 1, ep=2) == composed_profile(model, gpu, 2, 1, expert_parallel=True)
 
 
-def test_the_profile_source_composes_a_wide_shape_and_never_guesses_one(dsr1):
+def test_the_profile_source_composes_a_wide_shape_else_times_it_by_the_wide_roofline(dsr1):
     gpu = get_gpu("h200-141gb")
     composed = ProfileSource({}, engine="sglang").profile(dsr1, gpu, 1, 1, dp=8, ep=8)
     assert composed.provenance.source == "composed" and composed.dp == 8
-    off = ProfileSource({}, engine="sglang", compose=False)
-    with pytest.raises(PdplanError, match="a TP-only roofline does not time attention DP"):
-        off.profile(dsr1, gpu, 1, 1, dp=8, ep=8)
-    refused = ProfileSource({}, engine="vllm")
-    with pytest.raises(PdplanError):
-        refused.profile(dsr1, gpu, 1, 1, dp=16, ep=16)
-    assert "all-to-all measured" in refused.fallback_reason(dsr1.name, "h200-141gb", 1, 1, dp=16, ep=16)
+    off = ProfileSource({}, engine="sglang", compose=False).profile(dsr1, gpu, 1, 1, dp=8, ep=8)
+    assert off.provenance.source == "roofline" and off.provenance.method.startswith("wide-EP roofline")
+    untabled = ProfileSource({}, engine="vllm")
+    assert untabled.profile(dsr1, gpu, 1, 1, dp=16, ep=16).provenance.source == "roofline"
+    assert "all-to-all measured" in untabled.fallback_reason(dsr1.name, "h200-141gb", 1, 1, dp=16, ep=16)
 
 
 def test_trtllm_runs_the_shared_expert_beside_the_routed_path_in_decode(dsr1):

@@ -12,9 +12,8 @@ A plan's shapes are timed by the best evidence there is for each:
 
 Every profile records which in ``provenance.source``; when a shape falls back past composition
 the reason is kept (:meth:`ProfileSource.fallback_reason`) so the output can say why. A shape with
-attention data parallelism or expert parallelism beyond TP (one DP rank's profile) is measured or
-composed from the wide-EP tables, never a TP-only roofline: when neither is there, the reason is kept
-and the shape is refused. When the
+attention data parallelism or expert parallelism beyond TP (one DP rank's profile) is measured, composed
+from the wide-EP tables, else timed by the wide-EP roofline (:mod:`pdplan.latency.wide_roofline`). When the
 deployment runs speculative decoding (:mod:`pdplan.latency.speculative`), every profile handed
 out, whatever its source, has its decode model turned into the time per emitted token.
 """
@@ -34,6 +33,7 @@ from pdplan.latency.compose import tables
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import roofline_profile
 from pdplan.latency.speculative import SpeculativeDecoding
+from pdplan.latency.wide_roofline import wide_roofline_profile
 from pdplan.modelspec import ModelSpec
 from pdplan.shape import shape_key, shape_label
 from pdplan.vocabulary import SpeculativeMethod
@@ -105,10 +105,8 @@ class ProfileSource:
         elif self.compose:
             self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
         if dp > 1 or ep not in (1, tp):
-            why = self.fallbacks.get(key, "composition is off")
-            raise PdplanError(f"{model.name} {gpu.name} TP{tp} DP{dp} EP{ep}: no measured or composed profile "
-                              f"({why}); a TP-only roofline does not time attention DP or expert parallelism",
-                              field="ep")
+            return wide_roofline_profile(model, gpu, tp, pp, dp=dp, ep=ep, engine=self.engine,
+                                         gpus_per_node=gpus_per_node)
         return roofline_profile(model, gpu, tp, pp, engine=self.engine, gpus_per_node=gpus_per_node)
 
     def _composed(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,

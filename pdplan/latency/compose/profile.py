@@ -116,10 +116,15 @@ def group_points(step: Step, top_tokens: int) -> dict:
     than the balanced step ever reads: one per rank) it holds its DP-token value, a kernel's launch floor,
     where the tables' own edge would scale it down toward zero."""
     moe_layers, dp = step.model.moe_layers, step.shape.dp
-    grid = sorted({*(2 ** k for k in range(max(1, top_tokens).bit_length())), max(1, top_tokens)})
     return {f"group_{phase}_points": tuple(
-                (t, moe_layers * step.wide_experts.group_s(max(t, dp), phase == "prefill", step.log)) for t in grid)
+                (t, moe_layers * step.wide_experts.group_s(max(t, dp), phase == "prefill", step.log))
+                for t in group_grid(top_tokens))
             for phase in ("prefill", "decode")}
+
+
+def group_grid(top_tokens: int) -> list[int]:
+    """Where a group part is sampled: 1, 2, 4, ... instance tokens and ``top_tokens``."""
+    return sorted({*(2 ** k for k in range(max(1, top_tokens).bit_length())), max(1, top_tokens)})
 
 
 def _notes(step: Step) -> str:
@@ -133,9 +138,12 @@ def _notes(step: Step) -> str:
 
 
 def composed_points(model: ModelSpec, gpu: GPU, tp: int, *, engine: str,
-                    memory_utilization: float = 0.9) -> list:
+                    memory_utilization: float = 0.9, dp: int = 1, ep: int = 1) -> list:
     """The composition grid's step times of one shape as points (what a composed profile is
-    fitted to; the per-engine roofline calibration fits to them too)."""
+    fitted to; the per-engine roofline calibration fits to them too); with ``dp`` ranks, one rank's,
+    its all-to-all on NVLink as far as the GPU's NVLink domain reaches (as :func:`composed_profile`)."""
+    gpus_per_node = gpu.nvlink_domain if dp > 1 else 8
     step, capacity, cap = _composition(model, gpu, tp, 1, engine=engine, engine_version=None,
-                                       memory_utilization=memory_utilization)
+                                       memory_utilization=memory_utilization, gpus_per_node=gpus_per_node,
+                                       dp=dp, ep=ep)
     return sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)
