@@ -339,7 +339,10 @@ def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: in
         return composed_profile(model, physical, tp, 1, dp=dp, ep=ep, engine=engine,
                                 gpus_per_node=physical.nvlink_domain)
     source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed")
-    profile = source.profile(model, get_gpu(gpu), tp, 1)
+    # a roofline of DP ranks or EP beyond TP is the wide-EP roofline's, one rank's; a dense row's EP means nothing
+    physical = get_gpu(gpu)
+    profile = source.profile(model, physical, tp, 1, dp=dp, ep=ep if model.is_moe else 1,
+                             gpus_per_node=physical.nvlink_domain)
     if kind == "composed" and profile.provenance.source != "composed":
         raise PdplanError(source.fallback_reason(model.name, gpu, tp, 1) or "not composed")
     return profile
