@@ -4,7 +4,7 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
-from pdplan.latency.roofline import Efficiency
+from pdplan.latency.roofline import Efficiency, efficiency_for
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.wide_roofline import WideFit, WideRoofline, wide_fit_for, wide_roofline_profile
 from pdplan.modelref import get_model
@@ -42,13 +42,34 @@ def test_routed_experts_over_many_tokens_take_each_gpus_share_of_their_flops():
     model, gpu = get_model("deepseek-v3"), get_gpu("h200-141gb")
     tokens = 1_000_000
     flops = 2 * model.moe_layers * tokens * model.experts_per_token * model.expert_params / 8
-    assert _rank().balanced_group_s(tokens) == pytest.approx(flops / gpu.tensor_flops("fp8"), rel=1e-9)
+    assert _rank().balanced_group_s(tokens, prefill=False) == pytest.approx(flops / gpu.tensor_flops("fp8"),
+                                                                   rel=1e-9)
 
 
-def test_one_token_reads_only_its_k_experts_spread_over_the_gpus():
+def test_one_decoded_token_reads_only_its_k_experts_spread_over_the_gpus():
     model, gpu = get_model("deepseek-v3"), get_gpu("h200-141gb")
     read = model.experts_per_token * model.moe_layers * model.expert_params * model.weight_bytes_per_param / 8
-    assert _rank().balanced_group_s(1) == pytest.approx(read / gpu.hbm_bytes_per_s, rel=1e-9)
+    assert _rank().balanced_group_s(1, prefill=False) == pytest.approx(read / gpu.hbm_bytes_per_s, rel=1e-9)
+
+
+def test_a_prefill_reads_every_expert_as_the_tp_only_roofline_does():
+    model, gpu = get_model("deepseek-v3"), get_gpu("h200-141gb")
+    read = model.experts * model.moe_layers * model.expert_params * model.weight_bytes_per_param / 8
+    assert _rank().balanced_group_s(1, prefill=True) == pytest.approx(read / gpu.hbm_bytes_per_s, rel=1e-9)
+
+
+def test_the_profile_is_the_rank_step_itself():
+    """Exact for a prefill; for a decode at every batch where the experts touched are restated (powers of two),
+    the chord of their count below it between them."""
+    model, gpu = get_model("kimi-k2"), get_gpu("gb200-185gb")
+    rank = WideRoofline(model=model, gpu=gpu, tp=1, dp=8, ep=8, efficiency=efficiency_for("sglang"),
+                        gpus_per_node=72, fit=wide_fit_for("sglang"))
+    profile = wide_roofline_profile(model, gpu, 1, 1, dp=8, ep=8, engine="sglang")
+    for batch, length in ((1, 64), (2, 1000), (4, 4096)):
+        assert profile.prefill_time_s([length] * batch) == pytest.approx(rank.prefill_s(batch, length), rel=1e-5)
+    for batch in (1, 2, 4, 16, 256):
+        assert profile.decode_step_s(batch, batch * 2048) == pytest.approx(rank.decode_s(batch, 2048), rel=1e-5)
+    assert profile.decode_step_s(3, 3 * 2048) <= rank.decode_s(3, 2048)
 
 
 def test_the_fitted_terms_add_a_fixed_cost_per_moe_layer_and_scale_the_routed_experts():

@@ -199,13 +199,14 @@ def kv_bytes_per_token_per_rank(model: ModelSpec, tp: int) -> tuple[int, int]:
 UNTOUCHED_FLOOR = 1e-3
 
 
-def decode_expert_batches(model: ModelSpec) -> list[int]:
+def decode_expert_batches(model: ModelSpec, ranks: int = 1) -> list[int]:
     """Batch sizes at which the decode roofline restates the experts read: powers of two from 1 until
-    all but :data:`UNTOUCHED_FLOOR` of the experts are touched; ``[1]`` for a dense model."""
+    all but :data:`UNTOUCHED_FLOOR` of the experts are touched by the batch's rows on each of ``ranks``
+    attention-DP ranks; ``[1]`` for a dense model."""
     if not model.is_moe:
         return [1]
     batches = [1]
-    while (1 - model.experts_per_token / model.experts) ** batches[-1] > UNTOUCHED_FLOOR:
+    while (1 - model.experts_per_token / model.experts) ** (batches[-1] * ranks) > UNTOUCHED_FLOOR:
         batches.append(batches[-1] * 2)
     return batches
 

@@ -30,22 +30,26 @@ roofline share (the load imbalance the tables measure, a power law, and the grou
 together). An engine without such tables keeps the measured send/recv latency and a factor of 1, and the
 notes say so.
 
-The step is timed on the composition's grid of batches (:func:`pdplan.latency.compose.profile.sample_points`)
-and fitted as a composed profile is, and its group part is kept for the simulator's synchronised step.
+Every part is a linear form in the profile's features, so the profile is the step itself, a maximum of
+linear forms per segment of the decode batch (the experts a decode touches follow chords between powers of
+two, as in the TP-only roofline), and its group part is kept for the simulator's synchronised step.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+
+import numpy as np
 
 from pdplan.errors import PdplanError
 from pdplan.experts import edge_matrices_under_dp, expert_placement_rejection
 from pdplan.hardware import GPU
-from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
+from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import (
     DEFAULT_MAX_PREFILL_BATCH_TOKENS,
     Efficiency,
     compute_slowdown,
+    decode_expert_batches,
     decode_flops_coefficients,
     efficiency_for,
     engine_fits,
@@ -79,7 +83,9 @@ def wide_fit_for(engine: str | None) -> WideFit | None:
 @dataclass
 class WideRoofline:
     """The roofline step of one attention-DP rank of a TP × DP instance whose routed experts are spread
-    over EP GPUs; every rank carries the same batch, as a composed wide profile assumes."""
+    over EP GPUs; every rank carries the same batch, as a composed wide profile assumes. Each part is a
+    linear form in the profile's features (prefill (1, Σl, Σl²), decode (1, B, Σctx)), already divided by
+    its efficiency, so the profile is exact: no fit."""
 
     model: ModelSpec
     gpu: GPU
@@ -91,89 +97,85 @@ class WideRoofline:
     fit: WideFit | None = None    #: the engine's wide-EP terms; None: send/recv latency, factor 1
 
     def __post_init__(self):
-        m, gpu = self.model, self.gpu
+        m, gpu, e = self.model, self.gpu, self.efficiency
         slowdown, _ = compute_slowdown(gpu)
-        self._gemm = gpu.tensor_flops(COMPUTE_DTYPE.get(m.weight_dtype, m.weight_dtype)) / slowdown
-        self._attention = gpu.flops_per_s / slowdown
+        gemm = self.tp * gpu.tensor_flops(COMPUTE_DTYPE.get(m.weight_dtype, m.weight_dtype)) / slowdown
+        attention = self.tp * gpu.flops_per_s / slowdown
         split, whole = edge_matrices_under_dp(m, 0, 1)
         own = rank_weight_bytes(m, self.tp, range(m.layers), split, ep=self.ep, dp=self.dp, experts_read=0.0,
-                                whole_edge_matrices=whole)
-        self._own_weights_s = own / gpu.hbm_bytes_per_s
-        self._routed_row_flops = 2.0 * m.moe_layers * m.experts_per_token * m.expert_params
-        self._expert_bytes = m.moe_layers * m.expert_params * m.weight_bytes_per_param
-        self._kv = tuple(b / gpu.hbm_bytes_per_s for b in kv_bytes_per_token_per_rank(m, self.tp))
-        self._all_reduce = tp_all_reduce_s(m, gpu, self.tp)
+                                whole_edge_matrices=whole) / gpu.hbm_bytes_per_s
+        routed = 2.0 * m.moe_layers * m.experts_per_token * m.expert_params   # FLOPs of one row's routed experts
+        linear = linear_flops(m, 1)
+        full, sliding = (b / gpu.hbm_bytes_per_s for b in kv_bytes_per_token_per_rank(m, self.tp))
+        ar_fixed, ar_row = tp_all_reduce_s(m, gpu, self.tp)
+        layers = m.layers * e.layer_overhead_s
+        p1, p2 = prefill_flops_coefficients(m)
+        d1, d2 = decode_flops_coefficients(m)
+        # the rank's own part: (compute, memory, added) per phase
+        self._own = {
+            True: (np.array([0.0, (linear - routed) / gemm + (p1 - linear) / attention, p2 / attention]) / e.compute,
+                   np.array([own, full + sliding, 0.0]) / e.bandwidth, np.array([ar_fixed + layers, ar_row, 0.0])),
+            False: (np.array([0.0, (linear - routed) / gemm + (d1 - linear) / attention, d2 / attention]) / e.compute,
+                    np.array([own, 2 * full + sliding * (1 + m.sliding_window), full]) / e.bandwidth,
+                    np.array([ar_fixed + layers, ar_row, 0.0]))}
+        # one GPU's balanced share of the routed experts: per group token, per expert touched
+        self._factor = 1.0 if self.fit is None else self.fit.expert_factor
+        self._routed_per_token = routed / gemm / self.dp / e.compute
+        self._per_expert = m.moe_layers * m.expert_params * m.weight_bytes_per_param / (
+            self.tp * self.dp * gpu.hbm_bytes_per_s * e.bandwidth)
         net = network_for(gpu)
         inside = net.fit_for("send_recv", 2, intra_node=True)
         across = net.fit_for("send_recv", 2, intra_node=False)
         near = min(self.ep, self.gpus_per_node)
+        per_byte = max((near - 1) / self.ep / inside.beta_bytes_per_s,
+                       (self.ep - near) / self.ep / across.beta_bytes_per_s)
+        sent = m.experts_per_token * m.hidden * (DISPATCH_BYTES + COMBINE_BYTES) / self.tp   # per rank row, per GPU
+        self._wire_row = m.moe_layers * sent * per_byte if self.ep > 1 else 0.0
         measured = 2 * (inside.alpha_s if self.ep <= self.gpus_per_node else across.alpha_s)
-        self._a2a_fixed = ((measured, measured) if self.fit is None
-                           else (self.fit.a2a_prefill_s, self.fit.a2a_decode_s))   # (prefill, decode)
-        self._factor = 1.0 if self.fit is None else self.fit.expert_factor
-        self._a2a_s_per_byte = max((near - 1) / self.ep / inside.beta_bytes_per_s,
-                                   (self.ep - near) / self.ep / across.beta_bytes_per_s)
+        a2a = (measured, measured) if self.fit is None else (self.fit.a2a_prefill_s, self.fit.a2a_decode_s)
+        self._a2a_layers = {True: m.moe_layers * a2a[0], False: m.moe_layers * a2a[1]} if self.ep > 1 else \
+            {True: 0.0, False: 0.0}
 
     # --- the parts of a step --------------------------------------------------------------------------
 
-    def _own_s(self, rows: float, compute_flops: tuple[float, float], memory_s: float) -> float:
-        """max(compute, memory) of the rank's own part for ``rows`` rows, plus its all-reduces and layer costs."""
-        gemm_flops, attention_flops = compute_flops
-        compute = (gemm_flops / self._gemm + attention_flops / self._attention) / self.tp
-        fixed, per_row = self._all_reduce
-        return (max(compute / self.efficiency.compute, memory_s / self.efficiency.bandwidth)
-                + fixed + per_row * rows + self.model.layers * self.efficiency.layer_overhead_s)
-
-    def balanced_group_s(self, tokens: float) -> float:
+    def balanced_group_s(self, tokens: float, prefill: bool) -> float:
         """Routed experts over ``tokens`` of the whole MoE group (every rank's), all MoE layers, one GPU's
-        balanced share: max(compute, memory)."""
-        gpus = self.tp * self.dp
-        compute = tokens * self._routed_row_flops / gpus / self._gemm
-        touched = expected_experts_touched(self.model.experts, self.model.experts_per_token, tokens)
-        memory = touched * self._expert_bytes / gpus / self.gpu.hbm_bytes_per_s
-        return max(compute / self.efficiency.compute, memory / self.efficiency.bandwidth)
+        balanced share: max(compute, memory), a prefill reading every expert (as the TP-only roofline's),
+        a decode step those its tokens touch."""
+        touched = self.model.experts if prefill else expected_experts_touched(
+            self.model.experts, self.model.experts_per_token, tokens)
+        return max(tokens * self._routed_per_token / self.tp, touched * self._per_expert)
 
-    def group_s(self, tokens: float) -> float:
+    def group_s(self, tokens: float, prefill: bool) -> float:
         """The routed experts' time over ``tokens`` of the group: the balanced share times the expert factor."""
-        return self._factor * self.balanced_group_s(tokens)
+        return self._factor * self.balanced_group_s(tokens, prefill)
 
     def wire_s(self, rows: float) -> float:
         """Dispatch and combine bytes of the rank's ``rows`` in every MoE layer: each GPU sends its share's k
         copies; the fixed cost per layer apart (:meth:`all_to_all_s`)."""
-        if self.ep == 1:
-            return 0.0
-        sent = rows / self.tp * self.model.experts_per_token * self.model.hidden * (DISPATCH_BYTES + COMBINE_BYTES)
-        return self.model.moe_layers * sent * self._a2a_s_per_byte
+        return rows * self._wire_row
 
     def all_to_all_s(self, rows: float, prefill: bool) -> float:
         """Dispatch and combine of the rank's ``rows`` in every MoE layer, the fixed cost per layer included."""
-        return 0.0 if self.ep == 1 else self.wire_s(rows) + self.model.moe_layers * self._a2a_fixed[not prefill]
+        return self.wire_s(rows) + self._a2a_layers[prefill]
+
+    def _parts(self, x: np.ndarray, prefill: bool) -> tuple[float, float, float]:
+        compute, memory, added = self._own[prefill]
+        own = max(compute @ x, memory @ x) + added @ x
+        return float(own), self.balanced_group_s(self.dp * x[1], prefill), self.wire_s(x[1])
 
     def prefill_parts(self, batch: int, length: int) -> tuple[float, float, float]:
         """(own part, balanced routed experts, all-to-all bytes) of prefilling ``batch`` prompts of ``length``."""
-        rows, pairs = batch * length, batch * length * length
-        p1, p2 = prefill_flops_coefficients(self.model)
-        linear = linear_flops(self.model, 1)
-        flops = (linear * rows - self._routed_row_flops * rows, (p1 - linear) * rows + p2 * pairs)
-        memory = self._own_weights_s + sum(self._kv) * rows
-        return self._own_s(rows, flops, memory), self.balanced_group_s(self.dp * rows), self.wire_s(rows)
+        return self._parts(np.array([1.0, batch * length, batch * length * length]), prefill=True)
 
     def decode_parts(self, batch: int, context: int) -> tuple[float, float, float]:
         """(own part, balanced routed experts, all-to-all bytes) of a decode step of ``batch`` requests
         holding ``context`` tokens each."""
-        d1, d2 = decode_flops_coefficients(self.model)
-        linear = linear_flops(self.model, 1)
-        held = batch * context
-        flops = (linear * batch - self._routed_row_flops * batch, (d1 - linear) * batch + d2 * held)
-        full, sliding = self._kv
-        memory = (self._own_weights_s + full * (held + 2 * batch)
-                  + sliding * batch * (1 + self.model.sliding_window))
-        return self._own_s(batch, flops, memory), self.balanced_group_s(self.dp * batch), self.wire_s(batch)
+        return self._parts(np.array([1.0, batch, batch * context]), prefill=False)
 
     def _step_s(self, parts: tuple[float, float, float], prefill: bool) -> float:
         own, group, wire = parts
-        fixed = self.model.moe_layers * self._a2a_fixed[not prefill] if self.ep > 1 else 0.0
-        return own + self._factor * group + wire + fixed
+        return own + self._factor * group + wire + self._a2a_layers[prefill]
 
     def prefill_s(self, batch: int, length: int) -> float:
         """Seconds to prefill ``batch`` prompts of ``length`` tokens on the rank (every rank likewise)."""
@@ -183,13 +185,44 @@ class WideRoofline:
         """Seconds for one decode step of ``batch`` requests holding ``context`` tokens each on the rank."""
         return self._step_s(self.decode_parts(batch, context), prefill=False)
 
+    # --- the profile's latency models ------------------------------------------------------------------
+
+    def _pieces(self, prefill: bool, touched: tuple[float, float]) -> tuple[tuple[float, float, float], ...]:
+        """The linear forms whose maximum is the step, when the group touches ``a + b·B`` experts per MoE layer
+        (``touched``): max(own compute, own memory) + factor · max(routed compute, routed memory) is the largest
+        of the four sums."""
+        compute, memory, added = self._own[prefill]
+        routed_compute = self._factor * np.array([0.0, self._routed_per_token * self.dp / self.tp, 0.0])
+        a, b = touched
+        routed_memory = self._factor * np.array([a * self._per_expert, b * self._per_expert, 0.0])
+        rest = added + np.array([self._a2a_layers[prefill], self._wire_row, 0.0])
+        return tuple(tuple(float(v) for v in own + routed + rest)
+                     for own in (compute, memory) for routed in (routed_compute, routed_memory))
+
+    def prefill_model(self) -> LatencyModel:
+        """The prefill step as a latency model, exact: a prefill reads every expert."""
+        return LatencyModel(segments=(Segment(min_batch=1, pieces_s=self._pieces(True, (self.model.experts, 0.0))),))
+
+    def decode_model(self) -> LatencyModel:
+        """The decode step as a latency model: between consecutive batches of :func:`decode_expert_batches` (of
+        the group's DP × B tokens) the experts touched follow the chord of their count, from the last one all."""
+        m = self.model
+        batches = decode_expert_batches(m, self.dp)
+        touched = [expected_experts_touched(m.experts, m.experts_per_token, self.dp * b) for b in batches]
+        segments = []
+        for i, (lo, hi) in enumerate(zip(batches, batches[1:])):
+            slope = (touched[i + 1] - touched[i]) / (hi - lo)
+            segments.append(Segment(min_batch=lo, pieces_s=self._pieces(False, (touched[i] - slope * lo, slope))))
+        segments.append(Segment(min_batch=batches[-1], pieces_s=self._pieces(False, (m.experts, 0.0))))
+        return LatencyModel(segments=tuple(segments))
+
     def note(self) -> str:
         net = network_for(self.gpu)
         return (f"Wide expert parallelism without a table: one of {self.dp} attention data-parallel ranks at its own "
                 f"batch, every rank carrying the same; its attention, dense and shared layers a TP {self.tp} roofline; "
                 f"routed experts whole over EP {self.ep}, each GPU running 1/{self.tp * self.dp} of the group's "
-                f"tokens' k expert rows and reading the experts they touch among its own (uniform routing); "
-                f"dispatch (FP8) and combine (BF16) of k copies per row in every MoE layer, "
+                f"tokens' k expert rows and reading the experts they touch among its own (uniform routing; a "
+                f"prefill reads them all); dispatch (FP8) and combine (BF16) of k copies per row in every MoE layer, "
                 f"{min(self.ep, self.gpus_per_node) - 1} of the {self.ep - 1} other GPUs over NVLink and the rest "
                 f"across nodes, at {net.system}'s measured send/recv rates ({net.note}); {self._fit_note()}")
 
@@ -207,11 +240,10 @@ def wide_roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: i
                           engine: str | None = None, gpus_per_node: int | None = None,
                           memory_utilization: float = 0.9,
                           max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> PhaseProfile:
-    """One DP rank's roofline profile of a TP × DP (× EP) instance, fitted on the composition's grid; the
-    efficiencies are ``engine``'s fit (:func:`pdplan.latency.roofline.efficiency_for`). A shape that cannot
-    hold or place the model, or PP above 1, is refused with the reason."""
-    from pdplan.latency.compose.profile import group_grid, sample_points
-    from pdplan.latency.fit import ShapePoints, fit_profile
+    """One DP rank's roofline profile of a TP × DP (× EP) instance; the efficiencies are ``engine``'s fit
+    (:func:`pdplan.latency.roofline.efficiency_for`), the wide-EP terms too (:func:`wide_fit_for`). A shape
+    that cannot hold or place the model, or PP above 1, is refused with the reason."""
+    from pdplan.latency.compose.profile import group_grid
 
     gpus_per_node = gpus_per_node or gpu.nvlink_domain
     if pp != 1:
@@ -227,16 +259,18 @@ def wide_roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: i
                         gpus_per_node=gpus_per_node, fit=wide_fit_for(engine))
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, dp=dp)
     cap = min(max_prefill_batch_tokens, capacity)
-    shape = ShapePoints(model=model.name, gpu=gpu.name, tp=tp, pp=pp,
-                        points=tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap)),
-                        source="roofline", notes=step.note())
-    profile = fit_profile(shape, kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap, concave_decode=True)
-    prov = profile.provenance
     label = "Splitwise 2023 calibration" if engine is None else f"efficiencies fitted for {engine}"
-    profile = replace(profile, dp=dp, ep=ep, provenance=replace(
-        prov, source="roofline", file=None,
-        method=(f"wide-EP roofline ({label}: compute {efficiency.compute:g}, bandwidth {efficiency.bandwidth:g}, "
-                f"{efficiency.layer_overhead_s * 1e6:g} us per layer), {prov.method}")),
-        **{f"group_{phase}_points": tuple((t, step.group_s(max(t, dp))) for t in group_grid(dp * cap))
-           for phase in ("prefill", "decode")})
+    groups = {f"group_{phase}_points": tuple((t, step.group_s(max(t, dp), phase == "prefill"))
+                                             for t in group_grid(dp * cap))
+              for phase in ("prefill", "decode")}
+    profile = PhaseProfile(
+        model=model.name, gpu=gpu.name, tp=tp, pp=pp, dp=dp, ep=ep,
+        prefill=step.prefill_model(), decode=step.decode_model(),
+        kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap,
+        provenance=Provenance(
+            source="roofline",
+            method=(f"wide-EP roofline ({label}: compute {efficiency.compute:g}, bandwidth {efficiency.bandwidth:g}, "
+                    f"{efficiency.layer_overhead_s * 1e6:g} us per layer)"),
+            notes=step.note()),
+        **groups)
     return profile_from_dict(profile_to_dict(profile), f"roofline {profile.shape}")
