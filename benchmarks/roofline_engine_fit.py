@@ -49,21 +49,26 @@ A2A_LAYER_US = np.arange(0.0, 3000.1, 5.0)
 EXPERT_FACTORS = np.round(np.arange(1.0, 4.001, 0.05), 2)
 
 
+def shapes(models, gpus, sizes):
+    """(name, model, GPU name, GPU, size) for every model, GPU and size."""
+    for name in models:
+        model = get_model(name)
+        for gpu_name in gpus:
+            for size in sizes:
+                yield name, model, gpu_name, get_gpu(gpu_name), size
+
+
 def points_for(engine: str) -> CalibrationPoints:
     rows = []
-    for name in MODELS:
-        model = get_model(name)
-        for gpu_name in GPUS:
-            gpu = get_gpu(gpu_name)
-            for tp in TPS:
-                if shape_rejection(model, gpu, tp, 1, gpus_per_node=8, kv_reserve_tokens=16384):
-                    continue
-                try:
-                    points = composed_points(model, gpu, tp, engine=engine)
-                except PdplanError as err:
-                    print(f"  {engine} {name} {gpu_name} TP{tp}: skipped ({err.detail})")
-                    continue
-                rows += [(p.phase, name, gpu_name, tp, p.batch_size, *p.features, p.latency_s) for p in points]
+    for name, model, gpu_name, gpu, tp in shapes(MODELS, GPUS, TPS):
+        if shape_rejection(model, gpu, tp, 1, gpus_per_node=8, kv_reserve_tokens=16384):
+            continue
+        try:
+            points = composed_points(model, gpu, tp, engine=engine)
+        except PdplanError as err:
+            print(f"  {engine} {name} {gpu_name} TP{tp}: skipped ({err.detail})")
+            continue
+        rows += [(p.phase, name, gpu_name, tp, p.batch_size, *p.features, p.latency_s) for p in points]
     frame = pd.DataFrame(rows, columns=["phase", "model", "gpu", "tp", "batch", "f0", "f1", "f2", "measured_s"])
     return CalibrationPoints(prefill=frame[frame.phase == "prefill"].drop(columns="phase").reset_index(drop=True),
                              decode=frame[frame.phase == "decode"].drop(columns="phase").reset_index(drop=True),
@@ -76,22 +81,18 @@ def wide_parts(engine: str, efficiency) -> pd.DataFrame:
     from pdplan.latency.wide_roofline import WideRoofline
 
     rows = []
-    for name in WIDE_MODELS:
-        model = get_model(name)
-        for gpu_name in WIDE_GPUS:
-            gpu = get_gpu(gpu_name)
-            for dp in WIDE_DPS:
-                try:
-                    points = composed_points(model, gpu, 1, engine=engine, dp=dp, ep=dp)
-                except PdplanError:
-                    continue
-                step = WideRoofline(model=model, gpu=gpu, tp=1, dp=dp, ep=dp, efficiency=efficiency,
-                                    gpus_per_node=gpu.nvlink_domain)
-                for p in points:
-                    b = p.batch_size
-                    parts = (step.prefill_parts(b, round(p.features[1] / b)) if p.phase == "prefill"
-                             else step.decode_parts(b, round(p.features[2] / b)))
-                    rows.append((p.phase, f"{name} {gpu_name} DP{dp}", p.latency_s, *parts, model.moe_layers))
+    for name, model, gpu_name, gpu, dp in shapes(WIDE_MODELS, WIDE_GPUS, WIDE_DPS):
+        try:
+            points = composed_points(model, gpu, 1, engine=engine, dp=dp, ep=dp)
+        except PdplanError:
+            continue
+        step = WideRoofline(model=model, gpu=gpu, tp=1, dp=dp, ep=dp, efficiency=efficiency,
+                            gpus_per_node=gpu.nvlink_domain)
+        for p in points:
+            b = p.batch_size
+            parts = (step.prefill_parts(b, round(p.features[1] / b)) if p.phase == "prefill"
+                     else step.decode_parts(b, round(p.features[2] / b)))
+            rows.append((p.phase, f"{name} {gpu_name} DP{dp}", p.latency_s, *parts, model.moe_layers))
     return pd.DataFrame(rows, columns=["phase", "shape", "measured_s", "own", "group", "wire", "moe_layers"])
 
 
