@@ -46,6 +46,15 @@ def test_routed_experts_over_many_tokens_take_each_gpus_share_of_their_flops():
                                                                    rel=1e-9)
 
 
+def test_with_attention_tp_the_routed_flops_spread_over_every_gpu_of_the_group_once():
+    """TP 2 × DP 8: each of the 16 GPUs runs 1/16 of the group's expert rows."""
+    model, gpu = get_model("deepseek-v3"), get_gpu("h200-141gb")
+    tokens = 1_000_000
+    flops = 2 * model.moe_layers * tokens * model.experts_per_token * model.expert_params / 16
+    rank = _rank(tp=2, dp=8, ep=16, gpus_per_node=16)
+    assert rank.balanced_group_s(tokens, prefill=False) == pytest.approx(flops / gpu.tensor_flops("fp8"), rel=1e-9)
+
+
 def test_one_decoded_token_reads_only_its_k_experts_spread_over_the_gpus():
     model, gpu = get_model("deepseek-v3"), get_gpu("h200-141gb")
     read = model.experts_per_token * model.moe_layers * model.expert_params * model.weight_bytes_per_param / 8

@@ -120,7 +120,7 @@ class WideRoofline:
                     np.array([ar_fixed + layers, ar_row, 0.0]))}
         # one GPU's balanced share of the routed experts: per group token, per expert touched
         self._factor = 1.0 if self.fit is None else self.fit.expert_factor
-        self._routed_per_token = routed / gemm / self.dp / e.compute
+        self._routed_per_token = routed / (gemm * self.dp) / e.compute   # gemm: the rank's TP GPUs together
         self._per_expert = m.moe_layers * m.expert_params * m.weight_bytes_per_param / (
             self.tp * self.dp * gpu.hbm_bytes_per_s * e.bandwidth)
         net = network_for(gpu)
@@ -144,7 +144,7 @@ class WideRoofline:
         a decode step those its tokens touch."""
         touched = self.model.experts if prefill else expected_experts_touched(
             self.model.experts, self.model.experts_per_token, tokens)
-        return max(tokens * self._routed_per_token / self.tp, touched * self._per_expert)
+        return max(tokens * self._routed_per_token, touched * self._per_expert)
 
     def group_s(self, tokens: float, prefill: bool) -> float:
         """The routed experts' time over ``tokens`` of the group: the balanced share times the expert factor."""
@@ -192,7 +192,7 @@ class WideRoofline:
         (``touched``): max(own compute, own memory) + factor · max(routed compute, routed memory) is the largest
         of the four sums."""
         compute, memory, added = self._own[prefill]
-        routed_compute = self._factor * np.array([0.0, self._routed_per_token * self.dp / self.tp, 0.0])
+        routed_compute = self._factor * np.array([0.0, self._routed_per_token * self.dp, 0.0])
         a, b = touched
         routed_memory = self._factor * np.array([a * self._per_expert, b * self._per_expert, 0.0])
         rest = added + np.array([self._a2a_layers[prefill], self._wire_row, 0.0])
