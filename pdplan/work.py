@@ -67,6 +67,12 @@ def linear_flops(model: ModelSpec, rows: int) -> float:
     return 2.0 * model.layers * rows * per_layer
 
 
+def routed_expert_flops(model: ModelSpec, rows: float) -> float:
+    """The part of :func:`linear_flops` a mixture-of-experts model spends in its routed experts: each row
+    runs k of them in every MoE layer, ``2 · L_moe · N · k · P_expert`` (0 for a dense model)."""
+    return 2.0 * model.moe_layers * rows * model.experts_per_token * model.expert_params
+
+
 def attention_flops_per_pair(model: ModelSpec, *, decode: bool = False) -> float:
     """FLOPs of one query-key pair in one layer, over all heads: ``2·H_q·(d_qk + d_v)`` (QKᵀ and P·V, one
     dot product each), ``4·H_q·d_h`` for GQA.

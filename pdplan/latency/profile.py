@@ -188,6 +188,11 @@ def iteration_group_s(profile: PhaseProfile, decode_rows: int, prompt_tokens: in
     return decode + max(0.0, pre - min(profile.group_s(True, 0), decode))
 
 
+def group_grid(top_tokens: int) -> list[int]:
+    """Where a group part is sampled: 1, 2, 4, ... instance tokens and ``top_tokens``."""
+    return sorted({*(2 ** k for k in range(max(1, top_tokens).bit_length())), max(1, top_tokens)})
+
+
 def group_model(points: Sequence[tuple[int, float]]) -> LatencyModel | None:
     """A group part's points as a latency model over (1, tokens, 0), tokens also choosing the segment:
     the line through each point and the next in force from that point's tokens, the last line on past

@@ -43,7 +43,7 @@ from pdplan.modelspec import (
     shape_rejection,
 )
 from pdplan.network import network_for
-from pdplan.work import attention_flops_per_pair, expected_experts_touched, linear_flops
+from pdplan.work import attention_flops_per_pair, expected_experts_touched, linear_flops, routed_expert_flops
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -283,8 +283,8 @@ class PhaseTerms:
         return np.maximum(features @ np.array(compute), features @ np.array(memory))
 
 
-def phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
-                gpus_per_node: int = 8) -> tuple[PhaseTerms, PhaseTerms]:
+def phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8,
+                own_weight_bytes: int | None = None) -> tuple[PhaseTerms, PhaseTerms]:
     """(prefill, decode) roofline terms of a (tp, pp) instance of ``model`` on ``gpu``.
 
     Prefill features (1, Σl, Σl²): compute from :func:`prefill_flops_coefficients`; memory the
@@ -294,21 +294,27 @@ def phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
     ``(Σctx + 2B)`` tokens of the full-attention layers, and each request's window of the sliding ones.
     Both carry TP all-reduces and PP hops over N rows (N = Σl or B). The decode terms are those of a
     batch that touches every expert; :func:`decode_segment_terms` gives the smaller batches theirs.
+    ``own_weight_bytes``: the terms of a wide rank's own part, its routed experts timed apart
+    (:mod:`pdplan.latency.wide_roofline`).
     """
-    return _phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
+    return _phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node, own_weight_bytes=own_weight_bytes)
 
 
 def _phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int = 8,
-                 experts_read: tuple[float, float] | None = None) -> tuple[PhaseTerms, PhaseTerms]:
+                 experts_read: tuple[float, float] | None = None,
+                 own_weight_bytes: int | None = None) -> tuple[PhaseTerms, PhaseTerms]:
     """:func:`phase_terms`, the decode weights read when a batch of B touches ``a + b·B`` experts per MoE
-    layer given ``experts_read = (a, b)`` (every expert when None)."""
+    layer given ``experts_read = (a, b)`` (every expert when None). ``own_weight_bytes``: the terms of a
+    wide rank's own part, whose routed experts are timed apart (:mod:`pdplan.latency.wide_roofline`):
+    those weights streamed, and no routed expert's FLOPs."""
     slowdown, _ = compute_slowdown(gpu)
     # Matrix products run at the weight precision's tensor rate (fp8 weights: W8A8 GEMMs; MXFP4 experts
     # with bf16 activations), attention at bf16; a precision the GPU lacks is refused here, naming the
     # ones it has.
     gemm = tp * gpu.tensor_flops(COMPUTE_DTYPE.get(model.weight_dtype, model.weight_dtype)) / slowdown
     attn = tp * gpu.flops_per_s / slowdown
-    weights = streamed_weight_bytes_per_gpu(model, tp) / gpu.hbm_bytes_per_s
+    weights = (streamed_weight_bytes_per_gpu(model, tp) if own_weight_bytes is None
+               else own_weight_bytes) / gpu.hbm_bytes_per_s
     decode_weights = (weights, 0.0)
     if experts_read is not None:
         base = streamed_weight_bytes_per_gpu(model, tp, experts_read=0.0)
@@ -320,12 +326,13 @@ def _phase_terms(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node:
     pp_fixed, pp_row = pp_send_recv_s(model, gpu, tp, pp, gpus_per_node)
     comm = (ar_fixed + pp_fixed, ar_row + pp_row, 0.0)
     linear = linear_flops(model, 1)
+    matrices = linear - (0.0 if own_weight_bytes is None else routed_expert_flops(model, 1))
     p1, p2 = prefill_flops_coefficients(model)
     d1, d2 = decode_flops_coefficients(model)
     window_reads = kv_sliding * (1 + model.sliding_window)  # each request's window read, its new row written
-    prefill = PhaseTerms(compute_s=(0.0, linear / gemm + (p1 - linear) / attn, p2 / attn),
+    prefill = PhaseTerms(compute_s=(0.0, matrices / gemm + (p1 - linear) / attn, p2 / attn),
                          memory_s=(weights, kv_full + kv_sliding, 0.0), comm_s=comm, layers=model.layers)
-    decode = PhaseTerms(compute_s=(0.0, linear / gemm + (d1 - linear) / attn, d2 / attn),
+    decode = PhaseTerms(compute_s=(0.0, matrices / gemm + (d1 - linear) / attn, d2 / attn),
                         memory_s=(decode_weights[0], 2 * kv_full + window_reads + decode_weights[1], kv_full),
                         comm_s=comm, layers=model.layers)
     return prefill, decode

@@ -44,22 +44,27 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.experts import edge_matrices_under_dp, expert_placement_rejection
 from pdplan.hardware import GPU
-from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment, profile_from_dict, profile_to_dict
+from pdplan.latency.profile import (
+    LatencyModel,
+    PhaseProfile,
+    Provenance,
+    Segment,
+    group_grid,
+    profile_from_dict,
+    profile_to_dict,
+)
 from pdplan.latency.roofline import (
     DEFAULT_MAX_PREFILL_BATCH_TOKENS,
     Efficiency,
     compute_slowdown,
     decode_expert_batches,
-    decode_flops_coefficients,
     efficiency_for,
     engine_fits,
-    kv_bytes_per_token_per_rank,
-    prefill_flops_coefficients,
-    tp_all_reduce_s,
+    phase_terms,
 )
 from pdplan.modelspec import COMPUTE_DTYPE, ModelSpec, kv_capacity_tokens, rank_weight_bytes, shape_rejection
 from pdplan.network import network_for
-from pdplan.work import COMBINE_BYTES, DISPATCH_BYTES, expected_experts_touched, linear_flops
+from pdplan.work import COMBINE_BYTES, DISPATCH_BYTES, expected_experts_touched, routed_expert_flops
 
 
 @dataclass(frozen=True)
@@ -98,29 +103,17 @@ class WideRoofline:
 
     def __post_init__(self):
         m, gpu, e = self.model, self.gpu, self.efficiency
-        slowdown, _ = compute_slowdown(gpu)
-        gemm = self.tp * gpu.tensor_flops(COMPUTE_DTYPE.get(m.weight_dtype, m.weight_dtype)) / slowdown
-        attention = self.tp * gpu.flops_per_s / slowdown
         split, whole = edge_matrices_under_dp(m, 0, 1)
         own = rank_weight_bytes(m, self.tp, range(m.layers), split, ep=self.ep, dp=self.dp, experts_read=0.0,
-                                whole_edge_matrices=whole) / gpu.hbm_bytes_per_s
-        routed = 2.0 * m.moe_layers * m.experts_per_token * m.expert_params   # FLOPs of one row's routed experts
-        linear = linear_flops(m, 1)
-        full, sliding = (b / gpu.hbm_bytes_per_s for b in kv_bytes_per_token_per_rank(m, self.tp))
-        ar_fixed, ar_row = tp_all_reduce_s(m, gpu, self.tp)
-        layers = m.layers * e.layer_overhead_s
-        p1, p2 = prefill_flops_coefficients(m)
-        d1, d2 = decode_flops_coefficients(m)
-        # the rank's own part: (compute, memory, added) per phase
-        self._own = {
-            True: (np.array([0.0, (linear - routed) / gemm + (p1 - linear) / attention, p2 / attention]) / e.compute,
-                   np.array([own, full + sliding, 0.0]) / e.bandwidth, np.array([ar_fixed + layers, ar_row, 0.0])),
-            False: (np.array([0.0, (linear - routed) / gemm + (d1 - linear) / attention, d2 / attention]) / e.compute,
-                    np.array([own, 2 * full + sliding * (1 + m.sliding_window), full]) / e.bandwidth,
-                    np.array([ar_fixed + layers, ar_row, 0.0]))}
+                                whole_edge_matrices=whole)
+        prefill, decode = phase_terms(m, gpu, self.tp, 1, gpus_per_node=self.gpus_per_node, own_weight_bytes=own)
+        # the rank's own part per phase: the linear pieces whose maximum it is (compute, memory), fixed costs in
+        self._own = {True: np.array(prefill.pieces_s(e)), False: np.array(decode.pieces_s(e))}
         # one GPU's balanced share of the routed experts: per group token, per expert touched
+        slowdown, _ = compute_slowdown(gpu)
+        gemm = gpu.tensor_flops(COMPUTE_DTYPE.get(m.weight_dtype, m.weight_dtype)) / slowdown
         self._factor = 1.0 if self.fit is None else self.fit.expert_factor
-        self._routed_per_token = routed / (gemm * self.dp) / e.compute   # gemm: the rank's TP GPUs together
+        self._routed_per_token = routed_expert_flops(m, 1) / (self.tp * self.dp * gemm * e.compute)
         self._per_expert = m.moe_layers * m.expert_params * m.weight_bytes_per_param / (
             self.tp * self.dp * gpu.hbm_bytes_per_s * e.bandwidth)
         net = network_for(gpu)
@@ -132,9 +125,9 @@ class WideRoofline:
         sent = m.experts_per_token * m.hidden * (DISPATCH_BYTES + COMBINE_BYTES) / self.tp   # per rank row, per GPU
         self._wire_row = m.moe_layers * sent * per_byte if self.ep > 1 else 0.0
         measured = 2 * (inside.alpha_s if self.ep <= self.gpus_per_node else across.alpha_s)
-        a2a = (measured, measured) if self.fit is None else (self.fit.a2a_prefill_s, self.fit.a2a_decode_s)
-        self._a2a_layers = {True: m.moe_layers * a2a[0], False: m.moe_layers * a2a[1]} if self.ep > 1 else \
-            {True: 0.0, False: 0.0}
+        per_layer = ((0.0, 0.0) if self.ep == 1 else (measured, measured) if self.fit is None
+                     else (self.fit.a2a_prefill_s, self.fit.a2a_decode_s))
+        self._a2a_layers = {True: m.moe_layers * per_layer[0], False: m.moe_layers * per_layer[1]}
 
     # --- the parts of a step --------------------------------------------------------------------------
 
@@ -160,9 +153,8 @@ class WideRoofline:
         return self.wire_s(rows) + self._a2a_layers[prefill]
 
     def _parts(self, x: np.ndarray, prefill: bool) -> tuple[float, float, float]:
-        compute, memory, added = self._own[prefill]
-        own = max(compute @ x, memory @ x) + added @ x
-        return float(own), self.balanced_group_s(self.dp * x[1], prefill), self.wire_s(x[1])
+        own = float((self._own[prefill] @ x).max())
+        return own, self.balanced_group_s(self.dp * x[1], prefill), self.wire_s(x[1])
 
     def prefill_parts(self, batch: int, length: int) -> tuple[float, float, float]:
         """(own part, balanced routed experts, all-to-all bytes) of prefilling ``batch`` prompts of ``length``."""
@@ -191,13 +183,12 @@ class WideRoofline:
         """The linear forms whose maximum is the step, when the group touches ``a + b·B`` experts per MoE layer
         (``touched``): max(own compute, own memory) + factor · max(routed compute, routed memory) is the largest
         of the four sums."""
-        compute, memory, added = self._own[prefill]
         routed_compute = self._factor * np.array([0.0, self._routed_per_token * self.dp, 0.0])
         a, b = touched
         routed_memory = self._factor * np.array([a * self._per_expert, b * self._per_expert, 0.0])
-        rest = added + np.array([self._a2a_layers[prefill], self._wire_row, 0.0])
-        return tuple(tuple(float(v) for v in own + routed + rest)
-                     for own in (compute, memory) for routed in (routed_compute, routed_memory))
+        a2a = np.array([self._a2a_layers[prefill], self._wire_row, 0.0])
+        return tuple(tuple(float(v) for v in own + routed + a2a)
+                     for own in self._own[prefill] for routed in (routed_compute, routed_memory))
 
     def prefill_model(self) -> LatencyModel:
         """The prefill step as a latency model, exact: a prefill reads every expert."""
@@ -243,8 +234,6 @@ def wide_roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: i
     """One DP rank's roofline profile of a TP × DP (× EP) instance; the efficiencies are ``engine``'s fit
     (:func:`pdplan.latency.roofline.efficiency_for`), the wide-EP terms too (:func:`wide_fit_for`). A shape
     that cannot hold or place the model, or PP above 1, is refused with the reason."""
-    from pdplan.latency.compose.profile import group_grid
-
     gpus_per_node = gpus_per_node or gpu.nvlink_domain
     if pp != 1:
         raise PdplanError(f"{model.name}: the wide expert-parallel roofline times one pipeline stage (PP 1), "

@@ -20,7 +20,7 @@ from pdplan.hardware import GPU
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.step import Step
 from pdplan.latency.fit import ShapePoints, decode_point, fit_profile, prefill_point
-from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
+from pdplan.latency.profile import PhaseProfile, group_grid, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 from pdplan.modelspec import ModelSpec, expert_placement_rejection, kv_capacity_tokens, shape_rejection
 from pdplan.shape import InstanceShape
@@ -120,11 +120,6 @@ def group_points(step: Step, top_tokens: int) -> dict:
                 (t, moe_layers * step.wide_experts.group_s(max(t, dp), phase == "prefill", step.log))
                 for t in group_grid(top_tokens))
             for phase in ("prefill", "decode")}
-
-
-def group_grid(top_tokens: int) -> list[int]:
-    """Where a group part is sampled: 1, 2, 4, ... instance tokens and ``top_tokens``."""
-    return sorted({*(2 ** k for k in range(max(1, top_tokens).bit_length())), max(1, top_tokens)})
 
 
 def _notes(step: Step) -> str:
