@@ -176,6 +176,15 @@ def test_a_plan_may_name_its_model_by_the_model_files_path(tmp_path):
     assert len(_simulated_with(plan, get_model(str(mine))).requests) == 2
 
 
+def test_a_pool_naming_an_unknown_model_names_the_plan_file_and_the_pool(tmp_path):
+    from pdplan.sim.plan import plan_model
+
+    path = write(tmp_path, GOOD.replace("model: llama2-70b", "model: no-such-model", 1))
+    with pytest.raises(PdplanError, match="unknown model 'no-such-model'") as err:
+        plan_model(load_plan(path))
+    assert str(err.value).startswith(str(path)) and err.value.field == "pools[0].model"
+
+
 def test_pools_naming_one_model_two_ways_serve_one_model(tmp_path):
     from pdplan.sim.plan import plan_model
 

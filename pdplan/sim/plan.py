@@ -342,7 +342,15 @@ def plan_model(plan: Plan) -> ModelSpec:
     path), each pool's routed experts placeable on its instances as the engines place them
     (:func:`pdplan.modelspec.expert_placement_rejection`: EP 1 or dividing TP × DP, the experts plus the
     redundant ones spread evenly); a pool that breaks a rule names the plan file, the pool and its field."""
-    models = {name: get_model(name) for name in {pool.model for pool in plan.pools}}
+    models = {}
+    for i, pool in enumerate(plan.pools):
+        if pool.model not in models:
+            try:
+                models[pool.model] = get_model(pool.model)
+            except PdplanError as err:
+                if err.file is not None:  # a model file of the user's names itself and its key
+                    raise
+                raise PdplanError(err.detail, file=plan.source, field=f"pools[{i}].model") from None
     names = sorted({model.name for model in models.values()})
     if len(names) > 1:
         raise PdplanError(f"pools serve different models ({', '.join(names)}); a plan serves one model",
