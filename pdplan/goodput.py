@@ -121,9 +121,15 @@ def joint_attainment(slo: SLO, clocks: dict[str, np.ndarray]) -> float:
 #: The search gives up (goodput 0) when no rate meets the SLO down to this share of its start.
 NOTHING_BELOW = 1e-3
 
+#: :func:`find_goodput`'s first step from a start that is a close guess: a pool's rate per replica
+#: moves by a few percent per doubling of the pool. (Not a verified plan's headroom: there a failing
+#: rate is settled by its first run and costs little, a passing one costs every run, and doubling
+#: probes fewer passing rates.)
+CLOSE_GUESS_STEP = 0.1
+
 
 def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings: SearchSettings,
-                 on_probe: Callable[[Probe], None] | None = None) -> Search:
+                 on_probe: Callable[[Probe], None] | None = None, first_step: float = 1.0) -> Search:
     """g = max{λ : a(λ) meets every objective} by expansion then bisection (0x08C).
 
     ``settings.grid_points`` extra probes, evenly spaced up to 1.5 × g, fill in the curve a(λ).
@@ -132,9 +138,17 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
     then bisects between the last rate that met it and the first that did not. The answer is
     always a rate that was simulated and met the SLO (0 when none did, down to
     ``NOTHING_BELOW`` × the start), so it never overstates.
+
+    A caller whose start is a close guess (a pool sized from a smaller pool's rate per replica)
+    passes ``first_step`` below 1: the bracket then grows from the start by ``1 + first_step``,
+    the step doubling at each probe, upwards while the rate meets the SLO and downwards while it
+    does not, so the bisection starts from a bracket a few times the step wide instead of one a
+    factor of two wide.
     """
     if not start_rps > 0:
         raise InternalError("start_rps must be > 0")
+    if not 0 < first_step <= 1:
+        raise InternalError("first_step must be in (0, 1]")
     probes: dict[float, Probe] = {}
 
     def run(rate: float) -> Probe:
@@ -144,11 +158,7 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
                 on_probe(probes[rate])
         return probes[rate]
 
-    lo, hi = 0.0, start_rps
-    while run(hi).meets and len(probes) < settings.max_probes:
-        lo, hi = hi, 2 * hi
-    if run(hi).meets:  # probe budget spent while still meeting: report the best verified rate
-        lo = hi
+    lo, hi = _bracket(run, start_rps, first_step, settings.max_probes, probes)
     while (hi - lo > settings.tolerance_rel * hi and len(probes) < settings.max_probes
            and (lo > 0 or hi > start_rps * NOTHING_BELOW)):
         mid = (lo + hi) / 2
@@ -160,6 +170,25 @@ def find_goodput(probe: Callable[[float], Probe], *, start_rps: float, settings:
     for k in range(1, settings.grid_points + 1):
         run(top * k / settings.grid_points)
     return Search(goodput_rps=lo, probes=tuple(probes[r] for r in sorted(probes)))
+
+
+def _bracket(run: Callable[[float], Probe], start_rps: float, step: float, max_probes: int,
+             probes: dict) -> tuple[float, float]:
+    """(lo, hi) for :func:`find_goodput`'s bisection: lo met the SLO (0: nothing has yet), hi did
+    not (or the probe budget ran out while every rate met it: then lo = hi)."""
+    lo, hi = 0.0, start_rps
+    while run(hi).meets and len(probes) < max_probes:
+        lo, hi = hi, hi * (1 + step)
+        step = min(2 * step, 1.0)
+    if run(hi).meets:  # probe budget spent while still meeting: report the best verified rate
+        return hi, hi
+    if lo > 0 or step >= 1:  # a step of 1 bisects down from the start, as the doubling search always has
+        return lo, hi
+    below = hi / (1 + step)
+    while not run(below).meets and len(probes) < max_probes and below > start_rps * NOTHING_BELOW:
+        hi, step = below, min(2 * step, 1.0)
+        below = hi / (1 + step)
+    return (below, hi) if run(below).meets else (0.0, below)
 
 
 def replicas_for(target_rps: float, goodput_rps: float) -> int:
@@ -421,7 +450,7 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
                  start_rps: float, seed: int = DEFAULT_SEED, replicas: int = 1, policy: str | None = None,
                  chunk_tokens: int | None = None,
                  admission_share: float = DEFAULT_ADMISSION_SHARE, router: str = Router.LEAST_LOADED,
-                 on_probe: Callable[[Probe], None] | None = None) -> Search:
+                 on_probe: Callable[[Probe], None] | None = None, first_step: float = 1.0) -> Search:
     """Goodput of ``replicas`` instances of one shape behind the router, the phase judged alone
     (:func:`phase_slo`): one instance is the 0x08C goodput, n of them the pool capacity c(n).
 
@@ -431,7 +460,7 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
     points, a probe stops once its misses settle its miss (:func:`miss_stop`): the search finds
     the same rate, and the stopped probes' shares are upper bounds. On a trace with prefix
     hashes, prefill and colocated instances keep their prefix caches, and ``router`` picks the
-    prefill instance.
+    prefill instance. ``first_step``: as :func:`find_goodput` takes it.
     """
     judged = phase_slo(slo, phase, admission_share)
     single = instance_saturation(workload, profile, phase)
@@ -448,7 +477,7 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
                                  saturated=saturation is not None and rate > saturation,
                                  stopped_early=result.stopped_s is not None)
 
-    return find_goodput(probe, start_rps=start_rps, settings=settings, on_probe=on_probe)
+    return find_goodput(probe, start_rps=start_rps, settings=settings, on_probe=on_probe, first_step=first_step)
 
 
 # --- closed loop: how many clients an instance serves ---------------------------------------------

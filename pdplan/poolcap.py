@@ -15,7 +15,14 @@ The model (docs/design.md, "Pool capacity c(n)"):
   the bisection's resolution of one instance's saturation throughput (no larger pool can beat
   that). A doubling that gains little is no reason to stop: on a bursty trace the gain can stall
   and resume once pools are larger than the bursts (bloom-176b prefill on the Azure code trace,
-  per replica 0.57, 0.56, 0.70, 0.95, 1.45 req/s at n = 2 … 32). c(1) is the instance goodput.
+  per replica 0.57, 0.56, 0.70, 0.95, 1.45 req/s at n = 2 … 32). Colocated instances of
+  attention DP ranks are the exception: every step synchronises the ranks, so a prompt chunk on
+  one rank stalls the decodes of all of them, and that interference grows with the rate each
+  instance takes, whatever the pool around it. Their per-replica rate stays flat (DeepSeek-R1 on
+  the Azure conversation trace, TP1 DP16: 2.46, 2.42, 2.42, 2.50, 2.54, 2.65 req/s at n = 1 … 32;
+  TP1 DP32: 2.23, 2.16, 2.16, 2.16, 2.23), and each sample simulates the whole trace over
+  hundreds of ranks, so their sampling stops after two successive samples that gain no more than
+  the bisection's resolution per replica (``stop_when_flat``). c(1) is the instance goodput.
 * **Between samples**, each stretch from a sample a to the next sample b is one line through the
   origin, c(n) = n · r, with r the per-replica rate a reached, e(a) = c(a)/a, lowered if need be
   so that c(b − 1) ≤ c(b) and the pool never beats n × one instance's saturation throughput:
@@ -134,20 +141,29 @@ def sample_sizes(up_to: int) -> list[int]:
 
 
 def build_curve(single_rps: float, saturation_rps: float | None, *, wanted_rps: float, most_replicas: int,
-                sample: Callable[[int, float], float], resolution: float = 0.0) -> PoolCurve:
+                sample: Callable[[int, float], float], resolution: float = 0.0,
+                stop_when_flat: bool = False) -> PoolCurve:
     """Sample c(n) at growing pool sizes until a pool reaches ``wanted_rps``, the cluster cannot
     hold more (``most_replicas``), or the pool's rate per replica is within ``resolution`` (the
     bisection's own, relative) of one instance's saturation throughput: larger pools extrapolate
-    at that rate, and the curve never beats saturation anyway. ``sample(n, start_rps)`` simulates
-    one pool size, its search starting at the rate the largest smaller sample reached per replica."""
+    at that rate, and the curve never beats saturation anyway. With ``stop_when_flat`` (colocated
+    instances of DP ranks, see the module docstring) it also stops after two successive samples
+    whose rate per replica is no more than ``resolution`` above the best before them.
+    ``sample(n, start_rps)`` simulates one pool size, its search starting at the rate the largest
+    smaller sample reached per replica."""
     samples = [(1, single_rps)]
     if single_rps > 0:
         needed = PoolCurve(samples=((1, single_rps),)).replicas_for(wanted_rps, most_replicas) or most_replicas
+        flat = 0
         for n in sample_sizes(needed):
             before = samples[-1][1] / samples[-1][0]
+            best = max(c / size for size, c in samples)
             samples.append((n, sample(n, n * before)))
             if samples[-1][1] >= wanted_rps or samples[-1][1] <= 0:
                 break  # enough; or a pool that serves nothing (a shape on the edge of its SLO)
             if saturation_rps and samples[-1][1] / n >= saturation_rps * (1 - resolution):
                 break  # saturated: more replicas add capacity at this rate each, and no more
+            flat = flat + 1 if samples[-1][1] / n <= best * (1 + resolution) else 0
+            if stop_when_flat and flat == 2:
+                break  # no pooling gain at two doublings: larger pools extrapolate at this rate
     return PoolCurve(samples=tuple(samples), saturation_rps=saturation_rps)

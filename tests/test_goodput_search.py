@@ -48,6 +48,28 @@ def test_search_recovers_the_md1_mean_ttft_rate():
     assert search.goodput_rps == pytest.approx(7.5, rel=1e-3)
 
 
+@pytest.mark.parametrize("capacity", [3.04, 3.5, 2.5, 0.4, 40.0])
+def test_a_search_from_a_close_guess_lands_as_the_doubling_search_does(capacity):
+    """From a start near the answer (3.0) the small first step finds the same goodput, within the
+    tolerance, whichever side of the start it lies, far below or far above it."""
+    settings = SearchSettings(tolerance_rel=0.02)
+    near = find_goodput(threshold_probe(capacity), start_rps=3.0, settings=settings, first_step=0.1)
+    assert capacity * 0.98 <= near.goodput_rps <= capacity
+    assert all(p.meets == (p.rate_rps <= capacity) for p in near.probes)
+
+
+def test_a_close_guess_takes_fewer_probes_than_doubling_from_it():
+    settings = SearchSettings(tolerance_rel=0.02)
+    doubling = find_goodput(threshold_probe(3.1), start_rps=3.0, settings=settings)
+    near = find_goodput(threshold_probe(3.1), start_rps=3.0, settings=settings, first_step=0.1)
+    assert len(near.probes) <= len(doubling.probes) - 3
+
+
+def test_no_rate_meeting_the_slo_from_a_close_guess_is_zero():
+    assert find_goodput(threshold_probe(0.0), start_rps=1.0, settings=SearchSettings(),
+                        first_step=0.1).goodput_rps == 0.0
+
+
 def test_probes_come_back_sorted_by_rate():
     rates = [p.rate_rps for p in find_goodput(threshold_probe(5), start_rps=3, settings=SearchSettings()).probes]
     assert rates == sorted(rates)

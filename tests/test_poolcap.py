@@ -111,3 +111,32 @@ def test_a_doubling_that_gains_nothing_does_not_stop_the_sampling():
     curve = build_curve(0.348, 4.0, wanted_rps=87.5, most_replicas=10**6, sample=sample, resolution=0.02)
     assert asked == [2, 4, 8, 16, 32]
     assert curve.capacity_rps(43) == pytest.approx(43 * 1.453)
+
+
+def test_a_colocated_dp_pool_stops_sampling_after_two_doublings_without_gain():
+    """DeepSeek-R1 TP1 DP16 colocated on the Azure conversation trace: its prompt chunks stall every
+    rank's decodes whatever the pool, so the rate per replica stays flat and larger pools are not
+    simulated; they extrapolate at the last sample's rate."""
+    rates = {2: 2.42, 4: 2.42, 8: 2.50, 16: 2.54, 32: 2.65}
+    asked = []
+
+    def sample(n, start):
+        asked.append(n)
+        return rates[n] * n
+
+    curve = build_curve(2.46, None, wanted_rps=1500.0, most_replicas=32, sample=sample, resolution=0.02,
+                        stop_when_flat=True)
+    assert asked == [2, 4]
+    assert curve.capacity_rps(32) == pytest.approx(32 * 2.42)
+
+
+def test_a_flat_sample_then_a_gain_resets_the_count():
+    rates = {2: 2.0, 4: 2.5, 8: 2.5, 16: 3.0, 32: 3.0}
+    asked = []
+
+    def sample(n, start):
+        asked.append(n)
+        return rates[n] * n
+
+    build_curve(2.0, None, wanted_rps=1500.0, most_replicas=32, sample=sample, resolution=0.02, stop_when_flat=True)
+    assert asked == [2, 4, 8, 16, 32]

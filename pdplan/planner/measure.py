@@ -18,7 +18,7 @@ from pdplan import limits
 from pdplan.cache import ResultCache, cache_key
 from pdplan.candidates import Rejected, Shape, enumerate_shapes
 from pdplan.errors import PdplanError
-from pdplan.goodput import InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
+from pdplan.goodput import CLOSE_GUESS_STEP, InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
 from pdplan.latency.profile import PhaseProfile, profile_to_dict
 from pdplan.modelspec import ModelSpec
 from pdplan.parallel import run_each
@@ -234,11 +234,13 @@ def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: R
         search = pool_goodput(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
                               settings=request.settings, seed=request.seed, start_rps=start_rps, replicas=replicas,
                               policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
-                              admission_share=request.admission_share, router=request.router)
+                              admission_share=request.admission_share, router=request.router,
+                              first_step=CLOSE_GUESS_STEP)  # started from a smaller pool's rate per replica
         cache.put(key, {"replicas": replicas, "capacity_rps": search.goodput_rps, "missed_rps": search.missed_rps,
                         "probes": len(search.probes)})
         return search.goodput_rps
 
     return build_curve(m.goodput.goodput_rps, m.goodput.saturation_rps, wanted_rps=wanted_rps,
                        most_replicas=most_replicas(request, m.shape), sample=sample,
-                       resolution=request.settings.tolerance_rel)
+                       resolution=request.settings.tolerance_rel,
+                       stop_when_flat=m.shape.phase == "colocated" and m.shape.dp > 1)
