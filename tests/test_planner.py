@@ -16,6 +16,7 @@ from pdplan.latency.source import ProfileSource
 from pdplan.modelref import get_model
 from pdplan.placement import Candidate, Problem, resolve_fleets, solve
 from pdplan.planner.checks import Verifier
+from pdplan.planner.pipeline import Searches
 from pdplan.planner.plans import link_path
 from pdplan.slo import slo_from_flags
 from pdplan.verify import RunRecord, judge
@@ -98,6 +99,26 @@ def test_after_a_clear_miss_counted_short_the_descent_tries_only_plans_counting_
             later = [c.solution.phase_capacity_rps["prefill"] for c in tried[i + 1:]]
             assert all(c > capacity for c in later)
     assert judged and report.answer.verification.passed
+
+
+def test_with_no_plan_that_passes_a_clear_miss_counted_short_still_bounds_the_descent(monkeypatch, tmp_path):
+    """At a target the cluster cannot hold (the program has no plan), the descent runs from the whole
+    cluster trusting no floor of the program's; but a phase the simulation confirmed short at some
+    count is not tried at or below that count again, so it ends before the check budget."""
+    scripted(monkeypatch, lambda plan: False)
+    wanted = request(target_rps=400.0)
+    cache = ResultCache(tmp_path)
+    measured, _ = planner.measure(wanted, cache)
+    candidates = planner.pool_candidates(wanted, measured, cache)
+    verifier = Verifier(wanted, {m.profile.key: m.profile for m in measured}, cache)
+    search = Searches(wanted, candidates, verifier).run(wanted.fleets[0], "disaggregated", "high")
+    assert search.first is None and search.best is None and search.tried
+    for i, checked in enumerate(search.tried):
+        phase = checked.verification.failing_phase
+        assert checked.verification.clear_miss and checked.solution.phase_capacity_rps[phase] < 400.0
+        counted = checked.solution.phase_capacity_rps[phase]
+        assert all(c.solution.phase_capacity_rps[phase] > counted for c in search.tried[i + 1:])
+    assert len(search.tried) < wanted.max_checks
 
 
 def test_the_answer_is_the_cheapest_plan_that_passed(monkeypatch, tmp_path):
