@@ -212,8 +212,18 @@ class Searches:
                        end_to_end=search)
 
     def prefetch(self, wanted: list[tuple]) -> None:
-        """:func:`prefetch` of this object's searches ``wanted``."""
-        prefetch(self.request, [(self, wanted)])
+        """With ``jobs`` above 1, run the searches ``wanted`` (fleet, mode, affinity, request, mixed, borrow)
+        that are not done yet on that many processes, each with its own verifier on the shared cache;
+        :meth:`run` then finds them done. The searches are independent, so the results are the ones
+        :meth:`run` would compute."""
+        todo = self.pending(wanted)
+        if self.request.jobs <= 1 or len(todo) <= 1:
+            return
+        found = run_each(_call, [self.job(item) for _, item in todo], jobs=self.request.jobs,
+                         cache=self.verifier.cache)
+        for (key, _), (result, simulations) in zip(todo, found):
+            self.adopt(key, result)
+            self.verifier.simulations += simulations
 
     def pending(self, wanted: list[tuple]) -> list[tuple[tuple, tuple]]:
         """(key, item) of each search in ``wanted`` not done yet, once each."""
@@ -245,21 +255,6 @@ class Searches:
         return FleetResult(fleet=fleet, disaggregated=pick(affinities, request.objective),
                            colocated=self.run(fleet, "colocated", "high", request), objective=request.objective,
                            mixed=mixed, borrowing=borrowing)
-
-
-def prefetch(request: PlanRequest, wanted: list[tuple[Searches, list[tuple]]]) -> None:
-    """With ``jobs`` above 1, run the searches each :class:`Searches` of ``wanted`` wants (fleet, mode,
-    affinity, request, mixed, borrow) and has not done yet, all at once on the shared processes,
-    each with its own verifier on the shared cache; :meth:`Searches.run` then finds them done. The
-    searches are independent, so the results are the ones :meth:`Searches.run` would compute."""
-    todo = [(owner, key, item) for owner, items in wanted for key, item in owner.pending(items)]
-    if request.jobs <= 1 or len(todo) <= 1:
-        return
-    found = run_each(_call, [owner.job(item) for owner, _, item in todo], jobs=request.jobs,
-                     cache=todo[0][0].verifier.cache)
-    for (owner, key, _), (result, simulations) in zip(todo, found):
-        owner.adopt(key, result)
-        owner.verifier.simulations += simulations
 
 
 def _search_key(fleet: Fleet, mode: str, affinity: str, request: PlanRequest, mixed: bool, borrow: bool) -> tuple:
@@ -316,14 +311,6 @@ def _optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | 
     candidates = pool_candidates(request, measured, cache, progress)
     verifier = Verifier(request, {m.profile.key: m.profile for m in measured}, cache)
     searches = Searches(request, candidates, verifier)
-    narrow = Searches(request, tuple(c for c in candidates if not c.is_wide), verifier)
-    if len(narrow.candidates) < len(candidates) and request.jobs > 1:
-        # a wide answer's report wants the TP x PP baseline, so its searches run beside the main
-        # ones, and first: with no plan that passes, a search spends its whole check budget
-        if progress is not None:
-            progress(f"verified search {request.fleets[0].label}", 0, len(request.fleets))
-        prefetch(request, [(owner, [item for f in request.fleets for item in owner.wanted(f)])
-                           for owner in (narrow, searches)])
     fleets = []
     for i, fleet in enumerate(request.fleets):
         if progress is not None:
@@ -335,6 +322,7 @@ def _optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | 
     chosen = best_of(fleets, request)
     end_to_end = without = tp_only = fallback = None
     if chosen is not None:
+        narrow = Searches(request, tuple(c for c in candidates if not c.is_wide), verifier)
         end_to_end = chosen.end_to_end
         if end_to_end is None and headroom:
             end_to_end = after_the_answer(request, chosen, fleets, searches, narrow)
