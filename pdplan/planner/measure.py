@@ -19,7 +19,7 @@ from pdplan.cache import ResultCache, cache_key
 from pdplan.candidates import Rejected, Shape, enumerate_shapes
 from pdplan.errors import PdplanError
 from pdplan.goodput import CLOSE_GUESS_STEP, InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
-from pdplan.latency.profile import PhaseProfile, profile_to_dict
+from pdplan.latency.profile import PhaseProfile, profile_to_dict, shipped_profiles
 from pdplan.modelspec import ModelSpec
 from pdplan.parallel import run_each
 from pdplan.placement import Candidate
@@ -28,7 +28,7 @@ from pdplan.poolcap import PoolCurve, build_curve
 from pdplan.shape import shape_label
 from pdplan.slo import SLO
 from pdplan.work import cross_node_all_to_all_bytes_per_token
-from pdplan.workload import Workload
+from pdplan.workload import Workload, head
 
 #: Pool curves are sampled until a pool serves this multiple of the target (room for raises).
 CURVE_HEADROOM = 1.25
@@ -98,9 +98,13 @@ def measure(request: PlanRequest, cache: ResultCache,
                                         dps=request.dps, engine=request.profiles.serving_engine,
                                         connector=request.connector)
     keys = list(dict.fromkeys(_profile_key(shape) for shape in shapes))
-    made = run_each(partial(_profile_of, request), keys, jobs=request.jobs, cache=cache,
+    # With several processes, one of them first compiles the simulator's kernels (or loads them)
+    # while the others compose profiles: numba then caches them once, and every goodput worker
+    # loads them, instead of each compiling them at once (about 30 s each, once per install).
+    stage = (list(KERNELS) if request.jobs > 1 else []) + keys
+    made = run_each(partial(_profile_of, request), stage, jobs=request.jobs, cache=cache,
                     on_start=None if progress is None else lambda i: progress(
-                        f"profile {shape_label(*keys[i][:3], dp=keys[i][3], ep=keys[i][4])}", i, len(keys)))
+                        _stage_label(stage[i]), i, len(stage)))[len(stage) - len(keys):]
     profiles = {}
     for key, (found, fallbacks) in zip(keys, made):
         request.profiles.fallbacks.update(fallbacks)  # what a worker's copy of the source learned
@@ -126,8 +130,36 @@ def _profile_key(shape: Shape) -> tuple:
     return shape.gpu, shape.tp, shape.pp, shape.dp, shape.ep
 
 
+#: The profile stage's items that compile the simulator's kernels instead of composing a profile:
+#: the disaggregated event loop (prefill and decode probes) and the colocated one, on two processes.
+KERNELS = (("kernels", ("prefill", "decode")), ("kernels", ("colocated",)))
+
+
+def _stage_label(key: tuple) -> str:
+    if key[0] == "kernels":
+        return f"simulator kernels ({', '.join(key[1])})"
+    return f"profile {shape_label(*key[:3], dp=key[3], ep=key[4])}"
+
+
+def compile_kernels(request: PlanRequest, phases: tuple[str, ...]) -> None:
+    """Compile the compiled engine's kernels for ``phases``, or load them from numba's cache: one
+    probe of each phase on a few of the trace's requests, with a shipped profile (the kernels
+    depend on the arrays' types, not on the model)."""
+    profile = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]
+    settings = replace(request.settings, requests_per_probe=8, max_probes=2, grid_points=0)
+    few = head(request.workload, 8)
+    for phase in phases:
+        chunk = 512 if phase == "colocated" else None
+        instance_goodput(few, profile, phase=phase, slo=request.slo, settings=settings,
+                         policy="chunked" if chunk else None, chunk_tokens=chunk)
+
+
 def _profile_of(request: PlanRequest, key: tuple, *, cache: ResultCache) -> tuple:
-    """One shape's profile (or why it has none) and the fallback reasons its source recorded."""
+    """One shape's profile (or why it has none) and the fallback reasons its source recorded; an
+    item of :data:`KERNELS`: those kernels compiled (:func:`compile_kernels`), nothing returned."""
+    if key[0] == "kernels":
+        compile_kernels(request, key[1])
+        return None, {}
     gpu, tp, pp, dp, ep = key
     before = set(request.profiles.fallbacks)
     try:
