@@ -102,7 +102,7 @@ def measure(request: PlanRequest, cache: ResultCache,
     # while the others compose profiles: numba then caches them once, and every goodput worker
     # loads them, instead of each compiling them at once (about 30 s each, once per install).
     stage = (list(KERNELS) if request.jobs > 1 else []) + keys
-    made = run_each(partial(_profile_of, request), stage, jobs=request.jobs, cache=cache,
+    made = run_each(partial(_profile_stage, request), stage, jobs=request.jobs, cache=cache,
                     on_start=None if progress is None else lambda i: progress(
                         _stage_label(stage[i]), i, len(stage)))[len(stage) - len(keys):]
     profiles = {}
@@ -135,10 +135,19 @@ def _profile_key(shape: Shape) -> tuple:
 KERNELS = (("kernels", ("prefill", "decode")), ("kernels", ("colocated",)))
 
 
-def _stage_label(key: tuple) -> str:
-    if key[0] == "kernels":
-        return f"simulator kernels ({', '.join(key[1])})"
-    return f"profile {shape_label(*key[:3], dp=key[3], ep=key[4])}"
+def _stage_label(item: tuple) -> str:
+    if item in KERNELS:
+        return f"simulator kernels ({', '.join(item[1])})"
+    return f"profile {shape_label(*item[:3], dp=item[3], ep=item[4])}"
+
+
+def _profile_stage(request: PlanRequest, item: tuple, *, cache: ResultCache) -> tuple:
+    """One item of the profile stage: a shape's profile (:func:`_profile_of`), or, for an item of
+    :data:`KERNELS`, those kernels compiled (:func:`compile_kernels`) and nothing returned."""
+    if item in KERNELS:
+        compile_kernels(request, item[1])
+        return None, {}
+    return _profile_of(request, item, cache=cache)
 
 
 def compile_kernels(request: PlanRequest, phases: tuple[str, ...]) -> None:
@@ -155,11 +164,7 @@ def compile_kernels(request: PlanRequest, phases: tuple[str, ...]) -> None:
 
 
 def _profile_of(request: PlanRequest, key: tuple, *, cache: ResultCache) -> tuple:
-    """One shape's profile (or why it has none) and the fallback reasons its source recorded; an
-    item of :data:`KERNELS`: those kernels compiled (:func:`compile_kernels`), nothing returned."""
-    if key[0] == "kernels":
-        compile_kernels(request, key[1])
-        return None, {}
+    """One shape's profile (or why it has none) and the fallback reasons its source recorded."""
     gpu, tp, pp, dp, ep = key
     before = set(request.profiles.fallbacks)
     try:
