@@ -143,12 +143,12 @@ def _floor(base: Problem, best: Checked | None, missed: "Missed") -> dict[str, f
     missed clearly on that phase while counted short. Without a plan that passed, only the
     last: the decomposition is not trusted to say what passes, but a clear miss it counted short
     confirms it on that phase."""
+    above_short = {phase: count + CAPACITY_STEP_RPS for phase, count in missed.counted_short.items()}
     if best is None:
-        return {phase: missed.counted_short[phase] + CAPACITY_STEP_RPS if phase in missed.counted_short else 0.0
-                for phase in base.phases}
+        return {phase: above_short.get(phase, 0.0) for phase in base.phases}
     counted = best.solution.phase_capacity_rps
-    return {phase: max(SEARCH_FLOOR * min(base.target_rps, counted[phase]),
-                       missed.counted_short.get(phase, 0.0) + CAPACITY_STEP_RPS) for phase in base.phases}
+    return {phase: max(SEARCH_FLOOR * min(base.target_rps, counted[phase]), above_short.get(phase, CAPACITY_STEP_RPS))
+            for phase in base.phases}
 
 
 def _ceiling(base: Problem, best: Checked | None, tried: list[Checked]) -> float | None:
