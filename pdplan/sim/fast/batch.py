@@ -300,10 +300,10 @@ def decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
     stretch is planned."""
     advance(rq, rt, di, df, d, t, k, cl)
     for i in range(d, d + di[D_DP, d]):
-        r = take_if_fits(rq, di, i, D_W_HEAD, D_W_TAIL)
+        r = take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL))
         while r >= 0:
             activate(rq, rt, di, i, r, t, cl)
-            r = take_if_fits(rq, di, i, D_W_HEAD, D_W_TAIL)
+            r = take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL))
     di[D_VERSION, d] += 1
     run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
 

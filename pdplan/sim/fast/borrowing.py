@@ -29,6 +29,7 @@ rules.
 
 from __future__ import annotations
 
+import numpy as np
 from numba import njit
 
 from pdplan.sim.fast.batch import plan_start
@@ -89,7 +90,7 @@ def spill_column(rq, di, av_ptr, av_t, t, r, n_dec, spill_tokens):
             break
     if m >= 0 and not (di[D_W_HEAD, m] >= 0 and di[D_PENDING, m] + rq[R_PROMPT, r] > spill_tokens):
         return m
-    d = -1
+    d = np.int64(-1)
     for c in range(n_dec):
         if di[D_LENT, c] == 1 or di[D_DP, c] != 1 or di[D_CAP, c] < need or not available(av_ptr, av_t, c, t):
             continue
@@ -97,7 +98,7 @@ def spill_column(rq, di, av_ptr, av_t, t, r, n_dec, spill_tokens):
             d = c
     if d < 0:
         return m
-    _lend_decode(di, d, 1)
+    _lend_decode(di, d, np.int64(1))
     return d
 
 
@@ -198,7 +199,7 @@ def give_back(pi, di, c):
     if di[D_LENT, c] == 0 or di[D_W_HEAD, c] >= 0 or di[D_PF_HEAD, c] >= 0:
         return
     if di[D_HOME, c] == HOME_DECODE:
-        _lend_decode(di, c, 0)
+        _lend_decode(di, c, np.int64(0))
     elif di[D_HOME, c] == HOME_PREFILL and di[D_MODE, c] == IDLE and di[D_K_HEAD, c] < 0:
         di[D_LENT, c] = 0
         di[D_EPOCH, c] += 1

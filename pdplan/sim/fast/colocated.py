@@ -114,7 +114,8 @@ def colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, r, t):
             cut_at_hold_end(di, df, tab_i, pieces, ht, hi, hs, c, t, tokens)
         return
     room = di[D_POLICY, c] == POLICY_PREFILL_FIRST or di[D_CHUNK, c] > di[D_B, i]
-    queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, i, r, t, D_W_HEAD, D_W_TAIL, room)
+    queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, c, i, r, t, np.int64(D_W_HEAD), np.int64(D_W_TAIL),
+                   room)
 
 
 @njit(cache=True)
@@ -180,7 +181,7 @@ def _plan_rank(rq, rt, di, df, tab_i, pieces, i, t):
             new = length - rq[R_CACHED, r]  # a cached prefix is not computed again
             if n > 0 and tok + new > di[D_TOKEN_CAP, i]:
                 break
-            if take_if_fits(rq, di, i, D_W_HEAD, D_W_TAIL) < 0:
+            if take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL)) < 0:
                 break
             rt[T_P_START, r] = t
             n += 1
@@ -214,7 +215,7 @@ def _plan_rank(rq, rt, di, df, tab_i, pieces, i, t):
             r = rq[R_PF_NEXT, r]
         # then new prompts whose KV fits
         while budget > 0:
-            r = take_if_fits(rq, di, i, D_W_HEAD, D_W_TAIL)
+            r = take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL))
             if r < 0:
                 break
             rt[T_P_START, r] = t
@@ -246,8 +247,8 @@ def _iteration_s(di, df, tab_i, pieces, c):
     gd = di[D_M_GROUP_D, c]
     duration = 0.0
     found = False
-    rows = 0
-    tokens = 0
+    rows = np.int64(0)
+    tokens = np.int64(0)
     for i in range(c, c + dp):
         kind = di[D_IT_KIND, i]
         if kind == IT_NONE and di[D_B, i] > 0:
@@ -257,7 +258,7 @@ def _iteration_s(di, df, tab_i, pieces, c):
             continue
         if kind == IT_STEP:
             x = mixed_iteration_s(tab_i, pieces, di[D_M_PREFILL, i], di[D_MODEL, i], di[D_B, i],
-                                  float(di[D_S, i]), 0, 0.0, 0.0, 0.0)
+                                  float(di[D_S, i]), np.int64(0), 0.0, 0.0, 0.0)
         else:
             x = df[F_IT_S, i]
         own_rows = 0 if kind == IT_PREFILL else di[D_B, i]
@@ -377,10 +378,10 @@ def mixed_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
     """Mixed machine c finishes what it ran, admits requests whose KV arrived (FIFO, while their
     prompt + output fit the KV not reserved), then plans what comes next."""
     _colo_finish(rq, rt, di, df, c, t, cl)
-    r = take_if_fits(rq, di, c, D_K_HEAD, D_K_TAIL)
+    r = take_if_fits(rq, di, c, np.int64(D_K_HEAD), np.int64(D_K_TAIL))
     while r >= 0:
         activate(rq, rt, di, c, r, t, cl)
-        r = take_if_fits(rq, di, c, D_K_HEAD, D_K_TAIL)
+        r = take_if_fits(rq, di, c, np.int64(D_K_HEAD), np.int64(D_K_TAIL))
     _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)
 
 
@@ -400,11 +401,11 @@ def run_colocated(rq, rt, rejected, tab_i, pieces, di, df, lru, hash_vals, hash_
             return cursor[1]
         if priority == ARRIVAL:  # a is the request
             need = rq[R_PROMPT, a] + rq[R_OUTPUT, a]
-            c = least_outstanding(di, need, av_ptr, av_t, t, 0)
+            c = least_outstanding(di, need, av_ptr, av_t, t, np.int64(0))
             di[D_LOAD, c] += need
             rq[R_P_INST, a] = c
             if n_hash > 0 and di[D_LRU_CAP, c] > 0:
-                cached, _ = reuse(lru, di[D_INST, c], di, D_LRU_HEAD, -1, c, hash_vals, hash_ptr,
+                cached, _ = reuse(lru, di[D_INST, c], di, np.int64(D_LRU_HEAD), np.int64(-1), c, hash_vals, hash_ptr,
                                   block_tokens, rq[R_PROMPT, a], a)
                 rq[R_CACHED, a] = cached
             colo_arrive(rq, di, df, tab_i, pieces, ht, hi, hs, c, a, t)

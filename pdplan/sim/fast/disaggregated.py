@@ -63,8 +63,8 @@ def _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_to
     after every arrival at this instant. The instance's prefix cache is consulted as the request
     reaches it (:func:`.prefix.reuse`): its hit is not computed."""
     if n_hash > 0 and pi[P_LRU_CAP, p] + pi[P_TIER_CAP, p] > 0:
-        cached, loaded = reuse(plru, p, pi, P_LRU_HEAD, P_TIER_HEAD, p, hash_vals, hash_ptr, block_tokens,
-                               rq[R_PROMPT, r], r)
+        cached, loaded = reuse(plru, p, pi, np.int64(P_LRU_HEAD), np.int64(P_TIER_HEAD), p, hash_vals, hash_ptr,
+                               block_tokens, rq[R_PROMPT, r], r)
         rq[R_CACHED, r] = cached
         rq[R_LOADED, r] = loaded
     pi[P_PENDING, p] += rq[R_PROMPT, r] - rq[R_CACHED, r]
@@ -91,7 +91,7 @@ def _rejects_early(rq, pi, pload, pbatch, plru, hash_vals, hash_ptr, n_hash, blo
     cached, loaded = 0, 0
     if n_hash > 0 and pi[P_LRU_CAP, p] + pi[P_TIER_CAP, p] > 0:
         cached, loaded = peek(plru, p, hash_vals, hash_ptr, block_tokens, prompt, r)
-    own = latency_s(tab_i, pieces, pi[P_MODEL, p], 1, float(prompt - cached),
+    own = latency_s(tab_i, pieces, pi[P_MODEL, p], np.int64(1), float(prompt - cached),
                     float(prompt) ** 2 - float(cached) ** 2) + loaded * pload[p]
     return predicted_ttft_s(pi[P_PENDING, p], pi[P_CAP, p], pbatch[p], own) > reject_s
 
@@ -119,7 +119,7 @@ def _start_prefill(rq, rt, pi, pq, pf, pload, bi, bt, tab_i, pieces, ht, hi, hs,
     first = -1
     last = -1
     n = 0
-    tokens = 0
+    tokens = np.int64(0)
     found = False
     duration = -1.0
     for k in range(pi[P_RANK0, p], pi[P_RANK0, p] + pi[P_DP, p]):
@@ -219,7 +219,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
     most = max(n + rq[R_FAILS].sum(), 1)     # batches: each prefill (recomputed ones too) at most one
     bi = np.empty((2, most), np.int64)       # batch: first request, size
     bt = np.empty(most)                      # batch start
-    n_batches = 0
+    n_batches = np.int64(0)
     cursor = np.zeros(2, np.int64)           # next arrival, events processed
     rr = np.zeros(1, np.int64)               # the round-robin router's next instance
     while True:
@@ -252,7 +252,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
             else:
                 # decode alone: the KV is visible at arrival; route now
                 need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
-                d = least_loaded(di, need, dav_ptr, dav_t, t, 0, n_dec)
+                d = least_loaded(di, need, dav_ptr, dav_t, t, np.int64(0), n_dec)
                 di[D_LOAD, d] += need
                 rq[R_D_INST, r] = d
                 push(ht, hi, hs, t, np.int64(KV_VISIBLE), d, r)
@@ -281,7 +281,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
                           dav_ptr, dav_t, n_dec, kv_share, borrow, b, rq[R_P_INST, b], t, t)
         elif priority == KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
             head, tail = (D_K_HEAD, D_K_TAIL) if di[D_MIXED, a] == 1 else (D_W_HEAD, D_W_TAIL)
-            queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, pick_rank(di, a), b, t, head, tail, True)
+            queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, pick_rank(di, a), b, t, head, tail, np.bool_(True))
         elif priority == TRANSFER_FAILED:  # recompute: back to the prefill pool
             d, r = a, b
             di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]

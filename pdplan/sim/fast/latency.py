@@ -93,7 +93,7 @@ def iteration_group_s(tab_i, pieces, gp, gd, decode_rows, prompt_tokens):
     if decode_rows == 0:
         return pre
     decode = group_s(tab_i, pieces, gd, decode_rows)
-    extra = pre - min(group_s(tab_i, pieces, gp, 0), decode)
+    extra = pre - min(group_s(tab_i, pieces, gp, np.int64(0)), decode)
     if extra < 0.0:
         extra = 0.0
     return decode + extra
@@ -115,7 +115,7 @@ def decode_run_s(tab_i, pieces, m, batch, context, steps):
     p0 = tab_i[2, s]
     p1 = tab_i[2, s + 1]
     total = 0.0
-    j = 0
+    j = np.int64(0)
     while j < steps:
         # the piece in force at step j: the largest value, ties to the steeper
         best_alpha = pieces[p0, 0] + pieces[p0, 1] * batch + pieces[p0, 2] * context
@@ -162,11 +162,11 @@ def _ranks_run_s(tab_i, pieces, di, d, steps):
     adds g(the ranks' batches summed): the MoE layers see the tokens the ranks really hold."""
     g = di[D_M_GROUP_D, d]
     dp = di[D_DP, d]
-    rows = 0
+    rows = np.int64(0)
     for i in range(d, d + dp):
         rows += di[D_B, i]
     total = steps * group_s(tab_i, pieces, g, rows)
-    j = 0
+    j = np.int64(0)
     while j < steps:
         found = False
         best_alpha = 0.0

@@ -68,7 +68,7 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
     if n_hash == 0 or di[D_LRU_CAP, d] == 0:
         return tokens
     for b in range(hash_ptr[r], hash_ptr[r + 1]):
-        if touch(lru, di[D_INST, d], di, D_LRU_HEAD, -1, d, hash_vals[b]) != ABSENT:
+        if touch(lru, di[D_INST, d], di, np.int64(D_LRU_HEAD), np.int64(-1), d, hash_vals[b]) != ABSENT:
             tokens -= block_tokens_in(rq[R_PROMPT, r], block_tokens, b - hash_ptr[r], rq[R_PROMPT, r])
     return tokens
 
@@ -97,12 +97,12 @@ def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht
     """
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     now = end if schedule == 0 else start  # routed as it books
-    d = least_loaded(di, need, dav_ptr, dav_t, now, 0, n_dec)
+    d = least_loaded(di, need, dav_ptr, dav_t, now, np.int64(0), n_dec)
     over = d < 0 or di[D_LOAD, d] + need > kv_share * (di[D_CAP, d] * di[D_DP, d])
     if borrow == 1 and over:
         d = decode_column(pi, pq, pf, di, dav_ptr, dav_t, now, p, d, need, kv_share)
     elif n_dec < di.shape[1] and over:
-        m = least_loaded(di, need, dav_ptr, dav_t, now, n_dec, -1)
+        m = least_loaded(di, need, dav_ptr, dav_t, now, n_dec, np.int64(-1))
         if m >= 0:
             d = m
     di[D_LOAD, d] += need
