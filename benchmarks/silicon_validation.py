@@ -30,6 +30,14 @@ The requests each collection's client sent:
 * every other collection (AIConfigurator's own gap-analysis runs): exactly the row's ISL and OSL,
   10 × C requests (at least 100, at most 2,000).
 
+The InferenceMAX rows' TTFT and TPOT are the run's means over every request, the first wave's too:
+63 DeepSeek-R1 rows equal, to 0.01 ms in both clocks, the ``mean_ttft`` and ``mean_tpot`` of a run
+InferenceX published with the same engine, GPU, precision, lengths and concurrency (the API fixture
+``packages/app/cypress/fixtures/api/benchmarks*.json`` of SemiAnalysisAI/InferenceX-app, which holds
+each run's median and p99 beside its mean). Their mean TTFT is 1.1 to 13.9 times their median (1.7 at
+the median of those runs; DeepSeek-R1 FP4 on B200 under SGLang, 1k/8k, 32 clients: 7.9 s mean,
+0.72 s median, 75 s p99), so this script compares the simulated mean with the measured mean.
+
 Stated assumptions, the same for every row:
 
 * engine scheduling — vLLM: chunked prefill, 8,192 tokens per iteration (its default for the API
