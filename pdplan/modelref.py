@@ -12,11 +12,25 @@ from pdplan.modelspec import PRECISION_MARK, ModelSpec, parse_precision
 
 
 def model_file(name_or_path: str | None) -> Path | None:
-    """The model file ``--model`` names, or None for a catalog name: a name ending in .yaml or
-    .yml is a model YAML, one ending in .json (or a folder holding config.json) a Hugging Face
-    config (commands check their outputs against it)."""
-    if name_or_path is None:
-        return None
+    """The model file ``--model`` (or a plan's pool) names, or None for a catalog name: a name ending in
+    .yaml or .yml is a model YAML, one ending in .json (or a folder holding config.json) a Hugging Face
+    config, either perhaps at a precision (``mine.yaml@fp8``, as a manifest's plan names a user's model
+    served at another precision) (commands check their outputs against it)."""
+    return None if name_or_path is None else file_reference(name_or_path)[0]
+
+
+def file_reference(name_or_path: str) -> tuple[Path | None, str]:
+    """The model file a reference names and the precision after its last ``@`` ('' for none); (None, '')
+    for a catalog name. The whole reference is tried as a path first, so a path holding ``@`` still works."""
+    whole = _named_file(name_or_path)
+    if whole is not None:
+        return whole, ""
+    base, mark, suffix = name_or_path.rpartition(PRECISION_MARK)
+    path = _named_file(base) if mark else None
+    return (path, suffix) if path is not None else (None, "")
+
+
+def _named_file(name_or_path: str) -> Path | None:
     if name_or_path.endswith((".yaml", ".yml")):
         return Path(name_or_path)
     return config_path(name_or_path)
@@ -25,9 +39,10 @@ def model_file(name_or_path: str | None) -> Path | None:
 def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
     """An embedded model by name (``llama-3.1-70b``, or at a precision: ``llama-3.1-70b@fp8``), a
     user's model YAML by path, or a Hugging Face config.json (or a folder holding one) by path, at the
-    precision its quantization_config states; ``dtype``/``kv_dtype`` set the precision it is served at."""
+    precision its quantization_config states (or at the one after ``@``: ``mine.yaml@fp8``);
+    ``dtype``/``kv_dtype`` set the precision it is served at."""
     catalog = model_catalog()
-    path = model_file(name_or_path)
+    path, suffix = file_reference(name_or_path)
     if path is not None:
         if path.suffix == ".json":
             model = load_hf_config(path)
@@ -39,6 +54,8 @@ def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | No
             # silently borrow the catalog model's measured latencies.
             raise PdplanError(f"name {model.base_name!r} is a catalog model with a different geometry; give "
                               "your model its own name", file=path, field="name")
+        if suffix:
+            model = model.at_precision(*parse_precision(suffix))
     else:
         base, _, suffix = name_or_path.partition(PRECISION_MARK)
         if base not in catalog:
@@ -46,6 +63,5 @@ def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | No
                               "or pass a model YAML, or a Hugging Face config.json or its folder)", field="model")
         model = catalog[base]
         if suffix:
-            weight, kv = parse_precision(suffix)
-            model = model.at_precision(weight, kv)
+            model = model.at_precision(*parse_precision(suffix))
     return model if dtype is None and kv_dtype is None else model.at_precision(dtype, kv_dtype)

@@ -645,6 +645,62 @@ def test_a_model_yaml_without_hf_repo_leaves_the_checkpoint_unknown_and_export_n
     assert "identity.checkpoint.id is unknown" in err and "optimize --checkpoint" in err
 
 
+def my_model(folder: Path) -> Path:
+    """llama-3.1-8b's geometry under a name of the user's: a model the catalog lacks."""
+    model = folder / "mine.yaml"
+    catalog = (ROOT / "pdplan" / "catalog" / "models" / "llama-3.1-8b.yaml").read_text()
+    model.write_text(catalog.replace("name: llama-3.1-8b", "name: my-llama-8b"))
+    return model
+
+
+def test_a_plan_made_from_a_model_file_is_simulated_and_resimulated_from_it(optimize, run_cli, small_case, tmp_path):
+    """The manifest's pools name the model as the file names itself (at the precision it was planned at,
+    ``my-llama-8b@fp8``); simulate and validate load it from the file the manifest records."""
+    trace, (_, cluster, *_) = small_case
+    code, _, err = optimize("--model", my_model(tmp_path), "--dtype", "fp8", "--cluster", cluster, "--tp", "1",
+                            "--mode", "colocated", "--no-compose", "--out", tmp_path / "plan.yaml", trace=trace)
+    assert code == 0, err
+    assert "model: my-llama-8b@fp8" in (tmp_path / "plan.yaml").read_text()
+    code, out, err = run_cli("validate", tmp_path / "plan.yaml", "--trace", trace, "--resimulate")
+    assert code == 0 and "re-simulation" in out, err
+    code, out, err = run_cli("simulate", trace, "--plan", tmp_path / "plan.yaml", "--json")
+    assert code == 0, err
+    assert json.loads(out)["requests"] == 400
+
+
+def test_a_model_file_named_relatively_is_found_beside_the_manifest(optimize, run_cli, small_case, tmp_path,
+                                                                       monkeypatch):
+    trace, (_, cluster, *_) = small_case
+    (tmp_path / "made").mkdir()
+    my_model(tmp_path / "made")
+    monkeypatch.chdir(tmp_path / "made")
+    code, _, err = optimize("--model", "mine.yaml", "--cluster", cluster, "--tp", "1", "--mode", "colocated",
+                            "--no-compose", "--out", "plan.yaml", trace=trace)
+    assert code == 0, err
+    monkeypatch.chdir(tmp_path)
+    code, out, err = run_cli("validate", tmp_path / "made" / "plan.yaml", "--trace", trace, "--resimulate")
+    assert code == 0 and "re-simulation" in out, err
+
+
+@pytest.mark.parametrize("change, field", [("edit", "provenance.inputs.model.sha256"),
+                                           ("remove", "provenance.inputs.model.path")])
+def test_a_plan_whose_model_file_changed_or_went_is_refused_naming_the_field(optimize, run_cli, small_case, tmp_path,
+                                                                             change, field):
+    trace, (_, cluster, *_) = small_case
+    model = my_model(tmp_path)
+    code, _, err = optimize("--model", model, "--cluster", cluster, "--tp", "1", "--mode", "colocated",
+                            "--no-compose", "--out", tmp_path / "plan.yaml", trace=trace)
+    assert code == 0, err
+    if change == "edit":
+        model.write_text(model.read_text().replace("layers: 32", "layers: 33"))
+    else:
+        model.unlink()
+    for command in (("simulate", trace, "--plan", tmp_path / "plan.yaml"),
+                    ("validate", tmp_path / "plan.yaml", "--trace", trace, "--resimulate")):
+        code, _, err = run_cli(*command)
+        assert code == 2 and len(err.strip().splitlines()) == 1 and field in err, (command, err)
+
+
 def test_a_trace_on_a_grid_is_planned_spread_and_its_manifest_names_the_grid(optimize, run_cli, small_case, tmp_path):
     """The slice's arrivals rounded down to 5 s, as a trace published at that resolution gives them: the
     plan is made on the requests spread over their intervals (a notice says so), the manifest records

@@ -8,7 +8,7 @@ import pytest
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.modelcatalog import load_model, model_catalog
-from pdplan.modelref import get_model
+from pdplan.modelref import get_model, model_file
 from pdplan.modelspec import (
     ModelSpec,
     kv_bytes_per_token,
@@ -135,6 +135,17 @@ def test_user_model_yaml_is_loaded_by_path(tmp_path):
     path.write_text("name: tiny\nlayers: 4\nhidden: 64\nq_heads: 8\nkv_heads: 2\nhead_dim: 8\n"
                     "ffn: 160\nvocab: 1000\nparameters: 291840\n")
     assert get_model(str(path)).kv_bytes_per_token == 4 * 2 * 2 * 8 * 2
+
+
+def test_a_model_file_at_a_precision_is_served_at_it_and_a_path_holding_the_mark_is_still_a_path(tmp_path):
+    (tmp_path / "at@home").mkdir()
+    for folder in (tmp_path, tmp_path / "at@home"):
+        (folder / "tiny.yaml").write_text("name: tiny\nlayers: 4\nhidden: 64\nq_heads: 8\nkv_heads: 2\nhead_dim: 8\n"
+                                          "ffn: 160\nvocab: 1000\nparameters: 291840\n")
+    at_fp8 = get_model(f"{tmp_path / 'tiny.yaml'}@fp8")
+    assert (at_fp8.name, at_fp8.kv_bytes_per_token) == ("tiny@fp8", 4 * 2 * 2 * 8 * 1)
+    assert model_file(f"{tmp_path / 'tiny.yaml'}@fp8") == tmp_path / "tiny.yaml"
+    assert get_model(str(tmp_path / "at@home" / "tiny.yaml")).name == "tiny"
 
 
 BAD_MODELS = [

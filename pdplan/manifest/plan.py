@@ -7,7 +7,9 @@ from pathlib import Path
 
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
+from pdplan.manifest.build import MODEL, input_sha256
 from pdplan.manifest.document import is_manifest, pool_shape, read_manifest, redundant_experts
+from pdplan.modelspec import PRECISION_MARK
 from pdplan.schema import Fields
 from pdplan.sim.plan import Plan
 from pdplan.sim.planfile import FORMAT_VERSION, parse_plan, wide_fields
@@ -43,10 +45,40 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
             doc["mixed"] = spill
             if lent is not None:  # borrowing: a lent prefill instance receives on this link
                 doc["default_link"] = {"bandwidth_gb_s": lent["bandwidth_gb_s"], "setup_ms": lent["setup_ms"]}
-    doc["pools"] = [{k: p[k] for k in ("name", "phase", "model", "gpu", "tp", "pp", "replicas")}
+    source = model_source(manifest, path)
+    doc["pools"] = [{k: p[k] for k in ("name", "phase", "gpu", "tp", "pp", "replicas")}
+                    | {"model": p["model"] if source is None else served_from(source, p["model"])}
                     | wide_fields(pool_shape(p).dp, pool_shape(p).ep, redundant_experts(p)) | p["scheduling"]
                     for p in manifest["pools"]]
     return parse_plan(doc, path)
+
+
+def model_source(manifest: dict, path: str | Path) -> Path | None:
+    """The model file a manifest's plan was made from (``provenance.inputs.model``: a model YAML or a Hugging
+    Face config the catalog lacks), as it was named (a relative path from here, else beside the manifest)
+    and unchanged since (its sha256); None for a plan of a catalog model."""
+    recorded = manifest["provenance"]["inputs"].get("model")
+    if recorded is None:
+        return None
+    named = Path(recorded["path"])
+    places = [named] if named.is_absolute() else [named, Path(path).parent / named]
+    found = next((place for place in places if place.exists()), None)
+    if found is None:
+        field = "provenance.inputs.model.path"
+        raise PdplanError(f"{field}: the plan was made from the model file {named}, which is absent (looked for "
+                          f"{' and '.join(map(str, places))})", file=path, field=field)
+    if input_sha256(found, *MODEL) != recorded["sha256"]:
+        field = "provenance.inputs.model.sha256"
+        raise PdplanError(f"{field}: the model file {found} changed since the plan was made (its sha256 is not the "
+                          "one recorded)", file=path, field=field)
+    return found
+
+
+def served_from(source: Path, pool_model: str) -> str:
+    """A pool's model as the simulator loads it: the plan's model file at the precision the pool names
+    (``mine.yaml@fp8`` for a pool serving ``my-model@fp8``)."""
+    _, mark, precision = pool_model.partition(PRECISION_MARK)
+    return f"{source}{mark}{precision}"
 
 
 def manifest_slo(manifest: dict, path: str | Path) -> SLO:
