@@ -701,6 +701,20 @@ def test_a_plan_whose_model_file_changed_or_went_is_refused_naming_the_field(opt
         assert code == 2 and len(err.strip().splitlines()) == 1 and field in err, (command, err)
 
 
+def test_a_plan_of_a_model_file_named_as_a_catalog_model_needs_no_file(optimize, run_cli, small_case, tmp_path):
+    """A config of a catalog model under its own name (its geometry checked when planned) is simulated
+    as the catalog's model once the file is gone, as such manifests always were."""
+    trace, (_, cluster, *_) = small_case
+    model = tmp_path / "llama-3.1-8b.yaml"
+    model.write_text((ROOT / "pdplan" / "catalog" / "models" / "llama-3.1-8b.yaml").read_text())
+    code, _, err = optimize("--model", model, "--cluster", cluster, "--tp", "1", "--mode", "colocated", "--no-compose",
+                            "--out", tmp_path / "plan.yaml", trace=trace)
+    assert code == 0, err
+    model.unlink()
+    code, out, err = run_cli("validate", tmp_path / "plan.yaml", "--trace", trace, "--resimulate")
+    assert code == 0 and "re-simulation" in out, err
+
+
 def test_a_trace_on_a_grid_is_planned_spread_and_its_manifest_names_the_grid(optimize, run_cli, small_case, tmp_path):
     """The slice's arrivals rounded down to 5 s, as a trace published at that resolution gives them: the
     plan is made on the requests spread over their intervals (a notice says so), the manifest records

@@ -9,6 +9,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.manifest.build import MODEL, input_sha256
 from pdplan.manifest.document import is_manifest, pool_shape, read_manifest, redundant_experts
+from pdplan.modelcatalog import model_catalog
 from pdplan.modelspec import PRECISION_MARK
 from pdplan.schema import Fields
 from pdplan.sim.plan import Plan
@@ -45,12 +46,19 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
             doc["mixed"] = spill
             if lent is not None:  # borrowing: a lent prefill instance receives on this link
                 doc["default_link"] = {"bandwidth_gb_s": lent["bandwidth_gb_s"], "setup_ms": lent["setup_ms"]}
-    source = model_source(manifest, path)
+    source = None if catalog_serves(manifest) else model_source(manifest, path)
     doc["pools"] = [{k: p[k] for k in ("name", "phase", "gpu", "tp", "pp", "replicas")}
                     | {"model": p["model"] if source is None else served_from(source, p["model"])}
                     | wide_fields(pool_shape(p).dp, pool_shape(p).ep, redundant_experts(p)) | p["scheduling"]
                     for p in manifest["pools"]]
     return parse_plan(doc, path)
+
+
+def catalog_serves(manifest: dict) -> bool:
+    """Whether the catalog holds the model the pools name. A plan made from a model file named as a
+    catalog model has that model's geometry (``optimize`` refuses one that does not), so it needs no file."""
+    catalog = model_catalog()
+    return all(pool["model"].partition(PRECISION_MARK)[0] in catalog for pool in manifest["pools"])
 
 
 def model_source(manifest: dict, path: str | Path) -> Path | None:
