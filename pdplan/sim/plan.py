@@ -339,9 +339,10 @@ def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tu
 def plan_model(plan: Plan) -> ModelSpec:
     """The one model every pool serves (a plan serves one model, which pools may name as a catalog name
     with or without its default precision, ``deepseek-v3`` or ``deepseek-v3@fp8``, or as its model file's
-    path), each pool's routed experts placeable on its instances as the engines place them
-    (:func:`pdplan.modelspec.expert_placement_rejection`: EP 1 or dividing TP × DP, the experts plus the
-    redundant ones spread evenly); a pool that breaks a rule names the plan file, the pool and its field."""
+    path, also at a precision: ``mine.yaml@fp8``), each pool's routed experts placeable on its instances
+    as the engines place them (:func:`pdplan.modelspec.expert_placement_rejection`: EP 1 or dividing
+    TP × DP, the experts plus the redundant ones spread evenly); a pool that breaks a rule names the plan
+    file, the pool and its field."""
     models = {}
     for i, pool in enumerate(plan.pools):
         if pool.model not in models:
