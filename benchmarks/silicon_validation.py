@@ -1,6 +1,7 @@
 """Validate pdplan's latency model against real deployments: AIConfigurator's silicon_sample.csv.
 
     python benchmarks/silicon_validation.py [--profiles composed,roofline-engine,roofline] [--rows N] [--csv OUT]
+                                            [--inferencex JSON ...]
 
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and
@@ -31,12 +32,13 @@ The requests each collection's client sent:
   10 × C requests (at least 100, at most 2,000).
 
 The InferenceMAX rows' TTFT and TPOT are the run's means over every request, the first wave's too:
-63 DeepSeek-R1 rows equal, to 0.01 ms in both clocks, the ``mean_ttft`` and ``mean_tpot`` of a run
-InferenceX published with the same engine, GPU, precision, lengths and concurrency (the API fixture
-``packages/app/cypress/fixtures/api/benchmarks*.json`` of SemiAnalysisAI/InferenceX-app, which holds
-each run's median and p99 beside its mean). Their mean TTFT is 1.1 to 13.9 times their median (1.7 at
-the median of those runs; DeepSeek-R1 FP4 on B200 under SGLang, 1k/8k, 32 clients: 7.9 s mean,
-0.72 s median, 75 s p99), so this script compares the simulated mean with the measured mean.
+64 DeepSeek-R1 rows (37 runs) equal, to 0.01 ms in both clocks, the ``mean_ttft`` and ``mean_tpot`` of a
+run InferenceX published with the same GPU, lengths and concurrency (its app's API fixtures
+``packages/app/cypress/fixtures/api/benchmarks*.json`` of SemiAnalysisAI/InferenceX-app, which hold each
+run's median and p99 beside its mean). Their mean TTFT is 1.0 to 13.9 times their median (1.7 at the
+median; DeepSeek-R1 FP4 on B200 under SGLang, 1k/8k, 32 clients: 7.9 s mean, 0.72 s median, 75 s p99),
+so the table compares the simulated mean with the measured mean; ``--inferencex FILE ...`` also compares
+the simulated median with the median of the rows that are such runs.
 
 Stated assumptions, the same for every row:
 
@@ -369,8 +371,8 @@ def requests(row) -> tuple[np.ndarray, np.ndarray]:
     return draw(isl), draw(osl)
 
 
-def replay(row, kind: str) -> tuple[float, float]:
-    """Simulated mean TTFT and mean TPOT (ms) of the row's run, its pools timed by ``kind``."""
+def replay(row, kind: str) -> tuple[np.ndarray, np.ndarray]:
+    """Each served request's TTFT and TPOT (s) in the row's run, its pools timed by ``kind``."""
     plan, model = plan_for(row), row_model(row)
     if row["mode"] == "agg":
         profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]))
@@ -378,11 +380,17 @@ def replay(row, kind: str) -> tuple[float, float]:
     else:
         profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp)
                     for pool in plan.pools}
-    return replay_on(row, profiles)
+    return replayed(row, profiles)
 
 
 def replay_on(row, profiles: dict) -> tuple[float, float]:
-    """Simulated mean TTFT and mean TPOT (ms) of the row's run on these profiles (by shape), with the
+    """Simulated mean TTFT and mean TPOT (ms) of the row's run on these profiles (by shape)."""
+    ttft, tpot = replayed(row, profiles)
+    return float(np.nanmean(ttft) * 1e3), float(np.nanmean(tpot) * 1e3)
+
+
+def replayed(row, profiles: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Each served request's TTFT and TPOT (s) in the row's run on these profiles (by shape), with the
     multi-token prediction it ran."""
     drafting = speculative(row)
     if drafting is not None:
@@ -391,9 +399,51 @@ def replay_on(row, profiles: dict) -> tuple[float, float]:
     workload = {"arrival_s": np.zeros(len(prompts)), "prompt_tokens": prompts, "output_tokens": outputs}
     result = simulate(workload, plan_for(row), profiles, model=row_model(row), concurrency=int(row["concurrency"]))
     served = ~np.asarray(result["rejected"])
-    ttft = np.asarray(result["ttft_s"])[served]
-    tpot = np.asarray(result["tpot_s"])[served]
-    return float(np.nanmean(ttft) * 1e3), float(np.nanmean(tpot) * 1e3)
+    return np.asarray(result["ttft_s"])[served], np.asarray(result["tpot_s"])[served]
+
+
+def inferencex_runs(paths: list[str]) -> pd.DataFrame:
+    """InferenceX's published runs that state a mean TTFT, as its app's API returns them (a list of runs,
+    each its hardware, lengths, concurrency and ``metrics`` in seconds): the TTFT mean, median and p99
+    and the TPOT mean, in ms."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            for run in json.load(f):
+                clocks = run["metrics"]
+                if "mean_ttft" in clocks and "mean_tpot" in clocks:
+                    runs.append({"hardware": run["hardware"], "isl": run["isl"], "osl": run["osl"],
+                                 "concurrency": run["conc"], "run_url": run.get("run_url"),
+                                 **{f"{name}_ms": clocks[name] * 1e3
+                                    for name in ("mean_ttft", "median_ttft", "p99_ttft", "mean_tpot")}})
+    return pd.DataFrame(runs).drop_duplicates()
+
+
+#: how closely a row's clocks must equal a published run's means to be that run (ms)
+SAME_RUN_MS = 0.01
+
+
+def published_medians(results: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """The replayed rows that are runs InferenceX published: same GPU, lengths and concurrency, and both
+    clocks equal to the run's mean TTFT and mean TPOT within :data:`SAME_RUN_MS`; each with the run's
+    median and p99 TTFT."""
+    rows = results.assign(hardware=results["gpu"].str.split("-").str[0])
+    joined = rows.merge(runs, on=["hardware", "isl", "osl", "concurrency"])
+    same = ((joined["silicon_ttft_ms"] - joined["mean_ttft_ms"]).abs() < SAME_RUN_MS) & \
+           ((joined["silicon_tpot_ms"] - joined["mean_tpot_ms"]).abs() < SAME_RUN_MS)
+    return joined[same].drop_duplicates(subset=["id", "kind"])
+
+
+def print_medians(matched: pd.DataFrame) -> None:
+    """The simulated median TTFT against the published run's median, beside mean against mean."""
+    spread = matched["mean_ttft_ms"] / matched["median_ttft_ms"]
+    print(f"\nruns InferenceX published (--inferencex): {matched['id'].nunique()} rows are runs it published with "
+          f"their median TTFT; their mean TTFT is {spread.min():.1f}-{spread.max():.1f}x their median:")
+    for (mode, kind), part in matched.groupby(["mode", "kind"], sort=True):
+        signed = part["ttft_median_ms"] / part["median_ttft_ms"] - 1
+        print(f"  {mode:7s} {kind:15s} rows {len(part):4d}  median TTFT against the run's median "
+              f"{signed.abs().median():6.1%} ({signed.median():+.1%});  mean against mean "
+              f"{part['ttft_ape'].median():6.1%}")
 
 
 def summarise(results: pd.DataFrame) -> pd.DataFrame:
@@ -446,6 +496,10 @@ def main(argv: list[str]) -> int:
                         help="write each replayed row's signed errors here, the file pdplan ships as "
                              "pdplan/data/silicon_accuracy.json (pdplan.latency.accuracy)")
     parser.add_argument("--models", default=None, help="only these catalog models (comma-separated), e.g. the MoE ones")
+    parser.add_argument("--inferencex", nargs="+", default=None, metavar="JSON",
+                        help="InferenceX's published runs (its app's API fixtures, "
+                             "packages/app/cypress/fixtures/api/benchmarks*.json of SemiAnalysisAI/InferenceX-app): "
+                             "also compare the simulated median TTFT with the median of the rows that are those runs")
     parser.add_argument("--mode", choices=("agg", "agg-dp", "disagg"), default=None,
                         help="only aggregated rows of one instance of TP x PP, aggregated rows with attention data "
                              "parallelism, or disaggregated rows")
@@ -471,7 +525,8 @@ def main(argv: list[str]) -> int:
                 continue
             records.append({**{k: row[k] for k in ("id", "model", "gpu", "dtype", "backend", "mode", "isl", "osl",
                                                     "concurrency", "harness")},
-                            "kind": kind, "ttft_ms": ttft, "tpot_ms": tpot,
+                            "kind": kind, "ttft_ms": np.nanmean(ttft) * 1e3, "tpot_ms": np.nanmean(tpot) * 1e3,
+                            "ttft_median_ms": np.nanmedian(ttft) * 1e3,
                             "silicon_ttft_ms": row["silicon_ttft_ms"], "silicon_tpot_ms": row["silicon_tpot_ms"]})
     results = pd.DataFrame(records)
     for clock in ("ttft", "tpot"):
@@ -497,6 +552,8 @@ def main(argv: list[str]) -> int:
               f"TPOT {part.tpot_ape.median():6.1%} ({part.tpot_signed.median():+.1%})")
     for (kind, reason), count in sorted(skipped.items()):
         print(f"  skipped {count} {kind} rows: {reason}")
+    if args.inferencex:
+        print_medians(published_medians(results, inferencex_runs(args.inferencex)))
     return 0
 
 
