@@ -371,16 +371,19 @@ def requests(row) -> tuple[np.ndarray, np.ndarray]:
     return draw(isl), draw(osl)
 
 
-def replay(row, kind: str) -> tuple[np.ndarray, np.ndarray]:
-    """Each served request's TTFT and TPOT (s) in the row's run, its pools timed by ``kind``."""
+def replay(row, kind: str) -> tuple[float, float]:
+    """Simulated mean TTFT and mean TPOT (ms) of the row's run, its pools timed by ``kind``."""
+    return replay_on(row, row_profiles(row, kind))
+
+
+def row_profiles(row, kind: str) -> dict:
+    """The profiles (by shape) of the row's pools, timed by ``kind``."""
     plan, model = plan_for(row), row_model(row)
     if row["mode"] == "agg":
-        profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]))
-                    for pool in plan.pools}
-    else:
-        profiles = {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp)
-                    for pool in plan.pools}
-    return replayed(row, profiles)
+        return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]))
+                for pool in plan.pools}
+    return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp)
+            for pool in plan.pools}
 
 
 def replay_on(row, profiles: dict) -> tuple[float, float]:
@@ -519,7 +522,7 @@ def main(argv: list[str]) -> int:
     for kind in args.profiles.split(","):
         for _, row in rows.iterrows():
             try:
-                ttft, tpot = replay(row, kind)
+                ttft, tpot = replayed(row, row_profiles(row, kind))
             except PdplanError as err:
                 skipped[(kind, err.detail)] = skipped.get((kind, err.detail), 0) + 1
                 continue
