@@ -154,16 +154,18 @@ def build_curve(single_rps: float, saturation_rps: float | None, *, wanted_rps: 
     samples = [(1, single_rps)]
     if single_rps > 0:
         needed = PoolCurve(samples=((1, single_rps),)).replicas_for(wanted_rps, most_replicas) or most_replicas
-        flat = 0
+        best, flat = single_rps, 0  # the best rate per replica so far; samples in a row not above it
         for n in sample_sizes(needed):
             before = samples[-1][1] / samples[-1][0]
-            best = max(c / size for size, c in samples)
             samples.append((n, sample(n, n * before)))
             if samples[-1][1] >= wanted_rps or samples[-1][1] <= 0:
                 break  # enough; or a pool that serves nothing (a shape on the edge of its SLO)
-            if saturation_rps and samples[-1][1] / n >= saturation_rps * (1 - resolution):
+            per_replica = samples[-1][1] / n
+            if saturation_rps and per_replica >= saturation_rps * (1 - resolution):
                 break  # saturated: more replicas add capacity at this rate each, and no more
-            flat = flat + 1 if samples[-1][1] / n <= best * (1 + resolution) else 0
-            if stop_when_flat and flat == 2:
-                break  # no pooling gain at two doublings: larger pools extrapolate at this rate
+            if stop_when_flat:
+                flat = flat + 1 if per_replica <= best * (1 + resolution) else 0
+                best = max(best, per_replica)
+                if flat == 2:
+                    break  # no pooling gain at two doublings: larger pools extrapolate at this rate
     return PoolCurve(samples=tuple(samples), saturation_rps=saturation_rps)
