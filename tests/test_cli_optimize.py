@@ -630,12 +630,19 @@ def test_the_cost_curve_never_falls_as_the_rate_rises_and_meets_the_programs_opt
         assert dict(curves[result.mode])[4.0] == pytest.approx(result.first.usd_per_hour, rel=1e-9)
 
 
+def my_model(folder: Path) -> Path:
+    """llama-3.1-8b's geometry under a name of the user's: a model the catalog lacks."""
+    model = folder / "mine.yaml"
+    catalog = (ROOT / "pdplan" / "catalog" / "models" / "llama-3.1-8b.yaml").read_text()
+    model.write_text(catalog.replace("name: llama-3.1-8b", "name: my-llama-8b"))
+    return model
+
+
 def test_a_model_yaml_without_hf_repo_leaves_the_checkpoint_unknown_and_export_names_the_flag(
         optimize, run_cli, small_case, tmp_path):
     trace, (_, cluster, *_) = small_case
-    model = tmp_path / "mine.yaml"
-    catalog = (ROOT / "pdplan" / "catalog" / "models" / "llama-3.1-8b.yaml").read_text()
-    model.write_text(catalog.replace("name: llama-3.1-8b", "name: my-llama-8b").replace("hf_repo: ", "# hf_repo: "))
+    model = my_model(tmp_path)
+    model.write_text(model.read_text().replace("hf_repo: ", "# hf_repo: "))
     code, _, err = optimize("--model", model, "--cluster", cluster, "--tp", "1", "--mode", "colocated", "--no-compose",
                             "--out", tmp_path / "plan.yaml", trace=trace)
     assert code == 0, err
@@ -643,14 +650,6 @@ def test_a_model_yaml_without_hf_repo_leaves_the_checkpoint_unknown_and_export_n
     code, _, err = run_cli("export", tmp_path / "plan.yaml", "--format", "vllm", "--out", tmp_path / "deploy")
     assert code == 2 and len(err.strip().splitlines()) == 1
     assert "identity.checkpoint.id is unknown" in err and "optimize --checkpoint" in err
-
-
-def my_model(folder: Path) -> Path:
-    """llama-3.1-8b's geometry under a name of the user's: a model the catalog lacks."""
-    model = folder / "mine.yaml"
-    catalog = (ROOT / "pdplan" / "catalog" / "models" / "llama-3.1-8b.yaml").read_text()
-    model.write_text(catalog.replace("name: llama-3.1-8b", "name: my-llama-8b"))
-    return model
 
 
 def test_a_plan_made_from_a_model_file_is_simulated_and_resimulated_from_it(optimize, run_cli, small_case, tmp_path):
