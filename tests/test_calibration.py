@@ -120,6 +120,37 @@ def test_a_sweep_made_with_a_cost_per_prompt_iteration_is_recovered_within_2_per
     assert dict(calibrated.provenance.calibration)["prompt_iteration_ms"] == pytest.approx(40.0, rel=0.02)
 
 
+def sglang_sweep(path: Path, clients: tuple[int, ...], schedule: EngineBatching) -> Path:
+    """What `python -m sglang.bench_serving --output-file PATH --output-details` leaves after a sweep: each
+    run's object appended on a line of its own, a closed loop's unlimited rate written as Infinity."""
+    lines = []
+    for c in clients:
+        run = json.loads(vllm_result(path.with_name(f"vllm{c}.json"), c, schedule=schedule).read_text())
+        sglang_keys = {k: run[k] for k in ("completed", "total_input_tokens", "total_output_tokens", "input_lens",
+                                           "output_lens", "ttfts", "itls", "errors", "mean_ttft_ms",
+                                           "median_ttft_ms", "mean_tpot_ms")}
+        lines.append(json.dumps({"tag": None, "backend": "sglang", "dataset_name": "random",
+                                 "request_rate": float("inf"), "max_concurrency": c, **sglang_keys,
+                                 "generated_texts": ["x"] * len(run["ttfts"])}))
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_an_sglang_sweep_appended_to_one_file_is_recovered_run_by_run(run_cli, tmp_path, base_file):
+    schedule = EngineBatching(policy="prefill-first", tokens=8192)
+    bench = sglang_sweep(tmp_path / "res.jsonl", (1, 16, 64), schedule)
+    assert "Infinity" in bench.read_text() and len(bench.read_text().splitlines()) == 3
+    code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, "--format", "sglang-bench",
+                             "--policy", "prefill-first", "-o", tmp_path / "cal.yaml", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.02)
+    assert doc["decode_scale"] == pytest.approx(TRUTH["decode"], rel=0.02)
+    assert doc["undetermined"] == []
+    record = dict(load_profile(tmp_path / "cal.yaml").provenance.calibration)
+    assert (record["format"], record["runs"], record["files"]) == ("sglang-bench", 3, str(bench))
+
+
 @pytest.mark.parametrize("flags, schedule", [
     (("--policy", "prefill-first", "--recv-interval", "10"), EngineBatching(policy="prefill-first", recv_interval=10)),
     (("--batch-wait-timeout-iters", "20", "--batch-wait-max-tokens-ratio", "0.9"),
@@ -147,8 +178,8 @@ def test_a_sweep_that_restarted_its_server_with_other_settings_is_replayed_run_b
     run replayed with its own schedule gives back the factors; one schedule for all does not."""
     ran = [EngineBatching(tokens=1152), EngineBatching(tokens=8192),
            EngineBatching(batch_wait_timeout_iters=20, batch_wait_max_tokens_ratio=0.9)]
-    runs = [read_bench(vllm_result(tmp_path / f"c{c}.json", c, schedule=batching), "vllm-bench")
-            for c, batching in zip((1, 16, 64), ran)]
+    runs = [run for c, batching in zip((1, 16, 64), ran)
+            for run in read_bench(vllm_result(tmp_path / f"c{c}.json", c, schedule=batching), "vllm-bench")]
     fit = calibrate(BASE, runs, ran)
     assert (fit.prefill_scale, fit.decode_scale) == (pytest.approx(TRUTH["prefill"], rel=0.02),
                                                      pytest.approx(TRUTH["decode"], rel=0.02))
@@ -183,7 +214,7 @@ def write(tmp_path, name, doc) -> Path:
 
 
 def test_vllm_aggregate_result_replays_mean_lengths_in_a_closed_loop(tmp_path):
-    run = read_bench(write(tmp_path, "v.json", {
+    [run] = read_bench(write(tmp_path, "v.json", {
         "request_rate": "inf", "max_concurrency": 16, "completed": 200, "total_input_tokens": 204800,
         "total_output_tokens": 25600, "mean_ttft_ms": 120.0, "median_ttft_ms": 110.0, "p99_ttft_ms": 400.0,
         "mean_tpot_ms": 20.0, "median_tpot_ms": 19.5, "p99_tpot_ms": 30.0}), "vllm-bench")
@@ -193,7 +224,7 @@ def test_vllm_aggregate_result_replays_mean_lengths_in_a_closed_loop(tmp_path):
 
 
 def test_vllm_detailed_result_skips_failed_requests_and_derives_tpot_from_itls(tmp_path):
-    run = read_bench(write(tmp_path, "v.json", {
+    [run] = read_bench(write(tmp_path, "v.json", {
         "request_rate": 4.0, "max_concurrency": None, "input_lens": [512, 512, 100], "output_lens": [3, 0, 1],
         "ttfts": [0.05, 0.0, 0.02], "itls": [[0.01, 0.03], [], []], "errors": ["", "Internal Server Error", ""]}),
         "vllm-bench")
@@ -201,6 +232,25 @@ def test_vllm_detailed_result_skips_failed_requests_and_derives_tpot_from_itls(t
     assert run.prompt_tokens.tolist() == [512, 100]
     assert run.ttft_s.tolist() == [0.05, 0.02]
     assert run.tpot_s[0] == pytest.approx(0.02) and np.isnan(run.tpot_s[1])
+
+
+def test_runs_vllm_appended_to_one_result_file_are_read_in_the_order_written(tmp_path):
+    """`vllm bench serve --append-result` writes a newline, then the next run's object."""
+    run = {"request_rate": "inf", "completed": 10, "total_input_tokens": 5000, "total_output_tokens": 300,
+           "mean_ttft_ms": 100.0, "mean_tpot_ms": 20.0}
+    path = write(tmp_path, "v.json", "\n".join(json.dumps(run | {"max_concurrency": c}) for c in (4, 16, 2)))
+    runs = read_bench(path, "vllm-bench")
+    assert [r.concurrency for r in runs] == [4, 16, 2]
+    assert all(r.format == "vllm-bench" and r.file == str(path) for r in runs)
+
+
+def test_an_sglang_closed_loop_without_a_concurrency_cap_sends_every_request_at_once(tmp_path):
+    [run] = read_bench(write(tmp_path, "s.jsonl", json.dumps({
+        "request_rate": float("inf"), "max_concurrency": None, "completed": 8, "total_input_tokens": 8192,
+        "total_output_tokens": 128, "mean_ttft_ms": 300.0, "median_ttft_ms": 280.0, "p99_ttft_ms": 500.0,
+        "mean_tpot_ms": 12.0, "median_tpot_ms": 11.0, "p99_tpot_ms": 20.0}) + "\n"), "sglang-bench")
+    assert (run.concurrency, run.rate_rps, run.format, len(run.prompt_tokens)) == (None, None, "sglang-bench", 8)
+    assert run.statistics()["ttft"] == pytest.approx({"mean": 0.3, "p50": 0.28, "p99": 0.5})
 
 
 GENAI = {"time_to_first_token": {"unit": "ms", "avg": 45.1, "p50": 44.8, "p90": 48.7, "p99": 52.3},
@@ -213,7 +263,7 @@ GENAI = {"time_to_first_token": {"unit": "ms", "avg": 45.1, "p50": 44.8, "p90": 
 @pytest.mark.parametrize("config", [{"perf_analyzer": {"stimulus": {"concurrency": 8}}},
                                     {"concurrency": 8, "request_rate": ""}], ids=["2025", "before-march-2025"])
 def test_genai_perf_export_parses_in_both_config_layouts(tmp_path, config):
-    run = read_bench(write(tmp_path, "g.json", {**GENAI, "input_config": config}), "genai-perf")
+    [run] = read_bench(write(tmp_path, "g.json", {**GENAI, "input_config": config}), "genai-perf")
     assert (run.concurrency, len(run.prompt_tokens), run.prompt_tokens[0], run.output_tokens[0]) == (8, 100, 550, 128)
     assert run.statistics()["tpot"] == pytest.approx({"mean": 0.0112, "p50": 0.0111, "p90": 0.012, "p99": 0.0134})
 
@@ -227,11 +277,13 @@ def test_genai_perf_export_parses_in_both_config_layouts(tmp_path, config):
     ({"records": {k: v for k, v in GENAI.items()}, "input_config": {"loadgen": {"concurrency": 2}}}, (2, None, 1000)),
 ], ids=["loadgen", "loadgen-unset", "phases", "records-0.1"])
 def test_aiperf_export_parses_each_release_layout(tmp_path, doc, load):
-    run = read_bench(write(tmp_path, "a.json", doc), "aiperf")
+    [run] = read_bench(write(tmp_path, "a.json", doc), "aiperf")
     assert (run.concurrency, run.rate_rps, len(run.prompt_tokens)) == load
     assert run.statistics()["ttft"]["p90"] == pytest.approx(0.0487)
 
 
+SGLANG_RUN = {"request_rate": float("inf"), "max_concurrency": 4, "completed": 3, "total_input_tokens": 3000,
+              "total_output_tokens": 300, "mean_ttft_ms": 90.0, "mean_tpot_ms": 12.0}
 BAD = [
     ("vllm-bench", "{not json", r"v.json:1: not JSON"),
     ("vllm-bench", {"max_concurrency": 8, "input_lens": [1, 2], "output_lens": [2, 2], "ttfts": [0.1],
@@ -255,13 +307,24 @@ BAD = [
     ("aiperf", GENAI | {"input_config": {"phases": [{"name": "profiling", "type": "burst"}]}},
      r"input_config.phases\[0\].type must be concurrency or a request rate"),
     ("aiperf", GENAI, r"input_config is missing"),
+    ("sglang-bench", json.dumps(SGLANG_RUN) + "\n" + json.dumps(SGLANG_RUN | {"request_rate": "trace"}) + "\n",
+     r"v.json:2: request_rate is 'trace': the run followed a trace's timestamps"),
+    ("sglang-bench", json.dumps(SGLANG_RUN) + "\n\n{cut short\n", r"v.json:3: not JSON \(JSONDecodeError\); appended "
+                                                                      r"runs must be one JSON object per line"),
+    ("sglang-bench", json.dumps(SGLANG_RUN) + "\n[1, 2]\n", r"v.json:2: each line must be a JSON object"),
+    ("vllm-bench", json.dumps(SGLANG_RUN) + "\n" + json.dumps(SGLANG_RUN | {"max_concurrency": 0}),
+     r"v.json:2: max_concurrency must be a finite number >= 1"),
+    ("genai-perf", json.dumps(GENAI) + "\n" + json.dumps(GENAI), r"v.json:2: not JSON"),
 ]
 
 
 @pytest.mark.parametrize("fmt,doc,message", BAD, ids=["not-json", "length-mismatch", "negative-ttft",
                                                        "fractional-concurrency", "fractional-stimulus",
                                                        "zero-rate", "no-latencies", "no-ttft",
-                                                       "unknown-unit", "unknown-phase", "no-config"])
+                                                       "unknown-unit", "unknown-phase", "no-config",
+                                                       "sglang-trace-rate", "sglang-line-cut-short",
+                                                       "sglang-line-not-an-object", "vllm-appended-bad-run",
+                                                       "genai-perf-two-objects"])
 def test_bad_benchmark_file_exits_2_naming_the_field(run_cli, tmp_path, base_file, fmt, doc, message):
     bench = write(tmp_path, "v.json", doc)
     code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, "--format", fmt,
@@ -273,5 +336,5 @@ def test_bad_benchmark_file_exits_2_naming_the_field(run_cli, tmp_path, base_fil
 
 
 def test_an_unknown_format_is_refused_with_the_known_ones():
-    with pytest.raises(PdplanError, match="--format must be one of vllm-bench, genai-perf, aiperf"):
+    with pytest.raises(PdplanError, match="--format must be one of vllm-bench, sglang-bench, genai-perf, aiperf"):
         read_bench("x.json", "locust")

@@ -339,12 +339,15 @@ def calibrate(
                                                  show_default=False)],
     bench: Annotated[list[Path], typer.Option(
         "--bench", help="A saved serving-benchmark result of one instance of this shape; repeat it for a "
-                        "sweep (runs at two or more concurrencies separate the decode scale from the fixed "
-                        "iteration cost, runs at two or more prompt lengths the prefill scale from the cost "
-                        "of an iteration with prompt work).", show_default=False)],
+                        "sweep, or give a file the tool appended several runs to (runs at two or more "
+                        "concurrencies separate the decode scale from the fixed iteration cost, runs at two "
+                        "or more prompt lengths the prefill scale from the cost of an iteration with prompt "
+                        "work).", show_default=False)],
     format: Annotated[str, typer.Option(
         "--format", help="vllm-bench (vllm bench serve --save-result, per-request with --save-detailed), "
-                         "genai-perf (profile_export_genai_perf.json) or aiperf (profile_export_aiperf.json).")
+                         "sglang-bench (python -m sglang.bench_serving --output-file, per-request with "
+                         "--output-details), genai-perf (profile_export_genai_perf.json) or aiperf "
+                         "(profile_export_aiperf.json).")
     ] = "vllm-bench",
     policy: Annotated[Policy, choice(
         "--policy", Policy, help="How the benchmarked engine batches: chunked (vLLM, TensorRT-LLM) or "
@@ -389,7 +392,7 @@ def calibrate(
     outputs = Outputs(profile_file, *bench)
     outputs.claim(output, "--output")
     base = load_profile(profile_file)
-    runs = [read_bench(path, format) for path in bench]
+    runs = [run for path in bench for run in read_bench(path, format)]
     if drafting is not None and drafting.draft_cost is None:  # MTP: one layer of the profile's model
         drafting = drafting.resolved(get_model(base.model).layers)
     schedule = EngineBatching(policy=policy, tokens=chunk, speculative=drafting, recv_interval=recv_interval,

@@ -1,12 +1,17 @@
 """Serving-benchmark results, read from the files the benchmark tools save.
 
-Three formats, each read as its tool writes it:
+Four formats, each read as its tool writes it:
 
 * ``vllm-bench`` — ``vllm bench serve --save-result`` (and the older
-  ``benchmarks/benchmark_serving.py``): one JSON object with the load (``max_concurrency``,
+  ``benchmarks/benchmark_serving.py``): one JSON object per run with the load (``max_concurrency``,
   ``request_rate``, ``num_prompts``), the aggregate metrics in milliseconds (``mean_ttft_ms``,
   ``median_ttft_ms``, ``p99_ttft_ms``, … for ttft and tpot) and, with ``--save-detailed``, every
   request (``input_lens``, ``output_lens``, ``ttfts`` in seconds, ``itls`` in seconds, ``errors``);
+  with ``--append-result`` each run's object is appended on a line of its own;
+* ``sglang-bench`` — ``python -m sglang.bench_serving --output-file``: the same keys (the tool
+  began as a copy of vLLM's), one run per line, every run appended to the file; per request with
+  ``--output-details``. Its ``request_rate`` is ``Infinity`` for a closed loop and ``"trace"`` for
+  a run sent at a trace's timestamps, which a result alone cannot replay;
 * ``genai-perf`` — ``profile_export_genai_perf.json``: per metric (``time_to_first_token``,
   ``inter_token_latency``, ``input_sequence_length``, ``output_sequence_length``) a mapping of
   statistics (``avg``, ``p50``, ``p90``, ``p99``, …) with its ``unit``; ``request_count`` with its
@@ -18,10 +23,10 @@ Three formats, each read as its tool writes it:
   ``input_config.phases`` (0.9 on: the profiling phase's ``type`` concurrency or poisson, with
   ``concurrency``/``rate`` and ``requests``).
 
-A result becomes a :class:`BenchRun`: the load to replay, the request lengths (every request's
+Each run in a file becomes a :class:`BenchRun`: the load to replay, the request lengths (every request's
 when the file has them, else the mean lengths repeated) and the measured TTFT and TPOT
 statistics in seconds. Every missing or malformed field is a :class:`~pdplan.errors.PdplanError`
-naming the file and the field.
+naming the file, the line of a run appended to it, and the field.
 """
 
 from __future__ import annotations
@@ -38,7 +43,9 @@ from pdplan import limits
 from pdplan.errors import PdplanError
 from pdplan.fileio import read_bytes
 
-FORMATS = ("vllm-bench", "genai-perf", "aiperf")
+FORMATS = ("vllm-bench", "sglang-bench", "genai-perf", "aiperf")
+#: Formats whose files may hold several runs, one JSON object per line.
+APPENDED = ("vllm-bench", "sglang-bench")
 #: Statistic names as the tools write them -> pdplan's (p50 is the median).
 STAT_NAMES = {"avg": "mean", "mean": "mean", "median": "p50", "p50": "p50", "p10": "p10", "p25": "p25",
               "p75": "p75", "p90": "p90", "p99": "p99"}
@@ -80,35 +87,65 @@ class BenchRun:
         return self.reported or {}
 
 
-def read_bench(path: str | Path, format: str) -> BenchRun:
-    """Read a saved benchmark result in ``format`` (one of :data:`FORMATS`)."""
+def read_bench(path: str | Path, format: str) -> list[BenchRun]:
+    """Every run a saved benchmark result in ``format`` (one of :data:`FORMATS`) holds, in the
+    order written: one, or one per line where the tool appends runs (:data:`APPENDED`)."""
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
     raw = read_bytes(path, limit=limits.TABLE_BYTES, what="benchmark result")
+    reader = {"vllm-bench": _vllm, "sglang-bench": _sglang, "genai-perf": _genai_perf, "aiperf": _aiperf}[format]
+    runs = []
+    for line, data in _objects(raw, path, appended=format in APPENDED):
+        run = reader(_Doc(data, str(path), line=line))
+        measured = run.statistics()
+        if not measured.get("ttft") or not measured.get("tpot"):
+            raise PdplanError("holds no TTFT and TPOT measurements to calibrate against", file=path, line=line,
+                              field="ttft")
+        runs.append(run)
+    return runs
+
+
+def _objects(raw: bytes, path: str | Path, *, appended: bool) -> list[tuple[int | None, dict]]:
+    """The file's JSON objects with their line numbers: the whole file as one object, else (when
+    runs are appended) each non-blank line as one; None stands for a file of a single object."""
     try:
-        data = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as err:
-        line = getattr(err, "lineno", None)
-        raise PdplanError(f"not JSON ({type(err).__name__})", file=path, line=line) from None
+        text = raw.decode("utf-8")
+        return [(None, _object(json.loads(text), path, None))]
+    except UnicodeDecodeError as err:
+        raise PdplanError(f"not JSON ({type(err).__name__})", file=path) from None
+    except (json.JSONDecodeError, RecursionError) as err:
+        several = appended and isinstance(err, json.JSONDecodeError) and err.msg == "Extra data"
+        if not several:
+            raise PdplanError(f"not JSON ({type(err).__name__})", file=path, line=getattr(err, "lineno", None)) \
+                from None
+    objects = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        if line.strip():
+            try:
+                objects.append((number, _object(json.loads(line), path, number)))
+            except (json.JSONDecodeError, RecursionError) as err:
+                raise PdplanError(f"not JSON ({type(err).__name__}); appended runs must be one JSON object per "
+                                  "line", file=path, line=number) from None
+    return objects
+
+
+def _object(data: Any, path: str | Path, line: int | None) -> dict:
     if not isinstance(data, dict):
-        raise PdplanError("top level must be a JSON object", file=path)
-    reader = {"vllm-bench": _vllm, "genai-perf": _genai_perf, "aiperf": _aiperf}[format]
-    run = reader(_Doc(data, str(path)))
-    measured = run.statistics()
-    if not measured.get("ttft") or not measured.get("tpot"):
-        raise PdplanError("holds no TTFT and TPOT measurements to calibrate against", file=path, field="ttft")
-    return run
+        raise PdplanError("top level must be a JSON object" if line is None else "each line must be a JSON object",
+                          file=path, line=line)
+    return data
 
 
 class _Doc:
     """A JSON object with field access that names the file and the dotted field in errors."""
 
-    def __init__(self, data: dict, file: str, prefix: str = ""):
-        self.data, self.file, self.prefix = data, file, prefix
+    def __init__(self, data: dict, file: str, prefix: str = "", line: int | None = None):
+        self.data, self.file, self.prefix, self.line = data, file, prefix, line
 
     def fail(self, key: str, rule: str, value: Any = None) -> PdplanError:
         shown = "" if value is None else f", got {str(value)[:60]!r}"
-        return PdplanError(f"{self.prefix}{key} {rule}{shown}", file=self.file, field=f"{self.prefix}{key}")
+        return PdplanError(f"{self.prefix}{key} {rule}{shown}", file=self.file, line=self.line,
+                           field=f"{self.prefix}{key}")
 
     def get(self, key: str) -> Any:
         return self.data.get(key)
@@ -119,7 +156,7 @@ class _Doc:
             return None
         if not isinstance(value, dict):
             raise self.fail(key, "must be an object", value)
-        return _Doc(value, self.file, f"{self.prefix}{key}.")
+        return _Doc(value, self.file, f"{self.prefix}{key}.", self.line)
 
     def number(self, key: str, *, required: bool = True, minimum: float = 0.0, allow_inf: bool = False) -> float | None:
         value = self.data.get(key)
@@ -188,24 +225,31 @@ def _lengths(doc: _Doc, values: list, key: str) -> np.ndarray:
     return np.asarray(values, dtype=np.int64)
 
 
-# --- vLLM ------------------------------------------------------------------------------------------
+# --- vLLM and SGLang -------------------------------------------------------------------------------
 
-def _vllm(doc: _Doc) -> BenchRun:
+def _vllm(doc: _Doc, fmt: str = "vllm-bench") -> BenchRun:
+    if doc.get("request_rate") == "trace":  # SGLang: sent at a trace's timestamps, which the result lacks
+        raise doc.fail("request_rate", "is 'trace': the run followed a trace's timestamps, which its result does "
+                                       "not hold; calibrate from runs at a concurrency or a rate")
     concurrency, rate = _load(doc, doc.number("max_concurrency", required=False, minimum=1),
                               doc.number("request_rate", required=False, allow_inf=True),
                               keys=("max_concurrency", "request_rate"))
     if doc.get("ttfts") is not None:
-        return _vllm_detailed(doc, concurrency, rate)
+        return _vllm_detailed(doc, fmt, concurrency, rate)
     reported = {clock: {STAT_NAMES[name]: doc.number(f"{name}_{clock}_ms") / 1e3
                         for name in ("mean", "median", "p10", "p25", "p50", "p75", "p90", "p99")
                         if doc.get(f"{name}_{clock}_ms") is not None}
                 for clock in ("ttft", "tpot")}
     completed = doc.count("completed") or DEFAULT_REQUESTS
-    return BenchRun(file=doc.file, format="vllm-bench", concurrency=concurrency, rate_rps=rate,
+    return BenchRun(file=doc.file, format=fmt, concurrency=concurrency, rate_rps=rate,
                     prompt_tokens=_repeated(doc, doc.number("total_input_tokens") / completed, completed,
                                             "total_input_tokens"),
                     output_tokens=_repeated(doc, doc.number("total_output_tokens") / completed, completed,
                                             "total_output_tokens"), reported=reported)
+
+
+def _sglang(doc: _Doc) -> BenchRun:
+    return _vllm(doc, "sglang-bench")
 
 
 def _repeated(doc: _Doc, mean: float, n: int, key: str) -> np.ndarray:
@@ -217,7 +261,7 @@ def _repeated(doc: _Doc, mean: float, n: int, key: str) -> np.ndarray:
     return np.full(n, tokens, np.int64)
 
 
-def _vllm_detailed(doc: _Doc, concurrency: int | None, rate: float | None) -> BenchRun:
+def _vllm_detailed(doc: _Doc, fmt: str, concurrency: int | None, rate: float | None) -> BenchRun:
     inputs, outputs = doc.array("input_lens"), doc.array("output_lens")
     ttfts, itls = doc.array("ttfts"), doc.array("itls", nested=True)
     errors = doc.data.get("errors") or [""] * len(ttfts)
@@ -231,7 +275,7 @@ def _vllm_detailed(doc: _Doc, concurrency: int | None, rate: float | None) -> Be
     out = np.asarray([outputs[i] for i in ok], dtype=np.int64)
     # TPOT as vLLM defines it: (latency − TTFT) / (output − 1), the latency being TTFT + Σ ITL
     tpot = np.array([sum(itls[i]) / (outputs[i] - 1) if outputs[i] > 1 else np.nan for i in ok])
-    return BenchRun(file=doc.file, format="vllm-bench", concurrency=concurrency, rate_rps=rate,
+    return BenchRun(file=doc.file, format=fmt, concurrency=concurrency, rate_rps=rate,
                     prompt_tokens=_lengths(doc, [inputs[i] for i in ok], "input_lens"),
                     output_tokens=_lengths(doc, list(out), "output_lens"),
                     ttft_s=np.asarray([ttfts[i] for i in ok], dtype=float), tpot_s=tpot)
@@ -313,7 +357,7 @@ def _aiperf(doc: _Doc) -> BenchRun:
         chosen = [p for p in phases if p.get("name") == "profiling"] or phases[-1:]
         if not chosen:
             raise config.fail("phases", "is empty")
-        phase = _Doc(chosen[0], doc.file, f"{config.prefix}phases[{phases.index(chosen[0])}].")
+        phase = _Doc(chosen[0], doc.file, f"{config.prefix}phases[{phases.index(chosen[0])}].", doc.line)
         kind = phase.get("type")
         if kind not in ("concurrency", "poisson", "constant", "rate"):
             raise phase.fail("type", "must be concurrency or a request rate (poisson, constant)", kind)
