@@ -10,17 +10,21 @@ Qwen2Config, Qwen3Config, Qwen3MoeConfig, DeepseekV3Config, GptOssConfig).
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
 from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.fileio import read_text
-from pdplan.modelcatalog import MAX_WEIGHT_BLOCK, checked_model
+from pdplan.modelcatalog import MAX_WEIGHT_BLOCK, checked_model, model_catalog
 from pdplan.modelspec import ModelSpec, default_kv_dtype, precision_suffix
 
 #: The file a Hugging Face model repository states its architecture in.
 CONFIG_NAME = "config.json"
+#: How huggingface_hub's cache names a model repository's folder (``file_download.repo_folder_name``:
+#: ``models--{owner}--{name}``), whose ``snapshots/{commit}/`` hold the downloaded files.
+HUB_CACHE_PREFIX = "models--"
 
 #: Architectures read, by the family of fields they use.
 _DENSE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
@@ -121,12 +125,13 @@ class _Config:
         if self.data.get("num_nextn_predict_layers") is not None:  # DeepSeek-V3's multi-token prediction
             values["mtp_layers"] = self.integer("num_nextn_predict_layers", minimum=0)
         kv = default_kv_dtype(weight)
-        name = self.name()
+        repo = self.hub_repo()
+        name = self.name() if repo is None else self.checked_name(_repo_name(repo))
         probe = checked_model({**values, "name": name, "parameters": 1, "weight_dtype": weight, "kv_dtype": kv},
                               self._fail_mapped)
         return checked_model({**values, "name": name + precision_suffix(weight, kv, weight),
                               "parameters": probe.geometric_parameters, "weight_dtype": weight, "kv_dtype": kv,
-                              "checkpoint_dtype": weight,
+                              "checkpoint_dtype": weight, "hf_repo": repo,
                               "source": f"{self.path.name} ({arch})"}, self._fail_mapped)
 
     def _fail_mapped(self, key: str, rule: str, value) -> PdplanError:
@@ -285,12 +290,35 @@ class _Config:
         """The model's name: the folder holding a config.json, or the file's stem without a
         ``_config`` suffix (``deepseek-ai--DeepSeek-V3_config.json`` → ``deepseek-ai--deepseek-v3``)."""
         stem = self.path.parent.name if self.path.name == CONFIG_NAME else re.sub(r"[_-]?config$", "", self.path.stem)
-        name = stem.lower()
+        return self.checked_name(stem.lower())
+
+    def checked_name(self, name: str) -> str:
         problem = names.model_name(name)
         if problem:
             raise PdplanError(f"the model name taken from the file name, {name!r}, {problem}; rename the file or "
                               "its folder", file=self.path, field="model")
         return name
+
+    def hub_repo(self) -> str | None:
+        """The Hugging Face repository whose downloaded snapshot holds this config.json
+        (``…/models--Qwen--Qwen3-235B-A22B/snapshots/<commit>/config.json`` → ``Qwen/Qwen3-235B-A22B``),
+        else None. It names the model (not the commit's folder) and is the checkpoint the engines load."""
+        if self.path.name != CONFIG_NAME:
+            return None
+        # the folders as named, not resolved: the cache links each file to a blob elsewhere
+        folders = Path(os.path.abspath(self.path.parent)).parts
+        if len(folders) < 3 or folders[-2] != "snapshots" or not folders[-3].startswith(HUB_CACHE_PREFIX):
+            return None
+        owner, separator, name = folders[-3][len(HUB_CACHE_PREFIX):].partition("--")
+        repo = f"{owner}/{name}"
+        return repo if separator and names.hf_repo(repo) is None else None
+
+
+def _repo_name(repo: str) -> str:
+    """The name of the catalog model kept in ``repo`` (``moonshotai/Kimi-K2-Instruct`` → ``kimi-k2``),
+    else the repository's own name in lower case."""
+    kept = [name for name, model in model_catalog().items() if model.hf_repo == repo]
+    return kept[0] if kept else repo.split("/")[1].lower()
 
 
 #: ModelSpec field → the config.json key that states it (for errors found by the shared checks).

@@ -652,6 +652,30 @@ def test_a_model_yaml_without_hf_repo_leaves_the_checkpoint_unknown_and_export_n
     assert "identity.checkpoint.id is unknown" in err and "optimize --checkpoint" in err
 
 
+#: Llama-3.1-8B's published config.json (the geometry pdplan reads), as a fine-tune's repository keeps it.
+LLAMA_8B_CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "intermediate_size": 14336,
+                   "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+                   "vocab_size": 128256, "tie_word_embeddings": False, "torch_dtype": "bfloat16"}
+
+
+def test_a_model_in_the_hub_cache_is_planned_as_its_repository_and_exported_without_a_checkpoint_flag(
+        optimize, run_cli, small_case, tmp_path):
+    """huggingface_hub keeps a download in models--{owner}--{name}/snapshots/{commit}/: the repository, not the
+    commit's folder, names the model, and the engines load that repository."""
+    trace, (_, cluster, *_) = small_case
+    snapshot = tmp_path / "models--acme--Llama-3.1-8B-Tuned" / "snapshots" / "6f3cb6b1a4c38e5e5f3e1b0d6c7b8a9f0e1d2c3b"
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text(json.dumps(LLAMA_8B_CONFIG))
+    code, _, err = optimize("--model", snapshot, "--cluster", cluster, "--tp", "1", "--mode", "colocated",
+                            "--no-compose", "--out", tmp_path / "plan.yaml", trace=trace)
+    assert code == 0, err
+    manifest = (tmp_path / "plan.yaml").read_text()
+    assert "model: llama-3.1-8b-tuned" in manifest and "id: acme/Llama-3.1-8B-Tuned" in manifest
+    code, _, err = run_cli("export", tmp_path / "plan.yaml", "--format", "vllm", "--out", tmp_path / "deploy")
+    assert code == 0, err
+    assert "acme/Llama-3.1-8B-Tuned" in (tmp_path / "deploy" / "vllm" / "colocated-0.sh").read_text()
+
+
 def test_a_plan_made_from_a_model_file_is_simulated_and_resimulated_from_it(optimize, run_cli, small_case, tmp_path):
     """The manifest's pools name the model as the file names itself (at the precision it was planned at,
     ``my-llama-8b@fp8``); simulate and validate load it from the file the manifest records."""

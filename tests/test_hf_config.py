@@ -192,6 +192,44 @@ def test_a_folder_holding_config_json_is_a_model_named_after_the_folder(tmp_path
     assert (model.name, model.experts, model.experts_per_token) == ("mixtral-8x7b", 8, 2)
 
 
+def hub_snapshot(tmp_path: Path, stem: str, repo: str) -> Path:
+    """A repository as huggingface_hub downloads it: models--{owner}--{name}/snapshots/{commit}/, the
+    config.json a link to the blob that holds it."""
+    folder = tmp_path / f"models--{repo.replace('/', '--')}"
+    snapshot = folder / "snapshots" / "9216db5781bf21249d130ec9da846c4624c16137"
+    snapshot.mkdir(parents=True)
+    blob = folder / "blobs" / "1f0a5c"
+    blob.parent.mkdir()
+    shutil.copy(config(stem), blob)
+    (snapshot / "config.json").symlink_to(blob)
+    return snapshot
+
+
+@needs_configs
+@pytest.mark.parametrize("name", ["kimi-k2", "qwen3-235b-a22b", "gpt-oss-120b"])
+def test_a_hub_snapshot_of_a_catalog_models_repository_is_that_model_and_its_checkpoint(tmp_path, name):
+    repo = model_catalog()[name].hf_repo
+    model = get_model(str(hub_snapshot(tmp_path, CATALOG_CONFIGS[name], repo)))
+    assert (model.base_name, model.hf_repo) == (name, repo)
+
+
+@needs_configs
+def test_a_hub_snapshot_of_another_repository_is_named_after_the_repository_not_the_commit(tmp_path):
+    model = get_model(str(hub_snapshot(tmp_path, "Qwen--Qwen3-30B-A3B-FP8", "Qwen/Qwen3-30B-A3B-FP8")
+                          / "config.json"))
+    assert (model.base_name, model.hf_repo, model.weight_dtype) == ("qwen3-30b-a3b-fp8", "Qwen/Qwen3-30B-A3B-FP8",
+                                                                    "fp8")
+
+
+@needs_configs
+def test_a_folder_named_snapshots_outside_the_hub_cache_has_no_repository(tmp_path):
+    folder = tmp_path / "mine" / "snapshots" / "v2"
+    folder.mkdir(parents=True)
+    shutil.copy(config("Qwen--Qwen3-30B-A3B"), folder / "config.json")
+    model = get_model(str(folder))
+    assert (model.base_name, model.hf_repo) == ("v2", None)
+
+
 @needs_configs
 def test_a_config_named_like_a_catalog_model_with_other_experts_is_refused(tmp_path):
     folder = tmp_path / "mixtral-8x7b"

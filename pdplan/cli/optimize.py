@@ -183,8 +183,9 @@ def optimize(
                       "reads it).")] = None,
     checkpoint: Annotated[str | None, typer.Option(
         "--checkpoint", help="Manifest identity: checkpoint id, the Hugging Face repository or path the engines "
-                             "load. Default: the catalog model's repository; a model YAML's hf_repo; else "
-                             "unknown, which export refuses.")] = None,
+                             "load. Default: the catalog model's repository; a model YAML's hf_repo; the "
+                             "repository whose hub-cache snapshot holds a config.json; else unknown, which "
+                             "export refuses.")] = None,
     revision: Annotated[str, typer.Option("--revision", help="Manifest identity: checkpoint revision.")] = UNKNOWN,
     tokenizer: Annotated[str, typer.Option(
         "--tokenizer", help="Manifest identity: tokenizer id and revision.")] = UNKNOWN,
