@@ -125,13 +125,13 @@ class _Config:
         if self.data.get("num_nextn_predict_layers") is not None:  # DeepSeek-V3's multi-token prediction
             values["mtp_layers"] = self.integer("num_nextn_predict_layers", minimum=0)
         kv = default_kv_dtype(weight)
-        repo = self.hub_repo()
+        repo, commit = self.hub_snapshot() or (None, None)
         name = self.name() if repo is None else self.checked_name(_repo_name(repo))
         probe = checked_model({**values, "name": name, "parameters": 1, "weight_dtype": weight, "kv_dtype": kv},
                               self._fail_mapped)
         return checked_model({**values, "name": name + precision_suffix(weight, kv, weight),
                               "parameters": probe.geometric_parameters, "weight_dtype": weight, "kv_dtype": kv,
-                              "checkpoint_dtype": weight, "hf_repo": repo,
+                              "checkpoint_dtype": weight, "hf_repo": repo, "hf_revision": commit,
                               "source": f"{self.path.name} ({arch})"}, self._fail_mapped)
 
     def _fail_mapped(self, key: str, rule: str, value) -> PdplanError:
@@ -299,10 +299,11 @@ class _Config:
                               "its folder", file=self.path, field="model")
         return name
 
-    def hub_repo(self) -> str | None:
-        """The Hugging Face repository whose downloaded snapshot holds this config.json
+    def hub_snapshot(self) -> tuple[str, str] | None:
+        """The Hugging Face repository and commit whose downloaded snapshot holds this config.json
         (``…/models--Qwen--Qwen3-235B-A22B/snapshots/<commit>/config.json`` → ``Qwen/Qwen3-235B-A22B``),
-        else None. It names the model (not the commit's folder) and is the checkpoint the engines load."""
+        else None. The repository names the model (not the commit's folder) and is the checkpoint the
+        engines load, at that commit."""
         if self.path.name != CONFIG_NAME:
             return None
         # the folders as named, not resolved: the cache links each file to a blob elsewhere
@@ -310,8 +311,10 @@ class _Config:
         if len(folders) < 3 or folders[-2] != "snapshots" or not folders[-3].startswith(HUB_CACHE_PREFIX):
             return None
         owner, separator, name = folders[-3][len(HUB_CACHE_PREFIX):].partition("--")
-        repo = f"{owner}/{name}"
-        return repo if separator and names.hf_repo(repo) is None else None
+        repo, commit = f"{owner}/{name}", folders[-1]
+        if not separator or names.hf_repo(repo) is not None or names.revision(commit) is not None:
+            return None
+        return repo, commit
 
 
 def _repo_name(repo: str) -> str:

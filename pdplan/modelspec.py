@@ -63,6 +63,7 @@ class ModelSpec:
     tied_embeddings: bool = False  #: input embedding and output head share one matrix
     source: str = ""
     hf_repo: str | None = None  #: its Hugging Face repository, ``owner/name``; None when no hub holds it
+    hf_revision: str | None = None  #: the repository's commit its config was read from (a hub-cache snapshot)
     # Mixture of experts (all 0 for a dense model): each MoE layer's MLP is ``experts`` routed
     # experts of width ``expert_ffn``, ``experts_per_token`` of them chosen per token, plus
     # ``shared_experts`` every token uses; the first ``dense_layers`` layers keep a dense MLP of width ``ffn``.

@@ -135,6 +135,24 @@ _HF_PART = r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?"
 HF_REPO_PART_MAX = 96
 
 
+#: A Hugging Face revision: a branch, a tag (git ref names) or a commit id, as the engines' ``--revision``
+#: and huggingface_hub take it (``refs/pr/1`` too). pdplan asks for git's ref-name rules that keep it one
+#: argument: no '..', '//', spaces or control characters, not starting with '-' or '/', not ending in
+#: '/', '.' or '.lock'.
+_REVISION = r"[A-Za-z0-9_][A-Za-z0-9_./+-]*"
+REVISION_MAX = 255
+
+
+def revision(value: str) -> str | None:
+    """A checkpoint revision: a branch, tag or commit id (``main``, ``v1.0``, ``refs/pr/1``, a sha)."""
+    if (len(value) <= REVISION_MAX and re.fullmatch(_REVISION, value, re.ASCII) and ".." not in value
+            and "//" not in value and not value.endswith(("/", ".", ".lock"))):
+        return None
+    return (f"must be a Hugging Face revision (a branch, tag or commit id) of at most {REVISION_MAX} characters: "
+            "letters, digits, '_', '.', '/', '+' and '-', starting with a letter, digit or '_', no '..' or '//', "
+            "not ending in '/', '.' or '.lock'")
+
+
 def hf_repo(repo_id: str) -> str | None:
     """A Hugging Face model repository id, ``owner/name`` (``meta-llama/Llama-2-70b-hf``)."""
     parts = repo_id.split("/")

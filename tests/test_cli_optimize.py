@@ -661,7 +661,7 @@ LLAMA_8B_CONFIG = {"architectures": ["LlamaForCausalLM"], "hidden_size": 4096, "
 def test_a_model_in_the_hub_cache_is_planned_as_its_repository_and_exported_without_a_checkpoint_flag(
         optimize, run_cli, small_case, tmp_path):
     """huggingface_hub keeps a download in models--{owner}--{name}/snapshots/{commit}/: the repository, not the
-    commit's folder, names the model, and the engines load that repository."""
+    commit's folder, names the model, and the engines load that repository at that commit."""
     trace, (_, cluster, *_) = small_case
     snapshot = tmp_path / "models--acme--Llama-3.1-8B-Tuned" / "snapshots" / "6f3cb6b1a4c38e5e5f3e1b0d6c7b8a9f0e1d2c3b"
     snapshot.mkdir(parents=True)
@@ -671,9 +671,11 @@ def test_a_model_in_the_hub_cache_is_planned_as_its_repository_and_exported_with
     assert code == 0, err
     manifest = (tmp_path / "plan.yaml").read_text()
     assert "model: llama-3.1-8b-tuned" in manifest and "id: acme/Llama-3.1-8B-Tuned" in manifest
+    assert f"revision: {snapshot.name}" in manifest
     code, _, err = run_cli("export", tmp_path / "plan.yaml", "--format", "vllm", "--out", tmp_path / "deploy")
     assert code == 0, err
-    assert "acme/Llama-3.1-8B-Tuned" in (tmp_path / "deploy" / "vllm" / "colocated-0.sh").read_text()
+    script = " ".join((tmp_path / "deploy" / "vllm" / "colocated-0.sh").read_text().replace("\\\n", " ").split())
+    assert f"vllm serve acme/Llama-3.1-8B-Tuned --revision {snapshot.name} " in script
 
 
 def test_a_plan_made_from_a_model_file_is_simulated_and_resimulated_from_it(optimize, run_cli, small_case, tmp_path):

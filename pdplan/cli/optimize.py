@@ -186,7 +186,10 @@ def optimize(
                              "load. Default: the catalog model's repository; a model YAML's hf_repo; the "
                              "repository whose hub-cache snapshot holds a config.json; else unknown, which "
                              "export refuses.")] = None,
-    revision: Annotated[str, typer.Option("--revision", help="Manifest identity: checkpoint revision.")] = UNKNOWN,
+    revision: Annotated[str, typer.Option(
+        "--revision", help="Manifest identity: the checkpoint's revision (branch, tag or commit id), which the "
+                           "exports pass to the engines' --revision. Default: the commit of a config.json's "
+                           "hub-cache snapshot; else unknown, the repository's default branch.")] = UNKNOWN,
     tokenizer: Annotated[str, typer.Option(
         "--tokenizer", help="Manifest identity: tokenizer id and revision.")] = UNKNOWN,
     adapter: Annotated[str, typer.Option("--adapter", help="Manifest identity: LoRA adapter, or none.")] = UNKNOWN,
@@ -253,6 +256,8 @@ def optimize(
                  max_rounds=max_rounds, tps=tp, pps=pp, dps=dp, mixed=(mixed_max, mixed_spill_tokens, mixed_kv_share),
                  borrow=borrow)
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
+    identity = Identity(checkpoint=checkpoint, revision=revision, tokenizer=tokenizer, adapter=adapter,
+                        position=position)
     outputs = Outputs(trace, cluster, *profile_inputs(profiles), slo, model_file(model), windows_file(windows))
     if out is not None:
         outputs.claim(out, "--out")
@@ -301,8 +306,6 @@ def optimize(
     document = report_to_dict(report)
     if report.answer is not None:
         if out is not None:
-            identity = Identity(checkpoint=checkpoint, revision=revision, tokenizer=tokenizer, adapter=adapter,
-                                position=position)
             outputs.put(out, dump_yaml(build_manifest(report, identity=identity, release=Release(connector=connector),
                                                       timestamp=created)))
         if plot is not None:

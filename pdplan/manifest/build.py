@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pdplan import __version__, limits
-from pdplan.errors import InternalError
+from pdplan import __version__, limits, names
+from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import WRITTEN_DIGITS, sha256_file, update_digest
 from pdplan.hardware import get_gpu
 from pdplan.manifest.document import API_VERSION, KIND, digest, seal
@@ -58,7 +58,8 @@ MEMORY_UTILIZATION = 0.9
 @dataclass(frozen=True, kw_only=True)
 class Identity:
     """What the user says about the checkpoint; anything not given is written as ``unknown``, but
-    the checkpoint, when not given, is the model's Hugging Face repository if it has one."""
+    the checkpoint, when not given, is the model's Hugging Face repository if it has one, and its
+    revision the commit the model's config was read at, if known."""
 
     checkpoint: str | None = None
     revision: str = UNKNOWN
@@ -66,11 +67,22 @@ class Identity:
     adapter: str = UNKNOWN
     position: str = UNKNOWN     #: position/RoPE policy, e.g. "rope theta=500000 llama3-scaling"
 
+    def __post_init__(self):
+        problem = None if self.revision == UNKNOWN else names.revision(self.revision)
+        if problem:  # the exports pass it to the engines' --revision as one argument
+            raise PdplanError(f"--revision {problem}, got {self.revision[:60]!r}", field="revision")
+
     def checkpoint_of(self, model: ModelSpec) -> str:
         """The checkpoint given, else ``model``'s Hugging Face repository, else ``unknown``."""
         if self.checkpoint is not None:
             return self.checkpoint
         return model.hf_repo or UNKNOWN
+
+    def revision_of(self, model: ModelSpec) -> str:
+        """The revision given, else the commit ``model`` was read at when it is its repository's, else ``unknown``."""
+        if self.revision != UNKNOWN or self.checkpoint not in (None, model.hf_repo):
+            return self.revision
+        return model.hf_revision or UNKNOWN
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,7 +159,8 @@ def abi_kv_bytes_per_token(abi: dict) -> int:
 def _identity(model: ModelSpec, identity: Identity) -> dict:
     # The checkpoint's precision tells an export whether the engines quantize it at load
     # (export/common.py ``precision``); it is the model's own checkpoint's (catalog or config.json).
-    checkpoint = {"id": identity.checkpoint_of(model), "revision": identity.revision, "dtype": model.checkpoint_dtype}
+    checkpoint = {"id": identity.checkpoint_of(model), "revision": identity.revision_of(model),
+                  "dtype": model.checkpoint_dtype}
     return {"model": model.name, "checkpoint": checkpoint,
             "tokenizer": identity.tokenizer, "adapter": identity.adapter, "position": identity.position,
             "weights_dtype": model.weight_dtype, "kv_cache": kv_cache_abi(model),
