@@ -26,6 +26,9 @@ CONFIG_NAME = "config.json"
 #: ``models--{owner}--{name}``), whose ``snapshots/{commit}/`` hold the downloaded files.
 HUB_CACHE_PREFIX = "models--"
 
+#: The model_type of each architecture read, as transformers registers it (its CONFIG_MAPPING): a config of
+#: another model_type whose auto_map names an AutoConfig is code kept in its repository (Kimi-K2: kimi_k2).
+_NATIVE_TYPES = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "deepseek_v3", "gpt_oss"}
 #: Architectures read, by the family of fields they use.
 _DENSE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 _MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM"}
@@ -132,6 +135,7 @@ class _Config:
         return checked_model({**values, "name": name + precision_suffix(weight, kv, weight),
                               "parameters": probe.geometric_parameters, "weight_dtype": weight, "kv_dtype": kv,
                               "checkpoint_dtype": weight, "hf_repo": repo, "hf_revision": commit,
+                              "remote_code": self.remote_code(),
                               "source": f"{self.path.name} ({arch})"}, self._fail_mapped)
 
     def _fail_mapped(self, key: str, rule: str, value) -> PdplanError:
@@ -146,6 +150,13 @@ class _Config:
             raise self.fail("num_attention_heads", f"must divide hidden_size ({hidden}) when head_dim is not "
                             "stated", heads)
         return hidden // heads
+
+    def remote_code(self) -> bool:
+        """The config is code in the repository: its auto_map names an AutoConfig for a model_type
+        transformers does not register, which the engines load only with --trust-remote-code."""
+        auto_map = self.data.get("auto_map")
+        return (isinstance(auto_map, dict) and "AutoConfig" in auto_map
+                and self.data.get("model_type") not in _NATIVE_TYPES)
 
     def tied(self) -> bool:
         value = self.data.get("tie_word_embeddings", False)  # False in every class read here

@@ -25,8 +25,8 @@ from pdplan.schema import Fields, shown
 
 _MODEL_FIELDS = {"name", "layers", "hidden", "q_heads", "kv_heads", "head_dim", "ffn", "vocab",
                  "parameters", "dtype_bytes", "weight_dtype", "kv_dtype", "checkpoint_dtype", "mlp_matrices",
-                 "tied_embeddings",
-                 "source", "hf_repo", "experts", "experts_per_token", "shared_experts", "expert_ffn",
+                 "tied_embeddings", "source", "hf_repo", "remote_code",
+                 "experts", "experts_per_token", "shared_experts", "expert_ffn",
                  "dense_layers", "attention", "kv_lora_rank", "q_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim",
                  "v_head_dim", "sliding_window", "sliding_layers", "weight_block", "mtp_layers"}
 #: Optional geometry of mixture-of-experts and latent attention, with the largest value a file may state.
@@ -89,6 +89,7 @@ def load_model(path: str | Path) -> ModelSpec:
         tied_embeddings=tied,
         source=str(spec.data.get("source", "")),
         hf_repo=hf_repo,
+        remote_code=spec.boolean("remote_code", False),
         attention=spec.string("attention", "gqa", choices=list(ATTENTION_KINDS)),
         sliding_layers=_layer_list(spec, "sliding_layers", ints["layers"]),
         weight_block=spec.integer("weight_block", 0, minimum=0, maximum=MAX_WEIGHT_BLOCK),

@@ -64,6 +64,9 @@ class ModelSpec:
     source: str = ""
     hf_repo: str | None = None  #: its Hugging Face repository, ``owner/name``; None when no hub holds it
     hf_revision: str | None = None  #: the repository's commit its config was read from (a hub-cache snapshot)
+    #: Its checkpoint's config or tokenizer is code kept in its repository (Kimi-K2's ``kimi_k2`` config and
+    #: tokenization_kimi.py), which vLLM and SGLang load only with ``--trust-remote-code``.
+    remote_code: bool = False
     # Mixture of experts (all 0 for a dense model): each MoE layer's MLP is ``experts`` routed
     # experts of width ``expert_ffn``, ``experts_per_token`` of them chosen per token, plus
     # ``shared_experts`` every token uses; the first ``dense_layers`` layers keep a dense MLP of width ``ffn``.

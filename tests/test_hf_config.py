@@ -171,6 +171,22 @@ def test_each_catalog_entry_states_its_published_configs_geometry(name):
 
 @needs_configs
 @pytest.mark.parametrize("name", sorted(CATALOG_CONFIGS))
+def test_each_catalog_entry_says_whether_its_repository_keeps_code_as_its_published_config_does(name):
+    entry, published = get_model(name), get_model(str(config(CATALOG_CONFIGS[name])))
+    assert entry.remote_code == published.remote_code == (name == "kimi-k2")
+
+
+@needs_configs
+def test_a_config_of_a_model_type_transformers_lacks_is_code_in_its_repository(tmp_path):
+    """Kimi-K2's config names model_type kimi_k2 and maps AutoConfig to its own configuration_deepseek.py;
+    the same geometry under DeepSeek-V3's registered model_type needs none."""
+    assert get_model(str(config("moonshotai--Kimi-K2-Instruct"))).remote_code
+    native = write_config(tmp_path, "moonshotai--Kimi-K2-Instruct", model_type="deepseek_v3")
+    assert not get_model(str(native)).remote_code
+
+
+@needs_configs
+@pytest.mark.parametrize("name", sorted(CATALOG_CONFIGS))
 def test_each_catalog_entry_is_served_at_its_published_configs_quantization(name):
     entry, published = get_model(name), get_model(str(config(CATALOG_CONFIGS[name])))
     assert (entry.checkpoint_dtype, entry.weight_dtype) == (published.checkpoint_dtype, published.weight_dtype)

@@ -161,6 +161,8 @@ def _identity(model: ModelSpec, identity: Identity) -> dict:
     # (export/common.py ``precision``); it is the model's own checkpoint's (catalog or config.json).
     checkpoint = {"id": identity.checkpoint_of(model), "revision": identity.revision_of(model),
                   "dtype": model.checkpoint_dtype}
+    if model.remote_code:  # written only when set: every other manifest reads as before
+        checkpoint["trust_remote_code"] = True
     return {"model": model.name, "checkpoint": checkpoint,
             "tokenizer": identity.tokenizer, "adapter": identity.adapter, "position": identity.position,
             "weights_dtype": model.weight_dtype, "kv_cache": kv_cache_abi(model),

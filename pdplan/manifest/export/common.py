@@ -99,6 +99,23 @@ def served_model(manifest: dict) -> str:
     return checkpoint
 
 
+def runs_remote_code(manifest: dict) -> bool:
+    """The checkpoint's config or tokenizer is code in its repository (``identity.checkpoint.trust_remote_code``;
+    in a manifest written before it was recorded, the catalog model's when the checkpoint is its repository)."""
+    checkpoint = manifest["identity"]["checkpoint"]
+    if "trust_remote_code" in checkpoint:
+        return checkpoint["trust_remote_code"] is True
+    known = model_catalog().get(manifest["identity"]["model"].partition(PRECISION_MARK)[0])
+    return known is not None and known.remote_code and known.hf_repo == checkpoint["id"]
+
+
+def checkpoint_args(manifest: dict) -> list[str]:
+    """The flags vLLM and SGLang alike take for the checkpoint: ``--revision`` (:func:`revision_args`) and
+    ``--trust-remote-code`` when its config or tokenizer is code in its repository (:func:`runs_remote_code`);
+    without it both refuse to load such a model."""
+    return revision_args(manifest) + (["--trust-remote-code"] if runs_remote_code(manifest) else [])
+
+
 def revision_args(manifest: dict) -> list[str]:
     """``--revision`` (vLLM's and SGLang's flag alike) when the identity pins the checkpoint's revision, so
     the engines load the weights the plan names; nothing when it is ``unknown`` or, in a manifest of a
@@ -384,6 +401,9 @@ def header(manifest: dict, fmt: str) -> str:
     if revision != UNKNOWN and names.revision(revision):
         lines += (f"\nidentity.checkpoint.revision {revision[:60]!r} is not a branch, tag or commit id, so the "
                   "engines are not given it and load the repository's default branch")
+    if runs_remote_code(manifest):
+        lines += ("\nThe engines run code from the checkpoint's repository (--trust-remote-code): its config or "
+                  "tokenizer is kept there")
     return lines
 
 

@@ -97,7 +97,7 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
     found = common.parallel(pool)
     scheduling = pool.get("scheduling") or {}
     command = ["python", "-m", "sglang.launch_server", "--model-path", common.served_model(manifest),
-               *common.revision_args(manifest),
+               *common.checkpoint_args(manifest),
                # SGLang's tp_size counts the instance's GPUs per pipeline stage: attention TP x DP ranks.
                "--tp-size", str(found.tp * found.dp), "--pp-size", str(found.pp),
                *wide_args(manifest, inst),

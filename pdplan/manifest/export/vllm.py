@@ -76,9 +76,9 @@ TIER_OPTIONS = {"host": "vLLM's --kv-offloading-size (native CPU offloading), be
 
 
 def engine_args(manifest: dict, pool: dict) -> list[str]:
-    """vLLM arguments that follow from the plan and the pool: the checkpoint's revision, precision,
+    """vLLM arguments that follow from the plan and the pool: the checkpoint's revision and remote code, precision,
     parallelism, memory, chunking, a prefix cache the plan turns off, KV transfer."""
-    args = [*common.revision_args(manifest), *parallel_args(manifest, pool),
+    args = [*common.checkpoint_args(manifest), *parallel_args(manifest, pool),
             "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
             *common.precision_args(manifest, "vLLM", KV_CACHE_DTYPES, LOAD_QUANTIZATION)]
     chunk = (pool.get("scheduling") or {}).get("chunk_tokens")
