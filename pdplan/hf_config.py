@@ -57,6 +57,29 @@ def config_path(name_or_path: str) -> Path | None:
     return None
 
 
+def hub_cache() -> Path:
+    """huggingface_hub's cache folder, found as it finds it (``constants.HF_HUB_CACHE``): ``$HF_HUB_CACHE``,
+    else ``$HF_HOME/hub``, else ``$XDG_CACHE_HOME/huggingface/hub`` (``~/.cache`` by default)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.path.expanduser(os.environ["HF_HUB_CACHE"]))
+    home = os.environ.get("HF_HOME") or os.path.join(os.environ.get("XDG_CACHE_HOME") or "~/.cache", "huggingface")
+    return Path(os.path.expanduser(home)) / "hub"
+
+
+def hub_config(repo: str) -> Path | None:
+    """The config.json of ``repo``'s main branch as the hub's cache holds it (``refs/main`` names the commit
+    whose snapshot it is), else of its one snapshot; None when the cache has neither."""
+    folder = hub_cache() / f"{HUB_CACHE_PREFIX}{repo.replace('/', '--')}"
+    main = folder / "refs" / "main"
+    if main.is_file():
+        commit = main.read_text(encoding="utf-8", errors="replace").strip()
+        snapshots = [folder / "snapshots" / commit] if names.revision(commit) is None else []
+    else:
+        snapshots = sorted(p for p in (folder / "snapshots").glob("*") if (p / CONFIG_NAME).is_file())
+    found = [p / CONFIG_NAME for p in snapshots if (p / CONFIG_NAME).is_file()]
+    return found[0] if len(found) == 1 else None
+
+
 def load_hf_config(path: str | Path) -> ModelSpec:
     """The ModelSpec a Hugging Face config.json describes, served at the precision its
     ``quantization_config`` states (bf16 when it states none)."""

@@ -1,21 +1,24 @@
-"""What ``--model`` names: a catalog model (at a precision), a user's model YAML or a Hugging Face
-config.json, read into the :class:`~pdplan.modelspec.ModelSpec` it is served as."""
+"""What ``--model`` names: a catalog model (at a precision), a user's model YAML, a Hugging Face
+config.json, or a Hugging Face repository (a catalog model's, or one in the hub's cache), read into
+the :class:`~pdplan.modelspec.ModelSpec` it is served as."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from pdplan import names
 from pdplan.errors import PdplanError
-from pdplan.hf_config import config_path, load_hf_config
+from pdplan.hf_config import config_path, hub_cache, hub_config, load_hf_config
 from pdplan.modelcatalog import geometry, load_model, model_catalog
 from pdplan.modelspec import PRECISION_MARK, ModelSpec, parse_precision
 
 
 def model_file(name_or_path: str | None) -> Path | None:
     """The model file ``--model`` (or a plan's pool) names, or None for a catalog name: a name ending in
-    .yaml or .yml is a model YAML, one ending in .json (or a folder holding config.json) a Hugging Face
-    config, either perhaps at a precision (``mine.yaml@fp8``, as a manifest's plan names a user's model
-    served at another precision) (commands check their outputs against it)."""
+    .yaml or .yml is a model YAML, one ending in .json (or a folder holding config.json, or a repository id
+    the hub's cache holds) a Hugging Face config, either perhaps at a precision (``mine.yaml@fp8``, as a
+    manifest's plan names a user's model served at another precision) (commands check their outputs
+    against it)."""
     return None if name_or_path is None else file_reference(name_or_path)[0]
 
 
@@ -33,7 +36,10 @@ def file_reference(name_or_path: str) -> tuple[Path | None, str]:
 def _named_file(name_or_path: str) -> Path | None:
     if name_or_path.endswith((".yaml", ".yml")):
         return Path(name_or_path)
-    return config_path(name_or_path)
+    path = config_path(name_or_path)
+    if path is None and names.hf_repo(name_or_path) is None:  # owner/name: its download, if the cache has one
+        path = hub_config(name_or_path)
+    return path
 
 
 def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | None = None) -> ModelSpec:
@@ -58,9 +64,17 @@ def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | No
             model = model.at_precision(*parse_precision(suffix))
     else:
         base, _, suffix = name_or_path.partition(PRECISION_MARK)
-        if base not in catalog:
+        kept = [name for name, known in catalog.items() if known.hf_repo == base]
+        if kept:  # a catalog model's repository
+            base = kept[0]
+        elif base not in catalog and names.hf_repo(base) is None:
+            raise PdplanError(f"model {base!r} is a Hugging Face repository that is no catalog model's and that the "
+                              f"hub's cache ({hub_cache()}) does not hold: download its config.json "
+                              f"(hf download {base} config.json) or pass the file", field="model")
+        elif base not in catalog:
             raise PdplanError(f"unknown model {base!r} (known: {', '.join(sorted(catalog))}; "
-                              "or pass a model YAML, or a Hugging Face config.json or its folder)", field="model")
+                              "or pass a model YAML, a Hugging Face config.json or its folder, or a Hugging Face "
+                              "repository id)", field="model")
         model = catalog[base]
         if suffix:
             model = model.at_precision(*parse_precision(suffix))

@@ -237,6 +237,37 @@ def test_a_hub_snapshot_of_another_repository_is_named_after_the_repository_not_
                                                                     "fp8")
 
 
+@pytest.mark.parametrize("reference, name", [("moonshotai/Kimi-K2-Instruct", "kimi-k2@fp8"),
+                                             ("deepseek-ai/DeepSeek-V3@bf16", "deepseek-v3@bf16")])
+def test_a_catalog_models_repository_id_names_that_model(tmp_path, monkeypatch, reference, name):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    assert get_model(reference).name == name
+
+
+@needs_configs
+def test_a_repository_in_the_hub_cache_is_read_at_the_commit_its_main_branch_names(tmp_path, monkeypatch):
+    repo = "Qwen/Qwen3-30B-A3B-FP8"
+    snapshot = hub_snapshot(tmp_path / "hub", "Qwen--Qwen3-30B-A3B-FP8", repo)  # $HF_HOME/hub
+    older = snapshot.with_name("0" * 40)
+    shutil.copytree(snapshot, older)
+    (older / "config.json").write_text("{}")  # another commit's, not read
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text(snapshot.name)
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    model = get_model(repo)
+    assert (model.base_name, model.hf_repo, model.hf_revision) == ("qwen3-30b-a3b-fp8", repo, snapshot.name)
+
+
+def test_a_repository_neither_catalogued_nor_downloaded_is_refused_naming_the_cache_and_the_download(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    with pytest.raises(PdplanError, match=r"acme/Tiny-7B' is a Hugging Face repository .* the hub's cache \("
+                                          rf"{tmp_path / 'hub'}\) does not hold: download its config.json "
+                                          r"\(hf download acme/Tiny-7B config.json\)"):
+        get_model("acme/Tiny-7B")
+
+
 @needs_configs
 def test_a_folder_named_snapshots_outside_the_hub_cache_has_no_repository(tmp_path):
     folder = tmp_path / "mine" / "snapshots" / "v2"

@@ -12,6 +12,7 @@ from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from pdplan import limits
 from pdplan.cli.goodput_render import profile_label, render, render_closed_loop
 from pdplan.cli.options import (
+    MODEL_HELP,
     AcceptanceOpt,
     AdmissionShareOpt,
     ArrivalsOpt,
@@ -68,7 +69,7 @@ from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy
 
 def goodput(
     trace: TraceArg,
-    model: Annotated[str, typer.Option("--model", help="Model name from the catalog, or a model YAML.")],
+    model: Annotated[str, typer.Option("--model", help=MODEL_HELP)],
     gpu: Annotated[str, typer.Option("--gpu", help="GPU type from the catalog.")],
     phase: Annotated[Phase, choice("--phase", INSTANCE_PHASES, help="prefill, decode or colocated.")],
     tp: Annotated[int, typer.Option("--tp", help="Tensor-parallel degree.")] = 1,

@@ -15,6 +15,7 @@ from pdplan.cache import ResultCache, default_cache_dir
 from pdplan.candidates import DEFAULT_DPS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.cli.optimize_render import render
 from pdplan.cli.options import (
+    MODEL_HELP,
     AcceptanceOpt,
     AdmissionShareOpt,
     ArrivalsOpt,
@@ -81,7 +82,7 @@ from pdplan.vocabulary import Affinity, Connector, Mode, Objective, PoolShapes, 
 def optimize(
     trace: TraceArg,
     model: Annotated[str, typer.Option(
-        "--model", help="Model name from the catalog, or a model YAML.")] = DEFAULT_MODEL,
+        "--model", help=MODEL_HELP)] = DEFAULT_MODEL,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     profiles: ProfilesOpt = None,

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from pdplan import limits
 from pdplan.cli.options import (
+    MODEL_HELP,
     AcceptanceOpt,
     DpOpt,
     DraftCostOpt,
@@ -145,8 +146,8 @@ def fit(
         "-o", "--output", show_default=False,
         help="A .yaml file for exactly one shape, or a folder: every selected shape is written "
              "there as {model}_{gpu}_tp{T}_pp{P}.yaml.")],
-    model: Annotated[Optional[str], typer.Option(help="Model (catalog name or model YAML); "
-                                                      "selects shapes, required for points/dynamo.")] = None,
+    model: Annotated[Optional[str], typer.Option(help=f"{MODEL_HELP} Selects shapes; required for "
+                                                      "points/dynamo.")] = None,
     gpu: Annotated[Optional[str], typer.Option(help="GPU type; selects shapes, required for "
                                                     "points/dynamo/distserve.")] = None,
     tp: Annotated[Optional[int], typer.Option(min=1, help="Tensor-parallel size; selects shapes, "
@@ -226,7 +227,7 @@ def show(
 
 @app.command("roofline")
 def roofline(
-    model: Annotated[str, typer.Option(help="Model (catalog name or model YAML).", show_default=False)],
+    model: Annotated[str, typer.Option(help=MODEL_HELP, show_default=False)],
     gpu: Annotated[str, typer.Option(help="GPU type from the catalog.", show_default=False)],
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs per stage, one node).",
                                     show_default=False)],
@@ -288,7 +289,7 @@ def _write_and_show(profile: PhaseProfile, outputs: Outputs, output: Path | None
 
 @app.command("compose")
 def compose(
-    model: Annotated[str, typer.Option(help="Model (catalog name or model YAML).", show_default=False)],
+    model: Annotated[str, typer.Option(help=MODEL_HELP, show_default=False)],
     gpu: Annotated[str, typer.Option(help="GPU type from the catalog.", show_default=False)],
     tp: Annotated[int, typer.Option(help="Tensor-parallel size (GPUs per stage, one node).")] = 1,
     pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.")] = 1,
