@@ -78,7 +78,8 @@ ENVIRONMENTS = {
 
 MIXED_CLUSTER = ("nodes:\n  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, intra_node_gb_s: 300, "
                  "inter_node_gb_s: 25, count: 2}\n")
-IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf")
+#: The acceptance plans' checkpoint, pinned to a revision so every engine command carries ``--revision``.
+IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main")
 
 #: The hand-written wide expert-parallel plan (the fields the exports read): DeepSeek-V3 on H200 nodes, a
 #: prefill instance of DP16 EP16 with 32 redundant experts over nodes h200-0 (node rank 0) and h200-1, and a
