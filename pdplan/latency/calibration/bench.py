@@ -9,9 +9,10 @@ Four formats, each read as its tool writes it:
   request (``input_lens``, ``output_lens``, ``ttfts`` in seconds, ``itls`` in seconds, ``errors``);
   with ``--append-result`` each run's object is appended on a line of its own;
 * ``sglang-bench`` — ``python -m sglang.bench_serving --output-file`` (in 0.5.23 a forward to
-  ``sglang.benchmark.serving``; 0.5.8 and 0.5.23 write alike): the same keys (the tool began as a copy of vLLM's), one
-  run per line, every run appended to the file; per request with ``--output-details``. Its ``request_rate`` is ``Infinity`` for a closed loop and ``"trace"`` for
-  a run sent at a trace's timestamps, which a result alone cannot replay;
+  ``sglang.benchmark.serving``; 0.5.8 and 0.5.23 write alike): the same keys (the tool began as a
+  copy of vLLM's), one run per line, every run appended to the file; per request with
+  ``--output-details``. Its ``request_rate`` is ``Infinity`` for a closed loop and ``"trace"`` for a
+  run sent at a trace's timestamps, which a result alone cannot replay;
 * ``genai-perf`` — ``profile_export_genai_perf.json``: per metric (``time_to_first_token``,
   ``inter_token_latency``, ``input_sequence_length``, ``output_sequence_length``) a mapping of
   statistics (``avg``, ``p50``, ``p90``, ``p99``, …) with its ``unit``; ``request_count`` with its
