@@ -253,7 +253,28 @@ def test_an_sglang_closed_loop_without_a_concurrency_cap_sends_every_request_at_
     assert run.statistics()["ttft"] == pytest.approx({"mean": 0.3, "p50": 0.28, "p99": 0.5})
 
 
-GENAI = {"time_to_first_token": {"unit": "ms", "avg": 45.1, "p50": 44.8, "p90": 48.7, "p99": 52.3},
+def test_every_percentile_a_result_reports_is_compared_and_its_spread_is_not(tmp_path):
+    """vLLM writes the percentiles --metric-percentiles asked for (99.9 too) and SGLang 0.5.23 p90, p95 and p99;
+    each is a statistic to match, the standard deviation is not."""
+    [run] = read_bench(write(tmp_path, "v.json", {
+        "request_rate": "inf", "max_concurrency": 8, "completed": 100, "total_input_tokens": 51200,
+        "total_output_tokens": 12800, "mean_ttft_ms": 100.0, "std_ttft_ms": 30.0, "p95_ttft_ms": 180.0,
+        "p99.9_ttft_ms": 400.0, "p95_tpot_ms": 25.0, "mean_tpot_ms": 20.0}), "vllm-bench")
+    assert run.statistics()["ttft"] == pytest.approx({"mean": 0.1, "p95": 0.18, "p99.9": 0.4})
+    assert run.statistics()["tpot"] == pytest.approx({"mean": 0.02, "p95": 0.025})
+
+
+def test_the_replay_computes_the_percentiles_the_measurement_states(tmp_path):
+    from pdplan.latency.calibration.bench import percentiles_named, statistics
+
+    wanted = percentiles_named({"run1_ttft": {"mean": 0.1, "p95": 0.2, "p99.9": 0.4}})
+    assert 95.0 in wanted and 99.9 in wanted and 50 in wanted
+    values = np.arange(1, 1001, dtype=float)
+    assert statistics(values, wanted)["p95"] == pytest.approx(np.percentile(values, 95))
+    assert statistics(values, wanted)["p99.9"] == pytest.approx(np.percentile(values, 99.9))
+
+
+GENAI = {"time_to_first_token": {"unit": "ms", "avg": 45.1, "p50": 44.8, "p90": 48.7, "p99": 52.3, "std": 3.0},
          "inter_token_latency": {"unit": "ms", "avg": 11.2, "p50": 11.1, "p90": 12.0, "p99": 13.4},
          "input_sequence_length": {"unit": "tokens", "avg": 550.0},
          "output_sequence_length": {"unit": "tokens", "avg": 128.0},

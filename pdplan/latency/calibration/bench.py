@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import json
 import math
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,9 +49,9 @@ from pdplan.fileio import read_bytes
 FORMATS = ("vllm-bench", "sglang-bench", "genai-perf", "aiperf")
 #: Formats whose files may hold several runs, one JSON object per line.
 APPENDED = ("vllm-bench", "sglang-bench")
-#: Statistic names as the tools write them -> pdplan's (p50 is the median).
-STAT_NAMES = {"avg": "mean", "mean": "mean", "median": "p50", "p50": "p50", "p10": "p10", "p25": "p25",
-              "p75": "p75", "p90": "p90", "p99": "p99"}
+#: A statistic as the tools name it: the mean, the median or a percentile, whichever they were asked for
+#: (vLLM's --metric-percentiles writes any, p99.9 included; SGLang 0.5.23 writes p90, p95 and p99).
+_STATISTIC = re.compile(r"(avg|mean|median|p(\d{1,2}(?:\.\d+)?))")
 UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "us": 1e-6, "ns": 1e-9}
 #: Requests replayed when a result gives only mean lengths and no request count.
 DEFAULT_REQUESTS = 1000
@@ -57,14 +59,32 @@ DEFAULT_REQUESTS = 1000
 PERCENTILES = (10, 25, 50, 75, 90, 99)
 
 
-def statistics(values: np.ndarray) -> dict[str, float]:
-    """Percentiles and mean of per-request values (seconds), NaN (no such clock) left out."""
+def statistic_name(name: str) -> str | None:
+    """pdplan's name of a statistic a tool wrote (``mean``, or ``p<q>``: the median is ``p50``), None for
+    one it does not compare (the standard deviation, minimum, maximum)."""
+    found = _STATISTIC.fullmatch(name)
+    if found is None:
+        return None
+    if found.group(2) is not None:
+        q = float(found.group(2))
+        return f"p{q:g}" if 0 < q < 100 else None
+    return "p50" if name == "median" else "mean"
+
+
+def statistics(values: np.ndarray, percentiles: Sequence[float] = PERCENTILES) -> dict[str, float]:
+    """Percentiles (named ``p<q>``) and mean of per-request values (seconds), NaN (no such clock) left out."""
     values = values[np.isfinite(values)]
     if values.size == 0:
         return {}
-    stats = {f"p{q}": float(np.percentile(values, q)) for q in PERCENTILES}
+    stats = {f"p{q:g}": float(np.percentile(values, q)) for q in percentiles}
     stats["mean"] = float(values.mean())
     return stats
+
+
+def percentiles_named(measured: dict[str, dict[str, float]]) -> tuple[float, ...]:
+    """Every percentile a measurement states, with :data:`PERCENTILES`: what a replay must compute."""
+    named = {float(name[1:]) for stats in measured.values() for name in stats if name.startswith("p")}
+    return tuple(sorted(named | set(PERCENTILES)))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -237,9 +257,9 @@ def _vllm(doc: _Doc, fmt: str = "vllm-bench") -> BenchRun:
                               keys=("max_concurrency", "request_rate"))
     if doc.get("ttfts") is not None:
         return _vllm_detailed(doc, fmt, concurrency, rate)
-    reported = {clock: {STAT_NAMES[name]: doc.number(f"{name}_{clock}_ms") / 1e3
-                        for name in ("mean", "median", "p10", "p25", "p50", "p75", "p90", "p99")
-                        if doc.get(f"{name}_{clock}_ms") is not None}
+    reported = {clock: {statistic_name(key[:-len(f"_{clock}_ms")]): doc.number(key) / 1e3 for key in doc.data
+                        if key.endswith(f"_{clock}_ms") and statistic_name(key[:-len(f"_{clock}_ms")])
+                        and doc.get(key) is not None}
                 for clock in ("ttft", "tpot")}
     completed = doc.count("completed") or DEFAULT_REQUESTS
     return BenchRun(file=doc.file, format=fmt, concurrency=concurrency, rate_rps=rate,
@@ -295,7 +315,8 @@ def _metric(doc: _Doc, key: str, *, seconds: bool) -> dict[str, float] | None:
     if seconds and unit not in UNITS:
         raise metric.fail("unit", f"must be one of {', '.join(UNITS)}", unit)
     factor = UNITS[unit] if seconds else 1.0
-    return {STAT_NAMES[name]: metric.number(name) * factor for name in STAT_NAMES if metric.get(name) is not None}
+    return {statistic_name(name): metric.number(name) * factor for name in metric.data
+            if statistic_name(name) and metric.get(name) is not None}
 
 
 def _count(doc: _Doc) -> int | None:

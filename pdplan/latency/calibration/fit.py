@@ -35,7 +35,7 @@ import numpy as np
 from scipy.optimize import minimize
 
 from pdplan.errors import InternalError
-from pdplan.latency.calibration.bench import BenchRun, statistics
+from pdplan.latency.calibration.bench import BenchRun, percentiles_named, statistics
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.sim import simulate
@@ -154,6 +154,7 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun],
         raise InternalError(f"{len(schedules)} schedules for {len(runs)} runs")
     measured = {f"run{i + 1}_{clock}": stats for i, run in enumerate(runs)
                 for clock, stats in run.statistics().items()}
+    percentiles = percentiles_named(measured)
     evaluations = 0
 
     def simulated(x) -> dict[str, dict[str, float]]:
@@ -162,7 +163,8 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun],
         out = {}
         for i, (run, batching) in enumerate(zip(runs, schedules)):
             ttft, tpot = replay(corrected(profile, *x), run, batching)
-            out[f"run{i + 1}_ttft"], out[f"run{i + 1}_tpot"] = statistics(ttft), statistics(tpot)
+            out[f"run{i + 1}_ttft"] = statistics(ttft, percentiles)
+            out[f"run{i + 1}_tpot"] = statistics(tpot, percentiles)
         return out
 
     def residuals(z) -> np.ndarray:
