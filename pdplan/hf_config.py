@@ -72,7 +72,7 @@ def hub_config(repo: str) -> Path | None:
     folder = hub_cache() / f"{HUB_CACHE_PREFIX}{repo.replace('/', '--')}"
     main = folder / "refs" / "main"
     if main.is_file():
-        commit = main.read_text(encoding="utf-8", errors="replace").strip()
+        commit = read_text(main, what="hub cache ref", limit=1024).strip()
         snapshots = [folder / "snapshots" / commit] if names.revision(commit) is None else []
     else:
         snapshots = sorted(p for p in (folder / "snapshots").glob("*") if (p / CONFIG_NAME).is_file())

@@ -68,8 +68,8 @@ def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | No
         if kept:  # a catalog model's repository
             base = kept[0]
         elif base not in catalog and names.hf_repo(base) is None:
-            raise PdplanError(f"model {base!r} is a Hugging Face repository that is no catalog model's and that the "
-                              f"hub's cache ({hub_cache()}) does not hold: download its config.json "
+            raise PdplanError(f"model {base!r} is a Hugging Face repository that is no catalog model's, and the hub's "
+                              f"cache ({hub_cache()}) holds no config.json of its main branch: download it "
                               f"(hf download {base} config.json) or pass the file", field="model")
         elif base not in catalog:
             raise PdplanError(f"unknown model {base!r} (known: {', '.join(sorted(catalog))}; "

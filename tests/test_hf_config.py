@@ -263,8 +263,8 @@ def test_a_repository_neither_catalogued_nor_downloaded_is_refused_naming_the_ca
         tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(PdplanError, match=r"acme/Tiny-7B' is a Hugging Face repository .* the hub's cache \("
-                                          rf"{tmp_path / 'hub'}\) does not hold: download its config.json "
-                                          r"\(hf download acme/Tiny-7B config.json\)"):
+                                          rf"{tmp_path / 'hub'}\) holds no config.json of its main branch: "
+                                          r"download it \(hf download acme/Tiny-7B config.json\)"):
         get_model("acme/Tiny-7B")
 
 
