@@ -51,6 +51,7 @@ MAX_NUMBER = 1e15
 YAML_VALUES = 2_000_000         #: values of one YAML document, aliases expanded (a 16 MiB file spells out ~1.5 million)
 MIN_BANDWIDTH_GB_S = 1e-3       #: 1 MB/s: slower, one 1,000-token request's KV (0.3 GB on llama2-70b) takes minutes
 MAX_BENCH_REQUESTS = 10_000_000  #: requests one serving-benchmark result may report
+MAX_BENCH_RUNS = 100              #: benchmark runs one calibration replays (a file may append several)
 MAX_GRID_CELLS = 1_000          #: cells of one sensitivity grid (each plans both modes, verified end to end)
 MAX_DIURNAL_PERIODS = 1_000     #: day curves one synthetic trace spans (each is sampled at 4,096 points)
 RAY_CONNECT_S = 5.0             #: seconds a Ray cluster's --address has to accept a connection

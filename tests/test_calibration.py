@@ -244,6 +244,17 @@ def test_runs_vllm_appended_to_one_result_file_are_read_in_the_order_written(tmp
     assert all(r.format == "vllm-bench" and r.file == str(path) for r in runs)
 
 
+def test_a_file_appending_more_runs_than_a_calibration_replays_is_refused_at_the_first_one_over(tmp_path):
+    from pdplan import limits
+
+    run = json.dumps({"request_rate": "inf", "max_concurrency": 2, "completed": 10, "total_input_tokens": 5000,
+                      "total_output_tokens": 300, "mean_ttft_ms": 100.0, "mean_tpot_ms": 20.0})
+    path = write(tmp_path, "s.jsonl", "\n".join([run] * (limits.MAX_BENCH_RUNS + 1)))
+    with pytest.raises(PdplanError, match=rf"s.jsonl:{limits.MAX_BENCH_RUNS + 1}: holds more than the "
+                                          rf"{limits.MAX_BENCH_RUNS} runs a calibration replays"):
+        read_bench(path, "sglang-bench")
+
+
 def test_an_sglang_closed_loop_without_a_concurrency_cap_sends_every_request_at_once(tmp_path):
     [run] = read_bench(write(tmp_path, "s.jsonl", json.dumps({
         "request_rate": float("inf"), "max_concurrency": None, "completed": 8, "total_input_tokens": 8192,

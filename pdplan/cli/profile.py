@@ -394,6 +394,9 @@ def calibrate(
     outputs.claim(output, "--output")
     base = load_profile(profile_file)
     runs = [run for path in bench for run in read_bench(path, format)]
+    if len(runs) > limits.MAX_BENCH_RUNS:
+        raise PdplanError(f"--bench gives {len(runs)} runs in all, more than the {limits.MAX_BENCH_RUNS} a "
+                          "calibration replays", field="bench")
     if drafting is not None and drafting.draft_cost is None:  # MTP: one layer of the profile's model
         drafting = drafting.resolved(get_model(base.model).layers)
     schedule = EngineBatching(policy=policy, tokens=chunk, speculative=drafting, recv_interval=recv_interval,

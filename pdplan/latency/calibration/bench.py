@@ -141,6 +141,9 @@ def _objects(raw: bytes, path: str | Path, *, appended: bool) -> list[tuple[int 
                 from None
     objects = []
     for number, line in enumerate(text.splitlines(), start=1):
+        if len(objects) == limits.MAX_BENCH_RUNS and line.strip():
+            raise PdplanError(f"holds more than the {limits.MAX_BENCH_RUNS} runs a calibration replays",
+                              file=path, line=number)
         if line.strip():
             try:
                 objects.append((number, _object(json.loads(line), path, number)))
