@@ -193,6 +193,16 @@ def test_a_pod_format_refuses_a_pool_pinned_to_another_engine(colocated, fmt):
         export_manifest(manifest, fmt)
 
 
+@pytest.mark.parametrize("fmt, other", [("vllm", "sglang"), ("sglang", "trtllm")])
+def test_a_bare_metal_format_says_when_it_starts_another_engine_than_the_plan_was_verified_on(colocated, fmt, other):
+    manifest = copy.deepcopy(colocated)
+    manifest["pools"][0]["engine"] = other
+    files = export_manifest(manifest, fmt)
+    said = f"The plan was verified on {other}'s step times, and this export starts {fmt}"
+    assert all(said in text for name, text in files.items() if name.endswith(".sh"))
+    assert not any(said.split(",")[0] in text for text in export_manifest(colocated, fmt).values())
+
+
 def test_sglang_refuses_lmcache(disaggregated):
     manifest = copy.deepcopy(disaggregated)
     manifest["transfer"]["connector"] = "lmcache"

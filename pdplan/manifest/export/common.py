@@ -404,6 +404,11 @@ def header(manifest: dict, fmt: str) -> str:
     if runs_remote_code(manifest):
         lines += ("\nThe engines run code from the checkpoint's repository (--trust-remote-code): its config or "
                   "tokenizer is kept there")
+    engine = FORMAT_ENGINES[fmt]
+    other = sorted({pool["engine"] for pool in manifest["pools"] if pool.get("engine") not in (None, engine)})
+    if other:  # the bare-metal formats start their engine whatever the plan was verified on
+        lines += (f"\nThe plan was verified on {' and '.join(other)}'s step times, and this export starts {engine}, "
+                  f"whose may differ: plan with --engine {engine} to verify what runs")
     return lines
 
 
