@@ -151,6 +151,95 @@ def test_an_sglang_sweep_appended_to_one_file_is_recovered_run_by_run(run_cli, t
     assert (record["format"], record["runs"], record["files"]) == ("sglang-bench", 3, str(bench))
 
 
+PD_PLAN = """pdplan_plan: 1
+name: llama2-70b 1P TP4 + 1D TP8 h100
+default_link: {bandwidth_gb_s: 25, setup_ms: 0.5}
+pools:
+  - {name: prefill, phase: prefill, model: llama2-70b, gpu: h100-80gb, tp: 4, pp: 1, replicas: 1}
+  - {name: decode, phase: decode, model: llama2-70b, gpu: h100-80gb, tp: 8, pp: 1, replicas: 1}
+"""
+DECODE_BASE = shipped_profiles()[("llama2-70b", "h100-80gb", 8, 1)]
+
+
+def pd_result(path: Path, clients: int, deployment, truth=TRUTH, n: int = 300) -> Path:
+    """What `vllm bench serve --save-detailed` writes against a whole P/D deployment, from a run of the
+    simulator on it with both profiles corrected by ``truth``."""
+    rng = np.random.default_rng(clients)
+    prompts, outputs = rng.integers(100, 3000, n), rng.integers(20, 400, n)
+    run = BenchRun(file=str(path), format="vllm-bench", concurrency=clients, rate_rps=None,
+                   prompt_tokens=prompts, output_tokens=outputs)
+    factors = (truth["prefill"], truth["decode"], truth["iteration_s"], truth.get("prompt_iteration_s", 0))
+    ttft, tpot = deployment.replay(corrected(BASE, *factors), corrected(DECODE_BASE, *factors), run)
+    path.write_text(json.dumps({
+        "request_rate": "inf", "max_concurrency": clients, "input_lens": prompts.tolist(),
+        "output_lens": outputs.tolist(), "ttfts": ttft.tolist(),
+        "itls": [[float(t)] * (int(o) - 1) for t, o in zip(tpot, outputs)], "errors": [""] * n}))
+    return path
+
+
+def test_a_sweep_of_a_whole_disaggregated_deployment_corrects_both_its_profiles(run_cli, tmp_path, base_file):
+    """The benchmark ran router, prefill, KV handoff and decode: replayed on the deployment's plan, the
+    factors come back, and each pool's profile is written corrected by them."""
+    from pdplan.latency.calibration.fit import Deployment
+    from pdplan.manifest.plan import read_plan
+    from pdplan.sim.plan import plan_model
+
+    plan, decode_file = tmp_path / "pd.yaml", tmp_path / "decode_base.yaml"
+    plan.write_text(PD_PLAN)
+    save_profile(DECODE_BASE, decode_file)
+    the_plan, _ = read_plan(plan)
+    deployment = Deployment.of(the_plan, plan_model(the_plan), BASE, DECODE_BASE)
+    benches = [pd_result(tmp_path / f"c{c}.json", c, deployment) for c in (1, 16, 64)]
+    args = [a for b in benches for a in ("--bench", b)]
+    code, out, err = run_cli("profile", "calibrate", base_file, *args, "--plan", plan, "--decode-profile", decode_file,
+                             "-o", tmp_path / "prefill.yaml", "--decode-output", tmp_path / "decode.yaml", "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["prefill_scale"] == pytest.approx(TRUTH["prefill"], rel=0.03)
+    assert doc["decode_scale"] == pytest.approx(TRUTH["decode"], rel=0.03)
+    assert doc["decode_profile"] == (tmp_path / "decode.yaml").as_posix()
+    for name in ("prefill.yaml", "decode.yaml"):
+        record = dict(load_profile(tmp_path / name).provenance.calibration)
+        assert record["schedule"] == "disaggregated: 1 x prefill h100-80gb TP4 PP1, 1 x decode h100-80gb TP8 PP1"
+        assert record["prefill_scale"] == pytest.approx(doc["prefill_scale"])
+
+
+@pytest.mark.parametrize("flags, refused", [
+    (("--decode-profile", "D"), "--plan is missing"),
+    (("--plan", "P", "--decode-profile", "D", "--decode-output", "out.yaml", "--recv-interval", "4"),
+     "--recv-interval sets one instance's schedule"),
+])
+def test_a_deployment_calibration_needs_its_three_flags_and_no_instance_schedule(run_cli, tmp_path, base_file,
+                                                                                 flags, refused):
+    bench = vllm_result(tmp_path / "c8.json", 8)
+    code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, *flags, "-o", tmp_path / "cal.yaml")
+    assert code == 2 and out == "" and refused in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "cal.yaml").exists()
+
+
+def test_a_plan_whose_pool_another_profile_times_is_refused_naming_the_pool(run_cli, tmp_path, base_file):
+    plan = tmp_path / "pd.yaml"
+    plan.write_text(PD_PLAN.replace("phase: decode, model: llama2-70b, gpu: h100-80gb, tp: 8",
+                                    "phase: decode, model: llama2-70b, gpu: h100-80gb, tp: 2"))
+    decode_file = tmp_path / "decode_base.yaml"
+    save_profile(DECODE_BASE, decode_file)
+    bench = vllm_result(tmp_path / "c8.json", 8)
+    code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, "--plan", plan, "--decode-profile",
+                             decode_file, "-o", tmp_path / "p.yaml", "--decode-output", tmp_path / "d.yaml")
+    assert code == 2 and out == "" and "pd.yaml" in err and "pool decode runs llama2-70b h100-80gb TP2" in err, err
+
+
+def test_pools_of_one_shape_are_calibrated_from_one_profile(run_cli, tmp_path, base_file):
+    """The simulator times a shape by one profile: two different ones for a P/D plan's one shape are refused."""
+    plan, other = tmp_path / "pd.yaml", tmp_path / "other.yaml"
+    plan.write_text(PD_PLAN.replace("tp: 8", "tp: 4"))
+    save_profile(corrected(BASE, 1.1, 1.0, 0.0), other)
+    bench = vllm_result(tmp_path / "c8.json", 8)
+    code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, "--plan", plan, "--decode-profile",
+                             other, "-o", tmp_path / "p.yaml", "--decode-output", tmp_path / "d.yaml")
+    assert code == 2 and "--decode-profile times llama2-70b h100-80gb TP4 PP1 as PROFILE does" in err, err
+
+
 @pytest.mark.parametrize("flags, schedule", [
     (("--policy", "prefill-first", "--recv-interval", "10"), EngineBatching(policy="prefill-first", recv_interval=10)),
     (("--batch-wait-timeout-iters", "20", "--batch-wait-max-tokens-ratio", "0.9"),
@@ -275,14 +364,37 @@ def test_every_percentile_a_result_reports_is_compared_and_its_spread_is_not(tmp
     assert run.statistics()["tpot"] == pytest.approx({"mean": 0.02, "p95": 0.025})
 
 
-def test_the_replay_computes_the_percentiles_the_measurement_states(tmp_path):
-    from pdplan.latency.calibration.bench import percentiles_named, statistics
+def test_the_replay_computes_the_statistics_the_measurement_states():
+    from pdplan.latency.calibration.bench import statistics, statistics_stated
 
-    wanted = percentiles_named({"run1_ttft": {"mean": 0.1, "p95": 0.2, "p99.9": 0.4}})
-    assert 95.0 in wanted and 99.9 in wanted and 50 in wanted
+    stated = statistics_stated({"run1_ttft": {"mean": 0.1, "p95": 0.2, "p99.9": 0.4}, "run1_tpot": {"p50": 0.02}})
+    assert stated == ("mean", "p50", "p95", "p99.9")
     values = np.arange(1, 1001, dtype=float)
-    assert statistics(values, wanted)["p95"] == pytest.approx(np.percentile(values, 95))
-    assert statistics(values, wanted)["p99.9"] == pytest.approx(np.percentile(values, 99.9))
+    assert statistics(values, stated)["p95"] == pytest.approx(np.percentile(values, 95))
+    assert statistics(values, stated)["p99.9"] == pytest.approx(np.percentile(values, 99.9))
+
+
+def test_every_request_is_compared_by_the_mean_of_each_band_between_percentiles():
+    """1..1000: the band from the 10th to the 25th percentile holds requests 101..250."""
+    from pdplan.latency.calibration.bench import statistics
+
+    stats = statistics(np.arange(1, 1001, dtype=float))
+    assert stats["b10-25"] == pytest.approx(np.mean(np.arange(101, 251)))
+    assert stats["b99-100"] == pytest.approx(np.mean(np.arange(991, 1001)))
+    assert stats["mean"] == pytest.approx(500.5)
+
+
+def test_a_band_mean_moves_by_a_share_of_a_request_that_jumps_where_a_percentile_moves_by_all_of_it():
+    """Prefill batching splits TTFT into requests that wait no batch and those that wait one: when the 10th
+    percentile sits between the two, one request moving across the gap moves it the whole gap."""
+    from pdplan.latency.calibration.bench import statistics
+
+    quick, slow = np.full(101, 0.1), np.full(899, 1.0)
+    before = np.concatenate([quick, slow])
+    after = np.concatenate([quick[:-1], [1.0], slow])  # one request now waits a batch
+    names = ("p10", "b0-10", "b10-25")
+    moved = {n: statistics(after, names)[n] / statistics(before, names)[n] - 1 for n in names}
+    assert moved["p10"] > 8 and abs(moved["b0-10"]) < 0.01 and abs(moved["b10-25"]) < 0.01
 
 
 GENAI = {"time_to_first_token": {"unit": "ms", "avg": 45.1, "p50": 44.8, "p90": 48.7, "p99": 52.3, "std": 3.0},

@@ -31,7 +31,7 @@ from pdplan.cli.options import (
 )
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
-from pdplan.fileio import Outputs
+from pdplan.fileio import Outputs, read_bytes
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.importers import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
@@ -334,6 +334,31 @@ SCHEDULE_FLAGS = {"recv_interval": "--recv-interval", "batch_wait_timeout_iters"
                   "policy": "--policy"}
 
 
+def _deployment(plan: Path | None, decode_profile: Path | None, decode_output: Path | None, prefill,
+                prefill_bytes: bytes, scheduling: dict[str, object]):
+    """The disaggregated deployment --plan names, with its decode pool's profile; the flags that set one
+    instance's schedule are refused, since the plan's pools schedule as the file says."""
+    from pdplan.latency.calibration.fit import Deployment
+    from pdplan.manifest.plan import read_plan
+    from pdplan.sim.plan import plan_model
+
+    for flag, value in (("--plan", plan), ("--decode-profile", decode_profile), ("--decode-output", decode_output)):
+        if value is None:
+            raise PdplanError(f"{flag} is missing: a disaggregated deployment is calibrated with --plan, "
+                              "--decode-profile and --decode-output together", field=flag.lstrip("-").replace("-", "_"))
+    for flag, value in scheduling.items():
+        if value is not None:
+            raise PdplanError(f"{flag} sets one instance's schedule; with --plan each pool schedules as the plan "
+                              "file says", field=flag.lstrip("-").replace("-", "_"))
+    decode = load_profile(decode_profile)
+    if decode.key == prefill.key and read_bytes(decode_profile, what="profile") != prefill_bytes:
+        raise PdplanError(f"--decode-profile times {decode.shape} as PROFILE does, with other numbers: the simulator "
+                          "times a shape by one profile, so a deployment whose pools share a shape is calibrated "
+                          "from one (give PROFILE again)", field="decode_profile")
+    the_plan, _ = read_plan(plan)
+    return Deployment.of(the_plan, plan_model(the_plan), prefill, decode, file=str(plan))
+
+
 @app.command("calibrate")
 def calibrate(
     profile_file: Annotated[Path, typer.Argument(metavar="PROFILE", help="The profile YAML to correct.",
@@ -371,11 +396,22 @@ def calibrate(
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
     draft_cost: DraftCostOpt = None,
+    plan: Annotated[Path | None, typer.Option(
+        "--plan", help="The plan file (or manifest) of a disaggregated deployment the benchmark ran end to end "
+                       "(its router, KV link and pools, each scheduled as the file says): PROFILE is then its "
+                       "prefill pool's profile and --decode-profile its decode pool's, both corrected.",
+        show_default=False)] = None,
+    decode_profile: Annotated[Path | None, typer.Option(
+        "--decode-profile", help="With --plan: the decode pool's profile YAML.", show_default=False)] = None,
+    decode_output: Annotated[Path | None, typer.Option(
+        "--decode-output", help="With --plan: the calibrated decode profile YAML to write (atomically).",
+        show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the factors and errors as JSON.")] = False,
 ) -> None:
     """Correct a profile from a real benchmark run: replay the same load in the simulator and fit a
     prefill scale, a decode scale, a fixed per-iteration cost and a fixed cost per iteration with prompt
-    work (an eager prefill's launches) so the simulated TTFT and TPOT match.
+    work (an eager prefill's launches) so the simulated TTFT and TPOT match. With --plan the benchmark
+    ran a whole disaggregated deployment, and both its profiles are corrected.
 
     The written profile's provenance holds the factors and the error before and after. The load is
     replayed as the server scheduled it: SGLang's receive interval and TensorRT-LLM's batch waiting
@@ -390,9 +426,18 @@ def calibrate(
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
-    outputs = Outputs(profile_file, *bench)
-    outputs.claim(output, "--output")
     base = load_profile(profile_file)
+    deployment = None
+    if (plan, decode_profile, decode_output) != (None, None, None):
+        deployment = _deployment(plan, decode_profile, decode_output, base,
+                                 read_bytes(profile_file, what="profile"), {
+            "--recv-interval": recv_interval, "--batch-wait-timeout-iters": batch_wait_iters,
+            "--batch-wait-max-tokens-ratio": batch_wait_ratio, "--speculative": speculative})
+    models = set() if deployment is None else {model_file(pool.model) for pool in deployment.plan.pools} - {None}
+    outputs = Outputs(profile_file, *bench, *(p for p in (plan, decode_profile) if p is not None), *sorted(models))
+    outputs.claim(output, "--output")
+    if decode_output is not None:
+        outputs.claim(decode_output, "--decode-output")
     runs = [run for path in bench for run in read_bench(path, format)]
     if len(runs) > limits.MAX_BENCH_RUNS:
         raise PdplanError(f"--bench gives {len(runs)} runs in all, more than the {limits.MAX_BENCH_RUNS} a "
@@ -408,11 +453,15 @@ def calibrate(
         raise PdplanError(f"{flag}: {err.detail.split(': ', 1)[-1]}", field=flag) from None
     with stderr.status("replaying the benchmark load", spinner="dots") if stderr.is_terminal and not as_json \
             else nullcontext():
-        result = fit(base, runs, schedule)
-    calibrated = calibrated_profile(base, runs, result, schedule)
+        result = fit(base, runs, schedule, deployment=deployment)
+    calibrated = calibrated_profile(base, runs, result, deployment or schedule)
     outputs.put(output, profile_yaml(calibrated))
+    if deployment is not None:
+        outputs.put(decode_output, profile_yaml(calibrated_profile(deployment.decode, runs, result, deployment)))
     outputs.commit()
-    doc = {"profile": output.as_posix(), "prefill_scale": round(result.prefill_scale, 6),
+    doc = {"profile": output.as_posix(),
+           **({} if deployment is None else {"decode_profile": decode_output.as_posix()}),
+           "prefill_scale": round(result.prefill_scale, 6),
            "decode_scale": round(result.decode_scale, 6), "iteration_ms": round(result.iteration_s * 1e3, 6),
            "prompt_iteration_ms": round(result.prompt_iteration_s * 1e3, 6),
            "undetermined": list(result.undetermined), "simulations": result.evaluations * len(runs),
@@ -421,7 +470,9 @@ def calibrate(
     if as_json:
         print_json(doc)
         return
-    table = Table(title=f"Calibrated {base.shape} against {len(runs)} {format} run(s), wrote {output}",
+    what = f"{base.shape}" if deployment is None else f"{base.shape} and {deployment.decode.shape}"
+    wrote = f"{output}" if deployment is None else f"{output} and {decode_output}"
+    table = Table(title=f"Calibrated {what} against {len(runs)} {format} run(s), wrote {wrote}",
                   title_justify="left", box=box.SIMPLE_HEAD)
     for name in ("statistic", "error before", "error after"):
         table.add_column(name, justify="right")

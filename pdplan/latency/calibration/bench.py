@@ -55,8 +55,12 @@ _STATISTIC = re.compile(r"(avg|mean|median|p(\d{1,2}(?:\.\d+)?))")
 UNITS = {"ms": 1e-3, "s": 1.0, "sec": 1.0, "us": 1e-6, "ns": 1e-9}
 #: Requests replayed when a result gives only mean lengths and no request count.
 DEFAULT_REQUESTS = 1000
-#: Percentiles compared when the benchmark carries every request.
-PERCENTILES = (10, 25, 50, 75, 90, 99)
+#: What a result that carries every request is compared by: the mean of each band of requests between
+#: these percentiles, and the mean of all. A band's mean moves little when one request's clock jumps
+#: (1/n of the jump per band member), where a percentile jumps with it when it falls between two modes of
+#: the distribution, as TTFT's are when prefill batching makes requests wait either no batch or one.
+BANDS = (0, 10, 25, 50, 75, 90, 99, 100)
+PER_REQUEST = (*(f"b{low}-{high}" for low, high in zip(BANDS, BANDS[1:])), "mean")
 
 
 def statistic_name(name: str) -> str | None:
@@ -71,20 +75,28 @@ def statistic_name(name: str) -> str | None:
     return "p50" if name == "median" else "mean"
 
 
-def statistics(values: np.ndarray, percentiles: Sequence[float] = PERCENTILES) -> dict[str, float]:
-    """Percentiles (named ``p<q>``) and mean of per-request values (seconds), NaN (no such clock) left out."""
-    values = values[np.isfinite(values)]
+def statistics(values: np.ndarray, names: Sequence[str] = PER_REQUEST) -> dict[str, float]:
+    """The named statistics of per-request values (seconds), NaN (no such clock) left out: ``mean``,
+    ``p<q>`` (a percentile) and ``b<low>-<high>`` (the mean of the requests between two percentiles)."""
+    values = np.sort(values[np.isfinite(values)])
     if values.size == 0:
         return {}
-    stats = {f"p{q:g}": float(np.percentile(values, q)) for q in percentiles}
-    stats["mean"] = float(values.mean())
-    return stats
+    return {name: _statistic(values, name) for name in names}
 
 
-def percentiles_named(measured: dict[str, dict[str, float]]) -> tuple[float, ...]:
-    """Every percentile a measurement states, with :data:`PERCENTILES`: what a replay must compute."""
-    named = {float(name[1:]) for stats in measured.values() for name in stats if name.startswith("p")}
-    return tuple(sorted(named | set(PERCENTILES)))
+def _statistic(ordered: np.ndarray, name: str) -> float:
+    if name == "mean":
+        return float(ordered.mean())
+    if name.startswith("p"):
+        return float(np.percentile(ordered, float(name[1:])))
+    low, high = (float(q) / 100 * ordered.size for q in name[1:].split("-"))
+    first = int(low)
+    return float(ordered[first:max(int(high), first + 1)].mean())
+
+
+def statistics_stated(measured: dict[str, dict[str, float]]) -> tuple[str, ...]:
+    """Every statistic a measurement states: what a replay must compute to be compared with it."""
+    return tuple(sorted({name for stats in measured.values() for name in stats}))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -102,7 +114,8 @@ class BenchRun:
     reported: dict | None = None     #: {"ttft": {stat: s}, "tpot": {...}} when only aggregates exist
 
     def statistics(self) -> dict[str, dict[str, float]]:
-        """The measured statistics to match: percentiles of every request, else those reported."""
+        """The measured statistics to match: the band means and mean of every request (:data:`PER_REQUEST`),
+        else those reported."""
         if self.ttft_s is not None and self.tpot_s is not None:
             return {"ttft": statistics(self.ttft_s), "tpot": statistics(self.tpot_s)}
         return self.reported or {}

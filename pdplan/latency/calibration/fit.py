@@ -11,8 +11,10 @@ beside decode steps replayed as CUDA graphs pays its kernel launches there) — 
     prefill'(x) = s_p · prefill(x) + c + c_p,    decode'(x) = s_d · decode(x) + c,
 
 and the simulated TTFT and TPOT distributions match the measured ones: the least-squares fit of
-the log ratios of their percentiles (p10, p25, p50, p75, p90, p99 and the mean when the result
-carries every request; the percentiles it reports otherwise), summed over every run given. A
+the log ratios of their statistics (when the result carries every request, the mean of each band of
+requests between the 10th, 25th, 50th, 75th, 90th and 99th percentiles and the mean of all, which move
+smoothly with the factors where a percentile falling between two modes of TTFT jumps; else the means
+and percentiles it reports), summed over every run given. A
 chunked (mixed) iteration pays c once, through its decode step, and c_p once (the profile's
 ``prompt_iteration_s``). The search is Nelder–Mead from the uncorrected profile: first over the
 three factors without c_p, then over all four from that answer, then a polish at that one; the
@@ -24,6 +26,11 @@ B: the decode scale and the iteration cost trade off. Runs at two or more concur
 sweep a pilot usually runs) separate them; prompts of one length leave s_p and c_p to trade off,
 and runs at two or more prompt lengths separate those. :func:`calibrate` measures how well each
 factor is determined from the fit's sensitivity and says which are not.
+
+A disaggregated deployment benchmarked end to end (:class:`Deployment`: its plan, router, KV link
+and pools) is replayed as it ran, and the same four factors correct both its profiles: the prefill
+pool pays s_p · prefill + c + c_p per batch, the decode pool s_d · decode + c per step, so TTFT
+(prefill, handoff, first decode step) and TPOT separate them as they do on one instance.
 """
 
 from __future__ import annotations
@@ -34,10 +41,11 @@ from dataclasses import dataclass, replace
 import numpy as np
 from scipy.optimize import minimize
 
-from pdplan.errors import InternalError
-from pdplan.latency.calibration.bench import BenchRun, percentiles_named, statistics
+from pdplan.errors import InternalError, PdplanError
+from pdplan.latency.calibration.bench import BenchRun, statistics, statistics_stated
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
 from pdplan.latency.speculative import SpeculativeDecoding
+from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
 from pdplan.sim.plan import Plan, Pool
 from pdplan.workload import poisson_arrivals
@@ -48,6 +56,8 @@ MAX_ITERATION_S = 0.1
 #: Bound of the prompt iteration cost: an eager forward's host time, not a second of it.
 MAX_PROMPT_ITERATION_S = 1.0
 MAX_REPLAY_REQUESTS = 4000
+#: Most runs of the four-factor search, each from the last one's answer with a fresh simplex.
+RESTARTS = 4
 
 
 @dataclass(frozen=True)
@@ -105,18 +115,66 @@ def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, 
                    group_decode_points=scaled(profile.group_decode_points, decode_scale))
 
 
+@dataclass(frozen=True, eq=False)
+class Deployment:
+    """A disaggregated deployment benchmarked end to end: the plan it ran (its prefill and decode pools,
+    router and KV link), the model it served and its decode pool's profile. The profile calibrated
+    with it is its prefill pool's."""
+
+    plan: Plan
+    model: ModelSpec
+    decode: PhaseProfile
+
+    @classmethod
+    def of(cls, plan: Plan, model: ModelSpec, prefill: PhaseProfile, decode: PhaseProfile, *,
+           file: str | None = None) -> "Deployment":
+        """The deployment, when ``plan`` (read from ``file``) is prefill and decode pools of the shapes these
+        profiles time; else the rule it breaks, naming the plan's field."""
+        for i, pool in enumerate(plan.pools):
+            if pool.phase not in ("prefill", "decode"):
+                raise PdplanError(f"pool {pool.name} is {pool.phase}: calibrating from a deployment needs a plan of "
+                                  "prefill and decode pools", file=file, field=f"pools[{i}].phase")
+            want = prefill if pool.phase == "prefill" else decode
+            if pool.shape != want.key:
+                raise PdplanError(f"pool {pool.name} runs {pool.model} {pool.shape_label()}, but the {pool.phase} "
+                                  f"profile given times {want.model} {want.shape_label()}", file=file,
+                                  field=f"pools[{i}]")
+        if {pool.phase for pool in plan.pools} != {"prefill", "decode"}:
+            raise PdplanError("a disaggregated deployment needs a prefill pool and a decode pool", file=file,
+                              field="pools")
+        return cls(plan=plan, model=model, decode=decode)
+
+    def describe(self) -> str:
+        return "disaggregated: " + ", ".join(f"{p.replicas} x {p.phase} {p.shape_label()}" for p in self.plan.pools)
+
+    def replay(self, prefill: PhaseProfile, decode: PhaseProfile, run: BenchRun,
+               seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Per-request TTFT and TPOT (seconds) of the benchmark's load on the deployment."""
+        profiles = {pool.shape: prefill if pool.phase == "prefill" else decode for pool in self.plan.pools}
+        result = simulate(_load(run, seed), self.plan, profiles, model=self.model, concurrency=run.concurrency)
+        return _served(result)
+
+
 def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching,
            seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     """Per-request TTFT and TPOT (seconds) of the benchmark's load on one instance of ``profile``."""
+    pool = schedule.pool(profile)
+    if schedule.speculative is not None:
+        profile = schedule.speculative.apply(profile)
+    return _served(simulate(_load(run, seed), Plan(pools=(pool,)), {pool.shape: profile}, concurrency=run.concurrency))
+
+
+def _load(run: BenchRun, seed: int) -> dict:
+    """The benchmark's requests (at most :data:`MAX_REPLAY_REQUESTS`), with arrivals for an open loop."""
     n = min(len(run.prompt_tokens), MAX_REPLAY_REQUESTS)
     workload = {"prompt_tokens": run.prompt_tokens[:n], "output_tokens": run.output_tokens[:n]}
     if run.concurrency is None:
         workload["arrival_s"] = (np.zeros(n) if run.rate_rps is None
                                  else poisson_arrivals(n, rate_rps=run.rate_rps, rng=seed))
-    pool = schedule.pool(profile)
-    if schedule.speculative is not None:
-        profile = schedule.speculative.apply(profile)
-    result = simulate(workload, Plan(pools=(pool,)), {pool.shape: profile}, concurrency=run.concurrency)
+    return workload
+
+
+def _served(result) -> tuple[np.ndarray, np.ndarray]:
     served = ~np.asarray(result["rejected"])
     return np.asarray(result["ttft_s"])[served], np.asarray(result["tpot_s"])[served]
 
@@ -145,16 +203,18 @@ class Calibration:
 
 
 def calibrate(profile: PhaseProfile, runs: list[BenchRun],
-              schedule: EngineBatching | Sequence[EngineBatching] = EngineBatching()) -> Calibration:
+              schedule: EngineBatching | Sequence[EngineBatching] = EngineBatching(), *,
+              deployment: Deployment | None = None) -> Calibration:
     """Fit (s_p, s_d, c, c_p) so every replayed benchmark run matches its measured statistics.
     ``schedule``: how the server batched, for every run, or one per run (a sweep that restarted its
-    server with settings of each run's own)."""
+    server with settings of each run's own); ``deployment``: the disaggregated deployment the runs
+    were made on instead, whose prefill pool ``profile`` times (its pools schedule as the plan says)."""
     schedules = [schedule] * len(runs) if isinstance(schedule, EngineBatching) else list(schedule)
     if len(schedules) != len(runs):
         raise InternalError(f"{len(schedules)} schedules for {len(runs)} runs")
     measured = {f"run{i + 1}_{clock}": stats for i, run in enumerate(runs)
                 for clock, stats in run.statistics().items()}
-    percentiles = percentiles_named(measured)
+    stated = statistics_stated(measured)
     evaluations = 0
 
     def simulated(x) -> dict[str, dict[str, float]]:
@@ -162,9 +222,12 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun],
         evaluations += 1
         out = {}
         for i, (run, batching) in enumerate(zip(runs, schedules)):
-            ttft, tpot = replay(corrected(profile, *x), run, batching)
-            out[f"run{i + 1}_ttft"] = statistics(ttft, percentiles)
-            out[f"run{i + 1}_tpot"] = statistics(tpot, percentiles)
+            if deployment is None:
+                ttft, tpot = replay(corrected(profile, *x), run, batching)
+            else:
+                ttft, tpot = deployment.replay(corrected(profile, *x), corrected(deployment.decode, *x), run)
+            out[f"run{i + 1}_ttft"] = statistics(ttft, stated)
+            out[f"run{i + 1}_tpot"] = statistics(tpot, stated)
         return out
 
     def residuals(z) -> np.ndarray:
@@ -174,19 +237,26 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun],
         return float(np.sum(residuals(z) ** 2))
 
     # without c_p first (a trade-off of scale and cost is a long valley, and each extra dimension
-    # shortens the steps down it), then all four from there, then a polish
+    # shortens the steps down it), then all four from there, restarted with a fresh simplex while that
+    # still goes down the valley (a simplex stalls across it), then a polish
     first = minimize(lambda z: loss(np.append(z, 0.0)), np.zeros(3), method="Nelder-Mead",
                      options={"xatol": 1e-4, "fatol": 1e-10, "maxfev": 400,
                               "initial_simplex": _simplex(np.zeros(3), 0.3)})
+    best = None
     start = np.append(first.x, 0.0)
-    best = minimize(loss, start, method="Nelder-Mead",
-                    options={"xatol": 1e-4, "fatol": 1e-10, "maxfev": 300, "initial_simplex": _simplex(start, 0.3)})
+    for _ in range(RESTARTS):
+        found = minimize(loss, start, method="Nelder-Mead", options={
+            "xatol": 1e-4, "fatol": 1e-10, "maxfev": 300, "initial_simplex": _simplex(start, 0.3)})
+        if best is not None and found.fun >= best.fun * (1 - 1e-3):
+            break
+        best, start = found, found.x
     best = minimize(loss, best.x, method="Nelder-Mead",
                     options={"xatol": 1e-5, "fatol": 1e-12, "maxfev": 300, "initial_simplex": _simplex(best.x, 0.05)})
     factors = _factors(best.x)
     return Calibration(*factors, before=errors(simulated((1.0, 1.0, 0.0, 0.0)), measured),
                        after=errors(simulated(factors), measured), evaluations=evaluations,
-                       undetermined=_undetermined(residuals, factors, _units(profile, runs)))
+                       undetermined=_undetermined(residuals, factors, _units(
+                           profile, runs, profile if deployment is None else deployment.decode)))
 
 
 FACTOR_NAMES = ("prefill scale", "decode scale", "iteration cost", "prompt iteration cost")
@@ -194,11 +264,11 @@ FACTOR_NAMES = ("prefill scale", "decode scale", "iteration cost", "prompt itera
 COST_BOUNDS = (MAX_ITERATION_S, MAX_PROMPT_ITERATION_S)
 
 
-def _units(profile: PhaseProfile, runs: list[BenchRun]) -> tuple[float, float]:
-    """The natural units of c and c_p: one decode step of one request, and one prefill of one
-    prompt, at the runs' mean prompt."""
+def _units(profile: PhaseProfile, runs: list[BenchRun], decoding: PhaseProfile) -> tuple[float, float]:
+    """The natural units of c and c_p: one decode step of one request (on the profile that decodes),
+    and one prefill of one prompt, at the runs' mean prompt."""
     prompt = float(np.mean([run.prompt_tokens.mean() for run in runs]))
-    return profile.decode_step_s(1, int(prompt)), profile.prefill_time_s([int(prompt)])
+    return decoding.decode_step_s(1, int(prompt)), profile.prefill_time_s([int(prompt)])
 
 
 def _undetermined(residuals, factors: tuple[float, ...], units: tuple[float, float]) -> tuple[str, ...]:
@@ -244,15 +314,17 @@ def _simplex(center: np.ndarray, size: float) -> np.ndarray:
 
 
 def calibrated_profile(profile: PhaseProfile, runs: list[BenchRun], result: Calibration,
-                       schedule: EngineBatching) -> PhaseProfile:
-    """The corrected profile, its provenance holding the runs, the factors and the errors."""
+                       schedule: EngineBatching | Deployment) -> PhaseProfile:
+    """The corrected profile, its provenance holding the runs, how they were replayed (the engine's
+    schedule on one instance, or the deployment), the factors and the errors."""
     from pdplan.fileio import sha256_file
 
     prov = profile.provenance
     files = sorted({run.file for run in runs})
+    speculative = getattr(schedule, "speculative", None)
     record = (("format", runs[0].format), ("runs", float(len(runs))), ("files", ", ".join(files)),
               ("schedule", schedule.describe()),
-              *(() if schedule.speculative is None else (("speculative", schedule.speculative.describe()),)),
+              *(() if speculative is None else (("speculative", speculative.describe()),)),
               ("prefill_scale", result.prefill_scale), ("decode_scale", result.decode_scale),
               ("iteration_ms", result.iteration_s * 1e3), ("prompt_iteration_ms", result.prompt_iteration_s * 1e3),
               ("error_before", Calibration.mean_abs(result.before)),
