@@ -54,8 +54,10 @@ COMMANDS = {
                           "--pp", "1"], {"model": "m.yaml"}),
     "profile compose": (["profile", "compose", "--model", "{model}", "--gpu", "h100-80gb", "--tp", "1"],
                         {"model": "m.yaml"}),
-    "profile calibrate": (["profile", "calibrate", "{profile_file}", "--bench", "{bench}", "-o", "cal.yaml"],
-                          {"profile_file": "p.yaml", "bench": "bench.json"}),
+    "profile calibrate": (["profile", "calibrate", "{profile_file}", "--bench", "{bench}", "--plan", "{plan}",
+                           "--decode-profile", "{decode_profile}", "-o", "cal.yaml", "--decode-output", "dcal.yaml"],
+                          {"profile_file": "p.yaml", "bench": "bench.json", "plan": "plan.yaml",
+                           "decode_profile": "p.yaml"}),
     "sensitivity grid": (["sensitivity", "grid", "{spec}", "--trace", "{trace}", "--model", "{model}",
                           "--cluster", "{cluster}", "--profiles", "{profiles}", "--out", "grid.csv"],
                          {"spec": "g.yaml", "trace": "t.csv", "model": "m.yaml", "cluster": "c.yaml",
@@ -66,7 +68,7 @@ FOLDERS_WELCOME = {"profiles"}
 #: Parameters typed ``str`` that name a file when they end in .yaml (or, for windows, are not a length).
 PATH_STRINGS = {"model", "windows"}
 #: Path-typed parameters that are outputs, or caches pdplan creates: another test's business.
-OUTPUTS = {"out", "output", "plot", "cache_dir"}
+OUTPUTS = {"out", "output", "decode_output", "plot", "cache_dir"}
 HOSTILE = ("fifo", "dev-zero", "folder", "missing")
 
 
