@@ -237,7 +237,8 @@ def test_pools_of_one_shape_are_calibrated_from_one_profile(run_cli, tmp_path, b
     bench = vllm_result(tmp_path / "c8.json", 8)
     code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, "--plan", plan, "--decode-profile",
                              other, "-o", tmp_path / "p.yaml", "--decode-output", tmp_path / "d.yaml")
-    assert code == 2 and "--decode-profile times llama2-70b h100-80gb TP4 PP1 as PROFILE does" in err, err
+    assert code == 2 and "the decode profile times llama2-70b h100-80gb TP4 PP1 as the prefill profile does" in err
+    assert "pd.yaml" in err and len(err.strip().splitlines()) == 1
 
 
 @pytest.mark.parametrize("flags, schedule", [

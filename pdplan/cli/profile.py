@@ -31,7 +31,7 @@ from pdplan.cli.options import (
 )
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
-from pdplan.fileio import Outputs, read_bytes
+from pdplan.fileio import Outputs
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.importers import DEFAULT_MEMORY_UTILIZATION, profiles_from_source
@@ -335,7 +335,7 @@ SCHEDULE_FLAGS = {"recv_interval": "--recv-interval", "batch_wait_timeout_iters"
 
 
 def _deployment(plan: Path | None, decode_profile: Path | None, decode_output: Path | None, prefill,
-                prefill_bytes: bytes, scheduling: dict[str, object]):
+                scheduling: dict[str, object]):
     """The disaggregated deployment --plan names, with its decode pool's profile; the flags that set one
     instance's schedule are refused, since the plan's pools schedule as the file says."""
     from pdplan.latency.calibration.fit import Deployment
@@ -350,13 +350,8 @@ def _deployment(plan: Path | None, decode_profile: Path | None, decode_output: P
         if value is not None:
             raise PdplanError(f"{flag} sets one instance's schedule; with --plan each pool schedules as the plan "
                               "file says", field=flag.lstrip("-").replace("-", "_"))
-    decode = load_profile(decode_profile)
-    if decode.key == prefill.key and read_bytes(decode_profile, what="profile") != prefill_bytes:
-        raise PdplanError(f"--decode-profile times {decode.shape} as PROFILE does, with other numbers: the simulator "
-                          "times a shape by one profile, so a deployment whose pools share a shape is calibrated "
-                          "from one (give PROFILE again)", field="decode_profile")
     the_plan, _ = read_plan(plan)
-    return Deployment.of(the_plan, plan_model(the_plan), prefill, decode, file=str(plan))
+    return Deployment.of(the_plan, plan_model(the_plan), prefill, load_profile(decode_profile), file=str(plan))
 
 
 @app.command("calibrate")
@@ -429,8 +424,7 @@ def calibrate(
     base = load_profile(profile_file)
     deployment = None
     if (plan, decode_profile, decode_output) != (None, None, None):
-        deployment = _deployment(plan, decode_profile, decode_output, base,
-                                 read_bytes(profile_file, what="profile"), {
+        deployment = _deployment(plan, decode_profile, decode_output, base, {
             "--recv-interval": recv_interval, "--batch-wait-timeout-iters": batch_wait_iters,
             "--batch-wait-max-tokens-ratio": batch_wait_ratio, "--speculative": speculative})
     models = set() if deployment is None else {model_file(pool.model) for pool in deployment.plan.pools} - {None}

@@ -142,6 +142,10 @@ class Deployment:
         if {pool.phase for pool in plan.pools} != {"prefill", "decode"}:
             raise PdplanError("a disaggregated deployment needs a prefill pool and a decode pool", file=file,
                               field="pools")
+        if decode.key == prefill.key and replace(decode, provenance=prefill.provenance) != prefill:
+            raise PdplanError(f"the decode profile times {decode.shape} as the prefill profile does, with other "
+                              "numbers: the simulator times a shape by one profile, so a deployment whose pools "
+                              "share a shape is calibrated from one", file=file, field="decode_profile")
         return cls(plan=plan, model=model, decode=decode)
 
     def describe(self) -> str:
