@@ -17,7 +17,7 @@ from pathlib import Path
 from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.fileio import read_text
-from pdplan.modelcatalog import MAX_WEIGHT_BLOCK, checked_model, model_catalog
+from pdplan.modelcatalog import MAX_WEIGHT_BLOCK, checked_model, kept_in
 from pdplan.modelspec import ModelSpec, default_kv_dtype, precision_suffix
 
 #: The file a Hugging Face model repository states its architecture in.
@@ -152,7 +152,8 @@ class _Config:
             values["mtp_layers"] = self.integer("num_nextn_predict_layers", minimum=0)
         kv = default_kv_dtype(weight)
         repo, commit = self.hub_snapshot() or (None, None)
-        name = self.name() if repo is None else self.checked_name(_repo_name(repo))
+        # a snapshot is named after its repository: the catalog model kept there, else the repository's name
+        name = self.name() if repo is None else self.checked_name(kept_in(repo) or repo.split("/")[1].lower())
         probe = checked_model({**values, "name": name, "parameters": 1, "weight_dtype": weight, "kv_dtype": kv},
                               self._fail_mapped)
         return checked_model({**values, "name": name + precision_suffix(weight, kv, weight),
@@ -349,13 +350,6 @@ class _Config:
         if not separator or names.hf_repo(repo) is not None or names.revision(commit) is not None:
             return None
         return repo, commit
-
-
-def _repo_name(repo: str) -> str:
-    """The name of the catalog model kept in ``repo`` (``moonshotai/Kimi-K2-Instruct`` → ``kimi-k2``),
-    else the repository's own name in lower case."""
-    kept = [name for name, model in model_catalog().items() if model.hf_repo == repo]
-    return kept[0] if kept else repo.split("/")[1].lower()
 
 
 #: ModelSpec field → the config.json key that states it (for errors found by the shared checks).

@@ -158,6 +158,12 @@ def model_catalog() -> dict[str, ModelSpec]:
     return models
 
 
+def kept_in(repo: str) -> str | None:
+    """The name of the catalog model whose Hugging Face repository ``repo`` is (``moonshotai/Kimi-K2-Instruct``
+    → ``kimi-k2``), or None."""
+    return next((name for name, model in model_catalog().items() if model.hf_repo == repo), None)
+
+
 def geometry(model: ModelSpec) -> tuple:
     """What a model's latencies depend on: two models with the same name must agree on it."""
     return (model.layers, model.hidden, model.q_heads, model.kv_heads, model.head_dim, model.ffn,

@@ -9,7 +9,7 @@ from pathlib import Path
 from pdplan import names
 from pdplan.errors import PdplanError
 from pdplan.hf_config import config_path, hub_cache, hub_config, load_hf_config
-from pdplan.modelcatalog import geometry, load_model, model_catalog
+from pdplan.modelcatalog import geometry, kept_in, load_model, model_catalog
 from pdplan.modelspec import PRECISION_MARK, ModelSpec, parse_precision
 
 
@@ -64,9 +64,9 @@ def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | No
             model = model.at_precision(*parse_precision(suffix))
     else:
         base, _, suffix = name_or_path.partition(PRECISION_MARK)
-        kept = [name for name, known in catalog.items() if known.hf_repo == base]
-        if kept:  # a catalog model's repository
-            base = kept[0]
+        kept = kept_in(base)
+        if kept is not None:  # a catalog model's repository
+            base = kept
         elif base not in catalog and names.hf_repo(base) is None:
             raise PdplanError(f"model {base!r} is a Hugging Face repository that is no catalog model's, and the hub's "
                               f"cache ({hub_cache()}) holds no config.json of its main branch: download it "
