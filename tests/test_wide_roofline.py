@@ -4,6 +4,7 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
+from pdplan.latency.eager import eager_prefill_host_s
 from pdplan.latency.roofline import Efficiency, efficiency_for
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.wide_roofline import WideFit, WideRoofline, wide_fit_for, wide_roofline_profile
@@ -68,14 +69,15 @@ def test_a_prefill_reads_every_expert_as_the_tp_only_roofline_does():
 
 
 def test_the_profile_is_the_rank_step_itself():
-    """Exact for a prefill; for a decode at every batch where the experts touched are restated (powers of two),
-    the chord of their count below it between them."""
+    """Exact for a prefill (with the eager prefill's host time); for a decode at every batch where the experts
+    touched are restated (powers of two), the chord of their count below it between them."""
     model, gpu = get_model("kimi-k2"), get_gpu("gb200-185gb")
     rank = WideRoofline(model=model, gpu=gpu, tp=1, dp=8, ep=8, efficiency=efficiency_for("sglang"),
                         gpus_per_node=72, fit=wide_fit_for("sglang"))
     profile = wide_roofline_profile(model, gpu, 1, 1, dp=8, ep=8, engine="sglang")
     for batch, length in ((1, 64), (2, 1000), (4, 4096)):
-        assert profile.prefill_time_s([length] * batch) == pytest.approx(rank.prefill_s(batch, length), rel=1e-5)
+        assert profile.prefill_time_s([length] * batch) == pytest.approx(
+            rank.prefill_s(batch, length) + eager_prefill_host_s(model), rel=1e-5)
     for batch in (1, 2, 4, 16, 256):
         assert profile.decode_step_s(batch, batch * 2048) == pytest.approx(rank.decode_s(batch, 2048), rel=1e-5)
     assert profile.decode_step_s(3, 3 * 2048) <= rank.decode_s(3, 2048)

@@ -134,8 +134,8 @@ class PhaseProfile(ModelShape):
     #: runs its prompt iterations eagerly but replays its decode steps as CUDA graphs pays the host's
     #: kernel launches once in every iteration with prompt work. A colocated iteration that mixes
     #: prompt chunks with decodes never counts it in what its decode step shares of the prefill
-    #: constant (:func:`pdplan.sim.fast.latency.mixed_iteration_s`); 0 for a profile composed from
-    #: kernel timings.
+    #: constant (:func:`pdplan.sim.fast.latency.mixed_iteration_s`). A profile timed from kernels carries
+    #: the eager prefill's host time here for a mixture-of-experts model (:mod:`pdplan.latency.eager`).
     prompt_iteration_s: float = 0.0
     group_prefill: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
     group_decode: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)

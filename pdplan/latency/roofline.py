@@ -31,6 +31,7 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GPU
+from pdplan.latency.eager import with_eager_prefill
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Provenance, Segment
 from pdplan.modelspec import (
     ACTIVATION_BYTES,
@@ -394,7 +395,7 @@ def roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
     prefill, _ = phase_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
     decode = decode_segment_terms(model, gpu, tp, pp, gpus_per_node=gpus_per_node)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization)
-    return PhaseProfile(
+    profile = PhaseProfile(
         model=model.name, gpu=gpu.name, tp=tp, pp=pp,
         prefill=LatencyModel(segments=(Segment(min_batch=1, pieces_s=prefill.pieces_s(efficiency)),)),
         decode=LatencyModel(segments=tuple(Segment(min_batch=batch, pieces_s=terms.pieces_s(efficiency))
@@ -409,6 +410,8 @@ def roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
             notes=_notes(model, gpu, tp, pp, efficiency, memory_utilization, gpus_per_node, engine),
         ),
     )
+    # an engine's efficiencies are fitted to compositions, which time kernels, not their launches
+    return profile if engine is None else with_eager_prefill(profile, model)
 
 
 def _efficiency_note(efficiency: Efficiency, engine: str | None) -> str:

@@ -44,6 +44,7 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.experts import edge_matrices_under_dp, expert_placement_rejection
 from pdplan.hardware import GPU
+from pdplan.latency.eager import with_eager_prefill
 from pdplan.latency.profile import (
     LatencyModel,
     PhaseProfile,
@@ -262,4 +263,6 @@ def wide_roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: i
                     f"{efficiency.layer_overhead_s * 1e6:g} us per layer)"),
             notes=step.note()),
         **groups)
+    if engine is not None:  # its efficiencies are fitted to compositions, which time kernels, not launches
+        profile = with_eager_prefill(profile, model)
     return profile_from_dict(profile_to_dict(profile), f"roofline {profile.shape}")

@@ -43,6 +43,7 @@ from scipy.optimize import minimize
 
 from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.calibration.bench import BenchRun, statistics, statistics_stated
+from pdplan.latency.eager import with_prompt_iteration
 from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelspec import ModelSpec
@@ -108,11 +109,12 @@ def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, 
             for s in model.segments))
     def scaled(points, scale: float):
         return tuple((t, v * scale) for t, v in points)
-    return replace(profile, prefill=apply(profile.prefill, prefill_scale, iteration_s + prompt_iteration_s),
-                   decode=apply(profile.decode, decode_scale, iteration_s),
-                   prompt_iteration_s=profile.prompt_iteration_s * prefill_scale + prompt_iteration_s,
-                   group_prefill_points=scaled(profile.group_prefill_points, prefill_scale),
-                   group_decode_points=scaled(profile.group_decode_points, decode_scale))
+    scaled_profile = replace(profile, prefill=apply(profile.prefill, prefill_scale, iteration_s),
+                             decode=apply(profile.decode, decode_scale, iteration_s),
+                             prompt_iteration_s=profile.prompt_iteration_s * prefill_scale,
+                             group_prefill_points=scaled(profile.group_prefill_points, prefill_scale),
+                             group_decode_points=scaled(profile.group_decode_points, decode_scale))
+    return with_prompt_iteration(scaled_profile, prompt_iteration_s)
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,6 +20,7 @@ from pdplan.hardware import GPU
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.step import Step
 from pdplan.latency.fit import ShapePoints, decode_point, fit_profile, prefill_point
+from pdplan.latency.eager import with_eager_prefill
 from pdplan.latency.profile import PhaseProfile, group_grid, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 from pdplan.modelspec import ModelSpec, expert_placement_rejection, kv_capacity_tokens, shape_rejection
@@ -86,6 +87,7 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
     prov = profile.provenance
     profile = replace(profile, provenance=replace(
         prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
+    profile = with_eager_prefill(profile, model)  # the operator tables time kernels, not their launches
     if dp > 1 or ep not in (1, tp) or redundant_experts:
         profile = replace(profile, dp=dp, ep=ep, **group)
     # At the written precision, so a composed profile read back from the cache is this very one.
