@@ -19,8 +19,8 @@ from pdplan.errors import PdplanError
 from pdplan.hardware import GPU
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.step import Step
-from pdplan.latency.fit import ShapePoints, decode_point, fit_profile, prefill_point
 from pdplan.latency.eager import with_eager_prefill
+from pdplan.latency.fit import ShapePoints, decode_point, fit_profile, prefill_point
 from pdplan.latency.profile import PhaseProfile, group_grid, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 from pdplan.modelspec import ModelSpec, expert_placement_rejection, kv_capacity_tokens, shape_rejection
