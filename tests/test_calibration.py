@@ -10,6 +10,7 @@ from pdplan.errors import PdplanError
 from pdplan.latency.calibration.bench import BenchRun, read_bench
 from pdplan.latency.calibration.fit import EngineBatching, calibrate, corrected, replay
 from pdplan.latency.compose import tables
+from pdplan.latency.eager import with_prompt_iteration
 from pdplan.latency.profile import load_profile, save_profile, shipped_profiles
 
 BASE = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]
@@ -118,6 +119,30 @@ def test_a_sweep_made_with_a_cost_per_prompt_iteration_is_recovered_within_2_per
     calibrated = load_profile(tmp_path / "cal.yaml")
     assert calibrated.prompt_iteration_s == pytest.approx(0.040, rel=0.02)
     assert dict(calibrated.provenance.calibration)["prompt_iteration_ms"] == pytest.approx(40.0, rel=0.02)
+
+
+def test_a_stated_prompt_iteration_cost_is_replaced_by_the_measured_one_not_added_to(run_cli, tmp_path):
+    """A profile timed from kernels states the eager prefill's host time (here 60 ms); a pilot whose engine
+    pays 20 ms brings it down to 20 ms: the stated cost is where the search may leave, not a floor."""
+    stated = with_prompt_iteration(BASE, 0.060)
+    save_profile(stated, tmp_path / "stated.yaml")
+    truth = dict(prefill=1.1, decode=0.9, iteration_s=0.002, prompt_iteration_s=0.020)
+    benches = [vllm_result(tmp_path / f"c{c}.json", c, base=stated, truth=truth) for c in (1, 8, 32)]
+    args = [a for b in benches for a in ("--bench", b)]
+    code, out, err = run_cli("profile", "calibrate", tmp_path / "stated.yaml", *args, "-o", tmp_path / "cal.yaml",
+                             "--json")
+    assert code == 0, err
+    assert json.loads(out)["prompt_iteration_ms"] == pytest.approx(20.0, rel=0.02)
+    assert load_profile(tmp_path / "cal.yaml").prompt_iteration_s == pytest.approx(0.020, rel=0.02)
+
+
+def test_correcting_a_profile_with_its_own_stated_cost_and_unit_factors_leaves_it_as_it_was():
+    stated = with_prompt_iteration(BASE, 0.060)
+    again = corrected(stated, 1.0, 1.0, 0.0, stated.prompt_iteration_s)
+    for lengths in ([100], [2000, 3000]):
+        assert again.prefill_time_s(lengths) == pytest.approx(stated.prefill_time_s(lengths), rel=1e-12)
+    assert again.decode_step_s(16, 20000) == pytest.approx(stated.decode_step_s(16, 20000), rel=1e-12)
+    assert again.prompt_iteration_s == pytest.approx(0.060)
 
 
 def sglang_sweep(path: Path, clients: tuple[int, ...], schedule: EngineBatching) -> Path:

@@ -10,14 +10,16 @@ beside decode steps replayed as CUDA graphs pays its kernel launches there) — 
 
     prefill'(x) = s_p · prefill(x) + c + c_p,    decode'(x) = s_d · decode(x) + c,
 
-and the simulated TTFT and TPOT distributions match the measured ones: the least-squares fit of
+where prefill(x) is the profile's prefill less the prompt iteration cost it states (the eager
+prefill's host time a profile timed from kernels carries, :mod:`pdplan.latency.eager`): c_p is the
+whole of that cost, measured, and replaces the stated one. The simulated TTFT and TPOT distributions match the measured ones: the least-squares fit of
 the log ratios of their statistics (when the result carries every request, the mean of each band of
 requests between the 10th, 25th, 50th, 75th, 90th and 99th percentiles and the mean of all, which move
 smoothly with the factors where a percentile falling between two modes of TTFT jumps; else the means
 and percentiles it reports), summed over every run given. A
 chunked (mixed) iteration pays c once, through its decode step, and c_p once (the profile's
-``prompt_iteration_s``). The search is Nelder–Mead from the uncorrected profile: first over the
-three factors without c_p, then over all four from that answer, then a polish at that one; the
+``prompt_iteration_s``). The search is Nelder–Mead from the unscaled profile: first over the
+three factors without c_p (the kernels alone), then over all four from that answer, then a polish at that one; the
 simulation is deterministic, so the fit is too. The load runs on one colocated instance scheduled as
 the benchmarked server ran (:meth:`EngineBatching.pool`).
 
@@ -100,8 +102,10 @@ class EngineBatching:
 
 def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, iteration_s: float,
               prompt_iteration_s: float = 0.0) -> PhaseProfile:
-    """The profile with both phases scaled, the fixed iteration cost added to both and the prompt
-    iteration cost to the prefill (and recorded as the part of it a decode step does not pay)."""
+    """The profile with both phases scaled, the fixed iteration cost added to both, and its prompt
+    iteration cost (the part of the prefill only an iteration with prompt work pays) set to
+    ``prompt_iteration_s``: a pilot measures the whole of it, so it replaces the host time a profile
+    timed from kernels states (:mod:`pdplan.latency.eager`) rather than adding to it."""
     def apply(model: LatencyModel, scale: float, fixed: float) -> LatencyModel:
         return LatencyModel(segments=tuple(
             Segment(min_batch=s.min_batch,
@@ -109,11 +113,11 @@ def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, 
             for s in model.segments))
     def scaled(points, scale: float):
         return tuple((t, v * scale) for t, v in points)
-    scaled_profile = replace(profile, prefill=apply(profile.prefill, prefill_scale, iteration_s),
-                             decode=apply(profile.decode, decode_scale, iteration_s),
-                             prompt_iteration_s=profile.prompt_iteration_s * prefill_scale,
-                             group_prefill_points=scaled(profile.group_prefill_points, prefill_scale),
-                             group_decode_points=scaled(profile.group_decode_points, decode_scale))
+    kernels = with_prompt_iteration(profile, -profile.prompt_iteration_s)
+    scaled_profile = replace(kernels, prefill=apply(kernels.prefill, prefill_scale, iteration_s),
+                             decode=apply(kernels.decode, decode_scale, iteration_s),
+                             group_prefill_points=scaled(kernels.group_prefill_points, prefill_scale),
+                             group_decode_points=scaled(kernels.group_decode_points, decode_scale))
     return with_prompt_iteration(scaled_profile, prompt_iteration_s)
 
 
@@ -259,7 +263,8 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun],
     best = minimize(loss, best.x, method="Nelder-Mead",
                     options={"xatol": 1e-5, "fatol": 1e-12, "maxfev": 300, "initial_simplex": _simplex(best.x, 0.05)})
     factors = _factors(best.x)
-    return Calibration(*factors, before=errors(simulated((1.0, 1.0, 0.0, 0.0)), measured),
+    as_given = (1.0, 1.0, 0.0, profile.prompt_iteration_s)
+    return Calibration(*factors, before=errors(simulated(as_given), measured),
                        after=errors(simulated(factors), measured), evaluations=evaluations,
                        undetermined=_undetermined(residuals, factors, _units(
                            profile, runs, profile if deployment is None else deployment.decode)))
