@@ -10,10 +10,10 @@ beside decode steps replayed as CUDA graphs pays its kernel launches there) — 
 
     prefill'(x) = s_p · prefill(x) + c + c_p,    decode'(x) = s_d · decode(x) + c,
 
-where prefill(x) is the profile's prefill less the prompt iteration cost it states (the eager
-prefill's host time a profile timed from kernels carries, :mod:`pdplan.latency.eager`): c_p is the
-whole of that cost, measured, and replaces the stated one. The simulated TTFT and TPOT distributions match the measured ones: the least-squares fit of
-the log ratios of their statistics (when the result carries every request, the mean of each band of
+and the simulated TTFT and TPOT distributions match the measured ones. prefill(x) is the profile's
+prefill less the prompt iteration cost it states (the eager prefill's host time a profile timed from
+kernels carries, :mod:`pdplan.latency.eager`): c_p is the whole of that cost, measured, and replaces
+the stated one. The match is the least-squares fit of the log ratios of their statistics (when the result carries every request, the mean of each band of
 requests between the 10th, 25th, 50th, 75th, 90th and 99th percentiles and the mean of all, which move
 smoothly with the factors where a percentile falling between two modes of TTFT jumps; else the means
 and percentiles it reports), summed over every run given. A
