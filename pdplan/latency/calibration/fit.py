@@ -12,15 +12,15 @@ beside decode steps replayed as CUDA graphs pays its kernel launches there) — 
 
 and the simulated TTFT and TPOT distributions match the measured ones. prefill(x) is the profile's
 prefill less the prompt iteration cost it states (the eager prefill's host time a profile timed from
-kernels carries, :mod:`pdplan.latency.eager`): c_p is the whole of that cost, measured, and replaces
-the stated one. The match is the least-squares fit of the log ratios of their statistics (when the result carries every request, the mean of each band of
-requests between the 10th, 25th, 50th, 75th, 90th and 99th percentiles and the mean of all, which move
-smoothly with the factors where a percentile falling between two modes of TTFT jumps; else the means
-and percentiles it reports), summed over every run given. A
-chunked (mixed) iteration pays c once, through its decode step, and c_p once (the profile's
-``prompt_iteration_s``). The search is Nelder–Mead from the unscaled profile: first over the
-three factors without c_p (the kernels alone), then over all four from that answer, then a polish at that one; the
-simulation is deterministic, so the fit is too. The load runs on one colocated instance scheduled as
+kernels carries, :mod:`pdplan.latency.eager`): c_p is the whole of that cost, measured, and replaces the
+stated one. The match is the least-squares fit of the log ratios of their statistics (when the result
+carries every request, the mean of each band of requests between the 10th, 25th, 50th, 75th, 90th and
+99th percentiles and the mean of all, which move smoothly with the factors where a percentile falling
+between two modes of TTFT jumps; else the means and percentiles it reports), summed over every run
+given. A chunked (mixed) iteration pays c once, through its decode step, and c_p once (the profile's
+``prompt_iteration_s``). The search is Nelder–Mead from the unscaled profile: first over the three
+factors without c_p (the kernels alone), then over all four from that answer, then a polish at that one;
+the simulation is deterministic, so the fit is too. The load runs on one colocated instance scheduled as
 the benchmarked server ran (:meth:`EngineBatching.pool`).
 
 One closed-loop run holds the batch at its concurrency, so it measures s_d · decode(B) + c at one
