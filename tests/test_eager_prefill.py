@@ -46,7 +46,9 @@ def test_an_engines_moe_roofline_carries_it_and_names_its_source():
     fitted = roofline_profile(model, gpu, 8, 1, engine="sglang")
     assert plain.prompt_iteration_s == 0.0
     assert fitted.prompt_iteration_s == pytest.approx(82.6e-3 - 23.1e-3)
-    assert "PR #12160" in fitted.provenance.notes
+    assert "PR #12160" in fitted.provenance.notes and "PR #12160" not in plain.provenance.method
+    assert fitted.provenance.method.endswith(
+        "+ eager prefill host time 59.5 ms per prompt iteration (SGLang PR #12160)")
 
 
 def test_a_wide_expert_parallel_ranks_roofline_carries_it_once_per_prompt_iteration():
@@ -70,6 +72,7 @@ def test_a_composed_moe_profile_carries_it_over_its_operator_sum():
     profile = composed_profile(get_model("gpt-oss-120b"), get_gpu("h200-141gb"), 4, 1, engine="trtllm")
     assert profile.prompt_iteration_s == pytest.approx(PER_LAYER_S * 36, rel=1e-3)
     assert "PR #12160" in profile.provenance.notes
+    assert profile.provenance.method.startswith("trtllm: operator sum") and "35.1 ms" in profile.provenance.method
 
 
 @needs_tables

@@ -58,12 +58,13 @@ def with_prompt_iteration(profile: PhaseProfile, seconds: float) -> PhaseProfile
 
 def with_eager_prefill(profile: PhaseProfile, model: ModelSpec) -> PhaseProfile:
     """A profile timed from kernels, with the host time of ``model``'s eager prompt iterations added and
-    named in its provenance notes."""
+    named in its provenance: its method (which the manifest and every output carry) and its notes."""
     seconds = eager_prefill_host_s(model)
     if not seconds:
         return profile
     note = (f"eager prefill host time {seconds * 1e3:.3g} ms per prompt iteration "
             f"({host_s_per_layer() * 1e6:.0f} us x {model.layers} layers; {SOURCE})")
     prov = profile.provenance
+    method = f"{prov.method} + eager prefill host time {seconds * 1e3:.3g} ms per prompt iteration (SGLang PR #12160)"
     return replace(with_prompt_iteration(profile, seconds),
-                   provenance=replace(prov, notes=f"{prov.notes}; {note}" if prov.notes else note))
+                   provenance=replace(prov, method=method, notes=f"{prov.notes}; {note}" if prov.notes else note))
