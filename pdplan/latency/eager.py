@@ -2,7 +2,7 @@
 
 The engines replay their decode steps as CUDA graphs but run a prompt iteration of a thousand tokens
 or more eagerly: SGLang and TensorRT-LLM capture no prefill graphs unless asked, and vLLM's piecewise
-graphs stop at its capture sizes, far below such a batch. Each kernel of an eager forward is launched
+graphs stop at its capture sizes, below such a batch. Each kernel of an eager forward is launched
 by the host, from Python, so the iteration takes the kernels' time plus whatever of the host's the
 GPU waits for. AIConfigurator's operator tables time the kernels alone (CUDA events around each
 operator), so a profile composed from them, and a roofline fitted to those compositions, leave that
