@@ -10,8 +10,7 @@ from pdplan.errors import PdplanError
 from pdplan.latency.calibration.bench import BenchRun, read_bench
 from pdplan.latency.calibration.fit import EngineBatching, calibrate, corrected, replay
 from pdplan.latency.compose import tables
-from pdplan.latency.eager import with_prompt_iteration
-from pdplan.latency.profile import load_profile, save_profile, shipped_profiles
+from pdplan.latency.profile import load_profile, save_profile, shipped_profiles, with_prompt_iteration
 
 BASE = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]
 TRUTH = dict(prefill=1.3, decode=0.8, iteration_s=0.004)

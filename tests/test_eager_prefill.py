@@ -7,7 +7,8 @@ import importlib.util
 import pytest
 
 from pdplan.hardware import get_gpu
-from pdplan.latency.eager import eager_prefill_host_s, with_prompt_iteration
+from pdplan.latency.eager import eager_prefill_host_s
+from pdplan.latency.profile import with_prompt_iteration
 from pdplan.latency.roofline import roofline_profile
 from pdplan.latency.wide_roofline import wide_roofline_profile
 from pdplan.modelref import get_model

@@ -25,12 +25,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
+from pdplan.latency.profile import PhaseProfile, with_prompt_iteration
 from pdplan.modelspec import ModelSpec
 
 #: SGLang pull request #12160: DeepSeek-V3's forward over a one-token prefill, eager and in a CUDA graph
+PULL_REQUEST = "SGLang PR #12160"
 EAGER_FORWARD_S, GRAPHED_FORWARD_S, MEASURED_LAYERS = 82.6e-3, 23.1e-3, 61
-SOURCE = "SGLang PR #12160: DeepSeek-V3 one-token prefill, 82.6 ms eager vs 23.1 ms in a CUDA graph"
 
 
 def host_s_per_layer() -> float:
@@ -45,26 +45,17 @@ def eager_prefill_host_s(model: ModelSpec) -> float:
     return host_s_per_layer() * model.layers if model.is_moe else 0.0
 
 
-def with_prompt_iteration(profile: PhaseProfile, seconds: float) -> PhaseProfile:
-    """The profile with ``seconds`` more in every prefill batch, recorded as the part of the prefill's
-    constant only an iteration with prompt work pays (``prompt_iteration_s``)."""
-    if not seconds:
-        return profile
-    prefill = LatencyModel(segments=tuple(
-        Segment(min_batch=s.min_batch, pieces_s=tuple((p[0] + seconds, p[1], p[2]) for p in s.pieces_s))
-        for s in profile.prefill.segments))
-    return replace(profile, prefill=prefill, prompt_iteration_s=profile.prompt_iteration_s + seconds)
-
-
 def with_eager_prefill(profile: PhaseProfile, model: ModelSpec) -> PhaseProfile:
     """A profile timed from kernels, with the host time of ``model``'s eager prompt iterations added and
     named in its provenance: its method (which the manifest and every output carry) and its notes."""
     seconds = eager_prefill_host_s(model)
     if not seconds:
         return profile
-    note = (f"eager prefill host time {seconds * 1e3:.3g} ms per prompt iteration "
-            f"({host_s_per_layer() * 1e6:.0f} us x {model.layers} layers; {SOURCE})")
+    added = f"eager prefill host time {seconds * 1e3:.3g} ms per prompt iteration"
+    measured = (f"{PULL_REQUEST}: DeepSeek-V3 one-token prefill, {EAGER_FORWARD_S * 1e3:g} ms eager vs "
+                f"{GRAPHED_FORWARD_S * 1e3:g} ms in a CUDA graph")
+    note = f"{added} ({host_s_per_layer() * 1e6:.0f} us x {model.layers} layers; {measured})"
     prov = profile.provenance
-    method = f"{prov.method} + eager prefill host time {seconds * 1e3:.3g} ms per prompt iteration (SGLang PR #12160)"
     return replace(with_prompt_iteration(profile, seconds),
-                   provenance=replace(prov, method=method, notes=f"{prov.notes}; {note}" if prov.notes else note))
+                   provenance=replace(prov, method=f"{prov.method} + {added} ({PULL_REQUEST})",
+                                      notes=f"{prov.notes}; {note}" if prov.notes else note))

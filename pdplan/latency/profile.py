@@ -18,7 +18,7 @@ stages; the simulator keeps up to PP batches in flight.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -172,6 +172,18 @@ class PhaseProfile(ModelShape):
             return 0.0
         tokens = max(1, int(tokens))
         return float(model.evaluate(np.array([[1.0, float(tokens), 0.0]]), np.array([tokens]))[0])
+
+
+def with_prompt_iteration(profile: PhaseProfile, seconds: float) -> PhaseProfile:
+    """The profile with ``seconds`` more in every prefill batch, recorded as part of the prefill's constant
+    only an iteration with prompt work pays (``prompt_iteration_s``); ``-profile.prompt_iteration_s``
+    takes that part out again."""
+    if not seconds:
+        return profile
+    prefill = LatencyModel(segments=tuple(
+        Segment(min_batch=s.min_batch, pieces_s=tuple((p[0] + seconds, p[1], p[2]) for p in s.pieces_s))
+        for s in profile.prefill.segments))
+    return replace(profile, prefill=prefill, prompt_iteration_s=profile.prompt_iteration_s + seconds)
 
 
 def iteration_group_s(profile: PhaseProfile, decode_rows: int, prompt_tokens: int) -> float:

@@ -45,8 +45,7 @@ from scipy.optimize import minimize
 
 from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.calibration.bench import BenchRun, statistics, statistics_stated
-from pdplan.latency.eager import with_prompt_iteration
-from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
+from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment, with_prompt_iteration
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
