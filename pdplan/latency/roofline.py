@@ -410,7 +410,13 @@ def roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *,
             notes=_notes(model, gpu, tp, pp, efficiency, memory_utilization, gpus_per_node, engine),
         ),
     )
-    # an engine's efficiencies are fitted to compositions, which time kernels, not their launches
+    return with_engine_host_time(profile, model, engine)
+
+
+def with_engine_host_time(profile: PhaseProfile, model: ModelSpec, engine: str | None) -> PhaseProfile:
+    """A roofline profile with the eager prefill's host time when its efficiencies are ``engine``'s: they
+    are fitted to compositions, which time kernels, not their launches. The Splitwise 2023 calibration
+    (no engine) was measured end to end, launches included."""
     return profile if engine is None else with_eager_prefill(profile, model)
 
 

@@ -44,7 +44,6 @@ import numpy as np
 from pdplan.errors import PdplanError
 from pdplan.experts import edge_matrices_under_dp, expert_placement_rejection
 from pdplan.hardware import GPU
-from pdplan.latency.eager import with_eager_prefill
 from pdplan.latency.profile import (
     LatencyModel,
     PhaseProfile,
@@ -62,6 +61,7 @@ from pdplan.latency.roofline import (
     efficiency_for,
     engine_fits,
     phase_terms,
+    with_engine_host_time,
 )
 from pdplan.modelspec import COMPUTE_DTYPE, ModelSpec, kv_capacity_tokens, rank_weight_bytes, shape_rejection
 from pdplan.network import network_for
@@ -263,6 +263,5 @@ def wide_roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: i
                     f"{efficiency.layer_overhead_s * 1e6:g} us per layer)"),
             notes=step.note()),
         **groups)
-    if engine is not None:  # its efficiencies are fitted to compositions, which time kernels, not launches
-        profile = with_eager_prefill(profile, model)
+    profile = with_engine_host_time(profile, model, engine)
     return profile_from_dict(profile_to_dict(profile), f"roofline {profile.shape}")
