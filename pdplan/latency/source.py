@@ -119,8 +119,8 @@ class ProfileSource:
         if cache is None:
             return make()
         # 2: MoE, MLA and sliding-window models compose (a remembered refusal of one is stale);
-        # 3: a MoE model's prompt iterations carry the eager prefill's host time.
-        key = cache_key({"composed_profile": 3, "aiconfigurator": tables.package_version(),
+        # 3: a MoE model's prompt iterations carry the eager prefill's host time; 4: its method names it.
+        key = cache_key({"composed_profile": 4, "aiconfigurator": tables.package_version(),
                          "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
                          "gpus_per_node": gpus_per_node,
