@@ -137,6 +137,9 @@ class Layout:
     #: per instance, TensorRT-LLM's batch waiting: (iterations it may hold prompts, the tokens that end
     #: it early; :func:`pdplan.sim.plan.batch_wait_tokens`), (0, 0) off; empty: off everywhere
     batch_wait: tuple[tuple[int, int], ...] = ()
+    #: per instance, TensorRT-LLM's attention-DP balance: (timeout_iters, batching_wait_iters), (0, 0)
+    #: off (:attr:`pdplan.sim.plan.Pool.adp_balance`); empty: off everywhere
+    adp_balance: tuple[tuple[int, int], ...] = ()
     #: Splitwise's borrowing: dedicated machines are lent to the other phase past the spill thresholds
     borrow: bool = False
     borrow_chunk_tokens: int = 0            #: a lent machine's chunked budget per iteration
@@ -160,6 +163,10 @@ class Layout:
         """Instance i's batch waiting: (iterations it may hold prompts, tokens that end it early); (0, 0): off."""
         return self.batch_wait[i] if self.batch_wait else (0, 0)
 
+    def balance(self, i: int) -> tuple[int, int]:
+        """Instance i's attention-DP balance: (timeout_iters, batching_wait_iters); (0, 0): off."""
+        return self.adp_balance[i] if self.adp_balance else (0, 0)
+
     def receiver(self, i: int) -> int:
         """Instance i's column in the link matrices as a receiver of KV."""
         return self.receiver_slot[i] if self.receiver_slot else self.pool_slot[i]
@@ -182,8 +189,8 @@ class Layout:
 def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
-    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running, receive, waits = (
-        [] for _ in range(12))
+    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running, receive, waits, balance = (
+        [] for _ in range(13))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -207,6 +214,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             caps.append(pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens)
             running.append(pool.max_running_requests or 0)
             receive.append(pool.recv_interval or 1)
+            balance.append(pool.adp_balance)
             waits.append((0, 0) if pool.batch_wait_timeout_iters is None else (
                 pool.batch_wait_timeout_iters, batch_wait_tokens(pool.batch_wait_max_tokens_ratio, pool.chunk_tokens)))
     pre = plan.pools_of("prefill")
@@ -242,6 +250,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
                   max_running=tuple(running), recv_interval=tuple(receive), batch_wait=tuple(waits),
+                  adp_balance=tuple(balance),
                   borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
 

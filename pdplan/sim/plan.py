@@ -50,6 +50,11 @@ BATCH_WAIT_BOTH = ("batch_wait_timeout_iters and batch_wait_max_tokens_ratio go 
                    "TensorRT-LLM's check passes at once and nothing waits")
 
 
+ADP_BALANCE_POOLS = "chunked colocated pools with attention data parallelism (dp above 1)"
+ADP_BALANCE_BOTH = ("attention_dp_timeout_iters and attention_dp_batching_wait_iters go together: TensorRT-LLM's "
+                    "attention_dp_config with enable_balance states both (its defaults are 50 and 10)")
+
+
 def batch_wait_tokens(ratio: float, chunk_tokens: int) -> int:
     """The fewest tokens (prompt tokens the iteration would compute plus one per decode row) that end
     TensorRT-LLM's batch waiting early: its ``PyExecutor._waiting_requests`` stops holding prompts once
@@ -119,6 +124,10 @@ class Pool(InstanceShape):
     #: chunked colocated, one rank: TensorRT-LLM's batch waiting (:func:`batch_wait_tokens`), both or neither
     batch_wait_timeout_iters: int | None = None
     batch_wait_max_tokens_ratio: float | None = None
+    #: chunked colocated with attention DP: TensorRT-LLM's attention-DP balance (``attention_dp_config``
+    #: with ``enable_balance``: its ``timeout_iters`` and ``batching_wait_iters``), both or neither
+    attention_dp_timeout_iters: int | None = None
+    attention_dp_batching_wait_iters: int | None = None
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -166,6 +175,8 @@ class Pool(InstanceShape):
                 raise fail("recv_interval", "recv_interval must be >= 1")
         if (self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio) != (None, None):
             self._check_batch_wait(fail)
+        if (self.attention_dp_timeout_iters, self.attention_dp_batching_wait_iters) != (None, None):
+            self._check_adp_balance(fail)
 
     def _check_batch_wait(self, fail) -> None:
         iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio
@@ -181,6 +192,24 @@ class Pool(InstanceShape):
         if self.recv_interval is not None:
             raise fail("recv_interval", "recv_interval (SGLang's) and batch waiting (TensorRT-LLM's) belong to two "
                                         "engines' schedulers: a pool states one")
+
+    def _check_adp_balance(self, fail) -> None:
+        timeout, batching = self.attention_dp_timeout_iters, self.attention_dp_batching_wait_iters
+        if self.phase != "colocated" or self.policy != "chunked" or self.dp < 2:
+            raise fail("attention_dp_timeout_iters" if timeout is not None else "attention_dp_batching_wait_iters",
+                       f"attention-DP balance applies to {ADP_BALANCE_POOLS}")
+        if timeout is None or batching is None:
+            raise fail("attention_dp_batching_wait_iters" if batching is None else "attention_dp_timeout_iters",
+                       ADP_BALANCE_BOTH)
+        if timeout < 0 or batching < 0:
+            raise fail("attention_dp_timeout_iters" if timeout < 0 else "attention_dp_batching_wait_iters",
+                       "attention_dp_timeout_iters and attention_dp_batching_wait_iters must be >= 0")
+
+    @property
+    def adp_balance(self) -> tuple[int, int]:
+        """TensorRT-LLM's attention-DP balance: (timeout_iters, batching_wait_iters); (0, 0) holds nothing,
+        as the engine's check then releases every iteration's prompts (off)."""
+        return (self.attention_dp_timeout_iters or 0, self.attention_dp_batching_wait_iters or 0)
 
     @property
     def shape(self) -> tuple:

@@ -56,6 +56,10 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
                                    # until this many iterations held them or their tokens plus the
                                    # decodes reach this share of chunk_tokens (TensorRT-LLM's
                                    # batch waiting, the options of the same names); default off
+        attention_dp_timeout_iters: 60     # optional, chunked colocated with dp, with the next (both
+        attention_dp_batching_wait_iters: 0  # or neither): TensorRT-LLM's attention-DP balance
+                                   # (attention_dp_config with enable_balance, the options of the
+                                   # same names): prompts wait for every rank to have some; default off
         prefix_cache_blocks: 8192  # optional: the instance's prefix cache in HBM (LRU of prefix
                                    # blocks; a hit skips their prefill; colocated pools too); default
                                    # its KV capacity in blocks; 0 turns it off
@@ -100,6 +104,8 @@ from pdplan.hardware import GB
 from pdplan.latency.speculative import speculative_from_fields
 from pdplan.schema import Fields
 from pdplan.sim.plan import (
+    ADP_BALANCE_BOTH,
+    ADP_BALANCE_POOLS,
     BATCH_WAIT_BOTH,
     BATCH_WAIT_POOLS,
     DEFAULT_BORROW_CHUNK_TOKENS,
@@ -134,13 +140,16 @@ MAX_RUNNING_REQUESTS = 2**31 - 1
 MAX_RECV_INTERVAL = 2**31 - 1
 #: Iterations batch waiting may hold prompts: a bound on input (TensorRT-LLM's default is 0, off).
 MAX_BATCH_WAIT_ITERS = 2**31 - 1
+#: Iterations the attention-DP balance may hold prompts: a bound on input (TensorRT-LLM's default is 50).
+MAX_ADP_BALANCE_ITERS = 2**31 - 1
 
 _TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed", "router",
                "early_rejection"}
 _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
                 "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests",
-                "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio"}
+                "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
+                "attention_dp_timeout_iters", "attention_dp_batching_wait_iters"}
 _TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -193,7 +202,8 @@ def _pool(spec: Fields) -> Pool:
                 max_prefill_batch_tokens=batch_cap,
                 max_running_requests=spec.integer("max_running_requests", minimum=1, maximum=MAX_RUNNING_REQUESTS)
                 if spec.has("max_running_requests") else None,
-                recv_interval=_recv_interval(spec, phase, dp), **_batch_wait(spec, phase, policy, dp))
+                recv_interval=_recv_interval(spec, phase, dp), **_batch_wait(spec, phase, policy, dp),
+                **_adp_balance(spec, phase, policy, dp))
 
 
 def _recv_interval(spec: Fields, phase: str, dp: int) -> int | None:
@@ -220,6 +230,19 @@ def _batch_wait(spec: Fields, phase: str, policy: str | None, dp: int) -> dict:
                         spec.data["recv_interval"])
     return {keys[0]: spec.integer(keys[0], minimum=1, maximum=MAX_BATCH_WAIT_ITERS),
             keys[1]: spec.number(keys[1], minimum=0, exclusive=True, maximum=1)}
+
+
+def _adp_balance(spec: Fields, phase: str, policy: str | None, dp: int) -> dict:
+    keys = ("attention_dp_timeout_iters", "attention_dp_batching_wait_iters")
+    stated = [key for key in keys if spec.has(key)]
+    if not stated:
+        return {}
+    if phase != "colocated" or policy != "chunked" or dp < 2:
+        raise spec.fail(stated[0], f"applies only to {ADP_BALANCE_POOLS}", spec.data[stated[0]])
+    if len(stated) == 1:
+        missing = keys[1 - keys.index(stated[0])]
+        raise spec.fail(missing, f"is missing: {ADP_BALANCE_BOTH}", show_value=False)
+    return {key: spec.integer(key, minimum=0, maximum=MAX_ADP_BALANCE_ITERS) for key in keys}
 
 
 def _cache_tier(spec: Fields) -> CacheTier:
@@ -388,7 +411,8 @@ def plan_to_dict(plan: Plan) -> dict:
         if plan.links:
             doc["links"] = [link(entry) for entry in plan.links]
     optional = ("policy", "chunk_tokens", "prefix_cache_blocks", "max_prefill_batch_tokens", "max_running_requests",
-                "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio")
+                "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
+                "attention_dp_timeout_iters", "attention_dp_batching_wait_iters")
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
                      **wide_fields(p.dp, p.ep, p.redundant_experts), "replicas": p.replicas,
                      **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},

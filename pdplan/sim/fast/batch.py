@@ -21,6 +21,7 @@ from numba import njit
 from pdplan.sim.events import BOUNDARY
 from pdplan.sim.fast.clock import finished, push, release
 from pdplan.sim.fast.fields import (
+    D_ADP_K,
     D_B,
     D_CAP,
     D_DP,
@@ -169,6 +170,8 @@ def _plan_run(rq, di, df, tab_i, pieces, ht, hi, hs, d, t):
         k = min(k, di[D_RECV_N, d] - di[D_RECV_C, d])
     if di[D_WAIT_J, d] >= 0:  # its iterations hold prompts (batch waiting): stop where the hold ends
         k = min(k, di[D_WAIT_J, d] + di[D_WAIT_N, d] - di[D_WAIT_C, d])
+    if di[D_ADP_K, d] >= 0:  # the attention-DP balance holds prompts: stop where it releases them
+        k = min(k, di[D_ADP_K, d])
     df[F_RUN_T0, d] = t
     di[D_RUN_K, d] = k
     end = t + instance_run_s(tab_i, pieces, di, d, k)

@@ -31,6 +31,15 @@ from pdplan.sim.fast.batch import (
 )
 from pdplan.sim.fast.clock import new_heap, next_event, push
 from pdplan.sim.fast.fields import (
+    ADP_BATCH,
+    ADP_COUNT,
+    ADP_RESET,
+    D_ADP_BC,
+    D_ADP_C,
+    D_ADP_K,
+    D_ADP_MODE,
+    D_ADP_N,
+    D_ADP_W,
     D_B,
     D_CHUNK,
     D_DP,
@@ -47,6 +56,7 @@ from pdplan.sim.fast.fields import (
     D_M_GROUP_D,
     D_M_GROUP_P,
     D_M_PREFILL,
+    D_MAX_RUN,
     D_MODE,
     D_MODEL,
     D_PENDING,
@@ -157,6 +167,65 @@ def _held(rq, di, i):
         di[D_WAIT_C, i] = 0
         return False
     return True
+
+
+@njit(cache=True)
+def _balance_holds(rq, di, c):
+    """TensorRT-LLM's attention-DP balance (``PyExecutor._balance_adp_requests``) at an iteration of DP
+    instance c: whether every rank's prompt work is held this iteration (the rule:
+    :meth:`pdplan.sim.reference.colocated.ColocatedInstance._balance_holds`). It also sets how a decode
+    stretch from here moves the counters (ADP_MODE) and, while it holds prompts, the steps after which
+    the balance releases them (ADP_K)."""
+    dp = di[D_DP, c]
+    anyone = False
+    every_prompt = True
+    some_prompt = False
+    free = True
+    for i in range(c, c + dp):
+        if di[D_B, i] > 0 or di[D_W_HEAD, i] >= 0 or di[D_PF_HEAD, i] >= 0:
+            anyone = True
+        if _prompt_tokens(rq, di, i) > 0:
+            some_prompt = True
+        else:
+            every_prompt = False
+        if di[D_B, i] >= di[D_MAX_RUN, i]:
+            free = False
+    decoding = True  # a rank with no request at all decodes a dummy while another rank has one
+    for i in range(c, c + dp):
+        if di[D_B, i] == 0 and (di[D_W_HEAD, i] >= 0 or di[D_PF_HEAD, i] >= 0 or not anyone):
+            decoding = False
+    if every_prompt and free:
+        di[D_ADP_C, c] = 0
+        if not decoding:
+            return False
+        if di[D_ADP_BC, c] < di[D_ADP_W, c]:
+            di[D_ADP_BC, c] += 1
+            di[D_ADP_MODE, c] = ADP_BATCH
+            di[D_ADP_K, c] = di[D_ADP_W, c] - di[D_ADP_BC, c] + 1
+            return True
+        di[D_ADP_BC, c] = 0
+        return False
+    di[D_ADP_C, c] += 1
+    if di[D_ADP_C, c] >= di[D_ADP_N, c] or not decoding:
+        di[D_ADP_C, c] = 0
+        di[D_ADP_MODE, c] = ADP_COUNT if decoding else ADP_RESET
+        return False
+    di[D_ADP_MODE, c] = ADP_COUNT
+    if some_prompt:
+        di[D_ADP_K, c] = di[D_ADP_N, c] - di[D_ADP_C, c]
+    return some_prompt
+
+
+@njit(cache=True)
+def _count_balance(di, c, steps):
+    """A decode stretch of DP instance c ran ``steps`` steps after the one its balance was decided at:
+    each was an iteration the balance counted (:func:`_balance_holds`)."""
+    if di[D_ADP_MODE, c] == ADP_BATCH:
+        di[D_ADP_BC, c] += steps
+    elif di[D_ADP_MODE, c] == ADP_RESET or di[D_ADP_N, c] == 0:
+        di[D_ADP_C, c] = 0
+    else:
+        di[D_ADP_C, c] = (di[D_ADP_C, c] + steps) % di[D_ADP_N, c]
 
 
 @njit(cache=True)
@@ -280,8 +349,14 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
     rank's time drops by its own share of it and the iteration adds the share of all the ranks'
     tokens (:func:`_iteration_s`)."""
     di[D_VERSION, c] += 1
+    di[D_ADP_K, c] = -1
+    held = (di[D_ADP_N, c] > 0 or di[D_ADP_W, c] > 0) and _balance_holds(rq, di, c)
     prompt = False
     for i in range(c, c + di[D_DP, c]):
+        if held:
+            di[D_IT_KIND, i] = IT_NONE
+            df[F_IT_S, i] = -1.0
+            continue
         df[F_IT_S, i] = _plan_rank(rq, rt, di, df, tab_i, pieces, i, t)
         if df[F_IT_S, i] >= 0.0:
             prompt = True
@@ -344,6 +419,8 @@ def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
     if di[D_WAIT_J, c] >= 0:  # the stretch's steps from WAIT_J on held prompts
         di[D_WAIT_C, c] += steps - di[D_WAIT_J, c]
         di[D_WAIT_J, c] = -1
+    if mode == DECODE_RUN and steps > 1 and (di[D_ADP_N, c] > 0 or di[D_ADP_W, c] > 0):
+        _count_balance(di, c, steps - 1)
     if di[D_RECV_N, c] > 1:
         _receive(rq, di, c, mode == DECODE_RUN, steps)
     _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t)

@@ -47,8 +47,8 @@ PQ_FIELDS = 3
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
  D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN, D_HOME, D_LENT, D_EPOCH, D_PENDING,
  D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS, D_RECV_N, D_RECV_C, D_U_HEAD, D_U_TAIL, D_WAIT_N, D_WAIT_TOK,
- D_WAIT_C, D_WAIT_J) = range(52)
-DI_FIELDS = 52
+ D_WAIT_C, D_WAIT_J, D_ADP_N, D_ADP_W, D_ADP_C, D_ADP_BC, D_ADP_K, D_ADP_MODE) = range(58)
+DI_FIELDS = 58
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -78,6 +78,11 @@ DI_FIELDS = 52
 #   its prompt work is held until WAIT_N iterations held it or its tokens plus one per decode reach
 #   WAIT_TOK; WAIT_C the iterations held since prompts last ran, WAIT_J the step of the current stretch
 #   from which its iterations hold prompts (-1: none do).
+#   ADP_N, ADP_W: a colocated DP instance's attention-DP balance (TensorRT-LLM's timeout_iters and
+#   batching_wait_iters; both 0: off), ADP_C and ADP_BC its two counters (iterations counted towards the
+#   timeout, and held while every rank had prompts), ADP_K the most steps its current stretch may run
+#   before the balance releases held prompts (-1: no limit), ADP_MODE how that stretch's steps move the
+#   counters (ADP_COUNT, ADP_BATCH, ADP_RESET).
 
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY, F_IT_S, F_PROMPT_S = range(6)
@@ -124,6 +129,13 @@ HELD = 4  # a prefill machine lent to decode, still draining its prompts: its co
 HOME_DECODE = 0
 HOME_MIXED = 1
 HOME_PREFILL = 2
+
+# how the steps of a colocated DP instance's decode stretch move its attention-DP balance counters: each
+# counts towards the timeout (mod ADP_N), each is held while every rank has prompts (ADP_BC up), or each
+# resets the count (some rank has no decode)
+ADP_COUNT = 0
+ADP_BATCH = 1
+ADP_RESET = 2
 
 # what one colocated rank runs in an iteration of its instance
 IT_NONE = 0

@@ -75,7 +75,7 @@ def _instance_state(profiles: list[PhaseProfile], table: LatencyTable, per_insta
     di = np.zeros((fields.DI_FIELDS, inst.size), np.int64)
     for row in (fields.D_ROOT, fields.D_W_HEAD, fields.D_W_TAIL, fields.D_PF_HEAD, fields.D_PF_TAIL,
                 fields.D_IT_FIRST, fields.D_LRU_HEAD, fields.D_LRU_TAIL, fields.D_K_HEAD, fields.D_K_TAIL,
-                fields.D_U_HEAD, fields.D_U_TAIL, fields.D_WAIT_J):
+                fields.D_U_HEAD, fields.D_U_TAIL, fields.D_WAIT_J, fields.D_ADP_K):
         di[row] = -1
     rows = {fields.D_CAP: [p.kv_capacity_tokens for p in profiles],
             fields.D_MODEL: [table.index(p.decode) for p in profiles],
@@ -137,7 +137,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
             fields.D_CHUNK: [layout.chunk_tokens[i] for i in ids],
             fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids], fields.D_MAX_RUN: _running_caps(layout, ids),
             fields.D_RECV_N: [layout.receive_every(i) for i in ids],
-            fields.D_WAIT_N: [n for n, _ in waits], fields.D_WAIT_TOK: [tokens for _, tokens in waits]})
+            fields.D_WAIT_N: [n for n, _ in waits], fields.D_WAIT_TOK: [tokens for _, tokens in waits],
+            fields.D_ADP_N: [layout.balance(i)[0] for i in ids], fields.D_ADP_W: [layout.balance(i)[1] for i in ids]})
         block = prefix_block_tokens(layout, requests)
         caps = cache_capacities(layout, requests, "colocated") if requests.has_hashes and block else [0] * len(ids)
         n_hash, hash_vals, hash_ptr = (_dense_hashes(requests) if any(caps)

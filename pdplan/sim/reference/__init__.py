@@ -114,7 +114,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         cached = np.zeros(n, np.int64)
         inst = [ColocatedInstance(env, layout.profiles[i], req, rec, layout.policy[i],
                                    layout.chunk_tokens[i], layout.batch_tokens[i], cached, layout.running_cap(i),
-                                   layout.receive_every(i), layout.waits(i))
+                                   layout.receive_every(i), layout.waits(i), layout.balance(i))
                 for i in ids]
         block = req.block_tokens or layout.block_tokens or 0
         caches = ([PrefixCache(cap) for cap in cache_capacities(layout, req, "colocated")]

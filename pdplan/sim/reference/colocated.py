@@ -18,8 +18,10 @@ class ColocatedInstance:
 
     def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int,
                  cached: np.ndarray | None = None, max_running: int = 0, recv_interval: int = 1,
-                 batch_wait: tuple[int, int] = (0, 0)):
+                 batch_wait: tuple[int, int] = (0, 0), adp_balance: tuple[int, int] = (0, 0)):
         self.env, self.profile, self.req, self.rec = env, profile, req, rec
+        # TensorRT-LLM's attention-DP balance: (timeout_iters, batching_wait_iters) and its two counters
+        (self.adp_timeout, self.adp_batching), self.adp_waited, self.adp_batched = adp_balance, 0, 0
         # TensorRT-LLM's batch waiting: (iterations it may hold prompts, tokens that end it early) and
         # the iterations it has held them since it last let them run
         (self.wait_iters, self.wait_tokens), self.waited = batch_wait, 0
@@ -79,7 +81,8 @@ class ColocatedInstance:
     def _next(self) -> None:
         """Pick the next iteration of every rank at a boundary."""
         self.running = True
-        plans = [self._plan(rank) for rank in self.ranks]
+        held = self._balance_holds()
+        plans = [self._plan(rank, held) for rank in self.ranks]
         parts = [(plan[2], *self._rows_tokens(rank, plan)) for rank, plan in zip(self.ranks, plans)
                  if plan is not None]
         if not parts:
@@ -114,6 +117,34 @@ class ColocatedInstance:
         self.waited += 1
         return True
 
+    def _balance_holds(self) -> bool:
+        """TensorRT-LLM's attention-DP balance (``PyExecutor._balance_adp_requests``), once per iteration:
+        whether every rank's prompt work is held this iteration. Prompts run when every rank has some
+        (and no rank's decodes fill its batch), after ``adp_batching`` more iterations if every rank also
+        decodes; otherwise they wait, the iteration counted, until ``adp_timeout`` iterations were
+        counted or some rank has no decode. A rank with no request at all counts as decoding (the
+        engine pads it with a dummy decode) while another rank has one. The count runs on in
+        iterations with no prompt anywhere, so a lone prompt waits for the count's next turn."""
+        if not (self.adp_timeout or self.adp_batching):
+            return False
+        active = [bool(rank.generated or rank.waiting or rank.prefilling) for rank in self.ranks]
+        decoding = [bool(rank.generated) or (not mine and any(active)) for rank, mine in zip(self.ranks, active)]
+        if all(self._prompt_tokens(rank) for rank in self.ranks) and all(
+                not rank.max_running or len(rank.generated) < rank.max_running for rank in self.ranks):
+            self.adp_waited = 0
+            if not all(decoding):
+                return False
+            if self.adp_batched < self.adp_batching:
+                self.adp_batched += 1
+                return True
+            self.adp_batched = 0
+            return False
+        self.adp_waited += 1
+        if self.adp_waited >= self.adp_timeout or not all(decoding):
+            self.adp_waited = 0
+            return False
+        return True
+
     def _prompt_tokens(self, rank: Rank) -> int:
         """The prompt tokens a chunked iteration of the rank would compute now, nothing admitted."""
         budget = self.chunk_tokens - len(rank.generated)
@@ -132,8 +163,11 @@ class ColocatedInstance:
             tokens, budget = tokens + take, budget - take
         return tokens
 
-    def _plan(self, rank: Rank):
-        """A rank's next iteration, its prompts admitted: (kind, chunks or batch, seconds), or None."""
+    def _plan(self, rank: Rank, held: bool = False):
+        """A rank's next iteration, its prompts admitted: (kind, chunks or batch, seconds), or None;
+        ``held``: the attention-DP balance holds its prompts this iteration."""
+        if held:
+            return ("step", None, rank.step_s()) if rank.generated else None
         if self._held(rank):
             return "step", None, rank.step_s()
         if self.policy == "prefill-first":
