@@ -49,9 +49,10 @@ Stated assumptions, the same for every row:
 * TensorRT-LLM's iteration budget — every InferenceMAX TensorRT-LLM recipe passes ``--max_num_tokens``:
   gpt-oss's 20,000; DeepSeek-R1's C + ISL + 64 rounded up to 64 (with MTP, (MTP + 1)·C + ISL + 64),
   at least 8,192 from 2026-01-21 (64af5a771, #258) for the recipes without MTP; Llama-3.1-70B's 16,384
-  (below). Those rows are replayed with it as the chunked pool's budget. The recipes leave chunked
-  prefill off, so the engine runs each context whole; pdplan's chunked pool may start a second prompt
-  in the room the first leaves;
+  (below). Those rows are replayed with it as the chunked pool's budget (with attention DP, each
+  rank's; the MTP recipes with attention DP count C over the ranks, which they also pass as
+  ``--max_batch_size``, replayed as each rank's ``max_running_requests``). The recipes leave chunked prefill off, so the engine runs each context whole; pdplan's
+  chunked pool may start a second prompt in the room the first leaves;
 * precision — gemm_quant_mode fp8 / fp8_block is fp8 weights, nvfp4 is fp4, none is bf16; the KV
   cache is fp8 for quantized weights (pdplan's default), except on the aggregated InferenceMAX rows whose
   recipe left it to the engine, which keeps it at bf16 (``AUTO_KV_RECIPES``: SGLang's DeepSeek-R1 on H200,
@@ -73,6 +74,11 @@ Stated assumptions, the same for every row:
   rows are replayed with it (``batch_wait``), and with the iteration budget those recipes pass as
   ``--max_num_tokens`` (above; Llama: 16,384 at every shape). TensorRT-LLM skips batch waiting under
   attention DP;
+* TensorRT-LLM's attention-DP balance — InferenceMAX's TensorRT-LLM recipes with attention DP set
+  ``attention_dp_config: enable_balance: true``: DeepSeek-R1's with ``timeout_iters`` 60 and
+  ``batching_wait_iters`` 0 (``dsr1_*_trt*.sh`` from ``ec90f3fe7``, 2025-09-18), gpt-oss's with the
+  engine's defaults, 50 and 10 (``gptoss_fp4_b200_trt*.sh`` from ``28e5a01ea``); those rows (mode
+  ``agg-dp``) are replayed with it (``adp_balance``): prompts wait until every rank has some;
 * multi-token prediction — an InferenceMAX row measured by a sweep that ran DeepSeek-R1 under its
   engine, GPU and precision only with MTP (``MTP_SWEEPS``: the merge's perf-changelog.yaml entry
   lists only ``-mtp`` configurations) is replayed with it: the recipes' ``num_nextn_predict_layers``
@@ -158,6 +164,13 @@ AUTO_KV_RECIPES = {("sglang", "h200-141gb", "deepseek-r1"), ("sglang", "h200-141
                    ("vllm", "h100-80gb", "gpt-oss-120b"), ("vllm", "h200-141gb", "gpt-oss-120b"),
                    ("trtllm", "h200-141gb", "gpt-oss-120b")}
 GPT_OSS_VLLM_B200_FP8_KV = "2025-12-05"
+#: The attention-DP balance of InferenceMAX's TensorRT-LLM recipes with attention DP (``attention_dp_config``
+#: with ``enable_balance``): (timeout_iters, batching_wait_iters, UTC date of the merge that set it).
+#: DeepSeek-R1's 60 and 0 (``dsr1_*_trt*.sh``, ec90f3fe7, #22); gpt-oss's states no counts, so the engine's
+#: defaults, 50 and 10 (``AttentionDpConfig`` in tensorrt_llm/llmapi/llm_args.py; ``gptoss_fp4_b200_trt*.sh``,
+#: 28e5a01ea, #27).
+ADP_BALANCE_RECIPES = {"deepseek-r1": (60, 0, "2025-09-18"), "deepseek-v3": (60, 0, "2025-09-18"),
+                       "gpt-oss-120b": (50, 10, "2025-09-19")}
 
 
 def supported_rows(path) -> pd.DataFrame:
@@ -252,7 +265,8 @@ def plan_for(row) -> Plan:
         ranks = {"dp": _int(row["attention_dp_size"]), "ep": int(row["ep"])} if row["mode"] == "agg-dp" else {}
         return Plan(pools=(Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
                                 policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap,
-                                recv_interval=None if ranks else recv_interval(row), **ranks, **(waiting or {})),))
+                                recv_interval=None if ranks else recv_interval(row), **ranks, **(waiting or {}),
+                                max_running_requests=mtp_batch_size(row), **adp_balance(row)),))
     return Plan(pools=(
         Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], **coordinates(row, "prefill"),
              replicas=_int(row["prefill_num_workers"]), max_prefill_batch_tokens=SCHEDULING[row["backend"]][1]),
@@ -271,8 +285,9 @@ def recv_interval(row) -> int | None:
 
 
 def _trt_recipe(row) -> bool:
-    """Whether the row is an aggregated InferenceMAX TensorRT-LLM run whose recipe's date is known."""
-    return row["harness"] in INFERENCEMAX and row["backend"] == "trtllm" and row["mode"] == "agg" \
+    """Whether the row is an aggregated InferenceMAX TensorRT-LLM run (with attention DP or without) whose
+    recipe's date is known."""
+    return row["harness"] in INFERENCEMAX and row["backend"] == "trtllm" and row["mode"] in ("agg", "agg-dp") \
         and bool(row["measured"])
 
 
@@ -294,16 +309,26 @@ def iteration_budget(row) -> int | None:
     if row["model"] not in DEEPSEEK:
         return None
     drafting = speculative(row)   # an MTP recipe counts every request's drafts: (MTP + 1)·C + ISL + 64
-    rows = int(row["concurrency"]) * (1 + (drafting.draft_tokens if drafting else 0))
+    rows = (mtp_batch_size(row) or int(row["concurrency"])) * (1 + (drafting.draft_tokens if drafting else 0))
     budget = (rows + int(row["isl"]) + 64 + 63) // 64 * 64
     floored = drafting is None and row["measured"] >= DEEPSEEK_BUDGET_FLOOR[0]
     return max(budget, DEEPSEEK_BUDGET_FLOOR[1]) if floored else budget
 
 
+def mtp_batch_size(row) -> int | None:
+    """The ``--max_batch_size`` an InferenceMAX TensorRT-LLM MTP recipe with attention DP passed, C over the
+    ranks, at least 1 (``dsr1_*_trt_mtp*.sh``: ``MAX_BATCH_SIZE=$((CONC/TP))``, which also counts in its
+    ``--max_num_tokens``); None for every other row (without attention DP those recipes pass C, which C
+    clients never exceed)."""
+    if not (_trt_recipe(row) and row["mode"] == "agg-dp" and speculative(row) is not None):
+        return None
+    return max(1, int(row["concurrency"]) // _int(row["attention_dp_size"]))
+
+
 def batch_wait(row) -> dict | None:
     """The TensorRT-LLM batch waiting of an aggregated row's recipe (module docstring) as pool fields;
     None where the recipe ran none."""
-    if not _trt_recipe(row):
+    if not _trt_recipe(row) or row["mode"] == "agg-dp":  # TensorRT-LLM skips batch waiting under attention DP
         return None
     chat, clients = (int(row["isl"]), int(row["osl"])) == (1024, 1024), int(row["concurrency"])
     if _llama_trt_recipe(row):
@@ -314,6 +339,17 @@ def batch_wait(row) -> dict | None:
             or sweep in MTP_SWEEPS:
         return None
     return {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8} if chat and clients >= 64 else None
+
+
+def adp_balance(row) -> dict:
+    """The attention-DP balance of an InferenceMAX TensorRT-LLM row with attention DP (module docstring) as
+    pool fields; none for every other row."""
+    if not (_trt_recipe(row) and row["mode"] == "agg-dp"):
+        return {}
+    timeout, batching, since = ADP_BALANCE_RECIPES[row["model"]]
+    if row["measured"] < since:
+        return {}
+    return {"attention_dp_timeout_iters": timeout, "attention_dp_batching_wait_iters": batching}
 
 
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:

@@ -1,5 +1,6 @@
 """pdplan profile calibrate: correct a profile from a serving benchmark's saved result."""
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -300,11 +301,27 @@ def test_a_sweep_that_restarted_its_server_with_other_settings_is_replayed_run_b
     assert max(map(abs, fit.after.values())) < 0.01 < max(map(abs, calibrate(BASE, runs).after.values()))
 
 
+def test_a_benchmark_of_attention_dp_ranks_under_the_balance_is_replayed_with_it(tmp_path):
+    """Four ranks under TensorRT-LLM's attention-DP balance: replayed with it the fit gives back the factors;
+    replayed without it, no factors reproduce the prompts' waits."""
+    base = dataclasses.replace(BASE, dp=4)
+    ran = EngineBatching(attention_dp_timeout_iters=60, attention_dp_batching_wait_iters=0)
+    runs = [run for c in (4, 32) for run in read_bench(vllm_result(tmp_path / f"c{c}.json", c, schedule=ran, base=base),
+                                                       "vllm-bench")]
+    fit = calibrate(base, runs, ran)
+    assert (fit.prefill_scale, fit.decode_scale) == (pytest.approx(TRUTH["prefill"], rel=0.02),
+                                                     pytest.approx(TRUTH["decode"], rel=0.02))
+    assert max(map(abs, fit.after.values())) < 0.01 < max(map(abs, calibrate(base, runs).after.values()))
+    assert ran.describe() == "chunked 8192, attention-DP balance 60 iterations, 0 batching"
+
+
 @pytest.mark.parametrize("flags, flag", [
     (("--batch-wait-timeout-iters", "20"), "--batch-wait-max-tokens-ratio"),
     (("--policy", "prefill-first", "--batch-wait-timeout-iters", "20", "--batch-wait-max-tokens-ratio", "0.9"),
      "--batch-wait-timeout-iters"),
-    (("--recv-interval", "0"), "--recv-interval")])
+    (("--recv-interval", "0"), "--recv-interval"),
+    (("--attention-dp-timeout-iters", "60", "--attention-dp-batching-wait-iters", "0"),  # a one-rank profile
+     "--attention-dp-timeout-iters")])
 def test_scheduler_flags_the_engine_cannot_run_exit_2_naming_the_flag(run_cli, tmp_path, base_file, flags, flag):
     bench = vllm_result(tmp_path / "c8.json", 8)
     code, out, err = run_cli("profile", "calibrate", base_file, "--bench", bench, *flags, "-o", tmp_path / "cal.yaml")

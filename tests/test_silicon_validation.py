@@ -146,3 +146,30 @@ def test_a_row_is_a_published_run_only_when_both_clocks_equal_its_means_on_its_g
     matched = validation.published_medians(rows, runs)
     assert matched["id"].tolist() == ["a"]
     assert matched["median_ttft_ms"].iloc[0] == pytest.approx(150.0)
+
+
+def test_attention_dp_rows_of_tensorrt_llm_replay_the_balance_their_recipe_set(validation, rows):
+    """DeepSeek-R1's recipes: ``timeout_iters: 60, batching_wait_iters: 0``; gpt-oss's state neither, so
+    TensorRT-LLM's defaults, 50 and 10. Rows without attention DP hold nothing."""
+    trt = rows[(rows["backend"] == "trtllm") & rows["harness"].isin(validation.INFERENCEMAX)]
+    with_dp = trt[trt["mode"] == "agg-dp"]
+    expected = {"deepseek-r1": (60, 0), "gpt-oss-120b": (50, 10)}
+    assert set(with_dp["model"]) == set(expected)
+    for _, row in with_dp.iterrows():
+        balance = validation.adp_balance(row)
+        assert (balance["attention_dp_timeout_iters"], balance["attention_dp_batching_wait_iters"]) == \
+               expected[row["model"]]
+    assert all(validation.adp_balance(row) == {} for _, row in trt[trt["mode"] == "agg"].iterrows())
+
+
+def test_mtp_recipes_with_attention_dp_cap_each_rank_at_the_clients_over_the_ranks(validation, rows):
+    """``MAX_BATCH_SIZE=$((CONC/TP))`` with one draft: ``--max_num_tokens`` is (2·C/8 + ISL + 64) rounded up
+    to 64 on 8 ranks, and each rank runs at most C/8 requests."""
+    sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "h200-141gb") & (rows["mode"] == "agg-dp")],
+                     "2026-01-14")
+    assert len(sweep)
+    for _, row in sweep.iterrows():
+        per_rank = int(row["concurrency"]) // 8
+        assert validation.mtp_batch_size(row) == per_rank
+        assert validation.iteration_budget(row) == (2 * per_rank + int(row["isl"]) + 127) // 64 * 64
+        assert validation.plan_for(row).pools[0].max_running_requests == per_rank

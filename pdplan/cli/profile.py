@@ -331,7 +331,8 @@ def compose(
 #: The calibration's scheduler settings, by the plan pool field that states them.
 SCHEDULE_FLAGS = {"recv_interval": "--recv-interval", "batch_wait_timeout_iters": "--batch-wait-timeout-iters",
                   "batch_wait_max_tokens_ratio": "--batch-wait-max-tokens-ratio", "chunk_tokens": "--chunk",
-                  "policy": "--policy"}
+                  "policy": "--policy", "attention_dp_timeout_iters": "--attention-dp-timeout-iters",
+                  "attention_dp_batching_wait_iters": "--attention-dp-batching-wait-iters"}
 
 
 def _deployment(plan: Path | None, decode_profile: Path | None, decode_output: Path | None, prefill,
@@ -387,6 +388,14 @@ def calibrate(
     batch_wait_ratio: Annotated[float | None, typer.Option(
         "--batch-wait-max-tokens-ratio", help="The TensorRT-LLM server's batch_wait_max_tokens_ratio of --chunk.",
         show_default=False)] = None,
+    adp_timeout: Annotated[int | None, typer.Option(
+        "--attention-dp-timeout-iters", help="The TensorRT-LLM server's attention_dp_config timeout_iters, when "
+                                             "it ran attention DP with enable_balance (a profile of one rank of "
+                                             "several, --policy chunked), with --attention-dp-batching-wait-iters.",
+        show_default=False)] = None,
+    adp_batching: Annotated[int | None, typer.Option(
+        "--attention-dp-batching-wait-iters", help="The TensorRT-LLM server's attention_dp_config "
+                                                   "batching_wait_iters.", show_default=False)] = None,
     speculative: SpeculativeOpt = None,
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
@@ -409,8 +418,8 @@ def calibrate(
     ran a whole disaggregated deployment, and both its profiles are corrected.
 
     The written profile's provenance holds the factors and the error before and after. The load is
-    replayed as the server scheduled it: SGLang's receive interval and TensorRT-LLM's batch waiting
-    with their flags, and speculative decoding with --speculative and its flags (the written profile
+    replayed as the server scheduled it: SGLang's receive interval, TensorRT-LLM's batch waiting and
+    its attention-DP balance with their flags, and speculative decoding with --speculative and its flags (the written profile
     stays the plain decode step, to be planned with the same flags).
     """
     from pdplan.latency.calibration.bench import FORMATS, read_bench
@@ -426,7 +435,8 @@ def calibrate(
     if (plan, decode_profile, decode_output) != (None, None, None):
         deployment = _deployment(plan, decode_profile, decode_output, base, {
             "--recv-interval": recv_interval, "--batch-wait-timeout-iters": batch_wait_iters,
-            "--batch-wait-max-tokens-ratio": batch_wait_ratio, "--speculative": speculative})
+            "--batch-wait-max-tokens-ratio": batch_wait_ratio, "--attention-dp-timeout-iters": adp_timeout,
+            "--attention-dp-batching-wait-iters": adp_batching, "--speculative": speculative})
     models = set() if deployment is None else {model_file(pool.model) for pool in deployment.plan.pools} - {None}
     outputs = Outputs(profile_file, *bench, *(p for p in (plan, decode_profile) if p is not None), *sorted(models))
     outputs.claim(output, "--output")
@@ -439,7 +449,8 @@ def calibrate(
     if drafting is not None and drafting.draft_cost is None:  # MTP: one layer of the profile's model
         drafting = drafting.resolved(get_model(base.model).layers)
     schedule = EngineBatching(policy=policy, tokens=chunk, speculative=drafting, recv_interval=recv_interval,
-                              batch_wait_timeout_iters=batch_wait_iters, batch_wait_max_tokens_ratio=batch_wait_ratio)
+                              batch_wait_timeout_iters=batch_wait_iters, batch_wait_max_tokens_ratio=batch_wait_ratio,
+                              attention_dp_timeout_iters=adp_timeout, attention_dp_batching_wait_iters=adp_batching)
     try:
         schedule.pool(base)
     except PdplanError as err:  # the pool's rules, named by the flags that set them

@@ -76,16 +76,22 @@ class EngineBatching:
     recv_interval: int | None = None
     batch_wait_timeout_iters: int | None = None
     batch_wait_max_tokens_ratio: float | None = None
+    #: TensorRT-LLM's attention-DP balance, when the engine ran it (a plan pool's fields of the same names)
+    attention_dp_timeout_iters: int | None = None
+    attention_dp_batching_wait_iters: int | None = None
 
     def describe(self) -> str:
         """The schedule as a calibrated profile's record states it: ``chunked 8192``, and the receive
-        interval and batch waiting when the engine ran them."""
+        interval, batch waiting and the attention-DP balance when the engine ran them."""
         parts = [f"{self.policy} {self.tokens}"]
         if self.recv_interval is not None:
             parts.append(f"receive every {self.recv_interval} decode steps")
         if self.batch_wait_timeout_iters is not None:
             parts.append(f"batch waiting {self.batch_wait_timeout_iters} iterations or "
                          f"{self.batch_wait_max_tokens_ratio:g} of the budget")
+        if self.attention_dp_timeout_iters is not None:
+            parts.append(f"attention-DP balance {self.attention_dp_timeout_iters} iterations, "
+                         f"{self.attention_dp_batching_wait_iters} batching")
         return ", ".join(parts)
 
     def pool(self, profile: PhaseProfile) -> Pool:
@@ -96,7 +102,9 @@ class EngineBatching:
                     chunk_tokens=self.tokens if chunked else None,
                     max_prefill_batch_tokens=None if chunked else min(self.tokens, profile.max_prefill_batch_tokens),
                     recv_interval=self.recv_interval, batch_wait_timeout_iters=self.batch_wait_timeout_iters,
-                    batch_wait_max_tokens_ratio=self.batch_wait_max_tokens_ratio)
+                    batch_wait_max_tokens_ratio=self.batch_wait_max_tokens_ratio,
+                    attention_dp_timeout_iters=self.attention_dp_timeout_iters,
+                    attention_dp_batching_wait_iters=self.attention_dp_batching_wait_iters)
 
 
 def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, iteration_s: float,
