@@ -347,7 +347,8 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
     work (the others with decodes take one decode step), lasting the longest rank's; else a
     stretch of decode-only steps (advanced in closed form), or nothing. With a group part each
     rank's time drops by its own share of it and the iteration adds the share of all the ranks'
-    tokens (:func:`_iteration_s`)."""
+    tokens (:func:`_iteration_s`). Under the attention-DP balance no rank plans prompt work in an
+    iteration the balance holds (:func:`_balance_holds`)."""
     di[D_VERSION, c] += 1
     di[D_ADP_K, c] = -1
     held = (di[D_ADP_N, c] > 0 or di[D_ADP_W, c] > 0) and _balance_holds(rq, di, c)
