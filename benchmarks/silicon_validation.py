@@ -51,8 +51,9 @@ Stated assumptions, the same for every row:
   at least 8,192 from 2026-01-21 (64af5a771, #258) for the recipes without MTP; Llama-3.1-70B's 16,384
   (below). Those rows are replayed with it as the chunked pool's budget (with attention DP, each
   rank's; the MTP recipes with attention DP count C over the ranks, which they also pass as
-  ``--max_batch_size``, replayed as each rank's ``max_running_requests``). The recipes leave chunked prefill off, so the engine runs each context whole; pdplan's
-  chunked pool may start a second prompt in the room the first leaves;
+  ``--max_batch_size``, replayed as each rank's ``max_running_requests``). The recipes leave chunked
+  prefill off, so the engine runs each context whole; pdplan's chunked pool may start a second prompt
+  in the room the first leaves;
 * precision — gemm_quant_mode fp8 / fp8_block is fp8 weights, nvfp4 is fp4, none is bf16; the KV
   cache is fp8 for quantized weights (pdplan's default), except on the aggregated InferenceMAX rows whose
   recipe left it to the engine, which keeps it at bf16 (``AUTO_KV_RECIPES``: SGLang's DeepSeek-R1 on H200,

@@ -36,7 +36,8 @@ def two_decoding_then(arrivals):
     """r0 and r1 run their prompts on ranks 0 and 1 over [0, 100 ms] and decode 50 tokens in 10 ms steps
     from there; then one 10-token request at each of ``arrivals`` (2 tokens out)."""
     n = 2 + len(arrivals)
-    return {"arrival_s": [0.0, 0.0, *arrivals], "prompt_tokens": [10] * n, "output_tokens": [50, 50] + [2] * len(arrivals)}
+    return {"arrival_s": [0.0, 0.0, *arrivals], "prompt_tokens": [10] * n,
+            "output_tokens": [50, 50] + [2] * len(arrivals)}
 
 
 def starts(trace, plan, profile=None):

@@ -419,8 +419,8 @@ def calibrate(
 
     The written profile's provenance holds the factors and the error before and after. The load is
     replayed as the server scheduled it: SGLang's receive interval, TensorRT-LLM's batch waiting and
-    its attention-DP balance with their flags, and speculative decoding with --speculative and its flags (the written profile
-    stays the plain decode step, to be planned with the same flags).
+    its attention-DP balance with their flags, and speculative decoding with --speculative and its
+    flags (the written profile stays the plain decode step, to be planned with the same flags).
     """
     from pdplan.latency.calibration.bench import FORMATS, read_bench
     from pdplan.latency.calibration.fit import EngineBatching, calibrated_profile
