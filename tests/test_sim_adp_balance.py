@@ -22,10 +22,10 @@ from tests.test_sim_colocated import both_engines, colo_profile, constant_profil
 P, D = 0.100, 0.010
 
 
-def balanced(timeout=None, batching=None, dp=2, chunk=256) -> Plan:
+def balanced(timeout=None, batching=None, dp=2, chunk=256, running=None) -> Plan:
     return Plan(pools=(Pool(name="c", phase="colocated", model="toy", gpu="toy-gpu", policy="chunked",
                             chunk_tokens=chunk, dp=dp, ep=dp, attention_dp_timeout_iters=timeout,
-                            attention_dp_batching_wait_iters=batching),))
+                            attention_dp_batching_wait_iters=batching, max_running_requests=running),))
 
 
 def ranks(profile, dp=2):
@@ -103,9 +103,11 @@ def test_holding_prompts_for_every_rank_shortens_tpot_and_lengthens_ttft_in_a_cl
 
 @settings(max_examples=25, deadline=None)
 @given(seed=st.integers(0, 10**6), timeout=st.sampled_from([0, 1, 5, 60]), batching=st.sampled_from([0, 2, 10]),
-       dp=st.sampled_from([2, 4]), chunk=st.sampled_from([64, 256, 1024]), kv=st.sampled_from([1600, 100_000]))
-def test_both_engines_agree_request_by_request(seed, timeout, batching, dp, chunk, kv):
-    both_engines(random_trace(seed, n=60, rate_rps=25.0), balanced(timeout, batching, dp, chunk),
+       dp=st.sampled_from([2, 4]), chunk=st.sampled_from([64, 256, 1024]), kv=st.sampled_from([1600, 100_000]),
+       running=st.sampled_from([None, 2, 8]))
+def test_both_engines_agree_request_by_request(seed, timeout, batching, dp, chunk, kv, running):
+    """With a running cap too: a rank whose decodes fill it lets the balance hold no prompt for every rank."""
+    both_engines(random_trace(seed, n=60, rate_rps=25.0), balanced(timeout, batching, dp, chunk, running),
                  ranks(colo_profile(kv), dp))
 
 
