@@ -106,7 +106,8 @@ def test_holding_prompts_for_every_rank_shortens_tpot_and_lengthens_ttft_in_a_cl
        dp=st.sampled_from([2, 4]), chunk=st.sampled_from([64, 256, 1024]), kv=st.sampled_from([1600, 100_000]),
        running=st.sampled_from([None, 2, 8]))
 def test_both_engines_agree_request_by_request(seed, timeout, batching, dp, chunk, kv, running):
-    """With a running cap too: a rank whose decodes fill it lets the balance hold no prompt for every rank."""
+    """Running caps too: a rank whose decodes fill its cap sends the balance to its count even when every
+    rank has prompts."""
     both_engines(random_trace(seed, n=60, rate_rps=25.0), balanced(timeout, batching, dp, chunk, running),
                  ranks(colo_profile(kv), dp))
 
