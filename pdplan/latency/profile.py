@@ -85,6 +85,14 @@ class LatencyModel:
                 out[mask] = (features[mask] @ np.asarray(segment.pieces_s).T).max(axis=1)
         return out
 
+    def transformed(self, scales: tuple[float, float, float] = (1.0, 1.0, 1.0), plus_s: float = 0.0) -> LatencyModel:
+        """Every piece's coefficients scaled feature by feature, then ``plus_s`` seconds added to its
+        constant: the model of ``scale · t(x) + plus_s`` when the scales are equal."""
+        return LatencyModel(segments=tuple(
+            Segment(min_batch=s.min_batch,
+                    pieces_s=tuple((p[0] * scales[0] + plus_s, p[1] * scales[1], p[2] * scales[2]) for p in s.pieces_s))
+            for s in self.segments))
+
 
 @dataclass(frozen=True, kw_only=True)
 class Provenance:
@@ -180,10 +188,8 @@ def with_prompt_iteration(profile: PhaseProfile, seconds: float) -> PhaseProfile
     takes that part out again."""
     if not seconds:
         return profile
-    prefill = LatencyModel(segments=tuple(
-        Segment(min_batch=s.min_batch, pieces_s=tuple((p[0] + seconds, p[1], p[2]) for p in s.pieces_s))
-        for s in profile.prefill.segments))
-    return replace(profile, prefill=prefill, prompt_iteration_s=profile.prompt_iteration_s + seconds)
+    return replace(profile, prefill=profile.prefill.transformed(plus_s=seconds),
+                   prompt_iteration_s=profile.prompt_iteration_s + seconds)
 
 
 def iteration_group_s(profile: PhaseProfile, decode_rows: int, prompt_tokens: int) -> float:

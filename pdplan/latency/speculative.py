@@ -31,7 +31,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from pdplan.errors import InternalError, PdplanError
-from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment
+from pdplan.latency.profile import PhaseProfile
 from pdplan.schema import Fields
 from pdplan.vocabulary import SpeculativeMethod
 
@@ -114,10 +114,7 @@ class SpeculativeDecoding:
         was); its provenance notes say what was applied, with the numbers. A DP rank's decode group part
         (:meth:`PhaseProfile.group_s`) is dropped: a verify step's MoE tokens are not its rows, so its
         ranks are timed as if each carried the slowest one's batch."""
-        fa, fb, fc = self.factors()
-        decode = LatencyModel(segments=tuple(
-            Segment(min_batch=s.min_batch, pieces_s=tuple((a * fa, b * fb, c * fc) for a, b, c in s.pieces_s))
-            for s in profile.decode.segments))
+        decode = profile.decode.transformed(self.factors())
         dropped = ("decode steps time each DP rank as if it carried the slowest rank's batch (the MoE layers' "
                    "share over the ranks' own tokens is dropped under speculative decoding)"
                    if profile.group_decode_points else "")

@@ -45,7 +45,7 @@ from scipy.optimize import minimize
 
 from pdplan.errors import InternalError, PdplanError
 from pdplan.latency.calibration.bench import BenchRun, statistics, statistics_stated
-from pdplan.latency.profile import LatencyModel, PhaseProfile, Segment, with_prompt_iteration
+from pdplan.latency.profile import PhaseProfile, with_prompt_iteration
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
@@ -113,16 +113,11 @@ def corrected(profile: PhaseProfile, prefill_scale: float, decode_scale: float, 
     iteration cost (the part of the prefill only an iteration with prompt work pays) set to
     ``prompt_iteration_s``: a pilot measures the whole of it, so it replaces the host time a profile
     timed from kernels states (:mod:`pdplan.latency.eager`) rather than adding to it."""
-    def apply(model: LatencyModel, scale: float, fixed: float) -> LatencyModel:
-        return LatencyModel(segments=tuple(
-            Segment(min_batch=s.min_batch,
-                    pieces_s=tuple((p[0] * scale + fixed, p[1] * scale, p[2] * scale) for p in s.pieces_s))
-            for s in model.segments))
     def scaled(points, scale: float):
         return tuple((t, v * scale) for t, v in points)
     kernels = with_prompt_iteration(profile, -profile.prompt_iteration_s)
-    scaled_profile = replace(kernels, prefill=apply(kernels.prefill, prefill_scale, iteration_s),
-                             decode=apply(kernels.decode, decode_scale, iteration_s),
+    scaled_profile = replace(kernels, prefill=kernels.prefill.transformed((prefill_scale,) * 3, iteration_s),
+                             decode=kernels.decode.transformed((decode_scale,) * 3, iteration_s),
                              group_prefill_points=scaled(kernels.group_prefill_points, prefill_scale),
                              group_decode_points=scaled(kernels.group_decode_points, decode_scale))
     return with_prompt_iteration(scaled_profile, prompt_iteration_s)
