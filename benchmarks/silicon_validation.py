@@ -292,6 +292,11 @@ def _trt_recipe(row) -> bool:
         and bool(row["measured"])
 
 
+def _trt_dp_recipe(row) -> bool:
+    """Whether the row is an InferenceMAX TensorRT-LLM run with attention DP whose recipe's date is known."""
+    return _trt_recipe(row) and row["mode"] == "agg-dp"
+
+
 def _llama_trt_recipe(row) -> bool:
     """Whether the row ran Llama-3.1-70B's TensorRT-LLM recipe of ``LLAMA_TRT_RECIPES``."""
     return _trt_recipe(row) and row["model"] == "llama-3.1-70b" \
@@ -321,7 +326,7 @@ def mtp_batch_size(row) -> int | None:
     ranks, at least 1 (``dsr1_*_trt_mtp*.sh``: ``MAX_BATCH_SIZE=$((CONC/TP))``, which also counts in its
     ``--max_num_tokens``); None for every other row (without attention DP those recipes pass C, which C
     clients never exceed)."""
-    if not (_trt_recipe(row) and row["mode"] == "agg-dp" and speculative(row) is not None):
+    if not (_trt_dp_recipe(row) and speculative(row) is not None):
         return None
     return max(1, int(row["concurrency"]) // _int(row["attention_dp_size"]))
 
@@ -329,7 +334,7 @@ def mtp_batch_size(row) -> int | None:
 def batch_wait(row) -> dict | None:
     """The TensorRT-LLM batch waiting of an aggregated row's recipe (module docstring) as pool fields;
     None where the recipe ran none."""
-    if not _trt_recipe(row) or row["mode"] == "agg-dp":  # TensorRT-LLM skips batch waiting under attention DP
+    if not _trt_recipe(row) or _trt_dp_recipe(row):  # TensorRT-LLM skips batch waiting under attention DP
         return None
     chat, clients = (int(row["isl"]), int(row["osl"])) == (1024, 1024), int(row["concurrency"])
     if _llama_trt_recipe(row):
@@ -344,12 +349,12 @@ def batch_wait(row) -> dict | None:
 
 def adp_balance(row) -> dict:
     """The attention-DP balance of an InferenceMAX TensorRT-LLM row with attention DP (module docstring) as
-    pool fields; none for every other row."""
-    if not (_trt_recipe(row) and row["mode"] == "agg-dp"):
+    pool fields; none for every other row, and for a model whose recipe ``ADP_BALANCE_RECIPES`` does not
+    hold."""
+    recipe = ADP_BALANCE_RECIPES.get(row["model"]) if _trt_dp_recipe(row) else None
+    if recipe is None or row["measured"] < recipe[2]:  # a recipe not read, or from before it set the balance
         return {}
-    timeout, batching, since = ADP_BALANCE_RECIPES[row["model"]]
-    if row["measured"] < since:
-        return {}
+    timeout, batching, _ = recipe
     return {"attention_dp_timeout_iters": timeout, "attention_dp_batching_wait_iters": batching}
 
 

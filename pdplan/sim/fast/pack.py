@@ -130,7 +130,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
 
     if layout.mode == "colocated":
         ids = layout.ids("colocated")
-        waits = [layout.waits(i) for i in ids]
+        waits, balances = [layout.waits(i) for i in ids], [layout.balance(i) for i in ids]
         di, df, col, lead = _instance_state([layout.profiles[i] for i in ids], table, {
             fields.D_POLICY: [fields.POLICY_CHUNKED if layout.policy[i] == "chunked"
                               else fields.POLICY_PREFILL_FIRST for i in ids],
@@ -138,7 +138,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
             fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids], fields.D_MAX_RUN: _running_caps(layout, ids),
             fields.D_RECV_N: [layout.receive_every(i) for i in ids],
             fields.D_WAIT_N: [n for n, _ in waits], fields.D_WAIT_TOK: [tokens for _, tokens in waits],
-            fields.D_ADP_N: [layout.balance(i)[0] for i in ids], fields.D_ADP_W: [layout.balance(i)[1] for i in ids]})
+            fields.D_ADP_N: [n for n, _ in balances], fields.D_ADP_W: [w for _, w in balances]})
         block = prefix_block_tokens(layout, requests)
         caps = cache_capacities(layout, requests, "colocated") if requests.has_hashes and block else [0] * len(ids)
         n_hash, hash_vals, hash_ptr = (_dense_hashes(requests) if any(caps)
