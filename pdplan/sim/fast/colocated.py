@@ -169,6 +169,12 @@ def _held(rq, di, i):
     return True
 
 
+@njit(cache=True, inline="always")
+def _balanced(di, c):
+    """Whether colocated instance c runs TensorRT-LLM's attention-DP balance ((0, 0): it holds nothing)."""
+    return di[D_ADP_N, c] > 0 or di[D_ADP_W, c] > 0
+
+
 @njit(cache=True)
 def _balance_holds(rq, di, c):
     """TensorRT-LLM's attention-DP balance (``PyExecutor._balance_adp_requests``) at an iteration of DP
@@ -351,7 +357,7 @@ def _colo_schedule(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t):
     iteration the balance holds (:func:`_balance_holds`)."""
     di[D_VERSION, c] += 1
     di[D_ADP_K, c] = -1
-    held = (di[D_ADP_N, c] > 0 or di[D_ADP_W, c] > 0) and _balance_holds(rq, di, c)
+    held = _balanced(di, c) and _balance_holds(rq, di, c)
     prompt = False
     for i in range(c, c + di[D_DP, c]):
         if held:
@@ -420,7 +426,7 @@ def _colo_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, c, t, cl):
     if di[D_WAIT_J, c] >= 0:  # the stretch's steps from WAIT_J on held prompts
         di[D_WAIT_C, c] += steps - di[D_WAIT_J, c]
         di[D_WAIT_J, c] = -1
-    if mode == DECODE_RUN and steps > 1 and (di[D_ADP_N, c] > 0 or di[D_ADP_W, c] > 0):
+    if mode == DECODE_RUN and steps > 1 and _balanced(di, c):
         _count_balance(di, c, steps - 1)
     if di[D_RECV_N, c] > 1:
         _receive(rq, di, c, mode == DECODE_RUN, steps)
