@@ -33,6 +33,7 @@ from silicon_validation import (
     INFERENCEMAX,
     _profile,
     family,
+    moe_activations,
     plan_for,
     replay_on,
     requests,
@@ -84,7 +85,7 @@ def holdout(rows: pd.DataFrame, pilot: str) -> tuple[pd.DataFrame, Counter]:
         ran = [schedule(row) for _, row in chosen.iterrows()]   # each run's server as its recipe started it
         first = chosen.iloc[0]
         base = _profile("composed", first["backend"], row_model(first), first["gpu"], int(first["tp_size"]),
-                        int(first["ep"]))
+                        int(first["ep"]), activations=moe_activations(first))
         fit = calibrate(base, [bench_run(row) for _, row in chosen.iterrows()], ran)
         fixed = corrected(base, fit.prefill_scale, fit.decode_scale, fit.iteration_s, fit.prompt_iteration_s)
         for _, row in deployment.drop(chosen.index).iterrows():

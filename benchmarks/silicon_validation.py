@@ -58,6 +58,11 @@ Stated assumptions, the same for every row:
   cache is fp8 for quantized weights (pdplan's default), except on the aggregated InferenceMAX rows whose
   recipe left it to the engine, which keeps it at bf16 (``AUTO_KV_RECIPES``: SGLang's DeepSeek-R1 on H200,
   vLLM's gpt-oss on H100 and H200 and on B200 before 2025-12-05, TensorRT-LLM's gpt-oss on H200);
+* MXFP4 experts' activations — each engine's default on the GPU (MXFP8 for TensorRT-LLM and SGLang on
+  Blackwell, else BF16), except vLLM's gpt-oss on B200, whose recipe exports
+  ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (``gptoss_fp4_b200_docker.sh`` from 5e92867f4, 2025-09-24, before
+  its first sweep here): replayed with MXFP8 activations (``MXFP8_RECIPES``), FlashInfer's kernel, which
+  AIConfigurator measured in SGLang's table;
 * operator tables — the newest measured for the engine on that GPU (the row's engine version
   may be older; the table's is printed);
 * disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
@@ -113,7 +118,7 @@ from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool
-from pdplan.vocabulary import SpeculativeMethod
+from pdplan.vocabulary import MoeActivations, SpeculativeMethod
 
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "Qwen/Qwen3-32B": "qwen3-32b",
@@ -172,6 +177,11 @@ GPT_OSS_VLLM_B200_FP8_KV = "2025-12-05"
 #: 28e5a01ea, #27).
 ADP_BALANCE_RECIPES = {"deepseek-r1": (60, 0, "2025-09-18"), "deepseek-v3": (60, 0, "2025-09-18"),
                        "gpt-oss-120b": (50, 10, "2025-09-19")}
+
+#: InferenceMAX recipes that feed MXFP4 experts MXFP8 activations where their engine's default is BF16, with the
+#: UTC date of the merge that made them: vLLM's gpt-oss on B200 exports ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``
+#: (``gptoss_fp4_b200_docker.sh``, 5e92867f4, #48, kept until the model left the sweep).
+MXFP8_RECIPES = {("vllm", "b200-180gb", "gpt-oss-120b"): "2025-09-24"}
 
 
 def supported_rows(path) -> pd.DataFrame:
@@ -358,6 +368,15 @@ def adp_balance(row) -> dict:
     return {"attention_dp_timeout_iters": timeout, "attention_dp_batching_wait_iters": batching}
 
 
+def moe_activations(row) -> MoeActivations | None:
+    """The precision the row's recipe fed MXFP4 experts their activations in (``MXFP8_RECIPES``); None for the
+    engine's default."""
+    since = MXFP8_RECIPES.get((row["backend"], row["gpu"], row["model"]))
+    if since is None or row["harness"] not in INFERENCEMAX or not row["measured"] or row["measured"] < since:
+        return None
+    return MoeActivations.MXFP8
+
+
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:
     """The engine, GPU, precision and UTC date of the InferenceMAX sweep that measured a DeepSeek row
     (the keys of ``MTP_SWEEPS`` and ``MIXED_SWEEPS``); None for any other row."""
@@ -385,12 +404,14 @@ def coordinates(row, phase: str) -> dict:
 
 
 @cache
-def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: int = 1, dp: int = 1):
+def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: int = 1, dp: int = 1,
+             activations: MoeActivations | None = None):
     if kind == "composed" and (ep > 1 or dp > 1):  # whole experts, or DP ranks: composed per rank
         physical = get_gpu(gpu)  # GPUs of one NVLink domain share a node (a GB200 NVL72 rack is one)
         return composed_profile(model, physical, tp, 1, dp=dp, ep=ep, engine=engine,
-                                gpus_per_node=physical.nvlink_domain)
-    source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed")
+                                gpus_per_node=physical.nvlink_domain, moe_activations=activations)
+    source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed",
+                           moe_activations=activations)
     # a roofline of DP ranks or EP beyond TP is the wide-EP roofline's, one rank's; a dense row's EP means nothing
     physical = get_gpu(gpu)
     profile = source.profile(model, physical, tp, 1, dp=dp, ep=ep if model.is_moe else 1,
@@ -420,11 +441,12 @@ def replay(row, kind: str) -> tuple[float, float]:
 
 def row_profiles(row, kind: str) -> dict:
     """The profiles (by shape) of the row's pools, timed by ``kind``."""
-    plan, model = plan_for(row), row_model(row)
+    plan, model, activations = plan_for(row), row_model(row), moe_activations(row)
     if row["mode"] == "agg":
-        return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]))
+        return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]),
+                                     activations=activations)
                 for pool in plan.pools}
-    return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp)
+    return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations)
             for pool in plan.pools}
 
 

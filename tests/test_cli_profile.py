@@ -148,6 +148,24 @@ def test_compose_refuses_parallel_coordinates_it_cannot_time(run_cli, args, fiel
     assert err.startswith("Error: ") and f"--{field}" in err and err.count("\n") == 1
 
 
+@pytest.mark.parametrize("args", [("--model", "gpt-oss-120b", "--gpu", "h100-80gb", "--moe-activations", "mxfp8"),
+                                  ("--model", "qwen3-32b", "--gpu", "b200-180gb", "--moe-activations", "mxfp8"),
+                                  ("--model", "gpt-oss-120b", "--gpu", "b200-180gb", "--moe-activations", "fp8")])
+def test_compose_refuses_an_activation_precision_the_experts_cannot_take(run_cli, args):
+    pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
+    code, out, err = run_cli("profile", "compose", "--engine", "vllm", *args)
+    assert (code, out) == (2, "")
+    assert err.startswith("Error: ") and "--moe-activations" in err and err.count("\n") == 1
+
+
+def test_compose_names_the_table_that_measured_vllms_mxfp8_experts(run_cli):
+    pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
+    code, out, err = run_cli("profile", "compose", "--model", "gpt-oss-120b", "--gpu", "b200-180gb", "--engine",
+                             "vllm", "--moe-activations", "mxfp8", "--json")
+    assert (code, err) == (0, "")
+    assert "moe 0.5.14 (sglang's table, the same kernel)" in out and "w4a8_mxfp4_mxfp8" in out
+
+
 @pytest.mark.slow
 def test_shipped_llama_profiles_are_what_the_documented_command_makes(run_cli, tmp_path, shared_data,
                                                                     monkeypatch):

@@ -74,23 +74,61 @@ def test_the_latent_attention_module_costs_its_measured_time_once_per_layer():
         61 * (module[8192] - module[2048]), rel=1e-9)
 
 
-@pytest.mark.parametrize(("gpu", "system", "engine", "version", "dtype"), [
-    ("b200-180gb", "b200_sxm", "trtllm", "1.3.0rc20", "w4a8_mxfp4_mxfp8"),   # SM 100: MXFP8 activations
-    ("h200-141gb", "h200_sxm", "trtllm", "1.3.0rc20", "w4a16_mxfp4"),        # SM 90: bf16 activations
-    ("b200-180gb", "b200_sxm", "vllm", "0.24.0", "w4a16_mxfp4"),             # vLLM's default on Blackwell
+@pytest.mark.parametrize(("gpu", "system", "engine", "asked", "table", "version", "dtype"), [
+    ("b200-180gb", "b200_sxm", "trtllm", None, "trtllm", "1.3.0rc20", "w4a8_mxfp4_mxfp8"),  # SM 100: MXFP8
+    ("h200-141gb", "h200_sxm", "trtllm", None, "trtllm", "1.3.0rc20", "w4a16_mxfp4"),       # SM 90: bf16
+    ("b200-180gb", "b200_sxm", "sglang", None, "sglang", "0.5.14", "w4a8_mxfp4_mxfp8"),     # flashinfer_mxfp4
+    ("b200-180gb", "b200_sxm", "vllm", None, "vllm", "0.24.0", "w4a16_mxfp4"),              # vLLM's default
+    # VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1: FlashInfer's kernel, measured in SGLang's table only
+    ("b200-180gb", "b200_sxm", "vllm", "mxfp8", "sglang", "0.5.14", "w4a8_mxfp4_mxfp8"),
 ])
-def test_mxfp4_experts_read_the_activation_precision_the_engine_runs_them_at(gpu, system, engine, version, dtype):
+def test_mxfp4_experts_read_the_activation_precision_the_engine_runs_them_at(gpu, system, engine, asked, table,
+                                                                             version, dtype):
     """gpt-oss-120b (36 MoE layers) on one GPU: TensorRT-LLM runs an MXFP4 checkpoint's experts as
-    W4A8_MXFP4_MXFP8 from SM 100 and W4A16_MXFP4 below (``get_mxfp4_quant_algo``); two loads' decode
-    steps differ by 36 times the difference of that kind's table values at 4 tokens."""
+    W4A8_MXFP4_MXFP8 from SM 100 and W4A16_MXFP4 below (``get_mxfp4_quant_algo``), SGLang's flashinfer_mxfp4
+    runner quantizes their activations to MXFP8, vLLM only when asked; two loads' decode steps differ by 36
+    times the difference of that kind's table values at 4 tokens."""
     model = get_model("gpt-oss-120b", dtype="mxfp4")
-    times = {load: step(model, gpu, 1, engine=engine, distribution=load).decode_s(4, 2048)
+    times = {load: step(model, gpu, 1, engine=engine, distribution=load, moe_activations=asked).decode_s(4, 2048)
              for load in ("balanced", "power_law_1.2")}
-    table = {load: moe_latency_s(system, engine, version, hidden=2880, inter=2880, topk=4, experts=128,
-                                 dtype=dtype, tp=1, tokens=4, distribution=load)
-             for load in times}
+    values = {load: moe_latency_s(system, table, version, hidden=2880, inter=2880, topk=4, experts=128,
+                                  dtype=dtype, tp=1, tokens=4, distribution=load)
+              for load in times}
     assert times["power_law_1.2"] - times["balanced"] == pytest.approx(
-        36 * (table["power_law_1.2"] - table["balanced"]), rel=1e-9)
+        36 * (values["power_law_1.2"] - values["balanced"]), rel=1e-9)
+
+
+def test_a_kernel_read_from_another_engines_table_says_so_in_the_provenance():
+    composed = step(get_model("gpt-oss-120b", dtype="mxfp4"), "b200-180gb", 1, engine="vllm", moe_activations="mxfp8")
+    assert composed.versions["moe"] == "0.5.14 (sglang's table, the same kernel)"
+    assert "sglang_flashinfer_trtllm_moe" in composed.notes()[0]
+
+
+def test_vllm_and_sglang_tables_time_gpt_oss_flashinfer_experts_alike():
+    """The premise of reading vLLM's MXFP8-activation experts from SGLang's table: where both tables measured
+    FlashInfer's MXFP4 kernel with BF16 activations for gpt-oss's experts, they agree split by split."""
+    keys = ["num_tokens", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "distribution"]
+
+    def fastest(engine, version):
+        frame = raw_table("b200_sxm", "moe", engine, version, "moe_perf.parquet")
+        frame = frame[(frame.moe_dtype == "w4a16_mxfp4") & (frame.hidden_size == 2880)]
+        return frame.groupby(keys).latency.min()
+
+    both = pd.concat([fastest("vllm", "0.24.0").rename("vllm"), fastest("sglang", "0.5.14").rename("sglang")],
+                     axis=1, join="inner").reset_index()
+    ratio = (both.vllm / both.sglang).groupby([both.num_experts, both.moe_tp_size, both.moe_ep_size]).median()
+    assert len(ratio) >= 20
+    assert ratio.between(0.95, 1.05).all()
+
+
+@pytest.mark.parametrize(("model", "gpu", "asked", "says"), [
+    ("gpt-oss-120b", "h100-80gb", "mxfp8", "Blackwell"),
+    ("qwen3-235b-a22b", "b200-180gb", "bf16", "MXFP4 experts only"),
+])
+def test_an_activation_precision_the_experts_cannot_take_is_refused_by_name(model, gpu, asked, says):
+    with pytest.raises(PdplanError, match=says) as refused:
+        step(get_model(model), gpu, 8 if model.startswith("qwen") else 1, moe_activations=asked)
+    assert refused.value.field == "moe_activations"
 
 
 def test_a_skewed_expert_load_slows_a_large_prefill():

@@ -118,6 +118,16 @@ def test_rows_whose_recipe_left_the_kv_cache_to_the_engine_replay_it_at_bf16(val
     assert validation.row_model(row).kv_dtype == ("bf16" if row["gpu"] == "h200-141gb" else "fp8")
 
 
+def test_vllms_gpt_oss_rows_on_b200_replay_the_mxfp8_experts_their_recipe_exported(validation, rows):
+    """``gptoss_fp4_b200_docker.sh`` exports VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 from 2025-09-24; every other
+    row composes at its engine's default."""
+    inferencemax = rows[rows["harness"].isin(validation.INFERENCEMAX)]
+    chosen = {(engine, gpu, model): {validation.moe_activations(row) for _, row in part.iterrows()}
+              for (engine, gpu, model), part in inferencemax.groupby(["backend", "gpu", "model"])}
+    assert chosen.pop(("vllm", "b200-180gb", "gpt-oss-120b")) == {"mxfp8"}
+    assert set().union(*chosen.values()) == {None}
+
+
 def test_rows_of_other_collections_keep_pdplans_kv_precision(validation, rows):
     others = rows[~rows["harness"].isin(validation.INFERENCEMAX)]
     assert len(others) and all(validation.kv_dtype(row) is None for _, row in others.head(200).iterrows())

@@ -18,7 +18,7 @@ from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.shape import wide_ep
 from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
-from pdplan.vocabulary import Arrivals, Router, SpeculativeMethod
+from pdplan.vocabulary import Arrivals, MoeActivations, Router, SpeculativeMethod
 from pdplan.workload import FORMATS, Workload, load_trace, spread_over_grid
 
 
@@ -105,6 +105,10 @@ EngineOpt = Annotated[str | None, typer.Option(
 EngineVersionOpt = Annotated[str | None, typer.Option(
     "--engine-version", help="Engine version of the operator tables; default the newest measured for each GPU.",
     show_default=False)]
+MoeActivationsOpt = Annotated[MoeActivations | None, choice(
+    "--moe-activations", MoeActivations, help="Precision of MXFP4 experts' activations (gpt-oss): bf16 or mxfp8 "
+    "(Blackwell only). Default the engine's on the GPU: mxfp8 for TensorRT-LLM and SGLang on Blackwell, else "
+    "bf16; vLLM takes mxfp8 with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1.", show_default=False)]
 ComposeOpt = Annotated[bool, typer.Option(
     "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile "
                                    "exists (else the roofline).")]

@@ -23,6 +23,7 @@ from pdplan.cli.options import (
     EngineVersionOpt,
     EpOpt,
     KvDtypeOpt,
+    MoeActivationsOpt,
     SpeculativeOpt,
     choice,
     rank_ep,
@@ -300,6 +301,7 @@ def compose(
     engine_version: EngineVersionOpt = None,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
+    moe_activations: MoeActivationsOpt = None,
     output: Annotated[Optional[Path], typer.Option(
         "-o", "--output", help="Profile YAML to write (atomically).", show_default=False)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the profile summary as one JSON object.")] = False,
@@ -322,7 +324,8 @@ def compose(
 
     tables.package_root()  # a clear error naming the extra when it is missing
     spec = get_model(model, dtype=dtype, kv_dtype=kv_dtype)
-    profile = composed_profile(spec, get_gpu(gpu), tp, pp, dp=dp, ep=ep, engine=engine, engine_version=engine_version)
+    profile = composed_profile(spec, get_gpu(gpu), tp, pp, dp=dp, ep=ep, engine=engine, engine_version=engine_version,
+                               moe_activations=moe_activations)
     _write_and_show(profile, outputs, output, as_json, f"Composed ({engine})")
 
 

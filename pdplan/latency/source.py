@@ -36,7 +36,7 @@ from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.latency.wide_roofline import wide_roofline_profile
 from pdplan.modelspec import ModelSpec
 from pdplan.shape import shape_key, shape_label
-from pdplan.vocabulary import SpeculativeMethod
+from pdplan.vocabulary import MoeActivations, SpeculativeMethod
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,8 @@ class ProfileSource:
     engine_version: str | None = None   #: a version the user asked for: missing data is then an error
     compose: bool = True                #: False: skip operator composition (measured, else roofline)
     speculative: SpeculativeDecoding | None = None  #: the deployment's speculative decoding; None: off
+    #: The precision MXFP4 experts take their activations in, composed; None: each engine's default on the GPU.
+    moe_activations: MoeActivations | None = None
     fallbacks: dict = field(default_factory=dict, hash=False, compare=False)
 
     def __post_init__(self):
@@ -114,17 +116,21 @@ class ProfileSource:
         from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
         engine = self.serving_engine
+        activations = self.moe_activations if model.weight_dtype == "mxfp4" else None
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine, dp=dp, ep=ep,  # noqa: E731
-                                        engine_version=self.engine_version, gpus_per_node=gpus_per_node)
+                                        engine_version=self.engine_version, gpus_per_node=gpus_per_node,
+                                        moe_activations=activations)
         if cache is None:
             return make()
         # 2: MoE, MLA and sliding-window models compose (a remembered refusal of one is stale);
-        # 3: a MoE model's prompt iterations carry the eager prefill's host time; 4: its method names it.
-        key = cache_key({"composed_profile": 4, "aiconfigurator": tables.package_version(),
+        # 3: a MoE model's prompt iterations carry the eager prefill's host time; 4: its method names it;
+        # 5: SGLang's MXFP4 experts take MXFP8 activations on Blackwell.
+        key = cache_key({"composed_profile": 5, "aiconfigurator": tables.package_version(),
                          "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
                          "gpus_per_node": gpus_per_node,
-                         **({"dp": dp, "ep": ep} if dp > 1 or ep > 1 else {})})
+                         **({"dp": dp, "ep": ep} if dp > 1 or ep > 1 else {}),
+                         **({"moe_activations": str(activations)} if activations else {})})
         found = cache.get(key, _decode_composed)
         if found is None:
             try:

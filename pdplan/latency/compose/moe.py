@@ -39,6 +39,7 @@ from functools import cache
 from pdplan.errors import PdplanError
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.tables import Extrapolated, Grid
+from pdplan.vocabulary import MoeActivations
 
 #: Expert-load distributions the MoE tables measure (tokens per expert: equal, or power-law skewed).
 DISTRIBUTIONS = ("balanced", "power_law_1.01", "power_law_1.2")
@@ -69,19 +70,40 @@ def kernel_label(kernels: tuple[str, ...]) -> str:
     return f"kernels {', '.join(kernels)}, the faster at each point"
 
 
-def moe_dtype(model, engine: str = "", sm_version: int = 0) -> str:
+def moe_dtype(model, engine: str = "", sm_version: int = 0, activations: MoeActivations | None = None) -> str:
     """The MoE table's ``moe_dtype`` for the model's expert weights, as AIConfigurator maps a
     checkpoint's quantization (``_infer_quant_modes_from_raw_config`` in sdk/models/helpers.py, aiconfigurator-core
     0.12.0): block-scaled FP8 (DeepSeek-V3's 128×128 blocks, ``weight_block`` > 0) is ``fp8_block``,
-    per-tensor FP8 ``fp8``, NVFP4 ``nvfp4``, MXFP4 (gpt-oss) ``w4a16_mxfp4``, except where the engine runs
-    MXFP4 experts with 8-bit activations: TensorRT-LLM on SM 100 and later quantizes their activations to
-    MXFP8 (``ModelConfig.get_mxfp4_quant_algo`` in tensorrt_llm/_torch/model_config.py: ``W4A8_MXFP4_MXFP8``
-    with its default TRTLLM MoE backend on Blackwell, ``W4A16_MXFP4`` only below SM 100)."""
+    per-tensor FP8 ``fp8``, NVFP4 ``nvfp4``, MXFP4 (gpt-oss) by the precision of the experts' activations
+    (:func:`mxfp4_activations`): ``w4a16_mxfp4`` in BF16, ``w4a8_mxfp4_mxfp8`` quantized to MXFP8."""
     if model.weight_dtype == "fp8":
         return "fp8_block" if getattr(model, "weight_block", 0) > 0 else "fp8"
-    if model.weight_dtype == "mxfp4" and engine == "trtllm" and sm_version >= 100:
-        return "w4a8_mxfp4_mxfp8"
-    return {"bf16": "bfloat16", "fp4": "nvfp4", "mxfp4": "w4a16_mxfp4"}[model.weight_dtype]
+    if model.weight_dtype == "mxfp4":
+        mxfp8 = mxfp4_activations(engine, sm_version, activations) == MoeActivations.MXFP8
+        return "w4a8_mxfp4_mxfp8" if mxfp8 else "w4a16_mxfp4"
+    return {"bf16": "bfloat16", "fp4": "nvfp4"}[model.weight_dtype]
+
+
+def mxfp4_activations(engine: str, sm_version: int, asked: MoeActivations | None = None) -> MoeActivations:
+    """The precision of MXFP4 experts' activations: the one ``asked``, else the engine's default on the GPU.
+
+    * TensorRT-LLM quantizes them to MXFP8 on SM 100 and later (``ModelConfig.get_mxfp4_quant_algo`` in
+      tensorrt_llm/_torch/model_config.py: ``W4A8_MXFP4_MXFP8`` with its default TRTLLM MoE backend on Blackwell,
+      ``W4A16_MXFP4`` below SM 100);
+    * SGLang does too: on SM 100 it picks the ``flashinfer_mxfp4`` MoE runner for an MXFP4 checkpoint
+      (server_args.py), whose ``--flashinfer-mxfp4-moe-precision default`` quantizes the activations with
+      ``mxfp8_quantize`` before FlashInfer's ``trtllm_fp4_block_scale_moe`` (``bf16`` keeps them);
+    * vLLM keeps them in BF16 unless ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (``get_mxfp4_backend`` in
+      vllm/model_executor/layers/quantization/mxfp4.py: ``SM100_FI_MXFP4_BF16`` by default,
+      ``SM100_FI_MXFP4_MXFP8_TRTLLM`` with the variable).
+
+    Every engine's MXFP8 path is Blackwell's FlashInfer/TRTLLM-gen kernel: asked for below SM 100, it is refused."""
+    if asked == MoeActivations.MXFP8 and sm_version < 100:
+        raise PdplanError(f"--moe-activations mxfp8: MXFP8 activations for MXFP4 experts run on Blackwell (SM 100) "
+                          f"only; this GPU is SM {sm_version}", field="moe_activations")
+    if asked is not None:
+        return asked
+    return MoeActivations.MXFP8 if engine in ("trtllm", "sglang") and sm_version >= 100 else MoeActivations.BF16
 
 
 def gemm_dtype(model) -> str:
@@ -130,12 +152,39 @@ def _model_rows(frame, config: MoeConfig):
                  & (frame.moe_dtype == config.dtype)]
 
 
-@cache
+#: MoE kernels an engine runs that its own tables never measured, and the engine whose table measures the very
+#: kernel. vLLM's ``SM100_FI_MXFP4_MXFP8_TRTLLM`` backend and SGLang's ``flashinfer_mxfp4`` runner both call
+#: FlashInfer's ``trtllm_fp4_block_scale_moe`` with MXFP8 activations (:func:`mxfp4_activations`); AIConfigurator
+#: measured that for SGLang, and for vLLM only the kernel's BF16-activation form, whose rows on B200 agree with
+#: SGLang's for gpt-oss's experts within 4% (the median ratio per split, vLLM 0.24.0 against SGLang 0.5.14).
+KERNEL_MEASURED_BY = {("vllm", "w4a8_mxfp4_mxfp8"): "sglang"}
+
+
 def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
              expert_parallel: bool) -> tuple[Grid, str, tuple[str, ...]]:
     """The model's MoE latency grid over (tokens, width per GPU), the version measuring it and the kernels
-    it measured: the newest version not above ``ceiling`` whose table holds the model (tables are collected
-    per release and a model is measured once, so an older table stands in for one not re-measured)."""
+    it measured (:func:`engine_moe_grid`): the engine's own table, else, for a kernel it shares with another
+    engine (:data:`KERNEL_MEASURED_BY`) and never measured itself, the other engine's newest, its version
+    then naming that engine."""
+    other = KERNEL_MEASURED_BY.get((engine, config.dtype))
+    if other is None or _measures(system, engine, ceiling, config):
+        return engine_moe_grid(system, engine, ceiling, config, expert_parallel)
+    grid, version, kernels = engine_moe_grid(system, other, None, config, expert_parallel)
+    return grid, f"{version} ({other}'s table, the same kernel)", kernels
+
+
+def _measures(system: str, engine: str, ceiling: str | None, config: MoeConfig) -> bool:
+    """Whether a MoE table of the engine not above ``ceiling`` holds the model at its weight format."""
+    return any(not _model_rows(_moe_frame(system, engine, version), config).empty
+               for version in newest_not_above(system, engine, "moe", ceiling))
+
+
+@cache
+def engine_moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
+                    expert_parallel: bool) -> tuple[Grid, str, tuple[str, ...]]:
+    """The model's MoE latency grid in the engine's own tables: the newest version not above ``ceiling`` whose
+    table holds the model (tables are collected per release and a model is measured once, so an older table
+    stands in for one not re-measured)."""
     versions = newest_not_above(system, engine, "moe", ceiling)
     if not versions:
         raise PdplanError(f"no {engine} MoE measurements on {system}", field="engine")

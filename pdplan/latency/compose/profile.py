@@ -25,6 +25,7 @@ from pdplan.latency.profile import PhaseProfile, group_grid, profile_from_dict, 
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 from pdplan.modelspec import ModelSpec, expert_placement_rejection, kv_capacity_tokens, shape_rejection
 from pdplan.shape import InstanceShape
+from pdplan.vocabulary import MoeActivations
 
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
 PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -54,14 +55,16 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
                      engine_version: str | None = None, memory_utilization: float = 0.9,
                      gpus_per_node: int | None = None,
                      max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
-                     expert_parallel: bool = False, redundant_experts: int = 0) -> PhaseProfile:
+                     expert_parallel: bool = False, redundant_experts: int = 0,
+                     moe_activations: MoeActivations | None = None) -> PhaseProfile:
     """The composed profile of one shape, or a PdplanError saying why none can be made.
 
     ``ep``: the GPUs routed experts are spread over as whole experts (1: split over TP); ``expert_parallel``
     is the older spelling of ep = TP. With ``dp`` attention data-parallel ranks (or an EP other than TP) the
     profile is ONE rank's, at the rank's own batch with every rank carrying the same, its KV capacity the
     rank's (:mod:`pdplan.latency.compose.wide`); ``redundant_experts`` copies rebalance the expert load (EPLB).
-    ``gpus_per_node`` (default: the GPU's NVLink domain) is how far collectives and the all-to-all stay on NVLink."""
+    ``gpus_per_node`` (default: the GPU's NVLink domain) is how far collectives and the all-to-all stay on NVLink.
+    ``moe_activations``: the precision MXFP4 experts take their activations in (None: the engine's default)."""
     if expert_parallel:
         ep = tp
     gpus_per_node = gpus_per_node or gpu.nvlink_domain  # collectives stay on NVLink that far
@@ -77,7 +80,8 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
     step, capacity, cap = _composition(model, gpu, tp, pp, engine=engine, engine_version=engine_version,
                                        memory_utilization=memory_utilization, gpus_per_node=gpus_per_node,
                                        max_prefill_batch_tokens=max_prefill_batch_tokens, dp=dp, ep=ep,
-                                       expert_parallel=expert_parallel, redundant_experts=redundant_experts)
+                                       expert_parallel=expert_parallel, redundant_experts=redundant_experts,
+                                       moe_activations=moe_activations)
     source = tables.source_text(step.system, engine, step.versions)
     points = tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap))
     group = group_points(step, dp * cap) if dp > 1 and step.wide else {}
@@ -98,7 +102,7 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
                  memory_utilization: float, gpus_per_node: int = 8,
                  max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
                  dp: int = 1, ep: int = 1, expert_parallel: bool = False,
-                 redundant_experts: int = 0) -> tuple[Step, int, int]:
+                 redundant_experts: int = 0, moe_activations: MoeActivations | None = None) -> tuple[Step, int, int]:
     """The shape's operator tables, its KV capacity (one DP rank's) and its prefill batch cap."""
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
     # Whole experts over the TP ranks of one instance without attention DP: the MoE table's EP = TP rows.
@@ -106,7 +110,7 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
     shape = InstanceShape(gpu=gpu.physical, tp=tp, pp=pp, dp=dp, ep=1 if expert_parallel else ep)
     step = Step(model=model, shape=shape, engine=engine, versions=versions,
                 gpus_per_node=gpus_per_node, engine_version=engine_version, expert_parallel=expert_parallel,
-                redundant_experts=redundant_experts)
+                redundant_experts=redundant_experts, moe_activations=moe_activations)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, dp=dp,
                                   redundant_experts=redundant_experts)
     return step, capacity, min(max_prefill_batch_tokens, capacity)

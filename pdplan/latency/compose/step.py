@@ -43,6 +43,7 @@ from pdplan.latency.compose.tables import Extrapolated
 from pdplan.latency.roofline import pipeline_hops
 from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
 from pdplan.shape import InstanceShape
+from pdplan.vocabulary import MoeActivations
 
 
 @dataclass
@@ -64,11 +65,17 @@ class Step:
     expert_parallel: bool = False
     #: Redundant expert copies EPLB rebalances the load over (wide expert parallelism only).
     redundant_experts: int = 0
+    #: The precision MXFP4 experts take their activations in; None: the engine's default on the GPU
+    #: (:func:`pdplan.latency.compose.moe.mxfp4_activations`).
+    moe_activations: MoeActivations | None = None
 
     def __post_init__(self):
         system = tables.system_for(self.shape.gpu)
         self.system, self.spec = system, tables.system_spec(system)
         self.mixed = self.model.is_moe or self.model.attention == "mla" or bool(self.model.sliding_layers)
+        if self.moe_activations is not None and not (self.model.is_moe and self.model.weight_dtype == "mxfp4"):
+            raise PdplanError(f"--moe-activations applies to MXFP4 experts only; {self.model.name} has "
+                              f"{self.model.weight_dtype} weights", field="moe_activations")
         if self.mixed:
             self._mixed_tables(system)
         else:
@@ -204,7 +211,7 @@ class Step:
                                   field="distribution")
             self.moe_config = moe.MoeConfig(hidden=m.hidden, inter=m.expert_ffn, topk=m.experts_per_token,
                                             experts=m.experts, distribution=distribution,
-                                            dtype=moe.moe_dtype(m, engine, self.spec.sm_version))
+                                            dtype=moe.moe_dtype(m, engine, self.spec.sm_version, self.moe_activations))
             if self.wide:
                 self._wide_tables(system, versions)
             else:
