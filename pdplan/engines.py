@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from pdplan.shape import InstanceShape
+from pdplan.vocabulary import RankRouter
 
 #: The engine each export format starts: Dynamo's, llm-d's and the Kubernetes pods run vLLM.
 FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d": "vllm", "k8s": "vllm"}
@@ -27,6 +28,15 @@ ENGINES = ("vllm", "sglang", "trtllm")
 #: compose the profiles and whose pods the default exports start, so its rules hold for the
 #: default search.
 DEFAULT_ENGINE = "vllm"
+
+
+def prefill_rank_router(engine: str) -> RankRouter:
+    """How the engine's prefill server under P/D disaggregation puts a prompt on an attention-DP rank. SGLang's
+    by the request's bootstrap room modulo DP: its DP controller's ``follow_bootstrap_room`` (the prefill's
+    default, which ``round_robin`` also meant there before it; ``data_parallel_controller.py``, ``server_args.py``
+    ``_handle_load_balance_method`` in sgl-project/sglang), the room a random 63-bit number the router draws per
+    request. vLLM's DP load balancer and TensorRT-LLM's attention-DP scheduler by the ranks' load."""
+    return RankRouter.BOOTSTRAP_ROOM if engine == "sglang" else RankRouter.SHORTEST_QUEUE
 
 
 class RoleShape(Protocol):

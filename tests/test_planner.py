@@ -9,6 +9,7 @@ import pytest
 
 from pdplan import planner
 from pdplan.cache import ResultCache
+from pdplan.engines import prefill_rank_router
 from pdplan.goodput import SearchSettings
 from pdplan.hardware import Cluster, NodeType, default_cluster_path, get_gpu, load_cluster
 from pdplan.latency.profile import shipped_profiles
@@ -246,3 +247,16 @@ def test_a_plan_of_data_parallel_instances_only_does_not_borrow():
     plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=TWO_NODES, mode="disaggregated",
                            affinity="high", transfer_schedule="layer", name="p", borrow=True)
     assert not plan.borrow and plan.default_link is None
+
+
+@pytest.mark.parametrize(("engine", "router"), [("sglang", "bootstrap-room"), ("vllm", "shortest-queue"),
+                                                ("trtllm", "shortest-queue")])
+def test_a_verified_plans_prefill_ranks_take_prompts_as_its_engine_routes_them(engine, router):
+    """SGLang's P/D prefill puts a prompt on the DP rank its bootstrap room names; the others by load. Decode
+    pools keep the fewest-outstanding rule."""
+    wide = tuple(replace(c, tp=2, dp=2) for c in TP4_PAIR)
+    solution = solve(Problem(candidates=wide, cluster=TWO_NODES, mode="disaggregated", target_rps=4))
+    plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=TWO_NODES, mode="disaggregated",
+                           affinity="high", transfer_schedule="layer", name="p",
+                           rank_router=prefill_rank_router(engine))
+    assert {p.phase: p.rank_router for p in plan.pools} == {"prefill": router, "decode": "shortest-queue"}

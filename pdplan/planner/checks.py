@@ -6,6 +6,7 @@ import dataclasses
 from dataclasses import asdict
 
 from pdplan.cache import ResultCache, cache_key
+from pdplan.engines import prefill_rank_router
 from pdplan.errors import PdplanError
 from pdplan.goodput import Probe, Search, find_goodput
 from pdplan.placement import Solution
@@ -97,13 +98,13 @@ class Verifier:
 
     def plan(self, solution: Solution, *, mode: str, affinity: str, name: str, borrow: bool = False) -> Plan:
         """``solution`` as the simulator plan this request verifies: its links, transfer failures,
-        router hop, spill thresholds, prefill router and early rejection (at the SLO's tightest TTFT
-        threshold); with ``borrow``, its dedicated machines may be lent to the other phase."""
+        router hop, spill thresholds, prefill router, the engine's rank router and early rejection (at the
+        SLO's tightest TTFT threshold); with ``borrow``, its dedicated machines may be lent to the other phase."""
         request = self.request
         return plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
                        transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
                        failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
-                       router=request.router,
+                       router=request.router, rank_router=prefill_rank_router(request.profiles.serving_engine),
                        reject_ttft_s=request.slo.threshold_s("ttft") if request.early_rejection else None,
                        name=name, borrow=borrow)
 

@@ -6,10 +6,10 @@ Public entry points (re-exported by :mod:`pdplan.sim`):
 * :func:`simulate_prefill_instance`, :func:`simulate_decode_instance`,
   :func:`simulate_colocated_instance` — one instance judged alone, for per-phase goodput.
 
-Every function is a pure function of its inputs and its seed: no wall clock is read, and the one
-random choice, which KV transfer attempts fail (when a plan states a failure rate), is drawn
-from ``seed``, so the same inputs give the same records, bit for bit. Ties go to the lowest
-instance index.
+Every function is a pure function of its inputs and its seed: no wall clock is read, and the
+random choices, which KV transfer attempts fail (when a plan states a failure rate) and each request's
+bootstrap room (when a prefill pool routes prompts to its ranks by room), are drawn from ``seed``, so the
+same inputs give the same records, bit for bit. Ties go to the lowest instance index.
 
 Modelling choices, stated once:
 
@@ -78,11 +78,13 @@ Modelling choices, stated once:
 * **Attention data parallelism** — an instance whose profile has ``dp`` > 1 is dp ranks, each
   with its own batch, KV (the profile's capacity is one rank's) and queue, admission per rank.
   A request takes the rank with the fewest outstanding requests, ties → lowest, when it reaches
-  the instance (prefill or colocated arrival, decode KV landing; :func:`pdplan.sim.reference.ranks.pick_rank`).
-  The routers above see the instance whole (decode capacity: dp × a rank's). Every step
-  synchronises the ranks and lasts the longest rank's step at its own batch and context; an
-  empty rank adds nothing (profiles define no batch-0 time). Prefill: each rank's FCFS batch
-  under the cap; colocated: each rank's own iteration. A mixed pool refuses dp > 1.
+  the instance (prefill or colocated arrival, decode KV landing; :func:`pdplan.sim.reference.ranks.pick_rank`);
+  a prefill pool that routes by bootstrap room (SGLang's P/D prefill) puts a prompt on rank room mod dp,
+  whatever the ranks hold (:func:`bootstrap_rooms`). The routers above see the instance whole (decode
+  capacity: dp × a rank's). Every step synchronises the ranks and lasts the longest rank's step at
+  its own batch and context; an empty rank adds nothing (profiles define no batch-0 time). Prefill:
+  each rank's FCFS batch under the cap; colocated: each rank's own iteration. A mixed pool refuses
+  dp > 1.
 """
 
 from __future__ import annotations
@@ -162,6 +164,19 @@ def transfer_failures(layout: Layout, n: int, seed: int) -> np.ndarray:
     return np.minimum(draws, MAX_TRANSFER_FAILURES).astype(np.int64)
 
 
+#: The stream of ``seed`` the bootstrap rooms are drawn from, apart from the transfer failures' draws.
+ROOM_STREAM = 1
+
+
+def bootstrap_rooms(layout: Layout, n: int, seed: int) -> np.ndarray | None:
+    """Each request's bootstrap room, which names its prefill rank (room modulo DP) on the instances that route by
+    room (:class:`pdplan.vocabulary.RankRouter`): uniform integers below 2**62, as SGLang's router draws a random
+    room per request, from their own stream of ``seed``; None when no instance routes by room."""
+    if not layout.room_ranks:
+        return None
+    return np.random.default_rng([seed, ROOM_STREAM]).integers(0, 2**62, size=n, dtype=np.int64)
+
+
 def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | None = None,
         engine: str = "fast", concurrency: int | None = None, stop: MissStop | None = None) -> SimResult:
     """Run ``layout`` on ``requests`` with the compiled engine or the reference oracle; with
@@ -173,11 +188,11 @@ def run(layout: Layout, requests: Requests, *, seed: int = 0, rate_rps: float | 
     # instant: neither has records that end cleanly before the stopping arrival.
     if stop is not None and (layout.mode == "disaggregated" or concurrency is not None):
         raise InternalError("a stop ends open-loop runs of one pool (its probes), not whole plans or closed loops")
-    failures = transfer_failures(layout, len(requests), seed)
+    failures, rooms = transfer_failures(layout, len(requests), seed), bootstrap_rooms(layout, len(requests), seed)
     if engine == "fast":
-        raw, busy, links, events, stopped = run_fast(layout, requests, concurrency or 0, failures, stop)
+        raw, busy, links, events, stopped = run_fast(layout, requests, concurrency or 0, failures, stop, rooms)
     elif engine == "reference":
-        raw, busy, links, events, stopped = run_reference(layout, requests, concurrency or 0, failures, stop)
+        raw, busy, links, events, stopped = run_reference(layout, requests, concurrency or 0, failures, stop, rooms)
     else:
         raise PdplanError(f"engine must be 'fast' or 'reference', got {engine!r}", field="engine")
     # no handoff, no failure: rejected, never decoded, or run whole on one mixed machine

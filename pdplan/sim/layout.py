@@ -19,7 +19,7 @@ from pdplan.latency.profile import PhaseProfile
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim.plan import CacheTier, Plan, batch_wait_tokens, lends, receiving_phases, resolve_pools
-from pdplan.vocabulary import Router
+from pdplan.vocabulary import RankRouter, Router
 from pdplan.workload import rescaled_arrivals
 
 # --- requests ------------------------------------------------------------------------------------
@@ -140,6 +140,10 @@ class Layout:
     #: per instance, TensorRT-LLM's attention-DP balance: (timeout_iters, batching_wait_iters), (0, 0)
     #: off (:attr:`pdplan.sim.plan.Pool.adp_balance`); empty: off everywhere
     adp_balance: tuple[tuple[int, int], ...] = ()
+    #: per instance, whether a prompt's prefill rank is its bootstrap room modulo DP (SGLang's P/D prefill,
+    #: :class:`pdplan.vocabulary.RankRouter`) instead of the rank with the fewest outstanding requests;
+    #: empty: nowhere
+    room_ranks: tuple[bool, ...] = ()
     #: Splitwise's borrowing: dedicated machines are lent to the other phase past the spill thresholds
     borrow: bool = False
     borrow_chunk_tokens: int = 0            #: a lent machine's chunked budget per iteration
@@ -167,6 +171,10 @@ class Layout:
         """Instance i's attention-DP balance: (timeout_iters, batching_wait_iters); (0, 0): off."""
         return self.adp_balance[i] if self.adp_balance else (0, 0)
 
+    def routes_by_room(self, i: int) -> bool:
+        """Whether instance i prefills a prompt on the rank its bootstrap room names (room modulo DP)."""
+        return bool(self.room_ranks) and self.room_ranks[i]
+
     def receiver(self, i: int) -> int:
         """Instance i's column in the link matrices as a receiver of KV."""
         return self.receiver_slot[i] if self.receiver_slot else self.pool_slot[i]
@@ -189,8 +197,8 @@ class Layout:
 def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
-    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running, receive, waits, balance = (
-        [] for _ in range(13))
+    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running, receive, waits, balance, rooms = (
+        [] for _ in range(14))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -215,6 +223,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             running.append(pool.max_running_requests or 0)
             receive.append(pool.recv_interval or 1)
             balance.append(pool.adp_balance)
+            rooms.append(pool.rank_router == RankRouter.BOOTSTRAP_ROOM)
             waits.append((0, 0) if pool.batch_wait_timeout_iters is None else (
                 pool.batch_wait_timeout_iters, batch_wait_tokens(pool.batch_wait_max_tokens_ratio, pool.chunk_tokens)))
     pre = plan.pools_of("prefill")
@@ -250,7 +259,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   failure_policy=plan.failure_policy, route_s=plan.route_s, spill_tokens=plan.spill_tokens,
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
                   max_running=tuple(running), recv_interval=tuple(receive), batch_wait=tuple(waits),
-                  adp_balance=tuple(balance),
+                  adp_balance=tuple(balance), room_ranks=tuple(rooms) if any(rooms) else (),
                   borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
 

@@ -23,7 +23,7 @@ from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec, expert_placement_rejection
 from pdplan.shape import InstanceShape, shape_key, shape_label
-from pdplan.vocabulary import CacheMedium, FailurePolicy, Phase, Policy, Router, TransferSchedule
+from pdplan.vocabulary import CacheMedium, FailurePolicy, Phase, Policy, RankRouter, Router, TransferSchedule
 
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
@@ -38,6 +38,7 @@ POLICIES = tuple(Policy)
 SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
 ROUTERS = tuple(Router)
+RANK_ROUTERS = tuple(RankRouter)
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
@@ -128,6 +129,8 @@ class Pool(InstanceShape):
     #: with ``enable_balance``: its ``timeout_iters`` and ``batching_wait_iters``), both or neither
     attention_dp_timeout_iters: int | None = None
     attention_dp_batching_wait_iters: int | None = None
+    #: prefill with attention DP: how a prompt picks its rank (:class:`pdplan.vocabulary.RankRouter`)
+    rank_router: str = RankRouter.SHORTEST_QUEUE
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -177,6 +180,11 @@ class Pool(InstanceShape):
             self._check_batch_wait(fail)
         if (self.attention_dp_timeout_iters, self.attention_dp_batching_wait_iters) != (None, None):
             self._check_adp_balance(fail)
+        if self.rank_router not in RANK_ROUTERS:
+            raise fail("rank_router", f"rank_router must be one of {', '.join(RANK_ROUTERS)}")
+        if self.rank_router != RankRouter.SHORTEST_QUEUE and (self.phase != "prefill" or self.dp < 2):
+            raise fail("rank_router", "rank_router applies to prefill pools with attention data parallelism (dp above "
+                                      "1)")
 
     def _check_batch_wait(self, fail) -> None:
         iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio

@@ -60,6 +60,10 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         attention_dp_batching_wait_iters: 0  # or neither): TensorRT-LLM's attention-DP balance
                                    # (attention_dp_config with enable_balance, the options of the
                                    # same names): prompts wait for every rank to have some; default off
+        rank_router: bootstrap-room  # optional, prefill with dp: how a prompt picks its rank:
+                                   # shortest-queue (fewest outstanding requests; default) or
+                                   # bootstrap-room (its random bootstrap room modulo dp: SGLang's
+                                   # P/D prefill, --load-balance-method follow_bootstrap_room)
         prefix_cache_blocks: 8192  # optional: the instance's prefix cache in HBM (LRU of prefix
                                    # blocks; a hit skips their prefill; colocated pools too); default
                                    # its KV capacity in blocks; 0 turns it off
@@ -124,7 +128,7 @@ from pdplan.sim.plan import (
     Pool,
     receiving_phases,
 )
-from pdplan.vocabulary import CacheMedium, Router
+from pdplan.vocabulary import CacheMedium, RankRouter, Router
 
 FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
@@ -149,7 +153,7 @@ _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
                 "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests",
                 "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
-                "attention_dp_timeout_iters", "attention_dp_batching_wait_iters"}
+                "attention_dp_timeout_iters", "attention_dp_batching_wait_iters", "rank_router"}
 _TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -203,7 +207,16 @@ def _pool(spec: Fields) -> Pool:
                 max_running_requests=spec.integer("max_running_requests", minimum=1, maximum=MAX_RUNNING_REQUESTS)
                 if spec.has("max_running_requests") else None,
                 recv_interval=_recv_interval(spec, phase, dp), **_batch_wait(spec, phase, policy, dp),
-                **_adp_balance(spec, phase, policy, dp))
+                **_adp_balance(spec, phase, policy, dp), rank_router=_rank_router(spec, phase, dp))
+
+
+def _rank_router(spec: Fields, phase: str, dp: int) -> str:
+    if not spec.has("rank_router"):
+        return RankRouter.SHORTEST_QUEUE
+    if phase != "prefill" or dp < 2:
+        raise spec.fail("rank_router", "applies only to prefill pools with attention data parallelism (dp above 1)",
+                        spec.data["rank_router"])
+    return spec.string("rank_router", choices=list(RankRouter))
 
 
 def _recv_interval(spec: Fields, phase: str, dp: int) -> int | None:
@@ -416,6 +429,7 @@ def plan_to_dict(plan: Plan) -> dict:
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
                      **wide_fields(p.dp, p.ep, p.redundant_experts), "replicas": p.replicas,
                      **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},
+                     **({} if p.rank_router == RankRouter.SHORTEST_QUEUE else {"rank_router": str(p.rank_router)}),
                      **({} if p.cache_tier is None else {"cache_tier": {
                          "medium": p.cache_tier.medium, "blocks": p.cache_tier.blocks,
                          "bandwidth_gb_s": p.cache_tier.bandwidth_bytes_per_s / GB}})}

@@ -32,6 +32,7 @@ from pdplan.sim.fast.fields import (
     P_PENDING,
     P_PP,
     P_RANK0,
+    P_ROOM_RANK,
     P_TIER_CAP,
     P_TIER_HEAD,
     Q_HEAD,
@@ -47,6 +48,7 @@ from pdplan.sim.fast.fields import (
     R_Q_NEXT,
     R_RANK,
     R_REFUSED,
+    R_ROOM,
     T_P_END,
     T_P_START,
 )
@@ -59,7 +61,8 @@ from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefil
 @njit(cache=True)
 def _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_tokens, ht, hi, hs, r, t, p):
     """Queue request r at a rank of prefill instance p (fewest outstanding requests, ties to the
-    lowest: :func:`pdplan.sim.fast.batch.pick_rank`'s rule); an idle first stage forms its batch
+    lowest: :func:`pdplan.sim.fast.batch.pick_rank`'s rule; on an instance that routes by room, its
+    bootstrap room modulo DP); an idle first stage forms its batch
     after every arrival at this instant. The instance's prefix cache is consulted as the request
     reaches it (:func:`.prefix.reuse`): its hit is not computed."""
     if n_hash > 0 and pi[P_LRU_CAP, p] + pi[P_TIER_CAP, p] > 0:
@@ -70,9 +73,12 @@ def _enqueue_prefill(rq, pi, pq, pf, plru, hash_vals, hash_ptr, n_hash, block_to
     pi[P_PENDING, p] += rq[R_PROMPT, r] - rq[R_CACHED, r]
     rq[R_P_INST, r] = p
     k = pi[P_RANK0, p]
-    for j in range(k + 1, k + pi[P_DP, p]):
-        if pq[Q_OUT, j] < pq[Q_OUT, k]:
-            k = j
+    if pi[P_ROOM_RANK, p]:
+        k += rq[R_ROOM, r] % pi[P_DP, p]
+    else:
+        for j in range(k + 1, k + pi[P_DP, p]):
+            if pq[Q_OUT, j] < pq[Q_OUT, k]:
+                k = j
     pq[Q_OUT, k] += 1
     rq[R_RANK, r] = k
     append(rq, pq, k, r, Q_HEAD, Q_TAIL, R_Q_NEXT)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 # per-request integers rq[field, r]
 (R_PROMPT, R_OUTPUT, R_Q_NEXT, R_W_NEXT, R_CHILD, R_SIBLING, R_FIN_STEP, R_P_INST, R_D_INST,
- R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK, R_CACHED, R_LOADED, R_EPOCH, R_REFUSED) = range(19)
-RQ_FIELDS = 19
+ R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK, R_CACHED, R_LOADED, R_EPOCH, R_REFUSED, R_ROOM) = range(20)
+RQ_FIELDS = 20
 #   Q_NEXT: prefill queue link (kept after dequeue: a batch is a run of it); W_NEXT: waiting
 #   queue link at decode / colocated; CHILD, SIBLING, FIN_STEP: the active-batch heap;
 #   PF_DONE, CHUNK, PF_NEXT: chunked prefill progress, this iteration's chunk, prefilling list;
@@ -19,7 +19,8 @@ RQ_FIELDS = 19
 #   prefill rank (a column of ``pq``) holding it; CACHED, LOADED: prompt tokens its prefill
 #   instance's prefix cache held (not computed), and of those the ones loaded from the second tier;
 #   EPOCH: the role epoch of the instance its KV was booked to (:mod:`.borrowing`), REFUSED: its
-#   handoffs refused there for a stale epoch
+#   handoffs refused there for a stale epoch; ROOM: its bootstrap room (drawn by the engine), whose
+#   value modulo DP names its prefill rank on an instance that routes by room (P_ROOM_RANK)
 
 # per-request times rt[field, r]
 T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH = range(7)
@@ -30,11 +31,13 @@ RT_FIELDS = 7
 # RANK0 .. RANK0 + DP of ``pq``; PENDING counts the prompt tokens left to compute; LRU_*: its
 # prefix cache in HBM (head, tail, count, capacity), TIER_*: the second tier's (:mod:`.prefix`)
 (P_PENDING, P_MODEL, P_PP, P_CAP, P_POOL, P_FREE_PENDING, P_RANK0, P_DP, P_LRU_HEAD, P_LRU_TAIL, P_LRU_COUNT,
- P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP, P_MAX_RUN, P_LENT, P_COL, P_M_GROUP) = range(20)
-PI_FIELDS = 20
+ P_LRU_CAP, P_TIER_HEAD, P_TIER_TAIL, P_TIER_COUNT, P_TIER_CAP, P_MAX_RUN, P_LENT, P_COL, P_M_GROUP,
+ P_ROOM_RANK) = range(21)
+PI_FIELDS = 21
 #   MAX_RUN: the prompts one rank's batch takes at most (the pool's max_running_requests); LENT:
 #   lent to decode (:mod:`.borrowing`), COL: its column in ``di`` while lent (-1: it cannot be lent);
-#   M_GROUP: the group part of a DP instance's prefill (:func:`.latency.group_s`; -1: none)
+#   M_GROUP: the group part of a DP instance's prefill (:func:`.latency.group_s`; -1: none); ROOM_RANK: 1 when
+#   a prompt's rank is its bootstrap room modulo DP (SGLang's P/D prefill), 0: the fewest outstanding requests
 
 # prefill ranks pq[field, k]: the FCFS queue (head, tail, linked by Q_NEXT) and the requests
 # queued or being prefilled there (the rank router's view)

@@ -42,7 +42,7 @@ def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np
     rq[fields.R_PROMPT] = requests.prompt_tokens
     rq[fields.R_OUTPUT] = requests.output_tokens
     rq[[fields.R_FIN_STEP, fields.R_XBYTES, fields.R_PF_DONE, fields.R_CHUNK, fields.R_FAILS, fields.R_CACHED,
-        fields.R_LOADED, fields.R_EPOCH, fields.R_REFUSED]] = 0
+        fields.R_LOADED, fields.R_EPOCH, fields.R_REFUSED, fields.R_ROOM]] = 0
     rt = np.full((fields.RT_FIELDS, n), np.nan)
     if concurrency:
         rt[fields.T_ARRIVAL] = np.inf
@@ -108,12 +108,13 @@ def _loop_state(layout: Layout, concurrency: int, n: int, stop) -> np.ndarray:
 
 
 def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures: np.ndarray | None = None,
-             stop=None) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int, int]:
+             stop=None, rooms: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], np.ndarray, dict, int, int]:
     """Run the compiled engine; returns raw per-request arrays, busy seconds per instance,
     busy seconds per ingress link, the event count and the request whose arrival the run
     stopped at (-1: it ran to the end). ``concurrency`` > 0 runs a closed loop of that many
     clients (the requests' arrival times are then ignored, their order kept). ``failures``
-    gives each request's failed KV transfer attempts (none by default). ``stop``
+    gives each request's failed KV transfer attempts (none by default), ``rooms`` its bootstrap room (for the
+    prefill instances that route by room; :func:`pdplan.sim.engine.bootstrap_rooms`). ``stop``
     (:class:`pdplan.sim.engine.MissStop`) ends the run once its misses settle it
     (:func:`pdplan.sim.fast.clock.settled`)."""
     n = len(requests)
@@ -122,6 +123,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     rq, rt = _request_state(requests, concurrency)
     if failures is not None:
         rq[fields.R_FAILS] = failures
+    if rooms is not None:
+        rq[fields.R_ROOM] = rooms
     cl = _loop_state(layout, concurrency, n, stop)
     table = LatencyTable()
     busy = np.zeros(len(layout.labels))
@@ -170,6 +173,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     pi[fields.P_CAP] = [layout.batch_tokens[i] for i in pids]
     pi[fields.P_POOL] = [layout.pool_slot[i] for i in pids]
     pi[fields.P_MAX_RUN] = _running_caps(layout, pids)
+    pi[fields.P_ROOM_RANK] = [layout.routes_by_room(i) for i in pids]
     pf = np.zeros((len(pids), 1 + max([p.pp for p in pprofs], default=1)))
     homes = [_HOMES[layout.phases[i]] for i in dids]
     mixed = [int(h != fields.HOME_DECODE) for h in homes]  # a prefill instance's column runs only when lent

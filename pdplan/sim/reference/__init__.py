@@ -100,7 +100,7 @@ class _Stop:
 
 
 def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures: np.ndarray | None = None,
-                  stop=None):
+                  stop=None, rooms: np.ndarray | None = None):
     """Same outputs as :func:`pdplan.sim.engine.run_fast`, computed token by token."""
     n = len(req)
     rejected = rejected_mask(layout, req)
@@ -138,7 +138,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         busy[ids] = [c.busy_s for c in inst]
         loaded = refused = np.zeros(n, np.int64)
     else:
-        sim = Disaggregated(layout, req, np.zeros(n, np.int64) if failures is None else failures)
+        sim = Disaggregated(layout, req, np.zeros(n, np.int64) if failures is None else failures, rooms)
         env, rec = sim.env, sim.rec
         ends = rec.prefill_end_s if layout.mode == "prefill" else rec.first_token_s
         guard = _guard(env, rec, req, rejected, ends, stop)

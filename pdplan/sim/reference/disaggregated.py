@@ -58,9 +58,10 @@ class DecodeInstance:
 
 
 class Disaggregated:
-    def __init__(self, layout: Layout, req: Requests, failures: np.ndarray):
+    def __init__(self, layout: Layout, req: Requests, failures: np.ndarray, rooms: np.ndarray | None = None):
         self.layout, self.req = layout, req
         self.failures = failures.copy()  # attempts still to fail, per request
+        self.rooms = rooms  # bootstrap rooms, for the prefill instances that route by room
         self.env = Environment()
         self.rec = Records(len(req))
         self.pids = list(layout.ids("prefill"))
@@ -69,7 +70,8 @@ class Disaggregated:
         self.pre = [{"queues": [deque() for _ in range(layout.profiles[i].dp)], "pending": 0,
                      "outstanding": [0] * layout.profiles[i].dp, "stage_free": [0.0] * layout.profiles[i].pp,
                      "busy_s": 0.0, "profile": layout.profiles[i], "cap": layout.batch_tokens[i],
-                     "free_pending": False, "max_running": layout.running_cap(i), "lent": False}
+                     "free_pending": False, "max_running": layout.running_cap(i), "lent": False,
+                     "by_room": layout.routes_by_room(i)}
                     for i in self.pids]
         self.dec = [self._receiver(k, i) for k, i in enumerate(self.dids)]
         self.column = {self.pids.index(i): k for k, i in enumerate(self.dids) if layout.phases[i] == "prefill"}
@@ -250,7 +252,8 @@ class Disaggregated:
         inst = self.pre[p]
         self._reuse(r, p)
         inst["pending"] += int(self.req.prompt_tokens[r] - self.cached[r])
-        rank = pick_rank(inst["outstanding"])
+        dp = len(inst["outstanding"])
+        rank = int(self.rooms[r] % dp) if inst["by_room"] else pick_rank(inst["outstanding"])
         inst["queues"][rank].append(r)
         inst["outstanding"][rank] += 1
         self.rec.prefill_instance[r] = p
