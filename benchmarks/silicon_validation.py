@@ -67,7 +67,7 @@ Stated assumptions, the same for every row:
   may be older; the table's is printed);
 * disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
   per transfer, streamed per layer; SGLang's prefill workers with attention DP put each prompt on the rank
-  its random bootstrap room names (``rank_router``: ``bootstrap-room``, :func:`pdplan.engines.prefill_rank_router`),
+  its random bootstrap room names (``rank_router``: ``bootstrap-room``, :func:`pdplan.engines.rank_router`),
   every other worker on the rank with the fewest outstanding requests;
 * SGLang's receive interval — InferenceMAX starts DeepSeek-R1 on B200 under SGLang with
   ``--scheduler-recv-interval`` 10 below 16 clients and 30 from 16 (fp8 at TP 4: always 10), so the
@@ -109,7 +109,7 @@ from functools import cache
 import numpy as np
 import pandas as pd
 
-from pdplan.engines import prefill_rank_router
+from pdplan.engines import rank_router
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.latency import accuracy
@@ -121,7 +121,7 @@ from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
 from pdplan.sim.plan import Link, Plan, Pool
-from pdplan.vocabulary import MoeActivations, RankRouter, SpeculativeMethod
+from pdplan.vocabulary import MoeActivations, SpeculativeMethod
 
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "Qwen/Qwen3-32B": "qwen3-32b",
@@ -284,7 +284,7 @@ def plan_for(row) -> Plan:
     return Plan(pools=(
         Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], **coordinates(row, "prefill"),
              replicas=_int(row["prefill_num_workers"]), max_prefill_batch_tokens=SCHEDULING[row["backend"]][1],
-             rank_router=rank_router(row)),
+             rank_router=rank_router(row["backend"], "prefill", _int(row["prefill_attention_dp_size"]))),
         Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
              replicas=_int(row["decode_num_workers"]))), default_link=LINK, transfer_schedule="layer")
 
@@ -397,14 +397,6 @@ def speculative(row) -> SpeculativeDecoding | None:
     drafts = 1 if row["mode"] == "agg-dp" else 3
     return SpeculativeDecoding(method=SpeculativeMethod.MTP, acceptance=MTP_ACCEPTANCE,
                                draft_tokens=drafts).resolved(row_model(row).layers)
-
-
-def rank_router(row) -> RankRouter:
-    """How the row's prefill workers put a prompt on a DP rank, as its engine does (SGLang's by bootstrap room:
-    :func:`pdplan.engines.prefill_rank_router`); a worker without attention DP has one rank."""
-    if _int(row["prefill_attention_dp_size"]) > 1:
-        return prefill_rank_router(row["backend"])
-    return RankRouter.SHORTEST_QUEUE
 
 
 def coordinates(row, phase: str) -> dict:

@@ -30,13 +30,16 @@ ENGINES = ("vllm", "sglang", "trtllm")
 DEFAULT_ENGINE = "vllm"
 
 
-def prefill_rank_router(engine: str) -> RankRouter:
-    """How the engine's prefill server under P/D disaggregation puts a prompt on an attention-DP rank. SGLang's
-    by the request's bootstrap room modulo DP: its DP controller's ``follow_bootstrap_room`` (the prefill's
-    default, which ``round_robin`` also meant there before it; ``data_parallel_controller.py``, ``server_args.py``
-    ``_handle_load_balance_method`` in sgl-project/sglang), the room a random 63-bit number the router draws per
-    request. vLLM's DP load balancer and TensorRT-LLM's attention-DP scheduler by the ranks' load."""
-    return RankRouter.BOOTSTRAP_ROOM if engine == "sglang" else RankRouter.SHORTEST_QUEUE
+def rank_router(engine: str, phase: str, dp: int) -> RankRouter:
+    """How an instance of ``phase`` with ``dp`` attention-DP ranks under ``engine`` puts a prompt on a rank.
+    SGLang's prefill server under P/D disaggregation by the request's bootstrap room modulo DP: its DP
+    controller's ``follow_bootstrap_room`` (the prefill's default, which ``round_robin`` also meant there before
+    it; ``data_parallel_controller.py``, ``server_args.py`` ``_handle_load_balance_method`` in sgl-project/sglang),
+    the room a random 63-bit number the router draws per request. Every other by the ranks' load (vLLM's DP load
+    balancer, TensorRT-LLM's attention-DP scheduler, SGLang's decode and colocated servers)."""
+    if engine == "sglang" and phase == "prefill" and dp > 1:
+        return RankRouter.BOOTSTRAP_ROOM
+    return RankRouter.SHORTEST_QUEUE
 
 
 class RoleShape(Protocol):

@@ -19,7 +19,7 @@ from pdplan.queueing import decode_saturation_rps, mg1_rate_for_mean_ttft, servi
 from pdplan.shape import InstanceShape
 from pdplan.sim import MissStop, SimResult, simulate_pool
 from pdplan.slo import SLO, Objective, attainment, miss_budget
-from pdplan.vocabulary import Router
+from pdplan.vocabulary import RankRouter, Router
 from pdplan.workload import Workload, replace_arrivals, rescale_rate, stretch, thin
 
 
@@ -402,8 +402,10 @@ def decode_saturation(workload: Workload, profile: PhaseProfile) -> float:
 def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
                      settings: SearchSettings, seed: int = DEFAULT_SEED, policy: str | None = None,
                      chunk_tokens: int | None = None, admission_share: float = DEFAULT_ADMISSION_SHARE,
-                     on_probe: Callable[[Probe], None] | None = None) -> InstanceGoodput:
-    """Per-instance goodput of ``profile`` for ``phase`` (0x08C), found by simulated bisection.
+                     on_probe: Callable[[Probe], None] | None = None,
+                     rank_router: str = RankRouter.SHORTEST_QUEUE) -> InstanceGoodput:
+    """Per-instance goodput of ``profile`` for ``phase`` (0x08C), found by simulated bisection (a prefill
+    instance with attention DP putting prompts on its ranks by ``rank_router``).
 
     The queueing bracket (M/D/1 and P–K on the TTFT threshold) starts the search. A prefill or
     decode instance is never good above its closed-form saturation throughput: a finite probe of
@@ -424,7 +426,7 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
     start = mg1 or md1 or (saturation / 2 if saturation else 1.0)
     search = pool_goodput(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed, policy=policy,
                           chunk_tokens=chunk_tokens, admission_share=admission_share, start_rps=start,
-                          on_probe=on_probe)
+                          on_probe=on_probe, rank_router=rank_router)
     return InstanceGoodput(
         phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp, dp=profile.dp, ep=profile.ep,
         policy=policy if phase == "colocated" else None, chunk_tokens=chunk_tokens,
@@ -450,7 +452,8 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
                  start_rps: float, seed: int = DEFAULT_SEED, replicas: int = 1, policy: str | None = None,
                  chunk_tokens: int | None = None,
                  admission_share: float = DEFAULT_ADMISSION_SHARE, router: str = Router.LEAST_LOADED,
-                 on_probe: Callable[[Probe], None] | None = None, first_step: float = 1.0) -> Search:
+                 on_probe: Callable[[Probe], None] | None = None, first_step: float = 1.0,
+                 rank_router: str = RankRouter.SHORTEST_QUEUE) -> Search:
     """Goodput of ``replicas`` instances of one shape behind the router, the phase judged alone
     (:func:`phase_slo`): one instance is the 0x08C goodput, n of them the pool capacity c(n).
 
@@ -460,7 +463,8 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
     points, a probe stops once its misses settle its miss (:func:`miss_stop`): the search finds
     the same rate, and the stopped probes' shares are upper bounds. On a trace with prefix
     hashes, prefill and colocated instances keep their prefix caches, and ``router`` picks the
-    prefill instance. ``first_step``: as :func:`find_goodput` takes it.
+    prefill instance; ``rank_router``, a prefill instance's attention-DP rank (the engine's,
+    :func:`pdplan.engines.rank_router`). ``first_step``: as :func:`find_goodput` takes it.
     """
     judged = phase_slo(slo, phase, admission_share)
     single = instance_saturation(workload, profile, phase)
@@ -472,7 +476,7 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
         stop = None if settings.grid_points else miss_stop(judged, len(requests))  # a curve asked for is drawn whole
         result = simulate_pool(requests, profile, phase=phase, replicas=replicas,
                                policy=(policy or "prefill-first") if phase == "colocated" else None,
-                               chunk_tokens=chunk_tokens, seed=seed, stop=stop, router=router)
+                               chunk_tokens=chunk_tokens, seed=seed, stop=stop, router=router, rank_router=rank_router)
         return probe_from_clocks(rate, judged, per_request_clocks(result),
                                  saturated=saturation is not None and rate > saturation,
                                  stopped_early=result.stopped_s is not None)
@@ -511,13 +515,15 @@ def closed_loop_goodput(workload: Workload, profile: PhaseProfile, *, phase: str
                         settings: SearchSettings, seed: int = DEFAULT_SEED, policy: str | None = None,
                         chunk_tokens: int | None = None, admission_share: float = DEFAULT_ADMISSION_SHARE,
                         max_clients: int = 65536,
-                        on_probe: Callable[[ClientsProbe], None] | None = None) -> ClosedLoopGoodput:
+                        on_probe: Callable[[ClientsProbe], None] | None = None,
+                        rank_router: str = RankRouter.SHORTEST_QUEUE) -> ClosedLoopGoodput:
     """The largest concurrency C whose closed loop (C clients, each sending its next request when
     its last one ends, as benchmark tools drive a server) meets the SLO on one instance, the
     phase judged alone as :func:`pool_goodput` judges it: doubling C, then integer bisection.
 
     Each run sends ``requests_per_probe`` requests drawn uniformly from the trace (their order
-    kept, their arrival times ignored). Throughput is requests over the run's span.
+    kept, their arrival times ignored), a prefill instance with attention DP putting them on its ranks
+    by ``rank_router``. Throughput is requests over the run's span.
     """
     judged = phase_slo(slo, phase, admission_share)
     requests = thin(workload, settings.requests_per_probe, rng=seed)
@@ -528,7 +534,7 @@ def closed_loop_goodput(workload: Workload, profile: PhaseProfile, *, phase: str
             result = simulate_pool({"prompt_tokens": requests.prompt_tokens, "output_tokens": requests.output_tokens},
                                    profile, phase=phase, concurrency=clients,
                                    policy=(policy or "prefill-first") if phase == "colocated" else None,
-                                   chunk_tokens=chunk_tokens, seed=seed)
+                                   chunk_tokens=chunk_tokens, seed=seed, rank_router=rank_router)
             throughput = result.summary()["throughput_rps"] or 0.0
             runs[clients] = ClientsProbe(clients=clients, throughput_rps=throughput,
                                          probe=probe_from_clocks(throughput, judged, per_request_clocks(result)))

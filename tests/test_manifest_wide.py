@@ -393,3 +393,18 @@ def test_simulate_reads_a_manifests_coordinates_into_its_plan(disaggregated):
     del older["pools"][1]["ep"]
     older["pools"][1]["memory"]["expert_parallel"] = 2
     assert plan_of_manifest(older, "m").pools[1].ep == 2
+
+
+def test_a_manifest_records_how_its_prefill_ranks_take_prompts_and_simulate_reads_it_back(disaggregated):
+    """SGLang's P/D prefill routes by bootstrap room: the pool's ``scheduling.rank_router``, which the schema
+    takes (and no other word), and which the plan of the manifest keeps, so a resimulation routes as verified."""
+    from pdplan.manifest.plan import plan_of_manifest
+
+    prefill = next(i for i, p in enumerate(disaggregated["pools"]) if p["phase"] == "prefill")
+    wide = copy.deepcopy(disaggregated)
+    wide["pools"][prefill] |= {"dp": 2, "ep": 2}
+    wide["pools"][prefill]["scheduling"] = {**wide["pools"][prefill]["scheduling"], "rank_router": "bootstrap-room"}
+    assert _schema_errors(wide["pools"][prefill], "pool") == []
+    assert plan_of_manifest(wide, "m").pools[prefill].rank_router == "bootstrap-room"
+    wide["pools"][prefill]["scheduling"]["rank_router"] = "random"
+    assert _schema_errors(wide["pools"][prefill], "pool")

@@ -9,7 +9,6 @@ import pytest
 
 from pdplan import planner
 from pdplan.cache import ResultCache
-from pdplan.engines import prefill_rank_router
 from pdplan.goodput import SearchSettings
 from pdplan.hardware import Cluster, NodeType, default_cluster_path, get_gpu, load_cluster
 from pdplan.latency.profile import shipped_profiles
@@ -257,6 +256,5 @@ def test_a_verified_plans_prefill_ranks_take_prompts_as_its_engine_routes_them(e
     wide = tuple(replace(c, tp=2, dp=2) for c in TP4_PAIR)
     solution = solve(Problem(candidates=wide, cluster=TWO_NODES, mode="disaggregated", target_rps=4))
     plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=TWO_NODES, mode="disaggregated",
-                           affinity="high", transfer_schedule="layer", name="p",
-                           rank_router=prefill_rank_router(engine))
+                           affinity="high", transfer_schedule="layer", name="p", engine=engine)
     assert {p.phase: p.rank_router for p in plan.pools} == {"prefill": router, "decode": "shortest-queue"}

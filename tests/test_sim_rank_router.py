@@ -6,6 +6,7 @@ The closed forms use the linear profile of ``test_sim_data_parallel``: a prefill
 10 + 0.1·Σl ms on its rank, and the instance's step lasts its slowest rank's batch.
 """
 
+import dataclasses
 from collections import Counter
 from math import factorial
 
@@ -16,10 +17,15 @@ from hypothesis import strategies as st
 
 from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_write_text, dump_yaml
+from pdplan.goodput import SearchSettings, instance_goodput
+from pdplan.planner.measure import goodput_key_parts
 from pdplan.sim import Plan, simulate
 from pdplan.sim.planfile import load_plan, plan_to_dict
+from pdplan.slo import slo_from_flags
 from pdplan.vocabulary import RankRouter
+from pdplan.workload import Workload
 from tests.conftest import ROOT
+from tests.handbuilt import handbuilt_profile
 from tests.test_sim_data_parallel import wide
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, pool, profile, random_trace
 
@@ -134,3 +140,31 @@ def test_a_rank_router_the_pool_cannot_take_names_the_file_and_field(tmp_path, f
     path.write_text(text.replace("replicas: 2", f"{field}\n    replicas: 2", 1))
     with pytest.raises(PdplanError, match=rf"pools\[0\]\.rank_router {rule}"):
         load_plan(path)
+
+
+def test_a_prefill_instance_whose_prompts_land_by_room_serves_less_than_one_balanced_by_load():
+    """Four ranks of a constant 100 ms prefill (one prompt per batch) under evenly spaced arrivals: balanced by
+    load the instance serves four ranks' worth, 40 req/s, within a p90 TTFT of 0.5 s; by room some ranks queue
+    while others idle, so it meets that TTFT at a lower rate, and its probes are the engine's own (``rank_router``
+    reaches the per-instance goodput)."""
+    ranks = dataclasses.replace(handbuilt_profile(prefill_ms=[(1, [[100.0, 0, 0]])], decode_ms=[(1, [[20.0, 0, 0]])],
+                                                  kv_capacity_tokens=10**9, max_prefill_batch_tokens=100), dp=4)
+    trace = Workload(arrival_s=np.arange(800, dtype=float), prompt_tokens=np.full(800, 100),
+                     output_tokens=np.full(800, 20))
+    settings = SearchSettings(tolerance_rel=0.005, requests_per_probe=200)
+    goodput = {router: instance_goodput(trace, ranks, phase="prefill", slo=slo_from_flags(0.5, None, 0.9),
+                                        settings=settings, rank_router=router).goodput_rps for router in RankRouter}
+    assert goodput[RankRouter.SHORTEST_QUEUE] == pytest.approx(40.0, rel=0.02)
+    assert goodput[RankRouter.BOOTSTRAP_ROOM] < 0.9 * goodput[RankRouter.SHORTEST_QUEUE]
+
+
+def test_a_goodput_cache_key_names_the_rank_router_only_when_prompts_land_by_room():
+    """Every key written before the rank router existed stays the same; routing by room keys apart."""
+    workload = Workload(arrival_s=np.arange(4.0), prompt_tokens=np.full(4, 100), output_tokens=np.full(4, 20))
+    ranks = wide(profile("a100-80gb"), 4)
+    parts = {router: goodput_key_parts(workload, ranks, phase="prefill", slo=slo_from_flags(0.5, None, 0.9),
+                                       settings=SearchSettings(), seed=0, policy=None, chunk_tokens=None,
+                                       admission_share=0.5, rank_router=router) for router in RankRouter}
+    assert "rank_router" not in parts[RankRouter.SHORTEST_QUEUE]
+    assert {k: v for k, v in parts[RankRouter.BOOTSTRAP_ROOM].items() if k != "rank_router"} == \
+        parts[RankRouter.SHORTEST_QUEUE]

@@ -49,6 +49,7 @@ from pdplan.cli.options import (
     within,
 )
 from pdplan.cli.output import stderr
+from pdplan.engines import rank_router
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.goodput import (
@@ -136,6 +137,7 @@ def goodput(
     profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)
+    ranks = rank_router(source.serving_engine, phase, dp)  # SGLang's P/D prefill: by bootstrap room
     if closed_loop:
         if plot is not None:
             raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",
@@ -143,15 +145,14 @@ def goodput(
         with spinner(f"closed loops on {profile.shape} ({phase})", json) as say:
             loops = closed_loop_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, seed=seed,
                                         policy=policy, chunk_tokens=chunk, admission_share=admission_share,
-                                        on_probe=lambda p: say(f"ran {p.clients} clients"))
+                                        on_probe=lambda p: say(f"ran {p.clients} clients"), rank_router=ranks)
         render_closed_loop(loops, profile, phase, objectives, admission_share, profile_label(profile, fallback),
                            json, accuracy)
         return
     with spinner(f"probing {profile.shape} ({phase})", json) as say:
         result = instance_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, seed=seed,
-                                  policy=policy,
-                                  chunk_tokens=chunk, admission_share=admission_share,
-                                  on_probe=lambda p: say(f"probed {p.rate_rps:.3g} rps"))
+                                  policy=policy, chunk_tokens=chunk, admission_share=admission_share,
+                                  on_probe=lambda p: say(f"probed {p.rate_rps:.3g} rps"), rank_router=ranks)
     if plot is not None:
         outputs.put(plot, plot_attainment_curve(
             result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),

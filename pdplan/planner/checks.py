@@ -6,7 +6,6 @@ import dataclasses
 from dataclasses import asdict
 
 from pdplan.cache import ResultCache, cache_key
-from pdplan.engines import prefill_rank_router
 from pdplan.errors import PdplanError
 from pdplan.goodput import Probe, Search, find_goodput
 from pdplan.placement import Solution
@@ -104,7 +103,7 @@ class Verifier:
         return plan_of(solution, model=request.model, cluster=request.cluster, mode=mode, affinity=affinity,
                        transfer_schedule=request.transfer_schedule, failure_rate=request.failure_rate,
                        failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
-                       router=request.router, rank_router=prefill_rank_router(request.profiles.serving_engine),
+                       router=request.router, engine=request.profiles.serving_engine,
                        reject_ttft_s=request.slo.threshold_s("ttft") if request.early_rejection else None,
                        name=name, borrow=borrow)
 

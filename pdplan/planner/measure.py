@@ -17,6 +17,7 @@ from typing import Callable
 from pdplan import limits
 from pdplan.cache import ResultCache, cache_key
 from pdplan.candidates import Rejected, Shape, enumerate_shapes
+from pdplan.engines import rank_router
 from pdplan.errors import PdplanError
 from pdplan.goodput import CLOSE_GUESS_STEP, InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
 from pdplan.latency.profile import PhaseProfile, profile_to_dict, shipped_profiles
@@ -27,6 +28,7 @@ from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
 from pdplan.shape import shape_label
 from pdplan.slo import SLO
+from pdplan.vocabulary import RankRouter
 from pdplan.work import cross_node_all_to_all_bytes_per_token
 from pdplan.workload import Workload, head
 
@@ -51,24 +53,30 @@ def profile_digest(profile: PhaseProfile) -> str:
 
 
 def goodput_key_parts(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO, settings: SearchSettings,
-                      seed: int, policy: str | None, chunk_tokens: int | None, admission_share: float) -> dict:
-    """Everything one shape's goodput depends on; ``pdplan goodput`` and ``optimize`` key alike."""
+                      seed: int, policy: str | None, chunk_tokens: int | None, admission_share: float,
+                      rank_router: str = RankRouter.SHORTEST_QUEUE) -> dict:
+    """Everything one shape's goodput depends on; ``pdplan goodput`` and ``optimize`` key alike (the rank
+    router only when it routes by room, so every other key is as it was)."""
     return {"trace": workload.digest(), "profile": profile_digest(profile), "slo": slo.to_dict(),
             "phase": phase, "policy": policy, "chunk": chunk_tokens, "settings": asdict(settings),
-            "seed": seed, "admission_share": admission_share}
+            "seed": seed, "admission_share": admission_share,
+            **({} if rank_router == RankRouter.SHORTEST_QUEUE else {"rank_router": str(rank_router)})}
+
 
 
 def cached_instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
                             settings: SearchSettings, seed: int, policy: str | None, chunk_tokens: int | None,
-                            admission_share: float, cache: ResultCache) -> InstanceGoodput:
+                            admission_share: float, cache: ResultCache,
+                            rank_router: str = RankRouter.SHORTEST_QUEUE) -> InstanceGoodput:
     """:func:`pdplan.goodput.instance_goodput`, from the cache when the inputs match."""
     key = cache_key(goodput_key_parts(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed,
-                                      policy=policy, chunk_tokens=chunk_tokens, admission_share=admission_share))
+                                      policy=policy, chunk_tokens=chunk_tokens, admission_share=admission_share,
+                                      rank_router=rank_router))
     cached = cache.get(key, decode_goodput)
     if cached is not None:
         return cached
     result = instance_goodput(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed, policy=policy,
-                              chunk_tokens=chunk_tokens, admission_share=admission_share)
+                              chunk_tokens=chunk_tokens, admission_share=admission_share, rank_router=rank_router)
     cache.put(key, result.to_dict())
     return result
 
@@ -177,10 +185,11 @@ def _profile_of(request: PlanRequest, key: tuple, *, cache: ResultCache) -> tupl
 
 def _goodput_of(request: PlanRequest, item: tuple, *, cache: ResultCache):
     shape, profile = item
+    ranks = rank_router(request.profiles.serving_engine, shape.phase, shape.dp)
     return cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
                                    settings=request.settings, seed=request.seed, policy=shape.policy,
                                    chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
-                                   cache=cache)
+                                   cache=cache, rank_router=ranks)
 
 
 def mean_kv_bytes_per_request(workload: Workload, model: ModelSpec) -> float:
@@ -259,9 +268,11 @@ def mixed_candidates(candidates: list[Candidate], kv_bytes: float) -> list[Candi
 def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: ResultCache) -> PoolCurve:
     """c(n) of one shape behind the request's router, each sampled pool size from the cache where
     the inputs match."""
+    ranks = rank_router(request.profiles.serving_engine, m.shape.phase, m.shape.dp)
     parts = goodput_key_parts(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
                               settings=request.settings, seed=request.seed, policy=m.shape.policy,
-                              chunk_tokens=m.shape.chunk_tokens, admission_share=request.admission_share)
+                              chunk_tokens=m.shape.chunk_tokens, admission_share=request.admission_share,
+                              rank_router=ranks)
 
     def sample(replicas: int, start_rps: float) -> float:
         key = cache_key({**parts, "replicas": replicas, "router": request.router})
@@ -272,7 +283,7 @@ def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: R
                               settings=request.settings, seed=request.seed, start_rps=start_rps, replicas=replicas,
                               policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
                               admission_share=request.admission_share, router=request.router,
-                              first_step=CLOSE_GUESS_STEP)  # started from a smaller pool's rate per replica
+                              first_step=CLOSE_GUESS_STEP, rank_router=ranks)  # from a smaller pool's rate per replica
         cache.put(key, {"replicas": replicas, "capacity_rps": search.goodput_rps, "missed_rps": search.missed_rps,
                         "probes": len(search.probes)})
         return search.goodput_rps

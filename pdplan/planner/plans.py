@@ -6,6 +6,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, replace
 
+from pdplan.engines import DEFAULT_ENGINE, rank_router
 from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
@@ -35,22 +36,22 @@ class Spill:
 def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str, affinity: str,
             transfer_schedule: str, name: str, failure_rate: float = 0.0, failure_policy: str = "retry",
             route_s: float = 0.0, spill: Spill = Spill(), router: str = "least-loaded",
-            reject_ttft_s: float | None = None, borrow: bool = False,
-            rank_router: str = RankRouter.SHORTEST_QUEUE) -> Plan:
+            reject_ttft_s: float | None = None, borrow: bool = False, engine: str = DEFAULT_ENGINE) -> Plan:
     """The placement as a simulator plan: one pool per shape, links at the bandwidth of the path
     the placement gives them (:func:`link_path`) from every prefill pool to every pool that
     decodes (decode and mixed), with the transfer failures and router hop the plan must survive,
     the spill thresholds of a mixed pool (or of borrowing, ``borrow``: its lent machines' handoffs then
     take the plan's default link, :func:`lent_link`), the prefill router, how a prefill instance with attention
-    DP puts a prompt on a rank (``rank_router``: :func:`pdplan.engines.prefill_rank_router`) and the
-    early-rejection threshold."""
+    DP puts a prompt on a rank under ``engine`` (:func:`pdplan.engines.rank_router`) and the early-rejection
+    threshold."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(),
                                  key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp, kv[0].dp, kv[0].ep)):
         chunked = cand.phase in ("colocated", "mixed")
         extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if chunked else {}
-        if cand.phase == "prefill" and cand.dp > 1:
-            extra = {"rank_router": rank_router}
+        ranks = rank_router(engine, cand.phase, cand.dp)
+        if ranks != RankRouter.SHORTEST_QUEUE:
+            extra = {"rank_router": ranks}
         pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,
                     dp=cand.dp, ep=cand.ep, replicas=replicas, **extra)
         shapes[pool] = cand

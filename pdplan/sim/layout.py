@@ -266,11 +266,13 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
                   chunk_tokens: int | None = None, max_prefill_batch_tokens: int | None = None,
-                  replicas: int = 1, prefix_cache: bool = True, router: str = Router.LEAST_LOADED) -> Layout:
+                  replicas: int = 1, prefix_cache: bool = True, router: str = Router.LEAST_LOADED,
+                  rank_router: str = RankRouter.SHORTEST_QUEUE) -> Layout:
     """``replicas`` instances of ``phase`` ("prefill", "decode" or "colocated") behind the router,
     with no other phase: one instance alone, or one pool judged alone. With ``prefix_cache``, a
     prefill or colocated instance keeps its derived prefix cache (a decode instance alone moves no
-    KV, so its cache would save nothing)."""
+    KV, so its cache would save nothing); ``rank_router`` is how a prefill instance with attention DP
+    puts a prompt on a rank."""
     cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
     if not 1 <= cap <= profile.max_prefill_batch_tokens:
         raise PdplanError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}], got {cap}",
@@ -283,7 +285,8 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
                   chunk_tokens=(chunk_tokens or 0,) * replicas,
                   cache_blocks=(None if prefix_cache and phase != "decode" else 0,) * replicas,
                   batch_tokens=(cap,) * replicas, link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)),
-                  router=router)
+                  router=router, room_ranks=(True,) * replicas if phase == "prefill" and profile.dp > 1
+                  and rank_router == RankRouter.BOOTSTRAP_ROOM else ())
 
 
 def router_notice(layout: Layout, requests: Requests) -> str | None:
