@@ -29,6 +29,7 @@ from pdplan.cli.options import (
     GridOpt,
     JsonOpt,
     KvDtypeOpt,
+    MoeActivationsOpt,
     ProfilesOpt,
     RequestsOpt,
     SeedOpt,
@@ -90,6 +91,7 @@ def goodput(
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
+    moe_activations: MoeActivationsOpt = None,
     speculative: SpeculativeOpt = None,
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
@@ -133,7 +135,7 @@ def goodput(
     workload = load_workload(trace, format, seed)
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
-    source = profile_source(profiles, engine, engine_version, compose, drafting)
+    source = profile_source(profiles, engine, engine_version, compose, drafting, moe_activations)
     profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)

@@ -76,7 +76,8 @@ def validate(
     rerun = None
     if resimulate and not violations:  # a manifest invalid as written is not worth re-running
         timing = plan_of_manifest(data, manifest)  # timed as planned, speculative decoding included
-        source = profile_source(profiles, timing.engine, timing.engine_version, timing.compose, timing.speculative)
+        source = profile_source(profiles, timing.engine, timing.engine_version, timing.compose, timing.speculative,
+                                timing.moe_activations)
         seed = data["predictions"]["verification"]["base_seed"]  # the arrivals as the plan's checks replayed them
         rerun, found = rerun_plan(data, load_workload(trace, format, seed), source, path=manifest)
         violations += found

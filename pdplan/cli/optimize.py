@@ -29,6 +29,7 @@ from pdplan.cli.options import (
     FormatOpt,
     JsonOpt,
     KvDtypeOpt,
+    MoeActivationsOpt,
     ProfilesOpt,
     RequestsOpt,
     RouterOpt,
@@ -89,6 +90,7 @@ def optimize(
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
+    moe_activations: MoeActivationsOpt = None,
     speculative: SpeculativeOpt = None,
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
@@ -274,7 +276,7 @@ def optimize(
     the_cluster = load_cluster(cluster or default_cluster_path())
     request = PlanRequest(
         workload=workload, model=get_model(model, dtype=dtype, kv_dtype=kv_dtype), cluster=the_cluster,
-        profiles=profile_source(profiles, engine, engine_version, compose, drafting),
+        profiles=profile_source(profiles, engine, engine_version, compose, drafting, moe_activations),
         slo=slo_from_options(ttft, tpot, attainment, slo), target_rps=rate, fleets=resolve_fleets(fleet, the_cluster),
         objective=objective, affinity=affinity, settings=settings, admission_share=admission_share,
         link_headroom=link_headroom, max_gpus=max_gpus, max_usd_per_hour=max_cost, max_power_w=max_power,

@@ -164,11 +164,12 @@ def measured_profiles(path: Path | None) -> dict[tuple[str, str, int, int], Phas
 
 
 def profile_source(path: Path | None, engine: str | None = None, engine_version: str | None = None,
-                   compose: bool = True, speculative: SpeculativeDecoding | None = None) -> ProfileSource:
-    """Per shape: the measured profile, else a composed one, else the roofline; with the
-    deployment's speculative decoding applied to each."""
+                   compose: bool = True, speculative: SpeculativeDecoding | None = None,
+                   moe_activations: MoeActivations | None = None) -> ProfileSource:
+    """Per shape: the measured profile, else a composed one (its MXFP4 experts at ``moe_activations``, else
+    the engine's default), else the roofline; with the deployment's speculative decoding applied to each."""
     return ProfileSource(measured_profiles(path), engine=engine, engine_version=engine_version, compose=compose,
-                         speculative=speculative)
+                         speculative=speculative, moe_activations=moe_activations)
 
 
 def load_workload(trace: Path, format: str | None, seed: int) -> Workload:

@@ -20,6 +20,7 @@ from pdplan.cli.options import (
     EngineOpt,
     EngineVersionOpt,
     JsonOpt,
+    MoeActivationsOpt,
     RouterOpt,
     SpeculativeOpt,
     choice,
@@ -68,6 +69,7 @@ def grid(
     engine: EngineOpt = None,
     engine_version: EngineVersionOpt = None,
     compose: ComposeOpt = True,
+    moe_activations: MoeActivationsOpt = None,
     speculative: SpeculativeOpt = None,
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
@@ -142,7 +144,8 @@ def grid(
     axes = heatmap_axes(the_spec, plot_axes) if plot is not None else None
     base = load_base(the_spec, ttft=ttft, tpot=tpot, attainment=attainment, margin_ms=margin, budget=budget,
                      cache_dir=cache_dir, use_cache=not no_cache,
-                     timing=dict(engine=engine, engine_version=engine_version, compose=compose, speculative=drafting))
+                     timing=dict(engine=engine, engine_version=engine_version, compose=compose, speculative=drafting,
+                                 moe_activations=moe_activations))
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=stderr, transient=True, disable=json or not stderr.is_terminal) as progress:
         task = progress.add_task("grid cells", total=the_spec.cells)
@@ -187,7 +190,7 @@ def heatmap_axes(spec: GridSpec, text: str | None) -> tuple[str, str | None]:
 def load_base(spec: GridSpec, *, ttft: str | None, tpot: str | None, attainment: float | None, margin_ms: float,
               budget: float | None, cache_dir: Path | None, use_cache: bool, timing: dict) -> Base:
     """The loaded inputs every cell starts from; ``timing`` holds the profile source's engine, engine version,
-    composition and speculative decoding (:func:`pdplan.cli.options.profile_source`)."""
+    composition, speculative decoding and MoE activation precision (:func:`pdplan.cli.options.profile_source`)."""
     workload = load_workload(spec.trace, None, spec.seed)
     hashed = workload.has_prefix_hashes or any(name == "prefix_hit" for name, _ in spec.dimensions)
     notice = routing_notice(spec.router, hashed)

@@ -18,6 +18,7 @@ from pdplan.cli.options import (
     EngineVersionOpt,
     FormatOpt,
     JsonOpt,
+    MoeActivationsOpt,
     ProfilesOpt,
     RouterOpt,
     SeedOpt,
@@ -64,6 +65,7 @@ def simulate(
         "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile exists "
                                        "(else the roofline); default as the plan file says (true when it is silent).",
         show_default=False)] = None,
+    moe_activations: MoeActivationsOpt = None,
     speculative: SpeculativeOpt = None,
     draft_tokens: DraftTokensOpt = None,
     acceptance: AcceptanceOpt = None,
@@ -117,7 +119,8 @@ def simulate(
     model = plan_model(the_plan)
     # Time the shapes as the plan was timed when it was made, unless a flag says otherwise.
     source = profile_source(profiles, engine or the_plan.engine, engine_version or the_plan.engine_version,
-                            the_plan.compose if compose is None else compose, drafting or the_plan.speculative)
+                            the_plan.compose if compose is None else compose, drafting or the_plan.speculative,
+                            moe_activations or the_plan.moe_activations)
     shapes = plan_profiles(the_plan, source)
     result = run_plan(workload, the_plan, shapes,
                       model=model, seed=seed, rate_rps=rate, concurrency=concurrency)

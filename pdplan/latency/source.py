@@ -29,7 +29,7 @@ from pdplan.errors import PdplanError
 from pdplan.experts import expert_placement_rejection
 from pdplan.hardware import GPU
 from pdplan.latency.accuracy import Accuracy, accuracy_for, layout_of
-from pdplan.latency.compose import tables
+from pdplan.latency.compose import moe, tables
 from pdplan.latency.profile import PhaseProfile, profile_from_dict, profile_to_dict
 from pdplan.latency.roofline import roofline_profile
 from pdplan.latency.speculative import SpeculativeDecoding
@@ -73,6 +73,7 @@ class ProfileSource:
         rack) is how far collectives and the expert all-to-all stay on NVLink, as AIConfigurator's
         ``num_gpus_per_node`` of a large-EP config is."""
         speculative = self.speculative_for(model)  # refused before any profile is composed
+        moe.asked_activations(model, self.moe_activations)  # and so is a precision the experts cannot take
         found = self._evidence(model, gpu, tp, pp, gpus_per_node or gpu.nvlink_domain, cache, dp, ep)
         return found if speculative is None else speculative.apply(found)
 
@@ -103,6 +104,8 @@ class ProfileSource:
             except PdplanError as err:
                 if self.engine_version is not None and err.field in ("engine", "engine_version"):
                     raise  # the user asked for this version: missing data is their error to see
+                if err.field == "moe_activations":
+                    raise  # a precision the GPU's kernels cannot run: the engine would refuse to start
                 self.fallbacks[key] = err.detail
         elif self.compose:
             self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
@@ -116,7 +119,7 @@ class ProfileSource:
         from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
         engine = self.serving_engine
-        activations = self.moe_activations if model.weight_dtype == "mxfp4" else None
+        activations = self.moe_activations
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine, dp=dp, ep=ep,  # noqa: E731
                                         engine_version=self.engine_version, gpus_per_node=gpus_per_node,
                                         moe_activations=activations)

@@ -104,7 +104,7 @@ def build_manifest(report: PlanReport, *, identity: Identity = Identity(), relea
     files = input_files(request_inputs(request))
     source = request.profiles
     plan = replace(answer.plan, engine=source.engine, engine_version=source.engine_version, compose=source.compose,
-                   speculative=source.speculative_for(request.model))
+                   speculative=source.speculative_for(request.model), moe_activations=source.moe_activations)
     manifest = {
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -418,7 +418,9 @@ def _provenance(report: PlanReport, plan: Plan, files: dict) -> dict:
         "profiles": {"engine": plan.engine, "engine_version": plan.engine_version, "compose": plan.compose,
                      "sources": request.profiles.describe(), "serving_engine": request.profiles.serving_engine,
                      # written only when the deployment drafts, so other manifests read (and hash) as before
-                     **({} if plan.speculative is None else {"speculative": plan.speculative.to_dict()})},
+                     **({} if plan.speculative is None else {"speculative": plan.speculative.to_dict()}),
+                     # likewise only when the run stated it, so every other manifest reads (and hashes) as before
+                     **({} if plan.moe_activations is None else {"moe_activations": str(plan.moe_activations)})},
         "solver": {"status": solution.status, "objective": solution.objective, "bound": solution.bound,
                    "gap": solution.gap, "objective_name": request.objective},
     }

@@ -20,6 +20,7 @@ from pdplan import engines, names
 from pdplan.errors import PdplanError
 from pdplan.fileio import input_file
 from pdplan.hardware import Cluster, get_gpu, load_cluster
+from pdplan.latency.compose import moe
 from pdplan.manifest.build import (
     CLUSTER,
     GIB,
@@ -146,7 +147,7 @@ def _pools(manifest: dict) -> list[Violation]:
     model = _model(manifest)
     for i, p in enumerate(pools):
         found += pool_violations(f"pools[{i}]", p, model) + _prefix_cache_violations(f"pools[{i}]", p)
-    return found + _drafting(manifest, model)
+    return found + _drafting(manifest, model) + _activations(manifest, model)
 
 
 def _prefix_cache_violations(where: str, pool: dict) -> list[Violation]:
@@ -172,6 +173,25 @@ def _drafting(manifest: dict, model) -> list[Violation]:
         return []
     return [Violation("provenance.profiles.speculative.method", f"mtp drafts with the checkpoint's multi-token-"
                       f"prediction layers, and {model.base_name} has none (config.json num_nextn_predict_layers)")]
+
+
+def _activations(manifest: dict, model) -> list[Violation]:
+    """The precision of MXFP4 experts' activations the plan was composed at: a choice only MXFP4 experts take, and
+    MXFP8 only on Blackwell, the GPUs with FP4 tensor cores (every engine's MXFP8 path is FlashInfer's TRTLLM-gen
+    kernel; the planner refuses both, :func:`pdplan.latency.compose.moe.asked_activations`)."""
+    asked = manifest["provenance"]["profiles"].get("moe_activations")
+    if asked is None:
+        return []
+    where = "provenance.profiles.moe_activations"
+    try:
+        if model is not None:
+            moe.asked_activations(model, asked)
+    except PdplanError as err:
+        return [Violation(where, err.detail)]
+    if asked != "mxfp8":
+        return []
+    return [Violation(where, f"mxfp8 runs on Blackwell only, and pools[{i}] runs on {p['gpu']}")
+            for i, p in enumerate(manifest["pools"]) if "fp4" not in get_gpu(p["gpu"]).dtypes]
 
 
 def pool_violations(where: str, pool: dict, model) -> list[Violation]:

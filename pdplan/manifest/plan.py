@@ -24,8 +24,8 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
     early rejection (``transfer.early_rejection``; absent: off)."""
     doc: dict = {"pdplan_plan": FORMAT_VERSION, "name": manifest["metadata"]["name"]}
     timing = manifest["provenance"]["profiles"]
-    timing = {k: timing[k] for k in ("engine", "engine_version", "compose", "speculative")
-              if timing.get(k) is not None}  # speculative: only in manifests of deployments that draft
+    timing = {k: timing[k] for k in ("engine", "engine_version", "compose", "speculative", "moe_activations")
+              if timing.get(k) is not None}  # speculative, moe_activations: only in manifests that state them
     if timing:
         doc["profiles"] = timing
     transfer = manifest["transfer"]

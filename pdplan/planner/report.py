@@ -399,6 +399,7 @@ def _provenance(report: PlanReport) -> dict:
                      for m in report.measured},
         "profile_sources": report.request.profiles.describe(),
         "speculative": None if drafting is None else drafting.to_dict(),
+        "moe_activations": report.request.profiles.moe_activations,
     }
 
 

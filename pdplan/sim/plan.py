@@ -23,7 +23,16 @@ from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec, expert_placement_rejection
 from pdplan.shape import InstanceShape, shape_key, shape_label
-from pdplan.vocabulary import CacheMedium, FailurePolicy, Phase, Policy, RankRouter, Router, TransferSchedule
+from pdplan.vocabulary import (
+    CacheMedium,
+    FailurePolicy,
+    MoeActivations,
+    Phase,
+    Policy,
+    RankRouter,
+    Router,
+    TransferSchedule,
+)
 
 PHASES = tuple(sorted(Phase))
 #: Splitwise's mixed pool: arrivals spill to it above this many pending prompt tokens in the
@@ -263,6 +272,9 @@ class Plan:
     engine_version: str | None = None
     compose: bool = True
     speculative: SpeculativeDecoding | None = None  #: the deployment's speculative decoding, when it runs one
+    #: the precision MXFP4 experts were composed at (:class:`pdplan.vocabulary.MoeActivations`); None: the
+    #: engine's default on each GPU
+    moe_activations: str | None = None
     failure_rate: float = 0.0           #: probability that one KV transfer attempt fails
     failure_policy: str = "retry"       #: "retry" (resend the KV) or "recompute" (prefill again)
     route_s: float = 0.0                #: the router's hop from prefill to decode
@@ -321,6 +333,8 @@ class Plan:
             raise fail("mixed.borrow_chunk_tokens", f"borrow_chunk_tokens must be in [1, {limits.MAX_KV_TOKENS}]")
         if self.router not in ROUTERS:
             raise fail("router", f"router must be one of {', '.join(ROUTERS)}")
+        if self.moe_activations is not None and self.moe_activations not in tuple(MoeActivations):
+            raise fail("profiles.moe_activations", f"moe_activations must be one of {', '.join(MoeActivations)}")
         if self.reject_ttft_s is not None and not 0 < self.reject_ttft_s <= limits.MAX_LATENCY_MS / 1e3:
             raise fail("early_rejection.ttft_ms", "early_rejection.ttft_ms must be > 0 and at most "
                        f"{limits.MAX_LATENCY_MS:g}")

@@ -25,6 +25,8 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         acceptance: 0.8            # probability that each draft token is accepted, in [0, 1)
         draft_tokens: 1            # draft tokens per verify step (default 1)
         draft_cost: 0.0125         # one draft token / one decode step; default for mtp 1/L
+      moe_activations: mxfp8       # optional: MXFP4 experts' activations, bf16 | mxfp8 (Blackwell);
+                                   # default the engine's on each GPU
     default_link:                  # optional; used by prefill→decode pairs without a link entry
       bandwidth_gb_s: 25           # GB/s (10^9 bytes/s), one direction
       setup_ms: 0.5                # fixed cost per transfer
@@ -128,7 +130,7 @@ from pdplan.sim.plan import (
     Pool,
     receiving_phases,
 )
-from pdplan.vocabulary import CacheMedium, RankRouter, Router
+from pdplan.vocabulary import CacheMedium, MoeActivations, RankRouter, Router
 
 FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
@@ -149,7 +151,7 @@ MAX_ADP_BALANCE_ITERS = 2**31 - 1
 
 _TOP_FIELDS = {"pdplan_plan", "name", "transfer", "default_link", "links", "pools", "profiles", "mixed", "router",
                "early_rejection"}
-_PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative"}
+_PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative", "moe_activations"}
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
                 "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests",
                 "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
@@ -370,6 +372,8 @@ def parse_plan(data, path: str | Path) -> Plan:
             timing["compose"] = spec.boolean("compose")
         if spec.data.get("speculative") is not None:
             timing["speculative"] = speculative_from_fields(spec.mapping("speculative"))
+        if spec.has("moe_activations"):
+            timing["moe_activations"] = spec.string("moe_activations", choices=list(MoeActivations))
     if top.has("router"):
         if colocated:
             raise top.fail("router", "applies only to disaggregated plans (it picks a prefill instance)",
@@ -401,6 +405,8 @@ def plan_to_dict(plan: Plan) -> dict:
     timing = {k: v for k, v in timing.items() if v is not None} | ({} if plan.compose else {"compose": False})
     if plan.speculative is not None:
         timing["speculative"] = {k: v for k, v in plan.speculative.to_dict().items() if v is not None}
+    if plan.moe_activations is not None:
+        timing["moe_activations"] = str(plan.moe_activations)
     if timing:
         doc["profiles"] = timing
     if not plan.colocated:

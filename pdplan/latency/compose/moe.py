@@ -106,6 +106,15 @@ def mxfp4_activations(engine: str, sm_version: int, asked: MoeActivations | None
     return MoeActivations.MXFP8 if engine in ("trtllm", "sglang") and sm_version >= 100 else MoeActivations.BF16
 
 
+def asked_activations(model, asked: MoeActivations | None) -> MoeActivations | None:
+    """The activation precision asked for ``model``'s experts (None: the engine's default), refused for a model
+    without MXFP4 experts, whose kernels take no such choice."""
+    if asked is not None and not (model.is_moe and model.weight_dtype == "mxfp4"):
+        raise PdplanError(f"--moe-activations applies to MXFP4 experts only; {model.name} has {model.weight_dtype} "
+                          "weights", field="moe_activations")
+    return asked
+
+
 def gemm_dtype(model) -> str:
     """The GEMM table's ``gemm_dtype`` for the model's attention, shared-expert and dense-layer
     weights. An MXFP4 checkpoint keeps every weight but the experts in bf16 (gpt-oss's

@@ -73,9 +73,7 @@ class Step:
         system = tables.system_for(self.shape.gpu)
         self.system, self.spec = system, tables.system_spec(system)
         self.mixed = self.model.is_moe or self.model.attention == "mla" or bool(self.model.sliding_layers)
-        if self.moe_activations is not None and not (self.model.is_moe and self.model.weight_dtype == "mxfp4"):
-            raise PdplanError(f"--moe-activations applies to MXFP4 experts only; {self.model.name} has "
-                              f"{self.model.weight_dtype} weights", field="moe_activations")
+        moe.asked_activations(self.model, self.moe_activations)
         if self.mixed:
             self._mixed_tables(system)
         else:

@@ -111,7 +111,7 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
         command += ["--max-prefill-tokens", str(scheduling["max_prefill_batch_tokens"])]
     if pool["phase"] == "prefill" and common.prefix_cache_off(pool):
         command.append(NO_RADIX_CACHE)
-    command += speculative_args(manifest)
+    command += speculative_args(manifest) + kernel_args(manifest)
     if backend is not None:
         command += ["--disaggregation-mode", pool["phase"], "--disaggregation-transfer-backend", backend]
     if bootstrap is not None:
@@ -160,6 +160,16 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
     if found.redundant_experts:
         args += ["--ep-num-redundant-experts", str(found.redundant_experts)]
     return args
+
+
+def kernel_args(manifest: dict) -> list[str]:
+    """The flags that start SGLang's kernels as the plan timed them: MXFP4 experts with BF16 activations when the
+    plan was composed so (``provenance.profiles.moe_activations``), ``--flashinfer-mxfp4-moe-precision bf16``; its
+    default, ``default``, quantizes them to MXFP8 on Blackwell (``flashinfer_mxfp4`` runner) and the flag is
+    inert elsewhere."""
+    if manifest["provenance"]["profiles"].get("moe_activations") == "bf16":
+        return ["--flashinfer-mxfp4-moe-precision", "bf16"]
+    return []
 
 
 def speculative_args(manifest: dict) -> list[str]:

@@ -235,6 +235,7 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
         lines.append(shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel)))
     if bootstrap is not None:
         lines.append(shell.export("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(bootstrap)))
+    lines += [shell.export(name, value) for name, value in kernel_env(manifest).items()]
     serve = serve_command(manifest, pool, port, ray=inst.spans_nodes and not by_dp)
     if by_dp:
         node_env = [[shell.export("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus)))]
@@ -345,6 +346,26 @@ def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool,
         script = ray_launch(serve, rank=rank, leader=leader, nodes=common.pods_per_instance(manifest, pool),
                             gpus=pool["tp"] * pool["pp"])
     return ["/bin/bash", "-c"], ["\n".join(script)]
+
+
+#: What vLLM reads to feed MXFP4 experts MXFP8 activations (FlashInfer's TRTLLM-gen kernel): with it its MXFP4 MoE
+#: backend is ``SM100_FI_MXFP4_MXFP8_TRTLLM``, without it ``SM100_FI_MXFP4_BF16`` on Blackwell
+#: (``select_mxfp4_moe_backend`` in vllm/model_executor/layers/fused_moe/oracle/mxfp4.py; ``get_mxfp4_backend`` in
+#: layers/quantization/mxfp4.py before it).
+MXFP8_EXPERTS_ENV = "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8"
+
+
+def kernel_env(manifest: dict) -> dict[str, str]:
+    """The environment that starts vLLM's kernels as the plan timed them: MXFP8 activations for MXFP4 experts when
+    the plan was composed so (``provenance.profiles.moe_activations``); BF16 is vLLM's default."""
+    if manifest["provenance"]["profiles"].get("moe_activations") == "mxfp8":
+        return {MXFP8_EXPERTS_ENV: "1"}
+    return {}
+
+
+def kernel_pod_env(manifest: dict) -> list[dict]:
+    """:func:`kernel_env` as a container's env."""
+    return [{"name": name, "value": value} for name, value in kernel_env(manifest).items()]
 
 
 def pod_env(manifest: dict, pool: dict) -> list[dict]:
