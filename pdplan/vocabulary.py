@@ -161,8 +161,8 @@ class SpeculativeMethod(StrEnum):
 
 class MoeActivations(StrEnum):
     """The precision an engine feeds MXFP4 experts their activations in: BF16 (the W4A16 kernels) or
-    quantized to MXFP8 (W4A8: TensorRT-LLM's default on Blackwell, vLLM's with
-    ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``)."""
+    quantized to MXFP8 (W4A8: TensorRT-LLM's and SGLang's default on Blackwell, vLLM's when told,
+    :func:`pdplan.latency.compose.moe.mxfp4_activations`)."""
 
     BF16 = "bf16"
     MXFP8 = "mxfp8"

@@ -1,13 +1,15 @@
 """The precision MXFP4 experts take their activations in, stated once (``--moe-activations``) and carried from
 the composition to the plan, the manifest, its checks and the commands that start the engines.
 
-vLLM feeds gpt-oss's experts BF16 activations on Blackwell unless ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``
-(``select_mxfp4_moe_backend``, vllm/model_executor/layers/fused_moe/oracle/mxfp4.py); SGLang quantizes them to
-MXFP8 there unless ``--flashinfer-mxfp4-moe-precision bf16`` (its ServerArgs field
-``flashinfer_mxfp4_moe_precision: Literal["default", "bf16"]``, sgl-project/sglang server_args.py).
+vLLM feeds gpt-oss's experts BF16 activations on Blackwell unless told MXFP8 (0.33.0:
+``--quantization-config {"moe":{"activation":"mxfp8"}}``; its earlier releases:
+``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``); SGLang quantizes them to MXFP8 there unless
+``--flashinfer-mxfp4-moe-precision bf16`` (SGLang 0.5.23, read in its wheel:
+``flashinfer_mxfp4_moe_precision: Literal["default", "bf16", "fp8"]`` in arg_groups/fields/exec_.py).
 """
 
 import copy
+import json
 
 import pytest
 
@@ -24,7 +26,9 @@ from tests.test_export_precision import planned
 from tests.test_manifest_export import _tokens
 
 VLLM_FORMATS = tuple(fmt for fmt in FORMATS if fmt != "sglang")
-ENV = "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8"
+#: vLLM 0.33.0 (read in its wheel): a pre-quantized checkpoint's MoE activation override, ``QUANT_KEY_NAMES["mxfp8"]``
+#: in vllm/config/quantization.py, with which ``select_mxfp4_moe_backend`` prefers FLASHINFER_TRTLLM_MXFP4_MXFP8.
+MXFP8_CONFIG = {"moe": {"activation": "mxfp8"}}
 
 
 def timed_at(manifest: dict, activations: str | None) -> dict:
@@ -35,26 +39,25 @@ def timed_at(manifest: dict, activations: str | None) -> dict:
     return edited
 
 
-def env_values(files: dict[str, str]) -> list[str]:
-    """Every value the export gives the vLLM variable: ``export NAME=value`` lines and container env entries."""
-    found = [line.split("=", 1)[1] for text in files.values() for line in text.splitlines()
-             if line.strip().startswith(f"export {ENV}=")]
-    for text in files.values():
-        lines = text.splitlines()
-        found += [lines[i + 1].split(":", 1)[1].strip().strip("'\"") for i, line in enumerate(lines[:-1])
-                  if line.strip() == f"- name: {ENV}"]
-    return found
+def vllm_commands(files: dict[str, str]) -> list[list[str]]:
+    return [tokens for tokens in _tokens(files) if "--tensor-parallel-size" in tokens]
+
+
+def quantization_configs(tokens: list[str]) -> list[dict]:
+    return [json.loads(tokens[i + 1]) for i, t in enumerate(tokens) if t == "--quantization-config"]
 
 
 @pytest.mark.parametrize("fmt", VLLM_FORMATS)
 def test_a_plan_composed_with_mxfp8_experts_starts_vllm_with_its_mxfp8_kernel(colocated, fmt):
-    assert set(env_values(export_manifest(timed_at(colocated, "mxfp8"), fmt))) == {"1"}
+    commands = vllm_commands(export_manifest(timed_at(colocated, "mxfp8"), fmt))
+    assert commands and all(quantization_configs(tokens) == [MXFP8_CONFIG] for tokens in commands)
 
 
 @pytest.mark.parametrize("fmt", VLLM_FORMATS)
 @pytest.mark.parametrize("activations", [None, "bf16"])
-def test_vllms_default_bf16_experts_need_no_variable(colocated, fmt, activations):
-    assert env_values(export_manifest(timed_at(colocated, activations), fmt)) == []
+def test_vllms_default_bf16_experts_need_no_override(colocated, fmt, activations):
+    commands = vllm_commands(export_manifest(timed_at(colocated, activations), fmt))
+    assert commands and all(quantization_configs(tokens) == [] for tokens in commands)
 
 
 @pytest.mark.parametrize(("activations", "flags"), [("bf16", [["--flashinfer-mxfp4-moe-precision", "bf16"]]),

@@ -107,8 +107,9 @@ EngineVersionOpt = Annotated[str | None, typer.Option(
     show_default=False)]
 MoeActivationsOpt = Annotated[MoeActivations | None, choice(
     "--moe-activations", MoeActivations, help="Precision of MXFP4 experts' activations (gpt-oss): bf16 or mxfp8 "
-    "(Blackwell only). Default the engine's on the GPU: mxfp8 for TensorRT-LLM and SGLang on Blackwell, else "
-    "bf16; vLLM takes mxfp8 with VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1.", show_default=False)]
+    "(Blackwell only). Default the engine's own on the GPU: mxfp8 for TensorRT-LLM and SGLang on Blackwell, else "
+    "bf16. The exports start the engine so (vLLM: --quantization-config '{\"moe\":{\"activation\":\"mxfp8\"}}').",
+    show_default=False)]
 ComposeOpt = Annotated[bool, typer.Option(
     "--compose/--no-compose", help="Compose profiles from measured operators where no measured profile "
                                    "exists (else the roofline).")]

@@ -91,11 +91,14 @@ def mxfp4_activations(engine: str, sm_version: int, asked: MoeActivations | None
       tensorrt_llm/_torch/model_config.py: ``W4A8_MXFP4_MXFP8`` with its default TRTLLM MoE backend on Blackwell,
       ``W4A16_MXFP4`` below SM 100);
     * SGLang does too: on SM 100 it picks the ``flashinfer_mxfp4`` MoE runner for an MXFP4 checkpoint
-      (server_args.py), whose ``--flashinfer-mxfp4-moe-precision default`` quantizes the activations with
-      ``mxfp8_quantize`` before FlashInfer's ``trtllm_fp4_block_scale_moe`` (``bf16`` keeps them);
-    * vLLM keeps them in BF16 unless ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (``get_mxfp4_backend`` in
-      vllm/model_executor/layers/quantization/mxfp4.py: ``SM100_FI_MXFP4_BF16`` by default,
-      ``SM100_FI_MXFP4_MXFP8_TRTLLM`` with the variable).
+      (SGLang 0.5.23 ``arg_groups/model_overrides/gpt_oss.py``), whose ``--flashinfer-mxfp4-moe-precision default``
+      quantizes the routed input to MXFP8 before FlashInfer's kernel (``layers/quantization/
+      mxfp4_flashinfer_trtllm_moe.py``; ``bf16`` keeps them; ``arg_groups/fields/exec_.py`` for the choices);
+    * vLLM keeps them in BF16 unless told MXFP8: ``select_mxfp4_moe_backend`` in
+      vllm/model_executor/layers/fused_moe/oracle/mxfp4.py tries FlashInfer's BF16 variant first, the MXFP8 one
+      when the activation override asks for it (0.33.0: ``--quantization-config {"moe":{"activation":"mxfp8"}}``;
+      its earlier releases: ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``, ``get_mxfp4_backend`` in
+      layers/quantization/mxfp4.py: ``SM100_FI_MXFP4_BF16`` by default, ``SM100_FI_MXFP4_MXFP8_TRTLLM`` with it).
 
     Every engine's MXFP8 path is Blackwell's FlashInfer/TRTLLM-gen kernel: asked for below SM 100, it is refused."""
     if asked == MoeActivations.MXFP8 and sm_version < 100:

@@ -105,8 +105,7 @@ def _worker(manifest: dict, pool: dict, image: str, options: pods.PodOptions) ->
         args += ["--disaggregation-mode", pool["phase"]]
     container = _container(image, ["python3", "-m", "dynamo.vllm"], args)
     volume, mount = pods.cache_volume(pool)
-    container.update({"env": vllm.kernel_pod_env(manifest) + pods.hf_env(options),
-                      "resources": pods.resources(manifest, pool),
+    container.update({"env": pods.hf_env(options), "resources": pods.resources(manifest, pool),
                       "volumeMounts": [mount]})
     component = _component(pool["name"], _COMPONENT_TYPES[pool["phase"]], pool["replicas"], container)
     component["podTemplate"]["spec"].update({**pods.node_selection(manifest, pool), "volumes": [volume]})

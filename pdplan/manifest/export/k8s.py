@@ -120,7 +120,7 @@ def _service(manifest: dict, pool: dict) -> dict:
 def _pod_spec(manifest: dict, pool: dict, image: str, options: pods.PodOptions, size: int, *, probed: bool) -> dict:
     command, args = vllm.pod_command(manifest, pool, POD_PORT, spans_nodes=size > 1)
     container = {"name": "vllm", "image": image, "command": command, "args": args,
-                 "env": vllm.pod_env(manifest, pool) + vllm.kernel_pod_env(manifest) + pods.hf_env(options),
+                 "env": vllm.pod_env(manifest, pool) + pods.hf_env(options),
                  "ports": vllm.pod_ports(manifest, pool, POD_PORT),
                  "resources": pods.resources(manifest, pool)}
     if probed:

@@ -99,8 +99,7 @@ def _section(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -
     found = common.parallel(pool)
     command, args = vllm.pod_command(manifest, pool, port, spans_nodes=size > 1, hybrid=True)
     container = {"name": "vllm", "image": image, "modelCommand": "custom", "command": command, "args": args,
-                 # the chart sets HF_HOME
-                 "env": [*vllm.pod_env(manifest, pool), *vllm.kernel_pod_env(manifest), pods.hf_token_env(options)],
+                 "env": [*vllm.pod_env(manifest, pool), pods.hf_token_env(options)],  # the chart sets HF_HOME
                  "ports": vllm.pod_ports(manifest, pool, port),
                  "resources": pods.resources(manifest, pool), "mountModelVolume": True}
     if size == 1 or found.dp > 1:  # every pod serves HTTP

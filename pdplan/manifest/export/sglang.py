@@ -164,9 +164,9 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
 
 def kernel_args(manifest: dict) -> list[str]:
     """The flags that start SGLang's kernels as the plan timed them: MXFP4 experts with BF16 activations when the
-    plan was composed so (``provenance.profiles.moe_activations``), ``--flashinfer-mxfp4-moe-precision bf16``; its
-    default, ``default``, quantizes them to MXFP8 on Blackwell (``flashinfer_mxfp4`` runner) and the flag is
-    inert elsewhere."""
+    plan was composed so (``provenance.profiles.moe_activations``), ``--flashinfer-mxfp4-moe-precision bf16``
+    (SGLang 0.5.23 ``arg_groups/fields/exec_.py``: default, bf16 or fp8); its ``default`` quantizes them to MXFP8
+    in the ``flashinfer_mxfp4`` runner it picks on Blackwell, and no other runner reads the flag."""
     if manifest["provenance"]["profiles"].get("moe_activations") == "bf16":
         return ["--flashinfer-mxfp4-moe-precision", "bf16"]
     return []

@@ -77,7 +77,8 @@ TIER_OPTIONS = {"host": "vLLM's --kv-offloading-size (native CPU offloading), be
 
 def engine_args(manifest: dict, pool: dict) -> list[str]:
     """vLLM arguments that follow from the plan and the pool: the checkpoint's revision and remote code, precision,
-    parallelism, memory, chunking, a prefix cache the plan turns off, KV transfer."""
+    parallelism, memory, chunking, a prefix cache the plan turns off, KV transfer, speculative decoding and the
+    MoE kernels the plan was timed with."""
     args = [*common.checkpoint_args(manifest), *parallel_args(manifest, pool),
             "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
             *common.precision_args(manifest, "vLLM", KV_CACHE_DTYPES, LOAD_QUANTIZATION)]
@@ -92,7 +93,7 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
     drafting = speculative_config(manifest)
     if drafting is not None:
         args += ["--speculative-config", common.compact_json(drafting)]
-    return args
+    return args + kernel_args(manifest)
 
 
 def parallel_args(manifest: dict, pool: dict) -> list[str]:
@@ -235,7 +236,6 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
         lines.append(shell.export("VLLM_NIXL_SIDE_CHANNEL_PORT", str(side_channel)))
     if bootstrap is not None:
         lines.append(shell.export("VLLM_MOONCAKE_BOOTSTRAP_PORT", str(bootstrap)))
-    lines += [shell.export(name, value) for name, value in kernel_env(manifest).items()]
     serve = serve_command(manifest, pool, port, ray=inst.spans_nodes and not by_dp)
     if by_dp:
         node_env = [[shell.export("CUDA_VISIBLE_DEVICES", ",".join(map(str, gpus)))]
@@ -348,24 +348,17 @@ def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool,
     return ["/bin/bash", "-c"], ["\n".join(script)]
 
 
-#: What vLLM reads to feed MXFP4 experts MXFP8 activations (FlashInfer's TRTLLM-gen kernel): with it its MXFP4 MoE
-#: backend is ``SM100_FI_MXFP4_MXFP8_TRTLLM``, without it ``SM100_FI_MXFP4_BF16`` on Blackwell
-#: (``select_mxfp4_moe_backend`` in vllm/model_executor/layers/fused_moe/oracle/mxfp4.py; ``get_mxfp4_backend`` in
-#: layers/quantization/mxfp4.py before it).
-MXFP8_EXPERTS_ENV = "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8"
-
-
-def kernel_env(manifest: dict) -> dict[str, str]:
-    """The environment that starts vLLM's kernels as the plan timed them: MXFP8 activations for MXFP4 experts when
-    the plan was composed so (``provenance.profiles.moe_activations``); BF16 is vLLM's default."""
+def kernel_args(manifest: dict) -> list[str]:
+    """vLLM 0.33.0's arguments that start its kernels as the plan timed them: MXFP4 experts with MXFP8 activations
+    when the plan was composed so (``provenance.profiles.moe_activations``), ``--quantization-config
+    {"moe":{"activation":"mxfp8"}}``. For a pre-quantized checkpoint that is the base method's activation override
+    (vllm/config/quantization.py ``resolve_quantization_config``, ``QUANT_KEY_NAMES["mxfp8"]``), with which
+    ``select_mxfp4_moe_backend`` (vllm/model_executor/layers/fused_moe/oracle/mxfp4.py) picks FlashInfer's
+    ``FLASHINFER_TRTLLM_MXFP4_MXFP8`` on Blackwell instead of its BF16 variant, the default. vLLM no longer reads
+    the ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8`` of its earlier releases."""
     if manifest["provenance"]["profiles"].get("moe_activations") == "mxfp8":
-        return {MXFP8_EXPERTS_ENV: "1"}
-    return {}
-
-
-def kernel_pod_env(manifest: dict) -> list[dict]:
-    """:func:`kernel_env` as a container's env."""
-    return [{"name": name, "value": value} for name, value in kernel_env(manifest).items()]
+        return ["--quantization-config", common.compact_json({"moe": {"activation": "mxfp8"}})]
+    return []
 
 
 def pod_env(manifest: dict, pool: dict) -> list[dict]:
