@@ -105,7 +105,7 @@ class ProfileSource:
                 if self.engine_version is not None and err.field in ("engine", "engine_version"):
                     raise  # the user asked for this version: missing data is their error to see
                 if err.field == "moe_activations":
-                    raise  # a precision the GPU's kernels cannot run: the engine would refuse to start
+                    raise  # kernels the GPU has none of: no engine runs them there, so no profile stands in
                 self.fallbacks[key] = err.detail
         elif self.compose:
             self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
