@@ -73,7 +73,7 @@ class ProfileSource:
         rack) is how far collectives and the expert all-to-all stay on NVLink, as AIConfigurator's
         ``num_gpus_per_node`` of a large-EP config is."""
         speculative = self.speculative_for(model)  # refused before any profile is composed
-        moe.asked_activations(model, self.moe_activations)  # and so is a precision the experts cannot take
+        moe.asked_activations(model, gpu, self.moe_activations)  # and so is a precision the kernels cannot take
         found = self._evidence(model, gpu, tp, pp, gpus_per_node or gpu.nvlink_domain, cache, dp, ep)
         return found if speculative is None else speculative.apply(found)
 
@@ -104,8 +104,6 @@ class ProfileSource:
             except PdplanError as err:
                 if self.engine_version is not None and err.field in ("engine", "engine_version"):
                     raise  # the user asked for this version: missing data is their error to see
-                if err.field == "moe_activations":
-                    raise  # kernels the GPU has none of: no engine runs them there, so no profile stands in
                 self.fallbacks[key] = err.detail
         elif self.compose:
             self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
@@ -119,10 +117,9 @@ class ProfileSource:
         from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
         engine = self.serving_engine
-        activations = self.moe_activations
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine, dp=dp, ep=ep,  # noqa: E731
                                         engine_version=self.engine_version, gpus_per_node=gpus_per_node,
-                                        moe_activations=activations)
+                                        moe_activations=self.moe_activations)
         if cache is None:
             return make()
         # 2: MoE, MLA and sliding-window models compose (a remembered refusal of one is stale);
@@ -133,7 +130,7 @@ class ProfileSource:
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
                          "gpus_per_node": gpus_per_node,
                          **({"dp": dp, "ep": ep} if dp > 1 or ep > 1 else {}),
-                         **({"moe_activations": str(activations)} if activations else {})})
+                         **({"moe_activations": str(self.moe_activations)} if self.moe_activations else {})})
         found = cache.get(key, _decode_composed)
         if found is None:
             try:

@@ -176,22 +176,20 @@ def _drafting(manifest: dict, model) -> list[Violation]:
 
 
 def _activations(manifest: dict, model) -> list[Violation]:
-    """The precision of MXFP4 experts' activations the plan was composed at: a choice only MXFP4 experts take, and
-    MXFP8 only on Blackwell, the GPUs with FP4 tensor cores (every engine's MXFP8 path is FlashInfer's TRTLLM-gen
-    kernel; the planner refuses both, :func:`pdplan.latency.compose.moe.asked_activations`)."""
+    """The precision of MXFP4 experts' activations the plan was composed at, held to the planner's rule on every
+    pool's GPU (:func:`pdplan.latency.compose.moe.asked_activations`: only MXFP4 experts take it, MXFP8 only on
+    Blackwell); each broken rule once."""
     asked = manifest["provenance"]["profiles"].get("moe_activations")
-    if asked is None:
+    if asked is None or model is None:
         return []
-    where = "provenance.profiles.moe_activations"
-    try:
-        if model is not None:
-            moe.asked_activations(model, asked)
-    except PdplanError as err:
-        return [Violation(where, err.detail)]
-    if asked != "mxfp8":
-        return []
-    return [Violation(where, f"mxfp8 runs on Blackwell only, and pools[{i}] runs on {p['gpu']}")
-            for i, p in enumerate(manifest["pools"]) if "fp4" not in get_gpu(p["gpu"]).dtypes]
+    broken = []
+    for pool in manifest["pools"]:
+        try:
+            moe.asked_activations(model, get_gpu(pool["gpu"]), asked)
+        except PdplanError as err:
+            if err.detail not in broken:
+                broken.append(err.detail)
+    return [Violation("provenance.profiles.moe_activations", detail) for detail in broken]
 
 
 def pool_violations(where: str, pool: dict, model) -> list[Violation]:

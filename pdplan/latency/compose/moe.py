@@ -100,21 +100,25 @@ def mxfp4_activations(engine: str, sm_version: int, asked: MoeActivations | None
       its earlier releases: ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``, ``get_mxfp4_backend`` in
       layers/quantization/mxfp4.py: ``SM100_FI_MXFP4_BF16`` by default, ``SM100_FI_MXFP4_MXFP8_TRTLLM`` with it).
 
-    Every engine's MXFP8 path is Blackwell's FlashInfer/TRTLLM-gen kernel: asked for below SM 100, it is refused."""
-    if asked == MoeActivations.MXFP8 and sm_version < 100:
-        raise PdplanError(f"--moe-activations mxfp8: MXFP8 activations for MXFP4 experts run on Blackwell (SM 100) "
-                          f"only; this GPU is SM {sm_version}", field="moe_activations")
+    What may be asked for is :func:`asked_activations`'s rule."""
     if asked is not None:
         return asked
     return MoeActivations.MXFP8 if engine in ("trtllm", "sglang") and sm_version >= 100 else MoeActivations.BF16
 
 
-def asked_activations(model, asked: MoeActivations | None) -> MoeActivations | None:
-    """The activation precision asked for ``model``'s experts (None: the engine's default), refused for a model
-    without MXFP4 experts, whose kernels take no such choice."""
-    if asked is not None and not (model.is_moe and model.weight_dtype == "mxfp4"):
+def asked_activations(model, gpu, asked: MoeActivations | None) -> MoeActivations | None:
+    """The activation precision asked for ``model``'s experts on ``gpu`` (None: the engine's default). Refused for a
+    model without MXFP4 experts, whose kernels take no such choice, and MXFP8 on a GPU without FP4 tensor cores:
+    every engine's MXFP8 path is Blackwell's FlashInfer/TRTLLM-gen kernel, and elsewhere none runs it (vLLM 0.33.0
+    falls back to BF16 with a warning), so a plan timed with it would be timed for kernels it does not get."""
+    if asked is None:
+        return None
+    if not (model.is_moe and model.weight_dtype == "mxfp4"):
         raise PdplanError(f"--moe-activations applies to MXFP4 experts only; {model.name} has {model.weight_dtype} "
                           "weights", field="moe_activations")
+    if asked == MoeActivations.MXFP8 and "fp4" not in gpu.dtypes:
+        raise PdplanError(f"--moe-activations mxfp8: MXFP8 activations for MXFP4 experts run on Blackwell only (FP4 "
+                          f"tensor cores), and {gpu.name} has none", field="moe_activations")
     return asked
 
 

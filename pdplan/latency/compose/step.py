@@ -38,6 +38,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from pdplan.errors import PdplanError
+from pdplan.hardware import get_gpu
 from pdplan.latency.compose import gathered, moe, tables, wide
 from pdplan.latency.compose.tables import Extrapolated
 from pdplan.latency.roofline import pipeline_hops
@@ -66,14 +67,14 @@ class Step:
     #: Redundant expert copies EPLB rebalances the load over (wide expert parallelism only).
     redundant_experts: int = 0
     #: The precision MXFP4 experts take their activations in; None: the engine's default on the GPU
-    #: (:func:`pdplan.latency.compose.moe.mxfp4_activations`).
+    #: (:func:`pdplan.latency.compose.moe.mxfp4_activations`; what may be asked: ``moe.asked_activations``).
     moe_activations: MoeActivations | None = None
 
     def __post_init__(self):
         system = tables.system_for(self.shape.gpu)
         self.system, self.spec = system, tables.system_spec(system)
         self.mixed = self.model.is_moe or self.model.attention == "mla" or bool(self.model.sliding_layers)
-        moe.asked_activations(self.model, self.moe_activations)
+        moe.asked_activations(self.model, get_gpu(self.shape.gpu), self.moe_activations)
         if self.mixed:
             self._mixed_tables(system)
         else:
