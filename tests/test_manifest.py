@@ -241,14 +241,14 @@ def test_export_refuses_a_manifest_that_does_not_validate(run_cli, manifests, tm
 
 
 def test_a_violation_prints_as_one_line_whatever_its_field_and_message_hold():
-    from pdplan.manifest.check import Violation
+    from pdplan.manifest.violation import Violation
 
     assert str(Violation("pools[0].x\ny", "got 'a\r\nb'")) == "pools[0].x y: got 'a b'"
 
 
 def test_a_power_capped_pool_may_sit_on_nodes_of_its_own_hardware_but_no_other():
     """Splitwise's HHcap: decode on H100s at a lower power limit runs on the H100 nodes."""
-    from pdplan.manifest.check import node_map_violations
+    from pdplan.manifest.node_map import node_map_violations
 
     pools = {"decode": {"gpu": "h100-80gb-pcap", "tp": 2, "pp": 1, "replicas": 1}}
 

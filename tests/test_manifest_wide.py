@@ -17,8 +17,9 @@ from jsonschema import Draft202012Validator
 
 from pdplan.errors import PdplanError
 from pdplan.manifest.build import GIB, MEMORY_UTILIZATION
-from pdplan.manifest.check import node_map_violations, pool_violations
+from pdplan.manifest.check import pool_violations
 from pdplan.manifest.document import pool_shape, schema
+from pdplan.manifest.node_map import node_map_violations
 from pdplan.modelref import get_model
 from pdplan.modelspec import weight_bytes_per_gpu
 
@@ -330,7 +331,7 @@ def test_the_memory_utilization_the_manifest_states_is_the_builders():
 
 def test_an_instance_spanning_more_nodes_than_its_type_has_is_larger_than_its_domain(tmp_path):
     from pdplan.hardware import load_cluster
-    from pdplan.manifest.check import domain_violations
+    from pdplan.manifest.node_map import domain_violations
 
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text("nodes:\n  - {name: h200, gpu: h200-141gb, gpus_per_node: 8, intra_node_gb_s: 450, "

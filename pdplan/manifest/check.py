@@ -3,23 +3,21 @@
 Each check returns violations as (field path, message); none means valid. The order: the schema
 (a manifest that breaks it is not checked further), the content hash (a hand edit is tampering,
 traced to the sections whose hashes changed), consistency (capacity against the target, GPUs per
-instance as the engines count them (TP × DP × PP), GPUs and node ranks of an instance spanning nodes,
-tensor parallelism inside one node and NVLink domain, expert parallelism against the experts, an
-instance inside its scale-out domain, memory, prefix caches on the pools that have them, link demand,
-KV roles, a prefill router only in a P/D plan, the KV-cache ABI, the rollback order of 0x0FG, the
-preregistered fallback of 0x0FF, the shapes the recorded engine can run), identity under
+instance as the engines count them (TP × DP × PP), expert parallelism against the experts, memory,
+prefix caches on the pools that have them, the node map (:mod:`pdplan.manifest.node_map`), link demand,
+KV roles, a prefill router only in a P/D plan, the KV-cache ABI, the rollback order, the preregistered
+fallback, the shapes the recorded engine can run), identity under
 ``strict``, the inputs' sha256 when they are given, and a re-simulation when asked.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from pdplan import engines, names
 from pdplan.errors import PdplanError
 from pdplan.fileio import input_file
-from pdplan.hardware import Cluster, get_gpu, load_cluster
+from pdplan.hardware import get_gpu, gpu_catalog, load_cluster
 from pdplan.latency.compose import moe
 from pdplan.manifest.build import (
     CLUSTER,
@@ -42,6 +40,8 @@ from pdplan.manifest.document import (
     schema_errors,
     section_hashes,
 )
+from pdplan.manifest.node_map import domain_violations, node_map_violations
+from pdplan.manifest.violation import Violation
 from pdplan.modelref import get_model
 from pdplan.modelspec import expert_placement_rejection, weight_bytes_per_gpu
 from pdplan.placement import serves
@@ -51,16 +51,6 @@ from pdplan.schema import shown
 DERIVED_TOLERANCE = 1e-4
 #: Pools that take KV handoffs: decode pools and Splitwise's mixed machines.
 DECODING = ("decode", "mixed")
-
-
-@dataclass(frozen=True)
-class Violation:
-    field: str
-    message: str
-
-    def __str__(self) -> str:
-        """One line, whatever a hand-edited manifest put into the field or the value quoted."""
-        return " ".join(f"{self.field}: {self.message}".split())
 
 
 def check_manifest(manifest: dict, *, strict: bool = False, trace: Path | None = None,
@@ -78,31 +68,6 @@ def check_manifest(manifest: dict, *, strict: bool = False, trace: Path | None =
     found += stale_inputs(manifest, trace=trace, profiles=profiles, cluster=cluster)
     if cluster is not None:
         found += domain_violations(manifest["placement"]["nodes"], load_cluster(cluster))
-    return found
-
-
-def domain_violations(nodes: list[dict], cluster: Cluster) -> list[Violation]:
-    """Each instance of the node map ``nodes`` fits its scale-out domain in ``cluster``: the nodes of its
-    node type, which the cluster file joins by one inter-node network (``inter_node_gb_s``), ``count``
-    of them (unbounded: any number). An instance spanning more nodes than its type has is larger than
-    its domain; a node type the cluster lacks is named."""
-    types = {n.name: n for n in cluster.nodes}
-    spans: dict[tuple[str, str], tuple[str, str, set]] = {}
-    found = []
-    for n, node in enumerate(nodes):
-        if node["node_type"] not in types:
-            found.append(Violation(f"placement.nodes[{n}].node_type", f"{node['node_type']!r} is not a node type of "
-                                   f"the cluster file (its types: {', '.join(sorted(types))})"))
-            continue
-        for k, slot in enumerate(node["instances"]):
-            where = f"placement.nodes[{n}].instances[{k}].instance"
-            spans.setdefault((slot["pool"], slot["instance"]), (where, node["node_type"], set()))[2].add(node["node"])
-    for (_, instance), (where, kind, spanned) in sorted(spans.items()):
-        count = types[kind].count
-        if count is not None and len(spanned) > count:
-            found.append(Violation(where, f"instance {instance} spans {len(spanned)} {kind} nodes: larger than its "
-                                          f"scale-out domain, the cluster's {count} {kind} nodes of "
-                                          f"{types[kind].gpus_per_node} GPUs"))
     return found
 
 
@@ -216,24 +181,10 @@ def _model(manifest: dict):
         return None  # a model YAML: its geometry is checked through the KV-cache ABI instead
 
 
-def catalog_gpu(name: str):
-    """The catalog GPU, or None for a name the catalog lacks (reported once, by the memory check)."""
-    try:
-        return get_gpu(name)
-    except PdplanError:
-        return None
-
-
-def _physical(name: str) -> str:
-    """The hardware a GPU type runs on: a power-capped setting's base GPU (Splitwise's HHcap), else itself."""
-    gpu = catalog_gpu(name)
-    return name if gpu is None else gpu.physical
-
-
 def _memory(where: str, pool: dict, model) -> list[Violation]:
     memory = pool["memory"]
     found = []
-    gpu = catalog_gpu(pool["gpu"])
+    gpu = gpu_catalog().get(pool["gpu"])
     if gpu is None:
         return [Violation(f"{where}.gpu", f"unknown GPU {pool['gpu']!r}")]
     if not _close(memory["gpu_memory_gib"], gpu.memory_bytes / GIB):
@@ -264,129 +215,6 @@ def _placement(manifest: dict) -> list[Violation]:
     index = {p["name"]: i for i, p in enumerate(manifest["pools"])}
     return node_map_violations({p["name"]: p for p in manifest["pools"]}, manifest["placement"]["nodes"],
                                at="placement.nodes", pool_field=lambda name, key: f"pools[{index[name]}].{key}")
-
-
-def node_map_violations(pools: dict[str, dict], nodes: list[dict], *, at: str, pool_field) -> list[Violation]:
-    """The node map ``nodes`` (at field path ``at``) holds every instance stage of ``pools``
-    (name → gpu, tp, pp, replicas, and dp when above 1): each DP rank's TP group on one node within
-    its NVLink domain, indices inside the node, no GPU held twice, the pool's GPU type, exactly
-    replicas × PP stages per pool, and each instance laid out as the engines count it
-    (:func:`_instance_violations`). ``pool_field(name, key)`` names a pool's field in the document."""
-    found = []
-    stages: dict[str, set] = {}
-    slots: dict[tuple[str, str], list[tuple[str, dict, dict]]] = {}
-    for n, node in enumerate(nodes):
-        used: set[int] = set()
-        for k, inst in enumerate(node["instances"]):
-            where = f"{at}[{n}].instances[{k}]"
-            pool = pools.get(inst["pool"])
-            if pool is None:
-                found.append(Violation(f"{where}.pool", f"names no pool: {inst['pool']!r}"))
-                continue
-            indices = inst["gpu_indices"]
-            if any(i >= node["gpus"] for i in indices):
-                found.append(Violation(f"{where}.gpu_indices", f"outside node {node['node']}'s {node['gpus']} GPUs"))
-            for g in sorted(used & set(indices)):
-                found.append(Violation(f"{where}.gpu_indices", f"GPU {g} is held twice on {node['node']}"))
-            used |= set(indices)
-            if node["gpu"] != _physical(pool["gpu"]):  # a power-capped setting runs on its own hardware's nodes
-                found.append(Violation(f"{at}[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
-            gpu = catalog_gpu(pool["gpu"])
-            room = min(node["gpus"], pool["tp"] if gpu is None else gpu.nvlink_domain)
-            if pool["tp"] > room:
-                found.append(Violation(pool_field(inst["pool"], "tp"), f"TP{pool['tp']} spans more than one node or "
-                                                                       f"NVLink domain ({room} GPUs)"))
-            if inst["stage"] >= pool["pp"]:
-                found.append(Violation(f"{where}.stage", f"stage {inst['stage']} of a PP{pool['pp']} instance"))
-            stages.setdefault(inst["pool"], set()).add((inst["instance"], inst["stage"]))
-            slots.setdefault((inst["pool"], inst["instance"]), []).append((where, node, inst))
-    for (name, instance), placed in slots.items():
-        found += _instance_violations(pools[name], instance, placed)
-    for name, pool in pools.items():
-        placed = stages.get(name, set())
-        if len(placed) != pool["replicas"] * pool["pp"]:
-            found.append(Violation(pool_field(name, "replicas"), f"{pool['replicas']} replicas × PP{pool['pp']} need "
-                                   f"{pool['replicas'] * pool['pp']} placed stages; the node map has {len(placed)}"))
-    return found
-
-
-def _instance_violations(pool: dict, instance: str, placed: list[tuple[str, dict, dict]]) -> list[Violation]:
-    """One instance laid out as the engines run it, from its node-map entries ``placed`` (field path,
-    node, entry):
-
-    - each stage holds TP × DP GPUs, summed over the nodes it spans, so the instance holds TP × DP × PP
-      (SGLang ``--tp`` counts TP × DP GPUs with ``--enable-dp-attention``, vLLM TP × DP ranks);
-    - a node holds whole TP groups of a stage (each DP rank's attention TP inside one node), and every
-      node an instance spans holds as many of its GPUs (SGLang starts ``tp_size // nnodes`` ranks on each
-      node: ``_calculate_rank_ranges``, python/sglang/srt/entrypoints/engine.py at 001067f);
-    - its nodes are of one node type, the scale-out domain the cluster file describes (the nodes of a type
-      share its ``inter_node_gb_s`` network; pdplan knows no path that joins two types into one instance);
-    - ``node_rank``, when any entry has it: on every entry, one rank per node, ranks 0..k-1 over its k
-      nodes, rank 0 (the leader, where global rank 0 and the distributed init address live) holding
-      stage 0. A stage spanning nodes must state it; without it, ranks follow stage order."""
-    shape = pool_shape(pool)
-    tp, dp = shape.tp, shape.dp
-    label = f"TP{tp}" if dp == 1 else f"TP{tp} DP{dp} (TP × DP = {tp * dp} GPUs)"
-    found = []
-    by_stage: dict[int, list] = {}
-    for where, node, entry in placed:
-        by_stage.setdefault(entry["stage"], []).append((where, node, entry))
-    for stage, entries in sorted(by_stage.items()):
-        held = sum(len(entry["gpu_indices"]) for _, _, entry in entries)
-        if len(entries) == 1 and held != tp * dp:
-            found.append(Violation(f"{entries[0][0]}.gpu_indices", f"{held} GPUs for a {label} stage"))
-            continue
-        split = [(where, len(entry["gpu_indices"])) for where, _, entry in entries if len(entry["gpu_indices"]) % tp]
-        for where, count in split:
-            found.append(Violation(f"{where}.gpu_indices", f"{count} GPUs of a stage spanning nodes: each DP rank's "
-                                                           f"TP{tp} group sits inside one node"))
-        if not split and held != tp * dp:
-            found.append(Violation(f"{entries[0][0]}.gpu_indices", f"stage {stage} of instance {instance} holds "
-                                   f"{held} GPUs over {len(entries)} nodes; a {label} stage needs {tp * dp}"))
-    per_node: dict[str, int] = {}
-    for _, node, entry in placed:
-        per_node[node["node"]] = per_node.get(node["node"], 0) + len(entry["gpu_indices"])
-    first = placed[0][0]
-    spans = any(len(entries) > 1 for entries in by_stage.values())
-    if spans and len(set(per_node.values())) > 1:
-        counts = ", ".join(f"{node} {count}" for node, count in sorted(per_node.items()))
-        found.append(Violation(f"{first}.gpu_indices", f"instance {instance} spans nodes with unequal GPUs ({counts}); "
-                                                       "the engines run as many ranks on every node of an instance"))
-    types = sorted({str(node.get("node_type")) for _, node, _ in placed})
-    if len(types) > 1:
-        found.append(Violation(f"{first}.instance", f"instance {instance} spans node types {', '.join(types)}: an "
-                                                    "instance is larger than its scale-out domain, the nodes of one "
-                                                    "type"))
-    return found + _node_rank_violations(instance, placed, spans)
-
-
-def _node_rank_violations(instance: str, placed: list[tuple[str, dict, dict]], spans: bool) -> list[Violation]:
-    """``node_rank`` of one instance's entries (see :func:`_instance_violations`)."""
-    ranked = [(where, node["node"], entry) for where, node, entry in placed if "node_rank" in entry]
-    first = placed[0][0]
-    if not ranked:
-        return [Violation(f"{first}.node_rank", f"instance {instance} has a stage spanning nodes: each of its "
-                                                "entries needs its node_rank (0: the leader)")] if spans else []
-    if len(ranked) < len(placed):
-        missing = next(where for where, _, entry in placed if "node_rank" not in entry)
-        return [Violation(f"{missing}.node_rank", f"instance {instance} states node_rank on some entries: every "
-                                                  "entry needs it")]
-    rank_of: dict[str, int] = {}
-    found = []
-    for where, node, entry in ranked:
-        if rank_of.setdefault(node, entry["node_rank"]) != entry["node_rank"]:
-            found.append(Violation(f"{where}.node_rank", f"node {node} has node_rank {rank_of[node]} and "
-                                   f"{entry['node_rank']} in instance {instance}: one rank per node"))
-    ranks = sorted(rank_of.values())
-    if ranks != list(range(len(rank_of))):
-        found.append(Violation(f"{ranked[0][0]}.node_rank", f"instance {instance} spans {len(rank_of)} nodes with node "
-                                                            f"ranks {ranks}: each of 0..{len(rank_of) - 1} once"))
-    leaders = {node for node, rank in rank_of.items() if rank == 0}
-    stage_zero = {node for _, node, entry in ranked if entry["stage"] == 0}
-    if not found and leaders and not leaders & stage_zero:
-        found.append(Violation(f"{ranked[0][0]}.node_rank", f"node_rank 0 of instance {instance} must hold stage 0 "
-                                                            "(global rank 0, the distributed init address)"))
-    return found
 
 
 def _transfer(manifest: dict) -> list[Violation]:

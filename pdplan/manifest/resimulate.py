@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from pdplan.latency.source import ProfileSource
-from pdplan.manifest.check import Violation
 from pdplan.manifest.plan import manifest_slo, plan_of_manifest
+from pdplan.manifest.violation import Violation
 from pdplan.sim import simulate
 from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.verify import judge, run_record, run_workloads

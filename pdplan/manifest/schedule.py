@@ -22,8 +22,10 @@ from pdplan import __version__
 from pdplan.errors import InternalError
 from pdplan.fileio import WRITTEN_DIGITS
 from pdplan.manifest.build import input_files, node_map, request_inputs
-from pdplan.manifest.check import Violation, catalog_gpu, node_map_violations, stale_inputs, tampering
+from pdplan.manifest.check import stale_inputs, tampering
 from pdplan.manifest.document import API_VERSION, SCHEDULE_KIND, schema_errors, seal
+from pdplan.manifest.node_map import node_map_violations, physical_gpu
+from pdplan.manifest.violation import Violation
 
 LEAVE_STEPS = ["STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV", "RELEASE_GPUS"]
 JOIN_STEPS = ["LOAD_WEIGHTS", "START_ROUTES"]
@@ -128,10 +130,9 @@ def _window(where: str, window: dict, shapes: dict, inventory: dict) -> list[Vio
         return found
     per_gpu = Counter()  # by hardware: a power-capped type runs on its base GPU's nodes
     for pool, replicas in window["replicas"].items():
-        gpu = catalog_gpu(shapes[pool]["gpu"])
-        per_gpu[shapes[pool]["gpu"] if gpu is None else gpu.physical] += replicas * shapes[pool]["gpus_per_instance"]
+        per_gpu[physical_gpu(shapes[pool]["gpu"])] += replicas * shapes[pool]["gpus_per_instance"]
     for hardware, used in sorted(per_gpu.items()):
-        owned = [n for n in inventory.values() if getattr(catalog_gpu(n["gpu"]), "physical", n["gpu"]) == hardware]
+        owned = [n for n in inventory.values() if physical_gpu(n["gpu"]) == hardware]
         if not owned:
             found.append(Violation(f"{where}.replicas", f"uses {hardware} GPUs; the inventory has none"))
         elif all(n["count"] is not None for n in owned):
