@@ -38,7 +38,8 @@ import warnings
 
 import numpy as np
 import pandas as pd
-from silicon_validation import family, supported_rows
+from silicon_rows import supported_rows
+from silicon_validation import family
 
 from pdplan.latency.compose import tables
 

@@ -29,18 +29,8 @@ import sys
 from collections import Counter
 
 import pandas as pd
-from silicon_validation import (
-    INFERENCEMAX,
-    _profile,
-    family,
-    moe_activations,
-    plan_for,
-    replay_on,
-    requests,
-    row_model,
-    speculative,
-    supported_rows,
-)
+from silicon_rows import INFERENCEMAX, moe_activations, plan_for, requests, row_model, speculative, supported_rows
+from silicon_validation import _profile, family, replay_on
 
 from pdplan.latency.calibration.bench import BenchRun
 from pdplan.latency.calibration.fit import EngineBatching, calibrate, corrected
@@ -59,7 +49,7 @@ def pilot_rows(rows: pd.DataFrame, pilot: str) -> pd.DataFrame:
 
 
 def schedule(row) -> EngineBatching:
-    """How the row's engine batched (:func:`silicon_validation.plan_for`), as calibration replays it."""
+    """How the row's engine batched (:func:`silicon_rows.plan_for`), as calibration replays it."""
     pool = plan_for(row).pools[0]
     return EngineBatching(policy=pool.policy, tokens=pool.chunk_tokens or pool.max_prefill_batch_tokens,
                           speculative=speculative(row),

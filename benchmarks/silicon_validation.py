@@ -4,32 +4,17 @@
                                             [--inferencex JSON ...]
 
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
-TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and
-precision pdplan supports is replayed (mixture-of-experts models: aggregated rows whose instance is
-TP on one node, experts split over the TP group or whole on each rank (EP = TP); aggregated rows with
-attention data parallelism whose experts are whole over the TP x DP GPUs or split over all of them, mode
-``agg-dp``; and disaggregated rows that say how many workers each phase ran, with their attention TP,
-attention DP and EP; the rest are counted and left out, with the reason): the row's concurrency C as a
-closed loop of C clients (``simulate --concurrency``), with the requests its collection's benchmark
-client sent (below), on one instance of the row's shape for aggregated rows and on the row's prefill and
-decode pools for disaggregated ones (a DP instance simulated as its ranks, each step the slowest
-rank's). Each profile kind is run in turn — composed from the
-engine's measured operators; the roofline with the engine's fitted efficiencies
-(``roofline_engine_fit.py``); the roofline with the Splitwise 2023 calibration, what pdplan had
-before — and the script prints, per model, GPU, engine,
-mode and kind, the number of rows and the median and p90 absolute percentage error of the mean
-TTFT and the mean TPOT. Nothing is fitted to this file: it is how we know the model is right.
-
-The requests each collection's client sent:
-
-* ``2026-04-06.csv``, ``2026-03-25.csv`` and ``db-dump/2026-04-27`` are SemiAnalysis' InferenceMAX sweep
-  (two exports of its results and a dump of its database) (its grid: ISL/OSL 1k/1k, 1k/8k, 8k/1k,
-  concurrency 4 to 256, Llama-3.1-70B, DeepSeek-R1 and gpt-oss-120b on H100/H200/B200/GB200 under
-  vLLM, SGLang and TensorRT-LLM). Its client is vLLM's old ``benchmark_serving.py`` run with
-  ``--random-range-ratio 0.8 --num-prompts 10*C --max-concurrency C --ignore-eos``: each
-  request's input and output lengths are drawn uniformly from the integers in [0.8·L, L];
-* every other collection (AIConfigurator's own gap-analysis runs): exactly the row's ISL and OSL,
-  10 × C requests (at least 100, at most 2,000).
+TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and precision
+pdplan supports is replayed as its collection ran it (``silicon_rows.py`` says which rows, why the rest
+are left out, and each row's deployment with its stated assumptions): the row's concurrency C as a closed
+loop of C clients (``simulate --concurrency``) sending the requests its benchmark client sent, on one
+instance of the row's shape for aggregated rows and on the row's prefill and decode pools for
+disaggregated ones (a DP instance simulated as its ranks, each step the slowest rank's). Each profile
+kind is run in turn — composed from the engine's measured operators; the roofline with the engine's
+fitted efficiencies (``roofline_engine_fit.py``); the roofline with the Splitwise 2023 calibration, what
+pdplan had before — and the script prints, per model, GPU, engine, mode and kind, the number of rows and
+the median and p90 absolute percentage error of the mean TTFT and the mean TPOT. Nothing is fitted to
+this file: it is how we know the model is right.
 
 The InferenceMAX rows' TTFT and TPOT are the run's means over every request, the first wave's too:
 64 DeepSeek-R1 rows (37 runs) equal, to 0.01 ms in both clocks, the ``mean_ttft`` and ``mean_tpot`` of a
@@ -39,372 +24,28 @@ run's median and p99 beside its mean). Their mean TTFT is 1.0 to 13.9 times thei
 median; DeepSeek-R1 FP4 on B200 under SGLang, 1k/8k, 32 clients: 7.9 s mean, 0.72 s median, 75 s p99),
 so the table compares the simulated mean with the measured mean; ``--inferencex FILE ...`` also compares
 the simulated median with the median of the rows that are such runs.
-
-Stated assumptions, the same for every row:
-
-* engine scheduling — vLLM: chunked prefill, 8,192 tokens per iteration (its default for the API
-  server on 80 GB-class GPUs); TensorRT-LLM: in-flight batching, context and generation in one
-  iteration of up to 8,192 tokens (its default max_num_tokens, or the recipe's below); SGLang: prefill batches of up to
-  8,192 tokens run apart from decode (its default chunked_prefill_size, mixed chunks off);
-* TensorRT-LLM's iteration budget — every InferenceMAX TensorRT-LLM recipe passes ``--max_num_tokens``:
-  gpt-oss's 20,000; DeepSeek-R1's C + ISL + 64 rounded up to 64 (with MTP, (MTP + 1)·C + ISL + 64),
-  at least 8,192 from 2026-01-21 (64af5a771, #258) for the recipes without MTP; Llama-3.1-70B's 16,384
-  (below). Those rows are replayed with it as the chunked pool's budget (with attention DP, each
-  rank's; the MTP recipes with attention DP count C over the ranks, which they also pass as
-  ``--max_batch_size``, replayed as each rank's ``max_running_requests``). The recipes leave chunked
-  prefill off, so the engine runs each context whole; pdplan's chunked pool may start a second prompt
-  in the room the first leaves;
-* precision — gemm_quant_mode fp8 / fp8_block is fp8 weights, nvfp4 is fp4, none is bf16; the KV
-  cache is fp8 for quantized weights (pdplan's default), except on the aggregated InferenceMAX rows whose
-  recipe left it to the engine, which keeps it at bf16 (``AUTO_KV_RECIPES``: SGLang's DeepSeek-R1 on H200,
-  vLLM's gpt-oss on H100 and H200 and on B200 before 2025-12-05, TensorRT-LLM's gpt-oss on H200);
-* MXFP4 experts' activations — each engine's default on the GPU (MXFP8 for TensorRT-LLM and SGLang on
-  Blackwell, else BF16), except vLLM's gpt-oss on B200, whose recipe exports
-  ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1`` (``gptoss_fp4_b200_docker.sh`` from 5e92867f4, 2025-09-24, before
-  its first sweep here): replayed with MXFP8 activations (``MXFP8_RECIPES``), FlashInfer's kernel, which
-  AIConfigurator measured in SGLang's table;
-* operator tables — the newest measured for the engine on that GPU (the row's engine version
-  may be older; the table's is printed);
-* disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
-  per transfer, streamed per layer; SGLang's prefill workers with attention DP put each prompt on the rank
-  its random bootstrap room names (``rank_router``: ``bootstrap-room``, :func:`pdplan.engines.rank_router`),
-  every other worker on the rank with the fewest outstanding requests;
-* SGLang's receive interval — InferenceMAX starts DeepSeek-R1 on B200 under SGLang with
-  ``--scheduler-recv-interval`` 10 below 16 clients and 30 from 16 (fp8 at TP 4: always 10), so the
-  scheduler takes in new requests only every N-th decode step (its ``dsr1_fp4_b200.sh`` and
-  ``dsr1_fp8_b200.sh`` from 2025-09 through the 2026-03 runs); those rows are replayed with it
-  (``recv_interval`` of the colocated pool), every other row receives at every iteration;
-* TensorRT-LLM's batch waiting — InferenceMAX's recipes hold prompts while requests decode
-  (``batch_wait_timeout_iters`` N, ``batch_wait_max_tokens_ratio`` r of ``max_num_tokens``) for
-  Llama-3.1-70B at 1k/1k below TP 8 (N 20, r 0.9, its ``70b_*_trt_*.sh`` from 2025-09-18 until the
-  model left the sweep on 2025-10-29) and for DeepSeek-R1 FP8 on B200 without MTP at 1k/1k from 64
-  clients (N 40, r 0.8, ``dsr1_fp8_b200_trt.sh`` from its sweep of 2026-01-29, ``ec7bafaae``, on); those
-  rows are replayed with it (``batch_wait``), and with the iteration budget those recipes pass as
-  ``--max_num_tokens`` (above; Llama: 16,384 at every shape). TensorRT-LLM skips batch waiting under
-  attention DP;
-* TensorRT-LLM's attention-DP balance — InferenceMAX's TensorRT-LLM recipes with attention DP set
-  ``attention_dp_config: enable_balance: true``: DeepSeek-R1's with ``timeout_iters`` 60 and
-  ``batching_wait_iters`` 0 (``dsr1_*_trt*.sh`` from ``ec90f3fe7``, 2025-09-18), gpt-oss's with the
-  engine's defaults, 50 and 10 (``gptoss_fp4_b200_trt*.sh`` from ``28e5a01ea``); those rows (mode
-  ``agg-dp``) are replayed with it (``adp_balance``): prompts wait until every rank has some;
-* multi-token prediction — an InferenceMAX row measured by a sweep that ran DeepSeek-R1 under its
-  engine, GPU and precision only with MTP (``MTP_SWEEPS``: the merge's perf-changelog.yaml entry
-  lists only ``-mtp`` configurations) is replayed with it: the recipes' ``num_nextn_predict_layers``
-  3, or 1 with attention DP (``dsr1_*_trt_mtp.sh``), each draft accepted with probability 0.85, the
-  lower end of the 85–90% DeepSeek-V3's report measured for its second-token prediction (arXiv:2412.19437,
-  section 5.4.3). A sweep that ran the same engine, GPU and precision both with and without MTP
-  (``MIXED_SWEEPS``) left rows the export does not tell apart; they are counted and not replayed.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
-import zlib
-from dataclasses import replace
 from functools import cache
 
 import numpy as np
 import pandas as pd
+from silicon_rows import MOE, moe_activations, plan_for, requests, row_model, speculative, supported_rows
 
-from pdplan.engines import rank_router
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.latency import accuracy
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_profile
 from pdplan.latency.source import ProfileSource
-from pdplan.latency.speculative import SpeculativeDecoding
-from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
-from pdplan.sim.plan import Link, Plan, Pool
-from pdplan.vocabulary import MoeActivations, SpeculativeMethod
-
-MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
-          "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "Qwen/Qwen3-32B": "qwen3-32b",
-          "nvidia/Qwen3-32B-NVFP4": "qwen3-32b",
-          # mixture-of-experts models (aggregated rows whose instance is TP x PP on one node)
-          "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
-          "nvidia/DeepSeek-R1-NVFP4": "deepseek-r1", "openai/gpt-oss-120b": "gpt-oss-120b",
-          "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b"}
-MOE = {"deepseek-r1", "deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b"}
-#: Checkpoints whose FP8 weights are block-scaled although their catalog model's precision is not.
-BLOCK_SCALED = {"Qwen/Qwen3-235B-A22B-FP8": 128}
-GPUS = {system: gpu for gpu, system in tables.SYSTEMS.items()}
-DTYPES = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
-#: gpt-oss ships MXFP4 experts; the collection labels its runs nvfp4 (the 4-bit MoE mode), which on
-#: Hopper, lacking FP4 tensor cores, can only be the checkpoint's MXFP4 weights.
-CHECKPOINT_DTYPES = {"gpt-oss-120b": "mxfp4"}
-SCHEDULING = {"vllm": ("chunked", 8192), "trtllm": ("chunked", 8192), "sglang": ("prefill-first", 8192)}
-#: SemiAnalysis' InferenceMAX collections: two CSV exports and a dump of its results database, each row
-#: naming the container image and measurement date; one benchmark client (module docstring).
-INFERENCEMAX, RANGE_RATIO = ("2026-04-06.csv", "2026-03-25.csv", "db-dump/2026-04-27"), 0.8
-LINK = Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=50e9, setup_s=0.5e-3)
-DEEPSEEK = {"deepseek-r1", "deepseek-v3"}
-#: InferenceMAX sweeps (engine, GPU, precision, UTC date of the merge that started them) that ran
-#: DeepSeek-R1 only with multi-token prediction: the merge's entry in InferenceX's perf-changelog.yaml
-#: names only ``-mtp`` configurations of that engine, GPU and precision.
-MTP_SWEEPS = {("trtllm", "b200-180gb", "fp4", "2026-01-14"), ("trtllm", "b200-180gb", "fp8", "2026-01-14"),
-              ("trtllm", "h200-141gb", "fp8", "2026-01-14"),  # bf3456727 (#392): the -trt-mtp configurations
-              ("trtllm", "b200-180gb", "fp8", "2026-02-05"),  # 5d517074c: dsr1-fp8-b200-trt-mtp
-              ("trtllm", "b200-180gb", "fp4", "2026-02-06")}  # 0aae52d4c: dsr1-fp4-b200-trt-mtp
-#: Sweeps that ran the same engine, GPU and precision with and without MTP in one go.
-MIXED_SWEEPS = {("trtllm", "h200-141gb", "fp8", "2026-01-28"),  # e28c038f8 (#587): -trt and -trt-mtp
-                ("sglang", "b200-180gb", "fp8", "2026-03-25")}  # 12ba0ae07 (#943): -sglang and -sglang-mtp
-MTP_ACCEPTANCE = 0.85
-#: InferenceMAX's TensorRT-LLM recipes that ran batch waiting (module docstring): Llama-3.1-70B's from
-#: 2025-09-18 (1b563c858) until it left the sweep (2025-10-29), DeepSeek-R1 FP8 B200's from ec7bafaae.
-LLAMA_TRT_RECIPES = ("2025-09-18", "2025-10-29")
-DEEPSEEK_DELAY_BATCHING = ("trtllm", "b200-180gb", "fp8", "2026-01-29")
-#: The ``--max_num_tokens`` of InferenceMAX's gpt-oss TensorRT-LLM recipes (``gptoss_fp4_*_trt*.sh``, every
-#: sweep); DeepSeek-R1's recipes floor theirs at 8,192 from 64af5a771 (#258), merged on this date.
-GPT_OSS_TRT_BUDGET = 20000
-DEEPSEEK_BUDGET_FLOOR = ("2026-01-21", 8192)
-#: InferenceMAX's single-node recipes that leave the KV-cache precision to the engine ("auto": the
-#: checkpoint's activation precision, bf16), by engine, GPU and model: SGLang's DeepSeek-R1 FP8 on H200
-#: (``dsr1_fp8_h200*.sh``), vLLM's gpt-oss on H100 and H200 (``gptoss_fp4_h100*.sh``, ``gptoss_fp4_h200*.sh``)
-#: and TensorRT-LLM's on H200 (``gptoss_fp4_h200_trt*.sh``: ``kv_cache_config.dtype: auto``); vLLM's gpt-oss
-#: on B200 until its sweep of this date (25506e87c, #273, added ``kv-cache-dtype: fp8``). Every other
-#: recipe sets fp8.
-AUTO_KV_RECIPES = {("sglang", "h200-141gb", "deepseek-r1"), ("sglang", "h200-141gb", "deepseek-v3"),
-                   ("vllm", "h100-80gb", "gpt-oss-120b"), ("vllm", "h200-141gb", "gpt-oss-120b"),
-                   ("trtllm", "h200-141gb", "gpt-oss-120b")}
-GPT_OSS_VLLM_B200_FP8_KV = "2025-12-05"
-#: The attention-DP balance of InferenceMAX's TensorRT-LLM recipes with attention DP (``attention_dp_config``
-#: with ``enable_balance``): (timeout_iters, batching_wait_iters, UTC date of the merge that set it).
-#: DeepSeek-R1's 60 and 0 (``dsr1_*_trt*.sh``, ec90f3fe7, #22); gpt-oss's states no counts, so the engine's
-#: defaults, 50 and 10 (``AttentionDpConfig`` in tensorrt_llm/llmapi/llm_args.py; ``gptoss_fp4_b200_trt*.sh``,
-#: 28e5a01ea, #27).
-ADP_BALANCE_RECIPES = {"deepseek-r1": (60, 0, "2025-09-18"), "deepseek-v3": (60, 0, "2025-09-18"),
-                       "gpt-oss-120b": (50, 10, "2025-09-19")}
-
-#: InferenceMAX recipes that feed MXFP4 experts MXFP8 activations where their engine's default is BF16, with the
-#: UTC date of the merge that made them: vLLM's gpt-oss on B200 exports ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``
-#: (``gptoss_fp4_b200_docker.sh``, 5e92867f4, #48, kept until the model left the sweep).
-MXFP8_RECIPES = {("vllm", "b200-180gb", "gpt-oss-120b"): "2025-09-24"}
-
-
-def supported_rows(path) -> pd.DataFrame:
-    rows = pd.read_csv(path)
-    rows = rows[rows["model_path"].isin(MODELS) & rows["system"].isin(GPUS)].copy()
-    rows["model"] = rows["model_path"].map(MODELS)
-    rows["gpu"] = rows["system"].map(GPUS)
-    rows["dtype"] = rows["gemm_quant_mode"].map(DTYPES).fillna("bf16")
-    for model, dtype in CHECKPOINT_DTYPES.items():
-        rows.loc[rows["model"] == model, "dtype"] = dtype
-    rows["ep"] = rows["moe_ep_size"].fillna(1).astype(int)
-    rows["concurrency"] = [_concurrency(s, b) for s, b in zip(rows["silicon_data_source"], rows["batch_size"])]
-    rows["harness"] = [_harness(s) for s in rows["silicon_data_source"]]
-    # the UTC date of the run (InferenceMAX: of the merge whose sweep measured it); empty when unstated
-    rows["measured"] = rows["silicon_data_source"].str.extract(r"measured=(\d{4}-\d{2}-\d{2})")[0].fillna("")
-    moe = rows["model"].isin(MOE)
-    # aggregated: TP x PP on one node, experts split over the TP group (EP 1) or whole over it (EP = TP)
-    one_instance = ((rows["mode"] == "agg") & (rows["attention_dp_size"].fillna(1) == 1)
-                    & (rows["tp_size"].fillna(1) <= 8) & (rows["pp_size"].fillna(1) == 1)
-                    & (rows["ep"].eq(1) | rows["ep"].eq(rows["tp_size"])))
-    # aggregated with attention DP (mode agg-dp): experts whole over the TP x DP GPUs or split over all of them
-    dp = rows["attention_dp_size"].fillna(1)
-    with_dp = ((rows["mode"] == "agg") & (dp > 1) & (rows["pp_size"].fillna(1) == 1)
-               & (rows["ep"].eq(1) | rows["ep"].eq(rows["tp_size"].fillna(1) * dp)))
-    rows.loc[with_dp, "mode"] = "agg-dp"
-    # disaggregated: each phase's workers with their TP, attention DP and EP, when the row says how many
-    disagg = rows["mode"] == "disagg"
-    workers = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
-    mixed = pd.Series([_deepseek_sweep(row) in MIXED_SWEEPS for _, row in rows.iterrows()], index=rows.index,
-                      dtype=bool)
-    for reason, left_out in (
-            ("aggregated over nodes, with pipeline stages, or with experts split over some but not all GPUs "
-             "(expert TP and EP both above 1)", moe & ~disagg & ~one_instance & ~with_dp),
-            ("from a sweep that ran their engine, GPU and precision both with and without multi-token prediction "
-             "(the export does not say which row is which)", mixed),
-            ("disaggregated without worker counts (the collection's export gives each phase's parallel "
-             "coordinates but not how many prefill and decode workers ran)", moe & disagg & ~workers)):
-        if left_out.any():
-            print(f"{int(left_out.sum())} mixture-of-experts rows are {reason}; not replayed")
-    rows = rows[(~moe | one_instance | with_dp | (disagg & workers)) & ~mixed]
-    return rows[rows["concurrency"] > 0].reset_index(drop=True)
-
-
-def _concurrency(source: str, batch) -> int:
-    found = re.search(r"silicon_concurrency=(\d+)", str(source))
-    if found:
-        return int(found.group(1))
-    return int(batch) if pd.notna(batch) else 0
-
-
-def _harness(source: str) -> str:
-    """Which collection a row comes from: its source file's folder or name (runs of one
-    collection share a benchmark client and its settings)."""
-    found = re.search(r"source_file=([^;]+)", str(source)) or re.match(r"(db-dump/[^;]+)", str(source))
-    path = found.group(1).strip() if found else "unknown"
-    if path.startswith("db-dump/"):
-        return path
-    return "gap-analysis" if "aic-auto-gap-analysis" in path else path.rsplit("/", 1)[-1]
-
-
-def _int(value, default: int = 1) -> int:
-    return int(value) if pd.notna(value) else default
-
-
-def row_model(row) -> ModelSpec:
-    """The row's model at its precision; the Qwen3-235B-A22B-FP8 checkpoint is block-scaled like
-    DeepSeek's (its config.json: weight_block_size [128, 128])."""
-    model = get_model(row["model"], dtype=row["dtype"], kv_dtype=kv_dtype(row))
-    return replace(model, weight_block=BLOCK_SCALED.get(row["model_path"], model.weight_block))
-
-
-def kv_dtype(row) -> str | None:
-    """The KV-cache precision an aggregated InferenceMAX row's recipe ran (``AUTO_KV_RECIPES``); None for
-    pdplan's default (fp8 for quantized weights), which every other recipe set."""
-    if row["harness"] not in INFERENCEMAX or row["mode"] not in ("agg", "agg-dp") or not row["measured"]:
-        return None
-    key = (row["backend"], row["gpu"], row["model"])
-    if key in AUTO_KV_RECIPES or (key == ("vllm", "b200-180gb", "gpt-oss-120b")
-                                  and row["measured"] < GPT_OSS_VLLM_B200_FP8_KV):
-        return "bf16"
-    return None
-
-
-def plan_for(row) -> Plan:
-    model = row_model(row).name
-    if row["mode"] in ("agg", "agg-dp"):
-        policy, tokens = SCHEDULING[row["backend"]]
-        tokens = iteration_budget(row) or tokens
-        waiting = batch_wait(row)
-        chunk = tokens if policy == "chunked" else None
-        cap = None if policy == "chunked" else tokens
-        ranks = {"dp": _int(row["attention_dp_size"]), "ep": int(row["ep"])} if row["mode"] == "agg-dp" else {}
-        return Plan(pools=(Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
-                                policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap,
-                                recv_interval=None if ranks else recv_interval(row), **ranks, **(waiting or {}),
-                                max_running_requests=mtp_batch_size(row), **adp_balance(row)),))
-    return Plan(pools=(
-        Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], **coordinates(row, "prefill"),
-             replicas=_int(row["prefill_num_workers"]), max_prefill_batch_tokens=SCHEDULING[row["backend"]][1],
-             rank_router=rank_router(row["backend"], "prefill", _int(row["prefill_attention_dp_size"]))),
-        Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
-             replicas=_int(row["decode_num_workers"]))), default_link=LINK, transfer_schedule="layer")
-
-
-def recv_interval(row) -> int | None:
-    """The ``--scheduler-recv-interval`` the row's server ran with (module docstring), None for 1."""
-    if not (row["harness"] in INFERENCEMAX and row["backend"] == "sglang" and row["gpu"] == "b200-180gb"
-            and row["model"] in DEEPSEEK):
-        return None
-    if row["dtype"] == "fp8" and _int(row["tp_size"]) == 4:
-        return 10
-    return 30 if int(row["concurrency"]) >= 16 else 10
-
-
-def _trt_recipe(row) -> bool:
-    """Whether the row is an aggregated InferenceMAX TensorRT-LLM run (with attention DP or without) whose
-    recipe's date is known."""
-    return row["harness"] in INFERENCEMAX and row["backend"] == "trtllm" and row["mode"] in ("agg", "agg-dp") \
-        and bool(row["measured"])
-
-
-def _trt_dp_recipe(row) -> bool:
-    """Whether the row is an InferenceMAX TensorRT-LLM run with attention DP whose recipe's date is known."""
-    return _trt_recipe(row) and row["mode"] == "agg-dp"
-
-
-def _llama_trt_recipe(row) -> bool:
-    """Whether the row ran Llama-3.1-70B's TensorRT-LLM recipe of ``LLAMA_TRT_RECIPES``."""
-    return _trt_recipe(row) and row["model"] == "llama-3.1-70b" \
-        and LLAMA_TRT_RECIPES[0] <= row["measured"] <= LLAMA_TRT_RECIPES[1]
-
-
-def iteration_budget(row) -> int | None:
-    """The ``--max_num_tokens`` an aggregated TensorRT-LLM row's recipe passed (module docstring); None
-    where the row is not InferenceMAX's or its recipe passed none."""
-    if not _trt_recipe(row):
-        return None
-    if _llama_trt_recipe(row):
-        return 16384
-    if row["model"] == "gpt-oss-120b":
-        return GPT_OSS_TRT_BUDGET
-    if row["model"] not in DEEPSEEK:
-        return None
-    drafting = speculative(row)   # an MTP recipe counts every request's drafts: (MTP + 1)·C + ISL + 64
-    rows = (mtp_batch_size(row) or int(row["concurrency"])) * (1 + (drafting.draft_tokens if drafting else 0))
-    budget = (rows + int(row["isl"]) + 64 + 63) // 64 * 64
-    floored = drafting is None and row["measured"] >= DEEPSEEK_BUDGET_FLOOR[0]
-    return max(budget, DEEPSEEK_BUDGET_FLOOR[1]) if floored else budget
-
-
-def mtp_batch_size(row) -> int | None:
-    """The ``--max_batch_size`` an InferenceMAX TensorRT-LLM MTP recipe with attention DP passed, C over the
-    ranks, at least 1 (``dsr1_*_trt_mtp*.sh``: ``MAX_BATCH_SIZE=$((CONC/TP))``, which also counts in its
-    ``--max_num_tokens``); None for every other row (without attention DP those recipes pass C, which C
-    clients never exceed)."""
-    if not (_trt_dp_recipe(row) and speculative(row) is not None):
-        return None
-    return max(1, int(row["concurrency"]) // _int(row["attention_dp_size"]))
-
-
-def batch_wait(row) -> dict | None:
-    """The TensorRT-LLM batch waiting of an aggregated row's recipe (module docstring) as pool fields;
-    None where the recipe ran none."""
-    if not _trt_recipe(row) or _trt_dp_recipe(row):  # TensorRT-LLM skips batch waiting under attention DP
-        return None
-    chat, clients = (int(row["isl"]), int(row["osl"])) == (1024, 1024), int(row["concurrency"])
-    if _llama_trt_recipe(row):
-        return {"batch_wait_timeout_iters": 20, "batch_wait_max_tokens_ratio": 0.9} \
-            if chat and _int(row["tp_size"]) < 8 else None
-    sweep = _deepseek_sweep(row)
-    if sweep is None or sweep[:3] != DEEPSEEK_DELAY_BATCHING[:3] or sweep[3] < DEEPSEEK_DELAY_BATCHING[3] \
-            or sweep in MTP_SWEEPS:
-        return None
-    return {"batch_wait_timeout_iters": 40, "batch_wait_max_tokens_ratio": 0.8} if chat and clients >= 64 else None
-
-
-def adp_balance(row) -> dict:
-    """The attention-DP balance of an InferenceMAX TensorRT-LLM row with attention DP (module docstring) as
-    pool fields; none for every other row, and for a model whose recipe ``ADP_BALANCE_RECIPES`` does not
-    hold."""
-    recipe = ADP_BALANCE_RECIPES.get(row["model"]) if _trt_dp_recipe(row) else None
-    if recipe is None or row["measured"] < recipe[2]:  # a recipe not read, or from before it set the balance
-        return {}
-    timeout, batching, _ = recipe
-    return {"attention_dp_timeout_iters": timeout, "attention_dp_batching_wait_iters": batching}
-
-
-def moe_activations(row) -> MoeActivations | None:
-    """The precision the row's recipe fed MXFP4 experts their activations in (``MXFP8_RECIPES``); None for the
-    engine's default."""
-    since = MXFP8_RECIPES.get((row["backend"], row["gpu"], row["model"]))
-    if since is None or row["harness"] not in INFERENCEMAX or not row["measured"] or row["measured"] < since:
-        return None
-    return MoeActivations.MXFP8
-
-
-def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:
-    """The engine, GPU, precision and UTC date of the InferenceMAX sweep that measured a DeepSeek row
-    (the keys of ``MTP_SWEEPS`` and ``MIXED_SWEEPS``); None for any other row."""
-    if row["harness"] not in INFERENCEMAX or row["model"] not in DEEPSEEK or not row["measured"]:
-        return None
-    return row["backend"], row["gpu"], row["dtype"], row["measured"]
-
-
-def speculative(row) -> SpeculativeDecoding | None:
-    """The multi-token prediction the row's server ran (module docstring), its draft cost resolved for the
-    row's model; None for none."""
-    if _deepseek_sweep(row) not in MTP_SWEEPS:
-        return None
-    drafts = 1 if row["mode"] == "agg-dp" else 3
-    return SpeculativeDecoding(method=SpeculativeMethod.MTP, acceptance=MTP_ACCEPTANCE,
-                               draft_tokens=drafts).resolved(row_model(row).layers)
-
-
-def coordinates(row, phase: str) -> dict:
-    """A disaggregated row's worker of ``phase`` as pdplan's coordinates: attention TP per DP rank, the
-    DP ranks and EP (the collection's tp_size is the attention TP; moe_tp x moe_ep = tp x dp GPUs)."""
-    dp = _int(row[f"{phase}_attention_dp_size"])
-    ep = _int(row[f"{phase}_moe_ep_size"]) or 1
-    return {"tp": _int(row[f"{phase}_tp_size"]), "dp": dp, "ep": ep}
+from pdplan.vocabulary import MoeActivations
 
 
 @cache
@@ -423,19 +64,6 @@ def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: in
     if kind == "composed" and profile.provenance.source != "composed":
         raise PdplanError(source.fallback_reason(model.name, gpu, tp, 1) or "not composed")
     return profile
-
-
-def requests(row) -> tuple[np.ndarray, np.ndarray]:
-    """The input and output lengths of the requests the row's benchmark client sent (module
-    docstring), drawn with a seed of the row's own (its id's CRC-32: the same whichever rows are replayed)."""
-    isl, osl, clients = int(row["isl"]), int(row["osl"]), int(row["concurrency"])
-    if row["harness"] not in INFERENCEMAX:
-        n = min(2000, max(100, 10 * clients))
-        return np.full(n, isl), np.full(n, osl)
-    rng = np.random.default_rng(zlib.crc32(str(row["id"]).encode()))
-    # benchmark_serving.py: np.random.randint(int(L * range_ratio), L + 1, size=num_prompts)
-    draw = lambda L: rng.integers(int(L * RANGE_RATIO), L + 1, 10 * clients)  # noqa: E731
-    return draw(isl), draw(osl)
 
 
 def replay(row, kind: str) -> tuple[float, float]:
@@ -558,6 +186,12 @@ def write_accuracy(results: pd.DataFrame, path: str) -> None:
         out.write(f'{header},\n "groups": [\n' + ",\n".join(groups) + "\n ]\n}\n")
 
 
+def print_skipped(skipped: dict) -> None:
+    """How many rows of each profile kind could not be replayed, and why."""
+    for (kind, reason), count in sorted(skipped.items()):
+        print(f"  skipped {count} {kind} rows: {reason}")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profiles", default=",".join(KINDS))
@@ -599,6 +233,10 @@ def main(argv: list[str]) -> int:
                             "kind": kind, "ttft_ms": np.nanmean(ttft) * 1e3, "tpot_ms": np.nanmean(tpot) * 1e3,
                             "ttft_median_ms": np.nanmedian(ttft) * 1e3,
                             "silicon_ttft_ms": row["silicon_ttft_ms"], "silicon_tpot_ms": row["silicon_tpot_ms"]})
+    if not records:
+        print_skipped(skipped)
+        print("no row could be replayed")
+        return 1
     results = pd.DataFrame(records)
     for clock in ("ttft", "tpot"):
         signed = results[f"{clock}_ms"] / results[f"silicon_{clock}_ms"] - 1
@@ -621,8 +259,7 @@ def main(argv: list[str]) -> int:
         print(f"  {harness:16s} {kind:15s} rows {len(part):4d}  TTFT {part.ttft_ape.median():6.1%} "
               f"({part.ttft_signed.median():+.1%})   "
               f"TPOT {part.tpot_ape.median():6.1%} ({part.tpot_signed.median():+.1%})")
-    for (kind, reason), count in sorted(skipped.items()):
-        print(f"  skipped {count} {kind} rows: {reason}")
+    print_skipped(skipped)
     if args.inferencex:
         print_medians(published_medians(results, inferencex_runs(args.inferencex)))
     return 0

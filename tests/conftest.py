@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,6 +18,16 @@ def shared_data() -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real data not present at {SHARED_DATA} (only in the development workspace)")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def benchmark():
+    """Load a script of benchmarks/ by name as a module, its folder on the path as when it runs from there
+    (the scripts import each other: silicon_validation.py reads its rows from silicon_rows.py)."""
+    folder = str(ROOT / "benchmarks")
+    if folder not in sys.path:
+        sys.path.append(folder)
+    return importlib.import_module
 
 
 @pytest.fixture

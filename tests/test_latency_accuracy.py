@@ -2,11 +2,9 @@
 replay of NVIDIA's silicon_sample.csv (benchmarks/silicon_validation.py --accuracy-out), and what a
 plan reports from them."""
 
-import importlib.util
 import json
 import statistics
 from importlib import resources
-from pathlib import Path
 
 import pytest
 import yaml
@@ -14,8 +12,6 @@ import yaml
 from pdplan.errors import PdplanError
 from pdplan.latency.accuracy import KEY, Accuracy, accuracy_for, layout_of
 from pdplan.latency.compose import tables
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def shipped() -> dict:
@@ -117,14 +113,12 @@ def test_a_manifests_pools_carry_the_accuracy_of_the_rows_like_them(manifests):
 
 @pytest.mark.slow
 @pytest.mark.skipif(not tables.installed(), reason="the replay composes profiles: it needs pdplan[aic]")
-def test_the_shipped_errors_are_what_the_simulator_gives_today():
+def test_the_shipped_errors_are_what_the_simulator_gives_today(benchmark):
     """The first replayable row of every composed group, replayed now, has the error the file ships:
     a change to the simulator or the composition that moves the clocks must rewrite the file
     (``benchmarks/silicon_validation.py --accuracy-out pdplan/data/silicon_accuracy.json``)."""
-    spec = importlib.util.spec_from_file_location("silicon_validation", ROOT / "benchmarks" / "silicon_validation.py")
-    validation = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(validation)
-    rows = validation.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+    validation = benchmark("silicon_validation")
+    rows = benchmark("silicon_rows").supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     rows = rows.assign(source="composed", engine=rows["backend"], layout=rows["mode"],
                        family=validation.family(rows["model"]))
     rows = rows.sort_values([*KEY, *validation.ROW_ORDER], kind="stable")

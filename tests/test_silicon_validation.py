@@ -3,9 +3,7 @@ prediction (InferenceMAX sweeps of MTP-only configurations), and which cannot be
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
@@ -13,79 +11,80 @@ from pdplan.latency.compose import tables
 from pdplan.vocabulary import SpeculativeMethod
 
 pytestmark = pytest.mark.skipif(not tables.installed(), reason="the rows come with pdplan[aic]")
-ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module")
-def validation():
-    spec = importlib.util.spec_from_file_location("silicon_validation", ROOT / "benchmarks" / "silicon_validation.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def deployments(benchmark):
+    return benchmark("silicon_rows")
 
 
 @pytest.fixture(scope="module")
-def rows(validation):
-    return validation.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+def validation(benchmark):
+    return benchmark("silicon_validation")
+
+
+@pytest.fixture(scope="module")
+def rows(deployments):
+    return deployments.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
 
 
 def measured(rows, on: str):
     return rows[rows["silicon_data_source"].str.contains(f"measured={on}", regex=False)]
 
 
-def test_rows_of_an_mtp_only_sweep_replay_three_drafts_or_one_with_attention_dp(validation, rows):
+def test_rows_of_an_mtp_only_sweep_replay_three_drafts_or_one_with_attention_dp(deployments, rows):
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "h200-141gb")], "2026-01-14")
-    drafts = {mode: {validation.speculative(row).draft_tokens for _, row in part.iterrows()}
+    drafts = {mode: {deployments.speculative(row).draft_tokens for _, row in part.iterrows()}
               for mode, part in sweep.groupby("mode")}
     assert drafts == {"agg": {3}, "agg-dp": {1}}
     row = sweep.iloc[0]
-    assert validation.speculative(row).method == SpeculativeMethod.MTP
-    assert validation.speculative(row).acceptance == 0.85  # DeepSeek-V3's report: 85-90% for the second token
+    assert deployments.speculative(row).method == SpeculativeMethod.MTP
+    assert deployments.speculative(row).acceptance == 0.85  # DeepSeek-V3's report: 85-90% for the second token
 
 
-def test_rows_of_a_sweep_without_mtp_replay_without_it(validation, rows):
+def test_rows_of_a_sweep_without_mtp_replay_without_it(deployments, rows):
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb")], "2026-01-29")
-    assert len(sweep) and all(validation.speculative(row) is None for _, row in sweep.iterrows())
+    assert len(sweep) and all(deployments.speculative(row) is None for _, row in sweep.iterrows())
 
 
-def test_rows_of_a_sweep_with_and_without_mtp_are_left_out(validation, rows, capsys):
-    validation.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+def test_rows_of_a_sweep_with_and_without_mtp_are_left_out(deployments, rows, capsys):
+    deployments.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
     assert "both with and without multi-token prediction" in capsys.readouterr().out
     sweep = measured(rows[(rows["backend"] == "sglang") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")],
                      "2026-03-25")
     assert sweep.empty
 
 
-def test_llama_rows_of_tensorrt_llm_replay_its_recipe_budget_and_batch_waiting_at_1k_1k_below_tp_8(validation, rows):
+def test_llama_rows_of_tensorrt_llm_replay_its_recipe_budget_and_batch_waiting_at_1k_1k_below_tp_8(deployments, rows):
     llama = rows[(rows["model"] == "llama-3.1-70b") & (rows["backend"] == "trtllm")
-                 & rows["harness"].isin(validation.INFERENCEMAX)]
-    assert len(llama) and all(validation.iteration_budget(row) == 16384 for _, row in llama.iterrows())
+                 & rows["harness"].isin(deployments.INFERENCEMAX)]
+    assert len(llama) and all(deployments.iteration_budget(row) == 16384 for _, row in llama.iterrows())
     waiting = [(int(row["isl"]), int(row["osl"])) == (1024, 1024) and int(row["tp_size"]) < 8
                for _, row in llama.iterrows()]
     assert any(waiting) and not all(waiting)
     for wait, (_, row) in zip(waiting, llama.iterrows()):
-        recipe = validation.batch_wait(row) or {}
+        recipe = deployments.batch_wait(row) or {}
         assert (recipe.get("batch_wait_timeout_iters"), recipe.get("batch_wait_max_tokens_ratio")) == \
                ((20, 0.9) if wait else (None, None))
 
 
-def test_deepseek_fp8_b200_rows_of_tensorrt_llm_wait_from_64_clients_at_1k_1k_but_not_with_mtp(validation, rows):
+def test_deepseek_fp8_b200_rows_of_tensorrt_llm_wait_from_64_clients_at_1k_1k_but_not_with_mtp(deployments, rows):
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")
                           & (rows["mode"] == "agg")], "2026-01-29")
     for _, row in sweep.iterrows():
         chat = (int(row["isl"]), int(row["osl"])) == (1024, 1024)
-        assert (validation.batch_wait(row) is not None) == (chat and int(row["concurrency"]) >= 64)
-    assert any(validation.batch_wait(row) for _, row in sweep.iterrows())
+        assert (deployments.batch_wait(row) is not None) == (chat and int(row["concurrency"]) >= 64)
+    assert any(deployments.batch_wait(row) for _, row in sweep.iterrows())
     mtp = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")],
                    "2026-02-05")
-    assert len(mtp) and all(validation.batch_wait(row) is None for _, row in mtp.iterrows())
+    assert len(mtp) and all(deployments.batch_wait(row) is None for _, row in mtp.iterrows())
 
 
-def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(validation, rows):
+def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(deployments, rows):
     """``MAX_NUM_TOKENS=$(( (CONC + ISL + 64 + 63) / 64 * 64 ))``, floored at 8,192 from #258 (2026-01-21);
     the MTP recipes' ``((MTP + 1) * MAX_BATCH_SIZE + ISL + 64 + 63) / 64 * 64`` with MTP 3, unfloored."""
-    deepseek = rows[(rows["backend"] == "trtllm") & rows["model"].isin(validation.DEEPSEEK) & (rows["mode"] == "agg")
-                    & rows["harness"].isin(validation.INFERENCEMAX)]
+    deepseek = rows[(rows["backend"] == "trtllm") & rows["model"].isin(deployments.DEEPSEEK) & (rows["mode"] == "agg")
+                    & rows["harness"].isin(deployments.INFERENCEMAX)]
     cases = {"2025-11-02": lambda c, isl: (c + isl + 127) // 64 * 64,
              "2026-01-29": lambda c, isl: max(8192, (c + isl + 127) // 64 * 64),
              "2026-02-05": lambda c, isl: (4 * c + isl + 127) // 64 * 64}
@@ -93,21 +92,21 @@ def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(v
         sweep = measured(deepseek, on)
         assert len(sweep)
         for _, row in sweep.iterrows():
-            assert validation.iteration_budget(row) == recipe(int(row["concurrency"]), int(row["isl"]))
+            assert deployments.iteration_budget(row) == recipe(int(row["concurrency"]), int(row["isl"]))
     assert (deepseek.pipe(measured, "2025-11-02").eval("concurrency + isl + 127") < 8192).any()  # unfloored there
 
 
-def test_gpt_oss_rows_of_tensorrt_llm_replay_the_recipes_20000_tokens_and_other_engines_none(validation, rows):
+def test_gpt_oss_rows_of_tensorrt_llm_replay_the_recipes_20000_tokens_and_other_engines_none(deployments, rows):
     gpt_oss = rows[(rows["model"] == "gpt-oss-120b") & (rows["mode"] == "agg")
-                   & rows["harness"].isin(validation.INFERENCEMAX)]
-    budgets = {engine: {validation.iteration_budget(row) for _, row in part.iterrows()}
+                   & rows["harness"].isin(deployments.INFERENCEMAX)]
+    budgets = {engine: {deployments.iteration_budget(row) for _, row in part.iterrows()}
                for engine, part in gpt_oss.groupby("backend")}
     assert budgets == {"trtllm": {20000}, "vllm": {None}}
 
 
-def test_rows_whose_recipe_left_the_kv_cache_to_the_engine_replay_it_at_bf16(validation, rows):
-    inferencemax = rows[rows["harness"].isin(validation.INFERENCEMAX) & rows["mode"].isin(("agg", "agg-dp"))]
-    kv = {(engine, gpu, model): {validation.kv_dtype(row) for _, row in part.iterrows()}
+def test_rows_whose_recipe_left_the_kv_cache_to_the_engine_replay_it_at_bf16(deployments, rows):
+    inferencemax = rows[rows["harness"].isin(deployments.INFERENCEMAX) & rows["mode"].isin(("agg", "agg-dp"))]
+    kv = {(engine, gpu, model): {deployments.kv_dtype(row) for _, row in part.iterrows()}
           for (engine, gpu, model), part in inferencemax.groupby(["backend", "gpu", "model"])}
     assert kv[("sglang", "h200-141gb", "deepseek-r1")] == {"bf16"}      # dsr1_fp8_h200.sh: no --kv-cache-dtype
     assert kv[("trtllm", "h200-141gb", "gpt-oss-120b")] == {"bf16"}     # kv_cache_config.dtype: auto
@@ -115,22 +114,22 @@ def test_rows_whose_recipe_left_the_kv_cache_to_the_engine_replay_it_at_bf16(val
     assert kv[("trtllm", "h200-141gb", "deepseek-r1")] == {None}        # kv_cache_config.dtype: fp8
     assert kv[("sglang", "b200-180gb", "deepseek-r1")] == {None}        # --kv-cache-dtype fp8_e4m3
     row = inferencemax[inferencemax["model"] == "deepseek-r1"].pipe(measured, "2026-03-25").iloc[0]
-    assert validation.row_model(row).kv_dtype == ("bf16" if row["gpu"] == "h200-141gb" else "fp8")
+    assert deployments.row_model(row).kv_dtype == ("bf16" if row["gpu"] == "h200-141gb" else "fp8")
 
 
-def test_vllms_gpt_oss_rows_on_b200_replay_the_mxfp8_experts_their_recipe_exported(validation, rows):
+def test_vllms_gpt_oss_rows_on_b200_replay_the_mxfp8_experts_their_recipe_exported(deployments, rows):
     """``gptoss_fp4_b200_docker.sh`` exports VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 from 2025-09-24; every other
     row composes at its engine's default."""
-    inferencemax = rows[rows["harness"].isin(validation.INFERENCEMAX)]
-    chosen = {(engine, gpu, model): {validation.moe_activations(row) for _, row in part.iterrows()}
+    inferencemax = rows[rows["harness"].isin(deployments.INFERENCEMAX)]
+    chosen = {(engine, gpu, model): {deployments.moe_activations(row) for _, row in part.iterrows()}
               for (engine, gpu, model), part in inferencemax.groupby(["backend", "gpu", "model"])}
     assert chosen.pop(("vllm", "b200-180gb", "gpt-oss-120b")) == {"mxfp8"}
     assert set().union(*chosen.values()) == {None}
 
 
-def test_rows_of_other_collections_keep_pdplans_kv_precision(validation, rows):
-    others = rows[~rows["harness"].isin(validation.INFERENCEMAX)]
-    assert len(others) and all(validation.kv_dtype(row) is None for _, row in others.head(200).iterrows())
+def test_rows_of_other_collections_keep_pdplans_kv_precision(deployments, rows):
+    others = rows[~rows["harness"].isin(deployments.INFERENCEMAX)]
+    assert len(others) and all(deployments.kv_dtype(row) is None for _, row in others.head(200).iterrows())
 
 
 def published(path, runs):
@@ -158,21 +157,21 @@ def test_a_row_is_a_published_run_only_when_both_clocks_equal_its_means_on_its_g
     assert matched["median_ttft_ms"].iloc[0] == pytest.approx(150.0)
 
 
-def test_attention_dp_rows_of_tensorrt_llm_replay_the_balance_their_recipe_set(validation, rows):
+def test_attention_dp_rows_of_tensorrt_llm_replay_the_balance_their_recipe_set(deployments, rows):
     """DeepSeek-R1's recipes: ``timeout_iters: 60, batching_wait_iters: 0``; gpt-oss's state neither, so
     TensorRT-LLM's defaults, 50 and 10. Rows without attention DP hold nothing."""
-    trt = rows[(rows["backend"] == "trtllm") & rows["harness"].isin(validation.INFERENCEMAX)]
+    trt = rows[(rows["backend"] == "trtllm") & rows["harness"].isin(deployments.INFERENCEMAX)]
     with_dp = trt[trt["mode"] == "agg-dp"]
     expected = {"deepseek-r1": (60, 0), "gpt-oss-120b": (50, 10)}
     assert set(with_dp["model"]) == set(expected)
     for _, row in with_dp.iterrows():
-        balance = validation.adp_balance(row)
+        balance = deployments.adp_balance(row)
         assert (balance["attention_dp_timeout_iters"], balance["attention_dp_batching_wait_iters"]) == \
                expected[row["model"]]
-    assert all(validation.adp_balance(row) == {} for _, row in trt[trt["mode"] == "agg"].iterrows())
+    assert all(deployments.adp_balance(row) == {} for _, row in trt[trt["mode"] == "agg"].iterrows())
 
 
-def test_mtp_recipes_with_attention_dp_cap_each_rank_at_the_clients_over_the_ranks(validation, rows):
+def test_mtp_recipes_with_attention_dp_cap_each_rank_at_the_clients_over_the_ranks(deployments, rows):
     """``MAX_BATCH_SIZE=$((CONC/TP))`` with one draft: ``--max_num_tokens`` is (2·C/8 + ISL + 64) rounded up
     to 64 on 8 ranks, and each rank runs at most C/8 requests."""
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "h200-141gb") & (rows["mode"] == "agg-dp")],
@@ -180,6 +179,6 @@ def test_mtp_recipes_with_attention_dp_cap_each_rank_at_the_clients_over_the_ran
     assert len(sweep)
     for _, row in sweep.iterrows():
         per_rank = int(row["concurrency"]) // 8
-        assert validation.mtp_batch_size(row) == per_rank
-        assert validation.iteration_budget(row) == (2 * per_rank + int(row["isl"]) + 127) // 64 * 64
-        assert validation.plan_for(row).pools[0].max_running_requests == per_rank
+        assert deployments.mtp_batch_size(row) == per_rank
+        assert deployments.iteration_budget(row) == (2 * per_rank + int(row["isl"]) + 127) // 64 * 64
+        assert deployments.plan_for(row).pools[0].max_running_requests == per_rank

@@ -2,7 +2,6 @@
 prefill machine lent to decode, their return to their own role, and handoffs refused for a stale
 role epoch, in both engines."""
 
-import importlib.util
 import json
 
 import numpy as np
@@ -190,14 +189,12 @@ def test_the_summary_counts_what_borrowed_machines_took():
     assert took["handoffs_refused"] == int(result["handoffs_refused"].sum())
 
 
-def test_splitwises_27_plus_3_bloom_run_passes_by_borrowing_as_in_splitwises_simulator(shared_data):
+def test_splitwises_27_plus_3_bloom_run_passes_by_borrowing_as_in_splitwises_simulator(shared_data, benchmark):
     """Splitwise's simulator passes bloom-176b on 27 prompt + 3 token DGX-H100s at 70 req/s (its
     rr_code_70_2min trace) under its nine SLOs, with its mixed-pool scheduler lending machines; as
     fixed pools pdplan misses it on decode KV admission (TBT), and lending prefill machines to
     decode passes it (benchmarks/bench_borrowing.py replays all five runs)."""
-    spec = importlib.util.spec_from_file_location("bench_borrowing", ROOT / "benchmarks" / "bench_borrowing.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = benchmark("bench_borrowing")
     profiles = {p.key: p for p in profiles_from_source(bench.PERF_MODEL, "splitwise", model="bloom-176b").profiles}
     baseline = next(p for p in profiles.values() if p.gpu == "a100-80gb")
     trace, bloom = bench.splitwise_trace(), get_model("bloom-176b")
