@@ -130,8 +130,9 @@ def test_the_node_map_shows_an_instance_on_one_gpu_by_its_index_and_on_several_b
     from pdplan.cli.optimize_render import nodes_table
     monkeypatch.setattr(output.stdout, "width", 200)
     nodes_table({"nodes": [{"instance": "decode-0", "pp": 1, "stages": [{"node": "h100-0", "gpus": [4]}]},
-                            {"instance": "prefill-0", "pp": 1, "stages": [{"node": "h100-0", "gpus": [0, 1, 2, 3]}]}]})
-    assert "decode-0 (4), prefill-0 (0-3)" in capsys.readouterr().out
+                            {"instance": "prefill-0", "pp": 1, "stages": [{"node": "h100-0", "gpus": [0, 1, 2, 3]}]},
+                            {"instance": "decode-1", "pp": 1, "stages": [{"node": "h100-0", "gpus": [5, 7]}]}]})
+    assert "decode-0 (GPU 4), prefill-0 (GPUs 0-3), decode-1 (GPUs 5,7)" in capsys.readouterr().out
 
 
 def test_totals_add_up_over_the_chosen_pools(answer):

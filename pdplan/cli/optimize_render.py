@@ -321,15 +321,16 @@ def _links_table(doc: dict) -> None:
 
 def nodes_table(doc: dict) -> None:
     table = Table(title="Node map")
-    for name in ("node", "instances (GPUs)"):
+    for name in ("node", "instances (GPU indices on the node)"):
         table.add_column(name)
     nodes: dict[str, list[str]] = {}
     for inst in doc["nodes"]:
         for stage, placed in enumerate(inst["stages"]):
             gpus = placed["gpus"]
             label = f"{inst['instance']}" + (f" stage {stage}" if inst["pp"] > 1 else "")
-            nodes.setdefault(placed["node"], []).append(
-                f"{label} ({gpus[0]}" + (f"-{gpus[-1]})" if len(gpus) > 1 else ")"))
+            held = f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {gpus[0]}-{gpus[-1]}" \
+                if gpus == list(range(gpus[0], gpus[-1] + 1)) else "GPUs " + ",".join(map(str, gpus))
+            nodes.setdefault(placed["node"], []).append(f"{label} ({held})")
     for node in sorted(nodes, key=lambda n: (n.rsplit("-", 1)[0], int(n.rsplit("-", 1)[1]))):
         table.add_row(node, ", ".join(nodes[node]))
     stdout.print(table)
