@@ -7,8 +7,10 @@ environment of its own (their torch pins differ), which it creates under ``--env
 
 1. plans the acceptance manifests with ``pdplan optimize`` (the default answer, ``--mode
    disaggregated``, a multinode ``--tp 8 --pp 2`` plan, a plan with Splitwise's mixed pool, an
-   fp8 plan of a bf16 checkpoint (fp8 KV cache, quantized at load), the disaggregated plan edited to a
-   cache-aware prefill router with its prefill caches off and a host tier (:data:`EDITED`), and
+   fp8 plan of a bf16 checkpoint (fp8 KV cache, quantized at load), gpt-oss-120b on B200 with its
+   MXFP4 experts' activations at MXFP8 under vLLM and at BF16 under SGLang (composed: it needs
+   pdplan[aic]), the disaggregated plan edited to a cache-aware prefill router with its prefill caches
+   off and a host tier (:data:`EDITED`), and
    with ``--sglang-plan`` an ``--engine sglang`` one), validates each and runs pdplan's engine rules
    (pdplan/engines.py) on it; and takes the hand-written wide expert-parallel manifest (:data:`WIDE`: a
    prefill instance of DP16 EP16 over two nodes and a decode instance of DP8 EP8 on one, as in
@@ -185,6 +187,12 @@ def plans(work: Path, requests: int, sglang: bool) -> dict[str, tuple[list[str],
     found["fp8"] = [str(SMOKE), *probe, "--model", "llama-3.1-70b@fp8", "--mode", "disaggregated"]
     if sglang:
         found["sglang"] = [str(TRACE), *probe, "--mode", "disaggregated", "--engine", "sglang", *IDENTITY]
+    # gpt-oss's MXFP4 experts at an activation precision other than the engine's default, on B200: vLLM's
+    # --quantization-config override for MXFP8, SGLang's --flashinfer-mxfp4-moe-precision for BF16
+    gptoss = [str(TRACE), *probe, "--model", "gpt-oss-120b", "--cluster", str(ROOT / "examples" / "cluster_b200.yaml"),
+              "--revision", "main"]
+    found["mxfp8"] = [*gptoss, "--engine", "vllm", "--moe-activations", "mxfp8"]
+    found["mxfp4-bf16"] = [*gptoss, "--engine", "sglang", "--moe-activations", "bf16"]
     # the disaggregated plan with every prefix-cache switch the exports set, edited in (:data:`EDITED`)
     found["prefix-caches"] = found["disaggregated"]
     return {name: (args, work / f"{name}.yaml") for name, args in found.items()}
@@ -681,9 +689,10 @@ def vllm_precision(engine) -> str:
     """The KV-cache dtype through CacheConfig's validator, and the quantization through the checks
     ModelConfig makes once it has the checkpoint's config (vllm/config/model.py _verify_quantization:
     a name in QUANTIZATION_METHODS; vllm/config/quantization.py resolve_quantization_config), which the
-    parser alone does not make."""
+    parser alone does not make. A ``--quantization-config`` override of the MoE layers' activations, which
+    EngineArgs resolves into its QuantizationConfigArgs, is named by its QUANT_KEY_NAMES key."""
     from vllm.config import CacheConfig
-    from vllm.config.quantization import resolve_quantization_config
+    from vllm.config.quantization import QUANT_KEY_NAMES, resolve_quantization_config
     from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
 
     CacheConfig(cache_dtype=engine.kv_cache_dtype)
@@ -692,7 +701,11 @@ def vllm_precision(engine) -> str:
             raise ValueError(f"Unknown quantization method: {engine.quantization}")
         resolve_quantization_config(engine.quantization, engine.quantization_config)
     quantization = engine.quantization or "the checkpoint's"
-    return f"KV {engine.kv_cache_dtype}, quantization {quantization}"
+    moe = getattr(engine.quantization_config, "moe", None)
+    key = getattr(moe, "activation", None)
+    activations = "" if key is None else \
+        f", MoE activations {next(name for name, known in QUANT_KEY_NAMES.items() if known == key)}"
+    return f"KV {engine.kv_cache_dtype}, quantization {quantization}{activations}"
 
 
 def probe_sglang_server(args: list[str]) -> str:
@@ -700,9 +713,11 @@ def probe_sglang_server(args: list[str]) -> str:
 
     server = prepare_server_args(args)
     quantization = server.quantization or "the checkpoint's"
+    precision = server.flashinfer_mxfp4_moe_precision
+    activations = "" if precision == "default" else f", MXFP4 MoE activations {precision}"
     return (f"TP{server.tp_size} PP{server.pp_size}{sglang_parallel(server)} {server.disaggregation_mode}, "
-            f"KV {server.kv_cache_dtype}, quantization {quantization}; ServerArgs.resolve_once not run "
-            f"(it loads the checkpoint's config from the hub)")
+            f"KV {server.kv_cache_dtype}, quantization {quantization}{activations}; ServerArgs.resolve_once not "
+            f"run (it loads the checkpoint's config from the hub)")
 
 
 def sglang_parallel(server) -> str:
