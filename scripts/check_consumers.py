@@ -84,8 +84,9 @@ MIXED_CLUSTER = ("nodes:\n  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, int
 IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main")
 
 #: The hand-written wide expert-parallel plan (the fields the exports read): DeepSeek-V3 on H200 nodes, a
-#: prefill instance of DP16 EP16 with 32 redundant experts over nodes h200-0 (node rank 0) and h200-1, and a
-#: decode instance of DP8 EP8 on h200-2, over NIXL; the same plan as tests/test_export_wide.py.
+#: prefill instance of DP16 EP16 with 32 redundant experts and a prompt budget of 16,384 tokens per rank over
+#: nodes h200-0 (node rank 0) and h200-1, and a decode instance of DP8 EP8 on h200-2, over NIXL; the same plan
+#: as tests/test_export_wide.py.
 WIDE = """\
 apiVersion: pdplan/v1
 kind: DeploymentManifest
@@ -97,7 +98,7 @@ identity:
   kv_cache: {dtype: bf16}
 pools:
 - {name: prefill, phase: prefill, model: deepseek-v3, gpu: h200-141gb, tp: 1, dp: 16, ep: 16, redundant_experts: 32,
-   pp: 1, replicas: 1, gpus: 16, scheduling: {},
+   pp: 1, replicas: 1, gpus: 16, scheduling: {}, profile: {max_prefill_batch_tokens: 16384},
    memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 45.0}}
 - {name: decode, phase: decode, model: deepseek-v3, gpu: h200-141gb, tp: 1, dp: 8, ep: 8, pp: 1, replicas: 1,
    gpus: 8, scheduling: {}, memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 90.0}}
@@ -715,9 +716,21 @@ def probe_sglang_server(args: list[str]) -> str:
     quantization = server.quantization or "the checkpoint's"
     precision = server.flashinfer_mxfp4_moe_precision
     activations = "" if precision == "default" else f", MXFP4 MoE activations {precision}"
+    budget = sglang_prompt_budget(server, args)
     return (f"TP{server.tp_size} PP{server.pp_size}{sglang_parallel(server)} {server.disaggregation_mode}, "
-            f"KV {server.kv_cache_dtype}, quantization {quantization}{activations}; ServerArgs.resolve_once not "
-            f"run (it loads the checkpoint's config from the hub)")
+            f"KV {server.kv_cache_dtype}, quantization {quantization}{activations}{budget}; "
+            f"ServerArgs.resolve_once not run (it loads the checkpoint's config from the hub)")
+
+
+def sglang_prompt_budget(server, args: list[str]) -> str:
+    """Each rank's prompt chunk and batch cap as SGLang 0.5.23 resolves them: the chunk divided among the
+    attention-DP ranks (arg_groups/parallel_hook.py ``_handle_data_parallelism``, which resolve_once runs),
+    max_prefill_tokens each rank's own; empty when the command states neither."""
+    if "--chunked-prefill-size" not in args and "--max-prefill-tokens" not in args:
+        return ""
+    chunk = "" if server.chunked_prefill_size is None else \
+        f", prompt chunk per rank {server.chunked_prefill_size // max(1, server.attn_dp_size)}"
+    return f"{chunk}, prompt tokens per rank's batch {server.max_prefill_tokens}"
 
 
 def sglang_parallel(server) -> str:

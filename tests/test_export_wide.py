@@ -159,6 +159,33 @@ def test_sglang_prefill_over_two_nodes_runs_each_node_with_its_rank_and_the_lead
     assert _value(command, "--disaggregation-mode") == "prefill"
 
 
+def test_sglang_gives_each_attention_dp_rank_of_a_prefill_instance_the_prompt_budget_it_was_verified_with(
+        wide, tmp_path):
+    """SGLang hands each attention-DP rank chunked_prefill_size // attn_dp_size: the flag states the rank's
+    budget, the profile's 16,384 tokens, times its 16 ranks; --max-prefill-tokens is each rank's own."""
+    wide["pools"][0]["profile"] = {"source": "composed", "method": "nnls", "fallback": None,
+                                   "max_prefill_batch_tokens": 16384}
+    command = _command(tmp_path, export_manifest(wide, "sglang")["sglang/prefill-0.sh"], "0")
+    assert (_value(command, "--chunked-prefill-size"), _value(command, "--max-prefill-tokens")) == \
+        (str(16384 * 16), "16384")
+
+
+def test_sglang_decode_and_a_prefill_pool_without_a_recorded_budget_keep_sglangs_defaults(wide, tmp_path):
+    files = export_manifest(wide, "sglang")
+    for script, args in ((files["sglang/prefill-0.sh"], ("0",)), (files["sglang/decode-0.sh"], ())):
+        command = _command(tmp_path, script, *args)
+        assert "--chunked-prefill-size" not in command and "--max-prefill-tokens" not in command
+
+
+def test_sglang_chunk_of_a_colocated_attention_dp_pool_is_each_ranks_chunk_times_dp():
+    from pdplan.manifest.export.sglang import prompt_budget_args
+
+    pool = {"phase": "colocated", "tp": 1, "dp": 8, "ep": 8, "pp": 1,
+            "scheduling": {"policy": "chunked", "chunk_tokens": 2048}}
+    assert prompt_budget_args(pool) == ["--chunked-prefill-size", str(2048 * 8)]
+    assert prompt_budget_args({**pool, "dp": 1, "ep": 1}) == ["--chunked-prefill-size", "2048"]
+
+
 def test_sglang_expert_parallelism_across_nodes_dispatches_with_deepep_in_its_phases_mode(wide, tmp_path):
     files = export_manifest(wide, "sglang")
     prefill = _command(tmp_path, files["sglang/prefill-0.sh"], "1")

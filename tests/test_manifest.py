@@ -71,6 +71,25 @@ def test_the_manifest_carries_the_whole_decision(manifests):
     assert pd["identity"]["kv_bytes_per_token"] == abi["layers"] * 2 * abi["kv_heads"] * abi["head_dim"] * 2
 
 
+def test_a_prefill_pool_records_the_prompt_budget_its_verification_ran_and_no_other_pool_does(manifests):
+    """The pool's cap when it states one, else its profile's; the exports start the engine with it."""
+    from dataclasses import replace
+
+    from pdplan.latency.profile import shipped_profiles
+    from pdplan.manifest.build import prompt_budget
+    from pdplan.sim import Pool
+
+    profile = shipped_profiles()[("llama2-70b", "a100-80gb", 2, 1)]
+    prefill = Pool(name="p", phase="prefill", model="llama2-70b", gpu="a100-80gb", tp=2)
+    assert prompt_budget(prefill, profile) == {"max_prefill_batch_tokens": profile.max_prefill_batch_tokens}
+    assert prompt_budget(replace(prefill, max_prefill_batch_tokens=4096), profile) == \
+        {"max_prefill_batch_tokens": 4096}
+    assert prompt_budget(replace(prefill, phase="decode"), profile) == {}
+    pd = load(manifests["disaggregated"])
+    assert all(("max_prefill_batch_tokens" in pool["profile"]) == (pool["phase"] == "prefill")
+               for pool in pd["pools"])
+
+
 def test_simulate_reads_a_manifest_under_its_own_slo_unless_flags_say_otherwise(run_cli, manifests, tmp_path):
     manifest = load(manifests["disaggregated"])
     manifest["workload"]["slo"]["objectives"][0]["threshold_ms"] = 800.0  # TTFT

@@ -197,7 +197,8 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
         weights = weight_bytes_per_gpu(model, pool.tp, pool.pp, ep=pool.ep, redundant_experts=pool.redundant_experts,
                                        dp=pool.dp)
         # a wide profile describes one DP rank: its KV capacity is the rank's, and the instance holds dp of them
-        kv_tokens = profiles[(pool.gpu, pool.tp, pool.pp, pool.dp, pool.ep)].kv_capacity_tokens * pool.dp
+        profile = profiles[(pool.gpu, pool.tp, pool.pp, pool.dp, pool.ep)]
+        kv_tokens = profile.kv_capacity_tokens * pool.dp
         found.append({
             "name": pool.name, "phase": pool.phase, "model": pool.model, "gpu": pool.gpu, "tp": pool.tp,
             "pp": pool.pp, "dp": pool.dp, "ep": pool.ep,
@@ -211,11 +212,20 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
                        "weights_gib_per_gpu": weights / GIB, "kv_capacity_tokens_per_instance": kv_tokens,
                        "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp)},
             "profile": {"source": fact["profile"], "method": fact["profile_method"],
-                        "fallback": fact["profile_fallback"],
+                        "fallback": fact["profile_fallback"], **prompt_budget(pool, profile),
                         # only where the source was replayed against measured deployments like the pool
                         **({} if fact["profile_accuracy"] is None else {"accuracy": fact["profile_accuracy"]})},
         })
     return found
+
+
+def prompt_budget(pool, profile) -> dict:
+    """A prefill pool's prompt tokens per batch of one rank, as its verification ran (the pool's cap, else its
+    profile's): the exports start the engine with it (an engine's own default may be smaller, and SGLang
+    divides its chunk among attention-DP ranks). Empty for the other pools."""
+    if pool.phase != "prefill":
+        return {}
+    return {"max_prefill_batch_tokens": pool.max_prefill_batch_tokens or profile.max_prefill_batch_tokens}
 
 
 def scheduling(plan: Plan) -> dict[str, dict]:

@@ -95,7 +95,6 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
                     bootstrap: int | None) -> list[str]:
     pool = inst.pool
     found = common.parallel(pool)
-    scheduling = pool.get("scheduling") or {}
     command = ["python", "-m", "sglang.launch_server", "--model-path", common.served_model(manifest),
                *common.checkpoint_args(manifest),
                # SGLang's tp_size counts the instance's GPUs per pipeline stage: attention TP x DP ranks.
@@ -105,10 +104,7 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
                # SGLang's static memory fraction (weights + KV pool) stands in for vLLM's utilization.
                "--mem-fraction-static", str(pool["memory"]["memory_utilization"])]
     command += common.precision_args(manifest, "SGLang", KV_CACHE_DTYPES, LOAD_QUANTIZATION)
-    if scheduling.get("chunk_tokens"):
-        command += ["--chunked-prefill-size", str(scheduling["chunk_tokens"])]
-    if scheduling.get("max_prefill_batch_tokens"):
-        command += ["--max-prefill-tokens", str(scheduling["max_prefill_batch_tokens"])]
+    command += prompt_budget_args(pool)
     if pool["phase"] == "prefill" and common.prefix_cache_off(pool):
         command.append(NO_RADIX_CACHE)
     command += speculative_args(manifest) + kernel_args(manifest)
@@ -119,6 +115,22 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
     if inst.spans_nodes:
         command += ["--nnodes", str(len(inst.nodes)), "--dist-init-addr", f"{inst.nodes[0]}:{DIST_INIT_PORT}"]
     return command
+
+
+def prompt_budget_args(pool: dict) -> list[str]:
+    """The prompt tokens each rank of the pool takes per iteration, as pdplan verified them, in SGLang 0.5.23's
+    flags: ``--chunked-prefill-size``, the chunk of a chunked pool, and of a prefill pool its batch cap (the
+    pool's, else the one its profile ran, recorded as ``profile.max_prefill_batch_tokens``: SGLang's own
+    default is 8,192 on an H200 and 16,384 on a B200, arg_groups/memory_hook.py); and ``--max-prefill-tokens``,
+    that cap. With attention DP SGLang hands each rank ``chunked_prefill_size // attn_dp_size``
+    (arg_groups/parallel_hook.py ``_handle_data_parallelism``), so the flag states the rank's chunk times DP;
+    ``--max-prefill-tokens`` is each rank's scheduler's own budget (its PrefillAdder) and is not divided. A
+    manifest written before the cap was recorded starts a prefill pool with SGLang's defaults, as before."""
+    scheduling = pool.get("scheduling") or {}
+    cap = scheduling.get("max_prefill_batch_tokens") or (pool.get("profile") or {}).get("max_prefill_batch_tokens")
+    chunk = scheduling.get("chunk_tokens") or (cap if pool["phase"] == "prefill" else None)
+    args = ["--chunked-prefill-size", str(chunk * common.parallel(pool).dp)] if chunk else []
+    return args + (["--max-prefill-tokens", str(cap)] if cap else [])
 
 
 def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
