@@ -90,6 +90,22 @@ def test_a_prefill_pool_records_the_prompt_budget_its_verification_ran_and_no_ot
                for pool in pd["pools"])
 
 
+def test_validate_names_a_prompt_budget_on_a_decode_pool_and_one_unlike_the_pools_own_cap(manifests):
+    from pdplan.manifest.check import check_manifest
+    from pdplan.manifest.document import seal
+
+    manifest = load(manifests["disaggregated"])
+    decode = next(i for i, p in enumerate(manifest["pools"]) if p["phase"] == "decode")
+    prefill = next(i for i, p in enumerate(manifest["pools"]) if p["phase"] == "prefill")
+    assert not check_manifest(seal(manifest))
+    manifest["pools"][decode]["profile"]["max_prefill_batch_tokens"] = 4096
+    pool = manifest["pools"][prefill]
+    pool["scheduling"]["max_prefill_batch_tokens"] = pool["profile"]["max_prefill_batch_tokens"] // 2
+    found = {v.field for v in check_manifest(seal(manifest))}
+    assert found == {f"pools[{decode}].profile.max_prefill_batch_tokens",
+                     f"pools[{prefill}].profile.max_prefill_batch_tokens"}
+
+
 def test_simulate_reads_a_manifest_under_its_own_slo_unless_flags_say_otherwise(run_cli, manifests, tmp_path):
     manifest = load(manifests["disaggregated"])
     manifest["workload"]["slo"]["objectives"][0]["threshold_ms"] = 800.0  # TTFT

@@ -4,7 +4,7 @@ Each check returns violations as (field path, message); none means valid. The or
 (a manifest that breaks it is not checked further), the content hash (a hand edit is tampering,
 traced to the sections whose hashes changed), consistency (capacity against the target, GPUs per
 instance as the engines count them (TP × DP × PP), expert parallelism against the experts, memory,
-prefix caches on the pools that have them, the node map (:mod:`pdplan.manifest.node_map`), link demand,
+prefix caches on the pools that have them, a prefill pool's prompt budget, the node map (:mod:`pdplan.manifest.node_map`), link demand,
 KV roles, a prefill router only in a P/D plan, the KV-cache ABI, the rollback order, the preregistered
 fallback, the shapes the recorded engine can run), identity under
 ``strict``, the inputs' sha256 when they are given, and a re-simulation when asked.
@@ -112,7 +112,24 @@ def _pools(manifest: dict) -> list[Violation]:
     model = _model(manifest)
     for i, p in enumerate(pools):
         found += pool_violations(f"pools[{i}]", p, model) + _prefix_cache_violations(f"pools[{i}]", p)
+        found += _prompt_budget_violations(f"pools[{i}]", p)
     return found + _drafting(manifest, model) + _activations(manifest, model)
+
+
+def _prompt_budget_violations(where: str, pool: dict) -> list[Violation]:
+    """The prompt budget a pool's verification ran (:func:`pdplan.manifest.build.prompt_budget`): recorded on
+    prefill pools only, and the pool's own cap when it states one."""
+    recorded = pool["profile"].get("max_prefill_batch_tokens")
+    if recorded is None:
+        return []
+    field = f"{where}.profile.max_prefill_batch_tokens"
+    if pool["phase"] != "prefill":
+        return [Violation(field, f"applies to prefill pools, not a {pool['phase']} pool")]
+    cap = pool["scheduling"].get("max_prefill_batch_tokens")
+    if cap is not None and cap != recorded:
+        return [Violation(field, f"{recorded}, but the pool's scheduling.max_prefill_batch_tokens is {cap}: the "
+                                 "verification ran the pool's cap")]
+    return []
 
 
 def _prefix_cache_violations(where: str, pool: dict) -> list[Violation]:
