@@ -4,10 +4,10 @@ Each check returns violations as (field path, message); none means valid. The or
 (a manifest that breaks it is not checked further), the content hash (a hand edit is tampering,
 traced to the sections whose hashes changed), consistency (capacity against the target, GPUs per
 instance as the engines count them (TP × DP × PP), expert parallelism against the experts, memory,
-prefix caches on the pools that have them, a prefill pool's prompt budget, the node map (:mod:`pdplan.manifest.node_map`), link demand,
-KV roles, a prefill router only in a P/D plan, the KV-cache ABI, the rollback order, the preregistered
-fallback, the shapes the recorded engine can run), identity under
-``strict``, the inputs' sha256 when they are given, and a re-simulation when asked.
+prefix caches on the pools that have them, a prefill pool's prompt budget, the node map
+(:mod:`pdplan.manifest.node_map`), link demand, KV roles, a prefill router only in a P/D plan, the
+KV-cache ABI, the rollback order, the preregistered fallback, the shapes the recorded engine can run),
+identity under ``strict``, the inputs' sha256 when they are given, and a re-simulation when asked.
 """
 
 from __future__ import annotations
