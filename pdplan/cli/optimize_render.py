@@ -326,14 +326,20 @@ def nodes_table(doc: dict) -> None:
     nodes: dict[str, list[str]] = {}
     for inst in doc["nodes"]:
         for stage, placed in enumerate(inst["stages"]):
-            gpus = placed["gpus"]
             label = f"{inst['instance']}" + (f" stage {stage}" if inst["pp"] > 1 else "")
-            held = f"GPU {gpus[0]}" if len(gpus) == 1 else f"GPUs {gpus[0]}-{gpus[-1]}" \
-                if gpus == list(range(gpus[0], gpus[-1] + 1)) else "GPUs " + ",".join(map(str, gpus))
-            nodes.setdefault(placed["node"], []).append(f"{label} ({held})")
+            nodes.setdefault(placed["node"], []).append(f"{label} ({_gpu_indices(placed['gpus'])})")
     for node in sorted(nodes, key=lambda n: (n.rsplit("-", 1)[0], int(n.rsplit("-", 1)[1]))):
         table.add_row(node, ", ".join(nodes[node]))
     stdout.print(table)
+
+
+def _gpu_indices(gpus: list[int]) -> str:
+    """``GPU 4``, ``GPUs 0-3`` for a run of indices, ``GPUs 5,7`` for any other set."""
+    if len(gpus) == 1:
+        return f"GPU {gpus[0]}"
+    if gpus == list(range(gpus[0], gpus[-1] + 1)):
+        return f"GPUs {gpus[0]}-{gpus[-1]}"
+    return "GPUs " + ",".join(map(str, gpus))
 
 
 def _kept_apart(report: PlanReport) -> list[str]:
