@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 from functools import cache
 
 import numpy as np
@@ -42,19 +43,25 @@ from pdplan.hardware import get_gpu
 from pdplan.latency import accuracy
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_profile
+from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
+from pdplan.sim.plan import Plan, Pool
 from pdplan.vocabulary import MoeActivations
 
 
 @cache
 def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: int = 1, dp: int = 1,
-             activations: MoeActivations | None = None):
-    if kind == "composed" and (ep > 1 or dp > 1):  # whole experts, or DP ranks: composed per rank
+             activations: MoeActivations | None = None, batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS):
+    """The profile of one shape timed by ``kind``; a composed one covers prompt batches of ``batch_tokens``
+    (a recipe's budget above pdplan's default)."""
+    # whole experts, DP ranks (composed per rank), or a larger prompt budget: composed directly
+    if kind == "composed" and (ep > 1 or dp > 1 or batch_tokens > DEFAULT_MAX_PREFILL_BATCH_TOKENS):
         physical = get_gpu(gpu)  # GPUs of one NVLink domain share a node (a GB200 NVL72 rack is one)
         return composed_profile(model, physical, tp, 1, dp=dp, ep=ep, engine=engine,
-                                gpus_per_node=physical.nvlink_domain, moe_activations=activations)
+                                gpus_per_node=physical.nvlink_domain, moe_activations=activations,
+                                max_prefill_batch_tokens=batch_tokens)
     source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed",
                            moe_activations=activations)
     # a roofline of DP ranks or EP beyond TP is the wide-EP roofline's, one rank's; a dense row's EP means nothing
@@ -78,7 +85,12 @@ def row_profiles(row, kind: str) -> dict:
         return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]),
                                      activations=activations)
                 for pool in plan.pools}
-    return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations)
+    budgets = {}  # a shape's prompt budget: the largest of its pools' (a prefill pool's recipe may pass more)
+    for pool in plan.pools:
+        budgets[pool.shape] = max(budgets.get(pool.shape, DEFAULT_MAX_PREFILL_BATCH_TOKENS),
+                                  pool.max_prefill_batch_tokens or DEFAULT_MAX_PREFILL_BATCH_TOKENS)
+    return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations,
+                                 budgets[pool.shape])
             for pool in plan.pools}
 
 
@@ -96,9 +108,21 @@ def replayed(row, profiles: dict) -> tuple[np.ndarray, np.ndarray]:
         profiles = {shape: drafting.apply(profile) for shape, profile in profiles.items()}
     prompts, outputs = requests(row)
     workload = {"arrival_s": np.zeros(len(prompts)), "prompt_tokens": prompts, "output_tokens": outputs}
-    result = simulate(workload, plan_for(row), profiles, model=row_model(row), concurrency=int(row["concurrency"]))
+    plan = within_profiles(plan_for(row), profiles)
+    result = simulate(workload, plan, profiles, model=row_model(row), concurrency=int(row["concurrency"]))
     served = ~np.asarray(result["rejected"])
     return np.asarray(result["ttft_s"])[served], np.asarray(result["tpot_s"])[served]
+
+
+def within_profiles(plan: Plan, profiles: dict) -> Plan:
+    """The plan with each pool's prompt budget at most its profile's largest prompt batch (a composed profile
+    covers the recipe's budget up to its KV capacity; a roofline one 16,384 tokens), which the simulator holds
+    a plan to."""
+    def within(pool: Pool) -> Pool:
+        cap = pool.max_prefill_batch_tokens
+        return pool if cap is None else replace(
+            pool, max_prefill_batch_tokens=min(cap, profiles[pool.shape].max_prefill_batch_tokens))
+    return replace(plan, pools=tuple(within(pool) for pool in plan.pools))
 
 
 def inferencex_runs(paths: list[str]) -> pd.DataFrame:

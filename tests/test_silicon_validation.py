@@ -182,3 +182,64 @@ def test_mtp_recipes_with_attention_dp_cap_each_rank_at_the_clients_over_the_ran
         assert deployments.mtp_batch_size(row) == per_rank
         assert deployments.iteration_budget(row) == (2 * per_rank + int(row["isl"]) + 127) // 64 * 64
         assert deployments.plan_for(row).pools[0].max_running_requests == per_rank
+
+
+def disaggregated(rows, config: str):
+    """The disaggregated rows of one InferenceMAX configuration (the ``cfg<N>`` that ends their id)."""
+    return rows[(rows["mode"] == "disagg") & rows["id"].str.endswith(f"_{config}")]
+
+
+def test_disaggregated_rows_replay_the_prefill_workers_their_recipe_started(deployments, rows):
+    """TensorRT-LLM's H200 8k/1k recipes run prefill at TP 8 without attention DP, ``max_num_tokens: 16640`` and
+    ``max_batch_size: 2``; the sweep of 2026-02-14 states DP 8 for the same deployment (1 prefill and 1 decode
+    worker at 128 clients) that the sweep of 2026-03-23 states as TP 8, and both measured 7.7 s."""
+    february, march = disaggregated(rows, "cfg291").iloc[0], disaggregated(rows, "cfg675").iloc[0]
+    assert (int(february["prefill_attention_dp_size"]), int(march["prefill_attention_dp_size"])) == (8, 1)
+    pools = [deployments.plan_for(row).pools[0] for row in (february, march)]
+    assert pools[0] == pools[1]
+    assert (pools[0].tp, pools[0].dp, pools[0].ep) == (8, 1, 8)
+    assert (pools[0].max_prefill_batch_tokens, pools[0].max_running_requests) == (16640, 2)
+
+
+def test_sglang_recipes_with_attention_dp_give_each_rank_the_chunk_and_requests_over_the_ranks(deployments, rows):
+    """GB200 FP8 1k/1k max throughput: ``--dp-size 8 --chunked-prefill-size 131072 --max-running-requests 30000``
+    and SGLang's default ``--max-prefill-tokens`` 16,384 (per rank, not divided)."""
+    row = disaggregated(rows, "cfg523").iloc[0]
+    pool = deployments.plan_for(row).pools[0]
+    assert (pool.tp, pool.dp, pool.ep, pool.rank_router) == (1, 8, 8, "bootstrap-room")
+    assert (pool.max_prefill_batch_tokens, pool.max_running_requests) == (min(131072 // 8, 16384), 30000 // 8)
+
+
+def test_two_recipes_of_one_deployment_and_concurrency_are_told_apart_by_the_rows_prefill(deployments, rows):
+    """B200 FP4 8k/1k, one prefill and one TP decode worker at 64 clients: the TP 4 recipe and the DEP 4 one."""
+    tp4, dep4 = disaggregated(rows, "cfg535"), disaggregated(rows, "cfg530")
+    tp4, dep4 = tp4[tp4["concurrency"] == 64].iloc[0], dep4[dep4["concurrency"] == 64].iloc[0]
+    assert deployments.prefill_recipe(tp4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-tp4-1p")
+    assert deployments.prefill_recipe(dep4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-dep4-1p")
+    assert deployments.prefill_recipe(dep4).coordinates == {"tp": 1, "dp": 4, "ep": 4}
+
+
+def test_rows_of_a_sweep_before_the_recipes_keep_their_coordinates_and_the_engines_batch(deployments, rows):
+    """The GB200 SGLang sweep of 2025-12-21 predates the recipes' history (2026-01-27 on)."""
+    row = disaggregated(rows, "cfg253").iloc[0]
+    assert deployments.prefill_recipe(row) is None
+    pool = deployments.plan_for(row).pools[0]
+    assert (pool.tp, pool.dp, pool.ep) == (1, 8, 1)
+    assert (pool.max_prefill_batch_tokens, pool.max_running_requests) == (8192, None)
+
+
+def test_every_recipe_the_table_holds_is_one_some_row_ran(deployments, rows):
+    ran = {deployments.prefill_recipe(row) for _, row in rows[rows["mode"] == "disagg"].iterrows()}
+    assert set(deployments.DISAGG_RECIPES) <= ran
+
+
+def test_a_prompt_budget_beyond_the_profiles_batches_is_held_to_them(validation):
+    from types import SimpleNamespace
+
+    from pdplan.sim.plan import Plan, Pool
+    prefill = Pool(name="p", phase="prefill", model="deepseek-v3", gpu="h200-141gb", tp=8,
+                   max_prefill_batch_tokens=163840)
+    decode = Pool(name="d", phase="decode", model="deepseek-v3", gpu="h200-141gb", tp=8, dp=1)
+    profiles = {prefill.shape: SimpleNamespace(max_prefill_batch_tokens=98304)}
+    held = validation.within_profiles(Plan(pools=(prefill, decode)), profiles)
+    assert [pool.max_prefill_batch_tokens for pool in held.pools] == [98304, None]
