@@ -636,8 +636,10 @@ def probe_vllm_serve(args: list[str]) -> str:
     if "--kv-transfer-config" in args:
         config = KVTransferConfig(**json.loads(args[args.index("--kv-transfer-config") + 1]))
         kv = f", {config.kv_connector} {config.kv_role}"
+    budget = "" if engine.max_num_batched_tokens is None else \
+        f", prompt tokens per rank's step {engine.max_num_batched_tokens}"
     return (f"TP{engine.tensor_parallel_size} PP{engine.pipeline_parallel_size}{vllm_parallel(engine, parsed)}{kv}, "
-            f"{vllm_precision(engine)}")
+            f"{vllm_precision(engine)}{budget}")
 
 
 def vllm_parallel(engine, parsed) -> str:

@@ -252,6 +252,22 @@ def test_vllm_prefill_worker_node_runs_headless_from_its_start_rank(wide, tmp_pa
     assert "--enable-expert-parallel" in worker
 
 
+def test_vllm_runs_each_prefill_rank_at_the_prompt_budget_it_was_verified_with(wide, tmp_path):
+    """vLLM's API server would take 8,192 tokens a step on an H200 (vllm/engine/arg_utils.py); each DP rank's
+    engine core takes --max-num-batched-tokens whole, so it states the profile's 16,384, not times DP."""
+    wide["pools"][0]["profile"] = {"source": "composed", "method": "nnls", "fallback": None,
+                                   "max_prefill_batch_tokens": 16384}
+    files = export_manifest(wide, "vllm")
+    for rank in ("0", "1"):
+        assert _value(_command(tmp_path, files["vllm/prefill-0.sh"], rank), "--max-num-batched-tokens") == "16384"
+    assert "--max-num-batched-tokens" not in _command(tmp_path, files["vllm/decode-0.sh"])
+
+
+def test_vllm_prefill_pool_without_a_recorded_budget_keeps_vllms_default(wide, tmp_path):
+    command = _command(tmp_path, export_manifest(wide, "vllm")["vllm/prefill-0.sh"], "0")
+    assert "--max-num-batched-tokens" not in command
+
+
 def test_vllm_places_redundant_experts_through_eplb(wide, tmp_path):
     command = _command(tmp_path, export_manifest(wide, "vllm")["vllm/prefill-0.sh"], "0")
     assert "--enable-eplb" in command

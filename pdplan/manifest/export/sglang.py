@@ -118,17 +118,14 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
 
 
 def prompt_budget_args(pool: dict) -> list[str]:
-    """The prompt tokens each rank of the pool takes per iteration, as pdplan verified them, in SGLang 0.5.23's
-    flags: ``--chunked-prefill-size``, the chunk of a chunked pool, and of a prefill pool its batch cap (the
-    pool's, else the one its profile ran, recorded as ``profile.max_prefill_batch_tokens``: SGLang's own
-    default is 8,192 on an H200 and 16,384 on a B200, arg_groups/memory_hook.py); and ``--max-prefill-tokens``,
-    that cap. With attention DP SGLang hands each rank ``chunked_prefill_size // attn_dp_size``
-    (arg_groups/parallel_hook.py ``_handle_data_parallelism``), so the flag states the rank's chunk times DP;
-    ``--max-prefill-tokens`` is each rank's scheduler's own budget (its PrefillAdder) and is not divided. A
-    manifest written before the cap was recorded starts a prefill pool with SGLang's defaults, as before."""
-    scheduling = pool.get("scheduling") or {}
-    cap = scheduling.get("max_prefill_batch_tokens") or (pool.get("profile") or {}).get("max_prefill_batch_tokens")
-    chunk = scheduling.get("chunk_tokens") or (cap if pool["phase"] == "prefill" else None)
+    """The prompt tokens each rank of the pool takes per iteration, as pdplan verified them
+    (:func:`common.prompt_budget`), in SGLang 0.5.23's flags: ``--chunked-prefill-size``, the chunk (SGLang's
+    own default is 8,192 on an H200 and 16,384 on a B200, arg_groups/memory_hook.py), and
+    ``--max-prefill-tokens``, the cap. With attention DP SGLang hands each rank
+    ``chunked_prefill_size // attn_dp_size`` (arg_groups/parallel_hook.py ``_handle_data_parallelism``), so the
+    flag states the rank's chunk times DP; ``--max-prefill-tokens`` is each rank's scheduler's own budget (its
+    PrefillAdder) and is not divided."""
+    chunk, cap = common.prompt_budget(pool)
     args = ["--chunked-prefill-size", str(chunk * common.parallel(pool).dp)] if chunk else []
     return args + (["--max-prefill-tokens", str(cap)] if cap else [])
 

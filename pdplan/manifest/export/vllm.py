@@ -77,14 +77,12 @@ TIER_OPTIONS = {"host": "vLLM's --kv-offloading-size (native CPU offloading), be
 
 def engine_args(manifest: dict, pool: dict) -> list[str]:
     """vLLM arguments that follow from the plan and the pool: the checkpoint's revision and remote code, precision,
-    parallelism, memory, chunking, a prefix cache the plan turns off, KV transfer, speculative decoding and the
+    parallelism, memory, the prompt budget, a prefix cache the plan turns off, KV transfer, speculative decoding and the
     MoE kernels the plan was timed with."""
     args = [*common.checkpoint_args(manifest), *parallel_args(manifest, pool),
             "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
             *common.precision_args(manifest, "vLLM", KV_CACHE_DTYPES, LOAD_QUANTIZATION)]
-    chunk = (pool.get("scheduling") or {}).get("chunk_tokens")
-    if chunk:
-        args += ["--max-num-batched-tokens", str(chunk)]
+    args += prompt_budget_args(pool)
     if common.prefix_cache_off(pool):
         args.append(NO_PREFIX_CACHING)
     kv = common.kv_transfer_config(manifest, pool)
@@ -94,6 +92,19 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
     if drafting is not None:
         args += ["--speculative-config", common.compact_json(drafting)]
     return args + kernel_args(manifest)
+
+
+def prompt_budget_args(pool: dict) -> list[str]:
+    """The prompt tokens each rank of the pool takes per iteration, as pdplan verified them
+    (:func:`common.prompt_budget`: a chunked pool's chunk, a prefill pool's batch cap), as vLLM 0.33.0's
+    ``--max-num-batched-tokens``. vLLM's own default for its API server is 16,384 on GPUs of 160 GiB and more,
+    8,192 from 70 GiB (not an A100) and 2,048 below (vllm/engine/arg_utils.py ``_set_default_args``), so a
+    prefill pool verified at a 16,384-token cap would otherwise run in smaller steps. Each DP rank's engine core
+    takes the budget whole. vLLM sizes its activation memory for it in its profiling run, out of the KV pool,
+    which pdplan's memory plan leaves to the 1 − utilization margin. A manifest written before the cap was
+    recorded starts a prefill pool with vLLM's default, as before."""
+    chunk, _ = common.prompt_budget(pool)
+    return ["--max-num-batched-tokens", str(chunk)] if chunk else []
 
 
 def parallel_args(manifest: dict, pool: dict) -> list[str]:
