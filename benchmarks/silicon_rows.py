@@ -529,7 +529,7 @@ def prefill_recipe(row) -> PrefillRecipe | None:
     The recipe's coordinates stand where the row's differ: the export states some sweeps' prefill coordinates
     unlike the recipe it names (TensorRT-LLM's H200 sweep of 2026-02-14, its B200 sweep of 2026-02-12), and
     those rows measured what the later sweep, whose coordinates agree, measured at the same recipe and concurrency
-    (the 8k-token rows within 3%, the 1k-token ones within 19%)."""
+    (the 8k-token rows within 3%, the 1k-token ones within 23%)."""
     if row["harness"] not in INFERENCEMAX or row["mode"] != "disagg" or not row["measured"]:
         return None
     deployment = (row["backend"], row["gpu"], row["dtype"], int(row["isl"]), int(row["osl"]),
@@ -542,6 +542,18 @@ def prefill_recipe(row) -> PrefillRecipe | None:
         own = coordinates(row, "prefill")
         found = [recipe for recipe in found if recipe.coordinates == own]
     return found[0] if len(found) == 1 else None
+
+
+def recipe_coverage(rows: pd.DataFrame) -> str:
+    """How many of the disaggregated rows replay their recipe's prefill workers, at how many of them the
+    recipe's coordinates are not the export's, and what the rest replay."""
+    disaggregated = rows[rows["mode"] == "disagg"]
+    found = [(prefill_recipe(row), coordinates(row, "prefill")) for _, row in disaggregated.iterrows()]
+    known = [(recipe, own) for recipe, own in found if recipe is not None]
+    moved = sum(recipe.coordinates != own for recipe, own in known)
+    return (f"{len(known)} of {len(found)} disaggregated rows replay the prefill workers their srt-slurm recipe "
+            f"started ({moved} at coordinates the export states otherwise); the other {len(found) - len(known)} "
+            f"the export's coordinates with the engine's default batch")
 
 
 def coordinates(row, phase: str) -> dict:

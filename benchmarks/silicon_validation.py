@@ -36,7 +36,16 @@ from functools import cache
 
 import numpy as np
 import pandas as pd
-from silicon_rows import MOE, moe_activations, plan_for, requests, row_model, speculative, supported_rows
+from silicon_rows import (
+    MOE,
+    moe_activations,
+    plan_for,
+    recipe_coverage,
+    requests,
+    row_model,
+    speculative,
+    supported_rows,
+)
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
@@ -244,6 +253,8 @@ def main(argv: list[str]) -> int:
     if args.rows:
         rows = rows.head(args.rows)
     print(f"{len(rows)} supported rows of silicon_sample.csv (aiconfigurator-core {tables.package_version()})")
+    if (rows["mode"] == "disagg").any():
+        print(recipe_coverage(rows))
     records, skipped = [], {}
     for kind in args.profiles.split(","):
         for _, row in rows.iterrows():

@@ -243,3 +243,10 @@ def test_a_prompt_budget_beyond_the_profiles_batches_is_held_to_them(validation)
     profiles = {prefill.shape: SimpleNamespace(max_prefill_batch_tokens=98304)}
     held = validation.within_profiles(Plan(pools=(prefill, decode)), profiles)
     assert [pool.max_prefill_batch_tokens for pool in held.pools] == [98304, None]
+
+
+def test_the_report_counts_the_rows_their_recipe_replays_and_those_it_moved(deployments, rows):
+    twins = rows[rows["id"].str.endswith(("_cfg291", "_cfg675", "_cfg253"))]
+    assert deployments.recipe_coverage(twins).startswith(
+        f"2 of {len(twins)} disaggregated rows replay the prefill workers their srt-slurm recipe started "
+        "(1 at coordinates the export states otherwise)")
