@@ -40,6 +40,7 @@ from silicon_rows import (
     MOE,
     moe_activations,
     plan_for,
+    prefill_recipe,
     recipe_coverage,
     requests,
     row_model,
@@ -229,7 +230,8 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--profiles", default=",".join(KINDS))
     parser.add_argument("--rows", type=int, default=None, help="validate only the first N supported rows")
-    parser.add_argument("--csv", default=None, help="write every replayed row here")
+    parser.add_argument("--csv", default=None,
+                        help="write every replayed row here, with the srt-slurm recipe its prefill workers ran")
     parser.add_argument("--accuracy-out", default=None,
                         help="write each replayed row's signed errors here, the file pdplan ships as "
                              "pdplan/data/silicon_accuracy.json (pdplan.latency.accuracy)")
@@ -267,7 +269,8 @@ def main(argv: list[str]) -> int:
                                                     "concurrency", "harness")},
                             "kind": kind, "ttft_ms": np.nanmean(ttft) * 1e3, "tpot_ms": np.nanmean(tpot) * 1e3,
                             "ttft_median_ms": np.nanmedian(ttft) * 1e3,
-                            "silicon_ttft_ms": row["silicon_ttft_ms"], "silicon_tpot_ms": row["silicon_tpot_ms"]})
+                            "silicon_ttft_ms": row["silicon_ttft_ms"], "silicon_tpot_ms": row["silicon_tpot_ms"],
+                            "prefill_recipe": getattr(prefill_recipe(row), "recipe", "")})
     if not records:
         print_skipped(skipped)
         print("no row could be replayed")
