@@ -19,7 +19,7 @@ from pdplan.errors import PdplanError
 from pdplan.fileio import atomic_write_text, dump_yaml
 from pdplan.goodput import SearchSettings, instance_goodput
 from pdplan.planner.measure import goodput_key_parts
-from pdplan.sim import Plan, simulate
+from pdplan.sim import Plan, simulate, simulate_pool
 from pdplan.sim.planfile import load_plan, plan_to_dict
 from pdplan.slo import slo_from_flags
 from pdplan.vocabulary import RankRouter
@@ -116,6 +116,17 @@ def test_compiled_engine_matches_the_oracle_when_prefill_ranks_follow_the_room(s
 def test_routing_by_room_on_a_pool_without_prefill_ranks_is_refused_naming_its_field(phase, dp):
     with pytest.raises(PdplanError, match="prefill pools with attention data parallelism") as refused:
         pool("p", phase, dp=dp, rank_router=RankRouter.BOOTSTRAP_ROOM)
+    assert refused.value.field == "rank_router"
+
+
+@pytest.mark.parametrize(("phase", "ranks"), [("prefill", 1), ("decode", RANKS)])
+def test_one_pool_alone_refuses_routing_by_room_without_prefill_ranks_as_a_plan_does(phase, ranks):
+    """simulate_pool, as goodput probes one instance, holds the rank router to the plan's rule."""
+    alone = wide(profile("a100-80gb", prefill_ms=[(1, [[10.0, 0.1, 0.0]])], cap=8192), ranks) if ranks > 1 \
+        else profile("a100-80gb")
+    workload = {"arrival_s": np.zeros(2), "prompt_tokens": np.full(2, 100), "output_tokens": np.full(2, 2)}
+    with pytest.raises(PdplanError, match="prefill pools with attention data parallelism") as refused:
+        simulate_pool(workload, alone, phase=phase, rank_router=RankRouter.BOOTSTRAP_ROOM)
     assert refused.value.field == "rank_router"
 
 

@@ -63,7 +63,6 @@ def goodput_key_parts(workload: Workload, profile: PhaseProfile, *, phase: str, 
             **({} if rank_router == RankRouter.SHORTEST_QUEUE else {"rank_router": str(rank_router)})}
 
 
-
 def cached_instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
                             settings: SearchSettings, seed: int, policy: str | None, chunk_tokens: int | None,
                             admission_share: float, cache: ResultCache,

@@ -18,7 +18,15 @@ from pdplan.errors import PdplanError
 from pdplan.latency.profile import PhaseProfile
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
-from pdplan.sim.plan import CacheTier, Plan, batch_wait_tokens, lends, receiving_phases, resolve_pools
+from pdplan.sim.plan import (
+    CacheTier,
+    Plan,
+    batch_wait_tokens,
+    lends,
+    rank_router_rejection,
+    receiving_phases,
+    resolve_pools,
+)
 from pdplan.vocabulary import RankRouter, Router
 from pdplan.workload import rescaled_arrivals
 
@@ -279,14 +287,16 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
                           field="max_prefill_batch_tokens")
     if replicas < 1:
         raise PdplanError(f"replicas must be >= 1, got {replicas}", field="replicas")
+    wrong = rank_router_rejection(rank_router, phase, profile.dp)
+    if wrong is not None:
+        raise PdplanError(wrong, field="rank_router")
     return Layout(mode="colocated" if phase == "colocated" else phase,
                   labels=tuple(f"{phase}/{i}" for i in range(replicas)), phases=(phase,) * replicas,
                   profiles=(profile,) * replicas, pool_slot=(0,) * replicas, policy=(policy,) * replicas,
                   chunk_tokens=(chunk_tokens or 0,) * replicas,
                   cache_blocks=(None if prefix_cache and phase != "decode" else 0,) * replicas,
                   batch_tokens=(cap,) * replicas, link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)),
-                  router=router, room_ranks=(True,) * replicas if phase == "prefill" and profile.dp > 1
-                  and rank_router == RankRouter.BOOTSTRAP_ROOM else ())
+                  router=router, room_ranks=(True,) * replicas if rank_router == RankRouter.BOOTSTRAP_ROOM else ())
 
 
 def router_notice(layout: Layout, requests: Requests) -> str | None:

@@ -48,6 +48,16 @@ SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
 ROUTERS = tuple(Router)
 RANK_ROUTERS = tuple(RankRouter)
+
+
+def rank_router_rejection(rank_router: str, phase: str, dp: int) -> str | None:
+    """Why ``rank_router`` cannot place the prompts of an instance of ``phase`` with ``dp`` attention-DP ranks
+    (only a prefill instance with ranks routes otherwise than by load); None when it can."""
+    if rank_router not in RANK_ROUTERS:
+        return f"rank_router must be one of {', '.join(RANK_ROUTERS)}"
+    if rank_router != RankRouter.SHORTEST_QUEUE and (phase != "prefill" or dp < 2):
+        return "rank_router applies to prefill pools with attention data parallelism (dp above 1)"
+    return None
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
@@ -189,11 +199,9 @@ class Pool(InstanceShape):
             self._check_batch_wait(fail)
         if (self.attention_dp_timeout_iters, self.attention_dp_batching_wait_iters) != (None, None):
             self._check_adp_balance(fail)
-        if self.rank_router not in RANK_ROUTERS:
-            raise fail("rank_router", f"rank_router must be one of {', '.join(RANK_ROUTERS)}")
-        if self.rank_router != RankRouter.SHORTEST_QUEUE and (self.phase != "prefill" or self.dp < 2):
-            raise fail("rank_router", "rank_router applies to prefill pools with attention data parallelism (dp above "
-                                      "1)")
+        wrong = rank_router_rejection(self.rank_router, self.phase, self.dp)
+        if wrong is not None:
+            raise fail("rank_router", wrong)
 
     def _check_batch_wait(self, fail) -> None:
         iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio
