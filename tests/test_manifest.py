@@ -76,15 +76,15 @@ def test_a_prefill_pool_records_the_prompt_budget_its_verification_ran_and_no_ot
     from dataclasses import replace
 
     from pdplan.latency.profile import shipped_profiles
-    from pdplan.manifest.build import prompt_budget
+    from pdplan.manifest.build import recorded_prompt_budget
     from pdplan.sim import Pool
 
     profile = shipped_profiles()[("llama2-70b", "a100-80gb", 2, 1)]
     prefill = Pool(name="p", phase="prefill", model="llama2-70b", gpu="a100-80gb", tp=2)
-    assert prompt_budget(prefill, profile) == {"max_prefill_batch_tokens": profile.max_prefill_batch_tokens}
-    assert prompt_budget(replace(prefill, max_prefill_batch_tokens=4096), profile) == \
+    assert recorded_prompt_budget(prefill, profile) == {"max_prefill_batch_tokens": profile.max_prefill_batch_tokens}
+    assert recorded_prompt_budget(replace(prefill, max_prefill_batch_tokens=4096), profile) == \
         {"max_prefill_batch_tokens": 4096}
-    assert prompt_budget(replace(prefill, phase="decode"), profile) == {}
+    assert recorded_prompt_budget(replace(prefill, phase="decode"), profile) == {}
     pd = load(manifests["disaggregated"])
     assert all(("max_prefill_batch_tokens" in pool["profile"]) == (pool["phase"] == "prefill")
                for pool in pd["pools"])

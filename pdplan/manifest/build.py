@@ -212,14 +212,14 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
                        "weights_gib_per_gpu": weights / GIB, "kv_capacity_tokens_per_instance": kv_tokens,
                        "kv_heads_per_gpu": kv_heads_per_gpu(model, pool.tp)},
             "profile": {"source": fact["profile"], "method": fact["profile_method"],
-                        "fallback": fact["profile_fallback"], **prompt_budget(pool, profile),
+                        "fallback": fact["profile_fallback"], **recorded_prompt_budget(pool, profile),
                         # only where the source was replayed against measured deployments like the pool
                         **({} if fact["profile_accuracy"] is None else {"accuracy": fact["profile_accuracy"]})},
         })
     return found
 
 
-def prompt_budget(pool, profile) -> dict:
+def recorded_prompt_budget(pool, profile) -> dict:
     """A prefill pool's prompt tokens per batch of one rank, as its verification ran (the pool's cap, else its
     profile's): the exports start the engine with it (an engine's own default may be smaller, and SGLang
     divides its chunk among attention-DP ranks). Empty for the other pools."""

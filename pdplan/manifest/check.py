@@ -117,7 +117,7 @@ def _pools(manifest: dict) -> list[Violation]:
 
 
 def _prompt_budget_violations(where: str, pool: dict) -> list[Violation]:
-    """The prompt budget a pool's verification ran (:func:`pdplan.manifest.build.prompt_budget`): recorded on
+    """The prompt budget a pool's verification ran (:func:`pdplan.manifest.build.recorded_prompt_budget`): recorded on
     prefill pools only, and the pool's own cap when it states one."""
     recorded = pool["profile"].get("max_prefill_batch_tokens")
     if recorded is None:
