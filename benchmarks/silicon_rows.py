@@ -38,8 +38,12 @@ Stated assumptions, the same for every row:
   AIConfigurator measured in SGLang's table;
 * operator tables — the newest measured for the engine on that GPU (the row's engine version
   may be older; the table's is printed);
+* TensorRT-LLM's MoE backend — InferenceMAX's DeepSeek-R1 FP8 recipes on B200 set ``moe_config.backend``
+  (``moe_backend``): DEEPGEMM, timed by TensorRT-LLM's own MoE table, or TRTLLM, the trtllm-gen kernel
+  AIConfigurator measured in SGLang's table (``TRT_MOE_KERNELS``); every other row's routed experts take the
+  fastest kernel measured at each point;
 * disaggregated InferenceMAX rows' prefill workers — as the srt-slurm recipe that started them
-  (``DISAGG_RECIPES``: the recipe of the row's engine, GPU, precision, lengths, worker counts, decode
+  (``srt_slurm.DISAGG_RECIPES``: the recipe of the row's engine, GPU, precision, lengths, worker counts, decode
   attention DP, concurrency and sweep date) sets them: its coordinates, which stand where the export states
   others (:func:`prefill_recipe`), and what one rank batches: TensorRT-LLM's ``max_num_tokens`` and
   ``max_batch_size``; SGLang's ``--chunked-prefill-size`` and ``--max-running-requests`` over the DP ranks, and
@@ -49,9 +53,11 @@ Stated assumptions, the same for every row:
   recipes' history, 2026-01-27; AIConfigurator's own runs) run at the row's coordinates with the engine's
   default batch (``SCHEDULING``);
 * disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
-  per transfer, streamed per layer; SGLang's prefill workers with attention DP put each prompt on the rank
-  its random bootstrap room names (``rank_router``: ``bootstrap-room``, :func:`pdplan.engines.rank_router`),
-  every other worker on the rank with the fewest outstanding requests;
+  per transfer, once the prompt's prefill ends, as the engines send it (SGLang each chunk after its forward,
+  ``send_kv_chunk``; TensorRT-LLM a context request after it completes, its KV-cache transceiver); SGLang's
+  prefill workers with attention DP put each prompt on the rank its random bootstrap room names
+  (``rank_router``: ``bootstrap-room``, :func:`pdplan.engines.rank_router`), every other worker on the rank
+  with the fewest outstanding requests;
 * SGLang's receive interval — InferenceMAX starts DeepSeek-R1 on B200 under SGLang with
   ``--scheduler-recv-interval`` 10 below 16 clients and 30 from 16 (fp8 at TP 4: always 10), so the
   scheduler takes in new requests only every N-th decode step (its ``dsr1_fp4_b200.sh`` and
@@ -83,10 +89,11 @@ from __future__ import annotations
 
 import re
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import numpy as np
 import pandas as pd
+import srt_slurm
 
 from pdplan.engines import rank_router
 from pdplan.latency.compose import tables
@@ -153,24 +160,19 @@ GPT_OSS_VLLM_B200_FP8_KV = "2025-12-05"
 #: 28e5a01ea, #27).
 ADP_BALANCE_RECIPES = {"deepseek-r1": (60, 0, "2025-09-18"), "deepseek-v3": (60, 0, "2025-09-18"),
                        "gpt-oss-120b": (50, 10, "2025-09-19")}
+#: The MoE table's kernel that times each TensorRT-LLM MoE backend (``moe_config.backend``) of DeepSeek-R1 FP8's
+#: block-scaled experts: DEEPGEMM its own table's, TRTLLM the trtllm-gen kernel SGLang's table measured
+#: (:data:`pdplan.latency.compose.moe.KERNEL_MEASURED_BY`).
+TRT_MOE_KERNELS = {"DEEPGEMM": "deepgemm", "TRTLLM": "sglang_flashinfer_trtllm_moe"}
+#: The sweep from which InferenceMAX's DeepSeek-R1 FP8 TensorRT-LLM recipe on B200 runs TRTLLM instead of DEEPGEMM,
+#: by whether it is the MTP one: ``dsr1_fp8_b200_trt.sh`` from ec7bafaae (#594), keeping DEEPGEMM at 1k/8k from 256
+#: clients; ``dsr1_fp8_b200_trt_mtp.sh`` from 5d517074c (#632), keeping DEEPGEMM with attention DP.
+TRT_MOE_SWITCH = {False: "2026-01-29", True: "2026-02-05"}
 
 #: InferenceMAX recipes that feed MXFP4 experts MXFP8 activations where their engine's default is BF16, with the
 #: UTC date of the merge that made them: vLLM's gpt-oss on B200 exports ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``
 #: (``gptoss_fp4_b200_docker.sh``, 5e92867f4, #48, kept until the model left the sweep).
 MXFP8_RECIPES = {("vllm", "b200-180gb", "gpt-oss-120b"): "2025-09-24"}
-#: NVIDIA/srt-slurm, whose recipes InferenceMAX's disaggregated runs start: 5063eb43 (2026-03-03) merged the
-#: sa-submission-q1-2026 branch its February and March sweeps ran. What pdplan reads in a recipe (parallel sizes,
-#: batch budgets, worker counts, concurrencies) reads the same there as in the branch's GB200 and H200 SGLang
-#: recipes of 2026-02-05, before the sweeps of 2026-02-07 to 02-11 (only container names and model paths
-#: differ), and in its TensorRT-LLM H200 recipes of 75f6e32a (2026-01-27); its B200 recipes first reach the main
-#: branch in the merge. SGLang's B200 FP8 recipes were rewritten on 2026-03-12 (9fe6c373 to 603fb034), before the
-#: sweep of 2026-03-18 that ran them.
-SRT_SLURM, SRT_SLURM_MARCH = "5063eb43", "603fb034"
-#: the sweeps a recipe of 5063eb43 stands for: from the history's first commit (75f6e32a) until the branch was
-#: merged again (4a22a181), after which recipes may read otherwise; SGLang's B200 FP8 ones until their rewrite
-SWEEPS, B200_FP8_REWRITE = ("2026-01-27", "2026-03-25"), "2026-03-12"
-#: SGLang's ``--max-prefill-tokens`` when a recipe passes none (``ServerArgs.max_prefill_tokens``)
-SGLANG_MAX_PREFILL_TOKENS = 16384
 
 
 def supported_rows(path) -> pd.DataFrame:
@@ -269,7 +271,7 @@ def plan_for(row) -> Plan:
                                 max_running_requests=mtp_batch_size(row), **adp_balance(row)),))
     return Plan(pools=(prefill_pool(row, model), Pool(
         name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
-        replicas=_int(row["decode_num_workers"]))), default_link=LINK, transfer_schedule="layer")
+        replicas=_int(row["decode_num_workers"]))), default_link=LINK, transfer_schedule="request")
 
 
 def prefill_pool(row, model: str) -> Pool:
@@ -377,6 +379,25 @@ def moe_activations(row) -> MoeActivations | None:
     return MoeActivations.MXFP8
 
 
+def moe_backend(row) -> str | None:
+    """The MoE backend InferenceMAX's recipe ran DeepSeek-R1 FP8 with under TensorRT-LLM on B200
+    (``TRT_MOE_SWITCH``; every disaggregated recipe of ``srt_slurm.DISAGG_RECIPES`` runs TRTLLM on both phases);
+    None for every other row, whose experts are timed by the fastest kernel measured at each point."""
+    engine = (row["backend"], row["gpu"], row["dtype"])
+    if not (row["harness"] in INFERENCEMAX and engine == ("trtllm", "b200-180gb", "fp8") and row["model"] in DEEPSEEK
+            and row["measured"]):
+        return None
+    if row["mode"] == "disagg":
+        return "TRTLLM" if prefill_recipe(row) is not None else None
+    mtp = speculative(row) is not None
+    if row["measured"] < TRT_MOE_SWITCH[mtp]:
+        return "DEEPGEMM"
+    if mtp:
+        return "DEEPGEMM" if row["mode"] == "agg-dp" else "TRTLLM"
+    long_outputs = (int(row["isl"]), int(row["osl"])) == (1024, 8192) and int(row["concurrency"]) >= 256
+    return "DEEPGEMM" if long_outputs else "TRTLLM"
+
+
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:
     """The engine, GPU, precision and UTC date of the InferenceMAX sweep that measured a DeepSeek row
     (the keys of ``MTP_SWEEPS`` and ``MIXED_SWEEPS``); None for any other row."""
@@ -395,135 +416,9 @@ def speculative(row) -> SpeculativeDecoding | None:
                                draft_tokens=drafts).resolved(row_model(row).layers)
 
 
-@dataclass(frozen=True)
-class PrefillRecipe:
-    """The prefill workers of one disaggregated InferenceMAX deployment as its srt-slurm recipe starts them
-    (module docstring): the deployment it belongs to and the concurrencies its benchmark ran, the prefill
-    worker's coordinates (attention TP per DP rank, DP ranks, EP) and what one rank batches: at most
-    ``batch_tokens`` prompt tokens and ``batch_prompts`` prompts."""
-
-    recipe: str                         #: srt-slurm path @ commit
-    sweeps: tuple[str, str]             #: the UTC dates of the sweeps that ran it: from, until (exclusive)
-    deployment: tuple                   #: (engine, GPU, precision, ISL, OSL, prefill workers, decode workers,
-    #: decode with attention DP)
-    concurrencies: tuple[int, ...]
-    tp: int
-    dp: int
-    ep: int
-    batch_tokens: int
-    batch_prompts: int
-
-    @property
-    def coordinates(self) -> dict:
-        return {"tp": self.tp, "dp": self.dp, "ep": self.ep}
-
-
-def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_decode: bool,
-            concurrencies: tuple[int, ...], *, attention_dp: bool, ep: int, max_num_tokens: int,
-            max_batch_size: int) -> PrefillRecipe:
-    """A TensorRT-LLM prefill worker of ``tensor_parallel_size`` 8 (every recipe's): with
-    ``enable_attention_dp`` eight ranks of attention TP 1; ``max_num_tokens`` and ``max_batch_size`` are
-    each rank's, and ``enable_chunked_prefill`` is off in every one, so a context runs whole."""
-    tp, dp = (1, 8) if attention_dp else (8, 1)
-    return PrefillRecipe(recipe=f"recipes/trtllm/{recipe} @ {SRT_SLURM}", sweeps=SWEEPS,
-                         deployment=("trtllm", gpu, "fp8", isl, 1024, *workers, wide_decode),
-                         concurrencies=concurrencies, tp=tp, dp=dp, ep=ep, batch_tokens=max_num_tokens,
-                         batch_prompts=max_batch_size)
-
-
-def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int], wide_decode: bool,
-            concurrencies: tuple[int, ...], *, tp: int, dp: int = 1, ep: int = 1, chunk: int,
-            max_prefill: int = SGLANG_MAX_PREFILL_TOKENS, running: int, commit: str = SRT_SLURM,
-            sweeps: tuple[str, str] = SWEEPS) -> PrefillRecipe:
-    """An SGLang prefill server of ``--tp`` ``tp`` and ``--dp`` ``dp`` (with ``--enable-dp-attention``):
-    each DP rank's prefill batch holds whole prompts up to ``--chunked-prefill-size`` over DP and up to
-    ``--max-prefill-tokens`` (not divided), and ``--max-running-requests`` over DP prompts (SGLang's
-    ``_handle_data_parallelism``, ``PrefillAdder``, ``pool_configurator``)."""
-    return PrefillRecipe(recipe=f"recipes/{recipe} @ {commit}", sweeps=sweeps,
-                         deployment=("sglang", gpu, dtype, isl, 1024, *workers, wide_decode),
-                         concurrencies=concurrencies, tp=tp // dp, dp=dp, ep=ep,
-                         batch_tokens=min(chunk // dp, max_prefill), batch_prompts=max(1, running // dp))
-
-
-H200, B200, GB200 = "h200-141gb", "b200-180gb", "gb200-185gb"
-#: the prefill settings every TensorRT-LLM recipe of one folder shares
-_H200_1K = {"attention_dp": True, "ep": 8, "max_num_tokens": 8192, "max_batch_size": 8}
-_H200_8K = {"attention_dp": False, "ep": 8, "max_num_tokens": 16640, "max_batch_size": 2}
-_B200_8K = {"attention_dp": True, "ep": 1, "max_num_tokens": 8320, "max_batch_size": 1}
-_B200_FP8_FEBRUARY = {"chunk": 32768, "max_prefill": 32768, "sweeps": (SWEEPS[0], B200_FP8_REWRITE)}
-_B200_FP8_MARCH = {"tp": 8, "dp": 8, "chunk": 65536, "max_prefill": 8192, "running": 8, "commit": SRT_SLURM_MARCH,
-                   "sweeps": (B200_FP8_REWRITE, SWEEPS[1])}
-#: The disaggregated deployments of silicon_sample.csv's InferenceMAX rows, read in their srt-slurm recipes
-#: (module docstring). A TensorRT-LLM recipe names its deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>``.
-DISAGG_RECIPES = (
-    _trtllm("h200/1k1k/stp/c{4,8,16,32,64}_ctx1_gen9_tep8_*.yaml", H200, 1024, (1, 9), False,
-            (36, 72, 144, 288, 576), **_H200_1K),
-    _trtllm("h200/1k1k/stp/c128_ctx1_gen9_dep8_batch512_eplb0_mtp0.yaml", H200, 1024, (1, 9), True, (1152,),
-            **_H200_1K),
-    _trtllm("h200/1k1k/stp/c256_ctx1_gen6_dep8_batch512_eplb0_mtp0.yaml", H200, 1024, (1, 6), True, (1536,),
-            **_H200_1K),
-    _trtllm("h200/1k1k/stp/c512_ctx2_gen7_dep8_batch512_eplb0_mtp0.yaml", H200, 1024, (2, 7), True, (3584,),
-            **_H200_1K),
-    _trtllm("h200/8k1k/stp/c{1,4}_ctx1_gen7_tep8_*.yaml", H200, 8192, (1, 7), False, (9, 28), **_H200_8K),
-    _trtllm("h200/8k1k/stp/c8_ctx1_gen6_tep8_batch16_eplb0_mtp0.yaml", H200, 8192, (1, 6), False, (48,),
-            **_H200_8K),
-    _trtllm("h200/8k1k/stp/c16_ctx1_gen3_tep8_batch32_eplb0_mtp0.yaml", H200, 8192, (1, 3), False, (48,),
-            **_H200_8K),
-    _trtllm("h200/8k1k/stp/c32_ctx2_gen5_tep8_batch128_eplb0_mtp0.yaml", H200, 8192, (2, 5), False, (160,),
-            **_H200_8K),
-    _trtllm("h200/8k1k/stp/c128_ctx1_gen1_dep8_batch256_eplb0_mtp0.yaml", H200, 8192, (1, 1), True, (128,),
-            **_H200_8K),
-    _trtllm("h200/8k1k/stp/c64_ctx2_gen3_dep8_batch128_eplb0_mtp0.yaml", H200, 8192, (2, 3), True, (192,),
-            **_H200_8K),
-    _trtllm("h200/8k1k/stp/c512_ctx3_gen1_dep8_batch512_eplb0_mtp0.yaml", H200, 8192, (3, 1), True, (512,),
-            **_H200_8K),
-    _trtllm("h200/8k1k/stp/c256_ctx5_gen3_dep8_batch256_eplb0_mtp0.yaml", H200, 8192, (5, 3), True, (768,),
-            **_H200_8K),
-    _trtllm("b200-fp8/8k1k/stp/ctx1_gen4_tp8_batch32_eplb0_mtp0_{32,128}.yaml", B200, 8192, (1, 4), False,
-            (32, 128), **_B200_8K),
-    _trtllm("b200-fp8/8k1k/stp/ctx1_gen6_tp8_batch16_eplb0_mtp0_96.yaml", B200, 8192, (1, 6), False, (96,),
-            **_B200_8K),
-    _trtllm("b200-fp8/8k1k/stp/ctx1_gen1_tp8_batch1_eplb0_mtp0_1.yaml", B200, 8192, (1, 1), False, (1,),
-            attention_dp=False, ep=1, max_num_tokens=8320, max_batch_size=64),
-    _sglang("gb200-fp4/1k1k/low-latency.yaml", GB200, "fp4", 1024, (1, 2), False, (4, 8, 32), tp=4, chunk=8192,
-            running=512),
-    _sglang("gb200-fp8/1k1k/low-latency.yaml", GB200, "fp8", 1024, (1, 1), False, (4, 8), tp=4, chunk=8192,
-            running=512),
-    _sglang("gb200-fp4/8k1k/low-latency.yaml", GB200, "fp4", 8192, (1, 4), False, (4, 8), tp=4, chunk=24576,
-            running=512),
-    _sglang("gb200-fp8/1k1k/ultra-tpt.yaml", GB200, "fp8", 1024, (1, 1), True, (4096,), tp=8, dp=8, ep=8,
-            chunk=131072, running=8192),
-    _sglang("gb200-fp8/1k1k/max-tpt.yaml", GB200, "fp8", 1024, (2, 1), True, (1024, 2048, 4096, 6144), tp=8,
-            dp=8, ep=8, chunk=131072, running=30000),
-    _sglang("gb200-fp8/8k1k/mid-curve.yaml", GB200, "fp8", 8192, (5, 1), True, (512, 1024, 2048, 6144), tp=8,
-            dp=8, ep=8, chunk=131072, running=30000),
-    _sglang("b200-fp4/8k1k/stp/low-latency-tp4-1p-tp8-1d.yaml", B200, "fp4", 8192, (1, 1), False, (4, 8, 16, 64),
-            tp=4, chunk=32768, max_prefill=32768, running=512),
-    _sglang("b200-fp4/8k1k/stp/low-latency-dep4-1p-tep8-1d.yaml", B200, "fp4", 8192, (1, 1), False, (64, 128), tp=4,
-            dp=4, ep=4, chunk=32768, max_prefill=32768, running=512),
-    _sglang("b200-fp8/8k1k/stp/low-latency-tep8-1p1d.yaml", B200, "fp8", 8192, (1, 1), False, (4, 32, 64), tp=8,
-            ep=8, running=512, **_B200_FP8_FEBRUARY),
-    _sglang("b200-fp8/8k1k/stp/low-latency-tep8-1p4d.yaml", B200, "fp8", 8192, (1, 4), False, (64,), tp=8, ep=8,
-            running=512, **_B200_FP8_FEBRUARY),
-    _sglang("b200-fp8/8k1k/stp/max-tpt-dep8-1p1d.yaml", B200, "fp8", 8192, (1, 1), True, (128,), tp=8, dp=8, ep=8,
-            running=1024, **_B200_FP8_FEBRUARY),
-    _sglang("b200-fp8/8k1k/stp/max-tpt-dep8-2p1d.yaml", B200, "fp8", 8192, (2, 1), True, (256,), tp=8, dp=8, ep=8,
-            running=1024, **_B200_FP8_FEBRUARY),
-    _sglang("b200-fp8/1k1k.yaml (stp low latency)", B200, "fp8", 1024, (1, 1), False, (4,), tp=8, ep=8,
-            chunk=32768, max_prefill=32768, running=512, commit=SRT_SLURM_MARCH, sweeps=(B200_FP8_REWRITE, SWEEPS[1])),
-    _sglang("b200-fp8/8k1k.yaml (stp low latency, 4 decode workers)", B200, "fp8", 8192, (1, 4), False, (128,),
-            **_B200_FP8_MARCH),
-    *(_sglang("b200-fp8/8k1k.yaml (stp max throughput)", B200, "fp8", 8192, workers, True, clients,
-              **_B200_FP8_MARCH)
-      for workers, clients in (((1, 2), (288,)), ((1, 1), (160, 288)), ((2, 1), (512,)), ((3, 1), (1024,)))),
-    _sglang("h200/8k1k/bs128-1p1d-dep.yaml", H200, "fp8", 8192, (1, 1), True, (64, 128, 256), tp=8, chunk=163840,
-            max_prefill=163840, running=16),
-)
-
-
-def prefill_recipe(row) -> PrefillRecipe | None:
-    """The recipe of a disaggregated InferenceMAX row's prefill workers (``DISAGG_RECIPES``): the one whose
-    deployment is the row's, whose benchmark ran the row's concurrency, in a sweep of the row's date; of two
+def prefill_recipe(row) -> srt_slurm.PrefillRecipe | None:
+    """The recipe of a disaggregated InferenceMAX row's prefill workers (:func:`srt_slurm.recipe_for`): the one
+    whose deployment is the row's, whose benchmark ran the row's concurrency, in a sweep of the row's date; of two
     such, the one whose prefill coordinates are the row's. None where none is known.
 
     The recipe's coordinates stand where the row's differ: the export states some sweeps' prefill coordinates
@@ -535,13 +430,7 @@ def prefill_recipe(row) -> PrefillRecipe | None:
     deployment = (row["backend"], row["gpu"], row["dtype"], int(row["isl"]), int(row["osl"]),
                   _int(row["prefill_num_workers"]), _int(row["decode_num_workers"]),
                   _int(row["decode_attention_dp_size"]) > 1)
-    found = [recipe for recipe in DISAGG_RECIPES if recipe.deployment == deployment
-             and int(row["concurrency"]) in recipe.concurrencies
-             and recipe.sweeps[0] <= row["measured"] < recipe.sweeps[1]]
-    if len(found) > 1:
-        own = coordinates(row, "prefill")
-        found = [recipe for recipe in found if recipe.coordinates == own]
-    return found[0] if len(found) == 1 else None
+    return srt_slurm.recipe_for(deployment, int(row["concurrency"]), row["measured"], coordinates(row, "prefill"))
 
 
 def recipe_coverage(rows: pd.DataFrame) -> str:

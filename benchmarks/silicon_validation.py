@@ -38,7 +38,9 @@ import numpy as np
 import pandas as pd
 from silicon_rows import (
     MOE,
+    TRT_MOE_KERNELS,
     moe_activations,
+    moe_backend,
     plan_for,
     prefill_recipe,
     recipe_coverage,
@@ -63,15 +65,17 @@ from pdplan.vocabulary import MoeActivations
 
 @cache
 def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: int = 1, dp: int = 1,
-             activations: MoeActivations | None = None, batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS):
+             activations: MoeActivations | None = None, batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
+             moe_kernel: str | None = None):
     """The profile of one shape timed by ``kind``; a composed one covers prompt batches of ``batch_tokens``
-    (a recipe's budget above pdplan's default)."""
-    # whole experts, DP ranks (composed per rank), or a larger prompt budget: composed directly
-    if kind == "composed" and (ep > 1 or dp > 1 or batch_tokens > DEFAULT_MAX_PREFILL_BATCH_TOKENS):
+    (a recipe's budget above pdplan's default) and times routed experts by ``moe_kernel`` (the recipe's backend;
+    None: the fastest measured at each point)."""
+    # whole experts, DP ranks (composed per rank), a larger prompt budget or one MoE kernel: composed directly
+    if kind == "composed" and (ep > 1 or dp > 1 or batch_tokens > DEFAULT_MAX_PREFILL_BATCH_TOKENS or moe_kernel):
         physical = get_gpu(gpu)  # GPUs of one NVLink domain share a node (a GB200 NVL72 rack is one)
         return composed_profile(model, physical, tp, 1, dp=dp, ep=ep, engine=engine,
                                 gpus_per_node=physical.nvlink_domain, moe_activations=activations,
-                                max_prefill_batch_tokens=batch_tokens)
+                                max_prefill_batch_tokens=batch_tokens, moe_kernel=moe_kernel)
     source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed",
                            moe_activations=activations)
     # a roofline of DP ranks or EP beyond TP is the wide-EP roofline's, one rank's; a dense row's EP means nothing
@@ -91,16 +95,18 @@ def replay(row, kind: str) -> tuple[float, float]:
 def row_profiles(row, kind: str) -> dict:
     """The profiles (by shape) of the row's pools, timed by ``kind``."""
     plan, model, activations = plan_for(row), row_model(row), moe_activations(row)
+    kernel = TRT_MOE_KERNELS.get(moe_backend(row))
     if row["mode"] == "agg":
         return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]),
-                                     activations=activations)
+                                     activations=activations, moe_kernel=kernel)
                 for pool in plan.pools}
     budgets = {}  # a shape's prompt budget: the largest of its pools' (a prefill pool's recipe may pass more)
     for pool in plan.pools:
         budgets[pool.shape] = max(budgets.get(pool.shape, DEFAULT_MAX_PREFILL_BATCH_TOKENS),
                                   pool.max_prefill_batch_tokens or DEFAULT_MAX_PREFILL_BATCH_TOKENS)
+    # whole experts under attention DP read the wide-EP tables, which hold no kernel to choose
     return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations,
-                                 budgets[pool.shape])
+                                 budgets[pool.shape], None if pool.dp > 1 and pool.ep > 1 else kernel)
             for pool in plan.pools}
 
 

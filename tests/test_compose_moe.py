@@ -104,6 +104,45 @@ def test_a_kernel_read_from_another_engines_table_says_so_in_the_provenance():
     assert "sglang_flashinfer_trtllm_moe" in composed.notes()[0]
 
 
+def deepseek_fp8_moe_s(table, version, kernel, tokens):
+    """One DeepSeek-V3 FP8 (block-scaled) MoE point on B200, experts split over TP 8, from one kernel's rows."""
+    frame = raw_table("b200_sxm", "moe", table, version, "moe_perf.parquet")
+    rows = frame[(frame.hidden_size == 7168) & (frame.inter_size == 2048) & (frame.topk == 8)
+                 & (frame.num_experts == 256) & (frame.moe_dtype == "fp8_block") & (frame.moe_tp_size == 8)
+                 & (frame.moe_ep_size == 1) & (frame.num_tokens == tokens) & (frame.distribution == "power_law_1.01")
+                 & (frame.kernel_source == kernel)]
+    assert len(rows) == 1
+    return rows.latency.iloc[0] / 1e3
+
+
+def test_tensorrt_llms_fp8_block_experts_read_its_deepgemm_and_the_trtllm_gen_kernel_sglangs_table_measured():
+    """TensorRT-LLM runs block-scaled FP8 experts on DEEPGEMM (its own table) or on TRTLLM, the trtllm-gen kernel
+    FlashInfer ships and AIConfigurator measured in SGLang's table: the decode's routed experts cost 58 MoE layers
+    times the faster of the two at 16 tokens, and the provenance names both tables."""
+    model = get_model("deepseek-v3")
+    fastest = step(model, "b200-180gb", 8, engine="trtllm")
+    assert fastest.moe_kernels == ("deepgemm", "sglang_flashinfer_trtllm_moe")
+    assert fastest.versions["moe"] == "1.3.0rc20 + 0.5.14 (sglang's table, the same kernel)"
+    values = {kernel: deepseek_fp8_moe_s(table, version, kernel, 16) for table, version, kernel in
+              (("trtllm", "1.3.0rc20", "deepgemm"), ("sglang", "0.5.14", "sglang_flashinfer_trtllm_moe"))}
+    pinned = {kernel: step(model, "b200-180gb", 8, engine="trtllm", moe_kernel=kernel) for kernel in values}
+    for kernel, composed in pinned.items():
+        assert composed.moe_kernels == (kernel,)
+        assert composed.decode_s(16, 2048) - pinned["deepgemm"].decode_s(16, 2048) == pytest.approx(
+            58 * (values[kernel] - values["deepgemm"]), rel=1e-9, abs=1e-12)
+    assert fastest.decode_s(16, 2048) == pytest.approx(pinned["sglang_flashinfer_trtllm_moe"].decode_s(16, 2048),
+                                                       rel=1e-9)
+    assert values["sglang_flashinfer_trtllm_moe"] < values["deepgemm"]
+
+
+def test_a_moe_kernel_no_table_measured_for_the_model_is_refused_naming_the_measured_ones():
+    with pytest.raises(PdplanError, match=r"no cutlass MoE kernel measured on b200_sxm for trtllm's 256 experts of "
+                                          r"7168×2048, top-8, fp8_block, power_law_1\.01 \(measured: deepgemm, "
+                                          r"sglang_flashinfer_trtllm_moe\)") as err:
+        step(get_model("deepseek-v3"), "b200-180gb", 8, engine="trtllm", moe_kernel="cutlass")
+    assert err.value.field == "moe_kernel"
+
+
 def test_vllm_and_sglang_tables_time_gpt_oss_flashinfer_experts_alike():
     """The premise of reading vLLM's MXFP8-activation experts from SGLang's table: where both tables measured
     FlashInfer's MXFP4 kernel with BF16 activations for gpt-oss's experts, they agree split by split."""

@@ -224,3 +224,11 @@ def test_eplb_on_vllm_is_refused_naming_redundant_experts(dsr1):
     with pytest.raises(PdplanError, match="rebalanced over redundant copies") as caught:
         composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=8, redundant_experts=32, engine="vllm")
     assert caught.value.field == "redundant_experts"
+
+
+def test_a_moe_kernel_is_refused_for_whole_experts_under_attention_dp(dsr1):
+    """A MoE kernel is chosen in the MoE table; the wide expert-parallel tables are read instead."""
+    with pytest.raises(PdplanError, match="whole experts under attention data parallelism") as err:
+        Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
+             versions=tables.choose_versions("h200-141gb", "sglang", None), moe_kernel="sglang_fused_moe_triton")
+    assert err.value.field == "moe_kernel"

@@ -96,6 +96,26 @@ def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(d
     assert (deepseek.pipe(measured, "2025-11-02").eval("concurrency + isl + 127") < 8192).any()  # unfloored there
 
 
+def test_deepseek_fp8_b200_rows_of_tensorrt_llm_replay_the_moe_backend_their_recipe_set(deployments, rows):
+    """``dsr1_fp8_b200_trt.sh`` ran DEEPGEMM until its sweep of 2026-01-29 and TRTLLM from it (DEEPGEMM kept at
+    1k/8k from 256 clients); the MTP recipe switched on 2026-02-05; the disaggregated recipes run TRTLLM; other
+    engines' rows read the fastest kernel."""
+    trt = rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")
+               & rows["model"].isin(deployments.DEEPSEEK) & rows["harness"].isin(deployments.INFERENCEMAX)]
+    backends = {(on, mode): {deployments.moe_backend(row)
+                             for _, row in measured(trt[trt["mode"] == mode], on).iterrows()}
+                for on in ("2025-11-02", "2026-01-29", "2026-02-05") for mode in ("agg", "agg-dp")}
+    assert backends == {("2025-11-02", "agg"): {"DEEPGEMM"}, ("2025-11-02", "agg-dp"): set(),
+                        ("2026-01-29", "agg"): {"TRTLLM"}, ("2026-01-29", "agg-dp"): {"DEEPGEMM"},  # 1k/8k, 256+
+                        ("2026-02-05", "agg"): {"TRTLLM"}, ("2026-02-05", "agg-dp"): {"DEEPGEMM"}}  # MTP, DP
+    disaggregated = trt[trt["mode"] == "disagg"]
+    assert {deployments.moe_backend(row) for _, row in disaggregated.iterrows()
+            if deployments.prefill_recipe(row)} == {"TRTLLM"}
+    sglang = rows[(rows["backend"] == "sglang") & (rows["gpu"] == "b200-180gb")]
+    assert len(sglang) and all(deployments.moe_backend(row) is None for _, row in sglang.iterrows())
+    assert deployments.TRT_MOE_KERNELS["TRTLLM"] == "sglang_flashinfer_trtllm_moe"
+
+
 def test_gpt_oss_rows_of_tensorrt_llm_replay_the_recipes_20000_tokens_and_other_engines_none(deployments, rows):
     gpt_oss = rows[(rows["model"] == "gpt-oss-120b") & (rows["mode"] == "agg")
                    & rows["harness"].isin(deployments.INFERENCEMAX)]
@@ -230,7 +250,7 @@ def test_rows_of_a_sweep_before_the_recipes_keep_their_coordinates_and_the_engin
 
 def test_every_recipe_the_table_holds_is_one_some_row_ran(deployments, rows):
     ran = {deployments.prefill_recipe(row) for _, row in rows[rows["mode"] == "disagg"].iterrows()}
-    assert set(deployments.DISAGG_RECIPES) <= ran
+    assert set(deployments.srt_slurm.DISAGG_RECIPES) <= ran
 
 
 def test_a_prompt_budget_beyond_the_profiles_batches_is_held_to_them(validation):

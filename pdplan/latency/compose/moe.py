@@ -36,6 +36,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+import pandas as pd
+
 from pdplan.errors import PdplanError
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.tables import Extrapolated, Grid
@@ -149,6 +151,7 @@ class MoeConfig:
     experts: int
     dtype: str          #: moe_dtype
     distribution: str
+    kernel: str | None = None   #: the one ``kernel_source`` to read (None: the fastest measured per point)
 
     def text(self) -> str:
         return (f"{self.experts} experts of {self.hidden}×{self.inter}, top-{self.topk}, {self.dtype}, "
@@ -168,25 +171,58 @@ def _model_rows(frame, config: MoeConfig):
                  & (frame.moe_dtype == config.dtype)]
 
 
-#: MoE kernels an engine runs that its own tables never measured, and the engine whose table measures the very
-#: kernel. vLLM's ``SM100_FI_MXFP4_MXFP8_TRTLLM`` backend and SGLang's ``flashinfer_mxfp4`` runner both call
-#: FlashInfer's ``trtllm_fp4_block_scale_moe`` with MXFP8 activations (:func:`mxfp4_activations`); AIConfigurator
-#: measured that for SGLang, and for vLLM only the kernel's BF16-activation form, whose rows on B200 agree with
-#: SGLang's for gpt-oss's experts within 4% (the median ratio per split, vLLM 0.24.0 against SGLang 0.5.14).
-KERNEL_MEASURED_BY = {("vllm", "w4a8_mxfp4_mxfp8"): "sglang"}
+#: MoE kernels an engine runs whose measurement lies in another engine's table: (engine, weight format) → (the
+#: other engine, that kernel's ``kernel_source`` there; None: every kernel it measured at the format). The grid of
+#: such an engine holds the other's rows of the kernel beside its own (:func:`moe_grid`).
+#:
+#: * vLLM's ``SM100_FI_MXFP4_MXFP8_TRTLLM`` backend and SGLang's ``flashinfer_mxfp4`` runner both call FlashInfer's
+#:   ``trtllm_fp4_block_scale_moe`` with MXFP8 activations (:func:`mxfp4_activations`); AIConfigurator measured that
+#:   for SGLang, and for vLLM only the kernel's BF16-activation form, whose rows on B200 agree with SGLang's for
+#:   gpt-oss's experts within 4% (the median ratio per split, vLLM 0.24.0 against SGLang 0.5.14).
+#: * TensorRT-LLM's ``moe_config.backend: TRTLLM`` runs FP8 block-scaled experts on the trtllm-gen fused MoE
+#:   (``TRTLLMGenFusedMoE``, ``torch.ops.trtllm.fp8_block_scale_moe_runner``). FlashInfer ships the same kernels as
+#:   ``trtllm_fp8_block_scale_moe`` (its csrc/trtllm_fused_moe_kernel_launcher.cu runs TensorRT-LLM's
+#:   ``trtllmGenFp8BlockScaleMoe``), SGLang's ``flashinfer_trtllm`` MoE runner calls it, and AIConfigurator measured
+#:   it there (``sglang_flashinfer_trtllm_moe``); its TensorRT-LLM table holds the DEEPGEMM backend alone.
+KERNEL_MEASURED_BY = {("vllm", "w4a8_mxfp4_mxfp8"): ("sglang", None),
+                      ("trtllm", "fp8_block"): ("sglang", "sglang_flashinfer_trtllm_moe")}
 
 
+@cache
 def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
              expert_parallel: bool) -> tuple[Grid, str, tuple[str, ...]]:
-    """The model's MoE latency grid over (tokens, width per GPU), the version measuring it and the kernels
-    it measured (:func:`engine_moe_grid`): the engine's own table, else, for a kernel it shares with another
-    engine (:data:`KERNEL_MEASURED_BY`) and never measured itself, the other engine's newest, its version
-    then naming that engine."""
-    other = KERNEL_MEASURED_BY.get((engine, config.dtype))
-    if other is None or _measures(system, engine, ceiling, config):
-        return engine_moe_grid(system, engine, ceiling, config, expert_parallel)
-    grid, version, kernels = engine_moe_grid(system, other, None, config, expert_parallel)
-    return grid, f"{version} ({other}'s table, the same kernel)", kernels
+    """The model's MoE latency grid over (tokens, width per GPU), the version measuring it and the kernels it
+    measured: the fastest kernel per point of the engine's own table (:func:`engine_moe_rows`) and of the kernel
+    another engine's table measured for it (:data:`KERNEL_MEASURED_BY`), the version then naming that table too;
+    ``config.kernel`` keeps that one kernel alone."""
+    parts = []   # (version, rows)
+    other, kernel = KERNEL_MEASURED_BY.get((engine, config.dtype), (None, None))
+    own = other is None or _measures(system, engine, ceiling, config)
+    if own:   # the engine's own reason, if its table cannot give the grid
+        parts.append(engine_moe_rows(system, engine, ceiling, config, expert_parallel))
+    if other is not None:
+        try:
+            version, rows = engine_moe_rows(system, other, None, config, expert_parallel)
+        except PdplanError:
+            if not own:
+                raise
+        else:
+            rows = rows if kernel is None else rows[rows.kernel_source == kernel]
+            if not rows.empty:
+                parts.append((f"{version} ({other}'s table, the same kernel)", rows))
+    rows = pd.concat([part for _, part in parts])
+    if config.kernel is not None:
+        rows = rows[rows.kernel_source == config.kernel]
+        if rows.empty:
+            measured = sorted({k for _, part in parts for k in part.kernel_source if k})
+            raise PdplanError(f"no {config.kernel} MoE kernel measured on {system} for {engine}'s {config.text()} "
+                              f"(measured: {', '.join(measured) or 'none'})", field="moe_kernel")
+    kernels = tuple(sorted(k for k in set(rows.kernel_source) if k))
+    versions = [version for version, part in parts if part.kernel_source.isin(rows.kernel_source).any()]
+    column = "experts per GPU" if expert_parallel else "expert width per GPU"
+    grid = Grid.from_frame(rows.loc[:, ["num_tokens", "width", "latency"]], ("num_tokens", "width"), "MoE")
+    grid.columns = ("tokens", column)
+    return grid, " + ".join(versions), kernels
 
 
 def _measures(system: str, engine: str, ceiling: str | None, config: MoeConfig) -> bool:
@@ -196,11 +232,11 @@ def _measures(system: str, engine: str, ceiling: str | None, config: MoeConfig) 
 
 
 @cache
-def engine_moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
-                    expert_parallel: bool) -> tuple[Grid, str, tuple[str, ...]]:
-    """The model's MoE latency grid in the engine's own tables: the newest version not above ``ceiling`` whose
-    table holds the model (tables are collected per release and a model is measured once, so an older table
-    stands in for one not re-measured)."""
+def engine_moe_rows(system: str, engine: str, ceiling: str | None, config: MoeConfig,
+                    expert_parallel: bool) -> tuple[str, "pd.DataFrame"]:
+    """The model's MoE rows in the engine's own tables at the split, each with its ``width`` per GPU, and the
+    version measuring them: the newest version not above ``ceiling`` whose table holds the model (tables are
+    collected per release and a model is measured once, so an older table stands in for one not re-measured)."""
     versions = newest_not_above(system, engine, "moe", ceiling)
     if not versions:
         raise PdplanError(f"no {engine} MoE measurements on {system}", field="engine")
@@ -214,14 +250,8 @@ def engine_moe_grid(system: str, engine: str, ceiling: str | None, config: MoeCo
                 other_split = (version, rows)
             continue
         if expert_parallel:   # whole experts, experts / moe_ep_size of them per GPU
-            split = split.assign(width=split.num_experts / split.moe_ep_size)
-            column = "experts per GPU"
-        else:                 # every expert at inter_size / moe_tp_size of its width per GPU
-            split = split.assign(width=split.inter_size / split.moe_tp_size)
-            column = "expert width per GPU"
-        grid = Grid.from_frame(split.loc[:, ["num_tokens", "width", "latency"]], ("num_tokens", "width"), "MoE")
-        grid.columns = ("tokens", column)
-        return grid, version, tuple(sorted(k for k in set(split.kernel_source) if k))
+            return version, split.assign(width=split.num_experts / split.moe_ep_size)
+        return version, split.assign(width=split.inter_size / split.moe_tp_size)  # 1/moe_tp_size of every expert
     if other_split is not None:
         version, rows = other_split
         if expert_parallel:

@@ -56,7 +56,7 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
                      gpus_per_node: int | None = None,
                      max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
                      expert_parallel: bool = False, redundant_experts: int = 0,
-                     moe_activations: MoeActivations | None = None) -> PhaseProfile:
+                     moe_activations: MoeActivations | None = None, moe_kernel: str | None = None) -> PhaseProfile:
     """The composed profile of one shape, or a PdplanError saying why none can be made.
 
     ``ep``: the GPUs routed experts are spread over as whole experts (1: split over TP); ``expert_parallel``
@@ -64,7 +64,9 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
     profile is ONE rank's, at the rank's own batch with every rank carrying the same, its KV capacity the
     rank's (:mod:`pdplan.latency.compose.wide`); ``redundant_experts`` copies rebalance the expert load (EPLB).
     ``gpus_per_node`` (default: the GPU's NVLink domain) is how far collectives and the all-to-all stay on NVLink.
-    ``moe_activations``: the precision MXFP4 experts take their activations in (None: the engine's default)."""
+    ``moe_activations``: the precision MXFP4 experts take their activations in (None: the engine's default).
+    ``moe_kernel``: the one MoE kernel (the table's ``kernel_source``) the engine's backend runs (None: the fastest
+    measured at each point)."""
     if expert_parallel:
         ep = tp
     gpus_per_node = gpus_per_node or gpu.nvlink_domain  # collectives stay on NVLink that far
@@ -81,7 +83,7 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
                                        memory_utilization=memory_utilization, gpus_per_node=gpus_per_node,
                                        max_prefill_batch_tokens=max_prefill_batch_tokens, dp=dp, ep=ep,
                                        expert_parallel=expert_parallel, redundant_experts=redundant_experts,
-                                       moe_activations=moe_activations)
+                                       moe_activations=moe_activations, moe_kernel=moe_kernel)
     source = tables.source_text(step.system, engine, step.versions)
     points = tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap))
     group = group_points(step, dp * cap) if dp > 1 and step.wide else {}
@@ -102,7 +104,8 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
                  memory_utilization: float, gpus_per_node: int = 8,
                  max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
                  dp: int = 1, ep: int = 1, expert_parallel: bool = False,
-                 redundant_experts: int = 0, moe_activations: MoeActivations | None = None) -> tuple[Step, int, int]:
+                 redundant_experts: int = 0, moe_activations: MoeActivations | None = None,
+                 moe_kernel: str | None = None) -> tuple[Step, int, int]:
     """The shape's operator tables, its KV capacity (one DP rank's) and its prefill batch cap."""
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
     # Whole experts over the TP ranks of one instance without attention DP: the MoE table's EP = TP rows.
@@ -110,7 +113,7 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
     shape = InstanceShape(gpu=gpu.physical, tp=tp, pp=pp, dp=dp, ep=1 if expert_parallel else ep)
     step = Step(model=model, shape=shape, engine=engine, versions=versions,
                 gpus_per_node=gpus_per_node, engine_version=engine_version, expert_parallel=expert_parallel,
-                redundant_experts=redundant_experts, moe_activations=moe_activations)
+                redundant_experts=redundant_experts, moe_activations=moe_activations, moe_kernel=moe_kernel)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, dp=dp,
                                   redundant_experts=redundant_experts)
     return step, capacity, min(max_prefill_batch_tokens, capacity)

@@ -69,6 +69,9 @@ class Step:
     #: The precision MXFP4 experts take their activations in; None: the engine's default on the GPU
     #: (:func:`pdplan.latency.compose.moe.mxfp4_activations`; what may be asked: ``moe.asked_activations``).
     moe_activations: MoeActivations | None = None
+    #: The one MoE kernel to time routed experts with (the MoE table's ``kernel_source``, the engine's backend);
+    #: None: the fastest measured at each point (:func:`pdplan.latency.compose.moe.moe_grid`).
+    moe_kernel: str | None = None
 
     def __post_init__(self):
         system = tables.system_for(self.shape.gpu)
@@ -210,7 +213,8 @@ class Step:
                                   field="distribution")
             self.moe_config = moe.MoeConfig(hidden=m.hidden, inter=m.expert_ffn, topk=m.experts_per_token,
                                             experts=m.experts, distribution=distribution,
-                                            dtype=moe.moe_dtype(m, engine, self.spec.sm_version, self.moe_activations))
+                                            dtype=moe.moe_dtype(m, engine, self.spec.sm_version, self.moe_activations),
+                                            kernel=self.moe_kernel)
             if self.wide:
                 self._wide_tables(system, versions)
             else:
@@ -226,6 +230,9 @@ class Step:
             self.wide_experts = gathered.GatheredExperts(system, self.engine, self.engine_version, m, self.moe_config,
                                                          shape.tp, shape.dp, versions.get("all_reduce"))
         else:
+            if self.moe_kernel is not None:
+                raise PdplanError(f"MoE kernel {self.moe_kernel}: a kernel is chosen in the MoE table, which whole "
+                                  "experts under attention data parallelism do not read", field="moe_kernel")
             self.wide_experts = wide.WideExperts(system, self.engine, self.engine_version, m, self.moe_config,
                                                  shape.tp, shape.dp, shape.ep, self.gpus_per_node,
                                                  self.redundant_experts)
