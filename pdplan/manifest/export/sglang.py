@@ -28,15 +28,14 @@ KV_CACHE_DTYPES = {"bf16": "bfloat16", "fp8": "fp8_e4m3"}
 #: checkpoint's precision (layers/quantization/nvfp4_online.py), not what pdplan's fp4 timed.
 LOAD_QUANTIZATION = {("bf16", "fp8"): "fp8"}
 
-#: The all-to-all an SGLang instance of attention DP with expert parallelism dispatches its tokens with: DeepEP,
-#: whose normal and low-latency kernels pdplan's wide-EP composition times (AIConfigurator's SGLang
-#: ``wideep_deepep_{normal,ll}_perf``, :mod:`pdplan.latency.compose.wide`), as SGLang's own large-scale P/D
-#: deployments run it (sgl-project/sglang docs/references/multi_node_deployment/lws_pd/lws_pd_deploy.md
-#: @59e54757: ``--moe-a2a-backend deepep`` on 2-node prefill and decode groups of ``--tp 16 --dp-size 16
-#: --enable-dp-attention``; issue #6017, "Instruction for Running DeepSeek with Large-scale PD and EP"), on one
-#: node as across nodes: SGLang's default ("none") gathers every rank's tokens instead, not what was timed.
-#: SGLang 0.5.23 then sets ep_size to tp_size itself (python/sglang/srt/arg_groups/overrides.py ``_a2a_ep_size``,
-#: deepep in ``_A2A_EP_SPANNING_BACKENDS``), so the plan's EP must be the instance's every GPU.
+#: The all-to-all an SGLang instance of expert parallelism across nodes dispatches its tokens with: DeepEP, as
+#: SGLang's own large-scale P/D deployments run it (sgl-project/sglang
+#: docs/references/multi_node_deployment/lws_pd/lws_pd_deploy.md @59e54757: ``--moe-a2a-backend deepep`` on
+#: 2-node prefill and decode groups of ``--tp 16 --dp-size 16 --enable-dp-attention``; issue #6017, "Instruction
+#: for Running DeepSeek with Large-scale PD and EP"). SGLang 0.5.23 then sets ep_size to tp_size itself
+#: (python/sglang/srt/arg_groups/overrides.py ``_a2a_ep_size``, deepep in ``_A2A_EP_SPANNING_BACKENDS``), so the
+#: plan's EP must be the instance's every GPU. An instance on one node keeps SGLang's default ("none": the MoE
+#: layer's own EP over NVLink).
 A2A_BACKEND = "deepep"
 #: DeepEP's mode per disaggregation mode: "normal" kernels for prefill batches, "low_latency" for decode, as
 #: issue #6017 starts its prefill and decode servers (``--deepep-mode normal`` / ``--deepep-mode low_latency``);
@@ -142,8 +141,8 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
       replicas, which SGLang refuses across nodes (arg_groups/validation_hook.py ``check_server_args``).
     - ``--ep-size`` EP: the MoE layer's expert-parallel group; its expert TP is tp_size / ep_size
       (runtime_context.py ``derive_parallel_widths``), so EP must divide TP x DP.
-    - with DP, ``--moe-a2a-backend`` :data:`A2A_BACKEND` and, for a P/D pool, its :data:`DEEPEP_MODES` mode;
-      EP must then be TP x DP (DeepEP's), across nodes or on one.
+    - across nodes, ``--moe-a2a-backend`` :data:`A2A_BACKEND` and, for a P/D pool, its
+      :data:`DEEPEP_MODES` mode.
     - ``--ep-num-redundant-experts``: extra physical expert slots. SGLang needs no EPLB flag with it
       (eplb/expert_location.py only asserts that the experts plus the redundant ones divide over the EP ranks;
       its published deployments pass it without ``--enable-eplb``), so none is added."""
@@ -158,12 +157,12 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
                               f"{found.tp * found.dp} (SGLang's --tp-size): SGLang splits each expert over "
                               f"tp_size / ep_size GPUs", field=common.pool_field(manifest, pool, "ep"))
         args += ["--ep-size", str(found.ep)]
-        if found.dp > 1:
+        if inst.spans_nodes:
             if found.ep != found.tp * found.dp:
-                raise PdplanError(f"pool {pool['name']} runs EP {found.ep} with attention DP, where SGLang "
-                                  f"dispatches tokens with DeepEP, which sets EP to the instance's TP x DP "
-                                  f"{found.tp * found.dp}: plan EP {found.tp * found.dp}",
-                                  field=common.pool_field(manifest, pool, "ep"))
+                raise PdplanError(f"pool {pool['name']} runs EP {found.ep} across nodes, where SGLang dispatches "
+                                  f"tokens with DeepEP, which sets EP to the instance's TP x DP "
+                                  f"{found.tp * found.dp}: plan EP {found.tp * found.dp} or keep the instance "
+                                  f"on one node", field=common.pool_field(manifest, pool, "ep"))
             args += ["--moe-a2a-backend", A2A_BACKEND]
             if pool["phase"] in DEEPEP_MODES:
                 args += ["--deepep-mode", DEEPEP_MODES[pool["phase"]]]

@@ -47,17 +47,6 @@ KV_CACHE_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
 #: (experts only) timed.
 LOAD_QUANTIZATION = {("bf16", "fp8"): "fp8_per_tensor"}
 
-#: vLLM's ``--all2all-backend`` for an instance of attention DP with expert parallelism, by phase: DeepEP, whose
-#: kernels pdplan's wide-EP composition times (AIConfigurator's vLLM ``moe_a2a_perf``: high-throughput for prompt
-#: batches, low-latency for decode steps; :mod:`pdplan.latency.compose.wide`), as llm-d's wide-EP guide starts its
-#: workers (llm-d guides/wide-ep-lws: ``VLLM_ALL2ALL_BACKEND`` deepep_low_latency on decode, deepep_high_throughput
-#: on prefill in its benchmark scenarios; vLLM 0.33.0 reads only the flag). Without it vLLM 0.33.0 gathers every
-#: rank's tokens (``allgather_reducescatter``, vllm/config/parallel.py), not what was timed. High-throughput turns
-#: CUDA graphs off under DP (vllm/config/compilation.py), so a colocated instance, whose decode steps replay
-#: graphs, takes the low-latency kernels; its prompt iterations are timed by the high-throughput tables.
-ALL2ALL_BACKENDS = {"prefill": "deepep_high_throughput", "decode": "deepep_low_latency",
-                    "colocated": "deepep_low_latency"}
-
 # Connectors vllm-router speaks (--kv-connector; it defaults to nixl); others need no flag.
 ROUTER_CONNECTORS = ("nixl", "mooncake")
 
@@ -124,9 +113,9 @@ def parallel_args(manifest: dict, pool: dict) -> list[str]:
     ``--data-parallel-size`` DP (one engine core per DP rank, each with its own batch and KV; docs/serving/
     data_parallel_deployment.md); with expert parallelism ``--enable-expert-parallel``, whose EP group is every
     TP x DP rank ("expert layers form a group of size DP x TP", the same page), so a plan's EP other than TP x DP
-    cannot be started and is refused, and with DP as well the DeepEP all-to-all of :data:`ALL2ALL_BACKENDS`; with
-    redundant experts ``--enable-eplb`` and ``--eplb-config {"num_redundant_experts": N}`` (ParallelConfig refuses
-    num_redundant_experts without EPLB, and EPLB without expert parallelism)."""
+    cannot be started and is refused; with redundant experts ``--enable-eplb`` and ``--eplb-config
+    {"num_redundant_experts": N}`` (ParallelConfig refuses num_redundant_experts without EPLB, and EPLB without
+    expert parallelism)."""
     found = common.parallel(pool)
     args = ["--tensor-parallel-size", str(found.tp), "--pipeline-parallel-size", str(found.pp)]
     if found.dp > 1:
@@ -138,8 +127,6 @@ def parallel_args(manifest: dict, pool: dict) -> list[str]:
                               f"{found.tp * found.dp}, or serve it with SGLang", field=common.pool_field(manifest, pool,
                                                                                                      "ep"))
         args.append("--enable-expert-parallel")
-        if found.dp > 1:
-            args += ["--all2all-backend", ALL2ALL_BACKENDS[pool["phase"]]]
     if found.redundant_experts:
         if found.ep == 1:
             raise PdplanError(f"pool {pool['name']} has {found.redundant_experts} redundant experts but no expert "
