@@ -221,6 +221,13 @@ def test_disaggregated_rows_replay_the_prefill_workers_their_recipe_started(depl
     assert (pools[0].max_prefill_batch_tokens, pools[0].max_running_requests) == (16640, 2)
 
 
+def test_disaggregated_rows_send_the_kv_once_the_prompts_prefill_ends(deployments, rows):
+    """SGLang sends each chunk's KV after its forward and TensorRT-LLM a context request's once it completes, so
+    the replay's transfer starts when the prefill ends, not layer by layer beside it."""
+    for config in ("cfg291", "cfg457"):   # TensorRT-LLM H200, SGLang B200
+        assert deployments.plan_for(disaggregated(rows, config).iloc[0]).transfer_schedule == "request"
+
+
 def test_sglang_recipes_with_attention_dp_give_each_rank_the_chunk_and_requests_over_the_ranks(deployments, rows):
     """GB200 FP8 1k/1k max throughput: ``--dp-size 8 --chunked-prefill-size 131072 --max-running-requests 30000``
     and SGLang's default ``--max-prefill-tokens`` 16,384 (per rank, not divided)."""

@@ -198,7 +198,7 @@ def moe_grid(system: str, engine: str, ceiling: str | None, config: MoeConfig,
     parts = []   # (version, rows)
     other, kernel = KERNEL_MEASURED_BY.get((engine, config.dtype), (None, None))
     own = other is None or _measures(system, engine, ceiling, config)
-    if own:   # the engine's own reason, if its table cannot give the grid
+    if own:   # raises the engine's own reason where its table cannot give the grid
         parts.append(engine_moe_rows(system, engine, ceiling, config, expert_parallel))
     if other is not None:
         try:
@@ -233,7 +233,7 @@ def _measures(system: str, engine: str, ceiling: str | None, config: MoeConfig) 
 
 @cache
 def engine_moe_rows(system: str, engine: str, ceiling: str | None, config: MoeConfig,
-                    expert_parallel: bool) -> tuple[str, "pd.DataFrame"]:
+                    expert_parallel: bool) -> tuple[str, pd.DataFrame]:
     """The model's MoE rows in the engine's own tables at the split, each with its ``width`` per GPU, and the
     version measuring them: the newest version not above ``ceiling`` whose table holds the model (tables are
     collected per release and a model is measured once, so an older table stands in for one not re-measured)."""
