@@ -197,6 +197,23 @@ def test_sglang_expert_parallelism_across_nodes_dispatches_with_deepep_in_its_ph
     assert (_value(decode, "--moe-a2a-backend"), _value(decode, "--deepep-mode")) == ("deepep", "low_latency")
 
 
+def test_an_export_says_which_pools_it_runs_without_the_deepep_all_to_all_they_were_timed_with(wide):
+    """The wide-EP profiles time DeepEP's dispatch and combine. SGLang's export starts DeepEP across nodes only, so
+    its one-node decode runs SGLang's default, and vLLM's starts it nowhere: each script's header says so."""
+    sglang = export_manifest(wide, "sglang")
+    assert "Pool decode's MoE layers were timed with DeepEP's all-to-all; SGLang on one node" in \
+        sglang["sglang/decode-0.sh"]
+    assert "Pool prefill's MoE" not in sglang["sglang/decode-0.sh"]
+    vllm = export_manifest(wide, "vllm")["vllm/decode-0.sh"]
+    assert "Pool prefill's MoE layers were timed" in vllm and "Pool decode's MoE layers were timed" in vllm
+    assert "allgather_reducescatter" in vllm
+
+
+def test_a_tp_only_export_says_nothing_of_an_all_to_all(wide):
+    for fmt in ("sglang", "vllm"):
+        assert not any("all-to-all" in text for text in export_manifest(_tp_only(wide), fmt).values())
+
+
 def test_sglang_allocates_the_plans_redundant_experts(wide, tmp_path):
     files = export_manifest(wide, "sglang")
     assert _value(_command(tmp_path, files["sglang/prefill-0.sh"], "0"), "--ep-num-redundant-experts") == "32"

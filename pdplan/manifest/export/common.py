@@ -419,7 +419,37 @@ def header(manifest: dict, fmt: str) -> str:
     if other:  # the bare-metal formats start their engine whatever the plan was verified on
         lines += (f"\nThe plan was verified on {' and '.join(other)}'s step times, and this export starts {engine}, "
                   f"whose may differ: plan with --engine {engine} to verify what runs")
+    for pool in gathering_pools(manifest, engine):
+        lines += (f"\nPool {pool}'s MoE layers were timed with DeepEP's all-to-all; {DEFAULT_ALL_TO_ALL[engine]} "
+                  "gathers every rank's tokens instead, so its steps may differ from the verified ones")
     return lines
+
+
+#: The all-to-all an engine runs an instance of attention DP with expert parallelism with where its export does not
+#: start DeepEP: SGLang 0.5.23's ``--moe-a2a-backend`` default, "none" (the MoE layer gathers every DP rank's tokens,
+#: python/sglang/srt/layers/dp_attention.py), and vLLM 0.33.0's ``--all2all-backend`` default,
+#: "allgather_reducescatter" (vllm/config/parallel.py).
+DEFAULT_ALL_TO_ALL = {"sglang": "SGLang on one node runs its default all-to-all (none), which",
+                      "vllm": "vLLM runs its default all-to-all (allgather_reducescatter), which"}
+
+
+def starts_deepep(engine: str, inst: Instance) -> bool:
+    """Whether the export starts DeepEP's all-to-all for an instance of attention DP with expert parallelism: SGLang's
+    across nodes (:data:`pdplan.manifest.export.sglang.A2A_BACKEND`), vLLM's never. DeepEP's low-latency kernels cap
+    what a rank may dispatch per step (SGLang: ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK``, 128; vLLM's batched
+    DP MoE: 256 tokens per rank's step), a cap the simulator does not hold a decode rank to."""
+    return engine == "sglang" and inst.spans_nodes
+
+
+def gathering_pools(manifest: dict, engine: str) -> list[str]:
+    """The pools of attention DP with expert parallelism some instance of which the export starts without DeepEP,
+    whose all-to-all every wide-EP profile times (:mod:`pdplan.latency.compose.wide`, and the wide-EP roofline
+    fitted to it)."""
+    wide = {pool["name"] for pool in manifest["pools"]
+            if _whole(pool.get("dp", 1), 2) and _whole(pool.get("ep", 1), 2)}
+    found = {inst.pool["name"] for inst in instances(manifest)
+             if inst.pool["name"] in wide and not starts_deepep(engine, inst)}
+    return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]
 
 
 def script_preamble(manifest: dict, fmt: str, what: str) -> list[str]:

@@ -157,7 +157,7 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
                               f"{found.tp * found.dp} (SGLang's --tp-size): SGLang splits each expert over "
                               f"tp_size / ep_size GPUs", field=common.pool_field(manifest, pool, "ep"))
         args += ["--ep-size", str(found.ep)]
-        if inst.spans_nodes:
+        if common.starts_deepep("sglang", inst):
             if found.ep != found.tp * found.dp:
                 raise PdplanError(f"pool {pool['name']} runs EP {found.ep} across nodes, where SGLang dispatches "
                                   f"tokens with DeepEP, which sets EP to the instance's TP x DP "
