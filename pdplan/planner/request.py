@@ -74,7 +74,10 @@ class PlanRequest:
     pps: tuple[int, ...] = DEFAULT_PPS
     dps: tuple[int, ...] = DEFAULT_DPS  #: attention data-parallel sizes; above 1, a MoE model's wide shapes
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
-    transfer_schedule: TransferSchedule = TransferSchedule.LAYER
+    #: when the KV leaves the prefill: after it, as every engine the exports start sends it (vLLM's NIXL and Mooncake
+    #: connectors once the prompt's request finishes, SGLang each chunk after its forward); ``layer`` streams it
+    #: beside the prefill, which none of them is started to do
+    transfer_schedule: TransferSchedule = TransferSchedule.REQUEST
     failure_rate: float = 0.0           #: probability that one KV transfer attempt fails (simulated)
     failure_policy: FailurePolicy = FailurePolicy.RETRY
     route_s: float = 0.0                #: the router's hop from prefill to decode (simulated)
