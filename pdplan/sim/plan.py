@@ -48,16 +48,6 @@ SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
 ROUTERS = tuple(Router)
 RANK_ROUTERS = tuple(RankRouter)
-
-
-def rank_router_rejection(rank_router: str, phase: str, dp: int) -> str | None:
-    """Why ``rank_router`` cannot place the prompts of an instance of ``phase`` with ``dp`` attention-DP ranks
-    (only a prefill instance with ranks routes otherwise than by load); None when it can."""
-    if rank_router not in RANK_ROUTERS:
-        return f"rank_router must be one of {', '.join(RANK_ROUTERS)}"
-    if rank_router != RankRouter.SHORTEST_QUEUE and (phase != "prefill" or dp < 2):
-        return "rank_router applies to prefill pools with attention data parallelism (dp above 1)"
-    return None
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
@@ -73,6 +63,16 @@ BATCH_WAIT_BOTH = ("batch_wait_timeout_iters and batch_wait_max_tokens_ratio go 
 ADP_BALANCE_POOLS = "chunked colocated pools with attention data parallelism (dp above 1)"
 ADP_BALANCE_BOTH = ("attention_dp_timeout_iters and attention_dp_batching_wait_iters go together: TensorRT-LLM's "
                     "attention_dp_config with enable_balance states both (its defaults are 50 and 10)")
+
+
+def rank_router_rejection(rank_router: str, phase: str, dp: int) -> str | None:
+    """Why ``rank_router`` cannot place the prompts of an instance of ``phase`` with ``dp`` attention-DP ranks
+    (only a prefill instance with ranks routes otherwise than by load); None when it can."""
+    if rank_router not in RANK_ROUTERS:
+        return f"rank_router must be one of {', '.join(RANK_ROUTERS)}"
+    if rank_router != RankRouter.SHORTEST_QUEUE and (phase != "prefill" or dp < 2):
+        return "rank_router applies to prefill pools with attention data parallelism (dp above 1)"
+    return None
 
 
 def batch_wait_tokens(ratio: float, chunk_tokens: int) -> int:
