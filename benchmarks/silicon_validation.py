@@ -55,6 +55,7 @@ from pdplan.hardware import get_gpu
 from pdplan.latency import accuracy
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_profile
+from pdplan.latency.compose.step import reads_moe_table
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
@@ -104,9 +105,8 @@ def row_profiles(row, kind: str) -> dict:
     for pool in plan.pools:
         budgets[pool.shape] = max(budgets.get(pool.shape, DEFAULT_MAX_PREFILL_BATCH_TOKENS),
                                   pool.max_prefill_batch_tokens or DEFAULT_MAX_PREFILL_BATCH_TOKENS)
-    # whole experts under attention DP read the wide-EP tables, which hold no kernel to choose
     return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations,
-                                 budgets[pool.shape], None if pool.dp > 1 and pool.ep > 1 else kernel)
+                                 budgets[pool.shape], kernel if reads_moe_table(pool.tp, pool.dp, pool.ep) else None)
             for pool in plan.pools}
 
 

@@ -232,3 +232,15 @@ def test_a_moe_kernel_is_refused_for_whole_experts_under_attention_dp(dsr1):
         Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
              versions=tables.choose_versions("h200-141gb", "sglang", None), moe_kernel="sglang_fused_moe_triton")
     assert err.value.field == "moe_kernel"
+
+
+@pytest.mark.parametrize(("tp", "dp", "ep", "redundant", "table"), [
+    (8, 1, 1, 0, True),    # every expert split over TP
+    (8, 1, 8, 0, True),    # whole experts over TP, no attention DP
+    (1, 8, 1, 0, True),    # split over TP x DP, the gathered layout
+    (1, 8, 8, 0, False),   # whole experts under attention DP: the wide-EP tables
+    (8, 1, 8, 32, False),  # redundant experts: EPLB's rows of the wide-EP tables
+])
+def test_only_layouts_that_read_the_moe_table_can_choose_its_kernel(tp, dp, ep, redundant, table):
+    from pdplan.latency.compose.step import reads_moe_table
+    assert reads_moe_table(tp, dp, ep, redundant) is table

@@ -47,6 +47,14 @@ from pdplan.shape import InstanceShape
 from pdplan.vocabulary import MoeActivations
 
 
+def reads_moe_table(tp: int, dp: int, ep: int, redundant_experts: int = 0) -> bool:
+    """Whether a mixture-of-experts step of these coordinates times its routed experts from the MoE table, whose
+    kernels can be chosen (``Step.moe_kernel``): experts split over the GPUs (EP 1, with attention DP over TP × DP:
+    :mod:`pdplan.latency.compose.gathered`) or whole over TP without DP. Whole experts under attention DP, another
+    EP or redundant experts read the wide-EP tables (:mod:`pdplan.latency.compose.wide`)."""
+    return not redundant_experts and (ep == 1 or (dp == 1 and ep == tp))
+
+
 @dataclass
 class Step:
     """The operator tables of one (model, shape, engine, version) and the step times they give."""
@@ -226,7 +234,7 @@ class Step:
     def _wide_tables(self, system: str, versions: dict[str, str]) -> None:
         """The wide-EP tables of one DP rank's MoE layers, and SGLang's wide-EP latent attention."""
         m, shape = self.model, self.shape
-        if shape.ep == 1 and not self.redundant_experts:   # every expert split over the TP x DP GPUs
+        if reads_moe_table(shape.tp, shape.dp, shape.ep, self.redundant_experts):   # experts split over TP x DP
             self.wide_experts = gathered.GatheredExperts(system, self.engine, self.engine_version, m, self.moe_config,
                                                          shape.tp, shape.dp, versions.get("all_reduce"))
         else:
