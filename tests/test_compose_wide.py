@@ -18,7 +18,7 @@ from pdplan.errors import PdplanError  # noqa: E402
 from pdplan.hardware import get_gpu  # noqa: E402
 from pdplan.latency.compose import tables  # noqa: E402
 from pdplan.latency.compose.profile import composed_profile  # noqa: E402
-from pdplan.latency.compose.step import Step  # noqa: E402
+from pdplan.latency.compose.step import Step, reads_moe_table  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated  # noqa: E402
 from pdplan.latency.profile import profile_from_dict, profile_to_dict  # noqa: E402
 from pdplan.latency.source import ProfileSource  # noqa: E402
@@ -242,5 +242,4 @@ def test_a_moe_kernel_is_refused_for_whole_experts_under_attention_dp(dsr1):
     (8, 1, 8, 32, False),  # redundant experts: EPLB's rows of the wide-EP tables
 ])
 def test_only_layouts_that_read_the_moe_table_can_choose_its_kernel(tp, dp, ep, redundant, table):
-    from pdplan.latency.compose.step import reads_moe_table
     assert reads_moe_table(tp, dp, ep, redundant) is table
