@@ -420,17 +420,18 @@ def header(manifest: dict, fmt: str) -> str:
         lines += (f"\nThe plan was verified on {' and '.join(other)}'s step times, and this export starts {engine}, "
                   f"whose may differ: plan with --engine {engine} to verify what runs")
     for pool in gathering_pools(manifest, engine):
-        lines += (f"\nPool {pool}'s MoE layers were timed with DeepEP's all-to-all; {DEFAULT_ALL_TO_ALL[engine]} "
-                  "gathers every rank's tokens instead, so its steps may differ from the verified ones")
+        where, default = DEFAULT_ALL_TO_ALL[engine]
+        lines += (f"\nPool {pool}'s MoE layers were timed with DeepEP's all-to-all; {where} runs its default "
+                  f"all-to-all ({default}), which gathers every rank's tokens instead, so its steps may differ from "
+                  "the verified ones")
     return lines
 
 
-#: The all-to-all an engine runs an instance of attention DP with expert parallelism with where its export does not
-#: start DeepEP: SGLang 0.5.23's ``--moe-a2a-backend`` default, "none" (the MoE layer gathers every DP rank's tokens,
-#: python/sglang/srt/layers/dp_attention.py), and vLLM 0.33.0's ``--all2all-backend`` default,
-#: "allgather_reducescatter" (vllm/config/parallel.py).
-DEFAULT_ALL_TO_ALL = {"sglang": "SGLang on one node runs its default all-to-all (none), which",
-                      "vllm": "vLLM runs its default all-to-all (allgather_reducescatter), which"}
+#: Where an engine runs an instance of attention DP with expert parallelism on its default all-to-all, because its
+#: export does not start DeepEP there, and that default: SGLang 0.5.23's ``--moe-a2a-backend`` "none" on one node
+#: (the MoE layer gathers every DP rank's tokens, python/sglang/srt/layers/dp_attention.py), vLLM 0.33.0's
+#: ``--all2all-backend`` "allgather_reducescatter" everywhere (vllm/config/parallel.py).
+DEFAULT_ALL_TO_ALL = {"sglang": ("SGLang on one node", "none"), "vllm": ("vLLM", "allgather_reducescatter")}
 
 
 def starts_deepep(engine: str, inst: Instance) -> bool:
