@@ -90,6 +90,12 @@ def test_a_prefill_pool_records_the_prompt_budget_its_verification_ran_and_no_ot
                for pool in pd["pools"])
 
 
+def test_a_pd_plan_is_verified_with_the_kv_sent_once_the_prefill_ends(manifests):
+    """No engine the exports start streams the KV layer by layer beside the prefill, so optimize verifies what
+    they run and the manifest says so."""
+    assert load(manifests["disaggregated"])["transfer"]["schedule"] == "request"
+
+
 def test_validate_names_a_prompt_budget_on_a_decode_pool_and_one_unlike_the_pools_own_cap(manifests):
     from pdplan.manifest.check import check_manifest
     from pdplan.manifest.document import seal
