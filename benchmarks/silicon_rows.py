@@ -101,7 +101,7 @@ from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim.plan import Link, Plan, Pool
-from pdplan.vocabulary import MoeActivations, SpeculativeMethod
+from pdplan.vocabulary import AllToAll, MoeActivations, SpeculativeMethod
 
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "Qwen/Qwen3-32B": "qwen3-32b",
@@ -396,6 +396,21 @@ def moe_backend(row) -> str | None:
         return "DEEPGEMM" if row["mode"] == "agg-dp" else "TRTLLM"
     long_outputs = (int(row["isl"]), int(row["osl"])) == (1024, 8192) and int(row["concurrency"]) >= 256
     return "DEEPGEMM" if long_outputs else "TRTLLM"
+
+
+#: GPUs per node of the collection's deployments (srt-slurm's ``gpus_per_node``): a GB200 compute tray holds 4.
+NODE_GPUS = {"gb200-185gb": 4}
+
+
+def all_to_all(row, pool: Pool) -> AllToAll:
+    """How a disaggregated SGLang pool's DP ranks with whole experts (EP = TP × DP) reach them. Its srt-slurm
+    recipes set ``moe-a2a-backend: deepep`` on every such instance spanning nodes and none on one node, where SGLang
+    runs its default "none" and gathers the ranks' tokens (:mod:`pdplan.latency.compose.gathered`). Every other
+    pool: dispatched."""
+    gpus = pool.tp * pool.dp
+    gathers = (row["backend"] == "sglang" and row["mode"] == "disagg" and pool.dp > 1 and pool.ep == gpus
+               and gpus <= NODE_GPUS.get(row["gpu"], 8))
+    return AllToAll.GATHER if gathers else AllToAll.DISPATCH
 
 
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:

@@ -39,6 +39,7 @@ import pandas as pd
 from silicon_rows import (
     MOE,
     TRT_MOE_KERNELS,
+    all_to_all,
     moe_activations,
     moe_backend,
     plan_for,
@@ -61,22 +62,24 @@ from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
 from pdplan.sim import simulate
 from pdplan.sim.plan import Plan, Pool
-from pdplan.vocabulary import MoeActivations
+from pdplan.vocabulary import AllToAll, MoeActivations
 
 
 @cache
 def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: int = 1, dp: int = 1,
              activations: MoeActivations | None = None, batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
-             moe_kernel: str | None = None):
+             moe_kernel: str | None = None, exchange: AllToAll = AllToAll.DISPATCH):
     """The profile of one shape timed by ``kind``; a composed one covers prompt batches of ``batch_tokens``
-    (a recipe's budget above pdplan's default) and times routed experts by ``moe_kernel`` (the recipe's backend;
-    None: the fastest measured at each point)."""
+    (a recipe's budget above pdplan's default), times routed experts by ``moe_kernel`` (the recipe's backend;
+    None: the fastest measured at each point) and reaches whole experts under DP by ``exchange``."""
     # whole experts, DP ranks (composed per rank), a larger prompt budget or one MoE kernel: composed directly
     if kind == "composed" and (ep > 1 or dp > 1 or batch_tokens > DEFAULT_MAX_PREFILL_BATCH_TOKENS or moe_kernel):
         physical = get_gpu(gpu)  # GPUs of one NVLink domain share a node (a GB200 NVL72 rack is one)
         return composed_profile(model, physical, tp, 1, dp=dp, ep=ep, engine=engine,
                                 gpus_per_node=physical.nvlink_domain, moe_activations=activations,
-                                max_prefill_batch_tokens=batch_tokens, moe_kernel=moe_kernel)
+                                max_prefill_batch_tokens=batch_tokens, moe_kernel=moe_kernel, all_to_all=exchange)
+    if exchange is AllToAll.GATHER:
+        raise PdplanError(f"{kind} profiles time DP ranks with whole experts by their dispatch only")
     source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed",
                            moe_activations=activations)
     # a roofline of DP ranks or EP beyond TP is the wide-EP roofline's, one rank's; a dense row's EP means nothing
@@ -105,9 +108,13 @@ def row_profiles(row, kind: str) -> dict:
     for pool in plan.pools:
         budgets[pool.shape] = max(budgets.get(pool.shape, DEFAULT_MAX_PREFILL_BATCH_TOKENS),
                                   pool.max_prefill_batch_tokens or DEFAULT_MAX_PREFILL_BATCH_TOKENS)
-    return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations,
-                                 budgets[pool.shape], kernel if reads_moe_table(pool.tp, pool.dp, pool.ep) else None)
-            for pool in plan.pools}
+    profiles = {}
+    for pool in plan.pools:
+        exchange = all_to_all(row, pool)
+        kernel_read = reads_moe_table(pool.tp, pool.dp, pool.ep, all_to_all=exchange)
+        profiles[pool.shape] = _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations,
+                                        budgets[pool.shape], kernel if kernel_read else None, exchange)
+    return profiles
 
 
 def replay_on(row, profiles: dict) -> tuple[float, float]:

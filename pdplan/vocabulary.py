@@ -168,6 +168,17 @@ class MoeActivations(StrEnum):
     MXFP8 = "mxfp8"
 
 
+class AllToAll(StrEnum):
+    """How an instance of attention data parallelism with whole experts (EP = TP × DP) moves its tokens to the
+    experts in every MoE layer: DISPATCH sends each token to the ranks of its routed experts and combines their
+    results back (DeepEP's kernels in SGLang and vLLM, TensorRT-LLM's MoE all-to-all); GATHER all-gathers every
+    rank's tokens onto every GPU, runs its experts over all of them and reduce-scatters the sums (SGLang's
+    ``--moe-a2a-backend none``, vLLM's ``--all2all-backend allgather_reducescatter``)."""
+
+    DISPATCH = "dispatch"
+    GATHER = "gather"
+
+
 class RankRouter(StrEnum):
     """How a prefill instance with attention data parallelism picks the rank that prefills a prompt: the rank
     with the fewest outstanding requests (vLLM's DP load balancer, SGLang's ``shortest_queue``, TensorRT-LLM's

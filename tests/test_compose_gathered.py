@@ -1,7 +1,9 @@
-"""Composed steps of one attention data-parallel rank whose instance splits every expert over all its GPUs
-(EP 1): the MoE layer gathers DP × the rank's tokens, runs each expert's 1/(TP × DP) slice on them and
-scatters the sums back. Expected values are read from AIConfigurator's parquet tables here, independently
-of the composition. These need the optional extra (pip install 'pdplan[aic]'); without it they skip.
+"""Composed steps of one attention data-parallel rank whose MoE layer gathers DP × the rank's tokens onto every
+GPU: each expert's 1/(TP × DP) slice (EP 1) or whole experts over TP × DP (EP = TP × DP reached by a gather)
+run on them, and the sums are scattered back. SGLang gathers and combines with an all-reduce each (its
+sum-length padding), the other engines with an all-gather and a reduce-scatter: one all-reduce's worth.
+Expected values are read from AIConfigurator's parquet tables here, independently of the composition. These
+need the optional extra (pip install 'pdplan[aic]'); without it they skip.
 """
 
 import pytest
@@ -15,6 +17,7 @@ from pdplan.latency.compose.profile import composed_profile  # noqa: E402
 from pdplan.latency.compose.step import Step  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated  # noqa: E402
 from pdplan.shape import InstanceShape  # noqa: E402
+from pdplan.vocabulary import AllToAll  # noqa: E402
 from tests.test_compose_wide import raw  # noqa: E402
 
 
@@ -26,8 +29,8 @@ def sglang_dp8_tp_experts(dsr1):
 
 def test_a_rank_gathers_dp_times_its_tokens_onto_experts_split_over_every_gpu(sglang_dp8_tp_experts):
     """16 requests on each of 8 ranks: the MoE kernel at 8 × 16 = 128 tokens with each expert split 8 ways
-    (2048 / 8 = 256 columns per GPU), plus one all-reduce of those 128 tokens' hidden states over 8 GPUs
-    for the gather and the scatter."""
+    (2048 / 8 = 256 columns per GPU), plus two all-reduces of those 128 tokens' hidden states over 8 GPUs,
+    SGLang's gather and combine."""
     step = sglang_dp8_tp_experts
     versions = step.wide_experts.versions
     moe = raw("h200_sxm", "moe", "sglang", versions["moe"], "moe_perf.parquet")
@@ -36,8 +39,58 @@ def test_a_rank_gathers_dp_times_its_tokens_onto_experts_split_over_every_gpu(sg
               & (moe.distribution == "power_law_1.01") & (moe.num_tokens == 128)]
     assert not moe.empty
     all_reduce = tables.all_reduce_grid("h200_sxm", "sglang", versions["all_reduce"])
+    expected = moe.latency.min() / 1e3 + 2 * all_reduce((128 * 7168, 8), Extrapolated())
+    assert step.wide_experts.routed_s(16, False, Extrapolated()) == pytest.approx(expected, rel=1e-12)
+
+
+def moe_rows(system, engine, version, tokens, tp, ep):
+    """DeepSeek-V3's block-scaled FP8 rows of a MoE table at one token count and split."""
+    moe = raw(system, "moe", engine, version, "moe_perf.parquet")
+    return moe[(moe.moe_dtype == "fp8_block") & (moe.hidden_size == 7168) & (moe.inter_size == 2048)
+               & (moe.num_experts == 256) & (moe.topk == 8) & (moe.moe_tp_size == tp) & (moe.moe_ep_size == ep)
+               & (moe.distribution == "power_law_1.01") & (moe.num_tokens == tokens)]
+
+
+def test_gathered_tokens_reach_whole_experts_at_the_moe_tables_ep(dsr1):
+    """SGLang's DEP 8 on one node without DeepEP: 16 requests on each of 8 ranks run the MoE kernel at 128
+    tokens with 256 / 8 = 32 whole experts per GPU, plus SGLang's two all-reduces of those tokens."""
+    step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="sglang",
+                versions=tables.choose_versions("h200-141gb", "sglang", None), all_to_all=AllToAll.GATHER)
+    versions = step.wide_experts.versions
+    moe = moe_rows("h200_sxm", "sglang", versions["moe"], 128, tp=1, ep=8)
+    assert not moe.empty
+    all_reduce = tables.all_reduce_grid("h200_sxm", "sglang", versions["all_reduce"])
+    expected = moe.latency.min() / 1e3 + 2 * all_reduce((128 * 7168, 8), Extrapolated())
+    assert step.wide_experts.routed_s(16, False, Extrapolated()) == pytest.approx(expected, rel=1e-12)
+
+
+def test_an_all_gather_and_reduce_scatter_cost_one_all_reduce_outside_sglang(dsr1):
+    """TensorRT-LLM's attention DP over experts split 8 ways: the MoE kernel at 128 tokens plus one all-reduce."""
+    step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=1), engine="trtllm",
+                versions=tables.choose_versions("h200-141gb", "trtllm", None))
+    versions = step.wide_experts.versions
+    moe = moe_rows("h200_sxm", "trtllm", versions["moe"], 128, tp=8, ep=1)
+    assert not moe.empty
+    all_reduce = tables.all_reduce_grid("h200_sxm", "trtllm", versions["all_reduce"])
     expected = moe.latency.min() / 1e3 + all_reduce((128 * 7168, 8), Extrapolated())
     assert step.wide_experts.routed_s(16, False, Extrapolated()) == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_gather_takes_longer_than_deepeps_dispatch_for_a_prompt_batch_on_one_node(dsr1):
+    """Every GPU runs its experts over all 8 ranks' 8k-token prompts and two all-reduces of 64k tokens' hidden
+    states, where DeepEP moves each token only to its experts' ranks."""
+    gpu = get_gpu("b200-180gb")
+    ranks = {a2a: composed_profile(dsr1, gpu, 1, 1, dp=8, ep=8, engine="sglang", max_prefill_batch_tokens=8192,
+                                   all_to_all=a2a) for a2a in AllToAll}
+    assert ranks[AllToAll.GATHER].group_s(True, 8 * 8192) > ranks[AllToAll.DISPATCH].group_s(True, 8 * 8192)
+    assert "32 whole routed experts per GPU of TP 1 × DP 8 = EP 8" in ranks[AllToAll.GATHER].provenance.notes
+
+
+def test_redundant_experts_are_refused_for_gathered_tokens(dsr1):
+    with pytest.raises(PdplanError, match="redundant experts") as err:
+        composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=8, engine="sglang", redundant_experts=32,
+                         all_to_all=AllToAll.GATHER)
+    assert err.value.field == "all_to_all"
 
 
 def test_the_shared_experts_run_whole_on_the_ranks_own_tokens(sglang_dp8_tp_experts):
@@ -50,7 +103,7 @@ def test_the_profile_says_the_experts_are_split_and_the_ranks_gathered(dsr1):
     profile = composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=1, engine="sglang")
     assert (profile.dp, profile.ep) == (8, 1)
     assert "every routed expert split over TP 1 × DP 8 = 8 GPUs" in profile.provenance.notes
-    assert "gather and scatter timed as one all-reduce" in profile.provenance.notes
+    assert "gather and scatter timed as 2 all-reduces" in profile.provenance.notes
 
 
 def test_a_gather_over_more_gpus_than_the_all_reduce_table_measured_is_refused(dsr1):

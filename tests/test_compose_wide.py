@@ -25,6 +25,7 @@ from pdplan.latency.source import ProfileSource  # noqa: E402
 from pdplan.modelref import get_model  # noqa: E402
 from pdplan.modelspec import kv_capacity_tokens  # noqa: E402
 from pdplan.shape import InstanceShape  # noqa: E402
+from pdplan.vocabulary import AllToAll  # noqa: E402
 
 
 def raw(system, family, engine, version, filename):
@@ -243,3 +244,13 @@ def test_a_moe_kernel_is_refused_for_whole_experts_under_attention_dp(dsr1):
 ])
 def test_only_layouts_that_read_the_moe_table_can_choose_its_kernel(tp, dp, ep, redundant, table):
     assert reads_moe_table(tp, dp, ep, redundant) is table
+
+
+@pytest.mark.parametrize(("tp", "dp", "ep", "redundant", "table"), [
+    (1, 8, 8, 0, True),     # whole experts over the gathered tokens of TP x DP
+    (2, 4, 8, 0, True),
+    (1, 8, 4, 0, False),    # EP other than TP x DP: dispatched whatever is asked
+    (1, 8, 8, 32, False),   # redundant experts: EPLB's rows of the wide-EP tables
+])
+def test_gathered_whole_experts_read_the_moe_table(tp, dp, ep, redundant, table):
+    assert reads_moe_table(tp, dp, ep, redundant, AllToAll.GATHER) is table

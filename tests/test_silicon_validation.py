@@ -8,7 +8,7 @@ import json
 import pytest
 
 from pdplan.latency.compose import tables
-from pdplan.vocabulary import SpeculativeMethod
+from pdplan.vocabulary import AllToAll, SpeculativeMethod
 
 pytestmark = pytest.mark.skipif(not tables.installed(), reason="the rows come with pdplan[aic]")
 
@@ -235,6 +235,19 @@ def test_sglang_recipes_with_attention_dp_give_each_rank_the_chunk_and_requests_
     pool = deployments.plan_for(row).pools[0]
     assert (pool.tp, pool.dp, pool.ep, pool.rank_router) == (1, 8, 8, "bootstrap-room")
     assert (pool.max_prefill_batch_tokens, pool.max_running_requests) == (min(131072 // 8, 16384), 30000 // 8)
+
+
+def test_sglang_pools_of_dp_and_ep_on_one_node_gather_and_across_nodes_dispatch(deployments, rows):
+    """Only SGLang's srt-slurm recipes that span nodes set ``moe-a2a-backend: deepep``: B200 FP8's DEP 8 on one
+    node (``max-tpt-dep8-1p1d.yaml``) gathers on both phases; GB200 FP8's max throughput DEP 8 prefill over two
+    4-GPU trays and its DEP 32 decode dispatch; TensorRT-LLM's attention DP dispatches."""
+    def exchanges(config):
+        row = disaggregated(rows, config).iloc[0]
+        return [deployments.all_to_all(row, pool) for pool in deployments.plan_for(row).pools]
+
+    assert exchanges("cfg457") == [AllToAll.GATHER, AllToAll.GATHER]
+    assert exchanges("cfg523") == [AllToAll.DISPATCH, AllToAll.DISPATCH]
+    assert exchanges("cfg291") == [AllToAll.DISPATCH, AllToAll.DISPATCH]
 
 
 def test_two_recipes_of_one_deployment_and_concurrency_are_told_apart_by_the_rows_prefill(deployments, rows):

@@ -1,23 +1,31 @@
-"""Attention data parallelism over tensor-parallel experts: the MoE layer of one DP rank when the
-instance splits every expert over all its GPUs instead of placing whole experts (EP 1, expert TP =
-TP × DP).
+"""Attention data parallelism over gathered tokens: the MoE layer of one DP rank when every rank's tokens
+are gathered onto every GPU, which runs its part of the experts over all of them. The experts are either
+split over all the instance's GPUs (EP 1, expert TP = TP × DP) or whole and spread over them (EP = TP ×
+DP, moved by a gather instead of a dispatch: :class:`pdplan.vocabulary.AllToAll`).
 
-This is what the engines run with attention DP and no expert parallelism: SGLang's ``--tp N
+The first is what the engines run with attention DP and no expert parallelism: SGLang's ``--tp N
 --attn-dp-size N`` without ``--ep-size`` (expert TP = tp_size / ep_size, runtime_context.py
 ``derive_parallel_widths``), vLLM's ``--data-parallel-size`` without ``--enable-expert-parallel``
-(its FusedMoE flattens TP across DP), TensorRT-LLM's attention DP with ``moe_tp_size`` = TP. Every
-MoE layer gathers the ranks' tokens onto every GPU, runs each expert's 1/(TP × DP) slice on all of
+(its FusedMoE flattens TP across DP), TensorRT-LLM's attention DP with ``moe_tp_size`` = TP. The second
+is what SGLang and vLLM run with expert parallelism and their default all-to-all: SGLang 0.5.23's
+``--moe-a2a-backend`` "none" (``layers/dp_attention.py`` gathers the DP ranks' tokens around the MoE
+layer) and vLLM 0.33.0's ``--all2all-backend`` "allgather_reducescatter" (``config/parallel.py``).
+Every MoE layer gathers the ranks' tokens onto every GPU, runs its experts (or expert slices) on all of
 them and scatters the summed results back to their ranks. Per MoE layer one rank's step is
 
     router + shared experts + gather + routed experts over DP × the rank's tokens + scatter
 
-* routed experts: AIConfigurator's MoE table (``moe/<engine>/<v>/moe_perf``) at ``moe_ep_size`` 1 and
-  expert width ``inter_size / (TP × DP)`` per GPU, at DP × the rank's tokens;
+* routed experts: AIConfigurator's MoE table (``moe/<engine>/<v>/moe_perf``) at DP × the rank's tokens:
+  at ``moe_ep_size`` 1 and expert width ``inter_size / (TP × DP)`` per GPU, or at ``moe_tp_size`` 1 and
+  ``experts / (TP × DP)`` whole experts per GPU;
 * gather and scatter: an all-gather and a reduce-scatter of the gathered tokens' hidden states over
   the TP × DP GPUs, the two halves of a ring all-reduce (Patarasuk and Yuan, "Bandwidth optimal
   all-reduce algorithms for clusters of workstations", JPDC 2009; NCCL's ring all-reduce is a
   reduce-scatter followed by an all-gather), so timed as one all-reduce of that size from the
-  engine's all-reduce table. A group the table did not measure is refused;
+  engine's all-reduce table. SGLang instead pads the ranks' tokens into one buffer of their sum,
+  gathers it with an all-reduce and combines with another (``DpPaddingMode.SUM_LEN``, which it takes
+  for every prompt batch over several ranks and for decode batches its custom all-reduce holds), so
+  SGLang's is timed as two (:func:`exchange_all_reduces`). A group the table did not measure is refused;
 * shared experts and dense MLPs: whole on every GPU at the rank's own tokens, as with wide expert
   parallelism (TensorRT-LLM's ``_compute_shared_expert_tp_size`` gives the shared experts TP 1 under
   attention DP; :data:`pdplan.experts.DP_REPLICATES_DENSE` sizes memory the same way).
@@ -35,17 +43,25 @@ from pdplan.latency.compose.wide import RankExperts
 
 @dataclass
 class GatheredExperts(RankExperts):
-    """The tables of one attention-DP rank's MoE layers with every expert split over the TP × DP GPUs."""
+    """The tables of one attention-DP rank's MoE layers over the gathered tokens of the TP × DP GPUs: every expert
+    split over them (``ep`` 1) or whole experts spread over them (``ep`` = TP × DP)."""
 
     all_reduce_version: str | None
+    ep: int = 1
 
     def __post_init__(self):
         self.group = self.tp * self.dp
-        if self.model.expert_ffn % self.group:
+        self.whole = self.ep == self.group > 1
+        if self.ep != 1 and not self.whole:
+            raise PdplanError(f"gathered tokens reach experts split over TP {self.tp} × DP {self.dp} = {self.group} "
+                              f"GPUs (EP 1) or whole over them (EP {self.group}), not EP {self.ep}", field="ep")
+        if self.whole and self.model.experts % self.group:
+            raise PdplanError(f"EP {self.group} does not divide the {self.model.experts} routed experts", field="ep")
+        if not self.whole and self.model.expert_ffn % self.group:
             raise PdplanError(f"TP {self.tp} × DP {self.dp} = {self.group} GPUs do not divide the expert width "
                               f"{self.model.expert_ffn}", field="dp")
         self.compute, moe_version, self.kernels = moe.moe_grid(self.system, self.engine, self.ceiling, self.config,
-                                                               expert_parallel=False)
+                                                               expert_parallel=self.whole)
         if self.all_reduce_version is None:
             raise PdplanError(f"no {self.engine} all-reduce measurements on {self.system} to gather DP {self.dp} "
                               "ranks' tokens for their tensor-parallel experts", field="dp")
@@ -66,11 +82,11 @@ class GatheredExperts(RankExperts):
         return self.group_s(rows * self.dp, prefill, log)
 
     def group_s(self, tokens: float, prefill: bool, log: Extrapolated) -> float:
-        """Gather, the split experts and scatter over ``tokens`` of the whole instance: all of the layer that
-        depends on every rank's tokens."""
-        width = self.model.expert_ffn / self.group
+        """Gather, the experts and scatter over ``tokens`` of the whole instance: all of the layer that depends on
+        every rank's tokens."""
+        per_gpu = (self.model.experts if self.whole else self.model.expert_ffn) / self.group
         exchange = self.all_reduce((tokens * self.model.hidden, self.group), log)
-        return self.compute((tokens, width), log) + exchange
+        return self.compute((tokens, per_gpu), log) + exchange_all_reduces(self.engine) * exchange
 
     def shared_s(self, rows: float, prefill: bool, log: Extrapolated) -> float | None:
         """No measured table for whole shared experts here: the caller times them from the GEMM table."""
@@ -78,10 +94,21 @@ class GatheredExperts(RankExperts):
 
     def note(self) -> str:
         load = moe.load_label(self.config.distribution)
-        return (f"attention data parallelism over tensor-parallel experts: one of {self.dp} ranks at its own "
-                f"batch, every rank carrying the same; every routed expert split over TP {self.tp} × DP {self.dp} "
-                f"= {self.group} GPUs from AIConfigurator's MoE table (moe {self.versions['moe']}, "
-                f"{moe.kernel_label(self.kernels)}) at a {load} "
-                f"expert load and DP {self.dp} × the rank's tokens; gather and scatter timed as one all-reduce of "
-                f"those tokens over {self.group} GPUs (all_reduce {self.versions['all_reduce']}); shared experts "
-                "and dense MLPs whole on every GPU")
+        experts = (f"{self.model.experts // self.group} whole routed experts per GPU of TP {self.tp} × DP {self.dp} "
+                   f"= EP {self.group}" if self.whole else
+                   f"every routed expert split over TP {self.tp} × DP {self.dp} = {self.group} GPUs")
+        exchanges = exchange_all_reduces(self.engine)
+        timed = "one all-reduce" if exchanges == 1 else f"{exchanges} all-reduces"
+        return (f"attention data parallelism over gathered tokens: one of {self.dp} ranks at its own batch, every "
+                f"rank carrying the same; {experts} from AIConfigurator's MoE table (moe {self.versions['moe']}, "
+                f"{moe.kernel_label(self.kernels)}) at a {load} expert load and DP {self.dp} × the rank's tokens; "
+                f"gather and scatter timed as {timed} of those tokens over {self.group} GPUs "
+                f"(all_reduce {self.versions['all_reduce']}); shared experts and dense MLPs whole on every GPU")
+
+
+def exchange_all_reduces(engine: str) -> int:
+    """All-reduces of the gathered tokens one MoE layer's gather and scatter cost (module docstring): SGLang's
+    sum-length padding gathers with one and combines with another (``python/sglang/srt/layers/dp_attention.py``,
+    ``DpPaddingMode.SUM_LEN``); an all-gather and a reduce-scatter are the two halves of one (Patarasuk and Yuan,
+    JPDC 2009)."""
+    return 2 if engine == "sglang" else 1

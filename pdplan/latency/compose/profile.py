@@ -25,7 +25,7 @@ from pdplan.latency.profile import PhaseProfile, group_grid, profile_from_dict, 
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 from pdplan.modelspec import ModelSpec, expert_placement_rejection, kv_capacity_tokens, shape_rejection
 from pdplan.shape import InstanceShape
-from pdplan.vocabulary import MoeActivations
+from pdplan.vocabulary import AllToAll, MoeActivations
 
 PREFILL_BATCHES = (1, 2, 4, 8, 16, 32)
 PREFILL_LENGTHS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
@@ -56,7 +56,8 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
                      gpus_per_node: int | None = None,
                      max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
                      expert_parallel: bool = False, redundant_experts: int = 0,
-                     moe_activations: MoeActivations | None = None, moe_kernel: str | None = None) -> PhaseProfile:
+                     moe_activations: MoeActivations | None = None, moe_kernel: str | None = None,
+                     all_to_all: AllToAll = AllToAll.DISPATCH) -> PhaseProfile:
     """The composed profile of one shape, or a PdplanError saying why none can be made.
 
     ``ep``: the GPUs routed experts are spread over as whole experts (1: split over TP); ``expert_parallel``
@@ -66,7 +67,11 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
     ``gpus_per_node`` (default: the GPU's NVLink domain) is how far collectives and the all-to-all stay on NVLink.
     ``moe_activations``: the precision MXFP4 experts take their activations in (None: the engine's default).
     ``moe_kernel``: the one MoE kernel (the table's ``kernel_source``) the engine's backend runs (None: the fastest
-    measured at each point)."""
+    measured at each point). ``all_to_all``: how DP ranks with whole experts over TP × DP reach them (gathered:
+    :mod:`pdplan.latency.compose.gathered`; dispatched: :mod:`pdplan.latency.compose.wide`)."""
+    if all_to_all is AllToAll.GATHER and redundant_experts:
+        raise PdplanError("redundant experts rebalance a dispatch's load (EPLB); gathered tokens reach every expert",
+                          field="all_to_all")
     if expert_parallel:
         ep = tp
     gpus_per_node = gpus_per_node or gpu.nvlink_domain  # collectives stay on NVLink that far
@@ -83,7 +88,8 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
                                        memory_utilization=memory_utilization, gpus_per_node=gpus_per_node,
                                        max_prefill_batch_tokens=max_prefill_batch_tokens, dp=dp, ep=ep,
                                        expert_parallel=expert_parallel, redundant_experts=redundant_experts,
-                                       moe_activations=moe_activations, moe_kernel=moe_kernel)
+                                       moe_activations=moe_activations, moe_kernel=moe_kernel,
+                                       all_to_all=all_to_all)
     source = tables.source_text(step.system, engine, step.versions)
     points = tuple(sample_points(step, kv_capacity=capacity, max_batch_tokens=cap))
     group = group_points(step, dp * cap) if dp > 1 and step.wide else {}
@@ -105,7 +111,8 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
                  max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
                  dp: int = 1, ep: int = 1, expert_parallel: bool = False,
                  redundant_experts: int = 0, moe_activations: MoeActivations | None = None,
-                 moe_kernel: str | None = None) -> tuple[Step, int, int]:
+                 moe_kernel: str | None = None,
+                 all_to_all: AllToAll = AllToAll.DISPATCH) -> tuple[Step, int, int]:
     """The shape's operator tables, its KV capacity (one DP rank's) and its prefill batch cap."""
     versions = tables.choose_versions(gpu.physical, engine, engine_version)
     # Whole experts over the TP ranks of one instance without attention DP: the MoE table's EP = TP rows.
@@ -113,7 +120,8 @@ def _composition(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, engine: str, e
     shape = InstanceShape(gpu=gpu.physical, tp=tp, pp=pp, dp=dp, ep=1 if expert_parallel else ep)
     step = Step(model=model, shape=shape, engine=engine, versions=versions,
                 gpus_per_node=gpus_per_node, engine_version=engine_version, expert_parallel=expert_parallel,
-                redundant_experts=redundant_experts, moe_activations=moe_activations, moe_kernel=moe_kernel)
+                redundant_experts=redundant_experts, moe_activations=moe_activations, moe_kernel=moe_kernel,
+                all_to_all=all_to_all)
     capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, dp=dp,
                                   redundant_experts=redundant_experts)
     return step, capacity, min(max_prefill_batch_tokens, capacity)

@@ -44,15 +44,18 @@ from pdplan.latency.compose.tables import Extrapolated
 from pdplan.latency.roofline import pipeline_hops
 from pdplan.modelspec import ACTIVATION_BYTES, ModelSpec, kv_heads_per_gpu
 from pdplan.shape import InstanceShape
-from pdplan.vocabulary import MoeActivations
+from pdplan.vocabulary import AllToAll, MoeActivations
 
 
-def reads_moe_table(tp: int, dp: int, ep: int, redundant_experts: int = 0) -> bool:
+def reads_moe_table(tp: int, dp: int, ep: int, redundant_experts: int = 0,
+                    all_to_all: AllToAll = AllToAll.DISPATCH) -> bool:
     """Whether a mixture-of-experts step of these coordinates times its routed experts from the MoE table, whose
     kernels can be chosen (``Step.moe_kernel``): experts split over the GPUs (EP 1, with attention DP over TP × DP:
-    :mod:`pdplan.latency.compose.gathered`) or whole over TP without DP. Whole experts under attention DP, another
-    EP or redundant experts read the wide-EP tables (:mod:`pdplan.latency.compose.wide`)."""
-    return not redundant_experts and (ep == 1 or (dp == 1 and ep == tp))
+    :mod:`pdplan.latency.compose.gathered`), whole over TP without DP, or whole over TP × DP reached by a gather.
+    Whole experts under attention DP reached by a dispatch, another EP or redundant experts read the wide-EP
+    tables (:mod:`pdplan.latency.compose.wide`)."""
+    gathered = all_to_all is AllToAll.GATHER and ep == tp * dp
+    return not redundant_experts and (ep == 1 or (dp == 1 and ep == tp) or gathered)
 
 
 @dataclass
@@ -80,6 +83,9 @@ class Step:
     #: The one MoE kernel to time routed experts with (the MoE table's ``kernel_source``, the engine's backend);
     #: None: the fastest measured at each point (:func:`pdplan.latency.compose.moe.moe_grid`).
     moe_kernel: str | None = None
+    #: How attention DP ranks with whole experts (EP = TP × DP) reach them: dispatched (the wide-EP tables) or
+    #: gathered (the MoE table, :mod:`pdplan.latency.compose.gathered`).
+    all_to_all: AllToAll = AllToAll.DISPATCH
 
     def __post_init__(self):
         system = tables.system_for(self.shape.gpu)
@@ -234,9 +240,9 @@ class Step:
     def _wide_tables(self, system: str, versions: dict[str, str]) -> None:
         """The wide-EP tables of one DP rank's MoE layers, and SGLang's wide-EP latent attention."""
         m, shape = self.model, self.shape
-        if reads_moe_table(shape.tp, shape.dp, shape.ep, self.redundant_experts):   # experts split over TP x DP
+        if reads_moe_table(shape.tp, shape.dp, shape.ep, self.redundant_experts, self.all_to_all):   # gathered
             self.wide_experts = gathered.GatheredExperts(system, self.engine, self.engine_version, m, self.moe_config,
-                                                         shape.tp, shape.dp, versions.get("all_reduce"))
+                                                         shape.tp, shape.dp, versions.get("all_reduce"), shape.ep)
         else:
             if self.moe_kernel is not None:
                 raise PdplanError(f"MoE kernel {self.moe_kernel}: a kernel is chosen in the MoE table, which whole "
