@@ -5,18 +5,21 @@ is at most the layer count, the weights plus the KV of the largest request fit m
 engine the plan is for can run it in its phase (:mod:`pdplan.engines`). For a mixture-of-experts
 model, each attention data-parallel size DP above 1 adds wide shapes: TP × DP GPUs in one stage,
 every routed expert whole on one of them (EP = TP × DP, the wide-EP deployments of DeepSeek,
-SGLang and Dynamo), on one node or spread evenly over whole nodes. Every rejected shape comes
-back with its reason, for ``--explain``.
+SGLang and Dynamo), on one node or spread evenly over whole nodes, its tokens moved to the experts as
+the engine's export starts it (:func:`pdplan.engines.all_to_all`: gathered on one node under SGLang and
+vLLM, dispatched otherwise). Every rejected shape comes back with its reason, for ``--explain``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from pdplan.engines import shape_refusal
+from pdplan.engines import DEFAULT_ENGINE, shape_refusal
+from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
 from pdplan.shape import InstanceShape, wide_ep
+from pdplan.vocabulary import AllToAll
 
 DEFAULT_TPS = (1, 2, 4, 8)
 DEFAULT_PPS = (1, 2, 4)
@@ -31,6 +34,8 @@ class Shape(InstanceShape):
     phase: str                    #: "prefill", "decode" or "colocated"
     policy: str | None = None     #: colocated only: "chunked" or "prefill-first"
     chunk_tokens: int | None = None
+    #: attention DP with whole experts: how the plan's engine moves tokens to them (:func:`pdplan.engines.all_to_all`)
+    all_to_all: AllToAll = AllToAll.DISPATCH
 
     @property
     def label(self) -> str:
@@ -80,6 +85,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                          memory_utilization=memory_utilization,
                                          kv_reserve_tokens=largest_request_tokens)
                 for shape in _variants(phase, gpu_name, tp, pp, dp, ep, chunk_sizes):
+                    shape = replace(shape, all_to_all=engine_all_to_all(engine or DEFAULT_ENGINE, shape, per_node))
                     why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
                     if why is None:
                         kept.append(shape)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from pdplan.shape import InstanceShape
-from pdplan.vocabulary import RankRouter
+from pdplan.vocabulary import AllToAll, RankRouter
 
 #: The engine each export format starts: Dynamo's, llm-d's and the Kubernetes pods run vLLM.
 FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d": "vllm", "k8s": "vllm"}
@@ -40,6 +40,20 @@ def rank_router(engine: str, phase: str, dp: int) -> RankRouter:
     if engine == "sglang" and phase == "prefill" and dp > 1:
         return RankRouter.BOOTSTRAP_ROOM
     return RankRouter.SHORTEST_QUEUE
+
+
+def all_to_all(engine: str, shape: InstanceShape, gpus_per_node: int) -> AllToAll:
+    """How an instance of attention DP with whole experts (EP = TP × DP) under ``engine`` moves its tokens to the
+    experts, as pdplan's exports start it on nodes of ``gpus_per_node`` GPUs: gathered where the engine's default
+    all-to-all gathers and the export keeps it, SGLang on one node (``--moe-a2a-backend`` "none",
+    ``python/sglang/srt/layers/dp_attention.py``) and vLLM on one node (``--all2all-backend``
+    "allgather_reducescatter", ``vllm/config/parallel.py``); dispatched otherwise: TensorRT-LLM's MoE all-to-all,
+    SGLang's DeepEP, which its export starts across nodes, and vLLM's across nodes, whose gather over the nodes no
+    operator table measures (its export says it runs one)."""
+    whole = shape.dp > 1 and shape.ep == shape.tp * shape.dp
+    if whole and engine in ("sglang", "vllm") and shape.pp == 1 and shape.stage_gpus <= gpus_per_node:
+        return AllToAll.GATHER
+    return AllToAll.DISPATCH
 
 
 class RoleShape(Protocol):

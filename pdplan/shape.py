@@ -25,9 +25,12 @@ def shape_label(gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1, compact
     return f"{gpu} TP{tp}{wide} PP{pp}"
 
 
-def shape_key(model: str, gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1) -> tuple:
+def shape_key(model: str, gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1, gathered: bool = False) -> tuple:
     """The profile key of a shape: (model, gpu, tp, pp), with (dp, ep) appended only when either is
-    above 1, so every key of a TP × PP instance (and every profile file) reads as it always has."""
+    above 1, so every key of a TP × PP instance (and every profile file) reads as it always has, and
+    "gather" after them for whole experts reached by a gather (:class:`pdplan.vocabulary.AllToAll`)."""
+    if gathered:
+        return (model, gpu, tp, pp, dp, ep, "gather")
     if dp > 1 or ep > 1:
         return (model, gpu, tp, pp, dp, ep)
     return (model, gpu, tp, pp)

@@ -59,3 +59,36 @@ def test_a_wide_shape_no_table_times_is_a_rejected_candidate_not_an_abort():
     measured, rejected = measure(request, ResultCache(None, enabled=False))
     assert all(not m.shape.is_wide for m in measured) and measured
     assert {r.reason for r in rejected if r.shape.is_wide} >= {"no wide-EP table for this shape"}
+
+
+def all_to_alls(engine, dps, tps=(1,)):
+    kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=dps, tps=tps,
+                               pps=(1,), phases=("decode",), engine=engine)
+    return {s.shape_label(): str(s.all_to_all) for s in kept if s.dp > 1}
+
+
+def test_sglang_and_vllm_gather_a_wide_shape_on_one_node_and_dispatch_across_nodes():
+    """As their exports start them: SGLang's default all-to-all gathers on one node and DeepEP runs across nodes;
+    vLLM's default gathers, and across nodes its gather is timed by no table, so the plan keeps a dispatch."""
+    for engine in ("sglang", "vllm"):
+        assert all_to_alls(engine, dps=(8, 16)) == {"h200-141gb TP1 DP8 EP8 PP1": "gather",
+                                                    "h200-141gb TP1 DP16 EP16 PP1": "dispatch"}
+    assert all_to_alls("sglang", dps=(4,), tps=(2,)) == {"h200-141gb TP2 DP4 EP8 PP1": "gather"}
+
+
+def test_tensorrt_llm_dispatches_every_wide_shape():
+    assert set(all_to_alls("trtllm", dps=(8, 16)).values()) == {"dispatch"}
+
+
+def test_a_gather_is_timed_from_the_operator_tables_only():
+    """The wide-EP roofline times a dispatch: without composition a gathered shape has no profile, said why."""
+    import pytest
+
+    from pdplan.errors import PdplanError
+    from pdplan.latency.source import ProfileSource
+
+    with pytest.raises(PdplanError, match="gathered tokens are timed from AIConfigurator's operator tables only") \
+            as refused:
+        ProfileSource({}, compose=False).profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 1, 1, dp=8,
+                                                 ep=8, all_to_all="gather")
+    assert refused.value.field == "all_to_all"

@@ -85,6 +85,17 @@ def test_goodput_of_a_wide_instance_is_the_whole_instance_s_with_each_rank_probe
 
 
 @pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
+def test_goodput_of_a_wide_instance_with_gathered_tokens_reads_the_moe_table(run_cli):
+    """SGLang's DP 8 EP 8 on one node without DeepEP, as optimize times it there."""
+    code, out, err = run_cli("goodput", TRACE, "--model", "deepseek-r1", "--dtype", "fp8", "--gpu", "h200-141gb",
+                             "--engine", "sglang", "--phase", "decode", "--dp", "8", "--all-to-all", "gather",
+                             "--tpot", "50ms", "--requests-per-probe", "20", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["dp"], result["ep"], result["profile_source"]) == (8, 8, "composed") and result["goodput_rps"] > 0
+
+
+@pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
 def test_goodput_with_ep_1_splits_every_expert_over_the_dp_ranks_gpus(run_cli):
     """SGLang's --attn-dp-size 8 without --ep-size: 8 GPUs, each holding 1/8 of every expert."""
     code, out, err = run_cli("goodput", TRACE, "--model", "deepseek-r1", "--dtype", "fp8", "--gpu", "h200-141gb",
@@ -196,6 +207,11 @@ BAD = [
     (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "0"),
      "Error: --dp must be >= 1, got 0"),
     (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "8",
+      "--ep", "1", "--all-to-all", "gather"), "Error: --all-to-all gather with --tp 1 --dp 8 --ep 1: gather applies "
+                                              "to attention data parallelism with whole experts over every GPU"),
+    (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "8",
+      "--all-to-all", "deepep"), "Error: --all-to-all must be one of dispatch, gather, got 'deepep'"),
+    (("goodput", TRACE, "--model", "deepseek-r1", "--gpu", "h200-141gb", "--phase", "decode", "--dp", "8",
       "--ep", "3"), "Error: deepseek-r1@fp8 h200-141gb TP1 DP8 EP3 PP1: EP 3 must divide the 8 GPUs of TP 1 × DP 8 "
                     "that hold the experts (expert TP = TP × DP / EP)"),
     (("simulate", TRACE, "--plan", ROOT / "nope.yaml"), "Error: {root}/nope.yaml: plan file not found"),
@@ -218,6 +234,7 @@ BAD = [
 
 @pytest.mark.parametrize("args,message", BAD, ids=["phase", "does-not-fit", "attainment", "chunk",
                                                     "chunk-zero", "dp-dense", "dp-with-pp", "dp-zero",
+                                                    "gather-split-experts", "all-to-all-word",
                                                     "ep-not-dividing", "missing-plan", "rate", "simulate-ttft",
                                                     "simulate-tpot", "simulate-ttft-inf", "ttft-in-ms-by-mistake",
                                                     "tpot-in-ms-by-mistake", "simulate-attainment",

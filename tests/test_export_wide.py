@@ -209,6 +209,23 @@ def test_an_export_says_which_pools_it_runs_without_the_deepep_all_to_all_they_w
     assert "allgather_reducescatter" in vllm
 
 
+def test_a_pool_timed_with_a_gather_runs_the_engines_gathering_default_and_the_header_says_nothing(wide, tmp_path):
+    """A pool whose verification gathered its tokens (``all_to_all: gather``) is what SGLang's and vLLM's defaults
+    run: no DeepEP flag even across nodes, and no warning in the header."""
+    for pool in wide["pools"]:
+        pool["all_to_all"] = "gather"
+        pool.pop("redundant_experts", None)
+    sglang = export_manifest(wide, "sglang")
+    assert "--moe-a2a-backend" not in _command(tmp_path, sglang["sglang/prefill-0.sh"], "1")
+    assert not any("all-to-all" in text for text in sglang.values())
+    assert not any("all-to-all" in text for text in export_manifest(wide, "vllm").values())
+
+
+def test_a_dispatch_pool_of_a_manifest_written_before_the_field_keeps_its_header_note(wide):
+    assert all("all_to_all" not in pool for pool in wide["pools"])
+    assert "timed with DeepEP's all-to-all" in export_manifest(wide, "sglang")["sglang/decode-0.sh"]
+
+
 def test_a_tp_only_export_says_nothing_of_an_all_to_all(wide):
     for fmt in ("sglang", "vllm"):
         assert not any("all-to-all" in text for text in export_manifest(_tp_only(wide), fmt).values())

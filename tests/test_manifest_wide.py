@@ -409,3 +409,23 @@ def test_a_manifest_records_how_its_prefill_ranks_take_prompts_and_simulate_read
     assert plan_of_manifest(wide, "m").pools[prefill].rank_router == "bootstrap-room"
     wide["pools"][prefill]["scheduling"]["rank_router"] = "random"
     assert _schema_errors(wide["pools"][prefill], "pool")
+
+
+def test_a_manifest_records_how_a_pools_tokens_reach_its_experts_and_simulate_reads_it_back(disaggregated):
+    """``all_to_all`` is the schema's ``dispatch`` or ``gather`` (no other word), the plan of the manifest keeps it,
+    so a resimulation times the exchange verified, and a manifest written before it reads as a dispatch."""
+    from pdplan.manifest.plan import plan_of_manifest
+
+    wide = copy.deepcopy(disaggregated)
+    wide["pools"][1] |= {"tp": 1, "dp": 8, "ep": 8, "all_to_all": "gather"}
+    assert _schema_errors(wide["pools"][1], "pool") == []
+    assert plan_of_manifest(wide, "m").pools[1].all_to_all == "gather"
+    del wide["pools"][1]["all_to_all"]
+    assert plan_of_manifest(wide, "m").pools[1].all_to_all == "dispatch"
+    assert _schema_errors(_pool(all_to_all="deepep"), "pool")
+
+
+def test_a_gather_needs_attention_dp_with_whole_experts_over_every_gpu():
+    assert _pool_fields(_pool(all_to_all="gather")) == []
+    assert _pool_fields(_pool(tp=8, dp=1, all_to_all="gather")) == ["pools[0].all_to_all"]
+    assert _pool_fields(_pool(dp=16, ep=8, gpus=16, all_to_all="gather")) == ["pools[0].all_to_all"]

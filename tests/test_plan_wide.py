@@ -62,6 +62,27 @@ def test_a_wide_pool_writes_back_its_coordinates(tmp_path):
     assert {k: plan_to_dict(loaded)["pools"][1][k] for k in ("tp", "dp", "ep")} == {"tp": 1, "dp": 8, "ep": 8}
 
 
+def test_a_pool_states_how_its_tokens_reach_whole_experts_and_writes_it_back(tmp_path):
+    loaded = load_plan(write(tmp_path, plan("tp: 1\n    dp: 8\n    ep: 8\n    all_to_all: gather")))
+    assert loaded.pools[1].all_to_all == "gather" and loaded.pools[0].all_to_all == "dispatch"
+    assert plan_to_dict(loaded)["pools"][1]["all_to_all"] == "gather"
+    assert "all_to_all" not in plan_to_dict(loaded)["pools"][0]
+    assert loaded.pools[1].shape[-1] == "gather"  # its profile is not the dispatched one
+
+
+@pytest.mark.parametrize("decode", [
+    "tp: 8\n    all_to_all: gather",                                   # no attention DP
+    "tp: 1\n    dp: 8\n    ep: 1\n    all_to_all: gather",            # experts split, not whole
+    "tp: 1\n    dp: 8\n    ep: 8\n    redundant_experts: 32\n    all_to_all: gather",  # EPLB's copies
+    "tp: 1\n    dp: 8\n    ep: 8\n    all_to_all: deepep",            # not a way the plan names
+])
+def test_an_all_to_all_the_layout_cannot_run_names_the_file_and_field(tmp_path, decode):
+    path = write(tmp_path, plan(decode))
+    with pytest.raises(PdplanError) as err:
+        load_plan(path)
+    assert err.value.field == "pools[1].all_to_all" and str(path) in str(err.value)
+
+
 @pytest.mark.parametrize("decode, field", [
     ("dp: 0", "pools[1].dp"),
     ("ep: 0", "pools[1].ep"),

@@ -15,6 +15,7 @@ from pdplan.cli.options import (
     MODEL_HELP,
     AcceptanceOpt,
     AdmissionShareOpt,
+    AllToAllOpt,
     ArrivalsOpt,
     AttainmentOpt,
     ComposeOpt,
@@ -40,6 +41,7 @@ from pdplan.cli.options import (
     TraceArg,
     TtftOpt,
     check_seed,
+    checked_all_to_all,
     choice,
     load_workload,
     profile_source,
@@ -66,7 +68,7 @@ from pdplan.latency.profile import profile_inputs
 from pdplan.modelref import get_model, model_file
 from pdplan.plots import plot_attainment_curve
 from pdplan.slo import DEFAULT_ATTAINMENT
-from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy
+from pdplan.vocabulary import INSTANCE_PHASES, AllToAll, Phase, Policy
 
 
 def goodput(
@@ -78,6 +80,7 @@ def goodput(
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
     dp: DpOpt = 1,
     ep: EpOpt = None,
+    all_to_all: AllToAllOpt = AllToAll.DISPATCH,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     policy: Annotated[Policy, choice(
@@ -121,6 +124,7 @@ def goodput(
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
     ep = rank_ep(tp, pp, dp, ep)
+    all_to_all = checked_all_to_all(all_to_all, tp, dp, ep)
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
@@ -136,7 +140,7 @@ def goodput(
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose, drafting, moe_activations)
-    profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep)
+    profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep, all_to_all=all_to_all)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)
     ranks = rank_router(source.serving_engine, phase, dp)  # SGLang's P/D prefill: by bootstrap room

@@ -17,8 +17,9 @@ from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.shape import wide_ep
+from pdplan.sim.plan import all_to_all_rejection
 from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
-from pdplan.vocabulary import Arrivals, MoeActivations, Router, SpeculativeMethod
+from pdplan.vocabulary import AllToAll, Arrivals, MoeActivations, Router, SpeculativeMethod
 from pdplan.workload import FORMATS, Workload, load_trace, spread_over_grid
 
 
@@ -90,6 +91,12 @@ EpOpt = Annotated[int | None, typer.Option(
     "--ep", help="Expert-parallel size of a mixture-of-experts instance: the GPUs its routed experts are spread "
                  "over whole (default: TP x DP with --dp, else 1). 1 splits every expert over all TP x DP GPUs, as "
                  "SGLang does without --ep-size and vLLM without --enable-expert-parallel.")]
+AllToAllOpt = Annotated[AllToAll, choice(
+    "--all-to-all", AllToAll, help="How the ranks of --dp reach whole experts (EP = TP x DP): dispatch (DeepEP's "
+                                   "all-to-all, TensorRT-LLM's) or gather (every rank's tokens on every GPU: SGLang's "
+                                   "--moe-a2a-backend none, vLLM's --all2all-backend allgather_reducescatter). "
+                                   "optimize gathers SGLang's and vLLM's instances of one node, as their exports run "
+                                   "them.")]
 DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", help="Weight precision the model is served at: bf16, fp8, fp4 (NVFP4) or mxfp4 (gpt-oss's "
                     "MXFP4); default: a Hugging Face config's quantization_config, else bf16. Its KV cache follows "
@@ -218,6 +225,16 @@ def within(flag: str, value: float | None, low: float, high: float, *, above: bo
         else:
             rule = f"must be >= {_plain(low)}" if value < low else f"must be between {_plain(low)} and {_plain(high)}"
         raise PdplanError(f"{flag} {rule}, got {value!r}", field=flag.lstrip("-").replace("-", "_"))
+
+
+def checked_all_to_all(all_to_all: AllToAll, tp: int, dp: int, ep: int) -> AllToAll:
+    """--all-to-all, refused where the instance of --tp, --dp and --ep has no whole experts over every GPU to gather
+    tokens for."""
+    wrong = all_to_all_rejection(all_to_all, tp, dp, ep, 0)
+    if wrong is not None:
+        raise PdplanError(f"--all-to-all {all_to_all} with --tp {tp} --dp {dp} --ep {ep}: "
+                          f"{wrong.removeprefix('all_to_all ')}", field="all_to_all")
+    return all_to_all
 
 
 def rank_ep(tp: int, pp: int, dp: int, ep: int | None) -> int:

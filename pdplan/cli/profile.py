@@ -16,6 +16,7 @@ from pdplan import limits
 from pdplan.cli.options import (
     MODEL_HELP,
     AcceptanceOpt,
+    AllToAllOpt,
     DpOpt,
     DraftCostOpt,
     DraftTokensOpt,
@@ -25,6 +26,7 @@ from pdplan.cli.options import (
     KvDtypeOpt,
     MoeActivationsOpt,
     SpeculativeOpt,
+    checked_all_to_all,
     choice,
     rank_ep,
     speculative_from_options,
@@ -47,7 +49,7 @@ from pdplan.latency.profile import (
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, roofline_profile
 from pdplan.modelref import get_model, model_file
 from pdplan.shape import shape_label
-from pdplan.vocabulary import Policy
+from pdplan.vocabulary import AllToAll, Policy
 from pdplan.wording import counted
 
 app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_is_help=True)
@@ -296,6 +298,7 @@ def compose(
     pp: Annotated[int, typer.Option(help="Pipeline-parallel stages.")] = 1,
     dp: DpOpt = 1,
     ep: EpOpt = None,
+    all_to_all: AllToAllOpt = AllToAll.DISPATCH,
     engine: Annotated[str, typer.Option("--engine", help="Serving engine whose operators were measured: vllm, "
                                                          "sglang or trtllm.")] = "vllm",
     engine_version: EngineVersionOpt = None,
@@ -317,6 +320,7 @@ def compose(
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
     ep = rank_ep(tp, pp, dp, ep)
+    all_to_all = checked_all_to_all(all_to_all, tp, dp, ep)
     outputs = Outputs(model_file(model))
     if output is not None:
         outputs.claim(output, "--output")
@@ -325,7 +329,7 @@ def compose(
     tables.package_root()  # a clear error naming the extra when it is missing
     spec = get_model(model, dtype=dtype, kv_dtype=kv_dtype)
     profile = composed_profile(spec, get_gpu(gpu), tp, pp, dp=dp, ep=ep, engine=engine, engine_version=engine_version,
-                               moe_activations=moe_activations)
+                               moe_activations=moe_activations, all_to_all=all_to_all)
     _write_and_show(profile, outputs, output, as_json, f"Composed ({engine})")
 
 

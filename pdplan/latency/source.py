@@ -36,7 +36,7 @@ from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.latency.wide_roofline import wide_roofline_profile
 from pdplan.modelspec import ModelSpec
 from pdplan.shape import shape_key, shape_label
-from pdplan.vocabulary import MoeActivations, SpeculativeMethod
+from pdplan.vocabulary import AllToAll, MoeActivations, SpeculativeMethod
 
 
 @dataclass(frozen=True)
@@ -66,15 +66,18 @@ class ProfileSource:
         return self.engine or DEFAULT_ENGINE
 
     def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int | None = None,
-                cache: ResultCache | None = None, dp: int = 1, ep: int = 1) -> PhaseProfile:
+                cache: ResultCache | None = None, dp: int = 1, ep: int = 1,
+                all_to_all: str = AllToAll.DISPATCH) -> PhaseProfile:
         """The shape's profile (with ``dp`` > 1, one DP rank's); a composed one is kept in ``cache``
         (composing takes about a second), before speculative decoding is applied, so the cached composition
         is the engine's alone. ``gpus_per_node`` (default: the GPU's NVLink domain, 72 on a GB200 NVL72
         rack) is how far collectives and the expert all-to-all stay on NVLink, as AIConfigurator's
-        ``num_gpus_per_node`` of a large-EP config is."""
+        ``num_gpus_per_node`` of a large-EP config is. ``all_to_all``: how DP ranks reach whole experts over
+        TP × DP; a gather is timed from the operator tables only (the wide-EP roofline times a dispatch)."""
         speculative = self.speculative_for(model)  # refused before any profile is composed
         moe.asked_activations(model, gpu, self.moe_activations)  # and so is a precision the kernels cannot take
-        found = self._evidence(model, gpu, tp, pp, gpus_per_node or gpu.nvlink_domain, cache, dp, ep)
+        found = self._evidence(model, gpu, tp, pp, gpus_per_node or gpu.nvlink_domain, cache, dp, ep,
+                               AllToAll(all_to_all))
         return found if speculative is None else speculative.apply(found)
 
     def speculative_for(self, model: ModelSpec) -> SpeculativeDecoding | None:
@@ -89,9 +92,11 @@ class ProfileSource:
         return self.speculative.resolved(model.layers)
 
     def _evidence(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
-                  cache: ResultCache | None, dp: int = 1, ep: int = 1) -> PhaseProfile:
+                  cache: ResultCache | None, dp: int = 1, ep: int = 1,
+                  all_to_all: AllToAll = AllToAll.DISPATCH) -> PhaseProfile:
         """The shape's profile as measured, composed or derived."""
-        key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep)
+        gathered = all_to_all is AllToAll.GATHER
+        key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep, gathered=gathered)
         if key in self.measured:
             return self.measured[key]
         placement = expert_placement_rejection(model, tp, ep, 0, dp)
@@ -100,26 +105,32 @@ class ProfileSource:
                               field=placement[0])
         if self.compose and tables.installed():
             try:
-                return self._composed(model, gpu, tp, pp, gpus_per_node, cache, dp, ep)
+                return self._composed(model, gpu, tp, pp, gpus_per_node, cache, dp, ep, all_to_all)
             except PdplanError as err:
-                if self.engine_version is not None and err.field in ("engine", "engine_version"):
-                    raise  # the user asked for this version: missing data is their error to see
+                if (self.engine_version is not None and err.field in ("engine", "engine_version")) or gathered:
+                    raise  # the user asked for this version, or no other evidence times a gather: theirs to see
                 self.fallbacks[key] = err.detail
         elif self.compose:
             self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
+        if gathered:
+            why = self.fallbacks.get(key, "composition off")
+            raise PdplanError(f"{model.name} {shape_label(gpu.name, tp, pp, dp=dp, ep=ep)}: gathered tokens are timed "
+                              f"from AIConfigurator's operator tables only ({why}); the wide-EP roofline times a "
+                              "dispatch", field="all_to_all")
         if dp > 1 or ep not in (1, tp):
             return wide_roofline_profile(model, gpu, tp, pp, dp=dp, ep=ep, engine=self.engine,
                                          gpus_per_node=gpus_per_node)
         return roofline_profile(model, gpu, tp, pp, engine=self.engine, gpus_per_node=gpus_per_node)
 
     def _composed(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
-                  cache: ResultCache | None, dp: int = 1, ep: int = 1) -> PhaseProfile:
+                  cache: ResultCache | None, dp: int = 1, ep: int = 1,
+                  all_to_all: AllToAll = AllToAll.DISPATCH) -> PhaseProfile:
         from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
         engine = self.serving_engine
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine, dp=dp, ep=ep,  # noqa: E731
                                         engine_version=self.engine_version, gpus_per_node=gpus_per_node,
-                                        moe_activations=self.moe_activations)
+                                        moe_activations=self.moe_activations, all_to_all=all_to_all)
         if cache is None:
             return make()
         # 2: MoE, MLA and sliding-window models compose (a remembered refusal of one is stale);
@@ -130,7 +141,8 @@ class ProfileSource:
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
                          "gpus_per_node": gpus_per_node,
                          **({"dp": dp, "ep": ep} if dp > 1 or ep > 1 else {}),
-                         **({"moe_activations": str(self.moe_activations)} if self.moe_activations else {})})
+                         **({"moe_activations": str(self.moe_activations)} if self.moe_activations else {}),
+                         **({"all_to_all": str(all_to_all)} if all_to_all is AllToAll.GATHER else {})})
         found = cache.get(key, _decode_composed)
         if found is None:
             try:

@@ -32,6 +32,7 @@ from pdplan.manifest.build import (
     kv_cache_abi,
 )
 from pdplan.manifest.document import (
+    all_to_all,
     content_hash,
     digest,
     ep_field,
@@ -46,6 +47,7 @@ from pdplan.modelref import get_model
 from pdplan.modelspec import expert_placement_rejection, weight_bytes_per_gpu
 from pdplan.placement import serves
 from pdplan.schema import shown
+from pdplan.sim.plan import all_to_all_rejection
 
 #: Relative slack for values derived from others (they are written at 6 significant digits).
 DERIVED_TOLERANCE = 1e-4
@@ -186,6 +188,9 @@ def pool_violations(where: str, pool: dict, model) -> list[Violation]:
     if "ep" in pool and recorded is not None and recorded != pool["ep"]:
         found.append(Violation(f"{where}.memory.expert_parallel", f"{recorded}, but the pool's ep is {pool['ep']}: "
                                "EP is recorded once, as ep (memory.expert_parallel is its older home)"))
+    wrong = all_to_all_rejection(all_to_all(pool), shape.tp, shape.dp, shape.ep, redundant_experts(pool))
+    if wrong is not None:
+        found.append(Violation(f"{where}.all_to_all", wrong))
     return found + _memory(where, pool, model)
 
 

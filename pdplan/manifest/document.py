@@ -22,6 +22,7 @@ from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import WRITTEN_DIGITS, load_yaml, significant
 from pdplan.schema import shown
 from pdplan.shape import InstanceShape
+from pdplan.vocabulary import AllToAll
 
 API_VERSION = "pdplan/v1"
 KIND = "DeploymentManifest"
@@ -172,6 +173,12 @@ def ep_field(pool: dict) -> str:
 def redundant_experts(pool: dict) -> int:
     """A manifest pool's redundant experts (written only when above 0)."""
     return pool.get("redundant_experts", 0)
+
+
+def all_to_all(pool: dict) -> str:
+    """How a manifest pool of attention DP with expert parallelism moves tokens to its experts (written for such
+    pools; a manifest before it was verified with a dispatch)."""
+    return pool.get("all_to_all", AllToAll.DISPATCH)
 
 
 def is_manifest(data: Any) -> bool:

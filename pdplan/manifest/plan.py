@@ -8,7 +8,7 @@ from pathlib import Path
 from pdplan.errors import PdplanError
 from pdplan.fileio import load_yaml
 from pdplan.manifest.build import MODEL, input_sha256
-from pdplan.manifest.document import is_manifest, pool_shape, read_manifest, redundant_experts
+from pdplan.manifest.document import all_to_all, is_manifest, pool_shape, read_manifest, redundant_experts
 from pdplan.modelcatalog import model_catalog
 from pdplan.modelspec import PRECISION_MARK
 from pdplan.schema import Fields
@@ -49,7 +49,8 @@ def plan_of_manifest(manifest: dict, path: str | Path) -> Plan:
     source = None if catalog_serves(manifest) else model_source(manifest, path)
     doc["pools"] = [{k: p[k] for k in ("name", "phase", "gpu", "tp", "pp", "replicas")}
                     | {"model": p["model"] if source is None else served_from(source, p["model"])}
-                    | wide_fields(pool_shape(p).dp, pool_shape(p).ep, redundant_experts(p)) | p["scheduling"]
+                    | wide_fields(pool_shape(p).dp, pool_shape(p).ep, redundant_experts(p), all_to_all(p))
+                    | p["scheduling"]
                     for p in manifest["pools"]]
     return parse_plan(doc, path)
 

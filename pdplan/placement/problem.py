@@ -10,7 +10,7 @@ from pdplan.hardware import Cluster, NodeType
 from pdplan.placement.fleets import ANY, Fleet
 from pdplan.poolcap import PoolCurve
 from pdplan.shape import InstanceShape, shape_label
-from pdplan.vocabulary import Objective, Phase, PoolShapes, Redundancy
+from pdplan.vocabulary import AllToAll, Objective, Phase, PoolShapes, Redundancy
 
 PHASES = tuple(Phase)
 OBJECTIVES = tuple(Objective)
@@ -52,6 +52,8 @@ class Candidate(InstanceShape):
     all_to_all_bytes_per_request: float = 0.0
     chunk_tokens: int | None = None     #: colocated: the chunked-prefill budget goodput was measured at
     curve: PoolCurve | None = None      #: c(n) behind the router; None: n · goodput (no pooling gain)
+    #: attention DP with whole experts: how its tokens reach them, as measured (:class:`pdplan.vocabulary.AllToAll`)
+    all_to_all: str = AllToAll.DISPATCH
 
     def __post_init__(self):
         if self.phase not in PHASES:

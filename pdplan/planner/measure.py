@@ -26,9 +26,9 @@ from pdplan.parallel import run_each
 from pdplan.placement import Candidate
 from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
-from pdplan.shape import shape_label
+from pdplan.shape import shape_key, shape_label
 from pdplan.slo import SLO
-from pdplan.vocabulary import RankRouter
+from pdplan.vocabulary import AllToAll, RankRouter
 from pdplan.work import cross_node_all_to_all_bytes_per_token
 from pdplan.workload import Workload, head
 
@@ -45,6 +45,12 @@ class Measured:
     shape: Shape
     profile: PhaseProfile
     goodput: InstanceGoodput
+
+    @property
+    def key(self) -> tuple:
+        """The profile key a pool of this shape looks its profile up by (:attr:`pdplan.sim.plan.Pool.shape`)."""
+        return shape_key(self.profile.model, self.shape.gpu, self.shape.tp, self.shape.pp, dp=self.shape.dp,
+                         ep=self.shape.ep, gathered=self.shape.all_to_all == AllToAll.GATHER)
 
 
 def profile_digest(profile: PhaseProfile) -> str:
@@ -134,7 +140,7 @@ def measure(request: PlanRequest, cache: ResultCache,
 
 
 def _profile_key(shape: Shape) -> tuple:
-    return shape.gpu, shape.tp, shape.pp, shape.dp, shape.ep
+    return shape.gpu, shape.tp, shape.pp, shape.dp, shape.ep, shape.all_to_all
 
 
 #: The profile stage's items that compile the simulator's kernels instead of composing a profile:
@@ -172,11 +178,11 @@ def compile_kernels(request: PlanRequest, phases: tuple[str, ...]) -> None:
 
 def _profile_of(request: PlanRequest, key: tuple, *, cache: ResultCache) -> tuple:
     """One shape's profile (or why it has none) and the fallback reasons its source recorded."""
-    gpu, tp, pp, dp, ep = key
+    gpu, tp, pp, dp, ep, all_to_all = key
     before = set(request.profiles.fallbacks)
     try:
         found = request.profiles.profile(request.model, request.cluster.priced_gpu(gpu), tp, pp, cache=cache,
-                                         dp=dp, ep=ep)
+                                         dp=dp, ep=ep, all_to_all=all_to_all)
     except PdplanError as err:
         found = err
     return found, {k: v for k, v in request.profiles.fallbacks.items() if k not in before}
@@ -246,7 +252,7 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
     out = []
     for m, curve in zip(chosen, curves):
         out.append(Candidate(phase=m.shape.phase, gpu=m.shape.gpu, tp=m.shape.tp, pp=m.shape.pp,
-                             dp=m.shape.dp, ep=m.shape.ep,
+                             dp=m.shape.dp, ep=m.shape.ep, all_to_all=m.shape.all_to_all,
                              goodput_rps=m.goodput.goodput_rps, chunk_tokens=m.shape.chunk_tokens,
                              kv_bytes_per_request=0.0 if m.shape.phase == "colocated" else kv_bytes,
                              all_to_all_bytes_per_request=all_to_all_bytes_per_request(request, m.shape),

@@ -309,7 +309,7 @@ def optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | N
 def _optimize(request: PlanRequest, *, cache: ResultCache, progress: Progress | None, headroom: bool) -> PlanReport:
     measured, rejected = measure(request, cache, progress)
     candidates = pool_candidates(request, measured, cache, progress)
-    verifier = Verifier(request, {m.profile.key: m.profile for m in measured}, cache)
+    verifier = Verifier(request, {m.key: m.profile for m in measured}, cache)
     searches = Searches(request, candidates, verifier)
     fleets = []
     for i, fleet in enumerate(request.fleets):

@@ -213,7 +213,7 @@ def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultC
     peak_request = replace(request, target_rps=busiest)
     measured, _ = measure(peak_request, cache, progress)
     candidates = pool_candidates(peak_request, measured, cache, progress)
-    profiles = {m.profile.key: m.profile for m in measured}
+    profiles = {m.key: m.profile for m in measured}
     checker = WindowChecker(request, windows, candidates, profiles, cache)
     modes = MODES[request.mode]
     at_rates = _requirements(request.mode, [w.rate_rps for w in windows])

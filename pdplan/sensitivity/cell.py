@@ -185,7 +185,7 @@ def run_cell(base: Base, index: int, coords: dict) -> CellResult:
     margin = None
     if colocated is not None and disaggregated is not None:
         rate = request.target_rps or min(colocated.rate_rps, disaggregated.rate_rps)
-        profiles = {m.profile.key: m.profile for m in report.measured}
+        profiles = {m.key: m.profile for m in report.measured}
         margin = cell_margin(request, colocated.checked.plan, disaggregated.checked.plan, profiles, rate, cache)
     decision, reason = decide(colocated, disaggregated, margin, base)
     missing = [f"no {label} plan fits: {why_none(report, mode)}" for label, mode, found in (

@@ -24,6 +24,7 @@ from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec, expert_placement_rejection
 from pdplan.shape import InstanceShape, shape_key, shape_label
 from pdplan.vocabulary import (
+    AllToAll,
     CacheMedium,
     FailurePolicy,
     MoeActivations,
@@ -48,6 +49,7 @@ SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
 ROUTERS = tuple(Router)
 RANK_ROUTERS = tuple(RankRouter)
+ALL_TO_ALLS = tuple(AllToAll)
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
@@ -63,6 +65,18 @@ BATCH_WAIT_BOTH = ("batch_wait_timeout_iters and batch_wait_max_tokens_ratio go 
 ADP_BALANCE_POOLS = "chunked colocated pools with attention data parallelism (dp above 1)"
 ADP_BALANCE_BOTH = ("attention_dp_timeout_iters and attention_dp_batching_wait_iters go together: TensorRT-LLM's "
                     "attention_dp_config with enable_balance states both (its defaults are 50 and 10)")
+
+
+def all_to_all_rejection(all_to_all: str, tp: int, dp: int, ep: int, redundant_experts: int) -> str | None:
+    """Why ``all_to_all`` cannot move the tokens of an instance of these coordinates; None when it can. A gather
+    reaches whole experts spread over every GPU of attention DP (EP = TP × DP, DP above 1) without redundant
+    copies, which rebalance a dispatch's load (EPLB)."""
+    if all_to_all not in ALL_TO_ALLS:
+        return f"all_to_all must be one of {', '.join(ALL_TO_ALLS)}"
+    if all_to_all == AllToAll.GATHER and (dp < 2 or ep != tp * dp or redundant_experts):
+        return ("all_to_all gather applies to attention data parallelism with whole experts over every GPU (dp above "
+                "1, ep = tp × dp) and no redundant experts")
+    return None
 
 
 def rank_router_rejection(rank_router: str, phase: str, dp: int) -> str | None:
@@ -150,6 +164,8 @@ class Pool(InstanceShape):
     attention_dp_batching_wait_iters: int | None = None
     #: prefill with attention DP: how a prompt picks its rank (:class:`pdplan.vocabulary.RankRouter`)
     rank_router: str = RankRouter.SHORTEST_QUEUE
+    #: attention DP with whole experts (EP = TP × DP): how tokens reach them (:class:`pdplan.vocabulary.AllToAll`)
+    all_to_all: str = AllToAll.DISPATCH
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -202,6 +218,9 @@ class Pool(InstanceShape):
         wrong = rank_router_rejection(self.rank_router, self.phase, self.dp)
         if wrong is not None:
             raise fail("rank_router", wrong)
+        wrong = all_to_all_rejection(self.all_to_all, self.tp, self.dp, self.ep, self.redundant_experts)
+        if wrong is not None:
+            raise fail("all_to_all", wrong)
 
     def _check_batch_wait(self, fail) -> None:
         iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio
@@ -240,7 +259,8 @@ class Pool(InstanceShape):
     def shape(self) -> tuple:
         """The profile key (:func:`pdplan.shape.shape_key`): (model, gpu, tp, pp), with (dp, ep) for a
         wide instance."""
-        return shape_key(self.model, self.gpu, self.tp, self.pp, dp=self.dp, ep=self.ep)
+        return shape_key(self.model, self.gpu, self.tp, self.pp, dp=self.dp, ep=self.ep,
+                         gathered=self.all_to_all == AllToAll.GATHER)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -435,7 +455,7 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
             continue
         try:
             found[pool.shape] = source.profile(get_model(pool.model), get_gpu(pool.gpu), pool.tp, pool.pp,
-                                               dp=pool.dp, ep=pool.ep)
+                                               dp=pool.dp, ep=pool.ep, all_to_all=pool.all_to_all)
         except PdplanError as err:
             raise PdplanError(f"pool {pool.name!r}: {err.detail}", file=plan.source, field=f"pools[{i}]") from None
     return found

@@ -43,7 +43,10 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         # optional, wide expert parallelism: dp (attention data-parallel ranks, each with its own batch
         # and KV; default 1), ep (expert-parallel size: 1, or dividing tp × dp; default 1) and
         # redundant_experts (extra expert replicas spread over the EP ranks; default 0). An instance
-        # is tp × dp × pp GPUs, as the engines count them.
+        # is tp × dp × pp GPUs, as the engines count them. all_to_all (dp above 1 with ep = tp × dp):
+        # dispatch (each token sent to its experts' ranks: DeepEP, TensorRT-LLM's; default) or gather
+        # (every rank's tokens gathered onto every GPU: SGLang's --moe-a2a-backend none, vLLM's
+        # --all2all-backend allgather_reducescatter).
         max_prefill_batch_tokens: 2048   # optional (prefill, prefill-first): FCFS batch cap in
                                    # prompt tokens; default and upper bound: the profile's
         max_running_requests: 128  # optional, every phase: requests one rank runs at once (a
@@ -128,9 +131,10 @@ from pdplan.sim.plan import (
     Link,
     Plan,
     Pool,
+    all_to_all_rejection,
     receiving_phases,
 )
-from pdplan.vocabulary import CacheMedium, MoeActivations, RankRouter, Router
+from pdplan.vocabulary import AllToAll, CacheMedium, MoeActivations, RankRouter, Router
 
 FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
@@ -155,7 +159,7 @@ _PROFILE_FIELDS = {"engine", "engine_version", "compose", "speculative", "moe_ac
 _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redundant_experts", "replicas", "policy",
                 "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests",
                 "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
-                "attention_dp_timeout_iters", "attention_dp_batching_wait_iters", "rank_router"}
+                "attention_dp_timeout_iters", "attention_dp_batching_wait_iters", "rank_router", "all_to_all"}
 _TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -198,11 +202,12 @@ def _pool(spec: Fields) -> Pool:
                             spec.data["max_prefill_batch_tokens"])
         batch_cap = spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS)
     dp = spec.integer("dp", 1, minimum=1, maximum=MAX_DP_RANKS)
-    return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"),
-                gpu=spec.string("gpu"), tp=spec.integer("tp", 1, minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
+    tp = spec.integer("tp", 1, minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE)
+    ep = spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS)
+    redundant = spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS)
+    return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"), gpu=spec.string("gpu"), tp=tp,
                 pp=spec.integer("pp", 1, minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
-                dp=dp, ep=spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS),
-                redundant_experts=spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS),
+                dp=dp, ep=ep, redundant_experts=redundant, all_to_all=_all_to_all(spec, tp, dp, ep, redundant),
                 replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks, cache_tier=tier,
                 max_prefill_batch_tokens=batch_cap,
@@ -210,6 +215,14 @@ def _pool(spec: Fields) -> Pool:
                 if spec.has("max_running_requests") else None,
                 recv_interval=_recv_interval(spec, phase, dp), **_batch_wait(spec, phase, policy, dp),
                 **_adp_balance(spec, phase, policy, dp), rank_router=_rank_router(spec, phase, dp))
+
+
+def _all_to_all(spec: Fields, tp: int, dp: int, ep: int, redundant_experts: int) -> str:
+    found = spec.string("all_to_all", str(AllToAll.DISPATCH), choices=list(AllToAll))
+    wrong = all_to_all_rejection(found, tp, dp, ep, redundant_experts)
+    if wrong is not None:
+        raise spec.fail("all_to_all", wrong.removeprefix("all_to_all "), found)
+    return found
 
 
 def _rank_router(spec: Fields, phase: str, dp: int) -> str:
@@ -433,7 +446,7 @@ def plan_to_dict(plan: Plan) -> dict:
                 "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
                 "attention_dp_timeout_iters", "attention_dp_batching_wait_iters")
     doc["pools"] = [{"name": p.name, "phase": p.phase, "model": p.model, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
-                     **wide_fields(p.dp, p.ep, p.redundant_experts), "replicas": p.replicas,
+                     **wide_fields(p.dp, p.ep, p.redundant_experts, p.all_to_all), "replicas": p.replicas,
                      **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},
                      **({} if p.rank_router == RankRouter.SHORTEST_QUEUE else {"rank_router": str(p.rank_router)}),
                      **({} if p.cache_tier is None else {"cache_tier": {
@@ -443,8 +456,9 @@ def plan_to_dict(plan: Plan) -> dict:
     return doc
 
 
-def wide_fields(dp: int, ep: int, redundant_experts: int) -> dict:
-    """A pool's dp, ep and redundant_experts as a plan file states them: only those away from their
-    defaults, so the plan of a TP × PP deployment reads as it always has."""
+def wide_fields(dp: int, ep: int, redundant_experts: int, all_to_all: str = AllToAll.DISPATCH) -> dict:
+    """A pool's dp, ep, redundant_experts and all_to_all as a plan file states them: only those away from
+    their defaults, so the plan of a TP × PP deployment reads as it always has."""
     fields = {"dp": dp, "ep": ep, "redundant_experts": redundant_experts}
-    return {k: v for k, v in fields.items() if v != (0 if k == "redundant_experts" else 1)}
+    stated = {k: v for k, v in fields.items() if v != (0 if k == "redundant_experts" else 1)}
+    return stated | ({"all_to_all": str(all_to_all)} if all_to_all != AllToAll.DISPATCH else {})

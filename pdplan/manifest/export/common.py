@@ -12,11 +12,12 @@ from pdplan.engines import FORMAT_ENGINES
 from pdplan.errors import PdplanError
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
+from pdplan.manifest.document import all_to_all
 from pdplan.manifest.export import shell
 from pdplan.modelcatalog import model_catalog
 from pdplan.modelspec import PRECISION_MARK, WEIGHT_BYTES
 from pdplan.shape import shape_label
-from pdplan.vocabulary import Router
+from pdplan.vocabulary import AllToAll, Router
 
 # The argument a script of an instance spanning nodes is run with on each node (instance_preamble).
 NODE_RANK = shell.Var("NODE_RANK")
@@ -436,18 +437,20 @@ DEFAULT_ALL_TO_ALL = {"sglang": ("SGLang on one node", "none"), "vllm": ("vLLM",
 
 def starts_deepep(engine: str, inst: Instance) -> bool:
     """Whether the export starts DeepEP's all-to-all for an instance of attention DP with expert parallelism: SGLang's
-    across nodes (:data:`pdplan.manifest.export.sglang.A2A_BACKEND`), vLLM's never. DeepEP's low-latency kernels cap
-    what a rank may dispatch per step (SGLang: ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK``, 128; vLLM's batched
-    DP MoE: 256 tokens per rank's step), a cap the simulator does not hold a decode rank to."""
-    return engine == "sglang" and inst.spans_nodes
+    across nodes (:data:`pdplan.manifest.export.sglang.A2A_BACKEND`) when its pool was timed with a dispatch, vLLM's
+    never. DeepEP's low-latency kernels cap what a rank may dispatch per step (SGLang:
+    ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK``, 128; vLLM's batched DP MoE: 256 tokens per rank's step), a
+    cap the simulator does not hold a decode rank to. A pool timed with a gather keeps the engine's default, which
+    gathers (:func:`pdplan.engines.all_to_all`)."""
+    return engine == "sglang" and inst.spans_nodes and all_to_all(inst.pool) == AllToAll.DISPATCH
 
 
 def gathering_pools(manifest: dict, engine: str) -> list[str]:
-    """The pools of attention DP with expert parallelism some instance of which the export starts without DeepEP,
-    whose all-to-all every wide-EP profile times (:mod:`pdplan.latency.compose.wide`, and the wide-EP roofline
-    fitted to it)."""
+    """The pools of attention DP with expert parallelism timed with a dispatch (DeepEP's, whose all-to-all the
+    wide-EP profiles time: :mod:`pdplan.latency.compose.wide`, and the wide-EP roofline fitted to it) some instance
+    of which the export starts without DeepEP."""
     wide = {pool["name"] for pool in manifest["pools"]
-            if _whole(pool.get("dp", 1), 2) and _whole(pool.get("ep", 1), 2)}
+            if _whole(pool.get("dp", 1), 2) and _whole(pool.get("ep", 1), 2) and all_to_all(pool) == AllToAll.DISPATCH}
     found = {inst.pool["name"] for inst in instances(manifest)
              if inst.pool["name"] in wide and not starts_deepep(engine, inst)}
     return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]

@@ -141,8 +141,8 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
       replicas, which SGLang refuses across nodes (arg_groups/validation_hook.py ``check_server_args``).
     - ``--ep-size`` EP: the MoE layer's expert-parallel group; its expert TP is tp_size / ep_size
       (runtime_context.py ``derive_parallel_widths``), so EP must divide TP x DP.
-    - across nodes, ``--moe-a2a-backend`` :data:`A2A_BACKEND` and, for a P/D pool, its
-      :data:`DEEPEP_MODES` mode.
+    - across nodes, for a pool timed with a dispatch, ``--moe-a2a-backend`` :data:`A2A_BACKEND` and, for a P/D
+      pool, its :data:`DEEPEP_MODES` mode (a pool timed with a gather keeps SGLang's default, which gathers).
     - ``--ep-num-redundant-experts``: extra physical expert slots. SGLang needs no EPLB flag with it
       (eplb/expert_location.py only asserts that the experts plus the redundant ones divide over the EP ranks;
       its published deployments pass it without ``--enable-eplb``), so none is added."""
