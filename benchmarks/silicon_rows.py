@@ -269,9 +269,10 @@ def plan_for(row) -> Plan:
                                 policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap,
                                 recv_interval=None if ranks else recv_interval(row), **ranks, **(waiting or {}),
                                 max_running_requests=mtp_batch_size(row), **adp_balance(row)),))
-    return Plan(pools=(prefill_pool(row, model), Pool(
-        name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
-        replicas=_int(row["decode_num_workers"]))), default_link=LINK, transfer_schedule="request")
+    pools = (prefill_pool(row, model), Pool(name="d", phase="decode", model=model, gpu=row["gpu"],
+                                            **coordinates(row, "decode"), replicas=_int(row["decode_num_workers"])))
+    return Plan(pools=tuple(replace(pool, all_to_all=all_to_all(row, pool)) for pool in pools), default_link=LINK,
+                transfer_schedule="request")
 
 
 def prefill_pool(row, model: str) -> Pool:

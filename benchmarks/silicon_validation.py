@@ -39,7 +39,6 @@ import pandas as pd
 from silicon_rows import (
     MOE,
     TRT_MOE_KERNELS,
-    all_to_all,
     moe_activations,
     moe_backend,
     plan_for,
@@ -78,7 +77,7 @@ def _profile(kind: str, engine: str, model: ModelSpec, gpu: str, tp: int, ep: in
         return composed_profile(model, physical, tp, 1, dp=dp, ep=ep, engine=engine,
                                 gpus_per_node=physical.nvlink_domain, moe_activations=activations,
                                 max_prefill_batch_tokens=batch_tokens, moe_kernel=moe_kernel, all_to_all=exchange)
-    if exchange is AllToAll.GATHER:
+    if exchange == AllToAll.GATHER:
         raise PdplanError(f"{kind} profiles time DP ranks with whole experts by their dispatch only")
     source = ProfileSource({}, engine=None if kind == "roofline" else engine, compose=kind == "composed",
                            moe_activations=activations)
@@ -108,13 +107,11 @@ def row_profiles(row, kind: str) -> dict:
     for pool in plan.pools:
         budgets[pool.shape] = max(budgets.get(pool.shape, DEFAULT_MAX_PREFILL_BATCH_TOKENS),
                                   pool.max_prefill_batch_tokens or DEFAULT_MAX_PREFILL_BATCH_TOKENS)
-    profiles = {}
-    for pool in plan.pools:
-        exchange = all_to_all(row, pool)
-        kernel_read = reads_moe_table(pool.tp, pool.dp, pool.ep, all_to_all=exchange)
-        profiles[pool.shape] = _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations,
-                                        budgets[pool.shape], kernel if kernel_read else None, exchange)
-    return profiles
+    return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations,
+                                 budgets[pool.shape], kernel if reads_moe_table(pool.tp, pool.dp, pool.ep,
+                                                                                 all_to_all=pool.all_to_all) else None,
+                                 pool.all_to_all)
+            for pool in plan.pools}
 
 
 def replay_on(row, profiles: dict) -> tuple[float, float]:

@@ -242,8 +242,7 @@ def test_sglang_pools_of_dp_and_ep_on_one_node_gather_and_across_nodes_dispatch(
     node (``max-tpt-dep8-1p1d.yaml``) gathers on both phases; GB200 FP8's max throughput DEP 8 prefill over two
     4-GPU trays and its DEP 32 decode dispatch; TensorRT-LLM's attention DP dispatches."""
     def exchanges(config):
-        row = disaggregated(rows, config).iloc[0]
-        return [deployments.all_to_all(row, pool) for pool in deployments.plan_for(row).pools]
+        return [pool.all_to_all for pool in deployments.plan_for(disaggregated(rows, config).iloc[0]).pools]
 
     assert exchanges("cfg457") == [AllToAll.GATHER, AllToAll.GATHER]
     assert exchanges("cfg523") == [AllToAll.DISPATCH, AllToAll.DISPATCH]

@@ -95,7 +95,7 @@ class ProfileSource:
                   cache: ResultCache | None, dp: int = 1, ep: int = 1,
                   all_to_all: AllToAll = AllToAll.DISPATCH) -> PhaseProfile:
         """The shape's profile as measured, composed or derived."""
-        gathered = all_to_all is AllToAll.GATHER
+        gathered = all_to_all == AllToAll.GATHER
         key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep, gathered=gathered)
         if key in self.measured:
             return self.measured[key]
@@ -142,7 +142,7 @@ class ProfileSource:
                          "gpus_per_node": gpus_per_node,
                          **({"dp": dp, "ep": ep} if dp > 1 or ep > 1 else {}),
                          **({"moe_activations": str(self.moe_activations)} if self.moe_activations else {}),
-                         **({"all_to_all": str(all_to_all)} if all_to_all is AllToAll.GATHER else {})})
+                         **({"all_to_all": str(all_to_all)} if all_to_all == AllToAll.GATHER else {})})
         found = cache.get(key, _decode_composed)
         if found is None:
             try:

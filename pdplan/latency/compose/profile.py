@@ -69,7 +69,7 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
     ``moe_kernel``: the one MoE kernel (the table's ``kernel_source``) the engine's backend runs (None: the fastest
     measured at each point). ``all_to_all``: how DP ranks with whole experts over TP × DP reach them (gathered:
     :mod:`pdplan.latency.compose.gathered`; dispatched: :mod:`pdplan.latency.compose.wide`)."""
-    if all_to_all is AllToAll.GATHER and redundant_experts:
+    if all_to_all == AllToAll.GATHER and redundant_experts:
         raise PdplanError("redundant experts rebalance a dispatch's load (EPLB); gathered tokens reach every expert",
                           field="all_to_all")
     if expert_parallel:

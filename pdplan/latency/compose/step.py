@@ -54,7 +54,7 @@ def reads_moe_table(tp: int, dp: int, ep: int, redundant_experts: int = 0,
     :mod:`pdplan.latency.compose.gathered`), whole over TP without DP, or whole over TP × DP reached by a gather.
     Whole experts under attention DP reached by a dispatch, another EP or redundant experts read the wide-EP
     tables (:mod:`pdplan.latency.compose.wide`)."""
-    gathered = all_to_all is AllToAll.GATHER and ep == tp * dp
+    gathered = all_to_all == AllToAll.GATHER and ep == tp * dp
     return not redundant_experts and (ep == 1 or (dp == 1 and ep == tp) or gathered)
 
 
