@@ -25,7 +25,9 @@ them and scatters the summed results back to their ranks. Per MoE layer one rank
   engine's all-reduce table. SGLang instead pads the ranks' tokens into one buffer of their sum,
   gathers it with an all-reduce and combines with another (``DpPaddingMode.SUM_LEN``, which it takes
   for every prompt batch over several ranks and for decode batches its custom all-reduce holds), so
-  SGLang's is timed as two (:func:`exchange_all_reduces`). A group the table did not measure is refused;
+  SGLang's is timed as two (:func:`exchange_all_reduces`); a decode batch past that buffer takes
+  ``MAX_LEN``, an all-gather and a reduce-scatter, for which two all-reduces are an upper bound. A group
+  the table did not measure is refused;
 * shared experts and dense MLPs: whole on every GPU at the rank's own tokens, as with wide expert
   parallelism (TensorRT-LLM's ``_compute_shared_expert_tp_size`` gives the shared experts TP 1 under
   attention DP; :data:`pdplan.experts.DP_REPLICATES_DENSE` sizes memory the same way).
