@@ -75,6 +75,12 @@ def test_a_wide_expert_parallel_answer_is_verified_and_says_what_tp_only_shapes_
     assert not narrow["found"] and narrow["reason"].startswith("the closest plan of TP x PP shapes (")
 
 
+def test_a_wide_sglang_instance_on_one_node_is_verified_with_its_tokens_gathered(wide):
+    """SGLang's export keeps its default all-to-all on one node, which gathers: the answer times that."""
+    wide_pools = [p for p in wide[1]["pools"] if p.get("dp", 1) > 1]
+    assert wide_pools and all(p["all_to_all"] == "gather" for p in wide_pools)
+
+
 @pytest.mark.slow
 def test_two_processes_run_the_searches_after_a_wide_answer_beside_its_headroom_and_answer_the_same(wide):
     one, two = ({k: v for k, v in doc.items() if k != "run"} for doc in (wide[1], wide[2]))

@@ -22,8 +22,12 @@ if TYPE_CHECKING:  # the schedule package builds on the planner: its types only 
 
 
 def wide_dict(shape) -> dict:
-    """A wide shape's attention data-parallel size and expert-parallel size (nothing for TP x PP)."""
-    return {"dp": shape.dp, "ep": shape.ep} if shape.is_wide else {}
+    """A wide shape's attention data-parallel size and expert-parallel size (nothing for TP x PP), and with both
+    above 1 how its tokens reach the experts (:class:`pdplan.vocabulary.AllToAll`)."""
+    if not shape.is_wide:
+        return {}
+    exchange = {"all_to_all": str(shape.all_to_all)} if shape.dp > 1 and shape.ep > 1 else {}
+    return {"dp": shape.dp, "ep": shape.ep, **exchange}
 
 
 def shape_dict(cand: Candidate, replicas: int) -> dict:
