@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol
 
+from pdplan.experts import all_to_all_rejection
 from pdplan.shape import InstanceShape
 from pdplan.vocabulary import AllToAll, RankRouter
 
@@ -50,8 +51,8 @@ def all_to_all(engine: str, shape: InstanceShape, gpus_per_node: int) -> AllToAl
     "allgather_reducescatter", ``vllm/config/parallel.py``); dispatched otherwise: TensorRT-LLM's MoE all-to-all,
     SGLang's DeepEP, which its export starts across nodes, and vLLM's across nodes, whose gather over the nodes no
     operator table measures (its export says it runs one)."""
-    whole = shape.dp > 1 and shape.ep == shape.tp * shape.dp
-    if whole and engine in ("sglang", "vllm") and shape.pp == 1 and shape.stage_gpus <= gpus_per_node:
+    gathers = all_to_all_rejection(AllToAll.GATHER, shape.tp, shape.dp, shape.ep) is None
+    if gathers and engine in ("sglang", "vllm") and shape.pp == 1 and shape.stage_gpus <= gpus_per_node:
         return AllToAll.GATHER
     return AllToAll.DISPATCH
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pdplan.vocabulary import AllToAll
+
 if TYPE_CHECKING:
     from pdplan.modelspec import ModelSpec
 
@@ -96,6 +98,18 @@ def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant
 #: vllm/model_executor/models/deepseek_v2.py). At attention TP 1, the usual wide-EP shape, every engine
 #: holds them whole.
 DP_REPLICATES_DENSE = True
+
+
+def all_to_all_rejection(all_to_all: str, tp: int, dp: int, ep: int, redundant_experts: int = 0) -> str | None:
+    """Why ``all_to_all`` (:class:`pdplan.vocabulary.AllToAll`) cannot move the tokens of an instance of these
+    coordinates; None when it can. A gather reaches whole experts spread over every GPU of attention DP (EP = TP ×
+    DP, DP above 1) without redundant copies, which rebalance a dispatch's load (EPLB)."""
+    if all_to_all not in tuple(AllToAll):
+        return f"must be one of {', '.join(AllToAll)}"
+    if all_to_all == AllToAll.GATHER and (dp < 2 or ep != tp * dp or redundant_experts):
+        return ("gather applies to attention data parallelism with whole experts over every GPU (dp above 1, "
+                "ep = tp × dp) and no redundant experts")
+    return None
 
 
 def edge_matrices_under_dp(model: ModelSpec, stage: int, pp: int) -> tuple[int, int]:

@@ -12,12 +12,12 @@ import typer
 from pdplan import limits
 from pdplan.cli.output import stderr
 from pdplan.errors import PdplanError
+from pdplan.experts import all_to_all_rejection
 from pdplan.goodput import SearchSettings
 from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.shape import wide_ep
-from pdplan.sim.plan import all_to_all_rejection
 from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.vocabulary import AllToAll, Arrivals, MoeActivations, Router, SpeculativeMethod
 from pdplan.workload import FORMATS, Workload, load_trace, spread_over_grid
@@ -230,10 +230,9 @@ def within(flag: str, value: float | None, low: float, high: float, *, above: bo
 def checked_all_to_all(all_to_all: AllToAll, tp: int, dp: int, ep: int) -> AllToAll:
     """--all-to-all, refused where the instance of --tp, --dp and --ep has no whole experts over every GPU to gather
     tokens for."""
-    wrong = all_to_all_rejection(all_to_all, tp, dp, ep, 0)
+    wrong = all_to_all_rejection(all_to_all, tp, dp, ep)
     if wrong is not None:
-        raise PdplanError(f"--all-to-all {all_to_all} with --tp {tp} --dp {dp} --ep {ep}: "
-                          f"{wrong.removeprefix('all_to_all ')}", field="all_to_all")
+        raise PdplanError(f"--all-to-all {all_to_all} with --tp {tp} --dp {dp} --ep {ep}: {wrong}", field="all_to_all")
     return all_to_all
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from pdplan import engines, names
 from pdplan.errors import PdplanError
+from pdplan.experts import all_to_all_rejection
 from pdplan.fileio import input_file
 from pdplan.hardware import get_gpu, gpu_catalog, load_cluster
 from pdplan.latency.compose import moe
@@ -47,7 +48,6 @@ from pdplan.modelref import get_model
 from pdplan.modelspec import expert_placement_rejection, weight_bytes_per_gpu
 from pdplan.placement import serves
 from pdplan.schema import shown
-from pdplan.sim.plan import all_to_all_rejection
 
 #: Relative slack for values derived from others (they are written at 6 significant digits).
 DERIVED_TOLERANCE = 1e-4

@@ -17,6 +17,7 @@ from typing import Mapping
 
 from pdplan import limits
 from pdplan.errors import PdplanError
+from pdplan.experts import all_to_all_rejection
 from pdplan.hardware import get_gpu
 from pdplan.latency.profile import PhaseProfile
 from pdplan.latency.speculative import SpeculativeDecoding
@@ -49,7 +50,6 @@ SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
 ROUTERS = tuple(Router)
 RANK_ROUTERS = tuple(RankRouter)
-ALL_TO_ALLS = tuple(AllToAll)
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
@@ -65,18 +65,6 @@ BATCH_WAIT_BOTH = ("batch_wait_timeout_iters and batch_wait_max_tokens_ratio go 
 ADP_BALANCE_POOLS = "chunked colocated pools with attention data parallelism (dp above 1)"
 ADP_BALANCE_BOTH = ("attention_dp_timeout_iters and attention_dp_batching_wait_iters go together: TensorRT-LLM's "
                     "attention_dp_config with enable_balance states both (its defaults are 50 and 10)")
-
-
-def all_to_all_rejection(all_to_all: str, tp: int, dp: int, ep: int, redundant_experts: int) -> str | None:
-    """Why ``all_to_all`` cannot move the tokens of an instance of these coordinates; None when it can. A gather
-    reaches whole experts spread over every GPU of attention DP (EP = TP × DP, DP above 1) without redundant
-    copies, which rebalance a dispatch's load (EPLB)."""
-    if all_to_all not in ALL_TO_ALLS:
-        return f"all_to_all must be one of {', '.join(ALL_TO_ALLS)}"
-    if all_to_all == AllToAll.GATHER and (dp < 2 or ep != tp * dp or redundant_experts):
-        return ("all_to_all gather applies to attention data parallelism with whole experts over every GPU (dp above "
-                "1, ep = tp × dp) and no redundant experts")
-    return None
 
 
 def rank_router_rejection(rank_router: str, phase: str, dp: int) -> str | None:
@@ -220,7 +208,7 @@ class Pool(InstanceShape):
             raise fail("rank_router", wrong)
         wrong = all_to_all_rejection(self.all_to_all, self.tp, self.dp, self.ep, self.redundant_experts)
         if wrong is not None:
-            raise fail("all_to_all", wrong)
+            raise fail("all_to_all", f"all_to_all {wrong}")
 
     def _check_batch_wait(self, fail) -> None:
         iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio

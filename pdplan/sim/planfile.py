@@ -108,6 +108,7 @@ from pathlib import Path
 
 from pdplan import limits
 from pdplan.engines import ENGINES
+from pdplan.experts import all_to_all_rejection
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GB
 from pdplan.latency.speculative import speculative_from_fields
@@ -131,7 +132,6 @@ from pdplan.sim.plan import (
     Link,
     Plan,
     Pool,
-    all_to_all_rejection,
     receiving_phases,
 )
 from pdplan.vocabulary import AllToAll, CacheMedium, MoeActivations, RankRouter, Router
@@ -221,7 +221,7 @@ def _all_to_all(spec: Fields, tp: int, dp: int, ep: int, redundant_experts: int)
     found = spec.string("all_to_all", str(AllToAll.DISPATCH), choices=list(AllToAll))
     wrong = all_to_all_rejection(found, tp, dp, ep, redundant_experts)
     if wrong is not None:
-        raise spec.fail("all_to_all", wrong.removeprefix("all_to_all "), found)
+        raise spec.fail("all_to_all", wrong, found)
     return found
 
 

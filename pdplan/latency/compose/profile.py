@@ -16,6 +16,7 @@ from functools import cache
 
 from pdplan.engines import DEFAULT_ENGINE
 from pdplan.errors import PdplanError
+from pdplan.experts import all_to_all_rejection
 from pdplan.hardware import GPU
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.step import Step
@@ -69,9 +70,9 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
     ``moe_kernel``: the one MoE kernel (the table's ``kernel_source``) the engine's backend runs (None: the fastest
     measured at each point). ``all_to_all``: how DP ranks with whole experts over TP × DP reach them (gathered:
     :mod:`pdplan.latency.compose.gathered`; dispatched: :mod:`pdplan.latency.compose.wide`)."""
-    if all_to_all == AllToAll.GATHER and redundant_experts:
-        raise PdplanError("redundant experts rebalance a dispatch's load (EPLB); gathered tokens reach every expert",
-                          field="all_to_all")
+    wrong = all_to_all_rejection(all_to_all, tp, dp, ep, redundant_experts)
+    if wrong is not None:
+        raise PdplanError(f"all_to_all {wrong}", field="all_to_all")
     if expert_parallel:
         ep = tp
     gpus_per_node = gpus_per_node or gpu.nvlink_domain  # collectives stay on NVLink that far
