@@ -95,6 +95,7 @@ import numpy as np
 import pandas as pd
 import srt_slurm
 
+from pdplan import engines
 from pdplan.engines import rank_router
 from pdplan.latency.compose import tables
 from pdplan.latency.speculative import SpeculativeDecoding
@@ -404,14 +405,12 @@ NODE_GPUS = {"gb200-185gb": 4}
 
 
 def all_to_all(row, pool: Pool) -> AllToAll:
-    """How a disaggregated SGLang pool's DP ranks with whole experts (EP = TP × DP) reach them. Its srt-slurm
-    recipes set ``moe-a2a-backend: deepep`` on every such instance spanning nodes and none on one node, where SGLang
-    runs its default "none" and gathers the ranks' tokens (:mod:`pdplan.latency.compose.gathered`). Every other
-    pool: dispatched."""
-    gpus = pool.tp * pool.dp
-    gathers = (row["backend"] == "sglang" and row["mode"] == "disagg" and pool.dp > 1 and pool.ep == gpus
-               and gpus <= NODE_GPUS.get(row["gpu"], 8))
-    return AllToAll.GATHER if gathers else AllToAll.DISPATCH
+    """How a pool's DP ranks with whole experts (EP = TP × DP) reach them: as the engine runs them by default on
+    the collection's nodes, pdplan's rule for its exports (:func:`pdplan.engines.all_to_all`). SGLang's srt-slurm
+    recipes set ``moe-a2a-backend: deepep`` on every such instance spanning nodes and none on one node, where
+    SGLang runs its default "none" and gathers the ranks' tokens; every attention-DP row aggregated on one node
+    is TensorRT-LLM's, which dispatches."""
+    return engines.all_to_all(row["backend"], pool, NODE_GPUS.get(row["gpu"], 8))
 
 
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:
