@@ -82,6 +82,12 @@ class InstanceShape:
         """Whether the instance uses attention data parallelism or expert parallelism."""
         return self.dp > 1 or self.ep > 1
 
+    @property
+    def exchanges_tokens(self) -> bool:
+        """Whether its MoE layers move tokens between attention-DP ranks and expert-parallel GPUs (both above 1),
+        by a dispatch or a gather (:class:`pdplan.vocabulary.AllToAll`, a pool's ``all_to_all``)."""
+        return self.dp > 1 and self.ep > 1
+
     def shape_label(self, *, compact: bool = False) -> str:
         """:func:`shape_label` of this shape."""
         return shape_label(self.gpu, self.tp, self.pp, dp=self.dp, ep=self.ep, compact=compact)

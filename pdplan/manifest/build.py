@@ -203,7 +203,7 @@ def _pools(report: PlanReport, plan: Plan) -> list[dict]:
             "name": pool.name, "phase": pool.phase, "model": pool.model, "gpu": pool.gpu, "tp": pool.tp,
             "pp": pool.pp, "dp": pool.dp, "ep": pool.ep,
             **({"redundant_experts": pool.redundant_experts} if pool.redundant_experts else {}),
-            **({"all_to_all": str(pool.all_to_all)} if pool.dp > 1 and pool.ep > 1 else {}),
+            **({"all_to_all": str(pool.all_to_all)} if pool.exchanges_tokens else {}),
             "replicas": pool.replicas, "gpus": pool.replicas * pool.gpus,
             "engine": report.request.profiles.engine,
             "scheduling": settings[pool.name],

@@ -26,7 +26,7 @@ def wide_dict(shape) -> dict:
     above 1 how its tokens reach the experts (:class:`pdplan.vocabulary.AllToAll`)."""
     if not shape.is_wide:
         return {}
-    exchange = {"all_to_all": str(shape.all_to_all)} if shape.dp > 1 and shape.ep > 1 else {}
+    exchange = {"all_to_all": str(shape.all_to_all)} if shape.exchanges_tokens else {}
     return {"dp": shape.dp, "ep": shape.ep, **exchange}
 
 
