@@ -12,7 +12,7 @@ vLLM, dispatched otherwise). Every rejected shape comes back with its reason, fo
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from pdplan.engines import DEFAULT_ENGINE, shape_refusal
 from pdplan.engines import all_to_all as engine_all_to_all
@@ -84,8 +84,9 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                 reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=per_node, dp=dp, ep=ep,
                                          memory_utilization=memory_utilization,
                                          kv_reserve_tokens=largest_request_tokens)
-                for shape in _variants(phase, gpu_name, tp, pp, dp, ep, chunk_sizes):
-                    shape = replace(shape, all_to_all=engine_all_to_all(engine or DEFAULT_ENGINE, shape, per_node))
+                split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
+                exchange = engine_all_to_all(engine or DEFAULT_ENGINE, split, per_node)
+                for shape in _variants(phase, split, exchange, chunk_sizes):
                     why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
                     if why is None:
                         kept.append(shape)
@@ -121,9 +122,10 @@ def _spread_refusal(shape: Shape, nodes) -> str | None:
     return None
 
 
-def _variants(phase: str, gpu: str, tp: int, pp: int, dp: int, ep: int, chunk_sizes: tuple[int, ...]) -> list[Shape]:
+def _variants(phase: str, split: InstanceShape, all_to_all: AllToAll, chunk_sizes: tuple[int, ...]) -> list[Shape]:
     """Colocated shapes come once per chunked-prefill budget; the phases once each."""
+    common = {"phase": phase, "gpu": split.gpu, "tp": split.tp, "pp": split.pp, "dp": split.dp, "ep": split.ep,
+              "all_to_all": all_to_all}
     if phase != "colocated":
-        return [Shape(phase=phase, gpu=gpu, tp=tp, pp=pp, dp=dp, ep=ep)]
-    return [Shape(phase=phase, gpu=gpu, tp=tp, pp=pp, dp=dp, ep=ep, policy="chunked", chunk_tokens=c)
-            for c in chunk_sizes]
+        return [Shape(**common)]
+    return [Shape(**common, policy="chunked", chunk_tokens=c) for c in chunk_sizes]
