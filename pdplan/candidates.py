@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdplan.engines import DEFAULT_ENGINE, shape_refusal
+from pdplan.engines import DEFAULT_ENGINE, running_cap, shape_refusal
 from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
@@ -36,6 +36,8 @@ class Shape(InstanceShape):
     chunk_tokens: int | None = None
     #: attention DP with whole experts: how the plan's engine moves tokens to them (:func:`pdplan.engines.all_to_all`)
     all_to_all: AllToAll = AllToAll.DISPATCH
+    #: requests one rank may run at once where the engine holds it below its KV (:func:`pdplan.engines.running_cap`)
+    max_running_requests: int | None = None
 
     @property
     def label(self) -> str:
@@ -64,14 +66,15 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                      tps: tuple[int, ...] = DEFAULT_TPS, pps: tuple[int, ...] = DEFAULT_PPS,
                      chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS, dps: tuple[int, ...] = DEFAULT_DPS,
                      memory_utilization: float = 0.9, engine: str | None = None,
-                     connector: str | None = None) -> tuple[list[Shape], list[Rejected]]:
+                     connector: str | None = None, draft_tokens: int = 0) -> tuple[list[Shape], list[Rejected]]:
     """Every shape worth measuring, and every rejected one with its one-sentence reason.
 
     ``largest_request_tokens`` (prompt + output of the trace's largest request) is the KV
     reserve: an instance that cannot hold that request can never serve the whole trace (a wide
     shape's rank must hold it). ``dps`` above 1 add a mixture-of-experts model's wide shapes (one
     stage, EP = TP × DP). ``engine`` with its KV ``connector`` keeps only the shapes that engine
-    runs (None: every one).
+    runs (None: every one); a shape whose ranks that engine holds to fewer requests than their KV takes
+    (``draft_tokens`` drafted per request under speculative decoding) carries the cap.
     """
     kept, rejected = [], []
     for phase in phases:
@@ -86,7 +89,8 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                          kv_reserve_tokens=largest_request_tokens)
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
                 exchange = engine_all_to_all(engine or DEFAULT_ENGINE, split, per_node)
-                for shape in _variants(phase, split, exchange, chunk_sizes):
+                cap = running_cap(engine or DEFAULT_ENGINE, phase, split, exchange, per_node, draft_tokens)
+                for shape in _variants(phase, split, exchange, cap, chunk_sizes):
                     why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
                     if why is None:
                         kept.append(shape)
@@ -122,10 +126,11 @@ def _spread_refusal(shape: Shape, nodes) -> str | None:
     return None
 
 
-def _variants(phase: str, split: InstanceShape, all_to_all: AllToAll, chunk_sizes: tuple[int, ...]) -> list[Shape]:
+def _variants(phase: str, split: InstanceShape, all_to_all: AllToAll, running: int | None,
+              chunk_sizes: tuple[int, ...]) -> list[Shape]:
     """Colocated shapes come once per chunked-prefill budget; the phases once each."""
     common = {"phase": phase, "gpu": split.gpu, "tp": split.tp, "pp": split.pp, "dp": split.dp, "ep": split.ep,
-              "all_to_all": all_to_all}
+              "all_to_all": all_to_all, "max_running_requests": running}
     if phase != "colocated":
         return [Shape(**common)]
     return [Shape(**common, policy="chunked", chunk_tokens=c) for c in chunk_sizes]

@@ -57,6 +57,35 @@ def all_to_all(engine: str, shape: InstanceShape, gpus_per_node: int) -> AllToAl
     return AllToAll.DISPATCH
 
 
+#: Tokens one rank may hand DeepEP's low-latency kernels per step: SGLang 0.5.23's default
+#: ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`` (python/sglang/srt/environ.py), which sizes the kernels'
+#: buffers (layers/moe/token_dispatcher/deepep.py; DeepEP refuses a larger step). pdplan plans at the default, so
+#: the buffer SGLang allocates is the one its memory reserve already holds; the export states it.
+DEEPEP_LOW_LATENCY_TOKENS = 128
+
+
+def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,
+                            gpus_per_node: int) -> bool:
+    """Whether ``engine`` runs an instance's decode steps on DeepEP's low-latency kernels, as pdplan's exports start
+    it on nodes of ``gpus_per_node`` GPUs: SGLang's instances of attention DP with expert parallelism that dispatch
+    across nodes (``--moe-a2a-backend deepep``), in a decode pool (``--deepep-mode low_latency``) or a colocated one
+    (its "auto" mode takes the low-latency kernels for a batch of decodes alone). A prefill pool's normal kernels
+    take any number of tokens."""
+    return (engine == "sglang" and phase != "prefill" and shape.exchanges_tokens and all_to_all == AllToAll.DISPATCH
+            and shape.stage_gpus > gpus_per_node)
+
+
+def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int,
+                draft_tokens: int = 0) -> int | None:
+    """Requests one rank of the instance may run at once, where the engine holds it below what its KV holds; None
+    elsewhere. A rank on DeepEP's low-latency kernels (:func:`runs_deepep_low_latency`) hands them every running
+    request's tokens each step, one per request and ``draft_tokens`` more under speculative decoding (SGLang's
+    verify step), at most :data:`DEEPEP_LOW_LATENCY_TOKENS`."""
+    if not runs_deepep_low_latency(engine, phase, shape, all_to_all, gpus_per_node):
+        return None
+    return DEEPEP_LOW_LATENCY_TOKENS // (1 + draft_tokens)
+
+
 class RoleShape(Protocol):
     """A pool or candidate as the rules see it: its phase and its parallel sizes."""
 

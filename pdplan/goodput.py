@@ -403,9 +403,11 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
                      settings: SearchSettings, seed: int = DEFAULT_SEED, policy: str | None = None,
                      chunk_tokens: int | None = None, admission_share: float = DEFAULT_ADMISSION_SHARE,
                      on_probe: Callable[[Probe], None] | None = None,
-                     rank_router: str = RankRouter.SHORTEST_QUEUE) -> InstanceGoodput:
+                     rank_router: str = RankRouter.SHORTEST_QUEUE,
+                     max_running_requests: int | None = None) -> InstanceGoodput:
     """Per-instance goodput of ``profile`` for ``phase`` (0x08C), found by simulated bisection (a prefill
-    instance with attention DP putting prompts on its ranks by ``rank_router``).
+    instance with attention DP putting prompts on its ranks by ``rank_router``; each rank running at most
+    ``max_running_requests`` requests, None: as many as its KV holds).
 
     The queueing bracket (M/D/1 and P–K on the TTFT threshold) starts the search. A prefill or
     decode instance is never good above its closed-form saturation throughput: a finite probe of
@@ -426,7 +428,7 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
     start = mg1 or md1 or (saturation / 2 if saturation else 1.0)
     search = pool_goodput(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed, policy=policy,
                           chunk_tokens=chunk_tokens, admission_share=admission_share, start_rps=start,
-                          on_probe=on_probe, rank_router=rank_router)
+                          on_probe=on_probe, rank_router=rank_router, max_running_requests=max_running_requests)
     return InstanceGoodput(
         phase=phase, model=profile.model, gpu=profile.gpu, tp=profile.tp, pp=profile.pp, dp=profile.dp, ep=profile.ep,
         policy=policy if phase == "colocated" else None, chunk_tokens=chunk_tokens,
@@ -453,7 +455,7 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
                  chunk_tokens: int | None = None,
                  admission_share: float = DEFAULT_ADMISSION_SHARE, router: str = Router.LEAST_LOADED,
                  on_probe: Callable[[Probe], None] | None = None, first_step: float = 1.0,
-                 rank_router: str = RankRouter.SHORTEST_QUEUE) -> Search:
+                 rank_router: str = RankRouter.SHORTEST_QUEUE, max_running_requests: int | None = None) -> Search:
     """Goodput of ``replicas`` instances of one shape behind the router, the phase judged alone
     (:func:`phase_slo`): one instance is the 0x08C goodput, n of them the pool capacity c(n).
 
@@ -464,7 +466,8 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
     the same rate, and the stopped probes' shares are upper bounds. On a trace with prefix
     hashes, prefill and colocated instances keep their prefix caches, and ``router`` picks the
     prefill instance; ``rank_router``, a prefill instance's attention-DP rank (the engine's,
-    :func:`pdplan.engines.rank_router`). ``first_step``: as :func:`find_goodput` takes it.
+    :func:`pdplan.engines.rank_router`); ``max_running_requests``, what one rank runs at once (None: its KV's
+    worth). ``first_step``: as :func:`find_goodput` takes it.
     """
     judged = phase_slo(slo, phase, admission_share)
     single = instance_saturation(workload, profile, phase)
@@ -476,7 +479,8 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
         stop = None if settings.grid_points else miss_stop(judged, len(requests))  # a curve asked for is drawn whole
         result = simulate_pool(requests, profile, phase=phase, replicas=replicas,
                                policy=(policy or "prefill-first") if phase == "colocated" else None,
-                               chunk_tokens=chunk_tokens, seed=seed, stop=stop, router=router, rank_router=rank_router)
+                               chunk_tokens=chunk_tokens, seed=seed, stop=stop, router=router, rank_router=rank_router,
+                               max_running_requests=max_running_requests)
         return probe_from_clocks(rate, judged, per_request_clocks(result),
                                  saturated=saturation is not None and rate > saturation,
                                  stopped_early=result.stopped_s is not None)

@@ -85,8 +85,8 @@ IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main")
 
 #: The hand-written wide expert-parallel plan (the fields the exports read): DeepSeek-V3 on H200 nodes, a
 #: prefill instance of DP16 EP16 with 32 redundant experts and a prompt budget of 16,384 tokens per rank over
-#: nodes h200-0 (node rank 0) and h200-1, and a decode instance of DP8 EP8 on h200-2, over NIXL; the same plan
-#: as tests/test_export_wide.py.
+#: nodes h200-0 (node rank 0) and h200-1, and a decode instance of DP8 EP8 on h200-2 whose ranks run at most 64
+#: requests each, over NIXL; the plan of tests/test_export_wide.py with that cap.
 WIDE = """\
 apiVersion: pdplan/v1
 kind: DeploymentManifest
@@ -101,7 +101,8 @@ pools:
    pp: 1, replicas: 1, gpus: 16, scheduling: {}, profile: {max_prefill_batch_tokens: 16384},
    memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 45.0}}
 - {name: decode, phase: decode, model: deepseek-v3, gpu: h200-141gb, tp: 1, dp: 8, ep: 8, pp: 1, replicas: 1,
-   gpus: 8, scheduling: {}, memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 90.0}}
+   gpus: 8, scheduling: {max_running_requests: 64},
+   memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 90.0}}
 placement:
   route_epoch: 1
   affinity: high

@@ -92,3 +92,30 @@ def test_a_gather_is_timed_from_the_operator_tables_only():
         ProfileSource({}, compose=False).profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 1, 1, dp=8,
                                                  ep=8, all_to_all="gather")
     assert refused.value.field == "all_to_all"
+
+
+def running_caps(engine, dps, phases=("prefill", "decode", "colocated"), draft_tokens=0):
+    kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=dps, tps=(1,),
+                               pps=(1,), phases=phases, engine=engine, draft_tokens=draft_tokens)
+    return {(s.phase, s.shape_label()): s.max_running_requests for s in kept if s.dp > 1}
+
+
+def test_sglang_decode_ranks_on_deepeps_low_latency_kernels_run_at_most_its_128_tokens():
+    """SGLang decodes an instance across nodes with DeepEP's low-latency kernels, which take at most
+    SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK (128 by default) tokens per rank and step; a prefill's normal
+    kernels and a gather on one node have no such cap."""
+    caps = running_caps("sglang", dps=(8, 16))
+    assert caps[("decode", "h200-141gb TP1 DP16 EP16 PP1")] == 128
+    assert caps[("colocated", "h200-141gb TP1 DP16 EP16 PP1")] == 128
+    assert caps[("prefill", "h200-141gb TP1 DP16 EP16 PP1")] is None
+    assert caps[("decode", "h200-141gb TP1 DP8 EP8 PP1")] is None
+
+
+def test_speculative_decoding_divides_the_deepep_budget_by_the_tokens_each_request_verifies():
+    caps = running_caps("sglang", dps=(16,), phases=("decode",), draft_tokens=3)
+    assert caps == {("decode", "h200-141gb TP1 DP16 EP16 PP1"): 128 // 4}
+
+
+def test_engines_that_do_not_start_deepep_leave_the_ranks_to_their_kv():
+    for engine in ("vllm", "trtllm"):
+        assert set(running_caps(engine, dps=(8, 16)).values()) == {None}

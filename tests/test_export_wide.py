@@ -590,3 +590,25 @@ def test_mooncake_bootstrap_ports_of_dp_prefill_instances_leave_room_for_every_r
                    if line.startswith("export VLLM_MOONCAKE_BOOTSTRAP_PORT="))
     # DP8 TP1: ranks 0..7 of one instance listen on its port + 0..7 (vLLM mooncake_connector.py)
     assert len(ports) == 3 and all(b - a >= 8 for a, b in zip(ports, ports[1:]))
+
+
+def test_a_deepep_decode_pool_starts_each_rank_at_the_requests_and_tokens_it_was_verified_with(wide, tmp_path):
+    """A decode pool on DeepEP's low-latency kernels was verified with each rank running at most 128 requests
+    (``scheduling.max_running_requests``): SGLang's --max-running-requests counts the instance's (128 x 16 ranks),
+    and the script states DeepEP's per-rank token budget instead of inheriting one."""
+    decode_wide = copy.deepcopy(wide)
+    decode_wide["pools"][0]["phase"], decode_wide["pools"][1]["phase"] = "decode", "prefill"
+    decode_wide["transfer"]["roles"] = {"prefill": "kv_consumer", "decode": "kv_producer"}
+    decode_wide["pools"][0]["scheduling"] = {"max_running_requests": 128}
+    files = export_manifest(decode_wide, "sglang")
+    script = files["sglang/prefill-0.sh"]
+    assert _value(_command(tmp_path, script, "0"), "--max-running-requests") == "2048"
+    assert "export SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=128" in script
+    assert "DISPATCH_TOKENS" not in files["sglang/decode-0.sh"]
+    assert _value(_command(tmp_path, files["sglang/decode-0.sh"]), "--max-running-requests") is None
+
+
+def test_vllm_runs_each_rank_at_most_the_requests_the_plan_verified(wide, tmp_path):
+    wide["pools"][1]["scheduling"] = {"max_running_requests": 96}
+    command = _command(tmp_path, export_manifest(wide, "vllm")["vllm/decode-0.sh"])
+    assert _value(command, "--max-num-seqs") == "96"

@@ -429,3 +429,18 @@ def test_a_gather_needs_attention_dp_with_whole_experts_over_every_gpu():
     assert _pool_fields(_pool(all_to_all="gather")) == []
     assert _pool_fields(_pool(tp=8, dp=1, all_to_all="gather")) == ["pools[0].all_to_all"]
     assert _pool_fields(_pool(dp=16, ep=8, gpus=16, all_to_all="gather")) == ["pools[0].all_to_all"]
+
+
+def test_a_manifest_records_the_requests_a_rank_runs_at_once_and_simulate_reads_it_back(disaggregated):
+    """A decode pool held below its KV (DeepEP's low-latency budget) states ``scheduling.max_running_requests``, a
+    positive integer in the schema, which the plan of the manifest keeps so a resimulation holds the ranks to it."""
+    from pdplan.manifest.plan import plan_of_manifest
+
+    decode = next(i for i, p in enumerate(disaggregated["pools"]) if p["phase"] == "decode")
+    assert plan_of_manifest(disaggregated, "m").pools[decode].max_running_requests is None
+    capped = copy.deepcopy(disaggregated)
+    capped["pools"][decode]["scheduling"] = {**capped["pools"][decode]["scheduling"], "max_running_requests": 128}
+    assert _schema_errors(capped["pools"][decode], "pool") == []
+    assert plan_of_manifest(capped, "m").pools[decode].max_running_requests == 128
+    capped["pools"][decode]["scheduling"]["max_running_requests"] = 0
+    assert _schema_errors(capped["pools"][decode], "pool")

@@ -54,6 +54,8 @@ class Candidate(InstanceShape):
     curve: PoolCurve | None = None      #: c(n) behind the router; None: n · goodput (no pooling gain)
     #: attention DP with whole experts: how its tokens reach them, as measured (:class:`pdplan.vocabulary.AllToAll`)
     all_to_all: str = AllToAll.DISPATCH
+    #: requests one rank runs at once where the engine holds it below its KV, as measured (None: its KV's worth)
+    max_running_requests: int | None = None
 
     def __post_init__(self):
         if self.phase not in PHASES:

@@ -60,28 +60,32 @@ def profile_digest(profile: PhaseProfile) -> str:
 
 def goodput_key_parts(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO, settings: SearchSettings,
                       seed: int, policy: str | None, chunk_tokens: int | None, admission_share: float,
-                      rank_router: str = RankRouter.SHORTEST_QUEUE) -> dict:
+                      rank_router: str = RankRouter.SHORTEST_QUEUE, max_running_requests: int | None = None) -> dict:
     """Everything one shape's goodput depends on; ``pdplan goodput`` and ``optimize`` key alike (the rank
-    router only when it routes by room, so every other key is as it was)."""
+    router only when it routes by room, a rank's running cap only when there is one, so every other key is as it
+    was)."""
     return {"trace": workload.digest(), "profile": profile_digest(profile), "slo": slo.to_dict(),
             "phase": phase, "policy": policy, "chunk": chunk_tokens, "settings": asdict(settings),
             "seed": seed, "admission_share": admission_share,
-            **({} if rank_router == RankRouter.SHORTEST_QUEUE else {"rank_router": str(rank_router)})}
+            **({} if rank_router == RankRouter.SHORTEST_QUEUE else {"rank_router": str(rank_router)}),
+            **({} if max_running_requests is None else {"max_running_requests": max_running_requests})}
 
 
 def cached_instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: SLO,
                             settings: SearchSettings, seed: int, policy: str | None, chunk_tokens: int | None,
                             admission_share: float, cache: ResultCache,
-                            rank_router: str = RankRouter.SHORTEST_QUEUE) -> InstanceGoodput:
+                            rank_router: str = RankRouter.SHORTEST_QUEUE,
+                            max_running_requests: int | None = None) -> InstanceGoodput:
     """:func:`pdplan.goodput.instance_goodput`, from the cache when the inputs match."""
     key = cache_key(goodput_key_parts(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed,
                                       policy=policy, chunk_tokens=chunk_tokens, admission_share=admission_share,
-                                      rank_router=rank_router))
+                                      rank_router=rank_router, max_running_requests=max_running_requests))
     cached = cache.get(key, decode_goodput)
     if cached is not None:
         return cached
     result = instance_goodput(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed, policy=policy,
-                              chunk_tokens=chunk_tokens, admission_share=admission_share, rank_router=rank_router)
+                              chunk_tokens=chunk_tokens, admission_share=admission_share, rank_router=rank_router,
+                              max_running_requests=max_running_requests)
     cache.put(key, result.to_dict())
     return result
 
@@ -109,7 +113,7 @@ def measure(request: PlanRequest, cache: ResultCache,
     shapes, rejected = enumerate_shapes(request.model, request.cluster, largest_request_tokens=largest,
                                         tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes,
                                         dps=request.dps, engine=request.profiles.serving_engine,
-                                        connector=request.connector)
+                                        connector=request.connector, draft_tokens=draft_tokens(request))
     keys = list(dict.fromkeys(_profile_key(shape) for shape in shapes))
     # With several processes, one of them first compiles the simulator's kernels (or loads them)
     # while the others compose profiles: numba then caches them once, and every goodput worker
@@ -137,6 +141,12 @@ def measure(request: PlanRequest, cache: ResultCache,
                            f"goodput {usable[i][0].label}", i, len(usable)))
     return [Measured(shape=shape, profile=profile, goodput=result)
             for (shape, profile), result in zip(usable, results)], rejected
+
+
+def draft_tokens(request: PlanRequest) -> int:
+    """Tokens the deployment drafts per request and step (0 without speculative decoding)."""
+    drafting = request.profiles.speculative
+    return 0 if drafting is None else drafting.draft_tokens
 
 
 def _profile_key(shape: Shape) -> tuple:
@@ -194,7 +204,7 @@ def _goodput_of(request: PlanRequest, item: tuple, *, cache: ResultCache):
     return cached_instance_goodput(request.workload, profile, phase=shape.phase, slo=request.slo,
                                    settings=request.settings, seed=request.seed, policy=shape.policy,
                                    chunk_tokens=shape.chunk_tokens, admission_share=request.admission_share,
-                                   cache=cache, rank_router=ranks)
+                                   cache=cache, rank_router=ranks, max_running_requests=shape.max_running_requests)
 
 
 def mean_kv_bytes_per_request(workload: Workload, model: ModelSpec) -> float:
@@ -253,6 +263,7 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
     for m, curve in zip(chosen, curves):
         out.append(Candidate(phase=m.shape.phase, gpu=m.shape.gpu, tp=m.shape.tp, pp=m.shape.pp,
                              dp=m.shape.dp, ep=m.shape.ep, all_to_all=m.shape.all_to_all,
+                             max_running_requests=m.shape.max_running_requests,
                              goodput_rps=m.goodput.goodput_rps, chunk_tokens=m.shape.chunk_tokens,
                              kv_bytes_per_request=0.0 if m.shape.phase == "colocated" else kv_bytes,
                              all_to_all_bytes_per_request=all_to_all_bytes_per_request(request, m.shape),
@@ -277,7 +288,7 @@ def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: R
     parts = goodput_key_parts(request.workload, m.profile, phase=m.shape.phase, slo=request.slo,
                               settings=request.settings, seed=request.seed, policy=m.shape.policy,
                               chunk_tokens=m.shape.chunk_tokens, admission_share=request.admission_share,
-                              rank_router=ranks)
+                              rank_router=ranks, max_running_requests=m.shape.max_running_requests)
 
     def sample(replicas: int, start_rps: float) -> float:
         key = cache_key({**parts, "replicas": replicas, "router": request.router})
@@ -288,7 +299,8 @@ def pool_curve(request: PlanRequest, m: Measured, *, wanted_rps: float, cache: R
                               settings=request.settings, seed=request.seed, start_rps=start_rps, replicas=replicas,
                               policy=m.shape.policy, chunk_tokens=m.shape.chunk_tokens,
                               admission_share=request.admission_share, router=request.router,
-                              first_step=CLOSE_GUESS_STEP, rank_router=ranks)  # from a smaller pool's rate per replica
+                              first_step=CLOSE_GUESS_STEP, rank_router=ranks,  # from a smaller pool's rate per replica
+                              max_running_requests=m.shape.max_running_requests)
         cache.put(key, {"replicas": replicas, "capacity_rps": search.goodput_rps, "missed_rps": search.missed_rps,
                         "probes": len(search.probes)})
         return search.goodput_rps

@@ -53,7 +53,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
         if ranks != RankRouter.SHORTEST_QUEUE:
             extra = {"rank_router": ranks}
         pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,
-                    dp=cand.dp, ep=cand.ep, all_to_all=cand.all_to_all, replicas=replicas, **extra)
+                    dp=cand.dp, ep=cand.ep, all_to_all=cand.all_to_all, max_running_requests=cand.max_running_requests,
+                    replicas=replicas, **extra)
         shapes[pool] = cand
     pools = tuple(shapes)
     if mode == "colocated":

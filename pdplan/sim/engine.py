@@ -241,12 +241,14 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
                   max_prefill_batch_tokens: int | None = None, seed: int = 0,
                   rate_rps: float | None = None, engine: str = "fast",
                   concurrency: int | None = None, stop: MissStop | None = None, prefix_cache: bool = True,
-                  router: str = Router.LEAST_LOADED, rank_router: str = RankRouter.SHORTEST_QUEUE) -> SimResult:
+                  router: str = Router.LEAST_LOADED, rank_router: str = RankRouter.SHORTEST_QUEUE,
+                  max_running_requests: int | None = None) -> SimResult:
     """``replicas`` identical instances of one phase behind the router, with no other phase
     (``concurrency``: a closed loop of that many clients, as in :func:`simulate`; ``stop``: end
     the run once its misses settle, :class:`MissStop`). With prefix hashes in the workload and
     ``prefix_cache``, prefill and colocated instances keep a prefix cache as in a plan (its
-    capacity derived); ``router`` picks the prefill instance, ``rank_router`` a prefill instance's rank.
+    capacity derived); ``router`` picks the prefill instance, ``rank_router`` a prefill instance's rank; each rank
+    runs at most ``max_running_requests`` requests at once (None: as many as its KV holds).
 
     The clocks are those of one instance alone (below), per request; routing is the plan's
     (prefill: ``router``, by default fewest pending prompt tokens; decode: least KV load; colocated: fewest outstanding
@@ -264,7 +266,8 @@ def simulate_pool(workload: Any, profile: PhaseProfile, *, phase: str, replicas:
         raise PdplanError(f"phase must be prefill, decode or colocated, got {phase!r}", field="phase")
     layout = layout_single(phase, profile, policy=policy, chunk_tokens=chunk_tokens,
                            max_prefill_batch_tokens=max_prefill_batch_tokens, replicas=replicas,
-                           prefix_cache=prefix_cache, router=router, rank_router=rank_router)
+                           prefix_cache=prefix_cache, router=router, rank_router=rank_router,
+                           max_running_requests=max_running_requests)
     requests = as_requests(workload, rate_rps=rate_rps, closed_loop=concurrency is not None)
     return run(layout, requests, seed=seed, rate_rps=rate_rps, engine=engine, concurrency=concurrency, stop=stop)
 

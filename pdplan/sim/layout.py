@@ -275,18 +275,21 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
 def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = None,
                   chunk_tokens: int | None = None, max_prefill_batch_tokens: int | None = None,
                   replicas: int = 1, prefix_cache: bool = True, router: str = Router.LEAST_LOADED,
-                  rank_router: str = RankRouter.SHORTEST_QUEUE) -> Layout:
+                  rank_router: str = RankRouter.SHORTEST_QUEUE, max_running_requests: int | None = None) -> Layout:
     """``replicas`` instances of ``phase`` ("prefill", "decode" or "colocated") behind the router,
     with no other phase: one instance alone, or one pool judged alone. With ``prefix_cache``, a
     prefill or colocated instance keeps its derived prefix cache (a decode instance alone moves no
     KV, so its cache would save nothing); ``rank_router`` is how a prefill instance with attention DP
-    puts a prompt on a rank."""
+    puts a prompt on a rank; ``max_running_requests`` what one rank runs at once (None: its KV's worth)."""
     cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
     if not 1 <= cap <= profile.max_prefill_batch_tokens:
         raise PdplanError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}], got {cap}",
                           field="max_prefill_batch_tokens")
     if replicas < 1:
         raise PdplanError(f"replicas must be >= 1, got {replicas}", field="replicas")
+    if max_running_requests is not None and max_running_requests < 1:
+        raise PdplanError(f"max_running_requests must be >= 1, got {max_running_requests}",
+                          field="max_running_requests")
     wrong = rank_router_rejection(rank_router, phase, profile.dp)
     if wrong is not None:
         raise PdplanError(wrong, field="rank_router")
@@ -296,7 +299,8 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
                   chunk_tokens=(chunk_tokens or 0,) * replicas,
                   cache_blocks=(None if prefix_cache and phase != "decode" else 0,) * replicas,
                   batch_tokens=(cap,) * replicas, link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)),
-                  router=router, room_ranks=(True,) * replicas if rank_router == RankRouter.BOOTSTRAP_ROOM else ())
+                  router=router, room_ranks=(True,) * replicas if rank_router == RankRouter.BOOTSTRAP_ROOM else (),
+                  max_running=() if max_running_requests is None else (max_running_requests,) * replicas)
 
 
 def router_notice(layout: Layout, requests: Requests) -> str | None:

@@ -322,6 +322,13 @@ def prompt_budget(pool: dict) -> tuple[int | None, int | None]:
     return scheduling.get("chunk_tokens") or (cap if pool["phase"] == "prefill" else None), cap
 
 
+def running_cap(pool: dict) -> int | None:
+    """Requests one rank of the pool runs at once as pdplan verified it (``scheduling.max_running_requests``), where
+    its engine holds it below its KV (:func:`pdplan.engines.running_cap`); None for every other pool and every
+    manifest written before the cap was recorded, which keep the engine's own limit."""
+    return (pool.get("scheduling") or {}).get("max_running_requests")
+
+
 def prefix_cache_off(pool: dict) -> bool:
     """The plan turns the pool's prefix cache off (``scheduling.prefix_cache_blocks`` 0). Absent or above 0
     it is on, the engines' default (vLLM V1's prefix caching, SGLang's radix cache), so no flag is written:
@@ -439,9 +446,9 @@ def starts_deepep(engine: str, inst: Instance) -> bool:
     """Whether the export starts DeepEP's all-to-all for an instance of attention DP with expert parallelism: SGLang's
     across nodes (:data:`pdplan.manifest.export.sglang.A2A_BACKEND`) when its pool was timed with a dispatch, vLLM's
     never. DeepEP's low-latency kernels cap what a rank may dispatch per step (SGLang:
-    ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK``, 128; vLLM's batched DP MoE: 256 tokens per rank's step), a
-    cap the simulator does not hold a decode rank to. A pool timed with a gather keeps the engine's default, which
-    gathers (:func:`pdplan.engines.all_to_all`)."""
+    ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK``), a cap the plan holds such a decode rank to
+    (:func:`pdplan.engines.running_cap`) and the export states. A pool timed with a gather keeps the engine's default,
+    which gathers (:func:`pdplan.engines.all_to_all`)."""
     return engine == "sglang" and inst.spans_nodes and all_to_all(inst.pool) == AllToAll.DISPATCH
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, prerequisites, shell
 from pdplan.vocabulary import Router
@@ -42,6 +43,9 @@ A2A_BACKEND = "deepep"
 #: SGLang 0.5.23's "auto" picks the same per batch (python/sglang/srt/arg_groups/fields/exec_.py ``deepep_mode``),
 #: so a colocated instance, whose batches are of both kinds, keeps it.
 DEEPEP_MODES = {"prefill": "normal", "decode": "low_latency"}
+#: The variable that sizes DeepEP's low-latency kernels in SGLang 0.5.23 (python/sglang/srt/environ.py; read in
+#: layers/moe/token_dispatcher/deepep.py): the tokens one rank may dispatch per decode step.
+DEEPEP_TOKENS_VARIABLE = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
 
 # SGLang's --disaggregation-transfer-backend values among the manifest's connectors (LMCache is not one).
 TRANSFER_BACKENDS = ("nixl", "mooncake")
@@ -104,7 +108,7 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
                # SGLang's static memory fraction (weights + KV pool) stands in for vLLM's utilization.
                "--mem-fraction-static", str(pool["memory"]["memory_utilization"])]
     command += common.precision_args(manifest, "SGLang", KV_CACHE_DTYPES, LOAD_QUANTIZATION)
-    command += prompt_budget_args(pool)
+    command += prompt_budget_args(pool) + running_args(pool)
     if pool["phase"] == "prefill" and common.prefix_cache_off(pool):
         command.append(NO_RADIX_CACHE)
     command += speculative_args(manifest) + kernel_args(manifest)
@@ -128,6 +132,26 @@ def prompt_budget_args(pool: dict) -> list[str]:
     chunk, cap = common.prompt_budget(pool)
     args = ["--chunked-prefill-size", str(chunk * common.parallel(pool).dp)] if chunk else []
     return args + (["--max-prefill-tokens", str(cap)] if cap else [])
+
+
+def running_args(pool: dict) -> list[str]:
+    """The requests each rank of the pool runs at once as pdplan verified them (:func:`common.running_cap`), as SGLang
+    0.5.23's ``--max-running-requests``, which counts the instance's and hands each attention-DP rank its share
+    (``max_running_requests // attn_dp_size``, model_executor/pool_configurator.py); the decode CUDA graphs it
+    captures stop at that share too (model_executor/runner/base_cuda_graph_runner.py clamps them to the rank's
+    request pool). None for a pool without a cap."""
+    cap = common.running_cap(pool)
+    return [] if cap is None else ["--max-running-requests", str(cap * common.parallel(pool).dp)]
+
+
+def deepep_environment(inst: common.Instance) -> list[str]:
+    """The DeepEP low-latency budget an instance's decode steps were verified within
+    (:data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS`), stated for every instance the export starts on DeepEP outside
+    a prefill pool, so that no inherited value of :data:`DEEPEP_TOKENS_VARIABLE` runs it otherwise."""
+    starts = common.parallel(inst.pool).ep > 1 and common.starts_deepep("sglang", inst)  # as wide_args starts it
+    if not starts or inst.pool["phase"] == "prefill":
+        return []
+    return [shell.export(DEEPEP_TOKENS_VARIABLE, str(DEEPEP_LOW_LATENCY_TOKENS))]
 
 
 def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
@@ -199,6 +223,7 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: 
     lines += [shell.comment(note) for note in common.cache_tier_notes([inst.pool], TIER_OPTIONS)]
     lines += prerequisites.lines(prerequisites.instance("sglang", backend, spans_nodes=inst.spans_nodes),
                                  f"instance {inst.name}", "python")
+    lines += deepep_environment(inst)
     command: list[shell.Word] = _launch_command(manifest, inst, port, backend, bootstrap)
     if inst.spans_nodes:
         # Node 0 needs no wait of its own: every node's scheduler joins the torch.distributed

@@ -77,12 +77,16 @@ TIER_OPTIONS = {"host": "vLLM's --kv-offloading-size (native CPU offloading), be
 
 def engine_args(manifest: dict, pool: dict) -> list[str]:
     """vLLM arguments that follow from the plan and the pool: the checkpoint's revision and remote code, precision,
-    parallelism, memory, the prompt budget, a prefix cache the plan turns off, KV transfer, speculative decoding and the
-    MoE kernels the plan was timed with."""
+    parallelism, memory, the prompt budget, the requests a rank runs at once where the plan holds them
+    (``--max-num-seqs``, vLLM 0.33.0's per engine core), a prefix cache the plan turns off, KV transfer, speculative
+    decoding and the MoE kernels the plan was timed with."""
     args = [*common.checkpoint_args(manifest), *parallel_args(manifest, pool),
             "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
             *common.precision_args(manifest, "vLLM", KV_CACHE_DTYPES, LOAD_QUANTIZATION)]
     args += prompt_budget_args(pool)
+    cap = common.running_cap(pool)
+    if cap is not None:  # per DP rank: each rank's engine core schedules its own batch
+        args += ["--max-num-seqs", str(cap)]
     if common.prefix_cache_off(pool):
         args.append(NO_PREFIX_CACHING)
     kv = common.kv_transfer_config(manifest, pool)
