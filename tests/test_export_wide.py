@@ -612,3 +612,14 @@ def test_vllm_runs_each_rank_at_most_the_requests_the_plan_verified(wide, tmp_pa
     wide["pools"][1]["scheduling"] = {"max_running_requests": 96}
     command = _command(tmp_path, export_manifest(wide, "vllm")["vllm/decode-0.sh"])
     assert _value(command, "--max-num-seqs") == "96"
+
+
+def test_a_deepep_decode_pool_of_a_manifest_written_before_the_cap_says_its_ranks_were_not_held_to_it(wide):
+    decode_wide = copy.deepcopy(wide)
+    decode_wide["pools"][0]["phase"], decode_wide["pools"][1]["phase"] = "decode", "prefill"
+    decode_wide["transfer"]["roles"] = {"prefill": "kv_consumer", "decode": "kv_producer"}
+    note = "Pool prefill decodes on DeepEP's low-latency kernels, which take at most 128 tokens per rank and step"
+    assert note in export_manifest(decode_wide, "sglang")["sglang/decode-0.sh"]
+    decode_wide["pools"][0]["scheduling"] = {"max_running_requests": 128}
+    assert "low-latency kernels" not in export_manifest(decode_wide, "sglang")["sglang/decode-0.sh"]
+    assert "low-latency kernels" not in export_manifest(wide, "sglang")["sglang/decode-0.sh"]

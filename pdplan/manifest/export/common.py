@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import yaml
 
 from pdplan import names
-from pdplan.engines import FORMAT_ENGINES
+from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS, FORMAT_ENGINES
 from pdplan.errors import PdplanError
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
@@ -432,6 +432,10 @@ def header(manifest: dict, fmt: str) -> str:
         lines += (f"\nPool {pool}'s MoE layers were timed with DeepEP's all-to-all; {where} runs its default "
                   f"all-to-all ({default}), which gathers every rank's tokens instead, so its steps may differ from "
                   "the verified ones")
+    for pool in uncapped_low_latency_pools(manifest, engine):
+        lines += (f"\nPool {pool} decodes on DeepEP's low-latency kernels, which take at most "
+                  f"{DEEPEP_LOW_LATENCY_TOKENS} tokens per rank and step; its verification held no rank to that, so a "
+                  "rank's batch may pass it: optimize again to plan within it")
     return lines
 
 
@@ -450,6 +454,22 @@ def starts_deepep(engine: str, inst: Instance) -> bool:
     (:func:`pdplan.engines.running_cap`) and the export states. A pool timed with a gather keeps the engine's default,
     which gathers (:func:`pdplan.engines.all_to_all`)."""
     return engine == "sglang" and inst.spans_nodes and all_to_all(inst.pool) == AllToAll.DISPATCH
+
+
+def starts_low_latency(engine: str, inst: Instance) -> bool:
+    """Whether the export starts DeepEP's low-latency kernels for an instance's decode steps: an instance of expert
+    parallelism on DeepEP (:func:`starts_deepep`) outside a prefill pool (SGLang's ``--deepep-mode low_latency``, or
+    its "auto" mode's decode batches in a colocated pool)."""
+    return parallel(inst.pool).ep > 1 and starts_deepep(engine, inst) and inst.pool["phase"] != "prefill"
+
+
+def uncapped_low_latency_pools(manifest: dict, engine: str) -> list[str]:
+    """The pools some instance of which the export starts on DeepEP's low-latency kernels (:func:`starts_low_latency`)
+    whose verification held no rank below them (no ``scheduling.max_running_requests``: manifests written before
+    pdplan held it)."""
+    found = {inst.pool["name"] for inst in instances(manifest)
+             if starts_low_latency(engine, inst) and running_cap(inst.pool) is None}
+    return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]
 
 
 def gathering_pools(manifest: dict, engine: str) -> list[str]:

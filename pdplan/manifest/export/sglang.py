@@ -146,10 +146,10 @@ def running_args(pool: dict) -> list[str]:
 
 def deepep_environment(inst: common.Instance) -> list[str]:
     """The DeepEP low-latency budget an instance's decode steps were verified within
-    (:data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS`), stated for every instance the export starts on DeepEP outside
-    a prefill pool, so that no inherited value of :data:`DEEPEP_TOKENS_VARIABLE` runs it otherwise."""
-    starts = common.parallel(inst.pool).ep > 1 and common.starts_deepep("sglang", inst)  # as wide_args starts it
-    if not starts or inst.pool["phase"] == "prefill":
+    (:data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS`), stated for every instance the export starts on those kernels
+    (:func:`common.starts_low_latency`), so that no inherited value of :data:`DEEPEP_TOKENS_VARIABLE` runs it
+    otherwise."""
+    if not common.starts_low_latency("sglang", inst):
         return []
     return [shell.export(DEEPEP_TOKENS_VARIABLE, str(DEEPEP_LOW_LATENCY_TOKENS))]
 
