@@ -222,6 +222,7 @@ class InstanceGoodput(InstanceShape):
     settings: SearchSettings
     seed: int                        #: the run's seed every probe drew from
     admission_share: float
+    max_running_requests: int | None = None  #: requests each rank ran at most (None: its KV's worth)
 
     @property
     def goodput_per_gpu(self) -> float:
@@ -253,6 +254,7 @@ class InstanceGoodput(InstanceShape):
             "max_probes": self.settings.max_probes,
             "grid_points": self.settings.grid_points,
             "admission_share": self.admission_share,
+            **({} if self.max_running_requests is None else {"max_running_requests": self.max_running_requests}),
         }
 
     @classmethod
@@ -269,7 +271,7 @@ class InstanceGoodput(InstanceShape):
                    md1_rps=data["bracket"]["md1_rps"], mg1_rps=data["bracket"]["mg1_rps"],
                    saturation_rps=data["saturation_rps"], probes=probes,
                    requests_per_probe=data["requests_per_probe"], settings=settings, seed=data["seed"],
-                   admission_share=data["admission_share"])
+                   admission_share=data["admission_share"], max_running_requests=data.get("max_running_requests"))
 
 
 def probe_settings(workload: Workload, settings: SearchSettings) -> SearchSettings:
@@ -386,15 +388,17 @@ def prefill_saturation(workload: Workload, profile: PhaseProfile) -> float:
     return profile.dp * profile.pp * max(k / profile.prefill_time_s([prompt] * k) for k in range(1, most + 1))
 
 
-def decode_saturation(workload: Workload, profile: PhaseProfile) -> float:
+def decode_saturation(workload: Workload, profile: PhaseProfile, max_running_requests: int | None = None) -> float:
     """Closed-form decode throughput with the batch at its KV limit (docs/design.md, "Decode rule").
 
-    Largest batch B* = KV capacity / mean (prompt + output); its step at mean context
-    B*·(mean prompt + mean output / 2); throughput B* / (step · (mean output − 1)). An instance of
-    DP ranks holds B* on each, stepping together: DP times that.
+    Largest batch B* = KV capacity / mean (prompt + output), at most the rank's running cap; its step at
+    mean context B*·(mean prompt + mean output / 2); throughput B* / (step · (mean output − 1)). An
+    instance of DP ranks holds B* on each, stepping together: DP times that.
     """
     prompt, output = float(workload.prompt_tokens.mean()), float(workload.output_tokens.mean())
     batch = max(1, int(profile.kv_capacity_tokens // (prompt + output)))
+    if max_running_requests is not None:
+        batch = min(batch, max_running_requests)
     step = profile.decode_step_s(batch, int(batch * (prompt + output / 2)))
     return profile.dp * decode_saturation_rps(batch, step, output)
 
@@ -423,7 +427,7 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
         d, mean, second = prefill_moments_s(workload, profile)  # one rank's queue; DP ranks share arrivals
         md1 = profile.dp * mg1_rate_for_mean_ttft(ttft, d, d * d)
         mg1 = profile.dp * mg1_rate_for_mean_ttft(ttft, mean, second)
-    saturation = instance_saturation(workload, profile, phase)
+    saturation = instance_saturation(workload, profile, phase, max_running_requests)
     # Start at the P–K bracket; a decode instance has none, so at half its saturation.
     start = mg1 or md1 or (saturation / 2 if saturation else 1.0)
     search = pool_goodput(workload, profile, phase=phase, slo=slo, settings=settings, seed=seed, policy=policy,
@@ -434,10 +438,11 @@ def instance_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, s
         policy=policy if phase == "colocated" else None, chunk_tokens=chunk_tokens,
         goodput_rps=search.goodput_rps, md1_rps=md1, mg1_rps=mg1, saturation_rps=saturation,
         probes=search.probes, requests_per_probe=settings.requests_per_probe, settings=settings, seed=seed,
-        admission_share=admission_share)
+        admission_share=admission_share, max_running_requests=max_running_requests)
 
 
-def instance_saturation(workload: Workload, profile: PhaseProfile, phase: str) -> float | None:
+def instance_saturation(workload: Workload, profile: PhaseProfile, phase: str,
+                        max_running_requests: int | None = None) -> float | None:
     """Closed-form throughput limit of one instance (None for colocated: its TTFT shows overload;
     None for prefill on a trace with prefix hashes: its prefix cache computes less than the
     prompts, by an amount only the simulation knows)."""
@@ -446,7 +451,7 @@ def instance_saturation(workload: Workload, profile: PhaseProfile, phase: str) -
     if phase == "prefill":
         return prefill_saturation(workload, profile)
     if phase == "decode":
-        return decode_saturation(workload, profile)
+        return decode_saturation(workload, profile, max_running_requests)  # the cap bounds a decode rank's batch
     return None
 
 
@@ -470,7 +475,7 @@ def pool_goodput(workload: Workload, profile: PhaseProfile, *, phase: str, slo: 
     worth). ``first_step``: as :func:`find_goodput` takes it.
     """
     judged = phase_slo(slo, phase, admission_share)
-    single = instance_saturation(workload, profile, phase)
+    single = instance_saturation(workload, profile, phase, max_running_requests)
     saturation = None if single is None else replicas * single
 
     def probe(rate: float) -> Probe:
@@ -520,14 +525,16 @@ def closed_loop_goodput(workload: Workload, profile: PhaseProfile, *, phase: str
                         chunk_tokens: int | None = None, admission_share: float = DEFAULT_ADMISSION_SHARE,
                         max_clients: int = 65536,
                         on_probe: Callable[[ClientsProbe], None] | None = None,
-                        rank_router: str = RankRouter.SHORTEST_QUEUE) -> ClosedLoopGoodput:
+                        rank_router: str = RankRouter.SHORTEST_QUEUE,
+                        max_running_requests: int | None = None) -> ClosedLoopGoodput:
     """The largest concurrency C whose closed loop (C clients, each sending its next request when
     its last one ends, as benchmark tools drive a server) meets the SLO on one instance, the
     phase judged alone as :func:`pool_goodput` judges it: doubling C, then integer bisection.
 
     Each run sends ``requests_per_probe`` requests drawn uniformly from the trace (their order
     kept, their arrival times ignored), a prefill instance with attention DP putting them on its ranks
-    by ``rank_router``. Throughput is requests over the run's span.
+    by ``rank_router``, each rank running at most ``max_running_requests`` (None: its KV's worth). Throughput is
+    requests over the run's span.
     """
     judged = phase_slo(slo, phase, admission_share)
     requests = thin(workload, settings.requests_per_probe, rng=seed)
@@ -538,7 +545,8 @@ def closed_loop_goodput(workload: Workload, profile: PhaseProfile, *, phase: str
             result = simulate_pool({"prompt_tokens": requests.prompt_tokens, "output_tokens": requests.output_tokens},
                                    profile, phase=phase, concurrency=clients,
                                    policy=(policy or "prefill-first") if phase == "colocated" else None,
-                                   chunk_tokens=chunk_tokens, seed=seed, rank_router=rank_router)
+                                   chunk_tokens=chunk_tokens, seed=seed, rank_router=rank_router,
+                                   max_running_requests=max_running_requests)
             throughput = result.summary()["throughput_rps"] or 0.0
             runs[clients] = ClientsProbe(clients=clients, throughput_rps=throughput,
                                          probe=probe_from_clocks(throughput, judged, per_request_clocks(result)))

@@ -82,6 +82,18 @@ def test_goodput_of_a_wide_instance_is_the_whole_instance_s_with_each_rank_probe
                              "--engine", "sglang", "--phase", "decode", "--dp", "8", "--tpot", "50ms",
                              "--requests-per-probe", "20")
     assert "× 20 requests per rank × 8 ranks" in out
+    assert "max_running_requests" not in result  # gathered on one node: no DeepEP budget
+
+
+@pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
+def test_goodput_of_an_sglang_decode_across_nodes_holds_each_rank_to_deepeps_budget(run_cli):
+    """DP16 EP16 on 8-GPU H200 nodes dispatches with DeepEP, whose low-latency kernels take 128 tokens per rank and
+    step: the probes hold each rank to 128 requests, and the answer says so."""
+    code, out, err = run_cli("goodput", TRACE, "--model", "deepseek-r1", "--dtype", "fp8", "--gpu", "h200-141gb",
+                             "--engine", "sglang", "--phase", "decode", "--dp", "16", "--tpot", "50ms",
+                             "--requests-per-probe", "20", "--json")
+    assert code == 0, err
+    assert json.loads(out)["max_running_requests"] == 128
 
 
 @pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")

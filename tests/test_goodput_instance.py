@@ -75,6 +75,17 @@ def test_decode_is_never_good_above_its_saturation_throughput():
     assert any(p.saturated and not p.meets for p in result.probes)
 
 
+def test_a_running_cap_below_the_kv_bounds_the_decode_batch_of_the_saturation():
+    """KV for 4 requests, each rank held to 2 at once: 2/(0.02·19) = 5.3 rps, and the probes run at most that."""
+    profile, workload = constant_prefill(kv=480), even_trace()
+    assert decode_saturation(workload, profile, max_running_requests=2) == pytest.approx(2 / (0.02 * 19))
+    assert decode_saturation(workload, profile, max_running_requests=8) == pytest.approx(4 / (0.02 * 19))
+    result = instance_goodput(workload, profile, phase="decode", slo=slo_from_flags(10.0, 10.0, 0.9),
+                              settings=SETTINGS, max_running_requests=2)
+    assert result.max_running_requests == 2 and result.goodput_rps <= 2 / (0.02 * 19) * 1.0001
+    assert InstanceGoodput.from_dict(result.to_dict()).max_running_requests == 2  # as the goodput cache keeps it
+
+
 def test_decode_judges_admission_wait_against_its_share_of_ttft():
     slo = phase_slo(slo_from_flags(1.0, 0.1, 0.9), "decode", admission_share=0.1)
     assert [(o.metric, o.threshold_s) for o in slo.objectives] == [("ttft", pytest.approx(0.1)), ("tpot", 0.1)]

@@ -52,7 +52,7 @@ from pdplan.cli.options import (
     within,
 )
 from pdplan.cli.output import stderr
-from pdplan.engines import rank_router
+from pdplan.engines import rank_router, running_cap
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.goodput import (
@@ -67,6 +67,7 @@ from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.latency.profile import profile_inputs
 from pdplan.modelref import get_model, model_file
 from pdplan.plots import plot_attainment_curve
+from pdplan.shape import InstanceShape
 from pdplan.slo import DEFAULT_ATTAINMENT
 from pdplan.vocabulary import INSTANCE_PHASES, AllToAll, Phase, Policy
 
@@ -144,6 +145,8 @@ def goodput(
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)
     ranks = rank_router(source.serving_engine, phase, dp)  # SGLang's P/D prefill: by bootstrap room
+    cap = running_cap(source.serving_engine, phase, InstanceShape(gpu=device.name, tp=tp, pp=pp, dp=dp, ep=ep),
+                      all_to_all, device.nvlink_domain, 0 if drafting is None else drafting.draft_tokens)
     if closed_loop:
         if plot is not None:
             raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",
@@ -151,14 +154,16 @@ def goodput(
         with spinner(f"closed loops on {profile.shape} ({phase})", json) as say:
             loops = closed_loop_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, seed=seed,
                                         policy=policy, chunk_tokens=chunk, admission_share=admission_share,
-                                        on_probe=lambda p: say(f"ran {p.clients} clients"), rank_router=ranks)
+                                        on_probe=lambda p: say(f"ran {p.clients} clients"), rank_router=ranks,
+                                        max_running_requests=cap)
         render_closed_loop(loops, profile, phase, objectives, admission_share, profile_label(profile, fallback),
                            json, accuracy)
         return
     with spinner(f"probing {profile.shape} ({phase})", json) as say:
         result = instance_goodput(workload, profile, phase=phase, slo=objectives, settings=settings, seed=seed,
                                   policy=policy, chunk_tokens=chunk, admission_share=admission_share,
-                                  on_probe=lambda p: say(f"probed {p.rate_rps:.3g} rps"), rank_router=ranks)
+                                  on_probe=lambda p: say(f"probed {p.rate_rps:.3g} rps"), rank_router=ranks,
+                                  max_running_requests=cap)
     if plot is not None:
         outputs.put(plot, plot_attainment_curve(
             result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),

@@ -73,6 +73,8 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
         summary.add_row("accuracy", accuracy.describe())
     if speculative is not None:
         summary.add_row("speculative", speculative.describe())
+    if result.max_running_requests is not None:
+        summary.add_row("running cap", f"{result.max_running_requests} requests per rank (the engine's)")
     per_probe = (f"{result.requests_per_probe} requests" if result.dp == 1 else
                  f"{result.requests_per_probe} requests per rank × {result.dp} ranks, at most the whole trace")
     summary.add_row("probes", f"{len(result.probes)} × {per_probe} "
