@@ -49,41 +49,53 @@ def all_to_all(engine: str, shape: InstanceShape, gpus_per_node: int) -> AllToAl
     all-to-all gathers and the export keeps it, SGLang on one node (``--moe-a2a-backend`` "none",
     ``python/sglang/srt/layers/dp_attention.py``) and vLLM on one node (``--all2all-backend``
     "allgather_reducescatter", ``vllm/config/parallel.py``); dispatched otherwise: TensorRT-LLM's MoE all-to-all,
-    SGLang's DeepEP, which its export starts across nodes, and vLLM's across nodes, whose gather over the nodes no
-    operator table measures (its export says it runs one)."""
+    and across nodes DeepEP, which SGLang's export starts there and vLLM's for a P/D pool (:data:`DEEPEP_PHASES`; a
+    colocated vLLM pool keeps its gather over the nodes, which no operator table measures, and its export says so)."""
     gathers = all_to_all_rejection(AllToAll.GATHER, shape.tp, shape.dp, shape.ep) is None
     if gathers and engine in ("sglang", "vllm") and shape.pp == 1 and shape.stage_gpus <= gpus_per_node:
         return AllToAll.GATHER
     return AllToAll.DISPATCH
 
 
-#: Tokens one rank may hand DeepEP's low-latency kernels per step: SGLang 0.5.23's default
-#: ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK`` (python/sglang/srt/environ.py), which sizes the kernels'
-#: buffers (layers/moe/token_dispatcher/deepep.py; DeepEP refuses a larger step). pdplan plans at the default, so
-#: the buffer SGLang allocates is the one its memory reserve already holds; the export states it.
-DEEPEP_LOW_LATENCY_TOKENS = 128
+#: Tokens one rank may hand DeepEP's low-latency kernels per step, by engine, at the engine's default, which sizes the
+#: kernels' buffers (DeepEP refuses a larger step): SGLang 0.5.23's ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK``
+#: (python/sglang/srt/environ.py, read in layers/moe/token_dispatcher/deepep.py); vLLM 0.33.0's scheduler budget
+#: under batched DP MoE, ``DEFAULT_MAX_NUM_BATCHED_TOKENS_FOR_BATCHED_DP`` (vllm/config/scheduler.py, taken in
+#: engine/arg_utils.py when ``--all2all-backend deepep_low_latency`` runs DP ranks with EP), which is the MoE
+#: layer's ``max_num_tokens`` and DeepEP's ``num_max_dispatch_tokens_per_rank``. pdplan plans at the defaults, so
+#: the buffer the engine allocates is the one its memory reserve already holds; the exports state them.
+DEEPEP_LOW_LATENCY_TOKENS = {"sglang": 128, "vllm": 256}
+#: The phases whose decode steps an engine runs on DeepEP's low-latency kernels when its export starts DeepEP: SGLang's
+#: decode pools (``--deepep-mode low_latency``) and colocated ones (its "auto" mode takes them for a batch of decodes
+#: alone); vLLM's decode pools (``--all2all-backend deepep_low_latency``; a prefill pool runs
+#: ``deepep_high_throughput``, and a colocated one keeps the gathering default, one backend serving both phases).
+DEEPEP_LOW_LATENCY_PHASES = {"sglang": ("decode", "colocated"), "vllm": ("decode",)}
+#: The phases an engine's export starts DeepEP for, on an instance of attention DP with expert parallelism across
+#: nodes that was timed with a dispatch: SGLang's every phase (``--moe-a2a-backend deepep``, as its large-scale P/D
+#: deployments run, issue #6017); vLLM's P/D pools, as its expert-parallel deployment guide pairs them
+#: (docs/serving/expert_parallel_deployment.md: ``deepep_high_throughput`` for multi-node prefill,
+#: ``deepep_low_latency`` for multi-node decode).
+DEEPEP_PHASES = {"sglang": ("prefill", "decode", "colocated"), "vllm": ("prefill", "decode")}
 
 
 def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,
                             gpus_per_node: int) -> bool:
     """Whether ``engine`` runs an instance's decode steps on DeepEP's low-latency kernels, as pdplan's exports start
-    it on nodes of ``gpus_per_node`` GPUs: SGLang's instances of attention DP with expert parallelism that dispatch
-    across nodes (``--moe-a2a-backend deepep``), in a decode pool (``--deepep-mode low_latency``) or a colocated one
-    (its "auto" mode takes the low-latency kernels for a batch of decodes alone). A prefill pool's normal kernels
-    take any number of tokens."""
-    return (engine == "sglang" and phase != "prefill" and shape.exchanges_tokens and all_to_all == AllToAll.DISPATCH
-            and shape.stage_gpus > gpus_per_node)
+    it on nodes of ``gpus_per_node`` GPUs: an instance of attention DP with expert parallelism that dispatches across
+    nodes, in a phase of :data:`DEEPEP_LOW_LATENCY_PHASES`."""
+    return (phase in DEEPEP_LOW_LATENCY_PHASES.get(engine, ()) and shape.exchanges_tokens
+            and all_to_all == AllToAll.DISPATCH and shape.stage_gpus > gpus_per_node)
 
 
 def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int,
                 draft_tokens: int = 0) -> int | None:
     """Requests one rank of the instance may run at once, where the engine holds it below what its KV holds; None
     elsewhere. A rank on DeepEP's low-latency kernels (:func:`runs_deepep_low_latency`) hands them every running
-    request's tokens each step, one per request and ``draft_tokens`` more under speculative decoding (SGLang's
-    verify step), at most :data:`DEEPEP_LOW_LATENCY_TOKENS`."""
+    request's tokens each step, one per request and ``draft_tokens`` more under speculative decoding (the verify
+    step), at most :data:`DEEPEP_LOW_LATENCY_TOKENS` of its engine."""
     if not runs_deepep_low_latency(engine, phase, shape, all_to_all, gpus_per_node):
         return None
-    return DEEPEP_LOW_LATENCY_TOKENS // (1 + draft_tokens)
+    return DEEPEP_LOW_LATENCY_TOKENS[engine] // (1 + draft_tokens)
 
 
 class RoleShape(Protocol):

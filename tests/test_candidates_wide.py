@@ -116,6 +116,16 @@ def test_speculative_decoding_divides_the_deepep_budget_by_the_tokens_each_reque
     assert caps == {("decode", "h200-141gb TP1 DP16 EP16 PP1"): 128 // 4}
 
 
-def test_engines_that_do_not_start_deepep_leave_the_ranks_to_their_kv():
-    for engine in ("vllm", "trtllm"):
-        assert set(running_caps(engine, dps=(8, 16)).values()) == {None}
+def test_vllm_decode_ranks_on_deepeps_low_latency_kernels_run_at_most_its_256_token_budget():
+    """vLLM's export decodes across nodes with --all2all-backend deepep_low_latency, whose buffers hold its batched-DP
+    token budget (256 by default); its colocated pools keep the gathering default, and its prefill the
+    high-throughput kernels, neither capped."""
+    caps = running_caps("vllm", dps=(8, 16))
+    assert caps[("decode", "h200-141gb TP1 DP16 EP16 PP1")] == 256
+    assert caps[("colocated", "h200-141gb TP1 DP16 EP16 PP1")] is None
+    assert caps[("prefill", "h200-141gb TP1 DP16 EP16 PP1")] is None
+    assert caps[("decode", "h200-141gb TP1 DP8 EP8 PP1")] is None
+
+
+def test_tensorrt_llm_leaves_the_ranks_to_their_kv():
+    assert set(running_caps("trtllm", dps=(8, 16)).values()) == {None}

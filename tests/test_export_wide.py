@@ -198,15 +198,31 @@ def test_sglang_expert_parallelism_across_nodes_dispatches_with_deepep_in_its_ph
 
 
 def test_an_export_says_which_pools_it_runs_without_the_deepep_all_to_all_they_were_timed_with(wide):
-    """The wide-EP profiles time DeepEP's dispatch and combine. SGLang's export starts DeepEP across nodes only, so
-    its one-node decode runs SGLang's default, and vLLM's starts it nowhere: each script's header says so."""
+    """The wide-EP profiles time DeepEP's dispatch and combine. Both exports start DeepEP across nodes only, so the
+    one-node decode of an older manifest (timed with a dispatch) runs the engine's default: each header says so."""
     sglang = export_manifest(wide, "sglang")
     assert "Pool decode's MoE layers were timed with DeepEP's all-to-all; SGLang on one node" in \
         sglang["sglang/decode-0.sh"]
     assert "Pool prefill's MoE" not in sglang["sglang/decode-0.sh"]
     vllm = export_manifest(wide, "vllm")["vllm/decode-0.sh"]
-    assert "Pool prefill's MoE layers were timed" in vllm and "Pool decode's MoE layers were timed" in vllm
+    assert "Pool decode's MoE layers were timed" in vllm and "Pool prefill's MoE layers were timed" not in vllm
     assert "allgather_reducescatter" in vllm
+
+
+def test_vllm_runs_a_pd_pool_across_nodes_on_deepep_as_its_expert_parallel_guide_pairs_them(wide, tmp_path):
+    """High-throughput kernels for a prefill across nodes; for a decode across nodes the low-latency ones, at the
+    256-token budget their buffers are sized for and the requests per rank the plan verified."""
+    prefill = _command(tmp_path, export_manifest(wide, "vllm")["vllm/prefill-0.sh"], "0")
+    assert _value(prefill, "--all2all-backend") == "deepep_high_throughput"
+    decode_wide = copy.deepcopy(wide)
+    decode_wide["pools"][0]["phase"], decode_wide["pools"][1]["phase"] = "decode", "prefill"
+    decode_wide["transfer"]["roles"] = {"prefill": "kv_consumer", "decode": "kv_producer"}
+    decode_wide["pools"][0]["scheduling"] = {"max_running_requests": 256}
+    files = export_manifest(decode_wide, "vllm")
+    decode = _command(tmp_path, files["vllm/prefill-0.sh"], "0")
+    assert (_value(decode, "--all2all-backend"), _value(decode, "--max-num-batched-tokens"),
+            _value(decode, "--max-num-seqs")) == ("deepep_low_latency", "256", "256")
+    assert _value(_command(tmp_path, files["vllm/decode-0.sh"]), "--all2all-backend") is None  # one node
 
 
 def test_a_pool_timed_with_a_gather_runs_the_engines_gathering_default_and_the_header_says_nothing(wide, tmp_path):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import yaml
 
 from pdplan import names
-from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS, FORMAT_ENGINES
+from pdplan.engines import DEEPEP_LOW_LATENCY_PHASES, DEEPEP_LOW_LATENCY_TOKENS, DEEPEP_PHASES, FORMAT_ENGINES
 from pdplan.errors import PdplanError
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
@@ -434,7 +434,8 @@ def header(manifest: dict, fmt: str) -> str:
                   "the verified ones")
     for pool in uncapped_low_latency_pools(manifest, engine):
         lines += (f"\nPool {pool} decodes on DeepEP's low-latency kernels, which take at most "
-                  f"{DEEPEP_LOW_LATENCY_TOKENS} tokens per rank and step; its verification held no rank to that, so a "
+                  f"{DEEPEP_LOW_LATENCY_TOKENS[engine]} tokens per rank and step; its verification held no rank to "
+                  "that, so a "
                   "rank's batch may pass it: optimize again to plan within it")
     return lines
 
@@ -442,25 +443,32 @@ def header(manifest: dict, fmt: str) -> str:
 #: Where an engine runs an instance of attention DP with expert parallelism on its default all-to-all, because its
 #: export does not start DeepEP there, and that default: SGLang 0.5.23's ``--moe-a2a-backend`` "none" on one node
 #: (the MoE layer gathers every DP rank's tokens, python/sglang/srt/layers/dp_attention.py), vLLM 0.33.0's
-#: ``--all2all-backend`` "allgather_reducescatter" everywhere (vllm/config/parallel.py).
-DEFAULT_ALL_TO_ALL = {"sglang": ("SGLang on one node", "none"), "vllm": ("vLLM", "allgather_reducescatter")}
+#: ``--all2all-backend`` "allgather_reducescatter" on one node and for a colocated pool (vllm/config/parallel.py).
+DEFAULT_ALL_TO_ALL = {"sglang": ("SGLang on one node", "none"),
+                      "vllm": ("vLLM on one node or colocated", "allgather_reducescatter")}
 
 
-def starts_deepep(engine: str, inst: Instance) -> bool:
-    """Whether the export starts DeepEP's all-to-all for an instance of attention DP with expert parallelism: SGLang's
-    across nodes (:data:`pdplan.manifest.export.sglang.A2A_BACKEND`) when its pool was timed with a dispatch, vLLM's
-    never. DeepEP's low-latency kernels cap what a rank may dispatch per step (SGLang:
-    ``SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK``), a cap the plan holds such a decode rank to
-    (:func:`pdplan.engines.running_cap`) and the export states. A pool timed with a gather keeps the engine's default,
-    which gathers (:func:`pdplan.engines.all_to_all`)."""
-    return engine == "sglang" and inst.spans_nodes and all_to_all(inst.pool) == AllToAll.DISPATCH
+def pool_spans_nodes(manifest: dict, pool: dict) -> bool:
+    """Whether an instance of the pool spans nodes in the node map (every instance of a pool has its shape)."""
+    return any(inst.spans_nodes for inst in instances(manifest) if inst.pool["name"] == pool["name"])
 
 
-def starts_low_latency(engine: str, inst: Instance) -> bool:
-    """Whether the export starts DeepEP's low-latency kernels for an instance's decode steps: an instance of expert
-    parallelism on DeepEP (:func:`starts_deepep`) outside a prefill pool (SGLang's ``--deepep-mode low_latency``, or
-    its "auto" mode's decode batches in a colocated pool)."""
-    return parallel(inst.pool).ep > 1 and starts_deepep(engine, inst) and inst.pool["phase"] != "prefill"
+def starts_deepep(engine: str, pool: dict, spans_nodes: bool) -> bool:
+    """Whether the export starts DeepEP's all-to-all for a pool of expert parallelism whose instances span nodes
+    (``spans_nodes``) and that was timed with a dispatch, in a phase its engine starts it for
+    (:data:`pdplan.engines.DEEPEP_PHASES`: SGLang's every phase, :data:`pdplan.manifest.export.sglang.A2A_BACKEND`;
+    vLLM's prefill and decode pools, :data:`pdplan.manifest.export.vllm.DEEPEP_BACKENDS`). A pool timed with a
+    gather keeps the engine's default, which gathers (:func:`pdplan.engines.all_to_all`)."""
+    return (spans_nodes and parallel(pool).ep > 1 and all_to_all(pool) == AllToAll.DISPATCH
+            and pool["phase"] in DEEPEP_PHASES.get(engine, ()))
+
+
+def starts_low_latency(engine: str, pool: dict, spans_nodes: bool) -> bool:
+    """Whether the export starts DeepEP's low-latency kernels for a pool's decode steps (:func:`starts_deepep`, in a
+    phase of :data:`pdplan.engines.DEEPEP_LOW_LATENCY_PHASES`), which take at most
+    :data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS` tokens per rank and step: a cap the plan holds such a rank to
+    (:func:`pdplan.engines.running_cap`) and the export states."""
+    return starts_deepep(engine, pool, spans_nodes) and pool["phase"] in DEEPEP_LOW_LATENCY_PHASES.get(engine, ())
 
 
 def uncapped_low_latency_pools(manifest: dict, engine: str) -> list[str]:
@@ -468,7 +476,7 @@ def uncapped_low_latency_pools(manifest: dict, engine: str) -> list[str]:
     whose verification held no rank below them (no ``scheduling.max_running_requests``: manifests written before
     pdplan held it)."""
     found = {inst.pool["name"] for inst in instances(manifest)
-             if starts_low_latency(engine, inst) and running_cap(inst.pool) is None}
+             if starts_low_latency(engine, inst.pool, inst.spans_nodes) and running_cap(inst.pool) is None}
     return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]
 
 
@@ -479,7 +487,7 @@ def gathering_pools(manifest: dict, engine: str) -> list[str]:
     wide = {pool["name"] for pool in manifest["pools"]
             if _whole(pool.get("dp", 1), 2) and _whole(pool.get("ep", 1), 2) and all_to_all(pool) == AllToAll.DISPATCH}
     found = {inst.pool["name"] for inst in instances(manifest)
-             if inst.pool["name"] in wide and not starts_deepep(engine, inst)}
+             if inst.pool["name"] in wide and not starts_deepep(engine, inst.pool, inst.spans_nodes)}
     return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]
 
 

@@ -149,9 +149,9 @@ def deepep_environment(inst: common.Instance) -> list[str]:
     (:data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS`), stated for every instance the export starts on those kernels
     (:func:`common.starts_low_latency`), so that no inherited value of :data:`DEEPEP_TOKENS_VARIABLE` runs it
     otherwise."""
-    if not common.starts_low_latency("sglang", inst):
+    if not common.starts_low_latency("sglang", inst.pool, inst.spans_nodes):
         return []
-    return [shell.export(DEEPEP_TOKENS_VARIABLE, str(DEEPEP_LOW_LATENCY_TOKENS))]
+    return [shell.export(DEEPEP_TOKENS_VARIABLE, str(DEEPEP_LOW_LATENCY_TOKENS["sglang"]))]
 
 
 def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
@@ -181,7 +181,7 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
                               f"{found.tp * found.dp} (SGLang's --tp-size): SGLang splits each expert over "
                               f"tp_size / ep_size GPUs", field=common.pool_field(manifest, pool, "ep"))
         args += ["--ep-size", str(found.ep)]
-        if common.starts_deepep("sglang", inst):
+        if common.starts_deepep("sglang", pool, inst.spans_nodes):
             if found.ep != found.tp * found.dp:
                 raise PdplanError(f"pool {pool['name']} runs EP {found.ep} across nodes, where SGLang dispatches "
                                   f"tokens with DeepEP, which sets EP to the instance's TP x DP "

@@ -5,6 +5,7 @@ Also the vLLM argument builders that the pod formats (dynamo, llm-d, k8s) reuse.
 
 from __future__ import annotations
 
+from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, prerequisites, shell
 from pdplan.vocabulary import Router
@@ -62,6 +63,12 @@ ROUTER_POLICIES = {Router.CACHE_AWARE: "cache_aware", Router.ROUND_ROBIN: "round
 #: ``add_cli_args``: --enable-prefix-caching, negatable, default None, which vLLM V1 resolves to
 #: ModelConfig.is_prefix_caching_supported, true for a decoder: vllm/config/model.py). On is the default: no flag.
 NO_PREFIX_CACHING = "--no-enable-prefix-caching"
+#: vLLM 0.33.0's ``--all2all-backend`` (vllm/config/parallel.py ``All2AllBackend``) per phase of a P/D pool it runs on
+#: DeepEP across nodes, as its expert-parallel deployment guide pairs them (docs/serving/
+#: expert_parallel_deployment.md: high throughput for multi-node prefill, low latency with CUDA graphs for multi-node
+#: decode). vLLM turns CUDA graphs off under the high-throughput kernels (vllm/config/compilation.py), which a prefill
+#: pool's steps do not use.
+DEEPEP_BACKENDS = {"prefill": "deepep_high_throughput", "decode": "deepep_low_latency"}
 #: The vLLM 0.33.0 option that would hold a prefill pool's second prefix-cache tier, named in a notice and not
 #: started. Host memory: --kv-offloading-size GiB (vllm/config/cache.py kv_offloading_size, native CPU
 #: offloading), which sets the instance's KV connector to its own OffloadingConnector
@@ -83,7 +90,7 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
     args = [*common.checkpoint_args(manifest), *parallel_args(manifest, pool),
             "--gpu-memory-utilization", str(pool["memory"]["memory_utilization"]),
             *common.precision_args(manifest, "vLLM", KV_CACHE_DTYPES, LOAD_QUANTIZATION)]
-    args += prompt_budget_args(pool)
+    args += prompt_budget_args(pool) + all_to_all_args(manifest, pool)
     cap = common.running_cap(pool)
     if cap is not None:  # per DP rank: each rank's engine core schedules its own batch
         args += ["--max-num-seqs", str(cap)]
@@ -109,6 +116,20 @@ def prompt_budget_args(pool: dict) -> list[str]:
     recorded starts a prefill pool with vLLM's default, as before."""
     chunk, _ = common.prompt_budget(pool)
     return ["--max-num-batched-tokens", str(chunk)] if chunk else []
+
+
+def all_to_all_args(manifest: dict, pool: dict) -> list[str]:
+    """The DeepEP all-to-all of a P/D pool of expert parallelism across nodes that was timed with a dispatch
+    (:func:`common.starts_deepep`): ``--all2all-backend`` of :data:`DEEPEP_BACKENDS`, and for a decode pool the token
+    budget DeepEP's low-latency buffers are sized for, ``--max-num-batched-tokens``
+    :data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS` (vLLM's own default under batched DP MoE, stated). Every other
+    pool keeps vLLM's default, which gathers (the header says so of a pool timed with a dispatch)."""
+    if not common.starts_deepep("vllm", pool, common.pool_spans_nodes(manifest, pool)):
+        return []
+    args = ["--all2all-backend", DEEPEP_BACKENDS[pool["phase"]]]
+    if common.starts_low_latency("vllm", pool, True):
+        args += ["--max-num-batched-tokens", str(DEEPEP_LOW_LATENCY_TOKENS["vllm"])]
+    return args
 
 
 def parallel_args(manifest: dict, pool: dict) -> list[str]:
