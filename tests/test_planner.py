@@ -194,6 +194,16 @@ def test_a_handoff_between_pools_sharing_one_node_takes_its_nvlink_not_its_nic()
     assert [link.bandwidth_bytes_per_s for link in plan.links] == [4 * 450e9]
 
 
+def test_a_decode_pool_is_verified_at_the_requests_per_rank_its_candidate_was_measured_with():
+    """A candidate the engine holds below its KV (DeepEP's low-latency budget) becomes a pool held to it: the plan the
+    verification simulates, the manifest's scheduling and the exports all read Pool.max_running_requests."""
+    capped = (TP4_PAIR[0], replace(TP4_PAIR[1], max_running_requests=64))
+    solution = solve(Problem(candidates=capped, cluster=TWO_NODES, mode="disaggregated", target_rps=4))
+    plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=TWO_NODES, mode="disaggregated",
+                           affinity="high", transfer_schedule="layer", name="p")
+    assert {p.phase: p.max_running_requests for p in plan.pools} == {"prefill": None, "decode": 64}
+
+
 def test_a_handoff_crosses_nodes_when_either_pool_has_an_instance_on_another_node():
     solution = solve(Problem(candidates=TP4_PAIR, cluster=TWO_NODES, mode="disaggregated", target_rps=9))
     assert len({node for i in solution.instances for node in i.stage_nodes}) == 2

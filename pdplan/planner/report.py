@@ -22,12 +22,14 @@ if TYPE_CHECKING:  # the schedule package builds on the planner: its types only 
 
 
 def wide_dict(shape) -> dict:
-    """A wide shape's attention data-parallel size and expert-parallel size (nothing for TP x PP), and with both
-    above 1 how its tokens reach the experts (:class:`pdplan.vocabulary.AllToAll`)."""
+    """A wide shape's attention data-parallel size and expert-parallel size (nothing for TP x PP), with both above 1
+    how its tokens reach the experts (:class:`pdplan.vocabulary.AllToAll`), and the requests a rank runs at most
+    where its engine holds it below its KV (:func:`pdplan.engines.running_cap`)."""
     if not shape.is_wide:
         return {}
     exchange = {"all_to_all": str(shape.all_to_all)} if shape.exchanges_tokens else {}
-    return {"dp": shape.dp, "ep": shape.ep, **exchange}
+    cap = shape.max_running_requests
+    return {"dp": shape.dp, "ep": shape.ep, **exchange, **({} if cap is None else {"max_running_requests": cap})}
 
 
 def shape_dict(cand: Candidate, replicas: int) -> dict:
