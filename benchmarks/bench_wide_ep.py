@@ -48,7 +48,8 @@ def shapes(plan: dict) -> str:
     for phase in ("prefill", "decode", "colocated"):
         for s in (plan.get(phase) or {}).get("shapes", ()):
             wide = f" DP{s['dp']} EP{s['ep']}" if "dp" in s else ""
-            parts.append(f"{phase} {s['replicas']} x TP{s['tp']}{wide} PP{s['pp']}")
+            cap = f" (at most {s['max_running_requests']} requests per rank)" if "max_running_requests" in s else ""
+            parts.append(f"{phase} {s['replicas']} x TP{s['tp']}{wide} PP{s['pp']}{cap}")
     return " + ".join(parts)
 
 
