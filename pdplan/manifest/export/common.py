@@ -435,8 +435,7 @@ def header(manifest: dict, fmt: str) -> str:
     for pool in uncapped_low_latency_pools(manifest, engine):
         lines += (f"\nPool {pool} decodes on DeepEP's low-latency kernels, which take at most "
                   f"{DEEPEP_LOW_LATENCY_TOKENS[engine]} tokens per rank and step; its verification held no rank to "
-                  "that, so a "
-                  "rank's batch may pass it: optimize again to plan within it")
+                  "that, so a rank's batch may pass it: optimize again to plan within it")
     return lines
 
 

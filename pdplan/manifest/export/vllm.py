@@ -124,10 +124,11 @@ def all_to_all_args(manifest: dict, pool: dict) -> list[str]:
     budget DeepEP's low-latency buffers are sized for, ``--max-num-batched-tokens``
     :data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS` (vLLM's own default under batched DP MoE, stated). Every other
     pool keeps vLLM's default, which gathers (the header says so of a pool timed with a dispatch)."""
-    if not common.starts_deepep("vllm", pool, common.pool_spans_nodes(manifest, pool)):
+    spans = common.pool_spans_nodes(manifest, pool)
+    if not common.starts_deepep("vllm", pool, spans):
         return []
     args = ["--all2all-backend", DEEPEP_BACKENDS[pool["phase"]]]
-    if common.starts_low_latency("vllm", pool, True):
+    if common.starts_low_latency("vllm", pool, spans):
         args += ["--max-num-batched-tokens", str(DEEPEP_LOW_LATENCY_TOKENS["vllm"])]
     return args
 
