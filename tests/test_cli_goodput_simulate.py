@@ -82,7 +82,7 @@ def test_goodput_of_a_wide_instance_is_the_whole_instance_s_with_each_rank_probe
                              "--engine", "sglang", "--phase", "decode", "--dp", "8", "--tpot", "50ms",
                              "--requests-per-probe", "20")
     assert "× 20 requests per rank × 8 ranks" in out
-    assert "max_running_requests" not in result  # gathered on one node: no DeepEP budget
+    assert "max_running_requests" not in result  # on one node: no DeepEP, no budget
 
 
 @pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
