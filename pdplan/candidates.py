@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdplan.engines import DEFAULT_ENGINE, running_cap, shape_refusal
+from pdplan.engines import DEFAULT_ENGINE, running_cap, shape_refusal, untimed_exchange
 from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
@@ -74,7 +74,8 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
     shape's rank must hold it). ``dps`` above 1 add a mixture-of-experts model's wide shapes (one
     stage, EP = TP × DP). ``engine`` with its KV ``connector`` keeps only the shapes that engine
     runs (None: every one); a shape whose ranks that engine holds to fewer requests than their KV takes
-    (``draft_tokens`` drafted per request under speculative decoding) carries the cap.
+    (``draft_tokens`` drafted per request under speculative decoding) carries the cap, and one whose all-to-all the
+    engine would run untimed is refused (:func:`pdplan.engines.untimed_exchange`).
     """
     kept, rejected = [], []
     for phase in phases:
@@ -88,10 +89,13 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                          memory_utilization=memory_utilization,
                                          kv_reserve_tokens=largest_request_tokens)
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
-                exchange = engine_all_to_all(engine or DEFAULT_ENGINE, split, per_node)
-                cap = running_cap(engine or DEFAULT_ENGINE, phase, split, exchange, per_node, draft_tokens)
+                serving = engine or DEFAULT_ENGINE
+                exchange = engine_all_to_all(serving, split, per_node)
+                cap = running_cap(serving, phase, split, exchange, per_node, draft_tokens)
+                untimed = untimed_exchange(serving, phase, split, exchange, per_node)
                 for shape in _variants(phase, split, exchange, cap, chunk_sizes):
-                    why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
+                    why = (reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
+                           or untimed)
                     if why is None:
                         kept.append(shape)
                     else:

@@ -25,6 +25,8 @@ FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d":
 
 #: The serving engines pdplan plans for (AIConfigurator measures each of them).
 ENGINES = ("vllm", "sglang", "trtllm")
+#: Each engine's own name, for messages.
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 #: The engine a plan is made for when ``optimize`` names none: vLLM, whose operator tables then
 #: compose the profiles and whose pods the default exports start, so its rules hold for the
 #: default search.
@@ -76,6 +78,21 @@ DEEPEP_LOW_LATENCY_PHASES = {"sglang": ("decode", "colocated"), "vllm": ("decode
 #: (docs/serving/expert_parallel_deployment.md: ``deepep_high_throughput`` for multi-node prefill,
 #: ``deepep_low_latency`` for multi-node decode).
 DEEPEP_PHASES = {"sglang": ("prefill", "decode", "colocated"), "vllm": ("prefill", "decode")}
+
+
+def untimed_exchange(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,
+                     gpus_per_node: int) -> str | None:
+    """Why no profile times the all-to-all ``engine`` would run an instance with, on nodes of ``gpus_per_node`` GPUs;
+    None where one does. vLLM serves both phases of a colocated instance with one ``--all2all-backend``, and its
+    DeepEP backends each suit one phase (:data:`DEEPEP_PHASES`), so its export keeps the default gather for a
+    colocated instance across nodes: a gather over the nodes, which no operator table measures."""
+    started = DEEPEP_PHASES.get(engine)  # None: no export, the engine's own all-to-all timed as it runs
+    if started is None or phase in started or not shape.exchanges_tokens or all_to_all != AllToAll.DISPATCH \
+            or shape.stage_gpus <= gpus_per_node:
+        return None
+    return (f"{shape.shape_label()}: {ENGINE_NAMES[engine]} runs a {phase} instance across nodes on its default "
+            "all-to-all, a gather over the nodes that no operator table times (its DeepEP backends serve one phase "
+            "each): plan it disaggregated, or on one node")
 
 
 def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,

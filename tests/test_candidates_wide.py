@@ -118,14 +118,24 @@ def test_speculative_decoding_divides_the_deepep_budget_by_the_tokens_each_reque
 
 def test_vllm_decode_ranks_on_deepeps_low_latency_kernels_run_at_most_its_256_token_budget():
     """vLLM's export decodes across nodes with --all2all-backend deepep_low_latency, whose buffers hold its batched-DP
-    token budget (256 by default); its colocated pools keep the gathering default, and its prefill the
-    high-throughput kernels, neither capped."""
+    token budget (256 by default); its prefill runs the high-throughput kernels, not capped."""
     caps = running_caps("vllm", dps=(8, 16))
     assert caps[("decode", "h200-141gb TP1 DP16 EP16 PP1")] == 256
-    assert caps[("colocated", "h200-141gb TP1 DP16 EP16 PP1")] is None
     assert caps[("prefill", "h200-141gb TP1 DP16 EP16 PP1")] is None
     assert caps[("decode", "h200-141gb TP1 DP8 EP8 PP1")] is None
 
 
 def test_tensorrt_llm_leaves_the_ranks_to_their_kv():
     assert set(running_caps("trtllm", dps=(8, 16)).values()) == {None}
+
+
+def test_a_vllm_colocated_instance_across_nodes_is_refused_for_the_gather_no_table_times():
+    """vLLM's export keeps its default gather for a colocated instance (one backend serves both phases, and its
+    DeepEP backends suit one each): over nodes no operator table times it, so the shape is refused, said why; on one
+    node, and under SGLang, which starts DeepEP there, it stays."""
+    kept, rejected = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=(8, 16),
+                                      tps=(1,), pps=(1,), phases=("colocated",), engine="vllm")
+    assert {s.dp for s in kept if s.dp > 1} == {8}
+    assert any(r.reason.startswith("h200-141gb TP1 DP16 EP16 PP1: vLLM runs a colocated instance across nodes")
+               for r in rejected)
+    assert ("colocated", "h200-141gb TP1 DP16 EP16 PP1") in running_caps("sglang", dps=(16,), phases=("colocated",))
