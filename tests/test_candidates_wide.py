@@ -95,6 +95,7 @@ def test_a_gather_is_timed_from_the_operator_tables_only():
 
 
 def running_caps(engine, dps, phases=("prefill", "decode", "colocated"), draft_tokens=0):
+    """The requests per rank each wide shape kept under ``engine`` is held to, by (phase, label); None: its KV."""
     kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=dps, tps=(1,),
                                pps=(1,), phases=phases, engine=engine, draft_tokens=draft_tokens)
     return {(s.phase, s.shape_label()): s.max_running_requests for s in kept if s.dp > 1}
