@@ -639,3 +639,15 @@ def test_a_deepep_decode_pool_of_a_manifest_written_before_the_cap_says_its_rank
     decode_wide["pools"][0]["scheduling"] = {"max_running_requests": 128}
     assert "low-latency kernels" not in export_manifest(decode_wide, "sglang")["sglang/decode-0.sh"]
     assert "low-latency kernels" not in export_manifest(wide, "sglang")["sglang/decode-0.sh"]
+
+
+def test_an_instance_started_on_deepep_checks_for_it_first_and_says_how_to_get_it(wide):
+    """DeepEP is built from source, not a PyPI package: a script that starts its all-to-all stops first, naming the
+    module both engines import (deep_ep) and where to get it; an instance on one node does not ask for it."""
+    sglang = export_manifest(wide, "sglang")
+    assert "import deep_ep" in sglang["sglang/prefill-0.sh"] and "github.com/deepseek-ai/DeepEP" in \
+        sglang["sglang/prefill-0.sh"]
+    assert "deep_ep" not in sglang["sglang/decode-0.sh"]
+    vllm = export_manifest(wide, "vllm")
+    assert "import deep_ep" in vllm["vllm/prefill-0.sh"] and "tools/ep_kernels/README.md" in vllm["vllm/prefill-0.sh"]
+    assert "deep_ep" not in vllm["vllm/decode-0.sh"]

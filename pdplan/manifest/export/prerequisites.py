@@ -24,9 +24,10 @@ class Prerequisite:
     the package that provides it."""
 
     needed_by: str        #: who needs it, e.g. "vLLM NixlConnector"
-    package: str          #: the PyPI package that provides it
+    package: str          #: the PyPI package that provides it ("" for one built from source)
     program: str = ""     #: a program that must be on PATH
     module: str = ""      #: a module the script's Python must import
+    install: str = ""     #: how to install one that no PyPI package provides
 
     def check(self, python: str) -> list[str]:
         """The command that succeeds when the prerequisite is there; ``python`` imports the module."""
@@ -36,7 +37,8 @@ class Prerequisite:
 
     def message(self, script: str) -> str:
         what = f"the program {self.program}" if self.program else f"the Python module {self.module}"
-        return f"pdplan: {script} not started: {self.needed_by} needs {what} (pip install {self.package})"
+        how = self.install or f"pip install {self.package}"
+        return f"pdplan: {script} not started: {self.needed_by} needs {what} ({how})"
 
 
 VLLM = (Prerequisite(needed_by="vLLM", package="vllm", program="vllm"),
@@ -81,15 +83,30 @@ ROUTERS = {"vllm": (Prerequisite(needed_by="the vLLM router", package="vllm-rout
                                    module="sglang_router.launch_router"),)}
 
 
-def instance(engine: str, connector: str | None, *, spans_nodes: bool) -> tuple[Prerequisite, ...]:
+#: DeepEP, which each engine imports as ``deep_ep`` when its export starts DeepEP's all-to-all, built from source (no
+#: PyPI package): SGLang 0.5.23 layers/moe/token_dispatcher/deepep.py ``from deep_ep import Buffer, Config`` (its
+#: dispatcher raises "DeepEP is not available. Please install DeepEP package from
+#: https://github.com/deepseek-ai/deepep" without it); vLLM 0.33.0 distributed/device_communicators/all2all.py
+#: asserts ``has_deep_ep()`` (vllm/utils/import_utils.py, the module ``deep_ep``) and points to its install guide.
+DEEPEP = {"sglang": Prerequisite(needed_by="the SGLang DeepEP all-to-all", package="", module="deep_ep",
+                                 install="build it from https://github.com/deepseek-ai/DeepEP"),
+          "vllm": Prerequisite(needed_by="the vLLM DeepEP all-to-all", package="", module="deep_ep",
+                               install="see vLLM's tools/ep_kernels/README.md")}
+
+
+def instance(engine: str, connector: str | None, *, spans_nodes: bool,
+             deepep: bool = False) -> tuple[Prerequisite, ...]:
     """What an instance script of ``engine`` needs: the engine, its connector's module for a P/D
-    instance (``connector`` None for a colocated one), and for vLLM whose pipeline stages span nodes
-    (``spans_nodes``), Ray; an instance whose DP ranks span nodes starts without it."""
+    instance (``connector`` None for a colocated one), for vLLM whose pipeline stages span nodes
+    (``spans_nodes``) Ray (an instance whose DP ranks span nodes starts without it), and DeepEP where the
+    export starts its all-to-all (``deepep``)."""
     needs = VLLM if engine == "vllm" else SGLANG
     if connector is not None and (engine, connector) in CONNECTOR_MODULES:
         needs += (CONNECTOR_MODULES[(engine, connector)],)
     if engine == "vllm" and spans_nodes:
         needs += RAY
+    if deepep:
+        needs += (DEEPEP[engine],)
     return needs
 
 

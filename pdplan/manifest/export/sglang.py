@@ -221,7 +221,9 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: 
                      bootstrap: int | None) -> str:
     lines = common.instance_preamble(manifest, "sglang", inst)
     lines += [shell.comment(note) for note in common.cache_tier_notes([inst.pool], TIER_OPTIONS)]
-    lines += prerequisites.lines(prerequisites.instance("sglang", backend, spans_nodes=inst.spans_nodes),
+    lines += prerequisites.lines(prerequisites.instance("sglang", backend, spans_nodes=inst.spans_nodes,
+                                                        deepep=common.starts_deepep("sglang", inst.pool,
+                                                                                    inst.spans_nodes)),
                                  f"instance {inst.name}", "python")
     lines += deepep_environment(inst)
     command: list[shell.Word] = _launch_command(manifest, inst, port, backend, bootstrap)

@@ -264,8 +264,9 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     lines = common.instance_preamble(manifest, "vllm", inst)
     lines += [shell.comment(note) for note in common.cache_tier_notes([pool], TIER_OPTIONS)]
     connector = manifest["transfer"]["connector"] if pool["phase"] != "colocated" else None
-    lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes and not by_dp),
-                                 f"instance {inst.name}", PYTHON)
+    deepep = common.starts_deepep("vllm", pool, common.pool_spans_nodes(manifest, pool))  # as engine_args starts it
+    lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes and not by_dp,
+                                                        deepep=deepep), f"instance {inst.name}", PYTHON)
     nixl = manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated"
     if nixl and not by_dp:
         lines.append(shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", inst.nodes[0]))
