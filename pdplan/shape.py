@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pdplan.vocabulary import AllToAll
+
 
 def shape_label(gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1, compact: bool = False) -> str:
     """How a shape reads in every output: ``h100-80gb TP2 PP2``, ``h200-141gb TP1 DP32 EP32 PP1``;
@@ -25,12 +27,13 @@ def shape_label(gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1, compact
     return f"{gpu} TP{tp}{wide} PP{pp}"
 
 
-def shape_key(model: str, gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1, gathered: bool = False) -> tuple:
+def shape_key(model: str, gpu: str, tp: int, pp: int, *, dp: int = 1, ep: int = 1,
+              all_to_all: str = AllToAll.DISPATCH) -> tuple:
     """The profile key of a shape: (model, gpu, tp, pp), with (dp, ep) appended only when either is
     above 1, so every key of a TP × PP instance (and every profile file) reads as it always has, and
-    "gather" after them for whole experts reached by a gather (:class:`pdplan.vocabulary.AllToAll`)."""
-    if gathered:
-        return (model, gpu, tp, pp, dp, ep, "gather")
+    "gather" after them for whole experts reached by a gather (``all_to_all``, :class:`pdplan.vocabulary.AllToAll`)."""
+    if all_to_all == AllToAll.GATHER:
+        return (model, gpu, tp, pp, dp, ep, str(AllToAll.GATHER))
     if dp > 1 or ep > 1:
         return (model, gpu, tp, pp, dp, ep)
     return (model, gpu, tp, pp)

@@ -96,7 +96,7 @@ class ProfileSource:
                   all_to_all: AllToAll = AllToAll.DISPATCH) -> PhaseProfile:
         """The shape's profile as measured, composed or derived."""
         gathered = all_to_all == AllToAll.GATHER
-        key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep, gathered=gathered)
+        key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep, all_to_all=all_to_all)
         if key in self.measured:
             return self.measured[key]
         placement = expert_placement_rejection(model, tp, ep, 0, dp)

@@ -28,7 +28,7 @@ from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
 from pdplan.shape import shape_key, shape_label
 from pdplan.slo import SLO
-from pdplan.vocabulary import AllToAll, RankRouter
+from pdplan.vocabulary import RankRouter
 from pdplan.work import cross_node_all_to_all_bytes_per_token
 from pdplan.workload import Workload, head
 
@@ -50,7 +50,7 @@ class Measured:
     def key(self) -> tuple:
         """The profile key a pool of this shape looks its profile up by (:attr:`pdplan.sim.plan.Pool.shape`)."""
         return shape_key(self.profile.model, self.shape.gpu, self.shape.tp, self.shape.pp, dp=self.shape.dp,
-                         ep=self.shape.ep, gathered=self.shape.all_to_all == AllToAll.GATHER)
+                         ep=self.shape.ep, all_to_all=self.shape.all_to_all)
 
 
 def profile_digest(profile: PhaseProfile) -> str:

@@ -248,7 +248,7 @@ class Pool(InstanceShape):
         """The profile key (:func:`pdplan.shape.shape_key`): (model, gpu, tp, pp), with (dp, ep) for a
         wide instance."""
         return shape_key(self.model, self.gpu, self.tp, self.pp, dp=self.dp, ep=self.ep,
-                         gathered=self.all_to_all == AllToAll.GATHER)
+                         all_to_all=self.all_to_all)
 
 
 @dataclass(frozen=True, kw_only=True)
