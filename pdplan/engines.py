@@ -52,7 +52,8 @@ def all_to_all(engine: str, shape: InstanceShape, gpus_per_node: int) -> AllToAl
     ``python/sglang/srt/layers/dp_attention.py``) and vLLM on one node (``--all2all-backend``
     "allgather_reducescatter", ``vllm/config/parallel.py``); dispatched otherwise: TensorRT-LLM's MoE all-to-all,
     and across nodes DeepEP, which SGLang's export starts there and vLLM's for a P/D pool (:data:`DEEPEP_PHASES`; a
-    colocated vLLM pool keeps its gather over the nodes, which no operator table measures, and its export says so)."""
+    colocated vLLM instance across nodes would keep its gather over the nodes, which no operator table measures, so
+    it is refused: :func:`untimed_exchange`)."""
     gathers = all_to_all_rejection(AllToAll.GATHER, shape.tp, shape.dp, shape.ep) is None
     if gathers and engine in ("sglang", "vllm") and shape.pp == 1 and shape.stage_gpus <= gpus_per_node:
         return AllToAll.GATHER
@@ -80,6 +81,12 @@ DEEPEP_LOW_LATENCY_PHASES = {"sglang": ("decode", "colocated"), "vllm": ("decode
 DEEPEP_PHASES = {"sglang": ("prefill", "decode", "colocated"), "vllm": ("prefill", "decode")}
 
 
+def dispatches_across_nodes(shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int) -> bool:
+    """Whether an instance's MoE layers dispatch tokens between its attention-DP ranks and expert-parallel GPUs over
+    more than one node of ``gpus_per_node`` GPUs: where an export may start DeepEP (:data:`DEEPEP_PHASES`)."""
+    return shape.exchanges_tokens and all_to_all == AllToAll.DISPATCH and shape.stage_gpus > gpus_per_node
+
+
 def untimed_exchange(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,
                      gpus_per_node: int) -> str | None:
     """Why no profile times the all-to-all ``engine`` would run an instance with, on nodes of ``gpus_per_node`` GPUs;
@@ -87,8 +94,7 @@ def untimed_exchange(engine: str, phase: str, shape: InstanceShape, all_to_all: 
     DeepEP backends each suit one phase (:data:`DEEPEP_PHASES`), so its export keeps the default gather for a
     colocated instance across nodes: a gather over the nodes, which no operator table measures."""
     started = DEEPEP_PHASES.get(engine)  # None: no export, the engine's own all-to-all timed as it runs
-    if started is None or phase in started or not shape.exchanges_tokens or all_to_all != AllToAll.DISPATCH \
-            or shape.stage_gpus <= gpus_per_node:
+    if started is None or phase in started or not dispatches_across_nodes(shape, all_to_all, gpus_per_node):
         return None
     return (f"{shape.shape_label()}: {ENGINE_NAMES[engine]} runs a {phase} instance across nodes on its default "
             "all-to-all, a gather over the nodes that no operator table times (its DeepEP backends serve one phase "
@@ -100,8 +106,8 @@ def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_t
     """Whether ``engine`` runs an instance's decode steps on DeepEP's low-latency kernels, as pdplan's exports start
     it on nodes of ``gpus_per_node`` GPUs: an instance of attention DP with expert parallelism that dispatches across
     nodes, in a phase of :data:`DEEPEP_LOW_LATENCY_PHASES`."""
-    return (phase in DEEPEP_LOW_LATENCY_PHASES.get(engine, ()) and shape.exchanges_tokens
-            and all_to_all == AllToAll.DISPATCH and shape.stage_gpus > gpus_per_node)
+    return (phase in DEEPEP_LOW_LATENCY_PHASES.get(engine, ())
+            and dispatches_across_nodes(shape, all_to_all, gpus_per_node))
 
 
 def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int,
