@@ -410,7 +410,7 @@ def all_to_all(row, pool: Pool) -> AllToAll:
     recipes set ``moe-a2a-backend: deepep`` on every such instance spanning nodes and none on one node, where
     SGLang runs its default "none" and gathers the ranks' tokens; every attention-DP row aggregated on one node
     is TensorRT-LLM's, which dispatches."""
-    return engines.all_to_all(row["backend"], pool, NODE_GPUS.get(row["gpu"], 8))
+    return engines.all_to_all(row["backend"], pool.phase, pool, NODE_GPUS.get(row["gpu"], 8))
 
 
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:

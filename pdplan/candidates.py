@@ -7,14 +7,15 @@ model, each attention data-parallel size DP above 1 adds wide shapes: TP × DP G
 every routed expert whole on one of them (EP = TP × DP, the wide-EP deployments of DeepSeek,
 SGLang and Dynamo), on one node or spread evenly over whole nodes, its tokens moved to the experts as
 the engine's export starts it (:func:`pdplan.engines.all_to_all`: gathered on one node under SGLang and
-vLLM, dispatched otherwise). Every rejected shape comes back with its reason, for ``--explain``.
+vLLM and by a colocated vLLM instance across nodes, dispatched otherwise). Every rejected shape comes back
+with its reason, for ``--explain``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pdplan.engines import DEFAULT_ENGINE, running_cap, shape_refusal, untimed_exchange
+from pdplan.engines import DEFAULT_ENGINE, running_cap, shape_refusal
 from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
@@ -74,8 +75,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
     shape's rank must hold it). ``dps`` above 1 add a mixture-of-experts model's wide shapes (one
     stage, EP = TP × DP). ``engine`` with its KV ``connector`` keeps only the shapes that engine
     runs (None: every one); a shape whose ranks that engine holds to fewer requests than their KV takes
-    (``draft_tokens`` drafted per request under speculative decoding) carries the cap, and one whose all-to-all the
-    engine would run untimed is refused (:func:`pdplan.engines.untimed_exchange`).
+    (``draft_tokens`` drafted per request under speculative decoding) carries the cap.
     """
     kept, rejected = [], []
     for phase in phases:
@@ -90,12 +90,10 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                          kv_reserve_tokens=largest_request_tokens)
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
                 serving = engine or DEFAULT_ENGINE
-                exchange = engine_all_to_all(serving, split, per_node)
+                exchange = engine_all_to_all(serving, phase, split, per_node)
                 cap = running_cap(serving, phase, split, exchange, per_node, draft_tokens)
-                untimed = untimed_exchange(serving, phase, split, exchange, per_node)
                 for shape in _variants(phase, split, exchange, cap, chunk_sizes):
-                    why = (reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
-                           or untimed)
+                    why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
                     if why is None:
                         kept.append(shape)
                     else:

@@ -45,19 +45,20 @@ def rank_router(engine: str, phase: str, dp: int) -> RankRouter:
     return RankRouter.SHORTEST_QUEUE
 
 
-def all_to_all(engine: str, shape: InstanceShape, gpus_per_node: int) -> AllToAll:
-    """How an instance of attention DP with whole experts (EP = TP × DP) under ``engine`` moves its tokens to the
-    experts, as pdplan's exports start it on nodes of ``gpus_per_node`` GPUs: gathered where the engine's default
-    all-to-all gathers and the export keeps it, SGLang on one node (``--moe-a2a-backend`` "none",
-    ``python/sglang/srt/layers/dp_attention.py``) and vLLM on one node (``--all2all-backend``
-    "allgather_reducescatter", ``vllm/config/parallel.py``); dispatched otherwise: TensorRT-LLM's MoE all-to-all,
-    and across nodes DeepEP, which SGLang's export starts there and vLLM's for a P/D pool (:data:`DEEPEP_PHASES`; a
-    colocated vLLM instance across nodes would keep its gather over the nodes, which no operator table measures, so
-    it is refused: :func:`untimed_exchange`)."""
-    gathers = all_to_all_rejection(AllToAll.GATHER, shape.tp, shape.dp, shape.ep) is None
-    if gathers and engine in ("sglang", "vllm") and shape.pp == 1 and shape.stage_gpus <= gpus_per_node:
-        return AllToAll.GATHER
-    return AllToAll.DISPATCH
+def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_node: int) -> AllToAll:
+    """How an instance of ``phase`` with attention DP and whole experts (EP = TP × DP) under ``engine`` moves its
+    tokens to the experts, as pdplan's exports start it on nodes of ``gpus_per_node`` GPUs: dispatched by
+    TensorRT-LLM's MoE all-to-all, and across nodes by DeepEP where the export starts it (:data:`DEEPEP_PHASES`:
+    SGLang's every phase, vLLM's P/D pools); gathered by SGLang's and vLLM's defaults otherwise, SGLang's
+    ``--moe-a2a-backend`` "none" (``python/sglang/srt/layers/dp_attention.py``) and vLLM's ``--all2all-backend``
+    "allgather_reducescatter" (``vllm/config/parallel.py``), which a colocated vLLM instance keeps across nodes. A
+    profile times a gather from the engine's all-reduce table over the instance's GPUs
+    (:mod:`pdplan.latency.compose.gathered`), so one the table did not measure is refused there, with its reason."""
+    started = DEEPEP_PHASES.get(engine)  # None: TensorRT-LLM, whose MoE all-to-all dispatches
+    gathers = all_to_all_rejection(AllToAll.GATHER, shape.tp, shape.dp, shape.ep) is None and shape.pp == 1
+    if started is None or not gathers or (shape.stage_gpus > gpus_per_node and phase in started):
+        return AllToAll.DISPATCH
+    return AllToAll.GATHER
 
 
 #: Tokens one rank may hand DeepEP's low-latency kernels per step, by engine, at the engine's default, which sizes the
@@ -81,33 +82,13 @@ DEEPEP_LOW_LATENCY_PHASES = {"sglang": ("decode", "colocated"), "vllm": ("decode
 DEEPEP_PHASES = {"sglang": ("prefill", "decode", "colocated"), "vllm": ("prefill", "decode")}
 
 
-def dispatches_across_nodes(shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int) -> bool:
-    """Whether an instance's MoE layers dispatch tokens between its attention-DP ranks and expert-parallel GPUs over
-    more than one node of ``gpus_per_node`` GPUs: where an export may start DeepEP (:data:`DEEPEP_PHASES`)."""
-    return shape.exchanges_tokens and all_to_all == AllToAll.DISPATCH and shape.stage_gpus > gpus_per_node
-
-
-def untimed_exchange(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,
-                     gpus_per_node: int) -> str | None:
-    """Why no profile times the all-to-all ``engine`` would run an instance with, on nodes of ``gpus_per_node`` GPUs;
-    None where one does. vLLM serves both phases of a colocated instance with one ``--all2all-backend``, and its
-    DeepEP backends each suit one phase (:data:`DEEPEP_PHASES`), so its export keeps the default gather for a
-    colocated instance across nodes: a gather over the nodes, which no operator table measures."""
-    started = DEEPEP_PHASES.get(engine)  # None: no export, the engine's own all-to-all timed as it runs
-    if started is None or phase in started or not dispatches_across_nodes(shape, all_to_all, gpus_per_node):
-        return None
-    return (f"{shape.shape_label()}: {ENGINE_NAMES[engine]} runs a {phase} instance across nodes on its default "
-            "all-to-all, a gather over the nodes that no operator table times (its DeepEP backends serve one phase "
-            "each): plan it disaggregated, or on one node")
-
-
 def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,
                             gpus_per_node: int) -> bool:
     """Whether ``engine`` runs an instance's decode steps on DeepEP's low-latency kernels, as pdplan's exports start
     it on nodes of ``gpus_per_node`` GPUs: an instance of attention DP with expert parallelism that dispatches across
     nodes, in a phase of :data:`DEEPEP_LOW_LATENCY_PHASES`."""
-    return (phase in DEEPEP_LOW_LATENCY_PHASES.get(engine, ())
-            and dispatches_across_nodes(shape, all_to_all, gpus_per_node))
+    return (phase in DEEPEP_LOW_LATENCY_PHASES.get(engine, ()) and shape.exchanges_tokens
+            and all_to_all == AllToAll.DISPATCH and shape.stage_gpus > gpus_per_node)
 
 
 def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int,

@@ -61,9 +61,9 @@ def test_a_wide_shape_no_table_times_is_a_rejected_candidate_not_an_abort():
     assert {r.reason for r in rejected if r.shape.is_wide} >= {"no wide-EP table for this shape"}
 
 
-def all_to_alls(engine, dps, tps=(1,)):
+def all_to_alls(engine, dps, tps=(1,), phases=("decode",)):
     kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=dps, tps=tps,
-                               pps=(1,), phases=("decode",), engine=engine)
+                               pps=(1,), phases=phases, engine=engine)
     return {s.shape_label(): str(s.all_to_all) for s in kept if s.dp > 1}
 
 
@@ -132,11 +132,20 @@ def test_tensorrt_llm_leaves_the_ranks_to_their_kv():
 
 def test_a_vllm_colocated_instance_across_nodes_is_refused_for_the_gather_no_table_times():
     """vLLM's export keeps its default gather for a colocated instance (one backend serves both phases, and its
-    DeepEP backends suit one each): over nodes no operator table times it, so the shape is refused, said why; on one
-    node, and under SGLang, which starts DeepEP there, it stays."""
-    kept, rejected = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=(8, 16),
-                                      tps=(1,), pps=(1,), phases=("colocated",), engine="vllm")
-    assert {s.dp for s in kept if s.dp > 1} == {8}
-    assert any(r.reason.startswith("h200-141gb TP1 DP16 EP16 PP1: vLLM runs a colocated instance across nodes")
-               for r in rejected)
-    assert ("colocated", "h200-141gb TP1 DP16 EP16 PP1") in running_caps("sglang", dps=(16,), phases=("colocated",))
+    DeepEP backends suit one each), so the shape is timed as that gather; over nodes no all-reduce table measures
+    it, and the profile is refused, said why. SGLang, which starts DeepEP there, dispatches."""
+    import pytest
+
+    from pdplan.errors import PdplanError
+    from pdplan.latency.compose import tables
+    from pdplan.latency.source import ProfileSource
+
+    if not tables.installed():
+        pytest.skip("composed profiles need the optional extra pdplan[aic]")
+    assert all_to_alls("vllm", dps=(16,), phases=("colocated",)) == {"h200-141gb TP1 DP16 EP16 PP1": "gather"}
+    assert all_to_alls("sglang", dps=(16,), phases=("colocated",)) == {"h200-141gb TP1 DP16 EP16 PP1": "dispatch"}
+    source = ProfileSource({}, engine="vllm")
+    with pytest.raises(PdplanError, match="no vllm all-reduce measured over 16 GPUs on h200_sxm to gather DP 16 "
+                                          "ranks' tokens for their whole experts") as refused:
+        source.profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 1, 1, dp=16, ep=16, all_to_all="gather")
+    assert refused.value.field == "all_to_all"

@@ -64,15 +64,19 @@ class GatheredExperts(RankExperts):
                               f"{self.model.expert_ffn}", field="dp")
         self.compute, moe_version, self.kernels = moe.moe_grid(self.system, self.engine, self.ceiling, self.config,
                                                                expert_parallel=self.whole)
+        experts = "whole experts" if self.whole else "tensor-parallel experts"
+        field = "all_to_all" if self.whole else "dp"  # whole experts could be dispatched to instead
         if self.all_reduce_version is None:
             raise PdplanError(f"no {self.engine} all-reduce measurements on {self.system} to gather DP {self.dp} "
-                              "ranks' tokens for their tensor-parallel experts", field="dp")
+                              f"ranks' tokens for their {experts}", field=field)
         self.all_reduce = tables.all_reduce_grid(self.system, self.engine, self.all_reduce_version)
         sizes = tables.measured_group_sizes(self.all_reduce)
         if self.group not in sizes:
+            instead = ("a dispatch (DeepEP, a P/D pool across nodes)" if self.whole
+                       else "expert parallelism (EP = TP × DP)")
             raise PdplanError(f"no {self.engine} all-reduce measured over {self.group} GPUs on {self.system} to "
-                              f"gather DP {self.dp} ranks' tokens for their tensor-parallel experts (measured: "
-                              f"{', '.join(map(str, sizes))}): use expert parallelism (EP = TP × DP)", field="dp")
+                              f"gather DP {self.dp} ranks' tokens for their {experts} (measured: "
+                              f"{', '.join(map(str, sizes))}): use {instead}", field=field)
         self.versions = {"moe": moe_version, "all_reduce": self.all_reduce_version}
 
     def ffn_rows(self, rows: float, prefill: bool) -> float:
