@@ -177,6 +177,25 @@ def test_a_row_is_a_published_run_only_when_both_clocks_equal_its_means_on_its_g
     assert matched["median_ttft_ms"].iloc[0] == pytest.approx(150.0)
 
 
+def test_the_median_table_sets_each_groups_simulated_median_against_its_runs_medians(validation):
+    """Two H200 rows: simulated medians 10% over and 40% under their runs' medians (median absolute 25%, one
+    within 30%), their means 2x and 4x their medians; a B200 row stands alone."""
+    import pandas as pd
+
+    matched = pd.DataFrame({"mode": "disagg", "kind": "composed", "gpu": ["h200-141gb", "h200-141gb", "b200-180gb"],
+                            "backend": "trtllm", "dtype": "fp8", "ttft_median_ms": [110.0, 60.0, 100.0],
+                            "median_ttft_ms": [100.0, 100.0, 100.0], "mean_ttft_ms": [200.0, 400.0, 100.0],
+                            "ttft_ape": [0.5, 0.7, 0.0]})
+    table = validation.median_table(matched).set_index("gpu")
+    h200, b200 = table.loc["h200-141gb"], table.loc["b200-180gb"]
+    assert h200["rows"] == 2 and h200["within_30%"] == 1
+    assert h200["median_vs_median"] == pytest.approx(0.25)
+    assert h200["signed"] == pytest.approx(-0.15)
+    assert h200["mean_vs_mean"] == pytest.approx(0.6)
+    assert h200["mean/median"] == pytest.approx(3.0)
+    assert b200["rows"] == 1 and b200["median_vs_median"] == pytest.approx(0.0)
+
+
 def test_attention_dp_rows_of_tensorrt_llm_replay_the_balance_their_recipe_set(deployments, rows):
     """DeepSeek-R1's recipes: ``timeout_iters: 60, batching_wait_iters: 0``; gpt-oss's state neither, so
     TensorRT-LLM's defaults, 50 and 10. Rows without attention DP hold nothing."""
