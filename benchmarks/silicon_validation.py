@@ -186,7 +186,7 @@ def print_medians(matched: pd.DataFrame) -> None:
     print(f"\nruns InferenceX published (--inferencex): {matched['id'].nunique()} rows are runs it published with "
           f"their median TTFT; their mean TTFT is {spread.min():.1f}-{spread.max():.1f}x their median:")
     for (mode, kind), part in matched.groupby(["mode", "kind"], sort=True):
-        signed = part["ttft_median_ms"] / part["median_ttft_ms"] - 1
+        signed = median_signed(part)
         print(f"  {mode:7s} {kind:15s} rows {len(part):4d}  median TTFT against the run's median "
               f"{signed.abs().median():6.1%} ({signed.median():+.1%});  mean against mean "
               f"{part['ttft_ape'].median():6.1%}")
@@ -195,11 +195,16 @@ def print_medians(matched: pd.DataFrame) -> None:
     print(median_table(matched).to_string(index=False, float_format=lambda x: f"{x:.2f}"))
 
 
+def median_signed(matched: pd.DataFrame) -> pd.Series:
+    """Each published run's simulated median TTFT against its measured median, signed."""
+    return matched["ttft_median_ms"] / matched["median_ttft_ms"] - 1
+
+
 def median_table(matched: pd.DataFrame) -> pd.DataFrame:
     """Per mode, profile kind, GPU, engine and precision of the published runs: rows, the median absolute and
     signed error of the simulated median TTFT against the run's median, how many rows are within 30%, the
     median absolute error of mean against mean, and the runs' median ratio of mean to median TTFT."""
-    rows = matched.assign(median_signed=matched["ttft_median_ms"] / matched["median_ttft_ms"] - 1,
+    rows = matched.assign(median_signed=median_signed(matched),
                           spread=matched["mean_ttft_ms"] / matched["median_ttft_ms"])
     grouped = rows.groupby(["mode", "kind", "gpu", "backend", "dtype"], sort=True)
     return pd.DataFrame({
