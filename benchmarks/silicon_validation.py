@@ -25,7 +25,8 @@ median; DeepSeek-R1 FP4 on B200 under SGLang, 1k/8k, 32 clients: 7.9 s mean, 0.7
 so the table compares the simulated mean with the measured mean; ``--inferencex FILE ...`` also compares
 the simulated median with the median of the rows that are such runs, per GPU, engine and precision, which
 tells a miss in the body of a run's TTFTs from a miss in its tail. Every disaggregated InferenceMAX row is
-such a run of the fixture's version at InferenceX-app ``3a600f1d`` (its ``"disagg": true`` runs).
+such a run of the fixture's version at InferenceX-app ``3a600f1d9ce155536d52e2f58f744f27a301aac9`` (its
+``"disagg": true`` runs; the file at that commit is the one to pass).
 """
 
 from __future__ import annotations
