@@ -13,7 +13,7 @@ with its reason, for ``--explain``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from pdplan.engines import DEFAULT_ENGINE, running_cap, shape_refusal
 from pdplan.engines import all_to_all as engine_all_to_all
@@ -78,6 +78,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
     (``draft_tokens`` drafted per request under speculative decoding) carries the cap.
     """
     kept, rejected = [], []
+    serving = engine or DEFAULT_ENGINE
     for phase in phases:
         for gpu_name in gpu_types_for(cluster, phase):
             nodes = cluster.nodes_for(gpu_name)
@@ -89,7 +90,6 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                          memory_utilization=memory_utilization,
                                          kv_reserve_tokens=largest_request_tokens)
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
-                serving = engine or DEFAULT_ENGINE
                 exchange = engine_all_to_all(serving, phase, split, per_node)
                 cap = running_cap(serving, phase, split, exchange, per_node, draft_tokens)
                 for shape in _variants(phase, split, exchange, cap, chunk_sizes):
@@ -131,8 +131,7 @@ def _spread_refusal(shape: Shape, nodes) -> str | None:
 def _variants(phase: str, split: InstanceShape, all_to_all: AllToAll, running: int | None,
               chunk_sizes: tuple[int, ...]) -> list[Shape]:
     """Colocated shapes come once per chunked-prefill budget; the phases once each."""
-    common = {"phase": phase, "gpu": split.gpu, "tp": split.tp, "pp": split.pp, "dp": split.dp, "ep": split.ep,
-              "all_to_all": all_to_all, "max_running_requests": running}
+    common = {**asdict(split), "phase": phase, "all_to_all": all_to_all, "max_running_requests": running}
     if phase != "colocated":
         return [Shape(**common)]
     return [Shape(**common, policy="chunked", chunk_tokens=c) for c in chunk_sizes]
