@@ -91,6 +91,7 @@ import re
 import zlib
 from dataclasses import replace
 
+import inferencex
 import numpy as np
 import pandas as pd
 import srt_slurm
@@ -176,7 +177,11 @@ TRT_MOE_SWITCH = {False: "2026-01-29", True: "2026-02-05"}
 MXFP8_RECIPES = {("vllm", "b200-180gb", "gpt-oss-120b"): "2025-09-24"}
 
 
-def supported_rows(path) -> pd.DataFrame:
+def supported_rows(path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
+    """The rows pdplan replays, with why the others are left out printed. With InferenceX's published runs
+    (:func:`inferencex.read_runs`), a disaggregated row that does not say how many workers ran takes the layout
+    its run states (:func:`inferencex.with_published_layouts`), and a run the export holds under several rows
+    is replayed once: through the row that names its own workers, else the first by id."""
     rows = pd.read_csv(path)
     rows = rows[rows["model_path"].isin(MODELS) & rows["system"].isin(GPUS)].copy()
     rows["model"] = rows["model_path"].map(MODELS)
@@ -201,19 +206,29 @@ def supported_rows(path) -> pd.DataFrame:
     rows.loc[with_dp, "mode"] = "agg-dp"
     # disaggregated: each phase's workers with their TP, attention DP and EP, when the row says how many
     disagg = rows["mode"] == "disagg"
+    named = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
+    rows = inferencex.with_published_layouts(rows, runs if runs is not None else pd.DataFrame())
     workers = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
     mixed = pd.Series([_deepseek_sweep(row) in MIXED_SWEEPS for _, row in rows.iterrows()], index=rows.index,
                       dtype=bool)
+    # a run the export holds under several rows replays once: through a row naming its workers, else the first by id
+    runs_in_order = rows.assign(named=named, mixed=mixed).sort_values(
+        ["mixed", "named", "id"], ascending=[True, False, True])["published_run"]
+    repeated = (runs_in_order.notna() & runs_in_order.duplicated()).reindex(rows.index)
     for reason, left_out in (
             ("aggregated over nodes, with pipeline stages, or with experts split over some but not all GPUs "
              "(expert TP and EP both above 1)", moe & ~disagg & ~one_instance & ~with_dp),
             ("from a sweep that ran their engine, GPU and precision both with and without multi-token prediction "
              "(the export does not say which row is which)", mixed),
+            ("disaggregated runs InferenceX published with multi-token prediction, without worker counts (no "
+             "run states its draft depth)", moe & disagg & ~workers & rows["published_mtp"]),
             ("disaggregated without worker counts (the collection's export gives each phase's parallel "
-             "coordinates but not how many prefill and decode workers ran)", moe & disagg & ~workers)):
+             "coordinates but not how many prefill and decode workers ran)",
+             moe & disagg & ~workers & ~rows["published_mtp"]),
+            ("disaggregated runs InferenceX published that another row already replays", moe & disagg & repeated)):
         if left_out.any():
             print(f"{int(left_out.sum())} mixture-of-experts rows are {reason}; not replayed")
-    rows = rows[(~moe | one_instance | with_dp | (disagg & workers)) & ~mixed]
+    rows = rows[(~moe | one_instance | with_dp | (disagg & workers)) & ~mixed & ~repeated]
     return rows[rows["concurrency"] > 0].reset_index(drop=True)
 
 

@@ -1,7 +1,7 @@
 """Validate pdplan's latency model against real deployments: AIConfigurator's silicon_sample.csv.
 
     python benchmarks/silicon_validation.py [--profiles composed,roofline-engine,roofline] [--rows N] [--csv OUT]
-                                            [--inferencex JSON ...]
+                                            [--mode agg|agg-dp|disagg] [--inferencex JSON ...]
 
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and precision
@@ -26,7 +26,10 @@ so the table compares the simulated mean with the measured mean; ``--inferencex 
 the simulated median with the median of the rows that are such runs, per GPU, engine and precision, which
 tells a miss in the body of a run's TTFTs from a miss in its tail. Every disaggregated InferenceMAX row is
 such a run of the fixture's version at InferenceX-app ``3a600f1d9ce155536d52e2f58f744f27a301aac9`` (its
-``"disagg": true`` runs; the file at that commit is the one to pass).
+``"disagg": true`` runs; the file at that commit is the one to pass). A published disaggregated run also
+states how many workers each phase ran, which most of the export's disaggregated rows do not: with
+``--inferencex`` those rows are replayed with the workers their run states, each run once
+(``inferencex.py``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import sys
 from dataclasses import replace
 from functools import cache
 
+import inferencex
 import numpy as np
 import pandas as pd
 from silicon_rows import (
@@ -148,36 +152,10 @@ def within_profiles(plan: Plan, profiles: dict) -> Plan:
     return replace(plan, pools=tuple(within(pool) for pool in plan.pools))
 
 
-def inferencex_runs(paths: list[str]) -> pd.DataFrame:
-    """InferenceX's published runs that state a mean TTFT, as its app's API returns them (a list of runs,
-    each its hardware, lengths, concurrency and ``metrics`` in seconds): the TTFT mean, median and p99
-    and the TPOT mean, in ms."""
-    runs = []
-    for path in paths:
-        with open(path) as f:
-            for run in json.load(f):
-                clocks = run["metrics"]
-                if "mean_ttft" in clocks and "mean_tpot" in clocks:
-                    runs.append({"hardware": run["hardware"], "isl": run["isl"], "osl": run["osl"],
-                                 "concurrency": run["conc"], "run_url": run.get("run_url"),
-                                 **{f"{name}_ms": clocks[name] * 1e3
-                                    for name in ("mean_ttft", "median_ttft", "p99_ttft", "mean_tpot")}})
-    return pd.DataFrame(runs).drop_duplicates()
-
-
-#: how closely a row's clocks must equal a published run's means to be that run (ms)
-SAME_RUN_MS = 0.01
-
-
 def published_medians(results: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
-    """The replayed rows that are runs InferenceX published: same GPU, lengths and concurrency, and both
-    clocks equal to the run's mean TTFT and mean TPOT within :data:`SAME_RUN_MS`; each with the run's
+    """The replayed rows that are runs InferenceX published (:func:`inferencex.same_runs`), each with the run's
     median and p99 TTFT."""
-    rows = results.assign(hardware=results["gpu"].str.split("-").str[0])
-    joined = rows.merge(runs, on=["hardware", "isl", "osl", "concurrency"])
-    same = ((joined["silicon_ttft_ms"] - joined["mean_ttft_ms"]).abs() < SAME_RUN_MS) & \
-           ((joined["silicon_tpot_ms"] - joined["mean_tpot_ms"]).abs() < SAME_RUN_MS)
-    return joined[same].drop_duplicates(subset=["id", "kind"])
+    return inferencex.same_runs(results, runs).drop_duplicates(subset=["id", "kind"])
 
 
 def print_medians(matched: pd.DataFrame) -> None:
@@ -278,15 +256,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--inferencex", nargs="+", default=None, metavar="JSON",
                         help="InferenceX's published runs (its app's API fixtures, "
                              "packages/app/cypress/fixtures/api/benchmarks*.json of SemiAnalysisAI/InferenceX-app): "
-                             "also compare the simulated median TTFT with the median of the rows that are those runs")
+                             "also replay the disaggregated rows that are those runs with the workers each run states, "
+                             "once per run, and compare the simulated median TTFT with the median of the rows that are "
+                             "those runs")
     parser.add_argument("--mode", choices=("agg", "agg-dp", "disagg"), default=None,
                         help="only aggregated rows of one instance of TP x PP, aggregated rows with attention data "
                              "parallelism, or disaggregated rows")
     args = parser.parse_args(argv)
-    if args.accuracy_out and (args.rows or args.models or args.mode or set(args.profiles.split(",")) != set(KINDS)):
+    if args.accuracy_out and (args.rows or args.models or args.mode or args.inferencex
+                              or set(args.profiles.split(",")) != set(KINDS)):
         parser.error("--accuracy-out writes the file pdplan ships: every row of every mode, model and profile kind, "
-                     "without --rows, --models, --mode or --profiles")
-    rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+                     "from the package alone: without --rows, --models, --mode, --profiles or --inferencex")
+    runs = inferencex.read_runs(args.inferencex) if args.inferencex else None
+    rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv", runs)
     if args.models:
         rows = rows[rows["model"].isin(args.models.split(","))]
     if args.mode:
@@ -338,7 +320,7 @@ def main(argv: list[str]) -> int:
               f"TPOT {part.tpot_ape.median():6.1%} ({part.tpot_signed.median():+.1%})")
     print_skipped(skipped)
     if args.inferencex:
-        print_medians(published_medians(results, inferencex_runs(args.inferencex)))
+        print_medians(published_medians(results, runs))
     return 0
 
 

@@ -3,8 +3,6 @@ prediction (InferenceMAX sweeps of MTP-only configurations), and which cannot be
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from pdplan.latency.compose import tables
@@ -150,31 +148,6 @@ def test_vllms_gpt_oss_rows_on_b200_replay_the_mxfp8_experts_their_recipe_export
 def test_rows_of_other_collections_keep_pdplans_kv_precision(deployments, rows):
     others = rows[~rows["harness"].isin(deployments.INFERENCEMAX)]
     assert len(others) and all(deployments.kv_dtype(row) is None for _, row in others.head(200).iterrows())
-
-
-def published(path, runs):
-    """InferenceX's API fixture format: each run's hardware, lengths, concurrency and clocks in seconds."""
-    path.write_text(json.dumps([{"hardware": hw, "isl": 1024, "osl": 1024, "conc": 4, "run_url": None,
-                                 "metrics": {"mean_ttft": mean / 1e3, "median_ttft": median / 1e3, "p99_ttft": 1.0,
-                                             "mean_tpot": tpot / 1e3}} for hw, mean, median, tpot in runs]))
-    return path
-
-
-def test_a_row_is_a_published_run_only_when_both_clocks_equal_its_means_on_its_gpu(validation, tmp_path):
-    """Same GPU, lengths and concurrency, and both mean clocks within 0.01 ms: then the run's median is the
-    row's; a mean TTFT alone, or the same clocks on another GPU, is another run."""
-    import pandas as pd
-
-    runs = validation.inferencex_runs([str(published(tmp_path / "runs.json", [
-        ("h200", 300.004, 150.0, 10.0),   # this row's run
-        ("h200", 412.0, 100.0, 12.0),     # same TTFT as the second row, another TPOT
-        ("b200", 500.0, 250.0, 9.0)]))])  # the third row's clocks, on another GPU
-    rows = pd.DataFrame({"id": ["a", "b", "c"], "kind": "composed", "gpu": ["h200-141gb", "h200-141gb", "h100-80gb"],
-                         "isl": 1024, "osl": 1024, "concurrency": 4, "silicon_ttft_ms": [300.0, 412.0, 500.0],
-                         "silicon_tpot_ms": [10.0, 11.0, 9.0], "ttft_median_ms": [120.0, 90.0, 200.0]})
-    matched = validation.published_medians(rows, runs)
-    assert matched["id"].tolist() == ["a"]
-    assert matched["median_ttft_ms"].iloc[0] == pytest.approx(150.0)
 
 
 def test_the_median_table_sets_each_groups_simulated_median_against_its_runs_medians(validation):
