@@ -76,17 +76,16 @@ def run_layout(run, phase: str) -> dict | None:
     without, the worker is one TP group. EP is the run's. On the 235 disaggregated rows of silicon_sample.csv
     that state their workers and are runs of the fixture at InferenceX-app ``3a600f1d``, this is the export's
     own layout in all 470 phases."""
-    if pd.isna(run[f"{phase}_gpus"]):
+    if any(pd.isna(run[f"{phase}_{name}"]) for name in ("tp", "ep", "dp_attention", "gpus")):
         return None
-    gpus, workers = int(run[f"{phase}_gpus"]), int(run[f"{phase}_workers"] or 0)
-    attention_dp = bool(run[f"{phase}_dp_attention"])
-    if workers <= 0:
-        if attention_dp:
-            return None
-        workers = gpus // int(run[f"{phase}_tp"])
+    gpus, tp, attention_dp = int(run[f"{phase}_gpus"]), int(run[f"{phase}_tp"]), bool(run[f"{phase}_dp_attention"])
+    stated = run[f"{phase}_workers"]
+    workers = 0 if pd.isna(stated) else int(stated)
+    if workers <= 0 and not attention_dp and gpus % tp == 0:
+        workers = gpus // tp
+    if workers <= 0 or gpus % workers:
+        return None
     per_worker = gpus // workers
-    if per_worker * workers != gpus:
-        return None
     tp, dp = (1, per_worker) if attention_dp else (per_worker, 1)
     return {"tp": tp, "dp": dp, "ep": int(run[f"{phase}_ep"]), "workers": workers}
 
@@ -94,12 +93,13 @@ def run_layout(run, phase: str) -> dict | None:
 def with_published_layouts(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """The rows, each disaggregated one that is a published run marked with it (``published_run``: its index
     in ``runs``; ``published_mtp``: whether it ran multi-token prediction), and those that do not say how
-    many workers ran given the layout their run states (:func:`run_layout`) in the export's columns, unless
-    it ran multi-token prediction (no run states its draft depth) or leaves a phase's workers unstated."""
-    rows = rows.assign(published_run=pd.NA, published_mtp=False)
+    many workers ran given the layout their run states (:func:`run_layout`) in the export's columns
+    (``published_layout``), unless it ran multi-token prediction (no run states its draft depth) or leaves a
+    phase's workers unstated."""
+    rows = rows.assign(published_run=pd.NA, published_mtp=False, published_layout=False)
     disagg = rows[(rows["mode"] == "disagg") & rows["gpu"].notna()]
     if runs.empty or disagg.empty or "prefill_gpus" not in runs:
-        return rows.astype({"published_mtp": bool})
+        return rows.astype({"published_mtp": bool, "published_layout": bool})
     matched = same_runs(disagg.reset_index(names="row"), runs)
     for _, match in matched.drop_duplicates("row").iterrows():
         i = match["row"]
@@ -113,4 +113,21 @@ def with_published_layouts(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFra
                          f"{phase}_moe_tp_size", f"{phase}_num_workers"]] = \
                 [layout["tp"], layout["dp"], layout["ep"], layout["tp"] * layout["dp"] // layout["ep"],
                  layout["workers"]]
-    return rows.astype({"published_mtp": bool})
+        rows.loc[i, "published_layout"] = True
+    return rows.astype({"published_mtp": bool, "published_layout": bool})
+
+
+def stated_layouts_agree(rows: pd.DataFrame, runs: pd.DataFrame) -> tuple[int, int]:
+    """Of the phases of the rows that name their own workers and are published runs, how many the export lays
+    out as the run states (:func:`run_layout`), and how many there are: the check on the rule that gives the
+    other rows their run's layout."""
+    own = rows[rows["published_run"].notna() & ~rows["published_layout"]]
+    agree = total = 0
+    for _, row in own.iterrows():
+        run = runs.loc[row["published_run"]]
+        for phase in PHASES:
+            stated = {"tp": row[f"{phase}_tp_size"], "dp": row[f"{phase}_attention_dp_size"],
+                      "ep": row[f"{phase}_moe_ep_size"], "workers": row[f"{phase}_num_workers"]}
+            total += 1
+            agree += run_layout(run, phase) == {k: 1 if pd.isna(v) else int(v) for k, v in stated.items()}
+    return agree, total

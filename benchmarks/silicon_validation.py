@@ -278,6 +278,10 @@ def main(argv: list[str]) -> int:
     print(f"{len(rows)} supported rows of silicon_sample.csv (aiconfigurator-core {tables.package_version()})")
     if (rows["mode"] == "disagg").any():
         print(recipe_coverage(rows))
+    if runs is not None:
+        agree, total = inferencex.stated_layouts_agree(rows, runs)
+        print(f"the workers InferenceX states for its runs are the export's own in {agree} of the {total} phases of "
+              f"the rows that name theirs")
     records, skipped = [], {}
     for kind in args.profiles.split(","):
         for _, row in rows.iterrows():

@@ -116,3 +116,18 @@ def test_a_run_the_export_holds_under_three_rows_is_replayed_once_through_the_ro
     assert named in ids and not ids & set(twins)
     assert "2 mixture-of-experts rows are disaggregated runs InferenceX published that another row already " \
            "replays" in capsys.readouterr().out
+
+
+def test_the_layout_check_counts_the_phases_whose_export_states_what_the_run_does(inferencex, tmp_path):
+    """Both rows name their workers: the first as its run states them (a DEP8 prefill, nine TP8 decoders), the
+    second with its prefill as one TP8 group where the run ran DEP8: three phases of four agree."""
+    runs = published(inferencex, tmp_path / "runs.json", [
+        run("h200", 400.0, 10.0, phase(8, 8, True, 8, 1), phase(8, 1, False, 72, 0)),
+        run("h200", 500.0, 11.0, phase(8, 8, True, 8, 1), phase(8, 1, False, 72, 0))])
+    rows = pd.DataFrame({"id": ["a", "b"], "mode": "disagg", "gpu": "h200-141gb", "isl": 1024, "osl": 1024,
+                         "concurrency": 4, "silicon_ttft_ms": [400.0, 500.0], "silicon_tpot_ms": [10.0, 11.0],
+                         "prefill_tp_size": [1, 8], "prefill_attention_dp_size": [8, 1], "prefill_moe_ep_size": 8,
+                         "prefill_moe_tp_size": 1, "prefill_num_workers": 1, "decode_tp_size": 8,
+                         "decode_attention_dp_size": float("nan"), "decode_moe_ep_size": 1, "decode_moe_tp_size": 8,
+                         "decode_num_workers": 9})
+    assert inferencex.stated_layouts_agree(inferencex.with_published_layouts(rows, runs), runs) == (3, 4)
