@@ -21,11 +21,6 @@ def inferencex(benchmark):
     return benchmark("inferencex")
 
 
-@pytest.fixture(scope="module")
-def deployments(benchmark):
-    return benchmark("silicon_rows")
-
-
 def phase(tp: int, ep: int, dp_attention: bool, gpus: int, workers: int) -> dict:
     return {"tp": tp, "ep": ep, "dp_attention": dp_attention, "gpus": gpus, "workers": workers}
 
@@ -101,7 +96,7 @@ def test_a_row_without_workers_takes_its_runs_layout_unless_the_run_predicted_se
 
 
 def test_a_run_the_export_holds_under_three_rows_is_replayed_once_through_the_row_naming_its_workers(
-        inferencex, deployments, tmp_path, capsys):
+        inferencex, benchmark, tmp_path, capsys):
     """DeepSeek-R1 FP8 on GB200 under TensorRT-LLM, 256 clients: the database dump's row names its workers
     (one DEP8 prefill, one DEP32 decode); the two InferenceMAX exports hold the same run without them."""
     named = "dsr1_gb200_trtllm_fp8_disagg_1024x1024_c256_cfg375"
@@ -112,7 +107,7 @@ def test_a_run_the_export_holds_under_three_rows_is_replayed_once_through_the_ro
     runs = published(inferencex, tmp_path / "runs.json", [
         run("gb200", row["silicon_ttft_ms"], row["silicon_tpot_ms"], phase(8, 8, True, 8, 1),
             phase(32, 32, True, 32, 1), conc=256)])
-    ids = set(deployments.supported_rows(path, runs)["id"])
+    ids = set(benchmark("silicon_rows").supported_rows(path, runs)["id"])
     assert named in ids and not ids & set(twins)
     assert "2 mixture-of-experts rows are disaggregated runs InferenceX published that another row already " \
            "replays" in capsys.readouterr().out
