@@ -473,9 +473,11 @@ def starts_low_latency(engine: str, pool: dict, spans_nodes: bool) -> bool:
 def uncapped_low_latency_pools(manifest: dict, engine: str) -> list[str]:
     """The pools some instance of which the export starts on DeepEP's low-latency kernels (:func:`starts_low_latency`)
     whose verification held no rank below them (no ``scheduling.max_running_requests``: manifests written before
-    pdplan held it)."""
-    found = {inst.pool["name"] for inst in instances(manifest)
-             if starts_low_latency(engine, inst.pool, inst.spans_nodes) and running_cap(inst.pool) is None}
+    pdplan held it). Every script's header asks, so the node map is read only when some pool could be one."""
+    could = {pool["name"] for pool in manifest["pools"]
+             if starts_low_latency(engine, pool, spans_nodes=True) and running_cap(pool) is None}
+    found = {inst.pool["name"] for inst in (instances(manifest) if could else ())
+             if inst.pool["name"] in could and inst.spans_nodes}
     return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]
 
 
@@ -485,7 +487,7 @@ def gathering_pools(manifest: dict, engine: str) -> list[str]:
     of which the export starts without DeepEP."""
     wide = {pool["name"] for pool in manifest["pools"]
             if _whole(pool.get("dp", 1), 2) and _whole(pool.get("ep", 1), 2) and all_to_all(pool) == AllToAll.DISPATCH}
-    found = {inst.pool["name"] for inst in instances(manifest)
+    found = {inst.pool["name"] for inst in (instances(manifest) if wide else ())
              if inst.pool["name"] in wide and not starts_deepep(engine, inst.pool, inst.spans_nodes)}
     return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]
 

@@ -124,13 +124,18 @@ def all_to_all_args(manifest: dict, pool: dict) -> list[str]:
     budget DeepEP's low-latency buffers are sized for, ``--max-num-batched-tokens``
     :data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS` (vLLM's own default under batched DP MoE, stated). Every other
     pool keeps vLLM's default, which gathers (the header says so of a pool timed with a dispatch)."""
-    spans = common.pool_spans_nodes(manifest, pool)
-    if not common.starts_deepep("vllm", pool, spans):
+    if not starts_deepep(manifest, pool):
         return []
     args = ["--all2all-backend", DEEPEP_BACKENDS[pool["phase"]]]
-    if common.starts_low_latency("vllm", pool, spans):
+    if common.starts_low_latency("vllm", pool, spans_nodes=True):
         args += ["--max-num-batched-tokens", str(DEEPEP_LOW_LATENCY_TOKENS["vllm"])]
     return args
+
+
+def starts_deepep(manifest: dict, pool: dict) -> bool:
+    """Whether the export starts DeepEP for the pool (:func:`common.starts_deepep`), the node map read only for a
+    pool that would run it across nodes: a script per instance asks, and most pools never could."""
+    return common.starts_deepep("vllm", pool, spans_nodes=True) and common.pool_spans_nodes(manifest, pool)
 
 
 def parallel_args(manifest: dict, pool: dict) -> list[str]:
@@ -264,9 +269,9 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, side_chan
     lines = common.instance_preamble(manifest, "vllm", inst)
     lines += [shell.comment(note) for note in common.cache_tier_notes([pool], TIER_OPTIONS)]
     connector = manifest["transfer"]["connector"] if pool["phase"] != "colocated" else None
-    deepep = common.starts_deepep("vllm", pool, common.pool_spans_nodes(manifest, pool))  # as engine_args starts it
     lines += prerequisites.lines(prerequisites.instance("vllm", connector, spans_nodes=inst.spans_nodes and not by_dp,
-                                                        deepep=deepep), f"instance {inst.name}", PYTHON)
+                                                        deepep=starts_deepep(manifest, pool)),
+                                 f"instance {inst.name}", PYTHON)
     nixl = manifest["transfer"]["connector"] == "nixl" and pool["phase"] != "colocated"
     if nixl and not by_dp:
         lines.append(shell.export("VLLM_NIXL_SIDE_CHANNEL_HOST", inst.nodes[0]))
