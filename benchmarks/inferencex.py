@@ -32,8 +32,13 @@ def read_runs(paths: list[str]) -> pd.DataFrame:
     for a disaggregated run, each phase's layout (``prefill_tp`` … ``decode_workers``; absent: NaN)."""
     runs = []
     for path in paths:
-        with open(path) as f:
-            for run in json.load(f):
+        try:
+            with open(path) as f:
+                published = json.load(f)
+        except (OSError, json.JSONDecodeError) as err:
+            raise ValueError(f"{path}: not a JSON list of runs: {err}") from None
+        for n, run in enumerate(published):
+            try:
                 clocks = run["metrics"]
                 if "mean_ttft" in clocks and "mean_tpot" in clocks:
                     runs.append({"hardware": run["hardware"], "isl": run["isl"], "osl": run["osl"],
@@ -42,6 +47,9 @@ def read_runs(paths: list[str]) -> pd.DataFrame:
                                  **{f"{name}_ms": clocks[name] * 1e3
                                     for name in ("mean_ttft", "median_ttft", "p99_ttft", "mean_tpot")},
                                  **_layout(run)})
+            except (KeyError, TypeError) as err:
+                raise ValueError(f"{path}: run {n}: no field {err}" if isinstance(err, KeyError)
+                                 else f"{path}: run {n}: {err}") from None
     return pd.DataFrame(runs).drop_duplicates().reset_index(drop=True)
 
 
@@ -90,15 +98,15 @@ def run_layout(run, phase: str) -> dict | None:
     return {"tp": tp, "dp": dp, "ep": int(run[f"{phase}_ep"]), "workers": workers}
 
 
-def with_published_layouts(rows: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+def with_published_layouts(rows: pd.DataFrame, runs: pd.DataFrame | None) -> pd.DataFrame:
     """The rows, each disaggregated one that is a published run marked with it (``published_run``: its index
     in ``runs``; ``published_mtp``: whether it ran multi-token prediction), and those that do not say how
     many workers ran given the layout their run states (:func:`run_layout`) in the export's columns
     (``published_layout``), unless it ran multi-token prediction (no run states its draft depth) or leaves a
-    phase's workers unstated."""
+    phase's workers unstated. Without runs (None) no row is a published run."""
     rows = rows.assign(published_run=pd.NA, published_mtp=False, published_layout=False)
     disagg = rows[(rows["mode"] == "disagg") & rows["gpu"].notna()]
-    if runs.empty or disagg.empty or "prefill_gpus" not in runs:
+    if runs is None or runs.empty or disagg.empty or "prefill_gpus" not in runs:
         return rows.astype({"published_mtp": bool, "published_layout": bool})
     matched = same_runs(disagg.reset_index(names="row"), runs)
     for _, match in matched.drop_duplicates("row").iterrows():

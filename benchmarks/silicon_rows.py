@@ -207,7 +207,7 @@ def supported_rows(path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     # disaggregated: each phase's workers with their TP, attention DP and EP, when the row says how many
     disagg = rows["mode"] == "disagg"
     named = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
-    rows = inferencex.with_published_layouts(rows, runs if runs is not None else pd.DataFrame())
+    rows = inferencex.with_published_layouts(rows, runs)
     workers = rows["prefill_num_workers"].notna() & rows["decode_num_workers"].notna()
     mixed = pd.Series([_deepseek_sweep(row) in MIXED_SWEEPS for _, row in rows.iterrows()], index=rows.index,
                       dtype=bool)

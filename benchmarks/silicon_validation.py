@@ -267,7 +267,10 @@ def main(argv: list[str]) -> int:
                               or set(args.profiles.split(",")) != set(KINDS)):
         parser.error("--accuracy-out writes the file pdplan ships: every row of every mode, model and profile kind, "
                      "from the package alone: without --rows, --models, --mode, --profiles or --inferencex")
-    runs = inferencex.read_runs(args.inferencex) if args.inferencex else None
+    try:
+        runs = inferencex.read_runs(args.inferencex) if args.inferencex else None
+    except ValueError as err:
+        parser.error(str(err))
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv", runs)
     if args.models:
         rows = rows[rows["model"].isin(args.models.split(","))]

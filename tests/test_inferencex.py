@@ -126,3 +126,16 @@ def test_the_layout_check_counts_the_phases_whose_export_states_what_the_run_doe
                          "decode_attention_dp_size": float("nan"), "decode_moe_ep_size": 1, "decode_moe_tp_size": 8,
                          "decode_num_workers": 9})
     assert inferencex.stated_layouts_agree(inferencex.with_published_layouts(rows, runs), runs) == (3, 4)
+
+
+def test_a_runs_file_missing_a_field_is_refused_in_one_line_naming_the_file_run_and_field(benchmark, tmp_path,
+                                                                                        capsys):
+    bad = run("h200", 400.0, 10.0)
+    del bad["conc"]
+    path = tmp_path / "runs.json"
+    path.write_text(json.dumps([run("h200", 300.0, 9.0), bad]))
+    with pytest.raises(SystemExit) as exit_:
+        benchmark("silicon_validation").main(["--mode", "disagg", "--inferencex", str(path)])
+    assert exit_.value.code == 2
+    error = capsys.readouterr().err.strip().splitlines()[-1]
+    assert error.endswith(f"{path}: run 1: no field 'conc'")
