@@ -45,13 +45,17 @@ Stated assumptions, the same for every row:
 * disaggregated InferenceMAX rows' prefill workers — as the srt-slurm recipe that started them
   (``srt_slurm.DISAGG_RECIPES``: the recipe of the row's engine, GPU, precision, lengths, worker counts, decode
   attention DP, concurrency and sweep date) sets them: its coordinates, which stand where the export states
-  others (:func:`prefill_recipe`), and what one rank batches: TensorRT-LLM's ``max_num_tokens`` and
+  others (:func:`disagg_recipe`), and what one rank batches: TensorRT-LLM's ``max_num_tokens`` and
   ``max_batch_size``; SGLang's ``--chunked-prefill-size`` and ``--max-running-requests`` over the DP ranks, and
   its ``--max-prefill-tokens``. A prompt runs whole: SGLang chunks one longer than its rank's chunk (4,096 tokens
   in the February B200 FP8 recipes with attention DP), which the replay runs in one batch. A budget beyond
   the composed profile's KV capacity is held to it. The rows without a known recipe (sweeps before the
   recipes' history, 2026-01-27; AIConfigurator's own runs) run at the row's coordinates with the engine's
   default batch (``SCHEDULING``);
+* disaggregated InferenceMAX rows' decode workers — at the row's coordinates, each rank running at most the
+  requests its recipe lets it: TensorRT-LLM's decode ``max_batch_size``, SGLang's decode
+  ``--max-running-requests`` over its DP ranks; the others wait, their KV sent, for a running request to end
+  (a recipe of one request per decode worker, run by more clients than workers, queues them there);
 * disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
   per transfer, once the prompt's prefill ends, as the engines send it (SGLang each chunk after its forward,
   ``send_kv_chunk``; TensorRT-LLM a context request after it completes, its KV-cache transceiver); SGLang's
@@ -285,16 +289,15 @@ def plan_for(row) -> Plan:
                                 policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap,
                                 recv_interval=None if ranks else recv_interval(row), **ranks, **(waiting or {}),
                                 max_running_requests=mtp_batch_size(row), **adp_balance(row)),))
-    pools = (prefill_pool(row, model), Pool(name="d", phase="decode", model=model, gpu=row["gpu"],
-                                            **coordinates(row, "decode"), replicas=_int(row["decode_num_workers"])))
+    recipe = disagg_recipe(row)
+    pools = (prefill_pool(row, model, recipe), decode_pool(row, model, recipe))
     return Plan(pools=tuple(replace(pool, all_to_all=all_to_all(row, pool)) for pool in pools), default_link=LINK,
                 transfer_schedule="request")
 
 
-def prefill_pool(row, model: str) -> Pool:
-    """A disaggregated row's prefill workers: as their recipe starts them (:func:`prefill_recipe`), else at
+def prefill_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:
+    """A disaggregated row's prefill workers: as their recipe starts them (:func:`disagg_recipe`), else at
     the row's coordinates batching as the engine's default (``SCHEDULING``)."""
-    recipe = prefill_recipe(row)
     if recipe is None:
         shape, batch = coordinates(row, "prefill"), {"max_prefill_batch_tokens": SCHEDULING[row["backend"]][1]}
     else:
@@ -302,6 +305,13 @@ def prefill_pool(row, model: str) -> Pool:
         batch = {"max_prefill_batch_tokens": recipe.batch_tokens, "max_running_requests": recipe.batch_prompts}
     return Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], replicas=_int(row["prefill_num_workers"]),
                 rank_router=rank_router(row["backend"], "prefill", shape["dp"]), **shape, **batch)
+
+
+def decode_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:
+    """A disaggregated row's decode workers at the row's coordinates, each rank running at most the requests its
+    recipe lets it (:func:`disagg_recipe`; without one, as many as its KV holds)."""
+    return Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
+                replicas=_int(row["decode_num_workers"]), max_running_requests=recipe and recipe.decode_batch)
 
 
 def recv_interval(row) -> int | None:
@@ -405,7 +415,7 @@ def moe_backend(row) -> str | None:
             and row["measured"]):
         return None
     if row["mode"] == "disagg":
-        return "TRTLLM" if prefill_recipe(row) is not None else None
+        return "TRTLLM" if disagg_recipe(row) is not None else None
     mtp = speculative(row) is not None
     if row["measured"] < TRT_MOE_SWITCH[mtp]:
         return "DEEPGEMM"
@@ -446,8 +456,8 @@ def speculative(row) -> SpeculativeDecoding | None:
                                draft_tokens=drafts).resolved(row_model(row).layers)
 
 
-def prefill_recipe(row) -> srt_slurm.PrefillRecipe | None:
-    """The recipe of a disaggregated InferenceMAX row's prefill workers (:func:`srt_slurm.recipe_for`): the one
+def disagg_recipe(row) -> srt_slurm.DisaggRecipe | None:
+    """The recipe that started a disaggregated InferenceMAX row's deployment (:func:`srt_slurm.recipe_for`): the one
     whose deployment is the row's, whose benchmark ran the row's concurrency, in a sweep of the row's date; of two
     such, the one whose prefill coordinates are the row's. None where none is known.
 
@@ -467,7 +477,7 @@ def recipe_coverage(rows: pd.DataFrame) -> str:
     """How many of the disaggregated rows replay their recipe's prefill workers, at how many of them the
     recipe's coordinates are not the export's, and what the rest replay."""
     disaggregated = rows[rows["mode"] == "disagg"]
-    found = [(prefill_recipe(row), coordinates(row, "prefill")) for _, row in disaggregated.iterrows()]
+    found = [(disagg_recipe(row), coordinates(row, "prefill")) for _, row in disaggregated.iterrows()]
     known = [(recipe, own) for recipe, own in found if recipe is not None]
     moved = sum(recipe.coordinates != own for recipe, own in known)
     return (f"{len(known)} of {len(found)} disaggregated rows replay the prefill workers their srt-slurm recipe "

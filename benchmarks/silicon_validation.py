@@ -46,10 +46,10 @@ import pandas as pd
 from silicon_rows import (
     MOE,
     TRT_MOE_KERNELS,
+    disagg_recipe,
     moe_activations,
     moe_backend,
     plan_for,
-    prefill_recipe,
     recipe_coverage,
     requests,
     row_model,
@@ -298,7 +298,7 @@ def main(argv: list[str]) -> int:
                             "kind": kind, "ttft_ms": np.nanmean(ttft) * 1e3, "tpot_ms": np.nanmean(tpot) * 1e3,
                             "ttft_median_ms": np.nanmedian(ttft) * 1e3,
                             "silicon_ttft_ms": row["silicon_ttft_ms"], "silicon_tpot_ms": row["silicon_tpot_ms"],
-                            "prefill_recipe": getattr(prefill_recipe(row), "recipe", "")})
+                            "prefill_recipe": getattr(disagg_recipe(row), "recipe", "")})
     if not records:
         print_skipped(skipped)
         print("no row could be replayed")

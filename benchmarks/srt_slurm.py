@@ -1,9 +1,12 @@
-"""The srt-slurm recipes that started InferenceMAX's disaggregated runs: each deployment's prefill workers as its
-recipe starts them, read in NVIDIA/srt-slurm (``silicon_rows.py`` matches a row to its recipe and replays it).
+"""The srt-slurm recipes that started InferenceMAX's disaggregated runs: each deployment's prefill workers and
+what its decode workers run at once, as its recipe starts them, read in NVIDIA/srt-slurm (``silicon_rows.py``
+matches a row to its recipe and replays it).
 
 A recipe names its deployment (engine, GPU, precision, lengths, prefill and decode workers, whether decode runs
-attention DP), the concurrencies its benchmark ran and the prefill worker: its parallel coordinates and what one
-rank batches. The TensorRT-LLM recipes' file names spell the deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>``.
+attention DP), the concurrencies its benchmark ran, the prefill worker (its parallel coordinates and what one
+rank batches) and how many requests one decode rank runs at once. The TensorRT-LLM recipes' file names spell the
+deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>_batch<B>``; B is the decode worker's ``max_batch_size`` in all but
+one (B200 FP8 8k/1k at 32 clients: its file says 32, its decode config 8).
 """
 
 from __future__ import annotations
@@ -26,11 +29,11 @@ SGLANG_MAX_PREFILL_TOKENS = 16384
 
 
 @dataclass(frozen=True)
-class PrefillRecipe:
-    """The prefill workers of one disaggregated InferenceMAX deployment as its srt-slurm recipe starts them
-    (module docstring): the deployment it belongs to and the concurrencies its benchmark ran, the prefill
-    worker's coordinates (attention TP per DP rank, DP ranks, EP) and what one rank batches: at most
-    ``batch_tokens`` prompt tokens and ``batch_prompts`` prompts."""
+class DisaggRecipe:
+    """One disaggregated InferenceMAX deployment as its srt-slurm recipe starts it (module docstring): the
+    deployment and the concurrencies its benchmark ran; the prefill worker's coordinates (attention TP per DP
+    rank, DP ranks, EP) and what one rank batches, at most ``batch_tokens`` prompt tokens and ``batch_prompts``
+    prompts; and the requests one decode rank runs at once, ``decode_batch`` (None: as many as its KV holds)."""
 
     recipe: str                         #: srt-slurm path @ commit
     sweeps: tuple[str, str]             #: the UTC dates of the sweeps that ran it: from, until (exclusive)
@@ -42,6 +45,7 @@ class PrefillRecipe:
     ep: int
     batch_tokens: int
     batch_prompts: int
+    decode_batch: int | None
 
     @property
     def coordinates(self) -> dict:
@@ -49,30 +53,36 @@ class PrefillRecipe:
 
 
 def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_decode: bool,
-            concurrencies: tuple[int, ...], *, attention_dp: bool, ep: int, max_num_tokens: int,
-            max_batch_size: int) -> PrefillRecipe:
+            concurrencies: tuple[int, ...], *, decode_batch: int, attention_dp: bool, ep: int, max_num_tokens: int,
+            max_batch_size: int) -> DisaggRecipe:
     """A TensorRT-LLM prefill worker of ``tensor_parallel_size`` 8 (every recipe's): with
     ``enable_attention_dp`` eight ranks of attention TP 1; ``max_num_tokens`` and ``max_batch_size`` are
-    each rank's, and ``enable_chunked_prefill`` is off in every one, so a context runs whole."""
+    each rank's, and ``enable_chunked_prefill`` is off in every one, so a context runs whole. The decode
+    worker's ``max_batch_size``, ``decode_batch``, is also each rank's: the one TP group's, or each attention-DP
+    rank's (TensorRT-LLM schedules every DP rank's batch apart)."""
     tp, dp = (1, 8) if attention_dp else (8, 1)
-    return PrefillRecipe(recipe=f"recipes/trtllm/{recipe} @ {SRT_SLURM}", sweeps=SWEEPS,
-                         deployment=("trtllm", gpu, "fp8", isl, 1024, *workers, wide_decode),
-                         concurrencies=concurrencies, tp=tp, dp=dp, ep=ep, batch_tokens=max_num_tokens,
-                         batch_prompts=max_batch_size)
+    return DisaggRecipe(recipe=f"recipes/trtllm/{recipe} @ {SRT_SLURM}", sweeps=SWEEPS,
+                        deployment=("trtllm", gpu, "fp8", isl, 1024, *workers, wide_decode),
+                        concurrencies=concurrencies, tp=tp, dp=dp, ep=ep, batch_tokens=max_num_tokens,
+                        batch_prompts=max_batch_size, decode_batch=decode_batch)
 
 
 def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int], wide_decode: bool,
             concurrencies: tuple[int, ...], *, tp: int, dp: int = 1, ep: int = 1, chunk: int,
-            max_prefill: int = SGLANG_MAX_PREFILL_TOKENS, running: int, commit: str = SRT_SLURM,
-            sweeps: tuple[str, str] = SWEEPS) -> PrefillRecipe:
+            max_prefill: int = SGLANG_MAX_PREFILL_TOKENS, running: int, decode_running: int | None,
+            decode_dp: int = 1, commit: str = SRT_SLURM, sweeps: tuple[str, str] = SWEEPS) -> DisaggRecipe:
     """An SGLang prefill server of ``--tp`` ``tp`` and ``--dp`` ``dp`` (with ``--enable-dp-attention``):
     each DP rank's prefill batch holds whole prompts up to ``--chunked-prefill-size`` over DP and up to
     ``--max-prefill-tokens`` (not divided), and ``--max-running-requests`` over DP prompts (SGLang's
-    ``_handle_data_parallelism``, ``PrefillAdder``, ``pool_configurator``)."""
-    return PrefillRecipe(recipe=f"recipes/{recipe} @ {commit}", sweeps=sweeps,
-                         deployment=("sglang", gpu, dtype, isl, 1024, *workers, wide_decode),
-                         concurrencies=concurrencies, tp=tp // dp, dp=dp, ep=ep,
-                         batch_tokens=min(chunk // dp, max_prefill), batch_prompts=max(1, running // dp))
+    ``_handle_data_parallelism``, ``PrefillAdder``, ``pool_configurator``). Its decode server of ``--dp``
+    ``decode_dp`` runs the decode's ``--max-running-requests`` over DP requests on each rank
+    (``ModelRunner.max_running_requests``; the disaggregated decode's ``get_new_prebuilt_batch`` holds the rest
+    waiting); None where the recipe passes none, when SGLang takes half its KV tokens, which the KV binds first."""
+    return DisaggRecipe(recipe=f"recipes/{recipe} @ {commit}", sweeps=sweeps,
+                        deployment=("sglang", gpu, dtype, isl, 1024, *workers, wide_decode),
+                        concurrencies=concurrencies, tp=tp // dp, dp=dp, ep=ep,
+                        batch_tokens=min(chunk // dp, max_prefill), batch_prompts=max(1, running // dp),
+                        decode_batch=None if decode_running is None else max(1, decode_running // decode_dp))
 
 
 H200, B200, GB200 = "h200-141gb", "b200-180gb", "gb200-185gb"
@@ -86,72 +96,82 @@ _B200_FP8_MARCH = {"tp": 8, "dp": 8, "chunk": 65536, "max_prefill": 8192, "runni
 #: The disaggregated deployments of silicon_sample.csv's InferenceMAX rows, read in their srt-slurm recipes
 #: (module docstring). A TensorRT-LLM recipe names its deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>``.
 DISAGG_RECIPES = (
-    _trtllm("h200/1k1k/stp/c{4,8,16,32,64}_ctx1_gen9_tep8_*.yaml", H200, 1024, (1, 9), False,
-            (36, 72, 144, 288, 576), **_H200_1K),
+    _trtllm("h200/1k1k/stp/c1_ctx1_gen9_tep8_batch1_eplb0_mtp0.yaml", H200, 1024, (1, 9), False, (11,),
+            decode_batch=1, **_H200_1K),
+    _trtllm("h200/1k1k/stp/c{4,8,16,32,64}_ctx1_gen9_tep8_batch256_eplb0_mtp0.yaml", H200, 1024, (1, 9), False,
+            (36, 72, 144, 288, 576), decode_batch=256, **_H200_1K),
     _trtllm("h200/1k1k/stp/c128_ctx1_gen9_dep8_batch512_eplb0_mtp0.yaml", H200, 1024, (1, 9), True, (1152,),
-            **_H200_1K),
+            decode_batch=512, **_H200_1K),
     _trtllm("h200/1k1k/stp/c256_ctx1_gen6_dep8_batch512_eplb0_mtp0.yaml", H200, 1024, (1, 6), True, (1536,),
-            **_H200_1K),
+            decode_batch=512, **_H200_1K),
     _trtllm("h200/1k1k/stp/c512_ctx2_gen7_dep8_batch512_eplb0_mtp0.yaml", H200, 1024, (2, 7), True, (3584,),
-            **_H200_1K),
-    _trtllm("h200/8k1k/stp/c{1,4}_ctx1_gen7_tep8_*.yaml", H200, 8192, (1, 7), False, (9, 28), **_H200_8K),
+            decode_batch=512, **_H200_1K),
+    _trtllm("h200/8k1k/stp/c1_ctx1_gen7_tep8_batch1_eplb0_mtp0.yaml", H200, 8192, (1, 7), False, (9,),
+            decode_batch=1, **_H200_8K),
+    _trtllm("h200/8k1k/stp/c4_ctx1_gen7_tep8_batch32_eplb0_mtp0.yaml", H200, 8192, (1, 7), False, (28,),
+            decode_batch=32, **_H200_8K),
     _trtllm("h200/8k1k/stp/c8_ctx1_gen6_tep8_batch16_eplb0_mtp0.yaml", H200, 8192, (1, 6), False, (48,),
-            **_H200_8K),
+            decode_batch=16, **_H200_8K),
     _trtllm("h200/8k1k/stp/c16_ctx1_gen3_tep8_batch32_eplb0_mtp0.yaml", H200, 8192, (1, 3), False, (48,),
-            **_H200_8K),
+            decode_batch=32, **_H200_8K),
     _trtllm("h200/8k1k/stp/c32_ctx2_gen5_tep8_batch128_eplb0_mtp0.yaml", H200, 8192, (2, 5), False, (160,),
-            **_H200_8K),
+            decode_batch=128, **_H200_8K),
     _trtllm("h200/8k1k/stp/c128_ctx1_gen1_dep8_batch256_eplb0_mtp0.yaml", H200, 8192, (1, 1), True, (128,),
-            **_H200_8K),
+            decode_batch=256, **_H200_8K),
     _trtllm("h200/8k1k/stp/c64_ctx2_gen3_dep8_batch128_eplb0_mtp0.yaml", H200, 8192, (2, 3), True, (192,),
-            **_H200_8K),
+            decode_batch=128, **_H200_8K),
     _trtllm("h200/8k1k/stp/c512_ctx3_gen1_dep8_batch512_eplb0_mtp0.yaml", H200, 8192, (3, 1), True, (512,),
-            **_H200_8K),
+            decode_batch=512, **_H200_8K),
     _trtllm("h200/8k1k/stp/c256_ctx5_gen3_dep8_batch256_eplb0_mtp0.yaml", H200, 8192, (5, 3), True, (768,),
-            **_H200_8K),
-    _trtllm("b200-fp8/8k1k/stp/ctx1_gen4_tp8_batch32_eplb0_mtp0_{32,128}.yaml", B200, 8192, (1, 4), False,
-            (32, 128), **_B200_8K),
+            decode_batch=256, **_H200_8K),
+    _trtllm("b200-fp8/8k1k/stp/ctx1_gen4_tp8_batch32_eplb0_mtp0_32.yaml", B200, 8192, (1, 4), False, (32,),
+            decode_batch=8, **_B200_8K),
+    _trtllm("b200-fp8/8k1k/stp/ctx1_gen4_tp8_batch32_eplb0_mtp0_128.yaml", B200, 8192, (1, 4), False, (128,),
+            decode_batch=32, **_B200_8K),
     _trtllm("b200-fp8/8k1k/stp/ctx1_gen6_tp8_batch16_eplb0_mtp0_96.yaml", B200, 8192, (1, 6), False, (96,),
-            **_B200_8K),
+            decode_batch=16, **_B200_8K),
     _trtllm("b200-fp8/8k1k/stp/ctx1_gen1_tp8_batch1_eplb0_mtp0_1.yaml", B200, 8192, (1, 1), False, (1,),
-            attention_dp=False, ep=1, max_num_tokens=8320, max_batch_size=64),
+            decode_batch=1, attention_dp=False, ep=1, max_num_tokens=8320, max_batch_size=64),
     _sglang("gb200-fp4/1k1k/low-latency.yaml", GB200, "fp4", 1024, (1, 2), False, (4, 8, 32), tp=4, chunk=8192,
-            running=512),
+            running=512, decode_running=None),
     _sglang("gb200-fp8/1k1k/low-latency.yaml", GB200, "fp8", 1024, (1, 1), False, (4, 8), tp=4, chunk=8192,
-            running=512),
+            running=512, decode_running=128),
     _sglang("gb200-fp4/8k1k/low-latency.yaml", GB200, "fp4", 8192, (1, 4), False, (4, 8), tp=4, chunk=24576,
-            running=512),
+            running=512, decode_running=None),
     _sglang("gb200-fp8/1k1k/ultra-tpt.yaml", GB200, "fp8", 1024, (1, 1), True, (4096,), tp=8, dp=8, ep=8,
-            chunk=131072, running=8192),
+            chunk=131072, running=8192, decode_running=5120, decode_dp=8),
     _sglang("gb200-fp8/1k1k/max-tpt.yaml", GB200, "fp8", 1024, (2, 1), True, (1024, 2048, 4096, 6144), tp=8,
-            dp=8, ep=8, chunk=131072, running=30000),
+            dp=8, ep=8, chunk=131072, running=30000, decode_running=45000, decode_dp=32),
     _sglang("gb200-fp8/8k1k/mid-curve.yaml", GB200, "fp8", 8192, (5, 1), True, (512, 1024, 2048, 6144), tp=8,
-            dp=8, ep=8, chunk=131072, running=30000),
+            dp=8, ep=8, chunk=131072, running=30000, decode_running=8192, decode_dp=32),
     _sglang("b200-fp4/8k1k/stp/low-latency-tp4-1p-tp8-1d.yaml", B200, "fp4", 8192, (1, 1), False, (4, 8, 16, 64),
-            tp=4, chunk=32768, max_prefill=32768, running=512),
+            tp=4, chunk=32768, max_prefill=32768, running=512, decode_running=512),
     _sglang("b200-fp4/8k1k/stp/low-latency-dep4-1p-tep8-1d.yaml", B200, "fp4", 8192, (1, 1), False, (64, 128), tp=4,
-            dp=4, ep=4, chunk=32768, max_prefill=32768, running=512),
+            dp=4, ep=4, chunk=32768, max_prefill=32768, running=512, decode_running=512),
     _sglang("b200-fp8/8k1k/stp/low-latency-tep8-1p1d.yaml", B200, "fp8", 8192, (1, 1), False, (4, 32, 64), tp=8,
-            ep=8, running=512, **_B200_FP8_FEBRUARY),
+            ep=8, running=512, decode_running=512, **_B200_FP8_FEBRUARY),
     _sglang("b200-fp8/8k1k/stp/low-latency-tep8-1p4d.yaml", B200, "fp8", 8192, (1, 4), False, (64,), tp=8, ep=8,
-            running=512, **_B200_FP8_FEBRUARY),
+            running=512, decode_running=512, **_B200_FP8_FEBRUARY),
     _sglang("b200-fp8/8k1k/stp/max-tpt-dep8-1p1d.yaml", B200, "fp8", 8192, (1, 1), True, (128,), tp=8, dp=8, ep=8,
-            running=1024, **_B200_FP8_FEBRUARY),
+            running=1024, decode_running=1024, decode_dp=8, **_B200_FP8_FEBRUARY),
     _sglang("b200-fp8/8k1k/stp/max-tpt-dep8-2p1d.yaml", B200, "fp8", 8192, (2, 1), True, (256,), tp=8, dp=8, ep=8,
-            running=1024, **_B200_FP8_FEBRUARY),
+            running=1024, decode_running=1024, decode_dp=8, **_B200_FP8_FEBRUARY),
     _sglang("b200-fp8/1k1k.yaml (stp low latency)", B200, "fp8", 1024, (1, 1), False, (4,), tp=8, ep=8,
-            chunk=32768, max_prefill=32768, running=512, commit=SRT_SLURM_MARCH, sweeps=(B200_FP8_REWRITE, SWEEPS[1])),
+            chunk=32768, max_prefill=32768, running=512, decode_running=512, commit=SRT_SLURM_MARCH,
+            sweeps=(B200_FP8_REWRITE, SWEEPS[1])),
     _sglang("b200-fp8/8k1k.yaml (stp low latency, 4 decode workers)", B200, "fp8", 8192, (1, 4), False, (128,),
-            **_B200_FP8_MARCH),
+            decode_running=32, **_B200_FP8_MARCH),
+    # the max throughput overrides raise the decode's --max-running-requests with its workers: 128 to 1024
     *(_sglang("b200-fp8/8k1k.yaml (stp max throughput)", B200, "fp8", 8192, workers, True, clients,
-              **_B200_FP8_MARCH)
-      for workers, clients in (((1, 2), (288,)), ((1, 1), (160, 288)), ((2, 1), (512,)), ((3, 1), (1024,)))),
+              decode_running=running, decode_dp=8, **_B200_FP8_MARCH)
+      for workers, clients, running in (((1, 2), (288,), 128), ((1, 1), (160, 288), 256), ((2, 1), (512,), 512),
+                                        ((3, 1), (1024,), 1024))),
     _sglang("h200/8k1k/bs128-1p1d-dep.yaml", H200, "fp8", 8192, (1, 1), True, (64, 128, 256), tp=8, chunk=163840,
-            max_prefill=163840, running=16),
+            max_prefill=163840, running=16, decode_running=256, decode_dp=8),
 )
 
 
-def recipe_for(deployment: tuple, concurrency: int, measured: str, coordinates: dict) -> PrefillRecipe | None:
+def recipe_for(deployment: tuple, concurrency: int, measured: str, coordinates: dict) -> DisaggRecipe | None:
     """The recipe of ``deployment`` whose benchmark ran ``concurrency`` in a sweep of the date ``measured``; of two
     such, the one whose prefill ``coordinates`` are these. None where none is known."""
     found = [recipe for recipe in DISAGG_RECIPES if recipe.deployment == deployment

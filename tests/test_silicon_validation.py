@@ -3,6 +3,8 @@ prediction (InferenceMAX sweeps of MTP-only configurations), and which cannot be
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from pdplan.latency.compose import tables
@@ -108,7 +110,7 @@ def test_deepseek_fp8_b200_rows_of_tensorrt_llm_replay_the_moe_backend_their_rec
                         ("2026-02-05", "agg"): {"TRTLLM"}, ("2026-02-05", "agg-dp"): {"DEEPGEMM"}}  # MTP, DP
     disaggregated = trt[trt["mode"] == "disagg"]
     assert {deployments.moe_backend(row) for _, row in disaggregated.iterrows()
-            if deployments.prefill_recipe(row)} == {"TRTLLM"}
+            if deployments.disagg_recipe(row)} == {"TRTLLM"}
     sglang = rows[(rows["backend"] == "sglang") & (rows["gpu"] == "b200-180gb")]
     assert len(sglang) and all(deployments.moe_backend(row) is None for _, row in sglang.iterrows())
     assert deployments.TRT_MOE_KERNELS["TRTLLM"] == "sglang_flashinfer_trtllm_moe"
@@ -229,6 +231,22 @@ def test_sglang_recipes_with_attention_dp_give_each_rank_the_chunk_and_requests_
     assert (pool.max_prefill_batch_tokens, pool.max_running_requests) == (min(131072 // 8, 16384), 30000 // 8)
 
 
+def test_decode_workers_run_at_most_the_requests_their_recipe_lets_each_rank(deployments, rows):
+    """TensorRT-LLM's decode ``max_batch_size`` is one rank's (H200 8k/1k at 28 clients: 32); SGLang's decode
+    ``--max-running-requests`` is divided over its DP ranks (B200 FP8 8k/1k max throughput, one prefill and one
+    DEP 8 decode worker: 256 over 8); a recipe that passes none leaves the KV to bind (GB200 FP4 low latency)."""
+    def decode(config: str, clients: int, recipe: str):
+        part = disaggregated(rows, config)
+        row = part[part["concurrency"] == clients].iloc[0]
+        assert deployments.disagg_recipe(row).recipe.startswith(f"recipes/{recipe}")
+        return deployments.plan_for(row).pools[1]
+
+    assert decode("cfg297", 28, "trtllm/h200/8k1k/stp/c4_").max_running_requests == 32
+    sglang = decode("cfg641", 288, "b200-fp8/8k1k.yaml (stp max throughput)")
+    assert (sglang.dp, sglang.max_running_requests) == (8, 256 // 8)
+    assert decode("cfg486", 4, "gb200-fp4/1k1k/low-latency").max_running_requests is None
+
+
 def test_sglang_pools_of_dp_and_ep_on_one_node_gather_and_across_nodes_dispatch(deployments, rows):
     """Only SGLang's srt-slurm recipes that span nodes set ``moe-a2a-backend: deepep``: B200 FP8's DEP 8 on one
     node (``max-tpt-dep8-1p1d.yaml``) gathers on both phases; GB200 FP8's max throughput DEP 8 prefill over two
@@ -245,23 +263,54 @@ def test_two_recipes_of_one_deployment_and_concurrency_are_told_apart_by_the_row
     """B200 FP4 8k/1k, one prefill and one TP decode worker at 64 clients: the TP 4 recipe and the DEP 4 one."""
     tp4, dep4 = disaggregated(rows, "cfg535"), disaggregated(rows, "cfg530")
     tp4, dep4 = tp4[tp4["concurrency"] == 64].iloc[0], dep4[dep4["concurrency"] == 64].iloc[0]
-    assert deployments.prefill_recipe(tp4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-tp4-1p")
-    assert deployments.prefill_recipe(dep4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-dep4-1p")
-    assert deployments.prefill_recipe(dep4).coordinates == {"tp": 1, "dp": 4, "ep": 4}
+    assert deployments.disagg_recipe(tp4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-tp4-1p")
+    assert deployments.disagg_recipe(dep4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-dep4-1p")
+    assert deployments.disagg_recipe(dep4).coordinates == {"tp": 1, "dp": 4, "ep": 4}
 
 
 def test_rows_of_a_sweep_before_the_recipes_keep_their_coordinates_and_the_engines_batch(deployments, rows):
     """The GB200 SGLang sweep of 2025-12-21 predates the recipes' history (2026-01-27 on)."""
     row = disaggregated(rows, "cfg253").iloc[0]
-    assert deployments.prefill_recipe(row) is None
+    assert deployments.disagg_recipe(row) is None
     pool = deployments.plan_for(row).pools[0]
     assert (pool.tp, pool.dp, pool.ep) == (1, 8, 1)
     assert (pool.max_prefill_batch_tokens, pool.max_running_requests) == (8192, None)
 
 
-def test_every_recipe_the_table_holds_is_one_some_row_ran(deployments, rows):
-    ran = {deployments.prefill_recipe(row) for _, row in rows[rows["mode"] == "disagg"].iterrows()}
+#: The runs of TensorRT-LLM's H200 recipes of one request per decode worker, as InferenceX-app's API fixture holds
+#: them (``benchmarks.json`` at 3a600f1d): their rows state no worker counts, so only these layouts reach them.
+ONE_REQUEST_DECODE_RUNS = [
+    {"hardware": "h200", "isl": isl, "osl": 1024, "conc": clients, "disagg": True, "spec_method": "none",
+     "metrics": {"mean_ttft": ttft, "median_ttft": median, "p99_ttft": 0.0, "mean_tpot": tpot},
+     "prefill_tp": 8, "prefill_ep": 8, "prefill_dp_attention": isl == 1024, "num_prefill_gpu": 8,
+     "prefill_num_workers": 1, "decode_tp": 8, "decode_ep": 8, "decode_dp_attention": False,
+     "num_decode_gpu": 8 * decoders, "decode_num_workers": decoders}
+    for isl, clients, decoders, ttft, median, tpot in (
+        (1024, 11, 9, 2.434310145949183, 0.9621240190463141, 0.01026713437339244),
+        (8192, 9, 7, 3.011131090246555, 1.6897527660476044, 0.010946513094241054))]
+
+
+@pytest.fixture(scope="module")
+def published(deployments, benchmark, tmp_path_factory):
+    """The rows with those two runs' layouts."""
+    path = tmp_path_factory.mktemp("runs") / "runs.json"
+    path.write_text(json.dumps(ONE_REQUEST_DECODE_RUNS))
+    runs = benchmark("inferencex").read_runs([str(path)])
+    return deployments.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv", runs)
+
+
+def test_every_recipe_the_table_holds_is_one_some_row_ran(deployments, published):
+    """Some row ran each recipe, with the layout of the run it is where the row states no worker counts."""
+    ran = {deployments.disagg_recipe(row) for _, row in published[published["mode"] == "disagg"].iterrows()}
     assert set(deployments.srt_slurm.DISAGG_RECIPES) <= ran
+
+
+def test_a_recipe_of_one_request_per_decode_worker_queues_the_clients_beyond_the_workers(deployments, published):
+    """H200 1k/1k at 11 clients on 9 decode workers of ``max_batch_size: 1``: each runs one request at a time."""
+    row = published[(published["mode"] == "disagg") & (published["concurrency"] == 11)
+                    & (published["gpu"] == "h200-141gb")].iloc[0]
+    decode = deployments.plan_for(row).pools[1]
+    assert (decode.replicas, decode.dp, decode.max_running_requests) == (9, 1, 1)
 
 
 def test_a_prompt_budget_beyond_the_profiles_batches_is_held_to_them(validation):
