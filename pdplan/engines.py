@@ -3,12 +3,13 @@
 A rule names the engine, the versions it was read in, the KV connector it holds for (None: every
 connector), what it refuses, and the upstream file and function that refuse it. Only rules read in
 upstream source are here; a capability nobody has read stays out (an engine with no row runs every
-shape pdplan plans). The rules look at a plan's P/D pools (phase, TP, PP); a later data- or
-expert-parallel coordinate is one more rule kind over the same pools.
+shape pdplan plans). The KV rules look at a plan's P/D pools (phase, TP, PP); the expert rules at how every
+pool spreads its routed experts over its expert-parallel ranks.
 
 :func:`shape_refusal` answers for one candidate shape (the optimizer's per-shape rejections),
-:func:`pair_refusal` for a prefill and a decode shape together (the pairing of pools), and
-:func:`plan_refusal` for a whole plan (``validate`` and ``export``).
+:func:`pair_refusal` for a prefill and a decode shape together (the pairing of pools),
+:func:`experts_refusal` for one shape's experts, and :func:`plan_refusal` for a whole plan (``validate`` and
+``export``).
 """
 
 from __future__ import annotations
@@ -112,9 +113,11 @@ class RoleShape(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Role(InstanceShape):
-    """A manifest pool's shape and phase, for the rules."""
+    """A manifest pool's shape and phase, for the rules, and the routed experts it places: the model's and the
+    redundant ones (0: a dense model, or one whose experts the manifest does not say)."""
 
     phase: str
+    experts: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,6 +162,17 @@ class EqualTensorRule(Rule):
         return f"{self.says} (prefill TP {prefill.tp}, decode TP {decode.tp})"
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExpertSpreadRule(Rule):
+    """Every expert-parallel rank holds as many routed experts as the others: EP divides the model's routed
+    experts plus the redundant ones."""
+
+    def experts_refusal(self, phase: str, ep: int, experts: int) -> str | None:
+        if ep > 1 and experts % ep:
+            return f"{self.says} ({phase}: {experts} routed experts, redundant ones included, over EP {ep})"
+        return None
+
+
 def _wide(shape: RoleShape) -> bool:
     """Whether a shape runs wide expert parallelism (attention DP or EP above 1)."""
     return shape.dp > 1 or shape.ep > 1
@@ -177,6 +191,16 @@ SGLANG_EQUAL_TP = EqualTensorRule(
            "_require_same_tp_gate, applied in src/aiconfigurator/sdk/inference_session.py (SGLang "
            "disaggregated serving without wide expert parallelism; ai-dynamo/dynamo#5870)",
     says="SGLang P/D without wide expert parallelism needs equal TP on the prefill and decode sides")
+
+SGLANG_EVEN_EXPERTS = ExpertSpreadRule(
+    name="sglang-even-experts", engine="sglang", versions="0.5.6 to 0.5.23 (read in the PyPI wheels)",
+    connector=None,
+    source="sgl-project/sglang python/sglang/srt/layers/moe/fused_moe_triton/layer.py @v0.5.23, FusedMoE.__init__: "
+           "assert self._num_global_routed % storage_ep_size == 0, the routed experts DeepseekV2MoE passes being "
+           "the model's plus --ep-num-redundant-experts (models/deepseek_v2.py); 0.5.6 to 0.5.8 assert "
+           "(num_experts - num_fused_shared_experts) % self.moe_ep_size == 0",
+    says="SGLang's MoE layer needs EP to divide the routed experts plus the redundant ones")
+
 
 @dataclass(frozen=True, kw_only=True)
 class MixedRouterRule(Rule):
@@ -235,8 +259,11 @@ def mixed_refusal(fmt: str) -> str | None:
     return None
 
 
-#: Every rule pdplan knows, by engine. TensorRT-LLM has none read yet.
+#: Every KV rule pdplan knows, by engine. TensorRT-LLM has none read yet.
 RULES: tuple[ConsumerPipelineRule | EqualTensorRule, ...] = (NIXL_DECODE_PP, SGLANG_EQUAL_TP)
+#: Every expert rule pdplan knows. vLLM spreads experts unevenly unless EPLB places redundant ones, which
+#: :func:`pdplan.experts.expert_placement_rejection` holds every plan to.
+EXPERT_RULES: tuple[ExpertSpreadRule, ...] = (SGLANG_EVEN_EXPERTS,)
 
 
 def rules_for(engine: str | None, connector: str | None) -> tuple[ConsumerPipelineRule | EqualTensorRule, ...]:
@@ -262,10 +289,25 @@ def pair_refusal(engine: str | None, connector: str | None, prefill: RoleShape, 
     return None
 
 
-def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[RoleShape]) -> str | None:
+def experts_refusal(engine: str | None, phase: str, ep: int, experts: int) -> str | None:
+    """Why ``engine`` cannot spread ``experts`` routed experts (the model's plus the redundant ones; 0: none known)
+    over a shape of ``phase`` with EP ``ep``: "<rule>: <reason>", or None when it can."""
+    for rule in EXPERT_RULES:
+        why = rule.experts_refusal(phase, ep, experts) if engine is not None and rule.holds_for(engine, None) else None
+        if why:
+            return f"{rule.name}: {why}"
+    return None
+
+
+def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[Role]) -> str | None:
     """Why ``engine`` cannot run a plan of these pools, naming the first rule it breaks; None when it
-    can. Only a P/D plan's prefill and decode pools face the rules (a colocated plan moves no KV)."""
+    can. Every pool faces the expert rules; only a P/D plan's prefill and decode pools face the KV rules (a
+    colocated plan moves no KV)."""
     pools = list(pools)
+    for pool in pools:
+        why = experts_refusal(engine, pool.phase, pool.ep, pool.experts)
+        if why:
+            return why
     prefills = [p for p in pools if p.phase == "prefill"]
     decodes = [p for p in pools if p.phase == "decode"]
     for shape in prefills + decodes:

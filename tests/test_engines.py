@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from pdplan.candidates import enumerate_shapes
-from pdplan.engines import RULES, Role, plan_refusal
+from pdplan.engines import EXPERT_RULES, RULES, Role, plan_refusal
 from pdplan.errors import PdplanError
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.manifest.check import check_manifest
@@ -20,10 +20,12 @@ from pdplan.manifest.export import FORMATS, export_manifest
 from pdplan.modelref import get_model
 from pdplan.placement import Candidate
 from pdplan.planner.pipeline import unpairable
-from tests.conftest import TRACE
+from tests.conftest import ROOT, TRACE
 
 NIXL_DECODE_PP = "nixl-decode-pp: vLLM's NIXL connector refuses a kv_consumer (decode) instance"
 SGLANG_EQUAL_TP = "sglang-equal-tp: SGLang P/D without wide expert parallelism needs equal TP"
+SGLANG_EVEN_EXPERTS = ("sglang-even-experts: SGLang's MoE layer needs EP to divide the routed experts plus the "
+                       "redundant ones")
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +68,7 @@ def write(path: Path, manifest: dict) -> Path:
 
 
 def test_every_rule_cites_an_upstream_file_and_commit():
-    for rule in RULES:
+    for rule in (*RULES, *EXPERT_RULES):
         assert "/" in rule.source and "@" in rule.source, rule.name
 
 
@@ -142,6 +144,33 @@ def test_sglang_equal_tp_refuses_the_sglang_export(runnable):
                                           f"{SGLANG_EQUAL_TP} on the prefill and decode sides "
                                           r"\(prefill TP 4, decode TP 2\)"):
         export_manifest(with_prefill_tp(runnable, 4), "sglang")
+
+
+# --- sglang-even-experts -------------------------------------------------------------------------
+
+def test_sglang_even_experts_keeps_an_ep_that_does_not_divide_the_experts_out_of_optimize_engine_sglang():
+    """DeepSeek-V3's 256 routed experts over TP 2 × DP 12 = EP 24: SGLang's FusedMoE asserts at start; vLLM places
+    them unevenly (``determine_expert_map``) and keeps the shape. EP 32 divides them under both."""
+    model, cluster = get_model("deepseek-v3", dtype="fp8"), load_cluster(ROOT / "examples" / "cluster_h200_64.yaml")
+
+    def wide(engine: str):
+        shapes, rejected = enumerate_shapes(model, cluster, largest_request_tokens=4096, phases=("decode",),
+                                            tps=(2,), pps=(1,), dps=(12, 16), engine=engine)
+        return {s.ep for s in shapes if s.dp > 1}, [r.reason for r in rejected if r.shape.dp > 1]
+
+    assert wide("sglang") == ({32}, [f"{SGLANG_EVEN_EXPERTS} (decode: 256 routed experts, redundant ones included, "
+                                     "over EP 24)"])
+    assert wide("vllm") == ({24, 32}, [])
+
+
+def test_sglang_even_experts_counts_the_redundant_experts_of_every_pool():
+    def pool(phase: str, redundant: int) -> Role:
+        return Role(phase=phase, gpu="h200-141gb", tp=1, dp=24, ep=24, experts=256 + redundant)
+
+    for phase in ("prefill", "decode", "colocated"):
+        assert plan_refusal("sglang", "nixl", [pool(phase, 0)]).startswith(SGLANG_EVEN_EXPERTS)
+        assert plan_refusal("sglang", "nixl", [pool(phase, 8)]) is None
+        assert plan_refusal("vllm", "nixl", [pool(phase, 0)]) is None
 
 
 # --- plans that keep the rules -------------------------------------------------------------------

@@ -261,10 +261,20 @@ def test_sglang_refuses_an_ep_across_nodes_other_than_the_instances_gpus_naming_
 
 
 def test_sglang_refuses_an_ep_that_does_not_divide_tp_times_dp(wide):
-    wide["pools"][1]["ep"] = 3
+    wide["pools"][1]["ep"] = 16   # over TP 1 × DP 8 (16 divides the 256 experts)
     with pytest.raises(PdplanError) as refused:
         export_manifest(wide, "sglang")
     assert refused.value.field == "pools[1].ep"
+
+
+def test_sglang_refuses_redundant_experts_that_do_not_spread_evenly_over_ep_naming_the_rule(wide):
+    """256 routed experts and 8 redundant ones over EP 16: SGLang's MoE layer asserts at start."""
+    wide["pools"][0]["redundant_experts"] = 8
+    with pytest.raises(PdplanError, match="sglang export starts sglang, which cannot run this plan: "
+                                          "sglang-even-experts: .* \\(prefill: 264 routed experts, redundant ones "
+                                          "included, over EP 16\\)") as refused:
+        export_manifest(wide, "sglang")
+    assert refused.value.field == "pools"
 
 
 def test_the_sglang_router_reaches_a_multinode_instance_at_its_leader(wide):

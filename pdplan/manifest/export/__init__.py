@@ -12,7 +12,7 @@ from __future__ import annotations
 from pdplan.engines import FORMAT_ENGINES, mixed_refusal
 from pdplan.errors import PdplanError
 from pdplan.manifest.check import engine_refusal
-from pdplan.manifest.export import dynamo, k8s, llmd, pods, sglang, vllm
+from pdplan.manifest.export import common, dynamo, k8s, llmd, pods, sglang, vllm
 from pdplan.manifest.export.pods import DEFAULT_HF_TOKEN_SECRET
 
 FORMATS = ("vllm", "sglang", "dynamo", "llm-d", "k8s")
@@ -34,6 +34,8 @@ def export_manifest(manifest: dict, fmt: str, *, image: str | None = None, route
     if fmt not in _SCRIPT_WRITERS and fmt not in _POD_WRITERS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
     _refuse_mixed(manifest, fmt)  # no router runs the plan's spill rule: the first thing to fix
+    for pool in manifest["pools"]:
+        common.parallel(pool)  # a coordinate that is not a whole number in range, named before any rule reads it
     engine = FORMAT_ENGINES[fmt]
     refusal = engine_refusal(manifest, engine)
     if refusal:
