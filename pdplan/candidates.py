@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from pdplan.engines import DEFAULT_ENGINE, experts_refusal, running_cap, shape_refusal
+from pdplan.engines import DEFAULT_ENGINE, experts_refusal, running_cap, shape_refusal, starts_deepep
 from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
@@ -95,7 +95,8 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                 cap = running_cap(serving, phase, split, exchange, per_node, draft_tokens)
                 for shape in _variants(phase, split, exchange, cap, chunk_sizes):
                     why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape) \
-                        or experts_refusal(engine, phase, ep, model.experts)
+                        or experts_refusal(engine, phase, ep, model.experts,
+                                           deepep=starts_deepep(serving, phase, split, exchange, per_node))
                     if why is None:
                         kept.append(shape)
                     else:

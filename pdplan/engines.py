@@ -81,13 +81,19 @@ DEEPEP_LOW_LATENCY_PHASES = {"sglang": ("decode", "colocated"), "vllm": ("decode
 DEEPEP_PHASES = {"sglang": ("prefill", "decode", "colocated"), "vllm": ("prefill", "decode")}
 
 
+def starts_deepep(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int) -> bool:
+    """Whether pdplan's exports start DeepEP for an instance of ``phase`` on nodes of ``gpus_per_node`` GPUs: one of
+    attention DP with expert parallelism that dispatches across nodes, in a phase of :data:`DEEPEP_PHASES`."""
+    return (phase in DEEPEP_PHASES.get(engine, ()) and shape.exchanges_tokens and all_to_all == AllToAll.DISPATCH
+            and shape.stage_gpus > gpus_per_node)
+
+
 def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,
                             gpus_per_node: int) -> bool:
     """Whether ``engine`` runs an instance's decode steps on DeepEP's low-latency kernels, as pdplan's exports start
-    it on nodes of ``gpus_per_node`` GPUs: an instance of attention DP with expert parallelism that dispatches across
-    nodes, in a phase of :data:`DEEPEP_LOW_LATENCY_PHASES`."""
-    return (phase in DEEPEP_LOW_LATENCY_PHASES.get(engine, ()) and shape.exchanges_tokens
-            and all_to_all == AllToAll.DISPATCH and shape.stage_gpus > gpus_per_node)
+    it (:func:`starts_deepep`), in a phase of :data:`DEEPEP_LOW_LATENCY_PHASES`."""
+    return (phase in DEEPEP_LOW_LATENCY_PHASES.get(engine, ())
+            and starts_deepep(engine, phase, shape, all_to_all, gpus_per_node))
 
 
 def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int,
@@ -165,10 +171,13 @@ class EqualTensorRule(Rule):
 @dataclass(frozen=True, kw_only=True)
 class ExpertSpreadRule(Rule):
     """Every expert-parallel rank holds as many routed experts as the others: EP divides the model's routed
-    experts plus the redundant ones."""
+    experts plus the redundant ones, on every pool of the engine or (``deepep``) on those its export starts
+    DeepEP for (:func:`starts_deepep`)."""
 
-    def experts_refusal(self, phase: str, ep: int, experts: int) -> str | None:
-        if ep > 1 and experts % ep:
+    deepep: bool = False
+
+    def experts_refusal(self, phase: str, ep: int, experts: int, deepep: bool) -> str | None:
+        if ep > 1 and experts % ep and (deepep or not self.deepep):
             return f"{self.says} ({phase}: {experts} routed experts, redundant ones included, over EP {ep})"
         return None
 
@@ -200,6 +209,16 @@ SGLANG_EVEN_EXPERTS = ExpertSpreadRule(
            "the model's plus --ep-num-redundant-experts (models/deepseek_v2.py); 0.5.6 to 0.5.8 assert "
            "(num_experts - num_fused_shared_experts) % self.moe_ep_size == 0",
     says="SGLang's MoE layer needs EP to divide the routed experts plus the redundant ones")
+
+DEEPEP_EVEN_EXPERTS = ExpertSpreadRule(
+    name="deepep-even-experts", engine="vllm", versions="vLLM 0.33.0 (read in the wheel) on DeepEP at 011d766f",
+    connector=None, deepep=True,
+    source="deepseek-ai/DeepEP csrc/deep_ep.cpp @011d766f19b3d7a3074ec6df9c627eb10b632460, "
+           "Buffer::low_latency_dispatch: EP_HOST_ASSERT(num_experts % num_ranks == 0), as the normal kernels' "
+           "notify_dispatch asserts; vLLM 0.33.0 model_executor/layers/fused_moe/all2all_utils.py hands it "
+           "num_local_experts = num_experts // world_size",
+    says="DeepEP, which the vLLM export starts for a P/D pool across nodes, needs EP to divide the routed experts "
+         "plus the redundant ones")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,9 +280,9 @@ def mixed_refusal(fmt: str) -> str | None:
 
 #: Every KV rule pdplan knows, by engine. TensorRT-LLM has none read yet.
 RULES: tuple[ConsumerPipelineRule | EqualTensorRule, ...] = (NIXL_DECODE_PP, SGLANG_EQUAL_TP)
-#: Every expert rule pdplan knows. vLLM spreads experts unevenly unless EPLB places redundant ones, which
-#: :func:`pdplan.experts.expert_placement_rejection` holds every plan to.
-EXPERT_RULES: tuple[ExpertSpreadRule, ...] = (SGLANG_EVEN_EXPERTS,)
+#: Every expert rule pdplan knows. vLLM's own MoE layer spreads experts unevenly unless EPLB places redundant ones,
+#: which :func:`pdplan.experts.expert_placement_rejection` holds every plan to; DeepEP does not.
+EXPERT_RULES: tuple[ExpertSpreadRule, ...] = (SGLANG_EVEN_EXPERTS, DEEPEP_EVEN_EXPERTS)
 
 
 def rules_for(engine: str | None, connector: str | None) -> tuple[ConsumerPipelineRule | EqualTensorRule, ...]:
@@ -289,11 +308,13 @@ def pair_refusal(engine: str | None, connector: str | None, prefill: RoleShape, 
     return None
 
 
-def experts_refusal(engine: str | None, phase: str, ep: int, experts: int) -> str | None:
+def experts_refusal(engine: str | None, phase: str, ep: int, experts: int, *, deepep: bool = False) -> str | None:
     """Why ``engine`` cannot spread ``experts`` routed experts (the model's plus the redundant ones; 0: none known)
-    over a shape of ``phase`` with EP ``ep``: "<rule>: <reason>", or None when it can."""
+    over a shape of ``phase`` with EP ``ep``, one its export starts DeepEP for when ``deepep``: "<rule>: <reason>",
+    or None when it can."""
     for rule in EXPERT_RULES:
-        why = rule.experts_refusal(phase, ep, experts) if engine is not None and rule.holds_for(engine, None) else None
+        why = rule.experts_refusal(phase, ep, experts, deepep) \
+            if engine is not None and rule.holds_for(engine, None) else None
         if why:
             return f"{rule.name}: {why}"
     return None

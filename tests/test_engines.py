@@ -149,18 +149,31 @@ def test_sglang_equal_tp_refuses_the_sglang_export(runnable):
 # --- sglang-even-experts -------------------------------------------------------------------------
 
 def test_sglang_even_experts_keeps_an_ep_that_does_not_divide_the_experts_out_of_optimize_engine_sglang():
-    """DeepSeek-V3's 256 routed experts over TP 2 × DP 12 = EP 24: SGLang's FusedMoE asserts at start; vLLM places
-    them unevenly (``determine_expert_map``) and keeps the shape. EP 32 divides them under both."""
+    """DeepSeek-V3's 256 routed experts over TP 2 × DP 12 = EP 24: SGLang's FusedMoE asserts at start, in every phase.
+    vLLM's own MoE layer places them unevenly (``determine_expert_map``): its colocated pool, which gathers, keeps
+    the shape; its decode pool across three nodes runs DeepEP, which asserts (``deepep-even-experts``). EP 32 divides
+    them under both."""
     model, cluster = get_model("deepseek-v3", dtype="fp8"), load_cluster(ROOT / "examples" / "cluster_h200_64.yaml")
 
-    def wide(engine: str):
-        shapes, rejected = enumerate_shapes(model, cluster, largest_request_tokens=4096, phases=("decode",),
+    def wide(engine: str, phase: str):
+        shapes, rejected = enumerate_shapes(model, cluster, largest_request_tokens=4096, phases=(phase,),
                                             tps=(2,), pps=(1,), dps=(12, 16), engine=engine)
-        return {s.ep for s in shapes if s.dp > 1}, [r.reason for r in rejected if r.shape.dp > 1]
+        return {s.ep for s in shapes if s.dp > 1}, {r.reason.split(":")[0] for r in rejected if r.shape.dp > 1}
 
-    assert wide("sglang") == ({32}, [f"{SGLANG_EVEN_EXPERTS} (decode: 256 routed experts, redundant ones included, "
-                                     "over EP 24)"])
-    assert wide("vllm") == ({24, 32}, [])
+    assert wide("sglang", "decode") == ({32}, {"sglang-even-experts"})
+    assert wide("sglang", "colocated") == ({32}, {"sglang-even-experts"})
+    assert wide("vllm", "decode") == ({32}, {"deepep-even-experts"})
+    assert wide("vllm", "colocated") == ({24, 32}, set())
+
+
+def test_vllm_keeps_an_uneven_ep_on_one_node_where_it_gathers_and_sglang_does_not():
+    """TP 1 × DP 6 = EP 6 on one 8-GPU node: vLLM gathers the ranks' tokens (no DeepEP) and places 256 experts
+    unevenly; SGLang refuses."""
+    model, cluster = get_model("deepseek-v3", dtype="fp8"), load_cluster(ROOT / "examples" / "cluster_h200_64.yaml")
+    for engine, kept in (("vllm", {6}), ("sglang", set())):
+        shapes, _ = enumerate_shapes(model, cluster, largest_request_tokens=4096, phases=("decode",), tps=(1,),
+                                     pps=(1,), dps=(6,), engine=engine)
+        assert {s.ep for s in shapes if s.dp > 1} == kept
 
 
 def test_sglang_even_experts_counts_the_redundant_experts_of_every_pool():

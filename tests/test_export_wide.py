@@ -277,6 +277,17 @@ def test_sglang_refuses_redundant_experts_that_do_not_spread_evenly_over_ep_nami
     assert refused.value.field == "pools"
 
 
+def test_vllm_refuses_a_deepep_pool_whose_experts_do_not_spread_evenly_over_ep_naming_the_field_and_rule(wide):
+    """The prefill pool runs DeepEP across its two nodes; 256 routed experts and 8 redundant ones over EP 16 do not
+    divide, which DeepEP's dispatch asserts."""
+    wide["pools"][0]["redundant_experts"] = 8
+    for fmt in ("vllm", "k8s"):
+        with pytest.raises(PdplanError, match="pool prefill: deepep-even-experts: .* \\(prefill: 264 routed experts, "
+                                              "redundant ones included, over EP 16\\)") as refused:
+            export_manifest(_vllm(wide), fmt)
+        assert refused.value.field == "pools[0].ep"
+
+
 def test_the_sglang_router_reaches_a_multinode_instance_at_its_leader(wide):
     router = export_manifest(wide, "sglang")["sglang/router.sh"]
     assert "--prefill http://h200-0:30000 " in router and "h200-1" not in router
@@ -452,7 +463,8 @@ def test_the_dynamo_operator_splits_the_multinode_instances_dp_ranks_whole_over_
 
 
 def test_a_dynamo_dp_that_its_nodes_cannot_share_evenly_is_refused_naming_the_field(wide):
-    wide["pools"][0].update(tp=2, dp=3, ep=6, gpus=6, redundant_experts=0)   # 3 GPUs per node, 1.5 ranks each
+    # 3 GPUs per node, 1.5 ranks each (EP 1: 256 experts over EP 6 would not reach the DP rule, DeepEP refusing first)
+    wide["pools"][0].update(tp=2, dp=3, ep=1, gpus=6, redundant_experts=0)
     for node in wide["placement"]["nodes"][:2]:
         node["instances"][0]["gpu_indices"] = [0, 1, 2]
     with pytest.raises(PdplanError) as refused:
@@ -530,7 +542,7 @@ def test_the_llmd_pods_start_the_same_dp_and_ep_flags_as_the_vllm_script(wide, t
 
 
 def test_a_llmd_dp_that_its_nodes_cannot_share_evenly_is_refused_naming_the_field(wide):
-    wide["pools"][0].update(tp=2, dp=3, ep=6, gpus=6, redundant_experts=0)
+    wide["pools"][0].update(tp=2, dp=3, ep=1, gpus=6, redundant_experts=0)   # as the Dynamo case above
     for node in wide["placement"]["nodes"][:2]:
         node["instances"][0]["gpu_indices"] = [0, 1, 2]
     with pytest.raises(PdplanError) as refused:
