@@ -39,6 +39,7 @@ from pdplan.manifest.document import (
     ep_field,
     pool_shape,
     redundant_experts,
+    routed_experts,
     schema_errors,
     section_hashes,
 )
@@ -304,11 +305,9 @@ def engine_refusal(manifest: dict, engine: str | None) -> str | None:
     """Why ``engine`` cannot run this manifest's pools with its KV connector and their experts (the rule and
     its reason, see :mod:`pdplan.engines`), or None when it can or no engine is named. A model YAML's experts
     are not known here, so the expert rules pass it."""
-    model = _model(manifest)
-    routed = model.experts if model is not None else 0
     return engines.plan_refusal(engine, manifest["transfer"]["connector"], (
         engines.Role(phase=p["phase"], gpu=p["gpu"], tp=p["tp"], pp=p["pp"], dp=pool_shape(p).dp, ep=pool_shape(p).ep,
-                     experts=routed + redundant_experts(p) if routed else 0)
+                     experts=routed_experts(manifest, p))
         for p in manifest["pools"]))
 
 

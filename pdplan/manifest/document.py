@@ -20,6 +20,8 @@ from typing import Any, Iterator
 from pdplan import limits
 from pdplan.errors import InternalError, PdplanError
 from pdplan.fileio import WRITTEN_DIGITS, load_yaml, significant
+from pdplan.modelcatalog import model_catalog
+from pdplan.modelspec import PRECISION_MARK
 from pdplan.schema import shown
 from pdplan.shape import InstanceShape
 from pdplan.vocabulary import AllToAll
@@ -173,6 +175,13 @@ def ep_field(pool: dict) -> str:
 def redundant_experts(pool: dict) -> int:
     """A manifest pool's redundant experts (written only when above 0)."""
     return pool.get("redundant_experts", 0)
+
+
+def routed_experts(manifest: dict, pool: dict) -> int:
+    """The routed experts a manifest pool places: its catalog model's plus its redundant ones; 0 for a dense model
+    or one the catalog does not hold (a model YAML, whose experts the manifest does not state)."""
+    known = model_catalog().get(manifest["identity"]["model"].partition(PRECISION_MARK)[0])
+    return known.experts + redundant_experts(pool) if known is not None and known.is_moe else 0
 
 
 def all_to_all(pool: dict) -> str:

@@ -447,13 +447,6 @@ DEFAULT_ALL_TO_ALL = {"sglang": ("SGLang on one node", "none"),
                       "vllm": ("vLLM on one node or colocated", "allgather_reducescatter")}
 
 
-def routed_experts(manifest: dict, pool: dict) -> int:
-    """The routed experts a pool places: its catalog model's plus its redundant ones; 0 for a dense model or one the
-    catalog does not hold (a model YAML, whose experts the manifest does not state)."""
-    known = model_catalog().get(manifest["identity"]["model"].partition(PRECISION_MARK)[0])
-    return known.experts + parallel(pool).redundant_experts if known is not None and known.is_moe else 0
-
-
 def pool_spans_nodes(manifest: dict, pool: dict) -> bool:
     """Whether an instance of the pool spans nodes in the node map (every instance of a pool has its shape)."""
     return any(inst.spans_nodes for inst in instances(manifest) if inst.pool["name"] == pool["name"])

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS, experts_refusal
 from pdplan.errors import PdplanError
+from pdplan.manifest.document import routed_experts
 from pdplan.manifest.export import common, prerequisites, shell
 from pdplan.vocabulary import Router
 
@@ -128,7 +129,7 @@ def all_to_all_args(manifest: dict, pool: dict) -> list[str]:
     pool keeps vLLM's default, which gathers (the header says so of a pool timed with a dispatch)."""
     if not starts_deepep(manifest, pool):
         return []
-    why = experts_refusal("vllm", pool["phase"], common.parallel(pool).ep, common.routed_experts(manifest, pool),
+    why = experts_refusal("vllm", pool["phase"], common.parallel(pool).ep, routed_experts(manifest, pool),
                           deepep=True)
     if why:
         raise PdplanError(f"pool {pool['name']}: {why}", field=common.pool_field(manifest, pool, "ep"))
