@@ -93,10 +93,10 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
                 exchange = engine_all_to_all(serving, phase, split, per_node)
                 cap = running_cap(serving, phase, split, exchange, per_node, draft_tokens)
+                deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_node)
+                reason = reason or experts_refusal(engine, phase, ep, model.experts, deepep=deepep)
                 for shape in _variants(phase, split, exchange, cap, chunk_sizes):
-                    why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape) \
-                        or experts_refusal(engine, phase, ep, model.experts,
-                                           deepep=starts_deepep(serving, phase, split, exchange, per_node))
+                    why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
                     if why is None:
                         kept.append(shape)
                     else:

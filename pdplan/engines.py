@@ -81,28 +81,30 @@ DEEPEP_LOW_LATENCY_PHASES = {"sglang": ("decode", "colocated"), "vllm": ("decode
 DEEPEP_PHASES = {"sglang": ("prefill", "decode", "colocated"), "vllm": ("prefill", "decode")}
 
 
-def starts_deepep(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int) -> bool:
-    """Whether pdplan's exports start DeepEP for an instance of ``phase`` on nodes of ``gpus_per_node`` GPUs: one of
-    attention DP with expert parallelism that dispatches across nodes, in a phase of :data:`DEEPEP_PHASES`."""
+def starts_deepep(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, spans_nodes: bool) -> bool:
+    """Whether pdplan's exports start DeepEP for an instance of ``phase``: one of attention DP with expert
+    parallelism (:attr:`~pdplan.shape.InstanceShape.exchanges_tokens`) that spans nodes and was timed with a dispatch,
+    in a phase of :data:`DEEPEP_PHASES`. A plan asks of a shape (it spans nodes when a stage's GPUs pass a node's), an
+    export of a pool on its node map (:func:`pdplan.manifest.export.common.starts_deepep`)."""
     return (phase in DEEPEP_PHASES.get(engine, ()) and shape.exchanges_tokens and all_to_all == AllToAll.DISPATCH
-            and shape.stage_gpus > gpus_per_node)
+            and spans_nodes)
 
 
 def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll,
-                            gpus_per_node: int) -> bool:
+                            spans_nodes: bool) -> bool:
     """Whether ``engine`` runs an instance's decode steps on DeepEP's low-latency kernels, as pdplan's exports start
     it (:func:`starts_deepep`), in a phase of :data:`DEEPEP_LOW_LATENCY_PHASES`."""
     return (phase in DEEPEP_LOW_LATENCY_PHASES.get(engine, ())
-            and starts_deepep(engine, phase, shape, all_to_all, gpus_per_node))
+            and starts_deepep(engine, phase, shape, all_to_all, spans_nodes))
 
 
 def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int,
                 draft_tokens: int = 0) -> int | None:
     """Requests one rank of the instance may run at once, where the engine holds it below what its KV holds; None
-    elsewhere. A rank on DeepEP's low-latency kernels (:func:`runs_deepep_low_latency`) hands them every running
-    request's tokens each step, one per request and ``draft_tokens`` more under speculative decoding (the verify
-    step), at most :data:`DEEPEP_LOW_LATENCY_TOKENS` of its engine."""
-    if not runs_deepep_low_latency(engine, phase, shape, all_to_all, gpus_per_node):
+    elsewhere. A rank on DeepEP's low-latency kernels (:func:`runs_deepep_low_latency`, on nodes of ``gpus_per_node``
+    GPUs) hands them every running request's tokens each step, one per request and ``draft_tokens`` more under
+    speculative decoding (the verify step), at most :data:`DEEPEP_LOW_LATENCY_TOKENS` of its engine."""
+    if not runs_deepep_low_latency(engine, phase, shape, all_to_all, shape.stage_gpus > gpus_per_node):
         return None
     return DEEPEP_LOW_LATENCY_TOKENS[engine] // (1 + draft_tokens)
 

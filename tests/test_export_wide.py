@@ -197,6 +197,17 @@ def test_sglang_expert_parallelism_across_nodes_dispatches_with_deepep_in_its_ph
     assert (_value(decode, "--moe-a2a-backend"), _value(decode, "--deepep-mode")) == ("deepep", "low_latency")
 
 
+def test_an_ep_pool_without_attention_dp_whose_pipeline_stages_span_nodes_starts_no_deepep(wide):
+    """TP 8 with its experts whole over the TP group (EP 8) and two pipeline stages, one per node: the experts'
+    group stays on a node and no plan timed an all-to-all, so SGLang keeps its default."""
+    wide["pools"][0].update(tp=8, dp=1, ep=8, pp=2, redundant_experts=0, gpus=16)
+    for node, stage in zip(wide["placement"]["nodes"][:2], (0, 1)):
+        node["instances"][0].pop("node_rank")
+        node["instances"][0]["stage"] = stage
+    script = export_manifest(wide, "sglang")["sglang/prefill-0.sh"]
+    assert "--ep-size 8" in script and "--moe-a2a-backend" not in script
+
+
 def test_an_export_says_which_pools_it_runs_without_the_deepep_all_to_all_they_were_timed_with(wide):
     """The wide-EP profiles time DeepEP's dispatch and combine. Both exports start DeepEP across nodes only, so the
     one-node decode of an older manifest (timed with a dispatch) runs the engine's default: each header says so."""

@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import yaml
 
-from pdplan import names
-from pdplan.engines import DEEPEP_LOW_LATENCY_PHASES, DEEPEP_LOW_LATENCY_TOKENS, DEEPEP_PHASES, FORMAT_ENGINES
+from pdplan import engines, names
+from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS, FORMAT_ENGINES
 from pdplan.errors import PdplanError
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
-from pdplan.manifest.document import all_to_all
+from pdplan.manifest.document import all_to_all, pool_shape
 from pdplan.manifest.export import shell
 from pdplan.modelcatalog import model_catalog
 from pdplan.modelspec import PRECISION_MARK, WEIGHT_BYTES
@@ -453,13 +453,12 @@ def pool_spans_nodes(manifest: dict, pool: dict) -> bool:
 
 
 def starts_deepep(engine: str, pool: dict, spans_nodes: bool) -> bool:
-    """Whether the export starts DeepEP's all-to-all for a pool of expert parallelism whose instances span nodes
-    (``spans_nodes``) and that was timed with a dispatch, in a phase its engine starts it for
-    (:data:`pdplan.engines.DEEPEP_PHASES`: SGLang's every phase, :data:`pdplan.manifest.export.sglang.A2A_BACKEND`;
-    vLLM's prefill and decode pools, :data:`pdplan.manifest.export.vllm.DEEPEP_BACKENDS`). A pool timed with a
-    gather keeps the engine's default, which gathers (:func:`pdplan.engines.all_to_all`)."""
-    return (spans_nodes and parallel(pool).ep > 1 and all_to_all(pool) == AllToAll.DISPATCH
-            and pool["phase"] in DEEPEP_PHASES.get(engine, ()))
+    """Whether the export starts DeepEP's all-to-all for a pool whose instances span nodes (``spans_nodes``):
+    :func:`pdplan.engines.starts_deepep`, the rule its plan was verified under (SGLang's every phase,
+    :data:`pdplan.manifest.export.sglang.A2A_BACKEND`; vLLM's prefill and decode pools,
+    :data:`pdplan.manifest.export.vllm.DEEPEP_BACKENDS`). A pool timed with a gather keeps the engine's default,
+    which gathers (:func:`pdplan.engines.all_to_all`)."""
+    return engines.starts_deepep(engine, pool["phase"], pool_shape(pool), all_to_all(pool), spans_nodes)
 
 
 def starts_low_latency(engine: str, pool: dict, spans_nodes: bool) -> bool:
@@ -467,7 +466,7 @@ def starts_low_latency(engine: str, pool: dict, spans_nodes: bool) -> bool:
     phase of :data:`pdplan.engines.DEEPEP_LOW_LATENCY_PHASES`), which take at most
     :data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS` tokens per rank and step: a cap the plan holds such a rank to
     (:func:`pdplan.engines.running_cap`) and the export states."""
-    return starts_deepep(engine, pool, spans_nodes) and pool["phase"] in DEEPEP_LOW_LATENCY_PHASES.get(engine, ())
+    return engines.runs_deepep_low_latency(engine, pool["phase"], pool_shape(pool), all_to_all(pool), spans_nodes)
 
 
 def uncapped_low_latency_pools(manifest: dict, engine: str) -> list[str]:
