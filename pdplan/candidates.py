@@ -2,8 +2,8 @@
 
 A shape is kept when its TP group fits a node, TP divides the KV heads (or replicates them), PP
 is at most the layer count, the weights plus the KV of the largest request fit memory, and the
-engine the plan is for can run it in its phase and spread the model's experts over its EP
-(:mod:`pdplan.engines`). For a mixture-of-experts model, each attention data-parallel size DP above 1
+engine the plan is for can run it in its phase, spread the model's experts over its EP and start its
+colocated chunk (:mod:`pdplan.engines`). For a mixture-of-experts model, each attention data-parallel size DP above 1
 adds wide shapes: TP × DP GPUs in one stage,
 every routed expert whole on one of them (EP = TP × DP, the wide-EP deployments of DeepSeek,
 SGLang and Dynamo), on one node or spread evenly over whole nodes, its tokens moved to the experts as
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from pdplan.engines import DEFAULT_ENGINE, experts_refusal, running_cap, shape_refusal, starts_deepep
+from pdplan.engines import DEFAULT_ENGINE, chunk_refusal, experts_refusal, running_cap, shape_refusal, starts_deepep
 from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
@@ -96,7 +96,8 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                 deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_node)
                 reason = reason or experts_refusal(engine, phase, ep, model.experts, deepep=deepep)
                 for shape in _variants(phase, split, exchange, cap, chunk_sizes):
-                    why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape)
+                    why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape) \
+                        or chunk_refusal(engine, phase, shape.chunk_tokens, gpu.blackwell)
                     if why is None:
                         kept.append(shape)
                     else:

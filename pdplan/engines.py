@@ -4,12 +4,13 @@ A rule names the engine, the versions it was read in, the KV connector it holds 
 connector), what it refuses, and the upstream file and function that refuse it. Only rules read in
 upstream source are here; a capability nobody has read stays out (an engine with no row runs every
 shape pdplan plans). The KV rules look at a plan's P/D pools (phase, TP, PP); the expert rules at how every
-pool spreads its routed experts over its expert-parallel ranks.
+pool spreads its routed experts over its expert-parallel ranks; the chunk rules at the prompt tokens each rank
+takes per iteration.
 
 :func:`shape_refusal` answers for one candidate shape (the optimizer's per-shape rejections),
 :func:`pair_refusal` for a prefill and a decode shape together (the pairing of pools),
-:func:`experts_refusal` for one shape's experts, and :func:`plan_refusal` for a whole plan (``validate`` and
-``export``).
+:func:`experts_refusal` for one shape's experts, :func:`chunk_refusal` for one shape's prompt chunk, and
+:func:`plan_refusal` for a whole plan (``validate`` and ``export``).
 """
 
 from __future__ import annotations
@@ -121,11 +122,14 @@ class RoleShape(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class Role(InstanceShape):
-    """A manifest pool's shape and phase, for the rules, and the routed experts it places: the model's and the
-    redundant ones (0: a dense model, or one whose experts the manifest does not say)."""
+    """A manifest pool's shape and phase, for the rules, the routed experts it places (the model's and the
+    redundant ones; 0: a dense model, or one whose experts the manifest does not say) and the prompt tokens each
+    rank takes per iteration on its GPU."""
 
     phase: str
     experts: int = 0
+    chunk_tokens: int = 0        #: the prompt tokens one rank takes per iteration (0: none stated)
+    blackwell: bool = False      #: its GPU is a Blackwell (:attr:`pdplan.hardware.GPU.blackwell`)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -184,6 +188,24 @@ class ExpertSpreadRule(Rule):
         return None
 
 
+@dataclass(frozen=True, kw_only=True)
+class PageChunkRule(Rule):
+    """Each rank's prompt chunk is whole KV pages on the GPUs where the engine's attention kernels page the KV
+    ``page_tokens`` at a time; a disaggregated decode server, which takes no prompts, is exempt."""
+
+    page_tokens: int
+
+    def pages(self, blackwell: bool) -> int:
+        """The tokens a chunk must be a multiple of on such a GPU (1: any chunk)."""
+        return self.page_tokens if blackwell else 1
+
+    def chunk_refusal(self, phase: str, chunk_tokens: int, blackwell: bool) -> str | None:
+        if phase != "decode" and chunk_tokens and chunk_tokens % self.pages(blackwell):
+            return (f"{self.says} ({phase}: a chunk of {chunk_tokens} tokens per rank, pages of "
+                    f"{self.page_tokens})")
+        return None
+
+
 def _wide(shape: RoleShape) -> bool:
     """Whether a shape runs wide expert parallelism (attention DP or EP above 1)."""
     return shape.dp > 1 or shape.ep > 1
@@ -221,6 +243,20 @@ DEEPEP_EVEN_EXPERTS = ExpertSpreadRule(
            "num_local_experts = num_experts // world_size",
     says="DeepEP, which the vLLM export starts for a P/D pool across nodes, needs EP to divide the routed experts "
          "plus the redundant ones")
+
+
+SGLANG_PAGE_CHUNK = PageChunkRule(
+    name="sglang-page-chunk", engine="sglang", versions="0.5.8 to 0.5.23 (read in the PyPI wheels)", connector=None,
+    page_tokens=64,
+    source="sgl-project/sglang python/sglang/srt/arg_groups/overrides.py @v0.5.23, _mla_backend_page_constraints: "
+           "trtllm_mla and trtllm_mha force page_size 64 unless asked for another they take; "
+           "arg_groups/model_override_base.py get_default_attn_backend picks trtllm_mha on sm100, and "
+           "model_overrides/deepseek_v2.py trtllm_mla for DeepseekV3ForCausalLM; arg_groups/validation_hook.py "
+           "asserts chunked_prefill_size % page_size == 0 but on a disaggregated decode server, after "
+           "parallel_hook divides it by the attention-DP size (0.5.8: server_args.py, the same in "
+           "_handle_attention_backend_compatibility and check_server_args)",
+    says="SGLang on Blackwell pages the KV 64 tokens at a time (trtllm_mha, trtllm_mla) and needs each rank's "
+         "--chunked-prefill-size to be whole pages")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,6 +323,10 @@ RULES: tuple[ConsumerPipelineRule | EqualTensorRule, ...] = (NIXL_DECODE_PP, SGL
 EXPERT_RULES: tuple[ExpertSpreadRule, ...] = (SGLANG_EVEN_EXPERTS, DEEPEP_EVEN_EXPERTS)
 
 
+#: Every rule on the prompt tokens a rank takes per iteration.
+CHUNK_RULES: tuple[PageChunkRule, ...] = (SGLANG_PAGE_CHUNK,)
+
+
 def rules_for(engine: str | None, connector: str | None) -> tuple[ConsumerPipelineRule | EqualTensorRule, ...]:
     """The rules engine E holds a plan to with this KV connector; none without an engine."""
     return tuple(rule for rule in RULES if engine is not None and rule.holds_for(engine, connector))
@@ -322,13 +362,32 @@ def experts_refusal(engine: str | None, phase: str, ep: int, experts: int, *, de
     return None
 
 
+def prompt_pages(engine: str | None, blackwell: bool) -> int:
+    """The tokens each rank's prompt chunk must be a multiple of under ``engine`` on a Blackwell GPU or another
+    (1: any chunk)."""
+    pages = [rule.pages(blackwell) for rule in CHUNK_RULES if engine is not None and rule.holds_for(engine, None)]
+    return max(pages, default=1)
+
+
+def chunk_refusal(engine: str | None, phase: str, chunk_tokens: int | None, blackwell: bool) -> str | None:
+    """Why ``engine`` cannot start a ``phase`` rank that takes ``chunk_tokens`` prompt tokens per iteration on a
+    Blackwell GPU or another: "<rule>: <reason>", or None when it can (or no chunk is stated)."""
+    for rule in CHUNK_RULES:
+        why = rule.chunk_refusal(phase, chunk_tokens or 0, blackwell) \
+            if engine is not None and rule.holds_for(engine, None) else None
+        if why:
+            return f"{rule.name}: {why}"
+    return None
+
+
 def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[Role]) -> str | None:
     """Why ``engine`` cannot run a plan of these pools, naming the first rule it breaks; None when it
-    can. Every pool faces the expert rules; only a P/D plan's prefill and decode pools face the KV rules (a
-    colocated plan moves no KV)."""
+    can. Every pool faces the expert and chunk rules; only a P/D plan's prefill and decode pools face the KV rules
+    (a colocated plan moves no KV)."""
     pools = list(pools)
     for pool in pools:
-        why = experts_refusal(engine, pool.phase, pool.ep, pool.experts)
+        why = experts_refusal(engine, pool.phase, pool.ep, pool.experts) \
+            or chunk_refusal(engine, pool.phase, pool.chunk_tokens, pool.blackwell)
         if why:
             return why
     prefills = [p for p in pools if p.phase == "prefill"]

@@ -60,6 +60,11 @@ class GPU:
         return tuple(d for d, f in (("bf16", self.flops_per_s), ("fp8", self.fp8_flops_per_s),
                                     ("fp4", self.fp4_flops_per_s)) if f > 0)
 
+    @property
+    def blackwell(self) -> bool:
+        """A Blackwell GPU (sm100 and later): the one generation with FP4 tensor cores, the catalog's test of it."""
+        return self.fp4_flops_per_s > 0
+
     def tensor_flops(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s at ``dtype``; a dtype the GPU lacks is refused, naming those it has."""
         flops = {"bf16": self.flops_per_s, "fp8": self.fp8_flops_per_s, "fp4": self.fp4_flops_per_s}.get(dtype, 0.0)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 
 from pdplan.candidates import enumerate_shapes
-from pdplan.engines import EXPERT_RULES, RULES, Role, plan_refusal
+from pdplan.engines import CHUNK_RULES, EXPERT_RULES, RULES, Role, plan_refusal
 from pdplan.errors import PdplanError
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.manifest.check import check_manifest
@@ -68,7 +69,7 @@ def write(path: Path, manifest: dict) -> Path:
 
 
 def test_every_rule_cites_an_upstream_file_and_commit():
-    for rule in (*RULES, *EXPERT_RULES):
+    for rule in (*RULES, *EXPERT_RULES, *CHUNK_RULES):
         assert "/" in rule.source and "@" in rule.source, rule.name
 
 
@@ -184,6 +185,78 @@ def test_sglang_even_experts_counts_the_redundant_experts_of_every_pool():
         assert plan_refusal("sglang", "nixl", [pool(phase, 0)]).startswith(SGLANG_EVEN_EXPERTS)
         assert plan_refusal("sglang", "nixl", [pool(phase, 8)]) is None
         assert plan_refusal("vllm", "nixl", [pool(phase, 0)]) is None
+
+
+# --- sglang-page-chunk ---------------------------------------------------------------------------
+
+SGLANG_PAGE_CHUNK = ("sglang-page-chunk: SGLang on Blackwell pages the KV 64 tokens at a time (trtllm_mha, trtllm_mla) "
+                     "and needs each rank's --chunked-prefill-size to be whole pages")
+
+
+def test_sglang_page_chunk_refuses_a_rank_chunk_of_part_pages_on_blackwell_only():
+    """64 tokens a page: 1,000 is 15.6 pages, 1,024 is 16. A decode server takes no prompts (SGLang skips the
+    check there); an H200 runs FlashAttention 3 with pages of one token; vLLM states no such rule."""
+    def pool(phase: str, chunk: int, blackwell: bool = True) -> Role:
+        return Role(phase=phase, gpu="b200-180gb" if blackwell else "h200-141gb", tp=8, chunk_tokens=chunk,
+                    blackwell=blackwell)
+
+    for phase in ("prefill", "colocated"):
+        assert plan_refusal("sglang", "nixl", [pool(phase, 1000)]) == \
+            f"{SGLANG_PAGE_CHUNK} ({phase}: a chunk of 1000 tokens per rank, pages of 64)"
+        assert plan_refusal("sglang", "nixl", [pool(phase, 1024)]) is None
+        assert plan_refusal("sglang", "nixl", [pool(phase, 1000, blackwell=False)]) is None
+        assert plan_refusal("vllm", "nixl", [pool(phase, 1000)]) is None
+    assert plan_refusal("sglang", "nixl", [pool("decode", 1000)]) is None
+
+
+def test_optimize_engine_sglang_keeps_a_colocated_chunk_of_part_pages_out_on_blackwell():
+    model = get_model("llama-3.1-8b")
+
+    def chunks(engine: str, cluster: str) -> tuple[set, set]:
+        shapes, rejected = enumerate_shapes(model, load_cluster(ROOT / "examples" / cluster),
+                                            largest_request_tokens=4096, phases=("colocated",), tps=(1,), pps=(1,),
+                                            chunk_sizes=(512, 1000), engine=engine)
+        return {s.chunk_tokens for s in shapes}, {r.reason for r in rejected}
+
+    assert chunks("sglang", "cluster_b200.yaml") == (
+        {512}, {f"{SGLANG_PAGE_CHUNK} (colocated: a chunk of 1000 tokens per rank, pages of 64)"})
+    assert chunks("sglang", "cluster_h200.yaml") == ({512, 1000}, set())
+    assert chunks("vllm", "cluster_b200.yaml") == ({512, 1000}, set())
+
+
+def test_sglang_profiles_on_blackwell_cut_a_prefill_cap_of_part_pages_to_whole_pages():
+    """A cap bound by the KV capacity, or stated in a profile file, is any number of tokens; SGLang's prefill rank on
+    Blackwell takes it as its chunk, so its profile's cap is the whole pages below it, and the notes say so."""
+    from dataclasses import replace
+
+    from pdplan.hardware import get_gpu
+    from pdplan.latency.roofline import roofline_profile
+    from pdplan.latency.source import ProfileSource
+
+    model = get_model("llama-3.1-8b")
+
+    def cap(engine: str, gpu: str) -> tuple[int, str]:
+        stated = replace(roofline_profile(model, get_gpu(gpu), 1, 1), max_prefill_batch_tokens=10_000)
+        source = ProfileSource(measured={(model.name, gpu, 1, 1): stated}, engine=engine, compose=False)
+        found = source.profile(model, get_gpu(gpu), 1, 1)
+        return found.max_prefill_batch_tokens, found.provenance.notes
+
+    paged, notes = cap("sglang", "b200-180gb")
+    assert paged == 9_984 and notes.endswith("prefill batch cap 10,000 cut to 9,984 tokens, whole KV pages of 64")
+    assert cap("sglang", "h200-141gb")[0] == cap("vllm", "b200-180gb")[0] == 10_000
+
+
+def test_the_sglang_export_refuses_a_blackwell_prefill_pool_whose_chunk_is_part_pages_naming_the_rule(runnable):
+    edited = copy.deepcopy(runnable)
+    prefill = next(p for p in edited["pools"] if p["phase"] == "prefill")
+    prefill.update(gpu="b200-180gb")
+    prefill["scheduling"]["max_prefill_batch_tokens"] = 10_000
+    with pytest.raises(PdplanError, match=re.escape(f"sglang export starts sglang, which cannot run this plan: "
+                                                    f"{SGLANG_PAGE_CHUNK} (prefill: a chunk of 10000 tokens per rank")):
+        export_manifest(seal(edited), "sglang")
+    found = [str(v) for v in check_manifest(made_for(edited, "sglang"))]
+    assert any(line.startswith(f"provenance.profiles.serving_engine: sglang cannot run this plan: {SGLANG_PAGE_CHUNK}")
+               for line in found)
 
 
 # --- plans that keep the rules -------------------------------------------------------------------

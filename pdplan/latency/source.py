@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Mapping
 
 from pdplan.cache import ResultCache, cache_key
-from pdplan.engines import DEFAULT_ENGINE
+from pdplan.engines import DEFAULT_ENGINE, prompt_pages
 from pdplan.errors import PdplanError
 from pdplan.experts import expert_placement_rejection
 from pdplan.hardware import GPU
@@ -73,11 +73,13 @@ class ProfileSource:
         is the engine's alone. ``gpus_per_node`` (default: the GPU's NVLink domain, 72 on a GB200 NVL72
         rack) is how far collectives and the expert all-to-all stay on NVLink, as AIConfigurator's
         ``num_gpus_per_node`` of a large-EP config is. ``all_to_all``: how DP ranks reach whole experts over
-        TP × DP; a gather is timed from the operator tables only (the wide-EP roofline times a dispatch)."""
+        TP × DP; a gather is timed from the operator tables only (the wide-EP roofline times a dispatch). Its prefill
+        batch cap, a prefill rank's chunk, is whole KV pages where the engine pages (:func:`in_whole_pages`)."""
         speculative = self.speculative_for(model)  # refused before any profile is composed
         moe.asked_activations(model, gpu, self.moe_activations)  # and so is a precision the kernels cannot take
         found = self._evidence(model, gpu, tp, pp, gpus_per_node or gpu.nvlink_domain, cache, dp, ep,
                                AllToAll(all_to_all))
+        found = in_whole_pages(found, prompt_pages(self.serving_engine, gpu.blackwell))
         return found if speculative is None else speculative.apply(found)
 
     def speculative_for(self, model: ModelSpec) -> SpeculativeDecoding | None:
@@ -180,6 +182,23 @@ class ProfileSource:
 
     def _speculative_note(self) -> str:
         return "" if self.speculative is None else f"; {self.speculative.describe()}"
+
+
+def in_whole_pages(profile: PhaseProfile, pages: int) -> PhaseProfile:
+    """``profile`` with its prefill batch cap cut to whole KV pages of ``pages`` tokens: the chunk a prefill rank
+    takes (:func:`pdplan.engines.prompt_pages`, SGLang's on Blackwell), which a cap bound by the KV capacity or
+    stated in a profile file may not be. The notes say so; a profile already in whole pages comes back as it is."""
+    cap = profile.max_prefill_batch_tokens
+    if cap % pages == 0:
+        return profile
+    if cap < pages:
+        raise PdplanError(f"{profile.shape}: a prefill batch cap of {cap} tokens is less than one KV page of {pages} "
+                          "tokens of its engine", field="max_prefill_batch_tokens")
+    paged = cap // pages * pages
+    note = f"prefill batch cap {cap:,} cut to {paged:,} tokens, whole KV pages of {pages}"
+    prov = profile.provenance
+    return replace(profile, max_prefill_batch_tokens=paged,
+                   provenance=replace(prov, notes=f"{prov.notes}; {note}" if prov.notes else note))
 
 
 def _decode_composed(data: dict) -> PhaseProfile | PdplanError:

@@ -38,6 +38,7 @@ from pdplan.manifest.document import (
     digest,
     ep_field,
     pool_shape,
+    prompt_budget,
     redundant_experts,
     routed_experts,
     schema_errors,
@@ -302,13 +303,19 @@ def _path_follows_placement(manifest: dict, where: str, path: dict) -> list[Viol
 
 
 def engine_refusal(manifest: dict, engine: str | None) -> str | None:
-    """Why ``engine`` cannot run this manifest's pools with its KV connector and their experts (the rule and
-    its reason, see :mod:`pdplan.engines`), or None when it can or no engine is named. A model YAML's experts
-    are not known here, so the expert rules pass it."""
-    return engines.plan_refusal(engine, manifest["transfer"]["connector"], (
-        engines.Role(phase=p["phase"], gpu=p["gpu"], tp=p["tp"], pp=p["pp"], dp=pool_shape(p).dp, ep=pool_shape(p).ep,
-                     experts=routed_experts(manifest, p))
-        for p in manifest["pools"]))
+    """Why ``engine`` cannot run this manifest's pools with its KV connector, their experts and their prompt
+    chunks (the rule and its reason, see :mod:`pdplan.engines`), or None when it can or no engine is named. A
+    model YAML's experts are not known here, so the expert rules pass it."""
+    roles = [_role(manifest, pool) for pool in manifest["pools"]]
+    return engines.plan_refusal(engine, manifest["transfer"]["connector"], roles)
+
+
+def _role(manifest: dict, pool: dict) -> engines.Role:
+    """A manifest pool as the engine rules see it (an unknown GPU, which ``validate`` names, is not a Blackwell)."""
+    shape, gpu = pool_shape(pool), gpu_catalog().get(pool["gpu"])
+    return engines.Role(phase=pool["phase"], gpu=pool["gpu"], tp=shape.tp, pp=shape.pp, dp=shape.dp, ep=shape.ep,
+                        experts=routed_experts(manifest, pool), chunk_tokens=prompt_budget(pool)[0] or 0,
+                        blackwell=gpu is not None and gpu.blackwell)
 
 
 def _engine(manifest: dict) -> list[Violation]:

@@ -184,6 +184,16 @@ def routed_experts(manifest: dict, pool: dict) -> int:
     return known.experts + redundant_experts(pool) if known is not None and known.is_moe else 0
 
 
+def prompt_budget(pool: dict) -> tuple[int | None, int | None]:
+    """The prompt tokens one rank of the pool takes per iteration, as pdplan verified them: (chunk, cap). The
+    chunk is a chunked pool's ``chunk_tokens``, else a prefill pool's cap; the cap is the pool's batch cap
+    (``scheduling.max_prefill_batch_tokens``), else the one its profile ran (``profile.max_prefill_batch_tokens``).
+    A manifest written before the cap was recorded has none, so the engine keeps its own defaults."""
+    scheduling = pool.get("scheduling") or {}
+    cap = scheduling.get("max_prefill_batch_tokens") or (pool.get("profile") or {}).get("max_prefill_batch_tokens")
+    return scheduling.get("chunk_tokens") or (cap if pool["phase"] == "prefill" else None), cap
+
+
 def all_to_all(pool: dict) -> str:
     """How a manifest pool of attention DP with expert parallelism moves tokens to its experts (written for such
     pools; a manifest before it was verified with a dispatch)."""

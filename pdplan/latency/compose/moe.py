@@ -118,7 +118,7 @@ def asked_activations(model, gpu, asked: MoeActivations | None) -> MoeActivation
     if not (model.is_moe and model.weight_dtype == "mxfp4"):
         raise PdplanError(f"--moe-activations applies to MXFP4 experts only; {model.name} has {model.weight_dtype} "
                           "weights", field="moe_activations")
-    if asked == MoeActivations.MXFP8 and "fp4" not in gpu.dtypes:
+    if asked == MoeActivations.MXFP8 and not gpu.blackwell:
         raise PdplanError(f"--moe-activations mxfp8: MXFP8 activations for MXFP4 experts run on Blackwell only (FP4 "
                           f"tensor cores), and {gpu.name} has none", field="moe_activations")
     return asked

@@ -312,16 +312,6 @@ def router_policy(manifest: dict, policies: dict[str, str]) -> str | None:
     return policies.get(prefill_router(manifest))
 
 
-def prompt_budget(pool: dict) -> tuple[int | None, int | None]:
-    """The prompt tokens one rank of the pool takes per iteration, as pdplan verified them: (chunk, cap). The
-    chunk is a chunked pool's ``chunk_tokens``, else a prefill pool's cap; the cap is the pool's batch cap
-    (``scheduling.max_prefill_batch_tokens``), else the one its profile ran (``profile.max_prefill_batch_tokens``).
-    A manifest written before the cap was recorded has none, so the engine keeps its own defaults."""
-    scheduling = pool.get("scheduling") or {}
-    cap = scheduling.get("max_prefill_batch_tokens") or (pool.get("profile") or {}).get("max_prefill_batch_tokens")
-    return scheduling.get("chunk_tokens") or (cap if pool["phase"] == "prefill" else None), cap
-
-
 def running_cap(pool: dict) -> int | None:
     """Requests one rank of the pool runs at once as pdplan verified it (``scheduling.max_running_requests``), where
     its engine holds it below its KV (:func:`pdplan.engines.running_cap`); None for every other pool and every

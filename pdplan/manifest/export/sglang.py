@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS
 from pdplan.errors import PdplanError
+from pdplan.manifest.document import prompt_budget
 from pdplan.manifest.export import common, prerequisites, shell
 from pdplan.vocabulary import Router
 
@@ -123,13 +124,13 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
 
 def prompt_budget_args(pool: dict) -> list[str]:
     """The prompt tokens each rank of the pool takes per iteration, as pdplan verified them
-    (:func:`common.prompt_budget`), in SGLang 0.5.23's flags: ``--chunked-prefill-size``, the chunk (SGLang's
-    own default is 8,192 on an H200 and 16,384 on a B200, arg_groups/memory_hook.py), and
-    ``--max-prefill-tokens``, the cap. With attention DP SGLang hands each rank
-    ``chunked_prefill_size // attn_dp_size`` (arg_groups/parallel_hook.py ``_handle_data_parallelism``), so the
-    flag states the rank's chunk times DP; ``--max-prefill-tokens`` is each rank's scheduler's own budget (its
+    (:func:`~pdplan.manifest.document.prompt_budget`), in SGLang 0.5.23's flags: ``--chunked-prefill-size``, the chunk
+    (SGLang's own default is 8,192 on an H200 and 16,384 on a B200, arg_groups/memory_hook.py; on Blackwell whole KV
+    pages, :data:`pdplan.engines.SGLANG_PAGE_CHUNK`), and ``--max-prefill-tokens``, the cap. With attention DP SGLang
+    hands each rank ``chunked_prefill_size // attn_dp_size`` (arg_groups/parallel_hook.py ``_handle_data_parallelism``),
+    so the flag states the rank's chunk times DP; ``--max-prefill-tokens`` is each rank's scheduler's own budget (its
     PrefillAdder) and is not divided."""
-    chunk, cap = common.prompt_budget(pool)
+    chunk, cap = prompt_budget(pool)
     args = ["--chunked-prefill-size", str(chunk * common.parallel(pool).dp)] if chunk else []
     return args + (["--max-prefill-tokens", str(cap)] if cap else [])
 

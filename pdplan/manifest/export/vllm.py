@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS, experts_refusal
 from pdplan.errors import PdplanError
-from pdplan.manifest.document import routed_experts
+from pdplan.manifest.document import prompt_budget, routed_experts
 from pdplan.manifest.export import common, prerequisites, shell
 from pdplan.vocabulary import Router
 
@@ -108,14 +108,14 @@ def engine_args(manifest: dict, pool: dict) -> list[str]:
 
 def prompt_budget_args(pool: dict) -> list[str]:
     """The prompt tokens each rank of the pool takes per iteration, as pdplan verified them
-    (:func:`common.prompt_budget`: a chunked pool's chunk, a prefill pool's batch cap), as vLLM 0.33.0's
-    ``--max-num-batched-tokens``. vLLM's own default for its API server is 16,384 on GPUs of 160 GiB and more,
-    8,192 from 70 GiB (not an A100) and 2,048 below (vllm/engine/arg_utils.py ``_set_default_args``), so a
-    prefill pool verified at a 16,384-token cap would otherwise run in smaller steps. Each DP rank's engine core
-    takes the budget whole. vLLM sizes its activation memory for it in its profiling run, out of the KV pool,
-    which pdplan's memory plan leaves to the 1 − utilization margin. A manifest written before the cap was
-    recorded starts a prefill pool with vLLM's default, as before."""
-    chunk, _ = common.prompt_budget(pool)
+    (:func:`~pdplan.manifest.document.prompt_budget`: a chunked pool's chunk, a prefill pool's batch cap), as vLLM
+    0.33.0's ``--max-num-batched-tokens``. vLLM's own default for its API server is 16,384 on GPUs of 160 GiB and more,
+    8,192 from 70 GiB (not an A100) and 2,048 below (vllm/engine/arg_utils.py ``_set_default_args``), so a prefill pool
+    verified at a 16,384-token cap would otherwise run in smaller steps. Each DP rank's engine core takes the budget
+    whole. vLLM sizes its activation memory for it in its profiling run, out of the KV pool, which pdplan's memory plan
+    leaves to the 1 − utilization margin. A manifest written before the cap was recorded starts a prefill pool with
+    vLLM's default, as before."""
+    chunk, _ = prompt_budget(pool)
     return ["--max-num-batched-tokens", str(chunk)] if chunk else []
 
 
