@@ -14,7 +14,7 @@ with its reason, for ``--explain``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 from pdplan.engines import DEFAULT_ENGINE, chunk_refusal, experts_refusal, running_cap, shape_refusal, starts_deepep
 from pdplan.engines import all_to_all as engine_all_to_all
@@ -75,8 +75,9 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
     reserve: an instance that cannot hold that request can never serve the whole trace (a wide
     shape's rank must hold it). ``dps`` above 1 add a mixture-of-experts model's wide shapes (one
     stage, EP = TP × DP). ``engine`` with its KV ``connector`` keeps only the shapes that engine
-    runs (None: every one); a shape whose ranks that engine holds to fewer requests than their KV takes
-    (``draft_tokens`` drafted per request under speculative decoding) carries the cap.
+    runs (None: every one); a shape whose ranks that engine holds to fewer requests than their KV may take
+    (``draft_tokens`` drafted per request under speculative decoding; vLLM's default requests per rank) carries the
+    cap (:func:`pdplan.engines.running_cap`).
     """
     kept, rejected = [], []
     serving = engine or DEFAULT_ENGINE
@@ -92,10 +93,12 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                          kv_reserve_tokens=largest_request_tokens)
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
                 exchange = engine_all_to_all(serving, phase, split, per_node)
-                cap = running_cap(serving, phase, split, exchange, per_node, draft_tokens)
                 deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_node)
                 reason = reason or experts_refusal(engine, phase, ep, model.experts, deepep=deepep)
-                for shape in _variants(phase, split, exchange, cap, chunk_sizes):
+                for shape in _variants(phase, split, exchange, chunk_sizes):
+                    cap = running_cap(serving, phase, split, exchange, per_node, draft_tokens, gpu=gpu,
+                                      chunk_tokens=shape.chunk_tokens)
+                    shape = replace(shape, max_running_requests=cap)
                     why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape) \
                         or chunk_refusal(engine, phase, shape.chunk_tokens, gpu.blackwell)
                     if why is None:
@@ -132,10 +135,9 @@ def _spread_refusal(shape: Shape, nodes) -> str | None:
     return None
 
 
-def _variants(phase: str, split: InstanceShape, all_to_all: AllToAll, running: int | None,
-              chunk_sizes: tuple[int, ...]) -> list[Shape]:
+def _variants(phase: str, split: InstanceShape, all_to_all: AllToAll, chunk_sizes: tuple[int, ...]) -> list[Shape]:
     """Colocated shapes come once per chunked-prefill budget; the phases once each."""
-    common = {**asdict(split), "phase": phase, "all_to_all": all_to_all, "max_running_requests": running}
+    common = {**asdict(split), "phase": phase, "all_to_all": all_to_all}
     if phase != "colocated":
         return [Shape(**common)]
     return [Shape(**common, policy="chunked", chunk_tokens=c) for c in chunk_sizes]

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Iterable, Protocol
 
 from pdplan.experts import all_to_all_rejection
+from pdplan.hardware import GIB, GPU
 from pdplan.shape import InstanceShape
 from pdplan.vocabulary import AllToAll, RankRouter
 
@@ -100,14 +101,36 @@ def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_t
 
 
 def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int,
-                draft_tokens: int = 0) -> int | None:
+                draft_tokens: int = 0, *, gpu: GPU | None = None, chunk_tokens: int | None = None) -> int | None:
     """Requests one rank of the instance may run at once, where the engine holds it below what its KV holds; None
     elsewhere. A rank on DeepEP's low-latency kernels (:func:`runs_deepep_low_latency`, on nodes of ``gpus_per_node``
     GPUs) hands them every running request's tokens each step, one per request and ``draft_tokens`` more under
-    speculative decoding (the verify step), at most :data:`DEEPEP_LOW_LATENCY_TOKENS` of its engine."""
-    if not runs_deepep_low_latency(engine, phase, shape, all_to_all, shape.stage_gpus > gpus_per_node):
-        return None
-    return DEEPEP_LOW_LATENCY_TOKENS[engine] // (1 + draft_tokens)
+    speculative decoding (the verify step), at most :data:`DEEPEP_LOW_LATENCY_TOKENS` of its engine. A vLLM rank that
+    decodes on ``gpu`` runs at most its default (:func:`vllm_default_running`, of a chunk of ``chunk_tokens``)."""
+    caps = []
+    if runs_deepep_low_latency(engine, phase, shape, all_to_all, shape.stage_gpus > gpus_per_node):
+        caps.append(DEEPEP_LOW_LATENCY_TOKENS[engine] // (1 + draft_tokens))
+    if engine == "vllm" and phase in ("decode", "colocated") and gpu is not None:
+        caps.append(vllm_default_running(gpu, chunk_tokens))
+    return min(caps, default=None)
+
+
+#: vLLM 0.33.0's defaults for its OpenAI API server by GPU tier, (max_num_seqs, max_num_batched_tokens)
+#: (vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``): GPUs of 160 GiB and more; then of 70 GiB and more
+#: but an A100; then every other.
+VLLM_BATCH_DEFAULTS = ((160, (1024, 16384)), (70, (1024, 8192)), (0, (256, 2048)))
+
+
+def vllm_default_running(gpu: GPU, chunk_tokens: int | None = None) -> int:
+    """The requests one vLLM 0.33.0 engine core (one rank) runs at once unless told: its ``max_num_seqs`` default for
+    the GPU's tier (:data:`VLLM_BATCH_DEFAULTS`; an A100 is in the last tier whatever its memory), at most the
+    iteration's token budget, ``chunk_tokens`` as the export states it (``--max-num-batched-tokens``) or the tier's
+    (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``: ``min(max_num_seqs, max_num_batched_tokens)``).
+    The exports then state it (``--max-num-seqs``), so the engine runs what was verified."""
+    a100 = "a100" in f"{gpu.name} {gpu.product_label or ''}".lower()
+    seqs, tokens = next(pair for floor, pair in VLLM_BATCH_DEFAULTS
+                        if gpu.memory_bytes >= floor * GIB and not (a100 and floor))
+    return min(seqs, chunk_tokens or tokens)
 
 
 class RoleShape(Protocol):

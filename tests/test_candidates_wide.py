@@ -119,11 +119,12 @@ def test_speculative_decoding_divides_the_deepep_budget_by_the_tokens_each_reque
 
 def test_vllm_decode_ranks_on_deepeps_low_latency_kernels_run_at_most_its_256_token_budget():
     """vLLM's export decodes across nodes with --all2all-backend deepep_low_latency, whose buffers hold its batched-DP
-    token budget (256 by default); its prefill runs the high-throughput kernels, not capped."""
+    token budget (256 by default); its prefill runs the high-throughput kernels, not capped; a decode on one node
+    runs at most vLLM's own default on an H200, 1,024 requests a rank."""
     caps = running_caps("vllm", dps=(8, 16))
     assert caps[("decode", "h200-141gb TP1 DP16 EP16 PP1")] == 256
     assert caps[("prefill", "h200-141gb TP1 DP16 EP16 PP1")] is None
-    assert caps[("decode", "h200-141gb TP1 DP8 EP8 PP1")] is None
+    assert caps[("decode", "h200-141gb TP1 DP8 EP8 PP1")] == 1024
 
 
 def test_tensorrt_llm_leaves_the_ranks_to_their_kv():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import re
+import shlex
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -257,6 +258,50 @@ def test_the_sglang_export_refuses_a_blackwell_prefill_pool_whose_chunk_is_part_
     found = [str(v) for v in check_manifest(made_for(edited, "sglang"))]
     assert any(line.startswith(f"provenance.profiles.serving_engine: sglang cannot run this plan: {SGLANG_PAGE_CHUNK}")
                for line in found)
+
+
+# --- vLLM's default requests per rank ------------------------------------------------------------
+
+def test_vllm_runs_at_most_its_default_requests_per_rank_by_gpu_tier():
+    """vLLM 0.33.0's get_batch_defaults for its API server: 1,024 requests on GPUs of 70 GiB and more (160 GiB and
+    more too), 256 on an A100 whatever its memory and on smaller GPUs; at most the iteration's token budget."""
+    from dataclasses import replace
+
+    from pdplan.engines import vllm_default_running
+    from pdplan.hardware import GIB, get_gpu
+
+    assert [vllm_default_running(get_gpu(g)) for g in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb")] == \
+        [256, 1024, 1024, 1024]
+    assert vllm_default_running(replace(get_gpu("h100-80gb"), name="l40s-48gb", memory_bytes=48 * GIB)) == 256
+    assert vllm_default_running(get_gpu("h100-80gb"), chunk_tokens=512) == 512
+    assert vllm_default_running(get_gpu("a100-80gb"), chunk_tokens=2048) == 256
+
+
+def test_optimize_holds_vllm_decode_and_colocated_ranks_to_its_default_and_leaves_prefill_and_other_engines_to_kv():
+    model, cluster = get_model("llama-3.1-8b"), load_cluster(ROOT / "examples" / "cluster.yaml")
+
+    def caps(engine: str) -> dict:
+        shapes, _ = enumerate_shapes(model, cluster, largest_request_tokens=4096, tps=(1,), pps=(1,),
+                                     chunk_sizes=(512, 2048), engine=engine)
+        return {(s.phase, s.gpu, s.chunk_tokens): s.max_running_requests for s in shapes}
+
+    assert caps("vllm") == {
+        ("prefill", "a100-80gb", None): None, ("prefill", "h100-80gb", None): None,
+        ("decode", "a100-80gb", None): 256, ("decode", "h100-80gb", None): 1024,
+        ("decode", "h100-80gb-pcap", None): 1024,
+        ("colocated", "a100-80gb", 512): 256, ("colocated", "a100-80gb", 2048): 256,
+        ("colocated", "h100-80gb", 512): 512, ("colocated", "h100-80gb", 2048): 1024}
+    assert set(caps("sglang").values()) == {None}
+
+
+def test_the_vllm_export_states_the_requests_per_rank_the_plan_was_verified_at(disaggregated):
+    """The shipped P/D plan decodes on A100s: its manifest records vLLM's 256 and the script starts it."""
+    decode = next(p for p in disaggregated["pools"] if p["phase"] == "decode")
+    assert decode["scheduling"]["max_running_requests"] == 256
+    scripts = [shlex.split(text, comments=True) for name, text in export_manifest(disaggregated, "vllm").items()
+               if name != "vllm/router.sh"]
+    seqs = {tokens[tokens.index("--max-num-seqs") + 1] for tokens in scripts if "--max-num-seqs" in tokens}
+    assert seqs == {"256"} and sum("--max-num-seqs" in tokens for tokens in scripts) == decode["replicas"]
 
 
 # --- plans that keep the rules -------------------------------------------------------------------

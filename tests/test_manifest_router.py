@@ -64,7 +64,8 @@ def test_a_pools_settings_are_written_only_when_set(old_plan):
     """As before the prefix cache was recorded: the manifest of an unchanged plan carries the same fields."""
     for pool in old_plan.pools:
         assert scheduling(old_plan)[pool.name] == {
-            k: getattr(pool, k) for k in ("policy", "chunk_tokens", "max_prefill_batch_tokens", "prefix_cache_blocks")
+            k: getattr(pool, k) for k in ("policy", "chunk_tokens", "max_prefill_batch_tokens", "max_running_requests",
+                                          "prefix_cache_blocks")
             if getattr(pool, k) is not None}
 
 

@@ -432,13 +432,17 @@ def test_a_gather_needs_attention_dp_with_whole_experts_over_every_gpu():
 
 
 def test_a_manifest_records_the_requests_a_rank_runs_at_once_and_simulate_reads_it_back(disaggregated):
-    """A decode pool held below its KV (DeepEP's low-latency budget) states ``scheduling.max_running_requests``, a
-    positive integer in the schema, which the plan of the manifest keeps so a resimulation holds the ranks to it."""
+    """A decode pool held below its KV (DeepEP's low-latency budget, vLLM's default requests per rank: 256 on an A100)
+    states ``scheduling.max_running_requests``, a positive integer in the schema, which the plan of the manifest keeps
+    so a resimulation holds the ranks to it; a manifest written before it leaves them to their KV."""
     from pdplan.manifest.plan import plan_of_manifest
 
     decode = next(i for i, p in enumerate(disaggregated["pools"]) if p["phase"] == "decode")
-    assert plan_of_manifest(disaggregated, "m").pools[decode].max_running_requests is None
+    assert disaggregated["pools"][decode]["gpu"] == "a100-80gb"
+    assert plan_of_manifest(disaggregated, "m").pools[decode].max_running_requests == 256
     capped = copy.deepcopy(disaggregated)
+    del capped["pools"][decode]["scheduling"]["max_running_requests"]
+    assert plan_of_manifest(capped, "m").pools[decode].max_running_requests is None
     capped["pools"][decode]["scheduling"] = {**capped["pools"][decode]["scheduling"], "max_running_requests": 128}
     assert _schema_errors(capped["pools"][decode], "pool") == []
     assert plan_of_manifest(capped, "m").pools[decode].max_running_requests == 128

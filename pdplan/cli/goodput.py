@@ -146,7 +146,8 @@ def goodput(
     accuracy = source.accuracy(profile, spec, phase, dp)
     ranks = rank_router(source.serving_engine, phase, dp)  # SGLang's P/D prefill: by bootstrap room
     cap = running_cap(source.serving_engine, phase, InstanceShape(gpu=device.name, tp=tp, pp=pp, dp=dp, ep=ep),
-                      all_to_all, device.nvlink_domain, 0 if drafting is None else drafting.draft_tokens)
+                      all_to_all, device.nvlink_domain, 0 if drafting is None else drafting.draft_tokens, gpu=device,
+                      chunk_tokens=chunk)
     if closed_loop:
         if plot is not None:
             raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",
