@@ -115,21 +115,26 @@ def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllTo
     return min(caps, default=None)
 
 
-#: vLLM 0.33.0's defaults for its OpenAI API server by GPU tier, (max_num_seqs, max_num_batched_tokens)
-#: (vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``): GPUs of 160 GiB and more; then of 70 GiB and more
-#: but an A100; then every other.
-VLLM_BATCH_DEFAULTS = ((160, (1024, 16384)), (70, (1024, 8192)), (0, (256, 2048)))
+#: vLLM 0.33.0's defaults for its OpenAI API server, (max_num_seqs, max_num_batched_tokens), by GPU tier
+#: (vllm/engine/arg_utils.py ``EngineArgs.get_batch_defaults``).
+VLLM_BATCH_DEFAULTS = {"160 GiB and more": (1024, 16384), "70 GiB and more, not an A100": (1024, 8192),
+                       "every other": (256, 2048)}
 
 
 def vllm_default_running(gpu: GPU, chunk_tokens: int | None = None) -> int:
     """The requests one vLLM 0.33.0 engine core (one rank) runs at once unless told: its ``max_num_seqs`` default for
-    the GPU's tier (:data:`VLLM_BATCH_DEFAULTS`; an A100 is in the last tier whatever its memory), at most the
-    iteration's token budget, ``chunk_tokens`` as the export states it (``--max-num-batched-tokens``) or the tier's
-    (``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``: ``min(max_num_seqs, max_num_batched_tokens)``).
-    The exports then state it (``--max-num-seqs``), so the engine runs what was verified."""
-    a100 = "a100" in f"{gpu.name} {gpu.product_label or ''}".lower()
-    seqs, tokens = next(pair for floor, pair in VLLM_BATCH_DEFAULTS
-                        if gpu.memory_bytes >= floor * GIB and not (a100 and floor))
+    the GPU's tier (:data:`VLLM_BATCH_DEFAULTS`), at most the iteration's token budget, ``chunk_tokens`` as the export
+    states it (``--max-num-batched-tokens``) or the tier's: ``min(max_num_seqs, max_num_batched_tokens)``, in
+    ``EngineArgs._set_default_max_num_seqs_and_batched_tokens_args``. The exports then state it (``--max-num-seqs``),
+    so the engine runs what was verified."""
+    a100 = "a100" in f"{gpu.name} {gpu.product_label or ''}".lower()  # vLLM matches the device name
+    if gpu.memory_bytes >= 160 * GIB:
+        tier = "160 GiB and more"
+    elif gpu.memory_bytes >= 70 * GIB and not a100:
+        tier = "70 GiB and more, not an A100"
+    else:
+        tier = "every other"
+    seqs, tokens = VLLM_BATCH_DEFAULTS[tier]
     return min(seqs, chunk_tokens or tokens)
 
 
