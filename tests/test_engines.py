@@ -247,6 +247,20 @@ def test_sglang_profiles_on_blackwell_cut_a_prefill_cap_of_part_pages_to_whole_p
     assert cap("sglang", "h200-141gb")[0] == cap("vllm", "b200-180gb")[0] == 10_000
 
 
+def test_a_prefill_cap_under_one_kv_page_is_refused_naming_the_field():
+    from dataclasses import replace
+
+    from pdplan.hardware import get_gpu
+    from pdplan.latency.roofline import roofline_profile
+    from pdplan.latency.source import in_whole_pages
+
+    profile = roofline_profile(get_model("llama-3.1-8b"), get_gpu("b200-180gb"), 1, 1)
+    tiny = replace(profile, max_prefill_batch_tokens=50)
+    with pytest.raises(PdplanError, match="a prefill batch cap of 50 tokens is less than one KV page of 64") as refused:
+        in_whole_pages(tiny, 64)
+    assert refused.value.field == "max_prefill_batch_tokens"
+
+
 def test_the_sglang_export_refuses_a_blackwell_prefill_pool_whose_chunk_is_part_pages_naming_the_rule(runnable):
     edited = copy.deepcopy(runnable)
     prefill = next(p for p in edited["pools"] if p["phase"] == "prefill")
