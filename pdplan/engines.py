@@ -355,57 +355,50 @@ EXPERT_RULES: tuple[ExpertSpreadRule, ...] = (SGLANG_EVEN_EXPERTS, DEEPEP_EVEN_E
 CHUNK_RULES: tuple[PageChunkRule, ...] = (SGLANG_PAGE_CHUNK,)
 
 
-def rules_for(engine: str | None, connector: str | None) -> tuple[ConsumerPipelineRule | EqualTensorRule, ...]:
-    """The rules engine E holds a plan to with this KV connector; none without an engine."""
-    return tuple(rule for rule in RULES if engine is not None and rule.holds_for(engine, connector))
+def _holding(rules: Iterable[Rule], engine: str | None, connector: str | None = None) -> list:
+    """The ``rules`` engine E holds a plan to with this KV connector (a rule for every connector holds with any);
+    none without an engine."""
+    return [rule for rule in rules if engine is not None and rule.holds_for(engine, connector)]
+
+
+def _first_refusal(rules: Iterable[Rule], ask) -> str | None:
+    """The first of ``rules`` that ``ask(rule)`` gives a reason for, as "<rule>: <reason>"; None when none does."""
+    for rule in rules:
+        why = ask(rule)
+        if why:
+            return f"{rule.name}: {why}"
+    return None
 
 
 def shape_refusal(engine: str | None, connector: str | None, shape: RoleShape) -> str | None:
     """Why ``engine`` cannot run this one shape: "<rule>: <reason>", or None when it can."""
-    for rule in rules_for(engine, connector):
-        why = rule.shape_refusal(shape)
-        if why:
-            return f"{rule.name}: {why}"
-    return None
+    return _first_refusal(_holding(RULES, engine, connector), lambda rule: rule.shape_refusal(shape))
 
 
 def pair_refusal(engine: str | None, connector: str | None, prefill: RoleShape, decode: RoleShape) -> str | None:
     """Why ``engine`` cannot run this prefill shape feeding this decode shape, or None."""
-    for rule in rules_for(engine, connector):
-        why = rule.pair_refusal(prefill, decode)
-        if why:
-            return f"{rule.name}: {why}"
-    return None
+    return _first_refusal(_holding(RULES, engine, connector), lambda rule: rule.pair_refusal(prefill, decode))
 
 
 def experts_refusal(engine: str | None, phase: str, ep: int, experts: int, *, deepep: bool = False) -> str | None:
     """Why ``engine`` cannot spread ``experts`` routed experts (the model's plus the redundant ones; 0: none known)
     over a shape of ``phase`` with EP ``ep``, one its export starts DeepEP for when ``deepep``: "<rule>: <reason>",
     or None when it can."""
-    for rule in EXPERT_RULES:
-        why = rule.experts_refusal(phase, ep, experts, deepep) \
-            if engine is not None and rule.holds_for(engine, None) else None
-        if why:
-            return f"{rule.name}: {why}"
-    return None
+    return _first_refusal(_holding(EXPERT_RULES, engine),
+                          lambda rule: rule.experts_refusal(phase, ep, experts, deepep))
 
 
 def prompt_pages(engine: str | None, blackwell: bool) -> int:
     """The tokens each rank's prompt chunk must be a multiple of under ``engine`` on a Blackwell GPU or another
     (1: any chunk)."""
-    pages = [rule.pages(blackwell) for rule in CHUNK_RULES if engine is not None and rule.holds_for(engine, None)]
-    return max(pages, default=1)
+    return max((rule.pages(blackwell) for rule in _holding(CHUNK_RULES, engine)), default=1)
 
 
 def chunk_refusal(engine: str | None, phase: str, chunk_tokens: int | None, blackwell: bool) -> str | None:
     """Why ``engine`` cannot start a ``phase`` rank that takes ``chunk_tokens`` prompt tokens per iteration on a
     Blackwell GPU or another: "<rule>: <reason>", or None when it can (or no chunk is stated)."""
-    for rule in CHUNK_RULES:
-        why = rule.chunk_refusal(phase, chunk_tokens or 0, blackwell) \
-            if engine is not None and rule.holds_for(engine, None) else None
-        if why:
-            return f"{rule.name}: {why}"
-    return None
+    return _first_refusal(_holding(CHUNK_RULES, engine),
+                          lambda rule: rule.chunk_refusal(phase, chunk_tokens or 0, blackwell))
 
 
 def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[Role]) -> str | None:

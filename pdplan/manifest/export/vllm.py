@@ -123,8 +123,7 @@ def all_to_all_args(manifest: dict, pool: dict) -> list[str]:
     """The DeepEP all-to-all of a P/D pool of expert parallelism across nodes that was timed with a dispatch
     (:func:`common.starts_deepep`; refused when DeepEP cannot spread its experts,
     :data:`pdplan.engines.DEEPEP_EVEN_EXPERTS`): ``--all2all-backend`` of :data:`DEEPEP_BACKENDS`, and for a decode
-    pool the token
-    budget DeepEP's low-latency buffers are sized for, ``--max-num-batched-tokens``
+    pool the token budget DeepEP's low-latency buffers are sized for, ``--max-num-batched-tokens``
     :data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS` (vLLM's own default under batched DP MoE, stated). Every other
     pool keeps vLLM's default, which gathers (the header says so of a pool timed with a dispatch)."""
     if not starts_deepep(manifest, pool):
