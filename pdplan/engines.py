@@ -151,13 +151,16 @@ class RoleShape(Protocol):
 @dataclass(frozen=True, kw_only=True)
 class Role(InstanceShape):
     """A manifest pool's shape and phase, for the rules, the routed experts it places (the model's and the
-    redundant ones; 0: a dense model, or one whose experts the manifest does not say) and the prompt tokens each
-    rank takes per iteration on its GPU."""
+    redundant ones; 0: a dense model, or one whose experts the manifest does not say), the prompt tokens each
+    rank takes per iteration on its GPU, and what decides whether an export starts DeepEP for it
+    (:func:`starts_deepep`): how its ranks were timed reaching their experts and whether its instances span nodes."""
 
     phase: str
     experts: int = 0
     chunk_tokens: int = 0        #: the prompt tokens one rank takes per iteration (0: none stated)
     blackwell: bool = False      #: its GPU is a Blackwell (:attr:`pdplan.hardware.GPU.blackwell`)
+    all_to_all: AllToAll = AllToAll.DISPATCH  #: how its DP ranks reach whole experts, as verified
+    spans_nodes: bool = False    #: an instance of it spans nodes in the node map
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -403,11 +406,12 @@ def chunk_refusal(engine: str | None, phase: str, chunk_tokens: int | None, blac
 
 def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[Role]) -> str | None:
     """Why ``engine`` cannot run a plan of these pools, naming the first rule it breaks; None when it
-    can. Every pool faces the expert and chunk rules; only a P/D plan's prefill and decode pools face the KV rules
-    (a colocated plan moves no KV)."""
+    can. Every pool faces the expert rules (DeepEP's too where the engine's export starts it for the pool) and the
+    chunk rules; only a P/D plan's prefill and decode pools face the KV rules (a colocated plan moves no KV)."""
     pools = list(pools)
     for pool in pools:
-        why = experts_refusal(engine, pool.phase, pool.ep, pool.experts) \
+        deepep = starts_deepep(engine, pool.phase, pool, pool.all_to_all, pool.spans_nodes)
+        why = experts_refusal(engine, pool.phase, pool.ep, pool.experts, deepep=deepep) \
             or chunk_refusal(engine, pool.phase, pool.chunk_tokens, pool.blackwell)
         if why:
             return why

@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from pdplan.errors import PdplanError
+from pdplan.manifest.check import engine_refusal
 from pdplan.manifest.export import export_manifest
 from tests.test_manifest_export import _validator
 
@@ -288,15 +289,29 @@ def test_sglang_refuses_redundant_experts_that_do_not_spread_evenly_over_ep_nami
     assert refused.value.field == "pools"
 
 
-def test_vllm_refuses_a_deepep_pool_whose_experts_do_not_spread_evenly_over_ep_naming_the_field_and_rule(wide):
+def test_vllm_refuses_a_deepep_pool_whose_experts_do_not_spread_evenly_over_ep_naming_the_rule(wide):
     """The prefill pool runs DeepEP across its two nodes; 256 routed experts and 8 redundant ones over EP 16 do not
     divide, which DeepEP's dispatch asserts."""
     wide["pools"][0]["redundant_experts"] = 8
     for fmt in ("vllm", "k8s"):
-        with pytest.raises(PdplanError, match="pool prefill: deepep-even-experts: .* \\(prefill: 264 routed experts, "
-                                              "redundant ones included, over EP 16\\)") as refused:
+        with pytest.raises(PdplanError, match=f"{fmt} export starts vllm, which cannot run this plan: "
+                                              "deepep-even-experts: .* \\(prefill: 264 routed experts, redundant ones "
+                                              "included, over EP 16\\)") as refused:
             export_manifest(_vllm(wide), fmt)
-        assert refused.value.field == "pools[0].ep"
+        assert refused.value.field == "pools"
+
+
+def test_validate_holds_a_vllm_plan_to_deepep_even_experts_only_for_a_pool_whose_instances_span_nodes(wide):
+    """``validate`` (:func:`engine_refusal`) holds a plan to the rules of the engine it was made for. vLLM's export
+    starts DeepEP for the prefill pool, across two nodes, and not for the decode pool on one node, whose ranks gather: 256 + 4 experts over EP 8 pass there (vLLM's own layer places them unevenly; SGLang's
+    refuses), 256 + 8 over EP 16 on the prefill pool do not."""
+    wide["pools"][1]["redundant_experts"] = 4
+    assert engine_refusal(wide, "vllm") is None
+    assert engine_refusal(wide, "sglang").startswith("sglang-even-experts")
+    wide["pools"][0]["redundant_experts"] = 8
+    why = engine_refusal(wide, "vllm")
+    assert why.startswith("deepep-even-experts: ") and "(prefill: 264 routed experts, redundant ones included, over " \
+                                                      "EP 16)" in why
 
 
 def test_the_sglang_router_reaches_a_multinode_instance_at_its_leader(wide):

@@ -19,7 +19,7 @@ from pdplan.errors import PdplanError
 from pdplan.manifest.build import GIB, MEMORY_UTILIZATION
 from pdplan.manifest.check import pool_violations
 from pdplan.manifest.document import pool_shape, schema
-from pdplan.manifest.node_map import node_map_violations
+from pdplan.manifest.node_map import node_map_violations, spanning_pools
 from pdplan.modelref import get_model
 from pdplan.modelspec import weight_bytes_per_gpu
 
@@ -274,6 +274,11 @@ def test_a_pipeline_over_nodes_without_node_ranks_reads_as_before():
 
 
 # --- the scale-out domain -------------------------------------------------------------------------
+
+def test_a_pool_spans_nodes_when_an_instance_of_it_sits_on_two():
+    assert spanning_pools(yaml.safe_load(DP16_NODES)) == {"decode"}
+    assert spanning_pools(yaml.safe_load(DP8_NODES)) == set()
+
 
 def test_an_instance_over_two_node_types_is_larger_than_its_scale_out_domain():
     nodes = yaml.safe_load(DP16_NODES)

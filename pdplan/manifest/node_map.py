@@ -144,23 +144,36 @@ def domain_violations(nodes: list[dict], cluster: Cluster) -> list[Violation]:
     of them (unbounded: any number). An instance spanning more nodes than its type has is larger than
     its domain; a node type the cluster lacks is named."""
     types = {n.name: n for n in cluster.nodes}
-    spans: dict[tuple[str, str], tuple[str, str, set]] = {}
-    found = []
-    for n, node in enumerate(nodes):
-        if node["node_type"] not in types:
-            found.append(Violation(f"placement.nodes[{n}].node_type", f"{node['node_type']!r} is not a node type of "
-                                   f"the cluster file (its types: {', '.join(sorted(types))})"))
-            continue
-        for k, slot in enumerate(node["instances"]):
-            where = f"placement.nodes[{n}].instances[{k}].instance"
-            spans.setdefault((slot["pool"], slot["instance"]), (where, node["node_type"], set()))[2].add(node["node"])
-    for (_, instance), (where, kind, spanned) in sorted(spans.items()):
-        count = types[kind].count
+    found = [Violation(f"placement.nodes[{n}].node_type", f"{node['node_type']!r} is not a node type of the cluster "
+                                                          f"file (its types: {', '.join(sorted(types))})")
+             for n, node in enumerate(nodes) if node["node_type"] not in types]
+    for (_, instance), slots in sorted(instance_slots(nodes).items()):
+        n, k = slots[0]
+        kind = nodes[n]["node_type"]
+        spanned = {nodes[m]["node"] for m, _ in slots}
+        count = types[kind].count if kind in types else None
         if count is not None and len(spanned) > count:
-            found.append(Violation(where, f"instance {instance} spans {len(spanned)} {kind} nodes: larger than its "
-                                          f"scale-out domain, the cluster's {count} {kind} nodes of "
-                                          f"{types[kind].gpus_per_node} GPUs"))
+            found.append(Violation(f"placement.nodes[{n}].instances[{k}].instance",
+                                   f"instance {instance} spans {len(spanned)} {kind} nodes: larger than its scale-out "
+                                   f"domain, the cluster's {count} {kind} nodes of {types[kind].gpus_per_node} GPUs"))
     return found
+
+
+def instance_slots(nodes: list[dict]) -> dict[tuple[str, str], list[tuple[int, int]]]:
+    """(pool, instance) → where the node map ``nodes`` places it: (node index, entry index) of each entry, in
+    map order."""
+    slots: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for n, node in enumerate(nodes):
+        for k, entry in enumerate(node["instances"]):
+            slots.setdefault((entry["pool"], entry["instance"]), []).append((n, k))
+    return slots
+
+
+def spanning_pools(nodes: list[dict]) -> set[str]:
+    """The pools some instance of which the node map ``nodes`` places on more than one node (every instance of a
+    pool has its shape, so one spans nodes when any does)."""
+    return {pool for (pool, _), slots in instance_slots(nodes).items()
+            if len({nodes[n]["node"] for n, _ in slots}) > 1}
 
 
 def physical_gpu(name: str) -> str:

@@ -14,6 +14,7 @@ from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.document import all_to_all, pool_shape
 from pdplan.manifest.export import shell
+from pdplan.manifest.node_map import spanning_pools
 from pdplan.modelcatalog import model_catalog
 from pdplan.modelspec import PRECISION_MARK, WEIGHT_BYTES
 from pdplan.shape import shape_label
@@ -438,8 +439,8 @@ DEFAULT_ALL_TO_ALL = {"sglang": ("SGLang on one node", "none"),
 
 
 def pool_spans_nodes(manifest: dict, pool: dict) -> bool:
-    """Whether an instance of the pool spans nodes in the node map (every instance of a pool has its shape)."""
-    return any(inst.spans_nodes for inst in instances(manifest) if inst.pool["name"] == pool["name"])
+    """Whether an instance of the pool spans nodes in the node map (:func:`pdplan.manifest.node_map.spanning_pools`)."""
+    return pool["name"] in spanning_pools(manifest["placement"]["nodes"])
 
 
 def starts_deepep(engine: str, pool: dict, spans_nodes: bool) -> bool:

@@ -5,9 +5,9 @@ Also the vLLM argument builders that the pod formats (dynamo, llm-d, k8s) reuse.
 
 from __future__ import annotations
 
-from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS, experts_refusal
+from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS
 from pdplan.errors import PdplanError
-from pdplan.manifest.document import prompt_budget, routed_experts
+from pdplan.manifest.document import prompt_budget
 from pdplan.manifest.export import common, prerequisites, shell
 from pdplan.vocabulary import Router
 
@@ -121,17 +121,14 @@ def prompt_budget_args(pool: dict) -> list[str]:
 
 def all_to_all_args(manifest: dict, pool: dict) -> list[str]:
     """The DeepEP all-to-all of a P/D pool of expert parallelism across nodes that was timed with a dispatch
-    (:func:`common.starts_deepep`; refused when DeepEP cannot spread its experts,
-    :data:`pdplan.engines.DEEPEP_EVEN_EXPERTS`): ``--all2all-backend`` of :data:`DEEPEP_BACKENDS`, and for a decode
+    (:func:`common.starts_deepep`; a pool whose experts DeepEP cannot spread,
+    :data:`pdplan.engines.DEEPEP_EVEN_EXPERTS`, was refused with the plan): ``--all2all-backend`` of
+    :data:`DEEPEP_BACKENDS`, and for a decode
     pool the token budget DeepEP's low-latency buffers are sized for, ``--max-num-batched-tokens``
     :data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS` (vLLM's own default under batched DP MoE, stated). Every other
     pool keeps vLLM's default, which gathers (the header says so of a pool timed with a dispatch)."""
     if not starts_deepep(manifest, pool):
         return []
-    why = experts_refusal("vllm", pool["phase"], common.parallel(pool).ep, routed_experts(manifest, pool),
-                          deepep=True)
-    if why:
-        raise PdplanError(f"pool {pool['name']}: {why}", field=common.pool_field(manifest, pool, "ep"))
     args = ["--all2all-backend", DEEPEP_BACKENDS[pool["phase"]]]
     if common.starts_low_latency("vllm", pool, spans_nodes=True):
         args += ["--max-num-batched-tokens", str(DEEPEP_LOW_LATENCY_TOKENS["vllm"])]
