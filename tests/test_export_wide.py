@@ -303,8 +303,9 @@ def test_vllm_refuses_a_deepep_pool_whose_experts_do_not_spread_evenly_over_ep_n
 
 def test_validate_holds_a_vllm_plan_to_deepep_even_experts_only_for_a_pool_whose_instances_span_nodes(wide):
     """``validate`` (:func:`engine_refusal`) holds a plan to the rules of the engine it was made for. vLLM's export
-    starts DeepEP for the prefill pool, across two nodes, and not for the decode pool on one node, whose ranks gather: 256 + 4 experts over EP 8 pass there (vLLM's own layer places them unevenly; SGLang's
-    refuses), 256 + 8 over EP 16 on the prefill pool do not."""
+    starts DeepEP for the prefill pool, across two nodes, and not for the decode pool on one node, whose ranks
+    gather: 256 + 4 experts over EP 8 pass there (vLLM's own layer places them unevenly; SGLang's refuses), 256 + 8
+    over EP 16 on the prefill pool do not."""
     wide["pools"][1]["redundant_experts"] = 4
     assert engine_refusal(wide, "vllm") is None
     assert engine_refusal(wide, "sglang").startswith("sglang-even-experts")
