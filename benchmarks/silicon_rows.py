@@ -102,6 +102,7 @@ import srt_slurm
 
 from pdplan import engines
 from pdplan.engines import rank_router
+from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelref import get_model
@@ -285,10 +286,11 @@ def plan_for(row) -> Plan:
         chunk = tokens if policy == "chunked" else None
         cap = None if policy == "chunked" else tokens
         ranks = {"dp": _int(row["attention_dp_size"]), "ep": int(row["ep"])} if row["mode"] == "agg-dp" else {}
-        return Plan(pools=(Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
-                                policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap,
-                                recv_interval=None if ranks else recv_interval(row), **ranks, **(waiting or {}),
-                                max_running_requests=mtp_batch_size(row), **adp_balance(row)),))
+        pool = Pool(name="agg", phase="colocated", model=model, gpu=row["gpu"], tp=_int(row["tp_size"]),
+                    policy=policy, chunk_tokens=chunk, max_prefill_batch_tokens=cap,
+                    recv_interval=None if ranks else recv_interval(row), **ranks, **(waiting or {}),
+                    max_running_requests=mtp_batch_size(row), **adp_balance(row))
+        return Plan(pools=(replace(pool, all_to_all=all_to_all(row, pool)),))
     recipe = disagg_recipe(row)
     pools = (prefill_pool(row, model, recipe), decode_pool(row, model, recipe))
     return Plan(pools=tuple(replace(pool, all_to_all=all_to_all(row, pool)) for pool in pools), default_link=LINK,
@@ -429,13 +431,22 @@ def moe_backend(row) -> str | None:
 NODE_GPUS = {"gb200-185gb": 4}
 
 
+#: The deployments whose recipes force TensorRT-LLM's DeepEP all-to-all (``TRTLLM_FORCE_ALLTOALL_METHOD: DeepEP``):
+#: srt-slurm's H100 FP8 recipes, all 31 of them at 5063eb43, which run DeepSeek-R1 over two nodes.
+FORCED_DEEPEP = {("trtllm", "h100-80gb")}
+
+
 def all_to_all(row, pool: Pool) -> AllToAll:
     """How a pool's DP ranks with whole experts (EP = TP × DP) reach them: as the engine runs them by default on
-    the collection's nodes, pdplan's rule for its exports (:func:`pdplan.engines.all_to_all`). SGLang's srt-slurm
-    recipes set ``moe-a2a-backend: deepep`` on every such instance spanning nodes and none on one node, where
-    SGLang runs its default "none" and gathers the ranks' tokens; every attention-DP row aggregated on one node
-    is TensorRT-LLM's, which dispatches."""
-    return engines.all_to_all(row["backend"], pool.phase, pool, NODE_GPUS.get(row["gpu"], 8))
+    the collection's nodes (:func:`pdplan.engines.all_to_all`), or as a recipe forces it (:data:`FORCED_DEEPEP`).
+    SGLang's srt-slurm recipes set ``moe-a2a-backend: deepep`` on every such instance spanning nodes and none on one
+    node, where SGLang runs its default "none" and gathers the ranks' tokens. TensorRT-LLM's other recipes and
+    InferenceMAX's aggregated scripts ask for no all-to-all, so it gathers on HGX nodes and dispatches on GB200's
+    NVLink domain."""
+    if (row["backend"], row["gpu"]) in FORCED_DEEPEP:
+        return AllToAll.DISPATCH
+    return engines.all_to_all(row["backend"], pool.phase, pool, NODE_GPUS.get(row["gpu"], 8),
+                              fabric=get_gpu(row["gpu"]).nvlink_fabric)
 
 
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:

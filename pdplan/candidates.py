@@ -7,8 +7,9 @@ colocated chunk (:mod:`pdplan.engines`). For a mixture-of-experts model, each at
 adds wide shapes: TP × DP GPUs in one stage,
 every routed expert whole on one of them (EP = TP × DP, the wide-EP deployments of DeepSeek,
 SGLang and Dynamo), on one node or spread evenly over whole nodes, its tokens moved to the experts as
-the engine's export starts it (:func:`pdplan.engines.all_to_all`: gathered on one node under SGLang and
-vLLM and by a colocated vLLM instance across nodes, dispatched otherwise). Every rejected shape comes back
+the engine runs it (:func:`pdplan.engines.all_to_all`: gathered on one node under SGLang and vLLM, by a colocated
+vLLM instance across nodes and by TensorRT-LLM off an NVLink domain spanning nodes, dispatched otherwise). Every
+rejected shape comes back
 with its reason, for ``--explain``.
 """
 
@@ -92,7 +93,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                          memory_utilization=memory_utilization,
                                          kv_reserve_tokens=largest_request_tokens)
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
-                exchange = engine_all_to_all(serving, phase, split, per_node)
+                exchange = engine_all_to_all(serving, phase, split, per_node, fabric=gpu.nvlink_fabric)
                 deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_node)
                 reason = reason or experts_refusal(engine, phase, ep, model.experts, deepep=deepep)
                 for shape in _variants(phase, split, exchange, chunk_sizes):

@@ -46,18 +46,30 @@ def rank_router(engine: str, phase: str, dp: int) -> RankRouter:
     return RankRouter.SHORTEST_QUEUE
 
 
-def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_node: int) -> AllToAll:
+def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_node: int, *, fabric: bool = False) -> AllToAll:
     """How an instance of ``phase`` with attention DP and whole experts (EP = TP × DP) under ``engine`` moves its
-    tokens to the experts, as pdplan's exports start it on nodes of ``gpus_per_node`` GPUs: dispatched by
-    TensorRT-LLM's MoE all-to-all, and across nodes by DeepEP where the export starts it (:data:`DEEPEP_PHASES`:
-    SGLang's every phase, vLLM's P/D pools); gathered by SGLang's and vLLM's defaults otherwise, SGLang's
+    tokens to the experts, as the engine runs it on nodes of ``gpus_per_node`` GPUs (``fabric``: its GPUs' NVLink
+    domain spans compute trays, :attr:`pdplan.hardware.GPU.nvlink_fabric`).
+
+    SGLang and vLLM run it as pdplan's exports start them: across nodes by DeepEP where the export starts it
+    (:data:`DEEPEP_PHASES`: SGLang's every phase, vLLM's P/D pools); gathered by their defaults otherwise, SGLang's
     ``--moe-a2a-backend`` "none" (``python/sglang/srt/layers/dp_attention.py``) and vLLM's ``--all2all-backend``
-    "allgather_reducescatter" (``vllm/config/parallel.py``), which a colocated vLLM instance keeps across nodes. A
-    profile times a gather from the engine's all-reduce table over the instance's GPUs
-    (:mod:`pdplan.latency.compose.gathered`), so one the table did not measure is refused there, with its reason."""
-    started = DEEPEP_PHASES.get(engine)  # None: TensorRT-LLM, whose MoE all-to-all dispatches
+    "allgather_reducescatter" (``vllm/config/parallel.py``), which a colocated vLLM instance keeps across nodes.
+
+    TensorRT-LLM, which no export starts, as it runs by default: its CUTLASS and TRT-LLM-Gen MoE layers dispatch
+    by their NVLink all-to-all only where ``MnnvlMemory.supports_mnnvl()`` (an NVLink domain across nodes) and
+    otherwise run none (``select_alltoall_method_type``: NotEnabled, DeepEP only when asked by
+    ``TRTLLM_FORCE_ALLTOALL_METHOD`` or ``TRTLLM_CAN_USE_DEEP_EP``; ``tensorrt_llm/_torch/modules/fused_moe``),
+    gathering every rank's tokens with NCCL's all-gather and scattering with its reduce-scatter, as
+    AIConfigurator's own ``MoEDispatch`` times it off NVL72.
+
+    A profile times a gather from the engine's tables over the instance's GPUs
+    (:mod:`pdplan.latency.compose.gathered`), so one the tables did not measure is refused there, with its reason."""
     gathers = all_to_all_rejection(AllToAll.GATHER, shape.tp, shape.dp, shape.ep) is None and shape.pp == 1
-    if started is None or not gathers or (shape.stage_gpus > gpus_per_node and phase in started):
+    if engine == "trtllm":
+        return AllToAll.GATHER if gathers and not fabric else AllToAll.DISPATCH
+    started = DEEPEP_PHASES.get(engine, ())
+    if not gathers or (shape.stage_gpus > gpus_per_node and phase in started):
         return AllToAll.DISPATCH
     return AllToAll.GATHER
 

@@ -21,6 +21,9 @@ GIB = 2**30  # HBM sizes are binary: an "80GB" H100 holds 80 GiB
 #: The node label NVIDIA GPU Feature Discovery (NVIDIA/k8s-device-plugin, ``internal/lm/resource.go``,
 #: ``productLabel``) writes on a GPU node: the NVML device name with spaces replaced by '-'.
 GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: GPUs one NVSwitch board joins by NVLink (an HGX node's eight): a larger NVLink domain spans compute trays
+#: through NVLink switch trays, the multi-node NVLink fabric of GB200 NVL72.
+BOARD_NVLINK_GPUS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,7 +35,7 @@ class GPU:
     flops_per_s: float              #: dense BF16 tensor throughput
     fp8_flops_per_s: float = 0.0    #: dense FP8 tensor throughput; 0 when the GPU has no FP8 tensor cores
     fp4_flops_per_s: float = 0.0    #: dense FP4 (NVFP4) tensor throughput; 0 when it has none
-    nvlink_domain: int = 8          #: GPUs that share one NVLink domain (GB200 NVL72: 72)
+    nvlink_domain: int = BOARD_NVLINK_GPUS  #: GPUs that share one NVLink domain (GB200 NVL72: 72)
     hbm_bytes_per_s: float          #: HBM bandwidth
     nvlink_bytes_per_s: float       #: NVLink bandwidth per GPU, one direction
     network_bytes_per_s: float      #: scale-out NIC bandwidth per GPU, one direction
@@ -64,6 +67,13 @@ class GPU:
     def blackwell(self) -> bool:
         """A Blackwell GPU (sm100 and later): the one generation with FP4 tensor cores, the catalog's test of it."""
         return self.fp4_flops_per_s > 0
+
+    @property
+    def nvlink_fabric(self) -> bool:
+        """Its NVLink domain spans compute trays (:data:`BOARD_NVLINK_GPUS`): the multi-node NVLink fabric that
+        TensorRT-LLM's ``MnnvlMemory.supports_mnnvl()`` finds on GB200 NVL72, however a cluster file groups the
+        trays into nodes."""
+        return self.nvlink_domain > BOARD_NVLINK_GPUS
 
     def tensor_flops(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s at ``dtype``; a dtype the GPU lacks is refused, naming those it has."""

@@ -1,8 +1,9 @@
 """Wide-EP candidate shapes: attention data parallelism with every routed expert whole on one GPU."""
 
 from pdplan.candidates import enumerate_shapes
-from pdplan.hardware import Cluster, NodeType, get_gpu
+from pdplan.hardware import Cluster, NodeType, get_gpu, load_cluster
 from pdplan.modelref import get_model
+from tests.conftest import ROOT
 
 
 def h200(count=4):
@@ -61,9 +62,9 @@ def test_a_wide_shape_no_table_times_is_a_rejected_candidate_not_an_abort():
     assert {r.reason for r in rejected if r.shape.is_wide} >= {"no wide-EP table for this shape"}
 
 
-def all_to_alls(engine, dps, tps=(1,), phases=("decode",)):
-    kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=dps, tps=tps,
-                               pps=(1,), phases=phases, engine=engine)
+def all_to_alls(engine, dps, tps=(1,), phases=("decode",), cluster=None):
+    kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), cluster or h200(), largest_request_tokens=8192, dps=dps,
+                               tps=tps, pps=(1,), phases=phases, engine=engine)
     return {s.shape_label(): str(s.all_to_all) for s in kept if s.dp > 1}
 
 
@@ -76,8 +77,13 @@ def test_sglang_and_vllm_gather_a_wide_shape_on_one_node_and_dispatch_across_nod
     assert all_to_alls("sglang", dps=(4,), tps=(2,)) == {"h200-141gb TP2 DP4 EP8 PP1": "gather"}
 
 
-def test_tensorrt_llm_dispatches_every_wide_shape():
-    assert set(all_to_alls("trtllm", dps=(8, 16)).values()) == {"dispatch"}
+def test_tensorrt_llm_gathers_off_an_nvlink_domain_spanning_nodes_and_dispatches_on_one():
+    """Its MoE layers run their NVLink all-to-all only where the NVLink domain spans compute trays (GB200 NVL72, here
+    one node of 72 as the example cluster writes it) and gather every rank's tokens on HGX nodes, over one node or
+    two."""
+    assert set(all_to_alls("trtllm", dps=(8, 16)).values()) == {"gather"}
+    nvl72 = load_cluster(ROOT / "examples" / "cluster_gb200.yaml")
+    assert set(all_to_alls("trtllm", dps=(4, 8), cluster=nvl72).values()) == {"dispatch"}
 
 
 def test_a_gather_is_timed_from_the_operator_tables_only():

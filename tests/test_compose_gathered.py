@@ -1,11 +1,13 @@
 """Composed steps of one attention data-parallel rank whose MoE layer gathers DP × the rank's tokens onto every
 GPU: each expert's 1/(TP × DP) slice (EP 1) or whole experts over TP × DP (EP = TP × DP reached by a gather)
 run on them, and the sums are scattered back. SGLang gathers and combines with an all-reduce each (its
-sum-length padding), the other engines with an all-gather and a reduce-scatter: one all-reduce's worth.
+sum-length padding), vLLM with an all-gather and a reduce-scatter, one all-reduce's worth, and TensorRT-LLM with
+NCCL's all-gather and reduce-scatter, read from NCCL's table.
 Expected values are read from AIConfigurator's parquet tables here, independently of the composition. These
 need the optional extra (pip install 'pdplan[aic]'); without it they skip.
 """
 
+import numpy as np
 import pytest
 
 pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
@@ -13,6 +15,7 @@ pytest.importorskip("aiconfigurator_core", reason="composed profiles need the op
 from pdplan.errors import PdplanError  # noqa: E402
 from pdplan.hardware import get_gpu  # noqa: E402
 from pdplan.latency.compose import tables  # noqa: E402
+from pdplan.latency.compose.gathered import gathered_bytes_per_value  # noqa: E402
 from pdplan.latency.compose.profile import composed_profile  # noqa: E402
 from pdplan.latency.compose.step import Step  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated  # noqa: E402
@@ -64,16 +67,48 @@ def test_gathered_tokens_reach_whole_experts_at_the_moe_tables_ep(dsr1):
     assert step.wide_experts.routed_s(16, False, Extrapolated()) == pytest.approx(expected, rel=1e-12)
 
 
-def test_an_all_gather_and_reduce_scatter_cost_one_all_reduce_outside_sglang(dsr1):
-    """TensorRT-LLM's attention DP over experts split 8 ways: the MoE kernel at 128 tokens plus one all-reduce."""
+def nccl_s(system, op, dtype, gpus, elements):
+    """NCCL's ``op`` over ``gpus`` GPUs at ``elements`` of ``dtype``, read from the system's NCCL table (the
+    release its system file names) and interpolated linearly in the message size."""
+    version = tables.system_spec(system).nccl_version
+    frame = raw(system, "comm", "nccl", version, "nccl_perf.parquet")
+    rows = frame[(frame.op_name == op) & (frame.nccl_dtype == dtype) & (frame.num_gpus == gpus)]
+    rows = rows.groupby("message_size").latency.min()
+    return float(np.interp(elements, rows.index.to_numpy(float), rows.to_numpy())) / 1e3
+
+
+def test_tensorrt_llm_gathers_with_nccls_all_gather_and_reduce_scatter(dsr1):
+    """TensorRT-LLM's attention DP over experts split 8 ways on one H200 node: the MoE kernel at 8 × 16 = 128 tokens,
+    NCCL's all-gather of the 128 tokens' bf16 activations (block-scaled FP8 quantizes after the gather) and its
+    reduce-scatter of their bf16 results, over 8 GPUs."""
     step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=1), engine="trtllm",
                 versions=tables.choose_versions("h200-141gb", "trtllm", None))
     versions = step.wide_experts.versions
     moe = moe_rows("h200_sxm", "trtllm", versions["moe"], 128, tp=8, ep=1)
-    assert not moe.empty
-    all_reduce = tables.all_reduce_grid("h200_sxm", "trtllm", versions["all_reduce"])
-    expected = moe.latency.min() / 1e3 + all_reduce((128 * 7168, 8), Extrapolated())
+    assert not moe.empty and "all_reduce" not in versions
+    values = 128 * 7168
+    expected = (moe.latency.min() / 1e3 + nccl_s("h200_sxm", "all_gather", "half", 8, values)
+                + nccl_s("h200_sxm", "reduce_scatter", "half", 8, values))
     assert step.wide_experts.routed_s(16, False, Extrapolated()) == pytest.approx(expected, rel=1e-12)
+    assert versions["nccl"] == tables.system_spec("h200_sxm").nccl_version
+
+
+def test_tensorrt_llm_gathers_quantized_activations_at_their_bytes():
+    """FP4 with one FP8 scale per 16 values, per-tensor FP8, MXFP8 with one scale per 32; block-scaled FP8 and BF16
+    gather bf16."""
+    assert gathered_bytes_per_value("nvfp4") == 0.5625
+    assert gathered_bytes_per_value("fp8") == 1.0
+    assert gathered_bytes_per_value("w4a8_mxfp4_mxfp8") == 1.03125
+    assert gathered_bytes_per_value("fp8_block") == gathered_bytes_per_value("bfloat16") == 2.0
+
+
+def test_a_tensorrt_llm_gather_over_more_gpus_than_nccls_table_measured_is_refused(dsr1):
+    """The H100 NCCL table measures 2, 4 and 8 GPUs: TensorRT-LLM's DEP 16 over two HGX nodes gathers over 16."""
+    with pytest.raises(PdplanError, match=r"no NCCL all-gather and reduce-scatter measured over 16 GPUs on h100_sxm "
+                                          r"to gather DP 16 ranks' tokens for their whole experts \(measured: 2, 4, "
+                                          r"8\)") as err:
+        composed_profile(dsr1, get_gpu("h100-80gb"), 1, 1, dp=16, ep=16, engine="trtllm", all_to_all=AllToAll.GATHER)
+    assert err.value.field == "all_to_all"
 
 
 def test_a_gather_takes_longer_than_deepeps_dispatch_for_a_prompt_batch_on_one_node(dsr1):

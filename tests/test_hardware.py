@@ -112,6 +112,12 @@ def test_gb200_nvl72_rack_is_one_node_of_72(tmp_path):
     assert load_cluster(path).nodes[0].gpus_per_node == 72
 
 
+def test_only_a_gpu_whose_nvlink_domain_spans_compute_trays_sits_in_an_nvlink_fabric():
+    """GB200 NVL72 joins 72 GPUs through NVLink switch trays; an HGX board joins its own eight."""
+    assert get_gpu("gb200-185gb").nvlink_fabric
+    assert not any(get_gpu(name).nvlink_fabric for name in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb"))
+
+
 def test_tensor_flops_per_precision_and_refusal_names_what_the_gpu_runs():
     assert get_gpu("b200-180gb").tensor_flops("fp4") == pytest.approx(9000e12)
     assert get_gpu("h100-80gb").tensor_flops("fp8") == pytest.approx(1979e12)

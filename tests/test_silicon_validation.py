@@ -247,16 +247,26 @@ def test_decode_workers_run_at_most_the_requests_their_recipe_lets_each_rank(dep
     assert decode("cfg486", 4, "gb200-fp4/1k1k/low-latency").max_running_requests is None
 
 
+def exchanges(deployments, rows, config):
+    return [pool.all_to_all for pool in deployments.plan_for(disaggregated(rows, config).iloc[0]).pools]
+
+
 def test_sglang_pools_of_dp_and_ep_on_one_node_gather_and_across_nodes_dispatch(deployments, rows):
     """Only SGLang's srt-slurm recipes that span nodes set ``moe-a2a-backend: deepep``: B200 FP8's DEP 8 on one
     node (``max-tpt-dep8-1p1d.yaml``) gathers on both phases; GB200 FP8's max throughput DEP 8 prefill over two
-    4-GPU trays and its DEP 32 decode dispatch; TensorRT-LLM's attention DP dispatches."""
-    def exchanges(config):
-        return [pool.all_to_all for pool in deployments.plan_for(disaggregated(rows, config).iloc[0]).pools]
+    4-GPU trays and its DEP 32 decode dispatch."""
+    assert exchanges(deployments, rows, "cfg457") == [AllToAll.GATHER, AllToAll.GATHER]
+    assert exchanges(deployments, rows, "cfg523") == [AllToAll.DISPATCH, AllToAll.DISPATCH]
 
-    assert exchanges("cfg457") == [AllToAll.GATHER, AllToAll.GATHER]
-    assert exchanges("cfg523") == [AllToAll.DISPATCH, AllToAll.DISPATCH]
-    assert exchanges("cfg291") == [AllToAll.DISPATCH, AllToAll.DISPATCH]
+
+def test_tensorrt_llm_pools_of_dp_gather_on_hgx_and_dispatch_on_nvl72_or_where_a_recipe_forces_deepep(deployments,
+                                                                                                      rows):
+    """H200 8k/1k ``c128_ctx1_gen1_dep8``: a TP 8 prefill (no DP, nothing to move) and a DEP 8 decode, which gathers;
+    GB200 FP4's DEP 4 prefill and DEP 4 decode run the NVLink all-to-all; H100's recipes force DeepEP over their two
+    nodes."""
+    assert exchanges(deployments, rows, "cfg291") == [AllToAll.DISPATCH, AllToAll.GATHER]
+    assert exchanges(deployments, rows, "cfg411") == [AllToAll.DISPATCH, AllToAll.DISPATCH]
+    assert exchanges(deployments, rows, "cfg494")[0] == AllToAll.DISPATCH
 
 
 def test_two_recipes_of_one_deployment_and_concurrency_are_told_apart_by_the_rows_prefill(deployments, rows):

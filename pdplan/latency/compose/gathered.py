@@ -26,7 +26,12 @@ them and scatters the summed results back to their ranks. Per MoE layer one rank
   gathers it with an all-reduce and combines with another (``DpPaddingMode.SUM_LEN``, which it takes
   for every prompt batch over several ranks and for decode batches its custom all-reduce holds), so
   SGLang's is timed as two (:func:`exchange_all_reduces`); a decode batch past that buffer takes
-  ``MAX_LEN``, an all-gather and a reduce-scatter, for which two all-reduces are an upper bound. A group
+  ``MAX_LEN``, an all-gather and a reduce-scatter, for which two all-reduces are an upper bound.
+  TensorRT-LLM calls NCCL's own all-gather and reduce-scatter (``allgather`` and ``reducescatter`` of
+  ``tensorrt_llm/_torch/distributed``, from its CUTLASS and TRT-LLM-Gen MoE layers when they run no
+  all-to-all), so its pair is timed from AIConfigurator's NCCL table, as its own estimator times that path
+  (``MoEDispatch``): the all-gather of the ranks' activations at the precision its MoE quantizes them to
+  before the gather (:func:`gathered_bytes_per_value`), the reduce-scatter of their bf16 results. A group
   the table did not measure is refused;
 * shared experts and dense MLPs: whole on every GPU at the rank's own tokens, as with wide expert
   parallelism (TensorRT-LLM's ``_compute_shared_expert_tp_size`` gives the shared experts TP 1 under
@@ -64,20 +69,43 @@ class GatheredExperts(RankExperts):
                               f"{self.model.expert_ffn}", field="dp")
         self.compute, moe_version, self.kernels = moe.moe_grid(self.system, self.engine, self.ceiling, self.config,
                                                                expert_parallel=self.whole)
+        self.versions = {"moe": moe_version}
+        self.exchange = (self._nccl_exchange() if self.engine == "trtllm" else self._all_reduce_exchange())
+
+    def _unmeasured(self, what: str, sizes) -> PdplanError:
         experts = "whole experts" if self.whole else "tensor-parallel experts"
         field = "all_to_all" if self.whole else "dp"  # whole experts could be dispatched to instead
+        instead = "a dispatch (DeepEP, a P/D pool across nodes)" if self.whole else "expert parallelism (EP = TP × DP)"
+        measured = f" (measured: {', '.join(map(str, sizes))}): use {instead}" if sizes else ""
+        return PdplanError(f"no {what} measured over {self.group} GPUs on {self.system} to gather DP {self.dp} ranks' "
+                           f"tokens for their {experts}{measured}", field=field)
+
+    def _all_reduce_exchange(self):
+        """The gather and scatter as :func:`exchange_all_reduces` all-reduces of the gathered tokens."""
         if self.all_reduce_version is None:
-            raise PdplanError(f"no {self.engine} all-reduce measurements on {self.system} to gather DP {self.dp} "
-                              f"ranks' tokens for their {experts}", field=field)
-        self.all_reduce = tables.all_reduce_grid(self.system, self.engine, self.all_reduce_version)
-        sizes = tables.measured_group_sizes(self.all_reduce)
-        if self.group not in sizes:
-            instead = ("a dispatch (DeepEP, a P/D pool across nodes)" if self.whole
-                       else "expert parallelism (EP = TP × DP)")
-            raise PdplanError(f"no {self.engine} all-reduce measured over {self.group} GPUs on {self.system} to "
-                              f"gather DP {self.dp} ranks' tokens for their {experts} (measured: "
-                              f"{', '.join(map(str, sizes))}): use {instead}", field=field)
-        self.versions = {"moe": moe_version, "all_reduce": self.all_reduce_version}
+            raise self._unmeasured(f"{self.engine} all-reduce", ())
+        grid = tables.all_reduce_grid(self.system, self.engine, self.all_reduce_version)
+        if self.group not in tables.measured_group_sizes(grid):
+            raise self._unmeasured(f"{self.engine} all-reduce", tables.measured_group_sizes(grid))
+        self.versions["all_reduce"] = self.all_reduce_version
+        count = exchange_all_reduces(self.engine)
+        return lambda values, log: count * grid((values, self.group), log)
+
+    def _nccl_exchange(self):
+        """TensorRT-LLM's NCCL all-gather of the ranks' activations and reduce-scatter of their bf16 results."""
+        found = [tables.nccl_grid(self.system, op, "half") for op in ("all_gather", "reduce_scatter")]
+        if None in found:
+            raise self._unmeasured("NCCL all-gather and reduce-scatter", ())
+        (gather, version), (scatter, _) = found
+        for grid in (gather, scatter):
+            if self.group not in tables.measured_group_sizes(grid):
+                raise self._unmeasured("NCCL all-gather and reduce-scatter", tables.measured_group_sizes(grid))
+        self.versions["nccl"] = version
+        wire = gathered_bytes_per_value(self.config.dtype) / 2   # in the table's half-precision elements
+
+        def exchange(values: float, log: Extrapolated) -> float:
+            return gather((values * wire, self.group), log) + scatter((values, self.group), log)
+        return exchange
 
     def ffn_rows(self, rows: float, prefill: bool) -> float:
         """Token rows one GPU's router, shared experts and dense MLPs run: the rank's own."""
@@ -91,8 +119,7 @@ class GatheredExperts(RankExperts):
         """Gather, the experts and scatter over ``tokens`` of the whole instance: all of the layer that depends on
         every rank's tokens."""
         per_gpu = (self.model.experts if self.whole else self.model.expert_ffn) / self.group
-        exchange = self.all_reduce((tokens * self.model.hidden, self.group), log)
-        return self.compute((tokens, per_gpu), log) + exchange_all_reduces(self.engine) * exchange
+        return self.compute((tokens, per_gpu), log) + self.exchange(tokens * self.model.hidden, log)
 
     def shared_s(self, rows: float, prefill: bool, log: Extrapolated) -> float | None:
         """No measured table for whole shared experts here: the caller times them from the GEMM table."""
@@ -103,13 +130,18 @@ class GatheredExperts(RankExperts):
         experts = (f"{self.model.experts // self.group} whole routed experts per GPU of TP {self.tp} × DP {self.dp} "
                    f"= EP {self.group}" if self.whole else
                    f"every routed expert split over TP {self.tp} × DP {self.dp} = {self.group} GPUs")
-        exchanges = exchange_all_reduces(self.engine)
-        timed = "one all-reduce" if exchanges == 1 else f"{exchanges} all-reduces"
+        if "nccl" in self.versions:
+            timed = (f"NCCL's all-gather of them at {gathered_bytes_per_value(self.config.dtype):g} bytes a value and "
+                     f"reduce-scatter of their bf16 results over {self.group} GPUs (NCCL {self.versions['nccl']}, "
+                     "as TensorRT-LLM's MoE runs without an all-to-all)")
+        else:
+            exchanges = exchange_all_reduces(self.engine)
+            timed = (f"{'one all-reduce' if exchanges == 1 else f'{exchanges} all-reduces'} of those tokens over "
+                     f"{self.group} GPUs (all_reduce {self.versions['all_reduce']})")
         return (f"attention data parallelism over gathered tokens: one of {self.dp} ranks at its own batch, every "
                 f"rank carrying the same; {experts} from AIConfigurator's MoE table (moe {self.versions['moe']}, "
                 f"{moe.kernel_label(self.kernels)}) at a {load} expert load and DP {self.dp} × the rank's tokens; "
-                f"gather and scatter timed as {timed} of those tokens over {self.group} GPUs "
-                f"(all_reduce {self.versions['all_reduce']}); shared experts and dense MLPs whole on every GPU")
+                f"gather and scatter timed as {timed}; shared experts and dense MLPs whole on every GPU")
 
 
 def exchange_all_reduces(engine: str) -> int:
@@ -118,3 +150,17 @@ def exchange_all_reduces(engine: str) -> int:
     ``DpPaddingMode.SUM_LEN``); an all-gather and a reduce-scatter are the two halves of one (Patarasuk and Yuan,
     JPDC 2009)."""
     return 2 if engine == "sglang" else 1
+
+
+#: Bytes one gathered activation value crosses TensorRT-LLM's all-gather in, by the MoE table's dtype: its CUTLASS
+#: and TRT-LLM-Gen MoE layers quantize before the gather (``quantize_input(post_quant_comm=True)``, or the CUTLASS
+#: ``forward_chunk`` of older releases) an NVFP4 model's activations to FP4 with one FP8 scale per 16 values, a
+#: per-tensor FP8 model's to FP8 and an MXFP4 × MXFP8 model's to MXFP8 with one scale per 32; FP8 block scales and
+#: the rest gather bf16 (fp8_quantize_1x128 runs after the gather).
+GATHERED_BYTES = {"nvfp4": 0.5 + 1 / 16, "fp8": 1.0, "w4a8_mxfp4_mxfp8": 1.0 + 1 / 32}
+
+
+def gathered_bytes_per_value(moe_dtype: str) -> float:
+    """Bytes one activation value takes in TensorRT-LLM's all-gather of a model whose MoE table dtype is
+    ``moe_dtype`` (:data:`GATHERED_BYTES`; bf16 otherwise)."""
+    return GATHERED_BYTES.get(moe_dtype, 2.0)

@@ -189,7 +189,9 @@ MODEL_FILES = {"moe": ("moe", "moe_perf.parquet"),
                "wideep_generation_mlp": ("mlp", "wideep_generation_mlp_perf.parquet"),
                "wideep_deepep_normal": ("comm", "wideep_deepep_normal_perf.parquet"),
                "wideep_deepep_ll": ("comm", "wideep_deepep_ll_perf.parquet"),
-               "moe_a2a": ("comm", "moe_a2a_perf.parquet")}
+               "moe_a2a": ("comm", "moe_a2a_perf.parquet"),
+               # NCCL's collectives, one table per system and NCCL release (its "engine" folder is ``nccl``).
+               "nccl": ("comm", "nccl_perf.parquet")}
 
 
 def system_for(gpu: str) -> str:
@@ -253,17 +255,19 @@ class SystemSpec:
     inter_node_bw: float
     intra_node_bw: float
     sm_version: int = 0        #: CUDA compute capability × 10 (90 Hopper, 100 Blackwell); 0 when unstated
+    nccl_version: str | None = None  #: the NCCL release whose collectives the system's tables time
 
 
 @cache
 def system_spec(system: str) -> SystemSpec:
     path = package_root() / "systems" / f"{system}.yaml"
     data = load_yaml(path, what="AIConfigurator system file")
-    gpu, node = data["gpu"], data["node"]
+    gpu, node, misc = data["gpu"], data["node"], data.get("misc") or {}
     return SystemSpec(mem_bw=float(gpu["mem_bw"]), mem_scale=float(gpu["mem_bw_empirical_scaling_factor"]),
                       mem_latency_s=float(gpu["mem_empirical_constant_latency"]),
                       p2p_latency_s=float(node["p2p_latency"]), inter_node_bw=float(node["inter_node_bw"]),
-                      intra_node_bw=float(node["intra_node_bw"]), sm_version=int(gpu.get("sm_version", 0)))
+                      intra_node_bw=float(node["intra_node_bw"]), sm_version=int(gpu.get("sm_version", 0)),
+                      nccl_version=str(misc["nccl_version"]) if misc.get("nccl_version") else None)
 
 
 #: Columns older tables lack, with the value they mean (no sliding window; no kernel named).
@@ -360,6 +364,24 @@ def all_reduce_grid(system: str, engine: str, version: str) -> Grid:
     return Grid.from_frame(
         frame.rename(columns={"message_size": "elements"}).loc[:, ["elements", "num_gpus", "latency"]],
         ("elements", "num_gpus"), "all-reduce")
+
+
+@cache
+def nccl_grid(system: str, op: str, dtype: str) -> tuple[Grid, str] | None:
+    """NCCL's ``op`` (all_gather, reduce_scatter, …) at (GPUs, elements of ``dtype``: "half" or "int8") on
+    ``system``, from the release its system file names (``misc.nccl_version``, as AIConfigurator reads it), and
+    that release; None where the system names none or its table lacks the op. An all-gather's elements are its
+    gathered output, a reduce-scatter's its input, as AIConfigurator's ``query_nccl`` takes them."""
+    version = system_spec(system).nccl_version
+    if version is None or version not in versions_with(system, "nccl", "nccl"):
+        return None
+    frame = _read(system, "nccl", "nccl", version, ["op_name", "nccl_dtype", "num_gpus", "message_size", "latency"])
+    rows = frame[(frame.op_name == op) & (frame.nccl_dtype == dtype)]
+    if rows.empty:
+        return None
+    frame = rows.rename(columns={"message_size": "elements"}).loc[:, ["elements", "num_gpus", "latency"]]
+    grid = Grid.from_frame(frame, ("elements", "num_gpus"), f"NCCL {op.replace('_', '-')}")
+    return grid, version
 
 
 def measured_group_sizes(grid: Grid) -> tuple[int, ...]:
