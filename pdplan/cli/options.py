@@ -93,10 +93,11 @@ EpOpt = Annotated[int | None, typer.Option(
                  "SGLang does without --ep-size and vLLM without --enable-expert-parallel.")]
 AllToAllOpt = Annotated[AllToAll, choice(
     "--all-to-all", AllToAll, help="How the ranks of --dp reach whole experts (EP = TP x DP): dispatch (DeepEP's "
-                                   "all-to-all, TensorRT-LLM's) or gather (every rank's tokens on every GPU: SGLang's "
-                                   "--moe-a2a-backend none, vLLM's --all2all-backend allgather_reducescatter). "
-                                   "optimize gathers SGLang's and vLLM's instances of one node, as their exports run "
-                                   "them.")]
+                                   "all-to-all, TensorRT-LLM's NVLink one on GB200 NVL72) or gather (every rank's "
+                                   "tokens on every GPU: SGLang's --moe-a2a-backend none, vLLM's --all2all-backend "
+                                   "allgather_reducescatter, TensorRT-LLM's NCCL all-gather elsewhere). optimize "
+                                   "gathers SGLang's and vLLM's instances of one node, as their exports run them, "
+                                   "and TensorRT-LLM's off an NVLink fabric, as it runs them.")]
 DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", help="Weight precision the model is served at: bf16, fp8, fp4 (NVFP4) or mxfp4 (gpt-oss's "
                     "MXFP4); default: a Hugging Face config's quantization_config, else bf16. Its KV cache follows "
