@@ -147,6 +147,28 @@ def test_dep72_on_a_gb200_nvl72_rack_composes_with_its_all_to_all_inside_the_nvl
     assert "EP 72 interpolated in 1/EP between the measured EP 64 and EP 128" in notes
 
 
+def test_tensorrt_llm_on_an_nvlink_fabric_dispatches_by_its_nvlink_one_sided_kernel():
+    """DeepSeek-R1 at NVFP4 on GB200, DEP 8 decode, 16 requests a rank: NVLink one-sided dispatch and combine of
+    those 16 tokens at EP 8 (TensorRT-LLM's choice under MNNVL), and the experts at 8 × 16 = 128 tokens."""
+    step = Step(model=get_model("deepseek-r1@fp4"), shape=InstanceShape(gpu="gb200-185gb", tp=1, pp=1, dp=8, ep=8),
+                engine="trtllm", versions=tables.choose_versions("gb200-185gb", "trtllm", None))
+    versions = step.wide_experts.versions
+    a2a = raw("gb200", "comm", "trtllm", versions["trtllm_alltoall"], "trtllm_alltoall_perf.parquet")
+    a2a = a2a[(a2a.kernel_source == "NVLinkOneSided") & (a2a.moe_dtype == "nvfp4") & (a2a.moe_ep_size == 8)
+              & (a2a.hidden_size == 7168) & (a2a.topk == 8) & (a2a.num_experts == 256) & (a2a.num_tokens == 16)]
+    assert sorted(a2a.op_name) == ["alltoall_combine", "alltoall_dispatch"]
+    rank, experts = step.wide_experts, step.wide_experts.group_s(128, False, Extrapolated())
+    assert rank.routed_s(16, False, Extrapolated()) - experts == pytest.approx(a2a.latency.sum() / 1e3, rel=1e-9)
+
+
+def test_tensorrt_llm_on_hgx_nodes_keeps_deepeps_tables_for_a_dispatch(dsr1):
+    """Off an NVLink fabric a dispatch TensorRT-LLM is asked for (srt-slurm's H100 recipes force DeepEP) reads the
+    DeepEP table, not the NVLink one."""
+    step = Step(model=dsr1, shape=InstanceShape(gpu="h200-141gb", tp=1, pp=1, dp=8, ep=8), engine="trtllm",
+                versions=tables.choose_versions("h200-141gb", "trtllm", None))
+    assert "moe_a2a" in step.wide_experts.versions and "trtllm_alltoall" not in step.wide_experts.versions
+
+
 def test_an_ep_no_measurement_brackets_is_refused_with_the_measured_ones():
     """B200's SGLang wide-EP tables measure DeepSeek at fp8, not at nvfp4: nothing to interpolate between,
     and another precision's rows are never borrowed."""

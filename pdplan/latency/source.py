@@ -139,7 +139,8 @@ class ProfileSource:
         # 3: a MoE model's prompt iterations carry the eager prefill's host time; 4: its method names it;
         # 5: SGLang's MXFP4 experts take MXFP8 activations on Blackwell; 6: TensorRT-LLM's block-scaled FP8 experts
         # also read the trtllm-gen kernel; 7: SGLang's gathered tokens cost two all-reduces; 8: TensorRT-LLM's
-        # gathered tokens cost NCCL's all-gather and reduce-scatter.
+        # gathered tokens cost NCCL's all-gather and reduce-scatter, and on an NVLink fabric it dispatches by its
+        # NVLink one-sided kernel.
         key = cache_key({"composed_profile": 8, "aiconfigurator": tables.package_version(),
                          "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,

@@ -249,7 +249,7 @@ class Step:
                                   "experts under attention data parallelism do not read", field="moe_kernel")
             self.wide_experts = wide.WideExperts(system, self.engine, self.engine_version, m, self.moe_config,
                                                  shape.tp, shape.dp, shape.ep, self.gpus_per_node,
-                                                 self.redundant_experts)
+                                                 self.redundant_experts, get_gpu(shape.gpu).nvlink_fabric)
         versions.update(self.wide_experts.versions)
 
     def _wide_latent(self, system: str, versions: dict[str, str]) -> dict | None:

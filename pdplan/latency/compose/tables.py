@@ -190,6 +190,7 @@ MODEL_FILES = {"moe": ("moe", "moe_perf.parquet"),
                "wideep_deepep_normal": ("comm", "wideep_deepep_normal_perf.parquet"),
                "wideep_deepep_ll": ("comm", "wideep_deepep_ll_perf.parquet"),
                "moe_a2a": ("comm", "moe_a2a_perf.parquet"),
+               "trtllm_alltoall": ("comm", "trtllm_alltoall_perf.parquet"),
                # NCCL's collectives, one table per system and NCCL release (its "engine" folder is ``nccl``).
                "nccl": ("comm", "nccl_perf.parquet")}
 

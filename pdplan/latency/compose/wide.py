@@ -205,9 +205,12 @@ def a2a_dtypes(model) -> tuple[str, str]:
 
 @cache
 def _a2a_grids(system: str, engine: str, ceiling: str | None, model_key: tuple, phase: str, ep: int,
-               nodes: int, wire: str) -> tuple[Grid, Grid, str, str]:
-    """(dispatch, combine) latency over a rank's tokens, the table and its version."""
+               nodes: int, wire: str, fabric: bool = False, moe_dtype: str = "") -> tuple[Grid, Grid, str, str]:
+    """(dispatch, combine) latency over a rank's tokens, the table and its version. TensorRT-LLM on an NVLink
+    fabric runs its NVLink one-sided all-to-all (:func:`_nvlink_one_sided`), elsewhere DeepEP's."""
     hidden, topk, experts = model_key
+    if engine == "trtllm" and fabric:
+        return _nvlink_one_sided(system, ceiling, model_key, ep, moe_dtype)
     if engine == "sglang":
         if phase == "context":
             table = "wideep_deepep_normal"
@@ -262,6 +265,36 @@ def _a2a_grids(system: str, engine: str, ceiling: str | None, model_key: tuple, 
                           f"hidden {hidden}, top-{topk} of {experts} experts", field="ep")
     (dispatch, combine), version = found
     return dispatch, combine, table, version
+
+
+def _nvlink_one_sided(system: str, ceiling: str | None, model_key: tuple, ep: int,
+                      moe_dtype: str) -> tuple[Grid, Grid, str, str]:
+    """TensorRT-LLM's NVLink one-sided dispatch and combine over a rank's tokens: what its CUTLASS and TRT-LLM-Gen MoE
+    layers run on a multi-node NVLink fabric (``select_alltoall_method_type``: NVLinkOneSided under
+    ``MnnvlMemory.supports_mnnvl()``), as AIConfigurator's ``_select_alltoall_kernel`` reads it, from its
+    ``trtllm_alltoall`` table at the model's MoE dtype and EP (both phases; the kernel is one)."""
+    hidden, topk, experts = model_key
+    columns = ["kernel_source", "op_name", "moe_dtype", "num_tokens", "hidden_size", "topk", "num_experts",
+               "moe_ep_size", "latency"]
+
+    def pick(version):
+        frame = tables._read(system, "trtllm", "trtllm_alltoall", version, columns)
+        rows = frame[(frame.kernel_source == "NVLinkOneSided") & (frame.moe_dtype == moe_dtype)
+                     & (frame.moe_ep_size == ep) & (frame.hidden_size == hidden) & (frame.topk == topk)
+                     & (frame.num_experts == experts)]
+        grids = []
+        for op in ("alltoall_dispatch", "alltoall_combine"):
+            part = rows[rows.op_name == op]
+            if part.empty:
+                return None
+            grids.append(_grid(part, "num_tokens", f"NVLink one-sided {op.split('_')[1]}"))
+        return tuple(grids)
+    found = _newest(system, "trtllm", "trtllm_alltoall", ceiling, pick)
+    if found is None:
+        raise PdplanError(f"no trtllm NVLink one-sided all-to-all measured on {system} over EP {ep} for hidden "
+                          f"{hidden}, top-{topk} of {experts} experts at {moe_dtype}", field="ep")
+    (dispatch, combine), version = found
+    return dispatch, combine, "trtllm_alltoall", version
 
 
 # --- shared experts ------------------------------------------------------------------------------------
@@ -330,6 +363,7 @@ class WideExperts(RankExperts):
     ep: int
     gpus_per_node: int
     redundant: int = 0   #: redundant expert copies EPLB rebalances the load over (0: none)
+    fabric: bool = False  #: the GPUs' NVLink domain spans compute trays (:attr:`pdplan.hardware.GPU.nvlink_fabric`)
 
     def __post_init__(self):
         m = self.model
@@ -348,7 +382,7 @@ class WideExperts(RankExperts):
             self.versions[table] = version
             dispatch, combine, table, version = _a2a_grids(
                 self.system, self.engine, self.ceiling, (m.hidden, m.experts_per_token, m.experts), phase, self.ep,
-                self.nodes, ht if phase == "context" else ll)
+                self.nodes, ht if phase == "context" else ll, self.fabric, self.config.dtype)
             self.a2a[phase] = (dispatch, combine)
             self.versions[table] = version
             found = (_shared_grid(self.system, self.engine, self.ceiling, m.hidden, m.shared_experts * m.expert_ffn,
