@@ -105,6 +105,7 @@ def test_goodput_of_a_wide_instance_with_gathered_tokens_reads_the_moe_table(run
     assert code == 0, err
     result = json.loads(out)
     assert (result["dp"], result["ep"], result["profile_source"]) == (8, 8, "composed") and result["goodput_rps"] > 0
+    assert result["all_to_all"] == "gather"
 
 
 @pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")

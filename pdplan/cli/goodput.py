@@ -170,7 +170,9 @@ def goodput(
             result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
             f"{profile.shape} {phase}", ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT"))
         outputs.commit()
-    render(result, profile, fallback, objectives, json, source.speculative_for(spec), accuracy)
+    exchanges = InstanceShape(gpu=device.name, tp=tp, pp=pp, dp=dp, ep=ep).exchanges_tokens
+    render(result, profile, fallback, objectives, json, source.speculative_for(spec), accuracy,
+           all_to_all if exchanges else None)
 
 
 @contextmanager

@@ -9,6 +9,11 @@ from pdplan.cli.output import print_json, stdout
 from pdplan.goodput import ClosedLoopGoodput, InstanceGoodput, phase_slo
 from pdplan.latency.accuracy import Accuracy, as_dict
 from pdplan.slo import SLO
+from pdplan.vocabulary import AllToAll
+
+#: How the ranks of an instance with attention DP reach whole experts, in the summary's words.
+EXCHANGE_WORDS = {AllToAll.DISPATCH: "dispatch (each token to its experts' GPUs)",
+                  AllToAll.GATHER: "gather (every rank's tokens on every GPU)"}
 
 
 def profile_label(profile, fallback: str | None) -> str:
@@ -44,12 +49,13 @@ def render_closed_loop(result: ClosedLoopGoodput, profile, phase: str, objective
 
 
 def render(result: InstanceGoodput, profile, fallback: str | None, objectives: SLO, as_json: bool,
-           speculative=None, accuracy: Accuracy | None = None) -> None:
+           speculative=None, accuracy: Accuracy | None = None, all_to_all: AllToAll | None = None) -> None:
     """The goodput as JSON (with where the profile came from, how far its source was from measured
-    deployments, the speculative decoding it was timed with and the SLO), or as a summary and the
-    attainment curve."""
+    deployments, the speculative decoding it was timed with, how the ranks reached whole experts when they do,
+    and the SLO), or as a summary and the attainment curve."""
     if as_json:
-        print_json({**result.to_dict(), "profile_source": profile.provenance.source,
+        print_json({**result.to_dict(), **({} if all_to_all is None else {"all_to_all": str(all_to_all)}),
+                    "profile_source": profile.provenance.source,
                     "profile_method": profile.provenance.method, "profile_fallback": fallback,
                     "profile_accuracy": as_dict(accuracy),
                     "speculative": None if speculative is None else speculative.to_dict(),
@@ -69,6 +75,8 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
             summary.add_row(label, f"{value:.3f} req/s (closed form)")
     summary.add_row("SLO", "; ".join(o.label for o in objectives.objectives))
     summary.add_row("profile", source)
+    if all_to_all is not None:
+        summary.add_row("all-to-all", EXCHANGE_WORDS[all_to_all])
     if accuracy is not None:
         summary.add_row("accuracy", accuracy.describe())
     if speculative is not None:
