@@ -247,6 +247,31 @@ def test_sglang_profiles_on_blackwell_cut_a_prefill_cap_of_part_pages_to_whole_p
     assert cap("sglang", "h200-141gb")[0] == cap("vllm", "b200-180gb")[0] == 10_000
 
 
+def test_simulate_says_a_profile_cap_below_the_plans_is_whole_kv_pages_under_sglang_on_blackwell(tmp_path):
+    """A plan file asking for the KV-bound cap that SGLang's profile on Blackwell cut to whole pages is told why the
+    profile allows less; under vLLM the same refusal has no such clause."""
+    from dataclasses import replace
+
+    from pdplan.hardware import get_gpu
+    from pdplan.latency.roofline import roofline_profile
+    from pdplan.sim import load_plan
+    from pdplan.sim.plan import resolve_pools
+
+    model = get_model("llama-3.1-8b")
+    profile = replace(roofline_profile(model, get_gpu("b200-180gb"), 1, 1), max_prefill_batch_tokens=9_984)
+    for engine, clause in (("sglang", ", whole KV pages of 64 tokens as sglang takes a rank's chunk on b200-180gb"),
+                           ("vllm", "")):
+        path = tmp_path / f"{engine}.yaml"
+        path.write_text(f"pdplan_plan: 1\nprofiles: {{engine: {engine}}}\ndefault_link: {{bandwidth_gb_s: 50}}\n"
+                        "pools:\n  - {name: prefill, phase: prefill, "
+                        "model: llama-3.1-8b, gpu: b200-180gb, tp: 1, max_prefill_batch_tokens: 10000}\n"
+                        "  - {name: decode, phase: decode, model: llama-3.1-8b, gpu: b200-180gb, tp: 1}\n")
+        plan = load_plan(path)
+        with pytest.raises(PdplanError) as refused:
+            resolve_pools(plan, {pool.shape: profile for pool in plan.pools})
+        assert str(refused.value).endswith(f"allows 9984{clause}")
+
+
 def test_a_prefill_cap_under_one_kv_page_is_refused_naming_the_field():
     from dataclasses import replace
 

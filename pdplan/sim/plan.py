@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from pdplan import limits
+from pdplan.engines import prompt_pages
 from pdplan.errors import PdplanError
 from pdplan.experts import all_to_all_rejection
-from pdplan.hardware import get_gpu
+from pdplan.hardware import get_gpu, gpu_catalog
 from pdplan.latency.profile import PhaseProfile
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelref import get_model
@@ -397,10 +398,19 @@ def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tu
         cap = pool.max_prefill_batch_tokens
         if cap is not None and cap > profile.max_prefill_batch_tokens:
             raise PdplanError(f"pool {pool.name!r} asks for prefill batches of up to {cap} tokens but "
-                              f"its profile ({profile.shape}) allows {profile.max_prefill_batch_tokens}",
-                              file=plan.source, field=f"pools[{i}].max_prefill_batch_tokens")
+                              f"its profile ({profile.shape}) allows {profile.max_prefill_batch_tokens}"
+                              f"{_paged(plan.engine, pool.gpu)}", file=plan.source,
+                              field=f"pools[{i}].max_prefill_batch_tokens")
         found.append(profile)
     return tuple(found)
+
+
+def _paged(engine: str | None, gpu: str) -> str:
+    """Why a profile's prefill cap may sit below what its KV holds: the engine takes a rank's chunk in whole KV
+    pages on this GPU (:func:`pdplan.engines.prompt_pages`, which ``ProfileSource`` cuts the cap to)."""
+    known = gpu_catalog().get(gpu)
+    pages = prompt_pages(engine, known is not None and known.blackwell)
+    return "" if pages == 1 else f", whole KV pages of {pages} tokens as {engine} takes a rank's chunk on {gpu}"
 
 
 def plan_model(plan: Plan) -> ModelSpec:
