@@ -205,12 +205,9 @@ def a2a_dtypes(model) -> tuple[str, str]:
 
 @cache
 def _a2a_grids(system: str, engine: str, ceiling: str | None, model_key: tuple, phase: str, ep: int,
-               nodes: int, wire: str, fabric: bool = False, moe_dtype: str = "") -> tuple[Grid, Grid, str, str]:
-    """(dispatch, combine) latency over a rank's tokens, the table and its version. TensorRT-LLM on an NVLink
-    fabric runs its NVLink one-sided all-to-all (:func:`_nvlink_one_sided`), elsewhere DeepEP's."""
+               nodes: int, wire: str) -> tuple[Grid, Grid, str, str]:
+    """DeepEP's (dispatch, combine) latency over a rank's tokens, the table and its version."""
     hidden, topk, experts = model_key
-    if engine == "trtllm" and fabric:
-        return _nvlink_one_sided(system, ceiling, model_key, ep, moe_dtype)
     if engine == "sglang":
         if phase == "context":
             table = "wideep_deepep_normal"
@@ -267,6 +264,7 @@ def _a2a_grids(system: str, engine: str, ceiling: str | None, model_key: tuple, 
     return dispatch, combine, table, version
 
 
+@cache
 def _nvlink_one_sided(system: str, ceiling: str | None, model_key: tuple, ep: int,
                       moe_dtype: str) -> tuple[Grid, Grid, str, str]:
     """TensorRT-LLM's NVLink one-sided dispatch and combine over a rank's tokens: what its CUTLASS and TRT-LLM-Gen MoE
@@ -380,9 +378,7 @@ class WideExperts(RankExperts):
                                                  self.redundant)
             self.compute[phase] = grid
             self.versions[table] = version
-            dispatch, combine, table, version = _a2a_grids(
-                self.system, self.engine, self.ceiling, (m.hidden, m.experts_per_token, m.experts), phase, self.ep,
-                self.nodes, ht if phase == "context" else ll, self.fabric, self.config.dtype)
+            dispatch, combine, table, version = self._a2a(phase, ht if phase == "context" else ll)
             self.a2a[phase] = (dispatch, combine)
             self.versions[table] = version
             found = (_shared_grid(self.system, self.engine, self.ceiling, m.hidden, m.shared_experts * m.expert_ffn,
@@ -390,6 +386,15 @@ class WideExperts(RankExperts):
             self.shared[phase] = found[0] if found else None
             if found:
                 self.versions[f"wideep_{phase}_mlp"] = found[1]
+
+    def _a2a(self, phase: str, wire: str) -> tuple[Grid, Grid, str, str]:
+        """The dispatch and combine grids of ``phase``, their table and version: TensorRT-LLM's NVLink one-sided
+        kernel on an NVLink fabric (one kernel for both phases), DeepEP's tables elsewhere."""
+        m = self.model
+        key = (m.hidden, m.experts_per_token, m.experts)
+        if self.engine == "trtllm" and self.fabric:
+            return _nvlink_one_sided(self.system, self.ceiling, key, self.ep, self.config.dtype)
+        return _a2a_grids(self.system, self.engine, self.ceiling, key, phase, self.ep, self.nodes, wire)
 
     def ffn_rows(self, rows: float, prefill: bool) -> float:
         """Token rows one GPU's router, shared experts and dense MLPs run: in the prefill the rank's tokens
