@@ -170,8 +170,7 @@ def instance_slots(nodes: list[dict]) -> dict[tuple[str, str], list[tuple[int, i
 
 
 def spanning_pools(nodes: list[dict]) -> set[str]:
-    """The pools some instance of which the node map ``nodes`` places on more than one node (every instance of a
-    pool has its shape, so one spans nodes when any does)."""
+    """The pools some instance of which the node map ``nodes`` places on more than one node."""
     return {pool for (pool, _), slots in instance_slots(nodes).items()
             if len({nodes[n]["node"] for n, _ in slots}) > 1}
 

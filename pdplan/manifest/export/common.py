@@ -463,12 +463,10 @@ def starts_low_latency(engine: str, pool: dict, spans_nodes: bool) -> bool:
 def uncapped_low_latency_pools(manifest: dict, engine: str) -> list[str]:
     """The pools some instance of which the export starts on DeepEP's low-latency kernels (:func:`starts_low_latency`)
     whose verification held no rank below them (no ``scheduling.max_running_requests``: manifests written before
-    pdplan held it). Every script's header asks, so the node map is read only when some pool could be one."""
-    could = {pool["name"] for pool in manifest["pools"]
-             if starts_low_latency(engine, pool, spans_nodes=True) and running_cap(pool) is None}
-    found = {inst.pool["name"] for inst in (instances(manifest) if could else ())
-             if inst.pool["name"] in could and inst.spans_nodes}
-    return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]
+    pdplan held it)."""
+    spanning = spanning_pools(manifest["placement"]["nodes"])
+    return [pool["name"] for pool in manifest["pools"]
+            if starts_low_latency(engine, pool, pool["name"] in spanning) and running_cap(pool) is None]
 
 
 def gathering_pools(manifest: dict, engine: str) -> list[str]:
