@@ -249,7 +249,8 @@ def test_sglang_profiles_on_blackwell_cut_a_prefill_cap_of_part_pages_to_whole_p
 
 def test_simulate_says_a_profile_cap_below_the_plans_is_whole_kv_pages_under_sglang_on_blackwell(tmp_path):
     """A plan file asking for the KV-bound cap that SGLang's profile on Blackwell cut to whole pages is told why the
-    profile allows less; under vLLM the same refusal has no such clause."""
+    profile allows less; under vLLM the same refusal has no such clause, nor under SGLang when the plan asks for more
+    than the page the profile's cap was cut from."""
     from dataclasses import replace
 
     from pdplan.hardware import get_gpu
@@ -259,12 +260,13 @@ def test_simulate_says_a_profile_cap_below_the_plans_is_whole_kv_pages_under_sgl
 
     model = get_model("llama-3.1-8b")
     profile = replace(roofline_profile(model, get_gpu("b200-180gb"), 1, 1), max_prefill_batch_tokens=9_984)
-    for engine, clause in (("sglang", ", whole KV pages of 64 tokens as sglang takes a rank's chunk on b200-180gb"),
-                           ("vllm", "")):
-        path = tmp_path / f"{engine}.yaml"
+    for engine, asked, clause in (
+            ("sglang", 10_000, ", whole KV pages of 64 tokens as sglang takes a rank's chunk on b200-180gb"),
+            ("vllm", 10_000, ""), ("sglang", 20_000, "")):
+        path = tmp_path / f"{engine}-{asked}.yaml"
         path.write_text(f"pdplan_plan: 1\nprofiles: {{engine: {engine}}}\ndefault_link: {{bandwidth_gb_s: 50}}\n"
                         "pools:\n  - {name: prefill, phase: prefill, "
-                        "model: llama-3.1-8b, gpu: b200-180gb, tp: 1, max_prefill_batch_tokens: 10000}\n"
+                        f"model: llama-3.1-8b, gpu: b200-180gb, tp: 1, max_prefill_batch_tokens: {asked}}}\n"
                         "  - {name: decode, phase: decode, model: llama-3.1-8b, gpu: b200-180gb, tp: 1}\n")
         plan = load_plan(path)
         with pytest.raises(PdplanError) as refused:

@@ -399,18 +399,21 @@ def resolve_pools(plan: Plan, profiles: Mapping[ProfileKey, PhaseProfile]) -> tu
         if cap is not None and cap > profile.max_prefill_batch_tokens:
             raise PdplanError(f"pool {pool.name!r} asks for prefill batches of up to {cap} tokens but "
                               f"its profile ({profile.shape}) allows {profile.max_prefill_batch_tokens}"
-                              f"{_paged(plan.engine, pool.gpu)}", file=plan.source,
-                              field=f"pools[{i}].max_prefill_batch_tokens")
+                              f"{_paged(plan.engine, pool.gpu, cap, profile.max_prefill_batch_tokens)}",
+                              file=plan.source, field=f"pools[{i}].max_prefill_batch_tokens")
         found.append(profile)
     return tuple(found)
 
 
-def _paged(engine: str | None, gpu: str) -> str:
-    """Why a profile's prefill cap may sit below what its KV holds: the engine takes a rank's chunk in whole KV
-    pages on this GPU (:func:`pdplan.engines.prompt_pages`, which ``ProfileSource`` cuts the cap to)."""
+def _paged(engine: str | None, gpu: str, asked: int, allowed: int) -> str:
+    """Why a profile allows a prefill cap ``allowed`` just below the ``asked`` one: the engine takes a rank's chunk in
+    whole KV pages on this GPU, and ``allowed`` is ``asked``'s whole pages (:func:`pdplan.engines.prompt_pages`, which
+    ``ProfileSource`` cuts the cap to); nothing when the two differ for another reason."""
     known = gpu_catalog().get(gpu)
     pages = prompt_pages(engine, known is not None and known.blackwell)
-    return "" if pages == 1 else f", whole KV pages of {pages} tokens as {engine} takes a rank's chunk on {gpu}"
+    if pages == 1 or asked // pages * pages != allowed:
+        return ""
+    return f", whole KV pages of {pages} tokens as {engine} takes a rank's chunk on {gpu}"
 
 
 def plan_model(plan: Plan) -> ModelSpec:
