@@ -188,3 +188,12 @@ class RankRouter(StrEnum):
 
     SHORTEST_QUEUE = "shortest-queue"
     BOOTSTRAP_ROOM = "bootstrap-room"
+
+
+class FirstToken(StrEnum):
+    """When a disaggregated request's first token reaches its client, as the decode engine takes the handoff: once
+    its KV has landed and it joins the decode batch, the decode streaming the token the prefill sampled (SGLang), or
+    with the first decode step it runs in (TensorRT-LLM and vLLM, :func:`pdplan.engines.first_token`)."""
+
+    HANDOFF = "handoff"
+    DECODE_STEP = "decode-step"

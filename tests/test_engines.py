@@ -336,13 +336,15 @@ def test_optimize_holds_vllm_decode_and_colocated_ranks_to_its_default_and_leave
 
 
 def test_the_vllm_export_states_the_requests_per_rank_the_plan_was_verified_at(disaggregated):
-    """The shipped P/D plan decodes on A100s: its manifest records vLLM's 256 and the script starts it."""
+    """The shipped P/D plan's manifest records vLLM's default for its decode GPU (256 on an A100, 1,024 on an
+    H100) and the script starts it."""
     decode = next(p for p in disaggregated["pools"] if p["phase"] == "decode")
-    assert decode["scheduling"]["max_running_requests"] == 256
+    default = {"a100-80gb": 256, "h100-80gb": 1024}[decode["gpu"]]
+    assert decode["scheduling"]["max_running_requests"] == default
     scripts = [shlex.split(text, comments=True) for name, text in export_manifest(disaggregated, "vllm").items()
                if name != "vllm/router.sh"]
     seqs = {tokens[tokens.index("--max-num-seqs") + 1] for tokens in scripts if "--max-num-seqs" in tokens}
-    assert seqs == {"256"} and sum("--max-num-seqs" in tokens for tokens in scripts) == decode["replicas"]
+    assert seqs == {str(default)} and sum("--max-num-seqs" in tokens for tokens in scripts) == decode["replicas"]
 
 
 # --- plans that keep the rules -------------------------------------------------------------------

@@ -27,7 +27,7 @@ from pdplan.sim.plan import (
     receiving_phases,
     resolve_pools,
 )
-from pdplan.vocabulary import RankRouter, Router
+from pdplan.vocabulary import FirstToken, RankRouter, Router
 from pdplan.workload import rescaled_arrivals
 
 # --- requests ------------------------------------------------------------------------------------
@@ -152,6 +152,9 @@ class Layout:
     #: :class:`pdplan.vocabulary.RankRouter`) instead of the rank with the fewest outstanding requests;
     #: empty: nowhere
     room_ranks: tuple[bool, ...] = ()
+    #: per instance, whether a decode instance hands a request its first token with the first step it runs in
+    #: (:attr:`pdplan.vocabulary.FirstToken.DECODE_STEP`) instead of when it joins; empty: nowhere
+    step_first: tuple[bool, ...] = ()
     #: Splitwise's borrowing: dedicated machines are lent to the other phase past the spill thresholds
     borrow: bool = False
     borrow_chunk_tokens: int = 0            #: a lent machine's chunked budget per iteration
@@ -183,6 +186,10 @@ class Layout:
         """Whether instance i prefills a prompt on the rank its bootstrap room names (room modulo DP)."""
         return bool(self.room_ranks) and self.room_ranks[i]
 
+    def first_token_with_step(self, i: int) -> bool:
+        """Whether decode instance i's first token for a handed-off request comes with the first step it runs in."""
+        return bool(self.step_first) and self.step_first[i]
+
     def receiver(self, i: int) -> int:
         """Instance i's column in the link matrices as a receiver of KV."""
         return self.receiver_slot[i] if self.receiver_slot else self.pool_slot[i]
@@ -205,8 +212,8 @@ class Layout:
 def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> Layout:
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
-    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running, receive, waits, balance, rooms = (
-        [] for _ in range(14))
+    labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running = ([] for _ in range(10))
+    receive, waits, balance, rooms, steps = ([] for _ in range(5))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -232,6 +239,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             receive.append(pool.recv_interval or 1)
             balance.append(pool.adp_balance)
             rooms.append(pool.rank_router == RankRouter.BOOTSTRAP_ROOM)
+            steps.append(pool.first_token == FirstToken.DECODE_STEP)
             waits.append((0, 0) if pool.batch_wait_timeout_iters is None else (
                 pool.batch_wait_timeout_iters, batch_wait_tokens(pool.batch_wait_max_tokens_ratio, pool.chunk_tokens)))
     pre = plan.pools_of("prefill")
@@ -268,6 +276,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
                   max_running=tuple(running), recv_interval=tuple(receive), batch_wait=tuple(waits),
                   adp_balance=tuple(balance), room_ranks=tuple(rooms) if any(rooms) else (),
+                  step_first=tuple(steps) if any(steps) else (),
                   borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
 

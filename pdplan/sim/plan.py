@@ -29,6 +29,7 @@ from pdplan.vocabulary import (
     AllToAll,
     CacheMedium,
     FailurePolicy,
+    FirstToken,
     MoeActivations,
     Phase,
     Policy,
@@ -51,6 +52,7 @@ SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
 ROUTERS = tuple(Router)
 RANK_ROUTERS = tuple(RankRouter)
+FIRST_TOKENS = tuple(FirstToken)
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
@@ -155,6 +157,8 @@ class Pool(InstanceShape):
     rank_router: str = RankRouter.SHORTEST_QUEUE
     #: attention DP with whole experts (EP = TP × DP): how tokens reach them (:class:`pdplan.vocabulary.AllToAll`)
     all_to_all: str = AllToAll.DISPATCH
+    #: decode: when a handed-off request's first token reaches its client (:class:`pdplan.vocabulary.FirstToken`)
+    first_token: str = FirstToken.HANDOFF
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -210,6 +214,11 @@ class Pool(InstanceShape):
         wrong = all_to_all_rejection(self.all_to_all, self.tp, self.dp, self.ep, self.redundant_experts)
         if wrong is not None:
             raise fail("all_to_all", f"all_to_all {wrong}")
+        if self.first_token not in FIRST_TOKENS:
+            raise fail("first_token", f"first_token must be one of {', '.join(FIRST_TOKENS)}")
+        if self.first_token != FirstToken.HANDOFF and self.phase != "decode":
+            raise fail("first_token", "first_token applies to decode pools (when their engine streams a handed-off "
+                                      "request's first token)")
 
     def _check_batch_wait(self, fail) -> None:
         iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio

@@ -4,8 +4,9 @@ Clocks (docs/design.md, "Clocks and units"):
 
 * TTFT = arrival → first token visible. Disaggregated: prefill queue + prefill + exposed
   transfer + decode admission delay; the first token is streamed by the decode instance once
-  the KV is published, so ``first_token_s`` is the decode admission time. Colocated: the end of
-  the iteration that completes the prompt.
+  the KV is published, so ``first_token_s`` is the decode admission time, or the end of the first
+  step the request runs in where the decode pool's ``first_token`` is ``decode-step``
+  (:func:`pdplan.engines.first_token`). Colocated: the end of the iteration that completes the prompt.
 * TPOT = (finish − first token) / (output − 1). A request with one output token has no TPOT
   (NaN in the records) and passes the TPOT clock; the summary counts such requests.
 * E2E = finish − arrival.

@@ -183,7 +183,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         fields.D_POLICY: [fields.POLICY_CHUNKED if m or layout.borrow else fields.POLICY_PREFILL_FIRST for m in mixed],
         fields.D_CHUNK: [layout.chunk_tokens[i] or layout.borrow_chunk_tokens * layout.borrow for i in dids],
         fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids], fields.D_MAX_RUN: _running_caps(layout, dids),
-        fields.D_HOME: homes, fields.D_HOST: [host.get(int(i), -1) for i in dids]})
+        fields.D_HOME: homes, fields.D_HOST: [host.get(int(i), -1) for i in dids],
+        fields.D_STEP_FIRST: [int(layout.first_token_with_step(i)) for i in dids]})
     dec_cols = int(np.searchsorted(col, n_dec))  # decode ranks' columns come first, then mixed machines'
     pi[fields.P_COL] = -1
     for k, i in enumerate(dids):

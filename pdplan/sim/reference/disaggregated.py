@@ -22,8 +22,9 @@ class DecodeInstance:
 
     epoch = 0  # its role epoch: a dedicated decode instance never gives up the decode role
 
-    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0):
-        self.env, self.profile, self.req, self.index = env, profile, req, index
+    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0, step_first: bool = False):
+        self.env, self.profile, self.req, self.rec, self.index = env, profile, req, rec, index
+        self.step_first = step_first  # a request's first token comes with the first step it runs in
         self.ranks = make_ranks(env, profile, req, rec, self, max_running)
         self.capacity = profile.kv_capacity_tokens   # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
@@ -40,13 +41,19 @@ class DecodeInstance:
             self.env.schedule(self.env.now, BOUNDARY, self._boundary)
 
     def _boundary(self) -> None:
+        joined = []
         for rank in self.ranks:
             while rank.waiting and rank.fits(rank.waiting[0]):
-                rank.admit(rank.waiting.popleft())
+                joined.append(rank.waiting.popleft())
+                rank.admit(joined[-1])
         self.stepping = any(rank.generated for rank in self.ranks)
         if self.stepping:
             dt = instance_step_s([(rank.step_s(), len(rank.generated), 0) for rank in self.ranks if rank.generated],
                          self.profile)
+            if self.step_first:  # their first token comes with this step (a one-token request finished on joining)
+                for r in joined:
+                    if self.req.output_tokens[r] > 1:
+                        self.rec.first_token_s[r] = self.env.now + dt
             self.env.schedule(self.env.now + dt, BOUNDARY, self._step_done, dt)
 
     def _step_done(self, dt: float) -> None:
@@ -100,7 +107,7 @@ class Disaggregated:
             host = self.pre[self.pids.index(i)] if layout.phases[i] == "prefill" else None
             return Lendable(*args, layout.borrow_chunk_tokens, layout.batch_tokens[i], layout.running_cap(i), host)
         if layout.phases[i] == "decode":
-            return DecodeInstance(*args, k, layout.running_cap(i))
+            return DecodeInstance(*args, k, layout.running_cap(i), layout.first_token_with_step(i))
         return MixedInstance(*args, "chunked", layout.chunk_tokens[i], layout.batch_tokens[i],
                               max_running=layout.running_cap(i))
 
