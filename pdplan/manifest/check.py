@@ -116,8 +116,16 @@ def _pools(manifest: dict) -> list[Violation]:
     model = _model(manifest)
     for i, p in enumerate(pools):
         found += pool_violations(f"pools[{i}]", p, model) + _prefix_cache_violations(f"pools[{i}]", p)
-        found += _prompt_budget_violations(f"pools[{i}]", p)
+        found += _prompt_budget_violations(f"pools[{i}]", p) + _first_token_violations(f"pools[{i}]", p)
     return found + _drafting(manifest, model) + _activations(manifest, model)
+
+
+def _first_token_violations(where: str, pool: dict) -> list[Violation]:
+    """When a pool hands a request its first token (``scheduling.first_token``), as the plan file admits it: stated
+    on decode pools only (:class:`pdplan.sim.plan.Pool`)."""
+    if "first_token" in pool["scheduling"] and pool["phase"] != "decode":
+        return [Violation(f"{where}.scheduling.first_token", f"applies to decode pools, not a {pool['phase']} pool")]
+    return []
 
 
 def _prompt_budget_violations(where: str, pool: dict) -> list[Violation]:
