@@ -259,7 +259,8 @@ def failing_phase(mode: str, checks: list[ObjectiveCheck], records: list[RunReco
     """The pool to strengthen after a miss. Colocated: its one pool. Disaggregated: the worst
     objective's clock; a TTFT miss points at prefill when queueing for prefill is most of the
     late requests' waiting, at decode when the KV transfer and the wait for decode admission are
-    (more decode instances bring more ingress links and more KV memory)."""
+    (more decode instances bring more ingress links and more KV memory). The first step a decode may take
+    before the first token (``first_step_s``) counts for neither: more decode instances do not remove it."""
     if mode == "colocated":
         return "colocated"
     worst = max(checks, key=lambda c: c.shortfall)

@@ -50,6 +50,7 @@ def test_a_decode_that_answers_after_its_step_hands_the_first_token_one_step_lat
     after the first take 8 steps: TPOT = 8 × 20 ms / 9."""
     result = one_request(FirstToken.DECODE_STEP, 10, engine)
     assert result["ttft_s"][0] == pytest.approx(PREFILL_S + TRANSFER_S + STEP_S)
+    assert (result["admission_wait_s"][0], result["first_step_s"][0]) == (0.0, pytest.approx(STEP_S))
     assert result["tpot_s"][0] == pytest.approx(8 * STEP_S / 9)
     assert result["finish_s"][0] == pytest.approx(PREFILL_S + TRANSFER_S + 9 * STEP_S)
 
@@ -59,6 +60,19 @@ def test_a_request_whose_prefill_token_is_its_only_one_finishes_when_it_joins_ei
     handed, stepped = (one_request(first, 1, engine) for first in FirstToken)
     assert stepped["first_token_s"][0] == stepped["finish_s"][0] == handed["finish_s"][0]
     assert stepped["ttft_s"][0] == pytest.approx(PREFILL_S + TRANSFER_S)
+
+
+def test_ttft_is_the_queue_the_prefill_the_exposed_transfer_the_admission_wait_and_the_first_step():
+    """Each request's TTFT is its parts, the admission wait the queue before it joins (more decode instances shorten
+    it), the first step apart (what a decode-step decode adds however many there are)."""
+    plan, profiles = constant_plan(FirstToken.DECODE_STEP)
+    r = simulate(random_trace(6, n=200, rate_rps=8.0), plan, profiles, model=MODEL)
+    parts = (r["prefill_queue_s"] + (r["prefill_end_s"] - r["prefill_start_s"]) + r["exposed_transfer_s"]
+             + r["admission_wait_s"] + r["first_step_s"])
+    np.testing.assert_allclose(r["ttft_s"], parts, atol=1e-9)
+    stepped = r["output_tokens"] > 1
+    np.testing.assert_allclose(r["first_step_s"][stepped], STEP_S, atol=1e-9)
+    assert np.all(r["first_step_s"][~stepped] == 0.0)
 
 
 @settings(max_examples=10, deadline=None)
@@ -74,8 +88,10 @@ def test_compiled_engine_matches_the_oracle_when_decodes_hand_first_tokens_with_
                 transfer_schedule=schedule)
     trace = random_trace(seed, n=120, rate_rps=10.0, hashes=hashes)
     profiles = {**PROFILES, decode4.key: decode4}
-    fast = simulate(trace, plan, profiles, model=MODEL)
-    assert_same(fast, simulate(trace, plan, profiles, model=MODEL, engine="reference"))
+    fast, oracle = (simulate(trace, plan, profiles, model=MODEL, engine=engine) for engine in ("fast", "reference"))
+    assert_same(fast, oracle)
+    for column in ("admission_wait_s", "first_step_s"):  # when each request joined its batch, apart from its token
+        np.testing.assert_allclose(fast[column], oracle[column], rtol=0, atol=1e-9, err_msg=column)
     stepping = np.isin(fast["decode_instance"], [2, 3, 5, 6]) & (fast["output_tokens"] > 1)  # da/0, da/1, dw/0, dw/1
     assert stepping.any() and np.all(fast["first_token_s"][stepping] > fast["transfer_end_s"][stepping])
 

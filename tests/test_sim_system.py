@@ -163,6 +163,7 @@ def test_ttft_is_prefill_queue_plus_prefill_plus_exposed_transfer_plus_admission
     parts = (r["prefill_queue_s"] + (r["prefill_end_s"] - r["prefill_start_s"]) + r["exposed_transfer_s"]
              + r["admission_wait_s"])
     np.testing.assert_allclose(r["ttft_s"], parts, atol=1e-9)
+    assert np.all(r["first_step_s"] == 0.0)  # a decode that hands the prefill's token over takes no step first
 
 
 def test_a_slow_link_shows_exposed_transfer_and_lowers_ttft_attainment():

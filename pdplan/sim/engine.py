@@ -134,7 +134,8 @@ class MissStop:
 
 
 #: The per-request times a stopped run forgets from its stop on (the stopping arrival's instant).
-_TIMES = ("prefill_start_s", "prefill_end_s", "transfer_start_s", "transfer_end_s", "first_token_s", "finish_s")
+_TIMES = ("prefill_start_s", "prefill_end_s", "transfer_start_s", "transfer_end_s", "first_token_s", "finish_s",
+          "join_s")
 
 
 def _result(layout: Layout, requests: Requests, raw, busy, links, events, *, seed: int,

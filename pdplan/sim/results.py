@@ -3,14 +3,17 @@
 Clocks (docs/design.md, "Clocks and units"):
 
 * TTFT = arrival → first token visible. Disaggregated: prefill queue + prefill + exposed
-  transfer + decode admission delay; the first token is streamed by the decode instance once
-  the KV is published, so ``first_token_s`` is the decode admission time, or the end of the first
-  step the request runs in where the decode pool's ``first_token`` is ``decode-step``
-  (:func:`pdplan.engines.first_token`). Colocated: the end of the iteration that completes the prompt.
+  transfer + decode admission wait + first step; the first token is streamed by the decode instance
+  once the KV is published, so ``first_token_s`` is the decode admission time (``first_step_s`` 0), or
+  the end of the first step the request runs in where the decode pool's ``first_token`` is
+  ``decode-step`` (:func:`pdplan.engines.first_token`; ``first_step_s`` that step). Colocated: the end
+  of the iteration that completes the prompt.
 * TPOT = (finish − first token) / (output − 1). A request with one output token has no TPOT
   (NaN in the records) and passes the TPOT clock; the summary counts such requests.
 * E2E = finish − arrival.
 * Exposed transfer = KV fully visible at decode − prefill end (0 would mean fully hidden).
+* Admission wait = joining the decode batch − KV fully visible: the queue a decode adds, which
+  more decode instances shorten (``verify.failing_phase`` reads it); the first step is apart.
 
 Single-instance runs fill the columns they can: a prefill instance alone has no decode, so its
 ``ttft_s`` is prefill end − arrival (queue + prefill, its TTFT contribution) and TPOT is not
@@ -35,7 +38,7 @@ COLUMNS = (
     "prefill_instance", "prefill_start_s", "prefill_end_s",
     "decode_instance", "transfer_start_s", "transfer_end_s", "transfer_bytes",
     "first_token_s", "finish_s",
-    "ttft_s", "tpot_s", "e2e_s", "prefill_queue_s", "exposed_transfer_s", "admission_wait_s",
+    "ttft_s", "tpot_s", "e2e_s", "prefill_queue_s", "exposed_transfer_s", "admission_wait_s", "first_step_s",
     "preemptions", "rejected", "transfer_failures", "prefill_cached_tokens", "prefill_loaded_tokens",
     "rejected_early", "handoffs_refused",
 )
@@ -238,6 +241,7 @@ def derive_columns(mode: str, raw: dict[str, np.ndarray]) -> dict[str, np.ndarra
     c = dict(raw)
     arrival = c["arrival_s"]
     first, finish = c["first_token_s"], c["finish_s"]
+    join = c.pop("join_s", first)
     output = c["output_tokens"]
     with np.errstate(invalid="ignore", divide="ignore"):
         if mode == "prefill":
@@ -249,11 +253,12 @@ def derive_columns(mode: str, raw: dict[str, np.ndarray]) -> dict[str, np.ndarra
         c["prefill_queue_s"] = c["prefill_start_s"] - arrival
         c["exposed_transfer_s"] = c["transfer_end_s"] - c["prefill_end_s"]
         if mode == "disaggregated":
-            c["admission_wait_s"] = first - c["transfer_end_s"]
+            c["admission_wait_s"] = join - c["transfer_end_s"]
         elif mode == "decode":
-            c["admission_wait_s"] = first - arrival
+            c["admission_wait_s"] = join - arrival
         else:
             c["admission_wait_s"] = np.full(arrival.size, np.nan)
+        c["first_step_s"] = first - join if mode in ("disaggregated", "decode") else np.full(arrival.size, np.nan)
     for name in ("preemptions", "prefill_cached_tokens", "prefill_loaded_tokens", "handoffs_refused"):
         c.setdefault(name, np.zeros(arrival.size, np.int64))
     c.setdefault("rejected_early", np.zeros(arrival.size, bool))

@@ -60,6 +60,7 @@ from pdplan.sim.fast.fields import (
     STARTING,
     T_FINISH,
     T_FIRST,
+    T_JOIN,
 )
 from pdplan.sim.fast.latency import instance_run_s, instance_steps_to_reach
 
@@ -108,7 +109,7 @@ def _delete_min(rq, root):
 @njit(cache=True)
 def activate(rq, rt, di, i, r, t, cl):
     """Request r joins rank i's batch with its first token out at t (its KV reserved by the caller)."""
-    rt[T_FIRST, r] = t
+    rt[T_FIRST, r] = rt[T_JOIN, r] = t
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     if rq[R_OUTPUT, r] == 1:  # the prefill's token was the only one
         rt[T_FINISH, r] = t
@@ -324,7 +325,7 @@ def _first_tokens_with_step(rq, rt, di, tab_i, pieces, d, t, joined):
     """The requests that joined instance d's ranks at t get their first token with the first step they run in:
     its end, the step of the batches they joined (a request whose prefill's token was its only one finished at t).
     Each rank's joiners are the chain its waiting queue linked them in (W_NEXT), from ``joined``'s first on."""
-    step = instance_run_s(tab_i, pieces, di, d, 1) if any_decoding(di, d) else 0.0
+    step = instance_run_s(tab_i, pieces, di, d, np.int64(1)) if any_decoding(di, d) else 0.0
     for k in range(joined.shape[1]):
         r = joined[0, k]
         for _ in range(joined[1, k]):

@@ -266,5 +266,6 @@ def _raw(requests: Requests, rejected, rq, rt, prefill_instance, decode_instance
         "prefill_start_s": rt[fields.T_P_START], "prefill_end_s": rt[fields.T_P_END],
         "transfer_start_s": rt[fields.T_X_START], "transfer_end_s": rt[fields.T_X_END],
         "transfer_bytes": rq[fields.R_XBYTES].copy(), "first_token_s": rt[fields.T_FIRST],
+        "join_s": rt[fields.T_JOIN],
         "finish_s": rt[fields.T_FINISH],
     }

@@ -164,6 +164,7 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         "prefill_start_s": rec.prefill_start_s, "prefill_end_s": rec.prefill_end_s,
         "transfer_start_s": rec.transfer_start_s, "transfer_end_s": rec.transfer_end_s,
         "transfer_bytes": rec.transfer_bytes, "first_token_s": rec.first_token_s,
+        "join_s": rec.join_s,
         "finish_s": rec.finish_s,
     }
     raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = cached, loaded

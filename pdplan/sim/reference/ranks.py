@@ -23,6 +23,7 @@ class Records:
         self.transfer_start_s, self.transfer_end_s = nan(), nan()
         self.transfer_bytes = np.zeros(n, np.int64)
         self.first_token_s, self.finish_s = nan(), nan()
+        self.join_s = nan()  # when it joined its decode batch
         self.arrival_s = nan()
         self.released = lambda: None  # a request left the system (the closed loop's hook)
 
@@ -57,7 +58,7 @@ class Rank:
         """r's first token is out now; it decodes the rest here (memory reserved up front)."""
         self.reserved += self.need(r)
         self.running += 1
-        self.rec.first_token_s[r] = self.env.now
+        self.rec.first_token_s[r] = self.rec.join_s[r] = self.env.now
         self.generated[r] = 1
         if self.req.output_tokens[r] == 1:
             self._finish(r)
