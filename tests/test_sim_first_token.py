@@ -73,6 +73,7 @@ def test_ttft_is_the_queue_the_prefill_the_exposed_transfer_the_admission_wait_a
     stepped = r["output_tokens"] > 1
     np.testing.assert_allclose(r["first_step_s"][stepped], STEP_S, atol=1e-9)
     assert np.all(r["first_step_s"][~stepped] == 0.0)
+    assert r.summary()["first_step_s_mean"] == pytest.approx(STEP_S * stepped.mean())
 
 
 @settings(max_examples=10, deadline=None)
@@ -131,3 +132,13 @@ def test_a_pool_other_than_decode_refuses_a_first_token_with_a_step_naming_its_f
     with pytest.raises(PdplanError, match="applies to decode pools") as refused:
         pool("p", "prefill", first_token=FirstToken.DECODE_STEP)
     assert refused.value.field == "first_token"
+
+
+@pytest.mark.parametrize("first", list(FirstToken))
+def test_simulate_says_the_mean_step_a_decode_took_before_first_tokens_only_when_it_took_one(run_cli, tmp_path, first):
+    plan = (ROOT / "examples" / "plan_disagg.yaml").read_text()
+    decode = plan.index("phase: decode")
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan[:decode] + f"first_token: {first}\n    " + plan[decode:])
+    code, out, _ = run_cli("simulate", ROOT / "traces" / "chat_poisson_2k.csv", "--plan", path)
+    assert code == 0 and ("decode step before the first token" in out) == (first == FirstToken.DECODE_STEP)

@@ -164,6 +164,7 @@ def test_ttft_is_prefill_queue_plus_prefill_plus_exposed_transfer_plus_admission
              + r["admission_wait_s"])
     np.testing.assert_allclose(r["ttft_s"], parts, atol=1e-9)
     assert np.all(r["first_step_s"] == 0.0)  # a decode that hands the prefill's token over takes no step first
+    assert "first_step_s_mean" not in r.summary()
 
 
 def test_a_slow_link_shows_exposed_transfer_and_lowers_ttft_attainment():

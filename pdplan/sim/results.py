@@ -137,6 +137,7 @@ class SimResult:
              "utilization": {"instances": {label: fraction}, "links": {label: fraction}},
              "transfer": {"transfers", "bytes_total", "exposed_s_mean", "exposed_s_p99"},
              "admission_wait_s_mean", "preemptions", "events", "events_per_request",
+             "first_step_s_mean",                           # only when a decode took a step before first tokens
              "mixed": {"whole_requests", "decodes", "share"},   # only with a mixed pool
              "borrowing": {"whole_requests_on_decode", "whole_requests_on_prefill", "decodes_on_prefill",
                            "handoffs_refused"},
@@ -190,10 +191,18 @@ class SimResult:
             "preemptions": int(c["preemptions"].sum()),
             "events": self.events,
             "events_per_request": self.events / n if n else None,
+            **self._first_step(),
             **self._mixed(),
             **self._borrowing(),
             **self._prefix_cache(),
         }
+
+    def _first_step(self) -> dict:
+        """The mean first step decode-step decodes took before a request's first token (``first_step_s``), over
+        the requests that joined a decode batch; nothing when none took one."""
+        step = self.columns["first_step_s"]
+        joined = step[np.isfinite(step)]
+        return {"first_step_s_mean": _clean(joined.mean())} if joined.size and joined.max() > 0 else {}
 
     def _prefix_cache(self) -> dict:
         """Prompt tokens the prefill instances' prefix caches held (not computed), those loaded from
