@@ -25,6 +25,7 @@ from pdplan.sim.fast.fields import (
     D_B,
     D_CAP,
     D_DP,
+    D_JOIN_HEAD,
     D_LEAD,
     D_LOAD,
     D_MAX_RUN,
@@ -304,43 +305,33 @@ def decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
     rank (FIFO, while its prompt + output tokens fit the rank's KV not reserved), and the next
     stretch is planned."""
     advance(rq, rt, di, df, d, t, k, cl)
-    dp = di[D_DP, d]
-    joined = np.zeros((2, dp), np.int64)  # per rank: the first request that joins here, and how many
-    for i in range(d, d + dp):
+    for i in range(d, d + di[D_DP, d]):
+        di[D_JOIN_HEAD, i] = di[D_W_HEAD, i]
         r = take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL))
-        if r >= 0:
-            joined[0, i - d] = r
         while r >= 0:
             activate(rq, rt, di, i, r, t, cl)
-            joined[1, i - d] += 1
             r = take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL))
-    if di[D_STEP_FIRST, d] and joined[1].sum():
-        _first_tokens_with_step(rq, rt, di, tab_i, pieces, d, t, joined)
+    if di[D_STEP_FIRST, d]:
+        _first_tokens_with_step(rq, rt, di, tab_i, pieces, d, t)
     di[D_VERSION, d] += 1
     run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
 
 
 @njit(cache=True)
-def _first_tokens_with_step(rq, rt, di, tab_i, pieces, d, t, joined):
+def _first_tokens_with_step(rq, rt, di, tab_i, pieces, d, t):
     """The requests that joined instance d's ranks at t get their first token with the first step they run in:
-    its end, the step of the batches they joined (a request whose prefill's token was its only one finished at t).
-    Each rank's joiners are the chain its waiting queue linked them in (W_NEXT), from ``joined``'s first on."""
-    step = instance_run_s(tab_i, pieces, di, d, np.int64(1)) if any_decoding(di, d) else 0.0
-    for k in range(joined.shape[1]):
-        r = joined[0, k]
-        for _ in range(joined[1, k]):
+    its end, the step of the batches they joined (a request whose prefill's token was its only one finished at t,
+    leaving no batch to step if it was alone). Each rank's joiners run along its waiting queue's links (W_NEXT)
+    from its head before the joins (JOIN_HEAD) to its head after them."""
+    step = -1.0
+    for i in range(d, d + di[D_DP, d]):
+        r = di[D_JOIN_HEAD, i]
+        while r >= 0 and r != di[D_W_HEAD, i]:
             if rq[R_OUTPUT, r] > 1:
+                if step < 0:
+                    step = instance_run_s(tab_i, pieces, di, d, np.int64(1))
                 rt[T_FIRST, r] = t + step
             r = rq[R_W_NEXT, r]
-
-
-@njit(cache=True, inline="always")
-def any_decoding(di, d):
-    """Whether a rank of instance d has a batch to step."""
-    for i in range(d, d + di[D_DP, d]):
-        if di[D_B, i] > 0:
-            return True
-    return False
 
 
 @njit(cache=True)

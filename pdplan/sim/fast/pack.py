@@ -75,7 +75,7 @@ def _instance_state(profiles: list[PhaseProfile], table: LatencyTable, per_insta
     di = np.zeros((fields.DI_FIELDS, inst.size), np.int64)
     for row in (fields.D_ROOT, fields.D_W_HEAD, fields.D_W_TAIL, fields.D_PF_HEAD, fields.D_PF_TAIL,
                 fields.D_IT_FIRST, fields.D_LRU_HEAD, fields.D_LRU_TAIL, fields.D_K_HEAD, fields.D_K_TAIL,
-                fields.D_U_HEAD, fields.D_U_TAIL, fields.D_WAIT_J, fields.D_ADP_K):
+                fields.D_U_HEAD, fields.D_U_TAIL, fields.D_WAIT_J, fields.D_ADP_K, fields.D_JOIN_HEAD):
         di[row] = -1
     rows = {fields.D_CAP: [p.kv_capacity_tokens for p in profiles],
             fields.D_MODEL: [table.index(p.decode) for p in profiles],
