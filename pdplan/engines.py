@@ -21,7 +21,7 @@ from typing import Iterable, Protocol
 from pdplan.experts import all_to_all_rejection
 from pdplan.hardware import GIB, GPU
 from pdplan.shape import InstanceShape
-from pdplan.vocabulary import AllToAll, FirstToken, RankRouter
+from pdplan.vocabulary import AllToAll, Handoff, RankRouter
 
 #: The engine each export format starts: Dynamo's, llm-d's and the Kubernetes pods run vLLM.
 FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d": "vllm", "k8s": "vllm"}
@@ -46,22 +46,26 @@ def rank_router(engine: str, phase: str, dp: int) -> RankRouter:
     return RankRouter.SHORTEST_QUEUE
 
 
-def first_token(engine: str | None, phase: str) -> FirstToken:
-    """When an instance of ``phase`` under ``engine`` hands a disaggregated request's first token to its client: a
-    decode instance as its engine does (below), any other as pdplan always has, at the handoff (a prefill instance
-    hands none, and a colocated one samples it in its own prompt iteration).
+def handoff(engine: str | None, phase: str) -> Handoff:
+    """How an instance of ``phase`` under ``engine`` takes a prefilled request: a decode instance as its engine does
+    (below), any other by push, as pdplan always has (only a decode instance takes a handoff the engines make).
 
-    SGLang's decode streams the token the prefill sampled, which arrives with the KV, in the prebuilt batch the request
-    joins once its KV has landed (``process_prebuilt`` in ``python/sglang/srt/disaggregation/decode.py``): no decode
-    step first. TensorRT-LLM's generation server adds the context's token to the request in the iteration that finds
-    its KV complete, runs that iteration's forward and answers after it, both tokens in one response
-    (``PyExecutor._prepare_disagg_gen_transmission_complete``, ``tensorrt_llm/_torch/pyexecutor/py_executor.py``).
-    vLLM's decode recomputes the prompt's last token to sample its first: once the KV connector has loaded the whole
-    prompt, ``Scheduler._update_waiting_for_remote_kv`` sets its computed tokens back to the prompt less one
-    (``vllm/v1/core/sched/scheduler.py``). Dynamo's frontend keeps only the prefill's handoff parameters, not its token
-    (``PrefillRouter`` in ``lib/llm/src/kv_router/prefill_router.rs``), so both stream from the decode's first step.
-    A plan made for no named engine keeps SGLang's handoff, what pdplan simulated before."""
-    return FirstToken.DECODE_STEP if phase == "decode" and engine in ("trtllm", "vllm") else FirstToken.HANDOFF
+    Push, SGLang's: the prefill sends the KV once its forward ends, to where the decode said when it took the request
+    in (the bootstrap handshake), and the decode streams the token the prefill sampled, which comes with the KV, in the
+    prebuilt batch the request joins once its KV has landed (``process_prebuilt`` in
+    ``python/sglang/srt/disaggregation/decode.py``): no decode step first.
+
+    Pull, TensorRT-LLM's and vLLM's: the decode learns of the request only once its prefill is done (Dynamo's frontend
+    keeps the prefill's handoff parameters, not its token: ``PrefillRouter`` in
+    ``lib/llm/src/kv_router/prefill_router.rs``) and starts reading its KV in the iteration that takes it in.
+    TensorRT-LLM's generation server asks for the KV in ``PyExecutor._prepare_disagg_gen_init``, adds the context's
+    token in the iteration that finds the KV complete, runs that iteration's forward and answers after it, both tokens
+    in one response (``_prepare_disagg_gen_transmission_complete``, ``tensorrt_llm/_torch/pyexecutor/py_executor.py``).
+    vLLM's scheduler gives the KV connector the request to load in the step that schedules it, and once the whole
+    prompt has loaded sets its computed tokens back to the prompt less one (``Scheduler._update_waiting_for_remote_kv``,
+    ``vllm/v1/core/sched/scheduler.py``): the decode recomputes the last prompt token to sample the first.
+    A plan made for no named engine keeps push, what pdplan simulated before."""
+    return Handoff.PULL if phase == "decode" and engine in ("trtllm", "vllm") else Handoff.PUSH
 
 
 def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_node: int, *, fabric: bool = False) -> AllToAll:

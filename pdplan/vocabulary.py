@@ -190,10 +190,11 @@ class RankRouter(StrEnum):
     BOOTSTRAP_ROOM = "bootstrap-room"
 
 
-class FirstToken(StrEnum):
-    """When a disaggregated request's first token reaches its client, as the decode engine takes the handoff: once
-    its KV has landed and it joins the decode batch, the decode streaming the token the prefill sampled (SGLang), or
-    with the first decode step it runs in (TensorRT-LLM and vLLM, :func:`pdplan.engines.first_token`)."""
+class Handoff(StrEnum):
+    """How a decode engine takes a prefilled request (:func:`pdplan.engines.handoff`). Push (SGLang): the prefill sends
+    the KV as soon as its prefill ends, and the decode streams the token the prefill sampled when the request joins
+    its batch. Pull (TensorRT-LLM, vLLM): the decode starts reading the KV in the iteration that takes the request in,
+    and its first token comes with the first decode step the request runs in."""
 
-    HANDOFF = "handoff"
-    DECODE_STEP = "decode-step"
+    PUSH = "push"
+    PULL = "pull"

@@ -17,7 +17,7 @@ from pdplan.manifest.check import check_manifest
 from pdplan.manifest.document import content_hash, schema_errors, seal, section_hashes
 from pdplan.manifest.plan import read_plan
 from pdplan.sim.plan import CacheTier
-from pdplan.vocabulary import FirstToken, Router
+from pdplan.vocabulary import Handoff, Router
 
 TIER = CacheTier(medium="host", blocks=65536, bandwidth_bytes_per_s=50 * GB)
 
@@ -62,14 +62,14 @@ def test_a_least_loaded_plan_writes_no_router_and_a_pool_without_a_tier_writes_n
 
 def test_a_pools_settings_are_written_only_when_set(old_plan):
     """As before the prefix cache was recorded: the manifest of an unchanged plan carries the same fields, and a
-    decode pool's first token only when it comes with a decode step (vLLM's, this plan's engine)."""
+    decode pool's handoff only when it pulls (vLLM's, this plan's engine)."""
     for pool in old_plan.pools:
-        stepped = {"first_token": "decode-step"} if pool.first_token == FirstToken.DECODE_STEP else {}
+        pulled = {"handoff": "pull"} if pool.handoff == Handoff.PULL else {}
         assert scheduling(old_plan)[pool.name] == {
             k: getattr(pool, k) for k in ("policy", "chunk_tokens", "max_prefill_batch_tokens", "max_running_requests",
                                           "prefix_cache_blocks")
-            if getattr(pool, k) is not None} | stepped
-    assert [p.first_token for p in old_plan.pools if p.phase == "decode"] == [FirstToken.DECODE_STEP]
+            if getattr(pool, k) is not None} | pulled
+    assert [p.handoff for p in old_plan.pools if p.phase == "decode"] == [Handoff.PULL]
 
 
 def planned_with(old_plan, router: str, tier: CacheTier | None, prefill_blocks: int | None = None):
@@ -154,11 +154,11 @@ def test_validate_names_a_tier_on_a_decode_pool(disaggregated):
     assert [v.field for v in check_manifest(seal(manifest))] == [f"pools[{i}].scheduling.cache_tier"]
 
 
-def test_validate_names_a_first_token_on_a_prefill_pool(disaggregated):
+def test_validate_names_a_handoff_on_a_prefill_pool(disaggregated):
     manifest = copy.deepcopy(disaggregated)
     i = prefill_index(manifest)
-    manifest["pools"][i]["scheduling"]["first_token"] = "decode-step"
-    assert [v.field for v in check_manifest(seal(manifest))] == [f"pools[{i}].scheduling.first_token"]
+    manifest["pools"][i]["scheduling"]["handoff"] = "pull"
+    assert [v.field for v in check_manifest(seal(manifest))] == [f"pools[{i}].scheduling.handoff"]
 
 
 def test_a_prefix_cache_on_a_colocated_pool_validates(colocated):

@@ -121,10 +121,10 @@ def _pools(manifest: dict) -> list[Violation]:
 
 
 def _first_token_violations(where: str, pool: dict) -> list[Violation]:
-    """When a pool hands a request its first token (``scheduling.first_token``), as the plan file admits it: stated
-    on decode pools only (:class:`pdplan.sim.plan.Pool`)."""
-    if "first_token" in pool["scheduling"] and pool["phase"] != "decode":
-        return [Violation(f"{where}.scheduling.first_token", f"applies to decode pools, not a {pool['phase']} pool")]
+    """How a pool takes a prefilled request (``scheduling.handoff``), as the plan file admits it: stated on decode
+    pools only (:class:`pdplan.sim.plan.Pool`)."""
+    if "handoff" in pool["scheduling"] and pool["phase"] != "decode":
+        return [Violation(f"{where}.scheduling.handoff", f"applies to decode pools, not a {pool['phase']} pool")]
     return []
 
 

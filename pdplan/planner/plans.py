@@ -6,14 +6,14 @@ import json
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from pdplan.engines import DEFAULT_ENGINE, first_token, rank_router
+from pdplan.engines import DEFAULT_ENGINE, handoff, rank_router
 from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
 from pdplan.sim import Link, Plan, Pool
 from pdplan.sim.plan import lendable
 from pdplan.sim.planfile import plan_to_dict
-from pdplan.vocabulary import FirstToken, RankRouter
+from pdplan.vocabulary import Handoff, RankRouter
 
 #: KV link setup cost per transfer (RDMA registration and signalling), an assumption.
 LINK_SETUP_S = 0.5e-3
@@ -42,8 +42,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
     decodes (decode and mixed), with the transfer failures and router hop the plan must survive,
     the spill thresholds of a mixed pool (or of borrowing, ``borrow``: its lent machines' handoffs then
     take the plan's default link, :func:`lent_link`), the prefill router, how a prefill instance with attention
-    DP puts a prompt on a rank under ``engine`` (:func:`pdplan.engines.rank_router`), when a decode instance hands
-    a request its first token (:func:`pdplan.engines.first_token`) and the early-rejection threshold."""
+    DP puts a prompt on a rank under ``engine`` (:func:`pdplan.engines.rank_router`), how a decode instance takes a
+    prefilled request (:func:`pdplan.engines.handoff`) and the early-rejection threshold."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(),
                                  key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp, kv[0].dp, kv[0].ep)):
@@ -52,8 +52,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
         ranks = rank_router(engine, cand.phase, cand.dp)
         if ranks != RankRouter.SHORTEST_QUEUE:
             extra = {"rank_router": ranks}
-        if first_token(engine, cand.phase) != FirstToken.HANDOFF:
-            extra = {"first_token": first_token(engine, cand.phase)}
+        if handoff(engine, cand.phase) != Handoff.PUSH:
+            extra = {"handoff": handoff(engine, cand.phase)}
         pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,
                     dp=cand.dp, ep=cand.ep, all_to_all=cand.all_to_all, max_running_requests=cand.max_running_requests,
                     replicas=replicas, **extra)

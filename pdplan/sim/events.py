@@ -10,6 +10,8 @@ part of the model, not an implementation detail:
 * KV landing at t is queued at its decode instance before that instance's step boundary at t,
   so a request whose KV becomes visible exactly at a boundary joins it; routing at t sees the
   loads before the finishes at t;
+* a prefilled request reaching a decode instance that pulls its KV at t does so before that
+  instance's boundary at t, so the boundary at t is the iteration that takes it in;
 * a failed transfer found out at t goes back to the prefill pool last.
 
 The compiled engine (:mod:`pdplan.sim.fast`, numba) reads these integers as compile-time
@@ -20,5 +22,6 @@ ARRIVAL = 0           #: a request reaches the router
 PREFILL_DONE = 1      #: a prefill batch has passed its last stage
 PREFILL_FREE = 2      #: a prefill instance's first stage can take the next batch
 KV_VISIBLE = 3        #: a request's KV has landed at its decode instance (and the router handed it on)
-BOUNDARY = 4          #: a decode step, colocated iteration or planned stretch ends (or idle work starts)
-TRANSFER_FAILED = 5   #: a KV transfer attempt landed broken (recompute: prefill again)
+PULL = 4              #: a prefilled request reaches a decode instance that pulls its KV (`Handoff.PULL`)
+BOUNDARY = 5          #: a decode step, colocated iteration or planned stretch ends (or idle work starts)
+TRANSFER_FAILED = 6   #: a KV transfer attempt landed broken (recompute: prefill again)

@@ -27,7 +27,7 @@ from pdplan.sim.plan import (
     receiving_phases,
     resolve_pools,
 )
-from pdplan.vocabulary import FirstToken, RankRouter, Router
+from pdplan.vocabulary import Handoff, RankRouter, Router
 from pdplan.workload import rescaled_arrivals
 
 # --- requests ------------------------------------------------------------------------------------
@@ -152,9 +152,10 @@ class Layout:
     #: :class:`pdplan.vocabulary.RankRouter`) instead of the rank with the fewest outstanding requests;
     #: empty: nowhere
     room_ranks: tuple[bool, ...] = ()
-    #: per instance, whether a decode instance hands a request its first token with the first step it runs in
-    #: (:attr:`pdplan.vocabulary.FirstToken.DECODE_STEP`) instead of when it joins; empty: nowhere
-    step_first: tuple[bool, ...] = ()
+    #: per instance, whether a decode instance pulls its requests' KV (:attr:`pdplan.vocabulary.Handoff.PULL`: it reads
+    #: the KV from the iteration that takes a request in, and hands the first token with the first step the request
+    #: runs in) instead of having it pushed; empty: nowhere
+    pull: tuple[bool, ...] = ()
     #: Splitwise's borrowing: dedicated machines are lent to the other phase past the spill thresholds
     borrow: bool = False
     borrow_chunk_tokens: int = 0            #: a lent machine's chunked budget per iteration
@@ -186,9 +187,9 @@ class Layout:
         """Whether instance i prefills a prompt on the rank its bootstrap room names (room modulo DP)."""
         return bool(self.room_ranks) and self.room_ranks[i]
 
-    def first_token_with_step(self, i: int) -> bool:
-        """Whether decode instance i's first token for a handed-off request comes with the first step it runs in."""
-        return bool(self.step_first) and self.step_first[i]
+    def pulls(self, i: int) -> bool:
+        """Whether decode instance i pulls its requests' KV (:attr:`pull`)."""
+        return bool(self.pull) and self.pull[i]
 
     def receiver(self, i: int) -> int:
         """Instance i's column in the link matrices as a receiver of KV."""
@@ -213,7 +214,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
     labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running = ([] for _ in range(10))
-    receive, waits, balance, rooms, steps = ([] for _ in range(5))
+    receive, waits, balance, rooms, pulls = ([] for _ in range(5))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -239,7 +240,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             receive.append(pool.recv_interval or 1)
             balance.append(pool.adp_balance)
             rooms.append(pool.rank_router == RankRouter.BOOTSTRAP_ROOM)
-            steps.append(pool.first_token == FirstToken.DECODE_STEP)
+            pulls.append(pool.handoff == Handoff.PULL)
             waits.append((0, 0) if pool.batch_wait_timeout_iters is None else (
                 pool.batch_wait_timeout_iters, batch_wait_tokens(pool.batch_wait_max_tokens_ratio, pool.chunk_tokens)))
     pre = plan.pools_of("prefill")
@@ -276,7 +277,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
                   max_running=tuple(running), recv_interval=tuple(receive), batch_wait=tuple(waits),
                   adp_balance=tuple(balance), room_ranks=tuple(rooms) if any(rooms) else (),
-                  step_first=tuple(steps) if any(steps) else (),
+                  pull=tuple(pulls) if any(pulls) else (),
                   borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
 

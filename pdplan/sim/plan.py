@@ -29,7 +29,7 @@ from pdplan.vocabulary import (
     AllToAll,
     CacheMedium,
     FailurePolicy,
-    FirstToken,
+    Handoff,
     MoeActivations,
     Phase,
     Policy,
@@ -52,7 +52,7 @@ SCHEDULES = tuple(TransferSchedule)
 FAILURE_POLICIES = tuple(FailurePolicy)
 ROUTERS = tuple(Router)
 RANK_ROUTERS = tuple(RankRouter)
-FIRST_TOKENS = tuple(FirstToken)
+HANDOFFS = tuple(Handoff)
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
@@ -157,8 +157,8 @@ class Pool(InstanceShape):
     rank_router: str = RankRouter.SHORTEST_QUEUE
     #: attention DP with whole experts (EP = TP × DP): how tokens reach them (:class:`pdplan.vocabulary.AllToAll`)
     all_to_all: str = AllToAll.DISPATCH
-    #: decode: when a handed-off request's first token reaches its client (:class:`pdplan.vocabulary.FirstToken`)
-    first_token: str = FirstToken.HANDOFF
+    #: decode: how its engine takes a prefilled request, push or pull (:class:`pdplan.vocabulary.Handoff`)
+    handoff: str = Handoff.PUSH
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -214,11 +214,10 @@ class Pool(InstanceShape):
         wrong = all_to_all_rejection(self.all_to_all, self.tp, self.dp, self.ep, self.redundant_experts)
         if wrong is not None:
             raise fail("all_to_all", f"all_to_all {wrong}")
-        if self.first_token not in FIRST_TOKENS:
-            raise fail("first_token", f"first_token must be one of {', '.join(FIRST_TOKENS)}")
-        if self.first_token != FirstToken.HANDOFF and self.phase != "decode":
-            raise fail("first_token", "first_token applies to decode pools (when their engine streams a handed-off "
-                                      "request's first token)")
+        if self.handoff not in HANDOFFS:
+            raise fail("handoff", f"handoff must be one of {', '.join(HANDOFFS)}")
+        if self.handoff != Handoff.PUSH and self.phase != "decode":
+            raise fail("handoff", "handoff applies to decode pools (how their engine takes a prefilled request)")
 
     def _check_batch_wait(self, fail) -> None:
         iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio

@@ -84,11 +84,12 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         replicas: 2
         prefix_cache_blocks: 4096  # optional: LRU of prefix blocks seen (a block held is not
                                    # sent); default kv_capacity_tokens // block_tokens; 0: off
-        first_token: decode-step   # optional, decode: when a handed-off request's first token
-                                   # reaches its client: handoff (the decode streams the prefill's
-                                   # token once the KV has landed and it joins a batch: SGLang;
-                                   # default) or decode-step (with the first decode step it runs
-                                   # in: TensorRT-LLM, vLLM)
+        handoff: pull              # optional, decode: how its engine takes a prefilled request:
+                                   # push (the prefill sends the KV once its prefill ends, and the
+                                   # decode streams the prefill's token when the request joins a
+                                   # batch: SGLang; default) or pull (the decode reads the KV from
+                                   # the iteration that takes the request in, and its first token
+                                   # comes with the first step it runs in: TensorRT-LLM, vLLM)
       # colocated pools add:  policy: prefill-first | chunked;  chunk_tokens: 512 (chunked only)
       # mixed pools (Splitwise's: machines that take both phases in a disaggregated plan) add
       # policy: chunked and chunk_tokens, and the plan may say when work spills to them:
@@ -139,7 +140,7 @@ from pdplan.sim.plan import (
     Pool,
     receiving_phases,
 )
-from pdplan.vocabulary import AllToAll, CacheMedium, FirstToken, MoeActivations, RankRouter, Router
+from pdplan.vocabulary import AllToAll, CacheMedium, Handoff, MoeActivations, RankRouter, Router
 
 FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
@@ -165,7 +166,7 @@ _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redund
                 "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests",
                 "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
                 "attention_dp_timeout_iters", "attention_dp_batching_wait_iters", "rank_router", "all_to_all",
-                "first_token"}
+                "handoff"}
 _TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -221,7 +222,7 @@ def _pool(spec: Fields) -> Pool:
                 if spec.has("max_running_requests") else None,
                 recv_interval=_recv_interval(spec, phase, dp), **_batch_wait(spec, phase, policy, dp),
                 **_adp_balance(spec, phase, policy, dp), rank_router=_rank_router(spec, phase, dp),
-                first_token=_first_token(spec, phase))
+                handoff=_handoff(spec, phase))
 
 
 def _all_to_all(spec: Fields, tp: int, dp: int, ep: int, redundant_experts: int) -> str:
@@ -241,12 +242,12 @@ def _rank_router(spec: Fields, phase: str, dp: int) -> str:
     return spec.string("rank_router", choices=list(RankRouter))
 
 
-def _first_token(spec: Fields, phase: str) -> str:
-    if not spec.has("first_token"):
-        return FirstToken.HANDOFF
+def _handoff(spec: Fields, phase: str) -> str:
+    if not spec.has("handoff"):
+        return Handoff.PUSH
     if phase != "decode":
-        raise spec.fail("first_token", "applies only to decode pools", spec.data["first_token"])
-    return spec.string("first_token", choices=list(FirstToken))
+        raise spec.fail("handoff", "applies only to decode pools", spec.data["handoff"])
+    return spec.string("handoff", choices=list(Handoff))
 
 
 def _recv_interval(spec: Fields, phase: str, dp: int) -> int | None:
@@ -464,7 +465,7 @@ def plan_to_dict(plan: Plan) -> dict:
                      **wide_fields(p.dp, p.ep, p.redundant_experts, p.all_to_all), "replicas": p.replicas,
                      **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},
                      **({} if p.rank_router == RankRouter.SHORTEST_QUEUE else {"rank_router": str(p.rank_router)}),
-                     **({} if p.first_token == FirstToken.HANDOFF else {"first_token": str(p.first_token)}),
+                     **({} if p.handoff == Handoff.PUSH else {"handoff": str(p.handoff)}),
                      **({} if p.cache_tier is None else {"cache_tier": {
                          "medium": p.cache_tier.medium, "blocks": p.cache_tier.blocks,
                          "bandwidth_gb_s": p.cache_tier.bandwidth_bytes_per_s / GB}})}

@@ -31,6 +31,7 @@ from pdplan.sim.fast.fields import (
     D_MAX_RUN,
     D_MODE,
     D_OUT,
+    D_PULL,
     D_RECV_C,
     D_RECV_N,
     D_RESERVED,
@@ -38,7 +39,6 @@ from pdplan.sim.fast.fields import (
     D_RUN_K,
     D_RUNNING,
     D_S,
-    D_STEP_FIRST,
     D_STEPS,
     D_U_HEAD,
     D_VERSION,
@@ -311,7 +311,7 @@ def decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
         while r >= 0:
             activate(rq, rt, di, i, r, t, cl)
             r = take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL))
-    if di[D_STEP_FIRST, d]:
+    if di[D_PULL, d]:
         _first_tokens_with_step(rq, rt, di, tab_i, pieces, d, t)
     di[D_VERSION, d] += 1
     run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)
@@ -332,6 +332,17 @@ def _first_tokens_with_step(rq, rt, di, tab_i, pieces, d, t):
                     step = instance_run_s(tab_i, pieces, di, d, np.int64(1))
                 rt[T_FIRST, r] = t + step
             r = rq[R_W_NEXT, r]
+
+
+@njit(cache=True)
+def next_boundary(tab_i, pieces, di, df, d, t):
+    """Instance d's first iteration boundary at or after t: the end of the step its planned stretch is in at t, or
+    t when it is not running one (idle, or starting at t)."""
+    if di[D_MODE, d] != DECODE_RUN:
+        return t
+    t0 = df[F_RUN_T0, d]
+    steps = instance_steps_to_reach(tab_i, pieces, di, d, di[D_RUN_K, d], t - t0)
+    return t0 + instance_run_s(tab_i, pieces, di, d, steps)
 
 
 @njit(cache=True)

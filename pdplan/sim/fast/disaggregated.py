@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pdplan.sim.events import ARRIVAL, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
-from pdplan.sim.fast.batch import append, decode_boundary, pick_rank, queue_and_wake
+from pdplan.sim.events import ARRIVAL, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, PULL, TRANSFER_FAILED
+from pdplan.sim.fast.batch import append, decode_boundary, next_boundary, pick_rank, queue_and_wake
 from pdplan.sim.fast.borrowing import give_back, release_held, spill_column, stale
 from pdplan.sim.fast.clock import new_heap, next_event, push, release
 from pdplan.sim.fast.colocated import colo_arrive, mixed_boundary
@@ -53,7 +53,7 @@ from pdplan.sim.fast.fields import (
     T_P_START,
 )
 from pdplan.sim.fast.latency import group_s, latency_s
-from pdplan.sim.fast.links import book_transfer
+from pdplan.sim.fast.links import book_transfer, start_pull
 from pdplan.sim.fast.prefix import peek, reuse
 from pdplan.sim.fast.routing import least_loaded, least_outstanding, pick_prefill, predicted_ttft_s
 
@@ -288,6 +288,9 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
         elif priority == KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
             head, tail = (D_K_HEAD, D_K_TAIL) if di[D_MIXED, a] == 1 else (D_W_HEAD, D_W_TAIL)
             queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, pick_rank(di, a), b, t, head, tail, np.bool_(True))
+        elif priority == PULL:  # a prefilled request reaches a decode instance that reads its KV itself
+            start_pull(rq, rt, pi, di, df, link, ht, hi, hs, failure, a, b, t,
+                       next_boundary(tab_i, pieces, di, df, a, t))
         elif priority == TRANSFER_FAILED:  # recompute: back to the prefill pool
             d, r = a, b
             di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]

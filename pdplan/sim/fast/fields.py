@@ -51,7 +51,7 @@ PQ_FIELDS = 3
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
  D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN, D_HOME, D_LENT, D_EPOCH, D_PENDING,
  D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS, D_RECV_N, D_RECV_C, D_U_HEAD, D_U_TAIL, D_WAIT_N, D_WAIT_TOK,
- D_WAIT_C, D_WAIT_J, D_ADP_N, D_ADP_W, D_ADP_C, D_ADP_BC, D_ADP_K, D_ADP_MODE, D_STEP_FIRST, D_JOIN_HEAD) = range(60)
+ D_WAIT_C, D_WAIT_J, D_ADP_N, D_ADP_W, D_ADP_C, D_ADP_BC, D_ADP_K, D_ADP_MODE, D_PULL, D_JOIN_HEAD) = range(60)
 DI_FIELDS = 60
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
@@ -87,8 +87,9 @@ DI_FIELDS = 60
 #   timeout, and held while every rank had prompts), ADP_K the most steps its current stretch may run
 #   before the balance releases held prompts (-1: no limit), ADP_MODE how that stretch's steps move the
 #   counters (ADP_COUNT, ADP_BATCH, ADP_RESET).
-#   STEP_FIRST: a decode instance hands a request its first token with the first step it runs in (1), not when it
-#   joins (0; :class:`pdplan.vocabulary.FirstToken`); JOIN_HEAD the rank's waiting head before a boundary's joins,
+#   PULL: a decode instance pulls its requests' KV (1: it reads the KV from the iteration that takes a request in, and
+#   hands the first token with the first step the request runs in; 0: pushed, :class:`pdplan.vocabulary.Handoff`);
+#   JOIN_HEAD the rank's waiting head before a boundary's joins,
 #   from which the requests that joined run along W_NEXT to the head after them.
 
 # decode and colocated instance floats df[field, i]

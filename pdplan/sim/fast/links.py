@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-from pdplan.sim.events import KV_VISIBLE, TRANSFER_FAILED
+from pdplan.sim.events import KV_VISIBLE, PULL, TRANSFER_FAILED
 from pdplan.sim.fast.borrowing import decode_column
 from pdplan.sim.fast.clock import push
 from pdplan.sim.fast.fields import (
@@ -22,6 +22,7 @@ from pdplan.sim.fast.fields import (
     D_LRU_CAP,
     D_LRU_HEAD,
     D_POOL,
+    D_PULL,
     F_LINK_BUSY,
     F_LINK_FREE,
     FAILURE_RECOMPUTE,
@@ -30,6 +31,7 @@ from pdplan.sim.fast.fields import (
     R_EPOCH,
     R_FAILS,
     R_OUTPUT,
+    R_P_INST,
     R_PROMPT,
     R_XBYTES,
     T_X_END,
@@ -94,6 +96,10 @@ def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht
     decode when the chosen decode instance's routed KV would pass ``kv_share`` of its capacity;
     with ``borrow`` 1, :func:`.borrowing.decode_column` chooses then, and may lend a prefill
     instance. The handoff carries the role epoch of the instance it is booked to.
+
+    A decode instance that pulls (D_PULL, :class:`pdplan.vocabulary.Handoff`) is routed to and its prefix cache
+    consulted here, but its read is booked when the request reaches it, ``route`` after the prefill ends (a PULL
+    event, :func:`start_pull`), whatever the schedule: it reads the whole KV once the prefill is done.
     """
     need = rq[R_PROMPT, r] + rq[R_OUTPUT, r]
     now = end if schedule == 0 else start  # routed as it books
@@ -108,6 +114,11 @@ def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht
     di[D_LOAD, d] += need
     rq[R_EPOCH, r] = di[D_EPOCH, d]
     nbytes = _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, r) * kv_bytes
+    rq[R_XBYTES, r] = nbytes
+    rq[R_D_INST, r] = d
+    if di[D_PULL, d] == 1:
+        push(ht, hi, hs, end + route, np.int64(PULL), d, r)
+        return
     bandwidth = link[0, pi[P_POOL, p], di[D_POOL, d]]
     setup = link[1, pi[P_POOL, p], di[D_POOL, d]]
     attempt = setup + nbytes / bandwidth
@@ -118,13 +129,29 @@ def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht
     else:
         begin = max(free, start + (end - start) / layers)
         visible = layer_schedule_end(free, start, end, setup, nbytes / bandwidth, layers)
+    send(rq, rt, df, ht, hi, hs, failure, d, r, begin, visible, attempt, end + route)
+
+
+@njit(cache=True)
+def start_pull(rq, rt, pi, di, df, link, ht, hi, hs, failure, d, r, t, boundary):
+    """Request r, prefilled and routed to decode instance d (:func:`book_transfer`), reaches it at t: the instance
+    takes it in at its next iteration ``boundary`` (at or after t) and starts reading its KV there, behind what its
+    ingress has booked: C = max(link free, boundary) + setup + bytes/bw."""
+    p = rq[R_P_INST, r]
+    attempt = link[1, pi[P_POOL, p], di[D_POOL, d]] + rq[R_XBYTES, r] / link[0, pi[P_POOL, p], di[D_POOL, d]]
+    begin = max(df[F_LINK_FREE, d], boundary)
+    send(rq, rt, df, ht, hi, hs, failure, d, r, begin, begin + attempt, attempt, t)
+
+
+@njit(cache=True)
+def send(rq, rt, df, ht, hi, hs, failure, d, r, begin, visible, attempt, reached):
+    """Request r's KV goes over decode instance d's ingress from ``begin``, visible at ``visible`` unless an attempt
+    fails; the instance takes it no earlier than ``reached`` (when the router handed it on)."""
     # the ingress is work-conserving: its booked bytes are done by begin + setup + payload; a
     # streamed request does not hold it while its last layers are still being computed
     df[F_LINK_FREE, d] = begin + attempt
     df[F_LINK_BUSY, d] += attempt
     rt[T_X_START, r] = begin
-    rq[R_XBYTES, r] = nbytes
-    rq[R_D_INST, r] = d
     fails = rq[R_FAILS, r]
     if fails > 0 and failure == FAILURE_RECOMPUTE:
         rq[R_FAILS, r] = fails - 1
@@ -136,4 +163,4 @@ def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht
         df[F_LINK_FREE, d] = visible
         df[F_LINK_BUSY, d] += fails * attempt
     rt[T_X_END, r] = visible
-    push(ht, hi, hs, max(visible, end + route), np.int64(KV_VISIBLE), d, r)
+    push(ht, hi, hs, max(visible, reached), np.int64(KV_VISIBLE), d, r)

@@ -26,11 +26,12 @@ _ROUTERS = {Router.LEAST_LOADED: fields.ROUTER_LEAST_LOADED, Router.ROUND_ROBIN:
 
 
 def _heap_capacity(n: int, layout: Layout) -> int:
-    # live events: ≤ n KV-visible + one planned boundary per instance + PP batches per prefill
-    # instance; stale boundaries: ≤ one per request (a cut happens only when a request arrives)
+    # live events: ≤ n KV-visible (or, towards a decode that pulls, a pull before it) + one planned boundary per
+    # instance + PP batches per prefill instance; stale boundaries: ≤ one per request (a cut happens only when a
+    # request arrives)
     stages = sum(p.pp for p in layout.profiles)
     ranks = sum(p.dp for p in layout.profiles)
-    return 2 * n + 4 * (ranks + stages) + 64
+    return (3 if layout.pull else 2) * n + 4 * (ranks + stages) + 64
 
 
 def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np.ndarray]:
@@ -184,7 +185,7 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         fields.D_CHUNK: [layout.chunk_tokens[i] or layout.borrow_chunk_tokens * layout.borrow for i in dids],
         fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids], fields.D_MAX_RUN: _running_caps(layout, dids),
         fields.D_HOME: homes, fields.D_HOST: [host.get(int(i), -1) for i in dids],
-        fields.D_STEP_FIRST: [int(layout.first_token_with_step(i)) for i in dids]})
+        fields.D_PULL: [int(layout.pulls(i)) for i in dids]})
     dec_cols = int(np.searchsorted(col, n_dec))  # decode ranks' columns come first, then mixed machines'
     pi[fields.P_COL] = -1
     for k, i in enumerate(dids):

@@ -8,7 +8,7 @@ from collections import deque
 import numpy as np
 
 from pdplan.sim.core import Environment
-from pdplan.sim.events import BOUNDARY, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, TRANSFER_FAILED
+from pdplan.sim.events import BOUNDARY, KV_VISIBLE, PREFILL_DONE, PREFILL_FREE, PULL, TRANSFER_FAILED
 from pdplan.sim.fast.routing import predicted_ttft_s
 from pdplan.sim.layout import Layout, Requests, batch_drain_s, cache_capacities
 from pdplan.sim.reference.colocated import Lendable, MixedInstance
@@ -22,15 +22,16 @@ class DecodeInstance:
 
     epoch = 0  # its role epoch: a dedicated decode instance never gives up the decode role
 
-    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0, step_first: bool = False):
+    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0, pull: bool = False):
         self.env, self.profile, self.req, self.rec, self.index = env, profile, req, rec, index
-        self.step_first = step_first  # a request's first token comes with the first step it runs in
+        self.pull = pull  # it reads its requests' KV itself, and their first token comes with their first step
         self.ranks = make_ranks(env, profile, req, rec, self, max_running)
         self.capacity = profile.kv_capacity_tokens   # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
         self.load = 0       # router's view: prompt + output of routed, unfinished requests
         self.busy_s = 0.0
         self.stepping = False  # a step is running or about to start
+        self.boundary_s: float | None = None  # when its running or planned step ends (None: idle)
 
     def kv_visible(self, r: int) -> None:
         rank = self.ranks[pick_rank([k.outstanding for k in self.ranks])]
@@ -38,7 +39,12 @@ class DecodeInstance:
         rank.outstanding += 1
         if not self.stepping:  # start at a boundary now, after all KV landing at this instant
             self.stepping = True
+            self.boundary_s = self.env.now
             self.env.schedule(self.env.now, BOUNDARY, self._boundary)
+
+    def next_boundary(self, t: float) -> float:
+        """Its first iteration boundary at or after t: the end of the step it runs, or t when it is idle."""
+        return t if self.boundary_s is None else max(self.boundary_s, t)
 
     def _boundary(self) -> None:
         joined = []
@@ -47,10 +53,12 @@ class DecodeInstance:
                 joined.append(rank.waiting.popleft())
                 rank.admit(joined[-1])
         self.stepping = any(rank.generated for rank in self.ranks)
+        self.boundary_s = None
         if self.stepping:
             dt = instance_step_s([(rank.step_s(), len(rank.generated), 0) for rank in self.ranks if rank.generated],
                          self.profile)
-            if self.step_first:  # their first token comes with this step (a one-token request finished on joining)
+            self.boundary_s = self.env.now + dt
+            if self.pull:  # their first token comes with this step (a one-token request finished on joining)
                 for r in joined:
                     if self.req.output_tokens[r] > 1:
                         self.rec.first_token_s[r] = self.env.now + dt
@@ -107,7 +115,7 @@ class Disaggregated:
             host = self.pre[self.pids.index(i)] if layout.phases[i] == "prefill" else None
             return Lendable(*args, layout.borrow_chunk_tokens, layout.batch_tokens[i], layout.running_cap(i), host)
         if layout.phases[i] == "decode":
-            return DecodeInstance(*args, k, layout.running_cap(i), layout.first_token_with_step(i))
+            return DecodeInstance(*args, k, layout.running_cap(i), layout.pulls(i))
         return MixedInstance(*args, "chunked", layout.chunk_tokens[i], layout.batch_tokens[i],
                               max_running=layout.running_cap(i))
 
@@ -366,11 +374,19 @@ class Disaggregated:
         return missing
 
     def _book(self, r: int, p: int, start: float, end: float) -> None:
+        """Route r to a decode instance and send its KV there: at once, or (a decode that pulls) once the request
+        reaches it, ``route_s`` after its prefill ends, whatever the schedule (:meth:`_pull`)."""
         d = self._route_decode(r, end if self.layout.schedule == "request" else start, p)
         epoch = self.dec[d].epoch
         nbytes = self._missing_tokens(r, d) * self.layout.kv_bytes_per_token
         i, j = self.layout.pool_slot[self.pids[p]], self.layout.receiver(self.dids[d])
         bandwidth, setup = self.layout.link_bandwidth[i, j], self.layout.link_setup[i, j]
+        attempt = setup + nbytes / bandwidth
+        self.rec.decode_instance[r] = d
+        self.rec.transfer_bytes[r] = nbytes
+        if getattr(self.dec[d], "pull", False):
+            self.env.schedule(end + self.layout.route_s, PULL, self._pull, d, r, epoch, attempt)
+            return
         free = self.link_free[d]
         if self.layout.schedule == "request":
             begin = max(free, end)
@@ -382,13 +398,21 @@ class Disaggregated:
             x[0] += setup
             visible = float(layer_visibility(ready, x, free)[-1])  # v_{-1}: earlier bookings' bytes
             begin = max(free, ready[0])
+        self._send(d, r, epoch, begin, visible, attempt, end + self.layout.route_s)
+
+    def _pull(self, d: int, r: int, epoch: int, attempt: float) -> None:
+        """r reaches decode instance d, which takes it in at its next iteration boundary and reads its KV from
+        there, behind what its ingress has booked."""
+        begin = max(self.link_free[d], self.dec[d].next_boundary(self.env.now))
+        self._send(d, r, epoch, begin, begin + attempt, attempt, self.env.now)
+
+    def _send(self, d: int, r: int, epoch: int, begin: float, visible: float, attempt: float, reached: float) -> None:
+        """r's KV goes over d's ingress from ``begin``, visible at ``visible`` unless an attempt fails; d takes it no
+        earlier than ``reached``, when the router handed it on."""
         # work-conserving ingress: free once this request's bytes are sent; gaps between its
         # layers go to later bookings
-        attempt = setup + nbytes / bandwidth
         self.link_free[d] = begin + attempt
         self.link_busy[d] += attempt
-        self.rec.decode_instance[r] = d
-        self.rec.transfer_bytes[r] = nbytes
         fails = int(self.failures[r])
         if fails and self.layout.failure_policy == "recompute":  # dropped: prefill it again
             self.failures[r] -= 1
@@ -400,8 +424,7 @@ class Disaggregated:
             self.link_free[d] = visible
             self.link_busy[d] += attempt
         self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
-        ready = max(visible, end + self.layout.route_s)  # the router hands it to decode after prefill
-        self.env.schedule(ready, KV_VISIBLE, self._land, d, r, epoch)
+        self.env.schedule(max(visible, reached), KV_VISIBLE, self._land, d, r, epoch)
 
     def _land(self, d: int, r: int, epoch: int) -> None:
         """r's KV lands at receiver d; booked under another role epoch (the machine went home since),
