@@ -108,10 +108,9 @@ def mixed_manifest(tmp_path_factory) -> dict[str, Path]:
 @pytest.fixture(scope="session")
 def borrowing_manifest(tmp_path_factory) -> dict[str, Path]:
     """A manifest whose answer borrows (Splitwise's policy): the mixed manifest's case with
-    ``--borrow`` instead of ``--mixed`` at 1.9 req/s, where lending a decode machine to prefill saves a prefill
-    machine (~5 s; at 2 req/s the TTFT of vLLM's decode, its first token a step after the handoff, no longer
-    passes with one prefill machine fewer). Returns the manifest, its trace and its cluster."""
-    return _two_node_manifest(tmp_path_factory.mktemp("borrowing"), "--borrow", rate=1.9)
+    ``--borrow`` instead of ``--mixed``, where lending a decode machine to prefill saves a prefill
+    machine (~5 s). Returns the manifest, its trace and its cluster."""
+    return _two_node_manifest(tmp_path_factory.mktemp("borrowing"), "--borrow")
 
 
 def _two_node_manifest(folder: Path, flag: str, rate: float = 2) -> dict[str, Path]:

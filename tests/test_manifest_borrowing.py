@@ -35,7 +35,7 @@ def test_the_manifest_records_the_borrowing_policy_and_the_lent_link(manifest):
 
 def test_the_borrowing_answer_is_cheaper_than_the_plain_plan_it_was_compared_with(run_cli, borrowing_manifest):
     code, out, _ = run_cli("optimize", borrowing_manifest["trace"], "--model", "llama2-70b", "--tp", "2", "--tp", "4",
-                           "--pp", "1", "--target-rate", "1.9", "--ttft", "1", "--tpot", "0.1", "--cluster",
+                           "--pp", "1", "--target-rate", "2", "--ttft", "1", "--tpot", "0.1", "--cluster",
                            borrowing_manifest["cluster"], "--borrow", "--mixed-spill-tokens", "2048", "--mode",
                            "disaggregated", "--affinity", "high", "--cache-dir",
                            borrowing_manifest["manifest"].parent / "cache", "--json")

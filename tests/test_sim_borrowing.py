@@ -3,6 +3,7 @@ prefill machine lent to decode, their return to their own role, and handoffs ref
 role epoch, in both engines."""
 
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from pdplan.modelref import get_model
 from pdplan.sim import simulate
 from pdplan.sim.plan import Plan
 from pdplan.sim.planfile import load_plan, plan_to_dict
+from pdplan.vocabulary import Handoff
 from tests.conftest import ROOT, TRACE
 from tests.handbuilt import handbuilt_profile
 from tests.test_sim_mixed import FREE, MIXED, capacity_rps, machines
@@ -43,6 +45,17 @@ def test_compiled_engine_matches_the_oracle_when_machines_are_borrowed(seed, sch
     pools = HETEROGENEOUS["pools"] + ((MIXED,) if mixed else ())
     both(random_trace(seed, n=120, rate_rps=12.0, hashes=seed % 2 == 1),
          borrowing(pools, transfer_schedule=schedule, spill_tokens=spill, kv_share=share))
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10**6))
+def test_a_machine_borrowing_may_lend_takes_its_handoffs_pushed_whatever_its_pool_says(seed):
+    """Borrowing runs Splitwise's machines, which take handoffs pushed: decode pools that pull (vLLM's) lend their
+    machines as such, in both engines, and no request waits a first step."""
+    pools = tuple(replace(p, handoff=Handoff.PULL) if p.phase == "decode" else p for p in HETEROGENEOUS["pools"])
+    fast = both(random_trace(seed, n=120, rate_rps=12.0), borrowing(pools, spill_tokens=1500, kv_share=0.3))
+    steps = fast["first_step_s"]
+    assert np.all(steps[np.isfinite(steps)] == 0.0)
 
 
 @settings(max_examples=6, deadline=None)

@@ -188,8 +188,9 @@ class Layout:
         return bool(self.room_ranks) and self.room_ranks[i]
 
     def pulls(self, i: int) -> bool:
-        """Whether decode instance i pulls its requests' KV (:attr:`pull`)."""
-        return bool(self.pull) and self.pull[i]
+        """Whether decode instance i pulls its requests' KV (:attr:`pull`): a machine borrowing may lend runs
+        Splitwise's scheduling, which takes its handoffs pushed, whatever its pool says."""
+        return bool(self.pull) and self.pull[i] and not self.lendable(i)
 
     def receiver(self, i: int) -> int:
         """Instance i's column in the link matrices as a receiver of KV."""
