@@ -116,11 +116,11 @@ def _pools(manifest: dict) -> list[Violation]:
     model = _model(manifest)
     for i, p in enumerate(pools):
         found += pool_violations(f"pools[{i}]", p, model) + _prefix_cache_violations(f"pools[{i}]", p)
-        found += _prompt_budget_violations(f"pools[{i}]", p) + _first_token_violations(f"pools[{i}]", p)
+        found += _prompt_budget_violations(f"pools[{i}]", p) + _handoff_violations(f"pools[{i}]", p)
     return found + _drafting(manifest, model) + _activations(manifest, model)
 
 
-def _first_token_violations(where: str, pool: dict) -> list[Violation]:
+def _handoff_violations(where: str, pool: dict) -> list[Violation]:
     """How a pool takes a prefilled request (``scheduling.handoff``), as the plan file admits it: stated on decode
     pools only (:class:`pdplan.sim.plan.Pool`)."""
     if "handoff" in pool["scheduling"] and pool["phase"] != "decode":

@@ -251,7 +251,7 @@ def derive_columns(mode: str, raw: dict[str, np.ndarray]) -> dict[str, np.ndarra
     c = dict(raw)
     arrival = c["arrival_s"]
     first, finish = c["first_token_s"], c["finish_s"]
-    join = c.pop("join_s", first)
+    join = c.pop("join_s")
     output = c["output_tokens"]
     with np.errstate(invalid="ignore", divide="ignore"):
         if mode == "prefill":

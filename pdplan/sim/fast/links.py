@@ -121,7 +121,7 @@ def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht
         return
     bandwidth = link[0, pi[P_POOL, p], di[D_POOL, d]]
     setup = link[1, pi[P_POOL, p], di[D_POOL, d]]
-    attempt = setup + nbytes / bandwidth
+    attempt = _attempt_s(link, pi, di, p, d, nbytes)
     free = df[F_LINK_FREE, d]
     if schedule == 0:
         begin = max(free, end)
@@ -137,10 +137,16 @@ def start_pull(rq, rt, pi, di, df, link, ht, hi, hs, failure, d, r, t, boundary)
     """Request r, prefilled and routed to decode instance d (:func:`book_transfer`), reaches it at t: the instance
     takes it in at its next iteration ``boundary`` (at or after t) and starts reading its KV there, behind what its
     ingress has booked: C = max(link free, boundary) + setup + bytes/bw."""
-    p = rq[R_P_INST, r]
-    attempt = link[1, pi[P_POOL, p], di[D_POOL, d]] + rq[R_XBYTES, r] / link[0, pi[P_POOL, p], di[D_POOL, d]]
+    attempt = _attempt_s(link, pi, di, rq[R_P_INST, r], d, rq[R_XBYTES, r])
     begin = max(df[F_LINK_FREE, d], boundary)
     send(rq, rt, df, ht, hi, hs, failure, d, r, begin, begin + attempt, attempt, t)
+
+
+@njit(cache=True, inline="always")
+def _attempt_s(link, pi, di, p, d, nbytes):
+    """Seconds one attempt holds decode instance d's ingress for ``nbytes`` from prefill instance p: the link's
+    setup plus the bytes at its bandwidth (``link`` is [bandwidth, setup] × prefill pool × decode pool)."""
+    return link[1, pi[P_POOL, p], di[D_POOL, d]] + nbytes / link[0, pi[P_POOL, p], di[D_POOL, d]]
 
 
 @njit(cache=True)

@@ -384,7 +384,7 @@ class Disaggregated:
         attempt = setup + nbytes / bandwidth
         self.rec.decode_instance[r] = d
         self.rec.transfer_bytes[r] = nbytes
-        if getattr(self.dec[d], "pull", False):
+        if self.layout.pulls(self.dids[d]):
             self.env.schedule(end + self.layout.route_s, PULL, self._pull, d, r, epoch, attempt)
             return
         free = self.link_free[d]
