@@ -13,7 +13,6 @@ from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
 from pdplan.sim import Link, Plan, Pool
 from pdplan.sim.plan import lendable
 from pdplan.sim.planfile import plan_to_dict
-from pdplan.vocabulary import Handoff, RankRouter
 
 #: KV link setup cost per transfer (RDMA registration and signalling), an assumption.
 LINK_SETUP_S = 0.5e-3
@@ -49,12 +48,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                                  key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp, kv[0].dp, kv[0].ep)):
         chunked = cand.phase in ("colocated", "mixed")
         extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if chunked else {}
-        ranks = rank_router(engine, cand.phase, cand.dp)
-        if ranks != RankRouter.SHORTEST_QUEUE:
-            extra = {"rank_router": ranks}
-        if handoff(engine, cand.phase) != Handoff.PUSH:
-            extra = {"handoff": handoff(engine, cand.phase)}
         pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,
+                    rank_router=rank_router(engine, cand.phase, cand.dp), handoff=handoff(engine, cand.phase),
                     dp=cand.dp, ep=cand.ep, all_to_all=cand.all_to_all, max_running_requests=cand.max_running_requests,
                     replicas=replicas, **extra)
         shapes[pool] = cand
