@@ -101,7 +101,7 @@ import pandas as pd
 import srt_slurm
 
 from pdplan import engines
-from pdplan.engines import handoff, rank_router
+from pdplan.engines import first_token, handoff, rank_router
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.speculative import SpeculativeDecoding
@@ -311,11 +311,12 @@ def prefill_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool
 
 def decode_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:
     """A disaggregated row's decode workers at the row's coordinates, each rank running at most the requests its
-    recipe lets it (:func:`disagg_recipe`; without one, as many as its KV holds), taking a prefilled request as the
-    row's engine does (:func:`pdplan.engines.handoff`)."""
+    recipe lets it (:func:`disagg_recipe`; without one, as many as its KV holds), taking a prefilled request and
+    answering its first token as the row's engine does (:func:`pdplan.engines.handoff`,
+    :func:`pdplan.engines.first_token`)."""
     return Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
                 replicas=_int(row["decode_num_workers"]), max_running_requests=recipe and recipe.decode_batch,
-                handoff=handoff(row["backend"], "decode"))
+                handoff=handoff(row["backend"], "decode"), first_token=first_token(row["backend"], "decode"))
 
 
 def recv_interval(row) -> int | None:

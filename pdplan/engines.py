@@ -21,7 +21,7 @@ from typing import Iterable, Protocol
 from pdplan.experts import all_to_all_rejection
 from pdplan.hardware import GIB, GPU
 from pdplan.shape import InstanceShape
-from pdplan.vocabulary import AllToAll, Handoff, RankRouter
+from pdplan.vocabulary import AllToAll, FirstToken, Handoff, RankRouter
 
 #: The engine each export format starts: Dynamo's, llm-d's and the Kubernetes pods run vLLM.
 FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d": "vllm", "k8s": "vllm"}
@@ -51,21 +51,33 @@ def handoff(engine: str | None, phase: str) -> Handoff:
     (below), any other by push, as pdplan always has (only a decode instance takes a handoff the engines make).
 
     Push, SGLang's: the prefill sends the KV once its forward ends, to where the decode said when it took the request
-    in (the bootstrap handshake), and the decode streams the token the prefill sampled, which comes with the KV, in the
-    prebuilt batch the request joins once its KV has landed (``process_prebuilt`` in
-    ``python/sglang/srt/disaggregation/decode.py``): no decode step first.
+    in (the bootstrap handshake).
 
     Pull, TensorRT-LLM's and vLLM's: the decode learns of the request only once its prefill is done (Dynamo's frontend
     keeps the prefill's handoff parameters, not its token: ``PrefillRouter`` in
-    ``lib/llm/src/kv_router/prefill_router.rs``) and starts reading its KV in the iteration that takes it in.
-    TensorRT-LLM's generation server asks for the KV in ``PyExecutor._prepare_disagg_gen_init``, adds the context's
-    token in the iteration that finds the KV complete, runs that iteration's forward and answers after it, both tokens
-    in one response (``_prepare_disagg_gen_transmission_complete``, ``tensorrt_llm/_torch/pyexecutor/py_executor.py``).
-    vLLM's scheduler gives the KV connector the request to load in the step that schedules it, and once the whole
-    prompt has loaded sets its computed tokens back to the prompt less one (``Scheduler._update_waiting_for_remote_kv``,
-    ``vllm/v1/core/sched/scheduler.py``): the decode recomputes the last prompt token to sample the first.
+    ``lib/llm/src/kv_router/prefill_router.rs``) and starts reading its KV in the iteration that takes it in:
+    TensorRT-LLM's generation server asks for the KV in ``PyExecutor._prepare_disagg_gen_init``
+    (``tensorrt_llm/_torch/pyexecutor/py_executor.py``); vLLM's scheduler gives the KV connector the request to load
+    in the step that schedules it (``vllm/v1/core/sched/scheduler.py``).
     A plan made for no named engine keeps push, what pdplan simulated before."""
     return Handoff.PULL if phase == "decode" and engine in ("trtllm", "vllm") else Handoff.PUSH
+
+
+def first_token(engine: str | None, phase: str) -> FirstToken:
+    """Where the first token of a request a ``phase`` instance under ``engine`` decodes comes from: the prefill's,
+    streamed when the request joins the decode's batch, except under vLLM's decode (below), and on any instance but
+    a decode one (which takes no handoff the engines make).
+
+    SGLang's decode streams the token the prefill sampled, which comes with the KV, in the prebuilt batch the request
+    joins once its KV has landed (``process_prebuilt`` in ``python/sglang/srt/disaggregation/decode.py``), no decode
+    step first. TensorRT-LLM's generation server, in the iteration that finds the KV complete, adds the context's
+    token (``_prepare_disagg_gen_transmission_complete``) and answers it (``_handle_first_token_response``) before
+    that iteration's forward; its ``_handle_responses`` then skips the request's first overlapped iteration, "since
+    first token has already been emitted" (``tensorrt_llm/_torch/pyexecutor/py_executor.py``). vLLM's scheduler,
+    once the whole prompt has loaded, sets its computed tokens back to the prompt less one
+    (``Scheduler._update_waiting_for_remote_kv``): the decode recomputes the last prompt token to sample the first,
+    which comes with the first step the request runs in."""
+    return FirstToken.DECODE if phase == "decode" and engine == "vllm" else FirstToken.PREFILL
 
 
 def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_node: int, *, fabric: bool = False) -> AllToAll:

@@ -192,9 +192,17 @@ class RankRouter(StrEnum):
 
 class Handoff(StrEnum):
     """How a decode engine takes a prefilled request (:func:`pdplan.engines.handoff`). Push (SGLang): the prefill sends
-    the KV as soon as its prefill ends, and the decode streams the token the prefill sampled when the request joins
-    its batch. Pull (TensorRT-LLM, vLLM): the decode starts reading the KV in the iteration that takes the request in,
-    and its first token comes with the first decode step the request runs in."""
+    the KV as soon as its prefill ends. Pull (TensorRT-LLM, vLLM): the decode starts reading the KV in the iteration
+    that takes the request in. Which token the user sees first is :class:`FirstToken`."""
 
     PUSH = "push"
     PULL = "pull"
+
+
+class FirstToken(StrEnum):
+    """Where a disaggregated request's first token comes from (:func:`pdplan.engines.first_token`). Prefill (SGLang,
+    TensorRT-LLM): the decode streams the token the prefill sampled when the request joins its batch, before any step
+    of its own. Decode (vLLM): the decode samples it again in the first step the request runs in."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"

@@ -161,6 +161,13 @@ def test_validate_names_a_handoff_on_a_prefill_pool(disaggregated):
     assert [v.field for v in check_manifest(seal(manifest))] == [f"pools[{i}].scheduling.handoff"]
 
 
+def test_validate_names_a_first_token_on_a_prefill_pool(disaggregated):
+    manifest = copy.deepcopy(disaggregated)
+    i = prefill_index(manifest)
+    manifest["pools"][i]["scheduling"]["first_token"] = "decode"
+    assert [v.field for v in check_manifest(seal(manifest))] == [f"pools[{i}].scheduling.first_token"]
+
+
 def test_a_prefix_cache_on_a_colocated_pool_validates(colocated):
     manifest = copy.deepcopy(colocated)
     manifest["pools"][0]["scheduling"]["prefix_cache_blocks"] = 100

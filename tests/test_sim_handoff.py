@@ -1,7 +1,8 @@
-"""How a decode instance takes a prefilled request. Push (SGLang): the prefill sends the KV once its prefill ends,
-and the decode streams the prefill's token when the request joins its batch. Pull (TensorRT-LLM, vLLM): the decode
-reads the KV from the iteration that takes the request in, and its first token comes with the first step the
-request runs in.
+"""How a decode instance takes a prefilled request and answers its first token. Push (SGLang): the prefill sends the
+KV once its prefill ends. Pull (TensorRT-LLM, vLLM): the decode reads the KV from the iteration that takes the request
+in. The first token is the prefill's, streamed when the request joins the decode's batch (SGLang, TensorRT-LLM), or
+the decode's own, sampled again in the first step the request runs in (vLLM); a pool that states only its handoff
+answers as it was first verified, the decode's own for a pull.
 
 The closed forms use constant profiles: a prefill batch takes 100 ms, a decode step 20 ms whatever it holds, and
 a prompt's KV crosses a 10 GB/s link with 0.5 ms of setup.
@@ -12,11 +13,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pdplan.engines import handoff
+from pdplan.engines import first_token, handoff
 from pdplan.errors import PdplanError
 from pdplan.sim import Plan, simulate
 from pdplan.sim.planfile import load_plan, plan_to_dict
-from pdplan.vocabulary import Handoff
+from pdplan.vocabulary import FirstToken, Handoff
 from tests.conftest import ROOT
 from tests.test_sim_data_parallel import wide
 from tests.test_sim_system import HETEROGENEOUS, KV, MODEL, PROFILES, assert_same, link, pool, profile, random_trace
@@ -31,21 +32,23 @@ def transfer_s(tokens: int) -> float:
 TRANSFER_S = transfer_s(1000)
 
 
-def constant_plan(taken: str, route_s: float = 0.0) -> tuple[Plan, dict]:
-    """One prefill and one decode instance of constant profiles, the decode taking requests as ``taken`` says."""
+def constant_plan(taken: str, route_s: float = 0.0, first: str | None = None) -> tuple[Plan, dict]:
+    """One prefill and one decode instance of constant profiles, the decode taking requests as ``taken`` says and
+    answering their first token as ``first`` does (None: as its handoff was first verified)."""
     prefill = profile("a100-80gb", prefill_ms=[(1, [[100.0, 0.0, 0.0]])], decode_ms=[(1, [[20.0, 0.0, 0.0]])])
-    plan = Plan(pools=(pool("p", "prefill"), pool("d", "decode", handoff=taken)), default_link=link(10.0),
-                route_s=route_s)
+    plan = Plan(pools=(pool("p", "prefill"), pool("d", "decode", handoff=taken, first_token=first)),
+                default_link=link(10.0), route_s=route_s)
     return plan, {prefill.key: prefill}
 
 
-def run(taken: str, trace: dict, engine: str = "fast", route_s: float = 0.0):
-    plan, profiles = constant_plan(taken, route_s)
+def run(taken: str, trace: dict, engine: str = "fast", route_s: float = 0.0, first: str | None = None):
+    plan, profiles = constant_plan(taken, route_s, first)
     return simulate(trace, plan, profiles, model=MODEL, engine=engine)
 
 
-def one_request(taken: str, output: int, engine: str = "fast", route_s: float = 0.0):
-    return run(taken, {"arrival_s": [0.0], "prompt_tokens": [1000], "output_tokens": [output]}, engine, route_s)
+def one_request(taken: str, output: int, engine: str = "fast", route_s: float = 0.0, first: str | None = None):
+    return run(taken, {"arrival_s": [0.0], "prompt_tokens": [1000], "output_tokens": [output]}, engine, route_s,
+               first)
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
@@ -65,6 +68,23 @@ def test_a_pulled_request_has_its_first_token_one_step_after_it_joins(engine):
     assert (result["admission_wait_s"][0], result["first_step_s"][0]) == (0.0, pytest.approx(STEP_S))
     assert result["tpot_s"][0] == pytest.approx(8 * STEP_S / 9)
     assert result["finish_s"][0] == pytest.approx(PREFILL_S + TRANSFER_S + 9 * STEP_S)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_pulled_request_answered_with_the_prefills_token_has_it_when_it_joins(engine):
+    """TensorRT-LLM's generation server: an idle decode takes the request in at once and reads its KV, and answers
+    the prefill's token as it joins: TTFT = prefill + transfer, no first step; the other 9 tokens take 9 steps."""
+    result = one_request(Handoff.PULL, 10, engine, first=FirstToken.PREFILL)
+    assert result["ttft_s"][0] == pytest.approx(PREFILL_S + TRANSFER_S)
+    assert (result["admission_wait_s"][0], result["first_step_s"][0]) == (0.0, 0.0)
+    assert result["tpot_s"][0] == pytest.approx(STEP_S)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_pushed_request_whose_decode_samples_the_first_token_has_it_one_step_after_it_joins(engine):
+    result = one_request(Handoff.PUSH, 10, engine, first=FirstToken.DECODE)
+    assert result["transfer_start_s"][0] == pytest.approx(PREFILL_S)
+    assert result["ttft_s"][0] == pytest.approx(PREFILL_S + TRANSFER_S + STEP_S)
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
@@ -88,6 +108,8 @@ def test_a_busy_decode_starts_pulling_at_its_next_step_boundary(engine):
     pulled = run(Handoff.PULL, trace, engine)
     assert pulled["transfer_start_s"][1] == pytest.approx(begin)
     assert pulled["first_token_s"][1] == pytest.approx(boundaries[boundaries >= end][0] + STEP_S)
+    answered = run(Handoff.PULL, trace, engine, first=FirstToken.PREFILL)  # the prefill's token, as it joins
+    assert answered["first_token_s"][1] == pytest.approx(boundaries[boundaries >= end][0])
     assert run(Handoff.PUSH, trace, engine)["transfer_start_s"][1] == pytest.approx(2 * PREFILL_S)
 
 
@@ -103,7 +125,7 @@ def test_a_pull_waits_for_the_routers_hop_a_push_does_not(engine):
 
 def test_ttft_is_the_queue_the_prefill_the_exposed_transfer_the_admission_wait_and_the_first_step():
     """Each request's TTFT is its parts, the admission wait the queue before it joins (more decode instances shorten
-    it), the first step apart (what a pulling decode adds however many there are)."""
+    it), the first step apart (what a decode that samples the first token adds however many there are)."""
     plan, profiles = constant_plan(Handoff.PULL)
     r = simulate(random_trace(6, n=200, rate_rps=8.0), plan, profiles, model=MODEL)
     parts = (r["prefill_queue_s"] + (r["prefill_end_s"] - r["prefill_start_s"]) + r["exposed_transfer_s"]
@@ -118,14 +140,16 @@ def test_ttft_is_the_queue_the_prefill_the_exposed_transfer_the_admission_wait_a
 @settings(max_examples=12, deadline=None)
 @given(seed=st.integers(0, 10**6), schedule=st.sampled_from(["request", "layer"]), hashes=st.booleans(),
        route_s=st.sampled_from([0.0, 0.003]), failure=st.sampled_from([(0.0, "retry"), (0.3, "retry"),
-                                                                        (0.3, "recompute")]))
-def test_compiled_engine_matches_the_oracle_when_decodes_pull(seed, schedule, hashes, route_s, failure):
+                                                                        (0.3, "recompute")]),
+       first=st.sampled_from(list(FirstToken)))
+def test_compiled_engine_matches_the_oracle_when_decodes_pull(seed, schedule, hashes, route_s, failure, first):
     """Decode pools of one and of four ranks that pull, beside pools pushed to, heterogeneous pools, both schedules,
-    prefix hashes, the router's hop, failed reads retried or prefilled again, one-token requests among the rest."""
+    prefix hashes, the router's hop, failed reads retried or prefilled again, one-token requests among the rest; the
+    four-rank pool answering the prefill's token or sampling its own."""
     decode4 = wide(profile("a100-80gb", kv=6000), 4)
     pulling = [pool(p.name, p.phase, gpu=p.gpu, pp=p.pp, replicas=p.replicas, handoff=Handoff.PULL)
                if p.name == "da" else p for p in HETEROGENEOUS["pools"]]
-    pools = (*pulling, pool("dw", "decode", dp=4, replicas=2, handoff=Handoff.PULL))
+    pools = (*pulling, pool("dw", "decode", dp=4, replicas=2, handoff=Handoff.PULL, first_token=first))
     plan = Plan(pools=pools, links=HETEROGENEOUS["links"], default_link=HETEROGENEOUS["default_link"],
                 transfer_schedule=schedule, route_s=route_s, failure_rate=failure[0], failure_policy=failure[1])
     trace = random_trace(seed, n=120, rate_rps=10.0, hashes=hashes)
@@ -135,7 +159,8 @@ def test_compiled_engine_matches_the_oracle_when_decodes_pull(seed, schedule, ha
     assert_same(fast, oracle)
     for column in ("admission_wait_s", "first_step_s"):  # when each request joined its batch, apart from its token
         np.testing.assert_allclose(fast[column], oracle[column], rtol=0, atol=1e-9, err_msg=column)
-    pulled = np.isin(fast["decode_instance"], [2, 3, 5, 6]) & (fast["output_tokens"] > 1)  # da/0, da/1, dw/0, dw/1
+    sampled = [2, 3, 5, 6] if first == FirstToken.DECODE else [2, 3]  # da/0, da/1 (and dw/0, dw/1)
+    pulled = np.isin(fast["decode_instance"], sampled) & (fast["output_tokens"] > 1)
     assert pulled.any() and np.all(fast["first_token_s"][pulled] > fast["transfer_end_s"][pulled])
     assert np.all(fast["transfer_start_s"][pulled] >= fast["prefill_end_s"][pulled] + route_s - 1e-12)
 
@@ -145,6 +170,42 @@ def test_compiled_engine_matches_the_oracle_when_decodes_pull(seed, schedule, ha
 def test_each_engines_decode_takes_a_request_as_its_source_does(engine, expected):
     assert handoff(engine, "decode") == expected
     assert handoff(engine, "prefill") == handoff(engine, "colocated") == Handoff.PUSH
+
+
+@pytest.mark.parametrize(("engine", "expected"), [("trtllm", FirstToken.PREFILL), ("vllm", FirstToken.DECODE),
+                                                  ("sglang", FirstToken.PREFILL), (None, FirstToken.PREFILL)])
+def test_each_engines_decode_answers_the_first_token_as_its_source_does(engine, expected):
+    assert first_token(engine, "decode") == expected
+    assert first_token(engine, "prefill") == first_token(engine, "colocated") == FirstToken.PREFILL
+
+
+@pytest.mark.parametrize(("taken", "first"), [(Handoff.PUSH, FirstToken.PREFILL), (Handoff.PULL, FirstToken.DECODE)])
+def test_a_pool_stating_only_its_handoff_answers_the_first_token_as_it_was_first_verified(taken, first):
+    assert pool("d", "decode", handoff=taken).first_token == first
+
+
+def test_a_plan_file_states_a_decode_pools_first_token_and_writes_it_back_only_off_its_handoffs_default(tmp_path):
+    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
+    decode = text.index("phase: decode")
+    path = tmp_path / "plan.yaml"
+    path.write_text(text[:decode] + "handoff: pull\n    first_token: prefill\n    " + text[decode:])
+    plan = load_plan(path)
+    assert (plan.pools[1].handoff, plan.pools[1].first_token) == (Handoff.PULL, FirstToken.PREFILL)
+    assert plan_to_dict(plan)["pools"][1]["first_token"] == "prefill"
+    path.write_text(text[:decode] + "handoff: pull\n    " + text[decode:])
+    assert "first_token" not in plan_to_dict(load_plan(path))["pools"][1]
+
+
+@pytest.mark.parametrize(("where", "value", "rule"), [("prefill", "decode", "applies only to decode pools"),
+                                                      ("decode", "sampled", "must be one of")])
+def test_a_first_token_the_pool_cannot_answer_names_the_file_and_field(tmp_path, where, value, rule):
+    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
+    at = text.index(f"phase: {where}")
+    path = tmp_path / "plan.yaml"
+    path.write_text(text[:at] + f"first_token: {value}\n    " + text[at:])
+    index = 0 if where == "prefill" else 1
+    with pytest.raises(PdplanError, match=rf"pools\[{index}\]\.first_token {rule}"):
+        load_plan(path)
 
 
 def test_a_plan_file_states_a_decode_pools_handoff_and_round_trips_it(tmp_path):
@@ -177,11 +238,13 @@ def test_a_pool_other_than_decode_refuses_to_pull_naming_its_field():
     assert refused.value.field == "handoff"
 
 
-@pytest.mark.parametrize("taken", list(Handoff))
-def test_simulate_says_the_mean_step_a_decode_took_before_first_tokens_only_when_it_took_one(run_cli, tmp_path, taken):
+@pytest.mark.parametrize(("taken", "first"), [(Handoff.PUSH, FirstToken.PREFILL), (Handoff.PULL, FirstToken.DECODE),
+                                              (Handoff.PULL, FirstToken.PREFILL)])
+def test_simulate_says_the_mean_step_a_decode_took_before_first_tokens_only_when_it_took_one(run_cli, tmp_path, taken,
+                                                                                              first):
     plan = (ROOT / "examples" / "plan_disagg.yaml").read_text()
     decode = plan.index("phase: decode")
     path = tmp_path / "plan.yaml"
-    path.write_text(plan[:decode] + f"handoff: {taken}\n    " + plan[decode:])
+    path.write_text(plan[:decode] + f"handoff: {taken}\n    first_token: {first}\n    " + plan[decode:])
     code, out, _ = run_cli("simulate", ROOT / "traces" / "chat_poisson_2k.csv", "--plan", path)
-    assert code == 0 and ("decode step before the first token" in out) == (taken == Handoff.PULL)
+    assert code == 0 and ("decode step before the first token" in out) == (first == FirstToken.DECODE)

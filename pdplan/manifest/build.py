@@ -49,7 +49,7 @@ KV_ROLES = {"prefill": "kv_producer", "decode": "kv_consumer", "mixed": "kv_both
 #: Simulator pool settings a manifest carries, to rebuild the plan it was verified as, each as the plan
 #: file states it (a prefill pool's prefix-cache tier with its bandwidth in GB/s).
 SCHEDULING = ("policy", "chunk_tokens", "max_prefill_batch_tokens", "max_running_requests", "prefix_cache_blocks",
-              "cache_tier", "rank_router", "handoff")
+              "cache_tier", "rank_router", "handoff", "first_token")
 PACKAGE = Path(str(resources.files("pdplan")))
 #: vLLM's default KV block (tokens per paged block), and the memory share behind the KV capacity.
 KV_BLOCK_TOKENS = 16

@@ -121,11 +121,13 @@ def _pools(manifest: dict) -> list[Violation]:
 
 
 def _handoff_violations(where: str, pool: dict) -> list[Violation]:
-    """How a pool takes a prefilled request (``scheduling.handoff``), as the plan file admits it: stated on decode
-    pools only (:class:`pdplan.sim.plan.Pool`)."""
-    if "handoff" in pool["scheduling"] and pool["phase"] != "decode":
-        return [Violation(f"{where}.scheduling.handoff", f"applies to decode pools, not a {pool['phase']} pool")]
-    return []
+    """How a pool takes a prefilled request and where its first token comes from (``scheduling.handoff``,
+    ``scheduling.first_token``), as the plan file admits them: stated on decode pools only
+    (:class:`pdplan.sim.plan.Pool`)."""
+    if pool["phase"] == "decode":
+        return []
+    return [Violation(f"{where}.scheduling.{key}", f"applies to decode pools, not a {pool['phase']} pool")
+            for key in ("handoff", "first_token") if key in pool["scheduling"]]
 
 
 def _prompt_budget_violations(where: str, pool: dict) -> list[Violation]:

@@ -6,7 +6,7 @@ import json
 from collections import Counter
 from dataclasses import dataclass, replace
 
-from pdplan.engines import DEFAULT_ENGINE, handoff, rank_router
+from pdplan.engines import DEFAULT_ENGINE, first_token, handoff, rank_router
 from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
@@ -42,7 +42,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
     the spill thresholds of a mixed pool (or of borrowing, ``borrow``: its lent machines' handoffs then
     take the plan's default link, :func:`lent_link`), the prefill router, how a prefill instance with attention
     DP puts a prompt on a rank under ``engine`` (:func:`pdplan.engines.rank_router`), how a decode instance takes a
-    prefilled request (:func:`pdplan.engines.handoff`) and the early-rejection threshold."""
+    prefilled request and where its first token comes from (:func:`pdplan.engines.handoff`,
+    :func:`pdplan.engines.first_token`) and the early-rejection threshold."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(),
                                  key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp, kv[0].dp, kv[0].ep)):
@@ -50,6 +51,7 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
         extra = {"policy": "chunked", "chunk_tokens": cand.chunk_tokens} if chunked else {}
         pool = Pool(name=pool_name(cand), phase=cand.phase, model=model.name, gpu=cand.gpu, tp=cand.tp, pp=cand.pp,
                     rank_router=rank_router(engine, cand.phase, cand.dp), handoff=handoff(engine, cand.phase),
+                    first_token=first_token(engine, cand.phase),
                     dp=cand.dp, ep=cand.ep, all_to_all=cand.all_to_all, max_running_requests=cand.max_running_requests,
                     replicas=replicas, **extra)
         shapes[pool] = cand

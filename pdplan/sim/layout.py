@@ -27,7 +27,7 @@ from pdplan.sim.plan import (
     receiving_phases,
     resolve_pools,
 )
-from pdplan.vocabulary import Handoff, RankRouter, Router
+from pdplan.vocabulary import FirstToken, Handoff, RankRouter, Router
 from pdplan.workload import rescaled_arrivals
 
 # --- requests ------------------------------------------------------------------------------------
@@ -153,9 +153,11 @@ class Layout:
     #: empty: nowhere
     room_ranks: tuple[bool, ...] = ()
     #: per instance, whether a decode instance pulls its requests' KV (:attr:`pdplan.vocabulary.Handoff.PULL`: it reads
-    #: the KV from the iteration that takes a request in, and hands the first token with the first step the request
-    #: runs in) instead of having it pushed; empty: nowhere
+    #: the KV from the iteration that takes a request in) instead of having it pushed; empty: nowhere
     pull: tuple[bool, ...] = ()
+    #: per instance, whether a decode instance samples its requests' first token in the first step they run in
+    #: (:attr:`pdplan.vocabulary.FirstToken.DECODE`) instead of streaming the prefill's as they join; empty: nowhere
+    decode_first: tuple[bool, ...] = ()
     #: Splitwise's borrowing: dedicated machines are lent to the other phase past the spill thresholds
     borrow: bool = False
     borrow_chunk_tokens: int = 0            #: a lent machine's chunked budget per iteration
@@ -192,6 +194,11 @@ class Layout:
         Splitwise's scheduling, which takes its handoffs pushed, whatever its pool says."""
         return bool(self.pull) and self.pull[i] and not self.lendable(i)
 
+    def samples_first_token(self, i: int) -> bool:
+        """Whether decode instance i samples its requests' first token in their first step (:attr:`decode_first`); a
+        machine borrowing may lend streams the prefill's, as Splitwise's scheduling does."""
+        return bool(self.decode_first) and self.decode_first[i] and not self.lendable(i)
+
     def receiver(self, i: int) -> int:
         """Instance i's column in the link matrices as a receiver of KV."""
         return self.receiver_slot[i] if self.receiver_slot else self.pool_slot[i]
@@ -215,7 +222,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
     labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running = ([] for _ in range(10))
-    receive, waits, balance, rooms, pulls = ([] for _ in range(5))
+    receive, waits, balance, rooms, pulls, firsts = ([] for _ in range(6))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -242,6 +249,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             balance.append(pool.adp_balance)
             rooms.append(pool.rank_router == RankRouter.BOOTSTRAP_ROOM)
             pulls.append(pool.handoff == Handoff.PULL)
+            firsts.append(pool.first_token == FirstToken.DECODE)
             waits.append((0, 0) if pool.batch_wait_timeout_iters is None else (
                 pool.batch_wait_timeout_iters, batch_wait_tokens(pool.batch_wait_max_tokens_ratio, pool.chunk_tokens)))
     pre = plan.pools_of("prefill")
@@ -278,7 +286,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
                   max_running=tuple(running), recv_interval=tuple(receive), batch_wait=tuple(waits),
                   adp_balance=tuple(balance), room_ranks=tuple(rooms) if any(rooms) else (),
-                  pull=tuple(pulls) if any(pulls) else (),
+                  pull=tuple(pulls) if any(pulls) else (), decode_first=tuple(firsts) if any(firsts) else (),
                   borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
 

@@ -29,6 +29,7 @@ from pdplan.vocabulary import (
     AllToAll,
     CacheMedium,
     FailurePolicy,
+    FirstToken,
     Handoff,
     MoeActivations,
     Phase,
@@ -53,6 +54,7 @@ FAILURE_POLICIES = tuple(FailurePolicy)
 ROUTERS = tuple(Router)
 RANK_ROUTERS = tuple(RankRouter)
 HANDOFFS = tuple(Handoff)
+FIRST_TOKENS = tuple(FirstToken)
 #: Highest transfer failure rate a plan may state: beyond it, failures are the plan, not a fault.
 MAX_FAILURE_RATE = 0.5
 #: Longest router hop a plan may state, in seconds.
@@ -78,6 +80,12 @@ def rank_router_rejection(rank_router: str, phase: str, dp: int) -> str | None:
     if rank_router != RankRouter.SHORTEST_QUEUE and (phase != "prefill" or dp < 2):
         return "rank_router applies to prefill pools with attention data parallelism (dp above 1)"
     return None
+
+
+def first_token_of(handoff: str) -> FirstToken:
+    """The first token of a decode pool that states only its handoff, as such a pool was verified when the handoff
+    alone said it: a pulling decode samples its own in its first step, a pushed-to one streams the prefill's."""
+    return FirstToken.DECODE if handoff == Handoff.PULL else FirstToken.PREFILL
 
 
 def batch_wait_tokens(ratio: float, chunk_tokens: int) -> int:
@@ -159,6 +167,9 @@ class Pool(InstanceShape):
     all_to_all: str = AllToAll.DISPATCH
     #: decode: how its engine takes a prefilled request, push or pull (:class:`pdplan.vocabulary.Handoff`)
     handoff: str = Handoff.PUSH
+    #: decode: where a request's first token comes from (:class:`pdplan.vocabulary.FirstToken`); None: as a pool of
+    #: its handoff was first verified, the decode's own for a pull, the prefill's for a push (:func:`first_token_of`)
+    first_token: str | None = None
 
     def __post_init__(self):
         def fail(field: str, rule: str) -> PdplanError:
@@ -218,6 +229,12 @@ class Pool(InstanceShape):
             raise fail("handoff", f"handoff must be one of {', '.join(HANDOFFS)}")
         if self.handoff != Handoff.PUSH and self.phase != "decode":
             raise fail("handoff", "handoff applies to decode pools (how their engine takes a prefilled request)")
+        if self.first_token is None:
+            object.__setattr__(self, "first_token", first_token_of(self.handoff))
+        if self.first_token not in FIRST_TOKENS:
+            raise fail("first_token", f"first_token must be one of {', '.join(FIRST_TOKENS)}")
+        if self.first_token != FirstToken.PREFILL and self.phase != "decode":
+            raise fail("first_token", "first_token applies to decode pools (where a request's first token comes from)")
 
     def _check_batch_wait(self, fail) -> None:
         iters, ratio = self.batch_wait_timeout_iters, self.batch_wait_max_tokens_ratio

@@ -85,11 +85,14 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         prefix_cache_blocks: 4096  # optional: LRU of prefix blocks seen (a block held is not
                                    # sent); default kv_capacity_tokens // block_tokens; 0: off
         handoff: pull              # optional, decode: how its engine takes a prefilled request:
-                                   # push (the prefill sends the KV once its prefill ends, and the
-                                   # decode streams the prefill's token when the request joins a
-                                   # batch: SGLang; default) or pull (the decode reads the KV from
-                                   # the iteration that takes the request in, and its first token
-                                   # comes with the first step it runs in: TensorRT-LLM, vLLM)
+                                   # push (the prefill sends the KV once its prefill ends: SGLang;
+                                   # default) or pull (the decode reads the KV from the iteration
+                                   # that takes the request in: TensorRT-LLM, vLLM)
+        first_token: prefill       # optional, decode: where a request's first token comes from:
+                                   # prefill (the decode streams the prefill's token when the
+                                   # request joins a batch: SGLang, TensorRT-LLM) or decode (it
+                                   # samples it again in the first step the request runs in: vLLM);
+                                   # default decode with handoff pull, else prefill
       # colocated pools add:  policy: prefill-first | chunked;  chunk_tokens: 512 (chunked only)
       # mixed pools (Splitwise's: machines that take both phases in a disaggregated plan) add
       # policy: chunked and chunk_tokens, and the plan may say when work spills to them:
@@ -138,9 +141,10 @@ from pdplan.sim.plan import (
     Link,
     Plan,
     Pool,
+    first_token_of,
     receiving_phases,
 )
-from pdplan.vocabulary import AllToAll, CacheMedium, Handoff, MoeActivations, RankRouter, Router
+from pdplan.vocabulary import AllToAll, CacheMedium, FirstToken, Handoff, MoeActivations, RankRouter, Router
 
 FORMAT_VERSION = 1
 #: Replicas one pool may have: more instances than the largest fleets run (a 4,096-GPU cluster
@@ -166,7 +170,7 @@ _POOL_FIELDS = {"name", "phase", "model", "gpu", "tp", "pp", "dp", "ep", "redund
                 "chunk_tokens", "prefix_cache_blocks", "cache_tier", "max_prefill_batch_tokens", "max_running_requests",
                 "recv_interval", "batch_wait_timeout_iters", "batch_wait_max_tokens_ratio",
                 "attention_dp_timeout_iters", "attention_dp_batching_wait_iters", "rank_router", "all_to_all",
-                "handoff"}
+                "handoff", "first_token"}
 _TIER_FIELDS = {"medium", "blocks", "bandwidth_gb_s"}
 _LINK_FIELDS = {"from", "to", "bandwidth_gb_s", "setup_ms"}
 
@@ -222,7 +226,7 @@ def _pool(spec: Fields) -> Pool:
                 if spec.has("max_running_requests") else None,
                 recv_interval=_recv_interval(spec, phase, dp), **_batch_wait(spec, phase, policy, dp),
                 **_adp_balance(spec, phase, policy, dp), rank_router=_rank_router(spec, phase, dp),
-                handoff=_handoff(spec, phase))
+                handoff=_handoff(spec, phase), first_token=_first_token(spec, phase))
 
 
 def _all_to_all(spec: Fields, tp: int, dp: int, ep: int, redundant_experts: int) -> str:
@@ -248,6 +252,14 @@ def _handoff(spec: Fields, phase: str) -> str:
     if phase != "decode":
         raise spec.fail("handoff", "applies only to decode pools", spec.data["handoff"])
     return spec.string("handoff", choices=list(Handoff))
+
+
+def _first_token(spec: Fields, phase: str) -> str | None:
+    if not spec.has("first_token"):
+        return None
+    if phase != "decode":
+        raise spec.fail("first_token", "applies only to decode pools", spec.data["first_token"])
+    return spec.string("first_token", choices=list(FirstToken))
 
 
 def _recv_interval(spec: Fields, phase: str, dp: int) -> int | None:
@@ -466,6 +478,7 @@ def plan_to_dict(plan: Plan) -> dict:
                      **{k: getattr(p, k) for k in optional if getattr(p, k) is not None},
                      **({} if p.rank_router == RankRouter.SHORTEST_QUEUE else {"rank_router": str(p.rank_router)}),
                      **({} if p.handoff == Handoff.PUSH else {"handoff": str(p.handoff)}),
+                     **({} if p.first_token == first_token_of(p.handoff) else {"first_token": str(p.first_token)}),
                      **({} if p.cache_tier is None else {"cache_tier": {
                          "medium": p.cache_tier.medium, "blocks": p.cache_tier.blocks,
                          "bandwidth_gb_s": p.cache_tier.bandwidth_bytes_per_s / GB}})}

@@ -5,10 +5,10 @@ Clocks (docs/design.md, "Clocks and units"):
 * TTFT = arrival → first token visible. Disaggregated: prefill queue + prefill + exposed
   transfer + decode admission wait + first step; the first token is streamed by the decode instance
   once the KV is published, so ``first_token_s`` is the decode admission time (``first_step_s`` 0), or
-  the end of the first step the request runs in where the decode pool pulls (``handoff: pull``,
-  :func:`pdplan.engines.handoff`; ``first_step_s`` that step, and the exposed transfer includes the
-  wait for the decode's iteration that starts the read). Colocated: the end of the iteration that
-  completes the prompt.
+  the end of the first step the request runs in where the decode samples it again (``first_token: decode``,
+  :func:`pdplan.engines.first_token`; ``first_step_s`` that step). Where the decode pool pulls (``handoff:
+  pull``, :func:`pdplan.engines.handoff`) the exposed transfer includes the wait for the decode's iteration
+  that starts the read. Colocated: the end of the iteration that completes the prompt.
 * TPOT = (finish − first token) / (output − 1). A request with one output token has no TPOT
   (NaN in the records) and passes the TPOT clock; the summary counts such requests.
 * E2E = finish − arrival.
@@ -199,7 +199,7 @@ class SimResult:
         }
 
     def _first_step(self) -> dict:
-        """The mean first step pulling decodes took before a request's first token (``first_step_s``), over
+        """The mean first step decodes took to sample a request's first token (``first_step_s``), over
         the requests that joined a decode batch; nothing when none took one."""
         step = self.columns["first_step_s"]
         joined = step[np.isfinite(step)]

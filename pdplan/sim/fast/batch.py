@@ -24,6 +24,7 @@ from pdplan.sim.fast.fields import (
     D_ADP_K,
     D_B,
     D_CAP,
+    D_DECODE_FIRST,
     D_DP,
     D_JOIN_HEAD,
     D_LEAD,
@@ -31,7 +32,6 @@ from pdplan.sim.fast.fields import (
     D_MAX_RUN,
     D_MODE,
     D_OUT,
-    D_PULL,
     D_RECV_C,
     D_RECV_N,
     D_RESERVED,
@@ -311,7 +311,7 @@ def decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
         while r >= 0:
             activate(rq, rt, di, i, r, t, cl)
             r = take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL))
-    if di[D_PULL, d]:
+    if di[D_DECODE_FIRST, d]:
         _first_tokens_with_step(rq, rt, di, tab_i, pieces, d, t)
     di[D_VERSION, d] += 1
     run_or_idle(rq, di, df, tab_i, pieces, ht, hi, hs, d, t)

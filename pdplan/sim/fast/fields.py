@@ -51,8 +51,9 @@ PQ_FIELDS = 3
  D_IT_FIRST, D_IT_N, D_LRU_HEAD, D_LRU_TAIL, D_LRU_COUNT, D_LRU_CAP, D_MIXED, D_K_HEAD, D_K_TAIL,
  D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN, D_HOME, D_LENT, D_EPOCH, D_PENDING,
  D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS, D_RECV_N, D_RECV_C, D_U_HEAD, D_U_TAIL, D_WAIT_N, D_WAIT_TOK,
- D_WAIT_C, D_WAIT_J, D_ADP_N, D_ADP_W, D_ADP_C, D_ADP_BC, D_ADP_K, D_ADP_MODE, D_PULL, D_JOIN_HEAD) = range(60)
-DI_FIELDS = 60
+ D_WAIT_C, D_WAIT_J, D_ADP_N, D_ADP_W, D_ADP_C, D_ADP_BC, D_ADP_K, D_ADP_MODE, D_PULL, D_JOIN_HEAD,
+ D_DECODE_FIRST) = range(61)
+DI_FIELDS = 61
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -87,8 +88,9 @@ DI_FIELDS = 60
 #   timeout, and held while every rank had prompts), ADP_K the most steps its current stretch may run
 #   before the balance releases held prompts (-1: no limit), ADP_MODE how that stretch's steps move the
 #   counters (ADP_COUNT, ADP_BATCH, ADP_RESET).
-#   PULL: a decode instance pulls its requests' KV (1: it reads the KV from the iteration that takes a request in, and
-#   hands the first token with the first step the request runs in; 0: pushed, :class:`pdplan.vocabulary.Handoff`);
+#   PULL: a decode instance pulls its requests' KV (1: it reads the KV from the iteration that takes a request in;
+#   0: pushed, :class:`pdplan.vocabulary.Handoff`); DECODE_FIRST: it samples its requests' first token in the first
+#   step they run in (1) or streams the prefill's as they join (0, :class:`pdplan.vocabulary.FirstToken`);
 #   JOIN_HEAD the rank's waiting head before a boundary's joins,
 #   from which the requests that joined run along W_NEXT to the head after them.
 

@@ -185,7 +185,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         fields.D_CHUNK: [layout.chunk_tokens[i] or layout.borrow_chunk_tokens * layout.borrow for i in dids],
         fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids], fields.D_MAX_RUN: _running_caps(layout, dids),
         fields.D_HOME: homes, fields.D_HOST: [host.get(int(i), -1) for i in dids],
-        fields.D_PULL: [int(layout.pulls(i)) for i in dids]})
+        fields.D_PULL: [int(layout.pulls(i)) for i in dids],
+        fields.D_DECODE_FIRST: [int(layout.samples_first_token(i)) for i in dids]})
     dec_cols = int(np.searchsorted(col, n_dec))  # decode ranks' columns come first, then mixed machines'
     pi[fields.P_COL] = -1
     for k, i in enumerate(dids):

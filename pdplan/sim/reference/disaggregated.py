@@ -22,9 +22,9 @@ class DecodeInstance:
 
     epoch = 0  # its role epoch: a dedicated decode instance never gives up the decode role
 
-    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0, pull: bool = False):
+    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0, samples_first: bool = False):
         self.env, self.profile, self.req, self.rec, self.index = env, profile, req, rec, index
-        self.pull = pull  # it reads its requests' KV itself, and their first token comes with their first step
+        self.samples_first = samples_first  # it samples its requests' first token again, in their first step
         self.ranks = make_ranks(env, profile, req, rec, self, max_running)
         self.capacity = profile.kv_capacity_tokens   # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
@@ -58,7 +58,7 @@ class DecodeInstance:
             dt = instance_step_s([(rank.step_s(), len(rank.generated), 0) for rank in self.ranks if rank.generated],
                          self.profile)
             self.boundary_s = self.env.now + dt
-            if self.pull:  # their first token comes with this step (a one-token request finished on joining)
+            if self.samples_first:  # their first token comes with this step (a one-token request finished on joining)
                 for r in joined:
                     if self.req.output_tokens[r] > 1:
                         self.rec.first_token_s[r] = self.env.now + dt
@@ -115,7 +115,7 @@ class Disaggregated:
             host = self.pre[self.pids.index(i)] if layout.phases[i] == "prefill" else None
             return Lendable(*args, layout.borrow_chunk_tokens, layout.batch_tokens[i], layout.running_cap(i), host)
         if layout.phases[i] == "decode":
-            return DecodeInstance(*args, k, layout.running_cap(i), layout.pulls(i))
+            return DecodeInstance(*args, k, layout.running_cap(i), layout.samples_first_token(i))
         return MixedInstance(*args, "chunked", layout.chunk_tokens[i], layout.batch_tokens[i],
                               max_running=layout.running_cap(i))
 
