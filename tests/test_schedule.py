@@ -316,6 +316,42 @@ def test_a_join_without_spare_gpus_waits_for_a_drain_and_the_weight_load():
 
 # --- the whole command on a synthetic day ----------------------------------------------------------
 
+def _verified(kind: str, mode: str, usd: float, passed: bool = True):
+    """A one-window schedule of ``mode`` costing ``usd`` whose window passes or misses, as the report sees it."""
+    from types import SimpleNamespace
+
+    from pdplan.schedule.program import Schedule
+    from pdplan.schedule.search import VerifiedSchedule
+    schedule = Schedule(modes=(mode,), window_shapes=({},), replicas=({},), run_usd=usd, change_usd=0.0,
+                        gpu_hours=0.0, joins=(), leaves=(), status="OPTIMAL")
+    check = SimpleNamespace(window=SimpleNamespace(index=0), verification=SimpleNamespace(passed=passed))
+    return VerifiedSchedule(kind=kind, schedule=schedule, checks=(check,), rounds=1)
+
+
+@pytest.mark.parametrize(("peak_usd", "answer"), [(4.43, "static peak"), (5.75, "static peak"), (6.0, "windowed")])
+def test_the_static_peak_plan_is_the_answer_when_it_passes_for_no_more_than_every_windowed_schedule(peak_usd, answer):
+    """The static plan is a schedule of the windowed program's too; the windowed search, raising a window at a time,
+    may stop above it or short of passing (here: P/D at $5.75, colocated still missing a window)."""
+    from pdplan.schedule.search import WindowedReport
+    windowed = {"disaggregated": _verified("windowed", "disaggregated", 5.75),
+                "colocated": _verified("windowed", "colocated", 4.38, passed=False)}
+    report = WindowedReport(request=None, windows=(), change_gpu_minutes=5.0, schedules=windowed, reasons={},
+                            static_peak=_verified("static peak", "colocated", peak_usd), static_mean=None)
+    assert report.chosen.kind == answer
+    missing = replace(report, static_peak=_verified("static peak", "colocated", 4.0, passed=False))
+    assert missing.chosen is windowed["disaggregated"]
+
+
+@pytest.mark.slow
+def test_on_the_bursty_code_trace_the_answer_never_costs_more_than_the_static_peak_plan(run_cli, tmp_path):
+    code, out, _ = run_cli("optimize", ROOT / "traces" / "code_bursty_2k.csv", "--windows", "120s", "--fleet", "HH",
+                           "--cache-dir", tmp_path, "--json")
+    doc = json.loads(out)
+    assert code == 0 and doc["schedule"]["passed"] and doc["static_peak"]["passed"]
+    assert doc["schedule"]["usd"] <= doc["static_peak"]["usd"] + 1e-9
+    assert doc["decision"] == doc["schedule"]["mode"]
+
+
 @pytest.fixture(scope="module")
 def day(tmp_path_factory):
     """A two-hour synthetic day (peak 6× the trough), 24 windows of 5 minutes, on H100s."""

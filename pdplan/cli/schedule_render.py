@@ -27,8 +27,9 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     shapes = ("shapes change between windows: " + counted(s.reshapes, "reshape") if s.reshapes else
               " + ".join(f"{c.phase} {c.shape_label(compact=True)}" for c in s.shapes.values()))
     mode = "colocated or disaggregated by window" if s.mode == CHANGING else s.mode
-    stdout.print(f"[bold]{report.request.model.name}: {mode} over {len(report.windows)} windows[/bold] ({shapes}); "
-                 f"every window verified end to end on its own requests "
+    static = f"; {_static_answer(report)}" if chosen is report.static_peak else ""
+    stdout.print(f"[bold]{report.request.model.name}: {mode} over {len(report.windows)} windows[/bold] ({shapes})"
+                 f"{static}; every window verified end to end on its own requests "
                  f"({counted(chosen.rounds, 'program round')})", highlight=False)
     table = Table(title="Schedule (replicas per window; changes = instances joining or leaving a pool as the window "
                         "starts, each drained first)")
@@ -48,7 +49,7 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     for name in ("plan", "GPU-hours", "USD", "windows missed", "vs static peak"):
         totals.add_column(name, justify="right")
     peak = report.static_peak
-    for result in (chosen, peak, report.static_mean):
+    for result in (chosen, *((peak,) if peak is not chosen else ()), report.static_mean):
         if result is None:
             continue
         saved = "" if peak is None else f"{result.schedule.gpu_hours / peak.schedule.gpu_hours - 1:+.1%} GPU-h"
@@ -59,6 +60,22 @@ def render(report: WindowedReport, doc: dict, as_json: bool) -> None:
     if s.change_usd:
         stdout.print(f"change cost: ${s.change_usd:,.2f} of the windowed total ({report.change_gpu_minutes:g} "
                      "GPU-minutes per GPU of each instance joining or leaving a pool)", markup=False, highlight=False)
+
+
+def _static_answer(report: WindowedReport) -> str:
+    """Why the answer runs the same replicas all day: the static peak plan passes for no more than each windowed
+    schedule, which costs more, misses windows, or has none."""
+    others = []
+    for mode, result in report.schedules.items():
+        if result is None:
+            others.append(f"{mode}: {report.reasons.get(mode, 'none')}")
+        elif result.passed:
+            others.append(f"{mode} ${result.schedule.usd:,.2f}")
+        else:
+            others.append(f"{mode} misses windows {', '.join(map(str, result.missed))} after "
+                          f"{counted(result.rounds, 'program round')}")
+    return ("the same replicas all day: the static peak plan passes for no more than a windowed schedule ("
+            + "; ".join(others) + ")")
 
 
 def _bounds(report: WindowedReport) -> None:

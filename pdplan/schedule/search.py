@@ -14,8 +14,9 @@
    The schedule passes when every window passes both ways; rounds are bounded.
 
 The same search with replicas held equal across windows is the *static peak* plan (over every
-mode the request allows); a static plan sized for the trace's mean rate, verified but never
-raised, shows what planning for the mean costs in missed windows. Each window planned alone by
+mode the request allows), itself a schedule: the answer when it passes for no more than every
+windowed one (:attr:`WindowedReport.chosen`). A static plan sized for the trace's mean rate,
+verified but never raised, shows what planning for the mean costs in missed windows. Each window planned alone by
 the program (no change cost) gives the lower bound the schedule is compared with, and the
 program held to one shape per phase all day shows what that restriction would cost.
 """
@@ -110,9 +111,13 @@ class WindowedReport:
 
     @property
     def chosen(self) -> VerifiedSchedule | None:
-        """The cheapest windowed schedule whose every window passes."""
-        passing = [s for s in self.schedules.values() if s is not None and s.passed]
-        return min(passing, key=lambda s: (s.schedule.usd, s.schedule.mode != "colocated"), default=None)
+        """The cheapest schedule whose every window passes: a windowed one, or the static peak plan when it passes for
+        no more. The static plan is a schedule of the windowed program's too (the same replicas in every window,
+        verified the same two ways), which the windowed search, raising a missed window at a time for at most
+        MAX_SCHEDULE_ROUNDS programs, may not reach; on a tie it is the one with no changes to run."""
+        passing = [s for s in (*self.schedules.values(), self.static_peak) if s is not None and s.passed]
+        return min(passing, key=lambda s: (s.schedule.usd, s.kind != "static peak", s.schedule.mode != "colocated"),
+                   default=None)
 
 
 class WindowChecker:
@@ -234,12 +239,6 @@ def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultC
                                                kind="windowed", rates=[w.rate_rps for w in windows])
         except InfeasibleError as err:
             schedules[key], reasons[key] = None, err.detail
-    report = WindowedReport(request=request, windows=tuple(windows), change_gpu_minutes=change_gpu_minutes,
-                            schedules=schedules, reasons=reasons, static_peak=None, static_mean=None)
-    chosen = report.chosen
-    if chosen is None:
-        return report
-    alone = tuple(checker.solve([w], [r], mode=request.mode, change_gpu_minutes=0.0) for w, r in zip(windows, at_rates))
     mean = sum(len(w.requests) for w in windows) / (windows[-1].end_s - windows[0].start_s)
     statics = {}
     for i, (kind, rate) in enumerate((("static peak", busiest), ("static mean", mean))):
@@ -250,11 +249,16 @@ def _plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultC
                                               rates=[rate] * len(windows), raise_misses=kind == "static peak")
         except InfeasibleError:
             statics[kind] = None
+    report = WindowedReport(request=request, windows=tuple(windows), change_gpu_minutes=change_gpu_minutes,
+                            schedules=schedules, reasons=reasons, static_peak=statics["static peak"],
+                            static_mean=statics["static mean"])
+    if report.chosen is None:
+        return report
+    alone = tuple(checker.solve([w], [r], mode=request.mode, change_gpu_minutes=0.0) for w, r in zip(windows, at_rates))
     if progress is not None:
         progress("each window alone", len(modes) + 2, len(modes) + 3)
     each = tuple(window_alone(checker, w, mode=request.mode) for w in windows)
-    return replace(report, static_peak=statics["static peak"], static_mean=statics["static mean"],
-                   window_optima=alone, windows_alone=each,
+    return replace(report, window_optima=alone, windows_alone=each,
                    one_shape=checker.solve(windows, at_rates, mode=request.mode, change_gpu_minutes=change_gpu_minutes,
                                            one_shape=True))
 
