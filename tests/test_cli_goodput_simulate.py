@@ -97,10 +97,11 @@ def test_goodput_of_an_sglang_decode_across_nodes_holds_each_rank_to_deepeps_bud
 
 
 @pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
-def test_goodput_of_a_wide_instance_with_gathered_tokens_reads_the_moe_table(run_cli):
-    """SGLang's DP 8 EP 8 on one node without DeepEP, as optimize times it there."""
+@pytest.mark.parametrize("asked", [("--all-to-all", "gather"), ()], ids=["asked", "the-engines-default"])
+def test_goodput_of_a_wide_instance_with_gathered_tokens_reads_the_moe_table(run_cli, asked):
+    """SGLang's DP 8 EP 8 on one node without DeepEP, as optimize times it there: asked, or by the engine's default."""
     code, out, err = run_cli("goodput", TRACE, "--model", "deepseek-r1", "--dtype", "fp8", "--gpu", "h200-141gb",
-                             "--engine", "sglang", "--phase", "decode", "--dp", "8", "--all-to-all", "gather",
+                             "--engine", "sglang", "--phase", "decode", "--dp", "8", *asked,
                              "--tpot", "50ms", "--requests-per-probe", "20", "--json")
     assert code == 0, err
     result = json.loads(out)

@@ -52,6 +52,7 @@ from pdplan.cli.options import (
     within,
 )
 from pdplan.cli.output import stderr
+from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.engines import rank_router, running_cap
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
@@ -69,7 +70,7 @@ from pdplan.modelref import get_model, model_file
 from pdplan.plots import plot_attainment_curve
 from pdplan.shape import InstanceShape
 from pdplan.slo import DEFAULT_ATTAINMENT
-from pdplan.vocabulary import INSTANCE_PHASES, AllToAll, Phase, Policy
+from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy
 
 
 def goodput(
@@ -81,7 +82,7 @@ def goodput(
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
     dp: DpOpt = 1,
     ep: EpOpt = None,
-    all_to_all: AllToAllOpt = AllToAll.DISPATCH,
+    all_to_all: AllToAllOpt = None,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
     policy: Annotated[Policy, choice(
@@ -119,13 +120,15 @@ def goodput(
     Prefill is judged on TTFT, decode on TPOT plus its admission wait (a share of TTFT), colocated
     on both. The search starts at the queueing bracket (M/D/1 and M/G/1 on the TTFT threshold)
     and bisects over simulated probes; a decode instance is never good above its saturation
-    throughput. An instance with --dp ranks is probed with --requests-per-probe requests per rank.
+    throughput. An instance with --dp ranks is probed with --requests-per-probe requests per rank,
+    reaching its experts as optimize runs the engine's instance of that phase unless --all-to-all says.
     Defaults: p90 TTFT <= 1 s and p90 TPOT <= 100 ms.
     """
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
     ep = rank_ep(tp, pp, dp, ep)
-    all_to_all = checked_all_to_all(all_to_all, tp, dp, ep)
+    if all_to_all is not None:
+        all_to_all = checked_all_to_all(all_to_all, tp, dp, ep)
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
     if (policy == "chunked") != (chunk is not None) or phase != "colocated" and chunk is not None:
         raise PdplanError("--chunk goes with --phase colocated --policy chunked, and that policy needs it",
@@ -141,13 +144,16 @@ def goodput(
     settings = probe_settings(workload, settings)  # record what was run
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose, drafting, moe_activations)
+    shape = InstanceShape(gpu=device.name, tp=tp, pp=pp, dp=dp, ep=ep)
+    if all_to_all is None:  # as optimize runs the engine's instance of this phase on the GPU's NVLink domain
+        all_to_all = engine_all_to_all(source.serving_engine, phase, shape, device.nvlink_domain,
+                                       fabric=device.nvlink_fabric)
     profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep, all_to_all=all_to_all)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)
     ranks = rank_router(source.serving_engine, phase, dp)  # SGLang's P/D prefill: by bootstrap room
-    cap = running_cap(source.serving_engine, phase, InstanceShape(gpu=device.name, tp=tp, pp=pp, dp=dp, ep=ep),
-                      all_to_all, device.nvlink_domain, 0 if drafting is None else drafting.draft_tokens, gpu=device,
-                      chunk_tokens=chunk)
+    cap = running_cap(source.serving_engine, phase, shape, all_to_all, device.nvlink_domain,
+                      0 if drafting is None else drafting.draft_tokens, gpu=device, chunk_tokens=chunk)
     if closed_loop:
         if plot is not None:
             raise PdplanError("--plot draws the attainment curve over rates; a closed-loop search has none",
@@ -170,7 +176,7 @@ def goodput(
             result.probes, result.goodput_rps, min(o.attainment for o in objectives.objectives),
             f"{profile.shape} {phase}", ttft_label="admission wait (TTFT share)" if phase == "decode" else "TTFT"))
         outputs.commit()
-    exchanges = InstanceShape(gpu=device.name, tp=tp, pp=pp, dp=dp, ep=ep).exchanges_tokens
+    exchanges = shape.exchanges_tokens
     render(result, profile, fallback, objectives, json, source.speculative_for(spec), accuracy,
            all_to_all if exchanges else None)
 
