@@ -51,6 +51,14 @@ def one_request(taken: str, output: int, engine: str = "fast", route_s: float = 
                first)
 
 
+def example_plan_with(path, phase: str, *lines: str):
+    """``examples/plan_disagg.yaml`` with ``lines`` on its pool of ``phase``, written to ``path``."""
+    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
+    at = text.index(f"phase: {phase}")
+    path.write_text(text[:at] + "".join(f"{line}\n    " for line in lines) + text[at:])
+    return path
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_a_pushed_request_has_its_first_token_when_it_joins(engine):
     """TTFT = prefill + transfer; the other 9 tokens take 9 steps: TPOT = 9 × 20 ms / 9."""
@@ -185,51 +193,29 @@ def test_a_pool_stating_only_its_handoff_answers_the_first_token_as_it_was_first
 
 
 def test_a_plan_file_states_a_decode_pools_first_token_and_writes_it_back_only_off_its_handoffs_default(tmp_path):
-    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
-    decode = text.index("phase: decode")
-    path = tmp_path / "plan.yaml"
-    path.write_text(text[:decode] + "handoff: pull\n    first_token: prefill\n    " + text[decode:])
-    plan = load_plan(path)
+    plan = load_plan(example_plan_with(tmp_path / "plan.yaml", "decode", "handoff: pull", "first_token: prefill"))
     assert (plan.pools[1].handoff, plan.pools[1].first_token) == (Handoff.PULL, FirstToken.PREFILL)
     assert plan_to_dict(plan)["pools"][1]["first_token"] == "prefill"
-    path.write_text(text[:decode] + "handoff: pull\n    " + text[decode:])
-    assert "first_token" not in plan_to_dict(load_plan(path))["pools"][1]
-
-
-@pytest.mark.parametrize(("where", "value", "rule"), [("prefill", "decode", "applies only to decode pools"),
-                                                      ("decode", "sampled", "must be one of")])
-def test_a_first_token_the_pool_cannot_answer_names_the_file_and_field(tmp_path, where, value, rule):
-    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
-    at = text.index(f"phase: {where}")
-    path = tmp_path / "plan.yaml"
-    path.write_text(text[:at] + f"first_token: {value}\n    " + text[at:])
-    index = 0 if where == "prefill" else 1
-    with pytest.raises(PdplanError, match=rf"pools\[{index}\]\.first_token {rule}"):
-        load_plan(path)
+    pulled = load_plan(example_plan_with(tmp_path / "pulled.yaml", "decode", "handoff: pull"))
+    assert "first_token" not in plan_to_dict(pulled)["pools"][1]
 
 
 def test_a_plan_file_states_a_decode_pools_handoff_and_round_trips_it(tmp_path):
     """``handoff`` is optional (default push) and written back only when the decode pulls."""
-    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
-    decode = text.index("phase: decode")
-    path = tmp_path / "plan.yaml"
-    path.write_text(text[:decode] + "handoff: pull\n    " + text[decode:])
-    plan = load_plan(path)
+    plan = load_plan(example_plan_with(tmp_path / "plan.yaml", "decode", "handoff: pull"))
     assert [p.handoff for p in plan.pools] == [Handoff.PUSH, Handoff.PULL]
     assert plan_to_dict(plan)["pools"][1]["handoff"] == "pull"
     assert "handoff" not in plan_to_dict(load_plan(ROOT / "examples" / "plan_disagg.yaml"))["pools"][1]
 
 
-@pytest.mark.parametrize(("where", "value", "rule"), [("prefill", "pull", "applies only to decode pools"),
-                                                      ("decode", "pushed", "must be one of")])
-def test_a_handoff_the_pool_cannot_take_names_the_file_and_field(tmp_path, where, value, rule):
-    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
-    at = text.index(f"phase: {where}")
-    path = tmp_path / "plan.yaml"
-    path.write_text(text[:at] + f"handoff: {value}\n    " + text[at:])
+@pytest.mark.parametrize(("field", "where", "value", "rule"), [
+    ("handoff", "prefill", "pull", "applies only to decode pools"), ("handoff", "decode", "pushed", "must be one of"),
+    ("first_token", "prefill", "decode", "applies only to decode pools"),
+    ("first_token", "decode", "sampled", "must be one of")])
+def test_a_handoff_or_first_token_the_pool_cannot_take_names_the_file_and_field(tmp_path, field, where, value, rule):
     index = 0 if where == "prefill" else 1
-    with pytest.raises(PdplanError, match=rf"pools\[{index}\]\.handoff {rule}"):
-        load_plan(path)
+    with pytest.raises(PdplanError, match=rf"pools\[{index}\]\.{field} {rule}"):
+        load_plan(example_plan_with(tmp_path / "plan.yaml", where, f"{field}: {value}"))
 
 
 def test_a_pool_other_than_decode_refuses_to_pull_naming_its_field():
@@ -242,9 +228,6 @@ def test_a_pool_other_than_decode_refuses_to_pull_naming_its_field():
                                               (Handoff.PULL, FirstToken.PREFILL)])
 def test_simulate_says_the_mean_step_a_decode_took_before_first_tokens_only_when_it_took_one(run_cli, tmp_path, taken,
                                                                                               first):
-    plan = (ROOT / "examples" / "plan_disagg.yaml").read_text()
-    decode = plan.index("phase: decode")
-    path = tmp_path / "plan.yaml"
-    path.write_text(plan[:decode] + f"handoff: {taken}\n    first_token: {first}\n    " + plan[decode:])
+    path = example_plan_with(tmp_path / "plan.yaml", "decode", f"handoff: {taken}", f"first_token: {first}")
     code, out, _ = run_cli("simulate", ROOT / "traces" / "chat_poisson_2k.csv", "--plan", path)
     assert code == 0 and ("decode step before the first token" in out) == (first == FirstToken.DECODE)
