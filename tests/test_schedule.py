@@ -342,6 +342,39 @@ def test_the_static_peak_plan_is_the_answer_when_it_passes_for_no_more_than_ever
     assert missing.chosen is windowed["disaggregated"]
 
 
+class _Counted:
+    """A stand-in schedule: each window runs ceil(requirement / 1.5) colocated instances."""
+
+    def __init__(self, requirements):
+        self.modes = ("colocated",) * len(requirements)
+        self._counts = [math.ceil(r["colocated"] / 1.5) for r in requirements]
+
+    def counts(self, w):
+        return (("colocated", self._counts[w]),)
+
+
+@pytest.mark.parametrize(("static", "raised"), [(False, [1.15**3, 1.0]), (True, [1.15**3, 1.15**3])])
+def test_a_missed_window_is_raised_until_the_program_changes_what_it_runs(static, raised):
+    """Each 15% raise the schedule absorbs (1.15 and 1.32 req/s still take one instance of 1.5) would verify the same
+    schedule again; the third (1.52) takes a second instance. A static plan is raised in every window at once."""
+    from pdplan.schedule.search import _raised_until_changed
+    requirements = [{"colocated": 1.0}, {"colocated": 1.0}]
+    changed = _raised_until_changed(_Counted, requirements, _Counted(requirements), {0: ("colocated",)}, [1.0, 1.0],
+                                    static=static)
+    assert changed.counts(0) == (("colocated", 2),)
+    assert [r["colocated"] for r in requirements] == pytest.approx(raised)
+
+
+def test_a_raise_nothing_serves_differently_stops_at_the_optimizers_bound():
+    from pdplan.planner.search import MAX_RAISE
+    from pdplan.schedule.search import _raised_until_changed
+    requirements = [{"colocated": 1.0}]
+    missed = _Counted(requirements)
+    assert _raised_until_changed(lambda r: missed, requirements, missed, {0: ("colocated",)}, [1.0],
+                                 static=False) is None
+    assert MAX_RAISE < requirements[0]["colocated"] <= MAX_RAISE * 1.15
+
+
 @pytest.mark.slow
 def test_on_the_bursty_code_trace_the_answer_never_costs_more_than_the_static_peak_plan(run_cli, tmp_path):
     code, out, _ = run_cli("optimize", ROOT / "traces" / "code_bursty_2k.csv", "--windows", "120s", "--fleet", "HH",

@@ -7,7 +7,8 @@
    the program finds a switch pays).
 3. Each window's pools are placed on the nodes and verified end to end on that window's own
    requests at its rate (R runs, 95% intervals, the optimize rule). A window that misses raises
-   its failing phase's requirement by ``RAISE_FACTOR`` and the program is solved again.
+   its failing phase's requirement by ``RAISE_FACTOR`` steps until the program changes what the
+   window runs (as ``optimize`` raises a pool), and that schedule is verified.
 4. When every window passes alone, the whole schedule is simulated on the whole trace with its
    changes drained first (:mod:`.timeline`): a window that then misses (a backlog carried over, a
    drain, an instance still loading) raises every phase's requirement in it, and round 2 follows.
@@ -24,6 +25,7 @@ program held to one shape per phase all day shows what that restriction would co
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import partial
 from typing import Callable
 
 from pdplan.cache import ResultCache
@@ -35,7 +37,7 @@ from pdplan.planner.checks import Verifier
 from pdplan.planner.measure import measure, pool_candidates
 from pdplan.planner.pipeline import base_problem
 from pdplan.planner.request import PlanRequest
-from pdplan.planner.search import RAISE_FACTOR
+from pdplan.planner.search import MAX_RAISE, RAISE_FACTOR
 from pdplan.schedule.program import CHANGING, MODE_PHASES, MODES, Schedule, solve_schedule
 from pdplan.schedule.timeline import Timeline, simulate_timeline
 from pdplan.schedule.windows import Window
@@ -175,9 +177,9 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
     does not simulate it whole). ``mode`` "auto" lets each window run either mode."""
     request = checker.request
     requirements = _requirements(mode, rates)
+    solve = partial(checker.solve, windows, mode=mode, change_gpu_minutes=change_gpu_minutes, static=kind != "windowed")
+    schedule = solve(requirements)
     for round_ in range(1, MAX_SCHEDULE_ROUNDS + 1):
-        schedule = checker.solve(windows, requirements, mode=mode, change_gpu_minutes=change_gpu_minutes,
-                                 static=kind != "windowed")
         checks = tuple(checker.check(schedule, w) for w in windows)
         result = VerifiedSchedule(kind=kind, schedule=schedule, checks=checks, rounds=round_)
         if raise_misses and result.passed:
@@ -189,15 +191,33 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
                    if not c.verification.passed}
         if not failing:  # every window passed alone: raise all phases of those the whole run misses
             failing = {w: ran[w] for w in result.missed}
+        schedule = _raised_until_changed(solve, requirements, schedule, failing, rates, static=kind != "windowed")
+        if schedule is None:
+            return result
+    raise AssertionError("unreachable")
+
+
+def _raised_until_changed(solve: Callable[[list[dict[str, float]]], Schedule], requirements: list[dict[str, float]],
+                          missed: Schedule, failing: dict[int, tuple[str, ...]], rates: list[float], *,
+                          static: bool) -> Schedule | None:
+    """Raise the failing windows' phases (a static plan's in every window at once) by RAISE_FACTOR steps until the
+    program changes what a failing window runs, as optimize raises a pool (``planner.search._raise_until_changed``):
+    a raise the schedule absorbs would verify the same schedule again. None when the raise passes MAX_RAISE × a
+    window's rate first."""
+    while True:
         for w, raised in failing.items():
             for phase in raised:
-                if kind == "windowed":
+                if not static:
                     requirements[w][phase] *= RAISE_FACTOR
-                else:  # a static plan is raised everywhere at once
-                    top = requirements[w][phase] * RAISE_FACTOR
-                    for r in requirements:
-                        r[phase] = max(r[phase], top)
-    raise AssertionError("unreachable")
+                    continue
+                top = requirements[w][phase] * RAISE_FACTOR
+                for r in requirements:
+                    r[phase] = max(r[phase], top)
+        if any(requirements[w][phase] > MAX_RAISE * rates[w] for w, raised in failing.items() for phase in raised):
+            return None
+        schedule = solve(requirements)
+        if any((schedule.modes[w], schedule.counts(w)) != (missed.modes[w], missed.counts(w)) for w in failing):
+            return schedule
 
 
 def plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultCache,
