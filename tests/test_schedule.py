@@ -343,25 +343,31 @@ def test_the_static_peak_plan_is_the_answer_when_it_passes_for_no_more_than_ever
 
 
 class _Counted:
-    """A stand-in schedule: each window runs ceil(requirement / 1.5) colocated instances."""
+    """A stand-in schedule: each window runs ceil(requirement / 1.5) colocated instances of a shape that serves 1.5
+    req/s each."""
+
+    shape = type("Shape", (), {"pool_curve": PoolCurve.linear(1.5)})()
 
     def __init__(self, requirements):
         self.modes = ("colocated",) * len(requirements)
-        self._counts = [math.ceil(r["colocated"] / 1.5) for r in requirements]
+        self.replicas = [{"colocated": math.ceil(r["colocated"] / 1.5)} for r in requirements]
+        self.window_shapes = [{"colocated": self.shape}] * len(requirements)
 
     def counts(self, w):
-        return (("colocated", self._counts[w]),)
+        return (("colocated", self.replicas[w]["colocated"]),)
 
 
-@pytest.mark.parametrize(("static", "raised"), [(False, [1.15**3, 1.0]), (True, [1.15**3, 1.15**3])])
-def test_a_missed_window_is_raised_until_the_program_changes_what_it_runs(static, raised):
-    """Each 15% raise the schedule absorbs (1.15 and 1.32 req/s still take one instance of 1.5) would verify the same
-    schedule again; the third (1.52) takes a second instance. A static plan is raised in every window at once."""
+@pytest.mark.parametrize(("static", "raised", "programs"), [(False, [1.5, 1.0], 1), (True, [1.15**3, 1.15**3], 3)])
+def test_a_missed_window_is_raised_until_the_program_changes_what_it_runs(static, raised, programs):
+    """A 15% raise (1.15 req/s) would leave the window on its one instance of 1.5 req/s and verify the same schedule
+    again. A windowed schedule's raise goes just past that instance, and one program gives the window a second; a
+    static plan's rises in 15% steps (1.15, 1.32, 1.52), in every window at once, until the third does."""
     from pdplan.schedule.search import _raised_until_changed
+    solved = []
     requirements = [{"colocated": 1.0}, {"colocated": 1.0}]
-    changed = _raised_until_changed(_Counted, requirements, _Counted(requirements), {0: ("colocated",)}, [1.0, 1.0],
-                                    static=static)
-    assert changed.counts(0) == (("colocated", 2),)
+    changed = _raised_until_changed(lambda r: solved.append(r) or _Counted(r), requirements, _Counted(requirements),
+                                    {0: ("colocated",)}, [1.0, 1.0], static=static)
+    assert changed.counts(0) == (("colocated", 2),) and len(solved) == programs
     assert [r["colocated"] for r in requirements] == pytest.approx(raised)
 
 

@@ -118,8 +118,8 @@ class WindowedReport:
         verified the same two ways), which the windowed search, raising a missed window at a time for at most
         MAX_SCHEDULE_ROUNDS programs, may not reach; on a tie it is the one with no changes to run."""
         passing = [s for s in (*self.schedules.values(), self.static_peak) if s is not None and s.passed]
-        return min(passing, key=lambda s: (s.schedule.usd, s.kind != "static peak", s.schedule.mode != "colocated"),
-                   default=None)
+        return min(passing, key=lambda s: (round(s.schedule.usd, 6), s.kind != "static peak",  # a tie to the dollar's
+                                           s.schedule.mode != "colocated"), default=None)  # millionth, not the float's
 
 
 class WindowChecker:
@@ -200,24 +200,39 @@ def verified_schedule(checker: WindowChecker, windows: list[Window], *, mode: st
 def _raised_until_changed(solve: Callable[[list[dict[str, float]]], Schedule], requirements: list[dict[str, float]],
                           missed: Schedule, failing: dict[int, tuple[str, ...]], rates: list[float], *,
                           static: bool) -> Schedule | None:
-    """Raise the failing windows' phases (a static plan's in every window at once) by RAISE_FACTOR steps until the
-    program changes what a failing window runs, as optimize raises a pool (``planner.search._raise_until_changed``):
-    a raise the schedule absorbs would verify the same schedule again. None when the raise passes MAX_RAISE × a
-    window's rate first."""
+    """Raise the failing windows' phases (a static plan's in every window at once) until the program changes what a
+    failing window runs, as optimize raises a pool (``planner.search._raise_until_changed``): a raise the schedule
+    absorbs would verify the same schedule again. A static plan rises by RAISE_FACTOR steps: its programs solve in a
+    fraction of a second, and with ``--mode auto`` a jump could tip it to the other mode, whose requirements were
+    never raised. A windowed schedule rises by RAISE_FACTOR and at least past what the window runs serves
+    (:func:`_past_what_it_runs`): a windowed program takes seconds, and each absorbed step would cost one. None when
+    the raise passes MAX_RAISE × a window's rate first."""
     while True:
         for w, raised in failing.items():
             for phase in raised:
-                if not static:
-                    requirements[w][phase] *= RAISE_FACTOR
-                    continue
                 top = requirements[w][phase] * RAISE_FACTOR
-                for r in requirements:
+                if not static:
+                    top = max(top, _past_what_it_runs(missed, w, phase))
+                for r in (requirements if static else (requirements[w],)):
                     r[phase] = max(r[phase], top)
         if any(requirements[w][phase] > MAX_RAISE * rates[w] for w, raised in failing.items() for phase in raised):
             return None
         schedule = solve(requirements)
         if any((schedule.modes[w], schedule.counts(w)) != (missed.modes[w], missed.counts(w)) for w in failing):
             return schedule
+
+
+def _past_what_it_runs(schedule: Schedule, w: int, phase: str) -> float:
+    """The least requirement of ``phase`` in window w that what the window runs does not serve: just past the capacity
+    of its replicas of that phase's shape and of its mixed machines, which count in both phases (the program's
+    ``Day.need``); 0 when the window runs no such shape."""
+    shape, mixed = schedule.window_shapes[w].get(phase), schedule.window_shapes[w].get("mixed")
+    if shape is None:
+        return 0.0
+    served = shape.pool_curve.capacity_rps(schedule.replicas[w].get(phase, 0))
+    if mixed is not None and schedule.replicas[w].get("mixed", 0):
+        served += mixed.capacity_rps(schedule.replicas[w]["mixed"])
+    return served * (1 + 1e-9)
 
 
 def plan_windows(request: PlanRequest, windows: list[Window], *, cache: ResultCache,
