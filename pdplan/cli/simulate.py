@@ -182,7 +182,7 @@ def _render(summary: dict, target: float) -> None:
                       f"{_ms(transfer['exposed_s_mean'])} / {_ms(transfer['exposed_s_p99'])} ms")
     if "first_step_s_mean" in summary:
         facts.add_row("decode step before the first token, mean", f"{_ms(summary['first_step_s_mean'])} ms "
-                                                                   "(handoff: pull)")
+                                                                   "(first_token: decode)")
     if "prefix_cache" in summary:
         cache = summary["prefix_cache"]
         facts.add_row("prefill prefix cache", f"{cache['hit_rate']:.1%} of prompt tokens hit "

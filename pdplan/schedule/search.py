@@ -7,8 +7,8 @@
    the program finds a switch pays).
 3. Each window's pools are placed on the nodes and verified end to end on that window's own
    requests at its rate (R runs, 95% intervals, the optimize rule). A window that misses raises
-   its failing phase's requirement by ``RAISE_FACTOR`` steps until the program changes what the
-   window runs (as ``optimize`` raises a pool), and that schedule is verified.
+   its failing phase's requirement until the program changes what the window runs (as ``optimize``
+   raises a pool; :func:`_raised_until_changed`), and that schedule is verified.
 4. When every window passes alone, the whole schedule is simulated on the whole trace with its
    changes drained first (:mod:`.timeline`): a window that then misses (a backlog carried over, a
    drain, an instance still loading) raises every phase's requirement in it, and round 2 follows.
@@ -118,8 +118,9 @@ class WindowedReport:
         verified the same two ways), which the windowed search, raising a missed window at a time for at most
         MAX_SCHEDULE_ROUNDS programs, may not reach; on a tie it is the one with no changes to run."""
         passing = [s for s in (*self.schedules.values(), self.static_peak) if s is not None and s.passed]
-        return min(passing, key=lambda s: (round(s.schedule.usd, 6), s.kind != "static peak",  # a tie to the dollar's
-                                           s.schedule.mode != "colocated"), default=None)  # millionth, not the float's
+        # a tie is judged to the dollar's millionth, not to the last bit of two sums in another order
+        return min(passing, key=lambda s: (round(s.schedule.usd, 6), s.kind != "static peak",
+                                           s.schedule.mode != "colocated"), default=None)
 
 
 class WindowChecker:

@@ -113,6 +113,7 @@ The file states GB/s and ms; the dataclasses hold bytes/s and seconds, converted
 
 from __future__ import annotations
 
+from enum import StrEnum
 from pathlib import Path
 
 from pdplan import limits
@@ -226,7 +227,8 @@ def _pool(spec: Fields) -> Pool:
                 if spec.has("max_running_requests") else None,
                 recv_interval=_recv_interval(spec, phase, dp), **_batch_wait(spec, phase, policy, dp),
                 **_adp_balance(spec, phase, policy, dp), rank_router=_rank_router(spec, phase, dp),
-                handoff=_handoff(spec, phase), first_token=_first_token(spec, phase))
+                handoff=_decode_setting(spec, phase, "handoff", Handoff, Handoff.PUSH),
+                first_token=_decode_setting(spec, phase, "first_token", FirstToken, None))
 
 
 def _all_to_all(spec: Fields, tp: int, dp: int, ep: int, redundant_experts: int) -> str:
@@ -246,20 +248,14 @@ def _rank_router(spec: Fields, phase: str, dp: int) -> str:
     return spec.string("rank_router", choices=list(RankRouter))
 
 
-def _handoff(spec: Fields, phase: str) -> str:
-    if not spec.has("handoff"):
-        return Handoff.PUSH
+def _decode_setting(spec: Fields, phase: str, name: str, choices: type[StrEnum], default: str | None) -> str | None:
+    """A decode pool's ``name`` (``handoff``, ``first_token``), one of ``choices``; ``default`` when unstated;
+    refused on any other pool."""
+    if not spec.has(name):
+        return default
     if phase != "decode":
-        raise spec.fail("handoff", "applies only to decode pools", spec.data["handoff"])
-    return spec.string("handoff", choices=list(Handoff))
-
-
-def _first_token(spec: Fields, phase: str) -> str | None:
-    if not spec.has("first_token"):
-        return None
-    if phase != "decode":
-        raise spec.fail("first_token", "applies only to decode pools", spec.data["first_token"])
-    return spec.string("first_token", choices=list(FirstToken))
+        raise spec.fail(name, "applies only to decode pools", spec.data[name])
+    return spec.string(name, choices=list(choices))
 
 
 def _recv_interval(spec: Fields, phase: str, dp: int) -> int | None:

@@ -306,7 +306,8 @@ def decode_boundary(rq, rt, di, df, tab_i, pieces, ht, hi, hs, d, t, k, cl):
     stretch is planned."""
     advance(rq, rt, di, df, d, t, k, cl)
     for i in range(d, d + di[D_DP, d]):
-        di[D_JOIN_HEAD, i] = di[D_W_HEAD, i]
+        if di[D_DECODE_FIRST, d]:  # where this boundary's joiners start, to give them their first token later
+            di[D_JOIN_HEAD, i] = di[D_W_HEAD, i]
         r = take_if_fits(rq, di, i, np.int64(D_W_HEAD), np.int64(D_W_TAIL))
         while r >= 0:
             activate(rq, rt, di, i, r, t, cl)
