@@ -430,10 +430,6 @@ def moe_backend(row) -> str | None:
     return "DEEPGEMM" if long_outputs else "TRTLLM"
 
 
-#: GPUs per node of the collection's deployments (srt-slurm's ``gpus_per_node``): a GB200 compute tray holds 4.
-NODE_GPUS = {"gb200-185gb": 4}
-
-
 #: The deployments whose recipes force TensorRT-LLM's DeepEP all-to-all (``TRTLLM_FORCE_ALLTOALL_METHOD: DeepEP``):
 #: srt-slurm's H100 FP8 recipes, all 31 of them at 5063eb43, which run DeepSeek-R1 over two nodes.
 FORCED_DEEPEP = {("trtllm", "h100-80gb")}
@@ -441,15 +437,16 @@ FORCED_DEEPEP = {("trtllm", "h100-80gb")}
 
 def all_to_all(row, pool: Pool) -> AllToAll:
     """How a pool's DP ranks with whole experts (EP = TP × DP) reach them: as the engine runs them by default on
-    the collection's nodes (:func:`pdplan.engines.all_to_all`), or as a recipe forces it (:data:`FORCED_DEEPEP`).
+    the collection's hosts (:func:`pdplan.engines.all_to_all`; srt-slurm's ``gpus_per_node``, a GB200 compute tray's 4
+    on GB200, :attr:`pdplan.hardware.GPU.gpus_per_host`), or as a recipe forces it (:data:`FORCED_DEEPEP`).
     SGLang's srt-slurm recipes set ``moe-a2a-backend: deepep`` on every such instance spanning nodes and none on one
     node, where SGLang runs its default "none" and gathers the ranks' tokens. TensorRT-LLM's other recipes and
     InferenceMAX's aggregated scripts ask for no all-to-all, so it gathers on HGX nodes and dispatches on GB200's
     NVLink domain."""
     if (row["backend"], row["gpu"]) in FORCED_DEEPEP:
         return AllToAll.DISPATCH
-    return engines.all_to_all(row["backend"], pool.phase, pool, NODE_GPUS.get(row["gpu"], 8),
-                              fabric=get_gpu(row["gpu"]).nvlink_fabric)
+    gpu = get_gpu(row["gpu"])
+    return engines.all_to_all(row["backend"], pool.phase, pool, gpu.gpus_per_host, fabric=gpu.nvlink_fabric)
 
 
 def _deepseek_sweep(row) -> tuple[str, str, str, str] | None:

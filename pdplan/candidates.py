@@ -86,6 +86,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
         for gpu_name in gpu_types_for(cluster, phase):
             nodes = cluster.nodes_for(gpu_name)
             per_node = max(n.gpus_per_node for n in nodes)
+            per_host = max(n.host_gpus for n in nodes)  # an engine's process group: beyond it, the ranks span hosts
             gpu = cluster.priced_gpu(gpu_name)
             for tp, pp, dp in _splits(model, tps, pps, dps):
                 ep = wide_ep(tp, dp)
@@ -93,11 +94,11 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                          memory_utilization=memory_utilization,
                                          kv_reserve_tokens=largest_request_tokens)
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
-                exchange = engine_all_to_all(serving, phase, split, per_node, fabric=gpu.nvlink_fabric)
-                deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_node)
+                exchange = engine_all_to_all(serving, phase, split, per_host, fabric=gpu.nvlink_fabric)
+                deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_host)
                 reason = reason or experts_refusal(engine, phase, ep, model.experts, deepep=deepep)
                 for shape in _variants(phase, split, exchange, chunk_sizes):
-                    cap = running_cap(serving, phase, split, exchange, per_node, draft_tokens, gpu=gpu,
+                    cap = running_cap(serving, phase, split, exchange, per_host, draft_tokens, gpu=gpu,
                                       chunk_tokens=shape.chunk_tokens)
                     shape = replace(shape, max_running_requests=cap)
                     why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape) \

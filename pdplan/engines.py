@@ -80,15 +80,18 @@ def first_token(engine: str | None, phase: str) -> FirstToken:
     return FirstToken.DECODE if phase == "decode" and engine == "vllm" else FirstToken.PREFILL
 
 
-def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_node: int, *, fabric: bool = False) -> AllToAll:
+def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_host: int, *, fabric: bool = False) -> AllToAll:
     """How an instance of ``phase`` with attention DP and whole experts (EP = TP × DP) under ``engine`` moves its
-    tokens to the experts, as the engine runs it on nodes of ``gpus_per_node`` GPUs (``fabric``: its GPUs' NVLink
+    tokens to the experts, as the engine runs it on hosts of ``gpus_per_host`` GPUs (:attr:`pdplan.hardware.NodeType.
+    host_gpus`: a node's, or a GB200 compute tray's 4 on a rack described as one node; ``fabric``: its GPUs' NVLink
     domain spans compute trays, :attr:`pdplan.hardware.GPU.nvlink_fabric`).
 
-    SGLang and vLLM run it as pdplan's exports start them: across nodes by DeepEP where the export starts it
-    (:data:`DEEPEP_PHASES`: SGLang's every phase, vLLM's P/D pools); gathered by their defaults otherwise, SGLang's
-    ``--moe-a2a-backend`` "none" (``python/sglang/srt/layers/dp_attention.py``) and vLLM's ``--all2all-backend``
-    "allgather_reducescatter" (``vllm/config/parallel.py``), which a colocated vLLM instance keeps across nodes.
+    SGLang and vLLM run it as pdplan's exports start them: across hosts by DeepEP where the export starts it
+    (:data:`DEEPEP_PHASES`: SGLang's every phase, vLLM's P/D pools; on GB200 NVL72 across its trays, as SGLang's
+    srt-slurm GB200 recipes set ``moe-a2a-backend: deepep`` with ``gpus_per_node: 4``); gathered by their defaults
+    otherwise, SGLang's ``--moe-a2a-backend`` "none" (``python/sglang/srt/layers/dp_attention.py``) and vLLM's
+    ``--all2all-backend`` "allgather_reducescatter" (``vllm/config/parallel.py``), which a colocated vLLM instance
+    keeps across hosts.
 
     TensorRT-LLM, which no export starts, as it runs by default: its CUTLASS and TRT-LLM-Gen MoE layers dispatch
     by their NVLink all-to-all only where ``MnnvlMemory.supports_mnnvl()`` (an NVLink domain across nodes) and
@@ -103,7 +106,7 @@ def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_node: int
     if engine == "trtllm":
         return AllToAll.GATHER if gathers and not fabric else AllToAll.DISPATCH
     started = DEEPEP_PHASES.get(engine, ())
-    if not gathers or (shape.stage_gpus > gpus_per_node and phase in started):
+    if not gathers or (shape.stage_gpus > gpus_per_host and phase in started):
         return AllToAll.DISPATCH
     return AllToAll.GATHER
 
@@ -146,15 +149,15 @@ def runs_deepep_low_latency(engine: str, phase: str, shape: InstanceShape, all_t
             and starts_deepep(engine, phase, shape, all_to_all, spans_nodes))
 
 
-def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_node: int,
+def running_cap(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, gpus_per_host: int,
                 draft_tokens: int = 0, *, gpu: GPU | None = None, chunk_tokens: int | None = None) -> int | None:
     """Requests one rank of the instance may run at once, where the engine holds it below what its KV holds; None
-    elsewhere. A rank on DeepEP's low-latency kernels (:func:`runs_deepep_low_latency`, on nodes of ``gpus_per_node``
+    elsewhere. A rank on DeepEP's low-latency kernels (:func:`runs_deepep_low_latency`, on hosts of ``gpus_per_host``
     GPUs) hands them every running request's tokens each step, one per request and ``draft_tokens`` more under
     speculative decoding (the verify step), at most :data:`DEEPEP_LOW_LATENCY_TOKENS` of its engine. A vLLM rank that
     decodes on ``gpu`` runs at most its default (:func:`vllm_default_running`, of a chunk of ``chunk_tokens``)."""
     caps = []
-    if runs_deepep_low_latency(engine, phase, shape, all_to_all, shape.stage_gpus > gpus_per_node):
+    if runs_deepep_low_latency(engine, phase, shape, all_to_all, shape.stage_gpus > gpus_per_host):
         caps.append(DEEPEP_LOW_LATENCY_TOKENS[engine] // (1 + draft_tokens))
     if engine == "vllm" and phase in ("decode", "colocated") and gpu is not None:
         caps.append(vllm_default_running(gpu, chunk_tokens))

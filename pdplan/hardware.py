@@ -36,6 +36,9 @@ class GPU:
     fp8_flops_per_s: float = 0.0    #: dense FP8 tensor throughput; 0 when the GPU has no FP8 tensor cores
     fp4_flops_per_s: float = 0.0    #: dense FP4 (NVFP4) tensor throughput; 0 when it has none
     nvlink_domain: int = BOARD_NVLINK_GPUS  #: GPUs that share one NVLink domain (GB200 NVL72: 72)
+    #: GPUs one host holds, the machine an engine starts one process group on (0: the NVLink domain's, as on
+    #: an HGX board); a GB200 NVL72 rack's NVLink domain spans 18 compute trays of 4
+    host_gpus: int = 0
     hbm_bytes_per_s: float          #: HBM bandwidth
     nvlink_bytes_per_s: float       #: NVLink bandwidth per GPU, one direction
     network_bytes_per_s: float      #: scale-out NIC bandwidth per GPU, one direction
@@ -56,6 +59,13 @@ class GPU:
             raise InternalError(f"GPU {self.name}: power_cap_fraction must be in (0, 1]")
         if self.fp8_flops_per_s < 0 or self.fp4_flops_per_s < 0 or self.nvlink_domain < 1:
             raise InternalError(f"GPU {self.name}: FP8/FP4 throughput must be >= 0 and nvlink_domain >= 1")
+        if not 0 <= self.host_gpus <= self.nvlink_domain:
+            raise InternalError(f"GPU {self.name}: host_gpus must be in [0, nvlink_domain]")
+
+    @property
+    def gpus_per_host(self) -> int:
+        """GPUs one host holds (:attr:`host_gpus`; its NVLink domain's when the catalog states none)."""
+        return self.host_gpus or self.nvlink_domain
 
     @property
     def dtypes(self) -> tuple[str, ...]:
@@ -89,8 +99,9 @@ class GPU:
         return self.base or self.name
 
 
-_GPU_FIELDS = {"memory_gib", "bf16_tflops", "fp8_tflops", "fp4_tflops", "nvlink_domain", "hbm_tb_s", "nvlink_gb_s",
-               "network_gb_s", "tdp_w", "usd_per_hour", "base", "power_cap_fraction", "gpu_product", "sources"}
+_GPU_FIELDS = {"memory_gib", "bf16_tflops", "fp8_tflops", "fp4_tflops", "nvlink_domain", "host_gpus", "hbm_tb_s",
+               "nvlink_gb_s", "network_gb_s", "tdp_w", "usd_per_hour", "base", "power_cap_fraction", "gpu_product",
+               "sources"}
 
 
 def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU:
@@ -110,6 +121,7 @@ def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU
         fp8_flops_per_s=spec.number("fp8_tflops", 0.0, minimum=0, maximum=1e6) * 1e12,
         fp4_flops_per_s=spec.number("fp4_tflops", 0.0, minimum=0, maximum=1e6) * 1e12,
         nvlink_domain=spec.integer("nvlink_domain", 8, minimum=1, maximum=MAX_GPUS_PER_NODE),
+        host_gpus=_host_gpus(spec),
         hbm_bytes_per_s=spec.number("hbm_tb_s", minimum=limits.MIN_BANDWIDTH_GB_S / 1e3, maximum=1e4) * 1e12,
         nvlink_bytes_per_s=spec.bandwidth_gb_s("nvlink_gb_s") * GB,
         network_bytes_per_s=spec.bandwidth_gb_s("network_gb_s") * GB,
@@ -120,6 +132,12 @@ def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU
         product_label=_label_part(spec, "gpu_product", label_value_problem) if spec.has("gpu_product") else None,
         sources={str(k): str(v) for k, v in (spec.data.get("sources") or {}).items()},
     )
+
+
+def _host_gpus(spec: Fields) -> int:
+    """A GPU's ``host_gpus``: at most its NVLink domain, which one host never exceeds (0: not stated)."""
+    domain = spec.integer("nvlink_domain", 8, minimum=1, maximum=MAX_GPUS_PER_NODE)
+    return spec.integer("host_gpus", 0, minimum=1, maximum=domain) if spec.has("host_gpus") else 0
 
 
 def _label_part(spec: Fields, key: str, rule) -> str:
@@ -172,6 +190,12 @@ class NodeType:
             raise InternalError(f"node {self.name}: gpus_per_node must be >= 1")
         if self.count is not None and self.count < 0:
             raise InternalError(f"node {self.name}: count must be >= 0")
+
+    @property
+    def host_gpus(self) -> int:
+        """GPUs one host of this node holds: the node's, or fewer where its GPUs' NVLink domain spans hosts and the
+        cluster file groups several into one node (a GB200 NVL72 rack as one node of 72: hosts of 4)."""
+        return min(self.gpus_per_node, self.gpu.gpus_per_host)
 
     @property
     def selector(self) -> tuple[str, str] | None:
@@ -243,6 +267,18 @@ class Cluster:
         """GPU type names present in the inventory, sorted."""
         return tuple(sorted({n.gpu.name for n in self.nodes}))
 
+    def hosts_notice(self) -> str | None:
+        """What a user should know when a node type holds more GPUs than one host of its GPU (a GB200 NVL72 rack
+        written as one node of 72): the plan is made, and no export can start it."""
+        wide = [n for n in self.nodes if n.gpus_per_node > n.host_gpus]
+        if not wide:
+            return None
+        n = wide[0]
+        return (f"node type {n.name} writes {n.gpus_per_node} {n.gpu.name} GPUs as one node, but one host holds "
+                f"{n.host_gpus} (a compute tray of its NVLink rack): the plan is made, but pdplan export refuses "
+                f"such a node; describe the rack as its hosts (gpus_per_node: {n.host_gpus}, "
+                "examples/cluster_gb200.yaml) to deploy it")
+
 
 def energy_usd_per_hour(watts: float, pue: float, usd_per_kwh: float) -> float:
     """Hourly electricity cost of a device drawing ``watts`` in a facility of the given PUE."""
@@ -285,7 +321,8 @@ def load_cluster(path: str | Path) -> Cluster:
         per_node = spec.integer("gpus_per_node", minimum=1, maximum=MAX_GPUS_PER_NODE)
         if per_node > gpu.nvlink_domain:
             # TP groups live inside a node and talk over NVLink at intra_node_gb_s, so a node is at
-            # most one NVLink domain; a GB200 NVL72 rack is one node of 72.
+            # most one NVLink domain (a GB200 NVL72 rack may be one node of 72 for planning; its
+            # exports need its hosts, the compute trays, as nodes: examples/cluster_gb200.yaml).
             raise spec.fail("gpus_per_node", f"must be at most {gpu.nvlink_domain}, the GPUs one {gpu_name} "
                             "NVLink domain holds (a node is one NVLink domain)", per_node)
         count = spec.data.get("count", "unbounded")

@@ -78,12 +78,26 @@ def test_sglang_and_vllm_gather_a_wide_shape_on_one_node_and_dispatch_across_nod
 
 
 def test_tensorrt_llm_gathers_off_an_nvlink_domain_spanning_nodes_and_dispatches_on_one():
-    """Its MoE layers run their NVLink all-to-all only where the NVLink domain spans compute trays (GB200 NVL72, here
-    one node of 72 as the example cluster writes it) and gather every rank's tokens on HGX nodes, over one node or
-    two."""
+    """Its MoE layers run their NVLink all-to-all only where the NVLink domain spans compute trays (GB200 NVL72, the
+    example cluster's 18 trays) and gather every rank's tokens on HGX nodes, over one node or two."""
     assert set(all_to_alls("trtllm", dps=(8, 16)).values()) == {"gather"}
     nvl72 = load_cluster(ROOT / "examples" / "cluster_gb200.yaml")
     assert set(all_to_alls("trtllm", dps=(4, 8), cluster=nvl72).values()) == {"dispatch"}
+
+
+def gb200_rack_as_one_node():
+    return Cluster(nodes=(NodeType(name="nvl72", gpu=get_gpu("gb200-185gb"), gpus_per_node=72,
+                                   intra_node_bytes_per_s=1.0, inter_node_bytes_per_s=1.0, count=1),))
+
+
+def test_sglang_and_vllm_dispatch_a_wide_shape_across_gb200_trays_however_the_cluster_groups_them():
+    """A GB200 rank group beyond one compute tray of 4 spans hosts, where SGLang's GB200 recipes run DeepEP: so
+    on the example's trays and on a rack written as one node of 72 alike; within one tray the engines gather."""
+    trays = load_cluster(ROOT / "examples" / "cluster_gb200.yaml")
+    for engine in ("sglang", "vllm"):
+        for cluster in (trays, gb200_rack_as_one_node()):
+            assert set(all_to_alls(engine, dps=(8, 16, 32), cluster=cluster).values()) == {"dispatch"}
+        assert all_to_alls(engine, dps=(2,), tps=(2,), cluster=trays) == {"gb200-185gb TP2 DP2 EP4 PP1": "gather"}
 
 
 def test_a_gather_is_timed_from_the_operator_tables_only():

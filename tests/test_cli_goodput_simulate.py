@@ -96,6 +96,17 @@ def test_goodput_of_an_sglang_decode_across_nodes_holds_each_rank_to_deepeps_bud
     assert json.loads(out)["max_running_requests"] == 128
 
 
+def test_goodput_of_an_sglang_decode_over_gb200_trays_dispatches_as_its_recipes_run_it(run_cli):
+    """DP8 on GB200 spans two compute trays (hosts of 4) of the rack's one NVLink domain: SGLang runs DeepEP there,
+    so the engine's default is a dispatch, held to DeepEP's 128 tokens per rank."""
+    code, out, err = run_cli("goodput", TRACE, "--model", "deepseek-r1", "--dtype", "fp8", "--gpu", "gb200-185gb",
+                             "--engine", "sglang", "--phase", "decode", "--dp", "8", "--tpot", "50ms",
+                             "--requests-per-probe", "20", "--json")
+    assert code == 0, err
+    result = json.loads(out)
+    assert (result["all_to_all"], result["max_running_requests"]) == ("dispatch", 128)
+
+
 @pytest.mark.skipif(not tables.installed(), reason="composed profiles need the optional extra pdplan[aic]")
 @pytest.mark.parametrize("asked", [("--all-to-all", "gather"), ()], ids=["asked", "the-engines-default"])
 def test_goodput_of_a_wide_instance_with_gathered_tokens_reads_the_moe_table(run_cli, asked):

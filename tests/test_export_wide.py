@@ -395,6 +395,21 @@ def test_a_multinode_vllm_script_run_with_a_rank_its_instance_lacks_exits_and_st
 
 # --- node ranks, pods, other formats ----------------------------------------------------------------
 
+@pytest.mark.parametrize("fmt", ["vllm", "sglang", "dynamo", "llm-d", "k8s"])
+def test_a_node_of_more_gpus_than_one_host_holds_is_refused_by_every_format_naming_the_field(wide, fmt):
+    """A GB200 NVL72 rack planned as one node of 72: its hosts are compute trays of 4, one process group each, and
+    no launch on the rack's 72 GPUs names the host it runs on."""
+    for pool in wide["pools"]:
+        pool["gpu"] = "gb200-185gb"
+    for n, node in enumerate(wide["placement"]["nodes"]):
+        node.update(node=f"nvl72-{n}", gpu="gb200-185gb", gpus=72, node_label={"key": "nvidia.com/gpu.product",
+                                                                              "value": "NVIDIA-GB200"})
+    with pytest.raises(PdplanError, match=r"node nvl72-0 holds 72 gb200-185gb GPUs, but one host of them holds 4 .*"
+                                          r"gpus_per_node: 4") as refused:
+        export_manifest(wide, fmt)
+    assert refused.value.field == "placement.nodes[0].gpus"
+
+
 def test_node_ranks_that_do_not_number_an_instances_nodes_are_refused_naming_the_field(wide):
     wide["placement"]["nodes"][1]["instances"][0]["node_rank"] = 0
     with pytest.raises(PdplanError) as refused:

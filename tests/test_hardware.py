@@ -3,7 +3,8 @@
 import pytest
 
 from pdplan.errors import PdplanError
-from pdplan.hardware import default_cluster_path, get_gpu, gpu_catalog, load_cluster
+from pdplan.hardware import default_cluster_path, get_gpu, gpu_catalog, load_cluster, load_gpu_catalog
+from tests.conftest import ROOT
 
 
 def test_catalog_has_the_four_gpu_types():
@@ -105,11 +106,43 @@ def test_a_node_larger_than_any_nvlink_domain_is_refused(tmp_path):
         load_cluster(path)
 
 
-def test_gb200_nvl72_rack_is_one_node_of_72(tmp_path):
+def rack_as_one_node(tmp_path):
+    """A GB200 NVL72 rack written as one node of 72, as the example cluster wrote it before it named the trays."""
     path = tmp_path / "c.yaml"
     path.write_text("nodes:\n  - {name: nvl72, gpu: gb200-185gb, gpus_per_node: 72, intra_node_gb_s: 900,"
                     " inter_node_gb_s: 100, count: 2}\n")
-    assert load_cluster(path).nodes[0].gpus_per_node == 72
+    return load_cluster(path)
+
+
+def test_gb200_nvl72_rack_may_still_be_one_node_of_72_whose_hosts_are_its_trays_of_4(tmp_path):
+    node = rack_as_one_node(tmp_path).nodes[0]
+    assert (node.gpus_per_node, node.host_gpus) == (72, 4)
+
+
+def test_a_cluster_with_a_node_larger_than_a_host_says_its_exports_will_be_refused(tmp_path):
+    notice = rack_as_one_node(tmp_path).hosts_notice()
+    assert "node type nvl72 writes 72 gb200-185gb GPUs as one node, but one host holds 4" in notice
+    assert "export refuses" in notice
+    assert load_cluster(ROOT / "examples" / "cluster_gb200.yaml").hosts_notice() is None
+    assert load_cluster(default_cluster_path()).hosts_notice() is None
+
+
+def test_a_gb200_host_is_a_compute_tray_of_4_and_an_hgx_host_its_boards_8():
+    assert get_gpu("gb200-185gb").gpus_per_host == 4
+    assert {get_gpu(name).gpus_per_host for name in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb")} == {8}
+
+
+def test_the_example_gb200_rack_is_its_18_trays_each_one_host():
+    nodes = load_cluster(ROOT / "examples" / "cluster_gb200.yaml").nodes
+    assert [(n.gpus_per_node, n.host_gpus, n.count) for n in nodes] == [(4, 4, 18)]
+
+
+def test_a_host_larger_than_the_gpus_nvlink_domain_is_refused_naming_the_field(tmp_path):
+    path = tmp_path / "gpus.yaml"
+    path.write_text("gpus:\n  g:\n    memory_gib: 80\n    bf16_tflops: 989\n    hbm_tb_s: 3.35\n    nvlink_gb_s: 450\n"
+                    "    network_gb_s: 50\n    tdp_w: 700\n    usd_per_hour: 4\n    host_gpus: 16\n")
+    with pytest.raises(PdplanError, match=r"gpus.yaml:10: gpus.g.host_gpus must be <= 8, got 16"):
+        load_gpu_catalog(path)
 
 
 def test_only_a_gpu_whose_nvlink_domain_spans_compute_trays_sits_in_an_nvlink_fabric():

@@ -145,14 +145,14 @@ def goodput(
     spec, device = get_model(model, dtype=dtype, kv_dtype=kv_dtype), get_gpu(gpu)
     source = profile_source(profiles, engine, engine_version, compose, drafting, moe_activations)
     shape = InstanceShape(gpu=device.name, tp=tp, pp=pp, dp=dp, ep=ep)
-    if all_to_all is None:  # as optimize runs the engine's instance of this phase on the GPU's NVLink domain
-        all_to_all = engine_all_to_all(source.serving_engine, phase, shape, device.nvlink_domain,
+    if all_to_all is None:  # as optimize runs the engine's instance of this phase on the GPU's hosts
+        all_to_all = engine_all_to_all(source.serving_engine, phase, shape, device.gpus_per_host,
                                        fabric=device.nvlink_fabric)
     profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep, all_to_all=all_to_all)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)
     ranks = rank_router(source.serving_engine, phase, dp)  # SGLang's P/D prefill: by bootstrap room
-    cap = running_cap(source.serving_engine, phase, shape, all_to_all, device.nvlink_domain,
+    cap = running_cap(source.serving_engine, phase, shape, all_to_all, device.gpus_per_host,
                       0 if drafting is None else drafting.draft_tokens, gpu=device, chunk_tokens=chunk)
     if closed_loop:
         if plot is not None:

@@ -290,9 +290,9 @@ def optimize(
         early_rejection=early_rejection,
         seed=seed, inputs=Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
                                  model=model_file(model)))
-    notice = routing_notice(request.router, workload.has_prefix_hashes)
-    if notice is not None:
-        stderr.print(f"notice: {notice}", markup=False, highlight=False)
+    for notice in (routing_notice(request.router, workload.has_prefix_hashes), the_cluster.hosts_notice()):
+        if notice is not None:
+            stderr.print(f"notice: {notice}", markup=False, highlight=False)
     cache = ResultCache(cache_dir, enabled=not no_cache,
                         warn=lambda message: stderr.print(f"warning: {message}", markup=False, highlight=False))
     created = datetime.now(timezone.utc).isoformat(timespec="seconds") if timestamp else None

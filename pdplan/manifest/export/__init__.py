@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from pdplan.engines import FORMAT_ENGINES, mixed_refusal
 from pdplan.errors import PdplanError
+from pdplan.hardware import gpu_catalog
 from pdplan.manifest.check import engine_refusal
 from pdplan.manifest.export import common, dynamo, k8s, llmd, pods, sglang, vllm
 from pdplan.manifest.export.pods import DEFAULT_HF_TOKEN_SECRET
@@ -34,6 +35,7 @@ def export_manifest(manifest: dict, fmt: str, *, image: str | None = None, route
     if fmt not in _SCRIPT_WRITERS and fmt not in _POD_WRITERS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {fmt!r}", field="format")
     _refuse_mixed(manifest, fmt)  # no router runs the plan's spill rule: the first thing to fix
+    _refuse_nodes_beyond_hosts(manifest)
     for pool in manifest["pools"]:
         common.parallel(pool)  # a coordinate that is not a whole number in range, named before any rule reads it
     engine = FORMAT_ENGINES[fmt]
@@ -44,6 +46,20 @@ def export_manifest(manifest: dict, fmt: str, *, image: str | None = None, route
         return _SCRIPT_WRITERS[fmt](manifest, image=image)
     options = pods.PodOptions(image=image, router_image=router_image, hf_token_secret=hf_token_secret)
     return _POD_WRITERS[fmt](manifest, options)
+
+
+def _refuse_nodes_beyond_hosts(manifest: dict) -> None:
+    """Every format starts one engine process group per host on the GPUs a node lists; a node with more GPUs than one
+    host of its GPU holds (a GB200 NVL72 rack planned as one node of 72, whose hosts are its compute trays of 4) names
+    no host to start them on, so it is refused."""
+    for n, node in enumerate(manifest["placement"]["nodes"]):
+        gpu = gpu_catalog().get(node["gpu"])
+        if gpu is not None and node["gpus"] > gpu.gpus_per_host:
+            raise PdplanError(f"node {node['node']} holds {node['gpus']} {node['gpu']} GPUs, but one host of them "
+                              f"holds {gpu.gpus_per_host} (a compute tray of its NVLink rack): the engines start one "
+                              "process group per host, so no launch could place this node's instances; describe the "
+                              f"rack as its hosts (gpus_per_node: {gpu.gpus_per_host}, as examples/cluster_gb200.yaml "
+                              "does) and plan again", field=f"placement.nodes[{n}].gpus")
 
 
 def _refuse_mixed(manifest: dict, fmt: str) -> None:
