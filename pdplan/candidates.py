@@ -69,7 +69,8 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                      tps: tuple[int, ...] = DEFAULT_TPS, pps: tuple[int, ...] = DEFAULT_PPS,
                      chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS, dps: tuple[int, ...] = DEFAULT_DPS,
                      memory_utilization: float = 0.9, engine: str | None = None,
-                     connector: str | None = None, draft_tokens: int = 0) -> tuple[list[Shape], list[Rejected]]:
+                     connector: str | None = None, draft_tokens: int = 0,
+                     redundant_experts: int = 0) -> tuple[list[Shape], list[Rejected]]:
     """Every shape worth measuring, and every rejected one with its one-sentence reason.
 
     ``largest_request_tokens`` (prompt + output of the trace's largest request) is the KV
@@ -78,7 +79,8 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
     stage, EP = TP × DP). ``engine`` with its KV ``connector`` keeps only the shapes that engine
     runs (None: every one); a shape whose ranks that engine holds to fewer requests than their KV may take
     (``draft_tokens`` drafted per request under speculative decoding; vLLM's default requests per rank) carries the
-    cap (:func:`pdplan.engines.running_cap`).
+    cap (:func:`pdplan.engines.running_cap`). Every wide shape holds ``redundant_experts`` expert slots beyond the
+    model's (EPLB's), which its memory must hold and its EP spread evenly.
     """
     kept, rejected = [], []
     serving = engine or DEFAULT_ENGINE
@@ -89,14 +91,14 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
             per_host = max(n.host_gpus for n in nodes)  # an engine's process group: beyond it, the ranks span hosts
             gpu = cluster.priced_gpu(gpu_name)
             for tp, pp, dp in _splits(model, tps, pps, dps):
-                ep = wide_ep(tp, dp)
+                ep, slots = wide_ep(tp, dp), redundant_experts if dp > 1 else 0
                 reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=per_node, dp=dp, ep=ep,
                                          memory_utilization=memory_utilization,
-                                         kv_reserve_tokens=largest_request_tokens)
+                                         kv_reserve_tokens=largest_request_tokens, redundant_experts=slots)
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
                 exchange = engine_all_to_all(serving, phase, split, per_host, fabric=gpu.nvlink_fabric)
                 deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_host)
-                reason = reason or experts_refusal(engine, phase, ep, model.experts, deepep=deepep)
+                reason = reason or experts_refusal(engine, phase, ep, model.experts + slots, deepep=deepep)
                 for shape in _variants(phase, split, exchange, chunk_sizes):
                     cap = running_cap(serving, phase, split, exchange, per_host, draft_tokens, gpu=gpu,
                                       chunk_tokens=shape.chunk_tokens)

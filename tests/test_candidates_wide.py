@@ -100,6 +100,28 @@ def test_sglang_and_vllm_dispatch_a_wide_shape_across_gb200_trays_however_the_cl
         assert all_to_alls(engine, dps=(2,), tps=(2,), cluster=trays) == {"gb200-185gb TP2 DP2 EP4 PP1": "gather"}
 
 
+def test_redundant_experts_let_sglang_run_an_ep_that_does_not_divide_the_models_experts():
+    """SGLang refuses EP 24 for DeepSeek's 256 experts; with 32 redundant slots (288 = 12 × 24), as srt-slurm's GB200
+    recipes run DEP24 decodes, the shape is kept, dispatched across its six trays."""
+    trays = load_cluster(ROOT / "examples" / "cluster_gb200.yaml")
+    without, rejected = enumerate_shapes(get_model("deepseek-v3@fp8"), trays, largest_request_tokens=8192, dps=(24,),
+                                         tps=(1,), pps=(1,), phases=("decode",), engine="sglang")
+    assert [s for s in without if s.dp > 1] == []
+    assert "256 routed experts, redundant ones included, over EP 24" in \
+        {r.shape.shape_label(): r.reason for r in rejected}["gb200-185gb TP1 DP24 EP24 PP1"]
+    kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), trays, largest_request_tokens=8192, dps=(24,), tps=(1,),
+                               pps=(1,), phases=("decode",), engine="sglang", redundant_experts=32)
+    assert [(s.shape_label(), str(s.all_to_all)) for s in kept if s.dp > 1] == [("gb200-185gb TP1 DP24 EP24 PP1",
+                                                                                "dispatch")]
+
+
+def test_redundant_experts_that_do_not_spread_evenly_reject_the_shape_by_name():
+    _, rejected = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=(16,),
+                                   tps=(1,), pps=(1,), phases=("decode",), redundant_experts=8)
+    assert "256 + 8 redundant experts do not spread evenly over EP 16" in \
+        {r.shape.shape_label(): r.reason for r in rejected}["h200-141gb TP1 DP16 EP16 PP1"]
+
+
 def test_a_gather_is_timed_from_the_operator_tables_only():
     """The wide-EP roofline times a dispatch: without composition a gathered shape has no profile, said why."""
     import pytest

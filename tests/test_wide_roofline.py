@@ -128,3 +128,21 @@ def test_the_wide_roofline_times_one_pipeline_stage():
 def test_a_wide_shape_that_cannot_hold_the_model_is_refused():
     with pytest.raises(PdplanError, match="kimi-k2"):
         wide_roofline_profile(get_model("kimi-k2"), get_gpu("h100-80gb"), 1, 1, dp=4, ep=4)
+
+
+def test_redundant_experts_take_their_weights_out_of_each_ranks_kv():
+    """32 redundant slots over EP 16 put 2 more of DeepSeek-V3's FP8 experts (3 × 7168 × 2048 bytes each) on every GPU
+    in each of its 58 MoE layers: that many bytes less KV, 35,136 bytes a token (MLA's 576 values × 61 layers)."""
+    model, gpu = get_model("deepseek-v3@fp8"), get_gpu("h200-141gb")
+    source = ProfileSource({}, compose=False)
+    plain = source.profile(model, gpu, 1, 1, dp=16, ep=16)
+    slotted = source.profile(model, gpu, 1, 1, dp=16, ep=16, redundant_experts=32)
+    lost = (plain.kv_capacity_tokens - slotted.kv_capacity_tokens) * 576 * 61
+    assert lost == pytest.approx(2 * 3 * 7168 * 2048 * 58, rel=0.01)  # block scales add 1/128² of it
+
+
+def test_redundant_experts_that_do_not_spread_evenly_over_ep_are_refused_naming_the_field():
+    with pytest.raises(PdplanError, match="256 \\+ 8 redundant experts do not spread evenly over EP 16") as refused:
+        ProfileSource({}, compose=False).profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 1, 1, dp=16,
+                                                 ep=16, redundant_experts=8)
+    assert refused.value.field == "redundant_experts"

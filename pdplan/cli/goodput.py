@@ -32,6 +32,7 @@ from pdplan.cli.options import (
     KvDtypeOpt,
     MoeActivationsOpt,
     ProfilesOpt,
+    RedundantExpertsOpt,
     RequestsOpt,
     SeedOpt,
     SloFileOpt,
@@ -82,6 +83,7 @@ def goodput(
     pp: Annotated[int, typer.Option("--pp", help="Pipeline-parallel degree.")] = 1,
     dp: DpOpt = 1,
     ep: EpOpt = None,
+    redundant_experts: RedundantExpertsOpt = 0,
     all_to_all: AllToAllOpt = None,
     dtype: DtypeOpt = None,
     kv_dtype: KvDtypeOpt = None,
@@ -127,6 +129,7 @@ def goodput(
     within("--tp", tp, 1, MAX_GPUS_PER_NODE)
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
     ep = rank_ep(tp, pp, dp, ep)
+    within("--redundant-experts", redundant_experts, 0, limits.MAX_GPUS)
     if all_to_all is not None:
         all_to_all = checked_all_to_all(all_to_all, tp, dp, ep)
     within("--chunk", chunk, 1, limits.MAX_KV_TOKENS)
@@ -148,7 +151,8 @@ def goodput(
     if all_to_all is None:  # as optimize runs the engine's instance of this phase on the GPU's hosts
         all_to_all = engine_all_to_all(source.serving_engine, phase, shape, device.gpus_per_host,
                                        fabric=device.nvlink_fabric)
-    profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep, all_to_all=all_to_all)
+    profile = source.profile(spec, device, tp, pp, dp=dp, ep=ep, all_to_all=all_to_all,
+                             redundant_experts=redundant_experts)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)
     ranks = rank_router(source.serving_engine, phase, dp)  # SGLang's P/D prefill: by bootstrap room

@@ -31,6 +31,7 @@ from pdplan.cli.options import (
     KvDtypeOpt,
     MoeActivationsOpt,
     ProfilesOpt,
+    RedundantExpertsOpt,
     RequestsOpt,
     RouterOpt,
     SeedOpt,
@@ -140,6 +141,7 @@ def optimize(
                      "DP above 1 adds wide-EP shapes of TP x DP GPUs, every routed expert whole on one GPU "
                      "(EP = TP x DP), on one node or over whole nodes (SGLang --attn-dp-size, vLLM "
                      "--data-parallel-size); default 1 (none).", show_default=False)] = None,
+    redundant_experts: RedundantExpertsOpt = PlanRequest.redundant_experts,
     pool_shapes: Annotated[PoolShapes, choice(
         "--pool-shapes", PoolShapes, help="one: one shape per phase and GPU type, as deployers run pools; mixed: "
                                           "let the program mix shapes in a pool.")] = PlanRequest.pool_shapes,
@@ -286,7 +288,8 @@ def optimize(
         pool_shapes=pool_shapes, mode=mode, connector=connector, mixed=mixed, mixed_max=mixed_max, borrow=borrow,
         spill=Spill(prefill_queue_tokens=mixed_spill_tokens, decode_kv_share=mixed_kv_share),
         tps=tuple(sorted(set(tp))) if tp else DEFAULT_TPS, pps=tuple(sorted(set(pp))) if pp else DEFAULT_PPS,
-        dps=tuple(sorted(set(dp))) if dp else DEFAULT_DPS, router=router or PlanRequest.router,
+        dps=tuple(sorted(set(dp))) if dp else DEFAULT_DPS, redundant_experts=redundant_experts,
+        router=router or PlanRequest.router,
         early_rejection=early_rejection,
         seed=seed, inputs=Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
                                  model=model_file(model)))

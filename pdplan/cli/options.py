@@ -91,6 +91,12 @@ EpOpt = Annotated[int | None, typer.Option(
     "--ep", help="Expert-parallel size of a mixture-of-experts instance: the GPUs its routed experts are spread "
                  "over whole (default: TP x DP with --dp, else 1). 1 splits every expert over all TP x DP GPUs, as "
                  "SGLang does without --ep-size and vLLM without --enable-expert-parallel.")]
+RedundantExpertsOpt = Annotated[int, typer.Option(
+    "--redundant-experts", help="Expert slots beyond the model's routed experts on an instance with attention data "
+                                "parallelism (--dp above 1), which EPLB rebalances the expert load over (SGLang "
+                                "--ep-num-redundant-experts, vLLM EPLB's num_redundant_experts): EP spreads the "
+                                "experts plus these evenly (DeepSeek's 256 + 32 over EP 24, 32, 48, 72 or 144) and "
+                                "every GPU holds its share; 0: none.")]
 AllToAllOpt = Annotated[AllToAll, choice(
     "--all-to-all", AllToAll, help="How the ranks of --dp reach whole experts (EP = TP x DP): dispatch (DeepEP's "
                                    "all-to-all, TensorRT-LLM's NVLink one on GB200 NVL72) or gather (every rank's "

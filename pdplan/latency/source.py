@@ -67,18 +67,21 @@ class ProfileSource:
 
     def profile(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_node: int | None = None,
                 cache: ResultCache | None = None, dp: int = 1, ep: int = 1,
-                all_to_all: str = AllToAll.DISPATCH) -> PhaseProfile:
+                all_to_all: str = AllToAll.DISPATCH, redundant_experts: int = 0) -> PhaseProfile:
         """The shape's profile (with ``dp`` > 1, one DP rank's); a composed one is kept in ``cache``
         (composing takes about a second), before speculative decoding is applied, so the cached composition
         is the engine's alone. ``gpus_per_node`` (default: the GPU's NVLink domain, 72 on a GB200 NVL72
         rack) is how far collectives and the expert all-to-all stay on NVLink, as AIConfigurator's
         ``num_gpus_per_node`` of a large-EP config is. ``all_to_all``: how DP ranks reach whole experts over
-        TP × DP; a gather is timed from the operator tables only (the wide-EP roofline times a dispatch). Its prefill
-        batch cap, a prefill rank's chunk, is whole KV pages where the engine pages (:func:`in_whole_pages`)."""
+        TP × DP; a gather is timed from the operator tables only (the wide-EP roofline times a dispatch).
+        ``redundant_experts``: expert slots beyond the model's that EPLB rebalances the load over (SGLang
+        ``--ep-num-redundant-experts``), held in every GPU's memory; a measured profile states none, so such a shape is
+        composed. Its prefill batch cap, a prefill rank's chunk, is whole KV pages where the engine pages
+        (:func:`in_whole_pages`)."""
         speculative = self.speculative_for(model)  # refused before any profile is composed
         moe.asked_activations(model, gpu, self.moe_activations)  # and so is a precision the kernels cannot take
         found = self._evidence(model, gpu, tp, pp, gpus_per_node or gpu.nvlink_domain, cache, dp, ep,
-                               AllToAll(all_to_all))
+                               AllToAll(all_to_all), redundant_experts)
         found = in_whole_pages(found, prompt_pages(self.serving_engine, gpu.blackwell))
         return found if speculative is None else speculative.apply(found)
 
@@ -95,19 +98,19 @@ class ProfileSource:
 
     def _evidence(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
                   cache: ResultCache | None, dp: int = 1, ep: int = 1,
-                  all_to_all: AllToAll = AllToAll.DISPATCH) -> PhaseProfile:
+                  all_to_all: AllToAll = AllToAll.DISPATCH, redundant_experts: int = 0) -> PhaseProfile:
         """The shape's profile as measured, composed or derived."""
         gathered = all_to_all == AllToAll.GATHER
         key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep, all_to_all=all_to_all)
-        if key in self.measured:
+        if key in self.measured and not redundant_experts:
             return self.measured[key]
-        placement = expert_placement_rejection(model, tp, ep, 0, dp)
+        placement = expert_placement_rejection(model, tp, ep, redundant_experts, dp)
         if placement is not None:  # a shape no engine runs, not a missing measurement
             raise PdplanError(f"{model.name} {shape_label(gpu.name, tp, pp, dp=dp, ep=ep)}: {placement[1]}",
                               field=placement[0])
         if self.compose and tables.installed():
             try:
-                return self._composed(model, gpu, tp, pp, gpus_per_node, cache, dp, ep, all_to_all)
+                return self._composed(model, gpu, tp, pp, gpus_per_node, cache, dp, ep, all_to_all, redundant_experts)
             except PdplanError as err:
                 if (self.engine_version is not None and err.field in ("engine", "engine_version")) or gathered:
                     raise  # the user asked for this version, or no other evidence times a gather: theirs to see
@@ -119,20 +122,21 @@ class ProfileSource:
             raise PdplanError(f"{model.name} {shape_label(gpu.name, tp, pp, dp=dp, ep=ep)}: gathered tokens are timed "
                               f"from AIConfigurator's operator tables only ({why}); the wide-EP roofline times a "
                               "dispatch", field="all_to_all")
-        if dp > 1 or ep not in (1, tp):
+        if dp > 1 or ep not in (1, tp) or redundant_experts:
             return wide_roofline_profile(model, gpu, tp, pp, dp=dp, ep=ep, engine=self.engine,
-                                         gpus_per_node=gpus_per_node)
+                                         gpus_per_node=gpus_per_node, redundant_experts=redundant_experts)
         return roofline_profile(model, gpu, tp, pp, engine=self.engine, gpus_per_node=gpus_per_node)
 
     def _composed(self, model: ModelSpec, gpu: GPU, tp: int, pp: int, gpus_per_node: int,
                   cache: ResultCache | None, dp: int = 1, ep: int = 1,
-                  all_to_all: AllToAll = AllToAll.DISPATCH) -> PhaseProfile:
+                  all_to_all: AllToAll = AllToAll.DISPATCH, redundant_experts: int = 0) -> PhaseProfile:
         from pdplan.latency.compose.profile import composed_profile  # reads parquet: only with the extra
 
         engine = self.serving_engine
         make = lambda: composed_profile(model, gpu, tp, pp, engine=engine, dp=dp, ep=ep,  # noqa: E731
                                         engine_version=self.engine_version, gpus_per_node=gpus_per_node,
-                                        moe_activations=self.moe_activations, all_to_all=all_to_all)
+                                        moe_activations=self.moe_activations, all_to_all=all_to_all,
+                                        redundant_experts=redundant_experts)
         if cache is None:
             return make()
         # 2: MoE, MLA and sliding-window models compose (a remembered refusal of one is stale);
@@ -147,7 +151,8 @@ class ProfileSource:
                          "gpus_per_node": gpus_per_node,
                          **({"dp": dp, "ep": ep} if dp > 1 or ep > 1 else {}),
                          **({"moe_activations": str(self.moe_activations)} if self.moe_activations else {}),
-                         **({"all_to_all": str(all_to_all)} if all_to_all == AllToAll.GATHER else {})})
+                         **({"all_to_all": str(all_to_all)} if all_to_all == AllToAll.GATHER else {}),
+                         **({"redundant_experts": redundant_experts} if redundant_experts else {})})
         found = cache.get(key, _decode_composed)
         if found is None:
             try:

@@ -231,23 +231,26 @@ class WideRoofline:
 def wide_roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int, ep: int,
                           engine: str | None = None, gpus_per_node: int | None = None,
                           memory_utilization: float = 0.9,
-                          max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS) -> PhaseProfile:
+                          max_prefill_batch_tokens: int = DEFAULT_MAX_PREFILL_BATCH_TOKENS,
+                          redundant_experts: int = 0) -> PhaseProfile:
     """One DP rank's roofline profile of a TP × DP (× EP) instance; the efficiencies are ``engine``'s fit
     (:func:`pdplan.latency.roofline.efficiency_for`), the wide-EP terms too (:func:`wide_fit_for`). A shape
-    that cannot hold or place the model, or PP above 1, is refused with the reason."""
+    that cannot hold or place the model (with ``redundant_experts`` more expert slots in its memory), or PP above 1,
+    is refused with the reason. The routed experts keep the fitted imbalance: the roofline knows no EPLB."""
     gpus_per_node = gpus_per_node or gpu.nvlink_domain
     if pp != 1:
         raise PdplanError(f"{model.name}: the wide expert-parallel roofline times one pipeline stage (PP 1), "
                           f"got PP {pp}", field="pp")
     reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=gpus_per_node, memory_utilization=memory_utilization,
-                             kv_reserve_tokens=1, ep=ep, dp=dp)
+                             kv_reserve_tokens=1, ep=ep, dp=dp, redundant_experts=redundant_experts)
     if reason is not None:
-        placement = expert_placement_rejection(model, tp, ep, 0, dp)
+        placement = expert_placement_rejection(model, tp, ep, redundant_experts, dp)
         raise PdplanError(f"{model.name} {reason}", field=placement[0] if placement else "tp")
     efficiency = efficiency_for(engine)
     step = WideRoofline(model=model, gpu=gpu, tp=tp, dp=dp, ep=ep, efficiency=efficiency,
                         gpus_per_node=gpus_per_node, fit=wide_fit_for(engine))
-    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, dp=dp)
+    capacity = kv_capacity_tokens(model, gpu, tp, pp, memory_utilization, ep=ep, dp=dp,
+                                  redundant_experts=redundant_experts)
     cap = min(max_prefill_batch_tokens, capacity)
     label = "Splitwise 2023 calibration" if engine is None else f"efficiencies fitted for {engine}"
     groups = {f"group_{phase}_points": tuple((t, step.group_s(max(t, dp), phase == "prefill"))

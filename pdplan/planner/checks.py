@@ -105,7 +105,7 @@ class Verifier:
                        failure_policy=request.failure_policy, route_s=request.route_s, spill=request.spill,
                        router=request.router, engine=request.profiles.serving_engine,
                        reject_ttft_s=request.slo.threshold_s("ttft") if request.early_rejection else None,
-                       name=name, borrow=borrow)
+                       name=name, borrow=borrow, redundant_experts=request.redundant_experts)
 
     def check(self, solution: Solution, *, mode: str, affinity: str, fleet: str,
               rate_rps: float | None = None, redundancy: str | None = None, borrow: bool = False) -> Checked:

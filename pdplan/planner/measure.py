@@ -113,7 +113,8 @@ def measure(request: PlanRequest, cache: ResultCache,
     shapes, rejected = enumerate_shapes(request.model, request.cluster, largest_request_tokens=largest,
                                         tps=request.tps, pps=request.pps, chunk_sizes=request.chunk_sizes,
                                         dps=request.dps, engine=request.profiles.serving_engine,
-                                        connector=request.connector, draft_tokens=draft_tokens(request))
+                                        connector=request.connector, draft_tokens=draft_tokens(request),
+                                        redundant_experts=request.redundant_experts)
     keys = list(dict.fromkeys(_profile_key(shape) for shape in shapes))
     # With several processes, one of them first compiles the simulator's kernels (or loads them)
     # while the others compose profiles: numba then caches them once, and every goodput worker
@@ -192,7 +193,7 @@ def _profile_of(request: PlanRequest, key: tuple, *, cache: ResultCache) -> tupl
     before = set(request.profiles.fallbacks)
     try:
         found = request.profiles.profile(request.model, request.cluster.priced_gpu(gpu), tp, pp, cache=cache,
-                                         dp=dp, ep=ep, all_to_all=all_to_all)
+                                         dp=dp, ep=ep, all_to_all=all_to_all, redundant_experts=request.slots(dp))
     except PdplanError as err:
         found = err
     return found, {k: v for k, v in request.profiles.fallbacks.items() if k not in before}

@@ -35,7 +35,8 @@ class Spill:
 def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str, affinity: str,
             transfer_schedule: str, name: str, failure_rate: float = 0.0, failure_policy: str = "retry",
             route_s: float = 0.0, spill: Spill = Spill(), router: str = "least-loaded",
-            reject_ttft_s: float | None = None, borrow: bool = False, engine: str = DEFAULT_ENGINE) -> Plan:
+            reject_ttft_s: float | None = None, borrow: bool = False, engine: str = DEFAULT_ENGINE,
+            redundant_experts: int = 0) -> Plan:
     """The placement as a simulator plan: one pool per shape, links at the bandwidth of the path
     the placement gives them (:func:`link_path`) from every prefill pool to every pool that
     decodes (decode and mixed), with the transfer failures and router hop the plan must survive,
@@ -43,7 +44,8 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
     take the plan's default link, :func:`lent_link`), the prefill router, how a prefill instance with attention
     DP puts a prompt on a rank under ``engine`` (:func:`pdplan.engines.rank_router`), how a decode instance takes a
     prefilled request and where its first token comes from (:func:`pdplan.engines.handoff`,
-    :func:`pdplan.engines.first_token`) and the early-rejection threshold."""
+    :func:`pdplan.engines.first_token`), the early-rejection threshold, and on every pool with attention DP the
+    ``redundant_experts`` slots its shapes were timed with."""
     shapes = {}  # pool → the candidate shape it runs
     for cand, replicas in sorted(solution.replicas.items(),
                                  key=lambda kv: (kv[0].phase, kv[0].gpu, kv[0].tp, kv[0].pp, kv[0].dp, kv[0].ep)):
@@ -53,7 +55,7 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                     rank_router=rank_router(engine, cand.phase, cand.dp), handoff=handoff(engine, cand.phase),
                     first_token=first_token(engine, cand.phase),
                     dp=cand.dp, ep=cand.ep, all_to_all=cand.all_to_all, max_running_requests=cand.max_running_requests,
-                    replicas=replicas, **extra)
+                    redundant_experts=redundant_experts if cand.dp > 1 else 0, replicas=replicas, **extra)
         shapes[pool] = cand
     pools = tuple(shapes)
     if mode == "colocated":

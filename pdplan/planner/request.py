@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pdplan import limits
 from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_DPS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.errors import PdplanError
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, DEFAULT_SEED, SearchSettings, check_admission_share
@@ -73,6 +74,9 @@ class PlanRequest:
     tps: tuple[int, ...] = DEFAULT_TPS
     pps: tuple[int, ...] = DEFAULT_PPS
     dps: tuple[int, ...] = DEFAULT_DPS  #: attention data-parallel sizes; above 1, a MoE model's wide shapes
+    #: expert slots beyond the model's on every wide shape, which EPLB rebalances the load over (SGLang
+    #: ``--ep-num-redundant-experts``, vLLM EPLB's ``num_redundant_experts``); 0: none
+    redundant_experts: int = 0
     chunk_sizes: tuple[int, ...] = DEFAULT_CHUNKS
     #: when the KV leaves the prefill: after it, as every engine the exports start sends it (vLLM's NIXL and Mooncake
     #: connectors once the prompt's request finishes, SGLang each chunk after its forward); ``layer`` streams it
@@ -120,6 +124,16 @@ class PlanRequest:
             raise PdplanError("--borrow lends machines that then take handoffs across nodes; it needs --affinity "
                               "high or auto", field="borrow")
         check_admission_share(self.admission_share)
+        if not 0 <= self.redundant_experts <= limits.MAX_GPUS:
+            raise PdplanError(f"--redundant-experts must be in [0, {limits.MAX_GPUS}], got {self.redundant_experts!r}",
+                              field="redundant_experts")
+        if self.redundant_experts and (not self.model.is_moe or max(self.dps) < 2):
+            raise PdplanError(f"--redundant-experts {self.redundant_experts} adds expert slots to wide shapes, which "
+                              "a mixture-of-experts model gets with --dp above 1", field="redundant_experts")
+
+    def slots(self, dp: int) -> int:
+        """Redundant expert slots on a shape of ``dp`` attention data-parallel ranks: the request's on a wide one."""
+        return self.redundant_experts if dp > 1 else 0
 
     @property
     def affinities(self) -> tuple[Affinity, ...]:

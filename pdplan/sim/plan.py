@@ -475,13 +475,19 @@ def plan_profiles(plan: Plan, source) -> dict[ProfileKey, PhaseProfile]:
     measured, else composed, else roofline). A shape that cannot hold the model names the plan
     file and the pool.
     """
-    found = {}
+    found, slots = {}, {}
     for i, pool in enumerate(plan.pools):
         if pool.shape in found:
+            if slots[pool.shape] != pool.redundant_experts:  # the simulator times a shape by one profile
+                raise PdplanError(f"pool {pool.name!r} has {pool.redundant_experts} redundant experts and another "
+                                  f"pool of its shape {slots[pool.shape]}; one profile times a shape",
+                                  file=plan.source, field=f"pools[{i}].redundant_experts")
             continue
+        slots[pool.shape] = pool.redundant_experts
         try:
             found[pool.shape] = source.profile(get_model(pool.model), get_gpu(pool.gpu), pool.tp, pool.pp,
-                                               dp=pool.dp, ep=pool.ep, all_to_all=pool.all_to_all)
+                                               dp=pool.dp, ep=pool.ep, all_to_all=pool.all_to_all,
+                                               redundant_experts=pool.redundant_experts)
         except PdplanError as err:
             raise PdplanError(f"pool {pool.name!r}: {err.detail}", file=plan.source, field=f"pools[{i}]") from None
     return found
