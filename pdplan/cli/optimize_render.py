@@ -220,8 +220,10 @@ def label(shape: dict, *, compact: bool = False) -> str:
 
 
 def tp_cell(shape: dict) -> str:
-    """The TP column of a JSON shape: its TP, and a wide shape's attention DP and EP beside it."""
-    return str(shape["tp"]) + (f" DP{shape['dp']} EP{shape['ep']}" if "dp" in shape else "")
+    """The TP column of a JSON shape: its TP, and a wide shape's attention DP and EP beside it, with the redundant
+    expert slots EPLB spreads over the EP ranks."""
+    slots = f" +{shape['redundant_experts']} slots" if shape.get("redundant_experts") else ""
+    return str(shape["tp"]) + (f" DP{shape['dp']} EP{shape['ep']}{slots}" if "dp" in shape else "")
 
 
 def _plan_table(doc: dict) -> None:

@@ -66,8 +66,10 @@ def profile_dict(report: PlanReport, phase: str, gpu: str, tp: int, pp: int, dp:
 
 
 def pools(solution: Solution, report: PlanReport) -> list[dict]:
-    cluster = report.request.cluster
-    return [{"phase": c.phase, **shape_dict(c, k), "chunk_tokens": c.chunk_tokens,
+    """Each pool of the plan: its shape, cost, power and profile, and the redundant expert slots a wide one holds."""
+    cluster, slots = report.request.cluster, report.request.slots
+    return [{"phase": c.phase, **shape_dict(c, k), **({"redundant_experts": slots(c.dp)} if slots(c.dp) else {}),
+             "chunk_tokens": c.chunk_tokens,
              "usd_per_hour": cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k,
              "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k,
              **profile_dict(report, c.phase, c.gpu, c.tp, c.pp, c.dp, c.ep)}
