@@ -278,8 +278,40 @@ def test_infeasible_target_says_what_binds_what_the_cluster_serves_and_what_it_w
     assert code == 2 and out == ""
     assert err.startswith("Error: no fleet can serve the target: any: no disaggregated plan (any): "
                           "the cluster's node counts cannot hold enough instances")
-    assert "The cluster serves at most " in err and "req/s (verified end to end on 8 GPUs)" in err
+    assert "The cluster serves at most " in err and "req/s (colocated, verified end to end on 8 GPUs)" in err
     assert "; 60 req/s would need " in err and err.count("\n") == 1
+
+
+def test_an_infeasible_target_in_one_mode_says_what_the_cluster_serves_in_that_mode(optimize, tmp_path):
+    """Asked for P/D only, the highest verified rate and the GPUs the target needs are P/D's, not colocated's."""
+    cluster = tmp_path / "small.yaml"
+    cluster.write_text("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450, "
+                       "inter_node_gb_s: 50, count: 1}\n")
+    code, out, err = optimize("--cluster", cluster, "--target-rate", "60", "--mode", "disaggregated")
+    assert code == 2 and out == ""
+    assert "colocated" not in err.split("The cluster serves at most ")[1]
+    assert "(disaggregated, verified end to end on" in err
+
+
+def test_a_pd_answer_with_no_colocated_plan_at_any_rate_says_its_manifest_registers_no_fallback(run_cli, tmp_path):
+    """DeepSeek-R1 under vLLM on GB200 trays at p90 TPOT 50 ms: no colocated shape meets the SLO at any rate, so no
+    colocated plan can be registered as the rollback's fallback; the answer says so (table and JSON), and validate
+    refuses the manifest for it, as the release rule wants."""
+    out_file = tmp_path / "plan.yaml"
+    args = ("optimize", ROOT / "traces" / "smoke_uniform_200.csv", "--model", "deepseek-r1", "--dtype", "fp8",
+            "--cluster", ROOT / "examples" / "cluster_gb200.yaml", "--engine", "vllm", "--mode", "disaggregated",
+            "--tp", "1", "--pp", "1", "--dp", "8", "--target-rate", "20", "--ttft", "2s", "--tpot", "50ms",
+            "--cache-dir", tmp_path / "cache")
+    code, out, err = run_cli(*args, "--json")
+    assert code == 0, err
+    doc = json.loads(out)
+    assert doc["decision"] == "disaggregated" and doc["colocated_fallback"] is None
+    assert "no usable colocated shape" in doc["colocated_fallback_missing"]
+    code, out, err = run_cli(*args, "--out", out_file)
+    assert code == 0, err
+    assert "the manifest registers no fallback, so validate and export refuse it" in " ".join(out.split())
+    code, out, _ = run_cli("validate", out_file)
+    assert code == 1 and "a verified colocated fallback must be registered before release" in out
 
 
 def test_when_no_plan_passes_it_exits_1_writes_nothing_and_shows_the_closest(optimize, monkeypatch, tmp_path):

@@ -281,6 +281,10 @@ def _facts_table(doc: dict) -> None:
                       f"no colocated plan meets the target on this cluster; the strongest serves "
                       f"{reduced['rate_rps']:.4g} req/s ({reduced['rate_rps'] / doc['target_rps']:.0%} of the "
                       f"target) on {reduced['gpus_total']} GPUs, verified; the manifest registers it")
+    if doc.get("colocated_fallback_missing") is not None:
+        table.add_row("colocated fallback (rollback)",
+                      f"none: {doc['colocated_fallback_missing']}; the manifest registers no fallback, so validate and "
+                      "export refuse it until one can be (a looser SLO, other GPUs)")
     if doc.get("tp_only_baseline") is not None:
         table.add_row("without attention DP / EP", tp_only_text(doc))
     headroom = "" if doc["headroom"] is None else f" ({doc['headroom']:+.0%} over the target)"

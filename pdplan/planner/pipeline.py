@@ -453,21 +453,28 @@ def no_plan_message(request: PlanRequest, fleets: list[FleetResult], searches: S
     served = highest_verified_rate(request, searches)
     if served is not None:
         rate, checked = served
-        message += (f". The cluster serves at most {rate:.3g} req/s (verified end to end on "
+        mode = "colocated" if checked.plan.colocated else "disaggregated"
+        message += (f". The cluster serves at most {rate:.3g} req/s ({mode}, verified end to end on "
                     f"{checked.solution.gpus_total} GPUs)")
     if needed is not None:
         message += f"; {request.target_rps:g} req/s would need {needed} GPUs"
     return message
 
 
+def asked_modes(request: PlanRequest) -> tuple[str, ...]:
+    """The modes the answer may take: both under ``--mode auto``, else the one asked for."""
+    return ("disaggregated", "colocated") if request.mode == "auto" else (str(request.mode),)
+
+
 def gpus_needed(request: PlanRequest, candidates: tuple[Candidate, ...]) -> int | None:
-    """The fewest GPUs any fleet and mode needs for the target, node counts and budgets lifted."""
+    """The fewest GPUs any fleet needs for the target in a mode the answer may take, node counts and budgets
+    lifted."""
     unbounded = Cluster(nodes=tuple(replace(n, count=None) for n in request.cluster.nodes),
                         energy_usd_per_kwh=request.cluster.energy_usd_per_kwh, pue=request.cluster.pue)
     lifted = replace(request, max_gpus=None, max_usd_per_hour=None, max_power_w=None, objective=Objective.GPUS)
     found = []
     for fleet in request.fleets:
-        for mode in ("disaggregated", "colocated"):
+        for mode in asked_modes(request):
             try:
                 found.append(solve(base_problem(lifted, candidates, fleet, mode, "high", unbounded)).gpus_total)
             except InfeasibleError:
@@ -476,11 +483,11 @@ def gpus_needed(request: PlanRequest, candidates: tuple[Candidate, ...]) -> int 
 
 
 def highest_verified_rate(request: PlanRequest, searches: Searches) -> tuple[float, Checked] | None:
-    """The highest rate any fleet and mode sustains within the cluster and budgets, verified."""
+    """The highest rate any fleet sustains within the cluster and budgets in a mode the answer may take, verified."""
     strongest = replace(request, objective=Objective.GOODPUT, target_rps=None)
     best = None
     for fleet in request.fleets:
-        for mode in ("disaggregated", "colocated"):
+        for mode in asked_modes(request):
             result = searches.run(fleet, mode, "high", strongest)
             if result.best is not None and (best is None or result.best.verification.rate_rps > best[0]):
                 best = (result.best.verification.rate_rps, result.best)

@@ -65,6 +65,13 @@ def profile_dict(report: PlanReport, phase: str, gpu: str, tp: int, pp: int, dp:
             "profile_accuracy": as_dict(request.profiles.accuracy(profile, request.model, phase, dp))}
 
 
+def fallback_missing(report: PlanReport) -> str:
+    """Why a P/D answer has no colocated plan to register as its rollback's fallback: its fleet's colocated search
+    found none at the target, and none passes at any lower rate either (:func:`pdplan.planner.pipeline.
+    reduced_fallback`)."""
+    return report.fleet.colocated.reason or "no colocated plan passed"
+
+
 def pools(solution: Solution, report: PlanReport) -> list[dict]:
     """Each pool of the plan: its shape, cost, power and profile, and the redundant expert slots a wide one holds."""
     cluster, slots = report.request.cluster, report.request.slots
@@ -277,6 +284,7 @@ def report_to_dict(report: PlanReport) -> dict:
         "colocated_fallback": None if report.fallback is None else {
             **plan_summary(request, report.fallback.best, "high"),
             "rate_rps": report.fallback.best.verification.rate_rps},
+        **({} if report.rollback is not None else {"colocated_fallback_missing": fallback_missing(report)}),
         "pools": pools(solution, report),
         "gpus_total": solution.gpus_total,
         "cost_per_hour": solution.usd_per_hour,
