@@ -519,6 +519,38 @@ def test_the_wide_dynamo_graph_validates_strictly_against_the_crd_schema(shared_
     _validator(shared_data, "dynamo.dynamographdeployment.v1beta1.schema.json").validate(yaml.safe_load(text))
 
 
+def _named(manifest: dict, pool: str, name: str) -> dict:
+    """The manifest with pool ``pool`` called ``name``, in its pools, its KV roles and on its node map."""
+    roles = manifest["transfer"]["roles"]
+    roles[name] = roles.pop(pool)
+    for entry in manifest["pools"]:
+        if entry["name"] == pool:
+            entry["name"] = name
+    for node in manifest["placement"]["nodes"]:
+        for slot in node["instances"]:
+            if slot["pool"] == pool:
+                slot["pool"] = name
+    return manifest
+
+
+def test_a_dynamo_component_whose_object_names_would_pass_a_dns_label_runs_under_a_short_name_naming_its_pool(
+        shared_data, wide):
+    """DeepSeek's disaggregated graph and a wide decode pool's generated name make 64 characters of object name: the
+    component runs as its phase and a hash of the pool's name, its pods annotated with the pool, and the graph still
+    validates; the pool whose name fits keeps it."""
+    manifest = _named(_vllm(wide), "decode", "decode-gb200-185gb-tp1-pp1-dp8-ep8")
+    manifest["metadata"]["name"] = "deepseek-r1-fp8-disaggregated"
+    (text,) = export_manifest(manifest, "dynamo").values()
+    graph = yaml.safe_load(text)
+    _validator(shared_data, "dynamo.dynamographdeployment.v1beta1.schema.json").validate(graph)
+    components = {c["name"]: c for c in graph["spec"]["components"]}
+    assert set(components) == {"Frontend", "prefill", "decode-9dd44ffa"}
+    annotations = components["decode-9dd44ffa"]["podTemplate"]["metadata"]["annotations"]
+    assert annotations == {"pdplan.dev/pool": "decode-gb200-185gb-tp1-pp1-dp8-ep8"}
+    assert "# Component decode-9dd44ffa runs pool decode-gb200-185gb-tp1-pp1-dp8-ep8" in text
+    assert all(len(f"deepseek-r1-fp8-disaggregated-{name.lower()}") <= 63 for name in components)
+
+
 # --- llm-d ----------------------------------------------------------------------------------------
 
 def _llmd_values(wide: dict) -> dict:

@@ -24,6 +24,7 @@ ranks), so none of those is written here, as in Dynamo's recipe
 
 from __future__ import annotations
 
+import hashlib
 import re
 
 from pdplan import names
@@ -50,6 +51,8 @@ FRONTEND_RESOURCES = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"mem
 ROUTER_MODES = {Router.CACHE_AWARE: "kv", Router.ROUND_ROBIN: "round-robin"}
 
 _COMPONENT_TYPES = {"prefill": "prefill", "decode": "decode", "colocated": "worker"}
+#: The annotation a renamed component's pods carry with their pool's name (:func:`component_name`).
+POOL_ANNOTATION = "pdplan.dev/pool"
 _SEMVER_TAG = re.compile(r":v?\d+\.\d+\.\d+$")
 
 
@@ -70,10 +73,22 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
         "spec": {"backendFramework": "vllm", "components": components},
     }
     budgets = "\n".join(pods.budget_comment(pool) for pool in common.pools(manifest))
-    header = (f"{common.header(manifest, 'dynamo')}\nCreate the Secret {options.hf_token_secret} (key "
-              f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}")
+    renamed = [f"Component {component_name(name, pool)} runs pool {pool['name']}, whose own name would make the "
+               f"operator's object names longer than a DNS label (its pods carry it as {POOL_ANNOTATION})."
+               for pool in common.pools(manifest) if component_name(name, pool) != pool["name"]]
+    header = "\n".join([f"{common.header(manifest, 'dynamo')}\nCreate the Secret {options.hf_token_secret} (key "
+                        f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}", *renamed])
     header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
     return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=header)}
+
+
+def component_name(graph: str, pool: dict) -> str:
+    """The component a pool runs as: the pool's own name, or where the operator's object names ``<graph>-<pool>``
+    would pass a DNS label (a wide pool's long name under a long model name), its phase and eight hex digits of its
+    name's sha256, stable across exports and distinct between pools."""
+    if len(f"{graph}-{pool['name'].lower()}") <= names.DNS_LABEL_MAX:
+        return pool["name"]
+    return f"{pool['phase']}-{hashlib.sha256(pool['name'].encode()).hexdigest()[:8]}"
 
 
 def _check_object_name(graph: str, component: str) -> None:
@@ -107,8 +122,11 @@ def _worker(manifest: dict, pool: dict, image: str, options: pods.PodOptions) ->
     volume, mount = pods.cache_volume(pool)
     container.update({"env": pods.hf_env(options), "resources": pods.resources(manifest, pool),
                       "volumeMounts": [mount]})
-    component = _component(pool["name"], _COMPONENT_TYPES[pool["phase"]], pool["replicas"], container)
+    name = component_name(manifest["metadata"]["name"], pool)
+    component = _component(name, _COMPONENT_TYPES[pool["phase"]], pool["replicas"], container)
     component["podTemplate"]["spec"].update({**pods.node_selection(manifest, pool), "volumes": [volume]})
+    if name != pool["name"]:  # the pool stays findable on its pods
+        component["podTemplate"]["metadata"] = {"annotations": {POOL_ANNOTATION: pool["name"]}}
     nodes = common.pods_per_instance(manifest, pool)
     if nodes > 1:  # GPUs per instance = nodeCount × the container's GPU limit
         if common.parallel(pool).dp > 1:
