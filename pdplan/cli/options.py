@@ -102,7 +102,8 @@ AllToAllOpt = Annotated[AllToAll, choice(
                                    "all-to-all, TensorRT-LLM's NVLink one on GB200 NVL72) or gather (every rank's "
                                    "tokens on every GPU: SGLang's --moe-a2a-backend none, vLLM's --all2all-backend "
                                    "allgather_reducescatter, TensorRT-LLM's NCCL all-gather elsewhere). optimize "
-                                   "gathers SGLang's and vLLM's instances of one node, as their exports run them, "
+                                   "gathers SGLang's and vLLM's instances of one host (a GB200 compute tray: 4 "
+                                   "GPUs), as their exports run them, "
                                    "and TensorRT-LLM's off an NVLink fabric, as it runs them.")]
 DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", help="Weight precision the model is served at: bf16, fp8, fp4 (NVFP4) or mxfp4 (gpt-oss's "
