@@ -109,6 +109,7 @@ from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim.plan import Link, Plan, Pool
 from pdplan.vocabulary import AllToAll, MoeActivations, SpeculativeMethod
+from pdplan.workload.reshape import poisson_arrivals
 
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
           "nvidia/Llama-3.1-8B-Instruct-FP8": "llama-3.1-8b", "Qwen/Qwen3-32B": "qwen3-32b",
@@ -502,6 +503,18 @@ def coordinates(row, phase: str) -> dict:
     dp = _int(row[f"{phase}_attention_dp_size"])
     ep = _int(row[f"{phase}_moe_ep_size"]) or 1
     return {"tp": _int(row[f"{phase}_tp_size"]), "dp": dp, "ep": ep}
+
+
+def arrivals(row, n: int) -> tuple[np.ndarray, float | None]:
+    """When the row's benchmark client schedules its ``n`` requests, and the rate that paces its clients: all at 0
+    and None (``req_rate: inf``, each slot refilled the moment it frees), or where the recipe states a finite
+    rate (:attr:`srt_slurm.DisaggRecipe.request_rate`), Poisson times at it, drawn with the row's own seed, as
+    benchmark_serving.py draws its intervals (burstiness 1: exponential gaps)."""
+    recipe = disagg_recipe(row)
+    rate = None if recipe is None else recipe.request_rate
+    if rate is None:
+        return np.zeros(n), None
+    return poisson_arrivals(n, rate_rps=rate, rng=zlib.crc32(str(row["id"]).encode())), rate
 
 
 def requests(row) -> tuple[np.ndarray, np.ndarray]:

@@ -46,6 +46,7 @@ import pandas as pd
 from silicon_rows import (
     MOE,
     TRT_MOE_KERNELS,
+    arrivals,
     disagg_recipe,
     moe_activations,
     moe_backend,
@@ -129,14 +130,16 @@ def replay_on(row, profiles: dict) -> tuple[float, float]:
 
 def replayed(row, profiles: dict) -> tuple[np.ndarray, np.ndarray]:
     """Each served request's TTFT and TPOT (s) in the row's run on these profiles (by shape), with the
-    multi-token prediction it ran."""
+    multi-token prediction it ran, its clients paced by the rate its recipe's benchmark ran at, if finite."""
     drafting = speculative(row)
     if drafting is not None:
         profiles = {shape: drafting.apply(profile) for shape, profile in profiles.items()}
     prompts, outputs = requests(row)
-    workload = {"arrival_s": np.zeros(len(prompts)), "prompt_tokens": prompts, "output_tokens": outputs}
+    scheduled, rate = arrivals(row, len(prompts))
+    workload = {"arrival_s": scheduled, "prompt_tokens": prompts, "output_tokens": outputs}
     plan = within_profiles(plan_for(row), profiles)
-    result = simulate(workload, plan, profiles, model=row_model(row), concurrency=int(row["concurrency"]))
+    result = simulate(workload, plan, profiles, model=row_model(row), concurrency=int(row["concurrency"]),
+                      rate_rps=rate)
     served = ~np.asarray(result["rejected"])
     return np.asarray(result["ttft_s"])[served], np.asarray(result["tpot_s"])[served]
 

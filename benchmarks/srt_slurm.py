@@ -46,6 +46,10 @@ class DisaggRecipe:
     batch_tokens: int
     batch_prompts: int
     decode_batch: int | None
+    #: the benchmark's ``req_rate`` where it is finite: sa-bench then sends each request when a Poisson process
+    #: at that rate schedules it or when one of the concurrency's slots frees, if later (None: ``inf``, every slot
+    #: refilled at once)
+    request_rate: float | None = None
 
     @property
     def coordinates(self) -> dict:
@@ -70,7 +74,8 @@ def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_deco
 def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int], wide_decode: bool,
             concurrencies: tuple[int, ...], *, tp: int, dp: int = 1, ep: int = 1, chunk: int,
             max_prefill: int = SGLANG_MAX_PREFILL_TOKENS, running: int, decode_running: int | None,
-            decode_dp: int = 1, commit: str = SRT_SLURM, sweeps: tuple[str, str] = SWEEPS) -> DisaggRecipe:
+            decode_dp: int = 1, commit: str = SRT_SLURM, sweeps: tuple[str, str] = SWEEPS,
+            request_rate: float | None = None) -> DisaggRecipe:
     """An SGLang prefill server of ``--tp`` ``tp`` and ``--dp`` ``dp`` (with ``--enable-dp-attention``):
     each DP rank's prefill batch holds whole prompts up to ``--chunked-prefill-size`` over DP and up to
     ``--max-prefill-tokens`` (not divided), and ``--max-running-requests`` over DP prompts (SGLang's
@@ -82,7 +87,8 @@ def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int
                         deployment=("sglang", gpu, dtype, isl, 1024, *workers, wide_decode),
                         concurrencies=concurrencies, tp=tp // dp, dp=dp, ep=ep,
                         batch_tokens=min(chunk // dp, max_prefill), batch_prompts=max(1, running // dp),
-                        decode_batch=None if decode_running is None else max(1, decode_running // decode_dp))
+                        decode_batch=None if decode_running is None else max(1, decode_running // decode_dp),
+                        request_rate=request_rate)
 
 
 H200, B200, GB200 = "h200-141gb", "b200-180gb", "gb200-185gb"
@@ -137,13 +143,13 @@ DISAGG_RECIPES = (
     _sglang("gb200-fp8/1k1k/low-latency.yaml", GB200, "fp8", 1024, (1, 1), False, (4, 8), tp=4, chunk=8192,
             running=512, decode_running=128),
     _sglang("gb200-fp4/8k1k/low-latency.yaml", GB200, "fp4", 8192, (1, 4), False, (4, 8), tp=4, chunk=24576,
-            running=512, decode_running=None),
+            running=512, decode_running=None, request_rate=300.0),
     _sglang("gb200-fp8/1k1k/ultra-tpt.yaml", GB200, "fp8", 1024, (1, 1), True, (4096,), tp=8, dp=8, ep=8,
             chunk=131072, running=8192, decode_running=5120, decode_dp=8),
     _sglang("gb200-fp8/1k1k/max-tpt.yaml", GB200, "fp8", 1024, (2, 1), True, (1024, 2048, 4096, 6144), tp=8,
             dp=8, ep=8, chunk=131072, running=30000, decode_running=45000, decode_dp=32),
     _sglang("gb200-fp8/8k1k/mid-curve.yaml", GB200, "fp8", 8192, (5, 1), True, (512, 1024, 2048, 6144), tp=8,
-            dp=8, ep=8, chunk=131072, running=30000, decode_running=8192, decode_dp=32),
+            dp=8, ep=8, chunk=131072, running=30000, decode_running=8192, decode_dp=32, request_rate=300.0),
     _sglang("b200-fp4/8k1k/stp/low-latency-tp4-1p-tp8-1d.yaml", B200, "fp4", 8192, (1, 1), False, (4, 8, 16, 64),
             tp=4, chunk=32768, max_prefill=32768, running=512, decode_running=512),
     _sglang("b200-fp4/8k1k/stp/low-latency-dep4-1p-tep8-1d.yaml", B200, "fp4", 8192, (1, 1), False, (64, 128), tp=4,

@@ -365,6 +365,27 @@ def test_vllm_detailed_result_skips_failed_requests_and_derives_tpot_from_itls(t
     assert run.tpot_s[0] == pytest.approx(0.02) and np.isnan(run.tpot_s[1])
 
 
+def test_a_rate_beside_a_concurrency_cap_is_read_as_a_paced_closed_loop(tmp_path):
+    """vllm bench serve --request-rate 4 --max-concurrency 8 sends each request when the rate schedules it or when one
+    of 8 slots frees: both settings stay."""
+    [run] = read_bench(write(tmp_path, "v.json", {
+        "request_rate": 4.0, "max_concurrency": 8, "completed": 100, "total_input_tokens": 51200,
+        "total_output_tokens": 6400, "mean_ttft_ms": 100.0, "mean_tpot_ms": 20.0}), "vllm-bench")
+    assert (run.concurrency, run.rate_rps) == (8, 4.0)
+
+
+def test_a_paced_run_replays_fewer_requests_at_once_than_its_unpaced_closed_loop():
+    """At 0.5 req/s, 8 clients rarely have more than one request in flight: TTFT is about a lone prefill's, and none
+    waits as long as the unpaced loop's first wave, where all 8 clients start at once and queue at the prefill."""
+    rng = np.random.default_rng(0)
+    lengths = {"prompt_tokens": rng.integers(1000, 3000, 60), "output_tokens": rng.integers(20, 60, 60)}
+    unpaced, paced = (replay(BASE, BenchRun(file="b.json", format="vllm-bench", concurrency=8, rate_rps=rate,
+                                            **lengths), EngineBatching())[0] for rate in (None, 0.5))
+    assert paced.max() < unpaced.max()
+    assert np.median(paced) == pytest.approx(np.median([BASE.prefill_time_s([p]) for p in lengths["prompt_tokens"]]),
+                                             rel=0.25)
+
+
 def test_runs_vllm_appended_to_one_result_file_are_read_in_the_order_written(tmp_path):
     """`vllm bench serve --append-result` writes a newline, then the next run's object."""
     run = {"request_rate": "inf", "completed": 10, "total_input_tokens": 5000, "total_output_tokens": 300,

@@ -201,6 +201,24 @@ def test_simulate_closed_loop_runs_a_lengths_only_trace_with_c_clients(run_cli, 
     assert sum(float(row.split(",")[0]) == 0 for row in rows) == 8  # the first C arrive at once
 
 
+def test_simulate_paces_a_closed_loop_by_a_rate_as_a_benchmark_client_does(run_cli, tmp_path):
+    """--rate 2 --concurrency 4: the first 4 requests are due at 0 and the trace's next gaps (rescaled to 2 req/s),
+    so they are not sent at once, and no request is sent before it is due."""
+    code, out, err = run_cli("simulate", TRACE, "--plan", COLOCATED, "--rate", "2", "--concurrency", "4", "--json",
+                             "--out", tmp_path / "r.csv")
+    assert code == 0, err
+    arrivals = [float(row.split(",")[0]) for row in (tmp_path / "r.csv").read_text().splitlines()[1:]]
+    assert arrivals[0] == 0 and 0 < arrivals[1] < arrivals[3] and json.loads(out)["concurrency"] == 4
+
+
+def test_a_paced_closed_loop_needs_the_traces_arrival_times(run_cli, tmp_path):
+    lengths = tmp_path / "lengths.csv"
+    lengths.write_text("prompt_tokens,output_tokens\n" + "".join(f"{500 + i},{20 + i % 7}\n" for i in range(60)))
+    code, out, err = run_cli("simulate", lengths, "--plan", COLOCATED, "--rate", "2", "--concurrency", "8")
+    assert code == 2 and out == ""
+    assert err.startswith(f"Error: {lengths}: trace has no arrival times; give it arrivals first")
+
+
 def test_simulate_writes_one_row_per_request(run_cli, tmp_path):
     code, _, err = run_cli("simulate", TRACE, "--plan", COLOCATED, "--out", tmp_path / "r.csv")
     assert code == 0, err
@@ -251,8 +269,6 @@ BAD = [
     (("simulate", TRACE, "--plan", PLAN, "--tpot", "50"),
      "Error: --tpot 50 reads as 50 seconds; plain numbers are seconds, so for milliseconds write --tpot 50ms"),
     (("simulate", TRACE, "--plan", PLAN, "--attainment", "1.5"), "Error: --attainment must be in (0, 1], got 1.5"),
-    (("simulate", TRACE, "--plan", PLAN, "--rate", "2", "--concurrency", "4"),
-     "Error: give either --rate (open loop) or --concurrency (closed loop), not both"),
     (("simulate", TRACE, "--plan", PLAN, "--concurrency", "0"), "Error: --concurrency must be >= 1, got 0"),
 ]
 
@@ -263,7 +279,7 @@ BAD = [
                                                     "ep-not-dividing", "missing-plan", "rate", "simulate-ttft",
                                                     "simulate-tpot", "simulate-ttft-inf", "ttft-in-ms-by-mistake",
                                                     "tpot-in-ms-by-mistake", "simulate-attainment",
-                                                    "rate-and-concurrency", "concurrency-zero"])
+                                                    "concurrency-zero"])
 def test_bad_input_exits_2_with_one_line(run_cli, args, message):
     code, out, err = run_cli(*args)
     assert code == 2

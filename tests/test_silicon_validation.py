@@ -215,6 +215,16 @@ def test_disaggregated_rows_replay_the_prefill_workers_their_recipe_started(depl
     assert (pools[0].max_prefill_batch_tokens, pools[0].max_running_requests) == (16640, 2)
 
 
+def test_rows_whose_recipe_benchmark_ran_a_finite_rate_pace_their_clients_at_it(deployments, rows):
+    """srt-slurm's GB200 FP8 8k/1k mid-curve recipe runs sa-bench at ``req_rate: "300"``: its rows' requests are
+    scheduled by a Poisson process at 300 req/s, not all at once; a recipe at ``inf`` schedules every one at 0."""
+    paced = disaggregated(rows, "cfg533").iloc[0]
+    scheduled, rate = deployments.arrivals(paced, 5000)
+    assert rate == 300.0 and scheduled[0] == 0 and 5000 / scheduled[-1] == pytest.approx(300, rel=0.05)
+    scheduled, rate = deployments.arrivals(disaggregated(rows, "cfg457").iloc[0], 100)
+    assert rate is None and not scheduled.any()
+
+
 def test_disaggregated_rows_send_the_kv_once_the_prompts_prefill_ends(deployments, rows):
     """SGLang sends each chunk's KV after its forward and TensorRT-LLM a context request's once it completes, so
     the replay's transfer starts when the prefill ends, not layer by layer beside it."""

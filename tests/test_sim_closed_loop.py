@@ -85,3 +85,44 @@ def test_closed_loop_ignores_a_lengths_only_trace_s_missing_arrivals():
 def test_concurrency_must_be_a_positive_integer(clients):
     with pytest.raises(PdplanError, match="concurrency must be an integer"):
         simulate_pool(random_trace(1, n=10), COLOCATED, phase="decode", concurrency=clients)
+
+
+# --- paced: a rate beside the clients -----------------------------------------------------------------
+
+def due_times(trace: dict, rate: float) -> np.ndarray:
+    """When each request of ``trace`` is due under ``rate``: its arrivals with every gap scaled so n requests span
+    n / rate seconds, the first at 0."""
+    arrival = np.asarray(trace["arrival_s"], dtype=float)
+    return (arrival - arrival[0]) * len(arrival) / (rate * (arrival[-1] - arrival[0]))
+
+
+@pytest.mark.parametrize(("clients", "rate"), [(1, 0.5), (4, 3.0), (16, 40.0)])
+def test_a_paced_request_is_sent_when_due_or_when_a_client_frees_whichever_is_later(clients, rate):
+    """vllm bench serve --request-rate R --max-concurrency C: the first C requests go when due, and each next one
+    when the k-th request finishes (the k-th finish in time) or when it is due, if later."""
+    trace = random_trace(11, n=150)
+    result = simulate(trace, Plan(**HETEROGENEOUS), PROFILES, model=MODEL, concurrency=clients, rate_rps=rate)
+    arrival, finish, due = np.asarray(result["arrival_s"]), np.asarray(result["finish_s"]), due_times(trace, rate)
+    np.testing.assert_allclose(arrival[:clients], due[:clients], rtol=0, atol=1e-9)
+    released = np.sort(finish)[: len(finish) - clients]
+    np.testing.assert_allclose(arrival[clients:], np.maximum(due[clients:], released), rtol=0, atol=1e-9)
+
+
+def test_a_rate_slow_enough_for_every_request_to_finish_first_sends_each_when_due():
+    """One client at 0.5 req/s, due every 2 s, on requests that end within 2 s: the paced loop is the open loop at
+    that rate."""
+    trace = random_trace(3, n=40)
+    trace["arrival_s"], trace["output_tokens"] = np.arange(40.0), np.minimum(trace["output_tokens"], 20)
+    paced = simulate(trace, Plan(**HETEROGENEOUS), PROFILES, model=MODEL, concurrency=1, rate_rps=0.5)
+    open_loop = simulate({**trace, "arrival_s": due_times(trace, 0.5)}, Plan(**HETEROGENEOUS), PROFILES, model=MODEL)
+    np.testing.assert_allclose(paced["ttft_s"], open_loop["ttft_s"], rtol=0, atol=1e-9)
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10**6), clients=st.integers(1, 12), rate=st.floats(0.5, 50.0))
+def test_compiled_paced_closed_loop_matches_the_token_by_token_oracle(seed, clients, rate):
+    plan = Plan(**HETEROGENEOUS)
+    trace = random_trace(seed, n=80)
+    assert_same_closed(simulate(trace, plan, PROFILES, model=MODEL, concurrency=clients, rate_rps=rate),
+                       simulate(trace, plan, PROFILES, model=MODEL, concurrency=clients, rate_rps=rate,
+                                engine="reference"))

@@ -48,11 +48,15 @@ def simulate(
     trace: TraceArg,
     plan: Annotated[Path, typer.Option("--plan", help="Plan YAML (see examples/plan_disagg.yaml).")],
     rate: Annotated[float | None, typer.Option("--rate", help="Rescale the trace to this mean rate (req/s), "
-                                                              "keeping its burst shape.")] = None,
+                                                              "keeping its burst shape; with --concurrency, the "
+                                                              "rate that paces the clients.")] = None,
     concurrency: Annotated[int | None, typer.Option(
         "--concurrency", help="Closed loop: C clients, each sending its next request (in trace order) when its "
                               "previous one finishes, as vllm bench serve --max-concurrency, genai-perf and "
-                              "AIPerf do; arrival times are ignored.", show_default=False)] = None,
+                              "AIPerf do; arrival times are ignored, unless --rate paces the clients: each "
+                              "request is then due at its arrival time rescaled to that rate and sent then or "
+                              "when a client frees, whichever is later (vllm bench serve --request-rate R "
+                              "--max-concurrency C).", show_default=False)] = None,
     ttft: TtftOpt = None,
     tpot: TpotOpt = None,
     attainment: Annotated[float | None, typer.Option(
@@ -87,9 +91,6 @@ def simulate(
     """
     within("--rate", rate, 0, limits.MAX_RATE_RPS, above=True)
     within("--concurrency", concurrency, 1, limits.MAX_CONCURRENCY)
-    if rate is not None and concurrency is not None:
-        raise PdplanError("give either --rate (open loop) or --concurrency (closed loop), not both",
-                          field="concurrency")
     check_seed(seed)
     drafting = speculative_from_options(speculative, draft_tokens, acceptance, draft_cost)
     the_plan, planned = read_plan(plan)  # a manifest's SLO is the default; a plan file has none
@@ -112,10 +113,10 @@ def simulate(
                               field="early_rejection")
         the_plan = dataclasses.replace(the_plan, reject_ttft_s=ttft)
     workload = load_workload(trace, format, seed)
-    if not workload.has_arrivals and concurrency is None:
+    if not workload.has_arrivals and (concurrency is None or rate is not None):
         raise PdplanError("trace has no arrival times; give it arrivals first "
                           "(pdplan trace transform --arrivals poisson --rate R), or run a closed loop with "
-                          "--concurrency C", file=trace)
+                          "--concurrency C and no --rate", file=trace)
     model = plan_model(the_plan)
     # Time the shapes as the plan was timed when it was made, unless a flag says otherwise.
     source = profile_source(profiles, engine or the_plan.engine, engine_version or the_plan.engine_version,

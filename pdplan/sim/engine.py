@@ -225,7 +225,10 @@ def simulate(workload: Any, plan: Plan, profiles: Mapping, *, model: ModelSpec |
     ``engine="reference"`` runs the slow token-by-token oracle.
     ``concurrency`` C runs a closed loop instead: C clients, each sending its next request (in
     trace order) the moment its previous one finishes, as ``vllm bench serve
-    --max-concurrency``, genai-perf and AIPerf do; the trace's arrival times are ignored.
+    --max-concurrency``, genai-perf and AIPerf do; the trace's arrival times are ignored. With
+    ``rate_rps`` too, the clients are paced: each request is due at its arrival time rescaled to
+    that rate (the first at 0) and is sent then, or when a client frees if later, as ``vllm bench
+    serve --request-rate R --max-concurrency C`` sends a request scheduled by the rate once a slot is free.
     ``availability`` (pool name → per replica, the [from, until) intervals in which it takes new
     requests) runs a pool whose instances join and leave: out of its intervals an instance only
     drains the work it holds; the routers pick among the instances taking requests.

@@ -57,14 +57,18 @@ def as_requests(workload: Any, *, rate_rps: float | None = None, closed_loop: bo
     ``rate_rps`` rescales every inter-arrival gap by one factor so that the mean rate
     (n / (last − first arrival)) becomes ``rate_rps``, keeping burst shape
     (``pdplan.workload.rescale_rate``). A ``closed_loop`` ignores the arrival times (a
-    lengths-only trace included): the engine writes them as clients send.
+    lengths-only trace included): the engine writes them as clients send. A closed loop with
+    ``rate_rps`` keeps them, rescaled and starting at 0, as the times each request is due: a
+    client sends it then, or when it frees if later (``vllm bench serve --request-rate R
+    --max-concurrency C``).
     """
     def get(name, default=None):
         if isinstance(workload, Mapping):
             return workload.get(name, default)
         return getattr(workload, name, default)
 
-    arrival = np.zeros(len(get("prompt_tokens"))) if closed_loop else get("arrival_s")
+    paced = closed_loop and rate_rps is not None
+    arrival = np.zeros(len(get("prompt_tokens"))) if closed_loop and not paced else get("arrival_s")
     source = get("source")
     if arrival is None:
         raise PdplanError("the workload has no arrival times (a lengths-only trace); give it an "
@@ -100,6 +104,8 @@ def as_requests(workload: Any, *, rate_rps: float | None = None, closed_loop: bo
             raise PdplanError(f"cannot rescale: all {n} arrivals fall at one instant", file=source,
                               field="arrival_s")
         arrival = rescaled_arrivals(arrival, rate_rps)
+        if paced:  # the benchmark's clients start at 0
+            arrival = arrival - arrival[0]
     return Requests(arrival_s=arrival, prompt_tokens=prompt, output_tokens=output,
                     hash_values=values, hash_offsets=offsets,
                     block_tokens=None if block is None else int(block))

@@ -106,7 +106,9 @@ class BenchRun:
     file: str
     format: str
     concurrency: int | None          #: closed loop of this many clients; None: open loop
-    rate_rps: float | None           #: open loop rate; None with no concurrency: all at once
+    #: the rate requests are sent at: an open loop's, or beside ``concurrency`` the rate that paces the clients
+    #: (``--request-rate R --max-concurrency C``); None with no concurrency: all at once
+    rate_rps: float | None
     prompt_tokens: np.ndarray        #: per request, in the order sent
     output_tokens: np.ndarray
     ttft_s: np.ndarray | None = None  #: per request, when the file has them
@@ -237,20 +239,18 @@ class _Doc:
 
 def _load(doc: _Doc, concurrency: float | None, rate: float | None, *, keys: tuple[str, str] = ("concurrency",
           "request_rate")) -> tuple[int | None, float | None]:
-    """(clients, rate): a finite rate is an open loop (a concurrency cap beside it is not
-    modelled); a concurrency limit with an unlimited rate is a closed loop; neither sends all at once.
-    ``keys`` name the two settings as ``doc`` spells them, for errors."""
-    if rate is not None and math.isfinite(rate):
-        concurrency = None
-    if concurrency is not None:
-        if concurrency != int(concurrency) or not 1 <= concurrency <= limits.MAX_CONCURRENCY:
-            raise doc.fail(keys[0], f"must be an integer in [1, {limits.MAX_CONCURRENCY:,}]", concurrency)
-        return int(concurrency), None
+    """(clients, rate): a finite rate alone is an open loop; a concurrency limit with an unlimited rate
+    a closed loop; both, a closed loop paced by the rate (each request sent when the rate schedules it
+    or when a client frees, if later); neither sends all at once. ``keys`` name the two settings as
+    ``doc`` spells them, for errors."""
+    if concurrency is not None and (concurrency != int(concurrency) or not 1 <= concurrency <= limits.MAX_CONCURRENCY):
+        raise doc.fail(keys[0], f"must be an integer in [1, {limits.MAX_CONCURRENCY:,}]", concurrency)
+    clients = None if concurrency is None else int(concurrency)
     if rate is not None and math.isfinite(rate):
         if not 0 < rate <= limits.MAX_RATE_RPS:
             raise doc.fail(keys[1], f"must be > 0 and <= {limits.MAX_RATE_RPS:,.0f}", rate)
-        return None, rate
-    return None, None
+        return clients, rate
+    return clients, None
 
 
 def _lengths(doc: _Doc, values: list, key: str) -> np.ndarray:

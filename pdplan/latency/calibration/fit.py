@@ -163,7 +163,8 @@ class Deployment:
                seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
         """Per-request TTFT and TPOT (seconds) of the benchmark's load on the deployment."""
         profiles = {pool.shape: prefill if pool.phase == "prefill" else decode for pool in self.plan.pools}
-        result = simulate(_load(run, seed), self.plan, profiles, model=self.model, concurrency=run.concurrency)
+        result = simulate(_load(run, seed), self.plan, profiles, model=self.model, concurrency=run.concurrency,
+                          rate_rps=_pace(run))
         return _served(result)
 
 
@@ -173,17 +174,25 @@ def replay(profile: PhaseProfile, run: BenchRun, schedule: EngineBatching,
     pool = schedule.pool(profile)
     if schedule.speculative is not None:
         profile = schedule.speculative.apply(profile)
-    return _served(simulate(_load(run, seed), Plan(pools=(pool,)), {pool.shape: profile}, concurrency=run.concurrency))
+    return _served(simulate(_load(run, seed), Plan(pools=(pool,)), {pool.shape: profile}, concurrency=run.concurrency,
+                            rate_rps=_pace(run)))
 
 
 def _load(run: BenchRun, seed: int) -> dict:
-    """The benchmark's requests (at most :data:`MAX_REPLAY_REQUESTS`), with arrivals for an open loop."""
+    """The benchmark's requests (at most :data:`MAX_REPLAY_REQUESTS`), with Poisson arrivals at its rate, as the
+    benchmark clients schedule them (an open loop's, or the times a paced closed loop's requests are due)."""
     n = min(len(run.prompt_tokens), MAX_REPLAY_REQUESTS)
     workload = {"prompt_tokens": run.prompt_tokens[:n], "output_tokens": run.output_tokens[:n]}
-    if run.concurrency is None:
+    if run.concurrency is None or run.rate_rps is not None:
         workload["arrival_s"] = (np.zeros(n) if run.rate_rps is None
                                  else poisson_arrivals(n, rate_rps=run.rate_rps, rng=seed))
     return workload
+
+
+def _pace(run: BenchRun) -> float | None:
+    """The rate that paces a closed loop's clients (None: an open loop, whose arrivals carry their rate, an
+    unpaced closed loop, or one request, which nothing paces)."""
+    return run.rate_rps if run.concurrency is not None and len(run.prompt_tokens) > 1 else None
 
 
 def _served(result) -> tuple[np.ndarray, np.ndarray]:

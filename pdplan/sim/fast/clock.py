@@ -4,9 +4,10 @@ The heap orders events by (time, priority << 56 | seq) and carries two payload i
 equal-time events run in a fixed order (priorities from :mod:`pdplan.sim.events`, then
 insertion order) and results are deterministic. Arrivals are not pushed on the heap: they are a
 sorted stream merged with it (:func:`next_event`); in a closed loop (``cl[0]`` = C clients) the
-stream is written as it is read: the first C requests arrive at 0 and each finish (or
-rejection) releases the next request at that instant (:func:`release`), as
-``vllm bench serve --max-concurrency`` does, so it stays sorted.
+stream is written as it is read: the first C requests arrive when due (at 0 unless a rate paces
+them) and each finish (or rejection) releases the next request at that instant, or when it is due
+if later (:func:`release`), as ``vllm bench serve --max-concurrency`` (with ``--request-rate``)
+does; due times rise in trace order and releases come in time order, so it stays sorted.
 
 A run may stop early (``cl``'s stop rows, :mod:`.fields`): before each arrival at t, once more
 requests are known to have missed the TTFT or the TPOT threshold than that clock allows, the loop
@@ -37,6 +38,7 @@ from pdplan.sim.fast.fields import (
     CL_TTFT_S,
     R_OUTPUT,
     T_ARRIVAL,
+    T_DUE,
     T_FIRST,
 )
 
@@ -106,10 +108,11 @@ def pop(ht, hi, hs):
 
 @njit(cache=True)
 def release(rt, cl, t):
-    """Closed loop: a request left the system at t, so its client sends the next one now."""
+    """Closed loop: a request left the system at t, so its client sends the next one, now or when it is
+    due (a rate-limited benchmark holds each request to its schedule)."""
     following = np.int64(cl[CL_NEXT])
     if cl[CL_CLIENTS] > 0 and following < rt.shape[1]:
-        rt[T_ARRIVAL, following] = t
+        rt[T_ARRIVAL, following] = max(t, rt[T_DUE, following])
         cl[CL_NEXT] += 1
 
 

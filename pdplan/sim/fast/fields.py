@@ -23,9 +23,11 @@ RQ_FIELDS = 20
 #   value modulo DP names its prefill rank on an instance that routes by room (P_ROOM_RANK)
 
 # per-request times rt[field, r]
-T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH, T_JOIN = range(8)
-RT_FIELDS = 8
-#   JOIN: when the request joined its decode batch (its first token then, or with the first step it runs in)
+T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH, T_JOIN, T_DUE = range(9)
+RT_FIELDS = 9
+#   JOIN: when the request joined its decode batch (its first token then, or with the first step it runs in);
+#   DUE: in a closed loop, when its client may send it at the earliest (a rate-limited benchmark's schedule; 0:
+#   as soon as a client is free)
 
 # prefill instances pi[field, p]; pf[p, 0] is busy seconds, pf[p, 1 + s] when stage s frees;
 # FREE_PENDING: a "first stage free" event is on the heap; RANK0, DP: its ranks are columns

@@ -36,8 +36,8 @@ def _heap_capacity(n: int, layout: Layout) -> int:
 
 def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np.ndarray]:
     """Per-request state for the kernels: integer rows ``rq`` and time rows ``rt``. In a closed
-    loop the first ``concurrency`` requests arrive at 0 and the others when the kernel
-    releases them."""
+    loop each request is due at its arrival time (all 0 unless a rate paces the clients): the first
+    ``concurrency`` arrive when due, the others when the kernel releases them, not before due."""
     n = len(requests)
     rq = np.full((fields.RQ_FIELDS, n), -1, np.int64)
     rq[fields.R_PROMPT] = requests.prompt_tokens
@@ -46,8 +46,9 @@ def _request_state(requests: Requests, concurrency: int) -> tuple[np.ndarray, np
         fields.R_LOADED, fields.R_EPOCH, fields.R_REFUSED, fields.R_ROOM]] = 0
     rt = np.full((fields.RT_FIELDS, n), np.nan)
     if concurrency:
+        rt[fields.T_DUE] = requests.arrival_s
         rt[fields.T_ARRIVAL] = np.inf
-        rt[fields.T_ARRIVAL, :concurrency] = 0.0
+        rt[fields.T_ARRIVAL, :concurrency] = requests.arrival_s[:concurrency]
     else:
         rt[fields.T_ARRIVAL] = requests.arrival_s
     return rq, rt

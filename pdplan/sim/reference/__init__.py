@@ -30,8 +30,9 @@ from pdplan.sim.reference.ranks import Records, takes
 
 
 def _feed(env: Environment, rec: Records, req: Requests, rejected, arrive, concurrency: int) -> None:
-    """Put the arrivals on the clock: all of them (open loop), or the first ``concurrency`` at 0
-    and each next one when a request leaves (closed loop; a rejected request leaves at once)."""
+    """Put the arrivals on the clock: all of them (open loop), or the first ``concurrency`` when due and each
+    next one when a request leaves, or when it is due if later (closed loop: a request is due at its arrival
+    time, 0 unless a rate paces the clients; a rejected request leaves at once)."""
     n = len(req)
 
     def enter(r):
@@ -52,11 +53,11 @@ def _feed(env: Environment, rec: Records, req: Requests, rejected, arrive, concu
     def release():
         r = next(following, None)
         if r is not None:
-            env.schedule(env.now, ARRIVAL, enter, r)
+            env.schedule(max(env.now, float(req.arrival_s[r])), ARRIVAL, enter, r)
 
     rec.released = release
     for r in range(min(concurrency, n)):
-        env.schedule(0.0, ARRIVAL, enter, r)
+        env.schedule(float(req.arrival_s[r]), ARRIVAL, enter, r)
 
 
 
