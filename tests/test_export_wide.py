@@ -259,10 +259,14 @@ def test_a_tp_only_export_says_nothing_of_an_all_to_all(wide):
         assert not any("all-to-all" in text for text in export_manifest(_tp_only(wide), fmt).values())
 
 
-def test_sglang_allocates_the_plans_redundant_experts(wide, tmp_path):
+def test_sglang_allocates_the_plans_redundant_experts_and_rebalances_them_as_they_were_timed(wide, tmp_path):
+    """The slots come with --enable-eplb: without it SGLang keeps them in a trivial placement, while pdplan timed them
+    at the load EPLB rebalances."""
     files = export_manifest(wide, "sglang")
-    assert _value(_command(tmp_path, files["sglang/prefill-0.sh"], "0"), "--ep-num-redundant-experts") == "32"
-    assert "--ep-num-redundant-experts" not in _command(tmp_path, files["sglang/decode-0.sh"])
+    prefill = _command(tmp_path, files["sglang/prefill-0.sh"], "0")
+    assert _value(prefill, "--ep-num-redundant-experts") == "32" and "--enable-eplb" in prefill
+    decode = _command(tmp_path, files["sglang/decode-0.sh"])
+    assert "--ep-num-redundant-experts" not in decode and "--enable-eplb" not in decode
 
 
 def test_sglang_refuses_an_ep_across_nodes_other_than_the_instances_gpus_naming_the_field(wide):

@@ -168,9 +168,13 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
       (runtime_context.py ``derive_parallel_widths``), so EP must divide TP x DP.
     - across nodes, for a pool timed with a dispatch, ``--moe-a2a-backend`` :data:`A2A_BACKEND` and, for a P/D
       pool, its :data:`DEEPEP_MODES` mode (a pool timed with a gather keeps SGLang's default, which gathers).
-    - ``--ep-num-redundant-experts``: extra physical expert slots. SGLang needs no EPLB flag with it
-      (eplb/expert_location.py only asserts that the experts plus the redundant ones divide over the EP ranks;
-      its published deployments pass it without ``--enable-eplb``), so none is added."""
+    - ``--ep-num-redundant-experts``: extra physical expert slots, with ``--enable-eplb``. SGLang would start
+      without it (eplb/expert_location.py only asserts that the experts plus the redundant ones divide over the EP
+      ranks, and srt-slurm's GB200 recipes pass the slots alone), but its slots then hold a trivial placement, no
+      rebalancing (``server_args._handle_eplb_and_dispatch``: the load recorder and the static dispatch come with
+      ``enable_eplb`` or an ``--init-expert-location``), while pdplan times redundant slots at the load EPLB
+      rebalances (AIConfigurator's reading, :func:`pdplan.latency.compose.wide.eplb_distribution`): the flag starts
+      what was timed, as SGLang's own EPLB tests run it (``--enable-eplb --ep-num-redundant-experts N``)."""
     pool = inst.pool
     found = common.parallel(pool)
     args = []
@@ -192,7 +196,7 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
             if pool["phase"] in DEEPEP_MODES:
                 args += ["--deepep-mode", DEEPEP_MODES[pool["phase"]]]
     if found.redundant_experts:
-        args += ["--ep-num-redundant-experts", str(found.redundant_experts)]
+        args += ["--enable-eplb", "--ep-num-redundant-experts", str(found.redundant_experts)]
     return args
 
 
