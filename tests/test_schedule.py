@@ -505,6 +505,23 @@ def test_the_written_schedule_validates_against_its_trace(day, run_cli):
     assert "valid" in out
 
 
+def test_a_schedule_of_wide_instances_records_their_gpus_and_validates(run_cli, tmp_path):
+    """DeepSeek-R1 under SGLang on GB200 trays, DEP8 pools over two trays each: every shape states its DP and EP and
+    the 8 GPUs an instance holds, so the written schedule validates (it used to write 1 GPU and fail its node map)."""
+    import yaml
+
+    trace, out_file = ROOT / "traces" / "code_bursty_2k.csv", tmp_path / "schedule.yaml"
+    code, _, err = run_cli("optimize", trace, "--model", "deepseek-r1", "--dtype", "fp8", "--cluster",
+                           ROOT / "examples" / "cluster_gb200.yaml", "--engine", "sglang", "--tp", "1", "--pp", "1",
+                           "--dp", "8", "--windows", "120s", "--ttft", "2s", "--tpot", "50ms", "--cache-dir",
+                           tmp_path / "cache", "--out", out_file)
+    assert code == 0, err
+    shapes = yaml.safe_load(out_file.read_text())["shapes"]
+    assert {(s["dp"], s["ep"], s["gpus_per_instance"]) for s in shapes} == {(8, 8, 8)}
+    code, out, err = run_cli("validate", out_file, "--trace", trace)
+    assert code == 0, out + err
+
+
 @pytest.mark.slow
 def test_a_hand_edit_of_a_window_is_named(day, run_cli, tmp_path):
     import yaml

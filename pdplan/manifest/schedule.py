@@ -26,6 +26,7 @@ from pdplan.manifest.check import stale_inputs, tampering
 from pdplan.manifest.document import API_VERSION, SCHEDULE_KIND, schema_errors, seal
 from pdplan.manifest.node_map import node_map_violations, physical_gpu
 from pdplan.manifest.violation import Violation
+from pdplan.sim.planfile import wide_fields
 
 LEAVE_STEPS = ["STOP_NEW_ROUTES", "DRAIN_IN_FLIGHT_AND_KV", "RELEASE_GPUS"]
 JOIN_STEPS = ["LOAD_WEIGHTS", "START_ROUTES"]
@@ -54,8 +55,8 @@ def build_schedule(report, *, timestamp: str | None = None) -> dict:
         "workload": {"trace": {**files["trace"], "requests": len(request.workload)}, "slo": request.slo.to_dict(),
                      "windows": len(report.windows), "change_cost_gpu_minutes": report.change_gpu_minutes,
                      "mode": s.mode},
-        "shapes": [{"pool": name, "phase": p.phase, "gpu": p.gpu, "tp": p.tp, "pp": p.pp,
-                    "gpus_per_instance": p.tp * p.pp, "chunk_tokens": p.chunk_tokens}
+        "shapes": [{"pool": name, "phase": p.phase, "gpu": p.gpu, "tp": p.tp, "pp": p.pp, "gpus_per_instance": p.gpus,
+                    **wide_fields(p.dp, p.ep, p.redundant_experts, p.all_to_all), "chunk_tokens": p.chunk_tokens}
                    for name, p in sorted(pools.items())],
         **_spill(chosen.checks),
         "inventory": [{"node_type": n.name, "gpu": n.gpu.name, "gpus_per_node": n.gpus_per_node, "count": n.count}
@@ -95,8 +96,9 @@ def check_schedule(doc: dict, *, trace=None) -> list[Violation]:
     found = tampering(doc) + stale_inputs(doc, trace=trace, profiles=None, cluster=None)
     shapes = {s["pool"]: s for s in doc["shapes"]}
     inventory = {n["node_type"]: n for n in doc["inventory"]}
-    found += [Violation(f"shapes[{i}].gpus_per_instance", f"TP{s['tp']} × PP{s['pp']} is {s['tp'] * s['pp']} GPUs")
-              for i, s in enumerate(doc["shapes"]) if s["gpus_per_instance"] != s["tp"] * s["pp"]]
+    found += [Violation(f"shapes[{i}].gpus_per_instance", f"TP{s['tp']} × DP{s.get('dp', 1)} × PP{s['pp']} is "
+                                                          f"{s['tp'] * s.get('dp', 1) * s['pp']} GPUs")
+              for i, s in enumerate(doc["shapes"]) if s["gpus_per_instance"] != s["tp"] * s.get("dp", 1) * s["pp"]]
     for i, window in enumerate(doc["windows"]):
         found += _window(f"windows[{i}]", window, shapes, inventory)
     if any(s["phase"] == "mixed" for s in doc["shapes"]) != ("spill" in doc):
@@ -148,7 +150,7 @@ def _window(where: str, window: dict, shapes: dict, inventory: dict) -> list[Vio
         elif node["gpus"] != kind["gpus_per_node"]:
             found.append(Violation(f"{where}.nodes[{j}].gpus", f"a {node['node_type']} node has "
                                                                f"{kind['gpus_per_node']} GPUs"))
-    pools = {pool: {"gpu": shapes[pool]["gpu"], "tp": shapes[pool]["tp"], "pp": shapes[pool]["pp"],
+    pools = {pool: {**{k: v for k, v in shapes[pool].items() if k in ("gpu", "tp", "pp", "dp", "ep")},
                     "replicas": replicas} for pool, replicas in window["replicas"].items()}
     return found + node_map_violations(pools, window["nodes"], at=f"{where}.nodes",
                                        pool_field=lambda name, key: f"{where}.replicas.{name}")
