@@ -21,7 +21,7 @@ from pdplan.engines import DEFAULT_ENGINE, chunk_refusal, experts_refusal, runni
 from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
-from pdplan.shape import InstanceShape, wide_ep
+from pdplan.shape import InstanceShape, wide_ep, wide_slots
 from pdplan.vocabulary import AllToAll
 
 DEFAULT_TPS = (1, 2, 4, 8)
@@ -91,7 +91,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
             per_host = max(n.host_gpus for n in nodes)  # an engine's process group: beyond it, the ranks span hosts
             gpu = cluster.priced_gpu(gpu_name)
             for tp, pp, dp in _splits(model, tps, pps, dps):
-                ep, slots = wide_ep(tp, dp), redundant_experts if dp > 1 else 0
+                ep, slots = wide_ep(tp, dp), wide_slots(dp, redundant_experts)
                 reason = shape_rejection(model, gpu, tp, pp, gpus_per_node=per_node, dp=dp, ep=ep,
                                          memory_utilization=memory_utilization,
                                          kv_reserve_tokens=largest_request_tokens, redundant_experts=slots)

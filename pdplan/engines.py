@@ -134,9 +134,10 @@ DEEPEP_PHASES = {"sglang": ("prefill", "decode", "colocated"), "vllm": ("prefill
 
 def starts_deepep(engine: str, phase: str, shape: InstanceShape, all_to_all: AllToAll, spans_nodes: bool) -> bool:
     """Whether pdplan's exports start DeepEP for an instance of ``phase``: one of attention DP with expert
-    parallelism (:attr:`~pdplan.shape.InstanceShape.exchanges_tokens`) that spans nodes and was timed with a dispatch,
-    in a phase of :data:`DEEPEP_PHASES`. A plan asks of a shape (it spans nodes when a stage's GPUs pass a node's), an
-    export of a pool on its node map (:func:`pdplan.manifest.export.common.starts_deepep`)."""
+    parallelism (:attr:`~pdplan.shape.InstanceShape.exchanges_tokens`) that spans hosts and was timed with a dispatch,
+    in a phase of :data:`DEEPEP_PHASES`. A plan asks of a shape (it spans hosts when a stage's GPUs pass a host's,
+    :attr:`pdplan.hardware.NodeType.host_gpus`), an export of a pool on its node map, whose every node is one host
+    (:func:`pdplan.manifest.export.common.starts_deepep`; a larger node is refused before)."""
     return (phase in DEEPEP_PHASES.get(engine, ()) and shape.exchanges_tokens and all_to_all == AllToAll.DISPATCH
             and spans_nodes)
 

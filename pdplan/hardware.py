@@ -270,14 +270,21 @@ class Cluster:
     def hosts_notice(self) -> str | None:
         """What a user should know when a node type holds more GPUs than one host of its GPU (a GB200 NVL72 rack
         written as one node of 72): the plan is made, and no export can start it."""
-        wide = [n for n in self.nodes if n.gpus_per_node > n.host_gpus]
-        if not wide:
-            return None
-        n = wide[0]
-        return (f"node type {n.name} writes {n.gpus_per_node} {n.gpu.name} GPUs as one node, but one host holds "
-                f"{n.host_gpus} (a compute tray of its NVLink rack): the plan is made, but pdplan export refuses "
-                f"such a node; describe the rack as its hosts (gpus_per_node: {n.host_gpus}, "
-                "examples/cluster_gb200.yaml) to deploy it")
+        for n in self.nodes:
+            why = beyond_a_host(n.gpus_per_node, n.gpu)
+            if why is not None:
+                return f"node type {n.name} {why}; the plan is made, but pdplan export refuses such a node"
+        return None
+
+
+def beyond_a_host(gpus: int, gpu: GPU) -> str | None:
+    """Why a node of ``gpus`` GPUs of ``gpu`` cannot be started as one (a GB200 NVL72 rack written as one node of
+    72): the engines start one process group per host, and one host holds fewer; None when one host holds it."""
+    if gpus <= gpu.gpus_per_host:
+        return None
+    return (f"holds {gpus} {gpu.name} GPUs, but one host of them holds {gpu.gpus_per_host} (a compute tray of its "
+            "NVLink rack) and the engines start one process group per host: describe the rack as its hosts "
+            f"(gpus_per_node: {gpu.gpus_per_host}, as examples/cluster_gb200.yaml does)")
 
 
 def energy_usd_per_hour(watts: float, pue: float, usd_per_kwh: float) -> float:

@@ -45,6 +45,12 @@ def wide_ep(tp: int, dp: int) -> int:
     return tp * dp if dp > 1 else 1
 
 
+def wide_slots(dp: int, redundant_experts: int) -> int:
+    """The redundant expert slots a planned shape holds: a search's ``redundant_experts`` on its wide shapes
+    (attention DP above 1, where :func:`wide_ep` spreads whole experts), none on the others."""
+    return redundant_experts if dp > 1 else 0
+
+
 @dataclass(frozen=True, kw_only=True)
 class InstanceShape:
     """One instance's GPU type and parallel split; subclasses add what they say about it."""

@@ -121,7 +121,7 @@ def test_gb200_nvl72_rack_may_still_be_one_node_of_72_whose_hosts_are_its_trays_
 
 def test_a_cluster_with_a_node_larger_than_a_host_says_its_exports_will_be_refused(tmp_path):
     notice = rack_as_one_node(tmp_path).hosts_notice()
-    assert "node type nvl72 writes 72 gb200-185gb GPUs as one node, but one host holds 4" in notice
+    assert "node type nvl72 holds 72 gb200-185gb GPUs, but one host of them holds 4" in notice
     assert "export refuses" in notice
     assert load_cluster(ROOT / "examples" / "cluster_gb200.yaml").hosts_notice() is None
     assert load_cluster(default_cluster_path()).hosts_notice() is None

@@ -26,7 +26,7 @@ from pdplan.parallel import run_each
 from pdplan.placement import Candidate
 from pdplan.planner.request import PlanRequest
 from pdplan.poolcap import PoolCurve, build_curve
-from pdplan.shape import shape_key, shape_label
+from pdplan.shape import shape_key, shape_label, wide_slots
 from pdplan.slo import SLO
 from pdplan.vocabulary import RankRouter
 from pdplan.work import cross_node_all_to_all_bytes_per_token
@@ -193,7 +193,8 @@ def _profile_of(request: PlanRequest, key: tuple, *, cache: ResultCache) -> tupl
     before = set(request.profiles.fallbacks)
     try:
         found = request.profiles.profile(request.model, request.cluster.priced_gpu(gpu), tp, pp, cache=cache,
-                                         dp=dp, ep=ep, all_to_all=all_to_all, redundant_experts=request.slots(dp))
+                                         dp=dp, ep=ep, all_to_all=all_to_all,
+                                         redundant_experts=wide_slots(dp, request.redundant_experts))
     except PdplanError as err:
         found = err
     return found, {k: v for k, v in request.profiles.fallbacks.items() if k not in before}

@@ -10,6 +10,7 @@ from pdplan.engines import DEFAULT_ENGINE, first_token, handoff, rank_router
 from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
+from pdplan.shape import wide_slots
 from pdplan.sim import Link, Plan, Pool
 from pdplan.sim.plan import lendable
 from pdplan.sim.planfile import plan_to_dict
@@ -55,7 +56,7 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
                     rank_router=rank_router(engine, cand.phase, cand.dp), handoff=handoff(engine, cand.phase),
                     first_token=first_token(engine, cand.phase),
                     dp=cand.dp, ep=cand.ep, all_to_all=cand.all_to_all, max_running_requests=cand.max_running_requests,
-                    redundant_experts=redundant_experts if cand.dp > 1 else 0, replicas=replicas, **extra)
+                    redundant_experts=wide_slots(cand.dp, redundant_experts), replicas=replicas, **extra)
         shapes[pool] = cand
     pools = tuple(shapes)
     if mode == "colocated":

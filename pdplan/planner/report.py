@@ -13,6 +13,7 @@ from pdplan.planner.pipeline import FleetResult, PlanReport
 from pdplan.planner.plans import link_path, pool_name
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import SEARCH_FLOOR, Checked, SearchResult
+from pdplan.shape import wide_slots
 from pdplan.verify import Verification, run_copies
 from pdplan.wording import counted
 
@@ -74,8 +75,9 @@ def fallback_missing(report: PlanReport) -> str:
 
 def pools(solution: Solution, report: PlanReport) -> list[dict]:
     """Each pool of the plan: its shape, cost, power and profile, and the redundant expert slots a wide one holds."""
-    cluster, slots = report.request.cluster, report.request.slots
-    return [{"phase": c.phase, **shape_dict(c, k), **({"redundant_experts": slots(c.dp)} if slots(c.dp) else {}),
+    cluster, redundant = report.request.cluster, report.request.redundant_experts
+    return [{"phase": c.phase, **shape_dict(c, k),
+             **({"redundant_experts": wide_slots(c.dp, redundant)} if wide_slots(c.dp, redundant) else {}),
              "chunk_tokens": c.chunk_tokens,
              "usd_per_hour": cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k,
              "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k,

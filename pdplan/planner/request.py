@@ -131,10 +131,6 @@ class PlanRequest:
             raise PdplanError(f"--redundant-experts {self.redundant_experts} adds expert slots to wide shapes, which "
                               "a mixture-of-experts model gets with --dp above 1", field="redundant_experts")
 
-    def slots(self, dp: int) -> int:
-        """Redundant expert slots on a shape of ``dp`` attention data-parallel ranks: the request's on a wide one."""
-        return self.redundant_experts if dp > 1 else 0
-
     @property
     def affinities(self) -> tuple[Affinity, ...]:
         return (Affinity.HIGH, Affinity.LOW) if self.affinity == Affinity.AUTO else (self.affinity,)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pdplan.engines import FORMAT_ENGINES, mixed_refusal
 from pdplan.errors import PdplanError
-from pdplan.hardware import gpu_catalog
+from pdplan.hardware import beyond_a_host, gpu_catalog
 from pdplan.manifest.check import engine_refusal
 from pdplan.manifest.export import common, dynamo, k8s, llmd, pods, sglang, vllm
 from pdplan.manifest.export.pods import DEFAULT_HF_TOKEN_SECRET
@@ -54,12 +54,10 @@ def _refuse_nodes_beyond_hosts(manifest: dict) -> None:
     no host to start them on, so it is refused."""
     for n, node in enumerate(manifest["placement"]["nodes"]):
         gpu = gpu_catalog().get(node["gpu"])
-        if gpu is not None and node["gpus"] > gpu.gpus_per_host:
-            raise PdplanError(f"node {node['node']} holds {node['gpus']} {node['gpu']} GPUs, but one host of them "
-                              f"holds {gpu.gpus_per_host} (a compute tray of its NVLink rack): the engines start one "
-                              "process group per host, so no launch could place this node's instances; describe the "
-                              f"rack as its hosts (gpus_per_node: {gpu.gpus_per_host}, as examples/cluster_gb200.yaml "
-                              "does) and plan again", field=f"placement.nodes[{n}].gpus")
+        why = None if gpu is None else beyond_a_host(node["gpus"], gpu)
+        if why is not None:
+            raise PdplanError(f"node {node['node']} {why}, and plan again; no launch can place this node's instances",
+                              field=f"placement.nodes[{n}].gpus")
 
 
 def _refuse_mixed(manifest: dict, fmt: str) -> None:
