@@ -141,9 +141,21 @@ def test_the_profile_says_the_experts_are_split_and_the_ranks_gathered(dsr1):
     assert "gather and scatter timed as 2 all-reduces" in profile.provenance.notes
 
 
-def test_a_gather_over_more_gpus_than_the_all_reduce_table_measured_is_refused(dsr1):
-    """SGLang's GB200 all-reduce table measures 2 and 4 GPUs."""
-    with pytest.raises(PdplanError, match=r"no sglang all-reduce measured over 8 GPUs on gb200 to gather DP 8 "
-                                          r"ranks' tokens .*\(measured: 2, 4\)") as err:
-        composed_profile(dsr1, get_gpu("gb200-185gb"), 1, 1, dp=8, ep=1, engine="sglang")
+def test_a_gather_past_the_nvlink_domain_and_the_all_reduce_table_is_refused(dsr1):
+    """SGLang's H200 all-reduce table measures 2, 4 and 8 GPUs, one HGX node's NVLink domain: DP 16 spans two."""
+    with pytest.raises(PdplanError, match=r"no sglang all-reduce measured over 16 GPUs on h200_sxm to gather DP 16 "
+                                          r"ranks' tokens .*\(measured: 2, 4, 8\)") as err:
+        composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=16, ep=1, engine="sglang")
     assert err.value.field == "dp"
+
+
+def test_a_gather_over_two_gb200_trays_is_nccls_four_gpu_all_reduce_scaled_by_the_ring(dsr1):
+    """SGLang's GB200 all-reduce table measures 2 and 4 GPUs (one compute tray); DP 8 over two trays of one NVL72
+    domain gathers with two all-reduces, each NCCL's over 4 GPUs times (7/8) / (3/4), as AIConfigurator scales
+    it."""
+    step = Step(model=dsr1, shape=InstanceShape(gpu="gb200-185gb", tp=1, pp=1, dp=8, ep=1), engine="sglang",
+                versions=tables.choose_versions("gb200-185gb", "sglang", None))
+    elements = 128 * 7168
+    expected = 2 * (7 / 8) / (3 / 4) * nccl_s("gb200", "all_reduce", "half", 4, elements)
+    assert step.wide_experts.exchange(elements, Extrapolated()) == pytest.approx(expected, rel=1e-9)
+    assert step.wide_experts.versions["nccl"] == tables.system_spec("gb200").nccl_version

@@ -55,6 +55,7 @@ class GatheredExperts(RankExperts):
 
     all_reduce_version: str | None
     ep: int = 1
+    nvlink_domain: int = 8  #: GPUs in the instance's NVLink domain, which an all-reduce is derived within
 
     def __post_init__(self):
         self.group = self.tp * self.dp
@@ -82,29 +83,30 @@ class GatheredExperts(RankExperts):
 
     def _all_reduce_exchange(self):
         """The gather and scatter as :func:`exchange_all_reduces` all-reduces of the gathered tokens."""
-        if self.all_reduce_version is None:
-            raise self._unmeasured(f"{self.engine} all-reduce", ())
-        grid = tables.all_reduce_grid(self.system, self.engine, self.all_reduce_version)
-        if self.group not in tables.measured_group_sizes(grid):
-            raise self._unmeasured(f"{self.engine} all-reduce", tables.measured_group_sizes(grid))
-        self.versions["all_reduce"] = self.all_reduce_version
+        found = tables.all_reduce(self.system, self.engine, self.all_reduce_version, self.group, self.nvlink_domain)
+        if found is None:
+            sizes = (tables.measured_group_sizes(tables.all_reduce_grid(self.system, self.engine,
+                                                                        self.all_reduce_version))
+                     if self.all_reduce_version else ())
+            raise self._unmeasured(f"{self.engine} all-reduce", sizes)
+        self.versions[found.table] = found.version
+        self.all_reduce = found
         count = exchange_all_reduces(self.engine)
-        return lambda values, log: count * grid((values, self.group), log)
+        return lambda values, log: count * found(values, log)
 
     def _nccl_exchange(self):
         """TensorRT-LLM's NCCL all-gather of the ranks' activations and reduce-scatter of their bf16 results."""
-        found = [tables.nccl_grid(self.system, op, "half") for op in ("all_gather", "reduce_scatter")]
-        if None in found:
-            raise self._unmeasured("NCCL all-gather and reduce-scatter", ())
-        (gather, version), (scatter, _) = found
-        for grid in (gather, scatter):
-            if self.group not in tables.measured_group_sizes(grid):
-                raise self._unmeasured("NCCL all-gather and reduce-scatter", tables.measured_group_sizes(grid))
-        self.versions["nccl"] = version
+        gather, scatter = (tables.nccl_collective(self.system, op, "half", self.group, self.nvlink_domain)
+                           for op in ("all_gather", "reduce_scatter"))
+        if gather is None or scatter is None:
+            found = tables.nccl_grid(self.system, "all_gather", "half")
+            raise self._unmeasured("NCCL all-gather and reduce-scatter",
+                                   tables.measured_group_sizes(found[0]) if found else ())
+        self.versions["nccl"] = gather.version
         wire = gathered_bytes_per_value(self.config.dtype) / 2   # in the table's half-precision elements
 
         def exchange(values: float, log: Extrapolated) -> float:
-            return gather((values * wire, self.group), log) + scatter((values, self.group), log)
+            return gather(values * wire, log) + scatter(values, log)
         return exchange
 
     def ffn_rows(self, rows: float, prefill: bool) -> float:
@@ -130,14 +132,14 @@ class GatheredExperts(RankExperts):
         experts = (f"{self.model.experts // self.group} whole routed experts per GPU of TP {self.tp} × DP {self.dp} "
                    f"= EP {self.group}" if self.whole else
                    f"every routed expert split over TP {self.tp} × DP {self.dp} = {self.group} GPUs")
-        if "nccl" in self.versions:
+        if self.engine == "trtllm":
             timed = (f"NCCL's all-gather of them at {gathered_bytes_per_value(self.config.dtype):g} bytes a value and "
                      f"reduce-scatter of their bf16 results over {self.group} GPUs (NCCL {self.versions['nccl']}, "
                      "as TensorRT-LLM's MoE runs without an all-to-all)")
         else:
             exchanges = exchange_all_reduces(self.engine)
             timed = (f"{'one all-reduce' if exchanges == 1 else f'{exchanges} all-reduces'} of those tokens over "
-                     f"{self.group} GPUs (all_reduce {self.versions['all_reduce']})")
+                     f"{self.group} GPUs ({self.all_reduce.label()})")
         return (f"attention data parallelism over gathered tokens: one of {self.dp} ranks at its own batch, every "
                 f"rank carrying the same; {experts} from AIConfigurator's MoE table (moe {self.versions['moe']}, "
                 f"{moe.kernel_label(self.kernels)}) at a {load} expert load and DP {self.dp} × the rank's tokens; "

@@ -103,14 +103,7 @@ class Step:
         self.bf16_gemm = tables.gemm_grid(system, self.engine, self.versions["gemm"], "bf16")
         self.all_reduce = None
         if self.shape.tp > 1:
-            if "all_reduce" not in self.versions:
-                raise PdplanError(f"no {self.engine} all-reduce measurements on {self.shape.gpu} "
-                                  f"for TP {self.shape.tp}", field="tp")
-            self.all_reduce = tables.all_reduce_grid(system, self.engine, self.versions["all_reduce"])
-            sizes = tables.measured_group_sizes(self.all_reduce)
-            if self.shape.tp not in sizes:
-                raise PdplanError(f"no {self.engine} all-reduce measured over {self.shape.tp} GPUs on {self.shape.gpu} "
-                                  f"(measured: {', '.join(map(str, sizes))})", field="tp")
+            self.all_reduce = self._tp_all_reduce(system)
         m = self.model
         self.q_heads = m.q_heads // self.shape.tp
         self.kv_heads = kv_heads_per_gpu(m, self.shape.tp)
@@ -125,10 +118,25 @@ class Step:
         """AIConfigurator's memory-bound kernel time: bytes / (bandwidth × factor) + constant."""
         return nbytes / (self.spec.mem_bw * self.spec.mem_scale) + self.spec.mem_latency_s
 
+    def _tp_all_reduce(self, system: str) -> tables.Collective:
+        """The TP group's all-reduce (:func:`pdplan.latency.compose.tables.all_reduce`), its table named in the
+        versions."""
+        version = self.versions.get("all_reduce")
+        found = tables.all_reduce(system, self.engine, version, self.shape.tp, get_gpu(self.shape.gpu).nvlink_domain)
+        if found is None:
+            if version is None:
+                raise PdplanError(f"no {self.engine} all-reduce measurements on {self.shape.gpu} "
+                                  f"for TP {self.shape.tp}", field="tp")
+            sizes = tables.measured_group_sizes(tables.all_reduce_grid(system, self.engine, version))
+            raise PdplanError(f"no {self.engine} all-reduce measured over {self.shape.tp} GPUs on {self.shape.gpu} "
+                              f"(measured: {', '.join(map(str, sizes))})", field="tp")
+        self.versions = {**self.versions, found.table: found.version}
+        return found
+
     def _all_reduce(self, rows: float) -> float:
         if self.all_reduce is None:
             return 0.0
-        return self.all_reduce((rows * self.model.hidden, self.shape.tp), self.log)
+        return self.all_reduce(rows * self.model.hidden, self.log)
 
     def _hops(self, rows: float) -> float:
         inside, across = pipeline_hops(self.shape.tp, self.shape.pp, self.gpus_per_node)
@@ -242,7 +250,8 @@ class Step:
         m, shape = self.model, self.shape
         if reads_moe_table(shape.tp, shape.dp, shape.ep, self.redundant_experts, self.all_to_all):   # gathered
             self.wide_experts = gathered.GatheredExperts(system, self.engine, self.engine_version, m, self.moe_config,
-                                                         shape.tp, shape.dp, versions.get("all_reduce"), shape.ep)
+                                                         shape.tp, shape.dp, versions.get("all_reduce"), shape.ep,
+                                                         get_gpu(shape.gpu).nvlink_domain)
         else:
             if self.moe_kernel is not None:
                 raise PdplanError(f"MoE kernel {self.moe_kernel}: a kernel is chosen in the MoE table, which whole "

@@ -387,3 +387,66 @@ def nccl_grid(system: str, op: str, dtype: str) -> tuple[Grid, str] | None:
 
 def measured_group_sizes(grid: Grid) -> tuple[int, ...]:
     return tuple(int(x) for x in grid.axes[1])
+
+
+def ring_traffic_scale(gpus: int, measured: int) -> float:
+    """How much longer a bandwidth-bound ring all-reduce over ``gpus`` GPUs takes than over ``measured`` at the
+    same link bandwidth: each GPU sends 2(n − 1)/n of the message (Patarasuk and Yuan, "Bandwidth optimal
+    all-reduce algorithms for clusters of workstations", JPDC 2009), so the ratio of (n − 1)/n. AIConfigurator
+    scales its measured all-reduces beyond their largest GPU count by this ratio times the bandwidths' (its
+    ``query_custom_allreduce_scaled`` and ``query_nccl_scaled``); inside one NVLink domain the bandwidths are
+    equal."""
+    return (gpus - 1) / gpus * measured / (measured - 1)
+
+
+@dataclass(frozen=True)
+class Collective:
+    """A collective over ``gpus`` GPUs as a function of its elements: measured over that many, or beyond the GPU
+    counts measured in one NVLink domain, over the most measured, scaled by :func:`ring_traffic_scale`."""
+
+    grid: Grid
+    op: str         #: all_reduce, all_gather, reduce_scatter
+    gpus: int
+    measured: int
+    table: str      #: "all_reduce" (the engine's own all-reduce table) or "nccl"
+    version: str
+
+    def label(self) -> str:
+        if self.measured == self.gpus:
+            return f"{self.table} {self.version}"
+        return f"NCCL {self.version}'s {self.op.replace('_', '-')} over {self.measured} GPUs scaled to {self.gpus}"
+
+    def __call__(self, elements: float, log: Extrapolated) -> float:
+        if self.measured == self.gpus:
+            return self.grid((elements, self.gpus), log)
+        log.note(f"{self.op.replace('_', '-')} over {self.gpus} GPUs: NCCL's over {self.measured} scaled by the "
+                 "ring's traffic, (n - 1)/n, in one NVLink domain (AIConfigurator's rule past the GPUs it measured)")
+        return ring_traffic_scale(self.gpus, self.measured) * self.grid((elements, self.measured), log)
+
+
+def nccl_collective(system: str, op: str, dtype: str, gpus: int, nvlink_domain: int) -> Collective | None:
+    """NCCL's ``op`` over ``gpus`` GPUs of an NVLink domain of ``nvlink_domain`` (:func:`nccl_grid`): measured, or
+    past every group its table measured but inside the domain (GB200 NVL72, measured inside one compute tray), the
+    largest measured scaled as AIConfigurator scales it (:class:`Collective`); None where neither holds."""
+    found = nccl_grid(system, op, dtype)
+    if found is None:
+        return None
+    grid, version = found
+    sizes = measured_group_sizes(grid)
+    if gpus in sizes:
+        return Collective(grid, op, gpus, gpus, "nccl", version)
+    if gpus > nvlink_domain or gpus < max(sizes):
+        return None
+    return Collective(grid, op, gpus, max(sizes), "nccl", version)
+
+
+def all_reduce(system: str, engine: str, version: str | None, gpus: int, nvlink_domain: int) -> Collective | None:
+    """The all-reduce over ``gpus`` GPUs of an NVLink domain of ``nvlink_domain``: the engine's table where it measured
+    that many, else NCCL's past its measured groups inside the domain (:func:`nccl_collective`), as AIConfigurator
+    times a TP beyond a GB200 tray (its ``query_custom_allreduce_scaled``); None where neither holds."""
+    if version is not None:
+        grid = all_reduce_grid(system, engine, version)
+        if gpus in measured_group_sizes(grid):
+            return Collective(grid, "all_reduce", gpus, gpus, "all_reduce", version)
+    found = nccl_collective(system, "all_reduce", "half", gpus, nvlink_domain)
+    return found if found is not None and found.measured < gpus else None
