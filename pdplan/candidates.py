@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
 
-from pdplan.engines import DEFAULT_ENGINE, chunk_refusal, experts_refusal, running_cap, shape_refusal, starts_deepep
+from pdplan.engines import (
+    DEFAULT_ENGINE,
+    ENGINE_NAMES,
+    chunk_refusal,
+    experts_refusal,
+    running_cap,
+    shape_refusal,
+    starts_deepep,
+)
 from pdplan.engines import all_to_all as engine_all_to_all
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.modelspec import ModelSpec, shape_rejection
@@ -98,7 +106,8 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                 split = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp, ep=ep)
                 exchange = engine_all_to_all(serving, phase, split, per_host, fabric=gpu.nvlink_fabric)
                 deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_host)
-                reason = reason or experts_refusal(engine, phase, ep, model.experts + slots, deepep=deepep)
+                reason = reason or experts_refusal(engine, phase, ep, model.experts + slots, deepep=deepep) \
+                    or _slots_refusal(serving, split, exchange, slots, per_host)
                 for shape in _variants(phase, split, exchange, chunk_sizes):
                     cap = running_cap(serving, phase, split, exchange, per_host, draft_tokens, gpu=gpu,
                                       chunk_tokens=shape.chunk_tokens)
@@ -122,6 +131,19 @@ def _splits(model: ModelSpec, tps: tuple[int, ...], pps: tuple[int, ...], dps: t
             for dp in dps:
                 if dp > 1:
                     yield tp, 1, dp
+
+
+def _slots_refusal(engine: str, shape: InstanceShape, exchange: AllToAll, slots: int, per_host: int) -> str | None:
+    """Why a wide shape cannot hold the search's redundant expert slots: ``engine`` gathers its tokens, and EPLB
+    rebalances the load of a dispatch, the only all-to-all the tables time slots behind; None when it can."""
+    if not slots or exchange != AllToAll.GATHER:
+        return None
+    gathers, instead = (("TensorRT-LLM gathers its tokens with NCCL off an NVLink fabric", "")
+                        if engine == "trtllm" else
+                        (f"{ENGINE_NAMES[engine]} gathers the tokens of an instance within one host of {per_host} GPUs "
+                         "(its default all-to-all there)", "a DP past one host dispatches, or "))
+    return (f"{shape.shape_label()}: {slots} redundant expert slots rebalance a dispatch (EPLB over DeepEP), but "
+            f"{gathers}; {instead}search without --redundant-experts")
 
 
 def _spread_refusal(shape: Shape, nodes) -> str | None:

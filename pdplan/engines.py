@@ -28,6 +28,8 @@ FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d":
 
 #: The serving engines pdplan plans for (AIConfigurator measures each of them).
 ENGINES = ("vllm", "sglang", "trtllm")
+#: how each engine writes its own name
+ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 #: The engine a plan is made for when ``optimize`` names none: vLLM, whose operator tables then
 #: compose the profiles and whose pods the default exports start, so its rules hold for the
 #: default search.

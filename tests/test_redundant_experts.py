@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from pdplan.candidates import enumerate_shapes
 from pdplan.errors import PdplanError
 from pdplan.hardware import load_cluster
 from pdplan.latency.source import ProfileSource
@@ -73,3 +74,18 @@ def test_goodput_times_an_instance_with_redundant_experts_that_its_ep_needs(run_
                              "--tpot", "50ms", "--requests-per-probe", "20", "--json")
     assert code == 0, err
     assert '"goodput_rps"' in out
+
+
+def test_a_one_host_instance_its_engine_gathers_is_refused_redundant_slots_saying_why():
+    """SGLang gathers a DP 8 instance inside one HGX host; EPLB's slots rebalance DeepEP's dispatch, which a DP 16
+    over two hosts runs."""
+    cluster = load_cluster(ROOT / "examples" / "cluster_h200.yaml")
+    kept, rejected = enumerate_shapes(get_model("deepseek-v3@fp8"), cluster, largest_request_tokens=4096,
+                                      phases=("decode",), tps=(1,), pps=(1,), dps=(8, 16), engine="sglang",
+                                      redundant_experts=32)
+    reasons = {r.shape.dp: r.reason for r in rejected if r.shape.dp > 1}
+    assert reasons[8] == ("h200-141gb TP1 DP8 EP8 PP1: 32 redundant expert slots rebalance a dispatch (EPLB over "
+                          "DeepEP), but SGLang gathers the tokens of an instance within one host of 8 GPUs (its "
+                          "default all-to-all there); a DP past one host dispatches, or search without "
+                          "--redundant-experts")
+    assert [(s.dp, s.all_to_all) for s in kept] == [(16, "dispatch")]
