@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SHOW_KEYS = ["model", "gpu", "tp", "pp", "dp", "ep", "prefill_ms_512", "prefill_ms_2048", "decode_ms_b1",
              "decode_ms_b32", "kv_capacity_tokens", "max_prefill_batch_tokens", "source", "method",
              "points_prefill", "points_decode", "mape_prefill", "max_error_prefill", "mape_decode",
-             "max_error_decode", "outliers", "file", "sha256", "profile"]
+             "max_error_decode", "outliers", "file", "sha256", "profile", "all_to_all", "redundant_experts", "shape"]
 POINTS_HEADER = "phase,tp,pp,batch_size,prompt_tokens,context_tokens,latency_ms\n"
 
 

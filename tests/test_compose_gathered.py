@@ -19,6 +19,8 @@ from pdplan.latency.compose.gathered import gathered_bytes_per_value  # noqa: E4
 from pdplan.latency.compose.profile import composed_profile  # noqa: E402
 from pdplan.latency.compose.step import Step  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated  # noqa: E402
+from pdplan.latency.profile import profile_from_dict, profile_to_dict  # noqa: E402
+from pdplan.latency.source import ProfileSource  # noqa: E402
 from pdplan.shape import InstanceShape  # noqa: E402
 from pdplan.vocabulary import AllToAll  # noqa: E402
 from tests.test_compose_wide import raw  # noqa: E402
@@ -159,3 +161,16 @@ def test_a_gather_over_two_gb200_trays_is_nccls_four_gpu_all_reduce_scaled_by_th
     expected = 2 * (7 / 8) / (3 / 4) * nccl_s("gb200", "all_reduce", "half", 4, elements)
     assert step.wide_experts.exchange(elements, Extrapolated()) == pytest.approx(expected, rel=1e-9)
     assert step.wide_experts.versions["nccl"] == tables.system_spec("gb200").nccl_version
+
+
+def test_a_gathered_profile_file_says_so_and_times_only_gathered_pools(dsr1):
+    """Read back from its file, SGLang's one-host DEP 8 rank serves the gathering pool, not a dispatching one."""
+    composed = composed_profile(dsr1, get_gpu("h200-141gb"), 1, 1, dp=8, ep=8, engine="sglang",
+                                all_to_all=AllToAll.GATHER)
+    data = profile_to_dict(composed)
+    assert data["all_to_all"] == "gather"
+    profile = profile_from_dict(data, "dsv3_dp8.yaml")
+    source = ProfileSource({profile.key: profile}, compose=False)
+    gpu = get_gpu("h200-141gb")
+    assert source.profile(dsr1, gpu, 1, 1, dp=8, ep=8, all_to_all=AllToAll.GATHER) == profile
+    assert source.profile(dsr1, gpu, 1, 1, dp=8, ep=8).provenance.source == "roofline"

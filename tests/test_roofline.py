@@ -234,7 +234,8 @@ def test_profile_roofline_json_has_the_profile_show_keys_plus_notes(run_cli):
         "model", "gpu", "tp", "pp", "dp", "ep", "prefill_ms_512", "prefill_ms_2048", "decode_ms_b1",
         "decode_ms_b32", "kv_capacity_tokens", "max_prefill_batch_tokens", "source", "method",
         "points_prefill", "points_decode", "mape_prefill", "max_error_prefill", "mape_decode",
-        "max_error_decode", "outliers", "file", "sha256", "profile", "notes"]
+        "max_error_decode", "outliers", "file", "sha256", "profile", "all_to_all", "redundant_experts", "shape",
+        "notes"]
     assert (result["source"], result["profile"]) == ("roofline", None)
     expected = roofline_profile(LLAMA70, H100, 4, 1).prefill_time_s([2048]) * 1e3
     assert result["prefill_ms_2048"] == pytest.approx(expected, abs=5e-4)

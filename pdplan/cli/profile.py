@@ -25,6 +25,7 @@ from pdplan.cli.options import (
     EpOpt,
     KvDtypeOpt,
     MoeActivationsOpt,
+    RedundantExpertsOpt,
     SpeculativeOpt,
     checked_all_to_all,
     choice,
@@ -48,7 +49,6 @@ from pdplan.latency.profile import (
 )
 from pdplan.latency.roofline import DEFAULT_EFFICIENCY, roofline_profile
 from pdplan.modelref import get_model, model_file
-from pdplan.shape import shape_label
 from pdplan.vocabulary import AllToAll, Policy
 from pdplan.wording import counted
 
@@ -58,13 +58,14 @@ app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_i
 # --- shared rendering ----------------------------------------------------------------------------
 
 #: What `profile show` and `profile fit` report per profile. JSON keys, in order:
-#: model, gpu, tp, pp — the shape; prefill_ms_512, prefill_ms_2048 — one prompt of 512 / 2048
-#: tokens; decode_ms_b1, decode_ms_b32 — one decode step of 1 / 32 requests with 1024 tokens of
-#: context each (Σctx = B·1024); kv_capacity_tokens, max_prefill_batch_tokens; source
-#: ("measured" or "roofline"), method; points_prefill, points_decode (distinct grid points
-#: fitted); mape_prefill, max_error_prefill, mape_decode, max_error_decode (held-out, fractions;
-#: null when the profile was not fitted by pdplan); outliers (how many points were left out);
-#: file, sha256 (the source data); profile (the profile file's path). Times are milliseconds
+#: model, gpu, tp, pp, dp, ep — the shape; prefill_ms_512, prefill_ms_2048 — one prompt of 512 / 2048 tokens;
+#: decode_ms_b1, decode_ms_b32 — one decode step of 1 / 32 requests with 1024 tokens of context each
+#: (Σctx = B·1024); kv_capacity_tokens,
+#: max_prefill_batch_tokens; source ("measured" or "roofline"), method; points_prefill, points_decode
+#: (distinct grid points fitted); mape_prefill, max_error_prefill, mape_decode, max_error_decode (held-out,
+#: fractions; null when the profile was not fitted by pdplan); outliers (how many points were left out);
+#: file, sha256 (the source data); profile (the profile file's path); all_to_all, redundant_experts (how a wide
+#: rank's tokens reach the experts, EPLB's slots) and shape (the label the table shows). Times are milliseconds
 #: rounded to the microsecond.
 SHOW_PROMPTS = (512, 2048)
 SHOW_BATCHES = (1, 32)
@@ -91,6 +92,8 @@ def profile_summary(profile: PhaseProfile, path: Path) -> dict:
         "outliers": len(prov.outliers),
         "file": prov.file, "sha256": prov.sha256,
         "profile": path.as_posix(),
+        "all_to_all": str(profile.all_to_all), "redundant_experts": profile.redundant_experts,
+        "shape": profile.shape,
     })
     return row
 
@@ -107,7 +110,7 @@ def _render(rows: list[dict], title: str) -> None:
         table.add_column(name, justify="left" if name == "source" else "right")
     for row in rows:
         table.add_row(
-            f"{row['model']} {shape_label(row['gpu'], row['tp'], row['pp'], dp=row['dp'], ep=row['ep'])}",
+            row["shape"],
             f"{row['prefill_ms_512']:.1f}", f"{row['prefill_ms_2048']:.1f}",
             f"{row['decode_ms_b1']:.1f}", f"{row['decode_ms_b32']:.1f}",
             f"{row['kv_capacity_tokens']:,}", f"{row['max_prefill_batch_tokens']:,}",
@@ -299,6 +302,7 @@ def compose(
     dp: DpOpt = 1,
     ep: EpOpt = None,
     all_to_all: AllToAllOpt = AllToAll.DISPATCH,
+    redundant_experts: RedundantExpertsOpt = 0,
     engine: Annotated[str, typer.Option("--engine", help="Serving engine whose operators were measured: vllm, "
                                                          "sglang or trtllm.")] = "vllm",
     engine_version: EngineVersionOpt = None,
@@ -312,7 +316,8 @@ def compose(
     """Compose prefill and decode profiles from AIConfigurator's measured operators (GEMM, attention,
     all-reduce; for mixture-of-experts models the MoE, MLA and wide-EP tables) for one engine and
     version, fitted into the profile format the simulator reads. With --dp the profile is one
-    attention data-parallel rank's, as optimize and goodput time it.
+    attention data-parallel rank's, as optimize and goodput time it; the file states a gathered rank
+    (--all-to-all gather) and EPLB's slots (--redundant-experts), and serves only pools of the same.
 
     Needs the optional extra: pip install 'pdplan\\[aic]'. The profile's provenance names the tables,
     the engine versions, the held-out fit error and any query outside the measured grids.
@@ -321,6 +326,10 @@ def compose(
     within("--pp", pp, 1, limits.MAX_PIPELINE_STAGES)
     ep = rank_ep(tp, pp, dp, ep)
     all_to_all = checked_all_to_all(all_to_all, tp, dp, ep)
+    within("--redundant-experts", redundant_experts, 0, limits.MAX_GPUS)
+    if redundant_experts and dp < 2:
+        raise PdplanError(f"--redundant-experts {redundant_experts} adds expert slots to an instance with attention "
+                          "data parallelism: --dp above 1", field="redundant_experts")
     outputs = Outputs(model_file(model))
     if output is not None:
         outputs.claim(output, "--output")
@@ -329,7 +338,8 @@ def compose(
     tables.package_root()  # a clear error naming the extra when it is missing
     spec = get_model(model, dtype=dtype, kv_dtype=kv_dtype)
     profile = composed_profile(spec, get_gpu(gpu), tp, pp, dp=dp, ep=ep, engine=engine, engine_version=engine_version,
-                               moe_activations=moe_activations, all_to_all=all_to_all)
+                               moe_activations=moe_activations, all_to_all=all_to_all,
+                               redundant_experts=redundant_experts)
     _write_and_show(profile, outputs, output, as_json, f"Composed ({engine})")
 
 

@@ -29,9 +29,11 @@ import yaml
 
 from pdplan import limits
 from pdplan.errors import InternalError, PdplanError
+from pdplan.experts import all_to_all_rejection
 from pdplan.fileio import atomic_write_text, load_yaml, significant
 from pdplan.schema import Fields, shown
-from pdplan.shape import ModelShape
+from pdplan.shape import ModelShape, shape_key
+from pdplan.vocabulary import AllToAll
 
 PREFILL_FEATURES = ("1", "sum_prompt_tokens", "sum_prompt_tokens_sq")
 DECODE_FEATURES = ("1", "batch_size", "sum_context_tokens")
@@ -145,8 +147,26 @@ class PhaseProfile(ModelShape):
     #: constant (:func:`pdplan.sim.fast.latency.mixed_iteration_s`). A profile timed from kernels carries
     #: the eager prefill's host time here for a mixture-of-experts model (:mod:`pdplan.latency.eager`).
     prompt_iteration_s: float = 0.0
+    #: How one attention-DP rank's tokens reach whole experts (EP = TP × DP): dispatched or gathered, which times
+    #: its MoE layers apart, so a profile serves only pools of its own (:func:`pdplan.shape.shape_key`).
+    all_to_all: AllToAll = AllToAll.DISPATCH
+    #: Expert slots beyond the model's that EPLB rebalances the load over (wide shapes only), which its memory
+    #: holds and its MoE layers were timed with; a pool of other slots is timed by another profile.
+    redundant_experts: int = 0
     group_prefill: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
     group_decode: LatencyModel | None = field(init=False, compare=False, repr=False, default=None)
+
+    @property
+    def shape(self) -> str:
+        """``deepseek-v3@fp8 h200-141gb TP1 DP16 EP16 PP1 +32 slots``: a gathered rank and EPLB's slots said."""
+        gathered = " gathered" if self.all_to_all == AllToAll.GATHER else ""
+        slots = f" +{self.redundant_experts} slots" if self.redundant_experts else ""
+        return f"{super().shape}{gathered}{slots}"
+
+    @property
+    def key(self) -> tuple:
+        """The profile key of the pools it times (:func:`pdplan.shape.shape_key`): a gathered rank's apart."""
+        return shape_key(self.model, self.gpu, self.tp, self.pp, dp=self.dp, ep=self.ep, all_to_all=self.all_to_all)
 
     def __post_init__(self):
         if self.tp < 1 or self.pp < 1:
@@ -155,6 +175,9 @@ class PhaseProfile(ModelShape):
             raise InternalError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
         if not 0 <= self.prompt_iteration_s < float("inf"):
             raise InternalError("prompt_iteration_s must be finite and >= 0")
+        if self.redundant_experts < 0 or (self.redundant_experts and self.dp < 2) or all_to_all_rejection(
+                self.all_to_all, self.tp, self.dp, self.ep, self.redundant_experts) is not None:
+            raise InternalError(f"{self.shape}: {self.all_to_all} with {self.redundant_experts} redundant experts")
         if self.dp > 1:  # one rank alone carries its own tokens: nothing to re-time
             object.__setattr__(self, "group_prefill", group_model(self.group_prefill_points))
             object.__setattr__(self, "group_decode", group_model(self.group_decode_points))
@@ -256,6 +279,9 @@ def profile_to_dict(profile: PhaseProfile) -> dict:
         # so every TP x PP profile file reads as it always has.
         **({"dp": profile.dp} if profile.dp > 1 else {}),
         **({"ep": profile.ep} if profile.ep > 1 else {}),
+        # a gathered rank and EPLB's slots likewise, written only when they are not the default
+        **({"all_to_all": str(profile.all_to_all)} if profile.all_to_all != AllToAll.DISPATCH else {}),
+        **({"redundant_experts": profile.redundant_experts} if profile.redundant_experts else {}),
         "kv_capacity_tokens": profile.kv_capacity_tokens,
         "max_prefill_batch_tokens": profile.max_prefill_batch_tokens,
         "prefill": _model_to_dict(profile.prefill, PREFILL_FEATURES),
@@ -351,10 +377,24 @@ def load_profile(path: str | Path) -> PhaseProfile:
     return profile_from_dict(load_yaml(path, what="profile"), path)
 
 
+def _experts_reach(spec: Fields) -> dict:
+    """A wide rank's ``all_to_all`` and ``redundant_experts``, checked against its DP and EP as a plan's pool is."""
+    dp, ep, tp = (spec.integer(name, 1, minimum=1, maximum=limits.MAX_GPUS) for name in ("dp", "ep", "tp"))
+    reach = AllToAll(spec.string("all_to_all", str(AllToAll.DISPATCH), choices=list(AllToAll)))
+    slots = spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS)
+    if slots and dp < 2:
+        raise spec.fail("redundant_experts", "goes with attention data parallelism (dp above 1)", slots)
+    wrong = all_to_all_rejection(reach, tp, dp, ep, slots)
+    if wrong is not None:
+        raise spec.fail("all_to_all", wrong, str(reach))
+    return {"all_to_all": reach, "redundant_experts": slots}
+
+
 def profile_from_dict(data, source: str | Path) -> PhaseProfile:
     """Validate a profile's content (as :func:`profile_to_dict` writes it); errors name ``source``."""
     spec = Fields(data, source)
-    spec.reject_unknown({"pdplan_profile", "model", "gpu", "tp", "pp", "dp", "ep", "kv_capacity_tokens",
+    spec.reject_unknown({"pdplan_profile", "model", "gpu", "tp", "pp", "dp", "ep", "all_to_all", "redundant_experts",
+                         "kv_capacity_tokens",
                          "max_prefill_batch_tokens", "prefill", "decode", "prompt_iteration_ms", "group",
                          "provenance"})
     spec.integer("pdplan_profile", minimum=FORMAT_VERSION, maximum=FORMAT_VERSION)
@@ -379,6 +419,7 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
         pp=spec.integer("pp", minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
         dp=spec.integer("dp", 1, minimum=1, maximum=limits.MAX_GPUS),
         ep=spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS),
+        **_experts_reach(spec),
         kv_capacity_tokens=spec.integer("kv_capacity_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         prefill=prefill,

@@ -75,9 +75,9 @@ class ProfileSource:
         ``num_gpus_per_node`` of a large-EP config is. ``all_to_all``: how DP ranks reach whole experts over
         TP × DP; a gather is timed from the operator tables only (the wide-EP roofline times a dispatch).
         ``redundant_experts``: expert slots beyond the model's that EPLB rebalances the load over (SGLang
-        ``--ep-num-redundant-experts``), held in every GPU's memory; a measured profile states none, so such a shape is
-        composed. Its prefill batch cap, a prefill rank's chunk, is whole KV pages where the engine pages
-        (:func:`in_whole_pages`)."""
+        ``--ep-num-redundant-experts``), held in every GPU's memory; a measured profile serves only the slots it
+        states (its ``redundant_experts``), else the shape is composed. Its prefill batch cap, a prefill rank's
+        chunk, is whole KV pages where the engine pages (:func:`in_whole_pages`)."""
         speculative = self.speculative_for(model)  # refused before any profile is composed
         moe.asked_activations(model, gpu, self.moe_activations)  # and so is a precision the kernels cannot take
         found = self._evidence(model, gpu, tp, pp, gpus_per_node or gpu.nvlink_domain, cache, dp, ep,
@@ -102,7 +102,7 @@ class ProfileSource:
         """The shape's profile as measured, composed or derived."""
         gathered = all_to_all == AllToAll.GATHER
         key = shape_key(model.name, gpu.name, tp, pp, dp=dp, ep=ep, all_to_all=all_to_all)
-        if key in self.measured and not redundant_experts:
+        if key in self.measured and self.measured[key].redundant_experts == redundant_experts:
             return self.measured[key]
         placement = expert_placement_rejection(model, tp, ep, redundant_experts, dp)
         if placement is not None:  # a shape no engine runs, not a missing measurement
@@ -144,8 +144,9 @@ class ProfileSource:
         # 5: SGLang's MXFP4 experts take MXFP8 activations on Blackwell; 6: TensorRT-LLM's block-scaled FP8 experts
         # also read the trtllm-gen kernel; 7: SGLang's gathered tokens cost two all-reduces; 8: TensorRT-LLM's
         # gathered tokens cost NCCL's all-gather and reduce-scatter, and on an NVLink fabric it dispatches by its
-        # NVLink one-sided kernel.
-        key = cache_key({"composed_profile": 8, "aiconfigurator": tables.package_version(),
+        # NVLink one-sided kernel; 9: a collective past a GB200 tray is NCCL's scaled (a remembered refusal of one is
+        # stale), and the profile states a gathered rank and its redundant slots.
+        key = cache_key({"composed_profile": 9, "aiconfigurator": tables.package_version(),
                          "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
                          "gpus_per_node": gpus_per_node,

@@ -257,7 +257,7 @@ def wide_roofline_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: i
                                              for t in group_grid(dp * cap))
               for phase in ("prefill", "decode")}
     profile = PhaseProfile(
-        model=model.name, gpu=gpu.name, tp=tp, pp=pp, dp=dp, ep=ep,
+        model=model.name, gpu=gpu.name, tp=tp, pp=pp, dp=dp, ep=ep, redundant_experts=redundant_experts,
         prefill=step.prefill_model(), decode=step.decode_model(),
         kv_capacity_tokens=capacity, max_prefill_batch_tokens=cap,
         provenance=Provenance(

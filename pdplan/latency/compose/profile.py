@@ -102,7 +102,7 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
         prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
     profile = with_eager_prefill(profile, model)  # the operator tables time kernels, not their launches
     if dp > 1 or ep not in (1, tp) or redundant_experts:
-        profile = replace(profile, dp=dp, ep=ep, **group)
+        profile = replace(profile, dp=dp, ep=ep, all_to_all=all_to_all, redundant_experts=redundant_experts, **group)
     # At the written precision, so a composed profile read back from the cache is this very one.
     return profile_from_dict(profile_to_dict(profile), f"composed {profile.shape}")
 
