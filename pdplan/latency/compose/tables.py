@@ -12,7 +12,9 @@ interpolates inside each measured grid:
 * context attention at (batch, prompt length) — bilinear in (batch, length²), since its work
   grows with the causal pairs; generation attention at (batch, KV length) — bilinear, its work
   being the KV read, batch × length;
-* all-reduce at (GPUs, elements) — linear in the message size (α + size/β between points).
+* all-reduce at (GPUs, elements) — linear in the message size (α + size/β between points); a group past the
+  GPU counts measured inside one NVLink domain (GB200 NVL72's tables stop at a tray of 4) is NCCL's largest
+  measured one scaled by the ring's traffic, as AIConfigurator scales it (:func:`all_reduce`).
 
 Outside a grid the nearest edge is scaled linearly in the coordinate that left it (a GEMM with
 n above the largest measured n costs n/n_max times the edge), and every such query is counted
