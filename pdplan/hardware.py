@@ -184,6 +184,9 @@ class NodeType:
     count: int | None               #: nodes available; None means as many as needed (cloud)
     #: The node label (key, value) that selects these nodes in Kubernetes, as the cluster file names it
     node_label: tuple[str, str] | None = None
+    #: GPU-to-GPU to nodes of another type (another GB200 rack, whose trays' inter-node path is their own rack's
+    #: NVLink), per GPU, one direction; None: ``inter_node_bytes_per_s``, one network to every node
+    scale_out_bytes_per_s: float | None = None
 
     def __post_init__(self):
         if self.gpus_per_node < 1:
@@ -295,7 +298,8 @@ def energy_usd_per_hour(watts: float, pue: float, usd_per_kwh: float) -> float:
 #: The largest GPU-to-GPU (NVLink) domain sold today is 72 GPUs (GB200 NVL72).
 MAX_GPUS_PER_NODE = 72
 
-_NODE_FIELDS = {"name", "gpu", "gpus_per_node", "intra_node_gb_s", "inter_node_gb_s", "count", "node_label"}
+_NODE_FIELDS = {"name", "gpu", "gpus_per_node", "intra_node_gb_s", "inter_node_gb_s", "scale_out_gb_s", "count",
+                "node_label"}
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -343,6 +347,7 @@ def load_cluster(path: str | Path) -> Cluster:
             inter_node_bytes_per_s=spec.bandwidth_gb_s("inter_node_gb_s") * GB,
             count=None if count == "unbounded" else count,
             node_label=_node_label(spec) if spec.has("node_label") else None,
+            scale_out_bytes_per_s=spec.bandwidth_gb_s("scale_out_gb_s") * GB if spec.has("scale_out_gb_s") else None,
         ))
     return Cluster(nodes=tuple(nodes), source=str(path),
                    energy_usd_per_kwh=top.number("energy_usd_per_kwh", 0.0, minimum=0,

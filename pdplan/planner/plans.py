@@ -62,7 +62,7 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
     if mode == "colocated":
         return Plan(pools=pools, name=name)
     links = [Link(from_pool=src.name, to_pool=dst.name, setup_s=LINK_SETUP_S,
-                  bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, shapes[dst],
+                  bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, shapes[src], shapes[dst],
                                                          link_path(solution, affinity, shapes[src], shapes[dst])))
              for src in pools if src.phase == "prefill" for dst in pools if dst.phase in ("decode", "mixed")]
     borrow = borrow and lendable(pools)
@@ -89,7 +89,7 @@ def lent_link(solution: Solution, cluster: Cluster, affinity: str) -> Link:
     a lent prefill instance takes it (the plan's default link)."""
     path = lent_path(solution, affinity)
     return Link(from_pool=None, to_pool=None, setup_s=LINK_SETUP_S,
-                bandwidth_bytes_per_s=min(path_bytes_per_s(solution, cluster, cand, path)
+                bandwidth_bytes_per_s=min(path_bytes_per_s(solution, cluster, cand, cand, path)
                                           for cand in solution.replicas if cand.phase == "prefill"))
 
 
@@ -104,15 +104,24 @@ def link_path(solution: Solution, affinity: str, prefill: Candidate, decoding: C
     return "intra-node" if len(nodes) == 1 else "inter-node"
 
 
-def path_bytes_per_s(solution: Solution, cluster: Cluster, decode: Candidate, path: str) -> float:
+def path_bytes_per_s(solution: Solution, cluster: Cluster, prefill: Candidate, decode: Candidate,
+                     path: str) -> float:
     """Ingress bandwidth of one decoding instance (decode or mixed) of this shape on ``path`` (see
-    :func:`link_path`): the slowest among the node types its instances landed on (the sim has one
-    link per pool); inside a node each GPU its NVLink share, across nodes each GPU its NIC."""
+    :func:`link_path`) from one ``prefill`` instance: the slowest among the node types its instances landed on
+    (the sim has one link per pool); inside a node each GPU its NVLink share, across nodes each GPU its NIC, and
+    where the two shapes landed on more than one node type, at most each GPU's share of the network between
+    types (a node type's ``scale_out_bytes_per_s``: two GB200 racks hand off over their NICs, not NVLink)."""
     landed = {i.node_type for i in solution.instances if i.candidate == decode}
     nodes = [n for n in cluster.nodes if n.name in landed]
     if path == "intra-node":
         return min(decode.gpus * n.intra_node_bytes_per_s for n in nodes)
-    return min(instance_link_bytes_per_s(n, decode.gpus) for n in nodes)
+    ingress = min(instance_link_bytes_per_s(n, decode.gpus) for n in nodes)
+    both = landed | {i.node_type for i in solution.instances if i.candidate == prefill}
+    if len(both) < 2:
+        return ingress
+    across = [decode.gpus * n.scale_out_bytes_per_s for n in cluster.nodes
+              if n.name in both and n.scale_out_bytes_per_s is not None]
+    return min([ingress, *across])
 
 
 def plan_key(plan: Plan) -> str:
