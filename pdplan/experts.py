@@ -11,6 +11,7 @@ from pdplan.vocabulary import AllToAll
 
 if TYPE_CHECKING:
     from pdplan.modelspec import ModelSpec
+    from pdplan.schema import Fields
 
 
 def expert_tp(tp: int, ep: int = 1, dp: int = 1) -> int:
@@ -59,9 +60,9 @@ def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant
                           "whole experts per EP rank)")
         return "ep", (f"EP {ep} must divide the {group} GPUs of TP {tp} × DP {dp} that hold the experts "
                       "(expert TP = TP × DP / EP)")
-    if redundant_experts < 0 or (redundant_experts and ep == 1):
-        return "redundant_experts", (f"{redundant_experts} redundant experts need expert parallelism (EP > 1) "
-                                     "and must be >= 0")
+    slots = slots_rejection(ep, redundant_experts)
+    if slots is not None:
+        return "redundant_experts", slots
     if ep > physical:
         return "ep", (f"EP {ep} > {physical} experts ({model.experts} + {redundant_experts} redundant): "
                       "ranks without experts")
@@ -98,6 +99,23 @@ def expert_placement_rejection(model: ModelSpec, tp: int, ep: int = 1, redundant
 #: vllm/model_executor/models/deepseek_v2.py). At attention TP 1, the usual wide-EP shape, every engine
 #: holds them whole.
 DP_REPLICATES_DENSE = True
+
+
+def slots_rejection(ep: int, redundant_experts: int) -> str | None:
+    """Why an instance of EP ``ep`` cannot hold ``redundant_experts`` expert slots: they spread over expert
+    parallelism (:func:`expert_placement_rejection`); None when it can."""
+    if redundant_experts < 0 or (redundant_experts and ep == 1):
+        return f"{redundant_experts} redundant experts need expert parallelism (EP > 1) and must be >= 0"
+    return None
+
+
+def read_all_to_all(spec: Fields, tp: int, dp: int, ep: int, redundant_experts: int) -> AllToAll:
+    """A file's ``all_to_all`` (a plan's pool, a wide rank's profile), held to :func:`all_to_all_rejection`."""
+    found = spec.string("all_to_all", str(AllToAll.DISPATCH), choices=list(AllToAll))
+    wrong = all_to_all_rejection(found, tp, dp, ep, redundant_experts)
+    if wrong is not None:
+        raise spec.fail("all_to_all", wrong, found)
+    return AllToAll(found)
 
 
 def all_to_all_rejection(all_to_all: str, tp: int, dp: int, ep: int, redundant_experts: int = 0) -> str | None:

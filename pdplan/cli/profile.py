@@ -35,6 +35,7 @@ from pdplan.cli.options import (
 )
 from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
+from pdplan.experts import slots_rejection
 from pdplan.fileio import Outputs
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
 from pdplan.latency.compose import tables
@@ -60,10 +61,10 @@ app = typer.Typer(help="Fit, show and derive phase latency profiles.", no_args_i
 #: What `profile show` and `profile fit` report per profile. JSON keys, in order:
 #: model, gpu, tp, pp, dp, ep — the shape; prefill_ms_512, prefill_ms_2048 — one prompt of 512 / 2048 tokens;
 #: decode_ms_b1, decode_ms_b32 — one decode step of 1 / 32 requests with 1024 tokens of context each
-#: (Σctx = B·1024); kv_capacity_tokens,
-#: max_prefill_batch_tokens; source ("measured" or "roofline"), method; points_prefill, points_decode
-#: (distinct grid points fitted); mape_prefill, max_error_prefill, mape_decode, max_error_decode (held-out,
-#: fractions; null when the profile was not fitted by pdplan); outliers (how many points were left out);
+#: (Σctx = B·1024); kv_capacity_tokens, max_prefill_batch_tokens; source ("measured" or "roofline"), method;
+#: points_prefill, points_decode (distinct grid points fitted); mape_prefill, max_error_prefill, mape_decode,
+#: max_error_decode (held-out, fractions; null when the profile was not fitted by pdplan); outliers (how many
+#: points were left out);
 #: file, sha256 (the source data); profile (the profile file's path); all_to_all, redundant_experts (how a wide
 #: rank's tokens reach the experts, EPLB's slots) and shape (the label the table shows). Times are milliseconds
 #: rounded to the microsecond.
@@ -327,9 +328,9 @@ def compose(
     ep = rank_ep(tp, pp, dp, ep)
     all_to_all = checked_all_to_all(all_to_all, tp, dp, ep)
     within("--redundant-experts", redundant_experts, 0, limits.MAX_GPUS)
-    if redundant_experts and dp < 2:
-        raise PdplanError(f"--redundant-experts {redundant_experts} adds expert slots to an instance with attention "
-                          "data parallelism: --dp above 1", field="redundant_experts")
+    wrong = slots_rejection(ep, redundant_experts)
+    if wrong is not None:
+        raise PdplanError(f"--redundant-experts {redundant_experts} with --ep {ep}: {wrong}", field="redundant_experts")
     outputs = Outputs(model_file(model))
     if output is not None:
         outputs.claim(output, "--output")

@@ -29,7 +29,7 @@ import yaml
 
 from pdplan import limits
 from pdplan.errors import InternalError, PdplanError
-from pdplan.experts import all_to_all_rejection
+from pdplan.experts import all_to_all_rejection, read_all_to_all, slots_rejection
 from pdplan.fileio import atomic_write_text, load_yaml, significant
 from pdplan.schema import Fields, shown
 from pdplan.shape import ModelShape, shape_key
@@ -175,7 +175,7 @@ class PhaseProfile(ModelShape):
             raise InternalError("kv_capacity_tokens and max_prefill_batch_tokens must be >= 1")
         if not 0 <= self.prompt_iteration_s < float("inf"):
             raise InternalError("prompt_iteration_s must be finite and >= 0")
-        if self.redundant_experts < 0 or (self.redundant_experts and self.dp < 2) or all_to_all_rejection(
+        if slots_rejection(self.ep, self.redundant_experts) is not None or all_to_all_rejection(
                 self.all_to_all, self.tp, self.dp, self.ep, self.redundant_experts) is not None:
             raise InternalError(f"{self.shape}: {self.all_to_all} with {self.redundant_experts} redundant experts")
         if self.dp > 1:  # one rank alone carries its own tokens: nothing to re-time
@@ -377,19 +377,6 @@ def load_profile(path: str | Path) -> PhaseProfile:
     return profile_from_dict(load_yaml(path, what="profile"), path)
 
 
-def _experts_reach(spec: Fields) -> dict:
-    """A wide rank's ``all_to_all`` and ``redundant_experts``, checked against its DP and EP as a plan's pool is."""
-    dp, ep, tp = (spec.integer(name, 1, minimum=1, maximum=limits.MAX_GPUS) for name in ("dp", "ep", "tp"))
-    reach = AllToAll(spec.string("all_to_all", str(AllToAll.DISPATCH), choices=list(AllToAll)))
-    slots = spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS)
-    if slots and dp < 2:
-        raise spec.fail("redundant_experts", "goes with attention data parallelism (dp above 1)", slots)
-    wrong = all_to_all_rejection(reach, tp, dp, ep, slots)
-    if wrong is not None:
-        raise spec.fail("all_to_all", wrong, str(reach))
-    return {"all_to_all": reach, "redundant_experts": slots}
-
-
 def profile_from_dict(data, source: str | Path) -> PhaseProfile:
     """Validate a profile's content (as :func:`profile_to_dict` writes it); errors name ``source``."""
     spec = Fields(data, source)
@@ -412,14 +399,18 @@ def profile_from_dict(data, source: str | Path) -> PhaseProfile:
         if not latency > 0:
             raise spec.fail(name, f"gives {latency * 1e3:g} ms for one request of one token; latencies "
                             "must be positive", show_value=False)
+    model_name, gpu = spec.string("model"), spec.string("gpu")
+    tp = spec.integer("tp", minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE)
+    pp = spec.integer("pp", minimum=1, maximum=limits.MAX_PIPELINE_STAGES)
+    dp = spec.integer("dp", 1, minimum=1, maximum=limits.MAX_GPUS)
+    ep = spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS)
+    slots = spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS)
+    wrong = slots_rejection(ep, slots)
+    if wrong is not None:
+        raise spec.fail("redundant_experts", f"is wrong: {wrong}", show_value=False)
     profile = PhaseProfile(
-        model=spec.string("model"),
-        gpu=spec.string("gpu"),
-        tp=spec.integer("tp", minimum=1, maximum=limits.MAX_GPUS_PER_INSTANCE_STAGE),
-        pp=spec.integer("pp", minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
-        dp=spec.integer("dp", 1, minimum=1, maximum=limits.MAX_GPUS),
-        ep=spec.integer("ep", 1, minimum=1, maximum=limits.MAX_GPUS),
-        **_experts_reach(spec),
+        model=model_name, gpu=gpu, tp=tp, pp=pp, dp=dp, ep=ep,
+        all_to_all=read_all_to_all(spec, tp, dp, ep, slots), redundant_experts=slots,
         kv_capacity_tokens=spec.integer("kv_capacity_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         max_prefill_batch_tokens=spec.integer("max_prefill_batch_tokens", minimum=1, maximum=limits.MAX_KV_TOKENS),
         prefill=prefill,

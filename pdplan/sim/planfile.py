@@ -118,7 +118,7 @@ from pathlib import Path
 
 from pdplan import limits
 from pdplan.engines import ENGINES
-from pdplan.experts import all_to_all_rejection
+from pdplan.experts import read_all_to_all
 from pdplan.fileio import load_yaml
 from pdplan.hardware import GB
 from pdplan.latency.speculative import speculative_from_fields
@@ -219,7 +219,7 @@ def _pool(spec: Fields) -> Pool:
     redundant = spec.integer("redundant_experts", 0, minimum=0, maximum=limits.MAX_GPUS)
     return Pool(name=spec.string("name"), phase=phase, model=spec.string("model"), gpu=spec.string("gpu"), tp=tp,
                 pp=spec.integer("pp", 1, minimum=1, maximum=limits.MAX_PIPELINE_STAGES),
-                dp=dp, ep=ep, redundant_experts=redundant, all_to_all=_all_to_all(spec, tp, dp, ep, redundant),
+                dp=dp, ep=ep, redundant_experts=redundant, all_to_all=read_all_to_all(spec, tp, dp, ep, redundant),
                 replicas=spec.integer("replicas", 1, minimum=1, maximum=MAX_REPLICAS),
                 policy=policy, chunk_tokens=chunk, prefix_cache_blocks=cache_blocks, cache_tier=tier,
                 max_prefill_batch_tokens=batch_cap,
@@ -229,14 +229,6 @@ def _pool(spec: Fields) -> Pool:
                 **_adp_balance(spec, phase, policy, dp), rank_router=_rank_router(spec, phase, dp),
                 handoff=_decode_setting(spec, phase, "handoff", Handoff, Handoff.PUSH),
                 first_token=_decode_setting(spec, phase, "first_token", FirstToken, None))
-
-
-def _all_to_all(spec: Fields, tp: int, dp: int, ep: int, redundant_experts: int) -> str:
-    found = spec.string("all_to_all", str(AllToAll.DISPATCH), choices=list(AllToAll))
-    wrong = all_to_all_rejection(found, tp, dp, ep, redundant_experts)
-    if wrong is not None:
-        raise spec.fail("all_to_all", wrong, found)
-    return found
 
 
 def _rank_router(spec: Fields, phase: str, dp: int) -> str:
