@@ -85,10 +85,8 @@ class GatheredExperts(RankExperts):
         """The gather and scatter as :func:`exchange_all_reduces` all-reduces of the gathered tokens."""
         found = tables.all_reduce(self.system, self.engine, self.all_reduce_version, self.group, self.nvlink_domain)
         if found is None:
-            sizes = (tables.measured_group_sizes(tables.all_reduce_grid(self.system, self.engine,
-                                                                        self.all_reduce_version))
-                     if self.all_reduce_version else ())
-            raise self._unmeasured(f"{self.engine} all-reduce", sizes)
+            raise self._unmeasured(f"{self.engine} all-reduce",
+                                   tables.all_reduce_sizes(self.system, self.engine, self.all_reduce_version))
         self.versions[found.table] = found.version
         self.all_reduce = found
         count = exchange_all_reduces(self.engine)

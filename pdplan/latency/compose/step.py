@@ -127,7 +127,7 @@ class Step:
             if version is None:
                 raise PdplanError(f"no {self.engine} all-reduce measurements on {self.shape.gpu} "
                                   f"for TP {self.shape.tp}", field="tp")
-            sizes = tables.measured_group_sizes(tables.all_reduce_grid(system, self.engine, version))
+            sizes = tables.all_reduce_sizes(system, self.engine, version)
             raise PdplanError(f"no {self.engine} all-reduce measured over {self.shape.tp} GPUs on {self.shape.gpu} "
                               f"(measured: {', '.join(map(str, sizes))})", field="tp")
         self.versions = {**self.versions, found.table: found.version}

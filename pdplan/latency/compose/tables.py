@@ -442,13 +442,16 @@ def nccl_collective(system: str, op: str, dtype: str, gpus: int, nvlink_domain: 
     return Collective(grid, op, gpus, max(sizes), "nccl", version)
 
 
+def all_reduce_sizes(system: str, engine: str, version: str | None) -> tuple[int, ...]:
+    """The GPU counts the engine's all-reduce table measured (none without one), for a refusal to name."""
+    return () if version is None else measured_group_sizes(all_reduce_grid(system, engine, version))
+
+
 def all_reduce(system: str, engine: str, version: str | None, gpus: int, nvlink_domain: int) -> Collective | None:
     """The all-reduce over ``gpus`` GPUs of an NVLink domain of ``nvlink_domain``: the engine's table where it measured
     that many, else NCCL's past its measured groups inside the domain (:func:`nccl_collective`), as AIConfigurator
     times a TP beyond a GB200 tray (its ``query_custom_allreduce_scaled``); None where neither holds."""
-    if version is not None:
-        grid = all_reduce_grid(system, engine, version)
-        if gpus in measured_group_sizes(grid):
-            return Collective(grid, "all_reduce", gpus, gpus, "all_reduce", version)
+    if gpus in all_reduce_sizes(system, engine, version):
+        return Collective(all_reduce_grid(system, engine, version), "all_reduce", gpus, gpus, "all_reduce", version)
     found = nccl_collective(system, "all_reduce", "half", gpus, nvlink_domain)
     return found if found is not None and found.measured < gpus else None
