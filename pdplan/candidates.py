@@ -1,16 +1,14 @@
 """Candidate instance shapes per phase: which (GPU type, TP, PP, policy) could serve the model.
 
-A shape is kept when its TP group fits a node, TP divides the KV heads (or replicates them), PP
-is at most the layer count, the weights plus the KV of the largest request fit memory, and the
-engine the plan is for can run it in its phase, spread the model's experts over its EP and start its
-colocated chunk (:mod:`pdplan.engines`). For a mixture-of-experts model, each attention data-parallel size DP above 1
-adds wide shapes: TP × DP GPUs in one stage,
-every routed expert whole on one of them (EP = TP × DP, the wide-EP deployments of DeepSeek,
-SGLang and Dynamo), on one node or spread evenly over whole nodes, its tokens moved to the experts as
+A shape is kept when its TP group fits a node (or whole nodes of one NVLink domain), TP divides the KV heads (or
+replicates them), PP is at most the layer count, the weights plus the KV of the largest request fit memory, and the
+engine the plan is for can run it in its phase, spread the model's experts over its EP and start its colocated chunk
+(:mod:`pdplan.engines`). For a mixture-of-experts model, each attention data-parallel size DP above 1 adds wide
+shapes: TP × DP GPUs in one stage, every routed expert whole on one of them (EP = TP × DP, the wide-EP deployments
+of DeepSeek, SGLang and Dynamo), on one node or spread evenly over whole nodes, its tokens moved to the experts as
 the engine runs it (:func:`pdplan.engines.all_to_all`: gathered on one node under SGLang and vLLM, by a colocated
 vLLM instance across nodes and by TensorRT-LLM off an NVLink domain spanning nodes, dispatched otherwise). Every
-rejected shape comes back
-with its reason, for ``--explain``.
+rejected shape comes back with its reason, for ``--explain``.
 """
 
 from __future__ import annotations
@@ -22,6 +20,7 @@ from pdplan.engines import (
     ENGINE_NAMES,
     chunk_refusal,
     experts_refusal,
+    rank_span_refusal,
     running_cap,
     shape_refusal,
     starts_deepep,
@@ -113,6 +112,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                                       chunk_tokens=shape.chunk_tokens)
                     shape = replace(shape, max_running_requests=cap)
                     why = reason or _spread_refusal(shape, nodes) or shape_refusal(engine, connector, shape) \
+                        or rank_span_refusal(engine, shape, per_node) \
                         or chunk_refusal(engine, phase, shape.chunk_tokens, gpu.blackwell)
                     if why is None:
                         kept.append(shape)
@@ -147,11 +147,12 @@ def _slots_refusal(engine: str, shape: InstanceShape, exchange: AllToAll, slots:
 
 
 def _spread_refusal(shape: Shape, nodes) -> str | None:
-    """Why no node type holds a wide shape (its ranks' TP inside a node, a wider stage evenly over
-    whole nodes of one type, as many of them as that type has); None when one does."""
-    if shape.dp == 1:
+    """Why no node type holds a shape wider than a node (its ranks' TP inside a node or over whole nodes of one
+    NVLink domain, a wider stage evenly over whole nodes of one type, as many of them as that type has); None
+    when one does."""
+    if shape.stage_gpus <= min(n.gpus_per_node for n in nodes):
         return None
-    spans = [(n, shape.nodes_per_stage(n.gpus_per_node)) for n in nodes]
+    spans = [(n, n.stage_nodes(shape)) for n in nodes]
     if not any(k for _, k in spans):
         return (f"{shape.shape_label()}: {shape.stage_gpus} GPUs per stage do not spread evenly over whole nodes "
                 f"of {', '.join(sorted({str(n.gpus_per_node) for n in nodes}))} GPUs")

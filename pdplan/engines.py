@@ -456,6 +456,18 @@ def chunk_refusal(engine: str | None, phase: str, chunk_tokens: int | None, blac
                           lambda rule: rule.chunk_refusal(phase, chunk_tokens or 0, blackwell))
 
 
+def rank_span_refusal(engine: str | None, shape: InstanceShape, gpus_per_node: int) -> str | None:
+    """Why ``engine``, as pdplan's exports start it, cannot run attention DP ranks whose TP group spans nodes (a
+    TP8 rank over two GB200 trays); None when it can. vLLM's multi-node data parallelism starts each node's share
+    of the ranks, whole, with ``--data-parallel-size-local`` (:func:`pdplan.manifest.export.vllm.data_parallel_launch`);
+    SGLang splits ``--tp`` evenly over ``--nnodes`` whatever the attention TP, and TensorRT-LLM's MPI ranks span
+    trays."""
+    if engine == "vllm" and shape.dp > 1 and shape.tp > gpus_per_node:
+        return (f"vllm-whole-ranks: the vLLM export starts whole DP ranks on each node (--data-parallel-size-local), "
+                f"and a TP{shape.tp} rank does not fit a node of {gpus_per_node} GPUs")
+    return None
+
+
 def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[Role]) -> str | None:
     """Why ``engine`` cannot run a plan of these pools, naming the first rule it breaks; None when it
     can. Every pool faces the expert rules (DeepEP's too where the engine's export starts it for the pool) and the

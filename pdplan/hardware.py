@@ -85,6 +85,12 @@ class GPU:
         trays into nodes."""
         return self.nvlink_domain > BOARD_NVLINK_GPUS
 
+    @property
+    def fabric_gpus(self) -> int:
+        """GPUs its NVLink fabric joins across nodes (GB200 NVL72: 72), where a TP group may take whole nodes
+        (:func:`pdplan.shape.spans_nvlink`); 0 where NVLink stays on one board, whatever share of it a node holds."""
+        return self.nvlink_domain if self.nvlink_fabric else 0
+
     def tensor_flops(self, dtype: str) -> float:
         """Dense tensor-core FLOP/s at ``dtype``; a dtype the GPU lacks is refused, naming those it has."""
         flops = {"bf16": self.flops_per_s, "fp8": self.fp8_flops_per_s, "fp4": self.fp4_flops_per_s}.get(dtype, 0.0)
@@ -200,6 +206,11 @@ class NodeType:
         cluster file groups several into one node (a GB200 NVL72 rack as one node of 72: hosts of 4)."""
         return min(self.gpus_per_node, self.gpu.gpus_per_host)
 
+    def stage_nodes(self, shape: InstanceShape) -> int:
+        """Nodes of this type one stage of ``shape`` spans (:meth:`pdplan.shape.InstanceShape.nodes_per_stage`,
+        a TP group over whole nodes where its GPUs' NVLink domain joins them); 0 when it cannot go on them."""
+        return shape.nodes_per_stage(self.gpus_per_node, self.gpu.fabric_gpus)
+
     @property
     def selector(self) -> tuple[str, str] | None:
         """The node label pods of this type are scheduled by: the cluster file's, else the GPU product
@@ -239,15 +250,15 @@ class Cluster:
 
     def instances_of(self, gpu_name: str, tp: int, pp: int, dp: int = 1) -> int | None:
         """Instances of TP × DP × PP GPUs of type ``gpu_name`` the nodes hold (each rank's TP within a
-        node, a stage wider than a node on whole nodes of one type, PP stages on any nodes); None when
-        node counts are unbounded."""
+        node or its NVLink domain, a stage wider than a node on whole nodes of one type, PP stages on any
+        nodes); None when node counts are unbounded."""
         nodes = self.nodes_for(gpu_name)
         if any(n.count is None for n in nodes):
             return None
         shape = InstanceShape(gpu=gpu_name, tp=tp, pp=pp, dp=dp)
         stages = 0
         for n in nodes:
-            spans = shape.nodes_per_stage(n.gpus_per_node)
+            spans = n.stage_nodes(shape)
             if spans:
                 stages += (n.gpus_per_node // shape.node_slot(n.gpus_per_node)) * n.count // spans
         return stages // pp

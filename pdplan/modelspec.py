@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from pdplan.errors import InternalError, PdplanError
 from pdplan.experts import DP_REPLICATES_DENSE, edge_matrices_under_dp, expert_placement_rejection, expert_tp
 from pdplan.hardware import GIB, GPU
-from pdplan.shape import shape_label
+from pdplan.shape import shape_label, spans_nvlink
 
 #: Bytes one weight takes per dtype. fp4 is NVFP4: 4-bit values plus one 8-bit (E4M3) scale per 16 of
 #: them, (16·4 + 8)/16 = 4.5 bits. mxfp4 is the OCP Microscaling MXFP4 that gpt-oss ships: 4-bit (E2M1)
@@ -551,7 +551,8 @@ def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_no
     """Why (tp, pp, dp, ep) on ``gpu`` cannot serve ``model``, in one sentence; None when it can.
 
     Rules: the GPU runs the weight precision's matrix products (:data:`COMPUTE_DTYPE`); a TP group (with
-    attention DP, each DP rank's: SGLang's attention TP group, vLLM's per-rank TP) stays inside one node;
+    attention DP, each DP rank's: SGLang's attention TP group, vLLM's per-rank TP) stays inside one node, or
+    takes whole nodes that the GPU's NVLink fabric joins (:func:`pdplan.shape.spans_nvlink`: two GB200 trays);
     TP divides the K/V heads or is a multiple of them (then heads are replicated), or under MLA divides
     the attention heads (vLLM: ``assert num_heads % tp_size == 0``); the experts can be placed
     (:func:`expert_placement_rejection`: EP divides tp × dp, redundant experts spread evenly, no EP group
@@ -565,11 +566,11 @@ def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_no
         return f"{shape}: TP, PP, DP and EP must be >= 1"
     if COMPUTE_DTYPE.get(model.weight_dtype, model.weight_dtype) not in gpu.dtypes:
         return f"{shape}: {gpu.name} has no {model.weight_dtype} tensor cores (it runs {', '.join(gpu.dtypes)})"
-    if gpus_per_node is not None and tp > gpus_per_node:
-        if dp > 1:
-            return (f"{shape}: TP {tp} > {gpus_per_node} GPUs per node: each DP rank's attention TP group "
-                    "must sit inside one node")
-        return f"{shape}: TP {tp} > {gpus_per_node} GPUs per node"
+    if gpus_per_node is not None and tp > gpus_per_node and not spans_nvlink(tp, gpus_per_node, gpu.fabric_gpus):
+        group = "each DP rank's attention TP group" if dp > 1 else "a TP group"
+        joined = (f" or on whole nodes of one NVLink fabric ({gpu.fabric_gpus} {gpu.name} GPUs)"
+                  if gpu.fabric_gpus else "")
+        return f"{shape}: TP {tp} > {gpus_per_node} GPUs per node: {group} must sit inside one node{joined}"
     if model.attention == "mla":
         if model.q_heads % tp:
             return f"{shape}: TP {tp} does not divide {model.q_heads} attention heads"

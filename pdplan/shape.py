@@ -1,14 +1,13 @@
 """The instance shape: what one deployable instance is, declared once.
 
-An instance is a GPU type and how the model is split across its GPUs: tensor parallelism (TP)
-inside a node, pipeline parallelism (PP) across stages, attention data parallelism (DP: ranks that
-each hold their own batch and KV and run attention alone, SGLang's ``--enable-dp-attention --dp``,
-vLLM's ``--data-parallel-size``, TensorRT-LLM's ``enable_attention_dp``) and expert parallelism (EP:
-the GPUs the routed experts are spread over, whole experts per GPU). Every object that describes one shape —
-a candidate, a goodput result, a latency profile, its measured points, a pool — inherits these
-fields from :class:`InstanceShape`, so the GPU count, the label and the key are derived in one
-place, and a coordinate added here (attention data-parallel ranks, expert-parallel size, nodes
-spanned) reaches all of them.
+An instance is a GPU type and how the model is split across its GPUs: tensor parallelism (TP) inside a node or over
+whole nodes of one NVLink domain, pipeline parallelism (PP) across stages, attention data parallelism (DP: ranks
+that each hold their own batch and KV and run attention alone, SGLang's ``--enable-dp-attention --dp``, vLLM's
+``--data-parallel-size``, TensorRT-LLM's ``enable_attention_dp``) and expert parallelism (EP: the GPUs the routed
+experts are spread over, whole experts per GPU). Every object that describes one shape — a candidate, a goodput
+result, a latency profile, its measured points, a pool — inherits these fields from :class:`InstanceShape`, so the
+GPU count, the label and the key are derived in one place, and a coordinate added here (attention data-parallel
+ranks, expert-parallel size, nodes spanned) reaches all of them.
 """
 
 from __future__ import annotations
@@ -51,12 +50,21 @@ def wide_slots(dp: int, redundant_experts: int) -> int:
     return redundant_experts if dp > 1 else 0
 
 
+def spans_nvlink(tp: int, gpus_per_node: int, fabric_gpus: int) -> bool:
+    """Whether a TP group of ``tp`` GPUs wider than a node of ``gpus_per_node`` runs over whole nodes that one
+    NVLink fabric of ``fabric_gpus`` GPUs joins (:attr:`pdplan.hardware.GPU.fabric_gpus`; 0: none joins nodes):
+    it takes whole nodes and the fabric holds it."""
+    return tp > gpus_per_node and tp % gpus_per_node == 0 and tp <= fabric_gpus
+
+
 @dataclass(frozen=True, kw_only=True)
 class InstanceShape:
     """One instance's GPU type and parallel split; subclasses add what they say about it."""
 
     gpu: str      #: GPU type name, as in the GPU catalog and the profiles
-    tp: int = 1   #: tensor-parallel degree of attention: GPUs per DP rank and stage, inside one node
+    #: tensor-parallel degree of attention: GPUs per DP rank and stage, inside one node, or over whole nodes that
+    #: share one NVLink domain (TensorRT-LLM's TEP8 over two GB200 compute trays)
+    tp: int = 1
     pp: int = 1   #: pipeline-parallel degree: stages
     dp: int = 1   #: attention data-parallel ranks, each with its own batch and KV (1: none)
     ep: int = 1   #: expert-parallel size: GPUs holding whole routed experts (1: experts split by TP)
@@ -72,11 +80,14 @@ class InstanceShape:
         """GPUs of one pipeline stage: the attention TP group of every DP rank."""
         return self.tp * self.dp
 
-    def nodes_per_stage(self, gpus_per_node: int) -> int:
+    def nodes_per_stage(self, gpus_per_node: int, fabric_gpus: int = 0) -> int:
         """Nodes one stage spans on nodes of ``gpus_per_node`` GPUs: 1 when it fits one node, else
         whole nodes with the same number of ranks on each (DeepSeek's decode unit: EP144 on 18 nodes
-        of 8); 0 when it cannot be spread evenly or a rank's TP group would leave its node."""
-        if self.tp > gpus_per_node:
+        of 8); 0 when it cannot be spread evenly or a rank's TP group would leave its node. A TP group
+        wider than a node spans whole nodes that an NVLink fabric of ``fabric_gpus`` GPUs joins (GB200's
+        compute trays of 4 in a rack of 72: a TP8 group on two of them), its all-reduce on NVLink; without
+        one (0) the group stays inside the node."""
+        if self.tp > gpus_per_node and not spans_nvlink(self.tp, gpus_per_node, fabric_gpus):
             return 0
         if self.stage_gpus <= gpus_per_node:
             return 1

@@ -192,3 +192,24 @@ def test_a_vllm_colocated_instance_across_nodes_is_refused_for_the_gather_no_tab
                                           "ranks' tokens for their whole experts") as refused:
         source.profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 1, 1, dp=16, ep=16, all_to_all="gather")
     assert refused.value.field == "all_to_all"
+
+
+def test_a_tp8_group_over_two_gb200_trays_is_a_candidate_as_tensorrt_llm_runs_its_tep8():
+    trays = load_cluster(ROOT / "examples" / "cluster_gb200.yaml")
+    kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), trays, largest_request_tokens=8192, tps=(8,), pps=(1,),
+                               phases=("decode",), engine="trtllm")
+    assert [s.shape_label() for s in kept] == ["gb200-185gb TP8 PP1"]
+
+
+def test_a_tp_group_beyond_an_hgx_node_is_refused_naming_the_rule():
+    _, rejected = wide_labels("deepseek-v3@fp8", h200(), dps=(1,), tps=(16,))
+    assert "TP 16 > 8 GPUs per node: a TP group must sit inside one node" in rejected["h200-141gb TP16 PP1"]
+
+
+def test_vllm_ranks_whose_tp_group_spans_trays_are_refused_as_its_export_starts_whole_ranks_per_node():
+    trays = load_cluster(ROOT / "examples" / "cluster_gb200.yaml")
+    kept, rejected = enumerate_shapes(get_model("deepseek-v3@fp8"), trays, largest_request_tokens=8192, tps=(8,),
+                                      pps=(1,), dps=(2,), phases=("decode",), engine="vllm")
+    reasons = {r.shape.shape_label(): r.reason for r in rejected}
+    assert "vllm-whole-ranks" in reasons["gb200-185gb TP8 DP2 EP16 PP1"]
+    assert [s.shape_label() for s in kept] == ["gb200-185gb TP8 PP1"]

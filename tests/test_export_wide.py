@@ -751,3 +751,35 @@ def test_an_instance_started_on_deepep_checks_for_it_first_and_says_how_to_get_i
     vllm = export_manifest(wide, "vllm")
     assert "import deep_ep" in vllm["vllm/prefill-0.sh"] and "tools/ep_kernels/README.md" in vllm["vllm/prefill-0.sh"]
     assert "deep_ep" not in vllm["vllm/decode-0.sh"]
+
+
+@pytest.fixture
+def tep8(wide) -> dict:
+    """The plan with its prefill and its decode each a TP8 group over two GB200 compute trays (TensorRT-LLM's TEP8
+    shape, no attention DP), whose NVLink joins them."""
+    plan = copy.deepcopy(wide)
+    for pool in plan["pools"]:
+        pool.update(gpu="gb200-185gb", tp=8, dp=1, ep=1, gpus=8)
+        pool.pop("redundant_experts", None)
+    plan["placement"]["nodes"] = [
+        {"node": f"tray-{k}", "gpu": "gb200-185gb", "gpus": 4,
+         "node_label": {"key": "nvidia.com/gpu.product", "value": "NVIDIA-GB200"},
+         "instances": [{"instance": f"{pool}-0", "pool": pool, "stage": 0, "node_rank": k % 2,
+                        "gpu_indices": [0, 1, 2, 3]}]}
+        for k, pool in enumerate(("prefill", "prefill", "decode", "decode"))]
+    return plan
+
+
+@pytest.mark.parametrize("rank", ["0", "1"])
+def test_sglang_runs_a_tp8_group_over_two_gb200_trays_as_one_instance_of_two_nodes(tep8, tmp_path, rank):
+    command = _command(tmp_path, export_manifest(tep8, "sglang")["sglang/prefill-0.sh"], rank)
+    assert (_value(command, "--tp-size"), _value(command, "--nnodes"), _value(command, "--node-rank")) == \
+        ("8", "2", rank)
+    assert _value(command, "--dist-init-addr").startswith("tray-0:")
+    assert "--attn-dp-size" not in command and "--ep-size" not in command
+
+
+def test_vllm_runs_a_tp8_group_over_two_gb200_trays_through_ray(tep8, tmp_path):
+    script = export_manifest(tep8, "vllm")["vllm/prefill-0.sh"]
+    assert "ray start --head" in script and "--address=tray-0:" in script
+    assert "--tensor-parallel-size 8" in script and "--distributed-executor-backend ray" in script

@@ -3,7 +3,7 @@
 import pytest
 
 from pdplan.errors import PdplanError
-from pdplan.hardware import default_cluster_path, get_gpu, gpu_catalog, load_cluster, load_gpu_catalog
+from pdplan.hardware import NodeType, default_cluster_path, get_gpu, gpu_catalog, load_cluster, load_gpu_catalog
 from tests.conftest import ROOT
 
 
@@ -149,6 +149,19 @@ def test_only_a_gpu_whose_nvlink_domain_spans_compute_trays_sits_in_an_nvlink_fa
     """GB200 NVL72 joins 72 GPUs through NVLink switch trays; an HGX board joins its own eight."""
     assert get_gpu("gb200-185gb").nvlink_fabric
     assert not any(get_gpu(name).nvlink_fabric for name in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb"))
+
+
+def test_a_tp_group_may_take_whole_trays_of_a_gb200_rack_but_never_two_hgx_nodes():
+    """NVLink joins GB200 trays into one rack, so a TP8 group takes two of its trays; an HGX board's NVLink ends at
+    the board, so two 8-GPU nodes never join one TP16 group (nor two 4-GPU shares of one board a TP8)."""
+    from pdplan.shape import InstanceShape
+
+    (tray,) = load_cluster(ROOT / "examples" / "cluster_gb200.yaml").nodes
+    hgx = NodeType(name="hgx", gpu=get_gpu("h100-80gb"), gpus_per_node=4, intra_node_bytes_per_s=1.0,
+                   inter_node_bytes_per_s=1.0, count=2)
+    assert (get_gpu("gb200-185gb").fabric_gpus, get_gpu("h100-80gb").fabric_gpus) == (72, 0)
+    assert tray.stage_nodes(InstanceShape(gpu="gb200-185gb", tp=8)) == 2
+    assert hgx.stage_nodes(InstanceShape(gpu="h100-80gb", tp=8)) == 0
 
 
 def test_tensor_flops_per_precision_and_refusal_names_what_the_gpu_runs():

@@ -219,6 +219,33 @@ def test_each_dp_ranks_tp_group_sits_inside_one_node():
     assert any("each DP rank's TP4 group sits inside one node" in v.message for v in found)
 
 
+def _tp8_over_two_nodes(gpu: str, gpus: int = 4) -> list:
+    """A TP8 instance (no DP) on two nodes of ``gpus`` GPUs each, ranks 0 and 1."""
+    return [{"node": f"n-{rank}", "node_type": "n", "gpu": gpu, "gpus": gpus,
+             "instances": [{"instance": "decode-0", "pool": "decode", "stage": 0, "node_rank": rank,
+                            "gpu_indices": list(range(gpus))}]} for rank in range(2)]
+
+
+def test_a_tp8_group_over_two_whole_gb200_trays_is_a_valid_node_map():
+    assert _placement(_pool(gpu="gb200-185gb", tp=8, dp=1, ep=1, gpus=8), _tp8_over_two_nodes("gb200-185gb")) == []
+
+
+def test_a_tp8_group_over_two_hgx_nodes_of_four_is_refused_naming_tp():
+    # NVLink ends at an HGX board: two 4-GPU shares of boards never join one TP group
+    found = _placement(_pool(tp=8, dp=1, ep=1, gpus=8), _tp8_over_two_nodes("h200-141gb"))
+    assert "pools[0].tp" in {v.field for v in found}
+    assert any("TP8 spans more than one node or NVLink domain (4 GPUs)" in v.message for v in found)
+
+
+def test_a_tp_group_over_trays_takes_whole_trays():
+    # TP8 as 2 + 2 + 2 + 2 GPUs of four trays: the group spans trays, but not as whole ones
+    nodes = [{"node": f"n-{rank}", "node_type": "n", "gpu": "gb200-185gb", "gpus": 4,
+              "instances": [{"instance": "decode-0", "pool": "decode", "stage": 0, "node_rank": rank,
+                             "gpu_indices": [0, 1]}]} for rank in range(4)]
+    found = _placement(_pool(gpu="gb200-185gb", tp=8, dp=1, ep=1, gpus=8), nodes)
+    assert any("TP8 group sits inside one node, or on whole nodes of one NVLink fabric" in v.message for v in found)
+
+
 # --- node ranks -----------------------------------------------------------------------------------
 
 def test_a_stage_spanning_nodes_must_state_its_node_ranks():

@@ -145,3 +145,32 @@ def test_cp_sat_places_spanning_instances_as_exhaustive_enumeration_does(seed):
         return
     sol = plan(candidates, *nodes, target=target)
     assert sol.status == "OPTIMAL" and sol.gpus_total == expected
+
+
+def gb200_rack(name="rack", count=18):
+    return NodeType(name=name, gpu=get_gpu("gb200-185gb"), gpus_per_node=4, intra_node_bytes_per_s=900 * GIB,
+                    inter_node_bytes_per_s=900 * GIB, count=count)
+
+
+TEP8 = {phase: Candidate(phase=phase, gpu="gb200-185gb", tp=8, goodput_rps=10) for phase in ("prefill", "decode")}
+
+
+def test_a_tp8_group_takes_two_whole_trays_of_one_gb200_rack():
+    sol = plan(tuple(TEP8.values()), gb200_rack())
+    for inst in sol.instances:
+        assert [(stage, rank, len(gpus)) for stage, rank, _, gpus in inst.parts()] == [(0, 0, 4), (0, 1, 4)]
+        assert len(set(inst.stage_nodes)) == 2
+    assert sol.gpus_total == 16
+
+
+def test_a_tp8_group_never_joins_trays_of_two_racks():
+    # two racks of one tray each: NVLink joins neither pair, so no TP8 group can be placed
+    with pytest.raises(InfeasibleError):
+        plan(tuple(TEP8.values()), gb200_rack("a", count=1), gb200_rack("b", count=1))
+
+
+def test_a_tp8_group_never_spans_two_hgx_nodes_of_four():
+    hgx = h200_nodes(count=4, gpus=4)
+    tp8 = tuple(Candidate(phase=phase, gpu="h200-141gb", tp=8, goodput_rps=10) for phase in ("prefill", "decode"))
+    with pytest.raises(InfeasibleError, match="no node type with 8\\+ h200-141gb GPUs"):
+        plan(tp8, hgx)

@@ -53,3 +53,15 @@ def test_a_cluster_holds_spanning_instances_by_whole_nodes():
     assert cluster.instances_of("h200-141gb", 1, 1, dp=16) == 2   # 2 nodes each, 5 nodes
     assert cluster.instances_of("h200-141gb", 2, 1, dp=2) == 10   # 4 GPUs each, 2 per node
     assert cluster.instances_of("h200-141gb", 8, 1) == 5
+
+
+def test_a_tp_group_wider_than_a_node_takes_whole_nodes_of_an_nvlink_fabric():
+    # TensorRT-LLM's TEP8 on GB200: a TP8 group over two compute trays of 4 in a rack of 72
+    assert InstanceShape(gpu="g", tp=8).nodes_per_stage(4, fabric_gpus=72) == 2
+    assert InstanceShape(gpu="g", tp=8, dp=2, ep=16).nodes_per_stage(4, fabric_gpus=72) == 4
+
+
+def test_a_tp_group_does_not_leave_its_node_without_a_fabric_or_by_part_of_a_node():
+    assert InstanceShape(gpu="g", tp=8).nodes_per_stage(4) == 0                    # NVLink on one board
+    assert InstanceShape(gpu="g", tp=6).nodes_per_stage(4, fabric_gpus=72) == 0    # not whole trays
+    assert InstanceShape(gpu="g", tp=80).nodes_per_stage(4, fabric_gpus=72) == 0   # beyond the rack

@@ -1,11 +1,11 @@
 """A manifest's node map as the engines run it: where each instance's stages sit, and each instance inside its
 scale-out domain.
 
-The rules every node map keeps (:func:`node_map_violations`): each DP rank's TP group on one node inside its
-NVLink domain, GPU indices inside the node and held once, the pool's GPU type, replicas × PP stages per pool, an
-instance spanning nodes with equal GPUs on each and its node ranks stated; and against a cluster file
-(:func:`domain_violations`), no instance spanning more nodes than its node type has. ``pdplan validate`` checks a
-manifest's map with them, ``pdplan schedule`` a rollout's.
+The rules every node map keeps (:func:`node_map_violations`): each DP rank's TP group on one node, or on whole nodes
+one NVLink domain joins (two GB200 compute trays), GPU indices inside the node and held once, the pool's GPU type,
+replicas × PP stages per pool, an instance spanning nodes with equal GPUs on each and its node ranks stated; and
+against a cluster file (:func:`domain_violations`), no instance spanning more nodes than its node type has.
+``pdplan validate`` checks a manifest's map with them, ``pdplan schedule`` a rollout's.
 """
 
 from __future__ import annotations
@@ -13,12 +13,13 @@ from __future__ import annotations
 from pdplan.hardware import Cluster, gpu_catalog
 from pdplan.manifest.document import pool_shape
 from pdplan.manifest.violation import Violation
+from pdplan.shape import spans_nvlink
 
 
 def node_map_violations(pools: dict[str, dict], nodes: list[dict], *, at: str, pool_field) -> list[Violation]:
     """The node map ``nodes`` (at field path ``at``) holds every instance stage of ``pools``
-    (name → gpu, tp, pp, replicas, and dp when above 1): each DP rank's TP group on one node within
-    its NVLink domain, indices inside the node, no GPU held twice, the pool's GPU type, exactly
+    (name → gpu, tp, pp, replicas, and dp when above 1): each DP rank's TP group on one node, or on whole
+    nodes of its NVLink domain, indices inside the node, no GPU held twice, the pool's GPU type, exactly
     replicas × PP stages per pool, and each instance laid out as the engines count it
     (:func:`_instance_violations`). ``pool_field(name, key)`` names a pool's field in the document."""
     found = []
@@ -40,11 +41,10 @@ def node_map_violations(pools: dict[str, dict], nodes: list[dict], *, at: str, p
             used |= set(indices)
             if node["gpu"] != physical_gpu(pool["gpu"]):  # a power-capped setting runs on its own hardware's nodes
                 found.append(Violation(f"{at}[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
-            gpu = gpu_catalog().get(pool["gpu"])
-            room = min(node["gpus"], pool["tp"] if gpu is None else gpu.nvlink_domain)
-            if pool["tp"] > room:
+            room = min(node["gpus"], _nvlink_domain(pool))
+            if pool["tp"] > room and not spans_nvlink(pool["tp"], node["gpus"], _fabric_gpus(pool)):
                 found.append(Violation(pool_field(inst["pool"], "tp"), f"TP{pool['tp']} spans more than one node or "
-                                                                       f"NVLink domain ({room} GPUs)"))
+                                       f"NVLink domain ({room} GPUs), and not whole nodes of one NVLink fabric"))
             if inst["stage"] >= pool["pp"]:
                 found.append(Violation(f"{where}.stage", f"stage {inst['stage']} of a PP{pool['pp']} instance"))
             stages.setdefault(inst["pool"], set()).add((inst["instance"], inst["stage"]))
@@ -59,13 +59,32 @@ def node_map_violations(pools: dict[str, dict], nodes: list[dict], *, at: str, p
     return found
 
 
+def _nvlink_domain(pool: dict) -> int:
+    """GPUs of the pool's GPU type one NVLink domain joins (its TP as the bound for a type the catalog lacks)."""
+    gpu = gpu_catalog().get(pool["gpu"])
+    return pool["tp"] if gpu is None else gpu.nvlink_domain
+
+
+def _fabric_gpus(pool: dict) -> int:
+    """GPUs of the pool's GPU type one NVLink fabric joins across nodes (0: none, or a type the catalog lacks)."""
+    gpu = gpu_catalog().get(pool["gpu"])
+    return 0 if gpu is None else gpu.fabric_gpus
+
+
+def _whole_groups(held: int, tp: int, node_gpus: int, fabric_gpus: int) -> bool:
+    """Whether ``held`` GPUs of one node are whole TP groups, or the whole node as its share of one TP group over
+    whole nodes of an NVLink fabric."""
+    return held % tp == 0 or (held == node_gpus and spans_nvlink(tp, node_gpus, fabric_gpus))
+
+
 def _instance_violations(pool: dict, instance: str, placed: list[tuple[str, dict, dict]]) -> list[Violation]:
     """One instance laid out as the engines run it, from its node-map entries ``placed`` (field path,
     node, entry):
 
     - each stage holds TP × DP GPUs, summed over the nodes it spans, so the instance holds TP × DP × PP
       (SGLang ``--tp`` counts TP × DP GPUs with ``--enable-dp-attention``, vLLM TP × DP ranks);
-    - a node holds whole TP groups of a stage (each DP rank's attention TP inside one node), and every
+    - a node holds whole TP groups of a stage (each DP rank's attention TP inside one node), or the whole node
+      is its share of a TP group over whole nodes of one NVLink fabric (:func:`pdplan.shape.spans_nvlink`), and every
       node an instance spans holds as many of its GPUs (SGLang starts ``tp_size // nnodes`` ranks on each
       node: ``_calculate_rank_ranges``, python/sglang/srt/entrypoints/engine.py at 001067f);
     - its nodes are of one node type, the scale-out domain the cluster file describes (the nodes of a type
@@ -85,10 +104,12 @@ def _instance_violations(pool: dict, instance: str, placed: list[tuple[str, dict
         if len(entries) == 1 and held != tp * dp:
             found.append(Violation(f"{entries[0][0]}.gpu_indices", f"{held} GPUs for a {label} stage"))
             continue
-        split = [(where, len(entry["gpu_indices"])) for where, _, entry in entries if len(entry["gpu_indices"]) % tp]
+        split = [(where, len(entry["gpu_indices"])) for where, node, entry in entries
+                 if not _whole_groups(len(entry["gpu_indices"]), tp, node["gpus"], _fabric_gpus(pool))]
         for where, count in split:
             found.append(Violation(f"{where}.gpu_indices", f"{count} GPUs of a stage spanning nodes: each DP rank's "
-                                                           f"TP{tp} group sits inside one node"))
+                                                           f"TP{tp} group sits inside one node, or on whole nodes "
+                                                           "of one NVLink fabric"))
         if not split and held != tp * dp:
             found.append(Violation(f"{entries[0][0]}.gpu_indices", f"stage {stage} of instance {instance} holds "
                                    f"{held} GPUs over {len(entries)} nodes; a {label} stage needs {tp * dp}"))

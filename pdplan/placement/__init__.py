@@ -3,9 +3,9 @@
 Given per-shape pool capacities c(n) (from :mod:`pdplan.goodput` and :mod:`pdplan.poolcap`),
 the model chooses how many instances of each (phase, GPU type, TP, PP) to run and on which node
 types, so that each phase serves its requirement (system goodput is the minimum of the phases,
-0x0A), every TP group sits inside one node, node inventories hold, the fleet's GPU rules hold,
-every instance's KV handoff fits its link (0x08D), and budgets hold — at the least cost, GPUs or
-power, or at the highest goodput within a budget.
+0x0A), every TP group sits inside one node or on whole nodes of one NVLink domain, node
+inventories hold, the fleet's GPU rules hold, every instance's KV handoff fits its link (0x08D),
+and budgets hold — at the least cost, GPUs or power, or at the highest goodput within a budget.
 
 Modules: :mod:`.fleets` (which GPU types each pool may use), :mod:`.problem` (inputs and the
 solved plan), :mod:`.model` (the CP-SAT model), :mod:`.solve` (solving, diagnosis, node map).

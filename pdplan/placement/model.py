@@ -69,7 +69,7 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
                                         reason=f"{cand.label}: fleet {problem.fleet.label} puts {cand.phase} on "
                                                f"{', '.join(allowed)}"))
             continue
-        nodes = [n for n in problem.cluster.nodes_for(cand.gpu) if cand.nodes_per_stage(n.gpus_per_node)]
+        nodes = [n for n in problem.cluster.nodes_for(cand.gpu) if n.stage_nodes(cand)]
         if not nodes:
             rejections.append(Rejection(candidate=cand, family="inventory",
                                         reason=f"{cand.label}: {_unplaceable(cand)}"))
@@ -96,10 +96,11 @@ def screen(problem: Problem) -> tuple[dict[Candidate, tuple[NodeType, ...]], lis
 
 
 def _unplaceable(cand: Candidate) -> str:
-    """Why no node type holds a shape: a DP rank's TP group must sit inside one node, and a stage wider
-    than a node must spread over whole nodes with the same number of ranks on each."""
+    """Why no node type holds a shape: a DP rank's TP group must sit inside one node (or over whole nodes of one
+    NVLink domain), and a stage wider than a node must spread over whole nodes with the same number of ranks on
+    each."""
     if cand.stage_gpus == cand.tp:
-        return f"no node type with {cand.tp}+ {cand.gpu} GPUs"
+        return f"no node type with {cand.tp}+ {cand.gpu} GPUs in one node or NVLink domain"
     return (f"no node type of {cand.gpu} holds a TP{cand.tp} rank in one node and spreads {cand.stage_gpus} GPUs "
             "per stage evenly over whole nodes")
 
@@ -235,7 +236,7 @@ def lost_per_failure(problem: Problem, cand: Candidate) -> int:
         return 1
     if problem.redundancy == "node":
         return max(n.gpus_per_node // cand.node_slot(n.gpus_per_node) for n in problem.cluster.nodes_for(cand.gpu)
-                   if cand.nodes_per_stage(n.gpus_per_node))
+                   if n.stage_nodes(cand))
     return 0
 
 
@@ -388,7 +389,7 @@ def _pack_instances(built: Model, problem: Problem, relax: frozenset[str]) -> di
     for node in problem.cluster.nodes:
         placed = [c for c in usable if (c, node.name) in built.m]
         slot = {c: c.node_slot(node.gpus_per_node) for c in placed}
-        parts = {c: c.pp * c.nodes_per_stage(node.gpus_per_node) for c in placed}  # slots one instance takes
+        parts = {c: c.pp * node.stage_nodes(c) for c in placed}  # slots one instance takes
         patterns = built.patterns[node.name] = node_patterns(node.gpus_per_node, tuple(slot.values()))
         if not placed:
             continue

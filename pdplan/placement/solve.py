@@ -212,7 +212,7 @@ def _expand_patterns(problem: Problem, built: Model, solver: cp_model.CpSolver |
                        key=lambda c: (PHASES.index(c.phase), c.gpu, c.tp, c.dp, c.ep, c.pp))
         taken: dict[int, int] = {}
         for cand in order:
-            size, spans = cand.node_slot(node.gpus_per_node), cand.nodes_per_stage(node.gpus_per_node)
+            size, spans = cand.node_slot(node.gpus_per_node), node.stage_nodes(cand)
             for _ in range(solver.value(built.m[cand, node.name])):
                 parts = []
                 for _ in range(cand.pp * spans):

@@ -220,7 +220,7 @@ def all_to_all_bytes_per_request(request: PlanRequest, shape: Shape) -> float:
     tokens it runs (the prompt on prefill, the output on decode, both colocated) times
     :func:`pdplan.work.cross_node_all_to_all_bytes_per_token` over the fewest nodes a stage spans on
     this cluster's nodes; 0 when the stage fits one node."""
-    spans = [shape.nodes_per_stage(n.gpus_per_node) for n in request.cluster.nodes_for(shape.gpu)]
+    spans = [n.stage_nodes(shape) for n in request.cluster.nodes_for(shape.gpu)]
     nodes = min((s for s in spans if s), default=1)
     per_token = cross_node_all_to_all_bytes_per_token(request.model, shape.ep, nodes)
     if not per_token:

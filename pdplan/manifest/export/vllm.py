@@ -215,8 +215,8 @@ _RAY_READY = ('import sys, ray; ray.init(address="auto", logging_level="ERROR");
 def ray_launch(serve: list[str], *, rank: shell.Var, leader: shell.Word, nodes: int, gpus: int) -> list[str]:
     """Shell lines for a multi-node instance: rank 0 starts the Ray head, waits until all ``nodes``
     with ``gpus`` GPUs have joined (or gives up after RAY_WAIT_SECONDS with a clear error), then
-    starts vLLM, which places its pipeline stages through Ray; the other nodes join the head's
-    cluster and block. vLLM alone would wait 1800 s for its placement group and then fail with a
+    starts vLLM, which places its pipeline stages (or a TP group over trays NVLink joins) through Ray; the other
+    nodes join the head's cluster and block. vLLM alone would wait 1800 s for its placement group and then fail with a
     resource error (ray_utils.py ``_wait_until_pg_ready``, ``PG_WAIT_TIMEOUT``)."""
     late = (f"pdplan: the Ray cluster of this instance has not reached {nodes} nodes and {gpus} GPUs after "
             f"{RAY_WAIT_SECONDS} s: its other nodes have not all joined (each runs this instance with its rank; "
