@@ -567,10 +567,13 @@ def shape_rejection(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, gpus_per_no
     if COMPUTE_DTYPE.get(model.weight_dtype, model.weight_dtype) not in gpu.dtypes:
         return f"{shape}: {gpu.name} has no {model.weight_dtype} tensor cores (it runs {', '.join(gpu.dtypes)})"
     if gpus_per_node is not None and tp > gpus_per_node and not spans_nvlink(tp, gpus_per_node, gpu.fabric_gpus):
-        group = "each DP rank's attention TP group" if dp > 1 else "a TP group"
-        joined = (f" or on whole nodes of one NVLink fabric ({gpu.fabric_gpus} {gpu.name} GPUs)"
-                  if gpu.fabric_gpus else "")
-        return f"{shape}: TP {tp} > {gpus_per_node} GPUs per node: {group} must sit inside one node{joined}"
+        why = f"{shape}: TP {tp} > {gpus_per_node} GPUs per node"
+        if dp > 1:
+            why += ": each DP rank's attention TP group must sit inside one node"
+        if gpu.fabric_gpus:
+            why += (f", and a wider one takes whole nodes of its NVLink fabric (a multiple of {gpus_per_node}, at "
+                    f"most {gpu.fabric_gpus} GPUs)")
+        return why
     if model.attention == "mla":
         if model.q_heads % tp:
             return f"{shape}: TP {tp} does not divide {model.q_heads} attention heads"

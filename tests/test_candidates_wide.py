@@ -203,7 +203,7 @@ def test_a_tp8_group_over_two_gb200_trays_is_a_candidate_as_tensorrt_llm_runs_it
 
 def test_a_tp_group_beyond_an_hgx_node_is_refused_naming_the_rule():
     _, rejected = wide_labels("deepseek-v3@fp8", h200(), dps=(1,), tps=(16,))
-    assert "TP 16 > 8 GPUs per node: a TP group must sit inside one node" in rejected["h200-141gb TP16 PP1"]
+    assert rejected["h200-141gb TP16 PP1"].endswith("TP 16 > 8 GPUs per node")
 
 
 def test_vllm_ranks_whose_tp_group_spans_trays_are_refused_as_its_export_starts_whole_ranks_per_node():

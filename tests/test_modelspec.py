@@ -336,3 +336,11 @@ def test_a_repository_that_is_no_hub_id_is_refused_naming_file_line_and_field(tm
                                           r"|a non-empty string)") as error:
         load_model(path)
     assert error.value.field == "hf_repo"
+
+
+def test_a_tp_group_beyond_a_gb200_tray_must_take_whole_trays_of_its_rack():
+    gb200 = get_gpu("gb200-185gb")
+    assert shape_rejection(get_model("deepseek-v3@fp4"), gb200, 8, 1, gpus_per_node=4) is None
+    assert shape_rejection(get_model("deepseek-v3@fp4"), gb200, 6, 1, gpus_per_node=4).endswith(
+        "TP 6 > 4 GPUs per node, and a wider one takes whole nodes of its NVLink fabric (a multiple of 4, at most "
+        "72 GPUs)")
