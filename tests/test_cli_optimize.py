@@ -314,6 +314,28 @@ def test_a_pd_answer_with_no_colocated_plan_at_any_rate_says_its_manifest_regist
     assert code == 1 and "a verified colocated fallback must be registered before release" in out
 
 
+def test_a_tp8_group_over_two_gb200_trays_is_planned_placed_on_whole_trays_and_validates(run_cli, tmp_path):
+    """TensorRT-LLM's TEP8 shape on the example rack's trays of 4: each TP8 instance takes two whole trays, given
+    node ranks 0 and 1, and the manifest validates against the cluster."""
+    import yaml
+
+    out_file, cluster = tmp_path / "plan.yaml", ROOT / "examples" / "cluster_gb200.yaml"
+    code, _, err = run_cli("optimize", ROOT / "traces" / "smoke_uniform_200.csv", "--model", "deepseek-r1", "--dtype",
+                           "fp8", "--cluster", cluster, "--engine", "trtllm", "--mode", "disaggregated", "--tp", "8",
+                           "--pp", "1", "--target-rate", "5", "--ttft", "2s", "--tpot", "50ms", "--cache-dir",
+                           tmp_path / "cache", "--out", out_file)
+    assert code == 0, err
+    doc = yaml.safe_load(out_file.read_text())
+    assert {(p["tp"], p["gpus"] // p["replicas"]) for p in doc["pools"]} == {(8, 8)}
+    spans = {}
+    for node in doc["placement"]["nodes"]:
+        for inst in node["instances"]:
+            spans.setdefault(inst["instance"], []).append((inst["node_rank"], len(inst["gpu_indices"])))
+    assert spans and all(sorted(ranks) == [(0, 4), (1, 4)] for ranks in spans.values())
+    code, out, err = run_cli("validate", out_file, "--cluster", cluster)
+    assert code == 0 and ": valid (" in out, out + err
+
+
 def test_when_no_plan_passes_it_exits_1_writes_nothing_and_shows_the_closest(optimize, monkeypatch, tmp_path):
     from pdplan.planner.checks import Verifier
     from pdplan.verify import RunRecord, judge

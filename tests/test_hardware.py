@@ -153,7 +153,7 @@ def test_only_a_gpu_whose_nvlink_domain_spans_compute_trays_sits_in_an_nvlink_fa
 
 def test_a_tp_group_may_take_whole_trays_of_a_gb200_rack_but_never_two_hgx_nodes():
     """NVLink joins GB200 trays into one rack, so a TP8 group takes two of its trays; an HGX board's NVLink ends at
-    the board, so two 8-GPU nodes never join one TP16 group (nor two 4-GPU shares of one board a TP8)."""
+    the board, so two nodes of 4 H100s (shares of boards) never join one TP8 group."""
     from pdplan.shape import InstanceShape
 
     (tray,) = load_cluster(ROOT / "examples" / "cluster_gb200.yaml").nodes

@@ -41,7 +41,8 @@ def node_map_violations(pools: dict[str, dict], nodes: list[dict], *, at: str, p
             used |= set(indices)
             if node["gpu"] != physical_gpu(pool["gpu"]):  # a power-capped setting runs on its own hardware's nodes
                 found.append(Violation(f"{at}[{n}].gpu", f"{node['gpu']} node holds a {pool['gpu']} pool"))
-            room = min(node["gpus"], _nvlink_domain(pool))
+            gpu = gpu_catalog().get(pool["gpu"])
+            room = min(node["gpus"], pool["tp"] if gpu is None else gpu.nvlink_domain)
             if pool["tp"] > room and not spans_nvlink(pool["tp"], node["gpus"], _fabric_gpus(pool)):
                 found.append(Violation(pool_field(inst["pool"], "tp"), f"TP{pool['tp']} spans more than one node or "
                                        f"NVLink domain ({room} GPUs), and not whole nodes of one NVLink fabric"))
@@ -57,12 +58,6 @@ def node_map_violations(pools: dict[str, dict], nodes: list[dict], *, at: str, p
             found.append(Violation(pool_field(name, "replicas"), f"{pool['replicas']} replicas × PP{pool['pp']} need "
                                    f"{pool['replicas'] * pool['pp']} placed stages; the node map has {len(placed)}"))
     return found
-
-
-def _nvlink_domain(pool: dict) -> int:
-    """GPUs of the pool's GPU type one NVLink domain joins (its TP as the bound for a type the catalog lacks)."""
-    gpu = gpu_catalog().get(pool["gpu"])
-    return pool["tp"] if gpu is None else gpu.nvlink_domain
 
 
 def _fabric_gpus(pool: dict) -> int:
