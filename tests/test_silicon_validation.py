@@ -171,6 +171,19 @@ def test_the_median_table_sets_each_groups_simulated_median_against_its_runs_med
     assert b200["rows"] == 1 and b200["median_vs_median"] == pytest.approx(0.0)
 
 
+def test_the_low_load_gap_is_measured_minus_simulated_ttft_per_group_at_up_to_16_clients(validation):
+    """Two 8k B200 rows of 4 and 16 clients measured 100 and 300 ms above their replay: median 200; a row of 64
+    clients (queueing) and an aggregated row stay out."""
+    import pandas as pd
+
+    results = pd.DataFrame({"kind": "composed", "backend": "trtllm", "gpu": "b200-180gb", "dtype": "fp8",
+                            "isl": 8192, "mode": ["disagg", "disagg", "disagg", "agg"],
+                            "concurrency": [4, 16, 64, 4], "ttft_ms": [200.0, 300.0, 1000.0, 100.0],
+                            "silicon_ttft_ms": [300.0, 600.0, 5000.0, 900.0]})
+    (row,) = validation.low_load_gaps(results).to_dict("records")
+    assert (row["rows"], row["gap_ms_median"], row["gap_ms_min"], row["gap_ms_max"]) == (2, 200.0, 100.0, 300.0)
+
+
 def test_attention_dp_rows_of_tensorrt_llm_replay_the_balance_their_recipe_set(deployments, rows):
     """DeepSeek-R1's recipes: ``timeout_iters: 60, batching_wait_iters: 0``; gpt-oss's state neither, so
     TensorRT-LLM's defaults, 50 and 10. Rows without attention DP hold nothing."""
