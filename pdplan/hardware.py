@@ -290,6 +290,19 @@ class Cluster:
                 return f"node type {n.name} {why}; the plan is made, but pdplan export refuses such a node"
         return None
 
+    def racks_notice(self) -> str | None:
+        """What a user should know when a node type of trays holds more GPUs than one NVLink fabric joins (two GB200
+        NVL72 racks written as one type of 36 trays): an instance over several of its nodes (a TP group over trays,
+        a wide instance's NVLink all-to-all) is planned as if NVLink joined them all."""
+        for n in self.nodes:
+            fabric = n.gpu.fabric_gpus
+            if n.count is not None and n.gpus_per_node < fabric < n.count * n.gpus_per_node:
+                return (f"node type {n.name} holds {n.count} nodes of {n.gpus_per_node} {n.gpu.name} GPUs, more than "
+                        f"one NVLink domain joins ({fabric}): an instance over several of its nodes is planned as if "
+                        "NVLink joined them all; write each rack as its own node type, as examples/cluster_gb200.yaml "
+                        "writes one")
+        return None
+
 
 def beyond_a_host(gpus: int, gpu: GPU) -> str | None:
     """Why a node of ``gpus`` GPUs of ``gpu`` cannot be started as one (a GB200 NVL72 rack written as one node of

@@ -127,6 +127,17 @@ def test_a_cluster_with_a_node_larger_than_a_host_says_its_exports_will_be_refus
     assert load_cluster(default_cluster_path()).hosts_notice() is None
 
 
+def test_a_type_of_trays_beyond_one_nvlink_rack_says_its_instances_are_planned_as_if_nvlink_joined_them(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("nodes:\n  - {name: trays, gpu: gb200-185gb, gpus_per_node: 4, intra_node_gb_s: 900,"
+                    " inter_node_gb_s: 900, count: 36}\n")
+    notice = load_cluster(path).racks_notice()
+    assert "node type trays holds 36 nodes of 4 gb200-185gb GPUs, more than one NVLink domain joins (72)" in notice
+    assert load_cluster(ROOT / "examples" / "cluster_gb200.yaml").racks_notice() is None   # its 18 trays: one rack
+    assert rack_as_one_node(tmp_path).racks_notice() is None                                # a rack per node
+    assert load_cluster(default_cluster_path()).racks_notice() is None                      # HGX boards
+
+
 def test_a_gb200_host_is_a_compute_tray_of_4_and_an_hgx_host_its_boards_8():
     assert get_gpu("gb200-185gb").gpus_per_host == 4
     assert {get_gpu(name).gpus_per_host for name in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb")} == {8}

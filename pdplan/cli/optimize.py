@@ -293,7 +293,8 @@ def optimize(
         early_rejection=early_rejection,
         seed=seed, inputs=Inputs(trace=trace, cluster=cluster, profiles=() if profiles is None else (profiles,),
                                  model=model_file(model)))
-    for notice in (routing_notice(request.router, workload.has_prefix_hashes), the_cluster.hosts_notice()):
+    for notice in (routing_notice(request.router, workload.has_prefix_hashes), the_cluster.hosts_notice(),
+                   the_cluster.racks_notice()):
         if notice is not None:
             stderr.print(f"notice: {notice}", markup=False, highlight=False)
     cache = ResultCache(cache_dir, enabled=not no_cache,
