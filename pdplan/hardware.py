@@ -120,14 +120,16 @@ def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU
         merged = dict(catalog[base].data)
         merged.update(spec.data)
         spec = Fields(merged, spec.file, spec.path, line=spec.line)
+    domain = spec.integer("nvlink_domain", 8, minimum=1, maximum=MAX_GPUS_PER_NODE)
     return GPU(
         name=name,
         memory_bytes=int(spec.number("memory_gib", minimum=0, exclusive=True, maximum=100_000) * GIB),
         flops_per_s=spec.number("bf16_tflops", minimum=0, exclusive=True, maximum=1e6) * 1e12,
         fp8_flops_per_s=spec.number("fp8_tflops", 0.0, minimum=0, maximum=1e6) * 1e12,
         fp4_flops_per_s=spec.number("fp4_tflops", 0.0, minimum=0, maximum=1e6) * 1e12,
-        nvlink_domain=spec.integer("nvlink_domain", 8, minimum=1, maximum=MAX_GPUS_PER_NODE),
-        host_gpus=_host_gpus(spec),
+        nvlink_domain=domain,
+        # one host never holds more GPUs than its NVLink domain (0: not stated)
+        host_gpus=spec.integer("host_gpus", 0, minimum=1, maximum=domain) if spec.has("host_gpus") else 0,
         hbm_bytes_per_s=spec.number("hbm_tb_s", minimum=limits.MIN_BANDWIDTH_GB_S / 1e3, maximum=1e4) * 1e12,
         nvlink_bytes_per_s=spec.bandwidth_gb_s("nvlink_gb_s") * GB,
         network_bytes_per_s=spec.bandwidth_gb_s("network_gb_s") * GB,
@@ -138,12 +140,6 @@ def _gpu_from_fields(name: str, spec: Fields, catalog: dict[str, Fields]) -> GPU
         product_label=_label_part(spec, "gpu_product", label_value_problem) if spec.has("gpu_product") else None,
         sources={str(k): str(v) for k, v in (spec.data.get("sources") or {}).items()},
     )
-
-
-def _host_gpus(spec: Fields) -> int:
-    """A GPU's ``host_gpus``: at most its NVLink domain, which one host never exceeds (0: not stated)."""
-    domain = spec.integer("nvlink_domain", 8, minimum=1, maximum=MAX_GPUS_PER_NODE)
-    return spec.integer("host_gpus", 0, minimum=1, maximum=domain) if spec.has("host_gpus") else 0
 
 
 def _label_part(spec: Fields, key: str, rule) -> str:

@@ -7,6 +7,13 @@ from pdplan.hardware import NodeType, default_cluster_path, get_gpu, gpu_catalog
 from tests.conftest import ROOT
 
 
+def cluster_file(tmp_path, node: str, rest: str = ""):
+    """A cluster file ``c.yaml`` of one node type, written as a flow mapping (``node``), and ``rest`` below."""
+    path = tmp_path / "c.yaml"
+    path.write_text(f"nodes:\n  - {{{node}}}\n{rest}")
+    return path
+
+
 def test_catalog_has_the_four_gpu_types():
     assert {"a100-80gb", "h100-80gb", "h100-80gb-pcap", "h200-141gb"} <= set(gpu_catalog())
 
@@ -37,9 +44,8 @@ def test_shipped_cluster_loads_with_price_overrides():
 
 
 def test_unbounded_node_count_is_none(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450,"
-                    " inter_node_gb_s: 50, count: unbounded}\n")
+    path = cluster_file(tmp_path, "name: n, gpu: h100-80gb, gpus_per_node: 8,"
+                        " intra_node_gb_s: 450, inter_node_gb_s: 50, count: unbounded")
     assert load_cluster(path).nodes[0].count is None
 
 
@@ -80,18 +86,18 @@ def test_bad_cluster_file_names_file_line_and_field(tmp_path, text, message):
 
 
 def test_hourly_cost_adds_metered_energy_at_the_power_limit(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 8, intra_node_gb_s: 450,"
-                    " inter_node_gb_s: 50}\nprices: {h100-80gb: 1.0}\nenergy_usd_per_kwh: 0.1\npue: 1.5\n")
+    path = cluster_file(tmp_path, "name: n, gpu: h100-80gb, gpus_per_node: 8,"
+                        " intra_node_gb_s: 450, inter_node_gb_s: 50",
+                        "prices: {h100-80gb: 1.0}\nenergy_usd_per_kwh: 0.1\npue: 1.5\n")
     cluster = load_cluster(path)
     assert cluster.priced_gpu("h100-80gb").usd_per_hour == pytest.approx(1.0 + 0.7 * 1.5 * 0.1)
     assert cluster.priced_gpu("h100-80gb-pcap").usd_per_hour == pytest.approx(1.0 + 0.49 * 1.5 * 0.1)
 
 
 def test_nodes_declared_power_capped_run_and_price_their_own_type(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb-pcap, gpus_per_node: 8, intra_node_gb_s: 450,"
-                    " inter_node_gb_s: 50, count: 2}\nprices: {h100-80gb-pcap: 0.9}\n")
+    path = cluster_file(tmp_path, "name: n, gpu: h100-80gb-pcap, gpus_per_node: 8,"
+                        " intra_node_gb_s: 450, inter_node_gb_s: 50, count: 2",
+                        "prices: {h100-80gb-pcap: 0.9}\n")
     cluster = load_cluster(path)
     assert [n.name for n in cluster.nodes_for("h100-80gb-pcap")] == ["n"]
     assert cluster.nodes_for("h100-80gb") == ()
@@ -99,18 +105,16 @@ def test_nodes_declared_power_capped_run_and_price_their_own_type(tmp_path):
 
 
 def test_a_node_larger_than_any_nvlink_domain_is_refused(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("nodes:\n  - {name: n, gpu: h100-80gb, gpus_per_node: 100000, intra_node_gb_s: 450,"
-                    " inter_node_gb_s: 50}\n")
+    path = cluster_file(tmp_path, "name: n, gpu: h100-80gb, gpus_per_node: 100000,"
+                        " intra_node_gb_s: 450, inter_node_gb_s: 50")
     with pytest.raises(PdplanError, match=r"c.yaml:2: nodes\[0\].gpus_per_node must be <= 72, got 100000"):
         load_cluster(path)
 
 
 def rack_as_one_node(tmp_path):
     """A GB200 NVL72 rack written as one node of 72, as the example cluster wrote it before it named the trays."""
-    path = tmp_path / "c.yaml"
-    path.write_text("nodes:\n  - {name: nvl72, gpu: gb200-185gb, gpus_per_node: 72, intra_node_gb_s: 900,"
-                    " inter_node_gb_s: 100, count: 2}\n")
+    path = cluster_file(tmp_path, "name: nvl72, gpu: gb200-185gb, gpus_per_node: 72,"
+                        " intra_node_gb_s: 900, inter_node_gb_s: 100, count: 2")
     return load_cluster(path)
 
 
@@ -128,9 +132,8 @@ def test_a_cluster_with_a_node_larger_than_a_host_says_its_exports_will_be_refus
 
 
 def test_a_type_of_trays_beyond_one_nvlink_rack_says_its_instances_are_planned_as_if_nvlink_joined_them(tmp_path):
-    path = tmp_path / "c.yaml"
-    path.write_text("nodes:\n  - {name: trays, gpu: gb200-185gb, gpus_per_node: 4, intra_node_gb_s: 900,"
-                    " inter_node_gb_s: 900, count: 36}\n")
+    path = cluster_file(tmp_path, "name: trays, gpu: gb200-185gb, gpus_per_node: 4,"
+                        " intra_node_gb_s: 900, inter_node_gb_s: 900, count: 36")
     notice = load_cluster(path).racks_notice()
     assert "node type trays holds 36 nodes of 4 gb200-185gb GPUs, more than one NVLink domain joins (72)" in notice
     assert load_cluster(ROOT / "examples" / "cluster_gb200.yaml").racks_notice() is None   # its 18 trays: one rack

@@ -77,7 +77,7 @@ def pools(solution: Solution, report: PlanReport) -> list[dict]:
     """Each pool of the plan: its shape, cost, power and profile, and the redundant expert slots a wide one holds."""
     cluster, redundant = report.request.cluster, report.request.redundant_experts
     return [{"phase": c.phase, **shape_dict(c, k),
-             **({"redundant_experts": wide_slots(c.dp, redundant)} if wide_slots(c.dp, redundant) else {}),
+             **({"redundant_experts": slots} if (slots := wide_slots(c.dp, redundant)) else {}),
              "chunk_tokens": c.chunk_tokens,
              "usd_per_hour": cluster.priced_gpu(c.gpu).usd_per_hour * c.gpus * k,
              "power_w": cluster.priced_gpu(c.gpu).tdp_w * c.gpus * k,
