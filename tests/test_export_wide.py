@@ -783,3 +783,16 @@ def test_vllm_runs_a_tp8_group_over_two_gb200_trays_through_ray(tep8, tmp_path):
     script = export_manifest(tep8, "vllm")["vllm/prefill-0.sh"]
     assert "ray start --head" in script and "--address=tray-0:" in script
     assert "--tensor-parallel-size 8" in script and "--distributed-executor-backend ray" in script
+
+
+def test_the_dynamo_graph_of_a_tp8_group_over_two_gb200_trays_is_one_multinode_component_each(shared_data, tep8):
+    """Each TEP8 pool runs as a component of two nodes of 4 GPUs (nodeCount x the container's GPUs = its 8), and the
+    graph validates strictly against the CRD schema."""
+    (text,) = export_manifest(_vllm(tep8), "dynamo").values()
+    graph = yaml.safe_load(text)
+    _validator(shared_data, "dynamo.dynamographdeployment.v1beta1.schema.json").validate(graph)
+    workers = [c for c in graph["spec"]["components"] if c["name"] != "Frontend"]
+    assert len(workers) == 2
+    for worker in workers:
+        limits = worker["podTemplate"]["spec"]["containers"][0]["resources"]["limits"]
+        assert (worker["multinode"]["nodeCount"], limits["nvidia.com/gpu"]) == (2, "4")
