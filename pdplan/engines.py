@@ -213,6 +213,7 @@ class Role(InstanceShape):
     blackwell: bool = False      #: its GPU is a Blackwell (:attr:`pdplan.hardware.GPU.blackwell`)
     all_to_all: AllToAll = AllToAll.DISPATCH  #: how its DP ranks reach whole experts, as verified
     spans_nodes: bool = False    #: an instance of it spans nodes in the node map
+    node_gpus: int = 0           #: GPUs of the smallest node a spanning instance sits on (0: none spans)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -470,13 +471,15 @@ def rank_span_refusal(engine: str | None, shape: InstanceShape, gpus_per_node: i
 
 def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[Role]) -> str | None:
     """Why ``engine`` cannot run a plan of these pools, naming the first rule it breaks; None when it
-    can. Every pool faces the expert rules (DeepEP's too where the engine's export starts it for the pool) and the
-    chunk rules; only a P/D plan's prefill and decode pools face the KV rules (a colocated plan moves no KV)."""
+    can. Every pool faces the expert rules (DeepEP's too where the engine's export starts it for the pool), the
+    chunk rules and, where its instances span nodes, the rule on DP ranks over them (:func:`rank_span_refusal`);
+    only a P/D plan's prefill and decode pools face the KV rules (a colocated plan moves no KV)."""
     pools = list(pools)
     for pool in pools:
         deepep = starts_deepep(engine, pool.phase, pool, pool.all_to_all, pool.spans_nodes)
         why = experts_refusal(engine, pool.phase, pool.ep, pool.experts, deepep=deepep) \
-            or chunk_refusal(engine, pool.phase, pool.chunk_tokens, pool.blackwell)
+            or chunk_refusal(engine, pool.phase, pool.chunk_tokens, pool.blackwell) \
+            or (rank_span_refusal(engine, pool, pool.node_gpus) if pool.node_gpus else None)
         if why:
             return why
     prefills = [p for p in pools if p.phase == "prefill"]

@@ -785,6 +785,20 @@ def test_vllm_runs_a_tp8_group_over_two_gb200_trays_through_ray(tep8, tmp_path):
     assert "--tensor-parallel-size 8" in script and "--distributed-executor-backend ray" in script
 
 
+def test_validate_refuses_a_vllm_plan_whose_dp_ranks_each_span_trays(tep8):
+    """A TP8 DP2 prefill over four GB200 trays: each rank's TP group takes two whole trays, which SGLang starts
+    (``--tp-size 16 --attn-dp-size 2 --nnodes 4``) and vLLM's export cannot (it starts whole DP ranks per node),
+    so ``validate`` holds a vLLM plan to the rule the search applies."""
+    prefill = tep8["pools"][0]
+    prefill.update(dp=2, ep=16, gpus=16)
+    tep8["placement"]["nodes"][:2] = [
+        {**tep8["placement"]["nodes"][0], "node": f"tray-p{k}",
+         "instances": [{"instance": "prefill-0", "pool": "prefill", "stage": 0, "node_rank": k,
+                        "gpu_indices": [0, 1, 2, 3]}]} for k in range(4)]
+    assert engine_refusal(tep8, "sglang") is None
+    assert engine_refusal(tep8, "vllm").startswith("vllm-whole-ranks: ")
+
+
 def test_the_dynamo_graph_of_a_tp8_group_over_two_gb200_trays_is_one_multinode_component_each(shared_data, tep8):
     """Each TEP8 pool runs as a component of two nodes of 4 GPUs (nodeCount x the container's GPUs = its 8), and the
     graph validates strictly against the CRD schema."""

@@ -44,7 +44,7 @@ from pdplan.manifest.document import (
     schema_errors,
     section_hashes,
 )
-from pdplan.manifest.node_map import domain_violations, node_map_violations, spanning_pools
+from pdplan.manifest.node_map import domain_violations, node_map_violations, spanned_node_gpus
 from pdplan.manifest.violation import Violation
 from pdplan.modelref import get_model
 from pdplan.modelspec import expert_placement_rejection, weight_bytes_per_gpu
@@ -316,19 +316,19 @@ def engine_refusal(manifest: dict, engine: str | None) -> str | None:
     """Why ``engine`` cannot run this manifest's pools with its KV connector, their experts and their prompt
     chunks (the rule and its reason, see :mod:`pdplan.engines`), or None when it can or no engine is named. A
     model YAML's experts are not known here, so the expert rules pass it."""
-    spanning = spanning_pools(manifest["placement"]["nodes"])
+    spanning = spanned_node_gpus(manifest["placement"]["nodes"])
     roles = [_role(manifest, pool, spanning) for pool in manifest["pools"]]
     return engines.plan_refusal(engine, manifest["transfer"]["connector"], roles)
 
 
-def _role(manifest: dict, pool: dict, spanning: set[str]) -> engines.Role:
+def _role(manifest: dict, pool: dict, spanning: dict[str, int]) -> engines.Role:
     """A manifest pool as the engine rules see it (an unknown GPU, which ``validate`` names, is not a Blackwell),
-    ``spanning`` the pools whose instances span nodes."""
+    ``spanning`` the pools whose instances span nodes, with the GPUs of the smallest such node."""
     shape, gpu = pool_shape(pool), gpu_catalog().get(pool["gpu"])
     return engines.Role(phase=pool["phase"], gpu=pool["gpu"], tp=shape.tp, pp=shape.pp, dp=shape.dp, ep=shape.ep,
                         experts=routed_experts(manifest, pool), chunk_tokens=prompt_budget(pool)[0] or 0,
                         blackwell=gpu is not None and gpu.blackwell, all_to_all=all_to_all(pool),
-                        spans_nodes=pool["name"] in spanning)
+                        spans_nodes=pool["name"] in spanning, node_gpus=spanning.get(pool["name"], 0))
 
 
 def _engine(manifest: dict) -> list[Violation]:

@@ -187,8 +187,19 @@ def instance_slots(nodes: list[dict]) -> dict[tuple[str, str], list[tuple[int, i
 
 def spanning_pools(nodes: list[dict]) -> set[str]:
     """The pools some instance of which the node map ``nodes`` places on more than one node."""
-    return {pool for (pool, _), slots in instance_slots(nodes).items()
-            if len({nodes[n]["node"] for n, _ in slots}) > 1}
+    return set(spanned_node_gpus(nodes))
+
+
+def spanned_node_gpus(nodes: list[dict]) -> dict[str, int]:
+    """Pool → the GPUs of the smallest node an instance of it spanning nodes sits on, for the pools some instance
+    of which the node map ``nodes`` places on more than one node (what the engines' rank rules read,
+    :func:`pdplan.engines.rank_span_refusal`)."""
+    found: dict[str, int] = {}
+    for (pool, _), slots in instance_slots(nodes).items():
+        held = {nodes[n]["node"]: nodes[n]["gpus"] for n, _ in slots}
+        if len(held) > 1:
+            found[pool] = min(found.get(pool, min(held.values())), min(held.values()))
+    return found
 
 
 def physical_gpu(name: str) -> str:
