@@ -56,7 +56,8 @@ Stated assumptions, the same for every row:
   requests its recipe lets it: TensorRT-LLM's decode ``max_batch_size``, SGLang's decode
   ``--max-running-requests`` over its DP ranks; the others wait, their KV sent, for a running request to end
   (a recipe of one request per decode worker, run by more clients than workers, queues them there);
-* disaggregated rows — the KV moves over 50 GB/s per decode instance (one 400 Gb/s NIC), 0.5 ms
+* disaggregated rows — the KV lands on a decode rank over its GPUs' NICs (50 GB/s each, one 400 Gb/s NIC per
+  GPU; under MLA each GPU takes the whole latent, so a prompt's KV moves at 50 GB/s per stage), 0.5 ms
   per transfer, once the prompt's prefill ends, as the engines send it (SGLang each chunk after its forward,
   ``send_kv_chunk``; TensorRT-LLM a context request after it completes, its KV-cache transceiver); SGLang's
   prefill workers with attention DP put each prompt on the rank its random bootstrap room names
@@ -130,7 +131,8 @@ SCHEDULING = {"vllm": ("chunked", 8192), "trtllm": ("chunked", 8192), "sglang": 
 #: SemiAnalysis' InferenceMAX collections: two CSV exports and a dump of its results database, each row
 #: naming the container image and measurement date; one benchmark client (module docstring).
 INFERENCEMAX, RANGE_RATIO = ("2026-04-06.csv", "2026-03-25.csv", "db-dump/2026-04-27"), 0.8
-LINK = Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=50e9, setup_s=0.5e-3)
+#: Each GPU's KV path: one 400 Gb/s NIC, and 0.5 ms per transfer.
+NIC_BYTES_PER_S, LINK_SETUP_S = 50e9, 0.5e-3
 DEEPSEEK = {"deepseek-r1", "deepseek-v3"}
 #: InferenceMAX sweeps (engine, GPU, precision, UTC date of the merge that started them) that ran
 #: DeepSeek-R1 only with multi-token prediction: the merge's entry in InferenceX's perf-changelog.yaml
@@ -294,8 +296,16 @@ def plan_for(row) -> Plan:
         return Plan(pools=(replace(pool, all_to_all=all_to_all(row, pool)),))
     recipe = disagg_recipe(row)
     pools = (prefill_pool(row, model, recipe), decode_pool(row, model, recipe))
-    return Plan(pools=tuple(replace(pool, all_to_all=all_to_all(row, pool)) for pool in pools), default_link=LINK,
-                transfer_schedule="request")
+    return Plan(pools=tuple(replace(pool, all_to_all=all_to_all(row, pool)) for pool in pools),
+                default_link=kv_link(pools[1]), transfer_schedule="request")
+
+
+def kv_link(decode: Pool) -> Link:
+    """The KV path into a decode instance: a request lands on one of its ranks, each of whose GPUs takes its part
+    over its own NIC (:data:`NIC_BYTES_PER_S`; under MLA each its copy of the latent,
+    :func:`pdplan.handoff.handoff_copies`, so the prompt's KV moves at one NIC's rate per pipeline stage)."""
+    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=NIC_BYTES_PER_S * decode.tp * decode.pp,
+                setup_s=LINK_SETUP_S)
 
 
 def prefill_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:

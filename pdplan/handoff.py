@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Sequence
 
-from pdplan.modelspec import ModelSpec
+from pdplan.modelspec import ModelSpec, kv_layer_bytes_per_rank
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +47,17 @@ def transfer_bytes(blocks: int, block_tokens: int, model: ModelSpec) -> int:
     Padding, descriptors, checksums and framing belong to a physical-traffic ledger, not here.
     """
     return blocks * block_tokens * model.kv_bytes_per_token
+
+
+def handoff_copies(model: ModelSpec, tp: int) -> float:
+    """Copies of a request's KV a handoff lands on an instance of attention TP ``tp``, each TP rank the part it
+    caches (:func:`pdplan.modelspec.kv_layer_bytes_per_rank`): ``tp`` under MLA, whose every rank caches the
+    whole latent (vLLM's NixlConnector reads it whole into each decode worker, "For MLA: KV is replicated across
+    TP", vllm/distributed/kv_transfer/kv_connector/v1/nixl_connector.py; SGLang pairs each decode rank with one
+    prefill rank, disaggregation/common/conn.py ``_resolve_rank_mapping``); 1 when TP divides the K/V heads, and
+    tp / H_kv past them, each rank holding one replicated head. What a prefill instance of attention TP ``tp``
+    ships is counted the same way: each of its GPUs sends the part it holds over its own NIC."""
+    return tp * kv_layer_bytes_per_rank(model, tp) / (model.kv_bytes_per_token / model.layers)
 
 
 def payload_floor_s(payload_bytes: float, link_bytes_per_s: float) -> float:

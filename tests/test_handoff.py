@@ -2,7 +2,8 @@
 
 import pytest
 
-from pdplan.handoff import ledger, payload_floor_s, transfer_bytes
+from pdplan.handoff import handoff_copies, ledger, payload_floor_s, transfer_bytes
+from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 
 PROMPT = list(range(8))  # b0..b7
@@ -47,3 +48,11 @@ def test_768_mib_per_s_fits_a_4_gib_path_but_not_a_256_mib_path():
 
     assert link_fits(768 * MIB, 4 * 1024 * MIB)
     assert not link_fits(768 * MIB, 256 * MIB)
+
+
+@pytest.mark.parametrize(("model", "tp", "copies"), [
+    ("deepseek-v3@fp8", 1, 1), ("deepseek-v3@fp8", 8, 8),    # MLA: every TP rank caches the whole latent
+    ("llama-3.1-70b", 8, 1), ("llama-3.1-70b", 16, 2),      # 8 K/V heads: split to 8 ranks, then replicated
+])
+def test_a_handoff_lands_one_copy_of_what_each_tp_rank_caches(model, tp, copies):
+    assert handoff_copies(get_model(model), tp) == pytest.approx(copies)

@@ -15,10 +15,12 @@ from hypothesis import strategies as st
 
 from pdplan.engines import first_token, handoff
 from pdplan.errors import PdplanError
-from pdplan.sim import Plan, simulate
+from pdplan.modelref import get_model
+from pdplan.sim import Plan, Pool, simulate
 from pdplan.sim.planfile import load_plan, plan_to_dict
 from pdplan.vocabulary import FirstToken, Handoff
 from tests.conftest import ROOT
+from tests.handbuilt import handbuilt_profile
 from tests.test_sim_data_parallel import wide
 from tests.test_sim_system import HETEROGENEOUS, KV, MODEL, PROFILES, assert_same, link, pool, profile, random_trace
 
@@ -231,3 +233,22 @@ def test_simulate_says_the_mean_step_a_decode_took_before_first_tokens_only_when
     path = example_plan_with(tmp_path / "plan.yaml", "decode", f"handoff: {taken}", f"first_token: {first}")
     code, out, _ = run_cli("simulate", ROOT / "traces" / "chat_poisson_2k.csv", "--plan", path)
     assert code == 0 and ("decode step before the first token" in out) == (first == FirstToken.DECODE)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("tp", [1, 2, 8])
+def test_an_mla_decode_takes_the_prompts_kv_once_for_each_of_its_tp_ranks(engine, tp):
+    """DeepSeek-V3 caches its whole latent on every TP rank, so the link into a TP-``tp`` decode carries the prompt's
+    KV ``tp`` times: 1,000 tokens over 10 GB/s take 0.5 ms + tp × 1,000 × its KV bytes per token / 10 GB/s."""
+    model = get_model("deepseek-v3@fp8")
+    shapes = {phase: handbuilt_profile(model=model.name, gpu="h200-141gb", tp=t, pp=1, kv_capacity_tokens=200_000,
+                                       max_prefill_batch_tokens=2048, prefill_ms=[(1, [[100.0, 0.0, 0.0]])],
+                                       decode_ms=[(1, [[20.0, 0.0, 0.0]])])
+              for phase, t in (("prefill", 8), ("decode", tp))}
+    plan = Plan(pools=(Pool(name="p", phase="prefill", model=model.name, gpu="h200-141gb", tp=8),
+                       Pool(name="d", phase="decode", model=model.name, gpu="h200-141gb", tp=tp)),
+                default_link=link(10.0))
+    result = simulate({"arrival_s": [0.0], "prompt_tokens": [1000], "output_tokens": [4]}, plan,
+                      {p.key: p for p in shapes.values()}, model=model, engine=engine)
+    moved = result["transfer_end_s"][0] - result["transfer_start_s"][0]
+    assert moved == pytest.approx(0.0005 + tp * 1000 * model.kv_bytes_per_token / 10e9)

@@ -45,8 +45,8 @@ MAX_TIE_BREAK_NODES = 10**5  # beyond this the fewest-nodes tie-break could over
 # --- candidate screening (families that act on single candidates) ------------------------------
 
 def instance_link_bytes_per_s(node: NodeType, gpus: int) -> float:
-    """KV bandwidth an instance of ``gpus`` GPUs has across nodes: each GPU ships its own KV
-    shard over its own NIC (one RDMA NIC per GPU, as on DGX nodes)."""
+    """KV bandwidth an instance of ``gpus`` GPUs has across nodes: each GPU ships (or takes) the part of the KV it
+    caches over its own NIC (one RDMA NIC per GPU, as on DGX nodes; :func:`pdplan.handoff.handoff_copies`)."""
     return gpus * node.inter_node_bytes_per_s
 
 
@@ -155,7 +155,7 @@ def segments(problem: Problem, usable: dict[Candidate, tuple[NodeType, ...]]) ->
             for a in range(1, node.gpus_per_node // p.stage_gpus + 1):
                 for b in range(1, (node.gpus_per_node - a * p.stage_gpus) // d.stage_gpus + 1):
                     seg = Segment(node=node, prefill=p, decode=d, a=a, b=b)
-                    demand = seg.capacity_rps * p.kv_bytes_per_request / p.pp
+                    demand = seg.capacity_rps * d.kv_bytes_per_request / p.pp  # what lands on the decode
                     path = min(a * p.stage_gpus, b * d.stage_gpus) * node.intra_node_bytes_per_s
                     if link_fits(demand, path, problem.link_headroom):
                         found.append(seg)

@@ -46,7 +46,9 @@ class Candidate(InstanceShape):
 
     phase: str
     goodput_rps: float                  #: one instance alone, c(1)
-    kv_bytes_per_request: float = 0.0   #: mean handoff bytes per request (disaggregated phases)
+    #: mean handoff bytes per request its GPUs ship (prefill) or take (decode, mixed): the request's KV times
+    #: the copies its TP ranks hold (:func:`pdplan.handoff.handoff_copies`); disaggregated phases only
+    kv_bytes_per_request: float = 0.0
     #: mean bytes per request the MoE all-to-all sends across nodes, each way, on an instance spanning
     #: nodes (:func:`pdplan.work.cross_node_all_to_all_bytes_per_token` × the tokens it runs)
     all_to_all_bytes_per_request: float = 0.0

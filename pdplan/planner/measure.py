@@ -20,6 +20,7 @@ from pdplan.candidates import Rejected, Shape, enumerate_shapes
 from pdplan.engines import rank_router
 from pdplan.errors import PdplanError
 from pdplan.goodput import CLOSE_GUESS_STEP, InstanceGoodput, SearchSettings, instance_goodput, pool_goodput
+from pdplan.handoff import handoff_copies
 from pdplan.latency.profile import PhaseProfile, profile_to_dict, shipped_profiles
 from pdplan.modelspec import ModelSpec
 from pdplan.parallel import run_each
@@ -267,19 +268,20 @@ def pool_candidates(request: PlanRequest, measured: list[Measured], cache: Resul
                              dp=m.shape.dp, ep=m.shape.ep, all_to_all=m.shape.all_to_all,
                              max_running_requests=m.shape.max_running_requests,
                              goodput_rps=m.goodput.goodput_rps, chunk_tokens=m.shape.chunk_tokens,
-                             kv_bytes_per_request=0.0 if m.shape.phase == "colocated" else kv_bytes,
+                             kv_bytes_per_request=(0.0 if m.shape.phase == "colocated"
+                                                   else kv_bytes * handoff_copies(request.model, m.shape.tp)),
                              all_to_all_bytes_per_request=all_to_all_bytes_per_request(request, m.shape),
                              curve=curve))
     if request.mixed:
-        out += mixed_candidates(out, kv_bytes)
+        out += mixed_candidates(out, kv_bytes, request.model)
     return tuple(out)
 
 
-def mixed_candidates(candidates: list[Candidate], kv_bytes: float) -> list[Candidate]:
+def mixed_candidates(candidates: list[Candidate], kv_bytes: float, model: ModelSpec) -> list[Candidate]:
     """Splitwise's mixed machines: each chunked colocated shape, with its measured capacity c(n),
     as a machine a disaggregated plan may add. It runs whole requests and decodes handed off to
-    it, so its link must take a decode's KV."""
-    return [replace(c, phase="mixed", kv_bytes_per_request=kv_bytes)
+    it, so its link must take a decode's KV (``kv_bytes`` a request, each of its TP ranks its part)."""
+    return [replace(c, phase="mixed", kv_bytes_per_request=kv_bytes * handoff_copies(model, c.tp))
             for c in candidates if c.phase == "colocated" and c.chunk_tokens]
 
 

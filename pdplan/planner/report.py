@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING
 from pdplan.fileio import significant
 from pdplan.latency.accuracy import as_dict
 from pdplan.placement import Candidate, Solution
-from pdplan.planner.measure import mean_kv_bytes_per_request
 from pdplan.planner.pipeline import FleetResult, PlanReport
 from pdplan.planner.plans import link_path, pool_name
 from pdplan.planner.request import PlanRequest
@@ -89,18 +88,17 @@ def pools(solution: Solution, report: PlanReport) -> list[dict]:
 def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[dict]:
     """KV demand and capacity per (prefill pool, decoding pool) link of a disaggregated plan.
 
-    Demand: the checked rate's KV bytes (mean prompt × KV bytes per token, 0x08D) split over
-    decode pools by their capacity share; a mixed pool takes decodes only when they spill, so its
-    link is charged the most it could take, its own capacity's worth, while the decode pools keep
-    the whole demand. Capacity: the pool's ingress on the path the placement uses
-    (``plans.link_path``). ``*_gbps`` are gigabits per second (network units), ``*_gb_s``
-    gigabytes per second.
+    Demand: the checked rate's KV bytes (mean prompt × KV bytes per token, 0x08D, times the copies the decoding
+    pool's TP ranks each take, :func:`pdplan.handoff.handoff_copies`) split over decode pools by their capacity
+    share; a mixed pool takes decodes only when they spill, so its link is charged the most it could take, its own
+    capacity's worth, while the decode pools keep the whole demand. Capacity: the pool's ingress on the path the
+    placement uses (``plans.link_path``). ``*_gbps`` are gigabits per second (network units), ``*_gb_s`` gigabytes
+    per second.
     """
     plan, solution = checked.plan, checked.solution
     if plan.colocated:
         return []
     rate = checked.verification.rate_rps
-    kv_bytes = mean_kv_bytes_per_request(request.workload, request.model)
     decoding = {p.name: p for p in plan.pools if p.phase in ("decode", "mixed")}
     prefill = [p for p in plan.pools if p.phase == "prefill"]
     capacity_rps = {pool_name(c): c.capacity_rps(k) for c, k in solution.replicas.items()}
@@ -113,7 +111,7 @@ def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[di
             carried = min(rate, capacity_rps[link.to_pool])
         else:
             carried = rate * capacity_rps[link.to_pool] / decode_rps
-        demand = carried * kv_bytes * prefill_share[link.from_pool]
+        demand = carried * shapes[link.to_pool].kv_bytes_per_request * prefill_share[link.from_pool]
         capacity = link.bandwidth_bytes_per_s * decoding[link.to_pool].replicas
         out.append({"from": link.from_pool, "to": link.to_pool,
                     "demand_gbps": demand * 8 / 1e9, "capacity_gbps": capacity * 8 / 1e9,

@@ -283,6 +283,9 @@ class Link:
 
     Transfers into one decode instance share that instance's ingress and run one at a time, in
     the order they were booked (FIFO); a transfer's speed comes from the link of its pool pair.
+    The bandwidth is the bytes the instance takes in a second; a request's KV lands on it once for each of its
+    TP ranks under MLA (or replicated heads), so it moves at the bandwidth over those copies
+    (:func:`pdplan.handoff.handoff_copies`).
     """
 
     from_pool: str | None              #: prefill pool name; None on the plan's default link
