@@ -112,6 +112,17 @@ def test_validate_names_a_prompt_budget_on_a_decode_pool_and_one_unlike_the_pool
                      f"pools[{prefill}].profile.max_prefill_batch_tokens"}
 
 
+def test_a_manifest_written_before_kv_copies_still_validates(manifests):
+    """A path's ``kv_copies`` is optional: a manifest that states none reads as one copy per request, as before."""
+    from pdplan.manifest.check import check_manifest
+    from pdplan.manifest.document import seal
+
+    manifest = load(manifests["disaggregated"])
+    for path in manifest["transfer"]["paths"]:
+        assert path.pop("kv_copies") == 1  # llama2-70b's 8 K/V heads split over each decode's TP
+    assert not check_manifest(seal(manifest))
+
+
 def test_simulate_reads_a_manifest_under_its_own_slo_unless_flags_say_otherwise(run_cli, manifests, tmp_path):
     manifest = load(manifests["disaggregated"])
     manifest["workload"]["slo"]["objectives"][0]["threshold_ms"] = 800.0  # TTFT
@@ -187,6 +198,7 @@ MUTATIONS = [
     (_set("provenance.content_hash", "sha256:" + "0" * 64), "provenance.content_hash"),
     (_set("transfer.paths.0.capacity_gb_s", lambda c: c * 10), "transfer.paths[0].capacity_gb_s"),
     (_set("transfer.paths.0.demand_gb_s", 1e4), "transfer.paths[0].demand_gb_s"),
+    (_set("transfer.paths.0.kv_copies", 8), "transfer.paths[0].kv_copies"),
     (_set("transfer.connector", "none"), "transfer.connector"),
     (_set("fallback.verified", False), "fallback"),
     (_set("workload.target_rps", lambda r: r * 100), "capacity.pool_rps"),

@@ -299,7 +299,8 @@ def _transfer(plan: Plan, links: list[dict], request: PlanRequest, connector: Co
         row = demand[(link.from_pool, link.to_pool)]
         paths.append({"from": link.from_pool, "to": link.to_pool, "path": row["path"],
                       "bandwidth_gb_s": link.bandwidth_bytes_per_s / 1e9, "setup_ms": link.setup_s * 1e3,
-                      "demand_gb_s": row["demand_gb_s"], "capacity_gb_s": row["capacity_gb_s"]})
+                      "demand_gb_s": row["demand_gb_s"], "capacity_gb_s": row["capacity_gb_s"],
+                      "kv_copies": row["kv_copies"]})
     roles = {p.name: KV_ROLES[p.phase] for p in plan.pools}
     spill = ({"spill": {"prefill_queue_tokens": plan.spill_tokens, "decode_kv_share": plan.kv_share}}
              if plan.pools_of("mixed") or plan.borrow else {})

@@ -18,6 +18,7 @@ from pdplan import engines, names
 from pdplan.errors import PdplanError
 from pdplan.experts import all_to_all_rejection
 from pdplan.fileio import input_file
+from pdplan.handoff import handoff_copies
 from pdplan.hardware import get_gpu, gpu_catalog, load_cluster
 from pdplan.latency.compose import moe
 from pdplan.manifest.build import (
@@ -288,12 +289,27 @@ def _transfer(manifest: dict) -> list[Violation]:
             found.append(Violation(f"{where}.demand_gb_s", f"KV demand {path['demand_gb_s']:g} GB/s exceeds the "
                                    f"path's {path['capacity_gb_s']:g} GB/s"))
         found += _path_follows_placement(manifest, where, path)
+        found += _path_copies(manifest, where, path, dst)
     pairs = {(p["from"], p["to"]) for p in transfer["paths"]}
     for src in (p["name"] for p in pools if p["phase"] == "prefill"):
         for dst in (p["name"] for p in pools if p["phase"] in DECODING):
             if (src, dst) not in pairs:
                 found.append(Violation("transfer.paths", f"no path from {src} to {dst}"))
     return found
+
+
+def _path_copies(manifest: dict, where: str, path: dict, dst: dict) -> list[Violation]:
+    """A path's stated KV copies are those its receiving pool's TP ranks each cache
+    (:func:`pdplan.handoff.handoff_copies`); a manifest written before them states none, and a model YAML's
+    geometry is not known here."""
+    model = _model(manifest)
+    if "kv_copies" not in path or model is None:
+        return []
+    copies = handoff_copies(model, dst["tp"])
+    if _close(path["kv_copies"], copies):
+        return []
+    return [Violation(f"{where}.kv_copies", f"{path['kv_copies']:g}, but each of the {dst['tp']} TP ranks of "
+                                            f"{dst['name']} caches its part of {model.name}'s KV: {copies:g} copies")]
 
 
 def _path_follows_placement(manifest: dict, where: str, path: dict) -> list[Violation]:

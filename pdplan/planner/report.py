@@ -6,8 +6,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from pdplan.fileio import significant
+from pdplan.handoff import handoff_copies
 from pdplan.latency.accuracy import as_dict
 from pdplan.placement import Candidate, Solution
+from pdplan.planner.measure import mean_kv_bytes_per_request
 from pdplan.planner.pipeline import FleetResult, PlanReport
 from pdplan.planner.plans import link_path, pool_name
 from pdplan.planner.request import PlanRequest
@@ -99,6 +101,7 @@ def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[di
     if plan.colocated:
         return []
     rate = checked.verification.rate_rps
+    kv_bytes = mean_kv_bytes_per_request(request.workload, request.model)
     decoding = {p.name: p for p in plan.pools if p.phase in ("decode", "mixed")}
     prefill = [p for p in plan.pools if p.phase == "prefill"]
     capacity_rps = {pool_name(c): c.capacity_rps(k) for c, k in solution.replicas.items()}
@@ -111,11 +114,12 @@ def links_dict(request: PlanRequest, checked: Checked, affinity: str) -> list[di
             carried = min(rate, capacity_rps[link.to_pool])
         else:
             carried = rate * capacity_rps[link.to_pool] / decode_rps
-        demand = carried * shapes[link.to_pool].kv_bytes_per_request * prefill_share[link.from_pool]
+        copies = handoff_copies(request.model, decoding[link.to_pool].tp)
+        demand = carried * kv_bytes * copies * prefill_share[link.from_pool]
         capacity = link.bandwidth_bytes_per_s * decoding[link.to_pool].replicas
         out.append({"from": link.from_pool, "to": link.to_pool,
                     "demand_gbps": demand * 8 / 1e9, "capacity_gbps": capacity * 8 / 1e9,
-                    "demand_gb_s": demand / 1e9, "capacity_gb_s": capacity / 1e9,
+                    "demand_gb_s": demand / 1e9, "capacity_gb_s": capacity / 1e9, "kv_copies": copies,
                     "utilization": demand / capacity,
                     "path": link_path(solution, affinity, shapes[link.from_pool], shapes[link.to_pool])})
     return out
