@@ -198,7 +198,8 @@ def spanned_node_gpus(nodes: list[dict]) -> dict[str, int]:
     for (pool, _), slots in instance_slots(nodes).items():
         held = {nodes[n]["node"]: nodes[n]["gpus"] for n, _ in slots}
         if len(held) > 1:
-            found[pool] = min(found.get(pool, min(held.values())), min(held.values()))
+            smallest = min(held.values())
+            found[pool] = min(found.get(pool, smallest), smallest)
     return found
 
 
