@@ -57,7 +57,8 @@ Stated assumptions, the same for every row:
   ``--max-running-requests`` over its DP ranks; the others wait, their KV sent, for a running request to end
   (a recipe of one request per decode worker, run by more clients than workers, queues them there);
 * disaggregated rows — the KV lands on a decode rank over its GPUs' NICs (50 GB/s each, one 400 Gb/s NIC per
-  GPU; under MLA each GPU takes the whole latent, so a prompt's KV moves at 50 GB/s per stage), 0.5 ms
+  GPU; under MLA each GPU takes the whole latent, so a prompt's KV moves at 50 GB/s per stage), as fast as the
+  prefill GPUs holding it send (a DEP prefill into a TP8 decode sends all eight copies from one GPU), 0.5 ms
   per transfer, once the prompt's prefill ends, as the engines send it (SGLang each chunk after its forward,
   ``send_kv_chunk``; TensorRT-LLM a context request after it completes, its KV-cache transceiver); SGLang's
   prefill workers with attention DP put each prompt on the rank its random bootstrap room names
@@ -103,6 +104,7 @@ import srt_slurm
 
 from pdplan import engines
 from pdplan.engines import first_token, handoff, rank_router
+from pdplan.handoff import sender_share
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.speculative import SpeculativeDecoding
@@ -297,14 +299,16 @@ def plan_for(row) -> Plan:
     recipe = disagg_recipe(row)
     pools = (prefill_pool(row, model, recipe), decode_pool(row, model, recipe))
     return Plan(pools=tuple(replace(pool, all_to_all=all_to_all(row, pool)) for pool in pools),
-                default_link=kv_link(pools[1]), transfer_schedule="request")
+                default_link=kv_link(*pools, row_model(row)), transfer_schedule="request")
 
 
-def kv_link(decode: Pool) -> Link:
-    """The KV path into a decode instance: a request lands on one of its ranks, each of whose GPUs takes its part
-    over its own NIC (:data:`NIC_BYTES_PER_S`; under MLA each its copy of the latent,
-    :func:`pdplan.handoff.handoff_copies`, so the prompt's KV moves at one NIC's rate per pipeline stage)."""
-    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=NIC_BYTES_PER_S * decode.tp * decode.pp,
+def kv_link(prefill: Pool, decode: Pool, model: ModelSpec) -> Link:
+    """The KV path from a prefill rank into a decode rank: each decode GPU takes its part over its own NIC
+    (:data:`NIC_BYTES_PER_S`; under MLA each its copy of the latent, :func:`pdplan.handoff.handoff_copies`, so the
+    prompt's KV moves at one NIC's rate per pipeline stage), as fast as the prefill GPUs holding it send
+    (:func:`pdplan.handoff.sender_share`: a DEP prefill into a TEP8 decode sends all eight copies from one GPU)."""
+    share = sender_share(model, prefill.tp, prefill.pp, decode.tp, decode.pp)
+    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=NIC_BYTES_PER_S * decode.tp * decode.pp * share,
                 setup_s=LINK_SETUP_S)
 
 

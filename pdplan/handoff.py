@@ -60,6 +60,18 @@ def handoff_copies(model: ModelSpec, tp: int) -> float:
     return tp * kv_layer_bytes_per_rank(model, tp) / (model.kv_bytes_per_token / model.layers)
 
 
+def sender_share(model: ModelSpec, prefill_tp: int, prefill_pp: int, decode_tp: int, decode_pp: int) -> float:
+    """The share of a decode rank's ingress a prefill rank can fill: a request's KV lands on every GPU of the decode
+    rank (``decode_tp × decode_pp``) but leaves only from the prefill GPUs holding a part it needs, each over its own
+    NIC. Under MLA each decode TP rank reads the latent from one prefill TP rank, so ``min(prefill_tp, decode_tp)``
+    of them send (SGLang's ``_resolve_rank_mapping``, disaggregation/common/conn.py; vLLM's NixlConnector, each
+    decode worker from prefill rank ``tp_rank // tp_ratio``); with K/V heads each prefill rank sends its own, from
+    at most as many GPUs as there are heads. Every pipeline stage sends its layers. 1 when the senders are as many as
+    the receivers: a DEP prefill (attention TP 1) into a TP8 decode fills an eighth."""
+    holders = min(prefill_tp, decode_tp) if model.attention == "mla" else min(prefill_tp, model.kv_heads)
+    return min(1.0, holders * prefill_pp / (decode_tp * decode_pp))
+
+
 def payload_floor_s(payload_bytes: float, link_bytes_per_s: float) -> float:
     """Payload-only lower bound ``T ≥ M / B_link`` (0x06; 2 GB at 25 GB/s → 80 ms).
 

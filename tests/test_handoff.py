@@ -2,7 +2,7 @@
 
 import pytest
 
-from pdplan.handoff import handoff_copies, ledger, payload_floor_s, transfer_bytes
+from pdplan.handoff import handoff_copies, ledger, payload_floor_s, sender_share, transfer_bytes
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 
@@ -56,3 +56,14 @@ def test_768_mib_per_s_fits_a_4_gib_path_but_not_a_256_mib_path():
 ])
 def test_a_handoff_lands_one_copy_of_what_each_tp_rank_caches(model, tp, copies):
     assert handoff_copies(get_model(model), tp) == pytest.approx(copies)
+
+
+@pytest.mark.parametrize(("model", "prefill", "decode", "share"), [
+    ("deepseek-v3@fp8", (8, 1), (8, 1), 1.0),        # each decode rank from its own prefill rank
+    ("deepseek-v3@fp8", (1, 1), (8, 1), 1 / 8),      # one GPU holds the latent all eight read
+    ("deepseek-v3@fp8", (2, 4), (1, 1), 1.0),        # four stages into one GPU: the receiver bounds it
+    ("llama-3.1-70b", (1, 2), (4, 1), 1 / 2),        # one GPU a stage holds the 8 heads four ranks split
+    ("llama-3.1-70b", (16, 1), (16, 1), 1 / 2),      # 8 distinct heads, sixteen ranks each taking one
+])
+def test_a_prefill_rank_fills_as_much_of_a_decode_ranks_ingress_as_it_has_sending_gpus(model, prefill, decode, share):
+    assert sender_share(get_model(model), *prefill, *decode) == pytest.approx(share)

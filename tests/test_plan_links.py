@@ -6,6 +6,7 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import load_cluster
+from pdplan.modelref import get_model
 from pdplan.placement.problem import Candidate, Instance, Solution
 from pdplan.planner.plans import path_bytes_per_s
 
@@ -21,6 +22,7 @@ RACK = """
 """
 PREFILL = Candidate(phase="prefill", gpu="gb200-185gb", tp=1, dp=8, ep=8, goodput_rps=10.0)
 DECODE = Candidate(phase="decode", gpu="gb200-185gb", tp=1, dp=16, ep=16, goodput_rps=10.0)
+DEEPSEEK = get_model("deepseek-v3@fp8")
 
 
 def _racks(tmp_path):
@@ -43,29 +45,57 @@ def _placed(prefill_rack: str, decode_rack: str) -> Solution:
 def test_a_handoff_inside_one_rack_takes_its_nvlink(tmp_path):
     """16 decode GPUs at 900 GB/s each."""
     assert path_bytes_per_s(_placed("rack-a", "rack-a"), _racks(tmp_path), PREFILL, DECODE,
-                            "inter-node") == pytest.approx(16 * 900 * GB)
+                            "inter-node", DEEPSEEK) == pytest.approx(16 * 900 * GB)
 
 
 def test_a_handoff_between_racks_takes_the_network_between_them(tmp_path):
     """16 decode GPUs at their 100 GB/s NICs."""
     assert path_bytes_per_s(_placed("rack-a", "rack-b"), _racks(tmp_path), PREFILL, DECODE,
-                            "inter-node") == pytest.approx(16 * 100 * GB)
+                            "inter-node", DEEPSEEK) == pytest.approx(16 * 100 * GB)
 
 
 def test_node_types_that_state_no_scale_out_hand_off_at_their_inter_node_bandwidth(tmp_path):
     """Two HGX node types share one network: the decode's NICs, as before."""
+    prefill = Candidate(phase="prefill", gpu="h200-141gb", tp=8, goodput_rps=10.0)
+    decode = Candidate(phase="decode", gpu="h200-141gb", tp=8, goodput_rps=10.0)
+    assert path_bytes_per_s(_hgx_pair(prefill, decode), _hgx(tmp_path), prefill, decode, "inter-node",
+                            DEEPSEEK) == pytest.approx(8 * 50 * GB)
+
+
+def _hgx(tmp_path):
     path = tmp_path / "hgx.yaml"
     path.write_text("nodes:\n" + "".join(
         f"  - {{name: {name}, gpu: h200-141gb, gpus_per_node: 8, intra_node_gb_s: 450, inter_node_gb_s: 50}}\n"
         for name in ("hgx-a", "hgx-b")))
-    prefill = Candidate(phase="prefill", gpu="h200-141gb", tp=8, goodput_rps=10.0)
+    return load_cluster(path)
+
+
+def _hgx_pair(prefill: Candidate, decode: Candidate) -> Solution:
+    """One instance of each shape, the prefill on node type hgx-a, the decode on hgx-b."""
+    def instance(cand, node):
+        return Instance(id=cand.phase, candidate=cand, node_type=node, stage_nodes=(f"{node}-0",),
+                        stage_gpus=(tuple(range(cand.stage_gpus)),))
+    return Solution(replicas={prefill: 1, decode: 1}, instances=(instance(prefill, "hgx-a"), instance(decode, "hgx-b")),
+                    gpus_total=prefill.gpus + decode.gpus, usd_per_hour=0.0, power_w=0.0, goodput_rps=10.0,
+                    phase_capacity_rps={}, status="OPTIMAL", objective=0.0, bound=0.0, gap=0.0, wall_s=0.0)
+
+
+def test_a_dep_prefill_into_a_tp8_mla_decode_sends_from_one_gpu(tmp_path):
+    """A DeepSeek prefill of attention TP 1 holds a request's latent on one GPU, which sends it to all eight ranks of a
+    TP8 decode: the link is that one NIC's 50 GB/s, not the decode's eight."""
+    prefill = Candidate(phase="prefill", gpu="h200-141gb", tp=1, dp=8, ep=8, goodput_rps=10.0)
     decode = Candidate(phase="decode", gpu="h200-141gb", tp=8, goodput_rps=10.0)
-    solution = Solution(replicas={prefill: 1, decode: 1}, instances=(
-        Instance(id="p", candidate=prefill, node_type="hgx-a", stage_nodes=("hgx-a-0",), stage_gpus=(tuple(range(8)),)),
-        Instance(id="d", candidate=decode, node_type="hgx-b", stage_nodes=("hgx-b-0",), stage_gpus=(tuple(range(8)),))),
-        gpus_total=16, usd_per_hour=0.0, power_w=0.0, goodput_rps=10.0, phase_capacity_rps={}, status="OPTIMAL",
-        objective=0.0, bound=0.0, gap=0.0, wall_s=0.0)
-    assert path_bytes_per_s(solution, load_cluster(path), prefill, decode, "inter-node") == pytest.approx(8 * 50 * GB)
+    assert path_bytes_per_s(_hgx_pair(prefill, decode), _hgx(tmp_path), prefill, decode, "inter-node",
+                            DEEPSEEK) == pytest.approx(50 * GB)
+
+
+def test_a_tp1_prefill_of_a_dense_model_sends_each_tp4_decode_rank_its_heads_from_one_gpu_per_stage(tmp_path):
+    """Llama-3.1-70B's 8 K/V heads sit on one GPU of each of a TP1 PP2 prefill's two stages, which send each of a TP4
+    decode's ranks its two: two NICs, half of the decode's four."""
+    prefill = Candidate(phase="prefill", gpu="h200-141gb", tp=1, pp=2, goodput_rps=10.0)
+    decode = Candidate(phase="decode", gpu="h200-141gb", tp=4, goodput_rps=10.0)
+    assert path_bytes_per_s(_hgx_pair(prefill, decode), _hgx(tmp_path), prefill, decode, "inter-node",
+                            get_model("llama-3.1-70b")) == pytest.approx(2 * 50 * GB)
 
 
 def test_a_scale_out_bandwidth_that_is_no_bandwidth_is_refused_naming_file_line_and_field(tmp_path):
