@@ -104,7 +104,6 @@ import srt_slurm
 
 from pdplan import engines
 from pdplan.engines import first_token, handoff, rank_router
-from pdplan.handoff import sender_share
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.speculative import SpeculativeDecoding
@@ -299,16 +298,15 @@ def plan_for(row) -> Plan:
     recipe = disagg_recipe(row)
     pools = (prefill_pool(row, model, recipe), decode_pool(row, model, recipe))
     return Plan(pools=tuple(replace(pool, all_to_all=all_to_all(row, pool)) for pool in pools),
-                default_link=kv_link(*pools, row_model(row)), transfer_schedule="request")
+                default_link=kv_link(pools[1]), transfer_schedule="request")
 
 
-def kv_link(prefill: Pool, decode: Pool, model: ModelSpec) -> Link:
-    """The KV path from a prefill rank into a decode rank: each decode GPU takes its part over its own NIC
-    (:data:`NIC_BYTES_PER_S`; under MLA each its copy of the latent, :func:`pdplan.handoff.handoff_copies`, so the
-    prompt's KV moves at one NIC's rate per pipeline stage), as fast as the prefill GPUs holding it send
-    (:func:`pdplan.handoff.sender_share`: a DEP prefill into a TEP8 decode sends all eight copies from one GPU)."""
-    share = sender_share(model, prefill.tp, prefill.pp, decode.tp, decode.pp)
-    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=NIC_BYTES_PER_S * decode.tp * decode.pp * share,
+def kv_link(decode: Pool) -> Link:
+    """The KV path into a decode rank: each of its GPUs takes its part over its own NIC (:data:`NIC_BYTES_PER_S`).
+    The simulator moves a request's KV at the share of it the prefill's sending GPUs fill over the copies the decode's
+    TP ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`: under MLA one NIC's rate per stage, and a DEP
+    prefill into a TEP8 decode sends all eight copies from one GPU)."""
+    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=NIC_BYTES_PER_S * decode.tp * decode.pp,
                 setup_s=LINK_SETUP_S)
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Iterable, Sequence
 
 from pdplan.modelspec import ModelSpec, kv_layer_bytes_per_rank
+from pdplan.shape import InstanceShape
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +71,15 @@ def sender_share(model: ModelSpec, prefill_tp: int, prefill_pp: int, decode_tp: 
     the receivers: a DEP prefill (attention TP 1) into a TP8 decode fills an eighth."""
     holders = min(prefill_tp, decode_tp) if model.attention == "mla" else min(prefill_tp, model.kv_heads)
     return min(1.0, holders * prefill_pp / (decode_tp * decode_pp))
+
+
+def request_kv_bytes_per_s(model: ModelSpec, link_bytes_per_s: float, prefill: InstanceShape,
+                           decode: InstanceShape) -> float:
+    """The rate a request's KV moves at over a link of ``link_bytes_per_s`` (what a decode instance takes in) from a
+    ``prefill`` shape into a ``decode`` one: the share of the link its sending GPUs fill (:func:`sender_share`) over
+    the copies the decode's TP ranks take (:func:`handoff_copies`)."""
+    share = sender_share(model, prefill.tp, prefill.pp, decode.tp, decode.pp)
+    return link_bytes_per_s * share / handoff_copies(model, decode.tp)
 
 
 def payload_floor_s(payload_bytes: float, link_bytes_per_s: float) -> float:

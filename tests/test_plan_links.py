@@ -6,7 +6,6 @@ import pytest
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import load_cluster
-from pdplan.modelref import get_model
 from pdplan.placement.problem import Candidate, Instance, Solution
 from pdplan.planner.plans import path_bytes_per_s
 
@@ -22,7 +21,6 @@ RACK = """
 """
 PREFILL = Candidate(phase="prefill", gpu="gb200-185gb", tp=1, dp=8, ep=8, goodput_rps=10.0)
 DECODE = Candidate(phase="decode", gpu="gb200-185gb", tp=1, dp=16, ep=16, goodput_rps=10.0)
-DEEPSEEK = get_model("deepseek-v3@fp8")
 
 
 def _racks(tmp_path):
@@ -45,21 +43,21 @@ def _placed(prefill_rack: str, decode_rack: str) -> Solution:
 def test_a_handoff_inside_one_rack_takes_its_nvlink(tmp_path):
     """16 decode GPUs at 900 GB/s each."""
     assert path_bytes_per_s(_placed("rack-a", "rack-a"), _racks(tmp_path), PREFILL, DECODE,
-                            "inter-node", DEEPSEEK) == pytest.approx(16 * 900 * GB)
+                            "inter-node") == pytest.approx(16 * 900 * GB)
 
 
 def test_a_handoff_between_racks_takes_the_network_between_them(tmp_path):
     """16 decode GPUs at their 100 GB/s NICs."""
     assert path_bytes_per_s(_placed("rack-a", "rack-b"), _racks(tmp_path), PREFILL, DECODE,
-                            "inter-node", DEEPSEEK) == pytest.approx(16 * 100 * GB)
+                            "inter-node") == pytest.approx(16 * 100 * GB)
 
 
 def test_node_types_that_state_no_scale_out_hand_off_at_their_inter_node_bandwidth(tmp_path):
     """Two HGX node types share one network: the decode's NICs, as before."""
     prefill = Candidate(phase="prefill", gpu="h200-141gb", tp=8, goodput_rps=10.0)
     decode = Candidate(phase="decode", gpu="h200-141gb", tp=8, goodput_rps=10.0)
-    assert path_bytes_per_s(_hgx_pair(prefill, decode), _hgx(tmp_path), prefill, decode, "inter-node",
-                            DEEPSEEK) == pytest.approx(8 * 50 * GB)
+    assert path_bytes_per_s(_hgx_pair(prefill, decode), _hgx(tmp_path), prefill, decode,
+                            "inter-node") == pytest.approx(8 * 50 * GB)
 
 
 def _hgx(tmp_path):
@@ -80,22 +78,14 @@ def _hgx_pair(prefill: Candidate, decode: Candidate) -> Solution:
                     phase_capacity_rps={}, status="OPTIMAL", objective=0.0, bound=0.0, gap=0.0, wall_s=0.0)
 
 
-def test_a_dep_prefill_into_a_tp8_mla_decode_sends_from_one_gpu(tmp_path):
-    """A DeepSeek prefill of attention TP 1 holds a request's latent on one GPU, which sends it to all eight ranks of a
-    TP8 decode: the link is that one NIC's 50 GB/s, not the decode's eight."""
+def test_a_plans_link_is_the_decodes_ingress_whatever_the_prefill_sends_from(tmp_path):
+    """A DeepSeek prefill of attention TP 1 into a TP8 decode: the link states the decode's eight NICs, as a plan file
+    states its link; how much of it the one sending GPU fills is the simulator's to derive
+    (``test_sim_handoff``)."""
     prefill = Candidate(phase="prefill", gpu="h200-141gb", tp=1, dp=8, ep=8, goodput_rps=10.0)
     decode = Candidate(phase="decode", gpu="h200-141gb", tp=8, goodput_rps=10.0)
-    assert path_bytes_per_s(_hgx_pair(prefill, decode), _hgx(tmp_path), prefill, decode, "inter-node",
-                            DEEPSEEK) == pytest.approx(50 * GB)
-
-
-def test_a_tp1_prefill_of_a_dense_model_sends_each_tp4_decode_rank_its_heads_from_one_gpu_per_stage(tmp_path):
-    """Llama-3.1-70B's 8 K/V heads sit on one GPU of each of a TP1 PP2 prefill's two stages, which send each of a TP4
-    decode's ranks its two: two NICs, half of the decode's four."""
-    prefill = Candidate(phase="prefill", gpu="h200-141gb", tp=1, pp=2, goodput_rps=10.0)
-    decode = Candidate(phase="decode", gpu="h200-141gb", tp=4, goodput_rps=10.0)
-    assert path_bytes_per_s(_hgx_pair(prefill, decode), _hgx(tmp_path), prefill, decode, "inter-node",
-                            get_model("llama-3.1-70b")) == pytest.approx(2 * 50 * GB)
+    assert path_bytes_per_s(_hgx_pair(prefill, decode), _hgx(tmp_path), prefill, decode,
+                            "inter-node") == pytest.approx(8 * 50 * GB)
 
 
 def test_a_scale_out_bandwidth_that_is_no_bandwidth_is_refused_naming_file_line_and_field(tmp_path):

@@ -235,20 +235,41 @@ def test_simulate_says_the_mean_step_a_decode_took_before_first_tokens_only_when
     assert code == 0 and ("decode step before the first token" in out) == (first == FirstToken.DECODE)
 
 
+def _moved_s(model_name: str, prefill: tuple[int, int], decode: tuple[int, int], engine: str) -> float:
+    """How long one 1,000-token prompt's KV takes over a 10 GB/s link from a prefill of (TP, PP) ``prefill`` into a
+    decode of (TP, PP) ``decode``, constant profiles."""
+    model = get_model(model_name)
+    shapes = {phase: handbuilt_profile(model=model.name, gpu="h200-141gb", tp=tp, pp=pp, kv_capacity_tokens=200_000,
+                                       max_prefill_batch_tokens=2048, prefill_ms=[(1, [[100.0, 0.0, 0.0]])],
+                                       decode_ms=[(1, [[20.0, 0.0, 0.0]])])
+              for phase, (tp, pp) in (("prefill", prefill), ("decode", decode))}
+    plan = Plan(pools=tuple(Pool(name=phase[0], phase=phase, model=model.name, gpu="h200-141gb", tp=tp, pp=pp)
+                            for phase, (tp, pp) in (("prefill", prefill), ("decode", decode))),
+                default_link=link(10.0))
+    result = simulate({"arrival_s": [0.0], "prompt_tokens": [1000], "output_tokens": [4]}, plan,
+                      {p.key: p for p in shapes.values()}, model=model, engine=engine)
+    return result["transfer_end_s"][0] - result["transfer_start_s"][0]
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 @pytest.mark.parametrize("tp", [1, 2, 8])
 def test_an_mla_decode_takes_the_prompts_kv_once_for_each_of_its_tp_ranks(engine, tp):
     """DeepSeek-V3 caches its whole latent on every TP rank, so the link into a TP-``tp`` decode carries the prompt's
     KV ``tp`` times: 1,000 tokens over 10 GB/s take 0.5 ms + tp × 1,000 × its KV bytes per token / 10 GB/s."""
-    model = get_model("deepseek-v3@fp8")
-    shapes = {phase: handbuilt_profile(model=model.name, gpu="h200-141gb", tp=t, pp=1, kv_capacity_tokens=200_000,
-                                       max_prefill_batch_tokens=2048, prefill_ms=[(1, [[100.0, 0.0, 0.0]])],
-                                       decode_ms=[(1, [[20.0, 0.0, 0.0]])])
-              for phase, t in (("prefill", 8), ("decode", tp))}
-    plan = Plan(pools=(Pool(name="p", phase="prefill", model=model.name, gpu="h200-141gb", tp=8),
-                       Pool(name="d", phase="decode", model=model.name, gpu="h200-141gb", tp=tp)),
-                default_link=link(10.0))
-    result = simulate({"arrival_s": [0.0], "prompt_tokens": [1000], "output_tokens": [4]}, plan,
-                      {p.key: p for p in shapes.values()}, model=model, engine=engine)
-    moved = result["transfer_end_s"][0] - result["transfer_start_s"][0]
-    assert moved == pytest.approx(0.0005 + tp * 1000 * model.kv_bytes_per_token / 10e9)
+    kv = get_model("deepseek-v3@fp8").kv_bytes_per_token
+    assert _moved_s("deepseek-v3@fp8", (8, 1), (tp, 1), engine) == pytest.approx(0.0005 + tp * 1000 * kv / 10e9)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_dep_prefill_sends_all_of_a_tp8_mla_decodes_copies_from_one_gpu(engine):
+    """A DeepSeek prefill of attention TP 1 holds the latent on one GPU, which sends its eight copies to a TP8 decode
+    over its one NIC, an eighth of the decode's link: 0.5 ms + 8 × 8 × 1,000 × its KV bytes per token / 10 GB/s."""
+    kv = get_model("deepseek-v3@fp8").kv_bytes_per_token
+    assert _moved_s("deepseek-v3@fp8", (1, 1), (8, 1), engine) == pytest.approx(0.0005 + 64 * 1000 * kv / 10e9)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_tp1_prefill_sends_each_tp4_decode_rank_its_heads_from_one_gpu_per_stage(engine):
+    """Llama-2-70B's 8 K/V heads sit on one GPU of each of a TP1 PP2 prefill's two stages, which send a TP4 decode's
+    ranks their two each: the KV once, at half the decode's link, 0.5 ms + 2 × 1,000 × its KV bytes / 10 GB/s."""
+    assert _moved_s("llama2-70b", (1, 2), (4, 1), engine) == pytest.approx(0.0005 + 2 * 1000 * KV / 10e9)

@@ -275,6 +275,7 @@ def _transfer(manifest: dict) -> list[Violation]:
     if (mixed or borrows) != ("spill" in transfer):
         found.append(Violation("transfer.spill", "must be given exactly when the plan has a mixed pool or borrows"))
     by_name = {p["name"]: p for p in pools}
+    model = _model(manifest)
     for i, path in enumerate(transfer["paths"]):
         where = f"transfer.paths[{i}]"
         src, dst = by_name.get(path["from"]), by_name.get(path["to"])
@@ -289,7 +290,7 @@ def _transfer(manifest: dict) -> list[Violation]:
             found.append(Violation(f"{where}.demand_gb_s", f"KV demand {path['demand_gb_s']:g} GB/s exceeds the "
                                    f"path's {path['capacity_gb_s']:g} GB/s"))
         found += _path_follows_placement(manifest, where, path)
-        found += _path_copies(manifest, where, path, dst)
+        found += _path_copies(model, where, path, dst)
     pairs = {(p["from"], p["to"]) for p in transfer["paths"]}
     for src in (p["name"] for p in pools if p["phase"] == "prefill"):
         for dst in (p["name"] for p in pools if p["phase"] in DECODING):
@@ -298,11 +299,10 @@ def _transfer(manifest: dict) -> list[Violation]:
     return found
 
 
-def _path_copies(manifest: dict, where: str, path: dict, dst: dict) -> list[Violation]:
+def _path_copies(model, where: str, path: dict, dst: dict) -> list[Violation]:
     """A path's stated KV copies are those its receiving pool's TP ranks each cache
     (:func:`pdplan.handoff.handoff_copies`); a manifest written before them states none, and a model YAML's
-    geometry is not known here."""
-    model = _model(manifest)
+    geometry is not known here (``model`` None)."""
     if "kv_copies" not in path or model is None:
         return []
     copies = handoff_copies(model, dst["tp"])

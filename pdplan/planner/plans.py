@@ -7,7 +7,6 @@ from collections import Counter
 from dataclasses import dataclass, replace
 
 from pdplan.engines import DEFAULT_ENGINE, first_token, handoff, rank_router
-from pdplan.handoff import sender_share
 from pdplan.hardware import Cluster
 from pdplan.modelspec import ModelSpec
 from pdplan.placement import Candidate, Solution, instance_link_bytes_per_s
@@ -64,14 +63,13 @@ def plan_of(solution: Solution, *, model: ModelSpec, cluster: Cluster, mode: str
         return Plan(pools=pools, name=name)
     links = [Link(from_pool=src.name, to_pool=dst.name, setup_s=LINK_SETUP_S,
                   bandwidth_bytes_per_s=path_bytes_per_s(solution, cluster, shapes[src], shapes[dst],
-                                                         link_path(solution, affinity, shapes[src], shapes[dst]),
-                                                         model))
+                                                         link_path(solution, affinity, shapes[src], shapes[dst])))
              for src in pools if src.phase == "prefill" for dst in pools if dst.phase in ("decode", "mixed")]
     borrow = borrow and lendable(pools)
     thresholds = ({"spill_tokens": spill.prefill_queue_tokens, "kv_share": spill.decode_kv_share}
                   if solution.mixed or borrow else {})
     if borrow:
-        thresholds |= {"borrow": True, "default_link": lent_link(solution, cluster, affinity, model)}
+        thresholds |= {"borrow": True, "default_link": lent_link(solution, cluster, affinity)}
     return Plan(pools=pools, links=tuple(links), transfer_schedule=transfer_schedule, name=name,
                 failure_rate=failure_rate, failure_policy=failure_policy, route_s=route_s, router=router,
                 reject_ttft_s=reject_ttft_s, **thresholds)
@@ -86,12 +84,12 @@ def lent_path(solution: Solution, affinity: str) -> str:
                                for a in prefill for b in prefill) else "inter-node"
 
 
-def lent_link(solution: Solution, cluster: Cluster, affinity: str, model: ModelSpec) -> Link:
+def lent_link(solution: Solution, cluster: Cluster, affinity: str) -> Link:
     """The link of :func:`lent_path`, at the slowest prefill shape's ingress on it: every handoff to
     a lent prefill instance takes it (the plan's default link)."""
     path = lent_path(solution, affinity)
     return Link(from_pool=None, to_pool=None, setup_s=LINK_SETUP_S,
-                bandwidth_bytes_per_s=min(path_bytes_per_s(solution, cluster, cand, cand, path, model)
+                bandwidth_bytes_per_s=min(path_bytes_per_s(solution, cluster, cand, cand, path)
                                           for cand in solution.replicas if cand.phase == "prefill"))
 
 
@@ -107,26 +105,24 @@ def link_path(solution: Solution, affinity: str, prefill: Candidate, decoding: C
 
 
 def path_bytes_per_s(solution: Solution, cluster: Cluster, prefill: Candidate, decode: Candidate,
-                     path: str, model: ModelSpec) -> float:
+                     path: str) -> float:
     """Ingress bandwidth of one decoding instance (decode or mixed) of this shape on ``path`` (see
     :func:`link_path`) from one ``prefill`` instance: the slowest among the node types its instances landed on
     (the sim has one link per pool); inside a node each GPU its NVLink share, across nodes each GPU its NIC, and
     where the two shapes landed on more than one node type, at most each GPU's share of the network between
-    types (a node type's ``scale_out_bytes_per_s``: two GB200 racks hand off over their NICs, not NVLink). Where a
-    prefill rank sends from fewer GPUs than a decode rank receives on, their links bound it
-    (:func:`pdplan.handoff.sender_share`, each GPU at the decode's rate)."""
+    types (a node type's ``scale_out_bytes_per_s``: two GB200 racks hand off over their NICs, not NVLink). How much
+    of it one request's KV fills is the simulator's to derive (:func:`pdplan.handoff.request_kv_bytes_per_s`)."""
     landed = {i.node_type for i in solution.instances if i.candidate == decode}
     nodes = [n for n in cluster.nodes if n.name in landed]
-    share = sender_share(model, prefill.tp, prefill.pp, decode.tp, decode.pp)
     if path == "intra-node":
-        return share * min(decode.gpus * n.intra_node_bytes_per_s for n in nodes)
+        return min(decode.gpus * n.intra_node_bytes_per_s for n in nodes)
     ingress = min(instance_link_bytes_per_s(n, decode.gpus) for n in nodes)
     both = landed | {i.node_type for i in solution.instances if i.candidate == prefill}
     if len(both) < 2:
-        return share * ingress
+        return ingress
     across = [decode.gpus * n.scale_out_bytes_per_s for n in cluster.nodes
               if n.name in both and n.scale_out_bytes_per_s is not None]
-    return share * min([ingress, *across])
+    return min([ingress, *across])
 
 
 def plan_key(plan: Plan) -> str:

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from pdplan.errors import PdplanError
-from pdplan.handoff import handoff_copies
+from pdplan.handoff import request_kv_bytes_per_s
 from pdplan.latency.profile import PhaseProfile
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
@@ -129,8 +129,8 @@ class Layout:
     #: per instance, its second prefix-cache tier (prefill instances only; None: none)
     cache_tier: tuple[CacheTier | None, ...] = ()
     batch_tokens: tuple[int, ...]           #: FCFS prefill batch cap per instance
-    #: bytes/s of a request's KV [prefill pool slot, decode pool slot]: the link's over the copies its receiver's TP
-    #: ranks take (:func:`pdplan.handoff.handoff_copies`)
+    #: bytes/s of a request's KV [prefill pool slot, decode pool slot]: the link's, as much of it as the sending GPUs
+    #: fill, over the copies the receiver's TP ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`)
     link_bandwidth: np.ndarray
     link_setup: np.ndarray                  #: seconds [prefill pool slot, decode pool slot]
     schedule: str = "request"
@@ -270,10 +270,8 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     for i, src in enumerate(pre):
         for j, dst in enumerate(dec):
             link = plan.link(src.name, dst.name)
-            # the link carries a copy for each TP rank of the receiver (MLA's latent, replicated heads): a
-            # request's KV moves at its bandwidth over those copies
-            copies = handoff_copies(model, dst.tp) if model is not None else 1.0
-            bandwidth[i, j] = link.bandwidth_bytes_per_s / copies
+            bandwidth[i, j] = (link.bandwidth_bytes_per_s if model is None
+                               else request_kv_bytes_per_s(model, link.bandwidth_bytes_per_s, src, dst))
             setup[i, j] = link.setup_s
     if not plan.colocated and model is None:
         raise PdplanError("a disaggregated plan needs the model (KV bytes per token, layers)", file=plan.source,

@@ -284,8 +284,8 @@ class Link:
     Transfers into one decode instance share that instance's ingress and run one at a time, in
     the order they were booked (FIFO); a transfer's speed comes from the link of its pool pair.
     The bandwidth is the bytes the instance takes in a second; a request's KV lands on it once for each of its
-    TP ranks under MLA (or replicated heads), so it moves at the bandwidth over those copies
-    (:func:`pdplan.handoff.handoff_copies`).
+    TP ranks under MLA (or replicated heads), and leaves only from the prefill GPUs holding it, so it moves at the
+    share of the bandwidth those fill over those copies (:func:`pdplan.handoff.request_kv_bytes_per_s`).
     """
 
     from_pool: str | None              #: prefill pool name; None on the plan's default link

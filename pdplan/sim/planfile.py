@@ -29,8 +29,8 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
                                    # default the engine's on each GPU
     default_link:                  # optional; used by prefill→decode pairs without a link entry
       bandwidth_gb_s: 25           # GB/s (10^9 bytes/s) a decode instance takes in, one direction; under
-                                   # MLA a request's KV lands once per decode TP rank, so it moves at this
-                                   # over the decode's TP (pdplan.handoff.handoff_copies)
+                                   # MLA a request's KV lands once per decode TP rank and leaves from the
+                                   # prefill GPUs holding it (pdplan.handoff.request_kv_bytes_per_s)
       setup_ms: 0.5                # fixed cost per transfer
     links:                         # optional; one entry per (prefill pool, decode pool) pair
       - {from: prefill, to: decode, bandwidth_gb_s: 25, setup_ms: 0.5}
