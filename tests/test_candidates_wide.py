@@ -136,6 +136,23 @@ def test_a_gather_is_timed_from_the_operator_tables_only():
     assert refused.value.field == "all_to_all"
 
 
+def test_a_gather_the_tables_cannot_time_says_what_they_lack_and_the_way_out():
+    """SGLang gathers an instance of one node; AIConfigurator measured no FP8 MoE of Qwen3-235B's shape under SGLang
+    on H200, so the refusal names the gather, the missing measurement and the dispatch the wide-EP roofline times."""
+    import pytest
+
+    from pdplan.errors import PdplanError
+    from pdplan.latency.source import ProfileSource
+
+    pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
+    with pytest.raises(PdplanError, match=r"gathered tokens are timed from AIConfigurator's operator tables only "
+                                          r"\(no sglang MoE measurement on h200_sxm .*\).*--all-to-all dispatch") \
+            as refused:
+        ProfileSource({}, engine="sglang").profile(get_model("qwen3-235b-a22b@fp8"), get_gpu("h200-141gb"), 1, 1,
+                                                   dp=8, ep=8, all_to_all="gather")
+    assert refused.value.field == "all_to_all"
+
+
 def running_caps(engine, dps, phases=("prefill", "decode", "colocated"), draft_tokens=0):
     """The requests per rank each wide shape kept under ``engine`` is held to, by (phase, label); None: its KV."""
     kept, _ = enumerate_shapes(get_model("deepseek-v3@fp8"), h200(), largest_request_tokens=8192, dps=dps, tps=(1,),

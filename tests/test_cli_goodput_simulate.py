@@ -33,6 +33,27 @@ def test_goodput_table_names_the_saturation_of_the_phase_it_judged(run_cli):
     assert "prefill saturation" in out and "decode saturation" not in out
 
 
+def test_goodput_bound_by_its_slo_names_the_lowest_rate_that_missed(run_cli):
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                             "--phase", "prefill", "--requests-per-probe", "200", "--grid", "0", "--json")
+    assert code == 0, err
+    missed = json.loads(out)["missed_rps"]
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                             "--phase", "prefill", "--requests-per-probe", "200", "--grid", "0")
+    assert f"{missed:.3f} req/s missed, so it lies in between" in out
+
+
+def test_goodput_that_holds_up_to_the_decode_saturation_names_that_bound(run_cli):
+    """With thresholds no queue reaches, a decode instance is good up to its closed-form saturation throughput and
+    no further: the table says the saturation bounds it, not a missed probe a hair above it."""
+    code, out, err = run_cli("goodput", TRACE, "--model", "llama2-70b", "--gpu", "h100-80gb", "--tp", "4",
+                             "--phase", "decode", "--tpot", "10s", "--ttft", "100s", "--requests-per-probe", "200",
+                             "--grid", "0")
+    assert code == 0, err
+    assert "the decode saturation throughput, above which it is never good" in out
+    assert "missed, so it lies in between" not in out
+
+
 def test_goodput_of_a_lengths_only_trace_records_the_poisson_probes_it_ran(run_cli, tmp_path):
     lengths = tmp_path / "lengths.csv"
     lengths.write_text("num_prefill_tokens,num_decode_tokens\n" + "".join(

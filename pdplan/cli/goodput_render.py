@@ -3,6 +3,8 @@ loops it sustains."""
 
 from __future__ import annotations
 
+import math
+
 from rich.table import Table
 
 from pdplan.cli.output import print_json, stdout
@@ -66,8 +68,7 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
                     show_header=False)
     summary.add_column(style="bold")
     summary.add_column(justify="right")
-    missed = "" if result.missed_rps is None else f"; {result.missed_rps:.3f} req/s missed, so it lies in between"
-    summary.add_row("goodput", f"{result.goodput_rps:.3f} req/s (simulated{missed})")
+    summary.add_row("goodput", f"{result.goodput_rps:.3f} req/s (simulated{_bound_words(result)})")
     summary.add_row("per GPU", f"{result.goodput_per_gpu:.3f} req/s on {result.gpus} GPUs")
     for label, value in (("M/D/1 bracket", result.md1_rps), ("M/G/1 bracket", result.mg1_rps),
                          (f"{result.phase} saturation", result.saturation_rps)):
@@ -96,6 +97,16 @@ def render(result: InstanceGoodput, profile, fallback: str | None, objectives: S
         curve.add_row(f"{p.rate_rps:.3f}", _share(p.attainment_ttft, bound), _share(p.attainment_tpot, bound),
                       _share(p.attainment_joint, bound), _verdict(p))
     stdout.print(curve)
+
+
+def _bound_words(result: InstanceGoodput) -> str:
+    """What bounds the goodput from above: the lowest probe that missed (the goodput lies in between), or the
+    instance's closed-form saturation throughput, where the SLO held up to it (a probe just above is saturated)."""
+    if result.missed_rps is None:
+        return ""
+    if result.saturation_rps is not None and math.isclose(result.goodput_rps, result.saturation_rps, rel_tol=1e-9):
+        return f"; the {result.phase} saturation throughput, above which it is never good"
+    return f"; {result.missed_rps:.3f} req/s missed, so it lies in between"
 
 
 def _attainment_columns(slo, phase: str, admission_share: float) -> tuple[str, str, str]:

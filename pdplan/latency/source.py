@@ -108,20 +108,22 @@ class ProfileSource:
         if placement is not None:  # a shape no engine runs, not a missing measurement
             raise PdplanError(f"{model.name} {shape_label(gpu.name, tp, pp, dp=dp, ep=ep)}: {placement[1]}",
                               field=placement[0])
+        why = "composition off"
         if self.compose and tables.installed():
             try:
                 return self._composed(model, gpu, tp, pp, gpus_per_node, cache, dp, ep, all_to_all, redundant_experts)
             except PdplanError as err:
-                if (self.engine_version is not None and err.field in ("engine", "engine_version")) or gathered:
-                    raise  # the user asked for this version, or no other evidence times a gather: theirs to see
-                self.fallbacks[key] = err.detail
+                if self.engine_version is not None and err.field in ("engine", "engine_version"):
+                    raise  # the user asked for this version: theirs to see
+                why = err.detail
         elif self.compose:
-            self.fallbacks[key] = f"operator tables not installed ({tables.EXTRA})"
-        if gathered:
-            why = self.fallbacks.get(key, "composition off")
+            why = f"operator tables not installed ({tables.EXTRA})"
+        if gathered:  # no other evidence times a gather: say so, with what the tables lack
             raise PdplanError(f"{model.name} {shape_label(gpu.name, tp, pp, dp=dp, ep=ep)}: gathered tokens are timed "
                               f"from AIConfigurator's operator tables only ({why}); the wide-EP roofline times a "
-                              "dispatch", field="all_to_all")
+                              "dispatch (--all-to-all dispatch)", field="all_to_all")
+        if self.compose:
+            self.fallbacks[key] = why
         if dp > 1 or ep not in (1, tp) or redundant_experts:
             return wide_roofline_profile(model, gpu, tp, pp, dp=dp, ep=ep, engine=self.engine,
                                          gpus_per_node=gpus_per_node, redundant_experts=redundant_experts)
