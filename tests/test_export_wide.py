@@ -523,6 +523,71 @@ def test_the_wide_dynamo_graph_validates_strictly_against_the_crd_schema(shared_
     _validator(shared_data, "dynamo.dynamographdeployment.v1beta1.schema.json").validate(yaml.safe_load(text))
 
 
+#: The flags the Dynamo operator appends to each node of a multinode SGLang component (ai-dynamo/dynamo
+#: deploy/operator/internal/dynamo/backend_sglang.go, getMultinodeFlags), and the ones Dynamo's worker chooses itself.
+DYNAMO_SGLANG_OPERATOR_FLAGS = ("--dist-init-addr", "--nnodes", "--node-rank")
+DYNAMO_SGLANG_OWN_FLAGS = ("--port", "--disaggregation-bootstrap-port")
+
+
+def _sglang_graph(manifest: dict) -> dict:
+    (text,) = export_manifest(manifest, "dynamo").values()
+    return yaml.safe_load(text)
+
+
+def _without(command: list[str], flags: tuple[str, ...]) -> list[str]:
+    """The command without ``flags`` and their values."""
+    kept, skip = [], False
+    for word in command:
+        if skip:
+            skip = False
+        elif word in flags:
+            skip = True
+        else:
+            kept.append(word)
+    return kept
+
+
+def test_dynamo_runs_a_plan_made_for_sglang_as_sglang_workers(wide):
+    graph = _sglang_graph(wide)
+    assert graph["spec"]["backendFramework"] == "sglang"
+    for worker in (c for c in graph["spec"]["components"] if c["name"] != "Frontend"):
+        assert _main(worker)["command"] == ["python3", "-m", "dynamo.sglang"]
+        assert _main(worker)["image"] == "nvcr.io/nvidia/ai-dynamo/sglang-runtime:1.6.1"
+
+
+@pytest.mark.parametrize("pool", ["prefill", "decode"])
+def test_the_dynamo_sglang_worker_starts_the_launch_scripts_flags_but_the_ones_dynamo_sets(wide, tmp_path, pool):
+    """Everything the SGLang script starts an instance with (node 0's, for the prefill over two nodes) but its HTTP
+    port, its bootstrap port and the rendezvous the operator adds; attention DP in the spelling of the SGLang 0.5.21
+    Dynamo 1.6.1 runs, which has no --attn-dp-size; and no tokenizer, as Dynamo's SGLang recipes."""
+    script = export_manifest(copy.deepcopy(wide), "sglang")[f"sglang/{pool}-0.sh"]
+    command = _command(tmp_path, script, *(["0"] if pool == "prefill" else []))[3:]   # after "python -m sglang..."
+    dp = command.index("--attn-dp-size")
+    command[dp:dp + 2] = ["--dp-size", command[dp + 1], "--enable-dp-attention"]
+    args = _main({c["name"]: c for c in _sglang_graph(wide)["spec"]["components"]}[pool])["args"]
+    assert args == _without(command, DYNAMO_SGLANG_OPERATOR_FLAGS + DYNAMO_SGLANG_OWN_FLAGS) + ["--skip-tokenizer-init"]
+
+
+def test_a_multinode_dynamo_sglang_component_leaves_the_rendezvous_to_its_operator(wide):
+    prefill = {c["name"]: c for c in _sglang_graph(wide)["spec"]["components"]}["prefill"]
+    assert prefill["multinode"] == {"nodeCount": 2}
+    assert not [flag for flag in DYNAMO_SGLANG_OPERATOR_FLAGS if flag in _main(prefill)["args"]]
+    # SGLang's --tp-size counts the instance's every GPU, over its nodes
+    assert _value(_main(prefill)["args"], "--tp-size") == "16"
+
+
+def test_a_dynamo_sglang_decode_on_deepeps_low_latency_kernels_states_their_budget_in_its_env(wide):
+    wide["pools"][0]["phase"], wide["pools"][1]["phase"] = "decode", "prefill"   # the decode over two nodes
+    wide["transfer"]["roles"] = {"prefill": "kv_consumer", "decode": "kv_producer"}
+    workers = {c["name"]: c for c in _sglang_graph(wide)["spec"]["components"]}
+    assert {"name": "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK", "value": "128"} in _main(workers["prefill"])["env"]
+    assert not [e for e in _main(workers["decode"])["env"] if e["name"].startswith("SGLANG_")]
+
+
+def test_the_wide_dynamo_sglang_graph_validates_strictly_against_the_crd_schema(shared_data, wide):
+    _validator(shared_data, "dynamo.dynamographdeployment.v1beta1.schema.json").validate(_sglang_graph(wide))
+
+
 def _named(manifest: dict, pool: str, name: str) -> dict:
     """The manifest with pool ``pool`` called ``name``, in its pools, its KV roles and on its node map."""
     roles = manifest["transfer"]["roles"]

@@ -2,14 +2,14 @@
 
 Each format lives in its own module; all of them read the manifest through
 :mod:`pdplan.manifest.export.common`, so a plan is interpreted the same way everywhere. A format
-starts one engine (:data:`pdplan.engines.FORMAT_ENGINES`) behind one router; a plan that engine cannot
+starts one engine (:func:`common.format_engine`) behind one router; a plan that engine cannot
 run, or a mixed pool that router cannot run as verified, is refused before any file is written, naming
 the rule.
 """
 
 from __future__ import annotations
 
-from pdplan.engines import FORMAT_ENGINES, mixed_refusal
+from pdplan.engines import mixed_refusal
 from pdplan.errors import PdplanError
 from pdplan.hardware import beyond_a_host, gpu_catalog
 from pdplan.manifest.check import engine_refusal
@@ -38,7 +38,7 @@ def export_manifest(manifest: dict, fmt: str, *, image: str | None = None, route
     _refuse_nodes_beyond_hosts(manifest)
     for pool in manifest["pools"]:
         common.parallel(pool)  # a coordinate that is not a whole number in range, named before any rule reads it
-    engine = FORMAT_ENGINES[fmt]
+    engine = common.format_engine(manifest, fmt)
     refusal = engine_refusal(manifest, engine)
     if refusal:
         raise PdplanError(f"{fmt} export starts {engine}, which cannot run this plan: {refusal}", field="pools")

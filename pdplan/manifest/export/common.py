@@ -363,13 +363,34 @@ def compact_json(value) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def plan_engine(manifest: dict) -> str | None:
+    """The engine the plan was verified for: the one its pools are pinned to (the first pinned pool's), else the one
+    its search kept the rules of (``provenance.profiles.serving_engine``, or the ``engine`` older manifests
+    recorded); None when it names none."""
+    pinned = [pool["engine"] for pool in manifest["pools"] if pool.get("engine")]
+    if pinned:
+        return pinned[0]
+    profiles = manifest["provenance"]["profiles"]
+    return profiles.get("serving_engine") or profiles.get("engine")
+
+
+def format_engine(manifest: dict, fmt: str) -> str:
+    """The engine ``fmt`` starts for this plan: the plan's own (:func:`plan_engine`) where the format can start it,
+    else the format's first (:data:`pdplan.engines.FORMAT_ENGINES`)."""
+    choices = FORMAT_ENGINES[fmt]
+    engine = plan_engine(manifest)
+    return engine if engine in choices else choices[0]
+
+
 def require_pool_engines(manifest: dict, fmt: str) -> None:
-    """Refuse a plan with a pool pinned to another engine than the one ``fmt`` starts
-    (:data:`pdplan.engines.FORMAT_ENGINES`)."""
-    engine = FORMAT_ENGINES[fmt]
+    """Refuse a plan with a pool pinned to another engine than the one ``fmt`` starts for it (:func:`format_engine`):
+    a pod format runs one engine's pods."""
+    engine = format_engine(manifest, fmt)
+    choices = FORMAT_ENGINES[fmt]
+    one_of = f" (one of {', '.join(choices)} for every pool)" if len(choices) > 1 else ""
     for pool in manifest["pools"]:
         if pool.get("engine") not in (None, engine):
-            raise PdplanError(f"{fmt} export runs {engine} pods, but pool {pool['name']} has engine "
+            raise PdplanError(f"{fmt} export runs {engine} pods{one_of}, but pool {pool['name']} has engine "
                               f"{pool['engine']!r}", field="engine")
 
 
@@ -413,7 +434,7 @@ def header(manifest: dict, fmt: str) -> str:
     if runs_remote_code(manifest):
         lines += ("\nThe engines run code from the checkpoint's repository (--trust-remote-code): its config or "
                   "tokenizer is kept there")
-    engine = FORMAT_ENGINES[fmt]
+    engine = format_engine(manifest, fmt)
     other = sorted({pool["engine"] for pool in manifest["pools"] if pool.get("engine") not in (None, engine)})
     if other:  # the bare-metal formats start their engine whatever the plan was verified on
         lines += (f"\nThe plan was verified on {' and '.join(other)}'s step times, and this export starts {engine}, "

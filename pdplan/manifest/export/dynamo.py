@@ -1,5 +1,6 @@
 """NVIDIA Dynamo: one ``DynamoGraphDeployment`` (``nvidia.com/v1beta1``) with a frontend
-and one vLLM worker component per pool.
+and one worker component per pool, of the engine the plan was verified for where Dynamo runs it (vLLM or SGLang,
+the graph's ``backendFramework``; :func:`common.format_engine`), else vLLM.
 
 In ``v1beta1`` a component's pod is its ``podTemplate`` (ai-dynamo/dynamo
 ``deploy/operator/config/crd/bases/nvidia.com_dynamographdeployments.yaml``): the worker's
@@ -20,7 +21,15 @@ exceeds the container's GPU limit it appends ``--data-parallel-hybrid-lb``, ``--
 ``--data-parallel-address`` (the leader's hostname) and ``--data-parallel-rpc-port``, every node serving its own
 ranks), so none of those is written here, as in Dynamo's recipe
 ``recipes/deepseek-r1/vllm/disagg/deploy_hopper_prefill_dep16_decode_dep16.yaml`` (``nodeCount: 2``, GPU limit 8,
-``--tensor-parallel-size 1 --data-parallel-size 16 --enable-expert-parallel``)."""
+``--tensor-parallel-size 1 --data-parallel-size 16 --enable-expert-parallel``).
+
+An SGLang worker (``python3 -m dynamo.sglang``) takes SGLang's own flags, the launch scripts' (:func:`sglang.engine_args`:
+``--tp-size`` TP x DP, ``--ep-size``, DeepEP across nodes, ``--host 0.0.0.0`` for a prefill's bootstrap server), attention
+DP spelled ``--dp-size N --enable-dp-attention`` for the SGLang 0.5.21 the image runs, and ``--skip-tokenizer-init`` as Dynamo's SGLang recipes start theirs (the frontend tokenizes;
+``recipes/deepseek-r1/sglang/disagg-16gpu/deploy.yaml``); Dynamo's worker picks a free bootstrap port itself when none
+is given (ai-dynamo 1.6.1, ``dynamo/sglang/args.py`` ``parse_args``). A multinode SGLang component gets
+``--dist-init-addr <leader>:29500 --nnodes N --node-rank R`` from the operator (``backend_sglang.go``,
+``getMultinodeFlags``), so none of those is written here either."""
 
 from __future__ import annotations
 
@@ -29,13 +38,16 @@ import re
 
 from pdplan import names
 from pdplan.errors import PdplanError
-from pdplan.manifest.export import common, pods, vllm
+from pdplan.manifest.export import common, pods, sglang, vllm
 from pdplan.vocabulary import Router
 
 API_VERSION = "nvidia.com/v1beta1"
-DEFAULT_IMAGE = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.1"
 # Admission needs the runtime version when the main image's tag is not a semantic version.
 RUNTIME_VERSION = "1.6.1"
+#: Dynamo's runtime image per engine, at :data:`RUNTIME_VERSION` (NGC ``nvcr.io/nvidia/ai-dynamo``; ai-dynamo 1.6.1
+#: pins SGLang 0.5.21 in its ``sglang`` extra).
+DEFAULT_IMAGES = {"vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{RUNTIME_VERSION}",
+                  "sglang": f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{RUNTIME_VERSION}"}
 #: The frontend pod's requests (an assumption: it tokenizes and routes, no GPU).
 FRONTEND_RESOURCES = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
 
@@ -59,8 +71,9 @@ _SEMVER_TAG = re.compile(r":v?\d+\.\d+\.\d+$")
 def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
     """``dynamo/<name>.yaml``."""
     common.require_pool_engines(manifest, "dynamo")
-    image = options.image or DEFAULT_IMAGE
-    components = [_frontend(manifest, image), *(_worker(manifest, pool, image, options)
+    engine = common.format_engine(manifest, "dynamo")
+    image = options.image or DEFAULT_IMAGES[engine]
+    components = [_frontend(manifest, image), *(_worker(manifest, pool, image, options, engine)
                                                 for pool in common.pools(manifest))]
     name = manifest["metadata"]["name"]
     for component in components:
@@ -70,7 +83,7 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
         "kind": "DynamoGraphDeployment",
         "metadata": {"name": name, "labels": common.manifest_labels(manifest),
                      "annotations": common.manifest_annotations(manifest)},
-        "spec": {"backendFramework": "vllm", "components": components},
+        "spec": {"backendFramework": engine, "components": components},
     }
     budgets = "\n".join(pods.budget_comment(pool) for pool in common.pools(manifest))
     renamed = [f"Component {component_name(name, pool)} runs pool {pool['name']}, whose own name would make the "
@@ -78,7 +91,8 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
                for pool in common.pools(manifest) if component_name(name, pool) != pool["name"]]
     header = "\n".join([f"{common.header(manifest, 'dynamo')}\nCreate the Secret {options.hf_token_secret} (key "
                         f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}", *renamed])
-    header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
+    tiers = {"vllm": vllm.TIER_OPTIONS, "sglang": sglang.TIER_OPTIONS}[engine]
+    header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), tiers)])
     return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=header)}
 
 
@@ -110,30 +124,46 @@ def _frontend(manifest: dict, image: str) -> dict:
     return _component("Frontend", "frontend", 1, container)
 
 
-def _worker(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -> dict:
-    # vLLM's own flags, --no-enable-prefix-caching of a pool whose prefix cache the plan turns off included: the
-    # worker parses them with vLLM's AsyncEngineArgs and turns prefix caching on only when neither spelling is given
-    # (ai-dynamo/dynamo components/src/dynamo/vllm/args.py @000a36a7399ab3fa8e27d9537d8b1f5020e34db4,
-    # parse_args and update_engine_config_with_dynamo).
-    args = ["--model", common.served_model(manifest), *vllm.engine_args(manifest, pool)]
-    if pool["phase"] != "colocated":
-        args += ["--disaggregation-mode", pool["phase"]]
-    container = _container(image, ["python3", "-m", "dynamo.vllm"], args)
+def _worker(manifest: dict, pool: dict, image: str, options: pods.PodOptions, engine: str) -> dict:
+    nodes = common.pods_per_instance(manifest, pool)
+    command, args, env = (_sglang_worker(manifest, pool, nodes > 1) if engine == "sglang"
+                          else _vllm_worker(manifest, pool))
+    container = _container(image, command, args)
     volume, mount = pods.cache_volume(pool)
-    container.update({"env": pods.hf_env(options), "resources": pods.resources(manifest, pool),
+    container.update({"env": pods.hf_env(options) + env, "resources": pods.resources(manifest, pool),
                       "volumeMounts": [mount]})
     name = component_name(manifest["metadata"]["name"], pool)
     component = _component(name, _COMPONENT_TYPES[pool["phase"]], pool["replicas"], container)
     component["podTemplate"]["spec"].update({**pods.node_selection(manifest, pool), "volumes": [volume]})
     if name != pool["name"]:  # the pool stays findable on its pods
         component["podTemplate"]["metadata"] = {"annotations": {POOL_ANNOTATION: pool["name"]}}
-    nodes = common.pods_per_instance(manifest, pool)
     if nodes > 1:  # GPUs per instance = nodeCount × the container's GPU limit
-        if common.parallel(pool).dp > 1:
+        if engine == "vllm" and common.parallel(pool).dp > 1:
             # the operator's --data-parallel-size-local is the container's GPUs / TP x PP: whole ranks per node
             vllm.local_data_parallel(manifest, pool, nodes)
         component["multinode"] = {"nodeCount": nodes}
     return component
+
+
+def _vllm_worker(manifest: dict, pool: dict) -> tuple[list[str], list[str], list[dict]]:
+    """Command, args and extra env of a vLLM worker: vLLM's own flags, --no-enable-prefix-caching of a pool whose
+    prefix cache the plan turns off included: the worker parses them with vLLM's AsyncEngineArgs and turns prefix
+    caching on only when neither spelling is given (ai-dynamo/dynamo components/src/dynamo/vllm/args.py
+    @000a36a7399ab3fa8e27d9537d8b1f5020e34db4, parse_args and update_engine_config_with_dynamo)."""
+    args = ["--model", common.served_model(manifest), *vllm.engine_args(manifest, pool)]
+    if pool["phase"] != "colocated":
+        args += ["--disaggregation-mode", pool["phase"]]
+    return ["python3", "-m", "dynamo.vllm"], args, []
+
+
+def _sglang_worker(manifest: dict, pool: dict, spans_nodes: bool) -> tuple[list[str], list[str], list[dict]]:
+    """Command, args and extra env of an SGLang worker (see the module's docstring): the DeepEP low-latency budget
+    its decode steps were verified within, in the container's env, as the launch scripts export it."""
+    args = [*sglang.engine_args(manifest, pool, spans_nodes=spans_nodes, backend=sglang.transfer_backend(manifest),
+                                legacy_dp_attention=True),
+            "--skip-tokenizer-init"]
+    env = [{"name": name, "value": value} for name, value in sglang.deepep_environment(pool, spans_nodes).items()]
+    return ["python3", "-m", "dynamo.sglang"], args, env
 
 
 def _component(name: str, kind: str, replicas: int, container: dict) -> dict:

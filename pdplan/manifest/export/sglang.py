@@ -72,7 +72,7 @@ TIER_OPTIONS = {"host": "SGLang's --enable-hierarchical-cache with --hicache-siz
 
 def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     """``sglang/<instance>.sh`` per instance and ``sglang/router.sh``; ``image`` is unused."""
-    backend = _transfer_backend(manifest)
+    backend = transfer_backend(manifest)
     files = {}
     workers: dict[str, list[list[str]]] = {}
     for index, inst in enumerate(common.instances(manifest)):
@@ -85,7 +85,7 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     return files
 
 
-def _transfer_backend(manifest: dict) -> str | None:
+def transfer_backend(manifest: dict) -> str | None:
     """The SGLang transfer backend of a P/D plan; None for a colocated plan."""
     if not common.is_disaggregated(manifest):
         return None
@@ -98,28 +98,40 @@ def _transfer_backend(manifest: dict) -> str | None:
 
 def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: str | None,
                     bootstrap: int | None) -> list[str]:
-    pool = inst.pool
-    found = common.parallel(pool)
-    command = ["python", "-m", "sglang.launch_server", "--model-path", common.served_model(manifest),
-               *common.checkpoint_args(manifest),
-               # SGLang's tp_size counts the instance's GPUs per pipeline stage: attention TP x DP ranks.
-               "--tp-size", str(found.tp * found.dp), "--pp-size", str(found.pp),
-               *wide_args(manifest, inst),
-               "--host", "0.0.0.0", "--port", str(port),
-               # SGLang's static memory fraction (weights + KV pool) stands in for vLLM's utilization.
-               "--mem-fraction-static", str(pool["memory"]["memory_utilization"])]
-    command += common.precision_args(manifest, "SGLang", KV_CACHE_DTYPES, LOAD_QUANTIZATION)
-    command += prompt_budget_args(pool) + running_args(pool)
-    if pool["phase"] == "prefill" and common.prefix_cache_off(pool):
-        command.append(NO_RADIX_CACHE)
-    command += speculative_args(manifest) + kernel_args(manifest)
-    if backend is not None:
-        command += ["--disaggregation-mode", pool["phase"], "--disaggregation-transfer-backend", backend]
+    command = ["python", "-m", "sglang.launch_server",
+               *engine_args(manifest, inst.pool, spans_nodes=inst.spans_nodes, backend=backend, port=port)]
     if bootstrap is not None:
         command += ["--disaggregation-bootstrap-port", str(bootstrap)]
     if inst.spans_nodes:
         command += ["--nnodes", str(len(inst.nodes)), "--dist-init-addr", f"{inst.nodes[0]}:{DIST_INIT_PORT}"]
     return command
+
+
+def engine_args(manifest: dict, pool: dict, *, spans_nodes: bool, backend: str | None,
+                port: int | None = None, legacy_dp_attention: bool = False) -> list[str]:
+    """SGLang's own flags for an instance of the pool (``spans_nodes``: over several nodes), as the launch scripts and
+    Dynamo's SGLang workers start it: the model, the parallel coordinates, the memory, precision, budgets and kernels
+    the plan was verified with and, for a P/D plan, the disaggregation mode over ``backend``. Listening on every
+    address (``--host 0.0.0.0``): a prefill's bootstrap server binds there too (SGLang 0.5.23,
+    python/sglang/srt/managers/disagg_service.py), and a decode on another node must reach it. The HTTP ``port``
+    where the instance serves one; not its nodes and rendezvous, which the caller states. ``legacy_dp_attention``:
+    attention DP in the spelling SGLang releases before ``--attn-dp-size`` read (:func:`wide_args`)."""
+    found = common.parallel(pool)
+    args = ["--model-path", common.served_model(manifest), *common.checkpoint_args(manifest),
+            # SGLang's tp_size counts the instance's GPUs per pipeline stage: attention TP x DP ranks.
+            "--tp-size", str(found.tp * found.dp), "--pp-size", str(found.pp),
+            *wide_args(manifest, pool, spans_nodes, legacy_dp_attention=legacy_dp_attention),
+            "--host", "0.0.0.0", *([] if port is None else ["--port", str(port)]),
+            # SGLang's static memory fraction (weights + KV pool) stands in for vLLM's utilization.
+            "--mem-fraction-static", str(pool["memory"]["memory_utilization"])]
+    args += common.precision_args(manifest, "SGLang", KV_CACHE_DTYPES, LOAD_QUANTIZATION)
+    args += prompt_budget_args(pool) + running_args(pool)
+    if pool["phase"] == "prefill" and common.prefix_cache_off(pool):
+        args.append(NO_RADIX_CACHE)
+    args += speculative_args(manifest) + kernel_args(manifest)
+    if backend is not None:
+        args += ["--disaggregation-mode", pool["phase"], "--disaggregation-transfer-backend", backend]
+    return args
 
 
 def prompt_budget_args(pool: dict) -> list[str]:
@@ -145,17 +157,17 @@ def running_args(pool: dict) -> list[str]:
     return [] if cap is None else ["--max-running-requests", str(cap * common.parallel(pool).dp)]
 
 
-def deepep_environment(inst: common.Instance) -> list[str]:
+def deepep_environment(pool: dict, spans_nodes: bool) -> dict[str, str]:
     """The DeepEP low-latency budget an instance's decode steps were verified within
     (:data:`pdplan.engines.DEEPEP_LOW_LATENCY_TOKENS`), stated for every instance the export starts on those kernels
     (:func:`common.starts_low_latency`), so that no inherited value of :data:`DEEPEP_TOKENS_VARIABLE` runs it
-    otherwise."""
-    if not common.starts_low_latency("sglang", inst.pool, inst.spans_nodes):
-        return []
-    return [shell.export(DEEPEP_TOKENS_VARIABLE, str(DEEPEP_LOW_LATENCY_TOKENS["sglang"]))]
+    otherwise: variable -> value (none for another instance)."""
+    if not common.starts_low_latency("sglang", pool, spans_nodes):
+        return {}
+    return {DEEPEP_TOKENS_VARIABLE: str(DEEPEP_LOW_LATENCY_TOKENS["sglang"])}
 
 
-def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
+def wide_args(manifest: dict, pool: dict, spans_nodes: bool, *, legacy_dp_attention: bool = False) -> list[str]:
     """SGLang 0.5.23's flags for attention data parallelism and expert parallelism (none for a TP x PP
     instance), read in python/sglang/srt/arg_groups/fields/parallel.py and exec_.py:
 
@@ -163,7 +175,10 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
       scheduler, batch and KV. Not ``--dp-size N --enable-dp-attention``: 0.5.23 keeps that spelling as a
       deprecated alias it rewrites to ``--attn-dp-size N`` (server_args.py, ``add_cli_args``;
       arg_groups/parallel_hook.py ``handle_deprecated_dp_attention``), and ``--dp-size`` alone is data-parallel
-      replicas, which SGLang refuses across nodes (arg_groups/validation_hook.py ``check_server_args``).
+      replicas, which SGLang refuses across nodes (arg_groups/validation_hook.py ``check_server_args``). With
+      ``legacy_dp_attention`` that alias, for SGLang 0.5.21 (the release ai-dynamo 1.6.1 pins), whose parser has no
+      ``--attn-dp-size`` (it came with sgl-project/sglang #41818) and reads ``--dp-size N --enable-dp-attention`` as
+      N attention-DP ranks.
     - ``--ep-size`` EP: the MoE layer's expert-parallel group; its expert TP is tp_size / ep_size
       (runtime_context.py ``derive_parallel_widths``), so EP must divide TP x DP.
     - across nodes, for a pool timed with a dispatch, ``--moe-a2a-backend`` :data:`A2A_BACKEND` and, for a P/D
@@ -175,18 +190,18 @@ def wide_args(manifest: dict, inst: common.Instance) -> list[str]:
       ``enable_eplb`` or an ``--init-expert-location``), while pdplan times redundant slots at the load EPLB
       rebalances (AIConfigurator's reading, :func:`pdplan.latency.compose.wide.eplb_distribution`): the flag starts
       what was timed, as SGLang's own EPLB tests run it (``--enable-eplb --ep-num-redundant-experts N``)."""
-    pool = inst.pool
     found = common.parallel(pool)
     args = []
     if found.dp > 1:
-        args += ["--attn-dp-size", str(found.dp)]
+        args += (["--dp-size", str(found.dp), "--enable-dp-attention"] if legacy_dp_attention
+                 else ["--attn-dp-size", str(found.dp)])
     if found.ep > 1:
         if (found.tp * found.dp) % found.ep:
             raise PdplanError(f"pool {pool['name']} has EP {found.ep}, which does not divide its TP x DP "
                               f"{found.tp * found.dp} (SGLang's --tp-size): SGLang splits each expert over "
                               f"tp_size / ep_size GPUs", field=common.pool_field(manifest, pool, "ep"))
         args += ["--ep-size", str(found.ep)]
-        if common.starts_deepep("sglang", pool, inst.spans_nodes):
+        if common.starts_deepep("sglang", pool, spans_nodes):
             if found.ep != found.tp * found.dp:
                 raise PdplanError(f"pool {pool['name']} runs EP {found.ep} across nodes, where SGLang dispatches "
                                   f"tokens with DeepEP, which sets EP to the instance's TP x DP "
@@ -230,7 +245,7 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: 
                                                         deepep=common.starts_deepep("sglang", inst.pool,
                                                                                     inst.spans_nodes)),
                                  f"instance {inst.name}", "python")
-    lines += deepep_environment(inst)
+    lines += [shell.export(name, value) for name, value in deepep_environment(inst.pool, inst.spans_nodes).items()]
     command: list[shell.Word] = _launch_command(manifest, inst, port, backend, bootstrap)
     if inst.spans_nodes:
         # Node 0 needs no wait of its own: every node's scheduler joins the torch.distributed
