@@ -467,8 +467,9 @@ def drive(options) -> int:
                 table.add(name, fmt, "export", "pdplan export", "pass", f"refused: {refused}")
                 continue
             if mixed:
+                engine = format_engine(manifest, fmt)
                 table.add(name, fmt, "export", "pdplan export", "FAIL",
-                          f"exported a mixed pool ({format_engine(manifest, fmt)}'s router does not run one as verified)")
+                          f"exported a mixed pool ({engine}'s router does not run one as verified)")
             else:
                 table.add(name, fmt, "export", "pdplan export", "pass", f"{len(files)} files")
             for file, text in sorted(files.items()):

@@ -580,7 +580,8 @@ def test_a_dynamo_sglang_decode_on_deepeps_low_latency_kernels_states_their_budg
     wide["pools"][0]["phase"], wide["pools"][1]["phase"] = "decode", "prefill"   # the decode over two nodes
     wide["transfer"]["roles"] = {"prefill": "kv_consumer", "decode": "kv_producer"}
     workers = {c["name"]: c for c in _sglang_graph(wide)["spec"]["components"]}
-    assert {"name": "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK", "value": "128"} in _main(workers["prefill"])["env"]
+    budget = {"name": "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK", "value": "128"}
+    assert budget in _main(workers["prefill"])["env"]
     assert not [e for e in _main(workers["decode"])["env"] if e["name"].startswith("SGLANG_")]
 
 

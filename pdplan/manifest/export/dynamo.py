@@ -23,11 +23,12 @@ ranks), so none of those is written here, as in Dynamo's recipe
 ``recipes/deepseek-r1/vllm/disagg/deploy_hopper_prefill_dep16_decode_dep16.yaml`` (``nodeCount: 2``, GPU limit 8,
 ``--tensor-parallel-size 1 --data-parallel-size 16 --enable-expert-parallel``).
 
-An SGLang worker (``python3 -m dynamo.sglang``) takes SGLang's own flags, the launch scripts' (:func:`sglang.engine_args`:
-``--tp-size`` TP x DP, ``--ep-size``, DeepEP across nodes, ``--host 0.0.0.0`` for a prefill's bootstrap server), attention
-DP spelled ``--dp-size N --enable-dp-attention`` for the SGLang 0.5.21 the image runs, and ``--skip-tokenizer-init`` as Dynamo's SGLang recipes start theirs (the frontend tokenizes;
-``recipes/deepseek-r1/sglang/disagg-16gpu/deploy.yaml``); Dynamo's worker picks a free bootstrap port itself when none
-is given (ai-dynamo 1.6.1, ``dynamo/sglang/args.py`` ``parse_args``). A multinode SGLang component gets
+An SGLang worker (``python3 -m dynamo.sglang``) takes SGLang's own flags, the launch scripts'
+(:func:`sglang.engine_args`: ``--tp-size`` TP x DP, ``--ep-size``, DeepEP across nodes, ``--host 0.0.0.0`` for a
+prefill's bootstrap server), attention DP spelled ``--dp-size N --enable-dp-attention`` for the SGLang 0.5.21 the
+image runs, and ``--skip-tokenizer-init`` as Dynamo's SGLang recipes start theirs (the frontend tokenizes;
+``recipes/deepseek-r1/sglang/disagg-16gpu/deploy.yaml``); Dynamo's worker picks a free bootstrap port itself when
+none is given (ai-dynamo 1.6.1, ``dynamo/sglang/args.py`` ``parse_args``). A multinode SGLang component gets
 ``--dist-init-addr <leader>:29500 --nnodes N --node-rank R`` from the operator (``backend_sglang.go``,
 ``getMultinodeFlags``), so none of those is written here either."""
 
