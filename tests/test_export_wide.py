@@ -585,6 +585,19 @@ def test_a_dynamo_sglang_decode_on_deepeps_low_latency_kernels_states_their_budg
     assert not [e for e in _main(workers["decode"])["env"] if e["name"].startswith("SGLANG_")]
 
 
+def test_dynamo_refuses_an_sglang_prefill_with_pipeline_stages_its_sglang_admits_over_a_ring(wide):
+    """SGLang 0.5.21, Dynamo 1.6.1's, passes a pipelined prefill's ready requests through its stages before batching
+    them, which no simulation timed; the sglang scripts (SGLang 0.5.23, which decides on the first stage) still run
+    the plan."""
+    wide["pools"][0].update(dp=8, ep=8, pp=2, redundant_experts=0)   # the prefill's 16 GPUs as 2 stages of DP8
+    for node in wide["placement"]["nodes"][:2]:
+        node["instances"][0]["stage"] = node["instances"][0]["node_rank"]
+    with pytest.raises(PdplanError, match="consensus ring") as refused:
+        export_manifest(copy.deepcopy(wide), "dynamo")
+    assert refused.value.field == "pools[0].pp"
+    assert "sglang/prefill-0.sh" in export_manifest(wide, "sglang")
+
+
 def test_the_wide_dynamo_sglang_graph_validates_strictly_against_the_crd_schema(shared_data, wide):
     _validator(shared_data, "dynamo.dynamographdeployment.v1beta1.schema.json").validate(_sglang_graph(wide))
 

@@ -49,6 +49,16 @@ RUNTIME_VERSION = "1.6.1"
 #: pins SGLang 0.5.21 in its ``sglang`` extra).
 DEFAULT_IMAGES = {"vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{RUNTIME_VERSION}",
                   "sglang": f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{RUNTIME_VERSION}"}
+#: Why Dynamo's SGLang workers cannot run a disaggregated prefill pool with pipeline stages as it was verified: the
+#: SGLang 0.5.21 its image runs admits such a prefill's requests over a consensus ring, the ready request IDs passed
+#: from stage to stage, one stage per scheduler iteration, before the first stage may batch them
+#: (python/sglang/srt/managers/scheduler_pp_mixin.py, ``_pp_pd_get_bootstrapped_ids`` in
+#: ``event_loop_pp_disagg_prefill``), seconds of TTFT under load (sgl-project/sglang #34815 at PP8, #38206 at PP16),
+#: which pdplan's simulation does not time; SGLang 0.5.23, which the sglang scripts start, decides on the first stage
+#: (disaggregation/pp_consensus_store.py, ``PPConsensusStore``).
+SGLANG_PP_PREFILL = ("Dynamo 1.6.1's SGLang 0.5.21 admits a pipelined prefill's requests over a consensus ring through "
+                     "its stages, which the plan's simulation does not time (sgl-project/sglang #34815); SGLang 0.5.23 "
+                     "does not: export --format sglang, or plan the prefill without PP")
 #: The frontend pod's requests (an assumption: it tokenizes and routes, no GPU).
 FRONTEND_RESOURCES = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"memory": "4Gi"}}
 
@@ -159,7 +169,11 @@ def _vllm_worker(manifest: dict, pool: dict) -> tuple[list[str], list[str], list
 
 def _sglang_worker(manifest: dict, pool: dict, spans_nodes: bool) -> tuple[list[str], list[str], list[dict]]:
     """Command, args and extra env of an SGLang worker (see the module's docstring): the DeepEP low-latency budget
-    its decode steps were verified within, in the container's env, as the launch scripts export it."""
+    its decode steps were verified within, in the container's env, as the launch scripts export it. A P/D prefill
+    pool with pipeline stages is refused (:data:`SGLANG_PP_PREFILL`)."""
+    if pool["phase"] == "prefill" and common.parallel(pool).pp > 1:
+        raise PdplanError(f"pool {pool['name']} prefills with PP {common.parallel(pool).pp}: {SGLANG_PP_PREFILL}",
+                          field=common.pool_field(manifest, pool, "pp"))
     args = [*sglang.engine_args(manifest, pool, spans_nodes=spans_nodes, backend=sglang.transfer_backend(manifest),
                                 legacy_dp_attention=True),
             "--skip-tokenizer-init"]
