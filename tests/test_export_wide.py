@@ -585,6 +585,16 @@ def test_a_dynamo_sglang_decode_on_deepeps_low_latency_kernels_states_their_budg
     assert not [e for e in _main(workers["decode"])["env"] if e["name"].startswith("SGLANG_")]
 
 
+def test_dynamo_sglang_workers_of_a_cache_aware_plan_publish_the_kv_events_its_kv_router_reads(wide):
+    plain = _sglang_graph(copy.deepcopy(wide))
+    wide["transfer"]["router"] = "cache-aware"
+    graph = _sglang_graph(wide)
+    assert _value(_main(graph["spec"]["components"][0])["args"], "--router-mode") == "kv"   # the frontend
+    for worker in graph["spec"]["components"][1:]:
+        assert json.loads(_value(_main(worker)["args"], "--kv-events-config"))["publisher"] == "zmq"
+    assert not [c for c in plain["spec"]["components"] if "--kv-events-config" in _main(c).get("args", [])]
+
+
 def test_dynamo_refuses_an_sglang_prefill_with_pipeline_stages_its_sglang_admits_over_a_ring(wide):
     """SGLang 0.5.21, Dynamo 1.6.1's, passes a pipelined prefill's ready requests through its stages before batching
     them, which no simulation timed; the sglang scripts (SGLang 0.5.23, which decides on the first stage) still run

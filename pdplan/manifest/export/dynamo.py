@@ -72,6 +72,11 @@ FRONTEND_RESOURCES = {"requests": {"cpu": "2", "memory": "4Gi"}, "limits": {"mem
 #: flag: the frontend's round-robin (its least-loaded counts active requests, not pending prompt tokens, and skips
 #: the bootstrap path of disaggregated prefill, the option's help says).
 ROUTER_MODES = {Router.CACHE_AWARE: "kv", Router.ROUND_ROBIN: "round-robin"}
+#: What an SGLang worker publishes its KV cache's events with for the frontend's KV router: Dynamo's SGLang worker
+#: subscribes only when ``--kv-events-config`` names a publisher (ai-dynamo 1.6.1 ``dynamo/sglang/args.py``:
+#: ``use_kv_events`` is the config's ``publisher`` other than "null"), where vLLM's publish with no flag of theirs;
+#: SGLang's ZMQ publisher on its default endpoint (``tcp://*:5557``, offset per attention-DP rank).
+SGLANG_KV_EVENTS = {"publisher": "zmq", "topic": "kv-events"}
 
 _COMPONENT_TYPES = {"prefill": "prefill", "decode": "decode", "colocated": "worker"}
 #: The annotation a renamed component's pods carry with their pool's name (:func:`component_name`).
@@ -177,6 +182,8 @@ def _sglang_worker(manifest: dict, pool: dict, spans_nodes: bool) -> tuple[list[
     args = [*sglang.engine_args(manifest, pool, spans_nodes=spans_nodes, backend=sglang.transfer_backend(manifest),
                                 legacy_dp_attention=True),
             "--skip-tokenizer-init"]
+    if common.router_policy(manifest, ROUTER_MODES) == "kv":
+        args += ["--kv-events-config", common.compact_json(SGLANG_KV_EVENTS)]
     env = [{"name": name, "value": value} for name, value in sglang.deepep_environment(pool, spans_nodes).items()]
     return ["python3", "-m", "dynamo.sglang"], args, env
 
