@@ -24,9 +24,10 @@ from pdplan.shape import InstanceShape
 from pdplan.vocabulary import AllToAll, FirstToken, Handoff, RankRouter
 
 #: The engines each export format can start, the one it starts for a plan made for none of them first: the scripts
-#: their own, llm-d's and the Kubernetes pods vLLM, Dynamo's graph vLLM or SGLang workers (its ``backendFramework``).
+#: their own, llm-d's pods vLLM, Dynamo's graph vLLM or SGLang workers (its ``backendFramework``), the Kubernetes
+#: bundle vLLM or SGLang pods with their router.
 FORMAT_ENGINES = {"vllm": ("vllm",), "sglang": ("sglang",), "dynamo": ("vllm", "sglang"), "llm-d": ("vllm",),
-                  "k8s": ("vllm",)}
+                  "k8s": ("vllm", "sglang")}
 
 #: The serving engines pdplan plans for (AIConfigurator measures each of them).
 ENGINES = ("vllm", "sglang", "trtllm")

@@ -242,7 +242,9 @@ PROGRAMS = {("vllm", "serve"): "vllm serve", ("vllm-router",): "vllm-router",
             ("python", "-m", "sglang.launch_server"): "sglang server",
             ("python", "-m", "sglang_router.launch_router"): "sglang-router",
             ("python3", "-m", "dynamo.vllm"): "dynamo.vllm", ("python3", "-m", "dynamo.frontend"): "dynamo.frontend",
-            ("python3", "-m", "dynamo.sglang"): "dynamo.sglang"}
+            ("python3", "-m", "dynamo.sglang"): "dynamo.sglang",
+            ("python3", "-m", "sglang.launch_server"): "sglang server",
+            ("python3", "-m", "sglang_router.launch_router"): "sglang-router"}
 #: The environment each consumer runs in.
 CONSUMER_ENV = {"vllm serve": "vllm", "sglang server": "sglang", "vllm-router": "routers",
                 "sglang-router": "sglang", "dynamo.vllm": "dynamo", "dynamo.frontend": "dynamo",
@@ -289,11 +291,18 @@ def containers(node) -> list[dict]:
 
 
 def container_commands(node) -> list[list[str]]:
+    """Every container's command line; a bash script's commands (:func:`script_commands`), and one that takes its
+    node rank from LeaderWorkerSet (``$(LWS_WORKER_INDEX)``, the kubelet expanding it) once per rank below its
+    ``--nnodes``, with a stand-in for the leader's address."""
     result = []
     for container in containers(node):
         argv = [*container["command"], *container.get("args", [])]
         if argv[:2] == ["/bin/bash", "-c"]:
             result += script_commands(argv[2])
+        elif "$(LWS_WORKER_INDEX)" in argv:
+            nodes = int(argv[argv.index("--nnodes") + 1])
+            result += [[word.replace("$(LWS_WORKER_INDEX)", str(rank)).replace("$(LWS_LEADER_ADDRESS)", "leader")
+                         for word in argv] for rank in range(nodes)]
         else:
             result.append(argv)
     return result

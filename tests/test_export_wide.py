@@ -442,6 +442,64 @@ def test_k8s_runs_the_multinode_dp_instance_as_a_leaderworkerset_of_its_nodes(wi
     assert decode["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] == "8"
 
 
+def _k8s_documents(manifest: dict) -> list[dict]:
+    return list(yaml.safe_load_all(export_manifest(manifest, "k8s")["k8s/deepseek-wide.yaml"]))
+
+
+def _leader_and_worker(documents: list[dict]) -> tuple[dict, dict]:
+    template = next(d for d in documents if d["kind"] == "LeaderWorkerSet")["spec"]["leaderWorkerTemplate"]
+    return template["leaderTemplate"], template["workerTemplate"]
+
+
+def test_k8s_runs_a_plan_made_for_sglang_as_sglang_pods_behind_sglang_router(wide):
+    documents = _k8s_documents(wide)
+    leader, worker = _leader_and_worker(documents)
+    decode = next(d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "decode")
+    router = next(d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "router")
+    for template in (leader, worker, decode["spec"]["template"]):
+        container = template["spec"]["containers"][0]
+        assert container["command"] == ["python3", "-m", "sglang.launch_server"]
+        assert container["image"] == "lmsysorg/sglang:v0.5.23"
+    router_container = router["spec"]["template"]["spec"]["containers"][0]
+    assert router_container["command"] == ["python3", "-m", "sglang_router.launch_router"]
+    assert "--pd-disaggregation" in router_container["args"]
+
+
+def test_the_k8s_sglang_pods_start_the_scripts_flags_with_the_leaderworkersets_rendezvous(wide, tmp_path):
+    """Each pod of the prefill group runs what the SGLang script runs on its node, with the group's leader address
+    and its own worker index from LeaderWorkerSet (as SGLang's own LWS guide starts them) and the pod's port."""
+    script = export_manifest(copy.deepcopy(wide), "sglang")["sglang/prefill-0.sh"]
+    command = _command(tmp_path, script, "0")[3:]
+    command[command.index("--port") + 1] = "8000"
+    command[command.index("--node-rank") + 1] = "$(LWS_WORKER_INDEX)"
+    command[command.index("--dist-init-addr") + 1] = "$(LWS_LEADER_ADDRESS):20000"
+    leader, worker = _leader_and_worker(_k8s_documents(wide))
+    for template in (leader, worker):
+        container = template["spec"]["containers"][0]
+        assert container["args"] == command
+        index = next(e for e in container["env"] if e["name"] == "LWS_WORKER_INDEX")
+        assert index["valueFrom"]["fieldRef"]["fieldPath"] == \
+            "metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"
+
+
+def test_sglang_router_finds_each_prefill_pods_bootstrap_port_in_its_annotation(wide):
+    documents = _k8s_documents(wide)
+    leader, _ = _leader_and_worker(documents)
+    assert leader["metadata"]["annotations"]["sglang.ai/bootstrap-port"] == "8998"
+    assert {"name": "bootstrap", "containerPort": 8998, "protocol": "TCP"} in leader["spec"]["containers"][0]["ports"]
+    decode = next(d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "decode")
+    assert "sglang.ai/bootstrap-port" not in decode["spec"]["template"]["metadata"]["annotations"]
+    router = next(d for d in documents if d["kind"] == "Deployment" and d["metadata"]["name"] == "router")
+    args = router["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert _value(args, "--prefill-selector") == "pdplan.dev/phase=prefill"
+    assert _value(args, "--decode-selector") == "pdplan.dev/phase=decode"
+
+
+def test_the_k8s_sglang_leaderworkerset_validates_strictly_against_its_crd_schema(shared_data, wide):
+    group = next(d for d in _k8s_documents(wide) if d["kind"] == "LeaderWorkerSet")
+    _validator(shared_data, "lws.leaderworkerset.v1.schema.json").validate(group)
+
+
 # --- Dynamo -------------------------------------------------------------------------------------
 
 #: The flags vLLM's data parallelism and expert parallelism are started with (vLLM 0.33.0, vllm/engine/arg_utils.py).

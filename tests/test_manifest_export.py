@@ -185,28 +185,29 @@ def test_the_sglang_router_passes_each_prefill_bootstrap_port(disaggregated):
     assert given and given == bootstraps
 
 
-@pytest.mark.parametrize("fmt", ["llm-d", "k8s"])
-def test_a_vllm_pod_format_refuses_a_pool_pinned_to_another_engine(colocated, fmt):
+def test_llmd_refuses_a_pool_pinned_to_another_engine_than_vllm(colocated):
     manifest = copy.deepcopy(colocated)
     manifest["pools"][0]["engine"] = "sglang"
-    with pytest.raises(PdplanError, match=f"{fmt} export runs vllm pods, but pool .* has engine 'sglang'"):
+    with pytest.raises(PdplanError, match="llm-d export runs vllm pods, but pool .* has engine 'sglang'"):
+        export_manifest(manifest, "llm-d")
+
+
+@pytest.mark.parametrize("fmt", ["dynamo", "k8s"])
+def test_a_pod_format_refuses_a_pool_pinned_to_an_engine_it_starts_no_pod_of(colocated, fmt):
+    manifest = copy.deepcopy(colocated)
+    manifest["pools"][0]["engine"] = "trtllm"
+    with pytest.raises(PdplanError, match=rf"{fmt} export runs vllm pods \(one of vllm, sglang for every pool\), "
+                                          r"but pool .* has engine 'trtllm'"):
         export_manifest(manifest, fmt)
 
 
-def test_dynamo_refuses_a_pool_pinned_to_an_engine_it_starts_no_worker_of(colocated):
-    manifest = copy.deepcopy(colocated)
-    manifest["pools"][0]["engine"] = "trtllm"
-    with pytest.raises(PdplanError, match=r"dynamo export runs vllm pods \(one of vllm, sglang for every pool\), "
-                                          r"but pool .* has engine 'trtllm'"):
-        export_manifest(manifest, "dynamo")
-
-
-def test_dynamo_refuses_pools_pinned_to_two_engines_since_its_graph_runs_one(disaggregated):
+@pytest.mark.parametrize("fmt", ["dynamo", "k8s"])
+def test_a_pod_format_refuses_pools_pinned_to_two_engines_since_it_runs_one(disaggregated, fmt):
     manifest = copy.deepcopy(disaggregated)
     manifest["pools"][0]["engine"], manifest["pools"][1]["engine"] = "sglang", "vllm"
-    with pytest.raises(PdplanError, match=f"dynamo export runs sglang pods .*but pool {manifest['pools'][1]['name']} "
+    with pytest.raises(PdplanError, match=f"{fmt} export runs sglang pods .*but pool {manifest['pools'][1]['name']} "
                                           "has engine 'vllm'"):
-        export_manifest(manifest, "dynamo")
+        export_manifest(manifest, fmt)
 
 
 @pytest.mark.parametrize("fmt, other", [("vllm", "sglang"), ("sglang", "trtllm")])

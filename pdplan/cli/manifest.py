@@ -138,8 +138,9 @@ def export(
                                                               "llm-d, k8s); default the engine's release "
                                                               "image.")] = None,
     router_image: Annotated[str | None, typer.Option("--router-image", help="Container image reference of the k8s "
-                                                                            "router (vllm-router); default "
-                                                                            f"{K8S_ROUTER_IMAGE}.")] = None,
+                                                                            "router; default "
+                                                                            f"{K8S_ROUTER_IMAGE} (vllm-router), the "
+                                                                            "SGLang image for sglang-router.")] = None,
     hf_token_secret: Annotated[str, typer.Option("--hf-token-secret", help="Secret the pods (dynamo, llm-d, k8s) read "
                                                                            "HF_TOKEN from, key 'token'; optional, so "
                                                                            "an ungated model starts without "
@@ -148,7 +149,7 @@ def export(
     """Write the configs a serving stack reads, from a manifest that validates: vLLM or SGLang
     launch scripts and router, a Dynamo DynamoGraphDeployment (SGLang workers for a plan made for SGLang, else
     vLLM's), llm-d-modelservice Helm values, or a Kubernetes bundle (Deployments / LeaderWorkerSets, Services,
-    vllm-router, kustomization)."""
+    vllm-router or sglang-router, kustomization)."""
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
     problem = None if image is None else names.image_reference(image)

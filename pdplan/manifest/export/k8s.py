@@ -1,8 +1,9 @@
 """Plain Kubernetes: per pool a Deployment, or a LeaderWorkerSet (one group per instance) when an
-instance of the pool spans nodes, and a Service; vllm-router in front with its Service; a
-kustomization that applies them.
+instance of the pool spans nodes, and a Service; the router in front with its Service; a
+kustomization that applies them. The pods run the plan's engine where it is vLLM or SGLang
+(:func:`common.format_engine`), behind vllm-router or sglang-router.
 
-A pool's pods are gated on vLLM's health endpoint (:func:`pods.vllm_probes`); in a LeaderWorkerSet
+A pool's pods are gated on the engine's health endpoint (:func:`pods.health_probes`); in a LeaderWorkerSet
 only the leader serves HTTP, so only it is probed and its Service selects leaders (LWS labels a
 group's pods ``leaderworkerset.sigs.k8s.io/worker-index``, 0 for the leader; kubernetes-sigs/lws
 ``api/leaderworkerset/v1/leaderworkerset_types.go``). A pod of several GPUs mounts a
@@ -14,20 +15,33 @@ mode, ``--selector`` otherwise; ``src/service_discovery.rs`` watches pods by lab
 pod's IP once it is Running and Ready), so it balances over pods itself, never through a Service's
 kube-proxy; it needs a Role to watch pods, as the router's own example with discovery grants
 (``scripts/k8s/llama3/llm-d/vllm-router-deployment-with-discovery.yaml``).
+
+An SGLang pool's pods run ``python3 -m sglang.launch_server`` with the SGLang scripts' flags
+(:func:`sglang.engine_args`), a prefill's bootstrap server on :data:`sglang.BOOTSTRAP_PORT_BASE` (every pod has its
+own IP), and across the pods of a LeaderWorkerSet SGLang's rendezvous as SGLang's own LeaderWorkerSet guide writes it
+(sgl-project/sglang ``docs/references/multi_node_deployment/lws_pd/lws_pd_deploy.md`` @59e54757: ``--dist-init-addr
+$(LWS_LEADER_ADDRESS):<port> --node-rank $(LWS_WORKER_INDEX)``, the index from the pod's LWS label). sglang-router
+0.3.2 finds them by the same labels (``--service-discovery`` with ``--prefill-selector``/``--decode-selector``) and
+reads a prefill pod's bootstrap port from its ``sglang.ai/bootstrap-port`` annotation (its default
+``bootstrap_port_annotation``); it runs from the SGLang image, as that guide runs its router.
 """
 
 from __future__ import annotations
 
 from pdplan.errors import PdplanError
-from pdplan.manifest.export import common, pods, vllm
+from pdplan.manifest.export import common, pods, sglang, vllm
 
-DEFAULT_IMAGE = "vllm/vllm-openai:v0.33.0"
+#: The engine's image per engine: vLLM's OpenAI server release, SGLang's (``lmsysorg/sglang``, which also carries
+#: sglang-router).
+DEFAULT_IMAGES = {"vllm": "vllm/vllm-openai:v0.33.0", "sglang": "lmsysorg/sglang:v0.5.23"}
 #: vllm-router's image as vLLM's docs run it (vllm-project/vllm ``docs/features/moriio_connector.md``:
 #: ``docker.io/vllm/vllm-router:nightly``); no release tag is published, so pin one with --router-image.
 DEFAULT_ROUTER_IMAGE = "docker.io/vllm/vllm-router:nightly"
+#: The router's image per engine: sglang-router runs from the SGLang image.
+DEFAULT_ROUTER_IMAGES = {"vllm": DEFAULT_ROUTER_IMAGE, "sglang": DEFAULT_IMAGES["sglang"]}
 POD_PORT = 8000
 ROUTER_PORT = 8000
-#: The router's own probes: vllm-router 0.1.17 serves ``/liveness`` and ``/readiness``.
+#: The router's own probes: vllm-router 0.1.17 and sglang-router 0.3.2 serve ``/liveness`` and ``/readiness``.
 ROUTER_LIVENESS = "/liveness"
 ROUTER_READINESS = "/readiness"
 #: The router pod's requests, as the router's Kubernetes examples request them
@@ -43,30 +57,36 @@ LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 #: ``bootstrap_port_annotation``). Each pod has its own IP, so every prefiller serves it on vLLM's
 #: default port (:data:`vllm.MOONCAKE_BOOTSTRAP_BASE`).
 BOOTSTRAP_ANNOTATION = "vllm.ai/bootstrap-port"
+#: The annotation sglang-router 0.3.2 reads a discovered prefill pod's bootstrap port from (its
+#: ``bootstrap_port_annotation`` default).
+SGLANG_BOOTSTRAP_ANNOTATION = "sglang.ai/bootstrap-port"
 
 
 def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict[str, str]:
     """``k8s/<name>.yaml`` (every object, one multi-document YAML) and ``k8s/kustomization.yaml``
     listing it, so ``kubectl apply -k k8s/`` applies the bundle."""
     common.require_pool_engines(manifest, "k8s")
-    image = options.image or DEFAULT_IMAGE
+    engine = common.format_engine(manifest, "k8s")
+    image = options.image or DEFAULT_IMAGES[engine]
     documents = []
     for pool in common.pools(manifest):
         if pool["name"] == ROUTER:
             raise PdplanError(f"pool {pool['name']} would share its objects' name with the router; rename the pool",
                               field="pools")
-        documents += [_workload(manifest, pool, image, options), _service(manifest, pool)]
-    documents += _router(manifest, options)
+        documents += [_workload(manifest, pool, image, options, engine), _service(manifest, pool)]
+    documents += _router(manifest, options, engine)
     name = manifest["metadata"]["name"]
     budgets = "\n".join(pods.budget_comment(pool) for pool in common.pools(manifest))
+    router = {"vllm": "vllm-router", "sglang": "sglang-router"}[engine]
     header = (f"{common.header(manifest, 'k8s')}\n"
               "Pods are scheduled by node label (the cluster file's node_label, else the GPU product label that\n"
               "NVIDIA GPU Feature Discovery writes). Create the Secret "
               f"{options.hf_token_secret} (key {pods.HF_TOKEN_KEY}) for a gated model.\n"
-              "vllm-router discovers the serving pods by label through the Kubernetes API and balances over\n"
+              f"{router} discovers the serving pods by label through the Kubernetes API and balances over\n"
               "their pod IPs; the pools' Services are for direct access.\n"
               f"{budgets}")
-    header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), vllm.TIER_OPTIONS)])
+    tiers = {"vllm": vllm.TIER_OPTIONS, "sglang": sglang.TIER_OPTIONS}[engine]
+    header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), tiers)])
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
                      "resources": [f"{name}.yaml"]}
     return {f"k8s/{name}.yaml": common.dump_yaml(*documents, header=header),
@@ -81,21 +101,23 @@ def _metadata(manifest: dict, name: str, labels: dict[str, str]) -> dict:
     return {"name": name, "labels": labels, "annotations": common.manifest_annotations(manifest)}
 
 
-def _workload(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -> dict:
+def _workload(manifest: dict, pool: dict, image: str, options: pods.PodOptions, engine: str) -> dict:
     size = common.pods_per_instance(manifest, pool)
     labels = _labels(manifest, pool)
     annotations = common.manifest_annotations(manifest)
-    if vllm.has_bootstrap(manifest, pool):
+    if engine == "vllm" and vllm.has_bootstrap(manifest, pool):
         annotations = {**annotations, BOOTSTRAP_ANNOTATION: str(vllm.MOONCAKE_BOOTSTRAP_BASE)}
+    if engine == "sglang" and _sglang_bootstrap(manifest, pool):
+        annotations = {**annotations, SGLANG_BOOTSTRAP_ANNOTATION: str(sglang.BOOTSTRAP_PORT_BASE)}
     serving = {"metadata": {"labels": {**labels, ENDPOINT_LABEL: "http"}, "annotations": annotations},
-               "spec": _pod_spec(manifest, pool, image, options, size, probed=True)}
+               "spec": _pod_spec(manifest, pool, image, options, size, engine, probed=True)}
     if size == 1:
         return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": _metadata(manifest, pool["name"], labels),
                 "spec": {"replicas": pool["replicas"],
                          "selector": {"matchLabels": {"pdplan.dev/pool": pool["name"]}},
                          "template": serving}}
     worker = {"metadata": {"labels": labels, "annotations": common.manifest_annotations(manifest)},
-              "spec": _pod_spec(manifest, pool, image, options, size, probed=False)}
+              "spec": _pod_spec(manifest, pool, image, options, size, engine, probed=False)}
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
             "metadata": _metadata(manifest, pool["name"], labels),
             "spec": {"replicas": pool["replicas"],
@@ -117,14 +139,17 @@ def _service(manifest: dict, pool: dict) -> dict:
                      "ports": [{"name": "http", "port": POD_PORT, "targetPort": "http", "protocol": "TCP"}]}}
 
 
-def _pod_spec(manifest: dict, pool: dict, image: str, options: pods.PodOptions, size: int, *, probed: bool) -> dict:
-    command, args = vllm.pod_command(manifest, pool, POD_PORT, spans_nodes=size > 1)
-    container = {"name": "vllm", "image": image, "command": command, "args": args,
-                 "env": vllm.pod_env(manifest, pool) + pods.hf_env(options),
-                 "ports": vllm.pod_ports(manifest, pool, POD_PORT),
-                 "resources": pods.resources(manifest, pool)}
+def _pod_spec(manifest: dict, pool: dict, image: str, options: pods.PodOptions, size: int, engine: str, *,
+              probed: bool) -> dict:
+    if engine == "sglang":
+        command, args, env, ports = _sglang_container(manifest, pool, size)
+    else:
+        command, args = vllm.pod_command(manifest, pool, POD_PORT, spans_nodes=size > 1)
+        env, ports = vllm.pod_env(manifest, pool), vllm.pod_ports(manifest, pool, POD_PORT)
+    container = {"name": engine, "image": image, "command": command, "args": args,
+                 "env": env + pods.hf_env(options), "ports": ports, "resources": pods.resources(manifest, pool)}
     if probed:
-        container.update(pods.vllm_probes(pool))
+        container.update(pods.health_probes(pool))
     volume, mount = pods.cache_volume(pool)
     volumes, mounts = [volume], [mount]
     for shm, shm_mount in pods.shm_volume(pool):
@@ -132,6 +157,29 @@ def _pod_spec(manifest: dict, pool: dict, image: str, options: pods.PodOptions, 
         mounts.append(shm_mount)
     container["volumeMounts"] = mounts
     return {**pods.node_selection(manifest, pool), "containers": [container], "volumes": volumes}
+
+
+def _sglang_bootstrap(manifest: dict, pool: dict) -> bool:
+    """Whether the pool's pods serve SGLang's bootstrap server: the prefill pods of a P/D plan."""
+    return pool["phase"] == "prefill" and sglang.transfer_backend(manifest) is not None
+
+
+def _sglang_container(manifest: dict, pool: dict, size: int) -> tuple[list[str], list[str], list[dict], list[dict]]:
+    """Command, args, env and ports of an SGLang pod of an instance of ``size`` pods (see the module's docstring);
+    the DeepEP low-latency budget its decode steps were verified within in the env, as the scripts export it."""
+    args = sglang.engine_args(manifest, pool, spans_nodes=size > 1, backend=sglang.transfer_backend(manifest),
+                              port=POD_PORT)
+    env = [{"name": name, "value": value} for name, value in sglang.deepep_environment(pool, size > 1).items()]
+    ports = [{"name": "http", "containerPort": POD_PORT, "protocol": "TCP"}]
+    if _sglang_bootstrap(manifest, pool):
+        args += ["--disaggregation-bootstrap-port", str(sglang.BOOTSTRAP_PORT_BASE)]
+        ports.append({"name": "bootstrap", "containerPort": sglang.BOOTSTRAP_PORT_BASE, "protocol": "TCP"})
+    if size > 1:
+        args += ["--nnodes", str(size), "--dist-init-addr", f"$(LWS_LEADER_ADDRESS):{sglang.DIST_INIT_PORT}",
+                 "--node-rank", "$(LWS_WORKER_INDEX)"]
+        env.append({"name": "LWS_WORKER_INDEX", "valueFrom": {"fieldRef": {"fieldPath":
+                                                                           f"metadata.labels['{LWS_WORKER_INDEX}']"}}})
+    return ["python3", "-m", "sglang.launch_server"], args, env, ports
 
 
 def router_args(manifest: dict) -> list[str]:
@@ -152,12 +200,31 @@ def router_args(manifest: dict) -> list[str]:
                    "--decode-selector", "pdplan.dev/phase=decode", *selector]
 
 
-def _router(manifest: dict, options: pods.PodOptions) -> list[dict]:
+def sglang_router_args(manifest: dict) -> list[str]:
+    """sglang-router 0.3.2's arguments, as :func:`router_args` gives vllm-router's (the two share their service
+    discovery flags): P/D mode with the plan's prefill policy (:data:`sglang.ROUTER_POLICIES`), the bootstrap port
+    read from each prefill pod's annotation."""
+    selector = [f"{ENDPOINT_LABEL}=http", f"pdplan.dev/manifest-hash={common.hash_hex(manifest)[:16]}"]
+    args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--service-discovery",
+            "--service-discovery-port", str(POD_PORT), "--service-discovery-namespace", "$(POD_NAMESPACE)"]
+    if not common.is_disaggregated(manifest):
+        return args + ["--selector", "pdplan.dev/phase=colocated", *selector]
+    args.append("--pd-disaggregation")
+    policy = common.router_policy(manifest, sglang.ROUTER_POLICIES)
+    if policy is not None:
+        args += ["--prefill-policy", policy]
+    return args + ["--prefill-selector", "pdplan.dev/phase=prefill", *selector,
+                   "--decode-selector", "pdplan.dev/phase=decode", *selector]
+
+
+def _router(manifest: dict, options: pods.PodOptions, engine: str) -> list[dict]:
     """The router's ServiceAccount, the Role to watch pods and its binding, its Deployment and Service."""
     labels = {"pdplan.dev/component": ROUTER, **common.manifest_labels(manifest)}
     meta = _metadata(manifest, ROUTER, labels)
-    container = {"name": ROUTER, "image": options.router_image or DEFAULT_ROUTER_IMAGE,
-                 "command": ["vllm-router"], "args": router_args(manifest),
+    command, args = ((["python3", "-m", "sglang_router.launch_router"], sglang_router_args(manifest))
+                     if engine == "sglang" else (["vllm-router"], router_args(manifest)))
+    container = {"name": ROUTER, "image": options.router_image or DEFAULT_ROUTER_IMAGES[engine],
+                 "command": command, "args": args,
                  "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
                  "ports": [{"name": "http", "containerPort": ROUTER_PORT, "protocol": "TCP"}],
                  "resources": ROUTER_RESOURCES,

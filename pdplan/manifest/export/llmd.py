@@ -103,7 +103,7 @@ def _section(manifest: dict, pool: dict, image: str, options: pods.PodOptions) -
                  "ports": vllm.pod_ports(manifest, pool, port),
                  "resources": pods.resources(manifest, pool), "mountModelVolume": True}
     if size == 1 or found.dp > 1:  # every pod serves HTTP
-        container["extraConfig"] = pods.vllm_probes(pool)
+        container["extraConfig"] = pods.health_probes(pool)
     labels = pods.node_labels(manifest, pool)
     if len(labels) > 1:
         raise PdplanError(f"pool {pool['name']} runs on nodes selected by several label keys "

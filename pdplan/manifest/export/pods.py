@@ -86,9 +86,10 @@ def startup_budget_s(pool: dict) -> float:
     return download + load + ENGINE_INIT_S
 
 
-def vllm_probes(pool: dict, port: str = "http") -> dict:
-    """Startup, readiness and liveness probes on vLLM's ``GET /health`` (200 while the engine
-    runs, 503 once it is dead; vllm-project/vllm ``vllm/entrypoints/serve/instrumentator/health.py``).
+def health_probes(pool: dict, port: str = "http") -> dict:
+    """Startup, readiness and liveness probes on the engine's ``GET /health``: vLLM's (200 while the engine
+    runs, 503 once it is dead; vllm-project/vllm ``vllm/entrypoints/serve/instrumentator/health.py``) and SGLang's
+    (503 while it starts and once it shuts down, else 200; SGLang 0.5.23 ``srt/entrypoints/http_server.py``).
     The startup probe allows :func:`startup_budget_s`; liveness and readiness start after it."""
     get = {"path": "/health", "port": port}
     failures = math.ceil(startup_budget_s(pool) / PROBE_PERIOD_S)
