@@ -182,47 +182,40 @@ def _sglang_container(manifest: dict, pool: dict, size: int) -> tuple[list[str],
     return ["python3", "-m", "sglang.launch_server"], args, env, ports
 
 
-def router_args(manifest: dict) -> list[str]:
-    """vllm-router's arguments: service discovery of this manifest's serving pods in the router's
+def router_args(manifest: dict, engine: str = "vllm") -> list[str]:
+    """The router's arguments: service discovery of this manifest's serving pods in the router's
     own namespace (``$(POD_NAMESPACE)``: the kubelet expands ``$(VAR)`` in a container's args from its
-    env, kubernetes ``pkg/kubelet/container/helpers.go`` ExpandContainerCommandAndArgs)."""
+    env, kubernetes ``pkg/kubelet/container/helpers.go`` ExpandContainerCommandAndArgs), flags vllm-router and
+    sglang-router 0.3.2 share; in P/D mode each router's own (:func:`_pd_args`)."""
     selector = [f"{ENDPOINT_LABEL}=http", f"pdplan.dev/manifest-hash={common.hash_hex(manifest)[:16]}"]
     args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--service-discovery",
             "--service-discovery-port", str(POD_PORT), "--service-discovery-namespace", "$(POD_NAMESPACE)"]
     if not common.is_disaggregated(manifest):
         return args + ["--selector", "pdplan.dev/phase=colocated", *selector]
-    args.append("--vllm-pd-disaggregation")
+    return args + _pd_args(manifest, engine) + ["--prefill-selector", "pdplan.dev/phase=prefill", *selector,
+                                                "--decode-selector", "pdplan.dev/phase=decode", *selector]
+
+
+def _pd_args(manifest: dict, engine: str) -> list[str]:
+    """P/D mode of the engine's router with the plan's prefill policy: vllm-router's with its KV connector,
+    sglang-router's (:data:`sglang.ROUTER_POLICIES`), which reads each prefill pod's bootstrap port from its
+    annotation."""
+    if engine == "sglang":
+        policy = common.router_policy(manifest, sglang.ROUTER_POLICIES)
+        return ["--pd-disaggregation", *([] if policy is None else ["--prefill-policy", policy])]
+    args = ["--vllm-pd-disaggregation"]
     connector = manifest["transfer"]["connector"]
     if connector in vllm.ROUTER_CONNECTORS:
         args += ["--kv-connector", connector]
-    args += vllm.prefill_policy_args(manifest)
-    return args + ["--prefill-selector", "pdplan.dev/phase=prefill", *selector,
-                   "--decode-selector", "pdplan.dev/phase=decode", *selector]
-
-
-def sglang_router_args(manifest: dict) -> list[str]:
-    """sglang-router 0.3.2's arguments, as :func:`router_args` gives vllm-router's (the two share their service
-    discovery flags): P/D mode with the plan's prefill policy (:data:`sglang.ROUTER_POLICIES`), the bootstrap port
-    read from each prefill pod's annotation."""
-    selector = [f"{ENDPOINT_LABEL}=http", f"pdplan.dev/manifest-hash={common.hash_hex(manifest)[:16]}"]
-    args = ["--host", "0.0.0.0", "--port", str(ROUTER_PORT), "--service-discovery",
-            "--service-discovery-port", str(POD_PORT), "--service-discovery-namespace", "$(POD_NAMESPACE)"]
-    if not common.is_disaggregated(manifest):
-        return args + ["--selector", "pdplan.dev/phase=colocated", *selector]
-    args.append("--pd-disaggregation")
-    policy = common.router_policy(manifest, sglang.ROUTER_POLICIES)
-    if policy is not None:
-        args += ["--prefill-policy", policy]
-    return args + ["--prefill-selector", "pdplan.dev/phase=prefill", *selector,
-                   "--decode-selector", "pdplan.dev/phase=decode", *selector]
+    return args + vllm.prefill_policy_args(manifest)
 
 
 def _router(manifest: dict, options: pods.PodOptions, engine: str) -> list[dict]:
     """The router's ServiceAccount, the Role to watch pods and its binding, its Deployment and Service."""
     labels = {"pdplan.dev/component": ROUTER, **common.manifest_labels(manifest)}
     meta = _metadata(manifest, ROUTER, labels)
-    command, args = ((["python3", "-m", "sglang_router.launch_router"], sglang_router_args(manifest))
-                     if engine == "sglang" else (["vllm-router"], router_args(manifest)))
+    command = ["python3", "-m", "sglang_router.launch_router"] if engine == "sglang" else ["vllm-router"]
+    args = router_args(manifest, engine)
     container = {"name": ROUTER, "image": options.router_image or DEFAULT_ROUTER_IMAGES[engine],
                  "command": command, "args": args,
                  "env": [{"name": "POD_NAMESPACE", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}}],
