@@ -22,8 +22,9 @@ environment of its own (their torch pins differ), which it creates under ``--env
    - ``vllm serve`` command lines (scripts, pods, Helm values) to vLLM's own ``vllm serve`` parser
      (``ServeSubcommand`` + ``FlexibleArgumentParser``, its ``validate``), then
      ``AsyncEngineArgs.from_cli_args`` and ``KVTransferConfig(**json)``;
-   - ``python -m sglang.launch_server`` to SGLang's ``prepare_server_args`` (parse and build
-     ``ServerArgs``; resolving it needs the checkpoint's config from the hub, so it is not run);
+   - ``python -m sglang.launch_server`` (scripts; ``python3`` in the k8s pods, a LeaderWorkerSet's once per rank) to
+     SGLang's ``prepare_server_args`` (parse and build ``ServerArgs``; resolving it needs the checkpoint's config from
+     the hub, so it is not run);
    - ``vllm-router`` to its own ``parse_router_args`` and ``_validate_router_args`` (the
      ``vllm-router`` program is this Python launcher over the Rust router);
    - ``sglang_router.launch_router`` to its ``parse_router_args`` and ``_validate_router_args``;
