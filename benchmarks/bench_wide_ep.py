@@ -6,7 +6,7 @@ shapes of one to four nodes), SGLang's operator tables. Cold: an empty goodput c
 process. Prints the wall time and peak resident memory (targets: <= 120 s on 2 cores, < 8 GiB),
 the verified answer, the best TP x PP plan and the best colocated plan beside it, how the
 verification runs were made (the trace repeated to last the run), and the files the SGLang and
-vLLM exports of the manifest write.
+vLLM scripts, the Kubernetes bundle and the Dynamo graph of the manifest write (or the rule a format refuses it by).
 
     python benchmarks/bench_wide_ep.py [TRACE] [--rate RPS]
 """
@@ -53,13 +53,15 @@ def shapes(plan: dict) -> str:
     return " + ".join(parts)
 
 
-def export(folder: Path, fmt: str) -> list[str]:
+def export(folder: Path, fmt: str) -> str:
+    """What ``pdplan export --format fmt`` of the manifest wrote (its files), or the line it refused with."""
     out = folder / fmt
     done = subprocess.run([sys.executable, "-m", "pdplan", "export", str(folder / "manifest.yaml"), "--format", fmt,
                            "--out", str(out)], capture_output=True, text=True, check=False)
     if done.returncode != 0:
-        return [f"exit {done.returncode}: {done.stderr.strip().splitlines()[-1:]}"]
-    return sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+        return f"refused (exit {done.returncode}): {' '.join(done.stderr.split())}"
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    return f"{len(files)} files: {', '.join(files[:4])}{' ...' if len(files) > 4 else ''}"
 
 
 def main() -> None:
@@ -101,9 +103,8 @@ def main() -> None:
         if reduced is not None:
             print(f"colocated fallback (registered for rollback): {shapes(reduced)}; {reduced['gpus_total']} GPUs, "
                   f"verified at {reduced['rate_rps']:.4g} req/s ({reduced['rate_rps'] / args.rate:.0%} of the target)")
-        for fmt in ("sglang", "vllm"):
-            files = export(folder, fmt)
-            print(f"export {fmt}: {len(files)} files: {', '.join(files[:4])}{' ...' if len(files) > 4 else ''}")
+        for fmt in ("sglang", "vllm", "k8s", "dynamo"):
+            print(f"export {fmt}: {export(folder, fmt)}")
 
 
 if __name__ == "__main__":
