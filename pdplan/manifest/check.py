@@ -43,6 +43,7 @@ from pdplan.manifest.document import (
     redundant_experts,
     routed_experts,
     schema_errors,
+    search_engine,
     section_hashes,
 )
 from pdplan.manifest.node_map import domain_violations, node_map_violations, spanned_node_gpus
@@ -351,9 +352,8 @@ def _engine(manifest: dict) -> list[Violation]:
     """The engine the plan was made for can run its shapes: the one its search kept the rules of
     (``provenance.profiles.serving_engine``; in older manifests the ``optimize --engine`` it named),
     and any engine a pool is pinned to."""
-    profiles = manifest["provenance"]["profiles"]
-    key = "serving_engine" if profiles.get("serving_engine") else "engine"
-    named = {profiles[key]: f"provenance.profiles.{key}"}
+    engine, field = search_engine(manifest)
+    named = {engine: field}
     for i, pool in enumerate(manifest["pools"]):
         named.setdefault(pool.get("engine"), f"pools[{i}].engine")
     found = []

@@ -200,6 +200,15 @@ def all_to_all(pool: dict) -> str:
     return pool.get("all_to_all", AllToAll.DISPATCH)
 
 
+def search_engine(manifest: dict) -> tuple[str | None, str]:
+    """The engine the plan's search kept the rules of and the field that states it: ``provenance.profiles
+    .serving_engine``, or in a manifest written before it the ``optimize --engine`` it named
+    (``provenance.profiles.engine``; None when it named none)."""
+    profiles = manifest["provenance"]["profiles"]
+    key = "serving_engine" if profiles.get("serving_engine") else "engine"
+    return profiles.get(key), f"provenance.profiles.{key}"
+
+
 def is_manifest(data: Any) -> bool:
     return isinstance(data, dict) and data.get("kind") == KIND
 

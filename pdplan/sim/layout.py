@@ -265,17 +265,16 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     # the link matrix's columns: decode, mixed, and (borrowing) prefill pools, whose lent instances receive KV
     dec = tuple(pool for phase in receiving_phases(plan.borrow) for pool in plan.pools_of(phase))
     receiver = [dec.index(pool) if pool in dec else -1 for pool in plan.pools for _ in range(pool.replicas)]
-    bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
-    setup = np.zeros_like(bandwidth)
-    for i, src in enumerate(pre):
-        for j, dst in enumerate(dec):
-            link = plan.link(src.name, dst.name)
-            bandwidth[i, j] = (link.bandwidth_bytes_per_s if model is None
-                               else request_kv_bytes_per_s(model, link.bandwidth_bytes_per_s, src, dst))
-            setup[i, j] = link.setup_s
     if not plan.colocated and model is None:
         raise PdplanError("a disaggregated plan needs the model (KV bytes per token, layers)", file=plan.source,
                           field="model")
+    bandwidth = np.ones((max(1, len(pre)), max(1, len(dec))))
+    setup = np.zeros_like(bandwidth)
+    for i, src in enumerate(pre):  # none in a colocated plan: a link only where the model is known
+        for j, dst in enumerate(dec):
+            link = plan.link(src.name, dst.name)
+            bandwidth[i, j] = request_kv_bytes_per_s(model, link.bandwidth_bytes_per_s, src, dst)
+            setup[i, j] = link.setup_s
     if model is not None:
         # a plan file may name the model as the catalog does or by its file (pdplan.sim.plan.plan_model)
         served = {name: name == model.name or get_model(name).name == model.name

@@ -12,7 +12,7 @@ from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS, FORMAT_ENGINES
 from pdplan.errors import PdplanError
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
-from pdplan.manifest.document import all_to_all, pool_shape
+from pdplan.manifest.document import all_to_all, pool_shape, search_engine
 from pdplan.manifest.export import shell
 from pdplan.manifest.node_map import spanning_pools
 from pdplan.modelcatalog import model_catalog
@@ -366,12 +366,9 @@ def compact_json(value) -> str:
 def plan_engine(manifest: dict) -> str | None:
     """The engine the plan was verified for: the one its pools are pinned to (the first pinned pool's), else the one
     its search kept the rules of (``provenance.profiles.serving_engine``, or the ``engine`` older manifests
-    recorded); None when it names none."""
+    recorded: :func:`~pdplan.manifest.document.search_engine`); None when it names none."""
     pinned = [pool["engine"] for pool in manifest["pools"] if pool.get("engine")]
-    if pinned:
-        return pinned[0]
-    profiles = manifest["provenance"]["profiles"]
-    return profiles.get("serving_engine") or profiles.get("engine")
+    return pinned[0] if pinned else search_engine(manifest)[0]
 
 
 def format_engine(manifest: dict, fmt: str) -> str:

@@ -175,8 +175,7 @@ def _sglang_container(manifest: dict, pool: dict, size: int) -> tuple[list[str],
         args += ["--disaggregation-bootstrap-port", str(sglang.BOOTSTRAP_PORT_BASE)]
         ports.append({"name": "bootstrap", "containerPort": sglang.BOOTSTRAP_PORT_BASE, "protocol": "TCP"})
     if size > 1:
-        args += ["--nnodes", str(size), "--dist-init-addr", f"$(LWS_LEADER_ADDRESS):{sglang.DIST_INIT_PORT}",
-                 "--node-rank", "$(LWS_WORKER_INDEX)"]
+        args += [*sglang.rendezvous_args(size, "$(LWS_LEADER_ADDRESS)"), "--node-rank", "$(LWS_WORKER_INDEX)"]
         env.append({"name": "LWS_WORKER_INDEX", "valueFrom": {"fieldRef": {"fieldPath":
                                                                            f"metadata.labels['{LWS_WORKER_INDEX}']"}}})
     return ["python3", "-m", "sglang.launch_server"], args, env, ports
@@ -201,8 +200,7 @@ def _pd_args(manifest: dict, engine: str) -> list[str]:
     sglang-router's (:data:`sglang.ROUTER_POLICIES`), which reads each prefill pod's bootstrap port from its
     annotation."""
     if engine == "sglang":
-        policy = common.router_policy(manifest, sglang.ROUTER_POLICIES)
-        return ["--pd-disaggregation", *([] if policy is None else ["--prefill-policy", policy])]
+        return ["--pd-disaggregation", *sglang.prefill_policy_args(manifest)]
     args = ["--vllm-pd-disaggregation"]
     connector = manifest["transfer"]["connector"]
     if connector in vllm.ROUTER_CONNECTORS:

@@ -103,7 +103,7 @@ def _launch_command(manifest: dict, inst: common.Instance, port: int, backend: s
     if bootstrap is not None:
         command += ["--disaggregation-bootstrap-port", str(bootstrap)]
     if inst.spans_nodes:
-        command += ["--nnodes", str(len(inst.nodes)), "--dist-init-addr", f"{inst.nodes[0]}:{DIST_INIT_PORT}"]
+        command += rendezvous_args(len(inst.nodes), inst.nodes[0])
     return command
 
 
@@ -258,6 +258,19 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: 
     return "\n".join(lines) + "\n"
 
 
+def prefill_policy_args(manifest: dict) -> list[str]:
+    """sglang-router's ``--prefill-policy`` for the plan's prefill router (:data:`ROUTER_POLICIES`); none for
+    least-loaded."""
+    policy = common.router_policy(manifest, ROUTER_POLICIES)
+    return [] if policy is None else ["--prefill-policy", policy]
+
+
+def rendezvous_args(nodes: int, leader: str) -> list[str]:
+    """The torch.distributed rendezvous of an instance over ``nodes`` nodes led by host ``leader`` (an address the
+    caller knows: a node's name, or LeaderWorkerSet's ``$(LWS_LEADER_ADDRESS)``), on :data:`DIST_INIT_PORT`."""
+    return ["--nnodes", str(nodes), "--dist-init-addr", f"{leader}:{DIST_INIT_PORT}"]
+
+
 def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
     """P/D: the router in P/D mode, each prefill with its bootstrap port given explicitly.
     Colocated: the same router over plain workers."""
@@ -265,10 +278,7 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
     lines += prerequisites.lines(prerequisites.router("sglang"), "the router", "python")
     command = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
     if common.is_disaggregated(manifest):
-        command.append("--pd-disaggregation")
-        policy = common.router_policy(manifest, ROUTER_POLICIES)
-        if policy is not None:
-            command += ["--prefill-policy", policy]
+        command += ["--pd-disaggregation", *prefill_policy_args(manifest)]
         for worker in workers.get("prefill", []):
             command += ["--prefill", *worker]
         for worker in workers.get("decode", []):
