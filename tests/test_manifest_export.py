@@ -192,6 +192,17 @@ def test_llmd_refuses_a_pool_pinned_to_another_engine_than_vllm(colocated):
         export_manifest(manifest, "llm-d")
 
 
+def test_an_export_refusal_names_the_manifest_file_and_the_field_in_one_line(run_cli, colocated, tmp_path):
+    manifest = copy.deepcopy(colocated)
+    manifest["pools"][0]["engine"] = "sglang"
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(seal(manifest), sort_keys=False))
+    code, out, err = run_cli("export", path, "--format", "llm-d", "--out", tmp_path / "deploy")
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert err.startswith(f"Error: {path}: pools[0].engine: llm-d export runs vllm pods")
+    assert not (tmp_path / "deploy").exists()
+
+
 @pytest.mark.parametrize("fmt", ["dynamo", "k8s"])
 def test_a_pod_format_refuses_a_pool_pinned_to_an_engine_it_starts_no_pod_of(colocated, fmt):
     manifest = copy.deepcopy(colocated)

@@ -161,9 +161,26 @@ def export(
         raise PdplanError(f"the manifest does not validate ({violations[0]}); run pdplan validate", file=manifest)
     outputs = Outputs(manifest)
     outputs.claim(out, "--out", folder=True)
-    files = export_manifest(data, format, image=image, router_image=router_image, hf_token_secret=hf_token_secret)
+    try:
+        files = export_manifest(data, format, image=image, router_image=router_image,
+                                hf_token_secret=hf_token_secret)
+    except PdplanError as refused:
+        raise _in_manifest(refused, manifest) from None
     inside = {name.removeprefix(f"{format}/"): text for name, text in files.items()}
     outputs.put_folder(out / format, inside, "--out", executable=frozenset(n for n in inside if n.endswith(".sh")))
     outputs.commit()
     for name in sorted(files):
         stdout.print(str(out / name), markup=False, highlight=False)
+
+
+#: The fields of an export refusal that name ``pdplan export``'s own options, not the manifest.
+OPTION_FIELDS = frozenset({"format", "image", "router-image", "hf-token-secret"})
+
+
+def _in_manifest(refused: PdplanError, manifest: Path) -> PdplanError:
+    """An export's refusal of something in the manifest, as one line naming the manifest file and the field
+    (``pools[1].pp: …``); a refusal of an option, or one that names its file already, as it came."""
+    if refused.file is not None or refused.field is None or refused.field in OPTION_FIELDS:
+        return refused
+    detail = refused.detail if refused.detail.startswith(refused.field) else f"{refused.field}: {refused.detail}"
+    return PdplanError(detail, file=manifest, field=refused.field)

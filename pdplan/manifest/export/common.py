@@ -388,7 +388,7 @@ def require_pool_engines(manifest: dict, fmt: str) -> None:
     for pool in manifest["pools"]:
         if pool.get("engine") not in (None, engine):
             raise PdplanError(f"{fmt} export runs {engine} pods{one_of}, but pool {pool['name']} has engine "
-                              f"{pool['engine']!r}", field="engine")
+                              f"{pool['engine']!r}", field=pool_field(manifest, pool, "engine"))
 
 
 def hash_hex(manifest: dict) -> str:
