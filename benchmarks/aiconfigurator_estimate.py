@@ -1,6 +1,7 @@
 """AIConfigurator's own estimate of the deployments pdplan's silicon validation replays, side by side.
 
-    python benchmarks/aiconfigurator_estimate.py [--pdplan REPLAY.csv] [--csv OUT] [--every K] [--jobs N]
+    python benchmarks/aiconfigurator_estimate.py [--mode agg|disagg] [--pdplan REPLAY.csv] [--csv OUT] [--every K]
+                                                 [--jobs N]
 
 NVIDIA's AIConfigurator ships the measurements (``silicon_sample.csv``) and an estimator of its own.
 For every aggregated row ``benchmarks/silicon_validation.py`` replays, this asks that estimator for
@@ -14,6 +15,13 @@ median signed error of its mean TTFT and TPOT per engine and model family; with 
 beside them. AIConfigurator's TTFT carries terms fitted to this same file (a prefill queueing factor,
 and vLLM's per-layer dispatch time: ``sdk/backends/base_backend.py`` and ``vllm_backend.py``), so its
 errors here are in-sample; pdplan's are not.
+
+With ``--mode disagg`` it asks for the disaggregated rows as ``cli_estimate`` with ``mode='disagg'`` does
+(``estimate_disaggregated``): each phase's model at its own coordinates, the prefill's static time at the row's
+prefill batch and the decode's static step at its decode batch (the file's ``prefill_batch_size`` and
+``decode_batch_size``: the batches AIConfigurator's own InferenceX adapter derives, one prompt and the clients per
+decode rank), with the correction and queueing factors its command line applies (``PREFILL_CORRECTION``,
+``DECODE_CORRECTION``, ``TTFT_QUEUEING``), read in the aiconfigurator 0.12.0 package.
 
 Stated choices:
 
@@ -51,8 +59,17 @@ SHIPPED = {"meta-llama/Llama-3.1-70B": ("meta-llama/Meta-Llama-3.1-70B", None),
            "nvidia/Qwen3-32B-NVFP4": ("Qwen/Qwen3-32B", "fp8"),
            "nvidia/DeepSeek-R1-NVFP4": ("deepseek-ai/DeepSeek-R1", "fp8")}
 CHECKPOINT_PRECISION = {"openai/gpt-oss-120b"}
-COLUMNS = ("id", "backend", "system", "model_path", "isl", "osl", "concurrency", "tp_size", "pp_size",
-           "attention_dp_size", "moe_tp_size", "moe_ep_size", "gemm_quant_mode", "moe_quant_mode")
+PHASE_COLUMNS = ("tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+COLUMNS = ("id", "mode", "backend", "system", "model_path", "isl", "osl", "concurrency", "gemm_quant_mode",
+           "moe_quant_mode", "prefill_batch_size", "decode_batch_size",
+           *(f"{role}{column}" for role in ("", "prefill_", "decode_") for column in PHASE_COLUMNS))
+#: What AIConfigurator's disaggregated estimate multiplies its static prefill and decode times by "for better
+#: alignment with real system" (``DEFAULT_PREFILL_LATENCY_CORRECTION_SCALE`` and
+#: ``DEFAULT_DECODE_LATENCY_CORRECTION_SCALE``, ``aiconfigurator/cli/api.py`` 0.12.0), and its TTFT then by for
+#: "concurrent prefill queueing" (``_AUTOSCALE_TTFT_CORRECTION_FACTOR``, ``aiconfigurator/sdk/picking.py``): factors
+#: it fitted to measurements, which the aiconfigurator package (not its core, which pdplan installs) carries.
+PREFILL_CORRECTION, DECODE_CORRECTION, TTFT_QUEUEING = 1.1, 1.08, 1.8
+WORDS = {"agg": "aggregated", "disagg": "disaggregated"}
 
 
 def _quiet() -> None:
@@ -75,10 +92,9 @@ def _database(system: str, backend: str):
     return perf_database.get_database_view(system, backend, version, database_mode="SILICON")
 
 
-def estimate(row: dict, row_precision: bool = True) -> tuple[float, float]:
-    """AIConfigurator's mean TTFT and TPOT (ms) of the row's deployment, as ``cli_estimate`` gives them."""
-    from aiconfigurator_core.sdk.backends.factory import get_backend
-    from aiconfigurator_core.sdk.config import RuntimeConfig
+def _model(row: dict, role: str, row_precision: bool, database):
+    """AIConfigurator's model of the row's deployment (``role``: "" for an aggregated row, "prefill_" or "decode_"
+    for one phase of a disaggregated one), built as its ``cli_estimate`` builds it."""
     from aiconfigurator_core.sdk.config_builders import build_model_config
     from aiconfigurator_core.sdk.models import check_is_moe, get_model
     from aiconfigurator_core.sdk.models.helpers import (
@@ -89,38 +105,71 @@ def estimate(row: dict, row_precision: bool = True) -> tuple[float, float]:
 
     path, kv = SHIPPED.get(row["model_path"], (row["model_path"], None))
     system, backend = row["system"], row["backend"]
-    database = _database(system, backend)
-    tp, dp = _size(row["tp_size"]) or 1, _size(row["attention_dp_size"]) or 1
-    moe_tp, moe_ep = _size(row["moe_tp_size"]), _size(row["moe_ep_size"])
+    tp, dp = _size(row[f"{role}tp_size"]) or 1, _size(row[f"{role}attention_dp_size"]) or 1
+    moe_tp, moe_ep = _size(row[f"{role}moe_tp_size"]), _size(row[f"{role}moe_ep_size"])
     if not check_is_moe(path):
         moe_tp, moe_ep = moe_tp or tp * dp, moe_ep or 1
     elif moe_tp is None and moe_ep is None:
         moe_ep = 1
     gemm, moe = ((_precision(row["gemm_quant_mode"]), _precision(row["moe_quant_mode"])) if row_precision
                  else (None, None))
-    config = build_model_config(tp, _size(row["pp_size"]) or 1, dp, moe_tp, moe_ep, gemm, kv, None, moe, None)
-    resolve_context_fmha_by_data(config, path, database, backend, is_context_role=True)
+    config = build_model_config(tp, _size(row[f"{role}pp_size"]) or 1, dp, moe_tp, moe_ep, gemm, kv, None, moe, None)
+    resolve_context_fmha_by_data(config, path, database, backend, is_context_role=role != "decode_")
     resolve_dsv4_moe_arch(config, path, system_name=system, backend_name=backend)
     resolve_nvfp4_for_system(config, system, path)
-    model = get_model(path, config, backend)
-    runtime = RuntimeConfig(isl=int(row["isl"]), osl=int(row["osl"]), batch_size=int(row["concurrency"]))
-    # a backend per row: its result cache is keyed by the load alone, not by the model
-    summary = get_backend(backend).run_agg(model, database, runtime, ctx_tokens=int(row["isl"]), max_seq_len=None,
-                                           free_gpu_memory_fraction=None)
+    return get_model(path, config, backend)
+
+
+def _checked(summary):
     if summary.check_oom():
         raise RuntimeError("does not fit in GPU memory by AIConfigurator's memory model")
-    result = summary.get_result_dict()
+    return summary
+
+
+def estimate(row: dict, row_precision: bool = True) -> tuple[float, float]:
+    """AIConfigurator's mean TTFT and TPOT (ms) of the row's deployment, as ``cli_estimate`` gives them."""
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+    from aiconfigurator_core.sdk.config import RuntimeConfig
+
+    database = _database(row["system"], row["backend"])
+    runtime = RuntimeConfig(isl=int(row["isl"]), osl=int(row["osl"]), batch_size=int(row["concurrency"]))
+    # a backend per row: its result cache is keyed by the load alone, not by the model
+    summary = get_backend(row["backend"]).run_agg(_model(row, "", row_precision, database), database, runtime,
+                                                  ctx_tokens=int(row["isl"]), max_seq_len=None,
+                                                  free_gpu_memory_fraction=None)
+    result = _checked(summary).get_result_dict()
     return float(result["ttft"]), float(result["tpot"])
+
+
+def estimate_disaggregated(row: dict, row_precision: bool = True) -> tuple[float, float]:
+    """AIConfigurator's mean TTFT and TPOT (ms) of the row's disaggregated deployment, as ``cli_estimate`` with
+    ``mode='disagg'`` gives them (``DisaggInferenceSession.run_disagg`` in aiconfigurator 0.12.0): the prefill's
+    static time at the row's prefill batch times :data:`PREFILL_CORRECTION` and the queueing factor
+    :data:`TTFT_QUEUEING`, the decode's static step at the row's decode batch times :data:`DECODE_CORRECTION`."""
+    from aiconfigurator_core.sdk.backends.factory import get_backend
+    from aiconfigurator_core.sdk.config import RuntimeConfig
+
+    database = _database(row["system"], row["backend"])
+    phases = {}
+    for role, mode, correction in (("prefill_", "static_ctx", PREFILL_CORRECTION),
+                                   ("decode_", "static_gen", DECODE_CORRECTION)):
+        runtime = RuntimeConfig(isl=int(row["isl"]), osl=int(row["osl"]),
+                                batch_size=_size(row[f"{role}batch_size"]) or 1)
+        summary = get_backend(row["backend"]).run_static(_model(row, role, row_precision, database), database,
+                                                         runtime, mode, 32, correction)
+        phases[role] = _checked(summary).get_summary_df().iloc[0]
+    return float(phases["prefill_"]["ttft"]) * TTFT_QUEUEING, float(phases["decode_"]["tpot"])
 
 
 def _estimated(row: dict) -> dict:
     from aiconfigurator_core.sdk.errors import PerfDataNotAvailableError
 
+    estimator = estimate if row["mode"] == "agg" else estimate_disaggregated
     try:
         try:
-            ttft, tpot = estimate(row, row_precision=row["model_path"] not in CHECKPOINT_PRECISION)
+            ttft, tpot = estimator(row, row_precision=row["model_path"] not in CHECKPOINT_PRECISION)
         except PerfDataNotAvailableError:
-            ttft, tpot = estimate(row, row_precision=False)
+            ttft, tpot = estimator(row, row_precision=False)
         return {"id": row["id"], "aic_ttft_ms": ttft, "aic_tpot_ms": tpot, "reason": ""}
     except Exception as err:  # noqa: BLE001 - a row AIConfigurator refuses is counted, not fatal
         reason = " ".join(f"{type(err).__name__}: {err}".split())
@@ -141,12 +190,14 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pdplan", default=None, help="pdplan's replay (silicon_validation.py --csv) to compare")
     parser.add_argument("--csv", default=None, help="write each row's estimate here")
+    parser.add_argument("--mode", choices=("agg", "disagg"), default="agg",
+                        help="the aggregated rows (default) or the disaggregated ones")
     parser.add_argument("--every", type=int, default=1, help="estimate every K-th row only")
     parser.add_argument("--jobs", type=int, default=2, help="processes")
     args = parser.parse_args(argv)
     with contextlib.redirect_stdout(io.StringIO()):
         rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
-    rows = rows[rows["mode"] == "agg"].iloc[::args.every]
+    rows = rows[rows["mode"] == args.mode].iloc[::args.every]
     work = [{k: row[k] for k in COLUMNS} for _, row in rows.iterrows()]
     with multiprocessing.get_context("fork").Pool(args.jobs, initializer=_quiet) as pool:
         found = pd.DataFrame(pool.map(_estimated, work, chunksize=25))
@@ -155,7 +206,7 @@ def main(argv: list[str]) -> int:
         rows[["id", "model", "gpu", "backend", "isl", "osl", "concurrency", "silicon_ttft_ms", "silicon_tpot_ms",
               "aic_ttft_ms", "aic_tpot_ms", "reason"]].to_csv(args.csv, index=False, float_format="%.6g")
     failed = rows[rows["reason"] != ""]
-    print(f"{len(rows)} aggregated rows; AIConfigurator {tables.package_version()} estimated "
+    print(f"{len(rows)} {WORDS[args.mode]} rows; AIConfigurator {tables.package_version()} estimated "
           f"{len(rows) - len(failed)}")
     for reason, count in failed["reason"].str.replace(r"\d+", "#", regex=True).str[:100].value_counts().items():
         print(f"  {count:4d} not estimated: {reason}")
