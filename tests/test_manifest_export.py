@@ -192,6 +192,20 @@ def test_llmd_refuses_a_pool_pinned_to_another_engine_than_vllm(colocated):
         export_manifest(manifest, "llm-d")
 
 
+def test_a_refused_engine_pin_names_the_formats_that_start_that_engine(colocated):
+    manifest = copy.deepcopy(colocated)
+    manifest["pools"][0]["engine"] = "sglang"
+    with pytest.raises(PdplanError, match="'sglang': export --format sglang or dynamo or k8s starts sglang$"):
+        export_manifest(manifest, "llm-d")
+
+
+def test_a_pin_to_an_engine_no_format_starts_says_to_plan_for_one_the_format_starts(colocated):
+    manifest = copy.deepcopy(colocated)
+    manifest["pools"][0]["engine"] = "trtllm"
+    with pytest.raises(PdplanError, match="'trtllm': pdplan starts no trtllm pods; plan with --engine vllm or sglang$"):
+        export_manifest(manifest, "k8s")
+
+
 def test_an_export_refusal_names_the_manifest_file_and_the_field_in_one_line(run_cli, colocated, tmp_path):
     manifest = copy.deepcopy(colocated)
     manifest["pools"][0]["engine"] = "sglang"

@@ -388,7 +388,17 @@ def require_pool_engines(manifest: dict, fmt: str) -> None:
     for pool in manifest["pools"]:
         if pool.get("engine") not in (None, engine):
             raise PdplanError(f"{fmt} export runs {engine} pods{one_of}, but pool {pool['name']} has engine "
-                              f"{pool['engine']!r}", field=pool_field(manifest, pool, "engine"))
+                              f"{pool['engine']!r}{_way_out(pool['engine'], fmt)}",
+                              field=pool_field(manifest, pool, "engine"))
+
+
+def _way_out(engine: str, fmt: str) -> str:
+    """What a refusal of ``fmt``'s says to do with a pool pinned to ``engine``: the formats that start it, else (an
+    engine no format starts) plan for one that ``fmt`` starts."""
+    starting = [other for other, engines in FORMAT_ENGINES.items() if engine in engines and other != fmt]
+    if starting:
+        return f": export --format {' or '.join(starting)} starts {engine}"
+    return f": pdplan starts no {engine} pods; plan with --engine {' or '.join(FORMAT_ENGINES[fmt])}"
 
 
 def hash_hex(manifest: dict) -> str:
