@@ -8,6 +8,8 @@ tables here, independently of the composition. These need the optional extra (pi
 'pdplan[aic]'); without it they skip.
 """
 
+from dataclasses import replace
+
 import pytest
 
 pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
@@ -25,6 +27,7 @@ from pdplan.latency.source import ProfileSource  # noqa: E402
 from pdplan.modelref import get_model  # noqa: E402
 from pdplan.modelspec import kv_capacity_tokens  # noqa: E402
 from pdplan.shape import InstanceShape  # noqa: E402
+from pdplan.sim.plan import Pool  # noqa: E402
 from pdplan.vocabulary import AllToAll  # noqa: E402
 
 
@@ -193,6 +196,21 @@ def test_ep_equal_to_tp_without_dp_is_todays_expert_parallel_profile():
     model = get_model("qwen3-30b-a3b")
     gpu = get_gpu("h100-80gb")
     assert composed_profile(model, gpu, 2, 1, ep=2) == composed_profile(model, gpu, 2, 1, expert_parallel=True)
+
+
+def test_an_ep_equal_to_tp_profile_keys_the_pools_of_that_ep_and_its_file_keeps_it():
+    model, gpu = get_model("qwen3-30b-a3b"), get_gpu("h100-80gb")
+    profile = composed_profile(model, gpu, 2, 1, ep=2)
+    assert profile.key == Pool(name="p", phase="prefill", model=profile.model, gpu=gpu.name, tp=2, ep=2).shape
+    assert profile_from_dict(profile_to_dict(profile), "file").key == profile.key
+
+
+def test_a_users_profile_of_an_ep_equal_to_tp_shape_times_that_shape():
+    model, gpu = get_model("qwen3-30b-a3b"), get_gpu("h100-80gb")
+    composed = composed_profile(model, gpu, 2, 1, ep=2)
+    mine = replace(composed, kv_capacity_tokens=composed.kv_capacity_tokens // 2)   # a calibrated one, say
+    assert ProfileSource({mine.key: mine}, engine="sglang").profile(model, gpu, 2, 1, ep=2).kv_capacity_tokens \
+        == mine.kv_capacity_tokens
 
 
 def test_the_profile_source_composes_a_wide_shape_else_times_it_by_the_wide_roofline(dsr1):

@@ -8,8 +8,11 @@ import numpy as np
 import pytest
 
 from pdplan.errors import PdplanError
+from pdplan.hardware import get_gpu
+from pdplan.latency.roofline import roofline_profile
 from pdplan.modelref import get_model
 from pdplan.sim import load_plan, simulate
+from pdplan.sim.plan import unmatched_profiles
 from tests.handbuilt import llama2_70b_a100_tp4
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -258,3 +261,27 @@ def test_a_pool_with_more_replicas_than_any_fleet_is_refused(tmp_path):
                     .replace("replicas: 2", "replicas: 100000000", 1))
     with pytest.raises(PdplanError, match=r"plan.yaml:\d+: pools\[0\].replicas must be <= 10,000, got 100000000"):
         load_plan(path)
+
+
+WIDE = """\
+pdplan_plan: 1
+default_link: {bandwidth_gb_s: 50, setup_ms: 0.5}
+pools:
+  - {name: p, phase: prefill, model: deepseek-v3@fp8, gpu: h200-141gb, tp: 8, ep: 8}
+  - {name: d, phase: decode, model: deepseek-v3@fp8, gpu: h200-141gb, tp: 8}
+"""
+
+
+def test_a_given_profile_of_other_coordinates_than_the_pools_of_its_tp_is_said_to_time_none_of_them(tmp_path):
+    split = roofline_profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 8, 1)  # experts split over TP
+    whole = write(tmp_path, WIDE.replace("tp: 8}", "tp: 8, ep: 8}"))
+    said = unmatched_profiles({"tp8.yaml": split}, load_plan(whole))
+    assert said == ["tp8.yaml: times deepseek-v3@fp8 h200-141gb TP8 PP1, which no pool of the plan runs; of its "
+                    "model, GPU, TP and PP the plan runs p (h200-141gb TP8 EP8 PP1), d (h200-141gb TP8 EP8 PP1), "
+                    "timed otherwise (a profile times only its own attention DP and EP)"]
+
+
+def test_a_given_profile_that_times_a_pool_or_no_pool_of_its_tp_is_not_remarked(tmp_path):
+    split = roofline_profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 8, 1)
+    other = roofline_profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 4, 2)
+    assert unmatched_profiles({"tp8.yaml": split, "tp4.yaml": other}, load_plan(write(tmp_path, WIDE))) == []

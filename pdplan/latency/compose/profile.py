@@ -101,7 +101,7 @@ def composed_profile(model: ModelSpec, gpu: GPU, tp: int, pp: int, *, dp: int = 
     profile = replace(profile, provenance=replace(
         prov, source="composed", method=f"{engine}: operator sum, {prov.method}", file=None))
     profile = with_eager_prefill(profile, model)  # the operator tables time kernels, not their launches
-    if dp > 1 or ep not in (1, tp) or redundant_experts:
+    if dp > 1 or ep > 1 or redundant_experts:  # the key of the pools it times (EP = TP too) and its file's ep
         profile = replace(profile, dp=dp, ep=ep, all_to_all=all_to_all, redundant_experts=redundant_experts, **group)
     # At the written precision, so a composed profile read back from the cache is this very one.
     return profile_from_dict(profile_to_dict(profile), f"composed {profile.shape}")
