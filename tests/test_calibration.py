@@ -121,6 +121,18 @@ def test_a_sweep_made_with_a_cost_per_prompt_iteration_is_recovered_within_2_per
     assert dict(calibrated.provenance.calibration)["prompt_iteration_ms"] == pytest.approx(40.0, rel=0.02)
 
 
+def test_a_run_that_cannot_place_a_fixed_cost_leaves_the_kernels_scale_as_measured():
+    """One client sending prompts of one length cannot tell a prefill scale from a cost per prompt iteration:
+    the fit keeps the measured kernels (scale 1) and puts the gap on the host, as an eager prefill pays it."""
+    truth = corrected(BASE, 1.0, 1.0, 0.0, 0.100)
+    bench = BenchRun(file="c1", format="vllm-bench", concurrency=1, rate_rps=None,
+                     prompt_tokens=np.full(100, 1024), output_tokens=np.full(100, 128))
+    ttft, tpot = replay(truth, bench, EngineBatching())
+    fit = calibrate(BASE, [dataclasses.replace(bench, ttft_s=ttft, tpot_s=tpot)])
+    assert fit.prefill_scale == pytest.approx(1.0, rel=0.05)
+    assert fit.prompt_iteration_s == pytest.approx(0.100, rel=0.05)
+
+
 def test_a_stated_prompt_iteration_cost_is_replaced_by_the_measured_one_not_added_to(run_cli, tmp_path):
     """A profile timed from kernels states the eager prefill's host time (here 60 ms); a pilot whose engine
     pays 20 ms brings it down to 20 ms: the stated cost is where the search may leave, not a floor."""
