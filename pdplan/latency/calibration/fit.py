@@ -18,11 +18,11 @@ carries every request, the mean of each band of requests between the 10th, 25th,
 99th percentiles and the mean of all, which move smoothly with the factors where a percentile falling
 between two modes of TTFT jumps; else the means and percentiles it reports), summed over every run
 given. A chunked (mixed) iteration pays c once, through its decode step, and c_p once (the profile's
-``prompt_iteration_s``). The search is Nelder–Mead from the unscaled profile, twice: once first over the
-three factors but s_p (the kernels' scale as measured), once over the three but c_p (the kernels alone), each
-then over all four from that answer and a polish; the better fit is kept, and where the runs fit both about as
-well (prompts of one length cannot tell s_p from c_p) the one whose prefill scale is nearer 1: a gap the runs do
-not place is put on the host, not on the measured kernels (a pilot of a disaggregated deployment at its lowest
+``prompt_iteration_s``). The search is Nelder–Mead from the unscaled profile: first over three factors twice,
+once with s_p held at 1 (the kernels' scale as measured) and once with c_p held at 0 (the kernels alone), then
+over all four from the better of the two, and where both fit the runs about as well (prompts of one length
+cannot tell s_p from c_p) from the one with the kernels' scale as measured, then a polish: a gap the runs do not
+place is put on the host, not on the measured kernels (a pilot of a disaggregated deployment at its lowest
 concurrency, taken as a prefill scale of 3-7, made its prefill too slow for the queue at higher loads:
 ``benchmarks/pilot_holdout.py --mode disagg``). The simulation is deterministic, so the fit is too. The load
 runs on one colocated instance scheduled as the benchmarked server ran (:meth:`EngineBatching.pool`).
@@ -64,7 +64,7 @@ MAX_PROMPT_ITERATION_S = 1.0
 MAX_REPLAY_REQUESTS = 4000
 #: Most runs of the four-factor search, each from the last one's answer with a fresh simplex.
 RESTARTS = 4
-#: Two fits whose losses are within this share (and this much) of the better one fit the runs about as well.
+#: Two first descents whose losses are within this share (and this much) of the better fit the runs about as well.
 TIE, TIE_ABSOLUTE = 0.02, 1e-6
 
 
@@ -263,12 +263,21 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun],
     def loss(z) -> float:
         return float(np.sum(residuals(z) ** 2))
 
-    # Two descents: one from the kernels as measured (s_p held at 1 while the other three fit), one from the
-    # fixed costs as stated (c_p held at 0); the better fit is kept, and where the runs fit both about as well
-    # (prompts of one length cannot tell s_p from c_p) the one whose prefill scale is nearer 1.
-    fits = [_descend(loss, held) for held in (0, 3)]
-    best = min(fits, key=lambda fit: (fit.fun > min(f.fun for f in fits) * (1 + TIE) + TIE_ABSOLUTE,
-                                      abs(fit.x[0])))
+    # Two first descents over three factors: one with the kernels' scale as measured (s_p held at 1), one with the
+    # kernels alone (c_p held at 0). All four go on from the better; where both fit the runs about as well (prompts
+    # of one length cannot tell s_p from c_p), from the one with the kernels' scale as measured.
+    measured_scale, kernels_alone = (_descend(lambda z, held=held: loss(np.insert(z, held, 0.0)), np.zeros(3), 400)
+                                     for held in (0, 3))
+    start = (np.insert(measured_scale.x, 0, 0.0) if measured_scale.fun <= kernels_alone.fun * (1 + TIE) + TIE_ABSOLUTE
+             else np.insert(kernels_alone.x, 3, 0.0))
+    best = None
+    for _ in range(RESTARTS):  # a fresh simplex while that still goes down the valley (a simplex stalls across it)
+        found = _descend(loss, start, 300)
+        if best is not None and found.fun >= best.fun * (1 - 1e-3):
+            break
+        best, start = found, found.x
+    best = minimize(loss, best.x, method="Nelder-Mead",
+                    options={"xatol": 1e-5, "fatol": 1e-12, "maxfev": 300, "initial_simplex": _simplex(best.x, 0.05)})
     factors = _factors(best.x)
     as_given = (1.0, 1.0, 0.0, profile.prompt_iteration_s)
     return Calibration(*factors, before=errors(simulated(as_given), measured),
@@ -277,22 +286,10 @@ def calibrate(profile: PhaseProfile, runs: list[BenchRun],
                            profile, runs, profile if deployment is None else deployment.decode)))
 
 
-def _descend(loss, held: int):
-    """Nelder–Mead over the three factors but ``held`` (kept at its neutral: a scale of 1, a cost of 0) first, then
-    all four from there, restarted with a fresh simplex while that still goes down the valley of scale against
-    cost (a simplex stalls across it, and each extra dimension shortens its steps down it), then a polish."""
-    first = minimize(lambda z: loss(np.insert(z, held, 0.0)), np.zeros(3), method="Nelder-Mead",
-                     options={"xatol": 1e-4, "fatol": 1e-10, "maxfev": 400,
-                              "initial_simplex": _simplex(np.zeros(3), 0.3)})
-    best, start = None, np.insert(first.x, held, 0.0)
-    for _ in range(RESTARTS):
-        found = minimize(loss, start, method="Nelder-Mead", options={
-            "xatol": 1e-4, "fatol": 1e-10, "maxfev": 300, "initial_simplex": _simplex(start, 0.3)})
-        if best is not None and found.fun >= best.fun * (1 - 1e-3):
-            break
-        best, start = found, found.x
-    return minimize(loss, best.x, method="Nelder-Mead",
-                    options={"xatol": 1e-5, "fatol": 1e-12, "maxfev": 300, "initial_simplex": _simplex(best.x, 0.05)})
+def _descend(loss, start: np.ndarray, evaluations: int):
+    """Nelder–Mead from ``start`` with a simplex of 0.3 in every coordinate."""
+    return minimize(loss, start, method="Nelder-Mead", options={
+        "xatol": 1e-4, "fatol": 1e-10, "maxfev": evaluations, "initial_simplex": _simplex(start, 0.3)})
 
 
 FACTOR_NAMES = ("prefill scale", "decode scale", "iteration cost", "prompt iteration cost")
