@@ -475,16 +475,18 @@ def plan_model(plan: Plan) -> ModelSpec:
 
 def unmatched_profiles(given: dict[str, PhaseProfile], plan: Plan) -> list[str]:
     """What to say of the profiles a user gave (by file) that time no pool of ``plan``, though a pool runs their
-    model on their GPU at their TP and PP: a profile times only pools of its own attention DP, EP, all-to-all and
-    slots (:attr:`pdplan.latency.profile.PhaseProfile.key`), so such a pool is timed by another source. (A profile
+    model on their GPU at their TP and PP: a profile times only pools of its own attention DP, EP and all-to-all
+    (:attr:`pdplan.latency.profile.PhaseProfile.key`) and of its redundant expert slots, so such a pool is timed by
+    another source. (A profile
     file of EP = TP written before pdplan recorded that EP reads as experts split over TP.)"""
-    said, shapes = [], {pool.shape for pool in plan.pools}
+    said, timed = [], {(pool.shape, pool.redundant_experts) for pool in plan.pools}
     for file, profile in given.items():
         near = [pool for pool in plan.pools if pool.shape[:4] == profile.key[:4]]
-        if near and profile.key not in shapes:
+        if near and (profile.key, profile.redundant_experts) not in timed:
             names = ", ".join(f"{pool.name} ({pool.shape_label()})" for pool in near)
             said.append(f"{file}: times {profile.shape}, which no pool of the plan runs; of its model, GPU, TP and PP "
-                        f"the plan runs {names}, timed otherwise (a profile times only its own attention DP and EP)")
+                        f"the plan runs {names}, timed otherwise (a profile times only its own attention DP, EP and "
+                        "expert slots)")
     return said
 
 
