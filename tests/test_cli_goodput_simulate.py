@@ -5,7 +5,11 @@ from pathlib import Path
 
 import pytest
 
+from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
+from pdplan.latency.profile import save_profile
+from pdplan.latency.roofline import roofline_profile
+from pdplan.modelref import get_model
 
 ROOT = Path(__file__).resolve().parent.parent
 TRACE = ROOT / "traces" / "smoke_uniform_200.csv"
@@ -368,3 +372,14 @@ def test_closed_loop_goodput_is_the_most_clients_that_meet_the_slo(run_cli):
     assert all(meets for clients, meets in verdict.items() if clients <= loop["clients"])
     best = next(p for p in loop["probes"] if p["clients"] == loop["clients"])
     assert loop["throughput_rps"] == best["throughput_rps"] > 0
+
+
+def test_goodput_says_when_a_given_profile_times_its_model_and_tp_at_other_coordinates(run_cli, tmp_path):
+    """A profile of experts split over TP 2 does not time an instance of EP 2: goodput says so, naming the file."""
+    mine = tmp_path / "tp2.yaml"
+    save_profile(roofline_profile(get_model("qwen3-30b-a3b"), get_gpu("h100-80gb"), 2, 1), mine)
+    code, out, err = run_cli("goodput", TRACE, "--model", "qwen3-30b-a3b", "--gpu", "h100-80gb", "--tp", "2",
+                             "--ep", "2", "--no-compose", "--phase", "prefill", "--profiles", mine,
+                             "--requests-per-probe", "50", "--json")
+    assert code == 0, err
+    assert f"notice: {mine}: times qwen3-30b-a3b h100-80gb TP2 PP1, which no pool here runs; " in " ".join(err.split())

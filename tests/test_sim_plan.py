@@ -273,24 +273,24 @@ pools:
 def test_a_given_profile_of_other_coordinates_than_the_pools_of_its_tp_is_said_to_time_none_of_them(tmp_path):
     split = roofline_profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 8, 1)  # experts split over TP
     whole = write(tmp_path, WIDE.replace("tp: 8}", "tp: 8, ep: 8}"))
-    said = unmatched_profiles({"tp8.yaml": split}, load_plan(whole))
-    assert said == ["tp8.yaml: times deepseek-v3@fp8 h200-141gb TP8 PP1, which no pool of the plan runs; of its "
-                    "model, GPU, TP and PP the plan runs p (h200-141gb TP8 EP8 PP1), d (h200-141gb TP8 EP8 PP1), "
+    said = unmatched_profiles({"tp8.yaml": split}, load_plan(whole).pools)
+    assert said == ["tp8.yaml: times deepseek-v3@fp8 h200-141gb TP8 PP1, which no pool here runs; of its model, "
+                    "GPU, TP and PP p (h200-141gb TP8 EP8 PP1), d (h200-141gb TP8 EP8 PP1) runs other coordinates, "
                     "timed otherwise (a profile times only its own attention DP, EP and expert slots)"]
 
 
 def test_a_given_profile_that_times_a_pool_or_no_pool_of_its_tp_is_not_remarked(tmp_path):
     split = roofline_profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 8, 1)
     other = roofline_profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 4, 2)
-    assert unmatched_profiles({"tp8.yaml": split, "tp4.yaml": other}, load_plan(write(tmp_path, WIDE))) == []
+    assert unmatched_profiles({"tp8.yaml": split, "tp4.yaml": other}, load_plan(write(tmp_path, WIDE)).pools) == []
 
 
 def test_a_given_profile_of_other_expert_slots_than_the_pool_is_said_to_time_none(tmp_path):
     dp8 = WIDE.replace("tp: 8, ep: 8}", "tp: 1, dp: 8, ep: 8, redundant_experts: 8}")
     dp8 = dp8.replace("tp: 8}", "tp: 1, dp: 8, ep: 8}")
     without_slots = wide_roofline_profile(get_model("deepseek-v3@fp8"), get_gpu("h200-141gb"), 1, 1, dp=8, ep=8)
-    said = unmatched_profiles({"dp8.yaml": without_slots}, load_plan(write(tmp_path, dp8)))
+    said = unmatched_profiles({"dp8.yaml": without_slots}, load_plan(write(tmp_path, dp8)).pools)
     assert said == []   # it times the decode pool, which has no slots
     slotted = dp8.replace("tp: 1, dp: 8, ep: 8}", "tp: 1, dp: 8, ep: 8, redundant_experts: 8}")
-    said = unmatched_profiles({"dp8.yaml": without_slots}, load_plan(write(tmp_path, slotted, "slotted.yaml")))
+    said = unmatched_profiles({"dp8.yaml": without_slots}, load_plan(write(tmp_path, slotted, "slotted.yaml")).pools)
     assert len(said) == 1 and said[0].startswith("dp8.yaml: times deepseek-v3@fp8 h200-141gb TP1 DP8 EP8 PP1, which")

@@ -131,7 +131,7 @@ def simulate(
     summary["profile_accuracy"] = {pool.name: as_dict(source.accuracy(shapes[pool.shape], model, pool.phase, pool.dp))
                                    for pool in the_plan.pools}
     given = {} if profiles is None else {str(file): load_profile(file) for file in profile_files(profiles)}
-    summary["notices"] = [*unmatched_profiles(given, the_plan), *result.notes.values()]
+    summary["notices"] = [*unmatched_profiles(given, the_plan.pools), *result.notes.values()]
     for notice in summary["notices"]:
         stderr.print(f"notice: {notice}", markup=False, highlight=False)
     if out is not None:

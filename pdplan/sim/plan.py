@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from pdplan import limits
 from pdplan.engines import prompt_pages
@@ -473,20 +473,20 @@ def plan_model(plan: Plan) -> ModelSpec:
     return model
 
 
-def unmatched_profiles(given: dict[str, PhaseProfile], plan: Plan) -> list[str]:
-    """What to say of the profiles a user gave (by file) that time no pool of ``plan``, though a pool runs their
-    model on their GPU at their TP and PP: a profile times only pools of its own attention DP, EP and all-to-all
+def unmatched_profiles(given: dict[str, PhaseProfile], pools: Sequence[Pool]) -> list[str]:
+    """What to say of the profiles a user gave (by file) that time none of ``pools``, though one runs their model
+    on their GPU at their TP and PP: a profile times only pools of its own attention DP, EP and all-to-all
     (:attr:`pdplan.latency.profile.PhaseProfile.key`) and of its redundant expert slots, so such a pool is timed by
-    another source. (A profile
-    file of EP = TP written before pdplan recorded that EP reads as experts split over TP.)"""
-    said, timed = [], {(pool.shape, pool.redundant_experts) for pool in plan.pools}
+    another source. (A profile file of EP = TP written before pdplan recorded that EP reads as experts split over
+    TP.)"""
+    said, timed = [], {(pool.shape, pool.redundant_experts) for pool in pools}
     for file, profile in given.items():
-        near = [pool for pool in plan.pools if pool.shape[:4] == profile.key[:4]]
+        near = [pool for pool in pools if pool.shape[:4] == profile.key[:4]]
         if near and (profile.key, profile.redundant_experts) not in timed:
             names = ", ".join(f"{pool.name} ({pool.shape_label()})" for pool in near)
-            said.append(f"{file}: times {profile.shape}, which no pool of the plan runs; of its model, GPU, TP and PP "
-                        f"the plan runs {names}, timed otherwise (a profile times only its own attention DP, EP and "
-                        "expert slots)")
+            said.append(f"{file}: times {profile.shape}, which no pool here runs; of its model, GPU, TP and PP "
+                        f"{names} runs other coordinates, timed otherwise (a profile times only its own attention DP, "
+                        "EP and expert slots)")
     return said
 
 
