@@ -40,7 +40,7 @@ from collections import Counter
 import pandas as pd
 from silicon_rows import (
     INFERENCEMAX,
-    arrivals,
+    client_rate,
     moe_activations,
     plan_for,
     requests,
@@ -78,8 +78,8 @@ def schedule(row) -> EngineBatching:
 
 def bench_run(row) -> BenchRun:
     prompts, outputs = requests(row)
-    _, rate = arrivals(row, len(prompts)) if row["mode"] == "disagg" else (None, None)
-    return BenchRun(file=str(row["id"]), format="silicon_sample", concurrency=int(row["concurrency"]), rate_rps=rate,
+    return BenchRun(file=str(row["id"]), format="silicon_sample", concurrency=int(row["concurrency"]),
+                    rate_rps=client_rate(row),
                     prompt_tokens=prompts, output_tokens=outputs,
                     reported={"ttft": {"mean": row["silicon_ttft_ms"] / 1e3},
                               "tpot": {"mean": row["silicon_tpot_ms"] / 1e3}})

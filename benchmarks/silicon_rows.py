@@ -517,13 +517,19 @@ def coordinates(row, phase: str) -> dict:
     return {"tp": _int(row[f"{phase}_tp_size"]), "dp": dp, "ep": ep}
 
 
+def client_rate(row) -> float | None:
+    """The finite rate the row's benchmark clients were paced at (:attr:`srt_slurm.DisaggRecipe.request_rate`), None
+    for ``req_rate: inf`` or where no recipe is known."""
+    recipe = disagg_recipe(row)
+    return None if recipe is None else recipe.request_rate
+
+
 def arrivals(row, n: int) -> tuple[np.ndarray, float | None]:
     """When the row's benchmark client schedules its ``n`` requests, and the rate that paces its clients: all at 0
     and None (``req_rate: inf``, each slot refilled the moment it frees), or where the recipe states a finite
     rate (:attr:`srt_slurm.DisaggRecipe.request_rate`), Poisson times at it, drawn with the row's own seed, as
     benchmark_serving.py draws its intervals (burstiness 1: exponential gaps)."""
-    recipe = disagg_recipe(row)
-    rate = None if recipe is None else recipe.request_rate
+    rate = client_rate(row)
     if rate is None:
         return np.zeros(n), None
     return poisson_arrivals(n, rate_rps=rate, rng=zlib.crc32(str(row["id"]).encode())), rate

@@ -45,6 +45,7 @@ from pdplan.cli.options import (
     checked_all_to_all,
     choice,
     load_workload,
+    profile_notices,
     profile_source,
     rank_ep,
     search_settings,
@@ -66,11 +67,11 @@ from pdplan.goodput import (
     probe_settings,
 )
 from pdplan.hardware import MAX_GPUS_PER_NODE, get_gpu
-from pdplan.latency.profile import load_profile, profile_files, profile_inputs
+from pdplan.latency.profile import profile_inputs
 from pdplan.modelref import get_model, model_file
 from pdplan.plots import plot_attainment_curve
 from pdplan.shape import InstanceShape
-from pdplan.sim.plan import Pool, unmatched_profiles
+from pdplan.sim.plan import Pool
 from pdplan.slo import DEFAULT_ATTAINMENT
 from pdplan.vocabulary import INSTANCE_PHASES, Phase, Policy
 
@@ -158,8 +159,7 @@ def goodput(
         instance = Pool(name=f"the {phase} instance", phase=phase, model=spec.name, gpu=device.name, tp=tp, pp=pp,
                         dp=dp, ep=ep, all_to_all=all_to_all, redundant_experts=redundant_experts,
                         **({"policy": policy, "chunk_tokens": chunk} if phase == "colocated" else {}))
-        given = {str(file): load_profile(file) for file in profile_files(profiles)}
-        for notice in unmatched_profiles(given, [instance]):
+        for notice in profile_notices(profiles, [instance]):
             stderr.print(f"notice: {notice}", markup=False, highlight=False)
     fallback = source.fallback_reason(spec.name, device.name, tp, pp, dp=dp, ep=ep)
     accuracy = source.accuracy(profile, spec, phase, dp)

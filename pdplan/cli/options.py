@@ -14,10 +14,18 @@ from pdplan.cli.output import stderr
 from pdplan.errors import PdplanError
 from pdplan.experts import all_to_all_rejection
 from pdplan.goodput import SearchSettings
-from pdplan.latency.profile import PhaseProfile, load_profiles, shipped_profiles, shipped_profiles_dir
+from pdplan.latency.profile import (
+    PhaseProfile,
+    load_profile,
+    load_profiles,
+    profile_files,
+    shipped_profiles,
+    shipped_profiles_dir,
+)
 from pdplan.latency.source import ProfileSource
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.shape import wide_ep
+from pdplan.sim.plan import unmatched_profiles
 from pdplan.slo import DEFAULT_TPOT_S, DEFAULT_TTFT_S, SLO, load_slo, parse_threshold_s, slo_from_flags
 from pdplan.vocabulary import AllToAll, Arrivals, MoeActivations, Router, SpeculativeMethod
 from pdplan.workload import FORMATS, Workload, load_trace, spread_over_grid
@@ -177,6 +185,14 @@ def slo_from_options(ttft: str | None, tpot: str | None, attainment: float, slo_
 def measured_profiles(path: Path | None) -> dict[tuple[str, str, int, int], PhaseProfile]:
     """The shipped profiles plus the user's ``--profiles`` (theirs win for a shape both have)."""
     return dict(shipped_profiles()) if path is None else {**shipped_profiles(), **load_profiles(path)}
+
+
+def profile_notices(path: Path | None, pools) -> list[str]:
+    """What to say of the profiles ``--profiles`` gave that time none of ``pools`` though one runs their model, GPU,
+    TP and PP (:func:`pdplan.sim.plan.unmatched_profiles`), each named by its file."""
+    if path is None:
+        return []
+    return unmatched_profiles({str(file): load_profile(file) for file in profile_files(path)}, pools)
 
 
 def profile_source(path: Path | None, engine: str | None = None, engine_version: str | None = None,

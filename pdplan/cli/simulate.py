@@ -28,6 +28,7 @@ from pdplan.cli.options import (
     TtftOpt,
     check_seed,
     load_workload,
+    profile_notices,
     profile_source,
     speculative_from_options,
     within,
@@ -36,11 +37,11 @@ from pdplan.cli.output import print_json, stderr, stdout
 from pdplan.errors import PdplanError
 from pdplan.fileio import Outputs
 from pdplan.latency.accuracy import accuracy_lines, as_dict
-from pdplan.latency.profile import load_profile, profile_files, profile_inputs
+from pdplan.latency.profile import profile_inputs
 from pdplan.manifest.plan import read_plan
 from pdplan.modelref import model_file
 from pdplan.sim import simulate as run_plan
-from pdplan.sim.plan import plan_model, plan_profiles, unmatched_profiles
+from pdplan.sim.plan import plan_model, plan_profiles
 from pdplan.slo import DEFAULT_ATTAINMENT, DEFAULT_TPOT_S, DEFAULT_TTFT_S, parse_threshold_s, slo_from_flags
 
 
@@ -130,8 +131,7 @@ def simulate(
     summary["profiles"] = {p.shape_label(): p.provenance.source for p in shapes.values()}
     summary["profile_accuracy"] = {pool.name: as_dict(source.accuracy(shapes[pool.shape], model, pool.phase, pool.dp))
                                    for pool in the_plan.pools}
-    given = {} if profiles is None else {str(file): load_profile(file) for file in profile_files(profiles)}
-    summary["notices"] = [*unmatched_profiles(given, the_plan.pools), *result.notes.values()]
+    summary["notices"] = [*profile_notices(profiles, the_plan.pools), *result.notes.values()]
     for notice in summary["notices"]:
         stderr.print(f"notice: {notice}", markup=False, highlight=False)
     if out is not None:
