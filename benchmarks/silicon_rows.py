@@ -49,11 +49,15 @@ Stated assumptions, the same for every row:
   ``max_batch_size``; SGLang's ``--chunked-prefill-size`` and ``--max-running-requests`` over the DP ranks, and
   its ``--max-prefill-tokens``. A prompt runs whole: SGLang chunks one longer than its rank's chunk (4,096 tokens
   in the February B200 FP8 recipes with attention DP), which the replay runs in one batch. A budget beyond
-  the composed profile's KV capacity is held to it. The rows without a known recipe (sweeps before the
-  recipes' history, 2026-01-27; AIConfigurator's own runs) run at the row's coordinates with the engine's
-  default batch (``SCHEDULING``);
-* disaggregated InferenceMAX rows' decode workers — at the row's coordinates, each rank running at most the
-  requests its recipe lets it: TensorRT-LLM's decode ``max_batch_size``, SGLang's decode
+  the composed profile's KV capacity is held to it. InferenceMAX's GB200 SGLang sweep of 2025-12-21 ran
+  ai-dynamo's scripts, whose parallel sizes the export does not state (it states its config's placeholders):
+  those rows replay both phases as srt-slurm's recipes of then transcribe the scripts (``srt_slurm.DECEMBER``),
+  at ``req_rate`` inf. The rows without a known recipe (deployments no recipe read here matches, such as
+  TensorRT-LLM's GB200 sweep of 2025-12-19; AIConfigurator's own runs) run at the row's coordinates with the
+  engine's default batch (``SCHEDULING``);
+* disaggregated InferenceMAX rows' decode workers — at the row's coordinates (December's GB200 SGLang rows at
+  their script's), each rank running at most the requests its recipe lets it: TensorRT-LLM's decode
+  ``max_batch_size``, SGLang's decode
   ``--max-running-requests`` over its DP ranks; the others wait, their KV sent, for a running request to end
   (a recipe of one request per decode worker, run by more clients than workers, queues them there);
 * disaggregated rows — the KV lands on a decode rank over its GPUs' NICs (50 GB/s each, one 400 Gb/s NIC per
@@ -323,11 +327,12 @@ def prefill_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool
 
 
 def decode_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:
-    """A disaggregated row's decode workers at the row's coordinates, each rank running at most the requests its
-    recipe lets it (:func:`disagg_recipe`; without one, as many as its KV holds), taking a prefilled request and
-    answering its first token as the row's engine does (:func:`pdplan.engines.handoff`,
-    :func:`pdplan.engines.first_token`)."""
-    return Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **coordinates(row, "decode"),
+    """A disaggregated row's decode workers at the row's coordinates (or its recipe's, where the export's are not
+    what ran), each rank running at most the requests its recipe lets it (:func:`disagg_recipe`; without one, as
+    many as its KV holds), taking a prefilled request and answering its first token as the row's engine does
+    (:func:`pdplan.engines.handoff`, :func:`pdplan.engines.first_token`)."""
+    shape = (recipe and recipe.decode_coordinates) or coordinates(row, "decode")
+    return Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **shape,
                 replicas=_int(row["decode_num_workers"]), max_running_requests=recipe and recipe.decode_batch,
                 handoff=handoff(row["backend"], "decode"), first_token=first_token(row["backend"], "decode"))
 

@@ -24,6 +24,15 @@ SRT_SLURM, SRT_SLURM_MARCH = "5063eb43", "603fb034"
 #: the sweeps a recipe of 5063eb43 stands for: from the history's first commit (75f6e32a) until the branch was
 #: merged again (4a22a181), after which recipes may read otherwise; SGLang's B200 FP8 ones until their rewrite
 SWEEPS, B200_FP8_REWRITE = ("2026-01-27", "2026-03-25"), "2026-03-12"
+#: InferenceMAX's GB200 SGLang sweeps from its configs of 2025-12-18 (c040b5cf2) until it ran srt-slurm's recipes
+#: (2767db504, 2026-02-07) started each deployment by a script of ai-dynamo/dynamo b7107d00
+#: (``examples/backends/sglang/slurm_jobs/scripts/<gpu>/disagg/<mode>.sh``), always at ``req_rate`` inf; the
+#: parallel sizes its config file states for them "do nothing because they are hardcoded" there, and the collection's
+#: export states those placeholders (attention DP over every GPU, EP 1). srt-slurm's recipes of d83c9ee0
+#: (2025-12-20, under ``recipies/``, renamed unchanged in 75f6e32a) transcribe the scripts (the 1k/1k low-latency
+#: script, the one stored version read, passes what its recipe does: TP 4, DP 1, EP 1, the same batch limits), and are
+#: read here for them, the decode's coordinates with the prefill's.
+DYNAMO_SCRIPTS, DECEMBER = "d83c9ee0", ("2025-12-18", "2026-02-07")
 #: SGLang's ``--max-prefill-tokens`` when a recipe passes none (``ServerArgs.max_prefill_tokens``)
 SGLANG_MAX_PREFILL_TOKENS = 16384
 
@@ -50,10 +59,17 @@ class DisaggRecipe:
     #: at that rate schedules it or when one of the concurrency's slots frees, if later (None: ``inf``, every slot
     #: refilled at once)
     request_rate: float | None = None
+    #: the decode worker's coordinates (attention TP per DP rank, DP ranks, EP) where the export's are not what ran
+    #: (:data:`DECEMBER`); None: the row's
+    decode: tuple[int, int, int] | None = None
 
     @property
     def coordinates(self) -> dict:
         return {"tp": self.tp, "dp": self.dp, "ep": self.ep}
+
+    @property
+    def decode_coordinates(self) -> dict | None:
+        return None if self.decode is None else dict(zip(("tp", "dp", "ep"), self.decode))
 
 
 def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_decode: bool,
@@ -75,20 +91,24 @@ def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int
             concurrencies: tuple[int, ...], *, tp: int, dp: int = 1, ep: int = 1, chunk: int,
             max_prefill: int = SGLANG_MAX_PREFILL_TOKENS, running: int, decode_running: int | None,
             decode_dp: int = 1, commit: str = SRT_SLURM, sweeps: tuple[str, str] = SWEEPS,
-            request_rate: float | None = None) -> DisaggRecipe:
+            request_rate: float | None = None, decode_tp: int | None = None, decode_ep: int = 1) -> DisaggRecipe:
     """An SGLang prefill server of ``--tp`` ``tp`` and ``--dp`` ``dp`` (with ``--enable-dp-attention``):
     each DP rank's prefill batch holds whole prompts up to ``--chunked-prefill-size`` over DP and up to
     ``--max-prefill-tokens`` (not divided), and ``--max-running-requests`` over DP prompts (SGLang's
     ``_handle_data_parallelism``, ``PrefillAdder``, ``pool_configurator``). Its decode server of ``--dp``
     ``decode_dp`` runs the decode's ``--max-running-requests`` over DP requests on each rank
     (``ModelRunner.max_running_requests``; the disaggregated decode's ``get_new_prebuilt_batch`` holds the rest
-    waiting); None where the recipe passes none, when SGLang takes half its KV tokens, which the KV binds first."""
-    return DisaggRecipe(recipe=f"recipes/{recipe} @ {commit}", sweeps=sweeps,
+    waiting); None where the recipe passes none, when SGLang takes half its KV tokens, which the KV binds first.
+    ``decode_tp`` (its ``--tp``, with ``decode_dp`` and ``decode_ep``) states the decode's coordinates where the
+    export's are not what ran (:data:`DECEMBER`)."""
+    folder = "recipies" if commit == DYNAMO_SCRIPTS else "recipes"
+    decode = None if decode_tp is None else (decode_tp // decode_dp, decode_dp, decode_ep)
+    return DisaggRecipe(recipe=f"{folder}/{recipe} @ {commit}", sweeps=sweeps,
                         deployment=("sglang", gpu, dtype, isl, 1024, *workers, wide_decode),
                         concurrencies=concurrencies, tp=tp // dp, dp=dp, ep=ep,
                         batch_tokens=min(chunk // dp, max_prefill), batch_prompts=max(1, running // dp),
                         decode_batch=None if decode_running is None else max(1, decode_running // decode_dp),
-                        request_rate=request_rate)
+                        request_rate=request_rate, decode=decode)
 
 
 H200, B200, GB200 = "h200-141gb", "b200-180gb", "gb200-185gb"
@@ -99,6 +119,9 @@ _B200_8K = {"attention_dp": True, "ep": 1, "max_num_tokens": 8320, "max_batch_si
 _B200_FP8_FEBRUARY = {"chunk": 32768, "max_prefill": 32768, "sweeps": (SWEEPS[0], B200_FP8_REWRITE)}
 _B200_FP8_MARCH = {"tp": 8, "dp": 8, "chunk": 65536, "max_prefill": 8192, "running": 8, "commit": SRT_SLURM_MARCH,
                    "sweeps": (B200_FP8_REWRITE, SWEEPS[1])}
+#: December's GB200 deployments (:data:`DECEMBER`): matched as the export states them (decode attention DP, its
+#: placeholder, on every one), at ``req_rate`` inf whatever the recipe's benchmark says
+_DECEMBER = {"commit": DYNAMO_SCRIPTS, "sweeps": DECEMBER}
 #: The disaggregated deployments of silicon_sample.csv's InferenceMAX rows, read in their srt-slurm recipes
 #: (module docstring). A TensorRT-LLM recipe names its deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>``.
 DISAGG_RECIPES = (
@@ -174,6 +197,23 @@ DISAGG_RECIPES = (
                                         ((3, 1), (1024,), 1024))),
     _sglang("h200/8k1k/bs128-1p1d-dep.yaml", H200, "fp8", 8192, (1, 1), True, (64, 128, 256), tp=8, chunk=163840,
             max_prefill=163840, running=16, decode_running=256, decode_dp=8),
+    _sglang("gb200-fp4/1k1k/low-latency.yaml", GB200, "fp4", 1024, (1, 2), True, (4, 8, 32, 64), tp=4, chunk=8192,
+            running=512, decode_running=None, decode_tp=4, **_DECEMBER),
+    _sglang("gb200-fp4/1k1k/mid-curve.yaml", GB200, "fp4", 1024, (4, 1), True, (8192, 12000, 15000), tp=4, dp=4, ep=4,
+            chunk=65536, max_prefill=32768, running=30000, decode_running=67584, decode_tp=32, decode_dp=32,
+            decode_ep=32, **_DECEMBER),
+    _sglang("gb200-fp4/8k1k/low-latency.yaml", GB200, "fp4", 8192, (1, 4), True, (4, 8, 32, 64), tp=4, chunk=24576,
+            running=512, decode_running=None, decode_tp=4, **_DECEMBER),
+    _sglang("gb200-fp4/8k1k/max-tpt.yaml", GB200, "fp4", 8192, (10, 1), True, (1024, 2048, 8192), tp=4, chunk=131072,
+            max_prefill=524288, running=30000, decode_running=16384, decode_tp=32, decode_dp=32, decode_ep=32,
+            **_DECEMBER),
+    _sglang("gb200-fp8/1k1k/low-latency.yaml", GB200, "fp8", 1024, (1, 4), True, (2, 4, 8, 16, 64, 128), tp=4,
+            chunk=8192, running=512, decode_running=512, decode_tp=4, **_DECEMBER),
+    _sglang("gb200-fp8/1k1k/max-tpt-2p1d.yaml", GB200, "fp8", 1024, (2, 1), True, (4096,), tp=8, dp=8, ep=8,
+            chunk=131072, running=30000, decode_running=45000, decode_tp=32, decode_dp=32, decode_ep=32, **_DECEMBER),
+    _sglang("gb200-fp8/8k1k/mid-curve-5p1d.yaml", GB200, "fp8", 8192, (5, 1), True, (512, 1024, 2048, 6144), tp=8,
+            dp=8, ep=8, chunk=131072, running=30000, decode_running=8192, decode_tp=32, decode_dp=32, decode_ep=32,
+            **_DECEMBER),
 )
 
 

@@ -301,13 +301,28 @@ def test_two_recipes_of_one_deployment_and_concurrency_are_told_apart_by_the_row
     assert deployments.disagg_recipe(dep4).coordinates == {"tp": 1, "dp": 4, "ep": 4}
 
 
-def test_rows_of_a_sweep_before_the_recipes_keep_their_coordinates_and_the_engines_batch(deployments, rows):
-    """The GB200 SGLang sweep of 2025-12-21 predates the recipes' history (2026-01-27 on)."""
-    row = disaggregated(rows, "cfg253").iloc[0]
+def test_decembers_gb200_sglang_rows_replay_both_phases_as_the_dynamo_scripts_started_them(deployments, rows):
+    """InferenceMAX's GB200 SGLang sweep of 2025-12-21 ran ai-dynamo's scripts, whose parallel sizes its config left
+    as placeholders the export states (prefill DP 4, decode DP 32, EP 1): the 8k/1k max-throughput script runs ten
+    TP 4 prefill workers and one DEP 32 decode (``--max-running-requests 16384``), at ``req_rate`` inf."""
+    row = disaggregated(rows, "cfg254").iloc[0]
+    assert (int(row["prefill_attention_dp_size"]), int(row["decode_moe_ep_size"])) == (4, 1)
+    assert deployments.disagg_recipe(row).recipe == "recipies/gb200-fp4/8k1k/max-tpt.yaml @ d83c9ee0"
+    prefill, decode = deployments.plan_for(row).pools
+    assert (prefill.replicas, prefill.tp, prefill.dp, prefill.ep) == (10, 4, 1, 1)
+    assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (131072, 30000)
+    assert (decode.tp, decode.dp, decode.ep, decode.max_running_requests) == (1, 32, 32, 16384 // 32)
+    assert deployments.client_rate(row) is None
+
+
+def test_rows_without_a_known_recipe_keep_their_coordinates_and_the_engines_batch(deployments, rows):
+    """TensorRT-LLM's GB200 sweep of 2025-12-19 ran no recipe read here."""
+    row = disaggregated(rows, "cfg237").iloc[0]
     assert deployments.disagg_recipe(row) is None
-    pool = deployments.plan_for(row).pools[0]
-    assert (pool.tp, pool.dp, pool.ep) == (1, 8, 1)
-    assert (pool.max_prefill_batch_tokens, pool.max_running_requests) == (8192, None)
+    prefill, decode = deployments.plan_for(row).pools
+    assert (prefill.tp, prefill.dp, prefill.ep) == (int(row["prefill_tp_size"]), 1, int(row["prefill_moe_ep_size"]))
+    assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (8192, None)
+    assert (decode.tp, decode.max_running_requests) == (int(row["decode_tp_size"]), None)
 
 
 #: The runs of TensorRT-LLM's H200 recipes of one request per decode worker, as InferenceX-app's API fixture holds
@@ -359,7 +374,7 @@ def test_a_prompt_budget_beyond_the_profiles_batches_is_held_to_them(validation)
 
 
 def test_the_report_counts_the_rows_their_recipe_replays_and_those_it_moved(deployments, rows):
-    twins = rows[rows["id"].str.endswith(("_cfg291", "_cfg675", "_cfg253"))]
+    twins = rows[rows["id"].str.endswith(("_cfg291", "_cfg675", "_cfg237"))]
     assert deployments.recipe_coverage(twins).startswith(
         f"2 of {len(twins)} disaggregated rows replay the prefill workers their srt-slurm recipe started "
         "(1 at coordinates the export states otherwise)")
