@@ -9,7 +9,8 @@ The requests each collection's client sent:
   concurrency 4 to 256, Llama-3.1-70B, DeepSeek-R1 and gpt-oss-120b on H100/H200/B200/GB200 under
   vLLM, SGLang and TensorRT-LLM). Its client is vLLM's old ``benchmark_serving.py`` run with
   ``--random-range-ratio 0.8 --num-prompts 10*C --max-concurrency C --ignore-eos``: each
-  request's input and output lengths are drawn uniformly from the integers in [0.8·L, L];
+  request's input and output lengths are drawn uniformly from the integers in [0.8·L, L] (its GB200 FP4
+  TensorRT-LLM runs of December 2025, ai-dynamo's ``bench.sh``: 8·C prompts, ``srt_slurm.DYNAMO_TRTLLM``);
 * every other collection (AIConfigurator's own gap-analysis runs): exactly the row's ISL and OSL,
   10 × C requests (at least 100, at most 2,000).
 
@@ -431,14 +432,16 @@ def moe_activations(row) -> MoeActivations | None:
 
 def moe_backend(row) -> str | None:
     """The MoE backend InferenceMAX's recipe ran DeepSeek-R1 FP8 with under TensorRT-LLM on B200
-    (``TRT_MOE_SWITCH``; every disaggregated recipe of ``srt_slurm.DISAGG_RECIPES`` runs TRTLLM on both phases);
-    None for every other row, whose experts are timed by the fastest kernel measured at each point."""
+    (``TRT_MOE_SWITCH``; a disaggregated recipe's on both phases, :attr:`srt_slurm.DisaggRecipe.moe_backend`:
+    TRTLLM at 8k-token prompts, DEEPGEMM at 1k); None for every other row, whose experts are timed by the fastest
+    kernel measured at each point."""
     engine = (row["backend"], row["gpu"], row["dtype"])
     if not (row["harness"] in INFERENCEMAX and engine == ("trtllm", "b200-180gb", "fp8") and row["model"] in DEEPSEEK
             and row["measured"]):
         return None
     if row["mode"] == "disagg":
-        return "TRTLLM" if disagg_recipe(row) is not None else None
+        recipe = disagg_recipe(row)
+        return recipe and recipe.moe_backend
     mtp = speculative(row) is not None
     if row["measured"] < TRT_MOE_SWITCH[mtp]:
         return "DEEPGEMM"
@@ -509,7 +512,7 @@ def recipe_coverage(rows: pd.DataFrame) -> str:
     found = [(disagg_recipe(row), coordinates(row, "prefill")) for _, row in disaggregated.iterrows()]
     known = [(recipe, own) for recipe, own in found if recipe is not None]
     moved = sum(recipe.coordinates != own for recipe, own in known)
-    return (f"{len(known)} of {len(found)} disaggregated rows replay the prefill workers their srt-slurm recipe "
+    return (f"{len(known)} of {len(found)} disaggregated rows replay the prefill workers their recipe "
             f"started ({moved} at coordinates the export states otherwise); the other {len(found) - len(known)} "
             f"the export's coordinates with the engine's default batch")
 
@@ -548,6 +551,8 @@ def requests(row) -> tuple[np.ndarray, np.ndarray]:
         n = min(2000, max(100, 10 * clients))
         return np.full(n, isl), np.full(n, osl)
     rng = np.random.default_rng(zlib.crc32(str(row["id"]).encode()))
+    recipe = disagg_recipe(row)
+    n = clients * (recipe.prompts_per_client if recipe else 10)
     # benchmark_serving.py: np.random.randint(int(L * range_ratio), L + 1, size=num_prompts)
-    draw = lambda L: rng.integers(int(L * RANGE_RATIO), L + 1, 10 * clients)  # noqa: E731
+    draw = lambda L: rng.integers(int(L * RANGE_RATIO), L + 1, n)  # noqa: E731
     return draw(isl), draw(osl)

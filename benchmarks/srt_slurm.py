@@ -6,7 +6,8 @@ A recipe names its deployment (engine, GPU, precision, lengths, prefill and deco
 attention DP), the concurrencies its benchmark ran, the prefill worker (its parallel coordinates and what one
 rank batches) and how many requests one decode rank runs at once. The TensorRT-LLM recipes' file names spell the
 deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>_batch<B>``; B is the decode worker's ``max_batch_size`` in all but
-one (B200 FP8 8k/1k at 32 clients: its file says 32, its decode config 8).
+two (B200 FP8 8k/1k at 32 clients: its file says 32, its decode config 8; B200 FP4 8k/1k ``ctx1_gen5_tep8_batch8``:
+its decode config 16), where the config is read.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ SWEEPS, B200_FP8_REWRITE = ("2026-01-27", "2026-03-25"), "2026-03-12"
 #: script, the one stored version read, passes what its recipe does: TP 4, DP 1, EP 1, the same batch limits), and are
 #: read here for them, the decode's coordinates with the prefill's.
 DYNAMO_SCRIPTS, DECEMBER = "d83c9ee0", ("2025-12-18", "2026-02-07")
+#: InferenceMAX's GB200 FP4 TensorRT-LLM sweeps from its multinode configs (93e1b3ca1, 2025-12-05) until it ran
+#: srt-slurm's recipes (4e9a376bf, 2026-01-30) ran ai-dynamo's ``performance_sweeps`` of release/0.5.1-rc0.20251105,
+#: whose ``benchmark_disagg.slurm`` writes each worker's config (``gen_yaml.py``) from the batch sizes, token budgets
+#: and attention DP the config states per deployment (``PREFILL_MAX_BATCH_SIZE``, ``PREFILL_MAX_NUM_TOKENS``,
+#: ``DECODE_MAX_BATCH_SIZE``, ``dp-attn``), the context workers at TP 4; its ``bench.sh`` runs the config's
+#: concurrency times the decode workers as clients, as the export states them, each sending 8 requests
+#: (``multi_round``, ``--random-range-ratio 0.8``). Read in ``.github/configs/nvidia-master.yaml`` there.
+DYNAMO_TRTLLM, DYNAMO_TRTLLM_SWEEPS = "93e1b3ca1", ("2025-12-05", "2026-01-30")
 #: SGLang's ``--max-prefill-tokens`` when a recipe passes none (``ServerArgs.max_prefill_tokens``)
 SGLANG_MAX_PREFILL_TOKENS = 16384
 
@@ -44,7 +53,7 @@ class DisaggRecipe:
     rank, DP ranks, EP) and what one rank batches, at most ``batch_tokens`` prompt tokens and ``batch_prompts``
     prompts; and the requests one decode rank runs at once, ``decode_batch`` (None: as many as its KV holds)."""
 
-    recipe: str                         #: srt-slurm path @ commit
+    recipe: str                         #: where it is read: a srt-slurm path, or the config that set it, @ commit
     sweeps: tuple[str, str]             #: the UTC dates of the sweeps that ran it: from, until (exclusive)
     deployment: tuple                   #: (engine, GPU, precision, ISL, OSL, prefill workers, decode workers,
     #: decode with attention DP)
@@ -62,6 +71,12 @@ class DisaggRecipe:
     #: the decode worker's coordinates (attention TP per DP rank, DP ranks, EP) where the export's are not what ran
     #: (:data:`DECEMBER`); None: the row's
     decode: tuple[int, int, int] | None = None
+    #: the ``moe_config.backend`` both phases run, where the replay times it by that kernel (TensorRT-LLM's DeepSeek
+    #: FP8 on B200: TRTLLM or DEEPGEMM); None: the fastest measured
+    moe_backend: str | None = None
+    #: the requests its benchmark sends per client: InferenceMAX's ``--num-prompts`` of ten times the concurrency,
+    #: or ai-dynamo's performance sweeps' ``multi_round`` of 8 (:data:`DYNAMO_TRTLLM`)
+    prompts_per_client: int = 10
 
     @property
     def coordinates(self) -> dict:
@@ -74,17 +89,20 @@ class DisaggRecipe:
 
 def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_decode: bool,
             concurrencies: tuple[int, ...], *, decode_batch: int, attention_dp: bool, ep: int, max_num_tokens: int,
-            max_batch_size: int) -> DisaggRecipe:
-    """A TensorRT-LLM prefill worker of ``tensor_parallel_size`` 8 (every recipe's): with
-    ``enable_attention_dp`` eight ranks of attention TP 1; ``max_num_tokens`` and ``max_batch_size`` are
-    each rank's, and ``enable_chunked_prefill`` is off in every one, so a context runs whole. The decode
-    worker's ``max_batch_size``, ``decode_batch``, is also each rank's: the one TP group's, or each attention-DP
-    rank's (TensorRT-LLM schedules every DP rank's batch apart)."""
-    tp, dp = (1, 8) if attention_dp else (8, 1)
-    return DisaggRecipe(recipe=f"recipes/trtllm/{recipe} @ {SRT_SLURM}", sweeps=SWEEPS,
-                        deployment=("trtllm", gpu, "fp8", isl, 1024, *workers, wide_decode),
+            max_batch_size: int, dtype: str = "fp8", osl: int = 1024, tensor_parallel: int = 8,
+            moe_backend: str | None = None, folder: str = "recipes/trtllm", commit: str = SRT_SLURM,
+            sweeps: tuple[str, str] = SWEEPS) -> DisaggRecipe:
+    """A TensorRT-LLM prefill worker of ``tensor_parallel_size`` ``tensor_parallel`` (8 on HGX, a GB200 compute
+    tray's 4): with ``enable_attention_dp`` as many ranks of attention TP 1; ``max_num_tokens`` and
+    ``max_batch_size`` are each rank's, and ``enable_chunked_prefill`` is off in every one, so a context runs whole.
+    The decode worker's ``max_batch_size``, ``decode_batch``, is also each rank's: the one TP group's, or each
+    attention-DP rank's (TensorRT-LLM schedules every DP rank's batch apart)."""
+    tp, dp = (1, tensor_parallel) if attention_dp else (tensor_parallel, 1)
+    return DisaggRecipe(recipe=f"{folder}/{recipe} @ {commit}", sweeps=sweeps,
+                        deployment=("trtllm", gpu, dtype, isl, osl, *workers, wide_decode),
                         concurrencies=concurrencies, tp=tp, dp=dp, ep=ep, batch_tokens=max_num_tokens,
-                        batch_prompts=max_batch_size, decode_batch=decode_batch)
+                        batch_prompts=max_batch_size, decode_batch=decode_batch, moe_backend=moe_backend,
+                        prompts_per_client=8 if commit == DYNAMO_TRTLLM else 10)
 
 
 def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int], wide_decode: bool,
@@ -115,7 +133,19 @@ H200, B200, GB200 = "h200-141gb", "b200-180gb", "gb200-185gb"
 #: the prefill settings every TensorRT-LLM recipe of one folder shares
 _H200_1K = {"attention_dp": True, "ep": 8, "max_num_tokens": 8192, "max_batch_size": 8}
 _H200_8K = {"attention_dp": False, "ep": 8, "max_num_tokens": 16640, "max_batch_size": 2}
-_B200_8K = {"attention_dp": True, "ep": 1, "max_num_tokens": 8320, "max_batch_size": 1}
+_B200_8K = {"attention_dp": True, "ep": 1, "max_num_tokens": 8320, "max_batch_size": 1, "moe_backend": "TRTLLM"}
+_B200_1K = {"attention_dp": True, "ep": 8, "max_num_tokens": 16384, "max_batch_size": 16, "moe_backend": "DEEPGEMM"}
+#: GB200 FP4's DEP 4 context workers (one compute tray), at 1k- and at 8k-token prompts
+_GB200_1K = {"dtype": "fp4", "tensor_parallel": 4, "attention_dp": True, "ep": 4, "max_num_tokens": 16384,
+             "max_batch_size": 16}
+_GB200_8K = {**_GB200_1K, "max_num_tokens": 16640, "max_batch_size": 2}
+#: B200 FP4's DEP 4 context workers (half an HGX node), at 1k- and at 8k-token prompts
+_B200_FP4_1K = {"dtype": "fp4", "tensor_parallel": 4, "attention_dp": True, "ep": 4, "max_num_tokens": 10240,
+                "max_batch_size": 8}
+_B200_FP4_8K = {**_B200_FP4_1K, "max_num_tokens": 16896, "max_batch_size": 2}
+#: GB200 FP4's context workers of InferenceMAX's December TensorRT-LLM configs (:data:`DYNAMO_TRTLLM`)
+_GB200_DECEMBER = {"dtype": "fp4", "tensor_parallel": 4, "ep": 4, "folder": "InferenceX nvidia-master.yaml",
+                   "commit": DYNAMO_TRTLLM, "sweeps": DYNAMO_TRTLLM_SWEEPS}
 _B200_FP8_FEBRUARY = {"chunk": 32768, "max_prefill": 32768, "sweeps": (SWEEPS[0], B200_FP8_REWRITE)}
 _B200_FP8_MARCH = {"tp": 8, "dp": 8, "chunk": 65536, "max_prefill": 8192, "running": 8, "commit": SRT_SLURM_MARCH,
                    "sweeps": (B200_FP8_REWRITE, SWEEPS[1])}
@@ -123,7 +153,8 @@ _B200_FP8_MARCH = {"tp": 8, "dp": 8, "chunk": 65536, "max_prefill": 8192, "runni
 #: placeholder, on every one), at ``req_rate`` inf whatever the recipe's benchmark says
 _DECEMBER = {"commit": DYNAMO_SCRIPTS, "sweeps": DECEMBER}
 #: The disaggregated deployments of silicon_sample.csv's InferenceMAX rows, read in their srt-slurm recipes
-#: (module docstring). A TensorRT-LLM recipe names its deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>``.
+#: (module docstring), or in the config that set them (:data:`DYNAMO_TRTLLM`). A TensorRT-LLM recipe names its
+#: deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>``.
 DISAGG_RECIPES = (
     _trtllm("h200/1k1k/stp/c1_ctx1_gen9_tep8_batch1_eplb0_mtp0.yaml", H200, 1024, (1, 9), False, (11,),
             decode_batch=1, **_H200_1K),
@@ -160,13 +191,53 @@ DISAGG_RECIPES = (
     _trtllm("b200-fp8/8k1k/stp/ctx1_gen6_tp8_batch16_eplb0_mtp0_96.yaml", B200, 8192, (1, 6), False, (96,),
             decode_batch=16, **_B200_8K),
     _trtllm("b200-fp8/8k1k/stp/ctx1_gen1_tp8_batch1_eplb0_mtp0_1.yaml", B200, 8192, (1, 1), False, (1,),
-            decode_batch=1, attention_dp=False, ep=1, max_num_tokens=8320, max_batch_size=64),
+            decode_batch=1, attention_dp=False, ep=1, max_num_tokens=8320, max_batch_size=64, moe_backend="TRTLLM"),
+    *(_trtllm(f"b200-fp8/8k1k/stp/ctx{prefills}_gen{decodes}_dep8_batch{batch}_eplb0_mtp0_{clients}.yaml", B200, 8192,
+              (prefills, decodes), True, (clients,), decode_batch=batch, **_B200_8K)
+      for prefills, decodes, batch, clients in ((1, 1, 128, 128), (1, 1, 256, 256), (1, 2, 64, 128), (2, 1, 640, 640))),
+    *(_trtllm(f"b200-fp8/1k1k/stp/ctx1_gen{decodes}_dep8_batch{batch}_eplb0_mtp0_{clients}.yaml", B200, 1024,
+              (1, decodes), True, (clients,), decode_batch=batch, **_B200_1K)
+      for decodes, batch, clients in ((1, 512, 4096), (5, 48, 1920))),
+    _trtllm("b200-fp4/1k1k/stp/ctx1_gen1_dep8_batch512_eplb0_mtp0.yaml", B200, 1024, (1, 1), True, (4096,),
+            decode_batch=512, **_B200_FP4_1K),
+    _trtllm("b200-fp4/1k1k/stp/ctx1_gen2_dep8_batch128_eplb0_mtp0.yaml", B200, 1024, (1, 2), True, (2192,),
+            decode_batch=128, **_B200_FP4_1K),
+    _trtllm("b200-fp4/1k1k/stp/ctx1_gen5_tep8_batch32_eplb0_mtp0.yaml", B200, 1024, (1, 5), False,
+            (10, 15, 25, 45, 90, 180), decode_batch=32, **_B200_FP4_1K),
+    _trtllm("b200-fp4/1k1k/stp/ctx1_gen6_tep8_batch64_eplb0_mtp0.yaml", B200, 1024, (1, 6), False, (450,),
+            decode_batch=64, **_B200_FP4_1K),
+    _trtllm("b200-fp4/8k1k/stp/ctx1_gen5_tep8_batch8_eplb0_mtp0.yaml", B200, 8192, (1, 5), False,
+            (10, 15, 25, 50, 100), decode_batch=16, **_B200_FP4_8K),
+    _trtllm("b200-fp4/8k1k/stp/ctx2_gen5_tep8_batch64_eplb0_mtp0.yaml", B200, 8192, (2, 5), False, (370,),
+            decode_batch=64, **_B200_FP4_8K),
+    _trtllm("dsr1-fp4-gb200-dynamo-trt 1k/1k TEP 8", GB200, 1024, (1, 4), False, (4, 8, 16, 32, 64, 128, 256, 564),
+            decode_batch=128, attention_dp=False, max_num_tokens=4608, max_batch_size=4, **_GB200_DECEMBER),
+    _trtllm("dsr1-fp4-gb200-dynamo-trt 8k/1k TEP 8", GB200, 8192, (1, 3), False, (3, 6, 12, 24, 48, 102),
+            decode_batch=32, attention_dp=False, max_num_tokens=8448, max_batch_size=1, **_GB200_DECEMBER),
+    _trtllm("dsr1-fp4-gb200-dynamo-trt 8k/1k DEP 32", GB200, 8192, (4, 1), True, (256, 538), decode_batch=16,
+            attention_dp=True, max_num_tokens=8448, max_batch_size=1, **_GB200_DECEMBER),
+    _trtllm("gb200-fp4/1k1k/stp/ctx1_gen2_dep4_batch768_eplb0_mtp0.yaml", GB200, 1024, (1, 2), True, (6144,),
+            decode_batch=768, **_GB200_1K),
+    _trtllm("gb200-fp4/1k1k/stp/ctx1_gen4_tep8_batch32_eplb0_mtp0.yaml", GB200, 1024, (1, 4), False,
+            (12, 24, 48, 96, 192), decode_batch=32, **_GB200_1K),
+    _trtllm("gb200-fp4/8k1k/stp/ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml", GB200, 8192, (1, 4), False, (12, 44, 76),
+            decode_batch=16, **_GB200_8K),
+    _trtllm("gb200-fp4/8k1k/stp/ctx10_gen1_dep16_batch256_eplb256_mtp0.yaml", GB200, 8192, (10, 1), True, (4096,),
+            decode_batch=256, **_GB200_8K),
+    *(_trtllm(f"gb200-fp4/1k8k/stp/ctx1_gen1_dep32_batch{batch}_eplb{slots}_mtp0.yaml", GB200, 1024, (1, 1), True,
+              (clients,), decode_batch=batch, osl=8192, **_GB200_1K)
+      for clients, batch, slots in ((2048, 64, 0), (4096, 128, 288), (8192, 256, 288))),
+    *(_trtllm(f"gb200-fp4/1k8k/stp/ctx1_gen15_tep4_batch{batch}_eplb0_mtp0.yaml", GB200, 1024, (1, 15), False,
+              (clients,), decode_batch=batch, osl=8192, **_GB200_1K)
+      for clients, batch in ((60, 4), (135, 8))),
     _sglang("gb200-fp4/1k1k/low-latency.yaml", GB200, "fp4", 1024, (1, 2), False, (4, 8, 32), tp=4, chunk=8192,
             running=512, decode_running=None),
     _sglang("gb200-fp8/1k1k/low-latency.yaml", GB200, "fp8", 1024, (1, 1), False, (4, 8), tp=4, chunk=8192,
             running=512, decode_running=128),
     _sglang("gb200-fp4/8k1k/low-latency.yaml", GB200, "fp4", 8192, (1, 4), False, (4, 8), tp=4, chunk=24576,
             running=512, decode_running=None, request_rate=300.0),
+    _sglang("gb200-fp8/8k1k/low-latency.yaml", GB200, "fp8", 8192, (1, 1), False, (4, 8, 16), tp=8, chunk=24576,
+            running=512, decode_running=512),
     _sglang("gb200-fp8/1k1k/ultra-tpt.yaml", GB200, "fp8", 1024, (1, 1), True, (4096,), tp=8, dp=8, ep=8,
             chunk=131072, running=8192, decode_running=5120, decode_dp=8),
     _sglang("gb200-fp8/1k1k/max-tpt.yaml", GB200, "fp8", 1024, (2, 1), True, (1024, 2048, 4096, 6144), tp=8,
@@ -177,6 +248,12 @@ DISAGG_RECIPES = (
             tp=4, chunk=32768, max_prefill=32768, running=512, decode_running=512),
     _sglang("b200-fp4/8k1k/stp/low-latency-dep4-1p-tep8-1d.yaml", B200, "fp4", 8192, (1, 1), False, (64, 128), tp=4,
             dp=4, ep=4, chunk=32768, max_prefill=32768, running=512, decode_running=512),
+    _sglang("b200-fp4/8k1k/stp/max-tpt-dep4-7p-dep8-2d.yaml", B200, "fp4", 8192, (7, 2), True, (1024, 2048), tp=4,
+            dp=4, ep=4, chunk=65536, max_prefill=65536, running=1024, decode_running=2048, decode_dp=8),
+    _sglang("b200-fp4/1k1k/stp/max-tpt-dep4-1p-dep8-1d.yaml", B200, "fp4", 1024, (1, 1), True, (512,), tp=4, dp=4,
+            ep=4, chunk=32768, max_prefill=32768, running=1024, decode_running=1024, decode_dp=8),
+    _sglang("b200-fp4/1k1k/stp/max-tpt-dep4-1p-dep8-2d.yaml", B200, "fp4", 1024, (1, 2), True, (512,), tp=4, dp=4,
+            ep=4, chunk=32768, max_prefill=32768, running=512, decode_running=512, decode_dp=8),
     _sglang("b200-fp8/8k1k/stp/low-latency-tep8-1p1d.yaml", B200, "fp8", 8192, (1, 1), False, (4, 32, 64), tp=8,
             ep=8, running=512, decode_running=512, **_B200_FP8_FEBRUARY),
     _sglang("b200-fp8/8k1k/stp/low-latency-tep8-1p4d.yaml", B200, "fp8", 8192, (1, 4), False, (64,), tp=8, ep=8,

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+import pandas as pd
 import pytest
 
 from pdplan.latency.compose import tables
@@ -98,8 +99,8 @@ def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(d
 
 def test_deepseek_fp8_b200_rows_of_tensorrt_llm_replay_the_moe_backend_their_recipe_set(deployments, rows):
     """``dsr1_fp8_b200_trt.sh`` ran DEEPGEMM until its sweep of 2026-01-29 and TRTLLM from it (DEEPGEMM kept at
-    1k/8k from 256 clients); the MTP recipe switched on 2026-02-05; the disaggregated recipes run TRTLLM; other
-    engines' rows read the fastest kernel."""
+    1k/8k from 256 clients); the MTP recipe switched on 2026-02-05; the disaggregated recipes run TRTLLM at 8k-token
+    prompts and DEEPGEMM at 1k; other engines' rows read the fastest kernel."""
     trt = rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")
                & rows["model"].isin(deployments.DEEPSEEK) & rows["harness"].isin(deployments.INFERENCEMAX)]
     backends = {(on, mode): {deployments.moe_backend(row)
@@ -109,8 +110,8 @@ def test_deepseek_fp8_b200_rows_of_tensorrt_llm_replay_the_moe_backend_their_rec
                         ("2026-01-29", "agg"): {"TRTLLM"}, ("2026-01-29", "agg-dp"): {"DEEPGEMM"},  # 1k/8k, 256+
                         ("2026-02-05", "agg"): {"TRTLLM"}, ("2026-02-05", "agg-dp"): {"DEEPGEMM"}}  # MTP, DP
     disaggregated = trt[trt["mode"] == "disagg"]
-    assert {deployments.moe_backend(row) for _, row in disaggregated.iterrows()
-            if deployments.disagg_recipe(row)} == {"TRTLLM"}
+    assert {(int(row["isl"]), deployments.moe_backend(row)) for _, row in disaggregated.iterrows()
+            if deployments.disagg_recipe(row)} == {(8192, "TRTLLM"), (1024, "DEEPGEMM")}
     sglang = rows[(rows["backend"] == "sglang") & (rows["gpu"] == "b200-180gb")]
     assert len(sglang) and all(deployments.moe_backend(row) is None for _, row in sglang.iterrows())
     assert deployments.TRT_MOE_KERNELS["TRTLLM"] == "sglang_flashinfer_trtllm_moe"
@@ -315,14 +316,43 @@ def test_decembers_gb200_sglang_rows_replay_both_phases_as_the_dynamo_scripts_st
     assert deployments.client_rate(row) is None
 
 
+def test_b200_fp4_sglang_max_throughput_rows_replay_the_recipe_their_config_names(deployments, rows):
+    """InferenceX's config of 2026-02-11 runs SGLang's B200 FP4 8k/1k at 1,024 and 2,048 clients by
+    ``CONFIG_FILE=recipes/b200-fp4/8k1k/stp/max-tpt-dep4-7p-dep8-2d.yaml``: seven DEP 4 prefills of
+    ``--chunked-prefill-size 65536 --max-running-requests 1024``, two DEP 8 decodes of 2,048 requests each."""
+    row = disaggregated(rows, "cfg538").iloc[0]
+    assert deployments.disagg_recipe(row).recipe.startswith("recipes/b200-fp4/8k1k/stp/max-tpt-dep4-7p-dep8-2d.yaml")
+    prefill, decode = deployments.plan_for(row).pools
+    assert (prefill.replicas, prefill.tp, prefill.dp, prefill.ep) == (7, 1, 4, 4)
+    assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (65536 // 4, 1024 // 4)
+    assert (decode.replicas, decode.dp, decode.max_running_requests) == (2, 8, 2048 // 8)
+
+
+def gap_analysis(rows, deployments):
+    """The disaggregated rows of AIConfigurator's own runs, which no recipe read here started."""
+    return rows[(rows["mode"] == "disagg") & ~rows["harness"].isin(deployments.INFERENCEMAX)]
+
+
 def test_rows_without_a_known_recipe_keep_their_coordinates_and_the_engines_batch(deployments, rows):
-    """TensorRT-LLM's GB200 sweep of 2025-12-19 ran no recipe read here."""
-    row = disaggregated(rows, "cfg237").iloc[0]
+    row = gap_analysis(rows, deployments).iloc[0]
     assert deployments.disagg_recipe(row) is None
     prefill, decode = deployments.plan_for(row).pools
-    assert (prefill.tp, prefill.dp, prefill.ep) == (int(row["prefill_tp_size"]), 1, int(row["prefill_moe_ep_size"]))
+    assert (prefill.tp, prefill.dp) == (int(row["prefill_tp_size"]), int(row["prefill_attention_dp_size"]))
     assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (8192, None)
     assert (decode.tp, decode.max_running_requests) == (int(row["decode_tp_size"]), None)
+
+
+def test_decembers_gb200_tensorrt_llm_rows_replay_the_batches_their_config_set(deployments, rows):
+    """InferenceMAX's config of December 2025 started GB200 FP4 TensorRT-LLM through ai-dynamo's performance sweeps
+    with ``PREFILL_MAX_NUM_TOKENS=4608``, ``PREFILL_MAX_BATCH_SIZE=4`` and ``DECODE_MAX_BATCH_SIZE=128`` for its
+    1k/1k TEP 8 deployment, whose clients are the config's concurrency (141) times the four decode workers."""
+    row = disaggregated(rows, "cfg237").iloc[0]
+    assert deployments.disagg_recipe(row).recipe.endswith("dsr1-fp4-gb200-dynamo-trt 1k/1k TEP 8 @ 93e1b3ca1")
+    assert 141 * 4 in set(disaggregated(rows, "cfg237")["concurrency"].astype(int))
+    prefill, decode = deployments.plan_for(row).pools
+    assert (prefill.tp, prefill.dp, prefill.ep) == (4, 1, 4)
+    assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (4608, 4)
+    assert (decode.replicas, decode.tp, decode.max_running_requests) == (4, 8, 128)
 
 
 #: The runs of TensorRT-LLM's H200 recipes of one request per decode worker, as InferenceX-app's API fixture holds
@@ -374,7 +404,7 @@ def test_a_prompt_budget_beyond_the_profiles_batches_is_held_to_them(validation)
 
 
 def test_the_report_counts_the_rows_their_recipe_replays_and_those_it_moved(deployments, rows):
-    twins = rows[rows["id"].str.endswith(("_cfg291", "_cfg675", "_cfg237"))]
+    twins = pd.concat([rows[rows["id"].str.endswith(("_cfg291", "_cfg675"))], gap_analysis(rows, deployments)])
     assert deployments.recipe_coverage(twins).startswith(
-        f"2 of {len(twins)} disaggregated rows replay the prefill workers their srt-slurm recipe started "
+        f"2 of {len(twins)} disaggregated rows replay the prefill workers their recipe started "
         "(1 at coordinates the export states otherwise)")
