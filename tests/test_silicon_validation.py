@@ -345,7 +345,8 @@ def test_rows_without_a_known_recipe_keep_their_coordinates_and_the_engines_batc
 def test_decembers_gb200_tensorrt_llm_rows_replay_the_batches_their_config_set(deployments, rows):
     """InferenceMAX's config of December 2025 started GB200 FP4 TensorRT-LLM through ai-dynamo's performance sweeps
     with ``PREFILL_MAX_NUM_TOKENS=4608``, ``PREFILL_MAX_BATCH_SIZE=4`` and ``DECODE_MAX_BATCH_SIZE=128`` for its
-    1k/1k TEP 8 deployment, whose clients are the config's concurrency (141) times the four decode workers."""
+    1k/1k TEP 8 deployment, whose clients are the config's concurrency (141) times the four decode workers, each
+    sending eight requests (``bench.sh``'s ``multi_round``) where InferenceMAX's client sends ten."""
     row = disaggregated(rows, "cfg237").iloc[0]
     assert deployments.disagg_recipe(row).recipe.endswith("dsr1-fp4-gb200-dynamo-trt 1k/1k TEP 8 @ 93e1b3ca1")
     assert 141 * 4 in set(disaggregated(rows, "cfg237")["concurrency"].astype(int))
@@ -353,6 +354,9 @@ def test_decembers_gb200_tensorrt_llm_rows_replay_the_batches_their_config_set(d
     assert (prefill.tp, prefill.dp, prefill.ep) == (4, 1, 4)
     assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (4608, 4)
     assert (decode.replicas, decode.tp, decode.max_running_requests) == (4, 8, 128)
+    assert len(deployments.requests(row)[0]) == 8 * int(row["concurrency"])
+    march = disaggregated(rows, "cfg388").iloc[0]
+    assert len(deployments.requests(march)[0]) == 10 * int(march["concurrency"])
 
 
 #: The runs of TensorRT-LLM's H200 recipes of one request per decode worker, as InferenceX-app's API fixture holds
