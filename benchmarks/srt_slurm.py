@@ -18,8 +18,9 @@ from dataclasses import dataclass
 #: sa-submission-q1-2026 branch its February and March sweeps ran. What pdplan reads in a recipe (parallel sizes,
 #: batch budgets, worker counts, concurrencies) reads the same there as in the branch's GB200 and H200 SGLang
 #: recipes of 2026-02-05, before the sweeps of 2026-02-07 to 02-11 (only container names and model paths
-#: differ), and in its TensorRT-LLM H200 recipes of 75f6e32a (2026-01-27); its B200 recipes first reach the main
-#: branch in the merge. SGLang's B200 FP8 recipes were rewritten on 2026-03-12 (9fe6c373 to 603fb034), before the
+#: differ), and in its TensorRT-LLM recipes of 75f6e32a (2026-01-27: H200's, B200's and GB200 FP4's, but for seven
+#: B200 FP8 files whose batch sizes the merge changed); its SGLang B200 recipes first reach the main branch in the
+#: merge. SGLang's B200 FP8 recipes were rewritten on 2026-03-12 (9fe6c373 to 603fb034), before the
 #: sweep of 2026-03-18 that ran them.
 SRT_SLURM, SRT_SLURM_MARCH = "5063eb43", "603fb034"
 #: the sweeps a recipe of 5063eb43 stands for: from the history's first commit (75f6e32a) until the branch was
