@@ -107,7 +107,7 @@ def _workload(manifest: dict, pool: dict, image: str, options: pods.PodOptions, 
     annotations = common.manifest_annotations(manifest)
     if engine == "vllm" and vllm.has_bootstrap(manifest, pool):
         annotations = {**annotations, BOOTSTRAP_ANNOTATION: str(vllm.MOONCAKE_BOOTSTRAP_BASE)}
-    if engine == "sglang" and _sglang_bootstrap(manifest, pool):
+    if engine == "sglang" and sglang.serves_bootstrap(pool):
         annotations = {**annotations, SGLANG_BOOTSTRAP_ANNOTATION: str(sglang.BOOTSTRAP_PORT_BASE)}
     serving = {"metadata": {"labels": {**labels, ENDPOINT_LABEL: "http"}, "annotations": annotations},
                "spec": _pod_spec(manifest, pool, image, options, size, engine, probed=True)}
@@ -159,11 +159,6 @@ def _pod_spec(manifest: dict, pool: dict, image: str, options: pods.PodOptions, 
     return {**pods.node_selection(manifest, pool), "containers": [container], "volumes": volumes}
 
 
-def _sglang_bootstrap(manifest: dict, pool: dict) -> bool:
-    """Whether the pool's pods serve SGLang's bootstrap server: the prefill pods of a P/D plan."""
-    return pool["phase"] == "prefill" and sglang.transfer_backend(manifest) is not None
-
-
 def _sglang_container(manifest: dict, pool: dict, size: int) -> tuple[list[str], list[str], list[dict], list[dict]]:
     """Command, args, env and ports of an SGLang pod of an instance of ``size`` pods (see the module's docstring);
     the DeepEP low-latency budget its decode steps were verified within in the env, as the scripts export it."""
@@ -171,7 +166,7 @@ def _sglang_container(manifest: dict, pool: dict, size: int) -> tuple[list[str],
                               port=POD_PORT)
     env = [{"name": name, "value": value} for name, value in sglang.deepep_environment(pool, size > 1).items()]
     ports = [{"name": "http", "containerPort": POD_PORT, "protocol": "TCP"}]
-    if _sglang_bootstrap(manifest, pool):
+    if sglang.serves_bootstrap(pool):
         args += ["--disaggregation-bootstrap-port", str(sglang.BOOTSTRAP_PORT_BASE)]
         ports.append({"name": "bootstrap", "containerPort": sglang.BOOTSTRAP_PORT_BASE, "protocol": "TCP"})
     if size > 1:

@@ -77,12 +77,18 @@ def export(manifest: dict, *, image: str | None = None) -> dict[str, str]:
     workers: dict[str, list[list[str]]] = {}
     for index, inst in enumerate(common.instances(manifest)):
         port = SERVE_PORT_BASE + index
-        bootstrap = BOOTSTRAP_PORT_BASE + index if inst.pool["phase"] == "prefill" else None
+        bootstrap = BOOTSTRAP_PORT_BASE + index if serves_bootstrap(inst.pool) else None
         files[common.script_name("sglang", inst)] = _instance_script(manifest, inst, port, backend, bootstrap)
         url = f"http://{inst.nodes[0]}:{port}"
         workers.setdefault(inst.pool["phase"], []).append([url] if bootstrap is None else [url, str(bootstrap)])
     files["sglang/router.sh"] = _router_script(manifest, workers)
     return files
+
+
+def serves_bootstrap(pool: dict) -> bool:
+    """Whether the pool's instances serve SGLang's bootstrap server, which a P/D decode reaches to take a prompt's
+    KV: a prefill pool's (there is one only in a P/D plan)."""
+    return pool["phase"] == "prefill"
 
 
 def transfer_backend(manifest: dict) -> str | None:
