@@ -92,7 +92,7 @@ def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_deco
             concurrencies: tuple[int, ...], *, decode_batch: int, attention_dp: bool, ep: int, max_num_tokens: int,
             max_batch_size: int, dtype: str = "fp8", osl: int = 1024, tensor_parallel: int = 8,
             moe_backend: str | None = None, folder: str = "recipes/trtllm", commit: str = SRT_SLURM,
-            sweeps: tuple[str, str] = SWEEPS) -> DisaggRecipe:
+            sweeps: tuple[str, str] = SWEEPS, prompts_per_client: int = 10) -> DisaggRecipe:
     """A TensorRT-LLM prefill worker of ``tensor_parallel_size`` ``tensor_parallel`` (8 on HGX, a GB200 compute
     tray's 4): with ``enable_attention_dp`` as many ranks of attention TP 1; ``max_num_tokens`` and
     ``max_batch_size`` are each rank's, and ``enable_chunked_prefill`` is off in every one, so a context runs whole.
@@ -103,13 +103,13 @@ def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_deco
                         deployment=("trtllm", gpu, dtype, isl, osl, *workers, wide_decode),
                         concurrencies=concurrencies, tp=tp, dp=dp, ep=ep, batch_tokens=max_num_tokens,
                         batch_prompts=max_batch_size, decode_batch=decode_batch, moe_backend=moe_backend,
-                        prompts_per_client=8 if commit == DYNAMO_TRTLLM else 10)
+                        prompts_per_client=prompts_per_client)
 
 
 def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int], wide_decode: bool,
             concurrencies: tuple[int, ...], *, tp: int, dp: int = 1, ep: int = 1, chunk: int,
             max_prefill: int = SGLANG_MAX_PREFILL_TOKENS, running: int, decode_running: int | None,
-            decode_dp: int = 1, commit: str = SRT_SLURM, sweeps: tuple[str, str] = SWEEPS,
+            decode_dp: int = 1, folder: str = "recipes", commit: str = SRT_SLURM, sweeps: tuple[str, str] = SWEEPS,
             request_rate: float | None = None, decode_tp: int | None = None, decode_ep: int = 1) -> DisaggRecipe:
     """An SGLang prefill server of ``--tp`` ``tp`` and ``--dp`` ``dp`` (with ``--enable-dp-attention``):
     each DP rank's prefill batch holds whole prompts up to ``--chunked-prefill-size`` over DP and up to
@@ -120,7 +120,6 @@ def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int
     waiting); None where the recipe passes none, when SGLang takes half its KV tokens, which the KV binds first.
     ``decode_tp`` (its ``--tp``, with ``decode_dp`` and ``decode_ep``) states the decode's coordinates where the
     export's are not what ran (:data:`DECEMBER`)."""
-    folder = "recipies" if commit == DYNAMO_SCRIPTS else "recipes"
     decode = None if decode_tp is None else (decode_tp // decode_dp, decode_dp, decode_ep)
     return DisaggRecipe(recipe=f"{folder}/{recipe} @ {commit}", sweeps=sweeps,
                         deployment=("sglang", gpu, dtype, isl, 1024, *workers, wide_decode),
@@ -146,13 +145,13 @@ _B200_FP4_1K = {"dtype": "fp4", "tensor_parallel": 4, "attention_dp": True, "ep"
 _B200_FP4_8K = {**_B200_FP4_1K, "max_num_tokens": 16896, "max_batch_size": 2}
 #: GB200 FP4's context workers of InferenceMAX's December TensorRT-LLM configs (:data:`DYNAMO_TRTLLM`)
 _GB200_DECEMBER = {"dtype": "fp4", "tensor_parallel": 4, "ep": 4, "folder": "InferenceX nvidia-master.yaml",
-                   "commit": DYNAMO_TRTLLM, "sweeps": DYNAMO_TRTLLM_SWEEPS}
+                   "commit": DYNAMO_TRTLLM, "sweeps": DYNAMO_TRTLLM_SWEEPS, "prompts_per_client": 8}
 _B200_FP8_FEBRUARY = {"chunk": 32768, "max_prefill": 32768, "sweeps": (SWEEPS[0], B200_FP8_REWRITE)}
 _B200_FP8_MARCH = {"tp": 8, "dp": 8, "chunk": 65536, "max_prefill": 8192, "running": 8, "commit": SRT_SLURM_MARCH,
                    "sweeps": (B200_FP8_REWRITE, SWEEPS[1])}
 #: December's GB200 deployments (:data:`DECEMBER`): matched as the export states them (decode attention DP, its
 #: placeholder, on every one), at ``req_rate`` inf whatever the recipe's benchmark says
-_DECEMBER = {"commit": DYNAMO_SCRIPTS, "sweeps": DECEMBER}
+_DECEMBER = {"folder": "recipies", "commit": DYNAMO_SCRIPTS, "sweeps": DECEMBER}
 #: The disaggregated deployments of silicon_sample.csv's InferenceMAX rows, read in their srt-slurm recipes
 #: (module docstring), or in the config that set them (:data:`DYNAMO_TRTLLM`). A TensorRT-LLM recipe names its
 #: deployment ``c<C>_ctx<P>_gen<D>_<tep8|dep8>``.
