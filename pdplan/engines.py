@@ -388,17 +388,25 @@ MIXED_RULES = (
         says="llm-d-modelservice deploys a prefill and a decode role, nothing that takes both"),
 )
 
-#: The router each export format runs a P/D plan behind (the Kubernetes bundle deploys vllm-router).
-FORMAT_ROUTERS = {"vllm": "vllm-router", "k8s": "vllm-router", "sglang": "sglang-router",
-                  "dynamo": "dynamo-frontend", "llm-d": "llm-d-modelservice"}
+#: The router each export format runs a P/D plan behind; the Kubernetes bundle deploys its engine's
+#: (:data:`ENGINE_ROUTERS`).
+FORMAT_ROUTERS = {"vllm": "vllm-router", "sglang": "sglang-router", "dynamo": "dynamo-frontend",
+                  "llm-d": "llm-d-modelservice", "k8s": None}
+#: The router in front of each engine's pods in the Kubernetes bundle.
+ENGINE_ROUTERS = {"vllm": "vllm-router", "sglang": "sglang-router"}
 
 
-def mixed_refusal(fmt: str) -> str | None:
-    """Why format ``fmt``'s router cannot run a mixed pool as verified ("<rule>: <reason>"); None
-    when it can. No router read so far can: a plan with ``--mixed`` is a study of Splitwise's
-    design, exported once planned without it."""
+def format_router(fmt: str, engine: str) -> str:
+    """The router format ``fmt`` runs a plan behind when it starts ``engine``'s pods."""
+    return FORMAT_ROUTERS[fmt] or ENGINE_ROUTERS[engine]
+
+
+def mixed_refusal(fmt: str, engine: str) -> str | None:
+    """Why the router format ``fmt`` runs ``engine``'s pods behind cannot run a mixed pool as verified
+    ("<rule>: <reason>"); None when it can. No router read so far can: a plan with ``--mixed`` is a study of
+    Splitwise's design, exported once planned without it."""
     for rule in MIXED_RULES:
-        if rule.router == FORMAT_ROUTERS[fmt]:
+        if rule.router == format_router(fmt, engine):
             return f"{rule.name}: {rule.says}"
     return None
 

@@ -12,6 +12,7 @@ import yaml
 
 from pdplan.engines import mixed_refusal
 from pdplan.manifest.export import FORMATS
+from pdplan.manifest.export.common import format_engine
 from pdplan.manifest.plan import read_plan
 
 
@@ -75,7 +76,8 @@ def test_every_format_refuses_a_plan_that_borrows_naming_its_routers_rule(run_cl
     code, out, err = run_cli("export", borrowing_manifest["manifest"], "--format", fmt, "--out", tmp_path / fmt)
     assert code == 2
     assert len(err.strip().splitlines()) == 1
-    assert "cannot lend machines" in err and mixed_refusal(fmt) in " ".join(err.split())
+    engine = format_engine(load(borrowing_manifest["manifest"]), fmt)
+    assert "cannot lend machines" in err and mixed_refusal(fmt, engine) in " ".join(err.split())
     assert not (tmp_path / fmt).exists()
 
 

@@ -10,7 +10,9 @@ import pytest
 import yaml
 
 from pdplan.engines import MIXED_RULES, mixed_refusal
+from pdplan.manifest.document import seal
 from pdplan.manifest.export import FORMATS
+from pdplan.manifest.export.common import format_engine
 from pdplan.manifest.plan import read_plan
 
 
@@ -74,8 +76,22 @@ def test_every_format_refuses_a_mixed_pool_naming_its_routers_rule(run_cli, mixe
     code, out, err = run_cli("export", mixed_manifest["manifest"], "--format", fmt, "--out", tmp_path / fmt)
     assert code == 2
     assert len(err.strip().splitlines()) == 1
-    assert "cannot run mixed pool" in err and mixed_refusal(fmt) in " ".join(err.split())
+    engine = format_engine(load(mixed_manifest["manifest"]), fmt)
+    assert "cannot run mixed pool" in err and mixed_refusal(fmt, engine) in " ".join(err.split())
     assert not (tmp_path / fmt).exists()
+
+
+def test_the_k8s_bundle_of_a_plan_made_for_sglang_refuses_a_mixed_pool_by_sglang_routers_rule(run_cli, manifest,
+                                                                                               tmp_path):
+    """The bundle runs an SGLang plan behind sglang-router, whose servers are prefill or decode, never both."""
+    edited = copy.deepcopy(manifest)
+    edited["provenance"]["profiles"]["serving_engine"] = "sglang"
+    path = tmp_path / "sglang.yaml"
+    path.write_text(yaml.safe_dump(seal(edited), sort_keys=False))
+    code, _, err = run_cli("export", path, "--format", "k8s", "--out", tmp_path / "out")
+    assert code == 2
+    assert "sglang-mixed" in err and "vllm-router-mixed" not in err
+    assert not (tmp_path / "out").exists()
 
 
 def test_every_mixed_rule_cites_an_upstream_file_and_commit():

@@ -64,11 +64,12 @@ def _refuse_mixed(manifest: dict, fmt: str) -> None:
     """A mixed pool (or borrowing) was verified under Splitwise's spill rule; a format whose router
     does not run that rule would serve it otherwise than verified, so it is refused."""
     mixed = [p["name"] for p in manifest["pools"] if p["phase"] == "mixed"]
-    why = mixed_refusal(fmt) if mixed else None
+    engine = common.format_engine(manifest, fmt)
+    why = mixed_refusal(fmt, engine) if mixed else None
     if why:
         raise PdplanError(f"{fmt} export cannot run mixed pool {mixed[0]} as it was verified ({why}); plan "
                           "without --mixed to export", field="pools")
-    why = mixed_refusal(fmt) if manifest["transfer"].get("spill", {}).get("borrow") else None
+    why = mixed_refusal(fmt, engine) if manifest["transfer"].get("spill", {}).get("borrow") else None
     if why:
         raise PdplanError(f"{fmt} export cannot lend machines between phases as the plan was verified ({why}); "
                           "plan without --borrow to export", field="transfer.spill.borrow")

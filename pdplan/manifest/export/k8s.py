@@ -28,6 +28,7 @@ reads a prefill pod's bootstrap port from its ``sglang.ai/bootstrap-port`` annot
 
 from __future__ import annotations
 
+from pdplan.engines import ENGINE_ROUTERS
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import common, pods, sglang, vllm
 
@@ -77,12 +78,12 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
     documents += _router(manifest, options, engine)
     name = manifest["metadata"]["name"]
     budgets = "\n".join(pods.budget_comment(pool) for pool in common.pools(manifest))
-    router = {"vllm": "vllm-router", "sglang": "sglang-router"}[engine]
     header = (f"{common.header(manifest, 'k8s')}\n"
               "Pods are scheduled by node label (the cluster file's node_label, else the GPU product label that\n"
               "NVIDIA GPU Feature Discovery writes). Create the Secret "
               f"{options.hf_token_secret} (key {pods.HF_TOKEN_KEY}) for a gated model.\n"
-              f"{router} discovers the serving pods by label through the Kubernetes API and balances over\n"
+              f"{ENGINE_ROUTERS[engine]} discovers the serving pods by label through the Kubernetes API and "
+              "balances over\n"
               "their pod IPs; the pools' Services are for direct access.\n"
               f"{budgets}")
     tiers = {"vllm": vllm.TIER_OPTIONS, "sglang": sglang.TIER_OPTIONS}[engine]
