@@ -2,6 +2,7 @@
 
     python benchmarks/silicon_validation.py [--profiles composed,roofline-engine,roofline] [--rows N] [--csv OUT]
                                             [--mode agg|agg-dp|disagg] [--inferencex JSON ...]
+                                            [--prompt-cost ENGINE=MS,...] [--decode-as-measured]
 
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and precision
@@ -30,6 +31,11 @@ such a run of the fixture's version at InferenceX-app ``3a600f1d9ce155536d52e2f5
 states how many workers each phase ran, which most of the export's disaggregated rows do not: with
 ``--inferencex`` those rows are replayed with the workers their run states, each run once
 (``inferencex.py``).
+
+Two what-ifs answer questions about the misses, and are never accuracy (``--accuracy-out`` refuses them):
+``--prompt-cost`` replaces, per engine, the cost of an iteration with prompt work every replayed profile states
+(e.g. by the aggregated pilots' median, ``pilot_holdout.py``); ``--decode-as-measured`` scales each disaggregated
+row's decode steps to its measured TPOT, which tells what of a TTFT miss the closed loop carries from the decode.
 """
 
 from __future__ import annotations
@@ -61,9 +67,11 @@ from silicon_rows import (
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.latency import accuracy
+from pdplan.latency.calibration.fit import corrected
 from pdplan.latency.compose import tables
 from pdplan.latency.compose.profile import composed_profile
 from pdplan.latency.compose.step import reads_moe_table
+from pdplan.latency.profile import with_prompt_iteration
 from pdplan.latency.roofline import DEFAULT_MAX_PREFILL_BATCH_TOKENS
 from pdplan.latency.source import ProfileSource
 from pdplan.modelspec import ModelSpec
@@ -153,6 +161,43 @@ def within_profiles(plan: Plan, profiles: dict) -> Plan:
         return pool if cap is None else replace(
             pool, max_prefill_batch_tokens=min(cap, profiles[pool.shape].max_prefill_batch_tokens))
     return replace(plan, pools=tuple(within(pool) for pool in plan.pools))
+
+
+def prompt_costs(text: str) -> dict[str, float]:
+    """``--prompt-cost``'s ENGINE=MS pairs, comma-separated, as seconds per engine; ValueError names what is wrong."""
+    costs = {}
+    for pair in text.split(","):
+        engine, _, ms = pair.partition("=")
+        if engine.strip() not in tables.ENGINES:
+            raise ValueError(f"--prompt-cost: {engine.strip()!r} is not an engine ({', '.join(tables.ENGINES)})")
+        try:
+            seconds = float(ms) / 1e3
+        except ValueError:
+            raise ValueError(f"--prompt-cost: {pair!r} is not ENGINE=MS") from None
+        if not 0 <= seconds < 60:
+            raise ValueError(f"--prompt-cost: {pair!r}: milliseconds from 0 to 60,000")
+        costs[engine.strip()] = seconds
+    return costs
+
+
+def with_prompt_cost(profiles: dict, seconds: float) -> dict:
+    """What-if: every profile's cost of an iteration with prompt work is ``seconds``, in place of what its source
+    states (a composed profile's eager prefill host time, :mod:`pdplan.latency.eager`)."""
+    return {shape: with_prompt_iteration(profile, seconds - profile.prompt_iteration_s)
+            for shape, profile in profiles.items()}
+
+
+def decode_as_measured(row, profiles: dict) -> dict:
+    """What-if: the disaggregated row's decode-only profiles with their steps scaled by the measured TPOT over the
+    one these profiles replay (the row replayed once more), so the decode is as fast as it ran and what the TTFT
+    still misses is not carried from the decode through the closed loop."""
+    _, tpot = replayed(row, profiles)
+    scale = row["silicon_tpot_ms"] / (np.nanmean(tpot) * 1e3)
+    pools = plan_for(row).pools
+    prefill = {pool.shape for pool in pools if pool.phase != "decode"}
+    decode = {pool.shape for pool in pools if pool.phase == "decode"} - prefill
+    return {shape: corrected(profile, 1.0, scale, 0.0, profile.prompt_iteration_s) if shape in decode else profile
+            for shape, profile in profiles.items()}
 
 
 def published_medians(results: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
@@ -277,16 +322,25 @@ def main(argv: list[str]) -> int:
                              "also replay the disaggregated rows that are those runs with the workers each run states, "
                              "once per run, and compare the simulated median TTFT with the median of the rows that are "
                              "those runs")
+    parser.add_argument("--prompt-cost", default=None, metavar="ENGINE=MS,...",
+                        help="what-if, not accuracy: every replayed profile of these engines costs MS milliseconds per "
+                             "iteration with prompt work in place of what its source states (e.g. the aggregated "
+                             "pilots' median fitted cost, pilot_holdout.py --csv)")
+    parser.add_argument("--decode-as-measured", action="store_true",
+                        help="what-if, not accuracy: each disaggregated row's decode steps scaled so its TPOT is the "
+                             "measured one (the row replayed twice), to see what of the TTFT miss the closed loop "
+                             "carries from the decode")
     parser.add_argument("--mode", choices=("agg", "agg-dp", "disagg"), default=None,
                         help="only aggregated rows of one instance of TP x PP, aggregated rows with attention data "
                              "parallelism, or disaggregated rows")
     args = parser.parse_args(argv)
-    if args.accuracy_out and (args.rows or args.models or args.mode or args.inferencex
-                              or set(args.profiles.split(",")) != set(KINDS)):
+    if args.accuracy_out and (args.rows or args.models or args.mode or args.inferencex or args.prompt_cost
+                              or args.decode_as_measured or set(args.profiles.split(",")) != set(KINDS)):
         parser.error("--accuracy-out writes the file pdplan ships: every row of every mode, model and profile kind, "
-                     "from the package alone: without --rows, --models, --mode, --profiles or --inferencex")
+                     "from the package alone: without --rows, --models, --mode, --profiles, --inferencex or a what-if")
     try:
         runs = inferencex.read_runs(args.inferencex) if args.inferencex else None
+        costs = prompt_costs(args.prompt_cost) if args.prompt_cost else {}
     except ValueError as err:
         parser.error(str(err))
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv", runs)
@@ -297,6 +351,10 @@ def main(argv: list[str]) -> int:
     if args.rows:
         rows = rows.head(args.rows)
     print(f"{len(rows)} supported rows of silicon_sample.csv (aiconfigurator-core {tables.package_version()})")
+    for engine, seconds in sorted(costs.items()):
+        print(f"what-if, not accuracy: {engine}'s profiles cost {seconds * 1e3:g} ms per iteration with prompt work")
+    if args.decode_as_measured:
+        print("what-if, not accuracy: every disaggregated row's decode steps are scaled to its measured TPOT")
     if (rows["mode"] == "disagg").any():
         print(recipe_coverage(rows))
     if runs is not None:
@@ -307,7 +365,12 @@ def main(argv: list[str]) -> int:
     for kind in args.profiles.split(","):
         for _, row in rows.iterrows():
             try:
-                ttft, tpot = replayed(row, row_profiles(row, kind))
+                profiles = row_profiles(row, kind)
+                if row["backend"] in costs:
+                    profiles = with_prompt_cost(profiles, costs[row["backend"]])
+                if args.decode_as_measured and row["mode"] == "disagg":
+                    profiles = decode_as_measured(row, profiles)
+                ttft, tpot = replayed(row, profiles)
             except PdplanError as err:
                 skipped[(kind, err.detail)] = skipped.get((kind, err.detail), 0) + 1
                 continue

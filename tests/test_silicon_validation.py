@@ -412,3 +412,33 @@ def test_the_report_counts_the_rows_their_recipe_replays_and_those_it_moved(depl
     assert deployments.recipe_coverage(twins).startswith(
         f"2 of {len(twins)} disaggregated rows replay the prefill workers their recipe started "
         "(1 at coordinates the export states otherwise)")
+
+
+def test_a_what_if_prompt_cost_is_read_per_engine_in_milliseconds_and_refuses_what_is_not(validation):
+    assert validation.prompt_costs("sglang=207.5,trtllm=124") == {"sglang": 0.2075, "trtllm": 0.124}
+    for wrong in ("tgi=100", "sglang=fast", "vllm=-5"):
+        with pytest.raises(ValueError, match="--prompt-cost"):
+            validation.prompt_costs(wrong)
+
+
+def test_a_what_if_prompt_cost_replaces_the_cost_a_profile_states_for_an_iteration_with_prompt_work(validation):
+    from pdplan.hardware import get_gpu
+    from pdplan.latency.source import ProfileSource
+    from pdplan.modelref import get_model
+
+    model = get_model("deepseek-v3", dtype="fp8")
+    profile = ProfileSource({}, engine="sglang", compose=False).profile(model, get_gpu("h200-141gb"), 8, 1)
+    changed = validation.with_prompt_cost({"shape": profile}, 0.2)["shape"]
+    assert changed.prompt_iteration_s == pytest.approx(0.2)
+    assert changed.prefill_time_s([1024]) - profile.prefill_time_s([1024]) == pytest.approx(
+        0.2 - profile.prompt_iteration_s)
+
+
+def test_the_decode_as_measured_what_if_replays_a_disaggregated_row_at_its_measured_tpot(validation, rows):
+    row = rows[rows["id"].str.endswith("_cfg237") & (rows["concurrency"] == 4)].iloc[0]
+    profiles = validation.row_profiles(row, "composed")
+    _, before = validation.replayed(row, profiles)
+    _, after = validation.replayed(row, validation.decode_as_measured(row, profiles))
+    measured = row["silicon_tpot_ms"] / 1e3
+    assert abs(before.mean() / measured - 1) > 0.2   # the composed decode is off here ...
+    assert after.mean() == pytest.approx(measured, rel=0.02)   # ... and the what-if steps it as it ran
