@@ -24,7 +24,7 @@ from tests.conftest import ROOT
 from tests.handbuilt import handbuilt_profile
 from tests.test_sim_decode import DECODE_MS, assert_same_records, decode_profile, table_for
 from tests.test_sim_decode import random_trace as decode_trace
-from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, pool, profile, random_trace
+from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, link, pool, profile, random_trace
 
 
 def linear(dp: int, kv: int = 100_000):
@@ -229,3 +229,35 @@ def test_a_pool_with_zero_ranks_names_its_field(tmp_path):
     path.write_text(text.replace("replicas: 2", "dp: 0\n    replicas: 2", 1))
     with pytest.raises(PdplanError, match=r"pools\[0\]\.dp must be >= 1"):
         load_plan(path)
+
+
+def _into_ranks(dp: int, prompts, engine: str):
+    """Prompts at 0 prefilled on one TP4 instance, their KV sent over a link of 10 GB/s (0.5 ms setup)
+    into one decode instance of ``dp`` TP4 ranks (llama2-70b: 327,680 B per token, one copy per rank)."""
+    decode = wide(profile("a100-80gb", kv=60_000), dp)
+    plan = Plan(pools=(pool("p", "prefill"), pool("d", "decode", dp=dp)), default_link=link(10, 0.5))
+    workload = at_zero(prompts, [5] * len(prompts))
+    return simulate(workload, plan, {**PROFILES, decode.key: decode}, model=MODEL, engine=engine)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_request_lands_on_one_decode_rank_over_that_ranks_share_of_the_instances_link(engine):
+    """The link is the instance's ingress, its four ranks' NICs; one request's 1,000 tokens (327.68 MB) land on
+    one rank, over a quarter of it: 0.5 ms + 327.68 MB / 2.5 GB/s = 131.572 ms, not the 33.268 ms of the
+    whole link."""
+    result = _into_ranks(4, [1000], engine)
+    took = result["transfer_end_s"] - result["transfer_start_s"]
+    assert took[0] == pytest.approx(0.131572, abs=1e-9)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_transfers_to_two_ranks_run_at_once_and_to_one_rank_one_after_the_other(engine):
+    """Two prompts of 1,000 tokens prefilled together: into two ranks each goes over its rank's half of the
+    link at once (0.5 + 65.536 ms both); into one rank of the whole link one after the other (0.5 + 32.768 ms,
+    then as much again). The instance's ingress moved KV as long in both, twice one transfer."""
+    spread, queued = _into_ranks(2, [1000, 1000], engine), _into_ranks(1, [1000, 1000], engine)
+    start = spread["transfer_start_s"][0]
+    np.testing.assert_allclose(spread["transfer_end_s"] - start, [0.066036, 0.066036], atol=1e-9)
+    np.testing.assert_allclose(queued["transfer_end_s"] - start, [0.033268, 0.066536], atol=1e-9)
+    assert spread.link_busy_s == pytest.approx({"d/0": 2 * 0.066036})
+    assert queued.link_busy_s == pytest.approx({"d/0": 2 * 0.033268})

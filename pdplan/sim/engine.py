@@ -18,9 +18,11 @@ Modelling choices, stated once:
   passes k stages of latency/k each, one batch per stage at a time: up to k batches in flight
   and the first stage frees after latency/k (M/D/1 with service D/k, then D in the pipe: the
   inter-op formula of 0x08B for k = 2).
-* **KV links** — each decode instance has one ingress that sends booked transfers one at a
-  time in booking order (FIFO), each at the bandwidth and setup of its (prefill pool, decode
-  pool) link. The request schedule books at prefill end and sends everything then; the layer
+* **KV links** — each rank of a decode instance has its own ingress (its GPUs' share of the
+  instance's link), which sends the transfers booked to it one at a time in booking order (FIFO),
+  each at that share of the bandwidth and the setup of its (prefill pool, decode pool) link; a
+  request is booked to the rank with the fewest outstanding requests as it is routed, and lands
+  there. The request schedule books at prefill end and sends everything then; the layer
   schedule books when the prefill batch starts and streams layers as they are produced (0x08I
   recurrence with v_{-1} = when earlier bookings' bytes are sent, setup paid before the first
   layer). The ingress is work-conserving: it is busy only while it moves bytes, so a streamed

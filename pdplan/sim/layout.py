@@ -129,8 +129,9 @@ class Layout:
     #: per instance, its second prefix-cache tier (prefill instances only; None: none)
     cache_tier: tuple[CacheTier | None, ...] = ()
     batch_tokens: tuple[int, ...]           #: FCFS prefill batch cap per instance
-    #: bytes/s of a request's KV [prefill pool slot, decode pool slot]: the link's, as much of it as the sending GPUs
-    #: fill, over the copies the receiver's TP ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`)
+    #: bytes/s of a request's KV [prefill pool slot, decode pool slot]: the link's share of the receiving DP rank
+    #: (each rank has its own ingress), as much of it as the sending GPUs fill, over the copies the receiver's TP
+    #: ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`)
     link_bandwidth: np.ndarray
     link_setup: np.ndarray                  #: seconds [prefill pool slot, decode pool slot]
     schedule: str = "request"
@@ -273,7 +274,9 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     for i, src in enumerate(pre):  # none in a colocated plan: a link only where the model is known
         for j, dst in enumerate(dec):
             link = plan.link(src.name, dst.name)
-            bandwidth[i, j] = request_kv_bytes_per_s(model, link.bandwidth_bytes_per_s, src, dst)
+            # the link is a decode instance's whole ingress; a request lands on one of its DP ranks, over that
+            # rank's GPUs' share of it
+            bandwidth[i, j] = request_kv_bytes_per_s(model, link.bandwidth_bytes_per_s / dst.dp, src, dst)
             setup[i, j] = link.setup_s
     if model is not None:
         # a plan file may name the model as the catalog does or by its file (pdplan.sim.plan.plan_model)

@@ -281,11 +281,11 @@ class Pool(InstanceShape):
 class Link:
     """The KV path from a prefill pool to a decode pool: bandwidth and a fixed cost per transfer.
 
-    Transfers into one decode instance share that instance's ingress and run one at a time, in
-    the order they were booked (FIFO); a transfer's speed comes from the link of its pool pair.
-    The bandwidth is the bytes the instance takes in a second; a request's KV lands on it once for each of its
-    TP ranks under MLA (or replicated heads), and leaves only from the prefill GPUs holding it, so it moves at the
-    share of the bandwidth those fill over those copies (:func:`pdplan.handoff.request_kv_bytes_per_s`).
+    The bandwidth is the bytes a decode instance takes in a second, over all its GPUs; each of its attention-DP
+    ranks has its share (1/DP) as its own ingress, and the transfers booked to one rank run one at a time, in the
+    order they were booked (FIFO). A request's KV lands on one rank, once for each of its TP ranks under MLA (or
+    replicated heads), and leaves only from the prefill GPUs holding it, so it moves at the share of the rank's
+    bandwidth those fill over those copies (:func:`pdplan.handoff.request_kv_bytes_per_s`).
     """
 
     from_pool: str | None              #: prefill pool name; None on the plan's default link

@@ -16,6 +16,7 @@ from pdplan.sim.fast.fields import (
     D_K_TAIL,
     D_LOAD,
     D_MIXED,
+    D_OUT,
     D_RUN_K,
     D_VERSION,
     D_W_HEAD,
@@ -40,6 +41,7 @@ from pdplan.sim.fast.fields import (
     Q_TAIL,
     R_CACHED,
     R_D_INST,
+    R_D_RANK,
     R_FAILS,
     R_LOADED,
     R_OUTPUT,
@@ -261,6 +263,7 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
                 d = least_loaded(di, need, dav_ptr, dav_t, t, np.int64(0), n_dec)
                 di[D_LOAD, d] += need
                 rq[R_D_INST, r] = d
+                rq[R_D_RANK, r] = pick_rank(di, d)
                 push(ht, hi, hs, t, np.int64(KV_VISIBLE), d, r)
         elif priority == PREFILL_DONE:
             r = bi[0, b]
@@ -281,19 +284,21 @@ def run_disaggregated(rq, rt, rejected, tab_i, pieces, pi, pq, pf, pload, plru, 
             start_p = a
         elif priority == KV_VISIBLE and borrow == 1 and stale(rq, di, a, b):  # refused: book it again
             di[D_LOAD, a] -= rq[R_PROMPT, b] + rq[R_OUTPUT, b]
+            di[D_OUT, rq[R_D_RANK, b]] -= 1
             rq[R_REFUSED, b] += 1
             book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs,
                           n_hash, block_tokens, schedule, layers, kv_bytes, failure, route,
                           dav_ptr, dav_t, n_dec, kv_share, borrow, b, rq[R_P_INST, b], t, t)
         elif priority == KV_VISIBLE:  # a mixed machine keeps arrived KV apart from its prompts
             head, tail = (D_K_HEAD, D_K_TAIL) if di[D_MIXED, a] == 1 else (D_W_HEAD, D_W_TAIL)
-            queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, pick_rank(di, a), b, t, head, tail, np.bool_(True))
+            queue_and_wake(rq, di, df, tab_i, pieces, ht, hi, hs, a, rq[R_D_RANK, b], b, t, head, tail, np.bool_(True))
         elif priority == PULL:  # a prefilled request reaches a decode instance that reads its KV itself
             start_pull(rq, rt, pi, di, df, link, ht, hi, hs, failure, a, b, t,
                        next_boundary(tab_i, pieces, di, df, a, t))
         elif priority == TRANSFER_FAILED:  # recompute: back to the prefill pool
             d, r = a, b
             di[D_LOAD, d] -= rq[R_PROMPT, r] + rq[R_OUTPUT, r]
+            di[D_OUT, rq[R_D_RANK, r]] -= 1
             p = pick_prefill(pi, pav_ptr, pav_t, t, router, rr, plru, hash_vals, hash_ptr, n_hash, block_tokens, rq, r)
             rq[R_CACHED, r] = 0
             rq[R_LOADED, r] = 0

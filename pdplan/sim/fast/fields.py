@@ -10,8 +10,9 @@ from __future__ import annotations
 
 # per-request integers rq[field, r]
 (R_PROMPT, R_OUTPUT, R_Q_NEXT, R_W_NEXT, R_CHILD, R_SIBLING, R_FIN_STEP, R_P_INST, R_D_INST,
- R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK, R_CACHED, R_LOADED, R_EPOCH, R_REFUSED, R_ROOM) = range(20)
-RQ_FIELDS = 20
+ R_XBYTES, R_PF_DONE, R_CHUNK, R_PF_NEXT, R_FAILS, R_RANK, R_CACHED, R_LOADED, R_EPOCH, R_REFUSED, R_ROOM,
+ R_D_RANK) = range(21)
+RQ_FIELDS = 21
 #   Q_NEXT: prefill queue link (kept after dequeue: a batch is a run of it); W_NEXT: waiting
 #   queue link at decode / colocated; CHILD, SIBLING, FIN_STEP: the active-batch heap;
 #   PF_DONE, CHUNK, PF_NEXT: chunked prefill progress, this iteration's chunk, prefilling list;
@@ -20,7 +21,8 @@ RQ_FIELDS = 20
 #   instance's prefix cache held (not computed), and of those the ones loaded from the second tier;
 #   EPOCH: the role epoch of the instance its KV was booked to (:mod:`.borrowing`), REFUSED: its
 #   handoffs refused there for a stale epoch; ROOM: its bootstrap room (drawn by the engine), whose
-#   value modulo DP names its prefill rank on an instance that routes by room (P_ROOM_RANK)
+#   value modulo DP names its prefill rank on an instance that routes by room (P_ROOM_RANK); D_RANK: the rank (a
+#   column of ``di``) of its decode instance its KV is booked to, whose ingress carries it
 
 # per-request times rt[field, r]
 T_ARRIVAL, T_P_START, T_P_END, T_X_START, T_X_END, T_FIRST, T_FINISH, T_JOIN, T_DUE = range(9)
@@ -99,6 +101,7 @@ DI_FIELDS = 61
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY, F_IT_S, F_PROMPT_S = range(6)
 DF_FIELDS = 6
+#   LINK_FREE, LINK_BUSY: each rank's KV ingress, when it is free and the seconds it moved KV
 #   IT_S: the seconds of the prompt work a rank planned for this iteration (-1: none); PROMPT_S the
 #   profile's prompt_iteration_s, the part of its prefill constant a mixed iteration's decode step never shares
 

@@ -1,7 +1,9 @@
 """KV links: routing a prefilled request to decode and booking its transfer on the ingress.
 
-Each decode instance has one ingress that sends booked transfers one at a time in booking order;
-a prompt block already in the destination's prefix LRU is not sent.
+Each rank of a decode instance has its own ingress (its GPUs' NICs, or their NVLink share), which
+sends the transfers booked to it one at a time in booking order; a request is booked to a rank of its
+decode instance as it is routed (:func:`pdplan.sim.fast.batch.pick_rank`), and its KV lands there.
+A prompt block already in the destination's prefix LRU is not sent.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import numpy as np
 from numba import njit
 
 from pdplan.sim.events import KV_VISIBLE, PULL, TRANSFER_FAILED
+from pdplan.sim.fast.batch import pick_rank
 from pdplan.sim.fast.borrowing import decode_column
 from pdplan.sim.fast.clock import push
 from pdplan.sim.fast.fields import (
@@ -28,6 +31,7 @@ from pdplan.sim.fast.fields import (
     FAILURE_RECOMPUTE,
     P_POOL,
     R_D_INST,
+    R_D_RANK,
     R_EPOCH,
     R_FAILS,
     R_OUTPUT,
@@ -79,12 +83,13 @@ def _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, 
 def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht, hi, hs, n_hash, block_tokens,
                   schedule, layers, kv_bytes, failure, route, dav_ptr, dav_t, n_dec, kv_share, borrow, r, p, start,
                   end):
-    """Route request r to a decode instance and queue its KV on that instance's ingress link.
+    """Route request r to a decode instance, book it to one of its ranks (fewest outstanding requests:
+    :func:`pdplan.sim.fast.batch.pick_rank`, counted there from now) and queue its KV on that rank's ingress.
 
     Request schedule (0x08I): C = max(link free, prefill end) + setup + bytes/bw.
     Layer schedule: :func:`layer_schedule_end`. ``link`` is [bandwidth, setup] × prefill pool ×
-    decode pool. The ingress sends booked bytes in booking order as soon as they are ready and
-    is free again once they are sent: a streamed request leaves the gaps between its layers to
+    decode pool, the bandwidth one rank's. The ingress sends booked bytes in booking order as soon as they are
+    ready and is free again once they are sent: a streamed request leaves the gaps between its layers to
     later bookings, so the link's backlog clears at max(free, first layer ready) + setup + bytes/bw.
 
     A failing attempt is found out when it lands. Retry: the whole cache is sent again at once,
@@ -116,13 +121,15 @@ def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht
     nbytes = _transfer_tokens(rq, di, lru, hash_vals, hash_ptr, n_hash, block_tokens, d, r) * kv_bytes
     rq[R_XBYTES, r] = nbytes
     rq[R_D_INST, r] = d
+    k = pick_rank(di, d)
+    rq[R_D_RANK, r] = k
     if di[D_PULL, d] == 1:
         push(ht, hi, hs, end + route, np.int64(PULL), d, r)
         return
     bandwidth = link[0, pi[P_POOL, p], di[D_POOL, d]]
     setup = link[1, pi[P_POOL, p], di[D_POOL, d]]
     attempt = _attempt_s(link, pi, di, p, d, nbytes)
-    free = df[F_LINK_FREE, d]
+    free = df[F_LINK_FREE, k]
     if schedule == 0:
         begin = max(free, end)
         visible = begin + attempt
@@ -135,28 +142,30 @@ def book_transfer(rq, rt, pi, pq, pf, di, df, lru, hash_vals, hash_ptr, link, ht
 @njit(cache=True)
 def start_pull(rq, rt, pi, di, df, link, ht, hi, hs, failure, d, r, t, boundary):
     """Request r, prefilled and routed to decode instance d (:func:`book_transfer`), reaches it at t: the instance
-    takes it in at its next iteration ``boundary`` (at or after t) and starts reading its KV there, behind what its
-    ingress has booked: C = max(link free, boundary) + setup + bytes/bw."""
+    takes it in at its next iteration ``boundary`` (at or after t) and starts reading its KV there, behind what the
+    ingress of the rank it is booked to has booked: C = max(link free, boundary) + setup + bytes/bw."""
     attempt = _attempt_s(link, pi, di, rq[R_P_INST, r], d, rq[R_XBYTES, r])
-    begin = max(df[F_LINK_FREE, d], boundary)
+    begin = max(df[F_LINK_FREE, rq[R_D_RANK, r]], boundary)
     send(rq, rt, df, ht, hi, hs, failure, d, r, begin, begin + attempt, attempt, t)
 
 
 @njit(cache=True, inline="always")
 def _attempt_s(link, pi, di, p, d, nbytes):
-    """Seconds one attempt holds decode instance d's ingress for ``nbytes`` from prefill instance p: the link's
-    setup plus the bytes at its bandwidth (``link`` is [bandwidth, setup] × prefill pool × decode pool)."""
+    """Seconds one attempt holds a rank's ingress of decode instance d for ``nbytes`` from prefill instance p: the
+    link's setup plus the bytes at its bandwidth (``link`` is [bandwidth, setup] × prefill pool × decode pool)."""
     return link[1, pi[P_POOL, p], di[D_POOL, d]] + nbytes / link[0, pi[P_POOL, p], di[D_POOL, d]]
 
 
 @njit(cache=True)
 def send(rq, rt, df, ht, hi, hs, failure, d, r, begin, visible, attempt, reached):
-    """Request r's KV goes over decode instance d's ingress from ``begin``, visible at ``visible`` unless an attempt
-    fails; the instance takes it no earlier than ``reached`` (when the router handed it on)."""
+    """Request r's KV goes over the ingress of the rank of decode instance d it is booked to from ``begin``,
+    visible at ``visible`` unless an attempt fails; the instance takes it no earlier than ``reached`` (when the
+    router handed it on)."""
     # the ingress is work-conserving: its booked bytes are done by begin + setup + payload; a
     # streamed request does not hold it while its last layers are still being computed
-    df[F_LINK_FREE, d] = begin + attempt
-    df[F_LINK_BUSY, d] += attempt
+    k = rq[R_D_RANK, r]
+    df[F_LINK_FREE, k] = begin + attempt
+    df[F_LINK_BUSY, k] += attempt
     rt[T_X_START, r] = begin
     fails = rq[R_FAILS, r]
     if fails > 0 and failure == FAILURE_RECOMPUTE:
@@ -166,7 +175,7 @@ def send(rq, rt, df, ht, hi, hs, failure, d, r, begin, visible, attempt, reached
         return
     if fails > 0:  # retry: each resend starts when the failed attempt has landed
         visible += fails * attempt
-        df[F_LINK_FREE, d] = visible
-        df[F_LINK_BUSY, d] += fails * attempt
+        df[F_LINK_FREE, k] = visible
+        df[F_LINK_BUSY, k] += fails * attempt
     rt[T_X_END, r] = visible
     push(ht, hi, hs, max(visible, reached), np.int64(KV_VISIBLE), d, r)

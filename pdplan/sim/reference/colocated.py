@@ -250,10 +250,17 @@ class MixedInstance(ColocatedInstance):
 
     epoch = 0  # its role epoch: a mixed machine never gives up the decode role
 
-    def kv_visible(self, r: int) -> None:
-        rank = self.ranks[0]
-        rank.ready.append(r)
-        rank.outstanding += 1
+    def book_rank(self) -> int:
+        """Its one rank, which a request routed here is booked to (counted there from now)."""
+        self.ranks[0].outstanding += 1
+        return 0
+
+    def unbook(self, k: int) -> None:
+        """A request booked here will not land (its transfer failed, or it was refused)."""
+        self.ranks[k].outstanding -= 1
+
+    def kv_visible(self, r: int, k: int) -> None:
+        self.ranks[k].ready.append(r)
         self._wake()
 
     def _next(self) -> None:

@@ -33,10 +33,20 @@ class DecodeInstance:
         self.stepping = False  # a step is running or about to start
         self.boundary_s: float | None = None  # when its running or planned step ends (None: idle)
 
-    def kv_visible(self, r: int) -> None:
-        rank = self.ranks[pick_rank([k.outstanding for k in self.ranks])]
+    def book_rank(self) -> int:
+        """The rank a request routed here is booked to, its KV sent over that rank's ingress: the fewest
+        outstanding requests (:func:`~pdplan.sim.reference.ranks.pick_rank`), counted there from now."""
+        k = pick_rank([rank.outstanding for rank in self.ranks])
+        self.ranks[k].outstanding += 1
+        return k
+
+    def unbook(self, k: int) -> None:
+        """A request booked to rank k will not land (its transfer failed, or it was refused)."""
+        self.ranks[k].outstanding -= 1
+
+    def kv_visible(self, r: int, k: int) -> None:
+        rank = self.ranks[k]
         rank.waiting.append(r)
-        rank.outstanding += 1
         if not self.stepping:  # start at a boundary now, after all KV landing at this instant
             self.stepping = True
             self.boundary_s = self.env.now
@@ -90,8 +100,9 @@ class Disaggregated:
                     for i in self.pids]
         self.dec = [self._receiver(k, i) for k, i in enumerate(self.dids)]
         self.column = {self.pids.index(i): k for k, i in enumerate(self.dids) if layout.phases[i] == "prefill"}
-        self.link_free = [0.0] * len(self.dids)
-        self.link_busy = [0.0] * len(self.dids)
+        # each receiver's ranks' ingress: when it is free, the seconds it moved KV
+        self.link_free = [[0.0] * len(inst.ranks) for inst in self.dec]
+        self.link_busy = [[0.0] * len(inst.ranks) for inst in self.dec]
         self.cache_caps = (cache_capacities(layout, req) + [0] * (len(self.dids) - self.n_dec)
                            if req.has_hashes and self.pids and self.dids else [0] * len(self.dids))
         self.caches = [PrefixCache(cap) for cap in self.cache_caps]
@@ -124,7 +135,7 @@ class Disaggregated:
         if not self.pids:  # decode judged alone: KV visible on arrival
             d = self._route_decode(r)
             self.rec.decode_instance[r] = d
-            self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r)
+            self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r, self.dec[d].book_rank())
             return
         p = self._pick_prefill(r)
         if self.pre[p]["pending"] > self.layout.spill_tokens:  # the queue it would join
@@ -374,9 +385,11 @@ class Disaggregated:
         return missing
 
     def _book(self, r: int, p: int, start: float, end: float) -> None:
-        """Route r to a decode instance and send its KV there: at once, or (a decode that pulls) once the request
-        reaches it, ``route_s`` after its prefill ends, whatever the schedule (:meth:`_pull`)."""
+        """Route r to a decode instance, book it to one of its ranks and send its KV over that rank's ingress: at
+        once, or (a decode that pulls) once the request reaches it, ``route_s`` after its prefill ends, whatever the
+        schedule (:meth:`_pull`)."""
         d = self._route_decode(r, end if self.layout.schedule == "request" else start, p)
+        k = self.dec[d].book_rank()
         epoch = self.dec[d].epoch
         nbytes = self._missing_tokens(r, d) * self.layout.kv_bytes_per_token
         i, j = self.layout.pool_slot[self.pids[p]], self.layout.receiver(self.dids[d])
@@ -385,9 +398,9 @@ class Disaggregated:
         self.rec.decode_instance[r] = d
         self.rec.transfer_bytes[r] = nbytes
         if self.layout.pulls(self.dids[d]):
-            self.env.schedule(end + self.layout.route_s, PULL, self._pull, d, r, epoch, attempt)
+            self.env.schedule(end + self.layout.route_s, PULL, self._pull, d, k, r, epoch, attempt)
             return
-        free = self.link_free[d]
+        free = self.link_free[d][k]
         if self.layout.schedule == "request":
             begin = max(free, end)
             visible = begin + setup + nbytes / bandwidth
@@ -398,46 +411,49 @@ class Disaggregated:
             x[0] += setup
             visible = float(layer_visibility(ready, x, free)[-1])  # v_{-1}: earlier bookings' bytes
             begin = max(free, ready[0])
-        self._send(d, r, epoch, begin, visible, attempt, end + self.layout.route_s)
+        self._send(d, k, r, epoch, begin, visible, attempt, end + self.layout.route_s)
 
-    def _pull(self, d: int, r: int, epoch: int, attempt: float) -> None:
+    def _pull(self, d: int, k: int, r: int, epoch: int, attempt: float) -> None:
         """r reaches decode instance d, which takes it in at its next iteration boundary and reads its KV from
-        there, behind what its ingress has booked."""
-        begin = max(self.link_free[d], self.dec[d].next_boundary(self.env.now))
-        self._send(d, r, epoch, begin, begin + attempt, attempt, self.env.now)
+        there, behind what the ingress of its rank k has booked."""
+        begin = max(self.link_free[d][k], self.dec[d].next_boundary(self.env.now))
+        self._send(d, k, r, epoch, begin, begin + attempt, attempt, self.env.now)
 
-    def _send(self, d: int, r: int, epoch: int, begin: float, visible: float, attempt: float, reached: float) -> None:
-        """r's KV goes over d's ingress from ``begin``, visible at ``visible`` unless an attempt fails; d takes it no
-        earlier than ``reached``, when the router handed it on."""
+    def _send(self, d: int, k: int, r: int, epoch: int, begin: float, visible: float, attempt: float,
+              reached: float) -> None:
+        """r's KV goes over the ingress of d's rank k from ``begin``, visible at ``visible`` unless an attempt fails;
+        d takes it no earlier than ``reached``, when the router handed it on."""
         # work-conserving ingress: free once this request's bytes are sent; gaps between its
         # layers go to later bookings
-        self.link_free[d] = begin + attempt
-        self.link_busy[d] += attempt
+        self.link_free[d][k] = begin + attempt
+        self.link_busy[d][k] += attempt
         fails = int(self.failures[r])
         if fails and self.layout.failure_policy == "recompute":  # dropped: prefill it again
             self.failures[r] -= 1
             self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
-            self.env.schedule(visible, TRANSFER_FAILED, self._failed, d, r)
+            self.env.schedule(visible, TRANSFER_FAILED, self._failed, d, k, r)
             return
         for _ in range(fails):  # retry: resend the whole cache once the failed attempt lands
             visible += attempt
-            self.link_free[d] = visible
-            self.link_busy[d] += attempt
+            self.link_free[d][k] = visible
+            self.link_busy[d][k] += attempt
         self.rec.transfer_start_s[r], self.rec.transfer_end_s[r] = begin, visible
-        self.env.schedule(max(visible, reached), KV_VISIBLE, self._land, d, r, epoch)
+        self.env.schedule(max(visible, reached), KV_VISIBLE, self._land, d, k, r, epoch)
 
-    def _land(self, d: int, r: int, epoch: int) -> None:
-        """r's KV lands at receiver d; booked under another role epoch (the machine went home since),
+    def _land(self, d: int, k: int, r: int, epoch: int) -> None:
+        """r's KV lands at rank k of receiver d; booked under another role epoch (the machine went home since),
         it is refused and the router books it again from r's prefill instance."""
         if epoch == self.dec[d].epoch:
-            self.dec[d].kv_visible(r)
+            self.dec[d].kv_visible(r, k)
             return
         self.dec[d].load -= int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+        self.dec[d].unbook(k)
         self.refused[r] += 1
         self._book(r, int(self.rec.prefill_instance[r]), self.env.now, self.env.now)
 
-    def _failed(self, d: int, r: int) -> None:
+    def _failed(self, d: int, k: int, r: int) -> None:
         self.dec[d].load -= int(self.req.prompt_tokens[r] + self.req.output_tokens[r])
+        self.dec[d].unbook(k)
         self._queue_prefill(r, self._pick_prefill(r))
 
 
