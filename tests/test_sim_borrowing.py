@@ -20,8 +20,9 @@ from pdplan.sim.planfile import load_plan, plan_to_dict
 from pdplan.vocabulary import Handoff
 from tests.conftest import ROOT, TRACE
 from tests.handbuilt import handbuilt_profile
+from tests.test_sim_data_parallel import wide
 from tests.test_sim_mixed import FREE, MIXED, capacity_rps, machines
-from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, link, pool, random_trace
+from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, link, pool, profile, random_trace
 
 
 def borrowing(pools=HETEROGENEOUS["pools"], **kw) -> Plan:
@@ -65,6 +66,19 @@ def test_compiled_engine_matches_the_oracle_when_handoffs_are_refused(seed):
     plan = Plan(pools=HETEROGENEOUS["pools"], default_link=link(0.5, 5.0), spill_tokens=10**5, kv_share=0.05,
                 borrow=True)
     both(random_trace(seed, n=150, rate_rps=8.0), plan)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10**6), schedule=st.sampled_from(["request", "layer"]))
+def test_compiled_engine_matches_the_oracle_when_machines_are_borrowed_beside_decode_instances_of_ranks(seed,
+                                                                                                        schedule):
+    """A decode pool of four ranks (each with its own ingress, not lent) beside the lent machines, over slow links
+    that keep KV in flight while a lent machine goes home: refused handoffs booked again, rank by rank."""
+    decode4 = wide(profile("a100-80gb", kv=6000), 4)
+    plan = Plan(pools=(*HETEROGENEOUS["pools"], pool("dw", "decode", dp=4, replicas=2)), default_link=link(0.5, 5.0),
+                transfer_schedule=schedule, spill_tokens=10**5, kv_share=0.05, borrow=True)
+    fast = both(random_trace(seed, n=150, rate_rps=8.0), plan, {**PROFILES, decode4.key: decode4})
+    assert np.isin(fast["decode_instance"], [5, 6]).any() and fast["handoffs_refused"].sum() > 0  # dw/0, dw/1 took some
 
 
 # --- hand-built cases: one prefill pool of two machines, one decode machine ----------------------
