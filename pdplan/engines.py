@@ -45,7 +45,9 @@ def rank_router(engine: str, phase: str, dp: int) -> RankRouter:
     controller's ``follow_bootstrap_room`` (the prefill's default, which ``round_robin`` also meant there before
     it; ``data_parallel_controller.py``, ``server_args.py`` ``_handle_load_balance_method`` in sgl-project/sglang),
     the room a random 63-bit number the router draws per request. Every other by the ranks' load (vLLM's DP load
-    balancer, TensorRT-LLM's attention-DP scheduler, SGLang's decode and colocated servers)."""
+    balancer, TensorRT-LLM's attention-DP scheduler, SGLang's decode and colocated servers under the
+    ``--load-balance-method total_requests`` the exports pass them, whose default there is round robin:
+    :data:`pdplan.manifest.export.sglang.LOAD_BALANCE_METHOD`)."""
     if engine == "sglang" and phase == "prefill" and dp > 1:
         return RankRouter.BOOTSTRAP_ROOM
     return RankRouter.SHORTEST_QUEUE

@@ -181,7 +181,7 @@ class AllToAll(StrEnum):
 
 class RankRouter(StrEnum):
     """How a prefill instance with attention data parallelism picks the rank that prefills a prompt: the rank
-    with the fewest outstanding requests (vLLM's DP load balancer, SGLang's ``shortest_queue``, TensorRT-LLM's
+    with the fewest outstanding requests (vLLM's DP load balancer, SGLang's ``total_requests``, TensorRT-LLM's
     attention-DP request scheduling), or the prompt's bootstrap room modulo DP (SGLang's prefill under P/D
     disaggregation, ``follow_bootstrap_room``, which its older ``round_robin`` also meant there: the router draws
     each request's room at random, so the rank is uniformly random whatever the ranks hold)."""

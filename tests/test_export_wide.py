@@ -148,6 +148,18 @@ def test_sglang_decode_of_dp8_ep8_runs_eight_attention_dp_ranks_with_expert_para
     assert "export CUDA_VISIBLE_DEVICES=0,1,2,3,4,5,6,7" in script
 
 
+def test_sglang_decode_ranks_take_requests_by_load_as_simulated_and_a_prefills_follow_the_bootstrap_room(wide,
+                                                                                                         tmp_path):
+    """SGLang's DP controller would put a decode's requests on its ranks in turn (round_robin, its default there);
+    pdplan simulates each on the rank with the fewest outstanding, which ``total_requests`` is. A P/D prefill keeps
+    SGLang's default, the bootstrap room, which is what pdplan simulates there."""
+    scripts = export_manifest(wide, "sglang")
+    decode = _command(tmp_path, scripts["sglang/decode-0.sh"])
+    prefill = _command(tmp_path, scripts["sglang/prefill-0.sh"], "0")
+    assert _value(decode, "--load-balance-method") == "total_requests"
+    assert "--load-balance-method" not in prefill
+
+
 @pytest.mark.parametrize("rank", ["0", "1"])
 def test_sglang_prefill_over_two_nodes_runs_each_node_with_its_rank_and_the_leaders_init_address(wide, tmp_path,
                                                                                                   rank):

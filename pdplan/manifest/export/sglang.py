@@ -48,6 +48,14 @@ DEEPEP_MODES = {"prefill": "normal", "decode": "low_latency"}
 #: layers/moe/token_dispatcher/deepep.py): the tokens one rank may dispatch per decode step.
 DEEPEP_TOKENS_VARIABLE = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
 
+#: How SGLang's DP controller puts a request on a rank of a P/D decode or colocated instance with attention DP, as
+#: pdplan simulates it there (:func:`pdplan.engines.rank_router`: the rank with the fewest outstanding requests):
+#: ``total_requests``, the rank with the fewest running and waiting requests (SGLang 0.5.23 and 0.5.21,
+#: python/sglang/srt/managers/data_parallel_controller.py ``DPBudget.dispatch``). Without it such a server runs
+#: ``round_robin`` (its ``auto``: arg_groups/serving_hook.py ``handle_load_balance_method``); a P/D prefill keeps its
+#: default, ``follow_bootstrap_room``, which pdplan simulates there.
+LOAD_BALANCE_METHOD = "total_requests"
+
 # SGLang's --disaggregation-transfer-backend values among the manifest's connectors (LMCache is not one).
 TRANSFER_BACKENDS = ("nixl", "mooncake")
 
@@ -185,6 +193,8 @@ def wide_args(manifest: dict, pool: dict, spans_nodes: bool, *, legacy_dp_attent
       ``legacy_dp_attention`` that alias, for SGLang 0.5.21 (the release ai-dynamo 1.6.1 pins), whose parser has no
       ``--attn-dp-size`` (it came with sgl-project/sglang #41818) and reads ``--dp-size N --enable-dp-attention`` as
       N attention-DP ranks.
+    - ``--load-balance-method`` :data:`LOAD_BALANCE_METHOD` on a decode or colocated instance with DP: its ranks take
+      requests by load, as simulated, not in turn.
     - ``--ep-size`` EP: the MoE layer's expert-parallel group; its expert TP is tp_size / ep_size
       (runtime_context.py ``derive_parallel_widths``), so EP must divide TP x DP.
     - across nodes, for a pool timed with a dispatch, ``--moe-a2a-backend`` :data:`A2A_BACKEND` and, for a P/D
@@ -201,6 +211,8 @@ def wide_args(manifest: dict, pool: dict, spans_nodes: bool, *, legacy_dp_attent
     if found.dp > 1:
         args += (["--dp-size", str(found.dp), "--enable-dp-attention"] if legacy_dp_attention
                  else ["--attn-dp-size", str(found.dp)])
+        if pool["phase"] != "prefill":
+            args += ["--load-balance-method", LOAD_BALANCE_METHOD]
     if found.ep > 1:
         if (found.tp * found.dp) % found.ep:
             raise PdplanError(f"pool {pool['name']} has EP {found.ep}, which does not divide its TP x DP "

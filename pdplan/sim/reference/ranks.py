@@ -92,9 +92,9 @@ def make_ranks(env: Environment, profile, req: Requests, rec: Records, owner, ma
 
 def pick_rank(outstanding) -> int:
     """The rank that takes a request: fewest outstanding requests (queued or running), ties to the
-    lowest rank. SGLang's DP controller with ``--load-balance-method shortest_queue`` sends each
-    request to the rank with the fewest requests (``DPBudget.update_budget`` counts ``num_reqs``,
-    waiting and running: sgl-project/sglang python/sglang/srt/managers/data_parallel_controller.py);
+    lowest rank. SGLang's DP controller with ``--load-balance-method total_requests`` (which pdplan's exports
+    pass) sends each request to the rank with the fewest requests (``DPBudget.dispatch``; ``update_budget``
+    counts the running and the waiting: sgl-project/sglang python/sglang/srt/managers/data_parallel_controller.py);
     vLLM's DP load balancer picks the smallest ``waiting * 4 + running`` (``DPLBAsyncMPClient.
     get_core_engine_for_request``, vllm/v1/engine/core_client.py). Here the counts are exact, not
     the engines' periodically reported ones."""
