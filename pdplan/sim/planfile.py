@@ -28,7 +28,8 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
       moe_activations: mxfp8       # optional: MXFP4 experts' activations, bf16 | mxfp8 (Blackwell);
                                    # default the engine's on each GPU
     default_link:                  # optional; used by prefill→decode pairs without a link entry
-      bandwidth_gb_s: 25           # GB/s (10^9 bytes/s) a decode instance takes in, one direction; under
+      bandwidth_gb_s: 25           # GB/s (10^9 bytes/s) a decode instance takes in, one direction; each
+                                   # of its dp ranks has 1/dp of it, and a request lands on one rank; under
                                    # MLA a request's KV lands once per decode TP rank and leaves from the
                                    # prefill GPUs holding it (pdplan.handoff.request_kv_bytes_per_s)
       setup_ms: 0.5                # fixed cost per transfer
