@@ -72,7 +72,7 @@ class SimResult:
     instances: tuple[str, ...]       #: instance labels, indexed by instance id
     instance_phase: tuple[str, ...]  #: phase of each instance
     busy_s: np.ndarray               #: seconds each instance computed (PP: averaged over stages)
-    link_busy_s: dict[str, float]    #: seconds each decode instance's ingress moved KV, its ranks' summed
+    link_busy_s: dict[str, float]    #: seconds each decode instance's ingress moved KV: its ranks' mean
     events: int                      #: events the engine processed
     seed: int = 0
     rate_rps: float | None = None    #: arrival rate the trace was rescaled to, if any

@@ -232,8 +232,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
     busy[pids] = pf[:, 0]
     busy[dids] += df[fields.F_BUSY, lead]  # a lent prefill instance's decoding adds to its prefills
     if len(pids) and len(dids):
-        # an instance's ingress is its ranks' (col: each column's instance)
-        per_instance = np.bincount(col, weights=df[fields.F_LINK_BUSY], minlength=len(dids))
+        # an instance's ingress is its ranks', each 1/DP of it: their mean busy time (col: each column's instance)
+        per_instance = np.bincount(col, weights=df[fields.F_LINK_BUSY], minlength=len(dids)) / di[fields.D_DP, lead]
         links = {layout.labels[i]: float(b) for i, b in zip(dids, per_instance)}
     raw = _raw(requests, rejected, rq, rt, pglob, dglob)
     raw["prefill_cached_tokens"], raw["prefill_loaded_tokens"] = rq[fields.R_CACHED].copy(), rq[fields.R_LOADED].copy()

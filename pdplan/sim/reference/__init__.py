@@ -155,7 +155,8 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         busy[pids] = [p["busy_s"] for p in sim.pre]
         busy[dids] += [d.busy_s for d in sim.dec]  # a lent prefill instance's decoding adds to its prefills
         if len(pids) and len(dids):
-            links = {layout.labels[i]: sum(b) for i, b in zip(dids, sim.link_busy)}  # its ranks' ingress
+            # an instance's ingress is its ranks', each 1/DP of it: their mean busy time
+            links = {layout.labels[i]: sum(b) / len(b) for i, b in zip(dids, sim.link_busy)}
         cached, loaded, refused = sim.cached, sim.loaded, sim.refused
         rejected = rejected | sim.early
     raw = {
