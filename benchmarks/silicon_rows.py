@@ -115,7 +115,7 @@ from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim.plan import Link, Plan, Pool
-from pdplan.vocabulary import AllToAll, MoeActivations, SpeculativeMethod
+from pdplan.vocabulary import AllToAll, MoeActivations, RankRouter, SpeculativeMethod
 from pdplan.workload.reshape import poisson_arrivals
 
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
@@ -331,11 +331,15 @@ def decode_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:
     """A disaggregated row's decode workers at the row's coordinates (or its recipe's, where the export's are not
     what ran), each rank running at most the requests its recipe lets it (:func:`disagg_recipe`; without one, as
     many as its KV holds), taking a prefilled request and answering its first token as the row's engine does
-    (:func:`pdplan.engines.handoff`, :func:`pdplan.engines.first_token`)."""
+    (:func:`pdplan.engines.handoff`, :func:`pdplan.engines.first_token`). An SGLang decode's ranks take requests in
+    turn: no recipe sets its ``--load-balance-method`` (srt-slurm's set ``round_robin`` on the prefill alone, which
+    means the bootstrap room there), and SGLang's default for a P/D decode is ``round_robin``."""
     shape = (recipe and recipe.decode_coordinates) or coordinates(row, "decode")
+    in_turn = row["backend"] == "sglang" and shape["dp"] > 1
     return Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **shape,
                 replicas=_int(row["decode_num_workers"]), max_running_requests=recipe and recipe.decode_batch,
-                handoff=handoff(row["backend"], "decode"), first_token=first_token(row["backend"], "decode"))
+                handoff=handoff(row["backend"], "decode"), first_token=first_token(row["backend"], "decode"),
+                rank_router=RankRouter.ROUND_ROBIN if in_turn else RankRouter.SHORTEST_QUEUE)
 
 
 def recv_interval(row) -> int | None:

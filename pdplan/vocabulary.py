@@ -180,14 +180,16 @@ class AllToAll(StrEnum):
 
 
 class RankRouter(StrEnum):
-    """How a prefill instance with attention data parallelism picks the rank that prefills a prompt: the rank
-    with the fewest outstanding requests (vLLM's DP load balancer, SGLang's ``total_requests``, TensorRT-LLM's
-    attention-DP request scheduling), or the prompt's bootstrap room modulo DP (SGLang's prefill under P/D
+    """How an instance with attention data parallelism picks the rank that takes a request: the rank with the fewest
+    outstanding requests (vLLM's DP load balancer, SGLang's ``total_requests``, TensorRT-LLM's attention-DP request
+    scheduling); on a prefill instance, the prompt's bootstrap room modulo DP (SGLang's prefill under P/D
     disaggregation, ``follow_bootstrap_room``, which its older ``round_robin`` also meant there: the router draws
-    each request's room at random, so the rank is uniformly random whatever the ranks hold)."""
+    each request's room at random, so the rank is uniformly random whatever the ranks hold); or, on a decode or
+    colocated instance, each rank in turn whatever it holds (SGLang's ``round_robin``, its default there)."""
 
     SHORTEST_QUEUE = "shortest-queue"
     BOOTSTRAP_ROOM = "bootstrap-room"
+    ROUND_ROBIN = "round-robin"
 
 
 class Handoff(StrEnum):

@@ -29,6 +29,9 @@ from tests.handbuilt import handbuilt_profile
 from tests.test_sim_data_parallel import wide
 from tests.test_sim_system import HETEROGENEOUS, MODEL, PROFILES, assert_same, pool, profile, random_trace
 
+#: how a prefill instance's prompts may take its ranks
+PREFILL_ROUTERS = (RankRouter.SHORTEST_QUEUE, RankRouter.BOOTSTRAP_ROOM)
+
 RANKS = 8
 
 
@@ -145,7 +148,9 @@ def test_a_plan_file_states_the_rank_router_and_round_trips_it(tmp_path):
 
 
 @pytest.mark.parametrize(("field", "rule"), [("dp: 4\n    rank_router: random", "must be one of"),
-                                             ("rank_router: bootstrap-room", "applies only to prefill pools with")])
+                                             ("rank_router: bootstrap-room", "applies only to pools with attention"),
+                                             ("dp: 4\n    rank_router: round-robin",
+                                              "round-robin applies only to decode and colocated pools")])
 def test_a_rank_router_the_pool_cannot_take_names_the_file_and_field(tmp_path, field, rule):
     path = tmp_path / "plan.yaml"
     text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
@@ -164,8 +169,9 @@ def test_a_prefill_instance_whose_prompts_land_by_room_serves_less_than_one_bala
     trace = Workload(arrival_s=np.arange(800, dtype=float), prompt_tokens=np.full(800, 100),
                      output_tokens=np.full(800, 20))
     settings = SearchSettings(tolerance_rel=0.005, requests_per_probe=200)
-    goodput = {router: instance_goodput(trace, ranks, phase="prefill", slo=slo_from_flags(0.5, None, 0.9),
-                                        settings=settings, rank_router=router).goodput_rps for router in RankRouter}
+    slo = slo_from_flags(0.5, None, 0.9)
+    goodput = {router: instance_goodput(trace, ranks, phase="prefill", slo=slo, settings=settings,
+                                        rank_router=router).goodput_rps for router in PREFILL_ROUTERS}
     assert goodput[RankRouter.SHORTEST_QUEUE] == pytest.approx(40.0, rel=0.02)
     assert goodput[RankRouter.BOOTSTRAP_ROOM] < 0.9 * goodput[RankRouter.SHORTEST_QUEUE]
 
@@ -176,7 +182,49 @@ def test_a_goodput_cache_key_names_the_rank_router_only_when_prompts_land_by_roo
     ranks = wide(profile("a100-80gb"), 4)
     parts = {router: goodput_key_parts(workload, ranks, phase="prefill", slo=slo_from_flags(0.5, None, 0.9),
                                        settings=SearchSettings(), seed=0, policy=None, chunk_tokens=None,
-                                       admission_share=0.5, rank_router=router) for router in RankRouter}
+                                       admission_share=0.5, rank_router=router) for router in PREFILL_ROUTERS}
     assert "rank_router" not in parts[RankRouter.SHORTEST_QUEUE]
     assert {k: v for k, v in parts[RankRouter.BOOTSTRAP_ROOM].items() if k != "rank_router"} == \
         parts[RankRouter.SHORTEST_QUEUE]
+
+
+def _in_turn_or_by_load(rank_router, engine):
+    """A decode instance alone of two ranks of 1,000 KV tokens (decode 10 + B ms a step): r0 (800 tokens with its
+    outputs) and r1 (53) at 0, r2 (704) at 30 ms, when r1 has left rank 1."""
+    from tests.test_sim_data_parallel import at_zero, linear
+    workload = at_zero([700, 50, 700], [100, 3, 2], arrivals=[0.0, 0.0, 0.030])
+    return simulate_pool(workload, linear(dp=2, kv=1000), phase="decode", engine=engine, rank_router=rank_router)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_decode_instance_whose_ranks_take_requests_in_turn_queues_one_where_its_turn_falls(engine):
+    """By load r2 takes empty rank 1 and joins at the 33 ms boundary; in turn (SGLang's round_robin) it is rank 0's,
+    r0's, where its KV does not fit beside r0's until r0 leaves, a hundred steps later."""
+    by_load = _in_turn_or_by_load(RankRouter.SHORTEST_QUEUE, engine)
+    in_turn = _in_turn_or_by_load(RankRouter.ROUND_ROBIN, engine)
+    assert by_load["first_token_s"][2] == pytest.approx(0.033, abs=1e-12)
+    assert in_turn["first_token_s"][2] >= in_turn["finish_s"][0] - 1e-12 > 1.0
+
+
+@settings(max_examples=10, deadline=None)
+@given(seed=st.integers(0, 10**6), phase=st.sampled_from(["decode", "prefill-first", "chunked"]))
+def test_compiled_engine_matches_the_oracle_when_ranks_take_requests_in_turn(seed, phase):
+    """Two instances of four ranks taking their requests in turn: decode alone and both colocated policies."""
+    base = wide(profile("a100-80gb", kv=3000), 4)
+    kw = {"phase": phase} if phase == "decode" else {
+        "phase": "colocated", "policy": phase, "chunk_tokens": 256 if phase == "chunked" else None}
+    workload = random_trace(seed, n=80, rate_rps=20.0)
+    fast, oracle = (simulate_pool(workload, base, replicas=2, rank_router=RankRouter.ROUND_ROBIN, engine=engine, **kw)
+                    for engine in ("fast", "reference"))
+    assert_same(fast, oracle)
+
+
+def test_a_plan_file_puts_a_decode_pools_requests_on_its_ranks_in_turn_and_round_trips_it(tmp_path):
+    path = tmp_path / "wide.yaml"
+    text = (ROOT / "examples" / "plan_disagg.yaml").read_text()
+    head, tail = text.split("phase: decode", 1)
+    stated = "dp: 4\n    ep: 4\n    rank_router: round-robin\n    replicas:"
+    path.write_text(head + "phase: decode" + tail.replace("replicas:", stated, 1))
+    plan = load_plan(path)
+    assert [p.rank_router for p in plan.pools] == [RankRouter.SHORTEST_QUEUE, RankRouter.ROUND_ROBIN]
+    assert plan_to_dict(plan)["pools"][1]["rank_router"] == "round-robin"

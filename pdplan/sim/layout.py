@@ -162,6 +162,9 @@ class Layout:
     #: :class:`pdplan.vocabulary.RankRouter`) instead of the rank with the fewest outstanding requests;
     #: empty: nowhere
     room_ranks: tuple[bool, ...] = ()
+    #: per instance, whether a decode or colocated instance puts its requests on its ranks in turn (SGLang's
+    #: ``round_robin``, :class:`pdplan.vocabulary.RankRouter`) instead of on the fewest outstanding; empty: nowhere
+    turn_ranks: tuple[bool, ...] = ()
     #: per instance, whether a decode instance pulls its requests' KV (:attr:`pdplan.vocabulary.Handoff.PULL`: it reads
     #: the KV from the iteration that takes a request in) instead of having it pushed; empty: nowhere
     pull: tuple[bool, ...] = ()
@@ -199,6 +202,10 @@ class Layout:
         """Whether instance i prefills a prompt on the rank its bootstrap room names (room modulo DP)."""
         return bool(self.room_ranks) and self.room_ranks[i]
 
+    def ranks_in_turn(self, i: int) -> bool:
+        """Whether instance i puts its requests on its ranks in turn."""
+        return bool(self.turn_ranks) and self.turn_ranks[i]
+
     def pulls(self, i: int) -> bool:
         """Whether decode instance i pulls its requests' KV (:attr:`pull`): a machine borrowing may lend runs
         Splitwise's scheduling, which takes its handoffs pushed, whatever its pool says."""
@@ -232,7 +239,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     """Resolve each pool's profile and list its replicas as instances."""
     resolved = resolve_pools(plan, profiles)
     labels, phases, profs, slots, policies, chunks, caches, tiers, caps, running = ([] for _ in range(10))
-    receive, waits, balance, rooms, pulls, firsts = ([] for _ in range(6))
+    receive, waits, balance, rooms, turns, pulls, firsts = ([] for _ in range(7))
     receivers = plan.pools_of("decode") + plan.pools_of("mixed")  # a decode or mixed pool's slot
     slot_of = {"prefill": 0, "colocated": 0}
     for i, (pool, profile) in enumerate(zip(plan.pools, resolved)):
@@ -258,6 +265,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
             receive.append(pool.recv_interval or 1)
             balance.append(pool.adp_balance)
             rooms.append(pool.rank_router == RankRouter.BOOTSTRAP_ROOM)
+            turns.append(pool.rank_router == RankRouter.ROUND_ROBIN)
             pulls.append(pool.handoff == Handoff.PULL)
             firsts.append(pool.first_token == FirstToken.DECODE)
             waits.append((0, 0) if pool.batch_wait_timeout_iters is None else (
@@ -298,6 +306,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
                   kv_share=plan.kv_share, router=plan.router, reject_ttft_s=plan.reject_ttft_s,
                   max_running=tuple(running), recv_interval=tuple(receive), batch_wait=tuple(waits),
                   adp_balance=tuple(balance), room_ranks=tuple(rooms) if any(rooms) else (),
+                  turn_ranks=tuple(turns) if any(turns) else (),
                   pull=tuple(pulls) if any(pulls) else (), decode_first=tuple(firsts) if any(firsts) else (),
                   borrow=plan.borrow, borrow_chunk_tokens=plan.borrow_chunk_tokens,
                   receiver_slot=tuple(receiver))
@@ -310,8 +319,8 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
     """``replicas`` instances of ``phase`` ("prefill", "decode" or "colocated") behind the router,
     with no other phase: one instance alone, or one pool judged alone. With ``prefix_cache``, a
     prefill or colocated instance keeps its derived prefix cache (a decode instance alone moves no
-    KV, so its cache would save nothing); ``rank_router`` is how a prefill instance with attention DP
-    puts a prompt on a rank; ``max_running_requests`` what one rank runs at once (None: its KV's worth)."""
+    KV, so its cache would save nothing); ``rank_router`` is how an instance with attention DP puts a request on
+    a rank; ``max_running_requests`` what one rank runs at once (None: its KV's worth)."""
     cap = max_prefill_batch_tokens or profile.max_prefill_batch_tokens
     if not 1 <= cap <= profile.max_prefill_batch_tokens:
         raise PdplanError(f"max_prefill_batch_tokens must be in [1, {profile.max_prefill_batch_tokens}], got {cap}",
@@ -331,6 +340,7 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
                   cache_blocks=(None if prefix_cache and phase != "decode" else 0,) * replicas,
                   batch_tokens=(cap,) * replicas, link_bandwidth=np.ones((1, 1)), link_setup=np.zeros((1, 1)),
                   router=router, room_ranks=(True,) * replicas if rank_router == RankRouter.BOOTSTRAP_ROOM else (),
+                  turn_ranks=(True,) * replicas if rank_router == RankRouter.ROUND_ROBIN else (),
                   max_running=() if max_running_requests is None else (max_running_requests,) * replicas)
 
 

@@ -73,12 +73,15 @@ ADP_BALANCE_BOTH = ("attention_dp_timeout_iters and attention_dp_batching_wait_i
 
 
 def rank_router_rejection(rank_router: str, phase: str, dp: int) -> str | None:
-    """Why ``rank_router`` cannot place the prompts of an instance of ``phase`` with ``dp`` attention-DP ranks
-    (only a prefill instance with ranks routes otherwise than by load); None when it can."""
+    """Why ``rank_router`` cannot place the requests of an instance of ``phase`` with ``dp`` attention-DP ranks (by
+    bootstrap room only a prefill instance with ranks, in turn only a decode or colocated one); None when it can."""
     if rank_router not in RANK_ROUTERS:
         return f"rank_router must be one of {', '.join(RANK_ROUTERS)}"
-    if rank_router != RankRouter.SHORTEST_QUEUE and (phase != "prefill" or dp < 2):
-        return "rank_router applies to prefill pools with attention data parallelism (dp above 1)"
+    if rank_router == RankRouter.BOOTSTRAP_ROOM and (phase != "prefill" or dp < 2):
+        return "rank_router bootstrap-room applies to prefill pools with attention data parallelism (dp above 1)"
+    if rank_router == RankRouter.ROUND_ROBIN and (phase not in ("decode", "colocated") or dp < 2):
+        return ("rank_router round-robin applies to decode and colocated pools with attention data parallelism "
+                "(dp above 1)")
     return None
 
 
@@ -161,7 +164,7 @@ class Pool(InstanceShape):
     #: with ``enable_balance``: its ``timeout_iters`` and ``batching_wait_iters``), both or neither
     attention_dp_timeout_iters: int | None = None
     attention_dp_batching_wait_iters: int | None = None
-    #: prefill with attention DP: how a prompt picks its rank (:class:`pdplan.vocabulary.RankRouter`)
+    #: attention DP: how a request picks its rank (:class:`pdplan.vocabulary.RankRouter`)
     rank_router: str = RankRouter.SHORTEST_QUEUE
     #: attention DP with whole experts (EP = TP × DP): how tokens reach them (:class:`pdplan.vocabulary.AllToAll`)
     all_to_all: str = AllToAll.DISPATCH

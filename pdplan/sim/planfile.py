@@ -68,10 +68,12 @@ File format (``examples/plan_disagg.yaml``, ``examples/plan_colocated.yaml``)::
         attention_dp_batching_wait_iters: 0  # or neither): TensorRT-LLM's attention-DP balance
                                    # (attention_dp_config with enable_balance, the options of the
                                    # same names): prompts wait for every rank to have some; default off
-        rank_router: bootstrap-room  # optional, prefill with dp: how a prompt picks its rank:
-                                   # shortest-queue (fewest outstanding requests; default) or
-                                   # bootstrap-room (its random bootstrap room modulo dp: SGLang's
-                                   # P/D prefill, --load-balance-method follow_bootstrap_room)
+        rank_router: bootstrap-room  # optional, with dp: how a request picks its rank:
+                                   # shortest-queue (fewest outstanding requests; default),
+                                   # bootstrap-room (prefill: its random bootstrap room modulo dp:
+                                   # SGLang's P/D prefill, --load-balance-method follow_bootstrap_room)
+                                   # or round-robin (decode, colocated: each rank in turn, SGLang's
+                                   # default there, --load-balance-method round_robin)
         prefix_cache_blocks: 8192  # optional: the instance's prefix cache in HBM (LRU of prefix
                                    # blocks; a hit skips their prefill; colocated pools too); default
                                    # its KV capacity in blocks; 0 turns it off
@@ -237,10 +239,16 @@ def _pool(spec: Fields) -> Pool:
 def _rank_router(spec: Fields, phase: str, dp: int) -> str:
     if not spec.has("rank_router"):
         return RankRouter.SHORTEST_QUEUE
-    if phase != "prefill" or dp < 2:
-        raise spec.fail("rank_router", "applies only to prefill pools with attention data parallelism (dp above 1)",
+    if dp < 2:
+        raise spec.fail("rank_router", "applies only to pools with attention data parallelism (dp above 1)",
                         spec.data["rank_router"])
-    return spec.string("rank_router", choices=list(RankRouter))
+    router = spec.string("rank_router", choices=list(RankRouter))
+    if router == RankRouter.BOOTSTRAP_ROOM and phase != "prefill":
+        raise spec.fail("rank_router", "bootstrap-room applies only to prefill pools (SGLang's P/D prefill)", router)
+    if router == RankRouter.ROUND_ROBIN and phase not in ("decode", "colocated"):
+        raise spec.fail("rank_router", "round-robin applies only to decode and colocated pools (SGLang's default "
+                        "there)", router)
+    return router
 
 
 def _decode_setting(spec: Fields, phase: str, name: str, choices: type[StrEnum], default: str | None) -> str | None:

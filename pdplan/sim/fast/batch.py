@@ -31,6 +31,7 @@ from pdplan.sim.fast.fields import (
     D_LOAD,
     D_MAX_RUN,
     D_MODE,
+    D_NEXT_RANK,
     D_OUT,
     D_RECV_C,
     D_RECV_N,
@@ -40,6 +41,7 @@ from pdplan.sim.fast.fields import (
     D_RUNNING,
     D_S,
     D_STEPS,
+    D_TURN,
     D_U_HEAD,
     D_VERSION,
     D_W_HEAD,
@@ -276,11 +278,15 @@ def take_if_fits(rq, di, i, head, tail):
 def pick_rank(di, d):
     """The rank of instance d that takes a request, now counted there: fewest outstanding requests
     (queued or running), ties to the lowest rank (:func:`pdplan.sim.reference.ranks.pick_rank` states
-    the rule and its sources)."""
-    best = d
-    for i in range(d + 1, d + di[D_DP, d]):
-        if di[D_OUT, i] < di[D_OUT, best]:
-            best = i
+    the rule and its sources); on an instance whose requests take its ranks in turn (TURN), the next."""
+    if di[D_TURN, d] == 1:
+        best = d + di[D_NEXT_RANK, d]
+        di[D_NEXT_RANK, d] = (di[D_NEXT_RANK, d] + 1) % di[D_DP, d]
+    else:
+        best = d
+        for i in range(d + 1, d + di[D_DP, d]):
+            if di[D_OUT, i] < di[D_OUT, best]:
+                best = i
     di[D_OUT, best] += 1
     return best
 

@@ -56,8 +56,8 @@ PQ_FIELDS = 3
  D_LEAD, D_DP, D_OUT, D_IT_KIND, D_INST, D_RUNNING, D_MAX_RUN, D_HOME, D_LENT, D_EPOCH, D_PENDING,
  D_HOST, D_M_GROUP_P, D_M_GROUP_D, D_IT_TOKENS, D_RECV_N, D_RECV_C, D_U_HEAD, D_U_TAIL, D_WAIT_N, D_WAIT_TOK,
  D_WAIT_C, D_WAIT_J, D_ADP_N, D_ADP_W, D_ADP_C, D_ADP_BC, D_ADP_K, D_ADP_MODE, D_PULL, D_JOIN_HEAD,
- D_DECODE_FIRST) = range(61)
-DI_FIELDS = 61
+ D_DECODE_FIRST, D_TURN, D_NEXT_RANK) = range(63)
+DI_FIELDS = 63
 #   B active requests, S context tokens they hold, STEPS run so far, RESERVED KV tokens, CAP KV
 #   capacity, LOAD the router's view (prompt + output of routed, unfinished requests), RUN_K
 #   steps planned for the current stretch, VERSION bumped to cancel a planned boundary, ROOT of
@@ -96,7 +96,8 @@ DI_FIELDS = 61
 #   0: pushed, :class:`pdplan.vocabulary.Handoff`); DECODE_FIRST: it samples its requests' first token in the first
 #   step they run in (1) or streams the prefill's as they join (0, :class:`pdplan.vocabulary.FirstToken`);
 #   JOIN_HEAD the rank's waiting head before a boundary's joins,
-#   from which the requests that joined run along W_NEXT to the head after them.
+#   from which the requests that joined run along W_NEXT to the head after them; TURN: its requests take its
+#   ranks in turn (1, SGLang's round_robin) or the fewest outstanding (0), NEXT_RANK the lead's next in turn.
 
 # decode and colocated instance floats df[field, i]
 F_RUN_T0, F_BUSY, F_LINK_FREE, F_LINK_BUSY, F_IT_S, F_PROMPT_S = range(6)

@@ -143,7 +143,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
             fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in ids], fields.D_MAX_RUN: _running_caps(layout, ids),
             fields.D_RECV_N: [layout.receive_every(i) for i in ids],
             fields.D_WAIT_N: [n for n, _ in waits], fields.D_WAIT_TOK: [tokens for _, tokens in waits],
-            fields.D_ADP_N: [n for n, _ in balances], fields.D_ADP_W: [w for _, w in balances]})
+            fields.D_ADP_N: [n for n, _ in balances], fields.D_ADP_W: [w for _, w in balances],
+            fields.D_TURN: [layout.ranks_in_turn(i) for i in ids]})
         block = prefix_block_tokens(layout, requests)
         caps = cache_capacities(layout, requests, "colocated") if requests.has_hashes and block else [0] * len(ids)
         n_hash, hash_vals, hash_ptr = (_dense_hashes(requests) if any(caps)
@@ -187,7 +188,8 @@ def run_fast(layout: Layout, requests: Requests, concurrency: int = 0, failures:
         fields.D_TOKEN_CAP: [layout.batch_tokens[i] for i in dids], fields.D_MAX_RUN: _running_caps(layout, dids),
         fields.D_HOME: homes, fields.D_HOST: [host.get(int(i), -1) for i in dids],
         fields.D_PULL: [int(layout.pulls(i)) for i in dids],
-        fields.D_DECODE_FIRST: [int(layout.samples_first_token(i)) for i in dids]})
+        fields.D_DECODE_FIRST: [int(layout.samples_first_token(i)) for i in dids],
+        fields.D_TURN: [layout.ranks_in_turn(i) for i in dids]})
     dec_cols = int(np.searchsorted(col, n_dec))  # decode ranks' columns come first, then mixed machines'
     pi[fields.P_COL] = -1
     for k, i in enumerate(dids):

@@ -8,7 +8,7 @@ Python, O(tokens) events) and exists so tests can check the compiled engine requ
 
 The pieces, one concept each: the records and an instance's ranks (:mod:`.ranks`: an instance with
 attention data parallelism holds ``dp`` ranks, each with its own batch, KV and queue, stepping
-together, the rank picked by :func:`~pdplan.sim.reference.ranks.pick_rank`), the prefix cache
+together, the rank picked by :func:`~pdplan.sim.reference.ranks.take_rank`), the prefix cache
 (:mod:`.prefix`), the colocated instance and Splitwise's mixed machines (:mod:`.colocated`), and the
 disaggregated system (:mod:`.disaggregated`); this module feeds the arrivals, stops a settled run and
 runs a layout.
@@ -115,7 +115,8 @@ def run_reference(layout: Layout, req: Requests, concurrency: int = 0, failures:
         cached = np.zeros(n, np.int64)
         inst = [ColocatedInstance(env, layout.profiles[i], req, rec, layout.policy[i],
                                    layout.chunk_tokens[i], layout.batch_tokens[i], cached, layout.running_cap(i),
-                                   layout.receive_every(i), layout.waits(i), layout.balance(i))
+                                   layout.receive_every(i), layout.waits(i), layout.balance(i),
+                                   layout.ranks_in_turn(i))
                 for i in ids]
         block = req.block_tokens or layout.block_tokens or 0
         caches = ([PrefixCache(cap) for cap in cache_capacities(layout, req, "colocated")]

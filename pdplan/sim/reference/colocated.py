@@ -8,7 +8,7 @@ from collections import deque
 import numpy as np
 
 from pdplan.sim.events import BOUNDARY
-from pdplan.sim.reference.ranks import Rank, instance_step_s, make_ranks, pick_rank
+from pdplan.sim.reference.ranks import Rank, instance_step_s, make_ranks, take_rank
 
 
 class ColocatedInstance:
@@ -18,7 +18,7 @@ class ColocatedInstance:
 
     def __init__(self, env, profile, req, rec, policy: str, chunk_tokens: int, batch_tokens: int,
                  cached: np.ndarray | None = None, max_running: int = 0, recv_interval: int = 1,
-                 batch_wait: tuple[int, int] = (0, 0), adp_balance: tuple[int, int] = (0, 0)):
+                 batch_wait: tuple[int, int] = (0, 0), adp_balance: tuple[int, int] = (0, 0), in_turn: bool = False):
         self.env, self.profile, self.req, self.rec = env, profile, req, rec
         # TensorRT-LLM's attention-DP balance: (timeout_iters, batching_wait_iters) and its two counters
         (self.adp_timeout, self.adp_batching), self.adp_waited, self.adp_batched = adp_balance, 0, 0
@@ -31,6 +31,7 @@ class ColocatedInstance:
         self.cached = np.zeros(len(req), np.int64) if cached is None else cached
         self.policy, self.chunk_tokens, self.batch_tokens = policy, chunk_tokens, batch_tokens
         self.ranks = make_ranks(env, profile, req, rec, self, max_running)
+        self.in_turn, self.next_rank = in_turn, 0  # its requests take its ranks in turn (take_rank)
         self.capacity = profile.kv_capacity_tokens  # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
         self.load = 0       # router's view: prompt + output of routed, unfinished requests
@@ -38,8 +39,7 @@ class ColocatedInstance:
         self.running = False
 
     def arrive(self, r: int) -> None:
-        rank = self.ranks[pick_rank([k.outstanding for k in self.ranks])]
-        rank.outstanding += 1
+        rank = self.ranks[take_rank(self)]
         if self.recv_interval > 1 and self.decoding:  # taken in at the next receive
             self.unreceived.append(r)
             return

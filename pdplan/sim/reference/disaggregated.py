@@ -13,7 +13,7 @@ from pdplan.sim.fast.routing import predicted_ttft_s
 from pdplan.sim.layout import Layout, Requests, batch_drain_s, cache_capacities
 from pdplan.sim.reference.colocated import Lendable, MixedInstance
 from pdplan.sim.reference.prefix import PrefixCache, block_tokens, peek, reuse
-from pdplan.sim.reference.ranks import Records, instance_step_s, make_ranks, pick_rank, takes
+from pdplan.sim.reference.ranks import Records, instance_step_s, make_ranks, pick_rank, take_rank, takes
 from pdplan.sim.transfer import layer_visibility, uniform_layer_ready_s
 
 
@@ -22,10 +22,12 @@ class DecodeInstance:
 
     epoch = 0  # its role epoch: a dedicated decode instance never gives up the decode role
 
-    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0, samples_first: bool = False):
+    def __init__(self, env, profile, req, rec, index: int, max_running: int = 0, samples_first: bool = False,
+                 in_turn: bool = False):
         self.env, self.profile, self.req, self.rec, self.index = env, profile, req, rec, index
         self.samples_first = samples_first  # it samples its requests' first token again, in their first step
         self.ranks = make_ranks(env, profile, req, rec, self, max_running)
+        self.in_turn, self.next_rank = in_turn, 0  # its requests take its ranks in turn (take_rank)
         self.capacity = profile.kv_capacity_tokens   # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
         self.load = 0       # router's view: prompt + output of routed, unfinished requests
@@ -34,11 +36,9 @@ class DecodeInstance:
         self.boundary_s: float | None = None  # when its running or planned step ends (None: idle)
 
     def book_rank(self) -> int:
-        """The rank a request routed here is booked to, its KV sent over that rank's ingress: the fewest
-        outstanding requests (:func:`~pdplan.sim.reference.ranks.pick_rank`), counted there from now."""
-        k = pick_rank([rank.outstanding for rank in self.ranks])
-        self.ranks[k].outstanding += 1
-        return k
+        """The rank a request routed here is booked to, its KV sent over that rank's ingress
+        (:func:`~pdplan.sim.reference.ranks.take_rank`)."""
+        return take_rank(self)
 
     def unbook(self, k: int) -> None:
         """A request booked to rank k will not land (its transfer failed, or it was refused)."""
@@ -126,7 +126,8 @@ class Disaggregated:
             host = self.pre[self.pids.index(i)] if layout.phases[i] == "prefill" else None
             return Lendable(*args, layout.borrow_chunk_tokens, layout.batch_tokens[i], layout.running_cap(i), host)
         if layout.phases[i] == "decode":
-            return DecodeInstance(*args, k, layout.running_cap(i), layout.samples_first_token(i))
+            return DecodeInstance(*args, k, layout.running_cap(i), layout.samples_first_token(i),
+                                  layout.ranks_in_turn(i))
         return MixedInstance(*args, "chunked", layout.chunk_tokens[i], layout.batch_tokens[i],
                               max_running=layout.running_cap(i))
 

@@ -1,5 +1,5 @@
 """The oracle's records and an instance's ranks: each rank its own batch, KV and queue, the
-ranks stepping together (:func:`instance_step_s`), a request's rank picked by :func:`pick_rank`."""
+ranks stepping together (:func:`instance_step_s`), a request's rank picked by :func:`take_rank`."""
 
 from __future__ import annotations
 
@@ -103,6 +103,19 @@ def pick_rank(outstanding) -> int:
         if outstanding[k] < outstanding[best]:
             best = k
     return best
+
+
+def take_rank(owner) -> int:
+    """The rank of ``owner`` (an instance with ``ranks``) that takes a request, counted there from now: the next in
+    turn where its requests take its ranks so (``owner.in_turn``: SGLang's DP controller's ``round_robin``,
+    ``DataParallelController.round_robin_scheduler``), else the fewest outstanding (:func:`pick_rank`)."""
+    if owner.in_turn:
+        k = owner.next_rank
+        owner.next_rank = (k + 1) % len(owner.ranks)
+    else:
+        k = pick_rank([rank.outstanding for rank in owner.ranks])
+    owner.ranks[k].outstanding += 1
+    return k
 
 
 def instance_step_s(parts, profile) -> float:
