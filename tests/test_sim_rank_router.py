@@ -148,7 +148,8 @@ def test_a_plan_file_states_the_rank_router_and_round_trips_it(tmp_path):
 
 
 @pytest.mark.parametrize(("field", "rule"), [("dp: 4\n    rank_router: random", "must be one of"),
-                                             ("rank_router: bootstrap-room", "applies only to pools with attention"),
+                                             ("rank_router: bootstrap-room",
+                                              "bootstrap-room applies only to prefill pools with attention"),
                                              ("dp: 4\n    rank_router: round-robin",
                                               "round-robin applies only to decode and colocated pools")])
 def test_a_rank_router_the_pool_cannot_take_names_the_file_and_field(tmp_path, field, rule):

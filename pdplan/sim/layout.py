@@ -332,7 +332,7 @@ def layout_single(phase: str, profile: PhaseProfile, *, policy: str | None = Non
                           field="max_running_requests")
     wrong = rank_router_rejection(rank_router, phase, profile.dp)
     if wrong is not None:
-        raise PdplanError(wrong, field="rank_router")
+        raise PdplanError(f"rank_router {wrong}", field="rank_router")
     return Layout(mode="colocated" if phase == "colocated" else phase,
                   labels=tuple(f"{phase}/{i}" for i in range(replicas)), phases=(phase,) * replicas,
                   profiles=(profile,) * replicas, pool_slot=(0,) * replicas, policy=(policy,) * replicas,

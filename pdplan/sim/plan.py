@@ -76,12 +76,11 @@ def rank_router_rejection(rank_router: str, phase: str, dp: int) -> str | None:
     """Why ``rank_router`` cannot place the requests of an instance of ``phase`` with ``dp`` attention-DP ranks (by
     bootstrap room only a prefill instance with ranks, in turn only a decode or colocated one); None when it can."""
     if rank_router not in RANK_ROUTERS:
-        return f"rank_router must be one of {', '.join(RANK_ROUTERS)}"
+        return f"must be one of {', '.join(RANK_ROUTERS)}"
     if rank_router == RankRouter.BOOTSTRAP_ROOM and (phase != "prefill" or dp < 2):
-        return "rank_router bootstrap-room applies to prefill pools with attention data parallelism (dp above 1)"
+        return "bootstrap-room applies only to prefill pools with attention data parallelism (dp above 1)"
     if rank_router == RankRouter.ROUND_ROBIN and (phase not in ("decode", "colocated") or dp < 2):
-        return ("rank_router round-robin applies to decode and colocated pools with attention data parallelism "
-                "(dp above 1)")
+        return "round-robin applies only to decode and colocated pools with attention data parallelism (dp above 1)"
     return None
 
 
@@ -224,7 +223,7 @@ class Pool(InstanceShape):
             self._check_adp_balance(fail)
         wrong = rank_router_rejection(self.rank_router, self.phase, self.dp)
         if wrong is not None:
-            raise fail("rank_router", wrong)
+            raise fail("rank_router", f"rank_router {wrong}")
         wrong = all_to_all_rejection(self.all_to_all, self.tp, self.dp, self.ep, self.redundant_experts)
         if wrong is not None:
             raise fail("all_to_all", f"all_to_all {wrong}")

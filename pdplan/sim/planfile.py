@@ -148,6 +148,7 @@ from pdplan.sim.plan import (
     Plan,
     Pool,
     first_token_of,
+    rank_router_rejection,
     receiving_phases,
 )
 from pdplan.vocabulary import AllToAll, CacheMedium, FirstToken, Handoff, MoeActivations, RankRouter, Router
@@ -237,17 +238,11 @@ def _pool(spec: Fields) -> Pool:
 
 
 def _rank_router(spec: Fields, phase: str, dp: int) -> str:
-    if not spec.has("rank_router"):
-        return RankRouter.SHORTEST_QUEUE
-    if dp < 2:
-        raise spec.fail("rank_router", "applies only to pools with attention data parallelism (dp above 1)",
-                        spec.data["rank_router"])
-    router = spec.string("rank_router", choices=list(RankRouter))
-    if router == RankRouter.BOOTSTRAP_ROOM and phase != "prefill":
-        raise spec.fail("rank_router", "bootstrap-room applies only to prefill pools (SGLang's P/D prefill)", router)
-    if router == RankRouter.ROUND_ROBIN and phase not in ("decode", "colocated"):
-        raise spec.fail("rank_router", "round-robin applies only to decode and colocated pools (SGLang's default "
-                        "there)", router)
+    """The pool's ``rank_router``, held to :func:`pdplan.sim.plan.rank_router_rejection`."""
+    router = spec.string("rank_router", str(RankRouter.SHORTEST_QUEUE), choices=list(RankRouter))
+    wrong = rank_router_rejection(router, phase, dp)
+    if wrong is not None:
+        raise spec.fail("rank_router", wrong, router)
     return router
 
 
