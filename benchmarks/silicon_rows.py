@@ -67,8 +67,9 @@ Stated assumptions, the same for every row:
   per transfer, once the prompt's prefill ends, as the engines send it (SGLang each chunk after its forward,
   ``send_kv_chunk``; TensorRT-LLM a context request after it completes, its KV-cache transceiver); SGLang's
   prefill workers with attention DP put each prompt on the rank its random bootstrap room names
-  (``rank_router``: ``bootstrap-room``, :func:`pdplan.engines.rank_router`), every other worker on the rank
-  with the fewest outstanding requests;
+  (``rank_router``: ``bootstrap-room``), its decode workers each request on the next rank in turn
+  (``round-robin``), every other worker on the rank with the fewest outstanding requests: the engines' defaults
+  (:func:`pdplan.engines.default_rank_router`), which the recipes keep;
 * SGLang's receive interval — InferenceMAX starts DeepSeek-R1 on B200 under SGLang with
   ``--scheduler-recv-interval`` 10 below 16 clients and 30 from 16 (fp8 at TP 4: always 10), so the
   scheduler takes in new requests only every N-th decode step (its ``dsr1_fp4_b200.sh`` and
@@ -108,14 +109,14 @@ import pandas as pd
 import srt_slurm
 
 from pdplan import engines
-from pdplan.engines import first_token, handoff, rank_router
+from pdplan.engines import default_rank_router, first_token, handoff
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
 from pdplan.sim.plan import Link, Plan, Pool
-from pdplan.vocabulary import AllToAll, MoeActivations, RankRouter, SpeculativeMethod
+from pdplan.vocabulary import AllToAll, MoeActivations, SpeculativeMethod
 from pdplan.workload.reshape import poisson_arrivals
 
 MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-Instruct": "llama-3.1-8b",
@@ -324,22 +325,21 @@ def prefill_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool
         shape = recipe.coordinates
         batch = {"max_prefill_batch_tokens": recipe.batch_tokens, "max_running_requests": recipe.batch_prompts}
     return Pool(name="p", phase="prefill", model=model, gpu=row["gpu"], replicas=_int(row["prefill_num_workers"]),
-                rank_router=rank_router(row["backend"], "prefill", shape["dp"]), **shape, **batch)
+                rank_router=default_rank_router(row["backend"], "prefill", shape["dp"]), **shape, **batch)
 
 
 def decode_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:
     """A disaggregated row's decode workers at the row's coordinates (or its recipe's, where the export's are not
     what ran), each rank running at most the requests its recipe lets it (:func:`disagg_recipe`; without one, as
     many as its KV holds), taking a prefilled request and answering its first token as the row's engine does
-    (:func:`pdplan.engines.handoff`, :func:`pdplan.engines.first_token`). An SGLang decode's ranks take requests in
-    turn: no recipe sets its ``--load-balance-method`` (srt-slurm's set ``round_robin`` on the prefill alone, which
-    means the bootstrap room there), and SGLang's default for a P/D decode is ``round_robin``."""
+    (:func:`pdplan.engines.handoff`, :func:`pdplan.engines.first_token`), its ranks taking requests as the engine's
+    defaults put them (:func:`pdplan.engines.default_rank_router`): no recipe sets a decode's
+    ``--load-balance-method`` (srt-slurm's set ``round_robin`` on the prefill alone, the bootstrap room there)."""
     shape = (recipe and recipe.decode_coordinates) or coordinates(row, "decode")
-    in_turn = row["backend"] == "sglang" and shape["dp"] > 1
     return Pool(name="d", phase="decode", model=model, gpu=row["gpu"], **shape,
                 replicas=_int(row["decode_num_workers"]), max_running_requests=recipe and recipe.decode_batch,
                 handoff=handoff(row["backend"], "decode"), first_token=first_token(row["backend"], "decode"),
-                rank_router=RankRouter.ROUND_ROBIN if in_turn else RankRouter.SHORTEST_QUEUE)
+                rank_router=default_rank_router(row["backend"], "decode", shape["dp"]))
 
 
 def recv_interval(row) -> int | None:

@@ -53,6 +53,17 @@ def rank_router(engine: str, phase: str, dp: int) -> RankRouter:
     return RankRouter.SHORTEST_QUEUE
 
 
+def default_rank_router(engine: str, phase: str, dp: int) -> RankRouter:
+    """How ``engine`` started with its own defaults puts a request on a rank of a ``phase`` instance with ``dp``
+    attention-DP ranks: as :func:`rank_router`, but an SGLang P/D decode or colocated server in turn, its
+    ``--load-balance-method auto`` being ``round_robin`` there (``handle_load_balance_method`` in
+    python/sglang/srt/arg_groups/serving_hook.py of 0.5.21 and 0.5.23, ``_handle_load_balance_method`` in
+    server_args.py of 0.5.8), where pdplan's exports pass ``total_requests``."""
+    if engine == "sglang" and phase in ("decode", "colocated") and dp > 1:
+        return RankRouter.ROUND_ROBIN
+    return rank_router(engine, phase, dp)
+
+
 def handoff(engine: str | None, phase: str) -> Handoff:
     """How an instance of ``phase`` under ``engine`` takes a prefilled request: a decode instance as its engine does
     (below), any other by push, as pdplan always has (only a decode instance takes a handoff the engines make).

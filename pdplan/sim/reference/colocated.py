@@ -8,10 +8,10 @@ from collections import deque
 import numpy as np
 
 from pdplan.sim.events import BOUNDARY
-from pdplan.sim.reference.ranks import Rank, instance_step_s, make_ranks, take_rank
+from pdplan.sim.reference.ranks import Rank, RankedInstance, instance_step_s, make_ranks, take_rank
 
 
-class ColocatedInstance:
+class ColocatedInstance(RankedInstance):
     """Both phases on one instance, one iteration at a time; with data parallelism each rank
     plans its own iteration (a prefill batch, a chunked iteration or a decode step) and the
     instance's iteration lasts the longest rank's."""
@@ -31,7 +31,7 @@ class ColocatedInstance:
         self.cached = np.zeros(len(req), np.int64) if cached is None else cached
         self.policy, self.chunk_tokens, self.batch_tokens = policy, chunk_tokens, batch_tokens
         self.ranks = make_ranks(env, profile, req, rec, self, max_running)
-        self.in_turn, self.next_rank = in_turn, 0  # its requests take its ranks in turn (take_rank)
+        self.in_turn = in_turn
         self.capacity = profile.kv_capacity_tokens  # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
         self.load = 0       # router's view: prompt + output of routed, unfinished requests
@@ -249,15 +249,6 @@ class MixedInstance(ColocatedInstance):
     data parallelism (:func:`pdplan.sim.layout.layout_from_plan`)."""
 
     epoch = 0  # its role epoch: a mixed machine never gives up the decode role
-
-    def book_rank(self) -> int:
-        """Its one rank, which a request routed here is booked to (counted there from now)."""
-        self.ranks[0].outstanding += 1
-        return 0
-
-    def unbook(self, k: int) -> None:
-        """A request booked here will not land (its transfer failed, or it was refused)."""
-        self.ranks[k].outstanding -= 1
 
     def kv_visible(self, r: int, k: int) -> None:
         self.ranks[k].ready.append(r)

@@ -13,11 +13,11 @@ from pdplan.sim.fast.routing import predicted_ttft_s
 from pdplan.sim.layout import Layout, Requests, batch_drain_s, cache_capacities
 from pdplan.sim.reference.colocated import Lendable, MixedInstance
 from pdplan.sim.reference.prefix import PrefixCache, block_tokens, peek, reuse
-from pdplan.sim.reference.ranks import Records, instance_step_s, make_ranks, pick_rank, take_rank, takes
+from pdplan.sim.reference.ranks import RankedInstance, Records, instance_step_s, make_ranks, pick_rank, takes
 from pdplan.sim.transfer import layer_visibility, uniform_layer_ready_s
 
 
-class DecodeInstance:
+class DecodeInstance(RankedInstance):
     """A decode instance: its ranks step together; landed KV joins a rank at a step boundary."""
 
     epoch = 0  # its role epoch: a dedicated decode instance never gives up the decode role
@@ -27,22 +27,13 @@ class DecodeInstance:
         self.env, self.profile, self.req, self.rec, self.index = env, profile, req, rec, index
         self.samples_first = samples_first  # it samples its requests' first token again, in their first step
         self.ranks = make_ranks(env, profile, req, rec, self, max_running)
-        self.in_turn, self.next_rank = in_turn, 0  # its requests take its ranks in turn (take_rank)
+        self.in_turn = in_turn
         self.capacity = profile.kv_capacity_tokens   # KV one rank holds: the most one request may need
         self.router_capacity = profile.kv_capacity_tokens * profile.dp
         self.load = 0       # router's view: prompt + output of routed, unfinished requests
         self.busy_s = 0.0
         self.stepping = False  # a step is running or about to start
         self.boundary_s: float | None = None  # when its running or planned step ends (None: idle)
-
-    def book_rank(self) -> int:
-        """The rank a request routed here is booked to, its KV sent over that rank's ingress
-        (:func:`~pdplan.sim.reference.ranks.take_rank`)."""
-        return take_rank(self)
-
-    def unbook(self, k: int) -> None:
-        """A request booked to rank k will not land (its transfer failed, or it was refused)."""
-        self.ranks[k].outstanding -= 1
 
     def kv_visible(self, r: int, k: int) -> None:
         rank = self.ranks[k]

@@ -105,6 +105,22 @@ def pick_rank(outstanding) -> int:
     return best
 
 
+class RankedInstance:
+    """What an instance of ``ranks`` that takes requests is given on top: how a request takes one of them
+    (:func:`take_rank`), and, for one that takes handoffs, a request booked to a rank and given back."""
+
+    in_turn = False  #: its requests take its ranks in turn (SGLang's ``round_robin``), not by load
+    next_rank = 0    #: the next in turn
+
+    def book_rank(self) -> int:
+        """The rank a request routed here is booked to, its KV sent over that rank's ingress (:func:`take_rank`)."""
+        return take_rank(self)
+
+    def unbook(self, k: int) -> None:
+        """A request booked to rank k will not land (its transfer failed, or it was refused)."""
+        self.ranks[k].outstanding -= 1
+
+
 def take_rank(owner) -> int:
     """The rank of ``owner`` (an instance with ``ranks``) that takes a request, counted there from now: the next in
     turn where its requests take its ranks so (``owner.in_turn``: SGLang's DP controller's ``round_robin``,
