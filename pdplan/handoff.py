@@ -76,10 +76,11 @@ def sender_share(model: ModelSpec, prefill_tp: int, prefill_pp: int, decode_tp: 
 def request_kv_bytes_per_s(model: ModelSpec, link_bytes_per_s: float, prefill: InstanceShape,
                            decode: InstanceShape) -> float:
     """The rate a request's KV moves at over a link of ``link_bytes_per_s`` (what a decode instance takes in) from a
-    ``prefill`` shape into a ``decode`` one: the share of the link its sending GPUs fill (:func:`sender_share`) over
-    the copies the decode's TP ranks take (:func:`handoff_copies`)."""
+    ``prefill`` shape into a ``decode`` one: it lands on one of the decode's attention-DP ranks, each with its GPUs'
+    share (1/DP) of the link as its own ingress, and fills the share of that its sending GPUs fill
+    (:func:`sender_share`) over the copies the rank's TP ranks take (:func:`handoff_copies`)."""
     share = sender_share(model, prefill.tp, prefill.pp, decode.tp, decode.pp)
-    return link_bytes_per_s * share / handoff_copies(model, decode.tp)
+    return link_bytes_per_s / decode.dp * share / handoff_copies(model, decode.tp)
 
 
 def payload_floor_s(payload_bytes: float, link_bytes_per_s: float) -> float:

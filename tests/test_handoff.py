@@ -2,9 +2,10 @@
 
 import pytest
 
-from pdplan.handoff import handoff_copies, ledger, payload_floor_s, sender_share, transfer_bytes
+from pdplan.handoff import handoff_copies, ledger, payload_floor_s, request_kv_bytes_per_s, sender_share, transfer_bytes
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
+from pdplan.shape import InstanceShape
 
 PROMPT = list(range(8))  # b0..b7
 
@@ -67,3 +68,12 @@ def test_a_handoff_lands_one_copy_of_what_each_tp_rank_caches(model, tp, copies)
 ])
 def test_a_prefill_rank_fills_as_much_of_a_decode_ranks_ingress_as_it_has_sending_gpus(model, prefill, decode, share):
     assert sender_share(get_model(model), *prefill, *decode) == pytest.approx(share)
+
+
+def test_a_requests_kv_lands_on_one_decode_rank_at_that_ranks_share_of_the_instances_link():
+    """A decode instance of DP 4 TP 1 (DeepSeek, MLA) takes 100 GB/s over its four GPUs; a request's KV lands on one
+    rank, whose GPU takes a quarter, from a TP 1 prefill rank that fills it: 25 GB/s."""
+    model = get_model("deepseek-v3", dtype="fp8")
+    prefill = InstanceShape(gpu="h200-141gb", tp=1, dp=8, ep=8)
+    decode = InstanceShape(gpu="h200-141gb", tp=1, dp=4, ep=4)
+    assert request_kv_bytes_per_s(model, 100e9, prefill, decode) == pytest.approx(25e9)

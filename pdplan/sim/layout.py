@@ -282,9 +282,7 @@ def layout_from_plan(plan: Plan, profiles: Mapping, model: ModelSpec | None) -> 
     for i, src in enumerate(pre):  # none in a colocated plan: a link only where the model is known
         for j, dst in enumerate(dec):
             link = plan.link(src.name, dst.name)
-            # the link is a decode instance's whole ingress; a request lands on one of its DP ranks, over that
-            # rank's GPUs' share of it
-            bandwidth[i, j] = request_kv_bytes_per_s(model, link.bandwidth_bytes_per_s / dst.dp, src, dst)
+            bandwidth[i, j] = request_kv_bytes_per_s(model, link.bandwidth_bytes_per_s, src, dst)
             setup[i, j] = link.setup_s
     if model is not None:
         # a plan file may name the model as the catalog does or by its file (pdplan.sim.plan.plan_model)
