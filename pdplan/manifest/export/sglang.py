@@ -51,9 +51,9 @@ DEEPEP_TOKENS_VARIABLE = "SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK"
 #: How SGLang's DP controller puts a request on a rank of a P/D decode or colocated instance with attention DP, as
 #: pdplan simulates it there (:func:`pdplan.engines.rank_router`: the rank with the fewest outstanding requests):
 #: ``total_requests``, the rank with the fewest running and waiting requests (SGLang 0.5.23 and 0.5.21,
-#: python/sglang/srt/managers/data_parallel_controller.py ``DPBudget.dispatch``). Without it such a server runs
-#: ``round_robin`` (its ``auto``: arg_groups/serving_hook.py ``handle_load_balance_method``); a P/D prefill keeps its
-#: default, ``follow_bootstrap_room``, which pdplan simulates there.
+#: python/sglang/srt/managers/data_parallel_controller.py ``DPBudget.dispatch``). Without it such a server runs in
+#: turn (:func:`pdplan.engines.default_rank_router`); a P/D prefill keeps its default, ``follow_bootstrap_room``,
+#: which pdplan simulates there.
 LOAD_BALANCE_METHOD = "total_requests"
 
 # SGLang's --disaggregation-transfer-backend values among the manifest's connectors (LMCache is not one).
