@@ -57,6 +57,42 @@ def test_a_line_the_table_never_measured_is_filled_along_the_next_axis():
     assert np.isfinite(grid.values).all()
 
 
+def test_a_batch_past_a_lines_last_measurement_continues_along_the_slope_of_its_last_two():
+    """An attention table stops at a total of tokens: its long lines never measured the large batches."""
+    rows = [(1, 8, 1.0), (2, 8, 1.5), (4, 8, 2.5), (8, 8, 4.5), (1, 64, 2.0), (2, 64, 3.0), (4, 64, 5.0)]
+    grid = Grid.from_frame(pd.DataFrame(rows, columns=["batch_size", "step", "latency"]), ("batch_size", "step"),
+                           "generation attention")
+    log = Extrapolated()
+    assert grid((8.0, 64.0), log) == pytest.approx((5.0 + (5.0 - 3.0) / 2 * 4) * 1e-3)
+    assert log.text() == "generation attention past its measured points, continued along their slope (1 queries)"
+    inside = Extrapolated()
+    assert grid((2.0, 64.0), inside) == pytest.approx(3.0e-3)
+    assert inside.text() == ""
+
+
+def test_a_line_whose_last_two_measurements_fall_is_held_past_them():
+    rows = [(1, 8, 1.0), (2, 8, 2.0), (4, 8, 3.0), (1, 64, 2.0), (2, 64, 1.9)]
+    grid = Grid.from_frame(pd.DataFrame(rows, columns=["batch_size", "step", "latency"]), ("batch_size", "step"),
+                           "generation attention")
+    assert grid((4.0, 64.0), Extrapolated()) == pytest.approx(1.9e-3)
+
+
+def test_the_slope_predicts_a_real_lines_last_measured_batch_within_ten_percent():
+    """TensorRT-LLM's B200 generation attention at 8,191 KV tokens, 16 query heads over 2 KV heads: its 128-request
+    point left out and predicted from the smaller batches (held, the rule before, misses it by about half)."""
+    version = tables.choose_versions("b200-180gb", "trtllm", None)["generation_attention"]
+    frame = raw_table("b200_sxm", "attention", "trtllm", version, "generation_attention_perf.parquet")
+    line = frame[(frame.num_heads == 16) & (frame.num_key_value_heads == 2) & (frame.head_dim == 128)
+                 & (frame.window_size == 0) & (frame.kv_cache_dtype == "fp8") & (frame.step == 8191)]
+    best = line.groupby("batch_size")["latency"].min()
+    assert best.index.max() == 128  # the table's last batch at this length
+    values = best.to_numpy(float).copy()
+    measured, values[-1] = values[-1], np.nan
+    tables.fill_holes(values, [best.index.to_numpy(float)])
+    assert values[-1] == pytest.approx(measured, rel=0.10)
+    assert abs(values[-2] / measured - 1) > 0.3
+
+
 def test_gemm_at_a_measured_point_is_the_fastest_kernel_measured_there():
     frame = raw_table("h100_sxm", "gemm", "vllm", H100_VLLM["gemm"], "gemm_perf.parquet")
     row = frame[(frame.gemm_dtype == "fp8") & (frame.m == 64) & (frame.n == 8192) & (frame.k == 8192)]

@@ -18,7 +18,11 @@ interpolates inside each measured grid:
 
 Outside a grid the nearest edge is scaled linearly in the coordinate that left it (a GEMM with
 n above the largest measured n costs n/n_max times the edge), and every such query is counted
-so the profile's provenance can say so. Among kernels measured for one point the fastest is
+so the profile's provenance can say so. Inside a grid a table leaves holes: the attention tables
+stop at a total of tokens (a generation line of 16,384 KV tokens at 16 requests, of 131,072 at 8),
+so the grid's upper corner was never measured. A hole between measured points is interpolated; one
+past a line's last measurement continues along the slope of its last two (:func:`fill_holes`),
+and a query that reads it is counted too. Among kernels measured for one point the fastest is
 used: the engine's autotuner picks it.
 """
 
@@ -103,12 +107,14 @@ def _bracket(axis: np.ndarray, x: float) -> tuple[int, int, float, float]:
 
 class Grid:
     """Latencies (seconds) on a full grid of coordinates; missing points are filled from their
-    neighbours (:func:`_fill_holes`), so the fastest-kernel grid has no holes."""
+    neighbours (:func:`fill_holes`), so the fastest-kernel grid has no holes. ``extended`` marks the
+    points filled past a line's last measurement, which a query reading them records."""
 
     def __init__(self, axes: tuple[np.ndarray, ...], values: np.ndarray, name: str, columns: tuple[str, ...],
-                 transforms: tuple = ()):
+                 transforms: tuple = (), extended: np.ndarray | None = None):
         self.axes, self.values, self.name, self.columns = axes, values, name, columns
         self.transforms = transforms or tuple(None for _ in axes)
+        self.extended = np.zeros(values.shape, bool) if extended is None else extended
 
     @classmethod
     def from_frame(cls, frame, columns: tuple[str, ...], name: str, transforms: tuple = ()) -> "Grid":
@@ -118,8 +124,8 @@ class Grid:
         index = tuple(np.searchsorted(axes[i], best.index.get_level_values(i).to_numpy(float))
                       for i in range(len(columns)))
         values[index] = best.to_numpy() / 1e3   # tables hold milliseconds
-        _fill_holes(values, axes)
-        return cls(axes, values, name, columns, transforms)
+        extended = fill_holes(values, axes)
+        return cls(axes, values, name, columns, transforms, extended)
 
     def __call__(self, point: tuple[float, ...], log: Extrapolated) -> float:
         """Multilinear interpolation at ``point``; outside the grid, linear scaling of the edge."""
@@ -133,7 +139,7 @@ class Grid:
                 edge = f"{axis[0]:g}–{axis[-1]:g}"
                 log.note(f"{self.name} {column} outside the measured {edge}, scaled linearly")
             corners.append(((lo, 1.0 - w), (hi, w)) if lo != hi else ((lo, 1.0),))
-        total = 0.0
+        total, beyond = 0.0, False
         for combo in np.ndindex(*(len(c) for c in corners)):
             weight, index = 1.0, []
             for axis_corners, pick in zip(corners, combo):
@@ -142,23 +148,52 @@ class Grid:
                 index.append(i)
             if weight:
                 total += weight * self.values[tuple(index)]
+                beyond = beyond or bool(self.extended[tuple(index)])
+        if beyond:
+            log.note(f"{self.name} past its measured points, continued along their slope")
         return total * scale
 
 
-def _fill_holes(values: np.ndarray, axes: list[np.ndarray]) -> None:
-    """Fill unmeasured points by linear interpolation along the first axis (the token count), held
-    at the nearest measured value beyond its ends; then, for lines of the first axis with no
-    measurement at all, the same along each further axis in turn (a table may skip a whole
-    sequence length at one batch size: vLLM's MLA context table at 128 tokens). A point no axis
-    reaches stays NaN."""
+def fill_holes(values: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
+    """Fill unmeasured points along the first axis (the token count or batch): linearly between
+    measured ones, held at the first below it (a kernel's floor), and past the last along the slope
+    of the last two (:func:`_continued`); then, for lines of the first axis with no measurement at
+    all, the same along each further axis in turn (a table may skip a whole sequence length at one
+    batch size: vLLM's MLA context table at 128 tokens). A point no axis reaches stays NaN.
+    Returns where the values were continued past a line's last measurement.
+
+    Why the slope: the attention tables stop at a total of tokens, so at long KV lengths the larger
+    batches were never measured, and there the kernel's time still grows with the batch (it reads
+    batch × length of KV). Leaving out the last measured batch of each line of AIConfigurator
+    0.12.0's attention and MLA tables (B200, GB200 and H200, every engine and version: 118,527
+    lines) and predicting it from the rest: held at the one before, 47% median error; scaled in
+    proportion to the batch, 6.7%; along the last two's slope, 2.2% (``benchmarks/grid_holes.py``)."""
+    extended = np.zeros(values.shape, bool)
     for k, axis in enumerate(axes):
-        moved = np.moveaxis(values, k, -1)
-        lines = moved.reshape(-1, len(axis))
-        for line in lines:
+        moved, marks = np.moveaxis(values, k, -1), np.moveaxis(extended, k, -1)
+        lines, flags = moved.reshape(-1, len(axis)), marks.reshape(-1, len(axis))
+        for line, flag in zip(lines, flags):
             known = np.isfinite(line)
             if known.any() and not known.all():
+                past = np.arange(len(axis)) > np.flatnonzero(known)[-1]
                 line[~known] = np.interp(axis[~known], axis[known], line[known])
+                line[past] = _continued(axis, line, known, past)
+                flag[past] = True
         values[...] = np.moveaxis(lines.reshape(moved.shape), -1, k)
+        extended[...] = np.moveaxis(flags.reshape(marks.shape), -1, k)
+    return extended
+
+
+def _continued(axis: np.ndarray, line: np.ndarray, known: np.ndarray, past: np.ndarray) -> np.ndarray:
+    """A line's values at the points ``past`` its last measurement: along the slope of its last two
+    measurements, never falling (held where it has one)."""
+    measured = np.flatnonzero(known)
+    last = measured[-1]
+    if len(measured) < 2:
+        return np.full(past.sum(), line[last])
+    before = measured[-2]
+    slope = max(0.0, (line[last] - line[before]) / (axis[last] - axis[before]))
+    return line[last] + slope * (axis[past] - axis[last])
 
 
 # --- one system, engine and version -----------------------------------------------------------------

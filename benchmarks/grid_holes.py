@@ -1,0 +1,107 @@
+"""How a measured operator table's unmeasured corner should be filled: each rule against the measurements.
+
+    python benchmarks/grid_holes.py [--systems b200_sxm,gb200,h200_sxm]
+
+AIConfigurator's attention and MLA tables stop at a total of tokens: at long KV or prompt lengths the
+larger batches were never measured, and a composed step reading that corner reads a filled value
+(:func:`pdplan.latency.compose.tables.fill_holes`). This leaves out the last measured batch of every
+line of those tables (one kernel configuration at one length, the fastest kernel per batch, as a grid
+takes it; lines of three or more batches), predicts it from the rest of its line, and prints the
+median and p90 absolute error and the median signed error of three rules, per table and engine:
+
+* held: the last value before it (what pdplan did before);
+* in proportion: that value scaled by the batch (what a grid does past its axis's measured end);
+* along the slope: pdplan's rule, ``fill_holes`` on the line with the point left out.
+
+Nothing is fitted: the numbers are the tables' own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+import numpy as np
+import pandas as pd
+
+from pdplan.engines import ENGINES
+from pdplan.latency.compose import tables
+
+#: (family folder, file, the column after the batch that makes a line, the configuration columns)
+TABLES = {
+    "context attention": ("attention", "context_attention_perf.parquet", "isl",
+                          ["num_heads", "num_key_value_heads", "head_dim", "window_size", "kv_cache_dtype"]),
+    "generation attention": ("attention", "generation_attention_perf.parquet", "step",
+                             ["num_heads", "num_key_value_heads", "head_dim", "window_size", "kv_cache_dtype"]),
+    "context MLA": ("mla", "context_mla_perf.parquet", "isl", ["num_heads", "kv_cache_dtype", "tp_size"]),
+    "generation MLA": ("mla", "generation_mla_perf.parquet", "step", ["num_heads", "kv_cache_dtype", "tp_size"]),
+}
+DEFAULT_SYSTEMS = ("b200_sxm", "gb200", "h200_sxm")
+
+
+def lines(frame: pd.DataFrame, length: str, config: list[str]):
+    """Each line of a table: its batches and the fastest latency measured at each (seconds)."""
+    keys = [c for c in config + [length] if c in frame.columns]
+    best = frame.groupby(keys + ["batch_size"], sort=True)["latency"].min() / 1e3
+    for _, line in best.groupby(level=list(range(len(keys)))):
+        yield line.index.get_level_values(-1).to_numpy(float), line.to_numpy()
+
+
+def predictions(batch: np.ndarray, latency: np.ndarray) -> dict[str, float]:
+    """The last point of a line predicted from the others by each rule."""
+    values = latency.copy()
+    values[-1] = np.nan
+    tables.fill_holes(values, [batch])
+    return {"held": latency[-2], "in proportion": latency[-2] * batch[-1] / batch[-2],
+            "along the slope": values[-1]}
+
+
+def left_out(systems: tuple[str, ...]) -> pd.DataFrame:
+    rows = []
+    root = tables.package_root() / "systems" / "data"
+    for system in systems:
+        for engine in ENGINES:
+            for name, (family, filename, length, config) in TABLES.items():
+                folder = root / system / family / engine
+                if not folder.is_dir():
+                    continue
+                for version in sorted(p.name for p in folder.iterdir() if (p / filename).is_file()):
+                    frame = pd.read_parquet(folder / version / filename)
+                    for batch, latency in lines(frame, length, config):
+                        if len(batch) < 3:
+                            continue
+                        for rule, value in predictions(batch, latency).items():
+                            rows.append({"table": name, "engine": engine, "system": system, "version": version,
+                                         "rule": rule, "signed": value / latency[-1] - 1})
+    return pd.DataFrame(rows)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
+                        help="AIConfigurator systems (folders of aiconfigurator_core/systems/data)")
+    args = parser.parse_args(argv)
+    if not tables.installed():
+        print("needs the optional extra pdplan[aic] (aiconfigurator-core)", file=sys.stderr)
+        return 2
+    results = left_out(tuple(args.systems.split(",")))
+    if results.empty:
+        print("no table lines of three or more batches in those systems", file=sys.stderr)
+        return 2
+    results["error"] = results["signed"].abs()
+    summary = results.groupby(["table", "engine", "rule"], sort=True).agg(
+        lines=("error", "size"), median=("error", "median"), p90=("error", lambda e: e.quantile(0.9)),
+        signed=("signed", "median"))
+    pd.set_option("display.width", 200)
+    print(f"aiconfigurator-core {tables.package_version()}: each line's last measured batch left out and predicted "
+          f"from the rest ({', '.join(args.systems.split(','))})\n")
+    print(summary.to_string(float_format=lambda x: f"{x:.1%}"))
+    overall = results.groupby("rule")["error"].median()
+    lines_count = int((results["rule"] == "held").sum())
+    print(f"\noverall median absolute error over {lines_count} lines: "
+          + ", ".join(f"{rule} {error:.1%}" for rule, error in overall.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
