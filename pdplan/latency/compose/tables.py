@@ -19,11 +19,11 @@ interpolates inside each measured grid:
 Outside a grid the nearest edge is scaled linearly in the coordinate that left it (a GEMM with
 n above the largest measured n costs n/n_max times the edge), and every such query is counted
 so the profile's provenance can say so. Inside a grid a table leaves holes: the attention tables
-stop at a total of tokens (a generation line of 16,384 KV tokens at 16 requests, of 131,072 at 8),
-so the grid's upper corner was never measured. A hole between measured points is interpolated; one
-past a line's last measurement continues along the slope of its last two (:func:`fill_holes`),
-and a query that reads it is counted too. Among kernels measured for one point the fastest is
-used: the engine's autotuner picks it.
+stop at a total of tokens (TensorRT-LLM's B200 generation lines at 64 requests of 16,384 KV tokens,
+at 8 of 131,072), so the grid's upper corner was never measured. A hole between measured points is
+interpolated; one past a line's last measurement continues along the slope of its last two
+(:func:`fill_holes`), and a query that reads it is counted too. Among kernels measured for one
+point the fastest is used: the engine's autotuner picks it.
 """
 
 from __future__ import annotations
