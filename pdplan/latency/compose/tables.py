@@ -175,19 +175,19 @@ def fill_holes(values: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
         for line, flag in zip(lines, flags):
             known = np.isfinite(line)
             if known.any() and not known.all():
-                past = np.arange(len(axis)) > np.flatnonzero(known)[-1]
+                measured = np.flatnonzero(known)
+                past = np.arange(len(axis)) > measured[-1]
                 line[~known] = np.interp(axis[~known], axis[known], line[known])
-                line[past] = _continued(axis, line, known, past)
+                line[past] = _continued(axis, line, measured, past)
                 flag[past] = True
         values[...] = np.moveaxis(lines.reshape(moved.shape), -1, k)
         extended[...] = np.moveaxis(flags.reshape(marks.shape), -1, k)
     return extended
 
 
-def _continued(axis: np.ndarray, line: np.ndarray, known: np.ndarray, past: np.ndarray) -> np.ndarray:
-    """A line's values at the points ``past`` its last measurement: along the slope of its last two
-    measurements, never falling (held where it has one)."""
-    measured = np.flatnonzero(known)
+def _continued(axis: np.ndarray, line: np.ndarray, measured: np.ndarray, past: np.ndarray) -> np.ndarray:
+    """A line's values at the points ``past`` its last measurement (``measured``: where it has one): along the
+    slope of its last two measurements, never falling (held where it has one)."""
     last = measured[-1]
     if len(measured) < 2:
         return np.full(past.sum(), line[last])

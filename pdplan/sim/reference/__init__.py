@@ -8,7 +8,7 @@ Python, O(tokens) events) and exists so tests can check the compiled engine requ
 
 The pieces, one concept each: the records and an instance's ranks (:mod:`.ranks`: an instance with
 attention data parallelism holds ``dp`` ranks, each with its own batch, KV and queue, stepping
-together, the rank picked by :func:`~pdplan.sim.reference.ranks.take_rank`), the prefix cache
+together, the rank picked by :meth:`~pdplan.sim.reference.ranks.RankedInstance.take_rank`), the prefix cache
 (:mod:`.prefix`), the colocated instance and Splitwise's mixed machines (:mod:`.colocated`), and the
 disaggregated system (:mod:`.disaggregated`); this module feeds the arrivals, stops a settled run and
 runs a layout.

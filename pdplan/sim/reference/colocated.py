@@ -8,7 +8,7 @@ from collections import deque
 import numpy as np
 
 from pdplan.sim.events import BOUNDARY
-from pdplan.sim.reference.ranks import Rank, RankedInstance, instance_step_s, make_ranks, take_rank
+from pdplan.sim.reference.ranks import Rank, RankedInstance, instance_step_s, make_ranks
 
 
 class ColocatedInstance(RankedInstance):
@@ -39,7 +39,7 @@ class ColocatedInstance(RankedInstance):
         self.running = False
 
     def arrive(self, r: int) -> None:
-        rank = self.ranks[take_rank(self)]
+        rank = self.ranks[self.take_rank()]
         if self.recv_interval > 1 and self.decoding:  # taken in at the next receive
             self.unreceived.append(r)
             return

@@ -127,7 +127,7 @@ class Disaggregated:
         if not self.pids:  # decode judged alone: KV visible on arrival
             d = self._route_decode(r)
             self.rec.decode_instance[r] = d
-            self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r, self.dec[d].book_rank())
+            self.env.schedule(self.env.now, KV_VISIBLE, self.dec[d].kv_visible, r, self.dec[d].take_rank())
             return
         p = self._pick_prefill(r)
         if self.pre[p]["pending"] > self.layout.spill_tokens:  # the queue it would join
@@ -381,7 +381,7 @@ class Disaggregated:
         once, or (a decode that pulls) once the request reaches it, ``route_s`` after its prefill ends, whatever the
         schedule (:meth:`_pull`)."""
         d = self._route_decode(r, end if self.layout.schedule == "request" else start, p)
-        k = self.dec[d].book_rank()
+        k = self.dec[d].take_rank()
         epoch = self.dec[d].epoch
         nbytes = self._missing_tokens(r, d) * self.layout.kv_bytes_per_token
         i, j = self.layout.pool_slot[self.pids[p]], self.layout.receiver(self.dids[d])

@@ -1,5 +1,6 @@
 """The oracle's records and an instance's ranks: each rank its own batch, KV and queue, the
-ranks stepping together (:func:`instance_step_s`), a request's rank picked by :func:`take_rank`."""
+ranks stepping together (:func:`instance_step_s`), a request's rank picked by
+:meth:`RankedInstance.take_rank`."""
 
 from __future__ import annotations
 
@@ -106,32 +107,27 @@ def pick_rank(outstanding) -> int:
 
 
 class RankedInstance:
-    """What an instance of ``ranks`` that takes requests is given on top: how a request takes one of them
-    (:func:`take_rank`), and, for one that takes handoffs, a request booked to a rank and given back."""
+    """An instance of ``ranks`` that takes requests: how a request takes one of them (:meth:`take_rank`), and, for
+    one that takes handoffs, a request booked to a rank given back (:meth:`unbook`)."""
 
     in_turn = False  #: its requests take its ranks in turn (SGLang's ``round_robin``), not by load
     next_rank = 0    #: the next in turn
 
-    def book_rank(self) -> int:
-        """The rank a request routed here is booked to, its KV sent over that rank's ingress (:func:`take_rank`)."""
-        return take_rank(self)
+    def take_rank(self) -> int:
+        """The rank that takes a request, counted there from now (a handoff's KV goes over its ingress): the next in
+        turn where requests take the ranks so (``in_turn``: SGLang's DP controller's ``round_robin``,
+        ``DataParallelController.round_robin_scheduler``), else the fewest outstanding (:func:`pick_rank`)."""
+        if self.in_turn:
+            k = self.next_rank
+            self.next_rank = (k + 1) % len(self.ranks)
+        else:
+            k = pick_rank([rank.outstanding for rank in self.ranks])
+        self.ranks[k].outstanding += 1
+        return k
 
     def unbook(self, k: int) -> None:
         """A request booked to rank k will not land (its transfer failed, or it was refused)."""
         self.ranks[k].outstanding -= 1
-
-
-def take_rank(owner) -> int:
-    """The rank of ``owner`` (an instance with ``ranks``) that takes a request, counted there from now: the next in
-    turn where its requests take its ranks so (``owner.in_turn``: SGLang's DP controller's ``round_robin``,
-    ``DataParallelController.round_robin_scheduler``), else the fewest outstanding (:func:`pick_rank`)."""
-    if owner.in_turn:
-        k = owner.next_rank
-        owner.next_rank = (k + 1) % len(owner.ranks)
-    else:
-        k = pick_rank([rank.outstanding for rank in owner.ranks])
-    owner.ranks[k].outstanding += 1
-    return k
 
 
 def instance_step_s(parts, profile) -> float:
