@@ -2,7 +2,8 @@
 
     python benchmarks/silicon_validation.py [--profiles composed,roofline-engine,roofline] [--rows N] [--csv OUT]
                                             [--mode agg|agg-dp|disagg] [--inferencex JSON ...]
-                                            [--prompt-cost ENGINE=MS,...] [--decode-as-measured]
+                                            [--prompt-cost ENGINE=MS,...] [--prefill-scale ENGINE=FACTOR,...]
+                                            [--decode-as-measured]
 
 Every row of ``aiconfigurator_core/systems/silicon_sample.csv`` (TTFT and TPOT of a model served by
 TensorRT-LLM, SGLang or vLLM at a fixed concurrency, measured by NVIDIA) whose model, GPU and precision
@@ -32,10 +33,12 @@ states how many workers each phase ran, which most of the export's disaggregated
 ``--inferencex`` those rows are replayed with the workers their run states, each run once
 (``inferencex.py``).
 
-Two what-ifs answer questions about the misses, and are never accuracy (``--accuracy-out`` refuses them):
+Three what-ifs answer questions about the misses, and are never accuracy (``--accuracy-out`` refuses them):
 ``--prompt-cost`` replaces, per engine, the cost of an iteration with prompt work every replayed profile states
-(e.g. by the aggregated pilots' median, ``pilot_holdout.py``); ``--decode-as-measured`` scales each disaggregated
-row's decode steps to its measured TPOT, which tells what of a TTFT miss the closed loop carries from the decode.
+(e.g. by the aggregated pilots' median, ``pilot_holdout.py``); ``--prefill-scale`` makes an engine's prefill steps
+a factor as long (how much slower its prefill would have to run for the TTFT to match); ``--decode-as-measured``
+scales each disaggregated row's decode steps to its measured TPOT, which tells what of a TTFT miss the closed loop
+carries from the decode.
 """
 
 from __future__ import annotations
@@ -163,27 +166,45 @@ def within_profiles(plan: Plan, profiles: dict) -> Plan:
     return replace(plan, pools=tuple(within(pool) for pool in plan.pools))
 
 
-def prompt_costs(text: str) -> dict[str, float]:
-    """``--prompt-cost``'s ENGINE=MS pairs, comma-separated, as seconds per engine; ValueError names what is wrong."""
-    costs = {}
+def per_engine(text: str, flag: str, unit: str, low: float, high: float) -> dict[str, float]:
+    """A what-if flag's ENGINE=VALUE pairs, comma-separated, each VALUE (in ``unit``) from ``low`` to below ``high``;
+    ValueError names the flag and what is wrong."""
+    values = {}
     for pair in text.split(","):
-        engine, _, ms = pair.partition("=")
+        engine, _, number = pair.partition("=")
         if engine.strip() not in tables.ENGINES:
-            raise ValueError(f"--prompt-cost: {engine.strip()!r} is not an engine ({', '.join(tables.ENGINES)})")
+            raise ValueError(f"{flag}: {engine.strip()!r} is not an engine ({', '.join(tables.ENGINES)})")
         try:
-            seconds = float(ms) / 1e3
+            value = float(number)
         except ValueError:
-            raise ValueError(f"--prompt-cost: {pair!r} is not ENGINE=MS") from None
-        if not 0 <= seconds < 60:
-            raise ValueError(f"--prompt-cost: {pair!r}: milliseconds from 0 to 60,000")
-        costs[engine.strip()] = seconds
-    return costs
+            raise ValueError(f"{flag}: {pair!r} is not ENGINE={unit.upper()}") from None
+        if not low <= value < high:
+            raise ValueError(f"{flag}: {pair!r}: {unit} from {low:g} to {high:,g}")
+        values[engine.strip()] = value
+    return values
+
+
+def prompt_costs(text: str) -> dict[str, float]:
+    """``--prompt-cost``'s ENGINE=MS pairs as seconds per engine."""
+    return {engine: ms / 1e3 for engine, ms in per_engine(text, "--prompt-cost", "ms", 0, 60_000).items()}
+
+
+def prefill_scales(text: str) -> dict[str, float]:
+    """``--prefill-scale``'s ENGINE=FACTOR pairs: how many times as long each engine's prefill steps take."""
+    return per_engine(text, "--prefill-scale", "factor", 0.1, 10)
 
 
 def with_prompt_cost(profiles: dict, seconds: float) -> dict:
     """What-if: every profile's cost of an iteration with prompt work is ``seconds``, in place of what its source
     states (a composed profile's eager prefill host time, :mod:`pdplan.latency.eager`)."""
     return {shape: with_prompt_iteration(profile, seconds - profile.prompt_iteration_s)
+            for shape, profile in profiles.items()}
+
+
+def with_prefill_scale(profiles: dict, factor: float) -> dict:
+    """What-if: every profile's prefill steps, the cost of an iteration with prompt work included, ``factor`` times
+    as long; its decode steps as they were."""
+    return {shape: corrected(profile, factor, 1.0, 0.0, profile.prompt_iteration_s * factor)
             for shape, profile in profiles.items()}
 
 
@@ -326,6 +347,9 @@ def main(argv: list[str]) -> int:
                         help="what-if, not accuracy: every replayed profile of these engines costs MS milliseconds per "
                              "iteration with prompt work in place of what its source states (e.g. the aggregated "
                              "pilots' median fitted cost, pilot_holdout.py --csv)")
+    parser.add_argument("--prefill-scale", default=None, metavar="ENGINE=FACTOR,...",
+                        help="what-if, not accuracy: every replayed profile of these engines takes FACTOR times as "
+                             "long for its prefill steps (e.g. sglang=1.3), its decode steps as they were")
     parser.add_argument("--decode-as-measured", action="store_true",
                         help="what-if, not accuracy: each disaggregated row's decode steps scaled so its TPOT is the "
                              "measured one (the row replayed twice), to see what of the TTFT miss the closed loop "
@@ -335,12 +359,14 @@ def main(argv: list[str]) -> int:
                              "parallelism, or disaggregated rows")
     args = parser.parse_args(argv)
     if args.accuracy_out and (args.rows or args.models or args.mode or args.inferencex or args.prompt_cost
-                              or args.decode_as_measured or set(args.profiles.split(",")) != set(KINDS)):
+                              or args.prefill_scale or args.decode_as_measured
+                              or set(args.profiles.split(",")) != set(KINDS)):
         parser.error("--accuracy-out writes the file pdplan ships: every row of every mode, model and profile kind, "
                      "from the package alone: without --rows, --models, --mode, --profiles, --inferencex or a what-if")
     try:
         runs = inferencex.read_runs(args.inferencex) if args.inferencex else None
         costs = prompt_costs(args.prompt_cost) if args.prompt_cost else {}
+        scales = prefill_scales(args.prefill_scale) if args.prefill_scale else {}
     except ValueError as err:
         parser.error(str(err))
     rows = supported_rows(tables.package_root() / "systems" / "silicon_sample.csv", runs)
@@ -353,6 +379,8 @@ def main(argv: list[str]) -> int:
     print(f"{len(rows)} supported rows of silicon_sample.csv (aiconfigurator-core {tables.package_version()})")
     for engine, seconds in sorted(costs.items()):
         print(f"what-if, not accuracy: {engine}'s profiles cost {seconds * 1e3:g} ms per iteration with prompt work")
+    for engine, factor in sorted(scales.items()):
+        print(f"what-if, not accuracy: {engine}'s profiles take {factor:g} times as long for their prefill steps")
     if args.decode_as_measured:
         print("what-if, not accuracy: every disaggregated row's decode steps are scaled to its measured TPOT")
     if (rows["mode"] == "disagg").any():
@@ -368,6 +396,8 @@ def main(argv: list[str]) -> int:
                 profiles = row_profiles(row, kind)
                 if row["backend"] in costs:
                     profiles = with_prompt_cost(profiles, costs[row["backend"]])
+                if row["backend"] in scales:
+                    profiles = with_prefill_scale(profiles, scales[row["backend"]])
                 if args.decode_as_measured and row["mode"] == "disagg":
                     profiles = decode_as_measured(row, profiles)
                 ttft, tpot = replayed(row, profiles)

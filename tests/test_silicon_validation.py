@@ -434,6 +434,27 @@ def test_a_what_if_prompt_cost_replaces_the_cost_a_profile_states_for_an_iterati
         0.2 - profile.prompt_iteration_s)
 
 
+def test_a_what_if_prefill_scale_is_read_per_engine_and_refuses_what_is_not(validation):
+    assert validation.prefill_scales("sglang=1.3,vllm=0.5") == {"sglang": 1.3, "vllm": 0.5}
+    for wrong in ("tgi=2", "sglang=slow", "trtllm=0", "sglang=12"):
+        with pytest.raises(ValueError, match="--prefill-scale"):
+            validation.prefill_scales(wrong)
+
+
+def test_a_what_if_prefill_scale_stretches_the_prefill_steps_and_leaves_the_decode_steps(validation):
+    from pdplan.hardware import get_gpu
+    from pdplan.latency.source import ProfileSource
+    from pdplan.modelref import get_model
+
+    model = get_model("deepseek-v3", dtype="fp8")
+    profile = ProfileSource({}, engine="sglang", compose=False).profile(model, get_gpu("h200-141gb"), 8, 1)
+    scaled = validation.with_prefill_scale({"shape": profile}, 1.5)["shape"]
+    for prompts in ([1024], [8192, 2048]):
+        assert scaled.prefill_time_s(prompts) == pytest.approx(1.5 * profile.prefill_time_s(prompts), rel=1e-6)
+    assert scaled.prompt_iteration_s == pytest.approx(1.5 * profile.prompt_iteration_s)
+    assert scaled.decode_step_s(64, 2048) == pytest.approx(profile.decode_step_s(64, 2048), rel=1e-6)
+
+
 def test_the_decode_as_measured_what_if_replays_a_disaggregated_row_at_its_measured_tpot(validation, rows):
     row = rows[rows["id"].str.endswith("_cfg237") & (rows["concurrency"] == 4)].iloc[0]
     profiles = validation.row_profiles(row, "composed")
