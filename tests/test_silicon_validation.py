@@ -8,7 +8,10 @@ import json
 import pandas as pd
 import pytest
 
+from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
+from pdplan.latency.source import ProfileSource
+from pdplan.modelref import get_model
 from pdplan.vocabulary import AllToAll, SpeculativeMethod
 
 pytestmark = pytest.mark.skipif(not tables.installed(), reason="the rows come with pdplan[aic]")
@@ -27,6 +30,13 @@ def validation(benchmark):
 @pytest.fixture(scope="module")
 def rows(deployments):
     return deployments.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv")
+
+
+@pytest.fixture(scope="module")
+def profile():
+    """A profile the what-ifs change: DeepSeek-V3 at fp8 on H200 TP 8, SGLang's roofline."""
+    return ProfileSource({}, engine="sglang", compose=False).profile(get_model("deepseek-v3", dtype="fp8"),
+                                                                     get_gpu("h200-141gb"), 8, 1)
 
 
 def measured(rows, on: str):
@@ -421,13 +431,8 @@ def test_a_what_if_prompt_cost_is_read_per_engine_in_milliseconds_and_refuses_wh
             validation.prompt_costs(wrong)
 
 
-def test_a_what_if_prompt_cost_replaces_the_cost_a_profile_states_for_an_iteration_with_prompt_work(validation):
-    from pdplan.hardware import get_gpu
-    from pdplan.latency.source import ProfileSource
-    from pdplan.modelref import get_model
-
-    model = get_model("deepseek-v3", dtype="fp8")
-    profile = ProfileSource({}, engine="sglang", compose=False).profile(model, get_gpu("h200-141gb"), 8, 1)
+def test_a_what_if_prompt_cost_replaces_the_cost_a_profile_states_for_an_iteration_with_prompt_work(validation,
+                                                                                                  profile):
     changed = validation.with_prompt_cost({"shape": profile}, 0.2)["shape"]
     assert changed.prompt_iteration_s == pytest.approx(0.2)
     assert changed.prefill_time_s([1024]) - profile.prefill_time_s([1024]) == pytest.approx(
@@ -441,13 +446,7 @@ def test_a_what_if_prefill_scale_is_read_per_engine_and_refuses_what_is_not(vali
             validation.prefill_scales(wrong)
 
 
-def test_a_what_if_prefill_scale_stretches_the_prefill_steps_and_leaves_the_decode_steps(validation):
-    from pdplan.hardware import get_gpu
-    from pdplan.latency.source import ProfileSource
-    from pdplan.modelref import get_model
-
-    model = get_model("deepseek-v3", dtype="fp8")
-    profile = ProfileSource({}, engine="sglang", compose=False).profile(model, get_gpu("h200-141gb"), 8, 1)
+def test_a_what_if_prefill_scale_stretches_the_prefill_steps_and_leaves_the_decode_steps(validation, profile):
     scaled = validation.with_prefill_scale({"shape": profile}, 1.5)["shape"]
     for prompts in ([1024], [8192, 2048]):
         assert scaled.prefill_time_s(prompts) == pytest.approx(1.5 * profile.prefill_time_s(prompts), rel=1e-6)
