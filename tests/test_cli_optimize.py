@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from pdplan.latency.accuracy import accuracy_for, layout_of
+from pdplan.manifest.export import FORMATS
 from pdplan.manifest.plan import read_plan
 from tests.conftest import run_main
 
@@ -70,6 +71,29 @@ def test_every_pool_says_how_far_its_source_was_from_measured_deployments_and_ho
         assert pool["profile_accuracy"] == (None if expected is None else expected.to_dict())
     assert any(pool["profile_accuracy"] for pool in answer["pools"])  # the default answer is composed
     assert answer["provenance"]["pools[].profile_accuracy"].startswith("derived: median and p90")
+
+
+def test_the_default_answer_is_one_every_export_format_starts(answer):
+    assert answer["export_refusals"] == {}
+
+
+def test_optimize_says_as_it_plans_what_export_would_refuse_and_why(optimize, run_cli, tmp_path):
+    """A model whose YAML names no Hugging Face repository leaves the engines nothing to load: every format would
+    refuse the plan, and optimize says so once, with the reason export gives."""
+    model = tmp_path / "no-repo.yaml"
+    catalog = ROOT / "pdplan" / "catalog" / "models" / "llama2-70b.yaml"
+    model.write_text("".join(line for line in catalog.read_text().splitlines(keepends=True)
+                             if not line.startswith("hf_repo:")))
+    code, out, err = optimize("--model", model, "--fleet", "HH", "--tp", "4", "--pp", "1", "--out",
+                              tmp_path / "plan.yaml", "--json")
+    assert code == 0, err
+    refused = json.loads(out)["export_refusals"]
+    assert list(refused) == list(FORMATS) and len(set(refused.values())) == 1
+    why = refused["sglang"]
+    assert why.startswith("identity.checkpoint.id is unknown")
+    assert " ".join(err.split()).count("notice: pdplan export would refuse this plan (every format): " + why) == 1
+    code, _, refusal = run_cli("export", tmp_path / "plan.yaml", "--format", "sglang", "--out", tmp_path / "deploy")
+    assert code == 2 and " ".join(refusal.split()) == f"Error: {tmp_path / 'plan.yaml'}: {why}"
 
 
 def test_verification_reports_seeds_requests_and_intervals(answer):

@@ -13,7 +13,7 @@ import yaml
 
 from pdplan.errors import PdplanError
 from pdplan.manifest.document import seal
-from pdplan.manifest.export import FORMATS, export_manifest
+from pdplan.manifest.export import FORMATS, export_manifest, refusals
 from tests.conftest import without_mixed
 
 REMOVED_KV_KEYS = {"kv_rank", "kv_parallel_size", "kv_ip", "kv_buffer_size"}
@@ -215,6 +215,15 @@ def test_an_export_refusal_names_the_manifest_file_and_the_field_in_one_line(run
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
     assert err.startswith(f"Error: {path}: pools[0].engine: llm-d export runs vllm pods")
     assert not (tmp_path / "deploy").exists()
+
+
+def test_refusals_name_the_formats_that_refuse_a_plan_and_only_those(colocated):
+    manifest = copy.deepcopy(colocated)
+    manifest["pools"][0]["engine"] = "sglang"  # llm-d starts vLLM pods only; the others start SGLang or say so
+    assert refusals(colocated) == {}
+    found = refusals(manifest)
+    assert list(found) == ["llm-d"]
+    assert found["llm-d"].startswith("pools[0].engine: llm-d export runs vllm pods") and "\n" not in found["llm-d"]
 
 
 @pytest.mark.parametrize("fmt", ["dynamo", "k8s"])

@@ -17,7 +17,7 @@ from pdplan.manifest.check import check_manifest, refuse_unreadable_inputs
 from pdplan.manifest.diff import diff_manifests
 from pdplan.manifest.document import KIND, SCHEDULE_KIND, load_manifest, read_manifest
 from pdplan.manifest.document import schema as manifest_schema
-from pdplan.manifest.export import FORMATS, export_manifest
+from pdplan.manifest.export import FORMATS, export_manifest, field_first
 from pdplan.manifest.export.k8s import DEFAULT_ROUTER_IMAGE as K8S_ROUTER_IMAGE
 from pdplan.manifest.export.pods import DEFAULT_HF_TOKEN_SECRET
 from pdplan.manifest.plan import plan_of_manifest
@@ -182,5 +182,4 @@ def _in_manifest(refused: PdplanError, manifest: Path) -> PdplanError:
     (``pools[1].pp: …``); a refusal of an option, or one that names its file already, as it came."""
     if refused.file is not None or refused.field is None or refused.field in OPTION_FIELDS:
         return refused
-    detail = refused.detail if refused.detail.startswith(refused.field) else f"{refused.field}: {refused.detail}"
-    return PdplanError(detail, file=manifest, field=refused.field)
+    return PdplanError(field_first(refused), file=manifest, field=refused.field)

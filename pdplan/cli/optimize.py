@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Callable, Iterator
 
 import typer
+import yaml
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from pdplan import limits
@@ -59,6 +60,8 @@ from pdplan.hardware import MAX_GPUS_PER_NODE, default_cluster_path, load_cluste
 from pdplan.latency.profile import profile_inputs
 from pdplan.manifest import Identity, Release, build_manifest
 from pdplan.manifest.build import UNKNOWN
+from pdplan.manifest.export import FORMATS as EXPORT_FORMATS
+from pdplan.manifest.export import refusals as export_refusals
 from pdplan.manifest.schedule import build_schedule
 from pdplan.modelref import get_model, model_file
 from pdplan.modelspec import DEFAULT_MODEL
@@ -312,15 +315,30 @@ def optimize(
         return
     document = report_to_dict(report)
     if report.answer is not None:
+        text = dump_yaml(build_manifest(report, identity=identity, release=Release(connector=connector),
+                                        timestamp=created))
+        document["export_refusals"] = refused = export_refusals(yaml.safe_load(text))  # the file export would read
+        for formats, why in _by_reason(refused):
+            stderr.print(f"notice: pdplan export would refuse this plan ({formats}): {why}", markup=False,
+                         highlight=False)
         if out is not None:
-            outputs.put(out, dump_yaml(build_manifest(report, identity=identity, release=Release(connector=connector),
-                                                      timestamp=created)))
+            outputs.put(out, text)
         if plot is not None:
             _plots(report, document, plot, outputs)
         outputs.commit()
     render(report, document, explain, json)
     if report.answer is None:
         raise typer.Exit(1)
+
+
+def _by_reason(refused: dict[str, str]) -> list[tuple[str, str]]:
+    """The export refusals as (formats, reason), one per reason, in the formats' order: "every format" when all
+    refuse alike."""
+    grouped: dict[str, list[str]] = {}
+    for fmt, why in refused.items():
+        grouped.setdefault(why, []).append(fmt)
+    return [("every format" if len(formats) == len(EXPORT_FORMATS) else "--format " + ", ".join(formats), why)
+            for why, formats in grouped.items()]
 
 
 @contextmanager

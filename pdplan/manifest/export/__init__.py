@@ -48,6 +48,27 @@ def export_manifest(manifest: dict, fmt: str, *, image: str | None = None, route
     return _POD_WRITERS[fmt](manifest, options)
 
 
+def refusals(manifest: dict) -> dict[str, str]:
+    """Each format whose export would refuse ``manifest``, with the one line it would refuse it with (the field, then
+    the rule), found without writing anything: ``optimize`` names them as it plans, so that a plan some stack cannot
+    start as verified is known before anyone exports it. Empty when every format starts the plan."""
+    found = {}
+    for fmt in FORMATS:
+        try:
+            export_manifest(manifest, fmt)
+        except PdplanError as refused:
+            found[fmt] = field_first(refused)
+    return found
+
+
+def field_first(refused: PdplanError) -> str:
+    """An export's refusal as one line that starts with the manifest field it names (``pools[1].pp: …``)."""
+    detail = " ".join(refused.detail.split())
+    if refused.field is None or detail.startswith(refused.field):
+        return detail
+    return f"{refused.field}: {detail}"
+
+
 def _refuse_nodes_beyond_hosts(manifest: dict) -> None:
     """Every format starts one engine process group per host on the GPUs a node lists; a node with more GPUs than one
     host of its GPU holds (a GB200 NVL72 rack planned as one node of 72, whose hosts are its compute trays of 4) names
@@ -75,4 +96,4 @@ def _refuse_mixed(manifest: dict, fmt: str) -> None:
                           "plan without --borrow to export", field="transfer.spill.borrow")
 
 
-__all__ = ["FORMATS", "export_manifest"]
+__all__ = ["FORMATS", "export_manifest", "field_first", "refusals"]
