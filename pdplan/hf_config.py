@@ -22,6 +22,8 @@ from pdplan.modelspec import ModelSpec, default_kv_dtype, precision_suffix
 
 #: The file a Hugging Face model repository states its architecture in.
 CONFIG_NAME = "config.json"
+#: Where AIConfigurator (the aic extra) keeps its copies of Hugging Face configs: ``{owner}--{name}_config.json``.
+SHIPPED_PACKAGE, SHIPPED_FOLDER = "aiconfigurator_core", "model_configs"
 #: How huggingface_hub's cache names a model repository's folder (``file_download.repo_folder_name``:
 #: ``models--{owner}--{name}``), whose ``snapshots/{commit}/`` hold the downloaded files.
 HUB_CACHE_PREFIX = "models--"
@@ -78,6 +80,15 @@ def hub_config(repo: str) -> Path | None:
         snapshots = sorted(p for p in (folder / "snapshots").glob("*") if (p / CONFIG_NAME).is_file())
     found = [p / CONFIG_NAME for p in snapshots if (p / CONFIG_NAME).is_file()]
     return found[0] if len(found) == 1 else None
+
+
+def shipped_config(repo: str, package: Path | None) -> Path | None:
+    """AIConfigurator's copy of ``repo``'s config.json in the installed aiconfigurator_core ``package`` (None: the
+    extra is not installed), None when it ships none."""
+    if package is None:
+        return None
+    path = package / SHIPPED_FOLDER / f"{repo.replace('/', '--')}_{CONFIG_NAME}"
+    return path if path.is_file() else None
 
 
 def load_hf_config(path: str | Path) -> ModelSpec:
@@ -151,7 +162,7 @@ class _Config:
         if self.data.get("num_nextn_predict_layers") is not None:  # DeepSeek-V3's multi-token prediction
             values["mtp_layers"] = self.integer("num_nextn_predict_layers", minimum=0)
         kv = default_kv_dtype(weight)
-        repo, commit = self.hub_snapshot() or (None, None)
+        repo, commit = self.hub_snapshot() or self.shipped_copy() or (None, None)
         # a snapshot is named after its repository: the catalog model kept there, else the repository's name
         name = self.name() if repo is None else self.checked_name(kept_in(repo) or repo.split("/")[1].lower())
         probe = checked_model({**values, "name": name, "parameters": 1, "weight_dtype": weight, "kv_dtype": kv},
@@ -333,6 +344,19 @@ class _Config:
             raise PdplanError(f"the model name taken from the file name, {name!r}, {problem}; rename the file or "
                               "its folder", file=self.path, field="model")
         return name
+
+    def shipped_copy(self) -> tuple[str, None] | None:
+        """The Hugging Face repository whose config.json this is when it is AIConfigurator's copy of it (the aic
+        extra ships them as ``aiconfigurator_core/model_configs/{owner}--{name}_config.json``), at no known commit;
+        else None. As for a hub snapshot, the repository names the model and is the checkpoint the engines load."""
+        parent = Path(os.path.abspath(self.path.parent))
+        if parent.name != SHIPPED_FOLDER or parent.parent.name != SHIPPED_PACKAGE:
+            return None
+        if not self.path.name.endswith(f"_{CONFIG_NAME}"):
+            return None
+        owner, separator, name = self.path.name.removesuffix(f"_{CONFIG_NAME}").partition("--")
+        repo = f"{owner}/{name}"
+        return None if not separator or names.hf_repo(repo) is not None else (repo, None)
 
     def hub_snapshot(self) -> tuple[str, str] | None:
         """The Hugging Face repository and commit whose downloaded snapshot holds this config.json

@@ -1,6 +1,7 @@
 """What ``--model`` names: a catalog model (at a precision), a user's model YAML, a Hugging Face
-config.json, or a Hugging Face repository (a catalog model's, or one in the hub's cache), read into
-the :class:`~pdplan.modelspec.ModelSpec` it is served as."""
+config.json, or a Hugging Face repository (a catalog model's, one in the hub's cache, or one whose config.json
+AIConfigurator's aic extra ships, read from its copy so no download is needed), read into the
+:class:`~pdplan.modelspec.ModelSpec` it is served as."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ from pathlib import Path
 
 from pdplan import names
 from pdplan.errors import PdplanError
-from pdplan.hf_config import config_path, hub_cache, hub_config, load_hf_config
+from pdplan.hf_config import config_path, hub_cache, hub_config, load_hf_config, shipped_config
+from pdplan.latency.compose import tables
 from pdplan.modelcatalog import geometry, kept_in, load_model, model_catalog
 from pdplan.modelspec import PRECISION_MARK, ModelSpec, parse_precision
 
@@ -39,6 +41,8 @@ def _named_file(name_or_path: str) -> Path | None:
     path = config_path(name_or_path)
     if path is None and names.hf_repo(name_or_path) is None:  # owner/name: its download, if the cache has one
         path = hub_config(name_or_path)
+        if path is None and kept_in(name_or_path) is None:  # else a catalog model's, else AIConfigurator's copy
+            path = shipped_config(name_or_path, tables.aiconfigurator_root())
     return path
 
 
@@ -68,9 +72,10 @@ def get_model(name_or_path: str, *, dtype: str | None = None, kv_dtype: str | No
         if kept is not None:  # a catalog model's repository
             base = kept
         elif base not in catalog and names.hf_repo(base) is None:
-            raise PdplanError(f"model {base!r} is a Hugging Face repository that is no catalog model's, and the hub's "
-                              f"cache ({hub_cache()}) holds no config.json of its main branch: download it "
-                              f"(hf download {base} config.json) or pass the file", field="model")
+            raise PdplanError(f"model {base!r} is a Hugging Face repository that is no catalog model's, the hub's "
+                              f"cache ({hub_cache()}) holds no config.json of its main branch, and AIConfigurator "
+                              f"ships none (the aic extra): download it (hf download {base} config.json) or pass "
+                              "the file", field="model")
         elif base not in catalog:
             raise PdplanError(f"unknown model {base!r} (known: {', '.join(sorted(catalog))}; "
                               "or pass a model YAML, a Hugging Face config.json or its folder, or a Hugging Face "

@@ -17,7 +17,7 @@ from pdplan.latency.roofline import roofline_profile
 from pdplan.manifest.build import abi_kv_bytes_per_token, kv_cache_abi
 from pdplan.manifest.check import _identity
 from pdplan.modelcatalog import load_model, model_catalog
-from pdplan.modelref import get_model
+from pdplan.modelref import get_model, model_file
 from pdplan.modelspec import WEIGHT_BYTES
 
 try:
@@ -145,8 +145,9 @@ def test_the_configs_quantization_sets_the_weight_precision(stem, dtype):
 
 @needs_configs
 def test_dtype_overrides_the_configs_quantization_and_the_name_says_so():
+    """AIConfigurator's copy of DeepSeek-V3's config is that repository's, so the catalog model kept there."""
     model = get_model(str(config("deepseek-ai--DeepSeek-V3")), dtype="bf16")
-    assert (model.weight_dtype, model.checkpoint_dtype, model.name) == ("bf16", "fp8", "deepseek-ai--deepseek-v3@bf16")
+    assert (model.weight_dtype, model.checkpoint_dtype, model.name) == ("bf16", "fp8", "deepseek-v3@bf16")
 
 
 # --- reading configs ------------------------------------------------------------------------------
@@ -259,13 +260,45 @@ def test_a_repository_in_the_hub_cache_is_read_at_the_commit_its_main_branch_nam
     assert (model.base_name, model.hf_repo, model.hf_revision) == ("qwen3-30b-a3b-fp8", repo, snapshot.name)
 
 
-def test_a_repository_neither_catalogued_nor_downloaded_is_refused_naming_the_cache_and_the_download(
+def test_a_repository_neither_catalogued_downloaded_nor_shipped_is_refused_naming_the_cache_and_the_download(
         tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     with pytest.raises(PdplanError, match=r"acme/Tiny-7B' is a Hugging Face repository .* the hub's cache \("
-                                          rf"{tmp_path / 'hub'}\) holds no config.json of its main branch: "
-                                          r"download it \(hf download acme/Tiny-7B config.json\)"):
+                                          rf"{tmp_path / 'hub'}\) holds no config.json of its main branch, and "
+                                          r"AIConfigurator ships none \(the aic extra\): download it \(hf download "
+                                          r"acme/Tiny-7B config.json\)"):
         get_model("acme/Tiny-7B")
+
+
+@needs_configs
+def test_a_repository_whose_config_aiconfigurator_ships_is_that_repository_read_from_the_copy(tmp_path, monkeypatch):
+    """NVIDIA's NVFP4 DeepSeek states its precision in hf_quant_config.json (quant_algo NVFP4), beside the copy."""
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    repo = "nvidia/DeepSeek-V3.1-NVFP4"
+    assert model_file(repo) == config("nvidia--DeepSeek-V3.1-NVFP4")
+    model = get_model(repo)
+    assert (model.base_name, model.hf_repo, model.hf_revision) == ("deepseek-v3.1-nvfp4", repo, None)
+    assert (model.weight_dtype, model.checkpoint_dtype, model.experts, model.attention) == ("fp4", "fp4", 256, "mla")
+
+
+@needs_configs
+def test_a_catalog_models_repository_stays_the_catalog_model_though_aiconfigurator_ships_its_config(
+        tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty"))
+    assert config("deepseek-ai--DeepSeek-R1").is_file()
+    assert model_file("deepseek-ai/DeepSeek-R1") is None
+    assert get_model("deepseek-ai/DeepSeek-R1") == model_catalog()["deepseek-r1"]
+
+
+@needs_configs
+@pytest.mark.parametrize("package, repo", [("aiconfigurator_core", "acme/Tiny-Model"), ("elsewhere", None)])
+def test_only_a_copy_in_aiconfigurators_model_configs_names_its_repository(tmp_path, package, repo):
+    folder = tmp_path / package / "model_configs"
+    folder.mkdir(parents=True)
+    shutil.copy(config("Qwen--Qwen3-30B-A3B"), folder / "acme--Tiny-Model_config.json")
+    model = get_model(str(folder / "acme--Tiny-Model_config.json"))
+    assert model.hf_repo == repo
+    assert model.base_name == ("tiny-model" if repo else "acme--tiny-model")
 
 
 @needs_configs

@@ -51,8 +51,8 @@ def choice(flag: str, words: Iterable[StrEnum], *, sort: bool = True, **option) 
 
 #: What --model takes, as modelref.get_model reads it.
 MODEL_HELP = ("A catalog model's name (at a precision: deepseek-v3@bf16), a model YAML, a Hugging Face config.json "
-              "or its folder, or a Hugging Face repository id (a catalog model's, or one downloaded in the hub's "
-              "cache).")
+              "or its folder, or a Hugging Face repository id (a catalog model's, one downloaded in the hub's "
+              "cache, or one whose config AIConfigurator ships: nvidia/DeepSeek-V3.1-NVFP4).")
 TraceArg = Annotated[Path, typer.Argument(help="Trace file (native CSV, Azure CSV, Mooncake JSONL, "
                                                "BurstGPT CSV or a lengths-only CSV; a regular file of at most "
                                                "4 GiB).", show_default=False)]

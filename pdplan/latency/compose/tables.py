@@ -50,13 +50,21 @@ KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
 EXTRA = "pip install 'pdplan[aic]'"
 
 
-def package_root() -> Path:
-    """The installed aiconfigurator_core package, or a clear error naming the extra."""
+def aiconfigurator_root() -> Path | None:
+    """The installed aiconfigurator_core package's folder, None without the extra."""
     spec = importlib.util.find_spec("aiconfigurator_core")
     if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def package_root() -> Path:
+    """The installed aiconfigurator_core package, or a clear error naming the extra."""
+    root = aiconfigurator_root()
+    if root is None:
         raise PdplanError(f"operator-level profiles read AIConfigurator's measured tables, which come with the "
                           f"optional extra: {EXTRA}", field="engine")
-    return Path(list(spec.submodule_search_locations)[0])
+    return root
 
 
 def installed() -> bool:
