@@ -6,11 +6,14 @@ The requests each collection's client sent:
 
 * ``2026-04-06.csv``, ``2026-03-25.csv`` and ``db-dump/2026-04-27`` are SemiAnalysis' InferenceMAX sweep
   (two exports of its results and a dump of its database) (its grid: ISL/OSL 1k/1k, 1k/8k, 8k/1k,
-  concurrency 4 to 256, Llama-3.1-70B, DeepSeek-R1 and gpt-oss-120b on H100/H200/B200/GB200 under
+  concurrency 4 to 256, Llama-3.1-70B, DeepSeek-R1, gpt-oss-120b and Kimi-K2.5 on H100/H200/B200/GB200 under
   vLLM, SGLang and TensorRT-LLM). Its client is vLLM's old ``benchmark_serving.py`` run with
   ``--random-range-ratio 0.8 --num-prompts 10*C --max-concurrency C --ignore-eos``: each
   request's input and output lengths are drawn uniformly from the integers in [0.8·L, L] (its GB200 FP4
-  TensorRT-LLM runs of December 2025, ai-dynamo's ``bench.sh``: 8·C prompts, ``srt_slurm.DYNAMO_TRTLLM``);
+  TensorRT-LLM runs of December 2025, ai-dynamo's ``bench.sh``: 8·C prompts, ``srt_slurm.DYNAMO_TRTLLM``).
+  ``kimi-k2.5-gap-analysis.csv`` is InferenceMAX's too: 29 of its 47 Kimi-K2.5 rows state the TTFT and TPOT of an
+  InferenceMAX export's row of the same deployment and load to 0.1 ms (its numbers rounded to two decimals), so its
+  runs are replayed with that client;
 * every other collection (AIConfigurator's own gap-analysis runs): exactly the row's ISL and OSL,
   10 × C requests (at least 100, at most 2,000).
 
@@ -125,19 +128,20 @@ MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-
           # mixture-of-experts models (aggregated rows whose instance is TP x PP on one node)
           "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
           "nvidia/DeepSeek-R1-NVFP4": "deepseek-r1", "openai/gpt-oss-120b": "gpt-oss-120b",
-          "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b"}
-MOE = {"deepseek-r1", "deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b"}
+          "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b", "moonshotai/Kimi-K2.5": "kimi-k2.5"}
+MOE = {"deepseek-r1", "deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b", "kimi-k2.5"}
 #: Checkpoints whose FP8 weights are block-scaled although their catalog model's precision is not.
 BLOCK_SCALED = {"Qwen/Qwen3-235B-A22B-FP8": 128}
 GPUS = {system: gpu for gpu, system in tables.SYSTEMS.items()}
-DTYPES = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4"}
+DTYPES = {"fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "int4_wo": "int4"}
 #: gpt-oss ships MXFP4 experts; the collection labels its runs nvfp4 (the 4-bit MoE mode), which on
 #: Hopper, lacking FP4 tensor cores, can only be the checkpoint's MXFP4 weights.
 CHECKPOINT_DTYPES = {"gpt-oss-120b": "mxfp4"}
 SCHEDULING = {"vllm": ("chunked", 8192), "trtllm": ("chunked", 8192), "sglang": ("prefill-first", 8192)}
 #: SemiAnalysis' InferenceMAX collections: two CSV exports and a dump of its results database, each row
 #: naming the container image and measurement date; one benchmark client (module docstring).
-INFERENCEMAX, RANGE_RATIO = ("2026-04-06.csv", "2026-03-25.csv", "db-dump/2026-04-27"), 0.8
+INFERENCEMAX = ("2026-04-06.csv", "2026-03-25.csv", "db-dump/2026-04-27", "kimi-k2.5-gap-analysis.csv")
+RANGE_RATIO = 0.8
 #: Each GPU's KV path: one 400 Gb/s NIC, and 0.5 ms per transfer.
 NIC_BYTES_PER_S, LINK_SETUP_S = 50e9, 0.5e-3
 DEEPSEEK = {"deepseek-r1", "deepseek-v3"}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from dataclasses import replace
 from pathlib import Path
 
 from pdplan import names
@@ -34,6 +35,9 @@ _NATIVE_TYPES = {"llama", "mistral", "qwen2", "qwen3", "mixtral", "qwen3_moe", "
 #: Architectures read, by the family of fields they use.
 _DENSE = {"LlamaForCausalLM", "MistralForCausalLM", "Qwen2ForCausalLM", "Qwen3ForCausalLM"}
 _MOE = {"MixtralForCausalLM", "Qwen3MoeForCausalLM", "DeepseekV3ForCausalLM", "GptOssForCausalLM"}
+#: Multimodal architectures whose language model a key of their config nests (Kimi-K2.5: a DeepSeek-V3 text
+#: model, its ``text_config``, beside the MoonViT vision tower's ``vision_config``).
+_MULTIMODAL = {"KimiK25ForConditionalGeneration": "text_config"}
 #: Architectures whose configs do not state head_dim may derive it as hidden_size / heads
 #: (LlamaConfig, MistralConfig, MixtralConfig, Qwen2Config); Qwen3's classes default it to 128 instead,
 #: so for them it must be stated.
@@ -46,6 +50,10 @@ _QUANT_METHOD = {"fp8": "fp8", "mxfp4": "mxfp4"}
 _QUANT_ALGO = {"FP8": "fp8", "NVFP4": "fp4"}
 #: Modules an MXFP4 config must leave unquantized (gpt-oss's modules_to_not_convert names each).
 _MXFP4_KEPT = ("self_attn", "router", "embed_tokens", "lm_head")
+#: Modules a compressed-tensors int4 config must leave unquantized (Kimi-K2.5's ``ignore`` names each: attention,
+#: the shared experts and the dense layers' MLP projections), and the weights per scale it groups.
+_INT4_KEPT = ("self_attn", "shared_experts", "mlp")
+INT4_GROUP = 32
 
 
 def config_path(name_or_path: str) -> Path | None:
@@ -112,15 +120,17 @@ def _json(text: str, path: Path):
 
 
 class _Config:
-    """One config.json under reading: each failure names the file and the key."""
+    """One config.json under reading (or the language model's part of a multimodal one, ``within`` its key):
+    each failure names the file and the key."""
 
-    def __init__(self, data, path: Path):
+    def __init__(self, data, path: Path, within: str = ""):
         if not isinstance(data, dict):
-            raise PdplanError("top level must be a JSON object", file=path, field="model")
-        self.data, self.path = data, path
+            raise PdplanError(f"{within or 'top level'} must be a JSON object", file=path, field=within or "model")
+        self.data, self.path, self.within = data, path, within
 
     def fail(self, key: str, rule: str, value=None) -> PdplanError:
         got = "" if value is None else f", got {value!r}"
+        key = f"{self.within}.{key}" if self.within else key
         return PdplanError(f"{key} {rule}{got}", file=self.path, field=key)
 
     def integer(self, key: str, default: int | None = None, *, minimum: int = 1) -> int:
@@ -135,13 +145,16 @@ class _Config:
         arch = self.data.get("architectures")
         if not isinstance(arch, list) or len(arch) != 1 or not isinstance(arch[0], str):
             raise self.fail("architectures", "must list one architecture", arch)
-        if arch[0] not in _DENSE | _MOE:
+        read = _DENSE | _MOE | (set() if self.within else set(_MULTIMODAL))
+        if arch[0] not in read:
             raise self.fail("architectures", f"names an architecture pdplan does not read (it reads: "
-                            f"{', '.join(sorted(_DENSE | _MOE))})", arch[0])
+                            f"{', '.join(sorted(read))})", arch[0])
         return arch[0]
 
     def model(self) -> ModelSpec:
         arch = self.architecture()
+        if arch in _MULTIMODAL:
+            return self.language_model(arch)
         layers, hidden = self.integer("num_hidden_layers"), self.integer("hidden_size")
         heads = self.integer("num_attention_heads")
         # Every class turns an explicit null into multi-head attention; LlamaConfig's default is that
@@ -172,6 +185,20 @@ class _Config:
                               "checkpoint_dtype": weight, "hf_repo": repo, "hf_revision": commit,
                               "remote_code": self.remote_code(),
                               "source": f"{self.path.name} ({arch})"}, self._fail_mapped)
+
+    def language_model(self, arch: str) -> ModelSpec:
+        """A multimodal checkpoint planned for its text requests: the language model its config nests
+        (:data:`_MULTIMODAL`), with the quantization the top level states for the whole checkpoint when the
+        nested config states none (NVIDIA's NVFP4 Kimi-K2.5). The vision tower's weights are not counted."""
+        key = _MULTIMODAL[arch]
+        nested = self.data.get(key)
+        text = dict(nested) if isinstance(nested, dict) else nested
+        if isinstance(text, dict) and "quantization_config" not in text and "quantization_config" in self.data:
+            text["quantization_config"] = self.data["quantization_config"]
+        inner = _Config(text, self.path, within=key)
+        model = inner.model()
+        note = f"{self.path.name} ({arch}: its {key}, {inner.architecture()}; the vision tower not counted)"
+        return replace(model, remote_code=model.remote_code or self.remote_code(), source=note)
 
     def _fail_mapped(self, key: str, rule: str, value) -> PdplanError:
         return self.fail(_CONFIG_KEY.get(key, key), rule, value)
@@ -281,13 +308,43 @@ class _Config:
         method, algo = quant.get("quant_method"), quant.get("quant_algo")
         if method in _QUANT_METHOD:
             return _QUANT_METHOD[method]
+        if method == "compressed-tensors":
+            return self.compressed_tensors_dtype(quant)
         if method in (None, "modelopt") and algo in _QUANT_ALGO:
             return _QUANT_ALGO[algo]
         if method in (None, "modelopt"):
             raise self.fail("quantization_config.quant_algo", f"is a quantization pdplan does not read (it reads "
                             f"{', '.join(_QUANT_ALGO)})", algo)
         raise self.fail("quantization_config.quant_method", f"is a quantization pdplan does not read (it reads "
-                        f"{', '.join([*_QUANT_METHOD, 'modelopt'])})", method)
+                        f"{', '.join([*_QUANT_METHOD, 'modelopt', 'compressed-tensors'])})", method)
+
+    def compressed_tensors_dtype(self, quant: dict) -> str:
+        """int4 for the one compressed-tensors scheme pdplan reads, Kimi-K2.5's W4A16: one config group of
+        symmetric 4-bit integer weights in groups of :data:`INT4_GROUP` (one bf16 scale each, the bytes
+        :data:`pdplan.modelspec.WEIGHT_BYTES` counts), activations left in 16 bits, and ``ignore`` keeping
+        attention, shared experts and dense MLPs whole: pdplan models int4 on the routed experts only
+        (:data:`pdplan.modelspec.EXPERTS_ONLY_DTYPES`). Any other scheme is refused naming its key."""
+        groups = quant.get("config_groups")
+        if not isinstance(groups, dict) or len(groups) != 1 or not isinstance(next(iter(groups.values())), dict):
+            raise self.fail("quantization_config.config_groups", "must hold one group (pdplan reads "
+                            "compressed-tensors' W4A16 int4 scheme only)", groups)
+        name, group = next(iter(groups.items()))
+        weights, where = group.get("weights"), f"quantization_config.config_groups.{name}"
+        wanted = {"type": "int", "num_bits": 4, "strategy": "group", "group_size": INT4_GROUP, "symmetric": True}
+        if not isinstance(weights, dict) or any(weights.get(k) != v for k, v in wanted.items()):
+            raise self.fail(f"{where}.weights", "must be symmetric 4-bit integers in groups of "
+                            f"{INT4_GROUP} (pdplan reads compressed-tensors' W4A16 int4 scheme only)", weights)
+        if group.get("input_activations") is not None:
+            raise self.fail(f"{where}.input_activations", "must be null: pdplan reads W4A16 (activations in 16 bits) "
+                            "only", group.get("input_activations"))
+        ignored = quant.get("ignore")
+        if not isinstance(ignored, list) or not all(isinstance(k, str) for k in ignored):
+            raise self.fail("quantization_config.ignore", "must list the modules int4 leaves unquantized", ignored)
+        missing = [part for part in _INT4_KEPT if not any(part in k for k in ignored)]
+        if missing:
+            raise self.fail("quantization_config.ignore", f"must keep {', '.join(missing)} unquantized: pdplan models "
+                            "int4 on the routed experts only", ignored)
+        return "int4"
 
     def weight_block(self, weight: str) -> int:
         """Block size of block-scaled FP8 (``quantization_config.weight_block_size``, square blocks, as

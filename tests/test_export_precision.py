@@ -114,5 +114,22 @@ def test_fp4_of_a_bf16_checkpoint_is_refused_for_want_of_a_load_time_quantizatio
 
 
 def test_a_checkpoint_precision_the_schema_does_not_name_is_refused(colocated):
-    manifest = planned(colocated, "llama2-70b@fp8", checkpoint=None, checkpoint_dtype="int4")
+    manifest = planned(colocated, "llama2-70b@fp8", checkpoint=None, checkpoint_dtype="int8")
     assert [field for field, _ in schema_errors(manifest)] == ["identity.checkpoint.dtype"]
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "sglang"])
+def test_an_int4_checkpoint_served_at_int4_is_loaded_as_it_is_with_its_code_and_a_bf16_kv_cache(colocated, fmt):
+    """Kimi-K2.5 ships compressed-tensors int4 experts, which the engines read from its config, and no KV scheme."""
+    files = export_manifest(planned(colocated, "kimi-k2.5", checkpoint=None, checkpoint_dtype="int4"), fmt)
+    assert flag_values(files, "--quantization") == []
+    assert set(flag_values(files, "--kv-cache-dtype")) == {"bfloat16"}
+    assert all("--trust-remote-code" in tokens for tokens in _tokens(files)
+               if "--tensor-parallel-size" in tokens or "--tp-size" in tokens)
+
+
+@pytest.mark.parametrize("fmt", ["vllm", "sglang"])
+def test_fp4_of_an_int4_checkpoint_is_refused_for_want_of_a_load_time_quantization(colocated, fmt):
+    with pytest.raises(PdplanError, match="stores them at int4") as error:
+        export_manifest(planned(colocated, "kimi-k2.5@fp4", checkpoint=None, checkpoint_dtype="int4"), fmt)
+    assert error.value.field == "identity.weights_dtype"

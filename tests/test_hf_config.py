@@ -16,7 +16,7 @@ from pdplan.hardware import get_gpu
 from pdplan.latency.roofline import roofline_profile
 from pdplan.manifest.build import abi_kv_bytes_per_token, kv_cache_abi
 from pdplan.manifest.check import _identity
-from pdplan.modelcatalog import load_model, model_catalog
+from pdplan.modelcatalog import geometry, load_model, model_catalog
 from pdplan.modelref import get_model, model_file
 from pdplan.modelspec import WEIGHT_BYTES
 
@@ -134,13 +134,65 @@ def test_mxfp4_costs_four_and_a_quarter_bits_per_weight():
     assert WEIGHT_BYTES["fp4"] * 8 == (16 * 4 + 8) / 16  # NVFP4: one E4M3 scale per 16
 
 
+def test_w4a16_int4_costs_four_and_a_half_bits_per_weight():
+    """compressed-tensors pack-quantized int4 as Kimi-K2.5 ships it: 32 four-bit integers share one bf16 scale."""
+    assert WEIGHT_BYTES["int4"] * 8 == (32 * 4 + 16) / 32
+
+
 @needs_configs
 @pytest.mark.parametrize("stem, dtype", [("deepseek-ai--DeepSeek-V3", "fp8"), ("openai--gpt-oss-120b", "mxfp4"),
                                          ("Qwen--Qwen3-235B-A22B", "bf16"),
                                          ("nvidia--Qwen3-235B-A22B-NVFP4", "fp4"),
-                                         ("nvidia--Llama-3.1-70B-Instruct-FP8", "fp8")])
+                                         ("nvidia--Llama-3.1-70B-Instruct-FP8", "fp8"),
+                                         ("moonshotai--Kimi-K2.5", "int4"), ("nvidia--Kimi-K2.5-NVFP4", "fp4")])
 def test_the_configs_quantization_sets_the_weight_precision(stem, dtype):
     assert get_model(str(config(stem))).weight_dtype == dtype
+
+
+@needs_configs
+def test_kimi_k25_is_its_text_configs_language_model_the_catalog_states():
+    """KimiK25ForConditionalGeneration nests a DeepSeek-V3 text model under text_config; read from there it has the
+    catalog entry's geometry, and its repository keeps its config as code."""
+    model = get_model(str(config("moonshotai--Kimi-K2.5")))
+    catalog = model_catalog()["kimi-k2.5"]
+    assert model.name == catalog.name == "kimi-k2.5@int4" and geometry(model) == geometry(catalog)
+    assert (model.experts, model.q_heads, model.attention, model.kv_dtype) == (384, 64, "mla", "bf16")
+    assert model.remote_code and "vision tower not counted" in model.source
+
+
+def test_int4_weighs_its_routed_experts_at_four_and_a_half_bits_and_the_rest_at_sixteen():
+    """Kimi-K2.5: 60 MoE layers × 384 experts × 3 × 7168 × 2048 weights at 0.5625 B; every other weight in bf16."""
+    model = get_model("kimi-k2.5")
+    routed = 60 * 384 * 3 * 7168 * 2048
+    assert model.weight_bytes == pytest.approx(routed * 0.5625 + (model.parameters - routed) * 2, abs=2)
+
+
+@needs_configs
+@pytest.mark.parametrize("change, key", [
+    ({"num_bits": 8}, "config_groups.group_0.weights"),
+    ({"group_size": 128}, "config_groups.group_0.weights"),
+    ({"type": "float"}, "config_groups.group_0.weights")])
+def test_a_compressed_tensors_scheme_other_than_w4a16_int4_is_refused_naming_its_key(tmp_path, change, key):
+    data = json.loads(config("moonshotai--Kimi-K2.5").read_text())
+    data["text_config"]["quantization_config"]["config_groups"]["group_0"]["weights"].update(change)
+    path = tmp_path / "kimi" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    with pytest.raises(PdplanError, match="W4A16 int4 scheme only") as error:
+        get_model(str(path))
+    assert error.value.field == f"text_config.quantization_config.{key}"
+
+
+@needs_configs
+def test_int4_that_quantizes_attention_is_refused_since_pdplan_models_it_on_the_routed_experts(tmp_path):
+    data = json.loads(config("moonshotai--Kimi-K2.5").read_text())
+    quant = data["text_config"]["quantization_config"]
+    quant["ignore"] = [k for k in quant["ignore"] if "self_attn" not in k]
+    path = tmp_path / "kimi" / "config.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps(data))
+    with pytest.raises(PdplanError, match="must keep self_attn unquantized: pdplan models int4 on the routed experts"):
+        get_model(str(path))
 
 
 @needs_configs
@@ -378,7 +430,7 @@ def test_rooflines_of_mixture_of_experts_models_are_made(name):
 
 
 def test_mxfp4_weights_are_refused_for_a_dense_model():
-    with pytest.raises(PdplanError, match=r"llama-3.1-8b: mxfp4 quantizes only routed experts \(as gpt-oss ships it\)"):
+    with pytest.raises(PdplanError, match=r"llama-3.1-8b: mxfp4 quantizes only routed experts \(as gpt-oss's MXFP4"):
         roofline_profile(get_model("llama-3.1-8b", dtype="mxfp4"), get_gpu("b200-180gb"), 1, 1)
 
 
@@ -386,8 +438,8 @@ def test_optimize_refuses_mxfp4_for_a_dense_model_on_one_line(run_cli):
     code, out, err = run_cli("optimize", ROOT / "traces/smoke_uniform_200.csv", "--model", "llama-3.1-8b", "--dtype",
                              "mxfp4", "--cluster", ROOT / "examples/cluster_h200.yaml")
     assert code == 2 and not out
-    assert err.strip() == ("Error: llama-3.1-8b: mxfp4 quantizes only routed experts (as gpt-oss ships it) and this "
-                           "model has none: use --dtype fp4 or fp8")
+    assert err.strip() == ("Error: llama-3.1-8b: mxfp4 quantizes only routed experts (as gpt-oss's MXFP4 and "
+                           "Kimi-K2.5's int4 checkpoints do) and this model has none: use --dtype fp4 or fp8")
 
 
 # --- block-scaled fp8 and what MXFP4 quantizes -----------------------------------------------------

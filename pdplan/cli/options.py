@@ -114,8 +114,9 @@ AllToAllOpt = Annotated[AllToAll, choice(
                                    "GPUs), as their exports run them, "
                                    "and TensorRT-LLM's off an NVLink fabric, as it runs them.")]
 DtypeOpt = Annotated[str | None, typer.Option(
-    "--dtype", help="Weight precision the model is served at: bf16, fp8, fp4 (NVFP4) or mxfp4 (gpt-oss's "
-                    "MXFP4); default: a Hugging Face config's quantization_config, else bf16. Its KV cache follows "
+    "--dtype", help="Weight precision the model is served at: bf16, fp8, fp4 (NVFP4), mxfp4 (gpt-oss's "
+                    "MXFP4) or int4 (Kimi-K2.5's W4A16 experts); default: a Hugging Face config's "
+                    "quantization_config, else bf16. Its KV cache follows "
                     "(fp8 for quantized weights) unless --kv-dtype says otherwise. Same as a name suffix: "
                     "llama-3.1-70b@fp8.", show_default=False)]
 KvDtypeOpt = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache precision: bf16 or fp8.",

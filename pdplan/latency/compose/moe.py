@@ -77,13 +77,14 @@ def moe_dtype(model, engine: str = "", sm_version: int = 0, activations: MoeActi
     checkpoint's quantization (``_infer_quant_modes_from_raw_config`` in sdk/models/helpers.py, aiconfigurator-core
     0.12.0): block-scaled FP8 (DeepSeek-V3's 128×128 blocks, ``weight_block`` > 0) is ``fp8_block``,
     per-tensor FP8 ``fp8``, NVFP4 ``nvfp4``, MXFP4 (gpt-oss) by the precision of the experts' activations
-    (:func:`mxfp4_activations`): ``w4a16_mxfp4`` in BF16, ``w4a8_mxfp4_mxfp8`` quantized to MXFP8."""
+    (:func:`mxfp4_activations`): ``w4a16_mxfp4`` in BF16, ``w4a8_mxfp4_mxfp8`` quantized to MXFP8; W4A16 int4
+    (Kimi-K2.5's compressed-tensors experts) ``int4_wo``, the weight-only int4 AIConfigurator measures for it."""
     if model.weight_dtype == "fp8":
         return "fp8_block" if getattr(model, "weight_block", 0) > 0 else "fp8"
     if model.weight_dtype == "mxfp4":
         mxfp8 = mxfp4_activations(engine, sm_version, activations) == MoeActivations.MXFP8
         return "w4a8_mxfp4_mxfp8" if mxfp8 else "w4a16_mxfp4"
-    return {"bf16": "bfloat16", "fp4": "nvfp4"}[model.weight_dtype]
+    return {"bf16": "bfloat16", "fp4": "nvfp4", "int4": "int4_wo"}[model.weight_dtype]
 
 
 def mxfp4_activations(engine: str, sm_version: int, asked: MoeActivations | None = None) -> MoeActivations:
@@ -128,10 +129,11 @@ def gemm_dtype(model) -> str:
     """The GEMM table's ``gemm_dtype`` for the model's attention, shared-expert and dense-layer
     weights. An MXFP4 checkpoint keeps every weight but the experts in bf16 (gpt-oss's
     quantization_config leaves attention, router, embedding and head unquantized; AIConfigurator sets
-    ``gemm_quant_mode = bfloat16`` for ``quant_algo == "mxfp4"``, sdk/models/helpers.py)."""
+    ``gemm_quant_mode = bfloat16`` for ``quant_algo == "mxfp4"``, sdk/models/helpers.py), and so does an int4 one
+    (Kimi-K2.5's ``ignore`` list, :data:`pdplan.modelspec.EXPERTS_ONLY_DTYPES`)."""
     if model.weight_dtype == "fp8":
         return "fp8_block" if getattr(model, "weight_block", 0) > 0 else "fp8"
-    return {"bf16": "bfloat16", "fp4": "nvfp4", "mxfp4": "bfloat16"}[model.weight_dtype]
+    return {"bf16": "bfloat16", "fp4": "nvfp4", "mxfp4": "bfloat16", "int4": "bfloat16"}[model.weight_dtype]
 
 
 def newest_not_above(system: str, engine: str, table: str, ceiling: str | None) -> list[str]:
@@ -360,7 +362,7 @@ class LatentAttention:
             self.versions["mla_module"] = version
         elif kernel_versions and bmm_versions:
             version = kernel_versions[0]
-            bmm_dtype = "bfloat16" if m.weight_dtype in ("bf16", "mxfp4") else "fp8"
+            bmm_dtype = "bfloat16" if gemm_type == "bfloat16" else "fp8"
             self.granular = {phase: mla_kernel_grid(system, engine, version, phase, m.kv_dtype)
                              for phase in ("context", "generation")}
             self.bmm = {which: mla_bmm_grid(system, engine, bmm_versions[0], which, bmm_dtype)
