@@ -493,6 +493,21 @@ def rank_span_refusal(engine: str | None, shape: InstanceShape, gpus_per_node: i
     return None
 
 
+#: Weight precisions an engine does not load, with why (the rule's name first). TensorRT-LLM has no loader for a
+#: compressed-tensors int4 checkpoint (Kimi-K2.5's W4A16 experts): AIConfigurator's Kimi-K2.5 support leaves it out
+#: for that reason ("TRTLLM does not support this", ai-dynamo/aiconfigurator #757, TensorRT-LLM 1.2.0rc5), and
+#: NVIDIA serves it there only after ModelOpt converts it (to GPTQ int4, NVIDIA/Model-Optimizer #590; NVFP4, #669).
+UNLOADED_WEIGHTS = {("trtllm", "int4"): "trtllm-int4: TensorRT-LLM does not load a compressed-tensors int4 checkpoint "
+                                        "(AIConfigurator's Kimi-K2.5 support leaves it out, ai-dynamo/aiconfigurator "
+                                        "#757); plan with --engine vllm or sglang, or from an NVFP4 checkpoint "
+                                        "(--model nvidia/Kimi-K2.5-NVFP4)"}
+
+
+def weights_refusal(engine: str | None, weight_dtype: str) -> str | None:
+    """Why ``engine`` cannot load weights at ``weight_dtype`` (:data:`UNLOADED_WEIGHTS`); None when it can."""
+    return UNLOADED_WEIGHTS.get((engine, weight_dtype))
+
+
 def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[Role]) -> str | None:
     """Why ``engine`` cannot run a plan of these pools, naming the first rule it breaks; None when it
     can. Every pool faces the expert rules (DeepEP's too where the engine's export starts it for the pool), the

@@ -378,6 +378,20 @@ def test_validate_holds_a_pool_pinned_to_an_engine_to_that_engines_rules(runnabl
     assert any(line.startswith(f"pools[0].engine: sglang cannot run this plan: {SGLANG_EQUAL_TP}") for line in found)
 
 
+def test_optimize_engine_trtllm_refuses_an_int4_checkpoint_it_does_not_load_in_one_line(run_cli):
+    code, out, err = run_cli("optimize", TRACE, "--model", "kimi-k2.5", "--engine", "trtllm")
+    assert code == 2 and not out and len(err.strip().splitlines()) == 1
+    assert err.startswith("Error: kimi-k2.5@int4 at --engine trtllm: trtllm-int4: TensorRT-LLM does not load a "
+                          "compressed-tensors int4 checkpoint")
+
+
+def test_validate_refuses_int4_weights_in_a_plan_made_for_trtllm_and_not_for_vllm(runnable):
+    int4 = copy.deepcopy(runnable)
+    int4["identity"]["weights_dtype"] = "int4"
+    assert any("trtllm-int4" in str(v) for v in check_manifest(made_for(int4, "trtllm")))
+    assert not any("trtllm-int4" in str(v) for v in check_manifest(made_for(int4, "vllm")))
+
+
 def test_explain_counts_the_prefill_and_decode_pairs_each_rule_keeps_apart():
     from pdplan.cli.optimize_render import _kept_apart
 

@@ -330,9 +330,12 @@ def _path_follows_placement(manifest: dict, where: str, path: dict) -> list[Viol
 
 
 def engine_refusal(manifest: dict, engine: str | None) -> str | None:
-    """Why ``engine`` cannot run this manifest's pools with its KV connector, their experts and their prompt
-    chunks (the rule and its reason, see :mod:`pdplan.engines`), or None when it can or no engine is named. A
-    model YAML's experts are not known here, so the expert rules pass it."""
+    """Why ``engine`` cannot load this manifest's weights or run its pools with its KV connector, their experts and
+    their prompt chunks (the rule and its reason, see :mod:`pdplan.engines`), or None when it can or no engine is
+    named. A model YAML's experts are not known here, so the expert rules pass it."""
+    why = engines.weights_refusal(engine, manifest["identity"]["weights_dtype"])
+    if why:
+        return why
     spanning = spanned_node_gpus(manifest["placement"]["nodes"])
     roles = [_role(manifest, pool, spanning) for pool in manifest["pools"]]
     return engines.plan_refusal(engine, manifest["transfer"]["connector"], roles)

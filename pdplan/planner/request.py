@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pdplan import limits
+from pdplan import engines, limits
 from pdplan.candidates import DEFAULT_CHUNKS, DEFAULT_DPS, DEFAULT_PPS, DEFAULT_TPS
 from pdplan.errors import PdplanError
 from pdplan.goodput import DEFAULT_ADMISSION_SHARE, DEFAULT_SEED, SearchSettings, check_admission_share
@@ -130,6 +130,10 @@ class PlanRequest:
         if self.redundant_experts and (not self.model.is_moe or max(self.dps) < 2):
             raise PdplanError(f"--redundant-experts {self.redundant_experts} adds expert slots to wide shapes, which "
                               "a mixture-of-experts model gets with --dp above 1", field="redundant_experts")
+        engine = self.profiles.serving_engine
+        unloaded = engines.weights_refusal(engine, self.model.weight_dtype)
+        if unloaded:
+            raise PdplanError(f"{self.model.name} at --engine {engine}: {unloaded}", field="engine")
 
     @property
     def affinities(self) -> tuple[Affinity, ...]:
