@@ -622,7 +622,7 @@ def test_without_the_tables_the_same_plan_runs_on_rooflines_and_says_why(optimiz
 
 @pytest.mark.parametrize("args,message", [
     (("--engine", "tensorrt"), "Error: unknown engine 'tensorrt' (known: vllm, sglang, trtllm)"),
-    (("--dtype", "int4"), "Error: --dtype must be one of bf16, fp8, fp4, mxfp4, got 'int4'"),
+    (("--dtype", "int8"), "Error: --dtype must be one of bf16, fp8, fp4, mxfp4, int4, got 'int8'"),
 ], ids=["engine", "dtype"])
 def test_bad_engine_or_precision_exits_2_naming_what_exists(optimize, args, message):
     code, out, err = optimize(*args)

@@ -429,9 +429,10 @@ def test_rooflines_of_mixture_of_experts_models_are_made(name):
     assert profile.kv_capacity_tokens > 0
 
 
-def test_mxfp4_weights_are_refused_for_a_dense_model():
-    with pytest.raises(PdplanError, match=r"llama-3.1-8b: mxfp4 quantizes only routed experts \(as gpt-oss's MXFP4"):
-        roofline_profile(get_model("llama-3.1-8b", dtype="mxfp4"), get_gpu("b200-180gb"), 1, 1)
+@pytest.mark.parametrize("dtype", ["mxfp4", "int4"])
+def test_experts_only_weights_are_refused_for_a_dense_model(dtype):
+    with pytest.raises(PdplanError, match=rf"llama-3.1-8b: {dtype} quantizes only routed experts \(as gpt-oss's MXFP4"):
+        roofline_profile(get_model("llama-3.1-8b", dtype=dtype), get_gpu("b200-180gb"), 1, 1)
 
 
 def test_optimize_refuses_mxfp4_for_a_dense_model_on_one_line(run_cli):

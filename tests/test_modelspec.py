@@ -242,14 +242,14 @@ def test_a_model_file_states_its_checkpoints_precision(tmp_path):
                     "vocab: 100\nparameters: 94720\ncheckpoint_dtype: fp8\n")
     model = load_model(path)
     assert (model.name, model.weight_dtype, model.kv_dtype, model.checkpoint_dtype) == ("mini@fp8", "fp8", "fp8", "fp8")
-    path.write_text(path.read_text().replace("fp8", "int4"))
+    path.write_text(path.read_text().replace("fp8", "int8"))
     with pytest.raises(PdplanError, match=r"checkpoint_dtype"):
         load_model(path)
 
 
 def test_unknown_dtype_is_refused_with_the_known_ones():
-    with pytest.raises(PdplanError, match=r"--dtype must be one of bf16, fp8, fp4, mxfp4, got 'int4'"):
-        get_model("llama-3.1-8b", dtype="int4")
+    with pytest.raises(PdplanError, match=r"--dtype must be one of bf16, fp8, fp4, mxfp4, int4, got 'int8'"):
+        get_model("llama-3.1-8b", dtype="int8")
     with pytest.raises(PdplanError, match=r"--kv-dtype must be one of bf16, fp8, got 'fp4'"):
         get_model("llama-3.1-8b@fp4,kv=fp4")
 
@@ -312,7 +312,8 @@ def test_each_catalog_model_names_the_hugging_face_repository_its_config_came_fr
         "deepseek-v3": "deepseek-ai/DeepSeek-V3", "deepseek-r1": "deepseek-ai/DeepSeek-R1",
         "kimi-k2": "moonshotai/Kimi-K2-Instruct", "qwen3-235b-a22b": "Qwen/Qwen3-235B-A22B",
         "qwen3-30b-a3b": "Qwen/Qwen3-30B-A3B", "gpt-oss-120b": "openai/gpt-oss-120b",
-        "gpt-oss-20b": "openai/gpt-oss-20b", "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1"}
+        "gpt-oss-20b": "openai/gpt-oss-20b", "mixtral-8x7b": "mistralai/Mixtral-8x7B-v0.1",
+        "kimi-k2.5": "moonshotai/Kimi-K2.5"}
 
 
 def test_a_precision_keeps_the_models_repository():
