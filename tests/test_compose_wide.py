@@ -22,6 +22,7 @@ from pdplan.latency.compose import tables  # noqa: E402
 from pdplan.latency.compose.profile import composed_profile  # noqa: E402
 from pdplan.latency.compose.step import Step, reads_moe_table  # noqa: E402
 from pdplan.latency.compose.tables import Extrapolated  # noqa: E402
+from pdplan.latency.compose.wide import stand_in_experts  # noqa: E402
 from pdplan.latency.profile import profile_from_dict, profile_to_dict  # noqa: E402
 from pdplan.latency.source import ProfileSource  # noqa: E402
 from pdplan.modelref import get_model  # noqa: E402
@@ -162,6 +163,30 @@ def test_tensorrt_llm_on_an_nvlink_fabric_dispatches_by_its_nvlink_one_sided_ker
     assert sorted(a2a.op_name) == ["alltoall_combine", "alltoall_dispatch"]
     rank, experts = step.wide_experts, step.wide_experts.group_s(128, False, Extrapolated())
     assert rank.routed_s(16, False, Extrapolated()) - experts == pytest.approx(a2a.latency.sum() / 1e3, rel=1e-9)
+
+
+def test_kimis_384_experts_dispatch_by_the_one_sided_kernel_measured_for_256_and_say_so():
+    """AIConfigurator measures TensorRT-LLM's NVLink one-sided all-to-all for 256 experts only: Kimi-K2.5's 384 at
+    the same hidden size, top-k, dtype and EP read those rows, and the tables named in the provenance say so."""
+    step = Step(model=get_model("kimi-k2.5@fp4"), shape=InstanceShape(gpu="gb200-185gb", tp=1, pp=1, dp=4, ep=4),
+                engine="trtllm", versions=tables.choose_versions("gb200-185gb", "trtllm", None))
+    label = "trtllm_alltoall (measured for 256 experts, standing in for 384)"
+    a2a = raw("gb200", "comm", "trtllm", step.wide_experts.versions[label], "trtllm_alltoall_perf.parquet")
+    a2a = a2a[(a2a.kernel_source == "NVLinkOneSided") & (a2a.moe_dtype == "nvfp4") & (a2a.moe_ep_size == 4)
+              & (a2a.hidden_size == 7168) & (a2a.topk == 8) & (a2a.num_tokens == 16)]
+    assert set(a2a.num_experts) == {256} and sorted(a2a.op_name) == ["alltoall_combine", "alltoall_dispatch"]
+    rank = step.wide_experts
+    assert rank.routed_s(16, False, Extrapolated()) - rank.group_s(64, False, Extrapolated()) == pytest.approx(
+        a2a.latency.sum() / 1e3, rel=1e-9)
+    assert label in rank.note()
+
+
+@pytest.mark.parametrize("experts, measured, stand_in", [(384, [256], 256), (256, [384, 256], 256),
+                                                         (300, [256, 384], 256), (320, [256, 384], 256),
+                                                         (384, [], None)])
+def test_an_all_to_all_stands_in_with_the_nearest_measured_expert_count(experts, measured, stand_in):
+    """Ties go to the smaller count; with none measured there is no stand-in."""
+    assert stand_in_experts(experts, measured) == stand_in
 
 
 def test_tensorrt_llm_on_hgx_nodes_keeps_deepeps_tables_for_a_dispatch(dsr1):

@@ -270,29 +270,47 @@ def _nvlink_one_sided(system: str, ceiling: str | None, model_key: tuple, ep: in
     """TensorRT-LLM's NVLink one-sided dispatch and combine over a rank's tokens: what its CUTLASS and TRT-LLM-Gen MoE
     layers run on a multi-node NVLink fabric (``select_alltoall_method_type``: NVLinkOneSided under
     ``MnnvlMemory.supports_mnnvl()``), as AIConfigurator's ``_select_alltoall_kernel`` reads it, from its
-    ``trtllm_alltoall`` table at the model's MoE dtype and EP (both phases; the kernel is one)."""
+    ``trtllm_alltoall`` table at the model's MoE dtype and EP (both phases; the kernel is one). Where the table holds
+    another expert count than the model's at the same hidden size, top-k, dtype and EP, the nearest stands in
+    (:func:`stand_in_experts`), named in the table label the provenance carries."""
     hidden, topk, experts = model_key
     columns = ["kernel_source", "op_name", "moe_dtype", "num_tokens", "hidden_size", "topk", "num_experts",
                "moe_ep_size", "latency"]
+    label = {}
 
     def pick(version):
         frame = tables._read(system, "trtllm", "trtllm_alltoall", version, columns)
         rows = frame[(frame.kernel_source == "NVLinkOneSided") & (frame.moe_dtype == moe_dtype)
-                     & (frame.moe_ep_size == ep) & (frame.hidden_size == hidden) & (frame.topk == topk)
-                     & (frame.num_experts == experts)]
+                     & (frame.moe_ep_size == ep) & (frame.hidden_size == hidden) & (frame.topk == topk)]
+        measured = stand_in_experts(experts, rows.num_experts.unique())
+        rows = rows[rows.num_experts == measured]
         grids = []
         for op in ("alltoall_dispatch", "alltoall_combine"):
             part = rows[rows.op_name == op]
             if part.empty:
                 return None
             grids.append(_grid(part, "num_tokens", f"NVLink one-sided {op.split('_')[1]}"))
+        label[version] = ("trtllm_alltoall" if measured == experts
+                          else f"trtllm_alltoall (measured for {measured} experts, standing in for {experts})")
         return tuple(grids)
     found = _newest(system, "trtllm", "trtllm_alltoall", ceiling, pick)
     if found is None:
         raise PdplanError(f"no trtllm NVLink one-sided all-to-all measured on {system} over EP {ep} for hidden "
                           f"{hidden}, top-{topk} of {experts} experts at {moe_dtype}", field="ep")
     (dispatch, combine), version = found
-    return dispatch, combine, "trtllm_alltoall", version
+    return dispatch, combine, label[version], version
+
+
+def stand_in_experts(experts: int, measured) -> int | None:
+    """The expert count whose all-to-all stands in for ``experts``: itself when measured, else the nearest measured
+    (None: none). An all-to-all moves each token's hidden state to the ranks of its top-k experts, so at one hidden
+    size, top-k, dtype and EP the bytes do not depend on how many experts share the ranks; where AIConfigurator
+    measured both, DeepEP's kernels over 384 and 256 experts at EP 4 on GB200 differ by −3% to +12% at the median per
+    phase and dtype (its trtllm ``moe_a2a`` table, 1.3.0rc11: low-latency 0.97–1.02, high-throughput 1.08–1.12)."""
+    counts = sorted(int(c) for c in measured)
+    if not counts:
+        return None
+    return experts if experts in counts else min(counts, key=lambda c: (abs(c - experts), c))
 
 
 # --- shared experts ------------------------------------------------------------------------------------
