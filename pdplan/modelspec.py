@@ -13,9 +13,8 @@ from pdplan.shape import shape_label, spans_nvlink
 #: Bytes one weight takes per dtype. fp4 is NVFP4: 4-bit values plus one 8-bit (E4M3) scale per 16 of
 #: them, (16·4 + 8)/16 = 4.5 bits. mxfp4 is the OCP Microscaling MXFP4 that gpt-oss ships: 4-bit (E2M1)
 #: values plus one 8-bit (E8M0) scale per block of 32, (32·4 + 8)/32 = 4.25 bits = 0.53125 B (OCP
-#: Microscaling Formats (MX) v1.0 specification, table 1; openai/gpt-oss model card, "MXFP4"). int4 is the
-#: W4A16 integer format Kimi-K2.5 ships (compressed-tensors ``pack-quantized``: symmetric 4-bit integers with one
-#: bf16 scale per group of 32, its config.json's ``group_size: 32``), (32·4 + 16)/32 = 4.5 bits = 0.5625 B.
+#: Microscaling Formats (MX) v1.0 specification, table 1; openai/gpt-oss model card, "MXFP4"). int4 is Kimi-K2.5's
+#: W4A16 (compressed-tensors: 4-bit integers, one bf16 scale per group of 32), (32·4 + 16)/32 = 4.5 bits = 0.5625 B.
 WEIGHT_BYTES = {"bf16": 2.0, "fp8": 1.0, "fp4": 0.5625, "mxfp4": 0.53125, "int4": 0.5625}
 #: Bytes one K or V scalar takes per dtype.
 KV_BYTES = {"bf16": 2, "fp8": 1}
@@ -32,16 +31,13 @@ BLOCK_SCALE_BYTES = 4
 #: Weight precisions whose checkpoints quantize the routed experts only: gpt-oss's MXFP4 config.json lists
 #: ``modules_to_not_convert: [model.layers.*.self_attn, model.layers.*.mlp.router, model.embed_tokens,
 #: lm_head]`` (AIConfigurator's model_configs/openai--gpt-oss-120b_config.json), so attention, router,
-#: embedding and head stay bf16. Kimi-K2.5's int4 does the same: its quantization_config ``ignore`` names every
-#: ``self_attn``, the ``shared_experts`` and the dense layers' ``mlp`` projections (AIConfigurator's
-#: model_configs/moonshotai--Kimi-K2.5_config.json, ``text_config``). Every other precision quantizes all block
-#: matrices but the router.
+#: embedding and head stay bf16; Kimi-K2.5's int4 ``ignore`` list keeps attention, shared experts and dense MLPs
+#: (its text_config). Every other precision quantizes all block matrices but the router.
 EXPERTS_ONLY_DTYPES = ("mxfp4", "int4")
 #: The precision the matrix products of a weight dtype run at, where it is not the weight's own: vLLM runs
 #: MXFP4 experts with bf16 activations on any GPU from compute capability 8.0 (vllm-project/vllm
 #: vllm/model_executor/layers/quantization/mxfp4.py: ``Mxfp4Config.get_min_capability`` 80,
-#: ``get_supported_act_dtypes`` [bfloat16]; the Marlin and Triton backends dequantize to bf16), and int4 (W4A16:
-#: 16-bit activations by its name; compressed-tensors' config states ``input_activations: null``) likewise.
+#: ``get_supported_act_dtypes`` [bfloat16]; the Marlin and Triton backends dequantize to bf16); int4 is W4A16.
 COMPUTE_DTYPE = {"mxfp4": "bf16", "int4": "bf16"}
 
 
@@ -131,9 +127,8 @@ class ModelSpec:
 
     def timing_refusal(self) -> str | None:
         """Why pdplan's memory and roofline models would give wrong numbers for this model; None when
-        they hold. Mixture-of-experts, latent and sliding-window attention are modelled; MXFP4 and int4 are
-        modelled as gpt-oss and Kimi-K2.5 ship them, on the routed experts only, so a model without routed
-        experts at either is not."""
+        they hold. Mixture-of-experts, latent and sliding-window attention are modelled; MXFP4 and int4 only on
+        the routed experts, as gpt-oss and Kimi-K2.5 ship them, so a model without routed experts at either is not."""
         if self.weight_dtype in EXPERTS_ONLY_DTYPES and not self.is_moe:
             return (f"{self.base_name}: {self.weight_dtype} quantizes only routed experts (as gpt-oss's MXFP4 and "
                     f"Kimi-K2.5's int4 checkpoints do) and this model has none: use --dtype fp4 or fp8")
