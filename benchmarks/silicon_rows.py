@@ -113,6 +113,7 @@ import srt_slurm
 
 from pdplan import engines
 from pdplan.engines import default_rank_router, first_token, handoff
+from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.speculative import SpeculativeDecoding
@@ -128,7 +129,8 @@ MODELS = {"meta-llama/Llama-3.1-70B": "llama-3.1-70b", "meta-llama/Llama-3.1-8B-
           # mixture-of-experts models (aggregated rows whose instance is TP x PP on one node)
           "deepseek-ai/DeepSeek-R1": "deepseek-r1", "deepseek-ai/DeepSeek-V3": "deepseek-v3",
           "nvidia/DeepSeek-R1-NVFP4": "deepseek-r1", "openai/gpt-oss-120b": "gpt-oss-120b",
-          "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b", "moonshotai/Kimi-K2.5": "kimi-k2.5"}
+          "Qwen/Qwen3-235B-A22B-FP8": "qwen3-235b-a22b", "moonshotai/Kimi-K2.5": "kimi-k2.5",
+          "nvidia/DeepSeek-V3.1-NVFP4": "deepseek-v3"}
 MOE = {"deepseek-r1", "deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b", "kimi-k2.5"}
 #: Checkpoints whose FP8 weights are block-scaled although their catalog model's precision is not.
 BLOCK_SCALED = {"Qwen/Qwen3-235B-A22B-FP8": 128}
@@ -202,6 +204,7 @@ def supported_rows(path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
     its run states (:func:`inferencex.with_published_layouts`), and a run the export holds under several rows
     is replayed once: through the row that names its own workers, else the first by id."""
     rows = pd.read_csv(path)
+    _say_unread(rows)
     rows = rows[rows["model_path"].isin(MODELS) & rows["system"].isin(GPUS)].copy()
     rows["model"] = rows["model_path"].map(MODELS)
     rows["gpu"] = rows["system"].map(GPUS)
@@ -249,6 +252,35 @@ def supported_rows(path, runs: pd.DataFrame | None = None) -> pd.DataFrame:
             print(f"{int(left_out.sum())} mixture-of-experts rows are {reason}; not replayed")
     rows = rows[(~moe | one_instance | with_dp | (disagg & workers)) & ~mixed & ~repeated]
     return rows[rows["concurrency"] > 0].reset_index(drop=True)
+
+
+def _say_unread(rows: pd.DataFrame) -> None:
+    """Print how many rows are of a model pdplan does not read (each with the reason its config reader gives) or on a
+    GPU its catalog does not hold, which no replay can time."""
+    unread = rows[~rows["model_path"].isin(MODELS)]
+    for model_path, count in unread.groupby("model_path").size().items():
+        print(f"{count} rows are of {model_path}, which pdplan does not read ({_unread_reason(model_path)}); "
+              "not replayed")
+    off = rows[rows["model_path"].isin(MODELS) & ~rows["system"].isin(GPUS)]
+    for system, count in off.groupby("system").size().items():
+        print(f"{count} rows are on {system}, a GPU pdplan's catalog does not hold; not replayed")
+
+
+#: Rows naming a repository by an older organisation name: Zhipu AI publishes on Hugging Face as zai-org.
+RENAMED = {"zhipuai/GLM-5": "zai-org/GLM-5"}
+
+
+def _unread_reason(model_path: str) -> str:
+    """Why ``model_path`` is not among the replayed models: what its config reader refuses it for, else that no
+    row of it is mapped to a catalog model."""
+    try:
+        get_model(RENAMED.get(model_path, model_path))
+    except PdplanError as refused:
+        named = re.search(r"got '([^']+)'", refused.detail)
+        if refused.field == "architectures" and named:
+            return f"its architecture, {named.group(1)}"
+        return "no config.json of it at hand: neither the hub's cache nor AIConfigurator's copies hold one"
+    return "its rows are not mapped to a model here"
 
 
 def _concurrency(source: str, batch) -> int:
