@@ -229,6 +229,10 @@ GPU_SYSTEMS = {
                                "(NVLink 5 carries twice NVLink 4's bandwidth)"),
     "gb200-185gb": ("h100_dgx", "not measured; uses h100-80gb's constants, a conservative stand-in "
                                 "(NVLink 5 carries twice NVLink 4's bandwidth; groups above 8 GPUs were never timed)"),
+    "b300-288gb": ("h100_dgx", "not measured; uses h100-80gb's constants, a conservative stand-in "
+                               "(NVLink 5 carries twice NVLink 4's bandwidth)"),
+    "gb300-288gb": ("h100_dgx", "not measured; uses h100-80gb's constants, a conservative stand-in "
+                                "(NVLink 5 carries twice NVLink 4's bandwidth; groups above 8 GPUs were never timed)"),
 }
 
 

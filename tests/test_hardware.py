@@ -58,8 +58,8 @@ BAD_CLUSTERS = [
     ("nodes:\n" + NODE.replace("gpus_per_node: 8", "gpus_per_node: 0"),
      r"c.yaml:4: nodes\[0\].gpus_per_node must be >= 1, got 0"),
     ("nodes:\n" + NODE.replace("a100-80gb", "tpu-v5"),
-     r"c.yaml:3: nodes\[0\].gpu must be one of a100-80gb, b200-180gb, gb200-185gb, h100-80gb, h100-80gb-pcap, "
-     r"h200-141gb, got 'tpu-v5'"),
+     r"c.yaml:3: nodes\[0\].gpu must be one of a100-80gb, b200-180gb, b300-288gb, gb200-185gb, gb300-288gb, "
+     r"h100-80gb, h100-80gb-pcap, h200-141gb, got 'tpu-v5'"),
     ("nodes:\n" + NODE.replace("    count: 2\n", ""), None),
     ("nodes:\n" + NODE + NODE, r"c.yaml:8: nodes\[1\].name must be unique across nodes, got 'a'"),
     ("nodes:\n" + NODE.replace("inter_node_gb_s: 25", "inter_node_gb_s: -1"),
@@ -142,8 +142,9 @@ def test_a_type_of_trays_beyond_one_nvlink_rack_says_its_instances_are_planned_a
 
 
 def test_a_gb200_host_is_a_compute_tray_of_4_and_an_hgx_host_its_boards_8():
-    assert get_gpu("gb200-185gb").gpus_per_host == 4
-    assert {get_gpu(name).gpus_per_host for name in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb")} == {8}
+    assert get_gpu("gb200-185gb").gpus_per_host == get_gpu("gb300-288gb").gpus_per_host == 4
+    assert {get_gpu(name).gpus_per_host for name in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb",
+                                                     "b300-288gb")} == {8}
 
 
 def test_the_example_gb200_rack_is_its_18_trays_each_one_host():
@@ -160,9 +161,17 @@ def test_a_host_larger_than_the_gpus_nvlink_domain_is_refused_naming_the_field(t
 
 
 def test_only_a_gpu_whose_nvlink_domain_spans_compute_trays_sits_in_an_nvlink_fabric():
-    """GB200 NVL72 joins 72 GPUs through NVLink switch trays; an HGX board joins its own eight."""
-    assert get_gpu("gb200-185gb").nvlink_fabric
-    assert not any(get_gpu(name).nvlink_fabric for name in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb"))
+    """GB200 and GB300 NVL72 join 72 GPUs through NVLink switch trays; an HGX board joins its own eight."""
+    assert get_gpu("gb200-185gb").nvlink_fabric and get_gpu("gb300-288gb").nvlink_fabric
+    assert not any(get_gpu(name).nvlink_fabric for name in ("a100-80gb", "h100-80gb", "h200-141gb", "b200-180gb",
+                                                            "b300-288gb"))
+
+
+@pytest.mark.parametrize("name, mib", [("b300-288gb", 275_040), ("gb300-288gb", 284_208)])
+def test_blackwell_ultra_holds_the_memory_nvidia_smi_reports_and_fp4_tensor_cores(name, mib):
+    """AIConfigurator's b300_sxm.yaml and gb300.yaml: 275,040 and 284,208 MiB reported by nvidia-smi."""
+    gpu = get_gpu(name)
+    assert gpu.memory_bytes == pytest.approx(mib * 2**20, rel=1e-3) and gpu.blackwell
 
 
 def test_a_tp_group_may_take_whole_trays_of_a_gb200_rack_but_never_two_hgx_nodes():

@@ -85,8 +85,8 @@ def test_stand_in_gpus_say_they_use_h100_constants(gpu):
 
 def test_unknown_gpu_is_refused_by_name():
     with pytest.raises(PdplanError, match=r"no collective-communication constants for GPU 'tpu-v5' "
-                                          r"\(known: a100-80gb, b200-180gb, gb200-185gb, h100-80gb, h100-80gb-pcap, "
-                                          r"h200-141gb\)"):
+                                          r"\(known: a100-80gb, b200-180gb, b300-288gb, gb200-185gb, gb300-288gb, "
+                                          r"h100-80gb, h100-80gb-pcap, h200-141gb\)"):
         network_for("tpu-v5")
 
 

@@ -43,7 +43,7 @@ from pdplan.fileio import load_yaml
 
 #: pdplan GPU type -> AIConfigurator system. A power-capped type has no tables of its own.
 SYSTEMS = {"a100-80gb": "a100_sxm", "h100-80gb": "h100_sxm", "h200-141gb": "h200_sxm",
-           "b200-180gb": "b200_sxm", "gb200-185gb": "gb200"}
+           "b200-180gb": "b200_sxm", "gb200-185gb": "gb200", "b300-288gb": "b300_sxm", "gb300-288gb": "gb300"}
 #: pdplan weight precision -> the GEMM table's dtype column (per-tensor FP8, NVFP4).
 GEMM_DTYPES = {"bf16": "bfloat16", "fp8": "fp8", "fp4": "nvfp4"}
 KV_DTYPES = {"bf16": "bfloat16", "fp8": "fp8"}
