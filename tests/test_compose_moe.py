@@ -74,6 +74,24 @@ def test_the_latent_attention_module_costs_its_measured_time_once_per_layer():
         61 * (module[8192] - module[2048]), rel=1e-9)
 
 
+def test_vllm_reads_an_nvfp4_models_latent_attention_from_its_module_measured_at_nvfp4():
+    """Kimi-K2.5 at NVFP4 on B200 under vLLM, which has no granular MLA tables: the module measured with NVFP4
+    projections (8 local heads at TP 8, an fp8 cache), once per layer."""
+    frame = raw_table("b200_sxm", "mla", "vllm", "0.24.0", "mla_generation_module_perf.parquet")
+    frame = frame[(frame.gemm_type == "nvfp4") & (frame.kv_cache_dtype == "fp8") & (frame.num_heads == 8)
+                  & (frame.batch_size == 64)]
+    module = {length: frame[frame.step == length].latency.min() / 1e3 for length in (2048, 8192)}
+    composed = step(get_model("kimi-k2.5@fp4"), "b200-180gb", 8)
+    assert composed.versions["mla_module"] == "0.24.0"
+    assert composed.decode_s(64, 8192) - composed.decode_s(64, 2048) == pytest.approx(
+        61 * (module[8192] - module[2048]), rel=1e-9)
+
+
+def test_an_engine_with_granular_latent_attention_tables_keeps_summing_them_at_nvfp4():
+    composed = step(get_model("deepseek-r1@fp4"), "b200-180gb", 8, engine="trtllm")
+    assert "mla_attention" in composed.versions and "mla_module" not in composed.versions
+
+
 @pytest.mark.parametrize(("gpu", "system", "engine", "asked", "table", "version", "dtype"), [
     ("b200-180gb", "b200_sxm", "trtllm", None, "trtllm", "1.3.0rc20", "w4a8_mxfp4_mxfp8"),  # SM 100: MXFP8
     ("h200-141gb", "h200_sxm", "trtllm", None, "trtllm", "1.3.0rc20", "w4a16_mxfp4"),       # SM 90: bf16

@@ -335,6 +335,13 @@ def mla_bmm_grid(system: str, engine: str, version: str, which: str, dtype: str)
                            f"MLA {which} BMM")
 
 
+def reads_module(gemm_type: str, *, granular: bool) -> bool:
+    """Whether the latent-attention block is read from the measured module rather than summed from its operators:
+    at bf16 and block-scaled fp8 projections always, at NVFP4 where the engine has no granular MLA tables to sum
+    (vLLM, whose module table measures NVFP4 projections; the engines with both keep summing theirs at NVFP4)."""
+    return gemm_type in ("bfloat16", "fp8_block") or (gemm_type == "nvfp4" and not granular)
+
+
 @dataclass
 class LatentAttention:
     """One latent-attention block per layer: the measured module, else its granular operators."""
@@ -355,12 +362,13 @@ class LatentAttention:
         module_versions = newest_not_above(system, engine, "mla_context_module", self.ceiling)
         kernel_versions = newest_not_above(system, engine, "context_mla", self.ceiling)
         bmm_versions = newest_not_above(system, engine, "mla_bmm", self.ceiling)
-        if module_versions and misfit is None and gemm_type in ("bfloat16", "fp8_block"):
+        granular = bool(kernel_versions and bmm_versions)
+        if module_versions and misfit is None and reads_module(gemm_type, granular=granular):
             version = module_versions[0]
             self.module = {phase: mla_module_grid(system, engine, version, phase, gemm_type, m.kv_dtype)
                            for phase in ("context", "generation")}
             self.versions["mla_module"] = version
-        elif kernel_versions and bmm_versions:
+        elif granular:
             version = kernel_versions[0]
             bmm_dtype = "bfloat16" if gemm_type == "bfloat16" else "fp8"
             self.granular = {phase: mla_kernel_grid(system, engine, version, phase, m.kv_dtype)
