@@ -4,6 +4,7 @@ group scaled by the ring's traffic, as AIConfigurator's own estimator scales it.
 AIConfigurator's parquet tables here. These need the optional extra (pip install 'pdplan[aic]'); without it they
 skip."""
 
+import pandas as pd
 import pytest
 
 pytest.importorskip("aiconfigurator_core", reason="composed profiles need the optional extra pdplan[aic]")
@@ -31,13 +32,27 @@ def test_a_measured_group_reads_the_engines_own_all_reduce_table():
     assert (found.table, found.measured) == ("all_reduce", 8)
 
 
-def test_a_tp8_all_reduce_over_two_gb200_trays_is_nccls_four_gpu_one_scaled_by_the_ring():
-    found = tables.all_reduce("gb200", "trtllm", _version("gb200-185gb", "trtllm"), 8, 72)
+def test_a_tp8_all_reduce_over_two_gb200_trays_is_nccls_four_gpu_one_scaled_by_the_ring_where_nothing_measured_it():
+    """vLLM's GB200 release (0.24.0) measured no cross-tray all-reduce, nor did GB300's at or below it."""
+    found = tables.all_reduce("gb200", "vllm", _version("gb200-185gb", "vllm"), 8, 72)
     elements = 64 * 7168
     log = Extrapolated()
     assert found(elements, log) == pytest.approx(7 / 6 * nccl_s("gb200", "all_reduce", "half", 4, elements), rel=1e-9)
     assert (found.table, found.measured) == ("nccl", 4)
     assert "all-reduce over 8 GPUs: NCCL's over 4 scaled" in log.text()
+
+
+def test_a_tp8_all_reduce_over_two_gb200_trays_reads_what_gb300_measured_over_the_same_nvlink_fabric():
+    """TensorRT-LLM's MNNVL all-reduce over 8 GB300 GPUs (AIConfigurator's gb300 table, 1.3.0rc20), whose NVL72
+    racks join their trays through the same NVLink 5 switch trays as GB200's."""
+    version = _version("gb200-185gb", "trtllm")
+    found = tables.all_reduce("gb200", "trtllm", version, 8, 72)
+    frame = pd.read_parquet(tables.package_root() / "systems" / "data" / "gb300" / "comm" / "trtllm" / found.version
+                            / "custom_allreduce_perf.parquet")
+    row = frame[(frame.num_gpus == 8) & (frame.message_size == 16384)]
+    assert found.table == "all_reduce (gb300's over its same NVLink fabric)" and found.measured == 8
+    assert found(16384, Extrapolated()) == pytest.approx(row.latency.min() / 1e3, rel=1e-9)
+    assert tables.version_key(found.version) <= tables.version_key(version)
 
 
 @pytest.mark.parametrize(("system", "gpu", "gpus", "domain"), [("gb200", "gb200-185gb", 144, 72),
@@ -48,6 +63,6 @@ def test_an_all_reduce_past_the_nvlink_domain_is_not_derived(system, gpu, gpus, 
 
 
 def test_a_tp8_profile_on_gb200_composes_and_says_its_all_reduce_was_scaled(dsr1):
-    profile = composed_profile(dsr1, get_gpu("gb200-185gb"), 8, 1, engine="trtllm")
+    profile = composed_profile(dsr1, get_gpu("gb200-185gb"), 8, 1, engine="vllm")
     assert profile.provenance.source == "composed"
     assert "all-reduce over 8 GPUs: NCCL's over 4 scaled by the ring's traffic" in profile.provenance.notes

@@ -490,11 +490,26 @@ def all_reduce_sizes(system: str, engine: str, version: str | None) -> tuple[int
     return () if version is None else measured_group_sizes(all_reduce_grid(system, engine, version))
 
 
+#: Systems whose NVLink switch fabric another system shares, and what stands in: GB200 NVL72 and GB300 NVL72 join
+#: their 72 GPUs through the same NVLink 5 switch trays (900 GB/s per GPU each way, their system files), and
+#: AIConfigurator measured the engines' all-reduces across trays on GB300 only (TensorRT-LLM's MNNVL one- and
+#: two-shot kernels, SGLang's and vLLM's custom all-reduce, over 8 and 16 GPUs).
+FABRIC_SIBLINGS = {"gb200": "gb300"}
+
+
 def all_reduce(system: str, engine: str, version: str | None, gpus: int, nvlink_domain: int) -> Collective | None:
     """The all-reduce over ``gpus`` GPUs of an NVLink domain of ``nvlink_domain``: the engine's table where it measured
-    that many, else NCCL's past its measured groups inside the domain (:func:`nccl_collective`), as AIConfigurator
-    times a TP beyond a GB200 tray (its ``query_custom_allreduce_scaled``); None where neither holds."""
+    that many; else the same engine's table of the system sharing its NVLink fabric (:data:`FABRIC_SIBLINGS`) at a
+    release not above ``version`` where that one measured them; else NCCL's past its measured groups inside the domain
+    (:func:`nccl_collective`), as AIConfigurator times a TP beyond a GB200 tray (its ``query_custom_allreduce_scaled``);
+    None where none holds."""
     if gpus in all_reduce_sizes(system, engine, version):
         return Collective(all_reduce_grid(system, engine, version), "all_reduce", gpus, gpus, "all_reduce", version)
+    sibling = FABRIC_SIBLINGS.get(system)
+    if sibling is not None and version is not None:
+        for measured in reversed(not_above(versions_with(sibling, engine, "all_reduce"), version)):
+            if gpus in all_reduce_sizes(sibling, engine, measured):
+                return Collective(all_reduce_grid(sibling, engine, measured), "all_reduce", gpus, gpus,
+                                  f"all_reduce ({sibling}'s over its same NVLink fabric)", measured)
     found = nccl_collective(system, "all_reduce", "half", gpus, nvlink_domain)
     return found if found is not None and found.measured < gpus else None
