@@ -151,14 +151,26 @@ def test_a_gather_past_the_nvlink_domain_and_the_all_reduce_table_is_refused(dsr
     assert err.value.field == "dp"
 
 
-def test_a_gather_over_two_gb200_trays_is_nccls_four_gpu_all_reduce_scaled_by_the_ring(dsr1):
-    """SGLang's GB200 all-reduce table measures 2 and 4 GPUs (one compute tray); DP 8 over two trays of one NVL72
-    domain gathers with two all-reduces, each NCCL's over 4 GPUs times (7/8) / (3/4), as AIConfigurator scales
-    it."""
+def test_a_gather_over_two_gb200_trays_is_two_of_sglangs_all_reduces_over_8_gb300_gpus(dsr1):
+    """SGLang's GB200 all-reduce table measures 2 and 4 GPUs (one compute tray); its GB300 one measured 8, over the same
+    NVLink 5 switch trays (0.5.14). DP 8 over two trays gathers with two such all-reduces."""
     step = Step(model=dsr1, shape=InstanceShape(gpu="gb200-185gb", tp=1, pp=1, dp=8, ep=1), engine="sglang",
                 versions=tables.choose_versions("gb200-185gb", "sglang", None))
     elements = 128 * 7168
-    expected = 2 * (7 / 8) / (3 / 4) * nccl_s("gb200", "all_reduce", "half", 4, elements)
+    found = tables.all_reduce("gb300", "sglang", step.wide_experts.versions["all_reduce (gb300's over its same NVLink "
+                                                                            "fabric)"], 8, 72)
+    assert (found.table, found.measured) == ("all_reduce", 8)
+    assert step.wide_experts.exchange(elements, Extrapolated()) == pytest.approx(2 * found(elements, Extrapolated()),
+                                                                                 rel=1e-9)
+
+
+def test_a_gather_over_gb200_trays_is_nccls_four_gpu_all_reduce_scaled_by_the_ring_where_nothing_measured_it(dsr1):
+    """Over 32 GPUs SGLang measured no all-reduce on either rack (GB300's table stops at 16), so DP 32 over eight trays
+    gathers with NCCL's over 4 GPUs times (31/32) / (3/4), as AIConfigurator scales it."""
+    step = Step(model=dsr1, shape=InstanceShape(gpu="gb200-185gb", tp=1, pp=1, dp=32, ep=1), engine="sglang",
+                versions=tables.choose_versions("gb200-185gb", "sglang", None))
+    elements = 128 * 7168
+    expected = 2 * (31 / 32) / (3 / 4) * nccl_s("gb200", "all_reduce", "half", 4, elements)
     assert step.wide_experts.exchange(elements, Extrapolated()) == pytest.approx(expected, rel=1e-9)
     assert step.wide_experts.versions["nccl"] == tables.system_spec("gb200").nccl_version
 

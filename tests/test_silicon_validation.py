@@ -455,7 +455,7 @@ def test_a_what_if_prefill_scale_stretches_the_prefill_steps_and_leaves_the_deco
 
 
 def test_the_decode_as_measured_what_if_replays_a_disaggregated_row_at_its_measured_tpot(validation, rows):
-    row = rows[rows["id"].str.endswith("_cfg237") & (rows["concurrency"] == 4)].iloc[0]
+    row = rows[rows["id"] == "kimik2_5_gb200_trtllm_fp4_disagg_1024x1024_c4_cfg759"].iloc[0]
     profiles = validation.row_profiles(row, "composed")
     _, before = validation.replayed(row, profiles)
     _, after = validation.replayed(row, validation.decode_as_measured(row, profiles))
