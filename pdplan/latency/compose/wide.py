@@ -276,7 +276,6 @@ def _nvlink_one_sided(system: str, ceiling: str | None, model_key: tuple, ep: in
     hidden, topk, experts = model_key
     columns = ["kernel_source", "op_name", "moe_dtype", "num_tokens", "hidden_size", "topk", "num_experts",
                "moe_ep_size", "latency"]
-    label = {}
 
     def pick(version):
         frame = tables._read(system, "trtllm", "trtllm_alltoall", version, columns)
@@ -290,15 +289,15 @@ def _nvlink_one_sided(system: str, ceiling: str | None, model_key: tuple, ep: in
             if part.empty:
                 return None
             grids.append(_grid(part, "num_tokens", f"NVLink one-sided {op.split('_')[1]}"))
-        label[version] = ("trtllm_alltoall" if measured == experts
-                          else f"trtllm_alltoall (measured for {measured} experts, standing in for {experts})")
-        return tuple(grids)
+        label = ("trtllm_alltoall" if measured == experts
+                 else f"trtllm_alltoall (measured for {measured} experts, standing in for {experts})")
+        return (*grids, label)
     found = _newest(system, "trtllm", "trtllm_alltoall", ceiling, pick)
     if found is None:
         raise PdplanError(f"no trtllm NVLink one-sided all-to-all measured on {system} over EP {ep} for hidden "
                           f"{hidden}, top-{topk} of {experts} experts at {moe_dtype}", field="ep")
-    (dispatch, combine), version = found
-    return dispatch, combine, label[version], version
+    (dispatch, combine, label), version = found
+    return dispatch, combine, label, version
 
 
 def stand_in_experts(experts: int, measured) -> int | None:
