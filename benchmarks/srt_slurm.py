@@ -129,7 +129,7 @@ def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int
                         request_rate=request_rate, decode=decode)
 
 
-H200, B200, GB200 = "h200-141gb", "b200-180gb", "gb200-185gb"
+H200, B200, GB200, GB300 = "h200-141gb", "b200-180gb", "gb200-185gb", "gb300-288gb"
 #: the prefill settings every TensorRT-LLM recipe of one folder shares
 _H200_1K = {"attention_dp": True, "ep": 8, "max_num_tokens": 8192, "max_batch_size": 8}
 _H200_8K = {"attention_dp": False, "ep": 8, "max_num_tokens": 16640, "max_batch_size": 2}
@@ -272,6 +272,25 @@ DISAGG_RECIPES = (
               decode_running=running, decode_dp=8, **_B200_FP8_MARCH)
       for workers, clients, running in (((1, 2), (288,), 128), ((1, 1), (160, 288), 256), ((2, 1), (512,), 512),
                                         ((3, 1), (1024,), 1024))),
+    # GB300's, unchanged from 2026-02-05 (f6754071) to the merge, before the sweep of 2026-02-09 that ran them
+    _sglang("gb300-fp4/1k1k/low_latency.yaml", GB300, "fp4", 1024, (1, 2), False, (4, 8, 32), tp=4, chunk=8192,
+            running=512, decode_running=None),
+    _sglang("gb300-fp4/8k1k/low_latency.yaml", GB300, "fp4", 8192, (1, 4), False, (4, 8, 32, 64), tp=4, chunk=24576,
+            running=512, decode_running=None, request_rate=300.0),
+    _sglang("gb300-fp4/1k1k/mid_curve.yaml", GB300, "fp4", 1024, (4, 1), True, (512, 2048, 4096, 8192), tp=4, dp=4,
+            ep=4, chunk=65536, max_prefill=32768, running=30000, decode_running=67584, decode_dp=32),
+    _sglang("gb300-fp4/8k1k/max_tpt.yaml", GB300, "fp4", 8192, (10, 1), True, (2048,), tp=4, chunk=131072,
+            max_prefill=524288, running=30000, decode_running=16384, decode_dp=32, request_rate=700.0),
+    _sglang("gb300-fp8/1k1k/stp/low-latency.yaml", GB300, "fp8", 1024, (1, 4), False, (4, 8, 16, 32), tp=4,
+            chunk=8192, max_prefill=8192, running=128, decode_running=128),
+    _sglang("gb300-fp8/8k1k/stp/low-latency.yaml", GB300, "fp8", 8192, (1, 1), False, (4, 8), tp=4, chunk=32768,
+            max_prefill=32768, running=128, decode_running=128),
+    _sglang("gb300-fp8/1k1k/stp/max.yaml", GB300, "fp8", 1024, (1, 1), True, (4096, 7168, 7680), tp=8, dp=8, ep=8,
+            chunk=131072, running=30000, decode_running=45000, decode_dp=8),
+    _sglang("gb300-fp8/1k1k/stp/mid.yaml", GB300, "fp8", 1024, (2, 1), True, (1024, 2048, 4096, 6144), tp=8, dp=8,
+            ep=8, chunk=131072, running=30000, decode_running=45000, decode_dp=32),
+    _sglang("gb300-fp8/8k1k/stp/mid.yaml", GB300, "fp8", 8192, (5, 1), True, (128, 256, 512, 1024), tp=8, dp=8,
+            ep=8, chunk=131072, running=30000, decode_running=45000, decode_dp=32),
     _sglang("h200/8k1k/bs128-1p1d-dep.yaml", H200, "fp8", 8192, (1, 1), True, (64, 128, 256), tp=8, chunk=163840,
             max_prefill=163840, running=16, decode_running=256, decode_dp=8),
     _sglang("gb200-fp4/1k1k/low-latency.yaml", GB200, "fp4", 1024, (1, 2), True, (4, 8, 32, 64), tp=4, chunk=8192,
