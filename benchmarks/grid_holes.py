@@ -1,6 +1,6 @@
 """How a measured operator table's unmeasured corner should be filled: each rule against the measurements.
 
-    python benchmarks/grid_holes.py [--systems b200_sxm,gb200,h200_sxm]
+    python benchmarks/grid_holes.py [--systems b200_sxm,gb200,h200_sxm] [--past]
 
 AIConfigurator's attention and MLA tables stop at a total of tokens: at long KV or prompt lengths the
 larger batches were never measured, and a composed step reading that corner reads a filled value
@@ -12,6 +12,15 @@ median and p90 absolute error and the median signed error of three rules, per ta
 * held: the last value before it (what pdplan did before);
 * in proportion: that value scaled by the batch (what a grid does past its axis's measured end);
 * along the slope: pdplan's rule, ``fill_holes`` on the line with the point left out.
+
+With ``--past`` it asks the same of a query off a table's size axis (GEMM rows, tokens, batch, message
+elements; :meth:`pdplan.latency.compose.tables.Grid.__call__`): each line of the GEMM, generation attention,
+MoE, wide-EP MoE and all-reduce tables of B200, GB200, GB300 and H200 has its last one, two and three measured
+sizes left out and the largest predicted from the rest, and its smallest left out and predicted from the rest:
+
+* in proportion: the edge scaled by the size (what a grid did off its size axis before);
+* along the octave's slope: pdplan's rule past the largest (:func:`pdplan.latency.compose.tables.octave_below`);
+* held: pdplan's rule below the smallest.
 
 Nothing is fitted: the numbers are the tables' own.
 """
@@ -37,6 +46,16 @@ TABLES = {
     "generation MLA": ("mla", "generation_mla_perf.parquet", "step", ["num_heads", "kv_cache_dtype", "tp_size"]),
 }
 DEFAULT_SYSTEMS = ("b200_sxm", "gb200", "h200_sxm")
+#: the tables ``--past`` reads: (family folder, file, the size axis); a line is every other column's value
+SIZED = {"GEMM": ("gemm", "gemm_perf.parquet", "m"),
+         "generation attention": ("attention", "generation_attention_perf.parquet", "batch_size"),
+         "MoE": ("moe", "moe_perf.parquet", "num_tokens"),
+         "wide-EP MoE context": ("moe", "wideep_context_moe_perf.parquet", "num_tokens"),
+         "wide-EP MoE generation": ("moe", "wideep_generation_moe_perf.parquet", "num_tokens"),
+         "all-reduce": ("comm", "custom_allreduce_perf.parquet", "message_size")}
+PAST_SYSTEMS = ("b200_sxm", "gb200", "gb300", "h200_sxm")
+#: columns that name a measurement rather than the kernel's configuration
+METADATA = ("framework", "version", "device", "kernel_source", "backend_name", "latency")
 
 
 def lines(frame: pd.DataFrame, length: str, config: list[str]):
@@ -76,14 +95,75 @@ def left_out(systems: tuple[str, ...]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def sized_lines(frame: pd.DataFrame, size: str):
+    """Each line of a table along its size axis: the sizes and the fastest latency at each."""
+    keys = [c for c in frame.columns if c not in METADATA and c != size]
+    best = frame.groupby(keys + [size], sort=True)["latency"].min()
+    for _, line in best.groupby(level=list(range(len(keys)))):
+        yield line.index.get_level_values(-1).to_numpy(float), line.to_numpy()
+
+
+def off_the_grid(size: np.ndarray, latency: np.ndarray) -> list[tuple[str, int, float, float]]:
+    """(side, sizes left out, rule, signed error) of each prediction of a line's largest and smallest size."""
+    out = []
+    for k in (1, 2, 3):
+        if len(size) < k + 2:
+            break
+        known, x = size[:-k], size[-1]
+        lower = tables.octave_below(known, np.arange(len(known)))
+        slope = max(0.0, (latency[-k - 1] - latency[lower]) / (known[-1] - known[lower]))
+        for rule, value in (("in proportion", latency[-k - 1] * x / known[-1]),
+                            ("along the octave's slope", latency[-k - 1] + slope * (x - known[-1]))):
+            out.append(("past", k, rule, value / latency[-1] - 1))
+    if len(size) >= 3:
+        for rule, value in (("in proportion", latency[1] * size[0] / size[1]), ("held", latency[1])):
+            out.append(("below", 1, rule, value / latency[0] - 1))
+    return out
+
+
+def left_off(systems: tuple[str, ...]) -> pd.DataFrame:
+    rows = []
+    root = tables.package_root() / "systems" / "data"
+    for system in systems:
+        for name, (family, filename, size) in SIZED.items():
+            for path in sorted((root / system / family).glob(f"*/*/{filename}")):
+                for sizes, latency in sized_lines(pd.read_parquet(path), size):
+                    for side, k, rule, signed in off_the_grid(sizes, latency):
+                        rows.append({"table": name, "side": side, "left out": k, "rule": rule, "signed": signed})
+    return pd.DataFrame(rows)
+
+
+def print_off_the_grid(systems: tuple[str, ...]) -> int:
+    results = left_off(systems)
+    if results.empty:
+        print("no table lines of three or more sizes in those systems", file=sys.stderr)
+        return 2
+    results["error"] = results["signed"].abs()
+    summary = results.groupby(["table", "side", "left out", "rule"], sort=True).agg(
+        lines=("error", "size"), median=("error", "median"), p90=("error", lambda e: e.quantile(0.9)),
+        signed=("signed", "median"))
+    pd.set_option("display.width", 200)
+    print(f"aiconfigurator-core {tables.package_version()}: each line's largest size predicted from the rest with "
+          f"its last 1-3 sizes left out, and its smallest with it left out ({', '.join(systems)})\n")
+    print(summary.to_string(float_format=lambda x: f"{x:.1%}"))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--systems", default=",".join(DEFAULT_SYSTEMS),
-                        help="AIConfigurator systems (folders of aiconfigurator_core/systems/data)")
+    parser.add_argument("--systems", default=None,
+                        help="AIConfigurator systems (folders of aiconfigurator_core/systems/data); default "
+                             f"{','.join(DEFAULT_SYSTEMS)}, with --past {','.join(PAST_SYSTEMS)}")
+    parser.add_argument("--past", action="store_true",
+                        help="predict each table line's largest and smallest size instead: the rule off a "
+                             "table's size axis")
     args = parser.parse_args(argv)
     if not tables.installed():
         print("needs the optional extra pdplan[aic] (aiconfigurator-core)", file=sys.stderr)
         return 2
+    if args.past:
+        return print_off_the_grid(tuple(args.systems.split(",")) if args.systems else PAST_SYSTEMS)
+    args.systems = args.systems or ",".join(DEFAULT_SYSTEMS)
     results = left_out(tuple(args.systems.split(",")))
     if results.empty:
         print("no table lines of three or more batches in those systems", file=sys.stderr)

@@ -46,6 +46,47 @@ def test_a_query_beyond_the_grid_scales_the_edge_linearly_and_is_recorded():
     assert log.text() == "GEMM n outside the measured 10–20, scaled linearly (1 queries)"
 
 
+def test_a_size_past_the_grid_continues_along_its_last_octaves_slope_and_is_recorded():
+    """A kernel still reading its weights at the table's last size (flat from 256 to 512 tokens) is not scaled
+    in proportion past it: 4,096 tokens cost the edge plus the last octave's slope, not eight times the edge."""
+    grid = Grid((np.array([128.0, 256.0, 512.0]),), np.array([0.40, 0.45, 0.46]), "MoE", ("tokens",))
+    log = Extrapolated()
+    assert grid((4096.0,), log) == pytest.approx(0.46 + (0.46 - 0.45) / 256 * (4096 - 512))
+    assert log.text() == "MoE tokens past the measured 128–512, continued along its slope (1 queries)"
+
+
+def test_a_dense_size_axis_reads_its_slope_an_octave_below_the_last_measurement():
+    """GEMM rows are measured at neighbours (4,352 and 4,353): their difference is noise, not a slope."""
+    m = np.array([2048.0, 4352.0, 4353.0])
+    grid = Grid((m, np.array([8.0])), np.array([[1.0], [2.0], [2.1]]), "GEMM", ("m", "n"))
+    assert grid((8706.0, 8.0), Extrapolated()) == pytest.approx(2.1 + (2.1 - 1.0) / (4353 - 2048) * 4353)
+
+
+def test_a_falling_last_octave_holds_the_edge_past_the_grid():
+    grid = Grid((np.array([1.0, 2.0]),), np.array([2.0, 1.9]), "all-reduce", ("elements",))
+    assert grid((8.0,), Extrapolated()) == pytest.approx(1.9)
+
+
+def test_a_size_below_the_grid_reads_the_smallest_measured_a_kernels_floor():
+    grid = Grid((np.array([64.0, 128.0]), np.array([10.0, 20.0])), np.array([[1.0, 2.0], [1.5, 3.0]]),
+                "wide-EP MoE context", ("tokens", "width"))
+    log = Extrapolated()
+    assert grid((8.0, 15.0), log) == pytest.approx(1.5)
+    assert log.text() == "wide-EP MoE context tokens below the measured 64–128, held at the smallest (1 queries)"
+
+
+def test_sglangs_gb300_wide_ep_moe_past_its_measured_tokens_stays_near_its_weight_read():
+    """SGLang's wide-EP MoE generation table on GB300 stops at 128 tokens a GPU; at EP 4 its experts still stream
+    their weights there (0.454 ms at 256 tokens, 0.463 at 512). A decode of 1,024 requests a rank over 8 ranks
+    (SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=1024 in srt-slurm's GB300 recipes) reads it at 4,096 tokens:
+    scaled in proportion that was 3.7 ms a layer, twice the step the recipe's rows measured."""
+    frame = raw_table("gb300", "moe", "sglang", "0.5.10", "wideep_generation_moe_perf.parquet")
+    line = frame[(frame.moe_ep_size == 4) & (frame.distribution == "power_law_1.01")]
+    grid = Grid.from_frame(line.loc[:, ["num_tokens", "latency"]], ("num_tokens",), "wide-EP MoE generation")
+    edge = grid((512.0,), Extrapolated())
+    assert edge < grid((4096.0,), Extrapolated()) < 1.5 * edge
+
+
 def test_a_line_the_table_never_measured_is_filled_along_the_next_axis():
     """vLLM's MLA context table skips whole (batch, length) lines; the grid still answers there."""
     rows = [(1, 1, 1, 1.0), (2, 1, 1, 2.0), (1, 1, 2, 3.0), (2, 1, 2, 4.0), (1, 2, 1, 5.0), (2, 2, 1, 6.0)]

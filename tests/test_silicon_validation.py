@@ -339,10 +339,10 @@ def test_b200_fp4_sglang_max_throughput_rows_replay_the_recipe_their_config_name
 
 
 def test_gb300_sglang_rows_replay_the_recipes_of_their_sweep(deployments, rows):
-    """InferenceMAX's GB300 SGLang sweep of 2026-02-09 ran srt-slurm's ``recipes/gb300-fp8`` and ``gb300-fp4``, unchanged
-    from 2026-02-05 to the merge: the FP8 8k/1k mid curve runs five prefills of ``--tp-size 8 --dp-size 8 --ep-size 8
-    --chunked-prefill-size 131072`` (16,384 tokens a rank, SGLang's default ``--max-prefill-tokens``) and one DEP 32
-    decode of ``--max-running-requests 45000``; the FP4 8k/1k low latency paces its clients at 300 req/s."""
+    """InferenceMAX's GB300 SGLang sweep of 2026-02-09 ran srt-slurm's ``recipes/gb300-fp8`` and ``gb300-fp4``,
+    unchanged from 2026-02-05 to the merge: the FP8 8k/1k mid curve runs five prefills of ``--tp-size 8 --dp-size 8
+    --ep-size 8 --chunked-prefill-size 131072`` (16,384 tokens a rank, SGLang's default ``--max-prefill-tokens``) and
+    one DEP 32 decode of ``--max-running-requests 45000``; the FP4 8k/1k low latency paces its clients at 300 req/s."""
     row = disaggregated(rows, "cfg505").iloc[0]
     assert deployments.disagg_recipe(row).recipe == "recipes/gb300-fp8/8k1k/stp/mid.yaml @ 5063eb43"
     prefill, decode = deployments.plan_for(row).pools

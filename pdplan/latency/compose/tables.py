@@ -16,14 +16,26 @@ interpolates inside each measured grid:
   GPU counts measured inside one NVLink domain (GB200 NVL72's tables stop at a tray of 4) is NCCL's largest
   measured one scaled by the ring's traffic, as AIConfigurator scales it (:func:`all_reduce`).
 
-Outside a grid the nearest edge is scaled linearly in the coordinate that left it (a GEMM with
-n above the largest measured n costs n/n_max times the edge), and every such query is counted
-so the profile's provenance can say so. Inside a grid a table leaves holes: the attention tables
-stop at a total of tokens (TensorRT-LLM's B200 generation lines at 64 requests of 16,384 KV tokens,
-at 8 of 131,072), so the grid's upper corner was never measured. A hole between measured points is
-interpolated; one past a line's last measurement continues along the slope of its last two
-(:func:`fill_holes`), and a query that reads it is counted too. Among kernels measured for one
-point the fastest is used: the engine's autotuner picks it.
+Outside a grid, along a table's first axis — a size: GEMM rows, tokens, batch, message elements — a
+query below the smallest measured size reads it (a kernel's floor) and one past the largest continues
+along the slope of the last octave measured (:func:`octave_below`); along any other axis the nearest
+edge is scaled linearly in the coordinate that left it (a GEMM with n above the largest measured n
+costs n/n_max times the edge). Every such query is counted so the profile's provenance can say so.
+Inside a grid a table leaves holes: the attention tables stop at a total of tokens (TensorRT-LLM's
+B200 generation lines at 64 requests of 16,384 KV tokens, at 8 of 131,072), so the grid's upper
+corner was never measured. A hole between measured points is interpolated; one past a line's last
+measurement continues along the same slope (:func:`fill_holes`), and a query that reads it is counted
+too. Among kernels measured for one point the fastest is used: the engine's autotuner picks it.
+
+Why not scale a size in proportion, as a weight dimension is: a kernel is proportional to its rows
+only once it is compute-bound, and many tables end before that (SGLang's wide-EP MoE generation table
+on GB300 stops at 128 tokens per GPU, where EP 4 still reads its experts' weights: 0.454 ms at 256
+tokens, 0.463 at 512). Leaving out each line's last one to three measured sizes in AIConfigurator
+0.12.0's B200, GB200, GB300 and H200 tables (GEMM, generation attention, MoE, wide-EP MoE, all-reduce)
+and predicting them from the rest, the octave's slope misses by 1–30% at the median where scaling in
+proportion misses by 3–378% (the wide-EP MoE generation lines at 8× their last measurement: 30%
+against 378%), and holding the smallest measured value below a line misses by 2–7% where scaling
+down misses by 47–50% (``benchmarks/grid_holes.py --past``).
 """
 
 from __future__ import annotations
@@ -136,7 +148,23 @@ class Grid:
         return cls(axes, values, name, columns, transforms, extended)
 
     def __call__(self, point: tuple[float, ...], log: Extrapolated) -> float:
-        """Multilinear interpolation at ``point``; outside the grid, linear scaling of the edge."""
+        """Multilinear interpolation at ``point``. Off the grid along the first axis (a size) the smallest
+        measured size is held below it and the largest continued above it along the last octave's slope;
+        off the grid along another axis the edge is scaled linearly (module docstring)."""
+        size, axis = point[0], self.axes[0]
+        edge = f"{axis[0]:g}–{axis[-1]:g}"
+        if size < axis[0]:
+            log.note(f"{self.name} {self.columns[0]} below the measured {edge}, held at the smallest")
+            return self._interpolate((axis[0], *point[1:]), log)
+        if size > axis[-1] and len(axis) > 1:
+            top = self._interpolate((axis[-1], *point[1:]), log)
+            lower = octave_below(axis, np.arange(len(axis)))
+            below = self._interpolate((axis[lower], *point[1:]), Extrapolated())  # counted once, with the top
+            log.note(f"{self.name} {self.columns[0]} past the measured {edge}, continued along its slope")
+            return top + max(0.0, (top - below) / (axis[-1] - axis[lower])) * (size - axis[-1])
+        return self._interpolate(point, log)
+
+    def _interpolate(self, point: tuple[float, ...], log: Extrapolated) -> float:
         corners, scale = [], 1.0
         for axis, x, transform, column in zip(self.axes, point, self.transforms, self.columns):
             lo, hi, w, s = _bracket(axis, x)
@@ -195,13 +223,22 @@ def fill_holes(values: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
 
 def _continued(axis: np.ndarray, line: np.ndarray, measured: np.ndarray, past: np.ndarray) -> np.ndarray:
     """A line's values at the points ``past`` its last measurement (``measured``: where it has one): along the
-    slope of its last two measurements, never falling (held where it has one)."""
+    slope of its last octave of measurements, never falling (held where it has one)."""
     last = measured[-1]
     if len(measured) < 2:
         return np.full(past.sum(), line[last])
-    before = measured[-2]
+    before = octave_below(axis, measured)
     slope = max(0.0, (line[last] - line[before]) / (axis[last] - axis[before]))
     return line[last] + slope * (axis[past] - axis[last])
+
+
+def octave_below(axis: np.ndarray, measured: np.ndarray) -> int:
+    """Where a line's slope past its last measurement is read from: the measured point at or below half the
+    last one's size, the nearest such (the one before the last where none is). On a grid of doublings that is
+    the last two; on a dense one (GEMM rows 4,352 and 4,353) a neighbour one row away would make noise a slope."""
+    last = measured[-1]
+    octave = measured[:-1][axis[measured[:-1]] <= axis[last] / 2]
+    return int(octave[-1]) if len(octave) else int(measured[-2])
 
 
 # --- one system, engine and version -----------------------------------------------------------------
