@@ -138,15 +138,20 @@ def print_off_the_grid(systems: tuple[str, ...]) -> int:
     if results.empty:
         print("no table lines of three or more sizes in those systems", file=sys.stderr)
         return 2
+    print(f"aiconfigurator-core {tables.package_version()}: each line's largest size predicted from the rest with "
+          f"its last 1-3 sizes left out, and its smallest with it left out ({', '.join(systems)})\n")
+    print(error_table(results, ["table", "side", "left out", "rule"]))
+    return 0
+
+
+def error_table(results: pd.DataFrame, by: list[str]) -> str:
+    """Lines, median and p90 absolute error and median signed error of each group's predictions."""
     results["error"] = results["signed"].abs()
-    summary = results.groupby(["table", "side", "left out", "rule"], sort=True).agg(
+    summary = results.groupby(by, sort=True).agg(
         lines=("error", "size"), median=("error", "median"), p90=("error", lambda e: e.quantile(0.9)),
         signed=("signed", "median"))
     pd.set_option("display.width", 200)
-    print(f"aiconfigurator-core {tables.package_version()}: each line's largest size predicted from the rest with "
-          f"its last 1-3 sizes left out, and its smallest with it left out ({', '.join(systems)})\n")
-    print(summary.to_string(float_format=lambda x: f"{x:.1%}"))
-    return 0
+    return summary.to_string(float_format=lambda x: f"{x:.1%}")
 
 
 def main(argv: list[str]) -> int:
@@ -168,14 +173,9 @@ def main(argv: list[str]) -> int:
     if results.empty:
         print("no table lines of three or more batches in those systems", file=sys.stderr)
         return 2
-    results["error"] = results["signed"].abs()
-    summary = results.groupby(["table", "engine", "rule"], sort=True).agg(
-        lines=("error", "size"), median=("error", "median"), p90=("error", lambda e: e.quantile(0.9)),
-        signed=("signed", "median"))
-    pd.set_option("display.width", 200)
     print(f"aiconfigurator-core {tables.package_version()}: each line's last measured batch left out and predicted "
           f"from the rest ({', '.join(args.systems.split(','))})\n")
-    print(summary.to_string(float_format=lambda x: f"{x:.1%}"))
+    print(error_table(results, ["table", "engine", "rule"]))
     overall = results.groupby("rule")["error"].median()
     lines_count = int((results["rule"] == "held").sum())
     print(f"\noverall median absolute error over {lines_count} lines: "

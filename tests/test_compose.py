@@ -87,6 +87,20 @@ def test_sglangs_gb300_wide_ep_moe_past_its_measured_tokens_stays_near_its_weigh
     assert edge < grid((4096.0,), Extrapolated()) < 1.5 * edge
 
 
+def test_the_grid_benchmark_predicts_a_line_that_streams_then_computes_by_each_rule(benchmark):
+    """grid_holes.py --past scores the rules on the tables' own lines: on a kernel of a fixed cost plus one per
+    token, the octave's slope predicts the largest size exactly where scaling in proportion does not, and holding
+    the smallest predicts a flat start exactly where scaling down halves it."""
+    holes = benchmark("grid_holes")
+    sizes = np.array([64.0, 128.0, 256.0, 512.0, 1024.0])
+    latency = np.where(sizes <= 128, 1.25, 1.0 + sizes / 512)
+    signed = {(side, k, rule): error for side, k, rule, error in holes.off_the_grid(sizes, latency)}
+    assert signed[("past", 1, "along the octave's slope")] == pytest.approx(0.0, abs=1e-12)
+    assert signed[("past", 1, "in proportion")] == pytest.approx(1 / 3)
+    assert signed[("below", 1, "held")] == pytest.approx(0.0, abs=1e-12)
+    assert signed[("below", 1, "in proportion")] == pytest.approx(-0.5)
+
+
 def test_a_line_the_table_never_measured_is_filled_along_the_next_axis():
     """vLLM's MLA context table skips whole (batch, length) lines; the grid still answers there."""
     rows = [(1, 1, 1, 1.0), (2, 1, 1, 2.0), (1, 1, 2, 3.0), (2, 1, 2, 4.0), (1, 2, 1, 5.0), (2, 2, 1, 6.0)]
