@@ -44,8 +44,9 @@ Stated assumptions, the same for every row:
   may be older; the table's is printed);
 * TensorRT-LLM's MoE backend — InferenceMAX's DeepSeek-R1 FP8 recipes on B200 set ``moe_config.backend``
   (``moe_backend``): DEEPGEMM, timed by TensorRT-LLM's own MoE table, or TRTLLM, the trtllm-gen kernel
-  AIConfigurator measured in SGLang's table (``TRT_MOE_KERNELS``); every other row's routed experts take the
-  fastest kernel measured at each point;
+  AIConfigurator measured in SGLang's table (``TRT_MOE_KERNELS``); srt-slurm's FP4 recipes run their DEP decodes on
+  CUTLASS (their contexts and TEP decodes on TRTLLM, the trtllm-gen kernels TensorRT-LLM's table and SGLang's
+  measure); every other row's routed experts take the fastest kernel measured at each point;
 * disaggregated InferenceMAX rows' prefill workers — as the srt-slurm recipe that started them
   (``srt_slurm.DISAGG_RECIPES``: the recipe of the row's engine, GPU, precision, lengths, worker counts, decode
   attention DP, concurrency and sweep date) sets them: its coordinates, which stand where the export states
@@ -183,10 +184,11 @@ GPT_OSS_VLLM_B200_FP8_KV = "2025-12-05"
 #: 28e5a01ea, #27).
 ADP_BALANCE_RECIPES = {"deepseek-r1": (60, 0, "2025-09-18"), "deepseek-v3": (60, 0, "2025-09-18"),
                        "gpt-oss-120b": (50, 10, "2025-09-19")}
-#: The MoE table's kernel that times each TensorRT-LLM MoE backend (``moe_config.backend``) of DeepSeek-R1 FP8's
-#: block-scaled experts: DEEPGEMM its own table's, TRTLLM the trtllm-gen kernel SGLang's table measured
-#: (:data:`pdplan.latency.compose.moe.KERNEL_MEASURED_BY`).
-TRT_MOE_KERNELS = {"DEEPGEMM": "deepgemm", "TRTLLM": "sglang_flashinfer_trtllm_moe"}
+#: The MoE table's kernel that times each TensorRT-LLM MoE backend (``moe_config.backend``) a recipe names: for
+#: DeepSeek-R1 FP8's block-scaled experts DEEPGEMM its own table's, TRTLLM the trtllm-gen kernel SGLang's table
+#: measured (:data:`pdplan.latency.compose.moe.KERNEL_MEASURED_BY`); for NVFP4 experts CUTLASS its own table's.
+TRT_MOE_KERNELS = {"DEEPGEMM": "deepgemm", "TRTLLM": "sglang_flashinfer_trtllm_moe",
+                   "CUTLASS": "moe_torch_flow_cutlass"}
 #: The sweep from which InferenceMAX's DeepSeek-R1 FP8 TensorRT-LLM recipe on B200 runs TRTLLM instead of DEEPGEMM,
 #: by whether it is the MTP one: ``dsr1_fp8_b200_trt.sh`` from ec7bafaae (#594), keeping DEEPGEMM at 1k/8k from 256
 #: clients; ``dsr1_fp8_b200_trt_mtp.sh`` from 5d517074c (#632), keeping DEEPGEMM with attention DP.
@@ -470,18 +472,21 @@ def moe_activations(row) -> MoeActivations | None:
     return MoeActivations.MXFP8
 
 
-def moe_backend(row) -> str | None:
-    """The MoE backend InferenceMAX's recipe ran DeepSeek-R1 FP8 with under TensorRT-LLM on B200
-    (``TRT_MOE_SWITCH``; a disaggregated recipe's on both phases, :attr:`srt_slurm.DisaggRecipe.moe_backend`:
-    TRTLLM at 8k-token prompts, DEEPGEMM at 1k); None for every other row, whose experts are timed by the fastest
-    kernel measured at each point."""
+def moe_backend(row, phase: str | None = None) -> str | None:
+    """The MoE backend InferenceMAX's recipe ran the row's ``phase`` with under TensorRT-LLM: DeepSeek-R1 FP8's on
+    B200 (``TRT_MOE_SWITCH``; a disaggregated recipe's on both phases, :attr:`srt_slurm.DisaggRecipe.moe_backend`:
+    TRTLLM at 8k-token prompts, DEEPGEMM at 1k), and a disaggregated recipe's decode's own where it differs
+    (:attr:`srt_slurm.DisaggRecipe.decode_moe_backend`: the FP4 DEP decodes' CUTLASS); None for every other row and
+    phase, whose experts are timed by the fastest kernel measured at each point."""
+    if row["mode"] == "disagg":
+        recipe = disagg_recipe(row)
+        if recipe is None:
+            return None
+        return (recipe.decode_moe_backend or recipe.moe_backend) if phase == "decode" else recipe.moe_backend
     engine = (row["backend"], row["gpu"], row["dtype"])
     if not (row["harness"] in INFERENCEMAX and engine == ("trtllm", "b200-180gb", "fp8") and row["model"] in DEEPSEEK
             and row["measured"]):
         return None
-    if row["mode"] == "disagg":
-        recipe = disagg_recipe(row)
-        return recipe and recipe.moe_backend
     mtp = speculative(row) is not None
     if row["measured"] < TRT_MOE_SWITCH[mtp]:
         return "DEEPGEMM"

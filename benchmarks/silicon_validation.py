@@ -117,8 +117,8 @@ def replay(row, kind: str) -> tuple[float, float]:
 def row_profiles(row, kind: str) -> dict:
     """The profiles (by shape) of the row's pools, timed by ``kind``."""
     plan, model, activations = plan_for(row), row_model(row), moe_activations(row)
-    kernel = TRT_MOE_KERNELS.get(moe_backend(row))
     if row["mode"] == "agg":
+        kernel = TRT_MOE_KERNELS.get(moe_backend(row))
         return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, int(row["ep"]),
                                      activations=activations, moe_kernel=kernel)
                 for pool in plan.pools}
@@ -127,10 +127,16 @@ def row_profiles(row, kind: str) -> dict:
         budgets[pool.shape] = max(budgets.get(pool.shape, DEFAULT_MAX_PREFILL_BATCH_TOKENS),
                                   pool.max_prefill_batch_tokens or DEFAULT_MAX_PREFILL_BATCH_TOKENS)
     return {pool.shape: _profile(kind, row["backend"], model, pool.gpu, pool.tp, pool.ep, pool.dp, activations,
-                                 budgets[pool.shape], kernel if reads_moe_table(pool.tp, pool.dp, pool.ep,
-                                                                                 all_to_all=pool.all_to_all) else None,
-                                 pool.all_to_all)
+                                 budgets[pool.shape], pool_kernel(row, pool), pool.all_to_all)
             for pool in plan.pools}
+
+
+def pool_kernel(row, pool: Pool) -> str | None:
+    """The one MoE kernel a disaggregated row's pool times its routed experts by: its phase's recipe backend's, where
+    the pool reads the MoE table; None (the fastest measured) elsewhere."""
+    if not reads_moe_table(pool.tp, pool.dp, pool.ep, all_to_all=pool.all_to_all):
+        return None
+    return TRT_MOE_KERNELS.get(moe_backend(row, pool.phase))
 
 
 def replay_on(row, profiles: dict) -> tuple[float, float]:

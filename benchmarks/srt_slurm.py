@@ -75,6 +75,9 @@ class DisaggRecipe:
     #: the ``moe_config.backend`` both phases run, where the replay times it by that kernel (TensorRT-LLM's DeepSeek
     #: FP8 on B200: TRTLLM or DEEPGEMM); None: the fastest measured
     moe_backend: str | None = None
+    #: the decode's own ``moe_config.backend`` where it is not the prefill's and the replay times it by that kernel
+    #: (TensorRT-LLM's FP4 DEP decodes: CUTLASS, beside TRTLLM contexts); None: as ``moe_backend``
+    decode_moe_backend: str | None = None
     #: the requests its benchmark sends per client: InferenceMAX's ``--num-prompts`` of ten times the concurrency,
     #: or ai-dynamo's performance sweeps' ``multi_round`` of 8 (:data:`DYNAMO_TRTLLM`)
     prompts_per_client: int = 10
@@ -91,8 +94,8 @@ class DisaggRecipe:
 def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_decode: bool,
             concurrencies: tuple[int, ...], *, decode_batch: int, attention_dp: bool, ep: int, max_num_tokens: int,
             max_batch_size: int, dtype: str = "fp8", osl: int = 1024, tensor_parallel: int = 8,
-            moe_backend: str | None = None, folder: str = "recipes/trtllm", commit: str = SRT_SLURM,
-            sweeps: tuple[str, str] = SWEEPS, prompts_per_client: int = 10) -> DisaggRecipe:
+            moe_backend: str | None = None, decode_moe_backend: str | None = None, folder: str = "recipes/trtllm",
+            commit: str = SRT_SLURM, sweeps: tuple[str, str] = SWEEPS, prompts_per_client: int = 10) -> DisaggRecipe:
     """A TensorRT-LLM prefill worker of ``tensor_parallel_size`` ``tensor_parallel`` (8 on HGX, a GB200 compute
     tray's 4): with ``enable_attention_dp`` as many ranks of attention TP 1; ``max_num_tokens`` and
     ``max_batch_size`` are each rank's, and ``enable_chunked_prefill`` is off in every one, so a context runs whole.
@@ -103,7 +106,7 @@ def _trtllm(recipe: str, gpu: str, isl: int, workers: tuple[int, int], wide_deco
                         deployment=("trtllm", gpu, dtype, isl, osl, *workers, wide_decode),
                         concurrencies=concurrencies, tp=tp, dp=dp, ep=ep, batch_tokens=max_num_tokens,
                         batch_prompts=max_batch_size, decode_batch=decode_batch, moe_backend=moe_backend,
-                        prompts_per_client=prompts_per_client)
+                        decode_moe_backend=decode_moe_backend, prompts_per_client=prompts_per_client)
 
 
 def _sglang(recipe: str, gpu: str, dtype: str, isl: int, workers: tuple[int, int], wide_decode: bool,
@@ -199,9 +202,9 @@ DISAGG_RECIPES = (
               (1, decodes), True, (clients,), decode_batch=batch, **_B200_1K)
       for decodes, batch, clients in ((1, 512, 4096), (5, 48, 1920))),
     _trtllm("b200-fp4/1k1k/stp/ctx1_gen1_dep8_batch512_eplb0_mtp0.yaml", B200, 1024, (1, 1), True, (4096,),
-            decode_batch=512, **_B200_FP4_1K),
+            decode_batch=512, decode_moe_backend="CUTLASS", **_B200_FP4_1K),
     _trtllm("b200-fp4/1k1k/stp/ctx1_gen2_dep8_batch128_eplb0_mtp0.yaml", B200, 1024, (1, 2), True, (2192,),
-            decode_batch=128, **_B200_FP4_1K),
+            decode_batch=128, decode_moe_backend="CUTLASS", **_B200_FP4_1K),
     _trtllm("b200-fp4/1k1k/stp/ctx1_gen5_tep8_batch32_eplb0_mtp0.yaml", B200, 1024, (1, 5), False,
             (10, 15, 25, 45, 90, 180), decode_batch=32, **_B200_FP4_1K),
     _trtllm("b200-fp4/1k1k/stp/ctx1_gen6_tep8_batch64_eplb0_mtp0.yaml", B200, 1024, (1, 6), False, (450,),
@@ -217,7 +220,7 @@ DISAGG_RECIPES = (
     _trtllm("dsr1-fp4-gb200-dynamo-trt 8k/1k DEP 32", GB200, 8192, (4, 1), True, (256, 538), decode_batch=16,
             attention_dp=True, max_num_tokens=8448, max_batch_size=1, **_GB200_DECEMBER),
     _trtllm("gb200-fp4/1k1k/stp/ctx1_gen2_dep4_batch768_eplb0_mtp0.yaml", GB200, 1024, (1, 2), True, (6144,),
-            decode_batch=768, **_GB200_1K),
+            decode_batch=768, decode_moe_backend="CUTLASS", **_GB200_1K),
     _trtllm("gb200-fp4/1k1k/stp/ctx1_gen4_tep8_batch32_eplb0_mtp0.yaml", GB200, 1024, (1, 4), False,
             (12, 24, 48, 96, 192), decode_batch=32, **_GB200_1K),
     _trtllm("gb200-fp4/8k1k/stp/ctx1_gen4_tep8_batch16_eplb0_mtp0.yaml", GB200, 8192, (1, 4), False, (12, 44, 76),

@@ -153,6 +153,17 @@ def test_tensorrt_llms_fp8_block_experts_read_its_deepgemm_and_the_trtllm_gen_ke
     assert values["sglang_flashinfer_trtllm_moe"] < values["deepgemm"]
 
 
+def test_tensorrt_llms_nvfp4_experts_of_384_read_the_trtllm_gen_kernel_sglangs_table_measured():
+    """TensorRT-LLM's own GB200 table times Kimi-K2.5's 384 NVFP4 experts on CUTLASS alone; the trtllm-gen kernel its
+    TRTLLM backend runs, which srt-slurm's Kimi-K2.5 TEP 8 decodes set, AIConfigurator measured in SGLang's table:
+    a decode of one request over TEP 8 reads it (0.019 ms a layer against CUTLASS's 0.038)."""
+    model = get_model("kimi-k2.5", dtype="fp4")
+    composed = step(model, "gb200-185gb", 8, engine="trtllm", expert_parallel=True)
+    assert composed.moe_kernels == ("moe_torch_flow_cutlass", "sglang_flashinfer_trtllm_moe")
+    cutlass = step(model, "gb200-185gb", 8, engine="trtllm", expert_parallel=True, moe_kernel="moe_torch_flow_cutlass")
+    assert composed.decode_s(1, 1024) < cutlass.decode_s(1, 1024) - 60 * 0.015e-3
+
+
 def test_a_moe_kernel_no_table_measured_for_the_model_is_refused_naming_the_measured_ones():
     with pytest.raises(PdplanError, match=r"no cutlass MoE kernel measured on b200_sxm for trtllm's 256 experts of "
                                           r"7168×2048, top-8, fp8_block, power_law_1\.01 \(measured: deepgemm, "
@@ -206,11 +217,13 @@ def test_the_expert_load_defaults_to_aiconfigurators_per_family_power_law():
                     "expert on the one GPU"]
 
 
-def test_the_provenance_names_every_moe_kernel_the_grid_reads_and_takes_the_faster():
+def test_the_provenance_names_every_moe_kernel_the_grid_reads_and_takes_the_fastest():
     # TensorRT-LLM 1.3.0rc20 on B200 measures NVFP4 experts under two backends: CUTLASS and TRTLLM-gen
-    # (AIConfigurator's collector logs the latter as moe_torch_flow_min_latency).
+    # (AIConfigurator's collector logs the latter as moe_torch_flow_min_latency); SGLang's table the trtllm-gen kernel
+    # FlashInfer ships.
     [note] = step(get_model("deepseek-r1", dtype="fp4"), "b200-180gb", 8, engine="trtllm").notes()
-    assert "kernels moe_torch_flow_cutlass, moe_torch_flow_min_latency, the faster at each point" in note
+    assert ("kernels moe_torch_flow_cutlass, moe_torch_flow_min_latency, sglang_flashinfer_trtllm_moe, the faster at "
+            "each point") in note
 
 
 def test_an_expert_split_finer_than_measured_is_scaled_and_counted():

@@ -127,6 +127,18 @@ def test_deepseek_fp8_b200_rows_of_tensorrt_llm_replay_the_moe_backend_their_rec
     assert deployments.TRT_MOE_KERNELS["TRTLLM"] == "sglang_flashinfer_trtllm_moe"
 
 
+def test_fp4_tensorrt_llm_dep_decodes_replay_the_cutlass_backend_their_recipe_set(deployments, validation, rows):
+    """srt-slurm's B200 FP4 1k/1k ``ctx1_gen1_dep8_batch512`` runs its context on ``moe_config.backend: TRTLLM`` and
+    its DEP 8 decode on CUTLASS, whose experts (gathered on the HGX node, the MoE table's) the replay times by that
+    kernel; its TEP 8 decodes run TRTLLM, timed by the fastest kernel measured."""
+    row = disaggregated(rows, "cfg309").iloc[0]
+    prefill, decode = deployments.plan_for(row).pools
+    assert (deployments.moe_backend(row, "prefill"), deployments.moe_backend(row, "decode")) == (None, "CUTLASS")
+    assert validation.pool_kernel(row, decode) == "moe_torch_flow_cutlass"
+    tep = disaggregated(rows, "cfg320").iloc[0]
+    assert validation.pool_kernel(tep, deployments.plan_for(tep).pools[1]) is None
+
+
 def test_gpt_oss_rows_of_tensorrt_llm_replay_the_recipes_20000_tokens_and_other_engines_none(deployments, rows):
     gpt_oss = rows[(rows["model"] == "gpt-oss-120b") & (rows["mode"] == "agg")
                    & rows["harness"].isin(deployments.INFERENCEMAX)]
@@ -469,7 +481,7 @@ def test_a_what_if_prefill_scale_stretches_the_prefill_steps_and_leaves_the_deco
 
 
 def test_the_decode_as_measured_what_if_replays_a_disaggregated_row_at_its_measured_tpot(validation, rows):
-    row = rows[rows["id"] == "kimik2_5_gb200_trtllm_fp4_disagg_1024x1024_c4_cfg759"].iloc[0]
+    row = rows[rows["id"] == "kimik2_5_gb200_trtllm_fp4_disagg_1024x1024_c55_cfg763"].iloc[0]
     profiles = validation.row_profiles(row, "composed")
     _, before = validation.replayed(row, profiles)
     _, after = validation.replayed(row, validation.decode_as_measured(row, profiles))
