@@ -149,7 +149,7 @@ class ProfileSource:
         # NVLink one-sided kernel; 9: a collective past a GB200 tray is NCCL's scaled (a remembered refusal of one is
         # stale), and the profile states a gathered rank and its redundant slots; 10: a profile of EP = TP states its
         # EP, so it keys the pools of that EP.
-        key = cache_key({"composed_profile": 11, "aiconfigurator": tables.package_version(),
+        key = cache_key({"composed_profile": 12, "aiconfigurator": tables.package_version(),
                          "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
                          "gpus_per_node": gpus_per_node,
