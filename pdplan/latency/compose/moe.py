@@ -186,12 +186,12 @@ def _model_rows(frame, config: MoeConfig):
 #:   ``trtllm_fp8_block_scale_moe`` (its csrc/trtllm_fused_moe_kernel_launcher.cu runs TensorRT-LLM's
 #:   ``trtllmGenFp8BlockScaleMoe``), SGLang's ``flashinfer_trtllm`` MoE runner calls it, and AIConfigurator measured
 #:   it there (``sglang_flashinfer_trtllm_moe``); its TensorRT-LLM table holds the DEEPGEMM backend alone.
-#: * The same backend runs NVFP4 experts on trtllm-gen's FP4 fused MoE (``torch.ops.trtllm.fp4_block_scale_moe_runner``),
-#:   which FlashInfer ships as ``trtllm_fp4_block_scale_moe`` and SGLang's ``flashinfer_trtllm`` runner calls for
-#:   ModelOpt NVFP4 checkpoints; TensorRT-LLM's own table measures it (``moe_torch_flow_min_latency``) for 256 experts
-#:   but not for Kimi-K2.5's 384, where it holds CUTLASS alone (GB200, EP 8: 0.038 ms at one token against
-#:   trtllm-gen's 0.019 in SGLang's table), which srt-slurm's Kimi-K2.5 TEP decodes do not run (``moe_config.backend:
-#:   TRTLLM``).
+#: * The same backend runs NVFP4 experts on trtllm-gen's FP4 fused MoE
+#:   (``torch.ops.trtllm.fp4_block_scale_moe_runner``), which FlashInfer ships as ``trtllm_fp4_block_scale_moe`` and
+#:   SGLang's ``flashinfer_trtllm`` runner calls for ModelOpt NVFP4 checkpoints. TensorRT-LLM's own table measures
+#:   it (``moe_torch_flow_min_latency``) for 256 experts but not for Kimi-K2.5's 384, where it holds CUTLASS alone
+#:   (GB200, EP 8: 0.038 ms at one token against trtllm-gen's 0.019 in SGLang's table), which srt-slurm's Kimi-K2.5
+#:   TEP decodes do not run (``moe_config.backend: TRTLLM``).
 KERNEL_MEASURED_BY = {("vllm", "w4a8_mxfp4_mxfp8"): ("sglang", None),
                       ("trtllm", "fp8_block"): ("sglang", "sglang_flashinfer_trtllm_moe"),
                       ("trtllm", "nvfp4"): ("sglang", "sglang_flashinfer_trtllm_moe")}
