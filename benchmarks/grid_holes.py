@@ -19,7 +19,8 @@ MoE, wide-EP MoE and all-reduce tables of B200, GB200, GB300 and H200 has its la
 sizes left out and the largest predicted from the rest, and its smallest left out and predicted from the rest:
 
 * in proportion: the edge scaled by the size (what a grid did off its size axis before);
-* along the octave's slope: pdplan's rule past the largest (:func:`pdplan.latency.compose.tables.octave_below`);
+* along the octave's slope: pdplan's rule past the largest (:func:`pdplan.latency.compose.tables.fill_holes`,
+  the rule a grid reads past its edge too);
 * held: pdplan's rule below the smallest.
 
 Nothing is fitted: the numbers are the tables' own.
@@ -109,11 +110,11 @@ def off_the_grid(size: np.ndarray, latency: np.ndarray) -> list[tuple[str, int, 
     for k in (1, 2, 3):
         if len(size) < k + 2:
             break
-        known, x = size[:-k], size[-1]
-        lower = tables.octave_below(known, np.arange(len(known)))
-        slope = max(0.0, (latency[-k - 1] - latency[lower]) / (known[-1] - known[lower]))
-        for rule, value in (("in proportion", latency[-k - 1] * x / known[-1]),
-                            ("along the octave's slope", latency[-k - 1] + slope * (x - known[-1]))):
+        values = latency.copy()
+        values[-k:] = np.nan
+        tables.fill_holes(values, [size])  # pdplan's rule past a line's last measurement, a grid's past its edge
+        for rule, value in (("in proportion", latency[-k - 1] * size[-1] / size[-k - 1]),
+                            ("along the octave's slope", values[-1])):
             out.append(("past", k, rule, value / latency[-1] - 1))
     if len(size) >= 3:
         for rule, value in (("in proportion", latency[1] * size[0] / size[1]), ("held", latency[1])):

@@ -161,7 +161,7 @@ class Grid:
             lower = octave_below(axis, np.arange(len(axis)))
             below = self._interpolate((axis[lower], *point[1:]), Extrapolated())  # counted once, with the top
             log.note(f"{self.name} {self.columns[0]} past the measured {edge}, continued along its slope")
-            return top + max(0.0, (top - below) / (axis[-1] - axis[lower])) * (size - axis[-1])
+            return float(continued_past((axis[lower], below), (axis[-1], top), size))
         return self._interpolate(point, log)
 
     def _interpolate(self, point: tuple[float, ...], log: Extrapolated) -> float:
@@ -193,7 +193,7 @@ class Grid:
 def fill_holes(values: np.ndarray, axes: list[np.ndarray]) -> np.ndarray:
     """Fill unmeasured points along the first axis (the token count or batch): linearly between
     measured ones, held at the first below it (a kernel's floor), and past the last along the slope
-    of the last two (:func:`_continued`); then, for lines of the first axis with no measurement at
+    of its last octave (:func:`_continued`); then, for lines of the first axis with no measurement at
     all, the same along each further axis in turn (a table may skip a whole sequence length at one
     batch size: vLLM's MLA context table at 128 tokens). A point no axis reaches stays NaN.
     Returns where the values were continued past a line's last measurement.
@@ -228,8 +228,14 @@ def _continued(axis: np.ndarray, line: np.ndarray, measured: np.ndarray, past: n
     if len(measured) < 2:
         return np.full(past.sum(), line[last])
     before = octave_below(axis, measured)
-    slope = max(0.0, (line[last] - line[before]) / (axis[last] - axis[before]))
-    return line[last] + slope * (axis[past] - axis[last])
+    return continued_past((axis[before], line[before]), (axis[last], line[last]), axis[past])
+
+
+def continued_past(before: tuple[float, float], last: tuple[float, float], sizes):
+    """The values at ``sizes`` past a line's ``last`` (size, value) point, along the slope from ``before``, never
+    falling (held where the line falls)."""
+    slope = max(0.0, (last[1] - before[1]) / (last[0] - before[0]))
+    return last[1] + slope * (np.asarray(sizes, dtype=float) - last[0])
 
 
 def octave_below(axis: np.ndarray, measured: np.ndarray) -> int:
