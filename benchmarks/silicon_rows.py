@@ -346,12 +346,11 @@ def plan_for(row) -> Plan:
 
 
 def kv_link(decode: Pool) -> Link:
-    """The KV path into a decode rank: each of its GPUs takes its part over its own NIC (:data:`NIC_BYTES_PER_S`).
-    The simulator moves a request's KV at the share of it the prefill's sending GPUs fill over the copies the decode's
-    TP ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`: under MLA one NIC's rate per stage, and a DEP
-    prefill into a TEP8 decode sends all eight copies from one GPU)."""
-    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=NIC_BYTES_PER_S * decode.tp * decode.pp,
-                setup_s=LINK_SETUP_S)
+    """The KV path into a decode instance: each of its GPUs takes its part over its own NIC (:data:`NIC_BYTES_PER_S`),
+    so each attention-DP rank has its GPUs' NICs. The simulator moves a request's KV at the share of its rank's the
+    prefill's sending GPUs fill over the copies the rank's TP ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`:
+    under MLA one NIC's rate per stage, and a DEP prefill into a TEP8 decode sends all eight copies from one GPU)."""
+    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=NIC_BYTES_PER_S * decode.gpus, setup_s=LINK_SETUP_S)
 
 
 def prefill_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:

@@ -8,10 +8,12 @@ import json
 import pandas as pd
 import pytest
 
+from pdplan.handoff import request_kv_bytes_per_s
 from pdplan.hardware import get_gpu
 from pdplan.latency.compose import tables
 from pdplan.latency.source import ProfileSource
 from pdplan.modelref import get_model
+from pdplan.shape import InstanceShape
 from pdplan.vocabulary import AllToAll, SpeculativeMethod
 
 pytestmark = pytest.mark.skipif(not tables.installed(), reason="the rows come with pdplan[aic]")
@@ -266,6 +268,20 @@ def test_disaggregated_rows_send_the_kv_once_the_prompts_prefill_ends(deployment
     the replay's transfer starts when the prefill ends, not layer by layer beside it."""
     for config in ("cfg291", "cfg457"):   # TensorRT-LLM H200, SGLang B200
         assert deployments.plan_for(disaggregated(rows, config).iloc[0]).transfer_schedule == "request"
+
+
+def test_each_attention_dp_rank_of_a_replayed_decode_takes_its_kv_over_its_own_gpus_nics(deployments, rows):
+    """A GPU's NIC carries its own rank's KV: GB300 FP8 8k/1k's DEP 32 decode takes 32 NICs' worth, so one prompt's
+    258 MB lands on its rank at one NIC's 50 GB/s (about 5 ms), not at a 32nd of it; a TEP 8 decode at 8 NICs'."""
+    model = get_model("deepseek-v3", dtype="fp8")
+    for config, gpus in (("cfg505", 32), ("cfg297", 8)):   # SGLang GB300 DEP 32, TensorRT-LLM H200 TEP 8
+        plan = deployments.plan_for(disaggregated(rows, config).iloc[0])
+        assert plan.pools[1].gpus == gpus
+        assert plan.default_link.bandwidth_bytes_per_s == pytest.approx(deployments.NIC_BYTES_PER_S * gpus)
+    shape = {"gpu": "gb300-288gb", "pp": 1, "tp": 1}
+    rate = request_kv_bytes_per_s(model, deployments.NIC_BYTES_PER_S * 32, InstanceShape(**shape, dp=8, ep=8),
+                                  InstanceShape(**shape, dp=32, ep=32))
+    assert rate == pytest.approx(deployments.NIC_BYTES_PER_S)
 
 
 def test_sglang_recipes_with_attention_dp_give_each_rank_the_chunk_and_requests_over_the_ranks(deployments, rows):
