@@ -120,6 +120,7 @@ from pdplan.latency.compose import tables
 from pdplan.latency.speculative import SpeculativeDecoding
 from pdplan.modelref import get_model
 from pdplan.modelspec import ModelSpec
+from pdplan.planner.plans import LINK_SETUP_S
 from pdplan.sim.plan import Link, Plan, Pool
 from pdplan.vocabulary import AllToAll, MoeActivations, SpeculativeMethod
 from pdplan.workload.reshape import poisson_arrivals
@@ -145,8 +146,6 @@ SCHEDULING = {"vllm": ("chunked", 8192), "trtllm": ("chunked", 8192), "sglang": 
 #: naming the container image and measurement date; one benchmark client (module docstring).
 INFERENCEMAX = ("2026-04-06.csv", "2026-03-25.csv", "db-dump/2026-04-27", "kimi-k2.5-gap-analysis.csv")
 RANGE_RATIO = 0.8
-#: Each GPU's KV path: one 400 Gb/s NIC, and 0.5 ms per transfer.
-NIC_BYTES_PER_S, LINK_SETUP_S = 50e9, 0.5e-3
 DEEPSEEK = {"deepseek-r1", "deepseek-v3"}
 #: InferenceMAX sweeps (engine, GPU, precision, UTC date of the merge that started them) that ran
 #: DeepSeek-R1 only with multi-token prediction: the merge's entry in InferenceX's perf-changelog.yaml
@@ -346,11 +345,14 @@ def plan_for(row) -> Plan:
 
 
 def kv_link(decode: Pool) -> Link:
-    """The KV path into a decode instance: each of its GPUs takes its part over its own NIC (:data:`NIC_BYTES_PER_S`),
-    so each attention-DP rank has its GPUs' NICs. The simulator moves a request's KV at the share of its rank's the
-    prefill's sending GPUs fill over the copies the rank's TP ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`:
-    under MLA one NIC's rate per stage, and a DEP prefill into a TEP8 decode sends all eight copies from one GPU)."""
-    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=NIC_BYTES_PER_S * decode.gpus, setup_s=LINK_SETUP_S)
+    """The KV path into a decode instance: each of its GPUs takes its part over its own NIC (the GPU catalog's
+    ``network_gb_s``, :attr:`pdplan.hardware.GPU.network_bytes_per_s`), so each attention-DP rank has its GPUs' NICs,
+    and each transfer costs the planner's fixed time (:data:`pdplan.planner.plans.LINK_SETUP_S`). The simulator moves
+    a request's KV at the share of its rank's the prefill's sending GPUs fill over the copies the rank's TP ranks take
+    (:func:`pdplan.handoff.request_kv_bytes_per_s`: under MLA one NIC's rate per stage, and a DEP prefill into a TEP8
+    decode sends all eight copies from one GPU)."""
+    nics = get_gpu(decode.gpu).network_bytes_per_s * decode.gpus
+    return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=nics, setup_s=LINK_SETUP_S)
 
 
 def prefill_pool(row, model: str, recipe: srt_slurm.DisaggRecipe | None) -> Pool:

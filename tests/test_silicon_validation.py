@@ -271,17 +271,18 @@ def test_disaggregated_rows_send_the_kv_once_the_prompts_prefill_ends(deployment
 
 
 def test_each_attention_dp_rank_of_a_replayed_decode_takes_its_kv_over_its_own_gpus_nics(deployments, rows):
-    """A GPU's NIC carries its own rank's KV: GB300 FP8 8k/1k's DEP 32 decode takes 32 NICs' worth, so one prompt's
-    258 MB lands on its rank at one NIC's 50 GB/s (about 5 ms), not at a 32nd of it; a TEP 8 decode at 8 NICs'."""
+    """A GPU's NIC carries its own rank's KV: GB300 FP8 8k/1k's DEP 32 decode takes 32 of GB300's 800 Gb/s NICs, so
+    one prompt's 258 MB lands on its rank at one NIC's 100 GB/s (under 3 ms), not at a 32nd of it; H200's TEP 8
+    decode takes 8 of its 400 Gb/s ones."""
     model = get_model("deepseek-v3", dtype="fp8")
-    for config, gpus in (("cfg505", 32), ("cfg297", 8)):   # SGLang GB300 DEP 32, TensorRT-LLM H200 TEP 8
+    for config, gpus, nic in (("cfg505", 32, 100e9), ("cfg297", 8, 50e9)):   # SGLang GB300 DEP 32, TRT H200 TEP 8
         plan = deployments.plan_for(disaggregated(rows, config).iloc[0])
         assert plan.pools[1].gpus == gpus
-        assert plan.default_link.bandwidth_bytes_per_s == pytest.approx(deployments.NIC_BYTES_PER_S * gpus)
+        assert plan.default_link.bandwidth_bytes_per_s == pytest.approx(nic * gpus)
     shape = {"gpu": "gb300-288gb", "pp": 1, "tp": 1}
-    rate = request_kv_bytes_per_s(model, deployments.NIC_BYTES_PER_S * 32, InstanceShape(**shape, dp=8, ep=8),
+    rate = request_kv_bytes_per_s(model, 100e9 * 32, InstanceShape(**shape, dp=8, ep=8),
                                   InstanceShape(**shape, dp=32, ep=32))
-    assert rate == pytest.approx(deployments.NIC_BYTES_PER_S)
+    assert rate == pytest.approx(100e9)
 
 
 def test_sglang_recipes_with_attention_dp_give_each_rank_the_chunk_and_requests_over_the_ranks(deployments, rows):
