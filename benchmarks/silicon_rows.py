@@ -347,10 +347,10 @@ def plan_for(row) -> Plan:
 def kv_link(decode: Pool) -> Link:
     """The KV path into a decode instance: each of its GPUs takes its part over its own NIC (the GPU catalog's
     ``network_gb_s``, :attr:`pdplan.hardware.GPU.network_bytes_per_s`), so each attention-DP rank has its GPUs' NICs,
-    and each transfer costs the planner's fixed time (:data:`pdplan.planner.plans.LINK_SETUP_S`). The simulator moves
-    a request's KV at the share of its rank's the prefill's sending GPUs fill over the copies the rank's TP ranks take
-    (:func:`pdplan.handoff.request_kv_bytes_per_s`: under MLA one NIC's rate per stage, and a DEP prefill into a TEP8
-    decode sends all eight copies from one GPU)."""
+    and each transfer costs the planner's fixed time (:data:`pdplan.planner.plans.LINK_SETUP_S`). The simulator gives
+    each rank its share and moves a request's KV at the part of it the prefill's sending GPUs fill, over the copies
+    the rank's TP ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`: under MLA one NIC's rate per stage, and
+    a DEP prefill into a TEP8 decode sends all eight copies from one GPU)."""
     nics = get_gpu(decode.gpu).network_bytes_per_s * decode.gpus
     return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=nics, setup_s=LINK_SETUP_S)
 
