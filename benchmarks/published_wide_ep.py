@@ -19,9 +19,10 @@ at the nearest measured one, 8 nodes (EP 64) without redundant experts (288 slot
 
 The same team's GB200 NVL72 post (lmsys.org/blog/2025-09-25-gb200-part-2) states 18,471 input tokens per second
 per GPU for the prefill with BF16 attention and FP8 experts at 2,000-token prompts; its reproduction scripts
-(``shifangx/Scripts-SGLang``) start the prefill as attention DP 8 and EP 8 over two 4-GPU trays of one NVLink
-domain, its chunk of 65,536 tokens 8,192 a rank, with EPLB and single-batch overlap. This composes that instance at
-four 2,000-token prompts a rank with 32 redundant experts, without the overlap.
+(``shifangx/Scripts-SGLang``) start its FP4 run's prefill as attention DP 8 and EP 8 over two 4-GPU trays of one
+NVLink domain, its chunk of 65,536 tokens 8,192 a rank, with EPLB and single-batch overlap; the FP8 run is taken to
+be laid out alike. This composes that instance at four 2,000-token prompts a rank with 32 redundant experts, without
+the overlap.
 """
 
 from __future__ import annotations
