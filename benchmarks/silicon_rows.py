@@ -345,12 +345,9 @@ def plan_for(row) -> Plan:
 
 
 def kv_link(decode: Pool) -> Link:
-    """The KV path into a decode instance: each of its GPUs takes its part over its own NIC (the GPU catalog's
-    ``network_gb_s``, :attr:`pdplan.hardware.GPU.network_bytes_per_s`), so each attention-DP rank has its GPUs' NICs,
-    and each transfer costs the planner's fixed time (:data:`pdplan.planner.plans.LINK_SETUP_S`). The simulator gives
-    each rank its share and moves a request's KV at the part of it the prefill's sending GPUs fill, over the copies
-    the rank's TP ranks take (:func:`pdplan.handoff.request_kv_bytes_per_s`: under MLA one NIC's rate per stage, and
-    a DEP prefill into a TEP8 decode sends all eight copies from one GPU)."""
+    """The KV path into a decode instance: every GPU's NIC as the GPU catalog rates it, and the planner's cost per
+    transfer. The simulator gives each attention-DP rank its GPUs' share, of which a request's KV fills what its
+    sending GPUs can (:func:`pdplan.handoff.request_kv_bytes_per_s`: under MLA one NIC's rate per stage)."""
     nics = get_gpu(decode.gpu).network_bytes_per_s * decode.gpus
     return Link(from_pool=None, to_pool=None, bandwidth_bytes_per_s=nics, setup_s=LINK_SETUP_S)
 
