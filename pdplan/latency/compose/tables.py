@@ -152,17 +152,21 @@ class Grid:
         measured size is held below it and the largest continued above it along the last octave's slope;
         off the grid along another axis the edge is scaled linearly (module docstring)."""
         size, axis = point[0], self.axes[0]
-        edge = f"{axis[0]:g}–{axis[-1]:g}"
         if size < axis[0]:
-            log.note(f"{self.name} {self.columns[0]} below the measured {edge}, held at the smallest")
+            log.note(self._off_size("below", "held at the smallest"))
             return self._interpolate((axis[0], *point[1:]), log)
         if size > axis[-1] and len(axis) > 1:
             top = self._interpolate((axis[-1], *point[1:]), log)
             lower = octave_below(axis, np.arange(len(axis)))
             below = self._interpolate((axis[lower], *point[1:]), Extrapolated())  # counted once, with the top
-            log.note(f"{self.name} {self.columns[0]} past the measured {edge}, continued along its slope")
+            log.note(self._off_size("past", "continued along its slope"))
             return float(continued_past((axis[lower], below), (axis[-1], top), size))
         return self._interpolate(point, log)
+
+    def _off_size(self, side: str, rule: str) -> str:
+        """The note a query off the size axis leaves (formatted only then: a grid is read on every step)."""
+        axis = self.axes[0]
+        return f"{self.name} {self.columns[0]} {side} the measured {axis[0]:g}–{axis[-1]:g}, {rule}"
 
     def _interpolate(self, point: tuple[float, ...], log: Extrapolated) -> float:
         corners, scale = [], 1.0
