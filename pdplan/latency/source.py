@@ -148,7 +148,8 @@ class ProfileSource:
         # gathered tokens cost NCCL's all-gather and reduce-scatter, and on an NVLink fabric it dispatches by its
         # NVLink one-sided kernel; 9: a collective past a GB200 tray is NCCL's scaled (a remembered refusal of one is
         # stale), and the profile states a gathered rank and its redundant slots; 10: a profile of EP = TP states its
-        # EP, so it keys the pools of that EP.
+        # EP, so it keys the pools of that EP; 11: off a table's size axis, the smallest held below and the last
+        # octave's slope past; 12: TensorRT-LLM's NVFP4 experts also read the trtllm-gen kernel.
         key = cache_key({"composed_profile": 12, "aiconfigurator": tables.package_version(),
                          "model": asdict(model), "gpu": asdict(replace(gpu, usd_per_hour=0.0, sources={})),
                          "tp": tp, "pp": pp, "engine": engine, "engine_version": self.engine_version,
