@@ -313,6 +313,13 @@ def router_policy(manifest: dict, policies: dict[str, str]) -> str | None:
     return policies.get(prefill_router(manifest))
 
 
+def prefill_policy_args(manifest: dict, policies: dict[str, str]) -> list[str]:
+    """A P/D router's ``--prefill-policy`` for the plan's prefill router, named from ``policies`` (sglang-router's
+    and vllm-router's take the flag alike, each its own names); none for least-loaded."""
+    policy = router_policy(manifest, policies)
+    return [] if policy is None else ["--prefill-policy", policy]
+
+
 def running_cap(pool: dict) -> int | None:
     """Requests one rank of the pool runs at once as pdplan verified it (``scheduling.max_running_requests``), where
     its engine holds it below its KV (:func:`pdplan.engines.running_cap`); None for every other pool and every

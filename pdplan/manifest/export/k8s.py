@@ -196,12 +196,12 @@ def _pd_args(manifest: dict, engine: str) -> list[str]:
     sglang-router's (:data:`sglang.ROUTER_POLICIES`), which reads each prefill pod's bootstrap port from its
     annotation."""
     if engine == "sglang":
-        return ["--pd-disaggregation", *sglang.prefill_policy_args(manifest)]
+        return ["--pd-disaggregation", *common.prefill_policy_args(manifest, sglang.ROUTER_POLICIES)]
     args = ["--vllm-pd-disaggregation"]
     connector = manifest["transfer"]["connector"]
     if connector in vllm.ROUTER_CONNECTORS:
         args += ["--kv-connector", connector]
-    return args + vllm.prefill_policy_args(manifest)
+    return args + common.prefill_policy_args(manifest, vllm.ROUTER_POLICIES)
 
 
 def _router(manifest: dict, options: pods.PodOptions, engine: str) -> list[dict]:

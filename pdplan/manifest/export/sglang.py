@@ -276,13 +276,6 @@ def _instance_script(manifest: dict, inst: common.Instance, port: int, backend: 
     return "\n".join(lines) + "\n"
 
 
-def prefill_policy_args(manifest: dict) -> list[str]:
-    """sglang-router's ``--prefill-policy`` for the plan's prefill router (:data:`ROUTER_POLICIES`); none for
-    least-loaded."""
-    policy = common.router_policy(manifest, ROUTER_POLICIES)
-    return [] if policy is None else ["--prefill-policy", policy]
-
-
 def rendezvous_args(nodes: int, leader: str) -> list[str]:
     """The torch.distributed rendezvous of an instance over ``nodes`` nodes led by host ``leader`` (an address the
     caller knows: a node's name, or LeaderWorkerSet's ``$(LWS_LEADER_ADDRESS)``), on :data:`DIST_INIT_PORT`."""
@@ -296,7 +289,7 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
     lines += prerequisites.lines(prerequisites.router("sglang"), "the router", "python")
     command = ["python", "-m", "sglang_router.launch_router", "--host", "0.0.0.0", "--port", str(ROUTER_PORT)]
     if common.is_disaggregated(manifest):
-        command += ["--pd-disaggregation", *prefill_policy_args(manifest)]
+        command += ["--pd-disaggregation", *common.prefill_policy_args(manifest, ROUTER_POLICIES)]
         for worker in workers.get("prefill", []):
             command += ["--prefill", *worker]
         for worker in workers.get("decode", []):

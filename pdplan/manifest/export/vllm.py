@@ -356,7 +356,7 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
         connector = manifest["transfer"]["connector"]
         if connector in ROUTER_CONNECTORS:
             command += ["--kv-connector", connector]
-        command += prefill_policy_args(manifest)
+        command += common.prefill_policy_args(manifest, ROUTER_POLICIES)
         for worker in workers.get("prefill", []):  # with Mooncake: URL and bootstrap port
             command += ["--prefill", *worker]
         for url, in workers.get("decode", []):
@@ -365,13 +365,6 @@ def _router_script(manifest: dict, workers: dict[str, list[list[str]]]) -> str:
         command += ["--worker-urls", *(url for url, in workers["colocated"])]
     lines.append(shell.command(command))
     return "\n".join(lines) + "\n"
-
-
-def prefill_policy_args(manifest: dict) -> list[str]:
-    """vllm-router's ``--prefill-policy`` for the plan's prefill router (:data:`ROUTER_POLICIES`); none for
-    least-loaded."""
-    policy = common.router_policy(manifest, ROUTER_POLICIES)
-    return [] if policy is None else ["--prefill-policy", policy]
 
 
 def pod_command(manifest: dict, pool: dict, port: int, *, spans_nodes: bool,
