@@ -203,6 +203,12 @@ def run_copies(requests: int, rate_rps: float, min_run_s: float) -> int:
     return max(1, min(wanted, MAX_RUN_REQUESTS // requests))
 
 
+def run_seconds(requests: int, rate_rps: float, min_run_s: float) -> float:
+    """Seconds of arrivals a run at ``rate_rps`` holds (its requests over the rate): at least ``min_run_s``
+    unless :data:`MAX_RUN_REQUESTS` cut the repeats short, as it does at thousands of requests per second."""
+    return min(requests, MAX_RUN_REQUESTS) * run_copies(requests, rate_rps, min_run_s) / rate_rps
+
+
 def run_workloads(workload: Workload, rate_rps: float, *, runs: int, seed: int, arrivals: str,
                   min_run_s: float = 0.0) -> list[Workload]:
     """The R request streams a plan is verified on (see the module docstring)."""

@@ -63,6 +63,8 @@ def test_the_manifest_carries_the_whole_decision(manifests):
     assert set(pd["transfer"]["roles"].values()) == {"kv_producer", "kv_consumer"}
     assert pd["predictions"]["gpus"]["value"] == sum(p["gpus"] for p in pd["pools"])
     assert pd["predictions"]["verification"]["passed"]
+    verification = pd["predictions"]["verification"]  # the seconds of arrivals each run held: its requests / rate
+    assert verification["run_s"] == pytest.approx(verification["requests"][0] / verification["rate_rps"], rel=1e-4)
     assert pd["fallback"]["mode"] == "colocated" and pd["fallback"]["verified"]
     assert "created" not in pd["metadata"]
     assert pd["provenance"]["inputs"]["trace"]["sha256"] == pd["workload"]["trace"]["sha256"]

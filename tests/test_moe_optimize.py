@@ -71,6 +71,7 @@ def test_a_wide_expert_parallel_answer_is_verified_and_says_what_tp_only_shapes_
     assert doc["meets_slo"] and any(p.get("dp", 1) == 8 and p["ep"] == 8 for p in doc["pools"])
     verification = doc["verification"]  # 1,000 requests at 40 req/s arrive in 25 s: repeated to last 300 s
     assert verification["trace_copies"] == 12 and verification["requests"][0] == 12 * REQUESTS
+    assert verification["run_s"] == pytest.approx(12 * REQUESTS / 40.0) and verification["run_s"] >= 300.0
     narrow = doc["tp_only_baseline"]  # on this head of the trace TP-only plans fit but miss end to end
     assert not narrow["found"] and narrow["reason"].startswith("the closest plan of TP x PP shapes (")
 

@@ -12,6 +12,7 @@ from pdplan.verify import (
     RunRecord,
     judge,
     run_copies,
+    run_seconds,
     run_workloads,
     settled_by_first_run,
 )
@@ -141,6 +142,18 @@ def test_repeats_stop_at_the_most_requests_a_run_holds():
     assert run_copies(2000, 1e6, 300.0) == MAX_RUN_REQUESTS // 2000
     assert run_copies(MAX_RUN_REQUESTS + 5, 1e6, 300.0) == 1
     assert run_copies(2000, 50.0, 0.0) == 1
+
+
+def test_a_run_holds_its_requests_over_the_rate_in_seconds_of_arrivals():
+    assert run_seconds(2000, 50.0, 100.0) == pytest.approx(3 * 2000 / 50.0)  # three copies: 120 s
+    assert run_seconds(2000, 5.0, 300.0) == pytest.approx(400.0)  # the trace once lasts long enough
+
+
+def test_a_run_whose_repeats_the_most_requests_cut_is_shorter_than_asked():
+    # 19,366 requests (an hour of Azure conversations) at 1,200 req/s: ten copies, 161 s, not 300
+    assert run_seconds(19_366, 1200.0, 300.0) == pytest.approx(10 * 19_366 / 1200.0)
+    assert run_seconds(19_366, 1200.0, 300.0) < 300.0
+    assert run_seconds(MAX_RUN_REQUESTS + 5, 1e4, 300.0) == pytest.approx(MAX_RUN_REQUESTS / 1e4)
 
 
 @pytest.mark.parametrize("first,runs,settled", [(0.69, 3, True), (0.71, 3, False), (0.0, 1, False), (0.79, 2, True),

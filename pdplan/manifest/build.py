@@ -32,6 +32,7 @@ from pdplan.planner.request import Inputs, PlanRequest
 from pdplan.planner.search import Checked
 from pdplan.sim.plan import Plan
 from pdplan.sim.planfile import plan_to_dict
+from pdplan.verify import run_seconds
 from pdplan.vocabulary import Connector
 from pdplan.workload import trace_stats
 
@@ -334,7 +335,8 @@ def _predictions(report: PlanReport) -> dict:
         "power_w": _valued(solution.power_w, "derived: GPUs × power limit"),
         "verification": {"passed": v["passed"], "rule": v["rule"], "rate_rps": v["rate_rps"],
                          "seeds": list(v["seeds"]), "requests": list(v["requests"]), "base_seed": request.seed,
-                         "min_run_s": request.min_run_s},
+                         "min_run_s": request.min_run_s,
+                         "run_s": run_seconds(len(request.workload), v["rate_rps"], request.min_run_s)},
         "search": search_dict(chosen, request.objective),
     }
 

@@ -15,7 +15,7 @@ from pdplan.planner.plans import link_path, pool_name
 from pdplan.planner.request import PlanRequest
 from pdplan.planner.search import SEARCH_FLOOR, Checked, SearchResult
 from pdplan.shape import wide_slots
-from pdplan.verify import Verification, run_copies
+from pdplan.verify import Verification, run_copies, run_seconds
 from pdplan.wording import counted
 
 if TYPE_CHECKING:  # the schedule package builds on the planner: its types only annotate here
@@ -241,11 +241,13 @@ def tp_only_dict(report: PlanReport) -> dict | None:
 
 
 def verification_dict(request: PlanRequest, verification: Verification) -> dict:
-    """A verdict with how long its runs were made: the least duration asked and how many times the
-    trace repeats back to back to last it."""
+    """A verdict with how long its runs were made: the least duration asked, how many times the
+    trace repeats back to back to last it, and the seconds of arrivals a run then holds (``run_s``,
+    short of the duration asked where a run's most requests cut the repeats)."""
+    requests, rate = len(request.workload), verification.rate_rps
     return verification.to_dict() | {
-        "min_run_s": request.min_run_s,
-        "trace_copies": run_copies(len(request.workload), verification.rate_rps, request.min_run_s)}
+        "min_run_s": request.min_run_s, "trace_copies": run_copies(requests, rate, request.min_run_s),
+        "run_s": run_seconds(requests, rate, request.min_run_s)}
 
 
 def report_to_dict(report: PlanReport) -> dict:
