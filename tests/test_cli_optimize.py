@@ -152,16 +152,19 @@ def test_a_verification_of_one_run_surviving_one_loss_says_so_in_the_singular():
 def test_a_verification_whose_runs_the_most_requests_cut_says_how_long_they_were():
     from pdplan.cli.optimize_render import verification_line
     interval = {"mean": 0.95, "low": 0.93, "high": 0.97}
-    v = {"seeds": [0, 1, 2], "rule": "lower", "passed": True, "losses": [], "rate_rps": 1200.0,
-         "requests": [193_660] * 3, "joint": interval, "min_run_s": 300.0, "trace_copies": 10, "run_s": 161.4,
+    from pdplan.verify import MAX_RUN_REQUESTS
+    # an hour of Azure conversations (19,366 requests) at 10,000 req/s: 77 copies, 149 s
+    v = {"seeds": [0, 1, 2], "rule": "lower", "passed": True, "losses": [], "rate_rps": 10_000.0,
+         "requests": [1_491_182] * 3, "joint": interval, "min_run_s": 300.0, "trace_copies": 77, "run_s": 149.1,
          "per_objective": [{"metric": "ttft", "threshold_s": 2.0, "target": 0.9, **interval}]}
     line = verification_line(v)
-    assert "the trace 10× back to back: 161 s of arrivals a run, short of the 300 s asked (200,000 requests" in line
+    assert (f"the trace 77× back to back: 149 s of arrivals a run, short of the 300 s asked "
+            f"({MAX_RUN_REQUESTS:,} requests a run at most)") in line
     assert "lasts at least" not in line
     v["run_s"] = 310.0
-    assert "the trace 10× back to back so a run lasts at least 300 s" in verification_line(v)
+    assert "the trace 77× back to back so a run lasts at least 300 s" in verification_line(v)
     del v["run_s"]  # a document written before run_s was recorded reads as it did
-    assert "the trace 10× back to back so a run lasts at least 300 s" in verification_line(v)
+    assert "the trace 77× back to back so a run lasts at least 300 s" in verification_line(v)
 
 
 def test_the_node_map_shows_an_instance_on_one_gpu_by_its_index_and_on_several_by_their_range(capsys, monkeypatch):

@@ -150,10 +150,16 @@ def test_a_run_holds_its_requests_over_the_rate_in_seconds_of_arrivals():
 
 
 def test_a_run_whose_repeats_the_most_requests_cut_is_shorter_than_asked():
-    # 19,366 requests (an hour of Azure conversations) at 1,200 req/s: ten copies, 161 s, not 300
-    assert run_seconds(19_366, 1200.0, 300.0) == pytest.approx(10 * 19_366 / 1200.0)
-    assert run_seconds(19_366, 1200.0, 300.0) < 300.0
+    copies = MAX_RUN_REQUESTS // 19_366  # an hour of Azure conversations at 10,000 req/s
+    assert run_seconds(19_366, 10_000.0, 300.0) == pytest.approx(copies * 19_366 / 10_000.0)
+    assert run_seconds(19_366, 10_000.0, 300.0) < 300.0
     assert run_seconds(MAX_RUN_REQUESTS + 5, 1e4, 300.0) == pytest.approx(MAX_RUN_REQUESTS / 1e4)
+
+
+def test_five_minutes_of_an_hours_trace_at_thousands_of_requests_per_second_fit_in_a_run():
+    # 4,800 req/s on the Azure conversation trace: 75 copies, 1,452,450 requests, 303 s
+    assert run_copies(19_366, 4800.0, 300.0) == 75
+    assert run_seconds(19_366, 4800.0, 300.0) >= 300.0
 
 
 @pytest.mark.parametrize("first,runs,settled", [(0.69, 3, True), (0.71, 3, False), (0.0, 1, False), (0.79, 2, True),

@@ -163,7 +163,7 @@ def optimize(
     min_run: Annotated[float, typer.Option(
         "--min-run", help="Seconds of arrivals each verification run lasts at least: a trace that, rescaled to "
                           "the target rate, arrives in less is replayed back to back (burst shape kept, at most "
-                          "200,000 requests a run), so the empty start and the final drain do not flatter the "
+                          "1,500,000 requests a run), so the empty start and the final drain do not flatter the "
                           "plan. 0: the trace once.")] = PlanRequest.min_run_s,
     verify_rule: Annotated[Rule, choice(
         "--verify-rule", Rule, help="lower: a plan passes when each objective's interval lower end meets its "
