@@ -1,7 +1,7 @@
 """Wide expert parallelism at scale, timed: DeepSeek-R1 (FP8) on 64 nodes x 8 H200.
 
 `pdplan optimize` on the Azure conversation trace rescaled to a rate that needs most of the 512 GPUs
-(``--nodes`` and ``--rate`` scale it: 256 nodes at 4,800 req/s is a plan of about 2,000 GPUs), TPOT
+(``--nodes`` and ``--rate`` scale it: 256 nodes at 4,800 req/s is a plan of about 1,500 GPUs), TPOT
 <= 50 ms p90 and TTFT <= 2 s p90, attention DP sizes 1, 8, 16 and 32 allowed (wide shapes of one to
 four nodes), SGLang's operator tables. Cold: an empty goodput cache and a fresh process. Prints the
 wall time and peak resident memory (targets: <= 120 s on 2 cores, < 8 GiB), the verified answer, the

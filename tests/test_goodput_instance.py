@@ -136,7 +136,19 @@ def test_a_probe_draws_its_requests_from_the_run_seed_alone():
 def test_a_pool_probe_carries_requests_per_probe_for_each_replica():
     workload = even_trace(n=1000)
     assert len(probe_workload(workload, 5.0, SearchSettings(requests_per_probe=100), replicas=4)) == 400
+    # a prefill pool's probe takes a trace shorter than it whole
     assert len(probe_workload(workload, 5.0, SearchSettings(requests_per_probe=400), replicas=4)) == 1000
+
+
+def test_a_decode_pool_probe_longer_than_the_trace_replays_it_so_the_pool_runs_as_long_as_one_instance():
+    workload = even_trace(n=1000)
+    settings = SearchSettings(requests_per_probe=400)
+    pool = probe_workload(workload, 20.0, settings, replicas=4, replay=True)  # 1,600 requests from 1,000
+    alone = probe_workload(workload, 5.0, settings)
+    assert len(pool) == 1600
+    assert np.all(np.diff(pool.arrival_s) > 0)
+    span = pool.arrival_s[-1] - pool.arrival_s[0]
+    assert span == pytest.approx(alone.arrival_s[-1] - alone.arrival_s[0], rel=0.01)  # 80 s each
 
 
 def test_result_round_trips_through_its_json_form():
