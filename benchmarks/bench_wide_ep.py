@@ -25,18 +25,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import yaml
+
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_TRACE = ROOT.parent / "shared" / "data" / "traces" / "AzureLLMInferenceTrace_conv.csv"
 CLUSTER = ROOT / "examples" / "cluster_h200_64.yaml"
 
 
 def cluster(nodes: int, folder: Path) -> Path:
-    """The example cluster, or a copy of it with ``nodes`` nodes."""
-    if nodes == 64:
+    """The example cluster, or a copy of it with ``nodes`` nodes of its one node type."""
+    spec = yaml.safe_load(CLUSTER.read_text())
+    (node,) = spec["nodes"]
+    if node["count"] == nodes:
         return CLUSTER
-    text = CLUSTER.read_text()
     path = folder / f"cluster_h200_{nodes}.yaml"
-    path.write_text(text.replace("count: 64", f"count: {nodes}"))
+    path.write_text(yaml.safe_dump({**spec, "nodes": [{**node, "count": nodes}]}, sort_keys=False))
     return path
 
 

@@ -27,12 +27,11 @@ from pdplan.placement import Solution
 from pdplan.planner import PlanReport
 from pdplan.planner.measure import mean_kv_bytes_per_request
 from pdplan.planner.plans import lent_path, pool_name
-from pdplan.planner.report import links_dict, phase_dict, pools, search_dict
+from pdplan.planner.report import links_dict, phase_dict, pools, search_dict, verification_dict
 from pdplan.planner.request import Inputs, PlanRequest
 from pdplan.planner.search import Checked
 from pdplan.sim.plan import Plan
 from pdplan.sim.planfile import plan_to_dict
-from pdplan.verify import run_seconds
 from pdplan.vocabulary import Connector
 from pdplan.workload import trace_stats
 
@@ -322,7 +321,7 @@ def _valued(value, source: str) -> dict:
 
 def _predictions(report: PlanReport) -> dict:
     request, chosen, solution = report.request, report.chosen, report.answer.solution
-    v = report.answer.verification.to_dict()
+    v = verification_dict(request, report.answer.verification)
     attainment = [{"metric": o["metric"], "threshold_ms": o["threshold_s"] * 1e3, "target": o["target"],
                    "mean": o["mean"], "low": o["low"], "high": o["high"]} for o in v["per_objective"]]
     return {
@@ -336,7 +335,7 @@ def _predictions(report: PlanReport) -> dict:
         "verification": {"passed": v["passed"], "rule": v["rule"], "rate_rps": v["rate_rps"],
                          "seeds": list(v["seeds"]), "requests": list(v["requests"]), "base_seed": request.seed,
                          "min_run_s": request.min_run_s,
-                         "run_s": run_seconds(len(request.workload), v["rate_rps"], request.min_run_s)},
+                         "run_s": v["run_s"]},
         "search": search_dict(chosen, request.objective),
     }
 
