@@ -85,6 +85,19 @@ def test_eight_prefill_replicas_behind_the_router_serve_more_than_eight_alone(sh
     assert one > 0 and eight > 8 * one * 1.1
 
 
+def test_a_decode_pool_on_a_trace_shorter_than_its_probes_is_not_credited_for_probing_less():
+    """300 requests, 300 a replica: a pool of 8 replays the trace eight times, so it runs as long as one
+    instance does; taken once, its probe lasted an eighth as long, the pool did not fill and it claimed
+    2.3 times one instance's rate per replica."""
+    workload = head(load_trace("traces/chat_poisson_2k.csv"), 300)
+    profile = shipped_profiles()[("llama2-70b", "h100-80gb", 4, 1)]
+    slo, settings = slo_from_flags(None, 0.05, 0.9), SearchSettings(requests_per_probe=300)
+    one = instance_goodput(workload, profile, phase="decode", slo=slo, settings=settings).goodput_rps
+    eight = pool_goodput(workload, profile, phase="decode", slo=slo, settings=settings, start_rps=8 * one,
+                         replicas=8).goodput_rps
+    assert one > 0 and one <= eight / 8 < 1.5 * one
+
+
 def test_sampling_stops_once_the_rate_per_replica_reaches_saturation():
     rates = {2: 2.5, 4: 3.0, 8: 3.95, 16: 4.0}  # per replica; one instance saturates at 4 req/s
     asked = []
