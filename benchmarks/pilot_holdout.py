@@ -38,16 +38,8 @@ import sys
 from collections import Counter
 
 import pandas as pd
-from silicon_rows import (
-    INFERENCEMAX,
-    client_rate,
-    moe_activations,
-    plan_for,
-    requests,
-    row_model,
-    speculative,
-    supported_rows,
-)
+from inferencemax_recipes import INFERENCEMAX, client_rate, moe_activations, speculative
+from silicon_rows import plan_for, requests, row_model, supported_rows
 from silicon_validation import _profile, family, replay_on, row_profiles, within_profiles
 
 from pdplan.errors import PdplanError

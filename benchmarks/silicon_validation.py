@@ -52,20 +52,8 @@ from functools import cache
 import inferencex
 import numpy as np
 import pandas as pd
-from silicon_rows import (
-    MOE,
-    TRT_MOE_KERNELS,
-    arrivals,
-    disagg_recipe,
-    moe_activations,
-    moe_backend,
-    plan_for,
-    recipe_coverage,
-    requests,
-    row_model,
-    speculative,
-    supported_rows,
-)
+from inferencemax_recipes import TRT_MOE_KERNELS, disagg_recipe, moe_activations, moe_backend, speculative
+from silicon_rows import MOE, arrivals, plan_for, recipe_coverage, requests, row_model, supported_rows
 
 from pdplan.errors import PdplanError
 from pdplan.hardware import get_gpu

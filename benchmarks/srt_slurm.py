@@ -1,6 +1,6 @@
 """The srt-slurm recipes that started InferenceMAX's disaggregated runs: each deployment's prefill workers and
-what its decode workers run at once, as its recipe starts them, read in NVIDIA/srt-slurm (``silicon_rows.py``
-matches a row to its recipe and replays it).
+what its decode workers run at once, as its recipe starts them, read in NVIDIA/srt-slurm (``inferencemax_recipes.py``
+matches a row to its recipe, ``silicon_rows.py`` replays it).
 
 A recipe names its deployment (engine, GPU, precision, lengths, prefill and decode workers, whether decode runs
 attention DP), the concurrencies its benchmark ran, the prefill worker (its parallel coordinates and what one

@@ -25,6 +25,11 @@ def deployments(benchmark):
 
 
 @pytest.fixture(scope="module")
+def recipes(benchmark):
+    return benchmark("inferencemax_recipes")
+
+
+@pytest.fixture(scope="module")
 def validation(benchmark):
     return benchmark("silicon_validation")
 
@@ -45,19 +50,19 @@ def measured(rows, on: str):
     return rows[rows["silicon_data_source"].str.contains(f"measured={on}", regex=False)]
 
 
-def test_rows_of_an_mtp_only_sweep_replay_three_drafts_or_one_with_attention_dp(deployments, rows):
+def test_rows_of_an_mtp_only_sweep_replay_three_drafts_or_one_with_attention_dp(rows, recipes):
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "h200-141gb")], "2026-01-14")
-    drafts = {mode: {deployments.speculative(row).draft_tokens for _, row in part.iterrows()}
+    drafts = {mode: {recipes.speculative(row).draft_tokens for _, row in part.iterrows()}
               for mode, part in sweep.groupby("mode")}
     assert drafts == {"agg": {3}, "agg-dp": {1}}
     row = sweep.iloc[0]
-    assert deployments.speculative(row).method == SpeculativeMethod.MTP
-    assert deployments.speculative(row).acceptance == 0.85  # DeepSeek-V3's report: 85-90% for the second token
+    assert recipes.speculative(row).method == SpeculativeMethod.MTP
+    assert recipes.speculative(row).acceptance == 0.85  # DeepSeek-V3's report: 85-90% for the second token
 
 
-def test_rows_of_a_sweep_without_mtp_replay_without_it(deployments, rows):
+def test_rows_of_a_sweep_without_mtp_replay_without_it(rows, recipes):
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb")], "2026-01-29")
-    assert len(sweep) and all(deployments.speculative(row) is None for _, row in sweep.iterrows())
+    assert len(sweep) and all(recipes.speculative(row) is None for _, row in sweep.iterrows())
 
 
 def test_rows_of_a_sweep_with_and_without_mtp_are_left_out(deployments, rows, capsys):
@@ -68,36 +73,36 @@ def test_rows_of_a_sweep_with_and_without_mtp_are_left_out(deployments, rows, ca
     assert sweep.empty
 
 
-def test_llama_rows_of_tensorrt_llm_replay_its_recipe_budget_and_batch_waiting_at_1k_1k_below_tp_8(deployments, rows):
+def test_llama_rows_of_tensorrt_llm_replay_its_recipe_budget_and_batch_waiting_at_1k_1k_below_tp_8(rows, recipes):
     llama = rows[(rows["model"] == "llama-3.1-70b") & (rows["backend"] == "trtllm")
-                 & rows["harness"].isin(deployments.INFERENCEMAX)]
-    assert len(llama) and all(deployments.iteration_budget(row) == 16384 for _, row in llama.iterrows())
+                 & rows["harness"].isin(recipes.INFERENCEMAX)]
+    assert len(llama) and all(recipes.iteration_budget(row) == 16384 for _, row in llama.iterrows())
     waiting = [(int(row["isl"]), int(row["osl"])) == (1024, 1024) and int(row["tp_size"]) < 8
                for _, row in llama.iterrows()]
     assert any(waiting) and not all(waiting)
     for wait, (_, row) in zip(waiting, llama.iterrows()):
-        recipe = deployments.batch_wait(row) or {}
+        recipe = recipes.batch_wait(row) or {}
         assert (recipe.get("batch_wait_timeout_iters"), recipe.get("batch_wait_max_tokens_ratio")) == \
                ((20, 0.9) if wait else (None, None))
 
 
-def test_deepseek_fp8_b200_rows_of_tensorrt_llm_wait_from_64_clients_at_1k_1k_but_not_with_mtp(deployments, rows):
+def test_deepseek_fp8_b200_rows_of_tensorrt_llm_wait_from_64_clients_at_1k_1k_but_not_with_mtp(rows, recipes):
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")
                           & (rows["mode"] == "agg")], "2026-01-29")
     for _, row in sweep.iterrows():
         chat = (int(row["isl"]), int(row["osl"])) == (1024, 1024)
-        assert (deployments.batch_wait(row) is not None) == (chat and int(row["concurrency"]) >= 64)
-    assert any(deployments.batch_wait(row) for _, row in sweep.iterrows())
+        assert (recipes.batch_wait(row) is not None) == (chat and int(row["concurrency"]) >= 64)
+    assert any(recipes.batch_wait(row) for _, row in sweep.iterrows())
     mtp = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")],
                    "2026-02-05")
-    assert len(mtp) and all(deployments.batch_wait(row) is None for _, row in mtp.iterrows())
+    assert len(mtp) and all(recipes.batch_wait(row) is None for _, row in mtp.iterrows())
 
 
-def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(deployments, rows):
+def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(rows, recipes):
     """``MAX_NUM_TOKENS=$(( (CONC + ISL + 64 + 63) / 64 * 64 ))``, floored at 8,192 from #258 (2026-01-21);
     the MTP recipes' ``((MTP + 1) * MAX_BATCH_SIZE + ISL + 64 + 63) / 64 * 64`` with MTP 3, unfloored."""
-    deepseek = rows[(rows["backend"] == "trtllm") & rows["model"].isin(deployments.DEEPSEEK) & (rows["mode"] == "agg")
-                    & rows["harness"].isin(deployments.INFERENCEMAX)]
+    deepseek = rows[(rows["backend"] == "trtllm") & rows["model"].isin(recipes.DEEPSEEK) & (rows["mode"] == "agg")
+                    & rows["harness"].isin(recipes.INFERENCEMAX)]
     cases = {"2025-11-02": lambda c, isl: (c + isl + 127) // 64 * 64,
              "2026-01-29": lambda c, isl: max(8192, (c + isl + 127) // 64 * 64),
              "2026-02-05": lambda c, isl: (4 * c + isl + 127) // 64 * 64}
@@ -105,53 +110,54 @@ def test_deepseek_rows_of_tensorrt_llm_replay_the_budget_their_recipe_computed(d
         sweep = measured(deepseek, on)
         assert len(sweep)
         for _, row in sweep.iterrows():
-            assert deployments.iteration_budget(row) == recipe(int(row["concurrency"]), int(row["isl"]))
+            assert recipes.iteration_budget(row) == recipe(int(row["concurrency"]), int(row["isl"]))
     assert (deepseek.pipe(measured, "2025-11-02").eval("concurrency + isl + 127") < 8192).any()  # unfloored there
 
 
-def test_deepseek_fp8_b200_rows_of_tensorrt_llm_replay_the_moe_backend_their_recipe_set(deployments, rows):
+def test_deepseek_fp8_b200_rows_of_tensorrt_llm_replay_the_moe_backend_their_recipe_set(rows, recipes):
     """``dsr1_fp8_b200_trt.sh`` ran DEEPGEMM until its sweep of 2026-01-29 and TRTLLM from it (DEEPGEMM kept at
     1k/8k from 256 clients); the MTP recipe switched on 2026-02-05; the disaggregated recipes run TRTLLM at 8k-token
     prompts and DEEPGEMM at 1k; other engines' rows read the fastest kernel."""
     trt = rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "b200-180gb") & (rows["dtype"] == "fp8")
-               & rows["model"].isin(deployments.DEEPSEEK) & rows["harness"].isin(deployments.INFERENCEMAX)]
-    backends = {(on, mode): {deployments.moe_backend(row)
+               & rows["model"].isin(recipes.DEEPSEEK) & rows["harness"].isin(recipes.INFERENCEMAX)]
+    backends = {(on, mode): {recipes.moe_backend(row)
                              for _, row in measured(trt[trt["mode"] == mode], on).iterrows()}
                 for on in ("2025-11-02", "2026-01-29", "2026-02-05") for mode in ("agg", "agg-dp")}
     assert backends == {("2025-11-02", "agg"): {"DEEPGEMM"}, ("2025-11-02", "agg-dp"): set(),
                         ("2026-01-29", "agg"): {"TRTLLM"}, ("2026-01-29", "agg-dp"): {"DEEPGEMM"},  # 1k/8k, 256+
                         ("2026-02-05", "agg"): {"TRTLLM"}, ("2026-02-05", "agg-dp"): {"DEEPGEMM"}}  # MTP, DP
     disaggregated = trt[trt["mode"] == "disagg"]
-    assert {(int(row["isl"]), deployments.moe_backend(row)) for _, row in disaggregated.iterrows()
-            if deployments.disagg_recipe(row)} == {(8192, "TRTLLM"), (1024, "DEEPGEMM")}
+    assert {(int(row["isl"]), recipes.moe_backend(row)) for _, row in disaggregated.iterrows()
+            if recipes.disagg_recipe(row)} == {(8192, "TRTLLM"), (1024, "DEEPGEMM")}
     sglang = rows[(rows["backend"] == "sglang") & (rows["gpu"] == "b200-180gb")]
-    assert len(sglang) and all(deployments.moe_backend(row) is None for _, row in sglang.iterrows())
-    assert deployments.TRT_MOE_KERNELS["TRTLLM"] == "sglang_flashinfer_trtllm_moe"
+    assert len(sglang) and all(recipes.moe_backend(row) is None for _, row in sglang.iterrows())
+    assert recipes.TRT_MOE_KERNELS["TRTLLM"] == "sglang_flashinfer_trtllm_moe"
 
 
-def test_fp4_tensorrt_llm_dep_decodes_replay_the_cutlass_backend_their_recipe_set(deployments, validation, rows):
+def test_fp4_tensorrt_llm_dep_decodes_replay_the_cutlass_backend_their_recipe_set(deployments, validation, rows,
+                                                                                 recipes):
     """srt-slurm's B200 FP4 1k/1k ``ctx1_gen1_dep8_batch512`` runs its context on ``moe_config.backend: TRTLLM`` and
     its DEP 8 decode on CUTLASS, whose experts (gathered on the HGX node, the MoE table's) the replay times by that
     kernel; its TEP 8 decodes run TRTLLM, timed by the fastest kernel measured."""
     row = disaggregated(rows, "cfg309").iloc[0]
     prefill, decode = deployments.plan_for(row).pools
-    assert (deployments.moe_backend(row, "prefill"), deployments.moe_backend(row, "decode")) == (None, "CUTLASS")
+    assert (recipes.moe_backend(row, "prefill"), recipes.moe_backend(row, "decode")) == (None, "CUTLASS")
     assert validation.pool_kernel(row, decode) == "moe_torch_flow_cutlass"
     tep = disaggregated(rows, "cfg320").iloc[0]
     assert validation.pool_kernel(tep, deployments.plan_for(tep).pools[1]) is None
 
 
-def test_gpt_oss_rows_of_tensorrt_llm_replay_the_recipes_20000_tokens_and_other_engines_none(deployments, rows):
+def test_gpt_oss_rows_of_tensorrt_llm_replay_the_recipes_20000_tokens_and_other_engines_none(rows, recipes):
     gpt_oss = rows[(rows["model"] == "gpt-oss-120b") & (rows["mode"] == "agg")
-                   & rows["harness"].isin(deployments.INFERENCEMAX)]
-    budgets = {engine: {deployments.iteration_budget(row) for _, row in part.iterrows()}
+                   & rows["harness"].isin(recipes.INFERENCEMAX)]
+    budgets = {engine: {recipes.iteration_budget(row) for _, row in part.iterrows()}
                for engine, part in gpt_oss.groupby("backend")}
     assert budgets == {"trtllm": {20000}, "vllm": {None}}
 
 
-def test_rows_whose_recipe_left_the_kv_cache_to_the_engine_replay_it_at_bf16(deployments, rows):
-    inferencemax = rows[rows["harness"].isin(deployments.INFERENCEMAX) & rows["mode"].isin(("agg", "agg-dp"))]
-    kv = {(engine, gpu, model): {deployments.kv_dtype(row) for _, row in part.iterrows()}
+def test_rows_whose_recipe_left_the_kv_cache_to_the_engine_replay_it_at_bf16(deployments, rows, recipes):
+    inferencemax = rows[rows["harness"].isin(recipes.INFERENCEMAX) & rows["mode"].isin(("agg", "agg-dp"))]
+    kv = {(engine, gpu, model): {recipes.kv_dtype(row) for _, row in part.iterrows()}
           for (engine, gpu, model), part in inferencemax.groupby(["backend", "gpu", "model"])}
     assert kv[("sglang", "h200-141gb", "deepseek-r1")] == {"bf16"}      # dsr1_fp8_h200.sh: no --kv-cache-dtype
     assert kv[("trtllm", "h200-141gb", "gpt-oss-120b")] == {"bf16"}     # kv_cache_config.dtype: auto
@@ -162,19 +168,19 @@ def test_rows_whose_recipe_left_the_kv_cache_to_the_engine_replay_it_at_bf16(dep
     assert deployments.row_model(row).kv_dtype == ("bf16" if row["gpu"] == "h200-141gb" else "fp8")
 
 
-def test_vllms_gpt_oss_rows_on_b200_replay_the_mxfp8_experts_their_recipe_exported(deployments, rows):
+def test_vllms_gpt_oss_rows_on_b200_replay_the_mxfp8_experts_their_recipe_exported(rows, recipes):
     """``gptoss_fp4_b200_docker.sh`` exports VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 from 2025-09-24; every other
     row composes at its engine's default."""
-    inferencemax = rows[rows["harness"].isin(deployments.INFERENCEMAX)]
-    chosen = {(engine, gpu, model): {deployments.moe_activations(row) for _, row in part.iterrows()}
+    inferencemax = rows[rows["harness"].isin(recipes.INFERENCEMAX)]
+    chosen = {(engine, gpu, model): {recipes.moe_activations(row) for _, row in part.iterrows()}
               for (engine, gpu, model), part in inferencemax.groupby(["backend", "gpu", "model"])}
     assert chosen.pop(("vllm", "b200-180gb", "gpt-oss-120b")) == {"mxfp8"}
     assert set().union(*chosen.values()) == {None}
 
 
-def test_rows_of_other_collections_keep_pdplans_kv_precision(deployments, rows):
-    others = rows[~rows["harness"].isin(deployments.INFERENCEMAX)]
-    assert len(others) and all(deployments.kv_dtype(row) is None for _, row in others.head(200).iterrows())
+def test_rows_of_other_collections_keep_pdplans_kv_precision(rows, recipes):
+    others = rows[~rows["harness"].isin(recipes.INFERENCEMAX)]
+    assert len(others) and all(recipes.kv_dtype(row) is None for _, row in others.head(200).iterrows())
 
 
 def test_the_median_table_sets_each_groups_simulated_median_against_its_runs_medians(validation):
@@ -209,21 +215,21 @@ def test_the_low_load_gap_is_measured_minus_simulated_ttft_per_group_at_up_to_16
     assert (row["rows"], row["gap_ms_median"], row["gap_ms_min"], row["gap_ms_max"]) == (2, 200.0, 100.0, 300.0)
 
 
-def test_attention_dp_rows_of_tensorrt_llm_replay_the_balance_their_recipe_set(deployments, rows):
+def test_attention_dp_rows_of_tensorrt_llm_replay_the_balance_their_recipe_set(rows, recipes):
     """DeepSeek-R1's recipes: ``timeout_iters: 60, batching_wait_iters: 0``; gpt-oss's state neither, so
     TensorRT-LLM's defaults, 50 and 10. Rows without attention DP hold nothing."""
-    trt = rows[(rows["backend"] == "trtllm") & rows["harness"].isin(deployments.INFERENCEMAX)]
+    trt = rows[(rows["backend"] == "trtllm") & rows["harness"].isin(recipes.INFERENCEMAX)]
     with_dp = trt[trt["mode"] == "agg-dp"]
     expected = {"deepseek-r1": (60, 0), "gpt-oss-120b": (50, 10)}
     assert set(with_dp["model"]) == set(expected)
     for _, row in with_dp.iterrows():
-        balance = deployments.adp_balance(row)
+        balance = recipes.adp_balance(row)
         assert (balance["attention_dp_timeout_iters"], balance["attention_dp_batching_wait_iters"]) == \
                expected[row["model"]]
-    assert all(deployments.adp_balance(row) == {} for _, row in trt[trt["mode"] == "agg"].iterrows())
+    assert all(recipes.adp_balance(row) == {} for _, row in trt[trt["mode"] == "agg"].iterrows())
 
 
-def test_mtp_recipes_with_attention_dp_cap_each_rank_at_the_clients_over_the_ranks(deployments, rows):
+def test_mtp_recipes_with_attention_dp_cap_each_rank_at_the_clients_over_the_ranks(deployments, rows, recipes):
     """``MAX_BATCH_SIZE=$((CONC/TP))`` with one draft: ``--max_num_tokens`` is (2·C/8 + ISL + 64) rounded up
     to 64 on 8 ranks, and each rank runs at most C/8 requests."""
     sweep = measured(rows[(rows["backend"] == "trtllm") & (rows["gpu"] == "h200-141gb") & (rows["mode"] == "agg-dp")],
@@ -231,8 +237,8 @@ def test_mtp_recipes_with_attention_dp_cap_each_rank_at_the_clients_over_the_ran
     assert len(sweep)
     for _, row in sweep.iterrows():
         per_rank = int(row["concurrency"]) // 8
-        assert deployments.mtp_batch_size(row) == per_rank
-        assert deployments.iteration_budget(row) == (2 * per_rank + int(row["isl"]) + 127) // 64 * 64
+        assert recipes.mtp_batch_size(row) == per_rank
+        assert recipes.iteration_budget(row) == (2 * per_rank + int(row["isl"]) + 127) // 64 * 64
         assert deployments.plan_for(row).pools[0].max_running_requests == per_rank
 
 
@@ -294,14 +300,14 @@ def test_sglang_recipes_with_attention_dp_give_each_rank_the_chunk_and_requests_
     assert (pool.max_prefill_batch_tokens, pool.max_running_requests) == (min(131072 // 8, 16384), 30000 // 8)
 
 
-def test_decode_workers_run_at_most_the_requests_their_recipe_lets_each_rank(deployments, rows):
+def test_decode_workers_run_at_most_the_requests_their_recipe_lets_each_rank(deployments, rows, recipes):
     """TensorRT-LLM's decode ``max_batch_size`` is one rank's (H200 8k/1k at 28 clients: 32); SGLang's decode
     ``--max-running-requests`` is divided over its DP ranks (B200 FP8 8k/1k max throughput, one prefill and one
     DEP 8 decode worker: 256 over 8); a recipe that passes none leaves the KV to bind (GB200 FP4 low latency)."""
     def decode(config: str, clients: int, recipe: str):
         part = disaggregated(rows, config)
         row = part[part["concurrency"] == clients].iloc[0]
-        assert deployments.disagg_recipe(row).recipe.startswith(f"recipes/{recipe}")
+        assert recipes.disagg_recipe(row).recipe.startswith(f"recipes/{recipe}")
         return deployments.plan_for(row).pools[1]
 
     assert decode("cfg297", 28, "trtllm/h200/8k1k/stp/c4_").max_running_requests == 32
@@ -332,48 +338,48 @@ def test_tensorrt_llm_pools_of_dp_gather_on_hgx_and_dispatch_on_nvl72_or_where_a
     assert exchanges(deployments, rows, "cfg494")[0] == AllToAll.DISPATCH
 
 
-def test_two_recipes_of_one_deployment_and_concurrency_are_told_apart_by_the_rows_prefill(deployments, rows):
+def test_two_recipes_of_one_deployment_and_concurrency_are_told_apart_by_the_rows_prefill(rows, recipes):
     """B200 FP4 8k/1k, one prefill and one TP decode worker at 64 clients: the TP 4 recipe and the DEP 4 one."""
     tp4, dep4 = disaggregated(rows, "cfg535"), disaggregated(rows, "cfg530")
     tp4, dep4 = tp4[tp4["concurrency"] == 64].iloc[0], dep4[dep4["concurrency"] == 64].iloc[0]
-    assert deployments.disagg_recipe(tp4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-tp4-1p")
-    assert deployments.disagg_recipe(dep4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-dep4-1p")
-    assert deployments.disagg_recipe(dep4).coordinates == {"tp": 1, "dp": 4, "ep": 4}
+    assert recipes.disagg_recipe(tp4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-tp4-1p")
+    assert recipes.disagg_recipe(dep4).recipe.startswith("recipes/b200-fp4/8k1k/stp/low-latency-dep4-1p")
+    assert recipes.disagg_recipe(dep4).coordinates == {"tp": 1, "dp": 4, "ep": 4}
 
 
-def test_decembers_gb200_sglang_rows_replay_both_phases_as_the_dynamo_scripts_started_them(deployments, rows):
+def test_decembers_gb200_sglang_rows_replay_both_phases_as_the_dynamo_scripts_started_them(deployments, rows, recipes):
     """InferenceMAX's GB200 SGLang sweep of 2025-12-21 ran ai-dynamo's scripts, whose parallel sizes its config left
     as placeholders the export states (prefill DP 4, decode DP 32, EP 1): the 8k/1k max-throughput script runs ten
     TP 4 prefill workers and one DEP 32 decode (``--max-running-requests 16384``), at ``req_rate`` inf."""
     row = disaggregated(rows, "cfg254").iloc[0]
     assert (int(row["prefill_attention_dp_size"]), int(row["decode_moe_ep_size"])) == (4, 1)
-    assert deployments.disagg_recipe(row).recipe == "recipies/gb200-fp4/8k1k/max-tpt.yaml @ d83c9ee0"
+    assert recipes.disagg_recipe(row).recipe == "recipies/gb200-fp4/8k1k/max-tpt.yaml @ d83c9ee0"
     prefill, decode = deployments.plan_for(row).pools
     assert (prefill.replicas, prefill.tp, prefill.dp, prefill.ep) == (10, 4, 1, 1)
     assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (131072, 30000)
     assert (decode.tp, decode.dp, decode.ep, decode.max_running_requests) == (1, 32, 32, 16384 // 32)
-    assert deployments.client_rate(row) is None
+    assert recipes.client_rate(row) is None
 
 
-def test_b200_fp4_sglang_max_throughput_rows_replay_the_recipe_their_config_names(deployments, rows):
+def test_b200_fp4_sglang_max_throughput_rows_replay_the_recipe_their_config_names(deployments, rows, recipes):
     """InferenceX's config of 2026-02-11 runs SGLang's B200 FP4 8k/1k at 1,024 and 2,048 clients by
     ``CONFIG_FILE=recipes/b200-fp4/8k1k/stp/max-tpt-dep4-7p-dep8-2d.yaml``: seven DEP 4 prefills of
     ``--chunked-prefill-size 65536 --max-running-requests 1024``, two DEP 8 decodes of 2,048 requests each."""
     row = disaggregated(rows, "cfg538").iloc[0]
-    assert deployments.disagg_recipe(row).recipe.startswith("recipes/b200-fp4/8k1k/stp/max-tpt-dep4-7p-dep8-2d.yaml")
+    assert recipes.disagg_recipe(row).recipe.startswith("recipes/b200-fp4/8k1k/stp/max-tpt-dep4-7p-dep8-2d.yaml")
     prefill, decode = deployments.plan_for(row).pools
     assert (prefill.replicas, prefill.tp, prefill.dp, prefill.ep) == (7, 1, 4, 4)
     assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (65536 // 4, 1024 // 4)
     assert (decode.replicas, decode.dp, decode.max_running_requests) == (2, 8, 2048 // 8)
 
 
-def test_gb300_sglang_rows_replay_the_recipes_of_their_sweep(deployments, rows):
+def test_gb300_sglang_rows_replay_the_recipes_of_their_sweep(deployments, rows, recipes):
     """InferenceMAX's GB300 SGLang sweep of 2026-02-09 ran srt-slurm's ``recipes/gb300-fp8`` and ``gb300-fp4``,
     unchanged from 2026-02-05 to the merge: the FP8 8k/1k mid curve runs five prefills of ``--tp-size 8 --dp-size 8
     --ep-size 8 --chunked-prefill-size 131072`` (16,384 tokens a rank, SGLang's default ``--max-prefill-tokens``) and
     one DEP 32 decode of ``--max-running-requests 45000``; the FP4 8k/1k low latency paces its clients at 300 req/s."""
     row = disaggregated(rows, "cfg505").iloc[0]
-    assert deployments.disagg_recipe(row).recipe == "recipes/gb300-fp8/8k1k/stp/mid.yaml @ 5063eb43"
+    assert recipes.disagg_recipe(row).recipe == "recipes/gb300-fp8/8k1k/stp/mid.yaml @ 5063eb43"
     prefill, decode = deployments.plan_for(row).pools
     assert (prefill.replicas, prefill.tp, prefill.dp, prefill.ep) == (5, 1, 8, 8)
     assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (16384, 30000 // 8)
@@ -381,27 +387,27 @@ def test_gb300_sglang_rows_replay_the_recipes_of_their_sweep(deployments, rows):
     assert deployments.arrivals(disaggregated(rows, "cfg569").iloc[0], 100)[1] == 300.0
 
 
-def gap_analysis(rows, deployments):
+def gap_analysis(rows, recipes):
     """The disaggregated rows of AIConfigurator's own runs, which no recipe read here started."""
-    return rows[(rows["mode"] == "disagg") & ~rows["harness"].isin(deployments.INFERENCEMAX)]
+    return rows[(rows["mode"] == "disagg") & ~rows["harness"].isin(recipes.INFERENCEMAX)]
 
 
-def test_rows_without_a_known_recipe_keep_their_coordinates_and_the_engines_batch(deployments, rows):
-    row = gap_analysis(rows, deployments).iloc[0]
-    assert deployments.disagg_recipe(row) is None
+def test_rows_without_a_known_recipe_keep_their_coordinates_and_the_engines_batch(deployments, rows, recipes):
+    row = gap_analysis(rows, recipes).iloc[0]
+    assert recipes.disagg_recipe(row) is None
     prefill, decode = deployments.plan_for(row).pools
     assert (prefill.tp, prefill.dp) == (int(row["prefill_tp_size"]), int(row["prefill_attention_dp_size"]))
     assert (prefill.max_prefill_batch_tokens, prefill.max_running_requests) == (8192, None)
     assert (decode.tp, decode.max_running_requests) == (int(row["decode_tp_size"]), None)
 
 
-def test_decembers_gb200_tensorrt_llm_rows_replay_the_batches_their_config_set(deployments, rows):
+def test_decembers_gb200_tensorrt_llm_rows_replay_the_batches_their_config_set(deployments, rows, recipes):
     """InferenceMAX's config of December 2025 started GB200 FP4 TensorRT-LLM through ai-dynamo's performance sweeps
     with ``PREFILL_MAX_NUM_TOKENS=4608``, ``PREFILL_MAX_BATCH_SIZE=4`` and ``DECODE_MAX_BATCH_SIZE=128`` for its
     1k/1k TEP 8 deployment, whose clients are the config's concurrency (141) times the four decode workers, each
     sending eight requests (``bench.sh``'s ``multi_round``) where InferenceMAX's client sends ten."""
     row = disaggregated(rows, "cfg237").iloc[0]
-    assert deployments.disagg_recipe(row).recipe.endswith("dsr1-fp4-gb200-dynamo-trt 1k/1k TEP 8 @ 93e1b3ca1")
+    assert recipes.disagg_recipe(row).recipe.endswith("dsr1-fp4-gb200-dynamo-trt 1k/1k TEP 8 @ 93e1b3ca1")
     assert 141 * 4 in set(disaggregated(rows, "cfg237")["concurrency"].astype(int))
     prefill, decode = deployments.plan_for(row).pools
     assert (prefill.tp, prefill.dp, prefill.ep) == (4, 1, 4)
@@ -434,10 +440,10 @@ def published(deployments, benchmark, tmp_path_factory):
     return deployments.supported_rows(tables.package_root() / "systems" / "silicon_sample.csv", runs)
 
 
-def test_every_recipe_the_table_holds_is_one_some_row_ran(deployments, published):
+def test_every_recipe_the_table_holds_is_one_some_row_ran(published, recipes):
     """Some row ran each recipe, with the layout of the run it is where the row states no worker counts."""
-    ran = {deployments.disagg_recipe(row) for _, row in published[published["mode"] == "disagg"].iterrows()}
-    assert set(deployments.srt_slurm.DISAGG_RECIPES) <= ran
+    ran = {recipes.disagg_recipe(row) for _, row in published[published["mode"] == "disagg"].iterrows()}
+    assert set(recipes.srt_slurm.DISAGG_RECIPES) <= ran
 
 
 def test_a_recipe_of_one_request_per_decode_worker_queues_the_clients_beyond_the_workers(deployments, published):
@@ -460,8 +466,8 @@ def test_a_prompt_budget_beyond_the_profiles_batches_is_held_to_them(validation)
     assert [pool.max_prefill_batch_tokens for pool in held.pools] == [98304, None]
 
 
-def test_the_report_counts_the_rows_their_recipe_replays_and_those_it_moved(deployments, rows):
-    twins = pd.concat([rows[rows["id"].str.endswith(("_cfg291", "_cfg675"))], gap_analysis(rows, deployments)])
+def test_the_report_counts_the_rows_their_recipe_replays_and_those_it_moved(deployments, rows, recipes):
+    twins = pd.concat([rows[rows["id"].str.endswith(("_cfg291", "_cfg675"))], gap_analysis(rows, recipes)])
     assert deployments.recipe_coverage(twins).startswith(
         f"2 of {len(twins)} disaggregated rows replay the prefill workers their recipe started "
         "(1 at coordinates the export states otherwise)")
