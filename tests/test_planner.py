@@ -15,9 +15,11 @@ from pdplan.latency.profile import shipped_profiles
 from pdplan.latency.source import ProfileSource
 from pdplan.modelref import get_model
 from pdplan.placement import Candidate, Problem, resolve_fleets, solve
+from pdplan.planner import search
 from pdplan.planner.checks import Verifier
 from pdplan.planner.pipeline import Searches
 from pdplan.planner.plans import link_path
+from pdplan.planner.search import _next_stride
 from pdplan.slo import slo_from_flags
 from pdplan.verify import RunRecord, judge
 from pdplan.workload import head, load_trace
@@ -268,3 +270,47 @@ def test_a_verified_plans_prefill_ranks_take_prompts_as_its_engine_routes_them(e
     plan = planner.plan_of(solution, model=get_model("llama2-70b"), cluster=TWO_NODES, mode="disaggregated",
                            affinity="high", transfer_schedule="layer", name="p", engine=engine)
     assert {p.phase: p.rank_router for p in plan.pools} == {"prefill": router, "decode": "shortest-queue"}
+
+
+def test_the_descents_stride_doubles_what_a_pass_gained_and_halves_after_a_miss():
+    best = object()  # any plan that passed
+    assert _next_stride("cost", 0.0, 1.5, True, best) == 3.0
+    assert _next_stride("cost", 3.0, 3.0, False, best) == 1.5
+    assert _next_stride("gpus", 1.0, 1.0, False, best) == 0.0  # below one GPU: just below the best plan
+    assert _next_stride("gpus", 4.0, 9.0, True, None) == 0.0   # no plan passed yet: keep stepping
+
+
+#: Forty one-GPU prefill and decode instances' worth of target on eight 8-GPU nodes, each instance 1 req/s.
+EIGHT_NODES = Cluster(nodes=(NodeType(name="h100", gpu=get_gpu("h100-80gb"), gpus_per_node=8,
+                                      intra_node_bytes_per_s=450e9, inter_node_bytes_per_s=50e9, count=10),))
+ONE_GPU_PAIR = (Candidate(phase="prefill", gpu="h100-80gb", tp=1, pp=1, goodput_rps=1.0),
+                Candidate(phase="decode", gpu="h100-80gb", tp=1, pp=1, goodput_rps=1.0))
+
+
+def _descent(passes, monkeypatch, *, gallop: bool):
+    """The verified search over ONE_GPU_PAIR at 40 req/s with verdicts from ``passes(prefill, decode)``."""
+    if not gallop:
+        monkeypatch.setattr(search, "_next_stride", lambda *args: 0.0)
+    slo = slo_from_flags(1.0, 0.1, 0.9)
+    wanted = request(slo=slo, max_checks=40)
+
+    def check(solution):
+        counts = {c.phase: k for c, k in solution.replicas.items()}
+        verdict = judge(records(slo, ttft_ok=passes(counts["prefill"], counts["decode"])), slo, rule=wanted.rule,
+                        rate_rps=40.0, seeds=(0, 1, 2), mode="disaggregated")
+        return search.Checked(solution=solution, plan=None, verification=verdict)
+
+    base = Problem(candidates=ONE_GPU_PAIR, cluster=EIGHT_NODES, mode="disaggregated", target_rps=40.0,
+                   objective="gpus")
+    return search.verified_search(wanted, base, check)
+
+
+def test_a_long_descent_reaches_the_same_cheapest_plan_in_fewer_checks_than_stepping_one_plan_at_a_time(
+        monkeypatch):
+    """The program starts at 40 + 40 instances; every plan of at least 31 of each passes (above the floor of 30)."""
+    passes = lambda prefill, decode: prefill >= 31 and decode >= 31  # noqa: E731
+    galloped = _descent(passes, monkeypatch, gallop=True)
+    stepped = _descent(passes, monkeypatch, gallop=False)
+    assert galloped.proven and stepped.proven
+    assert galloped.best.solution.gpus_total == stepped.best.solution.gpus_total == 62
+    assert len(galloped.tried) < len(stepped.tried)
