@@ -272,12 +272,11 @@ def test_a_verified_plans_prefill_ranks_take_prompts_as_its_engine_routes_them(e
     assert {p.phase: p.rank_router for p in plan.pools} == {"prefill": router, "decode": "shortest-queue"}
 
 
-def test_the_descents_stride_doubles_what_a_pass_gained_and_halves_after_a_miss():
+def test_the_descents_stride_doubles_what_a_pass_gained_and_a_miss_returns_it_to_just_below_the_best_plan():
     best = object()  # any plan that passed
-    assert _next_stride("cost", 0.0, 1.5, True, best) == 3.0
-    assert _next_stride("cost", 3.0, 3.0, False, best) == 1.5
-    assert _next_stride("gpus", 1.0, 1.0, False, best) == 0.0  # below one GPU: just below the best plan
-    assert _next_stride("gpus", 4.0, 9.0, True, None) == 0.0   # no plan passed yet: keep stepping
+    assert _next_stride(1.5, True, best) == 3.0
+    assert _next_stride(3.0, False, best) == 0.0
+    assert _next_stride(9.0, True, None) == 0.0   # no plan passed before: keep stepping
 
 
 #: Forty one-GPU prefill and decode instances' worth of target on eight 8-GPU nodes, each instance 1 req/s.

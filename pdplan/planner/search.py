@@ -20,8 +20,10 @@ For one fleet, mode and affinity:
    the cheapest that passes among all plans above the floor: the search is *proven*. The
    strongest cheaper plan is the likeliest to pass, so good plans come early when the budget
    cannot cover the whole space. After a pass the next proposal must come below the best plan by
-   twice what that pass gained, and after a miss by half as much, down to just below it
-   (:func:`_next_stride`): the proof still needs the plans just below the best one exhausted.
+   twice what that pass gained; after a miss, or when no plan is that far below, just below it
+   (:func:`_next_stride`), so the proof still exhausts the plans just below the best one. A miss
+   a stride reached excludes what it dominates but raises no phase's floor: far below the best
+   plan, every phase may be short, and the one its clock points at need not be the one that is.
    When the ascent found no plan that passes (the program had none at the target,
    or the cluster could not hold a stronger one), the descent starts from the largest plan
    tried, or the whole cluster, with no floor but that of clear misses counted short: the
@@ -136,30 +138,25 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
             break
         checked = check(solution)
         tried.append(checked)
-        passed = checked.verification.passed
-        stride = _next_stride(base.objective, stride, ceiling - checked.value(base.objective), passed, best)
+        passed, strode = checked.verification.passed, stride > 0
+        stride = _next_stride(ceiling - checked.value(base.objective), passed, best)
         if passed:
             best, ceiling = checked, checked.value(base.objective)
-        else:
-            missed.add(checked)
+        else:  # a miss a stride reached is far below the best plan: no evidence on which phase is short
+            missed.add(checked, counted=not strode)
         floor = _floor(base, best, missed)
     return replace(found, first=first, best=best, tried=tuple(tried), proven=proven and best is not None)
 
 
-def _next_stride(objective: str, stride: float, drop: float, passed: bool, best: Checked | None) -> float:
-    """How far below the best plan the descent's next proposal must come: an exponential search over the
-    objective (Bentley and Yao 1976, "An almost optimal algorithm for unbounded searching"). After a
-    pass that came ``drop`` below the plan before it, twice that, so a descent from a program estimate
-    far above the cheapest passing plan reaches it in a logarithmic number of checks, not one plan step
-    at a time (DeepSeek-R1 on 2,048 H200s, one prefill instance per step: 21 checks); after a miss, half
-    the stride, down to none (the plans just below the best one). Without a plan that passed the
-    descent keeps stepping from the largest plan tried."""
-    if best is None:
-        return 0.0
-    if passed:
-        return 2 * drop
-    half = stride / 2
-    return half if half >= objective_step(objective) else 0.0
+def _next_stride(stride_drop: float, passed: bool, best: Checked | None) -> float:
+    """How far below the best plan the descent's next proposal must come: after a pass that came
+    ``stride_drop`` below the plan before it, twice that, so a descent from a program estimate far
+    above the cheapest passing plan reaches it in a logarithmic number of checks, not one plan step at
+    a time (an exponential search: Bentley and Yao 1976; DeepSeek-R1 on 2,048 H200s, one prefill
+    instance per step, took 21 checks); after a miss, none: the plans just below the best one, where
+    the misses' evidence on which phase is short holds. Without a plan that passed, none: the descent
+    keeps stepping from the largest plan tried."""
+    return 2 * stride_drop if passed and best is not None else 0.0
 
 
 def _floor(base: Problem, best: Checked | None, missed: "Missed") -> dict[str, float]:
@@ -198,10 +195,12 @@ class Missed:
         self.narrow: list = []
         self.counted_short: dict[str, float] = {}  #: per phase, the most a clear miss on it counted below the target
 
-    def add(self, checked: Checked) -> None:
-        v, counted = checked.verification, checked.solution.phase_capacity_rps
+    def add(self, checked: Checked, *, counted: bool = True) -> None:
+        """Exclude a missed plan (and, when clear, what it dominates); ``counted``: let a clear miss counted short on
+        its failing phase raise that phase's floor (:func:`_floor`)."""
+        v = checked.verification
         (self.clear if v.clear_miss else self.narrow).append(checked.solution.counts)
-        capacity = counted.get(v.failing_phase) if v.clear_miss else None
+        capacity = checked.solution.phase_capacity_rps.get(v.failing_phase) if v.clear_miss and counted else None
         if capacity is not None and self.target_rps is not None and capacity < self.target_rps:
             self.counted_short[v.failing_phase] = max(capacity, self.counted_short.get(v.failing_phase, 0.0))
 
