@@ -4,6 +4,7 @@ decide in test_verified_optimum.py and test_cli_optimize.py)."""
 
 from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -313,3 +314,15 @@ def test_a_long_descent_reaches_the_same_cheapest_plan_in_fewer_checks_than_step
     assert galloped.proven and stepped.proven
     assert galloped.best.solution.gpus_total == stepped.best.solution.gpus_total == 62
     assert len(galloped.tried) < len(stepped.tried)
+
+
+def test_a_miss_a_stride_reached_is_excluded_but_raises_no_phases_floor():
+    """Far below the best plan every phase may be short; the phase the miss's clock blames need not be the one."""
+    miss = SimpleNamespace(verification=SimpleNamespace(clear_miss=True, failing_phase="prefill"),
+                           solution=SimpleNamespace(counts=(("p", 29), ("d", 29)),
+                                                    phase_capacity_rps={"prefill": 29.0, "decode": 29.0}))
+    stepped, strode = search.Missed(40.0), search.Missed(40.0)
+    stepped.add(miss)
+    strode.add(miss, counted=False)
+    assert stepped.counted_short == {"prefill": 29.0} and strode.counted_short == {}
+    assert stepped.clear == strode.clear == [miss.solution.counts]

@@ -148,15 +148,15 @@ def verified_search(request: PlanRequest, base: Problem, check: Check) -> Search
     return replace(found, first=first, best=best, tried=tuple(tried), proven=proven and best is not None)
 
 
-def _next_stride(stride_drop: float, passed: bool, best: Checked | None) -> float:
+def _next_stride(gained: float, passed: bool, best: Checked | None) -> float:
     """How far below the best plan the descent's next proposal must come: after a pass that came
-    ``stride_drop`` below the plan before it, twice that, so a descent from a program estimate far
+    ``gained`` below the plan before it, twice that, so a descent from a program estimate far
     above the cheapest passing plan reaches it in a logarithmic number of checks, not one plan step at
     a time (an exponential search: Bentley and Yao 1976; DeepSeek-R1 on 2,048 H200s, one prefill
     instance per step, took 21 checks); after a miss, none: the plans just below the best one, where
     the misses' evidence on which phase is short holds. Without a plan that passed, none: the descent
     keeps stepping from the largest plan tried."""
-    return 2 * stride_drop if passed and best is not None else 0.0
+    return 2 * gained if passed and best is not None else 0.0
 
 
 def _floor(base: Problem, best: Checked | None, missed: "Missed") -> dict[str, float]:
