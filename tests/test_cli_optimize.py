@@ -151,8 +151,8 @@ def test_a_verification_of_one_run_surviving_one_loss_says_so_in_the_singular():
 
 def test_a_verification_whose_runs_the_most_requests_cut_says_how_long_they_were():
     from pdplan.cli.optimize_render import verification_line
-    interval = {"mean": 0.95, "low": 0.93, "high": 0.97}
     from pdplan.verify import MAX_RUN_REQUESTS
+    interval = {"mean": 0.95, "low": 0.93, "high": 0.97}
     # an hour of Azure conversations (19,366 requests) at 10,000 req/s: 77 copies, 149 s
     v = {"seeds": [0, 1, 2], "rule": "lower", "passed": True, "losses": [], "rate_rps": 10_000.0,
          "requests": [1_491_182] * 3, "joint": interval, "min_run_s": 300.0, "trace_copies": 77, "run_s": 149.1,

@@ -334,8 +334,7 @@ def _predictions(report: PlanReport) -> dict:
         "power_w": _valued(solution.power_w, "derived: GPUs × power limit"),
         "verification": {"passed": v["passed"], "rule": v["rule"], "rate_rps": v["rate_rps"],
                          "seeds": list(v["seeds"]), "requests": list(v["requests"]), "base_seed": request.seed,
-                         "min_run_s": request.min_run_s,
-                         "run_s": v["run_s"]},
+                         "min_run_s": v["min_run_s"], "run_s": v["run_s"]},
         "search": search_dict(chosen, request.objective),
     }
 
