@@ -2,7 +2,8 @@
 
 A shape is kept when its TP group fits a node (or whole nodes of one NVLink domain), TP divides the KV heads (or
 replicates them), PP is at most the layer count, the weights plus the KV of the largest request fit memory, and the
-engine the plan is for can run it in its phase, spread the model's experts over its EP and start its colocated chunk
+engine the plan is for can run it in its phase, spread the model's experts over its EP, give each DP rank its GPUs
+and start its colocated chunk
 (:mod:`pdplan.engines`). For a mixture-of-experts model, each attention data-parallel size DP above 1 adds wide
 shapes: TP × DP GPUs in one stage, every routed expert whole on one of them (EP = TP × DP, the wide-EP deployments
 of DeepSeek, SGLang and Dynamo), on one node or spread evenly over whole nodes, its tokens moved to the experts as
@@ -20,6 +21,7 @@ from pdplan.engines import (
     ENGINE_NAMES,
     chunk_refusal,
     experts_refusal,
+    rank_refusal,
     rank_span_refusal,
     running_cap,
     shape_refusal,
@@ -106,7 +108,7 @@ def enumerate_shapes(model: ModelSpec, cluster: Cluster, *, largest_request_toke
                 exchange = engine_all_to_all(serving, phase, split, per_host, fabric=gpu.nvlink_fabric)
                 deepep = starts_deepep(serving, phase, split, exchange, split.stage_gpus > per_host)
                 reason = reason or experts_refusal(engine, phase, ep, model.experts + slots, deepep=deepep) \
-                    or _slots_refusal(serving, split, exchange, slots, per_host)
+                    or rank_refusal(engine, tp, dp) or _slots_refusal(serving, split, exchange, slots, per_host)
                 for shape in _variants(phase, split, exchange, chunk_sizes):
                     cap = running_cap(serving, phase, split, exchange, per_host, draft_tokens, gpu=gpu,
                                       chunk_tokens=shape.chunk_tokens)

@@ -4,12 +4,13 @@ A rule names the engine, the versions it was read in, the KV connector it holds 
 connector), what it refuses, and the upstream file and function that refuse it. Only rules read in
 upstream source are here; a capability nobody has read stays out (an engine with no row runs every
 shape pdplan plans). The KV rules look at a plan's P/D pools (phase, TP, PP); the expert rules at how every
-pool spreads its routed experts over its expert-parallel ranks; the chunk rules at the prompt tokens each rank
-takes per iteration.
+pool spreads its routed experts over its expert-parallel ranks; the rank rules at the GPUs one attention
+data-parallel rank takes; the chunk rules at the prompt tokens each rank takes per iteration.
 
 :func:`shape_refusal` answers for one candidate shape (the optimizer's per-shape rejections),
 :func:`pair_refusal` for a prefill and a decode shape together (the pairing of pools),
-:func:`experts_refusal` for one shape's experts, :func:`chunk_refusal` for one shape's prompt chunk, and
+:func:`experts_refusal` for one shape's experts, :func:`rank_refusal` for its DP ranks' GPUs,
+:func:`chunk_refusal` for one shape's prompt chunk, and
 :func:`plan_refusal` for a whole plan (``validate`` and ``export``).
 """
 
@@ -306,6 +307,14 @@ class PageChunkRule(Rule):
         return None
 
 
+@dataclass(frozen=True, kw_only=True)
+class OneGpuRankRule(Rule):
+    """Each attention data-parallel rank is one GPU: the engine splits no attention heads inside a DP rank."""
+
+    def rank_refusal(self, tp: int, dp: int) -> str | None:
+        return f"{self.says} (TP {tp} × DP {dp})" if dp > 1 and tp > 1 else None
+
+
 def _wide(shape: RoleShape) -> bool:
     """Whether a shape runs wide expert parallelism (attention DP or EP above 1)."""
     return shape.dp > 1 or shape.ep > 1
@@ -357,6 +366,15 @@ SGLANG_PAGE_CHUNK = PageChunkRule(
            "_handle_attention_backend_compatibility and check_server_args)",
     says="SGLang on Blackwell pages the KV 64 tokens at a time (trtllm_mha, trtllm_mla) and needs each rank's "
          "--chunked-prefill-size to be whole pages")
+
+
+TRTLLM_ONE_GPU_RANKS = OneGpuRankRule(
+    name="trtllm-attention-dp", engine="trtllm", versions="main (read at 00547a25)", connector=None,
+    source="NVIDIA/TensorRT-LLM tensorrt_llm/_torch/modules/attention.py @00547a25ac61d28d1dabb2e47383a1af605ebb59, "
+           "Attention.__init__ and MLA.__init__: with mapping.enable_attention_dp, dp_size = tp_size and tp_size = 1 "
+           "(docs/source/features/parallel-strategy.md: attention runs TP or DP over tensor_parallel_size's GPUs)",
+    says="TensorRT-LLM's attention data parallelism (enable_attention_dp) makes each of its tensor_parallel_size "
+         "GPUs one DP rank, so attention DP needs TP 1")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -433,6 +451,8 @@ EXPERT_RULES: tuple[ExpertSpreadRule, ...] = (SGLANG_EVEN_EXPERTS, DEEPEP_EVEN_E
 
 #: Every rule on the prompt tokens a rank takes per iteration.
 CHUNK_RULES: tuple[PageChunkRule, ...] = (SGLANG_PAGE_CHUNK,)
+#: Every rule on the GPUs an attention data-parallel rank may take.
+RANK_RULES: tuple[OneGpuRankRule, ...] = (TRTLLM_ONE_GPU_RANKS,)
 
 
 def _holding(rules: Iterable[Rule], engine: str | None, connector: str | None = None) -> list:
@@ -481,6 +501,12 @@ def chunk_refusal(engine: str | None, phase: str, chunk_tokens: int | None, blac
                           lambda rule: rule.chunk_refusal(phase, chunk_tokens or 0, blackwell))
 
 
+def rank_refusal(engine: str | None, tp: int, dp: int) -> str | None:
+    """Why ``engine`` cannot run attention DP ranks of TP ``tp`` each (``dp`` of them): "<rule>: <reason>", or None
+    when it can."""
+    return _first_refusal(_holding(RANK_RULES, engine), lambda rule: rule.rank_refusal(tp, dp))
+
+
 def rank_span_refusal(engine: str | None, shape: InstanceShape, gpus_per_node: int) -> str | None:
     """Why ``engine``, as pdplan's exports start it, cannot run attention DP ranks whose TP group spans nodes (a
     TP8 rank over two GB200 trays); None when it can. vLLM's multi-node data parallelism starts each node's share
@@ -511,12 +537,14 @@ def weights_refusal(engine: str | None, weight_dtype: str) -> str | None:
 def plan_refusal(engine: str | None, connector: str | None, pools: Iterable[Role]) -> str | None:
     """Why ``engine`` cannot run a plan of these pools, naming the first rule it breaks; None when it
     can. Every pool faces the expert rules (DeepEP's too where the engine's export starts it for the pool), the
-    chunk rules and, where its instances span nodes, the rule on DP ranks over them (:func:`rank_span_refusal`);
-    only a P/D plan's prefill and decode pools face the KV rules (a colocated plan moves no KV)."""
+    rank rules, the chunk rules and, where its instances span nodes, the rule on DP ranks over them
+    (:func:`rank_span_refusal`); only a P/D plan's prefill and decode pools face the KV rules (a colocated plan moves
+    no KV)."""
     pools = list(pools)
     for pool in pools:
         deepep = starts_deepep(engine, pool.phase, pool, pool.all_to_all, pool.spans_nodes)
         why = experts_refusal(engine, pool.phase, pool.ep, pool.experts, deepep=deepep) \
+            or rank_refusal(engine, pool.tp, pool.dp) \
             or chunk_refusal(engine, pool.phase, pool.chunk_tokens, pool.blackwell) \
             or (rank_span_refusal(engine, pool, pool.node_gpus) if pool.node_gpus else None)
         if why:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from pdplan.candidates import enumerate_shapes
-from pdplan.engines import CHUNK_RULES, EXPERT_RULES, RULES, Role, plan_refusal
+from pdplan.engines import CHUNK_RULES, EXPERT_RULES, RANK_RULES, RULES, Role, plan_refusal
 from pdplan.errors import PdplanError
 from pdplan.hardware import default_cluster_path, load_cluster
 from pdplan.manifest.check import check_manifest
@@ -70,7 +70,7 @@ def write(path: Path, manifest: dict) -> Path:
 
 
 def test_every_rule_cites_an_upstream_file_and_commit():
-    for rule in (*RULES, *EXPERT_RULES, *CHUNK_RULES):
+    for rule in (*RULES, *EXPERT_RULES, *CHUNK_RULES, *RANK_RULES):
         assert "/" in rule.source and "@" in rule.source, rule.name
 
 
@@ -299,6 +299,50 @@ def test_the_sglang_export_refuses_a_blackwell_prefill_pool_whose_chunk_is_part_
     found = [str(v) for v in check_manifest(made_for(edited, "sglang"))]
     assert any(line.startswith(f"provenance.profiles.serving_engine: sglang cannot run this plan: {SGLANG_PAGE_CHUNK}")
                for line in found)
+
+
+# --- trtllm-attention-dp -------------------------------------------------------------------------
+
+TRTLLM_ATTENTION_DP = ("trtllm-attention-dp: TensorRT-LLM's attention data parallelism (enable_attention_dp) makes "
+                       "each of its tensor_parallel_size GPUs one DP rank, so attention DP needs TP 1")
+
+
+def test_trtllm_attention_dp_refuses_ranks_of_two_gpus_in_every_phase_where_sglang_and_vllm_run_them():
+    def pool(phase: str, tp: int) -> Role:
+        return Role(phase=phase, gpu="h200-141gb", tp=tp, dp=4, ep=4 * tp, experts=256)
+
+    for phase in ("prefill", "decode", "colocated"):
+        assert plan_refusal("trtllm", "nixl", [pool(phase, 2)]) == f"{TRTLLM_ATTENTION_DP} (TP 2 × DP 4)"
+        assert plan_refusal("trtllm", "nixl", [pool(phase, 1)]) is None
+        assert plan_refusal("sglang", "nixl", [pool(phase, 2)]) is None
+        assert plan_refusal("vllm", "nixl", [pool(phase, 2)]) is None
+
+
+def test_optimize_engine_trtllm_keeps_attention_dp_ranks_of_two_gpus_out_naming_the_rule():
+    """TP 2 × DP 4 on one H200 node: SGLang (--tp-size 8 --dp-size 4) runs it, TensorRT-LLM cannot (its
+    tensor_parallel_size 8 with attention DP is DP 8); TP 1 × DP 8 stays."""
+    model, cluster = get_model("deepseek-v3", dtype="fp8"), load_cluster(ROOT / "examples" / "cluster_h200_64.yaml")
+
+    def wide(engine: str):
+        shapes, rejected = enumerate_shapes(model, cluster, largest_request_tokens=4096, phases=("decode",),
+                                            tps=(1, 2), pps=(1,), dps=(4, 8), engine=engine)
+        return ({s.shape_label() for s in shapes if s.dp > 1},
+                {r.shape.shape_label(): r.reason for r in rejected if r.shape.dp > 1})
+
+    kept, rejected = wide("trtllm")
+    assert kept == {"h200-141gb TP1 DP8 EP8 PP1"}
+    assert rejected["h200-141gb TP2 DP4 EP8 PP1"] == f"{TRTLLM_ATTENTION_DP} (TP 2 × DP 4)"
+    assert "h200-141gb TP2 DP4 EP8 PP1" in wide("sglang")[0]
+
+
+def test_validate_refuses_a_plan_made_for_trtllm_whose_dp_ranks_take_two_gpus(runnable):
+    edited = copy.deepcopy(runnable)
+    prefill = next(p for p in edited["pools"] if p["phase"] == "prefill")
+    prefill.update(dp=2, ep=4)
+    found = [str(v) for v in check_manifest(made_for(edited, "trtllm"))]
+    assert any(line.startswith(f"provenance.profiles.serving_engine: trtllm cannot run this plan: "
+                               f"{TRTLLM_ATTENTION_DP} (TP 2 × DP 2)") for line in found), found
+    assert not any("trtllm-attention-dp" in str(v) for v in check_manifest(made_for(edited, "sglang")))
 
 
 # --- vLLM's default requests per rank ------------------------------------------------------------
