@@ -25,10 +25,10 @@ from pdplan.shape import InstanceShape
 from pdplan.vocabulary import AllToAll, FirstToken, Handoff, RankRouter
 
 #: The engines each export format can start, the one it starts for a plan made for none of them first: the scripts
-#: their own, llm-d's pods vLLM, Dynamo's graph vLLM or SGLang workers (its ``backendFramework``), the Kubernetes
-#: bundle vLLM or SGLang pods with their router.
-FORMAT_ENGINES = {"vllm": ("vllm",), "sglang": ("sglang",), "dynamo": ("vllm", "sglang"), "llm-d": ("vllm",),
-                  "k8s": ("vllm", "sglang")}
+#: their own, llm-d's pods vLLM, Dynamo's graph vLLM, SGLang or TensorRT-LLM workers (its ``backendFramework``), the
+#: Kubernetes bundle vLLM or SGLang pods with their router.
+FORMAT_ENGINES = {"vllm": ("vllm",), "sglang": ("sglang",), "dynamo": ("vllm", "sglang", "trtllm"),
+                  "llm-d": ("vllm",), "k8s": ("vllm", "sglang")}
 
 #: The serving engines pdplan plans for (AIConfigurator measures each of them).
 ENGINES = ("vllm", "sglang", "trtllm")
@@ -112,10 +112,11 @@ def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_host: int
     ``--all2all-backend`` "allgather_reducescatter" (``vllm/config/parallel.py``), which a colocated vLLM instance
     keeps across hosts.
 
-    TensorRT-LLM, which no export starts, as it runs by default: its CUTLASS and TRT-LLM-Gen MoE layers dispatch
-    by their NVLink all-to-all only where ``MnnvlMemory.supports_mnnvl()`` (an NVLink domain across nodes) and
-    otherwise run none (``select_alltoall_method_type``: NotEnabled, DeepEP only when asked by
-    ``TRTLLM_FORCE_ALLTOALL_METHOD`` or ``TRTLLM_CAN_USE_DEEP_EP``; ``tensorrt_llm/_torch/modules/fused_moe``),
+    TensorRT-LLM as it runs by default (Dynamo's TensorRT-LLM workers, the export that starts it, set nothing else):
+    its CUTLASS and TRT-LLM-Gen MoE layers dispatch by their NVLink all-to-all only where
+    ``MnnvlMemory.supports_mnnvl()`` (an NVLink domain across nodes) and otherwise run none
+    (``select_alltoall_method_type``: NotEnabled, DeepEP only when asked by ``TRTLLM_FORCE_ALLTOALL_METHOD`` or
+    ``TRTLLM_CAN_USE_DEEP_EP``; ``tensorrt_llm/_torch/modules/fused_moe``),
     gathering every rank's tokens with NCCL's all-gather and scattering with its reduce-scatter, as
     AIConfigurator's own ``MoEDispatch`` times it off NVL72.
 

@@ -10,7 +10,7 @@ environment of its own (their torch pins differ), which it creates under ``--env
    fp8 plan of a bf16 checkpoint (fp8 KV cache, quantized at load), gpt-oss-120b on B200 with its
    MXFP4 experts' activations at MXFP8 under vLLM and at BF16 under SGLang (composed: it needs
    pdplan[aic]), the disaggregated plan edited to a cache-aware prefill router with its prefill caches
-   off and a host tier (:data:`EDITED`), and
+   off and a host tier (:data:`EDITED`), an ``--engine trtllm`` one and
    with ``--sglang-plan`` an ``--engine sglang`` one), validates each and runs pdplan's engine rules
    (pdplan/engines.py) on it; and takes the hand-written wide expert-parallel manifest (:data:`WIDE`: a
    prefill instance of DP16 EP16 over two nodes and a decode instance of DP8 EP8 on one, as in
@@ -28,10 +28,12 @@ environment of its own (their torch pins differ), which it creates under ``--env
    - ``vllm-router`` to its own ``parse_router_args`` and ``_validate_router_args`` (the
      ``vllm-router`` program is this Python launcher over the Rust router);
    - ``sglang_router.launch_router`` to its ``parse_router_args`` and ``_validate_router_args``;
-   - ``python3 -m dynamo.vllm`` / ``dynamo.sglang`` / ``dynamo.frontend`` to Dynamo's own argument parsers (the
-     SGLang worker's over the SGLang 0.5.21 ai-dynamo 1.6.1 pins, with the checkpoint's config from AIConfigurator's
-     copies in place of the hub), the worker of a multinode component also once per node with the flags the Dynamo
-     operator adds there (:func:`dynamo_node_commands`);
+   - ``python3 -m dynamo.vllm`` / ``dynamo.sglang`` / ``dynamo.trtllm`` / ``dynamo.frontend`` to Dynamo's own
+     argument parsers (the SGLang worker's over the SGLang 0.5.21 ai-dynamo 1.6.1 pins, with the checkpoint's config
+     from AIConfigurator's copies in place of the hub; the TensorRT-LLM worker's with TensorRT-LLM's BuildConfig
+     defaults standing in where TensorRT-LLM, published on NVIDIA's index only, is not installed), the worker of a
+     multinode component also once per node with the flags the Dynamo operator adds there
+     (:func:`dynamo_node_commands`; the operator starts a TensorRT-LLM one's ranks with mpirun, no flag);
    - Kubernetes core objects to kubernetes-validate in strict mode, LeaderWorkerSet and
      DynamoGraphDeployment objects to their CRD's openAPIV3Schema with unknown fields refused,
      llm-d values to the llm-d-modelservice chart's values.schema.json (the schemas are read from
@@ -195,6 +197,7 @@ def plans(work: Path, requests: int, sglang: bool) -> dict[str, tuple[list[str],
     found["fp8"] = [str(SMOKE), *probe, "--model", "llama-3.1-70b@fp8", "--mode", "disaggregated"]
     if sglang:
         found["sglang"] = [str(TRACE), *probe, "--mode", "disaggregated", "--engine", "sglang", *IDENTITY]
+    found["trtllm"] = [str(TRACE), *probe, "--mode", "disaggregated", "--engine", "trtllm", *IDENTITY]
     # gpt-oss's MXFP4 experts at an activation precision other than the engine's default, on B200: vLLM's
     # --quantization-config override for MXFP8, SGLang's --flashinfer-mxfp4-moe-precision for BF16
     gptoss = [str(TRACE), *probe, "--model", "gpt-oss-120b", "--cluster", str(ROOT / "examples" / "cluster_b200.yaml"),
@@ -243,13 +246,13 @@ PROGRAMS = {("vllm", "serve"): "vllm serve", ("vllm-router",): "vllm-router",
             ("python", "-m", "sglang.launch_server"): "sglang server",
             ("python", "-m", "sglang_router.launch_router"): "sglang-router",
             ("python3", "-m", "dynamo.vllm"): "dynamo.vllm", ("python3", "-m", "dynamo.frontend"): "dynamo.frontend",
-            ("python3", "-m", "dynamo.sglang"): "dynamo.sglang",
+            ("python3", "-m", "dynamo.sglang"): "dynamo.sglang", ("python3", "-m", "dynamo.trtllm"): "dynamo.trtllm",
             ("python3", "-m", "sglang.launch_server"): "sglang server",
             ("python3", "-m", "sglang_router.launch_router"): "sglang-router"}
 #: The environment each consumer runs in.
 CONSUMER_ENV = {"vllm serve": "vllm", "sglang server": "sglang", "vllm-router": "routers",
                 "sglang-router": "sglang", "dynamo.vllm": "dynamo", "dynamo.frontend": "dynamo",
-                "dynamo.sglang": "dynamo-sglang",
+                "dynamo.sglang": "dynamo-sglang", "dynamo.trtllm": "dynamo",
                 "kubernetes-validate strict": "vllm", "vllm rule source": "vllm"}
 
 
@@ -648,7 +651,7 @@ def main() -> int:
     parser.add_argument("--sglang-plan", action="store_true", help="also plan with --engine sglang")
     parser.add_argument("--manifests", nargs="+", metavar="NAME",
                         help="check only these manifests (default, disaggregated, multinode, mixed, fp8, sglang with "
-                             "--sglang-plan, and the hand-written wide); the others are not planned")
+                             "--sglang-plan, trtllm, and the hand-written wide); the others are not planned")
     parser.add_argument("--no-install", action="store_true",
                         help="create no environment: consumers of one not given with --venv are n/a")
     return drive(parser.parse_args())

@@ -258,6 +258,32 @@ def probe_dynamo_sglang(payload: dict) -> str:
             f"{nodes}, KV {server.kv_cache_dtype}")
 
 
+def probe_dynamo_trtllm(args: list[str]) -> str:
+    """Dynamo's TensorRT-LLM worker's own ``parse_args`` (ai-dynamo 1.6.1, dynamo/trtllm/args.py), its
+    ``--override-engine-args`` decoded as the worker decodes it (``json.loads``). TensorRT-LLM's wheels are published
+    on NVIDIA's index only, so where it is not installed its ``BuildConfig``, of which the worker's argument group
+    reads only the defaults of four fields (dynamo/trtllm/backend_args.py), stands in with TensorRT-LLM's defaults."""
+    try:
+        import tensorrt_llm.llmapi  # noqa: F401
+    except ImportError:
+        import types
+
+        class BuildConfig:  # tensorrt_llm.llmapi.BuildConfig's defaults
+            model_fields = {name: types.SimpleNamespace(default=value) for name, value in
+                            {"max_batch_size": 2048, "max_num_tokens": 8192, "max_seq_len": None,
+                             "max_beam_width": 1}.items()}
+
+        sys.modules["tensorrt_llm"] = types.ModuleType("tensorrt_llm")
+        sys.modules["tensorrt_llm.llmapi"] = types.SimpleNamespace(BuildConfig=BuildConfig)
+    from dynamo.trtllm.args import parse_args
+
+    config = parse_args(args)
+    overrides = json.loads(config.override_engine_args or "{}")
+    dp = " attention DP" if config.enable_attention_dp else ""
+    return (f"TP{config.tensor_parallel_size} PP{config.pipeline_parallel_size}{dp} EP{config.expert_parallel_size} "
+            f"{config.disaggregation_mode.value}, engine args {', '.join(sorted(overrides))}")
+
+
 def probe_dynamo_frontend(args: list[str]) -> str:
     from dynamo.frontend import main as frontend
 
@@ -291,6 +317,7 @@ def probe_vllm_rule(_payload) -> str:
 PROBES = {"vllm serve": probe_vllm_serve, "sglang server": probe_sglang_server, "vllm-router": probe_vllm_router,
           "sglang-router": probe_sglang_router, "dynamo.vllm": probe_dynamo_vllm,
           "dynamo.frontend": probe_dynamo_frontend, "dynamo.sglang": probe_dynamo_sglang,
+          "dynamo.trtllm": probe_dynamo_trtllm,
           "kubernetes-validate strict": probe_kubernetes,
           "vllm rule source": probe_vllm_rule}
 

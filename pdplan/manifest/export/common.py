@@ -10,6 +10,7 @@ import yaml
 from pdplan import engines, names
 from pdplan.engines import DEEPEP_LOW_LATENCY_TOKENS, FORMAT_ENGINES
 from pdplan.errors import PdplanError
+from pdplan.hardware import gpu_catalog
 from pdplan.manifest.build import CONNECTORS as VLLM_CONNECTORS
 from pdplan.manifest.build import UNKNOWN
 from pdplan.manifest.document import all_to_all, pool_shape, search_engine
@@ -400,12 +401,10 @@ def require_pool_engines(manifest: dict, fmt: str) -> None:
 
 
 def _way_out(engine: str, fmt: str) -> str:
-    """What a refusal of ``fmt``'s says to do with a pool pinned to ``engine``: the formats that start it, else (an
-    engine no format starts) plan for one that ``fmt`` starts."""
+    """What a refusal of ``fmt``'s says to do with a pool pinned to ``engine``: the formats that start it (some format
+    starts every engine a manifest may name)."""
     starting = [other for other, engines in FORMAT_ENGINES.items() if engine in engines and other != fmt]
-    if starting:
-        return f": export --format {' or '.join(starting)} starts {engine}"
-    return f": pdplan starts no {engine} pods; plan with --engine {' or '.join(FORMAT_ENGINES[fmt])}"
+    return f": export --format {' or '.join(starting)} starts {engine}"
 
 
 def hash_hex(manifest: dict) -> str:
@@ -454,8 +453,8 @@ def header(manifest: dict, fmt: str) -> str:
         lines += (f"\nThe plan was verified on {' and '.join(other)}'s step times, and this export starts {engine}, "
                   f"whose may differ: plan with --engine {engine} to verify what runs")
     for pool in gathering_pools(manifest, engine):
-        where, default = DEFAULT_ALL_TO_ALL[engine]
-        lines += (f"\nPool {pool}'s MoE layers were timed with DeepEP's all-to-all; {where} runs its default "
+        timed, where, default = DEFAULT_ALL_TO_ALL[engine]
+        lines += (f"\nPool {pool}'s MoE layers were timed with {timed}; {where} runs its default "
                   f"all-to-all ({default}), which gathers every rank's tokens instead, so its steps may differ from "
                   "the verified ones")
     for pool in uncapped_low_latency_pools(manifest, engine):
@@ -465,12 +464,16 @@ def header(manifest: dict, fmt: str) -> str:
     return lines
 
 
-#: Where an engine runs an instance of attention DP with expert parallelism on its default all-to-all, because its
-#: export does not start DeepEP there, and that default: SGLang 0.5.23's ``--moe-a2a-backend`` "none" on one node
-#: (the MoE layer gathers every DP rank's tokens, python/sglang/srt/layers/dp_attention.py), vLLM 0.33.0's
-#: ``--all2all-backend`` "allgather_reducescatter" on one node and for a colocated pool (vllm/config/parallel.py).
-DEFAULT_ALL_TO_ALL = {"sglang": ("SGLang on one node", "none"),
-                      "vllm": ("vLLM on one node or colocated", "allgather_reducescatter")}
+#: The dispatching all-to-all a plan of each engine was timed with, where the engine runs an instance of attention DP
+#: with expert parallelism on its default all-to-all instead, because its export does not start that dispatch there,
+#: and that default: SGLang 0.5.23's ``--moe-a2a-backend`` "none" on one node (the MoE layer gathers every DP rank's
+#: tokens, python/sglang/srt/layers/dp_attention.py), vLLM 0.33.0's ``--all2all-backend`` "allgather_reducescatter"
+#: on one node and for a colocated pool (vllm/config/parallel.py), TensorRT-LLM's NCCL all-gather and reduce-scatter
+#: off an NVLink domain spanning nodes (:func:`pdplan.engines.all_to_all`).
+DEFAULT_ALL_TO_ALL = {"sglang": ("DeepEP's all-to-all", "SGLang on one node", "none"),
+                      "vllm": ("DeepEP's all-to-all", "vLLM on one node or colocated", "allgather_reducescatter"),
+                      "trtllm": ("a dispatching all-to-all", "TensorRT-LLM off an NVLink domain spanning nodes",
+                                 "NCCL all-gather and reduce-scatter")}
 
 
 def pool_spans_nodes(manifest: dict, pool: dict) -> bool:
@@ -506,13 +509,23 @@ def uncapped_low_latency_pools(manifest: dict, engine: str) -> list[str]:
 
 def gathering_pools(manifest: dict, engine: str) -> list[str]:
     """The pools of attention DP with expert parallelism timed with a dispatch (DeepEP's, whose all-to-all the
-    wide-EP profiles time: :mod:`pdplan.latency.compose.wide`, and the wide-EP roofline fitted to it) some instance
-    of which the export starts without DeepEP."""
+    wide-EP profiles time: :mod:`pdplan.latency.compose.wide`, and the wide-EP roofline fitted to it; TensorRT-LLM's
+    over NVLink) some instance of which the export starts without one (:func:`dispatches`)."""
     wide = {pool["name"] for pool in manifest["pools"]
             if _whole(pool.get("dp", 1), 2) and _whole(pool.get("ep", 1), 2) and all_to_all(pool) == AllToAll.DISPATCH}
     found = {inst.pool["name"] for inst in (instances(manifest) if wide else ())
-             if inst.pool["name"] in wide and not starts_deepep(engine, inst.pool, inst.spans_nodes)}
+             if inst.pool["name"] in wide and not dispatches(engine, inst.pool, inst.spans_nodes)}
     return [pool["name"] for pool in manifest["pools"] if pool["name"] in found]
+
+
+def dispatches(engine: str, pool: dict, spans_nodes: bool) -> bool:
+    """Whether the export runs a dispatching all-to-all for an instance of the pool: DeepEP where it starts it
+    (:func:`starts_deepep`), TensorRT-LLM its own NVLink all-to-all on GPUs whose NVLink domain spans nodes, as it
+    does by default (:func:`pdplan.engines.all_to_all`)."""
+    if engine == "trtllm":
+        gpu = gpu_catalog().get(pool["gpu"])
+        return gpu is not None and gpu.nvlink_fabric
+    return starts_deepep(engine, pool, spans_nodes)
 
 
 def script_preamble(manifest: dict, fmt: str, what: str) -> list[str]:

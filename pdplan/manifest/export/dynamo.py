@@ -1,6 +1,6 @@
 """NVIDIA Dynamo: one ``DynamoGraphDeployment`` (``nvidia.com/v1beta1``) with a frontend
-and one worker component per pool, of the engine the plan was verified for where Dynamo runs it (vLLM or SGLang,
-the graph's ``backendFramework``; :func:`common.format_engine`), else vLLM.
+and one worker component per pool, of the engine the plan was verified for where Dynamo runs it (vLLM, SGLang or
+TensorRT-LLM, the graph's ``backendFramework``; :func:`common.format_engine`), else vLLM.
 
 In ``v1beta1`` a component's pod is its ``podTemplate`` (ai-dynamo/dynamo
 ``deploy/operator/config/crd/bases/nvidia.com_dynamographdeployments.yaml``): the worker's
@@ -30,7 +30,16 @@ image runs, and ``--skip-tokenizer-init`` as Dynamo's SGLang recipes start their
 ``recipes/deepseek-r1/sglang/disagg-16gpu/deploy.yaml``); Dynamo's worker picks a free bootstrap port itself when
 none is given (ai-dynamo 1.6.1, ``dynamo/sglang/args.py`` ``parse_args``). A multinode SGLang component gets
 ``--dist-init-addr <leader>:29500 --nnodes N --node-rank R`` from the operator (``backend_sglang.go``,
-``getMultinodeFlags``), so none of those is written here either."""
+``getMultinodeFlags``), so none of those is written here either.
+
+A TensorRT-LLM worker (``python3 -m dynamo.trtllm``) takes the parallel sizes and batch limits as flags and the rest
+of TensorRT-LLM's ``LlmArgs`` as ``--override-engine-args`` JSON (:mod:`pdplan.manifest.export.trtllm`); it publishes
+the KV events the frontend's KV router reads only with ``--publish-kv-events`` (ai-dynamo 1.6.1
+``dynamo/trtllm/backend_args.py``). A multinode TensorRT-LLM component is started by the operator as MPI ranks: its
+leader pod runs ``mpirun`` over SSH into the others with ``trtllm-llmapi-launch`` wrapping the worker's command, the
+keypair from the operator's MPI Secret (ai-dynamo/dynamo ``deploy/operator/internal/dynamo/backend_trtllm.go``
+@015d780b, ``setupLeaderContainer``; the Helm value ``dynamo-operator.dynamo.mpiRun.secretName``,
+``mpi-run-ssh-secret`` generated at install by default), so nothing per node is written here."""
 
 from __future__ import annotations
 
@@ -39,16 +48,18 @@ import re
 
 from pdplan import names
 from pdplan.errors import PdplanError
-from pdplan.manifest.export import common, pods, sglang, vllm
+from pdplan.manifest.export import common, pods, sglang, trtllm, vllm
 from pdplan.vocabulary import Router
 
 API_VERSION = "nvidia.com/v1beta1"
 # Admission needs the runtime version when the main image's tag is not a semantic version.
 RUNTIME_VERSION = "1.6.1"
 #: Dynamo's runtime image per engine, at :data:`RUNTIME_VERSION` (NGC ``nvcr.io/nvidia/ai-dynamo``; ai-dynamo 1.6.1
-#: pins SGLang 0.5.21 in its ``sglang`` extra).
+#: pins SGLang 0.5.21 in its ``sglang`` extra and tensorrt-llm 1.3.0rc29 in its ``trtllm`` one; its profiler's
+#: TensorRT-LLM graph, ``dynamo/profiler/templates/dgd/trtllm/disagg.yaml``, runs ``tensorrtllm-runtime``).
 DEFAULT_IMAGES = {"vllm": f"nvcr.io/nvidia/ai-dynamo/vllm-runtime:{RUNTIME_VERSION}",
-                  "sglang": f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{RUNTIME_VERSION}"}
+                  "sglang": f"nvcr.io/nvidia/ai-dynamo/sglang-runtime:{RUNTIME_VERSION}",
+                  "trtllm": f"nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{RUNTIME_VERSION}"}
 #: Why Dynamo's SGLang workers cannot run a disaggregated prefill pool with pipeline stages as it was verified: the
 #: SGLang 0.5.21 its image runs admits such a prefill's requests over a consensus ring, the ready request IDs passed
 #: from stage to stage, one stage per scheduler iteration, before the first stage may batch them
@@ -107,7 +118,7 @@ def export(manifest: dict, options: pods.PodOptions = pods.PodOptions()) -> dict
                for pool in common.pools(manifest) if component_name(name, pool) != pool["name"]]
     header = "\n".join([f"{common.header(manifest, 'dynamo')}\nCreate the Secret {options.hf_token_secret} (key "
                         f"{pods.HF_TOKEN_KEY}) for a gated model.\n{budgets}", *renamed])
-    tiers = {"vllm": vllm.TIER_OPTIONS, "sglang": sglang.TIER_OPTIONS}[engine]
+    tiers = {"vllm": vllm.TIER_OPTIONS, "sglang": sglang.TIER_OPTIONS, "trtllm": trtllm.TIER_OPTIONS}[engine]
     header = "\n".join([header, *common.cache_tier_notes(common.pools(manifest), tiers)])
     return {f"dynamo/{name}.yaml": common.dump_yaml(document, header=header)}
 
@@ -142,8 +153,12 @@ def _frontend(manifest: dict, image: str) -> dict:
 
 def _worker(manifest: dict, pool: dict, image: str, options: pods.PodOptions, engine: str) -> dict:
     nodes = common.pods_per_instance(manifest, pool)
-    command, args, env = (_sglang_worker(manifest, pool, nodes > 1) if engine == "sglang"
-                          else _vllm_worker(manifest, pool))
+    if engine == "sglang":
+        command, args, env = _sglang_worker(manifest, pool, nodes > 1)
+    elif engine == "trtllm":
+        command, args, env = _trtllm_worker(manifest, pool)
+    else:
+        command, args, env = _vllm_worker(manifest, pool)
     container = _container(image, command, args)
     volume, mount = pods.cache_volume(pool)
     container.update({"env": pods.hf_env(options) + env, "resources": pods.resources(manifest, pool),
@@ -186,6 +201,14 @@ def _sglang_worker(manifest: dict, pool: dict, spans_nodes: bool) -> tuple[list[
         args += ["--kv-events-config", common.compact_json(SGLANG_KV_EVENTS)]
     env = [{"name": name, "value": value} for name, value in sglang.deepep_environment(pool, spans_nodes).items()]
     return ["python3", "-m", "dynamo.sglang"], args, env
+
+
+def _trtllm_worker(manifest: dict, pool: dict) -> tuple[list[str], list[str], list[dict]]:
+    """Command, args and extra env of a TensorRT-LLM worker (see the module's docstring)."""
+    args = trtllm.worker_args(manifest, pool)
+    if common.router_policy(manifest, ROUTER_MODES) == "kv":
+        args.append("--publish-kv-events")
+    return ["python3", "-m", "dynamo.trtllm"], args, []
 
 
 def _component(name: str, kind: str, replicas: int, container: dict) -> dict:
