@@ -355,6 +355,16 @@ DEEPEP_EVEN_EXPERTS = ExpertSpreadRule(
          "plus the redundant ones")
 
 
+TRTLLM_EVEN_EXPERTS = ExpertSpreadRule(
+    name="trtllm-even-experts", engine="trtllm", versions="main (read at 00043967)", connector=None,
+    source="NVIDIA/TensorRT-LLM tensorrt_llm/llmapi/llm_args.py @0004396720054fd8e205cbf616f21f0b57c6b412, "
+           "MoeLoadBalancerConfig.setup: raises ValueError unless num_slots % ep_size == 0, the slots being the "
+           "routed experts plus the redundant ones; without a load balancer the MoE layer asserts "
+           "num_experts % ep_size == 0 (tensorrt_llm/_torch/modules/fused_moe/interface.py, the fallback of "
+           "its load-balancer setup)",
+    says="TensorRT-LLM's MoE layer needs EP to divide the routed experts plus the redundant ones")
+
+
 SGLANG_PAGE_CHUNK = PageChunkRule(
     name="sglang-page-chunk", engine="sglang", versions="0.5.8 to 0.5.23 (read in the PyPI wheels)", connector=None,
     page_tokens=64,
@@ -447,7 +457,7 @@ def mixed_refusal(fmt: str, engine: str) -> str | None:
 RULES: tuple[ConsumerPipelineRule | EqualTensorRule, ...] = (NIXL_DECODE_PP, SGLANG_EQUAL_TP)
 #: Every expert rule pdplan knows. vLLM's own MoE layer spreads experts unevenly unless EPLB places redundant ones,
 #: which :func:`pdplan.experts.expert_placement_rejection` holds every plan to; DeepEP does not.
-EXPERT_RULES: tuple[ExpertSpreadRule, ...] = (SGLANG_EVEN_EXPERTS, DEEPEP_EVEN_EXPERTS)
+EXPERT_RULES: tuple[ExpertSpreadRule, ...] = (SGLANG_EVEN_EXPERTS, TRTLLM_EVEN_EXPERTS, DEEPEP_EVEN_EXPERTS)
 
 
 #: Every rule on the prompt tokens a rank takes per iteration.

@@ -188,6 +188,20 @@ def test_sglang_even_experts_counts_the_redundant_experts_of_every_pool():
         assert plan_refusal("vllm", "nixl", [pool(phase, 0)]) is None
 
 
+def test_trtllm_even_experts_keeps_an_ep_that_does_not_divide_the_experts_and_their_slots_out():
+    """TensorRT-LLM asserts EP divides the routed experts (no load balancer) or the slots with EPLB's redundant ones:
+    DeepSeek-V3's 256 over DP 12 = EP 12 is refused in optimize, 256 over EP 16 kept; 256 + 8 slots over EP 24 pass."""
+    model, cluster = get_model("deepseek-v3", dtype="fp8"), load_cluster(ROOT / "examples" / "cluster_h200_64.yaml")
+    shapes, rejected = enumerate_shapes(model, cluster, largest_request_tokens=4096, phases=("decode",), tps=(1,),
+                                        pps=(1,), dps=(12, 16), engine="trtllm")
+    assert {s.ep for s in shapes if s.dp > 1} == {16}
+    assert {r.reason.split(":")[0] for r in rejected if r.shape.dp > 1} == {"trtllm-even-experts"}
+    pool = Role(phase="prefill", gpu="h200-141gb", tp=1, dp=24, ep=24, experts=256 + 8)
+    assert plan_refusal("trtllm", "nixl", [pool]) is None
+    assert plan_refusal("trtllm", "nixl", [Role(phase="prefill", gpu="h200-141gb", tp=1, dp=24, ep=24,
+                                                experts=256)]).startswith("trtllm-even-experts: ")
+
+
 # --- sglang-page-chunk ---------------------------------------------------------------------------
 
 SGLANG_PAGE_CHUNK = ("sglang-page-chunk: SGLang on Blackwell pages the KV 64 tokens at a time (trtllm_mha, trtllm_mla) "
