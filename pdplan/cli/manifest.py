@@ -147,9 +147,9 @@ def export(
                                                                            "it.")] = DEFAULT_HF_TOKEN_SECRET,
 ) -> None:
     """Write the configs a serving stack reads, from a manifest that validates: vLLM or SGLang
-    launch scripts and router, a Dynamo DynamoGraphDeployment (SGLang workers for a plan made for SGLang, else
-    vLLM's), llm-d-modelservice Helm values, or a Kubernetes bundle (Deployments / LeaderWorkerSets, Services,
-    vllm-router or sglang-router, kustomization)."""
+    launch scripts and router, a Dynamo DynamoGraphDeployment (SGLang or TensorRT-LLM workers for a plan made for
+    that engine, else vLLM's), llm-d-modelservice Helm values, or a Kubernetes bundle (Deployments /
+    LeaderWorkerSets, Services, vllm-router or sglang-router, kustomization)."""
     if format not in FORMATS:
         raise PdplanError(f"--format must be one of {', '.join(FORMATS)}, got {format!r}", field="format")
     problem = None if image is None else names.image_reference(image)
