@@ -14,7 +14,7 @@ environment of its own (their torch pins differ), which it creates under ``--env
    with ``--sglang-plan`` an ``--engine sglang`` one), validates each and runs pdplan's engine rules
    (pdplan/engines.py) on it; and takes the hand-written wide expert-parallel manifest (:data:`WIDE`: a
    prefill instance of DP16 EP16 over two nodes and a decode instance of DP8 EP8 on one, as in
-   tests/test_export_wide.py), which holds only the fields the exports read and so is not validated;
+   tests/wide_plan.py), which holds only the fields the exports read and so is not validated;
 2. exports each to every format; a refusal is a pass when it names a rule (every format must
    refuse the mixed-pool plan);
 3. hands every export to its consumer:
@@ -94,7 +94,7 @@ IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main")
 #: The hand-written wide expert-parallel plan (the fields the exports read): DeepSeek-V3 on H200 nodes, a
 #: prefill instance of DP16 EP16 with 32 redundant experts and a prompt budget of 16,384 tokens per rank over
 #: nodes h200-0 (node rank 0) and h200-1, and a decode instance of DP8 EP8 on h200-2 whose ranks run at most 64
-#: requests each, over NIXL; the plan of tests/test_export_wide.py with that cap.
+#: requests each, over NIXL; the plan of tests/wide_plan.py with that cap.
 WIDE = """\
 apiVersion: pdplan/v1
 kind: DeploymentManifest

@@ -189,3 +189,13 @@ def dsr1():
     from pdplan.modelref import get_model
 
     return get_model("deepseek-r1@fp8")
+
+
+@pytest.fixture
+def wide() -> dict:
+    """The hand-written wide expert-parallel plan of tests/wide_plan.py, fresh for each test (tests edit it)."""
+    import yaml
+
+    from tests.wide_plan import WIDE
+
+    return yaml.safe_load(WIDE)

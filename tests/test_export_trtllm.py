@@ -14,8 +14,8 @@ import yaml
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import export_manifest
 from pdplan.manifest.export.trtllm import kv_memory_fraction
-from tests.test_export_wide import WIDE
 from tests.test_manifest_export import _validator
+from tests.wide_plan import WIDE
 
 
 def made_for_trtllm(manifest: dict) -> dict:
@@ -26,7 +26,7 @@ def made_for_trtllm(manifest: dict) -> dict:
 
 @pytest.fixture
 def wide() -> dict:
-    """The hand-written DeepSeek-V3 plan of tests/test_export_wide.py (a DP16 EP16 prefill over two nodes, a DP8 EP8
+    """The hand-written DeepSeek-V3 plan of tests/wide_plan.py (a DP16 EP16 prefill over two nodes, a DP8 EP8
     decode on one) made for TensorRT-LLM, with the KV capacities and the trace's prompts a manifest states."""
     manifest = made_for_trtllm(yaml.safe_load(WIDE))
     manifest["pools"][0].pop("redundant_experts")
