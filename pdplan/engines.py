@@ -124,11 +124,18 @@ def all_to_all(engine: str, phase: str, shape: InstanceShape, gpus_per_host: int
     (:mod:`pdplan.latency.compose.gathered`), so one the tables did not measure is refused there, with its reason."""
     gathers = all_to_all_rejection(AllToAll.GATHER, shape.tp, shape.dp, shape.ep) is None and shape.pp == 1
     if engine == "trtllm":
-        return AllToAll.GATHER if gathers and not fabric else AllToAll.DISPATCH
+        return AllToAll.GATHER if gathers and not dispatches_by_default(engine, fabric) else AllToAll.DISPATCH
     started = DEEPEP_PHASES.get(engine, ())
     if not gathers or (shape.stage_gpus > gpus_per_host and phase in started):
         return AllToAll.DISPATCH
     return AllToAll.GATHER
+
+
+def dispatches_by_default(engine: str, fabric: bool) -> bool:
+    """Whether ``engine`` dispatches an attention-DP instance's tokens to their experts with nothing asked of it: only
+    TensorRT-LLM, by its NVLink all-to-all on GPUs whose NVLink domain spans nodes (``fabric``; :func:`all_to_all`).
+    SGLang and vLLM gather unless their export starts DeepEP."""
+    return engine == "trtllm" and fabric
 
 
 #: Tokens one rank may hand DeepEP's low-latency kernels per step, by engine, at the engine's default, which sizes the

@@ -13,6 +13,7 @@ import yaml
 
 from pdplan.errors import PdplanError
 from pdplan.manifest.export import export_manifest
+from pdplan.manifest.export.common import gathering_pools
 from pdplan.manifest.export.trtllm import kv_memory_fraction
 from tests.test_manifest_export import _validator
 from tests.wide_plan import WIDE
@@ -147,3 +148,13 @@ def test_a_kv_connector_tensorrt_llm_has_no_transceiver_for_is_refused_naming_th
     with pytest.raises(PdplanError, match="cache transceiver has no 'lmcache' backend") as refused:
         export_manifest(wide, "dynamo")
     assert refused.value.field == "transfer.connector"
+
+
+
+def test_a_dispatch_timed_pool_runs_gathered_off_an_nvlink_fabric_and_dispatched_on_one(wide):
+    """A wide pool timed with a dispatch: TensorRT-LLM gathers on HGX H200 nodes, which the export's header warns of,
+    and dispatches over a GB200 rack's NVLink by itself."""
+    assert gathering_pools(wide, "trtllm") == ["prefill", "decode"]
+    for pool in wide["pools"]:
+        pool["gpu"] = "gb200-185gb"
+    assert gathering_pools(wide, "trtllm") == []

@@ -520,12 +520,11 @@ def gathering_pools(manifest: dict, engine: str) -> list[str]:
 
 def dispatches(engine: str, pool: dict, spans_nodes: bool) -> bool:
     """Whether the export runs a dispatching all-to-all for an instance of the pool: DeepEP where it starts it
-    (:func:`starts_deepep`), TensorRT-LLM its own NVLink all-to-all on GPUs whose NVLink domain spans nodes, as it
-    does by default (:func:`pdplan.engines.all_to_all`)."""
-    if engine == "trtllm":
-        gpu = gpu_catalog().get(pool["gpu"])
-        return gpu is not None and gpu.nvlink_fabric
-    return starts_deepep(engine, pool, spans_nodes)
+    (:func:`starts_deepep`), or the engine's own where it dispatches unasked
+    (:func:`pdplan.engines.dispatches_by_default`: TensorRT-LLM's over an NVLink domain spanning nodes)."""
+    gpu = gpu_catalog().get(pool["gpu"])
+    fabric = gpu is not None and gpu.nvlink_fabric
+    return starts_deepep(engine, pool, spans_nodes) or engines.dispatches_by_default(engine, fabric)
 
 
 def script_preamble(manifest: dict, fmt: str, what: str) -> list[str]:

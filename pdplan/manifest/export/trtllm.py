@@ -99,10 +99,11 @@ def kv_memory_fraction(pool: dict) -> float:
     utilization u and W GiB of weights per GPU (pdplan's capacity: u·G − W, :func:`pdplan.modelspec.
     kv_capacity_tokens`). TensorRT-LLM applies it to what is free after its own activations A, so its KV is at most
     the planned one and the GPU's memory at most u·G + A, within G while A fits the 1 − u the plan leaves for
-    activations, as vLLM's ``--gpu-memory-utilization`` assumes."""
+    activations, as vLLM's ``--gpu-memory-utilization`` assumes. Positive in a manifest that validates, whose KV
+    capacity is."""
     memory = pool["memory"]
     total, weights = memory["gpu_memory_gib"], memory["weights_gib_per_gpu"]
-    return round(max(0.0, memory["memory_utilization"] * total - weights) / (total - weights), 4)
+    return round((memory["memory_utilization"] * total - weights) / (total - weights), 4)
 
 
 def cache_transceiver_config(manifest: dict) -> dict:
