@@ -12,7 +12,7 @@ environment of its own (their torch pins differ), which it creates under ``--env
    pdplan[aic]), the disaggregated plan edited to a cache-aware prefill router with its prefill caches
    off and a host tier (:data:`EDITED`), an ``--engine trtllm`` one and
    with ``--sglang-plan`` an ``--engine sglang`` one), validates each and runs pdplan's engine rules
-   (pdplan/engines.py) on it; and takes the hand-written wide expert-parallel manifest (:data:`WIDE`: a
+   (pdplan/engines.py) on it; and takes the hand-written wide expert-parallel manifest (:func:`wide_plan`: a
    prefill instance of DP16 EP16 over two nodes and a decode instance of DP8 EP8 on one, as in
    tests/wide_plan.py), which holds only the fields the exports read and so is not validated;
 2. exports each to every format; a refusal is a pass when it names a rule (every format must
@@ -91,54 +91,24 @@ MIXED_CLUSTER = ("nodes:\n  - {name: a100, gpu: a100-80gb, gpus_per_node: 8, int
 #: The acceptance plans' checkpoint, pinned to a revision so every engine command carries ``--revision``.
 IDENTITY = ("--checkpoint", "meta-llama/Llama-2-70b-hf", "--revision", "main")
 
-#: The hand-written wide expert-parallel plan (the fields the exports read): DeepSeek-V3 on H200 nodes, a
-#: prefill instance of DP16 EP16 with 32 redundant experts and a prompt budget of 16,384 tokens per rank over
-#: nodes h200-0 (node rank 0) and h200-1, and a decode instance of DP8 EP8 on h200-2 whose ranks run at most 64
-#: requests each, over NIXL; the plan of tests/wide_plan.py with that cap.
-WIDE = """\
-apiVersion: pdplan/v1
-kind: DeploymentManifest
-metadata: {name: deepseek-wide}
-identity:
-  model: deepseek-v3
-  checkpoint: {id: deepseek-ai/DeepSeek-V3, revision: main, dtype: fp8}
-  weights_dtype: fp8
-  kv_cache: {dtype: bf16}
-pools:
-- {name: prefill, phase: prefill, model: deepseek-v3, gpu: h200-141gb, tp: 1, dp: 16, ep: 16, redundant_experts: 32,
-   pp: 1, replicas: 1, gpus: 16, scheduling: {}, profile: {max_prefill_batch_tokens: 16384},
-   memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 45.0}}
-- {name: decode, phase: decode, model: deepseek-v3, gpu: h200-141gb, tp: 1, dp: 8, ep: 8, pp: 1, replicas: 1,
-   gpus: 8, scheduling: {max_running_requests: 64},
-   memory: {gpu_memory_gib: 141.0, memory_utilization: 0.85, weights_gib_per_gpu: 90.0}}
-placement:
-  route_epoch: 1
-  affinity: high
-  nodes:
-  - node: h200-0
-    gpu: h200-141gb
-    gpus: 8
-    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
-    instances: [{instance: prefill-0, pool: prefill, stage: 0, node_rank: 0, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}]
-  - node: h200-1
-    gpu: h200-141gb
-    gpus: 8
-    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
-    instances: [{instance: prefill-0, pool: prefill, stage: 0, node_rank: 1, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}]
-  - node: h200-2
-    gpu: h200-141gb
-    gpus: 8
-    node_label: {key: nvidia.com/gpu.product, value: NVIDIA-H200}
-    instances: [{instance: decode-0, pool: decode, stage: 0, gpu_indices: [0, 1, 2, 3, 4, 5, 6, 7]}]
-transfer:
-  connector: nixl
-  roles: {prefill: kv_producer, decode: kv_consumer}
-provenance:
-  profiles: {serving_engine: sglang}
-  content_hash: sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef
-"""
-#: Manifests written here rather than planned: name -> text.
-HANDWRITTEN = {"wide": WIDE}
+def wide_plan() -> str:
+    """The hand-written wide expert-parallel plan of tests/wide_plan.py (the fields the exports read): DeepSeek-V3 on
+    H200 nodes, a prefill instance of DP16 EP16 with 32 redundant experts over nodes h200-0 (node rank 0) and h200-1
+    and a decode instance of DP8 EP8 on h200-2, over NIXL; here with a prompt budget of 16,384 tokens per prefill
+    rank and decode ranks that run at most 64 requests each, so the commands carry both."""
+    import yaml
+
+    from tests.wide_plan import WIDE
+
+    plan = yaml.safe_load(WIDE)
+    prefill, decode = plan["pools"]
+    prefill["profile"] = {"max_prefill_batch_tokens": 16384}
+    decode["scheduling"]["max_running_requests"] = 64
+    return yaml.safe_dump(plan, sort_keys=False)
+
+
+#: Manifests written here rather than planned: name -> their text, made when written.
+HANDWRITTEN = {"wide": wide_plan}
 
 
 # --- environments ------------------------------------------------------------------------------
@@ -451,7 +421,7 @@ def drive(options) -> int:
         chosen = {name: chosen[name] for name in options.manifests}
     for name, (args, path) in chosen.items():
         if args is None:
-            path.write_text(HANDWRITTEN[name])
+            path.write_text(HANDWRITTEN[name]())
             table.add(name, "-", path.name, "pdplan validate", "n/a",
                       "hand-written: only the fields the exports read")
         elif not path.exists():
